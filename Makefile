@@ -1,0 +1,36 @@
+# Two commands on a fresh machine: `make demo` and `make test`. Both bootstrap .venv from PyPI.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed-stamp
+
+.PHONY: demo test lint up down status bench clean
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+	@touch $(STAMP)
+
+demo: $(STAMP)
+	$(PY) starter.py demo
+
+test: $(STAMP)
+	$(PY) -m pytest
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy .
+
+up: $(STAMP)
+	$(PY) starter.py dev up
+
+down: $(STAMP)
+	$(PY) starter.py dev down
+
+status: $(STAMP)
+	$(PY) starter.py dev status
+
+clean:
+	-$(PY) starter.py dev down
+	rm -rf .data

@@ -1,0 +1,73 @@
+"""The chat messages the workflow keeps and the model activity's input and output.
+
+They mirror the OpenAI chat-completions wire format closely enough to convert one-to-one, but are
+pydantic models so they travel through Temporal payloads typed and validated.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+Role = Literal["system", "user", "assistant", "tool"]
+
+
+class ToolCall(BaseModel):
+    """One tool call the model asked for. `arguments` is the raw JSON text: it may be invalid."""
+
+    id: str
+    name: str
+    arguments: str = "{}"
+
+
+class ChatMessage(BaseModel):
+    role: Role
+    content: str | None = None
+    tool_calls: list[ToolCall] = Field(default_factory=list)
+    tool_call_id: str | None = None  # role == "tool": the call this message answers
+    name: str | None = None  # role == "tool": the tool's name; role == "user": the user id
+
+    def to_openai(self) -> dict[str, Any]:
+        """The message as the OpenAI API expects it."""
+        msg: dict[str, Any] = {"role": self.role, "content": self.content}
+        if self.tool_calls:
+            msg["tool_calls"] = [
+                {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+                for c in self.tool_calls
+            ]
+        if self.role == "tool":
+            msg["tool_call_id"] = self.tool_call_id
+        return msg
+
+
+class Usage(BaseModel):
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    model_calls: int = 0
+    tool_calls: int = 0
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+    def plus(self, other: Usage) -> Usage:
+        return Usage(
+            prompt_tokens=self.prompt_tokens + other.prompt_tokens,
+            completion_tokens=self.completion_tokens + other.completion_tokens,
+            model_calls=self.model_calls + other.model_calls,
+            tool_calls=self.tool_calls + other.tool_calls,
+        )
+
+
+class ModelRequest(BaseModel):
+    messages: list[ChatMessage]
+    tools: list[dict[str, Any]] = Field(default_factory=list)  # OpenAI "tools" entries
+    max_tokens: int | None = None
+
+
+class ModelReply(BaseModel):
+    message: ChatMessage  # always role == "assistant"
+    usage: Usage
+    finish_reason: str | None = None
+    model: str = ""

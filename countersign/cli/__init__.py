@@ -1,0 +1,11 @@
+"""`python starter.py …`: the starter CLI (commands are listed in CONTRACT.md)."""
+
+from countersign.cli import conversations, db, dev, model  # noqa: F401  (each registers its commands)
+from countersign.cli.app import cli
+
+
+def main() -> None:
+    cli(prog_name="starter.py")
+
+
+__all__ = ["cli", "main"]

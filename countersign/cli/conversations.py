@@ -1,0 +1,1 @@
+"""Commands: conversations (filled in by its owner)."""

@@ -1,0 +1,1 @@
+"""Commands: db (filled in by its owner)."""

@@ -1,0 +1,1 @@
+"""Commands: dev (filled in by its owner)."""

@@ -1,0 +1,1 @@
+"""Commands: model (filled in by its owner)."""

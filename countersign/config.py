@@ -1,0 +1,71 @@
+"""Settings read from the environment (names fixed by CONTRACT.md).
+
+An unset variable means "use the embedded part": `starter.py dev up` writes the addresses of what it
+started into `.data/stack.json`, and `load_settings()` fills the gaps from there. A variable that is
+set always wins, so production points at real services with plain env vars.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from pydantic import BaseModel
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+DATA_DIR = Path(os.environ.get("COUNTERSIGN_DATA_DIR", PROJECT_ROOT / ".data"))
+STACK_FILE = DATA_DIR / "stack.json"
+
+SCRIPTED_MODEL_NAME = "countersign-scripted"
+SCRIPTED_LABEL = "[scripted model]"
+
+
+class Settings(BaseModel):
+    temporal_address: str = "127.0.0.1:7233"
+    namespace: str = "default"
+    task_queue: str = "countersign"
+    database_url: str | None = None
+    llm_base_url: str | None = None
+    llm_api_key: str = "scripted"
+    llm_model: str = SCRIPTED_MODEL_NAME
+    scenario: str | None = None
+    ui_url: str = "http://127.0.0.1:8233"
+
+    @property
+    def scripted_model(self) -> bool:
+        """True when the model is the project's scripted server, not a real LLM endpoint."""
+        return self.llm_model == SCRIPTED_MODEL_NAME
+
+    def workflow_url(self, workflow_id: str) -> str:
+        return f"{self.ui_url}/namespaces/{self.namespace}/workflows/{workflow_id}"
+
+
+def read_stack_file() -> dict[str, str]:
+    """What `dev up` recorded of the embedded stack, or {} when it is not running."""
+    try:
+        data = json.loads(STACK_FILE.read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return {}
+    return {k: v for k, v in data.items() if isinstance(v, str)}
+
+
+def load_settings(env: dict[str, str] | None = None) -> Settings:
+    env = dict(os.environ if env is None else env)
+    stack = read_stack_file()
+
+    def pick(name: str, stack_key: str | None = None) -> str | None:
+        return env.get(name) or (stack.get(stack_key) if stack_key else None)
+
+    values: dict[str, str | None] = {
+        "temporal_address": pick("TEMPORAL_ADDRESS", "temporal_address"),
+        "namespace": env.get("TEMPORAL_NAMESPACE"),
+        "task_queue": env.get("TASK_QUEUE"),
+        "database_url": pick("DATABASE_URL", "database_url"),
+        "llm_base_url": pick("LLM_BASE_URL", "llm_base_url"),
+        "llm_api_key": env.get("LLM_API_KEY") or env.get("OPENAI_API_KEY"),
+        "llm_model": env.get("LLM_MODEL"),
+        "scenario": env.get("SCENARIO"),
+        "ui_url": pick("TEMPORAL_UI_URL", "ui_url"),
+    }
+    return Settings(**{k: v for k, v in values.items() if v})

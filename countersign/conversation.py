@@ -1,0 +1,96 @@
+"""The conversation's public shapes: workflow input, limits, signal/update payloads, query views.
+
+Names and keys are fixed by CONTRACT.md ("The workflow").
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from countersign.chat import Usage
+from countersign.tooling import Risk, ToolSpec
+
+WORKFLOW_TYPE = "AgentWorkflow"
+AgentState = Literal["running", "awaiting_approval", "awaiting_answer", "idle", "rolling_back", "ended"]
+
+
+class Limits(BaseModel):
+    """Guards on one turn (iterations, tool calls, tokens, wall clock) and waits (approval, answer, idle)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_iterations: int = Field(8, ge=1)  # model calls per turn
+    max_tool_calls: int = Field(20, ge=0)  # tool calls per turn
+    max_tokens: int = Field(50_000, ge=1)  # prompt + completion tokens per turn
+    turn_timeout_s: float = Field(300.0, gt=0)
+    approval_timeout_s: float | None = Field(None, gt=0)  # None: per-risk defaults
+    answer_timeout_s: float = Field(86_400.0, gt=0)
+    idle_timeout_s: float = Field(86_400.0, gt=0)
+
+
+class StartConversation(BaseModel):
+    """Workflow input. Tenant and user come from the trusted caller that starts the workflow."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    tenant_id: str
+    user_id: str
+    agent: str
+    message: str | None = None
+    single_turn: bool = False
+    limits: Limits = Field(default_factory=Limits)
+
+
+class AgentProfile(BaseModel):
+    name: str
+    description: str = ""
+    system_prompt: str
+    atomic_turns: bool = False
+
+
+class ConversationContext(BaseModel):
+    """Loaded once at start by an activity, then snapshotted in workflow state (and history)."""
+
+    tenant_id: str
+    user_id: str
+    roles: list[str]
+    agent: AgentProfile
+    tools: list[ToolSpec]  # every tool of the agent with its snapshotted tier, blocked ones included
+
+
+# --- signals and updates ---------------------------------------------------------------------
+
+
+class SubmitMessage(BaseModel):
+    user_id: str
+    text: str
+
+
+class EndConversation(BaseModel):
+    requested_by: str
+
+
+# --- queries ----------------------------------------------------------------------------------
+
+
+class PendingApproval(BaseModel):
+    call_id: str
+    tool: str
+    args: str
+    risk: Risk
+    requested_by: str
+    requested_at: str
+    expires_at: str
+
+
+class StatusView(BaseModel):
+    state: AgentState
+    turn: int
+    pending_approvals: list[PendingApproval] = Field(default_factory=list)
+    usage: Usage = Field(default_factory=Usage)
+    limits: Limits = Field(default_factory=Limits)
+    tenant_id: str = ""
+    agent: str = ""
+    last_error: str | None = None
