@@ -9,7 +9,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from countersign.chat import Usage
+from countersign.chat import ChatMessage, Usage
 from countersign.tooling import Risk, ToolSpec
 
 WORKFLOW_TYPE = "AgentWorkflow"
@@ -30,19 +30,6 @@ class Limits(BaseModel):
     idle_timeout_s: float = Field(86_400.0, gt=0)
 
 
-class StartConversation(BaseModel):
-    """Workflow input. Tenant and user come from the trusted caller that starts the workflow."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    tenant_id: str
-    user_id: str
-    agent: str
-    message: str | None = None
-    single_turn: bool = False
-    limits: Limits = Field(default_factory=Limits)
-
-
 class AgentProfile(BaseModel):
     name: str
     description: str = ""
@@ -60,12 +47,54 @@ class ConversationContext(BaseModel):
     tools: list[ToolSpec]  # every tool of the agent with its snapshotted tier, blocked ones included
 
 
-# --- signals and updates ---------------------------------------------------------------------
-
-
 class SubmitMessage(BaseModel):
     user_id: str
     text: str
+
+
+class CarriedState(BaseModel):
+    """What a conversation carries into its next run when it continues-as-new."""
+
+    context: ConversationContext
+    messages: list[ChatMessage]
+    usage: Usage
+    turn: int
+    call_seq: int
+    inbox: list[SubmitMessage] = Field(default_factory=list)
+
+
+class StartConversation(BaseModel):
+    """Workflow input. Tenant and user come from the trusted caller that starts the workflow."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    tenant_id: str
+    user_id: str
+    agent: str
+    message: str | None = None
+    single_turn: bool = False
+    limits: Limits = Field(default_factory=Limits)
+    carried: CarriedState | None = None  # set only by continue-as-new
+
+
+TurnStop = Literal["completed", "limit_reached", "error"]
+
+
+class TurnResult(BaseModel):
+    turn: int
+    reply: str | None
+    stop: TurnStop
+    usage: Usage  # this turn's
+
+
+class ConversationResult(BaseModel):
+    turns: int
+    last_reply: str | None
+    usage: Usage
+    ended_by: str
+
+
+# --- signals and updates ---------------------------------------------------------------------
 
 
 class EndConversation(BaseModel):

@@ -1,0 +1,1 @@
+"""Activities: everything that does I/O (the model endpoint, PostgreSQL, SMTP) lives here."""

@@ -1,0 +1,69 @@
+"""Loads who is acting and what the agent may do, once, when a conversation starts.
+
+The result is snapshotted in workflow state: roles and permission tiers changed later apply to new
+conversations, not running ones (a reviewer's decision should not shift under them).
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from countersign.conversation import AgentProfile, ConversationContext, StartConversation
+from countersign.db import schema
+from tools.registry import REGISTRY
+
+
+class ContextActivities:
+    def __init__(self, sessions: async_sessionmaker[AsyncSession]) -> None:
+        self._sessions = sessions
+
+    @activity.defn(name="load_conversation_context")
+    async def load_conversation_context(self, start: StartConversation) -> ConversationContext:
+        async with self._sessions() as session:
+            user = await session.get(schema.User, (start.tenant_id, start.user_id))
+            if user is None:
+                raise unknown(f"no user {start.user_id!r} in tenant {start.tenant_id!r}")
+            profile = await session.get(schema.AgentProfile, start.agent)
+            if profile is None:
+                raise unknown(f"no agent named {start.agent!r}")
+            roles = list(
+                await session.scalars(
+                    select(schema.UserRole.role)
+                    .where(schema.UserRole.tenant_id == start.tenant_id, schema.UserRole.user_id == start.user_id)
+                    .order_by(schema.UserRole.role)
+                )
+            )
+            permissions = list(
+                await session.scalars(
+                    select(schema.AgentToolPermission)
+                    .where(schema.AgentToolPermission.agent == start.agent)
+                    .order_by(schema.AgentToolPermission.tool)
+                )
+            )
+        unknown_tools = [p.tool for p in permissions if p.tool not in REGISTRY]
+        if unknown_tools:
+            activity.logger.warning("agent %s lists tools this worker does not have: %s", start.agent, unknown_tools)
+        prompt = (
+            f"{profile.system_prompt}\n\n"
+            f"You act for {user.display_name} (user id {user.id}, roles: {', '.join(roles) or 'none'}) "
+            f"in the workspace {start.tenant_id!r}. Only use the tools you are given; results come as JSON."
+        )
+        return ConversationContext(
+            tenant_id=start.tenant_id,
+            user_id=start.user_id,
+            roles=roles,
+            agent=AgentProfile(
+                name=profile.name,
+                description=profile.description or "",
+                system_prompt=prompt,
+                atomic_turns=profile.atomic_turns,
+            ),
+            tools=[REGISTRY[p.tool].spec(p.tier) for p in permissions if p.tool in REGISTRY],  # type: ignore[arg-type]
+        )
+
+
+def unknown(message: str) -> ApplicationError:
+    return ApplicationError(message, type="UnknownConversationParty", non_retryable=True)

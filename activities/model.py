@@ -1,0 +1,92 @@
+"""The model call: one chat completion through the `openai` client against any compatible endpoint.
+
+The client's own retries are off (`max_retries=0`) so Temporal's retry policy is the only one, and
+HTTP failures are mapped to what retrying can fix: 408/409/429/5xx and connection errors retry
+(honouring `retry-after`), other 4xx are the request's fault and fail at once with a clear message.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import openai
+from openai.types.chat import ChatCompletion
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from countersign.chat import ChatMessage, ModelReply, ModelRequest, ToolCall, Usage
+from countersign.config import Settings
+
+RETRYABLE_STATUS = frozenset({408, 409, 429})
+
+
+def retry_after(exc: openai.APIStatusError) -> timedelta | None:
+    """The server's `retry-after` (seconds) when it sent one."""
+    value = exc.response.headers.get("retry-after")
+    try:
+        return timedelta(seconds=float(value)) if value is not None else None
+    except ValueError:
+        return None
+
+
+def classify(exc: Exception) -> ApplicationError:
+    """Turn an `openai` exception into a Temporal error that retries only when retrying can help."""
+    if isinstance(exc, openai.APIStatusError):
+        status = exc.status_code
+        retryable = status in RETRYABLE_STATUS or status >= 500
+        return ApplicationError(
+            f"model endpoint answered HTTP {status}: {exc.message}",
+            type=f"ModelHTTP{status}",
+            non_retryable=not retryable,
+            next_retry_delay=retry_after(exc) if retryable else None,
+        )
+    if isinstance(exc, openai.APIConnectionError | openai.APITimeoutError):
+        return ApplicationError(f"model endpoint unreachable: {exc}", type="ModelUnreachable")
+    return ApplicationError(f"model answered something unusable: {exc}", type="ModelBadResponse")
+
+
+def to_reply(completion: ChatCompletion) -> ModelReply:
+    if not completion.choices:
+        raise ValueError("completion has no choices")
+    choice = completion.choices[0]
+    calls = [
+        ToolCall(id=c.id, name=c.function.name, arguments=c.function.arguments or "{}")
+        for c in choice.message.tool_calls or []
+        if c.type == "function"
+    ]
+    usage = completion.usage
+    return ModelReply(
+        message=ChatMessage(role="assistant", content=choice.message.content, tool_calls=calls),
+        usage=Usage(
+            prompt_tokens=usage.prompt_tokens if usage else 0,
+            completion_tokens=usage.completion_tokens if usage else 0,
+            model_calls=1,
+        ),
+        finish_reason=choice.finish_reason,
+        model=completion.model,
+    )
+
+
+class ModelActivities:
+    def __init__(self, settings: Settings) -> None:
+        if not settings.llm_base_url and settings.scripted_model:
+            raise RuntimeError("no model configured: set LLM_BASE_URL (and LLM_MODEL), or run `starter.py dev up`")
+        self._model = settings.llm_model
+        self._client = openai.AsyncOpenAI(
+            base_url=settings.llm_base_url, api_key=settings.llm_api_key, max_retries=0, timeout=110.0
+        )
+
+    @activity.defn(name="call_model")
+    async def call_model(self, request: ModelRequest) -> ModelReply:
+        kwargs: dict[str, object] = {"tools": request.tools, "parallel_tool_calls": True} if request.tools else {}
+        if request.max_tokens is not None:
+            kwargs["max_tokens"] = request.max_tokens
+        try:
+            completion = await self._client.chat.completions.create(
+                model=self._model,
+                messages=[m.to_openai() for m in request.messages],  # type: ignore[misc]
+                **kwargs,  # type: ignore[arg-type]
+            )
+            return to_reply(completion)
+        except (openai.OpenAIError, ValueError) as exc:
+            raise classify(exc) from exc

@@ -1,0 +1,124 @@
+"""The tool activity: validate the model's arguments, run the tool, audit it, exactly once.
+
+One transaction holds the tool's effect and its audit row (`tool_executions`, unique per workflow id
+and call id). An advisory lock on that key serializes concurrent attempts of the same call, and an
+attempt that finds the row returns the recorded result instead of acting again: so a retry after a
+commit (worker crash, lost completion, timeout) changes nothing twice.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+from sqlalchemy import func, select
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from temporalio import activity
+
+from countersign.db.schema import ToolExecution
+from countersign.guards import TruncationLimits, redact, sanitize
+from countersign.tooling import ToolInvocation, ToolResult
+from tools.registry import IDENTITY_FIELDS, REGISTRY, Needs, Tool, ToolContext, ToolFailure, parse_arguments
+
+
+def validation_message(err: ValidationError) -> str:
+    """A pydantic error as one line the model can act on."""
+    parts = []
+    for e in err.errors():
+        where = ".".join(str(p) for p in e["loc"]) or "arguments"
+        hint = ""
+        if e["type"] == "extra_forbidden" and str(e["loc"][-1]) in IDENTITY_FIELDS:
+            hint = " (tenant, user and roles come from the conversation, never from arguments)"
+        parts.append(f"{where}: {e['msg']}{hint}")
+    return "; ".join(parts)
+
+
+def load_arguments(raw: str) -> dict[str, Any]:
+    try:
+        value = json.loads(raw or "{}")
+    except json.JSONDecodeError as exc:
+        raise ToolFailure("VALIDATION_ERROR", f"arguments are not valid JSON: {exc.msg} at position {exc.pos}") from exc
+    if not isinstance(value, dict):
+        raise ToolFailure("VALIDATION_ERROR", "arguments must be a JSON object")
+    return value
+
+
+def envelope_of(output: BaseModel) -> ToolResult:
+    if isinstance(output, Needs):
+        return ToolResult(ok=False, needs=output.fields, data=output.candidates or None)
+    return ToolResult.success(output.model_dump(mode="json"))
+
+
+class ToolActivities:
+    def __init__(self, sessions: async_sessionmaker[AsyncSession], limits: TruncationLimits | None = None) -> None:
+        self._sessions = sessions
+        self._limits = limits or TruncationLimits()
+
+    @activity.defn(name="execute_tool")
+    async def execute_tool(self, invocation: ToolInvocation) -> ToolResult:
+        tool = REGISTRY.get(invocation.tool)
+        if tool is None:  # the workflow screens calls first; this is the defence in depth
+            return ToolResult.failure("UNKNOWN_TOOL", f"no tool named {invocation.tool!r}")
+        key = f"{invocation.workflow_id}:{invocation.call_id}"
+        async with self._sessions() as session, session.begin():
+            await session.execute(select(func.pg_advisory_xact_lock(func.hashtextextended(key, 0))))
+            recorded = await session.scalar(
+                select(ToolExecution).where(
+                    ToolExecution.workflow_id == invocation.workflow_id, ToolExecution.call_id == invocation.call_id
+                )
+            )
+            if recorded is not None and recorded.result is not None:
+                return ToolResult.model_validate(recorded.result)
+            return await self._run(session, tool, invocation, key)
+
+    async def _run(self, session: AsyncSession, tool: Tool, invocation: ToolInvocation, key: str) -> ToolResult:
+        started = datetime.now(UTC)
+        clock = time.perf_counter()
+        args: dict[str, Any] = {"_raw": invocation.arguments[:2000]}
+        outcome = "executed"
+        try:
+            args = load_arguments(invocation.arguments)
+            try:
+                parsed = parse_arguments(tool, args)
+            except ValidationError as err:
+                raise ToolFailure("VALIDATION_ERROR", validation_message(err)) from err
+            context = ToolContext(
+                caller=invocation.caller,
+                session=session,
+                workflow_id=invocation.workflow_id,
+                call_id=invocation.call_id,
+                now=started,
+            )
+            async with session.begin_nested():  # a failing tool's partial writes roll back; the audit row stays
+                result = envelope_of(await tool.fn(context, parsed))
+        except ToolFailure as failure:
+            outcome = "invalid" if failure.code == "VALIDATION_ERROR" else "failed"
+            result = ToolResult.failure(failure.code, failure.message)
+        result = result.model_copy(update={"data": sanitize(result.data, self._limits)})
+        session.add(
+            ToolExecution(
+                tenant_id=invocation.caller.tenant_id,
+                agent=invocation.caller.agent,
+                user_id=invocation.caller.user_id,
+                workflow_id=invocation.workflow_id,
+                run_id=invocation.run_id,
+                call_id=invocation.call_id,
+                turn=invocation.turn,
+                tool=tool.name,
+                risk=tool.risk,
+                category=tool.category,
+                args=redact(args),
+                result=result.envelope(),
+                outcome=outcome,
+                error=result.error.message if result.error else None,
+                approved_by=invocation.approved_by,
+                idempotency_key=key,
+                started_at=started,
+                finished_at=datetime.now(UTC),
+                duration_ms=int((time.perf_counter() - clock) * 1000),
+            )
+        )
+        return result

@@ -1,0 +1,22 @@
+"""Pure limit checks for one turn. The workflow asks before each model call and each tool batch."""
+
+from __future__ import annotations
+
+from countersign.chat import Usage
+from countersign.conversation import Limits
+
+
+def before_model_call(limits: Limits, turn: Usage, elapsed_s: float) -> str | None:
+    """Why the turn may not call the model again, or None when it may."""
+    if turn.model_calls >= limits.max_iterations:
+        return f"the turn reached max_iterations ({limits.max_iterations} model calls)"
+    if turn.total_tokens >= limits.max_tokens:
+        return f"the turn used {turn.total_tokens} tokens, max_tokens is {limits.max_tokens}"
+    if elapsed_s >= limits.turn_timeout_s:
+        return f"the turn ran {elapsed_s:.0f}s, turn_timeout_s is {limits.turn_timeout_s:.0f}"
+    return None
+
+
+def tool_call_budget(limits: Limits, turn: Usage) -> int:
+    """How many more tool calls this turn may make."""
+    return max(0, limits.max_tool_calls - turn.tool_calls)

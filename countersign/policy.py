@@ -1,0 +1,52 @@
+"""Pure decisions the workflow makes about each tool call, before anything runs.
+
+`screen_call` answers, from the permission snapshot alone: refuse (with the envelope the model
+will read), ask a human first, or run. Argument validation happens later, in the tool activity,
+because only it knows the pydantic models.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from countersign.chat import ToolCall
+from countersign.tooling import ToolResult, ToolSpec
+
+ASK_HUMAN = "ask_human"  # handled by the workflow itself, never by an activity
+
+Action = Literal["run", "approve", "ask_human", "refuse"]
+
+
+@dataclass(frozen=True)
+class Screening:
+    action: Action
+    spec: ToolSpec | None = None
+    refusal: ToolResult | None = None  # set when action == "refuse"
+
+
+def refuse(result: ToolResult) -> Screening:
+    return Screening(action="refuse", refusal=result)
+
+
+def screen_call(call: ToolCall, tools: dict[str, ToolSpec], roles: list[str]) -> Screening:
+    """Decide what to do with one call. Fail closed: anything not known to be allowed is refused."""
+    spec = tools.get(call.name)
+    if spec is None:
+        known = ", ".join(sorted(n for n, s in tools.items() if s.tier != "blocked"))
+        return refuse(ToolResult.failure("UNKNOWN_TOOL", f"no tool named {call.name!r}; available: {known}"))
+    if spec.tier == "blocked":
+        return refuse(ToolResult.failure("BLOCKED", f"{call.name} is blocked for this agent"))
+    if spec.required_roles and not set(spec.required_roles) & set(roles):
+        need = " or ".join(spec.required_roles)
+        return refuse(ToolResult.failure("FORBIDDEN", f"{call.name} needs the role {need}"))
+    if call.name == ASK_HUMAN:
+        return Screening(action="ask_human", spec=spec)
+    if spec.tier == "needs_approval":
+        return Screening(action="approve", spec=spec)
+    return Screening(action="run", spec=spec)
+
+
+def offered_tools(tools: list[ToolSpec]) -> list[ToolSpec]:
+    """What the model is shown: every tool of the agent except blocked ones."""
+    return [t for t in tools if t.tier != "blocked"]

@@ -1,0 +1,191 @@
+"""The tool registry: a tool is one decorated async function, declared once in typed code.
+
+    class SearchLeadsArgs(ToolArgs):
+        query: str = Field(description="Name, email or company to look for")
+
+    @tool(risk="low", category="read")
+    async def search_leads(ctx: ToolContext, args: SearchLeadsArgs) -> LeadList:
+        \"\"\"Search the tenant's leads.\"\"\"
+
+The name is the function's, the description its docstring, the arguments model its second
+parameter's annotation and the result model its return annotation. The OpenAI schema is generated
+from the arguments model in strict mode. Tenant, user and roles reach a tool only through
+`ToolContext`; an arguments model that declares them is refused at import time.
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, get_type_hints
+
+from pydantic import BaseModel, ConfigDict
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from countersign.tooling import Category, CallerContext, ErrorCode, Risk, Tier, ToolSpec
+
+# Identity fields only the trusted caller may set; no arguments model may declare them.
+IDENTITY_FIELDS = frozenset({"tenant_id", "tenant", "user_id", "user", "roles", "role", "caller"})
+
+
+class ToolArgs(BaseModel):
+    """Base of every arguments model: unknown keys (a model trying `tenant_id`) are errors."""
+
+    model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)
+
+
+class ToolFailure(Exception):
+    """Raised by a tool for an expected failure; becomes `{"ok": false, "error": {code, message}}`."""
+
+    def __init__(self, code: ErrorCode, message: str) -> None:
+        super().__init__(message)
+        self.code: ErrorCode = code
+        self.message = message
+
+
+class Needs(BaseModel):
+    """Returned by a tool that cannot proceed without more (or less ambiguous) input."""
+
+    fields: dict[str, bool]
+    candidates: list[dict[str, Any]] = []
+
+
+@dataclass
+class ToolContext:
+    """What a tool may know about the call. `session` is inside the call's transaction."""
+
+    caller: CallerContext
+    session: AsyncSession
+    workflow_id: str
+    call_id: str
+    now: datetime
+
+    @property
+    def tenant_id(self) -> str:
+        return self.caller.tenant_id
+
+    @property
+    def idempotency_key(self) -> str:
+        """Stable across activity retries of the same call: workflow id + call id."""
+        return f"{self.workflow_id}:{self.call_id}"
+
+
+ToolFn = Callable[[ToolContext, Any], Awaitable[BaseModel]]
+
+
+@dataclass(frozen=True)
+class Tool:
+    name: str
+    description: str
+    args_model: type[ToolArgs]
+    result_model: type[BaseModel]
+    risk: Risk
+    category: Category
+    default_tier: Tier
+    required_roles: tuple[str, ...]
+    fn: ToolFn = field(repr=False)
+
+    def spec(self, tier: Tier | None = None) -> ToolSpec:
+        return ToolSpec(
+            name=self.name,
+            description=self.description,
+            parameters=strict_schema(self.args_model),
+            risk=self.risk,
+            category=self.category,
+            tier=tier or self.default_tier,
+            required_roles=list(self.required_roles),
+        )
+
+
+REGISTRY: dict[str, Tool] = {}
+
+
+def default_tier_for(risk: Risk, category: Category) -> Tier:
+    """High-risk or external effects need a human by default; everything else runs."""
+    return "needs_approval" if risk == "high" or category == "external" else "always_allow"
+
+
+def tool(
+    *,
+    risk: Risk,
+    category: Category,
+    tier: Tier | None = None,
+    roles: tuple[str, ...] = (),
+) -> Callable[[ToolFn], ToolFn]:
+    """Declare a tool. See the module docstring."""
+
+    def register(fn: ToolFn) -> ToolFn:
+        hints = get_type_hints(fn)
+        params = list(inspect.signature(fn).parameters)
+        if len(params) != 2:
+            raise TypeError(f"tool {fn.__name__} must take (ctx: ToolContext, args: <ToolArgs model>)")
+        args_model = hints[params[1]]
+        result_model = hints["return"]
+        if not (isinstance(args_model, type) and issubclass(args_model, ToolArgs)):
+            raise TypeError(f"tool {fn.__name__}: arguments must be a ToolArgs subclass")
+        leaked = IDENTITY_FIELDS & set(args_model.model_fields)
+        if leaked:
+            raise TypeError(f"tool {fn.__name__}: arguments may not carry identity fields {sorted(leaked)}")
+        if fn.__name__ in REGISTRY:
+            raise ValueError(f"tool {fn.__name__} is declared twice")
+        REGISTRY[fn.__name__] = Tool(
+            name=fn.__name__,
+            description=inspect.cleandoc(fn.__doc__ or "").strip(),
+            args_model=args_model,
+            result_model=result_model,
+            risk=risk,
+            category=category,
+            default_tier=tier or default_tier_for(risk, category),
+            required_roles=roles,
+            fn=fn,
+        )
+        return fn
+
+    return register
+
+
+def strict_schema(model: type[BaseModel]) -> dict[str, Any]:
+    """The JSON schema of an arguments model in OpenAI strict mode.
+
+    Strict mode wants every property listed in `required` and `additionalProperties: false` on every
+    object; a field with a default therefore becomes nullable, and `parse_arguments` maps a null back
+    to the default. Titles and defaults are dropped (noise to the model; defaults go in descriptions).
+    """
+    schema = copy.deepcopy(model.model_json_schema())
+
+    def fix(node: dict[str, Any]) -> None:
+        node.pop("title", None)
+        if "default" in node:
+            default = node.pop("default")
+            if default is not None:
+                node["description"] = f"{node.get('description', '')} (default: {default})".strip()
+            if "anyOf" not in node and "$ref" not in node:
+                inner = {k: node.pop(k) for k in list(node) if k != "description"}
+                node["anyOf"] = [inner, {"type": "null"}]
+        if node.get("type") == "object" and "properties" in node:
+            node["additionalProperties"] = False
+            node["required"] = list(node["properties"])
+        for key in ("properties", "$defs"):
+            for child in node.get(key, {}).values():
+                fix(child)
+        for key in ("anyOf", "allOf", "oneOf"):
+            for child in node.get(key, []):
+                fix(child)
+        if isinstance(node.get("items"), dict):
+            fix(node["items"])
+
+    fix(schema)
+    return schema
+
+
+def parse_arguments(tool: Tool, raw: dict[str, Any]) -> ToolArgs:
+    """Validate raw arguments; a null for a defaulted field means "use the default" (strict mode)."""
+    cleaned = {
+        k: v
+        for k, v in raw.items()
+        if not (v is None and k in tool.args_model.model_fields and not tool.args_model.model_fields[k].is_required())
+    }
+    return tool.args_model.model_validate(cleaned)

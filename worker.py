@@ -1,0 +1,58 @@
+"""The Countersign worker: the AgentWorkflow and every activity, on one task queue.
+
+    python worker.py      # settings from the environment, or from `starter.py dev up`
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from temporalio.client import Client
+from temporalio.worker import Worker
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
+
+from activities.context import ContextActivities
+from activities.model import ModelActivities
+from activities.tools import ToolActivities
+from countersign.config import Settings, load_settings
+from countersign.db.engine import create_engine, session_factory
+from countersign.temporal_client import connect
+from workflows.agent import AgentWorkflow
+
+# Pure, deterministic modules the workflow imports: pass them through the sandbox instead of
+# re-importing them for every workflow run.
+PASSTHROUGH = ("countersign", "pydantic", "pydantic_core", "annotated_types")
+
+
+def build_worker(client: Client, settings: Settings, sessions: async_sessionmaker[AsyncSession]) -> Worker:
+    context = ContextActivities(sessions)
+    model = ModelActivities(settings)
+    tools = ToolActivities(sessions)
+    return Worker(
+        client,
+        task_queue=settings.task_queue,
+        workflows=[AgentWorkflow],
+        activities=[context.load_conversation_context, model.call_model, tools.execute_tool],
+        workflow_runner=SandboxedWorkflowRunner(
+            restrictions=SandboxRestrictions.default.with_passthrough_modules(*PASSTHROUGH)
+        ),
+    )
+
+
+async def main() -> None:
+    settings = load_settings()
+    if not settings.database_url:
+        raise SystemExit("worker: no DATABASE_URL: run `python starter.py dev up` or set DATABASE_URL")
+    client = await connect(settings)
+    engine = create_engine(settings.database_url)
+    try:
+        worker = build_worker(client, settings, session_factory(engine))
+        print(f"worker: polling task queue {settings.task_queue!r} on {settings.temporal_address}", flush=True)
+        await worker.run()
+    finally:
+        await engine.dispose()
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
