@@ -17,6 +17,7 @@ from activities.model import ModelActivities
 from activities.tools import ToolActivities
 from countersign.config import Settings, load_settings
 from countersign.db.engine import create_engine, session_factory
+from countersign.logs import configure as configure_logging, get_logger
 from countersign.temporal_client import connect
 from workflows.agent import AgentWorkflow
 
@@ -41,6 +42,8 @@ def build_worker(client: Client, settings: Settings, sessions: async_sessionmake
 
 
 async def main() -> None:
+    configure_logging()
+    log = get_logger("countersign.worker")
     settings = load_settings()
     if not settings.database_url:
         raise SystemExit("worker: no DATABASE_URL: run `python starter.py dev up` or set DATABASE_URL")
@@ -48,7 +51,13 @@ async def main() -> None:
     engine = create_engine(settings.database_url)
     try:
         worker = build_worker(client, settings, session_factory(engine))
-        print(f"worker: polling task queue {settings.task_queue!r} on {settings.temporal_address}", flush=True)
+        log.info(
+            "worker started",
+            task_queue=settings.task_queue,
+            temporal=settings.temporal_address,
+            model=settings.llm_model,
+            llm_base_url=settings.llm_base_url,
+        )
         await worker.run()
     finally:
         await engine.dispose()

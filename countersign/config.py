@@ -64,7 +64,8 @@ def load_settings(env: dict[str, str] | None = None) -> Settings:
         "database_url": pick("DATABASE_URL", "database_url"),
         "llm_base_url": pick("LLM_BASE_URL", "llm_base_url"),
         "llm_api_key": env.get("LLM_API_KEY") or env.get("OPENAI_API_KEY"),
-        "llm_model": env.get("LLM_MODEL"),
+        # A real endpoint without LLM_MODEL gets a common default rather than the scripted model's name.
+        "llm_model": env.get("LLM_MODEL") or ("gpt-4o-mini" if env.get("LLM_BASE_URL") else None),
         "scenario": env.get("SCENARIO"),
         "ui_url": pick("TEMPORAL_UI_URL", "ui_url"),
     }

@@ -16,7 +16,7 @@ import json
 from datetime import timedelta
 
 from temporalio import workflow
-from temporalio.common import RetryPolicy, SearchAttributeKey
+from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, TimeoutError as TemporalTimeoutError
 
 with workflow.unsafe.imports_passed_through():
@@ -36,11 +36,8 @@ with workflow.unsafe.imports_passed_through():
     )
     from countersign.limits import before_model_call, tool_call_budget
     from countersign.policy import offered_tools, screen_call
+    from countersign.search_attributes import AGENT_NAME, AGENT_STATUS, TENANT_ID
     from countersign.tooling import CallerContext, ToolInvocation, ToolResult, ToolSpec
-
-AGENT_STATUS = SearchAttributeKey.for_keyword("AgentStatus")
-TENANT_ID = SearchAttributeKey.for_keyword("TenantId")
-AGENT_NAME = SearchAttributeKey.for_keyword("AgentName")
 
 CONTEXT_RETRY = RetryPolicy(maximum_attempts=5, non_retryable_error_types=["UnknownConversationParty"])
 MODEL_RETRY = RetryPolicy(

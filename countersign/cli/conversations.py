@@ -1,1 +1,146 @@
-"""Commands: conversations (filled in by its owner)."""
+"""Commands that drive conversations: start, send, status, transcript."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+import click
+from pydantic import ValidationError
+from temporalio.client import Client, WorkflowHandle
+
+from countersign.chat import ChatMessage
+from countersign.cli.app import cli, print_json, run
+from countersign.config import Settings, load_settings
+from countersign.conversation import Limits, StartConversation, StatusView, SubmitMessage, TurnResult
+from countersign.conversations import render_transcript, start_conversation
+from countersign.temporal_client import connect
+
+
+def parse_limits(text: str | None) -> Limits:
+    if not text:
+        return Limits()
+    try:
+        return Limits.model_validate_json(text)
+    except ValidationError as err:
+        raise click.BadParameter(f"invalid --limits: {err.errors()[0]['loc']}: {err.errors()[0]['msg']}") from err
+
+
+async def wait_turn(handle: WorkflowHandle[Any, Any], turn: int) -> TurnResult | None:
+    """Block until `turn` finishes, through the `wait_turn` update (no polling)."""
+    result: TurnResult | None = await handle.execute_update("wait_turn", turn, result_type=TurnResult | None)  # type: ignore[arg-type]
+    return result
+
+
+async def query_status(handle: WorkflowHandle[Any, Any]) -> StatusView:
+    status: StatusView = await handle.query("status", result_type=StatusView)
+    return status
+
+
+async def query_transcript(handle: WorkflowHandle[Any, Any]) -> list[ChatMessage]:
+    messages: list[ChatMessage] = await handle.query("transcript", result_type=list[ChatMessage])
+    return messages
+
+
+async def connected() -> tuple[Client, Settings]:
+    settings = load_settings()
+    return await connect(settings), settings
+
+
+@cli.command()
+@click.option("--tenant", required=True, help="Tenant slug, e.g. acme.")
+@click.option("--user", required=True, help="The user the agent acts for, e.g. alice.")
+@click.option("--agent", required=True, help="Agent name, e.g. lead-qualifier.")
+@click.option("--message", required=True, help="The first user message.")
+@click.option("--limits", "limits_json", help='Limits as JSON, e.g. \'{"max_iterations": 4}\'.')
+@click.option("--single-turn", is_flag=True, help="End the conversation after the first turn.")
+@click.option("--wait", is_flag=True, help="Wait for the first turn and print the reply.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def start(
+    tenant: str, user: str, agent: str, message: str, limits_json: str | None, single_turn: bool, wait: bool, as_json: bool
+) -> None:
+    """Start a conversation; prints its workflow id."""
+    conversation = StartConversation(
+        tenant_id=tenant, user_id=user, agent=agent, message=message, single_turn=single_turn, limits=parse_limits(limits_json)
+    )
+
+    async def body() -> None:
+        client, settings = await connected()
+        handle = await start_conversation(client, settings, conversation)
+        turn = await wait_turn(handle, 1) if wait else None
+        if as_json:
+            out: dict[str, Any] = {"workflow_id": handle.id, "run_id": handle.result_run_id, "ui_url": settings.workflow_url(handle.id)}
+            if turn is not None:
+                out["turn"] = turn.model_dump(mode="json")
+            print_json(out)
+            return
+        click.echo(handle.id)
+        if turn is not None:
+            click.echo(turn.reply or "(no reply)")
+
+    run(body())
+
+
+@cli.command()
+@click.argument("workflow_id")
+@click.argument("text")
+@click.option("--user", required=True, help="The conversation's user (others are refused).")
+@click.option("--no-wait", is_flag=True, help="Send and return without waiting for the reply.")
+def send(workflow_id: str, text: str, user: str, no_wait: bool) -> None:
+    """Send a message to a running conversation and print the agent's reply."""
+
+    async def body() -> None:
+        client, _ = await connected()
+        handle = client.get_workflow_handle(workflow_id)
+        before = await query_status(handle)
+        if before.state == "ended":
+            raise click.ClickException(f"conversation {workflow_id} has ended")
+        await handle.signal("submit_message", SubmitMessage(user_id=user, text=text))
+        if no_wait:
+            return
+        turn = await wait_turn(handle, before.turn + 1)
+        click.echo(turn.reply if turn and turn.reply else "(the conversation ended before replying)")
+
+    run(body())
+
+
+@cli.command()
+@click.argument("workflow_id")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def status(workflow_id: str, as_json: bool) -> None:
+    """Show a conversation's state, turn, pending approvals, usage and limits."""
+
+    async def body() -> None:
+        client, _ = await connected()
+        view = await query_status(client.get_workflow_handle(workflow_id))
+        if as_json:
+            print_json(view.model_dump(mode="json"))
+            return
+        u = view.usage
+        click.echo(f"{workflow_id}: {view.state} · turn {view.turn} · {view.tenant_id} · agent {view.agent}")
+        click.echo(f"usage: {u.total_tokens} tokens, {u.model_calls} model calls, {u.tool_calls} tool calls")
+        for p in view.pending_approvals:
+            click.echo(f"pending approval {p.call_id}: {p.tool} {p.args} (risk {p.risk}, expires {p.expires_at})")
+        if view.last_error:
+            click.echo(f"last error: {view.last_error}")
+
+    run(body())
+
+
+@cli.command()
+@click.argument("workflow_id")
+@click.option("--json", "as_json", is_flag=True, help="Print the messages as JSON.")
+def transcript(workflow_id: str, as_json: bool) -> None:
+    """Print what was said in a conversation, tool calls and results included."""
+
+    async def body() -> None:
+        client, settings = await connected()
+        messages = await query_transcript(client.get_workflow_handle(workflow_id))
+        if as_json:
+            json.dump([m.model_dump(mode="json") for m in messages], sys.stdout, indent=2)
+            sys.stdout.write("\n")
+            return
+        click.echo(render_transcript(messages, scripted=settings.scripted_model))
+
+    run(body())

@@ -1,0 +1,20 @@
+# The Countersign worker (and CLI) image. Production installs the base package only: no embedded
+# PostgreSQL or Temporal binaries, those are real services in docker-compose.yml.
+FROM python:3.11-slim
+
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    COUNTERSIGN_LOG_FORMAT=json
+
+WORKDIR /app
+COPY pyproject.toml README.md ./
+COPY countersign ./countersign
+COPY workflows ./workflows
+COPY activities ./activities
+COPY tools ./tools
+COPY worker.py starter.py ./
+RUN pip install --no-cache-dir . && useradd --create-home --uid 10001 countersign
+USER countersign
+
+CMD ["python", "worker.py"]
