@@ -1,0 +1,167 @@
+"""Scripted-model scenarios: the file format (CONTRACT.md, "Scripted model scenarios") and the matcher.
+
+The matcher is pure: it maps the chat messages of one request to the reply of the first matching rule,
+so tests exercise it without a server and the server stays a thin HTTP shell around it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+
+class _Strict(BaseModel):
+    """Unknown keys are errors: a typo like `user_contain` would otherwise silently match everything."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class When(_Strict):
+    user_contains: str | None = None
+    after_tool: str | None = None
+    result_contains: str | None = None
+    turn_calls: int | None = Field(default=None, ge=0)
+
+    @model_validator(mode="after")
+    def _result_needs_tool(self) -> When:
+        # Without `after_tool` the latest message must be the user's, so there is no result to search.
+        if self.result_contains is not None and self.after_tool is None:
+            raise ValueError("`result_contains` needs `after_tool` (it searches that tool's result)")
+        return self
+
+
+class ScriptedCall(_Strict):
+    name: str = Field(min_length=1)
+    arguments: dict[str, Any] = Field(default_factory=dict)
+
+
+class Reply(_Strict):
+    content: str | None = None
+    tool_calls: list[ScriptedCall] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _not_empty(self) -> Reply:
+        if self.content is None and not self.tool_calls:
+            raise ValueError("a reply needs `content`, `tool_calls` or both")
+        return self
+
+
+class Rule(_Strict):
+    when: When = Field(default_factory=When)
+    reply: Reply
+
+
+class Scenario(_Strict):
+    name: str
+    rules: list[Rule]
+
+
+class ScenarioError(ValueError):
+    """A scenario file that cannot be read or does not follow the format; the message names the file."""
+
+
+def load_scenario(path: str | Path) -> Scenario:
+    """Read and validate a .yaml/.yml/.json scenario file."""
+    path = Path(path)
+    data = _parse(path)
+    try:
+        return Scenario.model_validate(data)
+    except ValidationError as exc:
+        problems = "; ".join(_describe(error) for error in exc.errors())
+        raise ScenarioError(f"{path}: invalid scenario: {problems}") from exc
+
+
+def _parse(path: Path) -> Any:
+    suffix = path.suffix.lower()
+    if suffix not in {".yaml", ".yml", ".json"}:
+        raise ScenarioError(f"{path}: unsupported scenario file type {suffix!r} (use .yaml, .yml or .json)")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ScenarioError(f"{path}: cannot read scenario: {exc.strerror or exc}") from exc
+    try:
+        return json.loads(text) if suffix == ".json" else yaml.safe_load(text)
+    except (json.JSONDecodeError, yaml.YAMLError) as exc:
+        detail = " ".join(str(exc).split())  # YAML errors span several lines; keep one
+        raise ScenarioError(f"{path}: not valid {suffix[1:].upper()}: {detail}") from exc
+
+
+def _describe(error: Mapping[str, Any]) -> str:
+    """`rules.1.when.after_tol: Extra inputs are not permitted`: where, then what."""
+    where = ".".join(str(part) for part in error["loc"]) or "(top level)"
+    return f"{where}: {error['msg']}"
+
+
+# --- the matcher -------------------------------------------------------------------------------------
+
+Message = Mapping[str, Any]
+
+
+def choose_reply(scenario: Scenario, messages: Sequence[Message]) -> Reply | None:
+    """The reply of the first rule whose `when` all hold for this model turn, or None."""
+    turn = _Turn(messages)
+    return next((rule.reply for rule in scenario.rules if turn.matches(rule.when)), None)
+
+
+class _Turn:
+    """What the rules look at in one request's messages, worked out once."""
+
+    def __init__(self, messages: Sequence[Message]) -> None:
+        last_user = _last_index(messages, "user")
+        self.user_text = text_of(messages[last_user]).casefold() if last_user is not None else ""
+        since_user = messages if last_user is None else messages[last_user + 1 :]
+        self.calls_since_user = sum(1 for m in since_user if m.get("role") == "tool")
+        latest = messages[-1] if messages else {}
+        self.latest_is_user = latest.get("role") == "user"
+        self.latest_is_tool = latest.get("role") == "tool"
+        self.tool_names = _tool_names(messages) if self.latest_is_tool else set()
+        self.result_text = text_of(latest).casefold() if self.latest_is_tool else ""
+
+    def matches(self, when: When) -> bool:
+        if when.after_tool is None:
+            if not self.latest_is_user:
+                return False
+        elif when.after_tool not in self.tool_names:
+            return False
+        if when.result_contains is not None and when.result_contains.casefold() not in self.result_text:
+            return False
+        if when.user_contains is not None and when.user_contains.casefold() not in self.user_text:
+            return False
+        return when.turn_calls is None or when.turn_calls == self.calls_since_user
+
+
+def _last_index(messages: Sequence[Message], role: str) -> int | None:
+    return next((i for i in range(len(messages) - 1, -1, -1) if messages[i].get("role") == role), None)
+
+
+def _tool_names(messages: Sequence[Message]) -> set[str]:
+    """Names the latest (tool) message answers to: its own `name`, and the call it answers by id."""
+    latest = messages[-1]
+    names = {latest["name"]} if isinstance(latest.get("name"), str) else set()
+    assistant = _last_index(messages, "assistant")
+    if assistant is not None:
+        for call in messages[assistant].get("tool_calls") or []:
+            if isinstance(call, Mapping) and call.get("id") == latest.get("tool_call_id"):
+                function = call.get("function")
+                if isinstance(function, Mapping) and isinstance(function.get("name"), str):
+                    names.add(function["name"])
+    return names
+
+
+def text_of(message: Message) -> str:
+    """A message's text: `content` is a string, null, or a list of parts (`{"type": "text", "text"}`)."""
+    content = message.get("content")
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return " ".join(
+            part["text"]
+            for part in content
+            if isinstance(part, Mapping) and isinstance(part.get("text"), str)
+        )
+    return ""
