@@ -18,9 +18,9 @@ from __future__ import annotations
 import copy
 import inspect
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import Any, get_type_hints
+from typing import Any, Literal, get_type_hints
 
 from pydantic import BaseModel, ConfigDict
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -75,6 +75,14 @@ class ToolContext:
 
 ToolFn = Callable[[ToolContext, Any], Awaitable[BaseModel]]
 
+# What a compensation found and did. It must tolerate a forward step that never committed
+# ("never_happened") and running twice ("already_undone"); "irreversible" records an effect that
+# cannot be taken back (an email already delivered).
+UndoOutcome = Literal["undone", "already_undone", "never_happened", "irreversible"]
+# (context, the forward call's validated arguments, the forward call's recorded result data or None
+# when the forward step never recorded one) -> outcome
+CompensationFn = Callable[[ToolContext, Any, dict[str, Any] | None], Awaitable[UndoOutcome]]
+
 
 @dataclass(frozen=True)
 class Tool:
@@ -87,6 +95,7 @@ class Tool:
     default_tier: Tier
     required_roles: tuple[str, ...]
     fn: ToolFn = field(repr=False)
+    compensation: CompensationFn | None = field(default=None, repr=False)
 
     def spec(self, tier: Tier | None = None) -> ToolSpec:
         return ToolSpec(
@@ -97,6 +106,7 @@ class Tool:
             category=self.category,
             tier=tier or self.default_tier,
             required_roles=list(self.required_roles),
+            compensable=self.compensation is not None,
         )
 
 
@@ -142,6 +152,25 @@ def tool(
             required_roles=roles,
             fn=fn,
         )
+        return fn
+
+    return register
+
+
+def compensates(forward: ToolFn) -> Callable[[CompensationFn], CompensationFn]:
+    """Declare the compensation of a write tool, right below it:
+
+        @compensates(create_task)
+        async def cancel_created_task(ctx: ToolContext, args: CreateTaskArgs, result: dict | None) -> UndoOutcome:
+    """
+
+    def register(fn: CompensationFn) -> CompensationFn:
+        declared = REGISTRY.get(forward.__name__)
+        if declared is None or declared.fn is not forward:
+            raise ValueError(f"{fn.__name__}: {forward.__name__} is not a registered tool")
+        if declared.compensation is not None:
+            raise ValueError(f"{forward.__name__} already has a compensation")
+        REGISTRY[declared.name] = replace(declared, compensation=fn)
         return fn
 
     return register
