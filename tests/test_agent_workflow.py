@@ -92,7 +92,7 @@ async def test_bad_model_output_is_fed_back_not_fatal(agent: AgentHarness) -> No
                 ]
             },
         },
-        {"when": {"turn_calls": 4}, "reply": {"content": "I could not do that."}},
+        {"when": {"after_tool": "get_lead", "turn_calls": 4}, "reply": {"content": "I could not do that."}},
     )
     handle = await agent.start("do something odd", single_turn=True)
     result = await handle.result()
