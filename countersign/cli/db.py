@@ -1,1 +1,45 @@
-"""Commands: db (filled in by its owner)."""
+"""`db upgrade` and `db seed`: apply the migrations and load the seed data into DATABASE_URL."""
+
+from __future__ import annotations
+
+import asyncio
+
+import click
+from sqlalchemy.engine import make_url
+
+from countersign.cli.app import cli, run
+from countersign.config import load_settings
+from countersign.db import migrate
+from countersign.db.seed import seed as load_seed
+
+
+def database_url() -> str:
+    url = load_settings().database_url
+    if not url:
+        raise click.ClickException("no DATABASE_URL: run `python starter.py dev up` or set DATABASE_URL")
+    return url
+
+
+def shown(url: str) -> str:
+    return make_url(url).render_as_string(hide_password=True)
+
+
+@cli.group()
+def db() -> None:
+    """The database: migrations and seed data (both idempotent)."""
+
+
+@db.command()
+def upgrade() -> None:
+    """Apply the migrations to DATABASE_URL, up to the latest."""
+    url = database_url()
+    run(asyncio.to_thread(migrate.upgrade, url))
+    click.echo(f"database {shown(url)} is at revision {migrate.head_revision()}")
+
+
+@db.command()
+def seed() -> None:
+    """Load the seed data (tenants, users, business data, agents) into DATABASE_URL."""
+    url = database_url()
+    run(load_seed(url))
+    click.echo(f"seeded tenants acme and globex, and the agents, into {shown(url)}")

@@ -1,0 +1,1 @@
+"""The database layer: models (`schema`), engine and sessions, migrations (`migrate`), seed data."""

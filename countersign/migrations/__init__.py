@@ -1,0 +1,1 @@
+"""Alembic migrations, configured in code by `countersign.db.migrate` (there is no alembic.ini)."""

@@ -1,0 +1,8 @@
+"""Fixtures come from plugin modules, one per real part: PostgreSQL, Temporal, the scripted model."""
+
+pytest_plugins = [
+    "tests.fixtures.postgres",
+    "tests.fixtures.temporal",
+    "tests.fixtures.scripted_model",
+    "tests.fixtures.agent",
+]
