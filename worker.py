@@ -12,6 +12,8 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
+from activities.approvals import ApprovalActivities
+from activities.audit import AuditActivities
 from activities.context import ContextActivities
 from activities.model import ModelActivities
 from activities.tools import ToolActivities
@@ -30,11 +32,21 @@ def build_worker(client: Client, settings: Settings, sessions: async_sessionmake
     context = ContextActivities(sessions)
     model = ModelActivities(settings)
     tools = ToolActivities(sessions)
+    audit = AuditActivities(sessions)
+    approvals = ApprovalActivities(sessions)
     return Worker(
         client,
         task_queue=settings.task_queue,
         workflows=[AgentWorkflow],
-        activities=[context.load_conversation_context, model.call_model, tools.execute_tool],
+        activities=[
+            context.load_conversation_context,
+            model.call_model,
+            tools.check_arguments,
+            tools.execute_tool,
+            audit.record_unexecuted_call,
+            approvals.record_decision,
+            approvals.send_approval_reminder,
+        ],
         workflow_runner=SandboxedWorkflowRunner(
             restrictions=SandboxRestrictions.default.with_passthrough_modules(*PASSTHROUGH)
         ),

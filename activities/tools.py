@@ -21,7 +21,16 @@ from temporalio import activity
 from countersign.db.schema import ToolExecution
 from countersign.guards import TruncationLimits, redact, sanitize
 from countersign.tooling import ToolInvocation, ToolResult
-from tools.registry import IDENTITY_FIELDS, REGISTRY, Needs, Tool, ToolContext, ToolFailure, parse_arguments
+from tools.registry import (
+    IDENTITY_FIELDS,
+    REGISTRY,
+    Needs,
+    Tool,
+    ToolArgs,
+    ToolContext,
+    ToolFailure,
+    parse_arguments,
+)
 
 
 def validation_message(err: ValidationError) -> str:
@@ -44,6 +53,22 @@ def load_arguments(raw: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise ToolFailure("VALIDATION_ERROR", "arguments must be a JSON object")
     return value
+
+
+def load_arguments_or_raw(raw: str) -> dict[str, Any]:
+    """The arguments as a dict for the audit, even when they are not a JSON object."""
+    try:
+        return load_arguments(raw)
+    except ToolFailure:
+        return {"_raw": raw[:2000]}
+
+
+def validate(tool: Tool, raw: str) -> ToolArgs:
+    """Parse and validate the model's (or an approver's) arguments, or raise VALIDATION_ERROR."""
+    try:
+        return parse_arguments(tool, load_arguments(raw))
+    except ValidationError as err:
+        raise ToolFailure("VALIDATION_ERROR", validation_message(err)) from err
 
 
 def envelope_of(output: BaseModel) -> ToolResult:
@@ -74,17 +99,26 @@ class ToolActivities:
                 return ToolResult.model_validate(recorded.result)
             return await self._run(session, tool, invocation, key)
 
+    @activity.defn(name="check_arguments")
+    async def check_arguments(self, invocation: ToolInvocation) -> ToolResult:
+        """Validate a call's arguments before a human is asked to approve it.
+
+        Answers `{"ok": true, "data": <normalized arguments>}` or the VALIDATION_ERROR envelope.
+        """
+        tool = REGISTRY.get(invocation.tool)
+        if tool is None:
+            return ToolResult.failure("UNKNOWN_TOOL", f"no tool named {invocation.tool!r}")
+        try:
+            return ToolResult.success(validate(tool, invocation.arguments).model_dump(mode="json"))
+        except ToolFailure as failure:
+            return ToolResult.failure(failure.code, failure.message)
+
     async def _run(self, session: AsyncSession, tool: Tool, invocation: ToolInvocation, key: str) -> ToolResult:
         started = datetime.now(UTC)
         clock = time.perf_counter()
-        args: dict[str, Any] = {"_raw": invocation.arguments[:2000]}
         outcome = "executed"
         try:
-            args = load_arguments(invocation.arguments)
-            try:
-                parsed = parse_arguments(tool, args)
-            except ValidationError as err:
-                raise ToolFailure("VALIDATION_ERROR", validation_message(err)) from err
+            parsed = validate(tool, invocation.arguments)
             context = ToolContext(
                 caller=invocation.caller,
                 session=session,
@@ -110,7 +144,7 @@ class ToolActivities:
                 tool=tool.name,
                 risk=tool.risk,
                 category=tool.category,
-                args=redact(args),
+                args=redact(load_arguments_or_raw(invocation.arguments)),
                 result=result.envelope(),
                 outcome=outcome,
                 error=result.error.message if result.error else None,

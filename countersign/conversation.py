@@ -37,6 +37,16 @@ class AgentProfile(BaseModel):
     atomic_turns: bool = False
 
 
+class ApprovalPolicy(BaseModel):
+    """How long a call may wait for a decision, by risk, and when to remind reviewers."""
+
+    timeout_s: dict[Risk, float] = Field(default_factory=lambda: dict.fromkeys(("low", "medium", "high"), 86_400.0))
+    reminder_lead_s: float = 3_600.0  # remind this long before expiry
+
+    def timeout_for(self, risk: Risk, override_s: float | None) -> float:
+        return override_s or self.timeout_s.get(risk, 86_400.0)
+
+
 class ConversationContext(BaseModel):
     """Loaded once at start by an activity, then snapshotted in workflow state (and history)."""
 
@@ -45,6 +55,7 @@ class ConversationContext(BaseModel):
     roles: list[str]
     agent: AgentProfile
     tools: list[ToolSpec]  # every tool of the agent with its snapshotted tier, blocked ones included
+    approval: ApprovalPolicy = Field(default_factory=ApprovalPolicy)
 
 
 class SubmitMessage(BaseModel):
@@ -101,6 +112,21 @@ class EndConversation(BaseModel):
     requested_by: str
 
 
+class AnswerSignal(BaseModel):
+    call_id: str
+    user_id: str
+    text: str
+
+
+class PendingQuestion(BaseModel):
+    """An `ask_human` call waiting for the user's `answer`."""
+
+    call_id: str
+    question: str
+    asked_at: str
+    expires_at: str
+
+
 # --- queries ----------------------------------------------------------------------------------
 
 
@@ -118,6 +144,7 @@ class StatusView(BaseModel):
     state: AgentState
     turn: int
     pending_approvals: list[PendingApproval] = Field(default_factory=list)
+    pending_questions: list[PendingQuestion] = Field(default_factory=list)
     usage: Usage = Field(default_factory=Usage)
     limits: Limits = Field(default_factory=Limits)
     tenant_id: str = ""

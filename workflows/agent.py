@@ -13,21 +13,33 @@ from __future__ import annotations
 
 import asyncio
 import json
-from datetime import timedelta
+from collections.abc import Awaitable
+from datetime import datetime, timedelta
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, TimeoutError as TemporalTimeoutError
 
 with workflow.unsafe.imports_passed_through():
+    from countersign.approvals import (
+        Approval,
+        ApproveSignal,
+        Decision,
+        DecisionRecord,
+        RejectSignal,
+        Verdict,
+        state_refusal,
+    )
     from countersign.chat import ChatMessage, ModelReply, ModelRequest, ToolCall, Usage
     from countersign.conversation import (
         WORKFLOW_TYPE,
         AgentState,
+        AnswerSignal,
         CarriedState,
         ConversationContext,
         ConversationResult,
         EndConversation,
+        PendingQuestion,
         StartConversation,
         StatusView,
         SubmitMessage,
@@ -38,6 +50,8 @@ with workflow.unsafe.imports_passed_through():
     from countersign.policy import offered_tools, screen_call
     from countersign.search_attributes import AGENT_NAME, AGENT_STATUS, TENANT_ID
     from countersign.tooling import CallerContext, ToolInvocation, ToolResult, ToolSpec
+    from activities.audit import UnexecutedCall
+    from activities.approvals import ApprovalReminder
 
 CONTEXT_RETRY = RetryPolicy(maximum_attempts=5, non_retryable_error_types=["UnknownConversationParty"])
 MODEL_RETRY = RetryPolicy(
@@ -48,16 +62,17 @@ TOOL_RETRY = RetryPolicy(
 )
 MODEL_CALL_TIMEOUT = timedelta(seconds=120)
 TOOL_CALL_TIMEOUT = timedelta(seconds=60)
+BOOKKEEPING = {"start_to_close_timeout": timedelta(seconds=30), "retry_policy": TOOL_RETRY}
 
 
-def call_summary(call: ToolCall) -> str:
+def call_summary(tool: str, arguments: str) -> str:
     """A one-line label for the Web UI: `get_lead jane.doe@example.com`."""
     try:
-        args = json.loads(call.arguments)
+        args = json.loads(arguments)
         values = " ".join(str(v) for v in args.values() if v is not None) if isinstance(args, dict) else ""
     except json.JSONDecodeError:
         values = "(invalid JSON arguments)"
-    return f"{call.name} {values}"[:200].strip()
+    return f"{tool} {values}"[:200].strip()
 
 
 @workflow.defn(name=WORKFLOW_TYPE)
@@ -76,6 +91,12 @@ class AgentWorkflow:
         if start.message and not carried:
             self._inbox.append(SubmitMessage(user_id=start.user_id, text=start.message))
         self._state: AgentState = "running"
+        self._in_turn = False
+        self._approvals: dict[str, Approval] = {}
+        self._questions: dict[str, PendingQuestion] = {}
+        self._answers: dict[str, str] = {}
+        self._deciding: set[str] = set()
+        self._human_wait_s = 0.0  # time this turn spent waiting for people: not charged to turn_timeout_s
         self._last_turn: TurnResult | None = None
         self._ended_by: str | None = None
         self._last_error: str | None = None
@@ -89,7 +110,7 @@ class AgentWorkflow:
             [TENANT_ID.value_set(context.tenant_id), AGENT_NAME.value_set(context.agent.name)]
         )
         while True:
-            self._set_state("running" if self._inbox else "idle")
+            self._refresh_state()
             if not await self._next_message_arrives():
                 self._ended_by = self._ended_by or "idle_timeout"
             if self._ended_by:
@@ -101,7 +122,8 @@ class AgentWorkflow:
             if workflow.info().is_continue_as_new_suggested():
                 await workflow.wait_condition(workflow.all_handlers_finished)
                 workflow.continue_as_new(self._carry(context))
-        self._set_state("ended")
+        self._ended_by = self._ended_by or "ended"
+        self._refresh_state()
         await workflow.wait_condition(workflow.all_handlers_finished)
         last = self._last_turn
         return ConversationResult(
@@ -147,14 +169,21 @@ class AgentWorkflow:
 
     async def _run_turn(self, context: ConversationContext, message: SubmitMessage) -> None:
         self._turn += 1
-        self._set_state("running")
+        self._in_turn, self._human_wait_s = True, 0.0
+        self._refresh_state()
+        try:
+            await self._turn_loop(context, message)
+        finally:
+            self._in_turn = False
+
+    async def _turn_loop(self, context: ConversationContext, message: SubmitMessage) -> None:
         self._messages.append(ChatMessage(role="user", content=message.text, name=message.user_id))
         tools = {t.name: t for t in context.tools}
         offered = [t.openai_tool() for t in offered_tools(context.tools)]
         started = workflow.now()
         turn = Usage()
         while True:
-            elapsed = (workflow.now() - started).total_seconds()
+            elapsed = (workflow.now() - started).total_seconds() - self._human_wait_s
             stop = before_model_call(self._limits, turn, elapsed)
             if stop:
                 return self._end_turn(turn, "limit_reached", f"LIMIT_REACHED: {stop}.")
@@ -221,16 +250,26 @@ class AgentWorkflow:
     async def _handle_call(
         self, context: ConversationContext, tools: dict[str, ToolSpec], call: ToolCall, within_budget: bool
     ) -> ToolResult:
+        invocation = self._invocation(context, call)
         if not within_budget:
-            return ToolResult.failure("LIMIT_REACHED", f"max_tool_calls ({self._limits.max_tool_calls}) reached")
+            limit = ToolResult.failure("LIMIT_REACHED", f"max_tool_calls ({self._limits.max_tool_calls}) reached")
+            return await self._unexecuted(invocation, limit)
         screening = screen_call(call, tools, context.roles)
         if screening.refusal is not None:
-            return screening.refusal
-        return await self._execute(context, call)
+            return await self._unexecuted(invocation, screening.refusal)
+        if screening.action == "run":
+            return await self._execute(invocation)
+        checked = await self._check_arguments(invocation)
+        if not checked.ok:
+            return await self._unexecuted(invocation, checked)
+        if screening.action == "ask_human":
+            return await self._ask_human(context, call, str(checked.data["question"]))
+        assert screening.spec is not None
+        return await self._run_after_approval(context, invocation, screening.spec)
 
-    async def _execute(self, context: ConversationContext, call: ToolCall) -> ToolResult:
+    def _invocation(self, context: ConversationContext, call: ToolCall) -> ToolInvocation:
         info = workflow.info()
-        invocation = ToolInvocation(
+        return ToolInvocation(
             caller=CallerContext(
                 tenant_id=context.tenant_id, user_id=context.user_id, roles=context.roles, agent=context.agent.name
             ),
@@ -241,6 +280,166 @@ class AgentWorkflow:
             arguments=call.arguments,
             turn=self._turn,
         )
+
+    async def _unexecuted(self, invocation: ToolInvocation, result: ToolResult, reason: str | None = None) -> ToolResult:
+        """Audit a call that did not run, then hand its envelope to the model."""
+        await workflow.execute_activity(
+            "record_unexecuted_call",
+            UnexecutedCall(invocation=invocation, result=result, reason=reason),
+            summary=f"audit {invocation.tool} ({result.error.code if result.error else 'not run'})",
+            **BOOKKEEPING,  # type: ignore[arg-type]
+        )
+        return result
+
+    async def _check_arguments(self, invocation: ToolInvocation) -> ToolResult:
+        return await workflow.execute_activity(
+            "check_arguments",
+            invocation,
+            result_type=ToolResult,
+            summary=f"validate {invocation.tool} arguments",
+            **BOOKKEEPING,  # type: ignore[arg-type]
+        )
+
+    # --- approvals --------------------------------------------------------------------------
+
+    async def _run_after_approval(
+        self, context: ConversationContext, invocation: ToolInvocation, spec: ToolSpec
+    ) -> ToolResult:
+        now = workflow.now()
+        timeout = timedelta(seconds=context.approval.timeout_for(spec.risk, self._limits.approval_timeout_s))
+        approval = Approval(
+            call_id=invocation.call_id,
+            tool=spec.name,
+            args=invocation.arguments,
+            risk=spec.risk,
+            requested_by=context.user_id,
+            requested_at=now,
+            expires_at=now + timeout,
+        )
+        self._approvals[approval.call_id] = approval
+        await self._wait_for_people(self._await_decision(context, approval))
+        if approval.state == "approved":
+            arguments = approval.edited_args or invocation.arguments
+            result = await self._execute(
+                invocation.model_copy(update={"arguments": arguments, "approved_by": approval.decided_by})
+            )
+            if approval.edited_args is not None and result.ok:
+                return result.model_copy(update={"data": {"result": result.data, "arguments_edited_by_approver": json.loads(arguments)}})
+            return result
+        if approval.state == "rejected":
+            why = f": {approval.reason}" if approval.reason else ""
+            refusal = ToolResult.failure("REJECTED", f"{approval.decided_by} rejected {spec.name}{why}")
+            return await self._unexecuted(invocation, refusal, f"rejected by {approval.decided_by}{why}")
+        expired = ToolResult.failure("EXPIRED", f"nobody decided on {spec.name} before {approval.expires_at.isoformat()}")
+        return await self._unexecuted(invocation, expired, "no decision before expiry")
+
+    async def _await_decision(self, context: ConversationContext, approval: Approval) -> None:
+        """Wait for a decision until expiry, reminding reviewers once before it. Fail closed:
+        at expiry the call is marked expired, unless a decision already in flight accepts it."""
+        lead = timedelta(seconds=context.approval.reminder_lead_s)
+        remind_at = approval.expires_at - lead
+        if remind_at > workflow.now() and not await self._decided_by(remind_at, approval, "reminder"):
+            await workflow.execute_activity(
+                "send_approval_reminder",
+                ApprovalReminder(
+                    tenant_id=context.tenant_id,
+                    workflow_id=workflow.info().workflow_id,
+                    call_id=approval.call_id,
+                    tool=approval.tool,
+                    args=approval.args,
+                    expires_at=approval.expires_at,
+                ),
+                summary=f"remind reviewers: {approval.tool} ({approval.call_id}) expires soon",
+                **BOOKKEEPING,  # type: ignore[arg-type]
+            )
+        if not await self._decided_by(approval.expires_at, approval, "expires"):
+            await workflow.wait_condition(lambda: approval.call_id not in self._deciding)
+            if approval.state == "pending":
+                approval.state = "expired"
+
+    async def _decided_by(self, moment: datetime, approval: Approval, label: str) -> bool:
+        try:
+            await workflow.wait_condition(
+                lambda: approval.state != "pending",
+                timeout=max(moment - workflow.now(), timedelta(0)),
+                timeout_summary=f"approval {approval.call_id} ({approval.tool}) {label}",
+            )
+        except asyncio.TimeoutError:
+            return False
+        return True
+
+    async def _wait_for_people(self, waiting: Awaitable[None]) -> None:
+        """Await a human, with the wait kept off the turn's wall-clock budget and shown in state."""
+        started = workflow.now()
+        self._refresh_state()
+        try:
+            await waiting
+        finally:
+            self._human_wait_s += (workflow.now() - started).total_seconds()
+            self._refresh_state()
+
+    async def _decide(self, decision: Decision) -> Approval:
+        """Apply one decision, whichever way it arrived. Refusals raise and are audited too."""
+        approval = self._approvals.get(decision.call_id)
+        refusal = state_refusal(approval, decision, workflow.now())
+        if approval is not None and decision.call_id in self._deciding:
+            refusal = refusal or f"call {decision.call_id} is being decided by someone else"
+        if approval is not None and refusal is None:
+            self._deciding.add(decision.call_id)
+        try:
+            verdict: Verdict = await workflow.execute_activity(
+                "record_decision",
+                DecisionRecord(
+                    tenant_id=self._start.tenant_id,
+                    workflow_id=workflow.info().workflow_id,
+                    tool=approval.tool if approval else "?",
+                    risk=approval.risk if approval else "high",
+                    requested_by=approval.requested_by if approval else self._start.user_id,
+                    decision=decision,
+                    refusal=refusal,
+                ),
+                result_type=Verdict,
+                summary=f"{decision.decision} {decision.call_id} by {decision.approver}",
+                **BOOKKEEPING,  # type: ignore[arg-type]
+            )
+        finally:
+            self._deciding.discard(decision.call_id)
+        if not verdict.accepted or approval is None:
+            raise ApplicationError(f"decision refused: {verdict.reason}", type="DecisionRefused", non_retryable=True)
+        approval.state = "approved" if decision.decision == "approve" else "rejected"
+        approval.decided_by, approval.reason, approval.edited_args = decision.approver, decision.reason, verdict.args
+        return approval
+
+    # --- ask_human --------------------------------------------------------------------------
+
+    async def _ask_human(self, context: ConversationContext, call: ToolCall, question: str) -> ToolResult:
+        now = workflow.now()
+        expires = now + timedelta(seconds=self._limits.answer_timeout_s)
+        self._questions[call.id] = PendingQuestion(
+            call_id=call.id, question=question, asked_at=now.isoformat(), expires_at=expires.isoformat()
+        )
+
+        async def answered() -> None:
+            try:
+                await workflow.wait_condition(
+                    lambda: call.id in self._answers,
+                    timeout=expires - now,
+                    timeout_summary=f"question {call.id} expires",
+                )
+            except asyncio.TimeoutError:
+                pass
+            finally:
+                del self._questions[call.id]
+
+        await self._wait_for_people(answered())
+        if call.id not in self._answers:
+            return await self._unexecuted(
+                self._invocation(context, call),
+                ToolResult.failure("EXPIRED", f"the user did not answer before {expires.isoformat()}"),
+            )
+        return ToolResult.success({"answer": self._answers[call.id]})
+
+    async def _execute(self, invocation: ToolInvocation) -> ToolResult:
         try:
             return await workflow.execute_activity(
                 "execute_tool",
@@ -248,24 +447,42 @@ class AgentWorkflow:
                 result_type=ToolResult,
                 start_to_close_timeout=TOOL_CALL_TIMEOUT,
                 retry_policy=TOOL_RETRY,
-                summary=call_summary(call),
+                summary=call_summary(invocation.tool, invocation.arguments),
             )
         except ActivityError as err:
             cause = err.cause.message if isinstance(err.cause, ApplicationError) else str(err.cause or err)
-            return ToolResult.failure("INTERNAL_ERROR", f"{call.name} failed: {cause}")
+            return ToolResult.failure("INTERNAL_ERROR", f"{invocation.tool} failed: {cause}")
 
     # --- state, signals, queries, updates ---------------------------------------------------
 
-    def _set_state(self, state: AgentState) -> None:
+    def _current_state(self) -> AgentState:
+        if self._ended_by is not None and not self._in_turn:
+            return "ended"
+        if any(a.state == "pending" for a in self._approvals.values()):
+            return "awaiting_approval"
+        if self._questions:
+            return "awaiting_answer"
+        return "running" if self._in_turn or self._inbox else "idle"
+
+    def _refresh_state(self) -> None:
+        """Recompute the state; keep the AgentStatus search attribute and the UI details in step."""
+        state = self._current_state()
+        if state != self._state:
+            workflow.upsert_search_attributes([AGENT_STATUS.value_set(state)])
         self._state = state
-        workflow.upsert_search_attributes([AGENT_STATUS.value_set(state)])
-        context = self._context
+        context, usage = self._context, self._usage
         who = f"{context.tenant_id}/{context.user_id} · agent {context.agent.name}" if context else ""
-        usage = self._usage
-        workflow.set_current_details(
-            f"**{state}** · turn {self._turn} · {who}\n\n"
-            f"usage: {usage.total_tokens} tokens, {usage.model_calls} model calls, {usage.tool_calls} tool calls"
-        )
+        lines = [
+            f"**{state}** · turn {self._turn} · {who}",
+            f"usage: {usage.total_tokens} tokens, {usage.model_calls} model calls, {usage.tool_calls} tool calls",
+        ]
+        lines += [
+            f"- awaiting approval: `{a.call_id}` {call_summary(a.tool, a.args)} (risk {a.risk}, expires {a.expires_at:%Y-%m-%d %H:%M} UTC)"
+            for a in self._approvals.values()
+            if a.state == "pending"
+        ]
+        lines += [f"- awaiting answer: `{q.call_id}` {q.question}" for q in self._questions.values()]
+        workflow.set_current_details("\n\n".join(lines[:2]) + ("\n\n" + "\n".join(lines[2:]) if lines[2:] else ""))
 
     @workflow.signal(name="submit_message")
     def submit_message(self, message: SubmitMessage) -> None:
@@ -278,6 +495,33 @@ class AgentWorkflow:
     @workflow.signal(name="end")
     def end(self, request: EndConversation) -> None:
         self._ended_by = self._ended_by or f"end by {request.requested_by}"
+
+    @workflow.signal(name="approve")
+    async def approve(self, signal: ApproveSignal) -> None:
+        await self._decide_quietly(signal.decision())
+
+    @workflow.signal(name="reject")
+    async def reject(self, signal: RejectSignal) -> None:
+        await self._decide_quietly(signal.decision())
+
+    async def _decide_quietly(self, decision: Decision) -> None:
+        """A signal has no caller to answer: a refused decision changes nothing and is audited."""
+        try:
+            await self._decide(decision)
+        except ApplicationError as refused:
+            workflow.logger.warning("%s of %s refused: %s", decision.decision, decision.call_id, refused.message)
+
+    @workflow.update(name="decide")
+    async def decide(self, decision: Decision) -> Approval:
+        """Decide a pending approval and answer with the recorded decision, or fail with the reason."""
+        return await self._decide(decision)
+
+    @workflow.signal(name="answer")
+    def answer(self, answer: AnswerSignal) -> None:
+        if answer.user_id != self._start.user_id:
+            workflow.logger.warning("answer from %s refused: not this conversation's user", answer.user_id)
+        elif answer.call_id in self._questions and answer.call_id not in self._answers:
+            self._answers[answer.call_id] = answer.text
 
     @workflow.update(name="wait_turn")
     async def wait_turn(self, turn: int) -> TurnResult | None:
@@ -298,6 +542,8 @@ class AgentWorkflow:
             tenant_id=self._start.tenant_id,
             agent=self._start.agent,
             last_error=self._last_error,
+            pending_approvals=[a.pending_view() for a in self._approvals.values() if a.state == "pending"],
+            pending_questions=list(self._questions.values()),
         )
 
     @workflow.query(name="transcript")

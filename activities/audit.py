@@ -1,0 +1,67 @@
+"""Audit rows for tool calls that never ran: refused by policy, rejected, expired, over a limit.
+
+Executed calls are audited by the tool activity itself, in the transaction of their effect.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel
+from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from temporalio import activity
+
+from activities.tools import load_arguments_or_raw
+from countersign.db.schema import ToolExecution
+from countersign.guards import redact
+from countersign.tooling import ErrorCode, ToolInvocation, ToolResult
+from tools.registry import REGISTRY
+
+OUTCOME_OF: dict[ErrorCode, str] = {
+    "UNKNOWN_TOOL": "invalid",
+    "VALIDATION_ERROR": "invalid",
+    "BLOCKED": "blocked",
+    "FORBIDDEN": "blocked",
+    "LIMIT_REACHED": "limit_reached",
+    "REJECTED": "rejected",
+    "EXPIRED": "expired",
+}
+
+
+class UnexecutedCall(BaseModel):
+    invocation: ToolInvocation
+    result: ToolResult  # the error envelope the model was given
+    reason: str | None = None  # who decided and why, for rejected and expired calls
+
+
+def outcome_of(result: ToolResult) -> str:
+    return OUTCOME_OF.get(result.error.code, "failed") if result.error else "failed"
+
+
+class AuditActivities:
+    def __init__(self, sessions: async_sessionmaker[AsyncSession]) -> None:
+        self._sessions = sessions
+
+    @activity.defn(name="record_unexecuted_call")
+    async def record_unexecuted_call(self, call: UnexecutedCall) -> None:
+        inv = call.invocation
+        tool = REGISTRY.get(inv.tool)
+        row = {
+            "tenant_id": inv.caller.tenant_id,
+            "agent": inv.caller.agent,
+            "user_id": inv.caller.user_id,
+            "workflow_id": inv.workflow_id,
+            "run_id": inv.run_id,
+            "call_id": inv.call_id,
+            "turn": inv.turn,
+            "tool": inv.tool[:200],
+            "risk": tool.risk if tool else None,
+            "category": tool.category if tool else None,
+            "args": redact(load_arguments_or_raw(inv.arguments)),
+            "result": call.result.envelope(),
+            "outcome": outcome_of(call.result),
+            "error": call.result.error.message if call.result.error else None,
+            "decision_reason": call.reason,
+        }
+        async with self._sessions() as session, session.begin():
+            # a retried activity finds its row: one row per call, whatever happens
+            await session.execute(insert(ToolExecution).values(**row).on_conflict_do_nothing())

@@ -1,0 +1,133 @@
+"""Approvals: the state of a call waiting for a human, and the pure rules for deciding it.
+
+Who may decide is a policy table by risk; four-eyes (the requester may not approve their own call)
+applies to high risk. Anything the rules cannot confirm is refused: fail closed.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Literal
+
+from pydantic import BaseModel
+
+from countersign.conversation import PendingApproval
+from countersign.tooling import Risk
+
+ApprovalState = Literal["pending", "approved", "rejected", "expired"]
+DecisionKind = Literal["approve", "reject"]
+
+# Roles that may decide a call of each risk.
+APPROVER_ROLES: dict[Risk, frozenset[str]] = {
+    "low": frozenset({"sales", "reviewer", "admin"}),
+    "medium": frozenset({"reviewer", "admin"}),
+    "high": frozenset({"reviewer", "admin"}),
+}
+FOUR_EYES: frozenset[Risk] = frozenset({"high"})
+
+
+class Approval(BaseModel):
+    call_id: str
+    tool: str
+    args: str  # the exact arguments the model asked for (JSON text)
+    risk: Risk
+    requested_by: str
+    requested_at: datetime
+    expires_at: datetime
+    state: ApprovalState = "pending"
+    decided_by: str | None = None
+    reason: str | None = None
+    edited_args: str | None = None  # what the approver changed the arguments to, validated
+
+    def pending_view(self) -> PendingApproval:
+        return PendingApproval(
+            call_id=self.call_id,
+            tool=self.tool,
+            args=self.args,
+            risk=self.risk,
+            requested_by=self.requested_by,
+            requested_at=self.requested_at.isoformat(),
+            expires_at=self.expires_at.isoformat(),
+        )
+
+
+class Decision(BaseModel):
+    """The `decide` update's payload; the `approve` / `reject` signals map onto it."""
+
+    call_id: str
+    decision: DecisionKind
+    approver: str
+    reason: str | None = None
+    args: dict[str, object] | None = None  # edited arguments (approve only)
+
+
+class ApproveSignal(BaseModel):
+    call_id: str
+    approver: str
+    reason: str | None = None
+    args: dict[str, object] | None = None
+
+    def decision(self) -> Decision:
+        return Decision(decision="approve", **self.model_dump())
+
+
+class RejectSignal(BaseModel):
+    call_id: str
+    approver: str
+    reason: str | None = None
+
+    def decision(self) -> Decision:
+        return Decision(decision="reject", **self.model_dump())
+
+
+class DecisionRecord(BaseModel):
+    """What the decision activity verifies and audits. `refusal` is set when the workflow already
+    refused the decision from its own state (unknown call, already decided, expired)."""
+
+    tenant_id: str
+    workflow_id: str
+    tool: str
+    risk: Risk
+    requested_by: str
+    decision: Decision
+    refusal: str | None = None
+
+
+class Verdict(BaseModel):
+    accepted: bool
+    reason: str | None = None
+    args: str | None = None  # validated edited arguments, as JSON text
+
+
+def state_refusal(approval: Approval | None, decision: Decision, now: datetime) -> str | None:
+    """Why the conversation's own state refuses a decision, or None."""
+    if approval is None:
+        return f"unknown call id {decision.call_id!r}: no approval was requested for it"
+    if approval.state != "pending":
+        by = f" by {approval.decided_by}" if approval.decided_by else ""
+        return f"call {approval.call_id} was already {approval.state}{by}"
+    if now >= approval.expires_at:
+        return f"call {approval.call_id} expired at {approval.expires_at.isoformat()}"
+    if decision.args is not None and decision.decision != "approve":
+        return "edited arguments come only with an approval"
+    return None
+
+
+def approver_refusal(
+    kind: DecisionKind, risk: Risk, requester: str, approver: str, approver_roles: list[str] | None
+) -> str | None:
+    """Why `approver` may not decide a call of `risk` requested by `requester`, or None.
+
+    `approver_roles` is None when the approver is not a user of the conversation's tenant. The
+    requester may always withdraw (reject) their own call: refusing to act is always safe.
+    """
+    if approver_roles is None:
+        return f"{approver!r} is not a user of this tenant"
+    if kind == "reject" and approver == requester:
+        return None
+    allowed = APPROVER_ROLES[risk]
+    if not allowed & set(approver_roles):
+        return f"{approver} may not decide {risk}-risk calls (needs one of: {', '.join(sorted(allowed))})"
+    if risk in FOUR_EYES and approver == requester:
+        return f"{approver} requested this {risk}-risk call and may not approve it (four-eyes rule)"
+    return None

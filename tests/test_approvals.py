@@ -1,0 +1,238 @@
+"""Human approval on real parts: decisions by update and signal, timers on the time-skipping server."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import pytest
+from sqlalchemy import select, update
+from sqlalchemy.ext.asyncio import AsyncEngine
+from temporalio.client import WorkflowHandle, WorkflowUpdateFailedError
+
+from countersign.approvals import ApproveSignal, Decision, RejectSignal
+from countersign.conversation import AnswerSignal, Limits, StatusView
+from countersign.db.schema import ApprovalDecision, Lead, Notification, ToolExecution
+from tests.fixtures.agent import AgentHarness
+from workflows.agent import AgentWorkflow
+
+JANE = "jane.doe@example.com"
+
+
+def qualify(reason: str = "budget confirmed") -> dict[str, Any]:
+    args = {"lead": JANE, "new_status": "qualified", "reason": reason}
+    return {"when": {"user_contains": "qualify"}, "reply": {"tool_calls": [{"name": "update_lead_status", "arguments": args}]}}
+
+
+ECHO_RESULT = {"when": {"after_tool": "update_lead_status"}, "reply": {"content": "done"}}
+
+
+async def pending(handle: WorkflowHandle[Any, Any], count: int = 1) -> StatusView:
+    """The status once `count` approvals wait (a test polls; users have the wait_turn update)."""
+    for _ in range(200):
+        status = await handle.query(AgentWorkflow.status)
+        if len(status.pending_approvals) >= count:
+            return status
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"no {count} pending approvals: {status}")
+
+
+async def lead_status(engine: AsyncEngine, tenant: str) -> str:
+    async with engine.connect() as conn:
+        return (await conn.execute(select(Lead.status).where(Lead.tenant_id == tenant, Lead.email == JANE))).scalar_one()
+
+
+async def reset_jane(engine: AsyncEngine) -> None:
+    async with engine.begin() as conn:
+        await conn.execute(update(Lead).where(Lead.email == JANE).values(status="new"))
+
+
+async def audit(engine: AsyncEngine, workflow_id: str) -> list[Any]:
+    async with engine.connect() as conn:
+        return list(await conn.execute(select(ToolExecution).where(ToolExecution.workflow_id == workflow_id)))
+
+
+def last_tool_result(transcript: list[Any]) -> dict[str, Any]:
+    return json.loads([m for m in transcript if m.role == "tool"][-1].content)
+
+
+@pytest.fixture
+async def jane_is_new(db_engine: AsyncEngine) -> Any:
+    await reset_jane(db_engine)
+    yield
+    await reset_jane(db_engine)
+
+
+async def test_approved_call_runs_once_with_the_approver_recorded(
+    agent: AgentHarness, db_engine: AsyncEngine, jane_is_new: None
+) -> None:
+    agent.script(qualify(), ECHO_RESULT)
+    handle = await agent.start("qualify jane", single_turn=True)
+    status = await pending(handle)
+    assert status.state == "awaiting_approval"
+    (waiting,) = status.pending_approvals
+    assert waiting.tool == "update_lead_status" and waiting.risk == "high" and waiting.requested_by == "alice"
+    assert json.loads(waiting.args)["new_status"] == "qualified"
+    assert await lead_status(db_engine, "acme") == "new", "nothing runs before a decision"
+
+    decided = await handle.execute_update(
+        AgentWorkflow.decide, Decision(call_id=waiting.call_id, decision="approve", approver="bob", reason="ok")
+    )
+    assert decided.state == "approved" and decided.decided_by == "bob"
+    await handle.result()
+    assert await lead_status(db_engine, "acme") == "qualified"
+    assert await lead_status(db_engine, "globex") == "new"
+    (row,) = await audit(db_engine, handle.id)
+    assert (row.outcome, row.approved_by, row.tool) == ("executed", "bob", "update_lead_status")
+
+
+async def test_rejected_by_signal_tells_the_model(agent: AgentHarness, db_engine: AsyncEngine, jane_is_new: None) -> None:
+    agent.script(qualify(), ECHO_RESULT)
+    handle = await agent.start("qualify jane", single_turn=True)
+    (waiting,) = (await pending(handle)).pending_approvals
+    await handle.signal(AgentWorkflow.reject, RejectSignal(call_id=waiting.call_id, approver="bob", reason="not yet"))
+    await handle.result()
+    result = last_tool_result(await handle.query(AgentWorkflow.transcript))
+    assert result["error"]["code"] == "REJECTED" and "not yet" in result["error"]["message"]
+    assert await lead_status(db_engine, "acme") == "new"
+    (row,) = await audit(db_engine, handle.id)
+    assert row.outcome == "rejected" and "bob" in row.decision_reason
+
+
+async def test_unanswered_approval_expires_after_reminding(
+    agent: AgentHarness, db_engine: AsyncEngine, jane_is_new: None
+) -> None:
+    agent.script(qualify(), ECHO_RESULT)
+    handle = await agent.start("qualify jane", single_turn=True)
+    await pending(handle)
+    await handle.result()  # the time-skipping server jumps the 24 h timer
+    result = last_tool_result(await handle.query(AgentWorkflow.transcript))
+    assert result["error"]["code"] == "EXPIRED"
+    assert await lead_status(db_engine, "acme") == "new"
+    (row,) = await audit(db_engine, handle.id)
+    assert row.outcome == "expired"
+    async with db_engine.connect() as conn:
+        reminders = (
+            await conn.execute(select(Notification).where(Notification.workflow_id == handle.id))
+        ).all()
+    assert len(reminders) == 1 and reminders[0].kind == "approval_reminder"
+
+
+async def test_approval_timeout_limit_overrides_the_default(agent: AgentHarness, jane_is_new: None) -> None:
+    agent.script(qualify(), ECHO_RESULT)
+    handle = await agent.start("qualify jane", single_turn=True, limits=Limits(approval_timeout_s=60))
+    (waiting,) = (await pending(handle)).pending_approvals
+    assert waiting.expires_at.startswith(waiting.requested_at[:13])  # same hour, not tomorrow
+
+
+@pytest.mark.parametrize(
+    ("approver", "tenant_user", "why"),
+    [
+        ("alice", "alice", "four-eyes"),  # alice is sales: not allowed for high risk either way
+        ("dave", "alice", "not a user of this tenant"),
+        ("bob", "bob", "four-eyes"),
+    ],
+)
+async def test_unauthorized_approvers_are_refused_and_audited(
+    agent: AgentHarness, db_engine: AsyncEngine, jane_is_new: None, approver: str, tenant_user: str, why: str
+) -> None:
+    agent.script(qualify(), ECHO_RESULT)
+    handle = await agent.start("qualify jane", user=tenant_user, single_turn=True)
+    (waiting,) = (await pending(handle)).pending_approvals
+    with pytest.raises(WorkflowUpdateFailedError) as refused:
+        await handle.execute_update(
+            AgentWorkflow.decide, Decision(call_id=waiting.call_id, decision="approve", approver=approver)
+        )
+    message = str(refused.value.cause)
+    assert "decision refused" in message
+    if approver != "alice":
+        assert why in message
+    assert (await handle.query(AgentWorkflow.status)).state == "awaiting_approval"
+    # a signal with the same decision is refused without a state change
+    await handle.signal(AgentWorkflow.approve, ApproveSignal(call_id=waiting.call_id, approver=approver))
+    assert len((await pending(handle)).pending_approvals) == 1
+    await handle.execute_update(AgentWorkflow.decide, Decision(call_id=waiting.call_id, decision="approve", approver="carol"))
+    await handle.result()
+    async with db_engine.connect() as conn:
+        rows = (await conn.execute(select(ApprovalDecision).where(ApprovalDecision.workflow_id == handle.id))).all()
+    assert [(r.approver, r.accepted) for r in rows] == [(approver, False), (approver, False), ("carol", True)]
+
+
+async def test_duplicate_and_unknown_decisions_fail_with_a_reason(agent: AgentHarness, jane_is_new: None) -> None:
+    agent.script(qualify(), ECHO_RESULT)
+    handle = await agent.start("qualify jane", single_turn=True)
+    (waiting,) = (await pending(handle)).pending_approvals
+    with pytest.raises(WorkflowUpdateFailedError, match="") as unknown:
+        await handle.execute_update(AgentWorkflow.decide, Decision(call_id="c999", decision="approve", approver="bob"))
+    assert "unknown call id" in str(unknown.value.cause)
+    await handle.execute_update(AgentWorkflow.decide, Decision(call_id=waiting.call_id, decision="reject", approver="bob"))
+    with pytest.raises(WorkflowUpdateFailedError) as duplicate:
+        await handle.execute_update(AgentWorkflow.decide, Decision(call_id=waiting.call_id, decision="approve", approver="carol"))
+    assert "already rejected by bob" in str(duplicate.value.cause)
+    await handle.result()
+
+
+async def test_edited_arguments_are_validated_and_reported(
+    agent: AgentHarness, db_engine: AsyncEngine, jane_is_new: None
+) -> None:
+    agent.script(qualify(), ECHO_RESULT)
+    handle = await agent.start("qualify jane", single_turn=True)
+    (waiting,) = (await pending(handle)).pending_approvals
+    bad = {"lead": JANE, "new_status": "promoted", "reason": "x"}
+    with pytest.raises(WorkflowUpdateFailedError) as invalid:
+        await handle.execute_update(
+            AgentWorkflow.decide, Decision(call_id=waiting.call_id, decision="approve", approver="bob", args=bad)
+        )
+    assert "edited arguments are invalid" in str(invalid.value.cause)
+    edited = {"lead": JANE, "new_status": "contacted", "reason": "only contacted so far"}
+    await handle.execute_update(
+        AgentWorkflow.decide, Decision(call_id=waiting.call_id, decision="approve", approver="bob", args=edited)
+    )
+    await handle.result()
+    assert await lead_status(db_engine, "acme") == "contacted"
+    result = last_tool_result(await handle.query(AgentWorkflow.transcript))
+    assert result["ok"] and result["data"]["arguments_edited_by_approver"]["new_status"] == "contacted"
+
+
+async def test_parallel_calls_are_decided_independently_in_any_order(
+    agent: AgentHarness, db_engine: AsyncEngine, jane_is_new: None
+) -> None:
+    calls = [
+        {"name": "update_lead_status", "arguments": {"lead": JANE, "new_status": "contacted", "reason": "a"}},
+        {"name": "get_lead", "arguments": {"lead": JANE}},
+        {"name": "update_lead_status", "arguments": {"lead": JANE, "new_status": "qualified", "reason": "b"}},
+    ]
+    agent.script(
+        {"when": {"user_contains": "both"}, "reply": {"tool_calls": calls}},
+        {"when": {"after_tool": "update_lead_status"}, "reply": {"content": "done"}},
+    )
+    handle = await agent.start("do both", single_turn=True)
+    first, second = (await pending(handle, 2)).pending_approvals
+    await handle.execute_update(AgentWorkflow.decide, Decision(call_id=second.call_id, decision="approve", approver="bob"))
+    await handle.execute_update(AgentWorkflow.decide, Decision(call_id=first.call_id, decision="reject", approver="bob"))
+    await handle.result()
+    results = [json.loads(m.content) for m in await handle.query(AgentWorkflow.transcript) if m.role == "tool"]
+    assert [r["ok"] for r in results] == [False, True, True]
+    assert results[0]["error"]["code"] == "REJECTED"
+    assert await lead_status(db_engine, "acme") == "qualified"
+
+
+async def test_ask_human_waits_for_the_users_answer(agent: AgentHarness) -> None:
+    agent.script(
+        {"when": {"user_contains": "ask"}, "reply": {"tool_calls": [{"name": "ask_human", "arguments": {"question": "Which Jane?"}}]}},
+        {"when": {"after_tool": "ask_human", "result_contains": "the acme one"}, "reply": {"content": "Thanks."}},
+    )
+    handle = await agent.start("ask me", single_turn=True)
+    for _ in range(200):
+        status = await handle.query(AgentWorkflow.status)
+        if status.pending_questions:
+            break
+        await asyncio.sleep(0.05)
+    assert status.state == "awaiting_answer"
+    (question,) = status.pending_questions
+    assert question.question == "Which Jane?"
+    await handle.signal(AgentWorkflow.answer, AnswerSignal(call_id=question.call_id, user_id="mallory", text="evil"))
+    await handle.signal(AgentWorkflow.answer, AnswerSignal(call_id=question.call_id, user_id="alice", text="the acme one"))
+    result = await handle.result()
+    assert result.last_reply == "[scripted model] Thanks."
