@@ -1,0 +1,156 @@
+"""The reviewer's client: find pending approvals, decide them, answer questions.
+
+Decisions go through the `decide` update, so a refused decision (not allowed, already decided,
+expired, unknown call) exits non-zero with the workflow's reason.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+import click
+from temporalio.client import Client, WorkflowUpdateFailedError
+
+from countersign.approvals import Approval, Decision
+from countersign.cli.app import cli, print_json, run
+from countersign.cli.conversations import connected, query_status
+from countersign.conversation import AnswerSignal
+
+
+def age(iso: str) -> str:
+    seconds = int((datetime.now(UTC) - datetime.fromisoformat(iso)).total_seconds())
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m" if seconds >= 3600 else f"{seconds // 60}m{seconds % 60:02d}s"
+
+
+async def pending_approvals(client: Client, tenant: str | None) -> list[dict[str, Any]]:
+    """Pending approvals across conversations, found through the AgentStatus search attribute."""
+    query = "AgentStatus = 'awaiting_approval' AND ExecutionStatus = 'Running'"
+    if tenant:
+        query += f" AND TenantId = '{tenant}'"
+    rows = []
+    async for execution in client.list_workflows(query):
+        status = await query_status(client.get_workflow_handle(execution.id))
+        rows += [
+            {"workflow_id": execution.id, "tenant_id": status.tenant_id, "agent": status.agent, **p.model_dump()}
+            for p in status.pending_approvals
+        ]
+    return rows
+
+
+async def decide(client: Client, workflow_id: str, decision: Decision) -> Approval:
+    try:
+        approval: Approval = await client.get_workflow_handle(workflow_id).execute_update(
+            "decide", decision, result_type=Approval
+        )
+    except WorkflowUpdateFailedError as err:
+        raise click.ClickException(str(err.cause or err)) from err
+    return approval
+
+
+def parse_args(text: str | None) -> dict[str, object] | None:
+    if text is None:
+        return None
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise click.BadParameter(f"--args is not JSON: {err.msg}") from err
+    if not isinstance(value, dict):
+        raise click.BadParameter("--args must be a JSON object")
+    return value
+
+
+@cli.group()
+def approvals() -> None:
+    """Pending approvals across conversations."""
+
+
+@approvals.command("list")
+@click.option("--tenant", help="Only this tenant's conversations.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def list_approvals(tenant: str | None, as_json: bool) -> None:
+    """List calls waiting for a decision: tool, arguments, risk, requester, age, expiry."""
+
+    async def body() -> None:
+        client, _ = await connected()
+        rows = await pending_approvals(client, tenant)
+        if as_json:
+            print_json(rows)
+            return
+        if not rows:
+            click.echo("no pending approvals")
+        for r in rows:
+            click.echo(
+                f"{r['workflow_id']}  {r['call_id']}  {r['tool']} {r['args']}\n"
+                f"    risk {r['risk']} · requested by {r['requested_by']} {age(r['requested_at'])} ago"
+                f" · expires {r['expires_at']}"
+            )
+
+    run(body())
+
+
+@cli.command()
+@click.argument("workflow_id")
+@click.argument("call_id", required=False)
+@click.option("--all", "approve_all", is_flag=True, help="Approve every pending call of the conversation.")
+@click.option("--as", "approver", required=True, help="Who approves (verified against the database).")
+@click.option("--reason", help="Why.")
+@click.option("--args", "args_json", help="Edited arguments as JSON (validated again).")
+def approve(
+    workflow_id: str, call_id: str | None, approve_all: bool, approver: str, reason: str | None, args_json: str | None
+) -> None:
+    """Approve a pending call (or --all of them) and show what was recorded."""
+    if bool(call_id) == approve_all:
+        raise click.UsageError("give a CALL_ID or --all")
+    if approve_all and args_json:
+        raise click.UsageError("--args edits one call: name its CALL_ID")
+    edited = parse_args(args_json)
+
+    async def body() -> None:
+        client, _ = await connected()
+        ids = [call_id] if call_id else [p.call_id for p in (await query_status(client.get_workflow_handle(workflow_id))).pending_approvals]
+        if not ids:
+            raise click.ClickException(f"{workflow_id} has no pending approvals")
+        for cid in ids:
+            decision = Decision(call_id=cid, decision="approve", approver=approver, reason=reason, args=edited)
+            approval = await decide(client, workflow_id, decision)
+            click.echo(f"approved {cid}: {approval.tool} by {approval.decided_by}")
+
+    run(body())
+
+
+@cli.command()
+@click.argument("workflow_id")
+@click.argument("call_id")
+@click.option("--as", "approver", required=True, help="Who rejects.")
+@click.option("--reason", help="Why (the agent is told).")
+def reject(workflow_id: str, call_id: str, approver: str, reason: str | None) -> None:
+    """Reject a pending call; the agent is told it was rejected, and why."""
+
+    async def body() -> None:
+        client, _ = await connected()
+        approval = await decide(client, workflow_id, Decision(call_id=call_id, decision="reject", approver=approver, reason=reason))
+        click.echo(f"rejected {call_id}: {approval.tool} by {approval.decided_by}")
+
+    run(body())
+
+
+@cli.command()
+@click.argument("workflow_id")
+@click.argument("call_id")
+@click.argument("text")
+@click.option("--as", "user", required=True, help="The conversation's user.")
+def answer(workflow_id: str, call_id: str, text: str, user: str) -> None:
+    """Answer a question the agent asked (ask_human)."""
+
+    async def body() -> None:
+        client, _ = await connected()
+        handle = client.get_workflow_handle(workflow_id)
+        status = await query_status(handle)
+        if call_id not in {q.call_id for q in status.pending_questions}:
+            raise click.ClickException(f"{workflow_id} has no open question {call_id}")
+        await handle.signal("answer", AnswerSignal(call_id=call_id, user_id=user, text=text))
+        click.echo(f"answered {call_id}")
+
+    run(body())
