@@ -1,1 +1,62 @@
-"""Commands: dev (filled in by its owner)."""
+"""Commands: `dev up | down | status [--json]`, the embedded stack (countersign.devstack.stack)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+
+import click
+
+from countersign.cli.app import cli, print_json, run
+from countersign.config import DATA_DIR, load_settings
+from countersign.devstack import stack
+
+
+def _plan() -> stack.StackPlan:
+    try:
+        return stack.plan_from_env(os.environ, DATA_DIR)
+    except stack.StackError as exc:
+        raise click.ClickException(str(exc)) from exc
+
+
+@cli.group()
+def dev() -> None:
+    """The embedded stack: PostgreSQL, Temporal dev server, scripted model, worker (data in .data/)."""
+
+
+@dev.command()
+def up() -> None:
+    """Start what is not running yet (each env override replaces its component); idempotent."""
+    run(stack.up(_plan(), click.echo))
+
+
+@dev.command()
+def down() -> None:
+    """Stop what `dev up` started, keeping the data; idempotent."""
+    run(asyncio.to_thread(stack.down, _plan(), click.echo))
+
+
+@dev.command()
+@click.option("--json", "as_json", is_flag=True, help="Print the addresses and components as JSON.")
+def status(as_json: bool) -> None:
+    """Show each component and the addresses clients use."""
+    components = stack.status(_plan())
+    if as_json:
+        settings = load_settings()
+        print_json(
+            {
+                "temporal_address": settings.temporal_address,
+                "namespace": settings.namespace,
+                "task_queue": settings.task_queue,
+                "database_url": settings.database_url,
+                "llm_base_url": settings.llm_base_url,
+                "ui_url": settings.ui_url,
+                "components": {c.name: c.to_json() for c in components},
+            }
+        )
+        return
+    rows = [("component", "state", "pid", "address", "log")]
+    rows += [(c.name, c.state, str(c.pid or "-"), c.address, c.log or "-") for c in components]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
+    for row in rows:
+        click.echo("  ".join([*(cell.ljust(w) for cell, w in zip(row, widths, strict=False)), row[-1]]))
