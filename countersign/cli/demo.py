@@ -1,0 +1,44 @@
+"""`starter.py demo`: bring the embedded stack up and run the scripted lead-qualification conversation."""
+
+from __future__ import annotations
+
+import os
+
+import click
+
+from countersign.cli.app import cli, run
+from countersign.cli.conversations import query_transcript
+from countersign.config import DATA_DIR, load_settings
+from countersign.conversation import ConversationResult, StartConversation
+from countersign.conversations import render_transcript, start_conversation
+from countersign.devstack import stack
+from countersign.temporal_client import connect
+
+DEMO = StartConversation(
+    tenant_id="acme",
+    user_id="alice",
+    agent="lead-qualifier",
+    message="Find Jane Doe and tell me about her",
+    single_turn=True,
+)
+
+
+@cli.command()
+def demo() -> None:
+    """Start the embedded stack (if needed) and run the demo conversation end to end."""
+
+    async def body() -> None:
+        await stack.up(stack.plan_from_env(os.environ, DATA_DIR), click.echo)
+        settings = load_settings()
+        client = await connect(settings)
+        handle = await start_conversation(client, settings, DEMO)
+        click.echo(f"\nconversation {handle.id}: {DEMO.tenant_id}/{DEMO.user_id} with {DEMO.agent}\n")
+        result: ConversationResult = await handle.result(result_type=ConversationResult)
+        click.echo(render_transcript(await query_transcript(handle), scripted=settings.scripted_model))
+        u = result.usage
+        click.echo(f"\n{u.model_calls} model calls, {u.tool_calls} tool calls, {u.total_tokens} tokens")
+        click.echo(f"workflow id: {handle.id}")
+        click.echo(f"Web UI:      {settings.workflow_url(handle.id)}")
+        click.echo("The stack keeps running; `python starter.py dev down` stops it.")
+
+    run(body())
