@@ -6,11 +6,11 @@ import uuid
 from typing import Any
 
 from temporalio.client import Client, WorkflowHandle
-from temporalio.common import TypedSearchAttributes
+from temporalio.common import SearchAttributePair, TypedSearchAttributes
 
 from countersign.chat import ChatMessage
 from countersign.config import SCRIPTED_LABEL, Settings
-from countersign.conversation import WORKFLOW_TYPE, StartConversation
+from countersign.conversation import WORKFLOW_TYPE, ConversationResult, StartConversation
 from countersign.search_attributes import AGENT_NAME, AGENT_STATUS, TENANT_ID
 
 
@@ -23,17 +23,20 @@ def static_summary(start: StartConversation) -> str:
     return f"{start.tenant_id}/{start.user_id} → {start.agent}{first}"
 
 
-async def start_conversation(client: Client, settings: Settings, start: StartConversation) -> WorkflowHandle[Any, Any]:
+async def start_conversation(
+    client: Client, settings: Settings, start: StartConversation
+) -> WorkflowHandle[Any, ConversationResult]:
     return await client.start_workflow(
         WORKFLOW_TYPE,
         start,
+        result_type=ConversationResult,
         id=new_workflow_id(start.tenant_id),
         task_queue=settings.task_queue,
         search_attributes=TypedSearchAttributes(
             [
-                TENANT_ID.value_set(start.tenant_id),
-                AGENT_NAME.value_set(start.agent),
-                AGENT_STATUS.value_set("running"),
+                SearchAttributePair(TENANT_ID, start.tenant_id),
+                SearchAttributePair(AGENT_NAME, start.agent),
+                SearchAttributePair(AGENT_STATUS, "running"),
             ]
         ),
         static_summary=static_summary(start),

@@ -5,4 +5,5 @@ pytest_plugins = [
     "tests.fixtures.temporal",
     "tests.fixtures.scripted_model",
     "tests.fixtures.agent",
+    "tests.fixtures.temporal_dev",
 ]

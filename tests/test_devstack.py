@@ -25,7 +25,6 @@ from countersign.devstack import processes, stack
 from countersign.devstack.ports import free_port, port_open, wait_for_port
 from countersign.devstack.processes import ProcessRecord
 from countersign.devstack.temporal import DevServerConfig, temporal_binary
-from tests.fixtures.temporal_dev import dev_server  # noqa: F401  (fixture)
 
 SEARCH_ATTRIBUTES = {"AgentStatus", "TenantId", "AgentName"}
 # Variables that would replace embedded components or move the stack: never inherited by these tests.

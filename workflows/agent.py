@@ -380,10 +380,10 @@ class AgentWorkflow:
 
     async def _decide(self, decision: Decision) -> Approval:
         """Apply one decision, whichever way it arrived. Refusals raise and are audited too."""
+        # one decision at a time per call: a second waits for the first, then meets its outcome
+        await workflow.wait_condition(lambda: decision.call_id not in self._deciding)
         approval = self._approvals.get(decision.call_id)
         refusal = state_refusal(approval, decision, workflow.now())
-        if approval is not None and decision.call_id in self._deciding:
-            refusal = refusal or f"call {decision.call_id} is being decided by someone else"
         if approval is not None and refusal is None:
             self._deciding.add(decision.call_id)
         try:

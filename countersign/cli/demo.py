@@ -33,7 +33,7 @@ def demo() -> None:
         client = await connect(settings)
         handle = await start_conversation(client, settings, DEMO)
         click.echo(f"\nconversation {handle.id}: {DEMO.tenant_id}/{DEMO.user_id} with {DEMO.agent}\n")
-        result: ConversationResult = await handle.result(result_type=ConversationResult)
+        result: ConversationResult = await handle.result()
         click.echo(render_transcript(await query_transcript(handle), scripted=settings.scripted_model))
         u = result.usage
         click.echo(f"\n{u.model_calls} model calls, {u.tool_calls} tool calls, {u.total_tokens} tokens")
