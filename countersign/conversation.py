@@ -28,6 +28,8 @@ class Limits(BaseModel):
     approval_timeout_s: float | None = Field(None, gt=0)  # None: per-risk defaults
     answer_timeout_s: float = Field(86_400.0, gt=0)
     idle_timeout_s: float = Field(86_400.0, gt=0)
+    # A run continues-as-new when the SDK suggests it, or after this many turns, whichever is first.
+    max_turns_per_run: int = Field(100, ge=1)
 
 
 class AgentProfile(BaseModel):
@@ -61,6 +63,7 @@ class ConversationContext(BaseModel):
 class SubmitMessage(BaseModel):
     user_id: str
     text: str
+    message_id: str | None = None  # set by clients that want to wait for this message's reply
 
 
 class CarriedState(BaseModel):

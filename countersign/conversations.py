@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+import re
 import uuid
 from typing import Any
 
-from temporalio.client import Client, WorkflowHandle
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 from temporalio.common import SearchAttributePair, TypedSearchAttributes
 
 from countersign.chat import ChatMessage
 from countersign.config import SCRIPTED_LABEL, Settings
-from countersign.conversation import WORKFLOW_TYPE, ConversationResult, StartConversation
+from countersign.conversation import WORKFLOW_TYPE, ConversationResult, StartConversation, SubmitMessage, TurnResult
 from countersign.search_attributes import AGENT_NAME, AGENT_STATUS, TENANT_ID
 
 
@@ -23,25 +24,64 @@ def static_summary(start: StartConversation) -> str:
     return f"{start.tenant_id}/{start.user_id} → {start.agent}{first}"
 
 
-async def start_conversation(
-    client: Client, settings: Settings, start: StartConversation
-) -> WorkflowHandle[Any, ConversationResult]:
-    return await client.start_workflow(
-        WORKFLOW_TYPE,
-        start,
-        result_type=ConversationResult,
-        id=new_workflow_id(start.tenant_id),
-        task_queue=settings.task_queue,
-        search_attributes=TypedSearchAttributes(
+def keyed_workflow_id(tenant_id: str, key: str) -> str:
+    """The one workflow id of the conversation a caller addresses by key (a channel and sender,
+    like `telegram_5618410820`): the same key in the same tenant always reaches the same one."""
+    if not re.fullmatch(r"[A-Za-z0-9_.:@-]{1,200}", key):
+        raise ValueError(f"invalid conversation key {key!r}: use letters, digits and _ . : @ -")
+    return f"conv-{tenant_id}-key-{key}"
+
+
+def start_options(settings: Settings, start: StartConversation) -> dict[str, Any]:
+    return {
+        "task_queue": settings.task_queue,
+        "result_type": ConversationResult,
+        "search_attributes": TypedSearchAttributes(
             [
                 SearchAttributePair(TENANT_ID, start.tenant_id),
                 SearchAttributePair(AGENT_NAME, start.agent),
                 SearchAttributePair(AGENT_STATUS, "running"),
             ]
         ),
-        static_summary=static_summary(start),
-        static_details=f"tenant `{start.tenant_id}` · user `{start.user_id}` · agent `{start.agent}`",
+        "static_summary": static_summary(start),
+        "static_details": f"tenant `{start.tenant_id}` · user `{start.user_id}` · agent `{start.agent}`",
+    }
+
+
+async def start_conversation(
+    client: Client, settings: Settings, start: StartConversation
+) -> WorkflowHandle[Any, ConversationResult]:
+    return await client.start_workflow(
+        WORKFLOW_TYPE, start, id=new_workflow_id(start.tenant_id), **start_options(settings, start)
     )
+
+
+async def send_keyed(
+    client: Client, settings: Settings, start: StartConversation, key: str, message: SubmitMessage
+) -> WorkflowHandle[Any, ConversationResult]:
+    """Deliver a message to the keyed conversation, starting it if none runs (signal-with-start:
+    atomic on the server, so concurrent first messages never create two conversations)."""
+    return await client.start_workflow(
+        WORKFLOW_TYPE,
+        start,
+        id=keyed_workflow_id(start.tenant_id, key),
+        start_signal="submit_message",
+        start_signal_args=[message],
+        **start_options(settings, start),
+    )
+
+
+async def wait_reply(client: Client, workflow_id: str, message_id: str, attempts: int = 3) -> TurnResult | None:
+    """The turn that answered `message_id`. A conversation that continued-as-new meanwhile
+    answers None from its old run; a handle with no run id then reaches the new run."""
+    handle = client.get_workflow_handle(workflow_id)
+    for _ in range(attempts):
+        reply: TurnResult | None = await handle.execute_update(
+            "wait_reply", message_id, result_type=TurnResult | None  # type: ignore[arg-type]
+        )
+        if reply is not None or (await handle.describe()).status != WorkflowExecutionStatus.RUNNING:
+            return reply
+    return None
 
 
 def render_message(message: ChatMessage) -> str | None:

@@ -46,6 +46,7 @@ with workflow.unsafe.imports_passed_through():
         TurnResult,
         TurnStop,
     )
+    from countersign.history import trim_for_carry
     from countersign.limits import before_model_call, tool_call_budget
     from countersign.policy import offered_tools, screen_call
     from countersign.search_attributes import AGENT_NAME, AGENT_STATUS, TENANT_ID
@@ -60,6 +61,7 @@ MODEL_RETRY = RetryPolicy(
 TOOL_RETRY = RetryPolicy(
     initial_interval=timedelta(milliseconds=500), maximum_interval=timedelta(seconds=10), maximum_attempts=8
 )
+REPLIES_KEPT = 100
 MODEL_CALL_TIMEOUT = timedelta(seconds=120)
 TOOL_CALL_TIMEOUT = timedelta(seconds=60)
 BOOKKEEPING = {"start_to_close_timeout": timedelta(seconds=30), "retry_policy": TOOL_RETRY}
@@ -98,6 +100,8 @@ class AgentWorkflow:
         self._deciding: set[str] = set()
         self._human_wait_s = 0.0  # time this turn spent waiting for people: not charged to turn_timeout_s
         self._last_turn: TurnResult | None = None
+        self._continuing = False
+        self._replies: dict[str, TurnResult] = {}  # by message id, the most recent REPLIES_KEPT
         self._ended_by: str | None = None
         self._last_error: str | None = None
 
@@ -115,11 +119,17 @@ class AgentWorkflow:
                 self._ended_by = self._ended_by or "idle_timeout"
             if self._ended_by:
                 break
-            await self._run_turn(context, self._inbox.pop(0))
+            message = self._inbox.pop(0)
+            await self._run_turn(context, message)
+            if message.message_id and self._last_turn is not None:
+                self._replies[message.message_id] = self._last_turn
+                while len(self._replies) > REPLIES_KEPT:
+                    del self._replies[next(iter(self._replies))]
             if start.single_turn:
                 self._ended_by = "single_turn"
                 break
-            if workflow.info().is_continue_as_new_suggested():
+            if workflow.info().is_continue_as_new_suggested() or self._turns_this_run() >= self._limits.max_turns_per_run:
+                self._continuing = True  # lets waiting updates return, so the handlers can finish
                 await workflow.wait_condition(workflow.all_handlers_finished)
                 workflow.continue_as_new(self._carry(context))
         self._ended_by = self._ended_by or "ended"
@@ -129,6 +139,10 @@ class AgentWorkflow:
         return ConversationResult(
             turns=self._turn, last_reply=last.reply if last else None, usage=self._usage, ended_by=self._ended_by
         )
+
+    def _turns_this_run(self) -> int:
+        carried = self._start.carried
+        return self._turn - (carried.turn if carried else 0)
 
     async def _load_context(self, start: StartConversation) -> ConversationContext:
         context = await workflow.execute_activity(
@@ -157,7 +171,7 @@ class AgentWorkflow:
     def _carry(self, context: ConversationContext) -> StartConversation:
         carried = CarriedState(
             context=context,
-            messages=self._messages,
+            messages=trim_for_carry(self._messages),
             usage=self._usage,
             turn=self._turn,
             call_seq=self._call_seq,
@@ -525,12 +539,26 @@ class AgentWorkflow:
 
     @workflow.update(name="wait_turn")
     async def wait_turn(self, turn: int) -> TurnResult | None:
-        """Answers when turn `turn` has finished (None if the conversation ended first)."""
+        """Answers when turn `turn` has finished (None if the conversation ended, or continued-as-new,
+        first: ask the new run)."""
         await workflow.wait_condition(
-            lambda: (self._last_turn is not None and self._last_turn.turn >= turn) or self._state == "ended"
+            lambda: (self._last_turn is not None and self._last_turn.turn >= turn)
+            or self._state == "ended"
+            or self._continuing
         )
         last = self._last_turn
         return last if last is not None and last.turn >= turn else None
+
+    @workflow.update(name="wait_reply")
+    async def wait_reply(self, message_id: str) -> TurnResult | None:
+        """Answers with the turn that replied to the message sent with `message_id` (None if the
+        conversation ended, or continued-as-new, first: ask the new run)."""
+        await workflow.wait_condition(
+            lambda: message_id in self._replies
+            or self._state == "ended"
+            or self._continuing
+        )
+        return self._replies.get(message_id)
 
     @workflow.query(name="status")
     def status(self) -> StatusView:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+import uuid
 from typing import Any
 
 import click
@@ -14,7 +15,7 @@ from countersign.chat import ChatMessage
 from countersign.cli.app import cli, print_json, run
 from countersign.config import Settings, load_settings
 from countersign.conversation import Limits, StartConversation, StatusView, SubmitMessage, TurnResult
-from countersign.conversations import render_transcript, start_conversation
+from countersign.conversations import render_transcript, send_keyed, start_conversation, wait_reply
 from countersign.temporal_client import connect
 
 
@@ -83,24 +84,49 @@ def start(
 
 
 @cli.command()
-@click.argument("workflow_id")
-@click.argument("text")
+@click.argument("target", nargs=-1, required=True)
 @click.option("--user", required=True, help="The conversation's user (others are refused).")
+@click.option("--tenant", help="With --conversation: the tenant.")
+@click.option("--agent", help="With --conversation: the agent that answers a new conversation.")
+@click.option("--conversation", "key", help="Address the conversation by a caller's key (starts it if none runs).")
 @click.option("--no-wait", is_flag=True, help="Send and return without waiting for the reply.")
-def send(workflow_id: str, text: str, user: str, no_wait: bool) -> None:
-    """Send a message to a running conversation and print the agent's reply."""
+def send(target: tuple[str, ...], user: str, tenant: str | None, agent: str | None, key: str | None, no_wait: bool) -> None:
+    """Send a message and print the agent's reply.
+
+    \b
+    send WF TEXT --user U
+    send --tenant T --user U --agent A --conversation KEY TEXT
+    """
+    if key is not None:
+        if len(target) != 1 or not tenant or not agent:
+            raise click.UsageError("with --conversation give --tenant, --agent and one TEXT")
+        workflow_id, text = None, target[0]
+    elif len(target) == 2:
+        workflow_id, text = target
+    else:
+        raise click.UsageError("give WF TEXT, or --conversation KEY with TEXT")
+    message = SubmitMessage(user_id=user, text=text, message_id=uuid.uuid4().hex)
 
     async def body() -> None:
-        client, _ = await connected()
-        handle = client.get_workflow_handle(workflow_id)
-        before = await query_status(handle)
-        if before.state == "ended":
-            raise click.ClickException(f"conversation {workflow_id} has ended")
-        await handle.signal("submit_message", SubmitMessage(user_id=user, text=text))
+        client, settings = await connected()
+        if key is not None:
+            assert tenant and agent
+            start = StartConversation(tenant_id=tenant, user_id=user, agent=agent)
+            handle = await send_keyed(client, settings, start, key, message)
+            target_id = handle.id
+        else:
+            assert workflow_id is not None
+            target_id = workflow_id
+            if (await query_status(client.get_workflow_handle(workflow_id))).state == "ended":
+                raise click.ClickException(f"conversation {workflow_id} has ended")
+            await client.get_workflow_handle(workflow_id).signal("submit_message", message)
+        click.echo(f"conversation {target_id}", err=True)
         if no_wait:
             return
-        turn = await wait_turn(handle, before.turn + 1)
-        click.echo(turn.reply if turn and turn.reply else "(the conversation ended before replying)")
+        turn = await wait_reply(client, target_id, message.message_id or "")
+        if turn is None:
+            raise click.ClickException(f"conversation {target_id} ended before replying")
+        click.echo(turn.reply or "(no reply)")
 
     run(body())
 

@@ -1,0 +1,72 @@
+"""Conversations addressed by key, turns across continue-as-new, idle timeout."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+from temporalio.client import WorkflowExecutionStatus
+
+from countersign.conversation import Limits, StartConversation, SubmitMessage
+from countersign.conversations import keyed_workflow_id, send_keyed, wait_reply
+from tests.fixtures.agent import AgentHarness
+from workflows.agent import AgentWorkflow
+
+ECHO = [
+    {"when": {"user_contains": "one"}, "reply": {"content": "first"}},
+    {"when": {"user_contains": "two"}, "reply": {"content": "second"}},
+    {"when": {"user_contains": "three"}, "reply": {"content": "third"}},
+]
+
+
+def message(text: str, user: str = "alice") -> SubmitMessage:
+    return SubmitMessage(user_id=user, text=text, message_id=uuid.uuid4().hex)
+
+
+async def test_concurrent_first_messages_reach_one_conversation(agent: AgentHarness) -> None:
+    agent.script(*ECHO)
+    key = f"telegram_{uuid.uuid4().int % 10**10}"
+    start = StartConversation(tenant_id="acme", user_id="alice", agent="lead-qualifier")
+    one, two = message("one"), message("two")
+    handles = await asyncio.gather(
+        send_keyed(agent.client, agent.settings, start, key, one),
+        send_keyed(agent.client, agent.settings, start, key, two),
+    )
+    assert {h.id for h in handles} == {keyed_workflow_id("acme", key)}
+    replies = await asyncio.gather(
+        wait_reply(agent.client, handles[0].id, one.message_id or ""),
+        wait_reply(agent.client, handles[0].id, two.message_id or ""),
+    )
+    assert sorted(r.reply or "" for r in replies if r) == ["[scripted model] first", "[scripted model] second"]
+    transcript = await agent.client.get_workflow_handle(handles[0].id).query(AgentWorkflow.transcript)
+    assert sorted(m.content or "" for m in transcript if m.role == "user") == ["one", "two"]
+
+
+async def test_turns_continue_as_new_carrying_state(agent: AgentHarness) -> None:
+    agent.script(*ECHO)
+    key = f"web_{uuid.uuid4().hex[:8]}"
+    start = StartConversation(
+        tenant_id="acme", user_id="alice", agent="lead-qualifier", limits=Limits(max_turns_per_run=2)
+    )
+    handles = []
+    for text, expected in (("one", "first"), ("two", "second"), ("three", "third")):
+        sent = message(text)
+        handles.append(await send_keyed(agent.client, agent.settings, start, key, sent))
+        reply = await wait_reply(agent.client, handles[-1].id, sent.message_id or "")
+        assert reply is not None and reply.reply == f"[scripted model] {expected}"
+    latest = agent.client.get_workflow_handle(handles[0].id)
+    status = await latest.query(AgentWorkflow.status)
+    assert status.turn == 3 and status.usage.model_calls == 3 and status.limits.max_turns_per_run == 2
+    transcript = await latest.query(AgentWorkflow.transcript)
+    assert transcript[0].role == "system"
+    assert [m.content for m in transcript if m.role == "user"] == ["one", "two", "three"]
+    started = (await latest.fetch_history()).events[0].workflow_execution_started_event_attributes
+    assert started.continued_execution_run_id, "the third turn ran in a continued run"
+    assert (await latest.describe()).status == WorkflowExecutionStatus.RUNNING
+
+
+async def test_idle_conversation_ends_after_its_timeout(agent: AgentHarness) -> None:
+    agent.script(*ECHO)
+    handle = await agent.start("one", limits=Limits(idle_timeout_s=3600))
+    result = await handle.result()  # time skips through the idle hour
+    assert result.ended_by == "idle_timeout" and result.turns == 1
