@@ -1,14 +1,18 @@
-"""Lead tools: search and read the tenant's leads. Every query is scoped to the caller's tenant."""
+"""Lead tools: search, read and qualify the tenant's leads. Every query is scoped to the caller's tenant."""
 
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 from sqlalchemy import or_, select
 
 from countersign.db.schema import Lead
-from tools.registry import ToolArgs, ToolContext, ToolFailure, tool
+from tools.registry import ToolArgs, ToolContext, ToolFailure, UndoOutcome, compensates, tool
+from tools.resolve import locked_row, restore_fields, same_text, saved
+
+LeadStatus = Literal["new", "contacted", "qualified", "disqualified", "converted"]
 
 
 class LeadView(BaseModel):
@@ -51,10 +55,28 @@ class GetLeadArgs(ToolArgs):
     lead: str = Field(min_length=1, max_length=320, description="The lead's email address, or its numeric id")
 
 
-async def find_lead(ctx: ToolContext, ref: str) -> Lead:
-    """Resolve an email or id to one of the caller's tenant's leads, or fail with NOT_FOUND."""
+class UpdateLeadStatusArgs(ToolArgs):
+    lead: str = Field(min_length=1, max_length=320, description="The lead's email address, or its numeric id")
+    new_status: LeadStatus = Field(description="The status to set")
+    reason: str = Field(min_length=1, max_length=500, description="Why, in one sentence (kept in the audit)")
+
+
+class LeadStatusChange(BaseModel):
+    lead: LeadView
+    previous_status: str
+    new_status: str
+    changed: bool  # False when the lead already had `new_status`
+
+
+async def find_lead(ctx: ToolContext, ref: str, *, lock: bool = False) -> Lead:
+    """Resolve an email or id to one of the caller's tenant's leads, or fail with NOT_FOUND.
+
+    `lock` takes the row for the rest of the transaction (before reading a value the call will change).
+    """
     query = select(Lead).where(Lead.tenant_id == ctx.tenant_id)
-    query = query.where(Lead.id == int(ref)) if ref.isdigit() else query.where(Lead.email.ilike(ref))
+    query = query.where(Lead.id == int(ref)) if ref.isdigit() else query.where(same_text(Lead.email, ref))
+    if lock:
+        query = query.with_for_update()
     lead = (await ctx.session.execute(query)).scalar_one_or_none()
     if lead is None:
         raise ToolFailure("NOT_FOUND", f"no lead {ref!r} in this workspace")
@@ -80,3 +102,40 @@ async def search_leads(ctx: ToolContext, args: SearchLeadsArgs) -> LeadList:
 async def get_lead(ctx: ToolContext, args: GetLeadArgs) -> LeadView:
     """Get one lead by email address or id, with its status, owner and notes."""
     return LeadView.of(await find_lead(ctx, args.lead))
+
+
+@tool(risk="high", category="write")
+async def update_lead_status(ctx: ToolContext, args: UpdateLeadStatusArgs) -> LeadStatusChange:
+    """Set a lead's qualification status (new, contacted, qualified, disqualified, converted).
+
+    `lead` is the lead's email address or id; give a short `reason`. Setting the status it already has
+    changes nothing (`changed` is false). Needs a reviewer's approval unless the agent is allowed more.
+    """
+    lead = await find_lead(ctx, args.lead, lock=True)
+    previous = lead.status
+    if previous != args.new_status:
+        lead.status = args.new_status
+        lead = await saved(ctx, lead)
+    return LeadStatusChange(
+        lead=LeadView.of(lead),
+        previous_status=previous,
+        new_status=args.new_status,
+        changed=previous != args.new_status,
+    )
+
+
+@compensates(update_lead_status)
+async def restore_lead_status(
+    ctx: ToolContext, args: UpdateLeadStatusArgs, result: dict[str, Any] | None
+) -> UndoOutcome:
+    """Put the previous status back, only while the lead still has the status this call set.
+
+    A status someone changed since is never overwritten ("irreversible": the saga shows it to a
+    human). The lead's notes are not touched; the reason lives in the audit.
+    """
+    if result is None or not result.get("changed"):
+        return "never_happened"
+    lead = await locked_row(ctx, Lead, result["lead"]["id"])
+    if lead is None:
+        return "irreversible"
+    return restore_fields(lead, {"status": result["previous_status"]}, {"status": result["new_status"]})

@@ -1,0 +1,414 @@
+"""Shared helpers of the catalog tools: resolving human identifiers, typed arguments, recorded changes.
+
+Resolution. The model names things the way people do (an email, a display name, a title); these
+helpers turn a name into one row of the caller's tenant, or stop the call:
+
+- the record a call acts on (the task to update, the event to move) that does not exist is
+  `ToolFailure("NOT_FOUND")`;
+- a name that matches several rows, or a person that matches nobody, raises `NeedsInput`; a tool
+  decorated with `@answers_needs` returns its `Needs` (`{"ok": false, "needs": {field: true}}` plus
+  the candidates), so the model asks instead of guessing.
+
+Every query filters on `ctx.tenant_id`; no helper takes a tenant from anywhere else.
+
+Changes and their undo. Update tools record `previous` and `changed` (JSON values keyed by column)
+in their result; `restore_fields` puts back exactly the fields the call changed, and only where the
+current value is still the one the call set, so an undo never clobbers a later human change. Created
+rows are undone by `cancel_created`: they are marked cancelled (keeping their history), never deleted.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, date, datetime
+from typing import Annotated, Any, ClassVar, Generic, TypeVar, cast
+
+import structlog
+from pydantic import AfterValidator, BaseModel, model_validator
+from pydantic_core import to_jsonable_python
+from sqlalchemy import ColumnElement, Date, DateTime, and_, func, or_, select
+from sqlalchemy.orm import InstrumentedAttribute
+
+from countersign.db.schema import Base, CalendarEvent, Contact, User
+from tools.registry import Needs, ToolArgs, ToolContext, ToolFailure, UndoOutcome
+
+log = structlog.get_logger(__name__)
+
+M = TypeVar("M", bound=Base)
+A = TypeVar("A", bound=ToolArgs)
+R = TypeVar("R", bound=BaseModel)
+V = TypeVar("V", bound=BaseModel)
+
+MAX_CANDIDATES = 10
+# What `countersign.guards.sanitize` leaves in a recorded result it had to cut or redact: such a value
+# is not the original and must not be written back by an undo.
+UNFAITHFUL_MARKERS = ("[REDACTED]", "…[truncated ")
+
+
+# --- arguments -------------------------------------------------------------------------------------
+
+
+def _require_timezone(value: datetime) -> datetime:
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise ValueError("needs a time zone, e.g. 2026-12-08T16:00:00Z (UTC) or 2026-12-08T17:00:00+01:00")
+    return value.astimezone(UTC)
+
+
+# An ISO 8601 date-time with an explicit offset, normalized to UTC; a naive value is a validation error.
+UtcDatetime = Annotated[datetime, AfterValidator(_require_timezone)]
+
+
+class ChangeArgs(ToolArgs):
+    """Arguments of an update tool: `target` names the record, every other field is an optional change.
+
+    A null (or absent) field is left as it is; an empty string clears an optional text field.
+    """
+
+    target: ClassVar[str]
+
+    @model_validator(mode="after")
+    def _changes_something(self) -> ChangeArgs:
+        if not any(
+            getattr(self, name) is not None for name in type(self).model_fields if name != self.target
+        ):
+            raise ValueError("give at least one field to change")
+        return self
+
+    def provided(self, *names: str) -> dict[str, Any]:
+        """The given values of `names` (column-named fields), with "" meaning "clear it" (None)."""
+        values = {name: getattr(self, name) for name in names if getattr(self, name) is not None}
+        return {name: (None if value == "" else value) for name, value in values.items()}
+
+
+# --- needs -----------------------------------------------------------------------------------------
+
+
+class NeedsInput(Exception):
+    """Raised by a resolver that cannot pick one row; `@answers_needs` turns it into the tool's result."""
+
+    def __init__(self, needs: Needs) -> None:
+        super().__init__(f"needs {sorted(needs.fields)}")
+        self.needs = needs
+
+
+def answers_needs(
+    fn: Callable[[ToolContext, A], Awaitable[R]],
+) -> Callable[[ToolContext, A], Awaitable[R | Needs]]:
+    """Let a tool's resolvers stop it with `NeedsInput`: the tool then returns the `Needs`.
+
+    Put it under `@tool`; the registry reads the wrapped function's signature and docstring.
+    """
+
+    @functools.wraps(fn)
+    async def wrapper(ctx: ToolContext, args: A) -> R | Needs:
+        try:
+            return await fn(ctx, args)
+        except NeedsInput as stop:
+            return stop.needs
+
+    return wrapper
+
+
+def needs(field: str, candidates: Sequence[dict[str, Any]] = ()) -> NeedsInput:
+    return NeedsInput(Needs(fields={field: True}, candidates=list(candidates)[:MAX_CANDIDATES]))
+
+
+# --- generic lookups -------------------------------------------------------------------------------
+
+
+def _column(model: type[Base], name: str) -> ColumnElement[Any]:
+    return cast(ColumnElement[Any], model.__table__.c[name])
+
+
+async def match_first(
+    ctx: ToolContext, model: type[M], *clauses: ColumnElement[bool], lock: bool = False
+) -> list[M]:
+    """The tenant's rows of `model` matching the first of `clauses` that matches any (best first).
+
+    Callers order clauses from exact to loose, so "Bob" finds "Bob Brennan" but "bob" the user id wins.
+    """
+    for clause in clauses:
+        query = (
+            select(model)
+            .where(_column(model, "tenant_id") == ctx.tenant_id, clause)
+            .order_by(*model.__mapper__.primary_key)
+            .limit(MAX_CANDIDATES + 1)
+        )
+        if lock:
+            query = query.with_for_update()
+        rows = list((await ctx.session.scalars(query)).all())
+        if rows:
+            return rows
+    return []
+
+
+def same_text(
+    column: InstrumentedAttribute[str] | InstrumentedAttribute[str | None], ref: str
+) -> ColumnElement[bool]:
+    """Case-insensitive equality."""
+    return func.lower(column) == ref.lower()
+
+
+def containing(
+    column: InstrumentedAttribute[str] | InstrumentedAttribute[str | None], ref: str
+) -> ColumnElement[bool]:
+    """Case-insensitive substring, with LIKE wildcards in `ref` taken literally."""
+    escaped = ref.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return column.ilike(f"%{escaped}%", escape="\\")
+
+
+async def find_record(
+    ctx: ToolContext,
+    model: type[M],
+    ref: str,
+    *,
+    field: str,
+    label: InstrumentedAttribute[str],
+    describe: Callable[[M], dict[str, Any]],
+    lock: bool = False,
+) -> M:
+    """The record a call acts on, by numeric id or exact (case-insensitive) `label`.
+
+    Missing: NOT_FOUND. Several with that label: `Needs` listing them, to be named by id.
+    """
+    by_id = [_column(model, "id") == int(ref)] if ref.isdigit() else []
+    rows = await match_first(ctx, model, *by_id, same_text(label, ref), lock=lock)
+    if not rows:
+        raise ToolFailure("NOT_FOUND", f"no {field} {ref!r} in this workspace")
+    if len(rows) > 1:
+        raise needs(field, [describe(row) for row in rows])
+    return rows[0]
+
+
+# --- people ----------------------------------------------------------------------------------------
+
+
+def user_candidate(user: User) -> dict[str, Any]:
+    return {"kind": "user", "id": user.id, "name": user.display_name, "email": user.email}
+
+
+def contact_candidate(contact: Contact) -> dict[str, Any]:
+    return {"kind": "contact", "name": contact.name, "email": contact.email, "company": contact.company}
+
+
+async def match_users(ctx: ToolContext, ref: str) -> list[User]:
+    exact = or_(User.id == ref, same_text(User.email, ref), same_text(User.display_name, ref))
+    return await match_first(ctx, User, exact, containing(User.display_name, ref))
+
+
+async def match_contacts(ctx: ToolContext, ref: str) -> list[Contact]:
+    exact = or_(same_text(Contact.email, ref), same_text(Contact.name, ref))
+    return await match_first(ctx, Contact, exact, containing(Contact.name, ref))
+
+
+async def resolve_user(ctx: ToolContext, ref: str, *, field: str) -> User:
+    """A user of the tenant by id, email or display name (or part of it); `Needs` unless exactly one."""
+    users = await match_users(ctx, ref)
+    if len(users) == 1:
+        return users[0]
+    if not users:  # offer the tenant's people, so the model can ask "which of these?"
+        users = list((await ctx.session.scalars(select(User).where(User.tenant_id == ctx.tenant_id))).all())
+    raise needs(field, [user_candidate(user) for user in users])
+
+
+async def resolve_contact(ctx: ToolContext, ref: str, *, field: str) -> Contact:
+    """A contact by email or name (or part of it); NOT_FOUND when none, `Needs` when several."""
+    contacts = await match_contacts(ctx, ref)
+    if not contacts:
+        raise ToolFailure("NOT_FOUND", f"no contact {ref!r} in this workspace")
+    if len(contacts) > 1:
+        raise needs(field, [contact_candidate(contact) for contact in contacts])
+    return contacts[0]
+
+
+@dataclass(frozen=True)
+class Person:
+    """Someone whose calendar matters: a user of the tenant or a contact (known by email only).
+
+    `key` names them canonically (for locks); `handles` are the values that mark them in an event's
+    `attendees` (an event also belongs to the user who owns it).
+    """
+
+    key: str
+    name: str
+    email: str | None
+    user_id: str | None
+    handles: tuple[str, ...]
+
+    def attendee(self) -> str:
+        """How this person is written in a new event's `attendees`."""
+        return self.user_id or self.email or self.name
+
+    @classmethod
+    def of_user(cls, user: User) -> Person:
+        return cls(f"user:{user.id}", user.display_name, user.email, user.id, (user.id, user.email.lower()))
+
+    @classmethod
+    def of_contact(cls, contact: Contact) -> Person:
+        email = (contact.email or "").lower()
+        return cls(f"email:{email}", contact.name, contact.email, None, (email,) if email else ())
+
+
+async def resolve_person(ctx: ToolContext, ref: str, *, field: str) -> Person:
+    """A user or a contact by id, email or name. A contact with a user's email is that user.
+
+    `Needs` when several people match (listing them), NOT_FOUND when nobody does.
+    """
+    users = await match_users(ctx, ref)
+    user_emails = {user.email.lower() for user in users}
+    contacts = [c for c in await match_contacts(ctx, ref) if (c.email or "").lower() not in user_emails]
+    people = [Person.of_user(user) for user in users] + [Person.of_contact(c) for c in contacts]
+    if not people:
+        raise ToolFailure("NOT_FOUND", f"nobody named {ref!r} in this workspace (users or contacts)")
+    if len(people) > 1:
+        raise needs(field, [user_candidate(u) for u in users] + [contact_candidate(c) for c in contacts])
+    if people[0].user_id is None and not people[0].handles:
+        raise ToolFailure("NOT_FOUND", f"contact {people[0].name!r} has no email address to invite")
+    return people[0]
+
+
+async def resolve_caller(ctx: ToolContext) -> Person:
+    user = await ctx.session.get(User, (ctx.tenant_id, ctx.caller.user_id))
+    if user is None:
+        raise ToolFailure("UNAUTHORIZED", "the conversation's user is not a user of this workspace")
+    return Person.of_user(user)
+
+
+async def resolve_attendee(ctx: ToolContext, ref: str) -> str:
+    """How an invitee is written in `attendees`: a user's id, a contact's email, or an outside email."""
+    try:
+        return (await resolve_person(ctx, ref, field="attendees")).attendee()
+    except ToolFailure:
+        if "@" in ref:
+            return ref.lower()  # someone outside the workspace's records, invited by address
+        raise needs("attendees") from None
+
+
+def belongs_to(person: Person) -> ColumnElement[bool]:
+    """Events on `person`'s calendar: owned by them, or listing one of their handles as an attendee."""
+    owned = [CalendarEvent.owner_user_id == person.user_id] if person.user_id else []
+    invited = [CalendarEvent.attendees.op("?")(handle) for handle in person.handles]
+    return or_(*owned, *invited)
+
+
+def overlapping(start: datetime | None, end: datetime | None) -> ColumnElement[bool]:
+    """Live (not cancelled) events overlapping [start, end); a None bound is open."""
+    clauses = [CalendarEvent.status != "cancelled"]
+    if start is not None:
+        clauses.append(CalendarEvent.ends_at > start)
+    if end is not None:
+        clauses.append(CalendarEvent.starts_at < end)
+    return and_(*clauses)
+
+
+# --- recorded changes and their undo ----------------------------------------------------------------
+
+
+def as_json(value: Any) -> Any:
+    """The JSON form a value takes in a tool's recorded result (dates as ISO strings)."""
+    return to_jsonable_python(value)
+
+
+class Updated(BaseModel, Generic[V]):
+    """What an update tool did: the record as it is now, and the old and new values of changed columns."""
+
+    record: V
+    previous: dict[str, Any]
+    changed: dict[str, Any]
+
+
+def apply_changes(row: Base, wanted: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Set the `wanted` column values that differ from the row's; return (previous, changed) as JSON."""
+    previous: dict[str, Any] = {}
+    changed: dict[str, Any] = {}
+    for name, value in wanted.items():
+        current = getattr(row, name)
+        if as_json(current) != as_json(value):
+            previous[name], changed[name] = as_json(current), as_json(value)
+            setattr(row, name, value)
+    return previous, changed
+
+
+def _from_json(row: Base, name: str, value: Any) -> Any:
+    column_type = row.__table__.c[name].type
+    if value is not None and isinstance(column_type, DateTime):
+        return datetime.fromisoformat(value)
+    if value is not None and isinstance(column_type, Date):
+        return date.fromisoformat(value)
+    return value
+
+
+def _faithful(value: Any) -> bool:
+    text = str(value)
+    return not any(marker in text for marker in UNFAITHFUL_MARKERS)
+
+
+def restore_fields(
+    row: Base, previous: dict[str, Any], changed: dict[str, Any], *, together: Sequence[set[str]] = ()
+) -> UndoOutcome:
+    """Undo an update: put back `previous` for each field still holding its `changed` value.
+
+    "undone" when every changed field is back, "already_undone" when they all were already. A field a
+    later change moved on (or whose recorded old value was redacted or truncated) is left as it is,
+    and so are the other fields of its `together` group (an event's start and end, say); that is
+    logged and makes the outcome "irreversible", so the saga flags it to a human.
+    """
+    pending = {name for name, new in changed.items() if as_json(getattr(row, name)) != previous.get(name)}
+    kept = {
+        name
+        for name in pending
+        if as_json(getattr(row, name)) != changed[name] or not _faithful(previous.get(name))
+    }
+    for group in together:
+        if kept & group:
+            kept |= group & pending
+    for name in sorted(pending - kept):
+        setattr(row, name, _from_json(row, name, previous.get(name)))
+    if kept:
+        log.warning("undo left fields changed since", table=row.__tablename__, kept=sorted(kept))
+        return "irreversible"
+    return "undone" if pending else "already_undone"
+
+
+async def locked_row(ctx: ToolContext, model: type[M], row_id: Any) -> M | None:
+    """The tenant's row of `model` with this id, locked for the rest of the transaction."""
+    if not isinstance(row_id, int):
+        return None
+    rows = await match_first(ctx, model, _column(model, "id") == row_id, lock=True)
+    return rows[0] if rows else None
+
+
+async def undo_update(
+    ctx: ToolContext, model: type[Base], result: dict[str, Any] | None, *, together: Sequence[set[str]] = ()
+) -> UndoOutcome:
+    """The compensation of an update tool whose result is an `Updated` record."""
+    if result is None or not result.get("changed"):
+        return "never_happened"  # not committed, or the call changed nothing
+    row = await locked_row(ctx, model, result.get("record", {}).get("id"))
+    if row is None:
+        return "irreversible"  # deleted since: nothing left to restore
+    return restore_fields(row, result.get("previous", {}), result["changed"], together=together)
+
+
+async def cancel_created(ctx: ToolContext, model: type[Base], result: dict[str, Any] | None) -> UndoOutcome:
+    """The compensation of a create tool: mark the created row cancelled, unless someone moved it on.
+
+    The result must carry the row's `id` and the `status` it was created with. A row whose status was
+    changed since (a task done, an event moved to tentative) is left alone: "irreversible".
+    """
+    if result is None:
+        return "never_happened"
+    row = await locked_row(ctx, model, result.get("id"))
+    if row is None:
+        return "never_happened"
+    return restore_fields(row, {"status": "cancelled"}, {"status": result.get("status")})
+
+
+async def saved(ctx: ToolContext, row: M) -> M:
+    """Flush a new or changed row and reload it, so server-set columns (ids, timestamps) are readable."""
+    ctx.session.add(row)
+    await ctx.session.flush()
+    await ctx.session.refresh(row)
+    return row
