@@ -31,6 +31,10 @@ class Settings(BaseModel):
     llm_model: str = SCRIPTED_MODEL_NAME
     scenario: str | None = None
     ui_url: str = "http://127.0.0.1:8233"
+    # Where deliver_email sends the outbox (a local catcher by default; a relay in production).
+    smtp_host: str = "127.0.0.1"
+    smtp_port: int = 8025
+    smtp_sender: str = "agent@countersign.local"
 
     @property
     def scripted_model(self) -> bool:
@@ -68,5 +72,8 @@ def load_settings(env: dict[str, str] | None = None) -> Settings:
         "llm_model": env.get("LLM_MODEL") or ("gpt-4o-mini" if env.get("LLM_BASE_URL") else None),
         "scenario": env.get("SCENARIO"),
         "ui_url": pick("TEMPORAL_UI_URL", "ui_url"),
+        "smtp_host": env.get("SMTP_HOST"),
+        "smtp_port": env.get("SMTP_PORT"),
+        "smtp_sender": env.get("SMTP_SENDER"),
     }
     return Settings(**{k: v for k, v in values.items() if v})

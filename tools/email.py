@@ -1,0 +1,97 @@
+"""send_email: queue one email in the outbox, in the call's transaction. Delivery happens afterwards.
+
+The tool never talks SMTP: it inserts an `email_outbox` row keyed by the call's idempotency key, so the
+queued email commits (or not) together with the audit row, and a retried call finds the row it
+already queued instead of queueing a second one. `deliver_email` (activities/email.py) sends it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, EmailStr, Field
+from sqlalchemy import select, update
+from sqlalchemy.dialects.postgresql import insert
+
+from countersign.db.schema import EmailOutbox
+from tools.registry import ToolArgs, ToolContext, ToolFailure, UndoOutcome, compensates, tool
+
+
+class SendEmailArgs(ToolArgs):
+    to: EmailStr = Field(description="The recipient's email address (one address, no display name)")
+    # One line: a CR or LF in a header would let the text add headers of its own.
+    subject: str = Field(min_length=1, max_length=200, pattern=r"^[^\r\n]*$", description="One line")
+    body: str = Field(min_length=1, max_length=20_000, description="Plain text")
+
+
+class QueuedEmail(BaseModel):
+    outbox_id: int
+    status: str
+
+
+async def queue(ctx: ToolContext, args: SendEmailArgs) -> QueuedEmail | None:
+    """Insert the outbox row, or None when this idempotency key already has one."""
+    statement = (
+        insert(EmailOutbox)
+        .values(
+            tenant_id=ctx.tenant_id,
+            idempotency_key=ctx.idempotency_key,
+            to_address=args.to,
+            subject=args.subject,
+            body=args.body,
+            status="queued",
+        )
+        .on_conflict_do_nothing(index_elements=[EmailOutbox.idempotency_key])
+        .returning(EmailOutbox.id, EmailOutbox.status)
+    )
+    row = (await ctx.session.execute(statement)).one_or_none()
+    return None if row is None else QueuedEmail(outbox_id=row.id, status=row.status)
+
+
+@tool(risk="high", category="external")
+async def send_email(ctx: ToolContext, args: SendEmailArgs) -> QueuedEmail:
+    """Send a plain-text email to one address. The email is queued and delivered right after the
+    call; the result's status says where it stands ("queued" until delivered)."""
+    queued = await queue(ctx, args)
+    if queued is not None:
+        return queued
+    # The key's row exists: the same call already ran (ON CONFLICT waited for it to commit).
+    existing = (
+        await ctx.session.execute(
+            select(EmailOutbox.id, EmailOutbox.status).where(
+                EmailOutbox.idempotency_key == ctx.idempotency_key, EmailOutbox.tenant_id == ctx.tenant_id
+            )
+        )
+    ).one_or_none()
+    if existing is None:
+        raise ToolFailure("CONFLICT", "this call's email key is taken outside this workspace")
+    return QueuedEmail(outbox_id=existing.id, status=existing.status)
+
+
+# What the compensation reports for an email it could not cancel, by the row's status.
+NOT_CANCELLABLE: dict[str | None, UndoOutcome] = {
+    None: "never_happened",  # no row
+    "cancelled": "already_undone",
+    "sent": "irreversible",
+    "failed": "never_happened",  # refused by the server for good: nothing left the building
+}
+
+
+@compensates(send_email)
+async def cancel_email(ctx: ToolContext, args: SendEmailArgs, result: dict[str, Any] | None) -> UndoOutcome:
+    """Cancel the email while it is still queued; one already sent cannot be taken back."""
+    if result is None:
+        return "never_happened"
+    owned = (EmailOutbox.id == int(result["outbox_id"]), EmailOutbox.tenant_id == ctx.tenant_id)
+    cancelled = await ctx.session.scalar(
+        update(EmailOutbox)
+        .where(*owned, EmailOutbox.status == "queued")
+        .values(status="cancelled")
+        .returning(EmailOutbox.id)
+    )
+    if cancelled is not None:
+        return "undone"
+    status = await ctx.session.scalar(select(EmailOutbox.status).where(*owned))
+    if status not in NOT_CANCELLABLE:  # "sending": its fate is being decided right now
+        raise ToolFailure("CONFLICT", "the email is being delivered right now; try again shortly")
+    return NOT_CANCELLABLE[status]
