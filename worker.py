@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
@@ -16,10 +17,13 @@ from activities.approvals import ApprovalActivities
 from activities.audit import AuditActivities
 from activities.context import ContextActivities
 from activities.model import ModelActivities
+from activities.saga import SagaActivities
 from activities.tools import ToolActivities
 from countersign.config import Settings, load_settings
 from countersign.db.engine import create_engine, session_factory
-from countersign.logs import configure as configure_logging, get_logger
+from countersign.logs import ActivityLogContext, get_logger
+from countersign.logs import configure as configure_logging
+from countersign.ratelimit import RateLimits
 from countersign.temporal_client import connect
 from workflows.agent import AgentWorkflow
 
@@ -28,12 +32,20 @@ from workflows.agent import AgentWorkflow
 PASSTHROUGH = ("countersign", "pydantic", "pydantic_core", "annotated_types")
 
 
-def build_worker(client: Client, settings: Settings, sessions: async_sessionmaker[AsyncSession]) -> Worker:
+def build_worker(
+    client: Client,
+    settings: Settings,
+    sessions: async_sessionmaker[AsyncSession],
+    tools: ToolActivities | None = None,
+) -> Worker:
+    """The worker; `tools` replaces the tool activities (the default's rate limits come from the
+    environment: RATE_LIMIT_PER_S, RATE_LIMIT_BURST)."""
     context = ContextActivities(sessions)
     model = ModelActivities(settings)
-    tools = ToolActivities(sessions)
+    tools = tools or ToolActivities(sessions, rate_limits=RateLimits.from_env(os.environ))
     audit = AuditActivities(sessions)
     approvals = ApprovalActivities(sessions)
+    saga = SagaActivities(sessions)
     return Worker(
         client,
         task_queue=settings.task_queue,
@@ -46,7 +58,11 @@ def build_worker(client: Client, settings: Settings, sessions: async_sessionmake
             audit.record_unexecuted_call,
             approvals.record_decision,
             approvals.send_approval_reminder,
+            saga.compensate_call,
+            saga.record_compensation_failure,
+            saga.authorize_rollback,
         ],
+        interceptors=[ActivityLogContext()],
         workflow_runner=SandboxedWorkflowRunner(
             restrictions=SandboxRestrictions.default.with_passthrough_modules(*PASSTHROUGH)
         ),

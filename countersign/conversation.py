@@ -10,6 +10,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from countersign.chat import ChatMessage, Usage
+from countersign.saga import Saga
 from countersign.tooling import Risk, ToolSpec
 
 WORKFLOW_TYPE = "AgentWorkflow"
@@ -75,6 +76,7 @@ class CarriedState(BaseModel):
     turn: int
     call_seq: int
     inbox: list[SubmitMessage] = Field(default_factory=list)
+    saga: Saga = Field(default_factory=Saga)
 
 
 class StartConversation(BaseModel):
@@ -153,3 +155,4 @@ class StatusView(BaseModel):
     tenant_id: str = ""
     agent: str = ""
     last_error: str | None = None
+    compensation_failures: list[str] = Field(default_factory=list)

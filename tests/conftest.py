@@ -6,4 +6,5 @@ pytest_plugins = [
     "tests.fixtures.scripted_model",
     "tests.fixtures.agent",
     "tests.fixtures.temporal_dev",
+    "tests.fixtures.smtp",
 ]

@@ -49,6 +49,14 @@ with workflow.unsafe.imports_passed_through():
     from countersign.history import trim_for_carry
     from countersign.limits import before_model_call, tool_call_budget
     from countersign.policy import offered_tools, screen_call
+    from countersign.saga import (
+        CompensationOutcome,
+        CompensationRequest,
+        RollbackAuthorization,
+        RollbackRequest,
+        Saga,
+        SagaEntry,
+    )
     from countersign.search_attributes import AGENT_NAME, AGENT_STATUS, TENANT_ID
     from countersign.tooling import CallerContext, ToolInvocation, ToolResult, ToolSpec
     from activities.audit import UnexecutedCall
@@ -64,6 +72,9 @@ TOOL_RETRY = RetryPolicy(
 REPLIES_KEPT = 100
 MODEL_CALL_TIMEOUT = timedelta(seconds=120)
 TOOL_CALL_TIMEOUT = timedelta(seconds=60)
+COMPENSATION_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=30), maximum_attempts=5
+)
 BOOKKEEPING = {"start_to_close_timeout": timedelta(seconds=30), "retry_policy": TOOL_RETRY}
 
 
@@ -90,6 +101,9 @@ class AgentWorkflow:
         self._turn = carried.turn if carried else 0
         self._call_seq = carried.call_seq if carried else 0
         self._inbox: list[SubmitMessage] = list(carried.inbox) if carried else []
+        self._saga = carried.saga if carried else Saga()
+        self._rollbacks: list[RollbackRequest] = []
+        self._rolling_back = False
         if start.message and not carried:
             self._inbox.append(SubmitMessage(user_id=start.user_id, text=start.message))
         self._state: AgentState = "running"
@@ -113,12 +127,33 @@ class AgentWorkflow:
         workflow.upsert_search_attributes(
             [TENANT_ID.value_set(context.tenant_id), AGENT_NAME.value_set(context.agent.name)]
         )
+        try:
+            await self._converse(context, start)
+        except asyncio.CancelledError:
+            # Cancelling a conversation undoes everything it did; shielded so the cancellation
+            # itself cannot interrupt the compensations.
+            undo = self._saga.to_undo("conversation", self._turn)
+            await asyncio.shield(asyncio.ensure_future(self._compensate(context, undo, "workflow cancelled")))
+            raise
+        self._ended_by = self._ended_by or "ended"
+        self._refresh_state()
+        await workflow.wait_condition(workflow.all_handlers_finished)
+        last = self._last_turn
+        return ConversationResult(
+            turns=self._turn, last_reply=last.reply if last else None, usage=self._usage, ended_by=self._ended_by
+        )
+
+    async def _converse(self, context: ConversationContext, start: StartConversation) -> None:
         while True:
             self._refresh_state()
             if not await self._next_message_arrives():
                 self._ended_by = self._ended_by or "idle_timeout"
+            while self._rollbacks:
+                await self._roll_back(context, self._rollbacks.pop(0))
             if self._ended_by:
-                break
+                return
+            if not self._inbox:
+                continue
             message = self._inbox.pop(0)
             await self._run_turn(context, message)
             if message.message_id and self._last_turn is not None:
@@ -127,18 +162,11 @@ class AgentWorkflow:
                     del self._replies[next(iter(self._replies))]
             if start.single_turn:
                 self._ended_by = "single_turn"
-                break
+                return
             if workflow.info().is_continue_as_new_suggested() or self._turns_this_run() >= self._limits.max_turns_per_run:
                 self._continuing = True  # lets waiting updates return, so the handlers can finish
                 await workflow.wait_condition(workflow.all_handlers_finished)
                 workflow.continue_as_new(self._carry(context))
-        self._ended_by = self._ended_by or "ended"
-        self._refresh_state()
-        await workflow.wait_condition(workflow.all_handlers_finished)
-        last = self._last_turn
-        return ConversationResult(
-            turns=self._turn, last_reply=last.reply if last else None, usage=self._usage, ended_by=self._ended_by
-        )
 
     def _turns_this_run(self) -> int:
         carried = self._start.carried
@@ -160,7 +188,7 @@ class AgentWorkflow:
     async def _next_message_arrives(self) -> bool:
         try:
             await workflow.wait_condition(
-                lambda: bool(self._inbox) or self._ended_by is not None,
+                lambda: bool(self._inbox) or bool(self._rollbacks) or self._ended_by is not None,
                 timeout=timedelta(seconds=self._limits.idle_timeout_s),
                 timeout_summary="idle timeout",
             )
@@ -176,6 +204,7 @@ class AgentWorkflow:
             turn=self._turn,
             call_seq=self._call_seq,
             inbox=self._inbox,
+            saga=self._saga,
         )
         return self._start.model_copy(update={"message": None, "carried": carried})
 
@@ -222,9 +251,24 @@ class AgentWorkflow:
                 self._messages.append(
                     ChatMessage(role="tool", tool_call_id=call.id, name=call.name, content=result.to_content())
                 )
+            failed_write = self._failed_write(tools, assistant.tool_calls, results)
+            if failed_write and context.agent.atomic_turns:
+                undo = self._saga.to_undo("turn", self._turn)
+                await self._compensate(context, undo, f"atomic turn: {failed_write} failed")
+                return self._end_turn(turn, "error", f"The turn stopped: {failed_write} failed, so its writes were undone.")
             if budget < len(results):
                 limit = self._limits.max_tool_calls
                 return self._end_turn(turn, "limit_reached", f"LIMIT_REACHED: the turn reached max_tool_calls ({limit}).")
+
+    @staticmethod
+    def _failed_write(tools: dict[str, ToolSpec], calls: list[ToolCall], results: list[ToolResult]) -> str | None:
+        """The first write of this batch that failed for good (not a refusal or a question), if any."""
+        for call, result in zip(calls, results, strict=True):
+            spec = tools.get(call.name)
+            failed = result.error is not None and result.error.code in ("INTERNAL_ERROR", "CONFLICT", "NOT_FOUND")
+            if spec is not None and spec.category != "read" and failed:
+                return f"{call.id} {call.name}"
+        return None
 
     def _failure(self, what: str, err: ActivityError) -> tuple[TurnStop, str]:
         """How an activity that failed for good ends the turn (never the workflow)."""
@@ -454,22 +498,104 @@ class AgentWorkflow:
         return ToolResult.success({"answer": self._answers[call.id]})
 
     async def _execute(self, invocation: ToolInvocation) -> ToolResult:
+        spec = next((t for t in self._context.tools if t.name == invocation.tool), None) if self._context else None
+        entry = None
+        if spec is not None and spec.compensable:  # before the forward step: a commit that then times out is undone too
+            entry = self._saga.register(invocation.call_id, invocation.tool, self._turn, invocation.arguments)
         try:
-            return await workflow.execute_activity(
+            result = await workflow.execute_activity(
                 "execute_tool",
                 invocation,
                 result_type=ToolResult,
                 start_to_close_timeout=TOOL_CALL_TIMEOUT,
                 retry_policy=TOOL_RETRY,
                 summary=call_summary(invocation.tool, invocation.arguments),
+                # on cancellation, learn how the step ended before compensating it
+                cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
             )
         except ActivityError as err:
             cause = err.cause.message if isinstance(err.cause, ApplicationError) else str(err.cause or err)
             return ToolResult.failure("INTERNAL_ERROR", f"{invocation.tool} failed: {cause}")
+        if entry is not None and result.ok and isinstance(result.data, dict):
+            entry.result = result.data
+        return result
+
+    # --- saga -------------------------------------------------------------------------------
+
+    async def _roll_back(self, context: ConversationContext, request: RollbackRequest) -> None:
+        scope = f"{request.scope} {request.call_id or ''}".strip()
+        undo = self._saga.to_undo(request.scope, self._turn, request.call_id)
+        await self._compensate(context, undo, f"rollback ({scope}) by {request.requested_by}")
+
+    async def _compensate(self, context: ConversationContext, entries: list[SagaEntry], why: str) -> None:
+        """Undo `entries` in the order given (newest first). A compensation that fails for good is
+        recorded with its error and the rest still run: nothing is silently dropped."""
+        if not entries:
+            return
+        self._rolling_back = True
+        self._refresh_state()
+        caller = self._invocation(context, ToolCall(id="-", name="-")).caller
+        for entry in entries:
+            request = CompensationRequest(caller=caller, workflow_id=workflow.info().workflow_id, entry=entry)
+            try:
+                outcome: CompensationOutcome = await workflow.execute_activity(
+                    "compensate_call",
+                    request,
+                    result_type=CompensationOutcome,
+                    start_to_close_timeout=TOOL_CALL_TIMEOUT,
+                    retry_policy=COMPENSATION_RETRY,
+                    summary=f"undo {call_summary(entry.tool, entry.arguments)} ({entry.call_id})",
+                )
+                entry.state = outcome.state
+            except ActivityError as err:
+                entry.state = "failed"
+                entry.error = err.cause.message if isinstance(err.cause, ApplicationError) else str(err.cause or err)
+                await self._record_failure(request.model_copy(update={"entry": entry}))
+        self._rolling_back = False
+        undone = ", ".join(f"{e.call_id} {e.tool}: {e.state}" for e in entries)
+        self._messages.append(ChatMessage(role="system", content=f"Rolled back, {why}: {undone}."))
+        self._refresh_state()
+
+    async def _record_failure(self, request: CompensationRequest) -> None:
+        try:
+            await workflow.execute_activity(
+                "record_compensation_failure", request, summary=f"record failed undo of {request.entry.call_id}", **BOOKKEEPING  # type: ignore[arg-type]
+            )
+        except ActivityError:
+            workflow.logger.error("could not record the failed compensation of %s", request.entry.call_id)
+
+    @workflow.signal(name="rollback")
+    async def rollback(self, request: RollbackRequest) -> None:
+        """Queue an authorized rollback; it runs between turns. A refusal is audited, nothing else."""
+        if request.scope == "call" and not request.call_id:
+            workflow.logger.warning("rollback of scope call without a call_id refused")
+            return
+        refusal: str | None = await workflow.execute_activity(
+            "authorize_rollback",
+            RollbackAuthorization(
+                tenant_id=self._start.tenant_id,
+                workflow_id=workflow.info().workflow_id,
+                conversation_user=self._start.user_id,
+                request=request,
+            ),
+            result_type=str | None,  # type: ignore[arg-type]
+            summary=f"authorize rollback ({request.scope}) by {request.requested_by}",
+            **BOOKKEEPING,  # type: ignore[arg-type]
+        )
+        if refusal:
+            workflow.logger.warning("rollback refused: %s", refusal)
+        else:
+            self._rollbacks.append(request)
+
+    @workflow.query(name="saga")
+    def saga(self) -> Saga:
+        return self._saga
 
     # --- state, signals, queries, updates ---------------------------------------------------
 
     def _current_state(self) -> AgentState:
+        if self._rolling_back:
+            return "rolling_back"
         if self._ended_by is not None and not self._in_turn:
             return "ended"
         if any(a.state == "pending" for a in self._approvals.values()):
@@ -572,6 +698,7 @@ class AgentWorkflow:
             last_error=self._last_error,
             pending_approvals=[a.pending_view() for a in self._approvals.values() if a.state == "pending"],
             pending_questions=list(self._questions.values()),
+            compensation_failures=self._saga.failures(),
         )
 
     @workflow.query(name="transcript")

@@ -52,6 +52,7 @@ CATEGORIES = ("read", "write", "external")
 OUTCOMES = ("executed", "failed", "rejected", "expired", "refused", "blocked", "invalid", "limit_reached")
 DECISIONS = ("approve", "reject")
 COMPENSATION_STATES = ("pending", "done", "failed", "irreversible", "skipped")
+ROLLBACK_SCOPES = ("turn", "conversation", "call")
 
 # Deterministic constraint names: the migration spells the same names, and later migrations can drop them.
 NAMING_CONVENTION = {
@@ -389,3 +390,20 @@ class RateLimitBucket(Base):
     tool: Mapped[str] = mapped_column(primary_key=True)
     tokens: Mapped[float]
     updated_at: Mapped[datetime] = mapped_column(server_default=func.now())
+
+
+class RollbackRecord(Base):
+    """Every rollback request, accepted or refused (who asked, what scope, and why refused)."""
+
+    __tablename__ = "rollback_requests"
+    __table_args__ = (one_of("scope", ROLLBACK_SCOPES),)
+
+    id: Mapped[int] = identity_pk()
+    tenant_id: Mapped[str] = tenant_column()
+    workflow_id: Mapped[str] = mapped_column(index=True)
+    requested_by: Mapped[str]
+    scope: Mapped[str]
+    call_id: Mapped[str | None]
+    accepted: Mapped[bool]
+    reason: Mapped[str | None]  # why it was refused, or the requester's reason
+    created_at: Mapped[datetime] = created_at()

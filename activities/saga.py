@@ -1,0 +1,127 @@
+"""Saga I/O: run one compensation exactly once, record a failed one, authorize a rollback.
+
+A compensation and its `compensations` row commit in one transaction (under an advisory lock on
+the call), and the call's audit row is marked rolled back in the same transaction: a retry after
+the commit finds the row and changes nothing twice.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from sqlalchemy import func, select, update
+from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from temporalio import activity
+
+from activities.approvals import roles_of
+from activities.tools import validate
+from countersign.db.schema import Compensation, RollbackRecord, ToolExecution
+from countersign.saga import CompensationOutcome, CompensationRequest, RollbackAuthorization, undo_state
+from tools.registry import REGISTRY, ToolContext, ToolFailure
+
+FINAL_STATES = ("done", "skipped", "irreversible")
+
+
+class SagaActivities:
+    def __init__(self, sessions: async_sessionmaker[AsyncSession]) -> None:
+        self._sessions = sessions
+
+    @activity.defn(name="compensate_call")
+    async def compensate_call(self, request: CompensationRequest) -> CompensationOutcome:
+        entry = request.entry
+        tool = REGISTRY.get(entry.tool)
+        if tool is None or tool.compensation is None:
+            return CompensationOutcome(state="irreversible", detail=f"{entry.tool} declares no compensation")
+        async with self._sessions() as session, session.begin():
+            key = f"{request.workflow_id}:{entry.call_id}:undo"
+            await session.execute(select(func.pg_advisory_xact_lock(func.hashtextextended(key, 0))))
+            done = await session.scalar(
+                select(Compensation).where(
+                    Compensation.workflow_id == request.workflow_id, Compensation.call_id == entry.call_id
+                )
+            )
+            if done is not None and done.state in FINAL_STATES:
+                return CompensationOutcome(state=done.state, detail="recorded earlier")  # type: ignore[arg-type]
+            executed = await session.scalar(
+                select(ToolExecution).where(
+                    ToolExecution.workflow_id == request.workflow_id,
+                    ToolExecution.call_id == entry.call_id,
+                    ToolExecution.outcome == "executed",
+                )
+            )
+            if executed is None:
+                outcome = "never_happened"
+            else:
+                recorded = executed.result or {}
+                result = entry.result if entry.result is not None else recorded.get("data")
+                context = ToolContext(
+                    caller=request.caller,
+                    session=session,
+                    workflow_id=request.workflow_id,
+                    call_id=entry.call_id,
+                    now=datetime.now(UTC),
+                )
+                try:
+                    args = validate(tool, entry.arguments)
+                except ToolFailure as failure:  # arguments that executed always validate again
+                    raise RuntimeError(f"recorded arguments no longer validate: {failure.message}") from failure
+                async with session.begin_nested():
+                    outcome = await tool.compensation(context, args, result)
+            state = undo_state(outcome)
+            await self._record(session, request, state, None)
+            if state == "done":
+                await session.execute(
+                    update(ToolExecution)
+                    .where(ToolExecution.workflow_id == request.workflow_id, ToolExecution.call_id == entry.call_id)
+                    .values(rolled_back=True, rolled_back_at=func.now())
+                )
+        return CompensationOutcome(state=state, detail=outcome)
+
+    @activity.defn(name="record_compensation_failure")
+    async def record_compensation_failure(self, request: CompensationRequest) -> None:
+        async with self._sessions() as session, session.begin():
+            await self._record(session, request, "failed", request.entry.error)
+
+    @staticmethod
+    async def _record(session: AsyncSession, request: CompensationRequest, state: str, error: str | None) -> None:
+        tool = REGISTRY.get(request.entry.tool)
+        compensation = tool.compensation.__name__ if tool and tool.compensation else "none"
+        values = {"state": state, "error": error, "finished_at": func.now()}
+        await session.execute(
+            insert(Compensation)
+            .values(
+                tenant_id=request.caller.tenant_id,
+                workflow_id=request.workflow_id,
+                call_id=request.entry.call_id,
+                tool=request.entry.tool,
+                compensation=compensation,
+                **values,
+            )
+            .on_conflict_do_update(index_elements=["workflow_id", "call_id"], set_=values)
+        )
+
+    @activity.defn(name="authorize_rollback")
+    async def authorize_rollback(self, auth: RollbackAuthorization) -> str | None:
+        """None when the requester may roll back (the conversation's user, or an admin of the
+        tenant), else why not. Every request is recorded either way."""
+        request = auth.request
+        async with self._sessions() as session, session.begin():
+            roles = await roles_of(session, auth.tenant_id, request.requested_by)
+            refusal = None
+            if roles is None:
+                refusal = f"{request.requested_by!r} is not a user of this tenant"
+            elif request.requested_by != auth.conversation_user and "admin" not in roles:
+                refusal = f"{request.requested_by} may not roll back {auth.conversation_user}'s conversation (admins may)"
+            session.add(
+                RollbackRecord(
+                    tenant_id=auth.tenant_id,
+                    workflow_id=auth.workflow_id,
+                    requested_by=request.requested_by,
+                    scope=request.scope,
+                    call_id=request.call_id,
+                    accepted=refusal is None,
+                    reason=refusal or request.reason,
+                )
+            )
+        return refusal

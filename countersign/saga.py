@@ -1,0 +1,86 @@
+"""The saga: every write the conversation made, with how undoing it went. Pure workflow state.
+
+An entry is registered *before* its forward step runs, so a step that committed and then timed
+out is still undone (the compensation finds out whether the effect happened and says
+"never happened" when it did not). Undo runs newest first.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from countersign.tooling import CallerContext
+
+# registered: may be undone; done: undone (or already was); skipped: the forward step never took
+# effect; irreversible: cannot be undone (an email already delivered); failed: the compensation
+# failed after its retries (see `error`), and is reported, never silently dropped.
+EntryState = Literal["registered", "done", "skipped", "irreversible", "failed"]
+Scope = Literal["turn", "conversation", "call"]
+
+
+class SagaEntry(BaseModel):
+    call_id: str
+    tool: str
+    turn: int
+    arguments: str  # as executed (an approver's edit included)
+    result: dict[str, Any] | None = None  # the forward step's recorded result data, once known
+    state: EntryState = "registered"
+    error: str | None = None
+
+
+class Saga(BaseModel):
+    entries: list[SagaEntry] = Field(default_factory=list)
+
+    def register(self, call_id: str, tool: str, turn: int, arguments: str) -> SagaEntry:
+        entry = SagaEntry(call_id=call_id, tool=tool, turn=turn, arguments=arguments)
+        self.entries.append(entry)
+        return entry
+
+    def to_undo(self, scope: Scope, turn: int, call_id: str | None = None) -> list[SagaEntry]:
+        """The entries a rollback of `scope` undoes, newest first. `turn` is the latest turn."""
+        def wanted(e: SagaEntry) -> bool:
+            if scope == "call":
+                return e.call_id == call_id
+            return scope == "conversation" or e.turn == turn
+
+        return [e for e in reversed(self.entries) if e.state == "registered" and wanted(e)]
+
+    def failures(self) -> list[str]:
+        return [f"{e.call_id} {e.tool}: {e.error}" for e in self.entries if e.state == "failed"]
+
+
+class RollbackRequest(BaseModel):
+    """The `rollback` signal's payload."""
+
+    requested_by: str
+    scope: Scope = "turn"
+    call_id: str | None = None
+    reason: str | None = None
+
+
+class CompensationRequest(BaseModel):
+    caller: CallerContext
+    workflow_id: str
+    entry: SagaEntry
+
+
+class CompensationOutcome(BaseModel):
+    state: EntryState
+    detail: str
+
+
+class RollbackAuthorization(BaseModel):
+    tenant_id: str
+    workflow_id: str
+    conversation_user: str
+    request: RollbackRequest
+
+
+UNDO_STATE: dict[str, EntryState] = {"undone": "done", "already_undone": "done", "never_happened": "skipped"}
+
+
+def undo_state(outcome: str) -> EntryState:
+    """A compensation's UndoOutcome as the saga records it."""
+    return UNDO_STATE.get(outcome, "irreversible")
