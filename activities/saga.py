@@ -13,6 +13,7 @@ from sqlalchemy import func, select, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
+from temporalio.exceptions import ApplicationError
 
 from activities.approvals import roles_of
 from activities.tools import validate
@@ -66,8 +67,13 @@ class SagaActivities:
                     args = validate(tool, entry.arguments)
                 except ToolFailure as failure:  # arguments that executed always validate again
                     raise RuntimeError(f"recorded arguments no longer validate: {failure.message}") from failure
-                async with session.begin_nested():
-                    outcome = await tool.compensation(context, args, result)
+                try:
+                    async with session.begin_nested():
+                        outcome = await tool.compensation(context, args, result)
+                except ToolFailure as refusal:  # the tool says it cannot undo safely: a person must look
+                    raise ApplicationError(
+                        f"{refusal.code}: {refusal.message}", type="CompensationRefused", non_retryable=True
+                    ) from refusal
             state = undo_state(outcome)
             await self._record(session, request, state, None)
             if state == "done":
