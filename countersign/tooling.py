@@ -59,8 +59,8 @@ class ToolResult(BaseModel):
     def envelope(self) -> dict[str, Any]:
         if self.ok:
             return {"ok": True, "data": self.data}
-        if self.needs is not None:
-            return {"ok": False, "needs": self.needs}
+        if self.needs is not None:  # with the candidates to choose from, when the tool found several
+            return {"ok": False, "needs": self.needs, **({"candidates": self.data} if self.data else {})}
         assert self.error is not None
         return {"ok": False, "error": self.error.model_dump()}
 

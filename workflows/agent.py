@@ -75,6 +75,9 @@ TOOL_CALL_TIMEOUT = timedelta(seconds=60)
 COMPENSATION_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=30), maximum_attempts=5
 )
+DELIVERY_RETRY = RetryPolicy(
+    initial_interval=timedelta(seconds=2), maximum_interval=timedelta(minutes=5), maximum_attempts=20
+)
 BOOKKEEPING = {"start_to_close_timeout": timedelta(seconds=30), "retry_policy": TOOL_RETRY}
 
 
@@ -103,6 +106,7 @@ class AgentWorkflow:
         self._inbox: list[SubmitMessage] = list(carried.inbox) if carried else []
         self._saga = carried.saga if carried else Saga()
         self._rollbacks: list[RollbackRequest] = []
+        self._outbox: list[int] = []  # emails this turn queued, delivered when it ends
         self._rolling_back = False
         if start.message and not carried:
             self._inbox.append(SubmitMessage(user_id=start.user_id, text=start.message))
@@ -216,8 +220,24 @@ class AgentWorkflow:
         self._refresh_state()
         try:
             await self._turn_loop(context, message)
+            await self._deliver_queued_emails()
         finally:
             self._in_turn = False
+
+    async def _deliver_queued_emails(self) -> None:
+        """Emails go out when their turn ends, so undoing the turn before then cancels them."""
+        queued, self._outbox = self._outbox, []
+        for outbox_id in queued:
+            try:
+                await workflow.execute_activity(
+                    "deliver_email",
+                    outbox_id,
+                    start_to_close_timeout=timedelta(seconds=60),
+                    retry_policy=DELIVERY_RETRY,
+                    summary=f"deliver email {outbox_id} over SMTP",
+                )
+            except ActivityError as err:  # stays in the outbox, visible to operators; the turn is done
+                workflow.logger.error("email %s not delivered: %s", outbox_id, err.cause or err)
 
     async def _turn_loop(self, context: ConversationContext, message: SubmitMessage) -> None:
         self._messages.append(ChatMessage(role="user", content=message.text, name=message.user_id))
@@ -518,6 +538,8 @@ class AgentWorkflow:
             return ToolResult.failure("INTERNAL_ERROR", f"{invocation.tool} failed: {cause}")
         if entry is not None and result.ok and isinstance(result.data, dict):
             entry.result = result.data
+            if invocation.tool == "send_email" and result.data.get("status") == "queued":
+                self._outbox.append(int(result.data["outbox_id"]))
         return result
 
     # --- saga -------------------------------------------------------------------------------

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sys
 import uuid
@@ -15,6 +16,7 @@ from countersign.chat import ChatMessage
 from countersign.cli.app import cli, print_json, run
 from countersign.config import Settings, load_settings
 from countersign.conversation import Limits, StartConversation, StatusView, SubmitMessage, TurnResult
+from countersign.saga import RollbackRequest, Saga
 from countersign.conversations import render_transcript, send_keyed, start_conversation, wait_reply
 from countersign.temporal_client import connect
 
@@ -168,5 +170,39 @@ def transcript(workflow_id: str, as_json: bool) -> None:
             sys.stdout.write("\n")
             return
         click.echo(render_transcript(messages, scripted=settings.scripted_model))
+
+    run(body())
+
+
+@cli.command()
+@click.argument("workflow_id")
+@click.option("--as", "requested_by", required=True, help="Who asks (the conversation's user or a tenant admin).")
+@click.option("--scope", type=click.Choice(["turn", "conversation", "call"]), default="turn", show_default=True)
+@click.option("--call", "call_id", help="With --scope call: the call to undo.")
+@click.option("--reason", help="Why (kept in the audit).")
+def rollback(workflow_id: str, requested_by: str, scope: str, call_id: str | None, reason: str | None) -> None:
+    """Undo what the agent changed: the latest turn, one call, or the whole conversation."""
+    if (scope == "call") != bool(call_id):
+        raise click.UsageError("--call goes with --scope call, and --scope call needs --call")
+    request = RollbackRequest(requested_by=requested_by, scope=scope, call_id=call_id, reason=reason)  # type: ignore[arg-type]
+
+    async def body() -> None:
+        client, _ = await connected()
+        handle = client.get_workflow_handle(workflow_id)
+        before = await handle.query("saga", result_type=Saga)
+        await handle.signal("rollback", request)
+        wanted = {e.call_id for e in before.to_undo(request.scope, (await query_status(handle)).turn, call_id)}
+        if not wanted:
+            click.echo("nothing to undo in that scope")
+            return
+        for _ in range(300):  # a rollback runs between turns; show its outcome when it is done
+            saga = await handle.query("saga", result_type=Saga)
+            entries = [e for e in saga.entries if e.call_id in wanted]
+            if all(e.state != "registered" for e in entries) and (await query_status(handle)).state != "rolling_back":
+                for e in entries:
+                    click.echo(f"{e.call_id} {e.tool}: {e.state}{' (' + e.error + ')' if e.error else ''}")
+                return
+            await asyncio.sleep(0.2)
+        raise click.ClickException("the rollback was not carried out (refused, or a turn is still running): see `status`")
 
     run(body())
