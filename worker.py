@@ -16,6 +16,7 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxR
 from activities.approvals import ApprovalActivities
 from activities.audit import AuditActivities
 from activities.context import ContextActivities
+from activities.email import EmailActivities
 from activities.model import ModelActivities
 from activities.saga import SagaActivities
 from activities.tools import ToolActivities
@@ -46,6 +47,7 @@ def build_worker(
     audit = AuditActivities(sessions)
     approvals = ApprovalActivities(sessions)
     saga = SagaActivities(sessions)
+    email = EmailActivities(sessions, settings.smtp_host, settings.smtp_port, settings.smtp_sender)
     return Worker(
         client,
         task_queue=settings.task_queue,
@@ -61,6 +63,7 @@ def build_worker(
             saga.compensate_call,
             saga.record_compensation_failure,
             saga.authorize_rollback,
+            email.deliver_email,
         ],
         interceptors=[ActivityLogContext()],
         workflow_runner=SandboxedWorkflowRunner(

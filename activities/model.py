@@ -7,6 +7,7 @@ HTTP failures are mapped to what retrying can fix: 408/409/429/5xx and connectio
 
 from __future__ import annotations
 
+import math
 from datetime import timedelta
 
 import openai
@@ -21,12 +22,19 @@ RETRYABLE_STATUS = frozenset({408, 409, 429})
 
 
 def retry_after(exc: openai.APIStatusError) -> timedelta | None:
-    """The server's `retry-after` (seconds) when it sent one."""
-    value = exc.response.headers.get("retry-after")
-    try:
-        return timedelta(seconds=float(value)) if value is not None else None
-    except ValueError:
-        return None
+    """The delay the server asked for (`retry-after-ms`, else `retry-after` in seconds), if usable.
+
+    A negative, infinite or unparsable value is ignored: Temporal's own backoff applies instead.
+    """
+    headers = exc.response.headers
+    for name, unit_s in (("retry-after-ms", 0.001), ("retry-after", 1.0)):
+        try:
+            seconds = float(headers[name]) * unit_s
+        except (KeyError, ValueError):
+            continue
+        if 0 <= seconds < math.inf:
+            return timedelta(seconds=seconds)
+    return None
 
 
 def classify(exc: Exception) -> ApplicationError:
@@ -46,9 +54,13 @@ def classify(exc: Exception) -> ApplicationError:
 
 
 def to_reply(completion: ChatCompletion) -> ModelReply:
-    if not completion.choices:
+    # The client does not validate bodies: JSON of another shape (`[]`, `null`, a choice without a
+    # message) arrives here as is, and must fail as a bad response, not as an AttributeError.
+    if not isinstance(completion, ChatCompletion) or not completion.choices:
         raise ValueError("completion has no choices")
     choice = completion.choices[0]
+    if choice.message is None:
+        raise ValueError("completion choice has no message")
     calls = [
         ToolCall(id=c.id, name=c.function.name, arguments=c.function.arguments or "{}")
         for c in choice.message.tool_calls or []

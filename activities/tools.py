@@ -3,12 +3,15 @@
 One transaction holds the tool's effect and its audit row (`tool_executions`, unique per workflow id
 and call id). An advisory lock on that key serializes concurrent attempts of the same call, and an
 attempt that finds the row returns the recorded result instead of acting again: so a retry after a
-commit (worker crash, lost completion, timeout) changes nothing twice.
+commit (worker crash, lost completion, timeout) changes nothing twice. A call that runs also takes a
+token from its tenant's rate limit bucket for the tool, in the same transaction: a retry that finds
+its recorded result takes none, and a call over the limit is audited as failed with RATE_LIMITED.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import time
 from datetime import UTC, datetime
 from typing import Any
@@ -20,6 +23,7 @@ from temporalio import activity
 
 from countersign.db.schema import ToolExecution
 from countersign.guards import TruncationLimits, redact, sanitize
+from countersign.ratelimit import RateLimits, take
 from countersign.tooling import ToolInvocation, ToolResult
 from tools.registry import (
     IDENTITY_FIELDS,
@@ -78,9 +82,15 @@ def envelope_of(output: BaseModel) -> ToolResult:
 
 
 class ToolActivities:
-    def __init__(self, sessions: async_sessionmaker[AsyncSession], limits: TruncationLimits | None = None) -> None:
+    def __init__(
+        self,
+        sessions: async_sessionmaker[AsyncSession],
+        limits: TruncationLimits | None = None,
+        rate_limits: RateLimits | None = None,
+    ) -> None:
         self._sessions = sessions
         self._limits = limits or TruncationLimits()
+        self._rate_limits = rate_limits or RateLimits()
 
     @activity.defn(name="execute_tool")
     async def execute_tool(self, invocation: ToolInvocation) -> ToolResult:
@@ -113,11 +123,22 @@ class ToolActivities:
         except ToolFailure as failure:
             return ToolResult.failure(failure.code, failure.message)
 
+    async def _take_token(self, session: AsyncSession, tenant_id: str, tool: str, now: datetime) -> None:
+        """Raise RATE_LIMITED, telling the model when to try again, when the bucket is empty."""
+        limit = self._rate_limits.of(tool)
+        wait = await take(session, tenant_id, tool, limit.per_s, limit.burst, now)
+        if wait is not None:
+            raise ToolFailure(
+                "RATE_LIMITED",
+                f"{tool} is called too often (limit {limit.per_s:g}/s); retry in {math.ceil(wait)} s",
+            )
+
     async def _run(self, session: AsyncSession, tool: Tool, invocation: ToolInvocation, key: str) -> ToolResult:
         started = datetime.now(UTC)
         clock = time.perf_counter()
         outcome = "executed"
         try:
+            await self._take_token(session, invocation.caller.tenant_id, tool.name, started)
             parsed = validate(tool, invocation.arguments)
             context = ToolContext(
                 caller=invocation.caller,
