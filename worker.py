@@ -41,7 +41,7 @@ def build_worker(
 ) -> Worker:
     """The worker; `tools` replaces the tool activities (the default's rate limits come from the
     environment: RATE_LIMIT_PER_S, RATE_LIMIT_BURST)."""
-    context = ContextActivities(sessions)
+    context = ContextActivities(sessions, settings.email_delivery_delay_s)
     model = ModelActivities(settings)
     tools = tools or ToolActivities(sessions, rate_limits=RateLimits.from_env(os.environ))
     audit = AuditActivities(sessions)

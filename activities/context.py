@@ -17,8 +17,9 @@ from tools.registry import REGISTRY
 
 
 class ContextActivities:
-    def __init__(self, sessions: async_sessionmaker[AsyncSession]) -> None:
+    def __init__(self, sessions: async_sessionmaker[AsyncSession], email_delivery_delay_s: float = 60.0) -> None:
         self._sessions = sessions
+        self._email_delay = email_delivery_delay_s
 
     @activity.defn(name="load_conversation_context")
     async def load_conversation_context(self, start: StartConversation) -> ConversationContext:
@@ -62,6 +63,7 @@ class ContextActivities:
                 atomic_turns=profile.atomic_turns,
             ),
             tools=[REGISTRY[p.tool].spec(p.tier) for p in permissions if p.tool in REGISTRY],  # type: ignore[arg-type]
+            email_delivery_delay_s=self._email_delay,
         )
 
 

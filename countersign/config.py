@@ -35,6 +35,9 @@ class Settings(BaseModel):
     smtp_host: str = "127.0.0.1"
     smtp_port: int = 8025
     smtp_sender: str = "agent@countersign.local"
+    # Emails go out this long after the turn that queued them: the window in which undoing the
+    # turn (or the conversation) cancels them instead of finding them sent.
+    email_delivery_delay_s: float = 60.0
 
     @property
     def scripted_model(self) -> bool:
@@ -75,5 +78,6 @@ def load_settings(env: dict[str, str] | None = None) -> Settings:
         "smtp_host": env.get("SMTP_HOST"),
         "smtp_port": env.get("SMTP_PORT"),
         "smtp_sender": env.get("SMTP_SENDER"),
+        "email_delivery_delay_s": env.get("EMAIL_DELIVERY_DELAY_S"),
     }
     return Settings(**{k: v for k, v in values.items() if v})

@@ -59,6 +59,7 @@ class ConversationContext(BaseModel):
     agent: AgentProfile
     tools: list[ToolSpec]  # every tool of the agent with its snapshotted tier, blocked ones included
     approval: ApprovalPolicy = Field(default_factory=ApprovalPolicy)
+    email_delivery_delay_s: float = 60.0
 
 
 class SubmitMessage(BaseModel):
@@ -77,6 +78,7 @@ class CarriedState(BaseModel):
     call_seq: int
     inbox: list[SubmitMessage] = Field(default_factory=list)
     saga: Saga = Field(default_factory=Saga)
+    outbox: list[int] = Field(default_factory=list)  # queued emails not delivered yet
 
 
 class StartConversation(BaseModel):

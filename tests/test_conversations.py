@@ -33,6 +33,7 @@ async def test_concurrent_first_messages_reach_one_conversation(agent: AgentHarn
         send_keyed(agent.client, agent.settings, start, key, two),
     )
     assert {h.id for h in handles} == {keyed_workflow_id("acme", key)}
+    agent.track(handles[0].id)
     replies = await asyncio.gather(
         wait_reply(agent.client, handles[0].id, one.message_id or ""),
         wait_reply(agent.client, handles[0].id, two.message_id or ""),
@@ -52,6 +53,7 @@ async def test_turns_continue_as_new_carrying_state(agent: AgentHarness) -> None
     for text, expected in (("one", "first"), ("two", "second"), ("three", "third")):
         sent = message(text)
         handles.append(await send_keyed(agent.client, agent.settings, start, key, sent))
+        agent.track(handles[-1].id)
         reply = await wait_reply(agent.client, handles[-1].id, sent.message_id or "")
         assert reply is not None and reply.reply == f"[scripted model] {expected}"
     latest = agent.client.get_workflow_handle(handles[0].id)

@@ -106,7 +106,11 @@ class AgentWorkflow:
         self._inbox: list[SubmitMessage] = list(carried.inbox) if carried else []
         self._saga = carried.saga if carried else Saga()
         self._rollbacks: list[RollbackRequest] = []
-        self._outbox: list[int] = []  # emails this turn queued, delivered when it ends
+        self._outbox: list[int] = []  # emails this turn queued
+        self._deliveries: list[asyncio.Task[None]] = []
+        self._undelivered: list[int] = []  # queued emails whose delivery has not finished
+        if carried and carried.outbox:
+            self._deliveries.append(asyncio.create_task(self._deliver_after(0, carried.outbox)))
         self._rolling_back = False
         if start.message and not carried:
             self._inbox.append(SubmitMessage(user_id=start.user_id, text=start.message))
@@ -141,6 +145,7 @@ class AgentWorkflow:
             raise
         self._ended_by = self._ended_by or "ended"
         self._refresh_state()
+        await asyncio.gather(*self._deliveries)
         await workflow.wait_condition(workflow.all_handlers_finished)
         last = self._last_turn
         return ConversationResult(
@@ -209,6 +214,7 @@ class AgentWorkflow:
             call_seq=self._call_seq,
             inbox=self._inbox,
             saga=self._saga,
+            outbox=self._undelivered,
         )
         return self._start.model_copy(update={"message": None, "carried": carried})
 
@@ -220,13 +226,19 @@ class AgentWorkflow:
         self._refresh_state()
         try:
             await self._turn_loop(context, message)
-            await self._deliver_queued_emails()
         finally:
             self._in_turn = False
+        if self._outbox:
+            delay = context.email_delivery_delay_s
+            self._deliveries.append(asyncio.create_task(self._deliver_after(delay, self._outbox)))
+            self._outbox = []
 
-    async def _deliver_queued_emails(self) -> None:
-        """Emails go out when their turn ends, so undoing the turn before then cancels them."""
-        queued, self._outbox = self._outbox, []
+    async def _deliver_after(self, delay_s: float, queued: list[int]) -> None:
+        """Deliver a turn's emails once its undo window has passed: a rollback within the window
+        cancels them in the outbox, and delivery then finds them cancelled."""
+        self._undelivered += queued
+        if delay_s > 0:
+            await workflow.sleep(delay_s, summary=f"undo window of {len(queued)} email(s)")
         for outbox_id in queued:
             try:
                 await workflow.execute_activity(
@@ -238,6 +250,7 @@ class AgentWorkflow:
                 )
             except ActivityError as err:  # stays in the outbox, visible to operators; the turn is done
                 workflow.logger.error("email %s not delivered: %s", outbox_id, err.cause or err)
+            self._undelivered.remove(outbox_id)
 
     async def _turn_loop(self, context: ConversationContext, message: SubmitMessage) -> None:
         self._messages.append(ChatMessage(role="user", content=message.text, name=message.user_id))
