@@ -1,6 +1,6 @@
 """The Countersign worker: the AgentWorkflow and every activity, on one task queue.
 
-    python worker.py      # settings from the environment, or from `starter.py dev up`
+python worker.py      # settings from the environment, or from `starter.py dev up`
 """
 
 from __future__ import annotations

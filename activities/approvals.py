@@ -29,7 +29,9 @@ async def roles_of(session: AsyncSession, tenant_id: str, user_id: str) -> list[
     """The user's roles in the tenant, or None when they are not a user of it."""
     if await session.get(User, (tenant_id, user_id)) is None:
         return None
-    rows = await session.scalars(select(UserRole.role).where(UserRole.tenant_id == tenant_id, UserRole.user_id == user_id))
+    rows = await session.scalars(
+        select(UserRole.role).where(UserRole.tenant_id == tenant_id, UserRole.user_id == user_id)
+    )
     return list(rows)
 
 
@@ -45,7 +47,9 @@ class ApprovalActivities:
             refusal = record.refusal
             if refusal is None:
                 roles = await roles_of(session, record.tenant_id, decision.approver)
-                refusal = approver_refusal(decision.decision, record.risk, record.requested_by, decision.approver, roles)
+                refusal = approver_refusal(
+                    decision.decision, record.risk, record.requested_by, decision.approver, roles
+                )
             edited: str | None = None
             if refusal is None and decision.args is not None:
                 edited, refusal = self._edited(record.tool, decision.args)

@@ -17,7 +17,9 @@ from tools.registry import REGISTRY
 
 
 class ContextActivities:
-    def __init__(self, sessions: async_sessionmaker[AsyncSession], email_delivery_delay_s: float = 60.0) -> None:
+    def __init__(
+        self, sessions: async_sessionmaker[AsyncSession], email_delivery_delay_s: float = 60.0
+    ) -> None:
         self._sessions = sessions
         self._email_delay = email_delivery_delay_s
 
@@ -33,7 +35,9 @@ class ContextActivities:
             roles = list(
                 await session.scalars(
                     select(schema.UserRole.role)
-                    .where(schema.UserRole.tenant_id == start.tenant_id, schema.UserRole.user_id == start.user_id)
+                    .where(
+                        schema.UserRole.tenant_id == start.tenant_id, schema.UserRole.user_id == start.user_id
+                    )
                     .order_by(schema.UserRole.role)
                 )
             )
@@ -46,7 +50,9 @@ class ContextActivities:
             )
         unknown_tools = [p.tool for p in permissions if p.tool not in REGISTRY]
         if unknown_tools:
-            activity.logger.warning("agent %s lists tools this worker does not have: %s", start.agent, unknown_tools)
+            activity.logger.warning(
+                "agent %s lists tools this worker does not have: %s", start.agent, unknown_tools
+            )
         prompt = (
             f"{profile.system_prompt}\n\n"
             f"You act for {user.display_name} (user id {user.id}, roles: {', '.join(roles) or 'none'}) "

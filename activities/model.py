@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from datetime import timedelta
+from typing import Any
 
 import openai
 from openai.types.chat import ChatCompletion
@@ -82,7 +83,9 @@ def to_reply(completion: ChatCompletion) -> ModelReply:
 class ModelActivities:
     def __init__(self, settings: Settings) -> None:
         if not settings.llm_base_url and settings.scripted_model:
-            raise RuntimeError("no model configured: set LLM_BASE_URL (and LLM_MODEL), or run `starter.py dev up`")
+            raise RuntimeError(
+                "no model configured: set LLM_BASE_URL (and LLM_MODEL), or run `starter.py dev up`"
+            )
         self._model = settings.llm_model
         self._client = openai.AsyncOpenAI(
             base_url=settings.llm_base_url, api_key=settings.llm_api_key, max_retries=0, timeout=110.0
@@ -90,15 +93,15 @@ class ModelActivities:
 
     @activity.defn(name="call_model")
     async def call_model(self, request: ModelRequest) -> ModelReply:
-        kwargs: dict[str, object] = {"tools": request.tools, "parallel_tool_calls": True} if request.tools else {}
+        # The request is built as plain JSON (the same shape the scripted model and any
+        # OpenAI-compatible server read) rather than the client's TypedDicts.
+        body: dict[str, Any] = {"model": self._model, "messages": [m.to_openai() for m in request.messages]}
+        if request.tools:
+            body |= {"tools": request.tools, "parallel_tool_calls": True}
         if request.max_tokens is not None:
-            kwargs["max_tokens"] = request.max_tokens
+            body["max_tokens"] = request.max_tokens
         try:
-            completion = await self._client.chat.completions.create(
-                model=self._model,
-                messages=[m.to_openai() for m in request.messages],  # type: ignore[misc]
-                **kwargs,  # type: ignore[arg-type]
-            )
+            completion = await self._client.chat.completions.create(**body)
             return to_reply(completion)
         except (openai.OpenAIError, ValueError) as exc:
             raise classify(exc) from exc

@@ -43,7 +43,7 @@ class SagaActivities:
                 )
             )
             if done is not None and done.state in FINAL_STATES:
-                return CompensationOutcome(state=done.state, detail="recorded earlier")  # type: ignore[arg-type]
+                return CompensationOutcome.model_validate({"state": done.state, "detail": "recorded earlier"})
             executed = await session.scalar(
                 select(ToolExecution).where(
                     ToolExecution.workflow_id == request.workflow_id,
@@ -66,7 +66,9 @@ class SagaActivities:
                 try:
                     args = validate(tool, entry.arguments)
                 except ToolFailure as failure:  # arguments that executed always validate again
-                    raise RuntimeError(f"recorded arguments no longer validate: {failure.message}") from failure
+                    raise RuntimeError(
+                        f"recorded arguments no longer validate: {failure.message}"
+                    ) from failure
                 try:
                     async with session.begin_nested():
                         outcome = await tool.compensation(context, args, result)
@@ -79,7 +81,10 @@ class SagaActivities:
             if state == "done":
                 await session.execute(
                     update(ToolExecution)
-                    .where(ToolExecution.workflow_id == request.workflow_id, ToolExecution.call_id == entry.call_id)
+                    .where(
+                        ToolExecution.workflow_id == request.workflow_id,
+                        ToolExecution.call_id == entry.call_id,
+                    )
                     .values(rolled_back=True, rolled_back_at=func.now())
                 )
         return CompensationOutcome(state=state, detail=outcome)
@@ -90,7 +95,9 @@ class SagaActivities:
             await self._record(session, request, "failed", request.entry.error)
 
     @staticmethod
-    async def _record(session: AsyncSession, request: CompensationRequest, state: str, error: str | None) -> None:
+    async def _record(
+        session: AsyncSession, request: CompensationRequest, state: str, error: str | None
+    ) -> None:
         tool = REGISTRY.get(request.entry.tool)
         compensation = tool.compensation.__name__ if tool and tool.compensation else "none"
         values = {"state": state, "error": error, "finished_at": func.now()}
@@ -108,8 +115,8 @@ class SagaActivities:
         )
 
     @activity.defn(name="authorize_rollback")
-    async def authorize_rollback(self, auth: RollbackAuthorization) -> str | None:
-        """None when the requester may roll back (the conversation's user, or an admin of the
+    async def authorize_rollback(self, auth: RollbackAuthorization) -> str:
+        """ "" when the requester may roll back (the conversation's user, or an admin of the
         tenant), else why not. Every request is recorded either way."""
         request = auth.request
         async with self._sessions() as session, session.begin():
@@ -118,7 +125,8 @@ class SagaActivities:
             if roles is None:
                 refusal = f"{request.requested_by!r} is not a user of this tenant"
             elif request.requested_by != auth.conversation_user and "admin" not in roles:
-                refusal = f"{request.requested_by} may not roll back {auth.conversation_user}'s conversation (admins may)"
+                owner = auth.conversation_user
+                refusal = f"{request.requested_by} may not roll back {owner}'s conversation (admins may)"
             session.add(
                 RollbackRecord(
                     tenant_id=auth.tenant_id,
@@ -130,4 +138,4 @@ class SagaActivities:
                     reason=refusal or request.reason,
                 )
             )
-        return refusal
+        return refusal or ""

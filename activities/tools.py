@@ -53,7 +53,9 @@ def load_arguments(raw: str) -> dict[str, Any]:
     try:
         value = json.loads(raw or "{}")
     except json.JSONDecodeError as exc:
-        raise ToolFailure("VALIDATION_ERROR", f"arguments are not valid JSON: {exc.msg} at position {exc.pos}") from exc
+        raise ToolFailure(
+            "VALIDATION_ERROR", f"arguments are not valid JSON: {exc.msg} at position {exc.pos}"
+        ) from exc
     if not isinstance(value, dict):
         raise ToolFailure("VALIDATION_ERROR", "arguments must be a JSON object")
     return value
@@ -102,7 +104,8 @@ class ToolActivities:
             await session.execute(select(func.pg_advisory_xact_lock(func.hashtextextended(key, 0))))
             recorded = await session.scalar(
                 select(ToolExecution).where(
-                    ToolExecution.workflow_id == invocation.workflow_id, ToolExecution.call_id == invocation.call_id
+                    ToolExecution.workflow_id == invocation.workflow_id,
+                    ToolExecution.call_id == invocation.call_id,
                 )
             )
             if recorded is not None and recorded.result is not None:
@@ -133,7 +136,9 @@ class ToolActivities:
                 f"{tool} is called too often (limit {limit.per_s:g}/s); retry in {math.ceil(wait)} s",
             )
 
-    async def _run(self, session: AsyncSession, tool: Tool, invocation: ToolInvocation, key: str) -> ToolResult:
+    async def _run(
+        self, session: AsyncSession, tool: Tool, invocation: ToolInvocation, key: str
+    ) -> ToolResult:
         started = datetime.now(UTC)
         clock = time.perf_counter()
         outcome = "executed"
@@ -147,7 +152,9 @@ class ToolActivities:
                 call_id=invocation.call_id,
                 now=started,
             )
-            async with session.begin_nested():  # a failing tool's partial writes roll back; the audit row stays
+            async with (
+                session.begin_nested()
+            ):  # a failing tool's partial writes roll back; the audit row stays
                 result = envelope_of(await tool.fn(context, parsed))
         except ToolFailure as failure:
             outcome = "invalid" if failure.code == "VALIDATION_ERROR" else "failed"

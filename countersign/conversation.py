@@ -40,10 +40,13 @@ class AgentProfile(BaseModel):
     atomic_turns: bool = False
 
 
+DEFAULT_APPROVAL_TIMEOUTS: dict[Risk, float] = {"low": 86_400.0, "medium": 86_400.0, "high": 86_400.0}
+
+
 class ApprovalPolicy(BaseModel):
     """How long a call may wait for a decision, by risk, and when to remind reviewers."""
 
-    timeout_s: dict[Risk, float] = Field(default_factory=lambda: dict.fromkeys(("low", "medium", "high"), 86_400.0))
+    timeout_s: dict[Risk, float] = Field(default_factory=lambda: dict(DEFAULT_APPROVAL_TIMEOUTS))
     reminder_lead_s: float = 3_600.0  # remind this long before expiry
 
     def timeout_for(self, risk: Risk, override_s: float | None) -> float:

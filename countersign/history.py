@@ -12,7 +12,9 @@ from countersign.chat import ChatMessage
 MAX_CARRIED_MESSAGES = 200
 
 
-def trim_for_carry(messages: list[ChatMessage], max_messages: int = MAX_CARRIED_MESSAGES) -> list[ChatMessage]:
+def trim_for_carry(
+    messages: list[ChatMessage], max_messages: int = MAX_CARRIED_MESSAGES
+) -> list[ChatMessage]:
     system = [m for m in messages[:1] if m.role == "system"]
     rest = messages[len(system) :]
     turn_starts = [i for i, m in enumerate(rest) if m.role == "user"]

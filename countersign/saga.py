@@ -40,6 +40,7 @@ class Saga(BaseModel):
 
     def to_undo(self, scope: Scope, turn: int, call_id: str | None = None) -> list[SagaEntry]:
         """The entries a rollback of `scope` undoes, newest first. `turn` is the latest turn."""
+
         def wanted(e: SagaEntry) -> bool:
             if scope == "call":
                 return e.call_id == call_id

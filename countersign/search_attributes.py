@@ -17,7 +17,9 @@ ALL = (AGENT_STATUS, TENANT_ID, AGENT_NAME)
 async def ensure_registered(client: Client, namespace: str) -> None:
     """Register the attributes that are missing (a dev server's SQLite file may predate one)."""
     try:
-        listed = await client.operator_service.list_search_attributes(ListSearchAttributesRequest(namespace=namespace))
+        listed = await client.operator_service.list_search_attributes(
+            ListSearchAttributesRequest(namespace=namespace)
+        )
         missing = {k.name for k in ALL} - set(listed.custom_attributes)
     except RPCError as err:  # the time-skipping test server can add attributes but not list them
         if err.status != RPCStatusCode.UNIMPLEMENTED:
@@ -26,5 +28,7 @@ async def ensure_registered(client: Client, namespace: str) -> None:
     if missing:
         keyword = IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD
         await client.operator_service.add_search_attributes(
-            AddSearchAttributesRequest(namespace=namespace, search_attributes={name: keyword for name in missing})
+            AddSearchAttributesRequest(
+                namespace=namespace, search_attributes={name: keyword for name in missing}
+            )
         )

@@ -16,7 +16,10 @@ from tests.fixtures.agent import AgentHarness
 from workflows.agent import AgentWorkflow
 
 FIND_JANE = (
-    {"when": {"user_contains": "jane"}, "reply": {"tool_calls": [{"name": "search_leads", "arguments": {"query": "Jane"}}]}},
+    {
+        "when": {"user_contains": "jane"},
+        "reply": {"tool_calls": [{"name": "search_leads", "arguments": {"query": "Jane"}}]},
+    },
     {
         "when": {"after_tool": "search_leads", "result_contains": "jane.doe@example.com"},
         "reply": {"tool_calls": [{"name": "get_lead", "arguments": {"lead": "jane.doe@example.com"}}]},
@@ -45,7 +48,15 @@ async def test_one_turn_searches_reads_and_answers(agent: AgentHarness, db_engin
     assert result.last_reply == "[scripted model] Jane Doe is a new lead."
     assert result.usage.model_calls == 3 and result.usage.tool_calls == 2
     transcript = await handle.query(AgentWorkflow.transcript)
-    assert [m.role for m in transcript] == ["system", "user", "assistant", "tool", "assistant", "tool", "assistant"]
+    assert [m.role for m in transcript] == [
+        "system",
+        "user",
+        "assistant",
+        "tool",
+        "assistant",
+        "tool",
+        "assistant",
+    ]
     search, lead = tool_results(transcript)
     assert search["ok"] and any(row["email"] == "jane.doe@example.com" for row in search["data"]["leads"])
     assert lead == {"ok": True, "data": lead["data"]} and lead["data"]["status"] == "new"
@@ -64,7 +75,10 @@ async def test_one_turn_searches_reads_and_answers(agent: AgentHarness, db_engin
 
 async def test_acme_search_never_returns_globex_rows(agent: AgentHarness, db_engine: AsyncEngine) -> None:
     agent.script(
-        {"when": {"turn_calls": 0}, "reply": {"tool_calls": [{"name": "search_leads", "arguments": {"query": "e"}}]}},
+        {
+            "when": {"turn_calls": 0},
+            "reply": {"tool_calls": [{"name": "search_leads", "arguments": {"query": "e"}}]},
+        },
         {"when": {"after_tool": "search_leads"}, "reply": {"content": "done"}},
     )
     for tenant, user in (("acme", "alice"), ("globex", "dave")):
@@ -86,7 +100,10 @@ async def test_bad_model_output_is_fed_back_not_fatal(agent: AgentHarness) -> No
             "reply": {
                 "tool_calls": [
                     {"name": "drop_database", "arguments": {}},
-                    {"name": "get_lead", "arguments": {"lead": "jane.doe@example.com", "tenant_id": "globex"}},
+                    {
+                        "name": "get_lead",
+                        "arguments": {"lead": "jane.doe@example.com", "tenant_id": "globex"},
+                    },
                     {"name": "search_leads", "arguments": {"query": "x", "limit": 500}},
                     {"name": "get_lead", "arguments": {"lead": "nobody@nowhere.example"}},
                 ]
@@ -100,15 +117,23 @@ async def test_bad_model_output_is_fed_back_not_fatal(agent: AgentHarness) -> No
     unknown, identity, too_many, missing = tool_results(await handle.query(AgentWorkflow.transcript))
     assert unknown["error"]["code"] == "UNKNOWN_TOOL"
     assert identity["error"]["code"] == "VALIDATION_ERROR"
-    assert "tenant_id" in identity["error"]["message"] and "never from arguments" in identity["error"]["message"]
+    assert (
+        "tenant_id" in identity["error"]["message"] and "never from arguments" in identity["error"]["message"]
+    )
     assert too_many["error"]["code"] == "VALIDATION_ERROR" and "limit" in too_many["error"]["message"]
     assert missing["error"]["code"] == "NOT_FOUND"
 
 
 async def test_iteration_limit_ends_the_turn(agent: AgentHarness) -> None:
     agent.script(
-        {"when": {"user_contains": "loop"}, "reply": {"tool_calls": [{"name": "search_leads", "arguments": {"query": "a"}}]}},
-        {"when": {"after_tool": "search_leads"}, "reply": {"tool_calls": [{"name": "search_leads", "arguments": {"query": "b"}}]}},
+        {
+            "when": {"user_contains": "loop"},
+            "reply": {"tool_calls": [{"name": "search_leads", "arguments": {"query": "a"}}]},
+        },
+        {
+            "when": {"after_tool": "search_leads"},
+            "reply": {"tool_calls": [{"name": "search_leads", "arguments": {"query": "b"}}]},
+        },
     )
     handle = await agent.start("loop forever", single_turn=True, limits=Limits(max_iterations=3))
     result = await handle.result()
@@ -120,7 +145,10 @@ async def test_iteration_limit_ends_the_turn(agent: AgentHarness) -> None:
 async def test_conversation_takes_turns_until_ended(agent: AgentHarness) -> None:
     agent.script(
         {"when": {"user_contains": "hello"}, "reply": {"content": "Hi!"}},
-        {"when": {"user_contains": "jane"}, "reply": {"tool_calls": [{"name": "get_lead", "arguments": {"lead": "jane.doe@example.com"}}]}},
+        {
+            "when": {"user_contains": "jane"},
+            "reply": {"tool_calls": [{"name": "get_lead", "arguments": {"lead": "jane.doe@example.com"}}]},
+        },
         {"when": {"after_tool": "get_lead"}, "reply": {"content": "Jane is new."}},
     )
     handle = await agent.start("hello")
@@ -133,7 +161,9 @@ async def test_conversation_takes_turns_until_ended(agent: AgentHarness) -> None
     second = await handle.execute_update(AgentWorkflow.wait_turn, 2)
     assert second is not None and second.reply == "[scripted model] Jane is new." and second.turn == 2
 
-    update = await handle.start_update(AgentWorkflow.wait_turn, 3, wait_for_stage=WorkflowUpdateStage.ACCEPTED)
+    update = await handle.start_update(
+        AgentWorkflow.wait_turn, 3, wait_for_stage=WorkflowUpdateStage.ACCEPTED
+    )
     await handle.signal(AgentWorkflow.end, EndConversation(requested_by="alice"))
     assert await update.result() is None
     result = await handle.result()

@@ -22,7 +22,10 @@ JANE = "jane.doe@example.com"
 
 def qualify(reason: str = "budget confirmed") -> dict[str, Any]:
     args = {"lead": JANE, "new_status": "qualified", "reason": reason}
-    return {"when": {"user_contains": "qualify"}, "reply": {"tool_calls": [{"name": "update_lead_status", "arguments": args}]}}
+    return {
+        "when": {"user_contains": "qualify"},
+        "reply": {"tool_calls": [{"name": "update_lead_status", "arguments": args}]},
+    }
 
 
 ECHO_RESULT = {"when": {"after_tool": "update_lead_status"}, "reply": {"content": "done"}}
@@ -40,7 +43,9 @@ async def pending(handle: WorkflowHandle[Any, Any], count: int = 1) -> StatusVie
 
 async def lead_status(engine: AsyncEngine, tenant: str) -> str:
     async with engine.connect() as conn:
-        return (await conn.execute(select(Lead.status).where(Lead.tenant_id == tenant, Lead.email == JANE))).scalar_one()
+        return (
+            await conn.execute(select(Lead.status).where(Lead.tenant_id == tenant, Lead.email == JANE))
+        ).scalar_one()
 
 
 async def reset_jane(engine: AsyncEngine) -> None:
@@ -77,7 +82,8 @@ async def test_approved_call_runs_once_with_the_approver_recorded(
     assert await lead_status(db_engine, "acme") == "new", "nothing runs before a decision"
 
     decided = await handle.execute_update(
-        AgentWorkflow.decide, Decision(call_id=waiting.call_id, decision="approve", approver="bob", reason="ok")
+        AgentWorkflow.decide,
+        Decision(call_id=waiting.call_id, decision="approve", approver="bob", reason="ok"),
     )
     assert decided.state == "approved" and decided.decided_by == "bob"
     await handle.result()
@@ -87,11 +93,15 @@ async def test_approved_call_runs_once_with_the_approver_recorded(
     assert (row.outcome, row.approved_by, row.tool) == ("executed", "bob", "update_lead_status")
 
 
-async def test_rejected_by_signal_tells_the_model(agent: AgentHarness, db_engine: AsyncEngine, jane_is_new: None) -> None:
+async def test_rejected_by_signal_tells_the_model(
+    agent: AgentHarness, db_engine: AsyncEngine, jane_is_new: None
+) -> None:
     agent.script(qualify(), ECHO_RESULT)
     handle = await agent.start("qualify jane", single_turn=True)
     (waiting,) = (await pending(handle)).pending_approvals
-    await handle.signal(AgentWorkflow.reject, RejectSignal(call_id=waiting.call_id, approver="bob", reason="not yet"))
+    await handle.signal(
+        AgentWorkflow.reject, RejectSignal(call_id=waiting.call_id, approver="bob", reason="not yet")
+    )
     await handle.result()
     result = last_tool_result(await handle.query(AgentWorkflow.transcript))
     assert result["error"]["code"] == "REJECTED" and "not yet" in result["error"]["message"]
@@ -152,23 +162,35 @@ async def test_unauthorized_approvers_are_refused_and_audited(
     # a signal with the same decision is refused without a state change
     await handle.signal(AgentWorkflow.approve, ApproveSignal(call_id=waiting.call_id, approver=approver))
     assert len((await pending(handle)).pending_approvals) == 1
-    await handle.execute_update(AgentWorkflow.decide, Decision(call_id=waiting.call_id, decision="approve", approver="carol"))
+    await handle.execute_update(
+        AgentWorkflow.decide, Decision(call_id=waiting.call_id, decision="approve", approver="carol")
+    )
     await handle.result()
     async with db_engine.connect() as conn:
-        rows = (await conn.execute(select(ApprovalDecision).where(ApprovalDecision.workflow_id == handle.id))).all()
+        rows = (
+            await conn.execute(select(ApprovalDecision).where(ApprovalDecision.workflow_id == handle.id))
+        ).all()
     assert [(r.approver, r.accepted) for r in rows] == [(approver, False), (approver, False), ("carol", True)]
 
 
-async def test_duplicate_and_unknown_decisions_fail_with_a_reason(agent: AgentHarness, jane_is_new: None) -> None:
+async def test_duplicate_and_unknown_decisions_fail_with_a_reason(
+    agent: AgentHarness, jane_is_new: None
+) -> None:
     agent.script(qualify(), ECHO_RESULT)
     handle = await agent.start("qualify jane", single_turn=True)
     (waiting,) = (await pending(handle)).pending_approvals
     with pytest.raises(WorkflowUpdateFailedError, match="") as unknown:
-        await handle.execute_update(AgentWorkflow.decide, Decision(call_id="c999", decision="approve", approver="bob"))
+        await handle.execute_update(
+            AgentWorkflow.decide, Decision(call_id="c999", decision="approve", approver="bob")
+        )
     assert "unknown call id" in str(unknown.value.cause)
-    await handle.execute_update(AgentWorkflow.decide, Decision(call_id=waiting.call_id, decision="reject", approver="bob"))
+    await handle.execute_update(
+        AgentWorkflow.decide, Decision(call_id=waiting.call_id, decision="reject", approver="bob")
+    )
     with pytest.raises(WorkflowUpdateFailedError) as duplicate:
-        await handle.execute_update(AgentWorkflow.decide, Decision(call_id=waiting.call_id, decision="approve", approver="carol"))
+        await handle.execute_update(
+            AgentWorkflow.decide, Decision(call_id=waiting.call_id, decision="approve", approver="carol")
+        )
     assert "already rejected by bob" in str(duplicate.value.cause)
     await handle.result()
 
@@ -182,12 +204,14 @@ async def test_edited_arguments_are_validated_and_reported(
     bad = {"lead": JANE, "new_status": "promoted", "reason": "x"}
     with pytest.raises(WorkflowUpdateFailedError) as invalid:
         await handle.execute_update(
-            AgentWorkflow.decide, Decision(call_id=waiting.call_id, decision="approve", approver="bob", args=bad)
+            AgentWorkflow.decide,
+            Decision(call_id=waiting.call_id, decision="approve", approver="bob", args=bad),
         )
     assert "edited arguments are invalid" in str(invalid.value.cause)
     edited = {"lead": JANE, "new_status": "contacted", "reason": "only contacted so far"}
     await handle.execute_update(
-        AgentWorkflow.decide, Decision(call_id=waiting.call_id, decision="approve", approver="bob", args=edited)
+        AgentWorkflow.decide,
+        Decision(call_id=waiting.call_id, decision="approve", approver="bob", args=edited),
     )
     await handle.result()
     assert await lead_status(db_engine, "acme") == "contacted"
@@ -208,11 +232,19 @@ async def test_parallel_calls_are_decided_independently_in_any_order(
         {"when": {"after_tool": "update_lead_status"}, "reply": {"content": "done"}},
     )
     handle = await agent.start("do both", single_turn=True)
-    first, second = (await pending(handle, 2)).pending_approvals
-    await handle.execute_update(AgentWorkflow.decide, Decision(call_id=second.call_id, decision="approve", approver="bob"))
-    await handle.execute_update(AgentWorkflow.decide, Decision(call_id=first.call_id, decision="reject", approver="bob"))
+    # matched by call id, never by position: the order approvals appear in is not the calls' order
+    by_reason = {json.loads(p.args)["reason"]: p for p in (await pending(handle, 2)).pending_approvals}
+    first, second = by_reason["a"], by_reason["b"]
+    await handle.execute_update(
+        AgentWorkflow.decide, Decision(call_id=second.call_id, decision="approve", approver="bob")
+    )
+    await handle.execute_update(
+        AgentWorkflow.decide, Decision(call_id=first.call_id, decision="reject", approver="bob")
+    )
     await handle.result()
-    results = [json.loads(m.content) for m in await handle.query(AgentWorkflow.transcript) if m.role == "tool"]
+    results = [
+        json.loads(m.content) for m in await handle.query(AgentWorkflow.transcript) if m.role == "tool"
+    ]
     assert [r["ok"] for r in results] == [False, True, True]
     assert results[0]["error"]["code"] == "REJECTED"
     assert await lead_status(db_engine, "acme") == "qualified"
@@ -220,8 +252,14 @@ async def test_parallel_calls_are_decided_independently_in_any_order(
 
 async def test_ask_human_waits_for_the_users_answer(agent: AgentHarness) -> None:
     agent.script(
-        {"when": {"user_contains": "ask"}, "reply": {"tool_calls": [{"name": "ask_human", "arguments": {"question": "Which Jane?"}}]}},
-        {"when": {"after_tool": "ask_human", "result_contains": "the acme one"}, "reply": {"content": "Thanks."}},
+        {
+            "when": {"user_contains": "ask"},
+            "reply": {"tool_calls": [{"name": "ask_human", "arguments": {"question": "Which Jane?"}}]},
+        },
+        {
+            "when": {"after_tool": "ask_human", "result_contains": "the acme one"},
+            "reply": {"content": "Thanks."},
+        },
     )
     handle = await agent.start("ask me", single_turn=True)
     for _ in range(200):
@@ -232,7 +270,11 @@ async def test_ask_human_waits_for_the_users_answer(agent: AgentHarness) -> None
     assert status.state == "awaiting_answer"
     (question,) = status.pending_questions
     assert question.question == "Which Jane?"
-    await handle.signal(AgentWorkflow.answer, AnswerSignal(call_id=question.call_id, user_id="mallory", text="evil"))
-    await handle.signal(AgentWorkflow.answer, AnswerSignal(call_id=question.call_id, user_id="alice", text="the acme one"))
+    await handle.signal(
+        AgentWorkflow.answer, AnswerSignal(call_id=question.call_id, user_id="mallory", text="evil")
+    )
+    await handle.signal(
+        AgentWorkflow.answer, AnswerSignal(call_id=question.call_id, user_id="alice", text="the acme one")
+    )
     result = await handle.result()
     assert result.last_reply == "[scripted model] Thanks."

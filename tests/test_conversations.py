@@ -38,7 +38,10 @@ async def test_concurrent_first_messages_reach_one_conversation(agent: AgentHarn
         wait_reply(agent.client, handles[0].id, one.message_id or ""),
         wait_reply(agent.client, handles[0].id, two.message_id or ""),
     )
-    assert sorted(r.reply or "" for r in replies if r) == ["[scripted model] first", "[scripted model] second"]
+    assert sorted(r.reply or "" for r in replies if r) == [
+        "[scripted model] first",
+        "[scripted model] second",
+    ]
     transcript = await agent.client.get_workflow_handle(handles[0].id).query(AgentWorkflow.transcript)
     assert sorted(m.content or "" for m in transcript if m.role == "user") == ["one", "two"]
 

@@ -355,7 +355,7 @@ async def test_up_status_reuse_down_and_resume(stack_env: dict[str, str]) -> Non
 @pytest.mark.devserver
 async def test_an_external_temporal_is_used_and_never_stopped(
     stack_env: dict[str, str],
-    dev_server: DevServerConfig,  # noqa: F811
+    dev_server: DevServerConfig,
 ) -> None:
     env = {**stack_env, "TEMPORAL_ADDRESS": dev_server.address}
     output = await ok(env, "dev", "up")

@@ -17,7 +17,10 @@ from workflows.agent import AgentWorkflow
 
 SEND = {"to": "jane.doe@example.com", "subject": "Your demo", "body": "Tuesday works for us."}
 RULES = (
-    {"when": {"user_contains": "email"}, "reply": {"tool_calls": [{"name": "send_email", "arguments": SEND}]}},
+    {
+        "when": {"user_contains": "email"},
+        "reply": {"tool_calls": [{"name": "send_email", "arguments": SEND}]},
+    },
     {"when": {"after_tool": "send_email"}, "reply": {"content": "sent"}},
 )
 
@@ -25,7 +28,9 @@ RULES = (
 async def outbox_status(engine: AsyncEngine, workflow_id: str) -> str:
     async with engine.connect() as conn:
         key = f"{workflow_id}:c1"
-        return (await conn.execute(select(EmailOutbox.status).where(EmailOutbox.idempotency_key == key))).scalar_one()
+        return (
+            await conn.execute(select(EmailOutbox.status).where(EmailOutbox.idempotency_key == key))
+        ).scalar_one()
 
 
 async def test_an_approved_email_is_delivered_after_its_undo_window(
@@ -34,7 +39,9 @@ async def test_an_approved_email_is_delivered_after_its_undo_window(
     agent.script(*RULES)
     handle = await agent.start("email jane", single_turn=True)
     (waiting,) = (await pending(handle)).pending_approvals
-    await handle.execute_update(AgentWorkflow.decide, Decision(call_id=waiting.call_id, decision="approve", approver="bob"))
+    await handle.execute_update(
+        AgentWorkflow.decide, Decision(call_id=waiting.call_id, decision="approve", approver="bob")
+    )
     await handle.execute_update(AgentWorkflow.wait_turn, 1)
     assert await outbox_status(db_engine, handle.id) == "queued" and not smtp_server.messages
     await handle.result()  # the time-skipping server jumps the undo window
@@ -49,7 +56,9 @@ async def test_rolling_back_within_the_window_cancels_the_email(
     agent.script(*RULES)
     handle = await agent.start("email jane")
     (waiting,) = (await pending(handle)).pending_approvals
-    await handle.execute_update(AgentWorkflow.decide, Decision(call_id=waiting.call_id, decision="approve", approver="bob"))
+    await handle.execute_update(
+        AgentWorkflow.decide, Decision(call_id=waiting.call_id, decision="approve", approver="bob")
+    )
     await handle.execute_update(AgentWorkflow.wait_turn, 1)
     await handle.signal(AgentWorkflow.rollback, RollbackRequest(requested_by="alice", scope="turn"))
     saga = await rolled_back(agent, handle)

@@ -25,7 +25,9 @@ def test_cut_only_at_turn_boundaries_keeping_the_system_prompt() -> None:
     messages = [SYSTEM, *turn(1, 3), *turn(2, 1), *turn(3, 1)]  # 8 + 4 + 4 messages after the prompt
     kept = trim_for_carry(messages, 10)
     assert kept[0] == SYSTEM and kept[1].content == "q2" and len(kept) == 9
-    assert all(m.role != "tool" or any(c.id == m.tool_call_id for k in kept for c in k.tool_calls) for m in kept)
+    assert all(
+        m.role != "tool" or any(c.id == m.tool_call_id for k in kept for c in k.tool_calls) for m in kept
+    )
 
 
 def test_the_latest_turn_survives_even_when_too_long() -> None:

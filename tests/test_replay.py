@@ -7,6 +7,7 @@ conversations; these tests catch that before a deploy does. To add a recorded hi
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
@@ -27,7 +28,7 @@ def replayer() -> Replayer:
 
 @pytest.mark.parametrize("path", HISTORIES, ids=[p.stem for p in HISTORIES])
 async def test_recorded_history_replays(path: Path) -> None:
-    history = WorkflowHistory.from_json(path.stem, path.read_text())
+    history = WorkflowHistory.from_json(path.stem, await asyncio.to_thread(path.read_text))
     await replayer().replay_workflow(history)
 
 

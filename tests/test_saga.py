@@ -13,7 +13,14 @@ from temporalio.client import WorkflowFailureError
 
 from activities.saga import SagaActivities
 from countersign.db.engine import session_factory
-from countersign.db.schema import AgentProfile, AgentToolPermission, Compensation, EmailOutbox, Lead, RollbackRecord
+from countersign.db.schema import (
+    AgentProfile,
+    AgentToolPermission,
+    Compensation,
+    EmailOutbox,
+    Lead,
+    RollbackRecord,
+)
 from countersign.saga import CompensationRequest, RollbackRequest
 from countersign.tooling import CallerContext
 from tests.fixtures.agent import AgentHarness
@@ -25,11 +32,18 @@ TOOLS = ("update_lead_status", "create_task", "create_event", "send_email", "upd
 JANE = "jane.doe@example.com"
 
 WRITES = [
-    {"name": "update_lead_status", "arguments": {"lead": JANE, "new_status": "contacted", "reason": "called"}},
+    {
+        "name": "update_lead_status",
+        "arguments": {"lead": JANE, "new_status": "contacted", "reason": "called"},
+    },
     {"name": "create_task", "arguments": {"title": "Saga follow-up", "description": "call back"}},
     {
         "name": "create_event",
-        "arguments": {"title": "Saga demo", "starts_at": "2026-12-15T10:00:00Z", "ends_at": "2026-12-15T10:30:00Z"},
+        "arguments": {
+            "title": "Saga demo",
+            "starts_at": "2026-12-15T10:00:00Z",
+            "ends_at": "2026-12-15T10:30:00Z",
+        },
     },
     {"name": "send_email", "arguments": {"to": JANE, "subject": "Hello", "body": "Nice to meet you"}},
 ]
@@ -46,16 +60,20 @@ async def make_agent(engine: AsyncEngine, atomic: bool = False) -> str:
         )
         for tool in TOOLS:
             await conn.execute(
-                insert(AgentToolPermission).values(agent=name, tool=tool, tier="always_allow").on_conflict_do_nothing()
+                insert(AgentToolPermission)
+                .values(agent=name, tool=tool, tier="always_allow")
+                .on_conflict_do_nothing()
             )
     return name
 
 
+# The affected rows as a person sees them: created rows that were undone are cancelled, not deleted.
+LIVE = "tenant_id = 'acme' AND status <> 'cancelled' ORDER BY id"
 SNAPSHOT = {
     "leads": "SELECT id, status, updated_at FROM leads WHERE tenant_id = 'acme' ORDER BY id",
-    "tasks": "SELECT id, title, status FROM tasks WHERE tenant_id = 'acme' AND status <> 'cancelled' ORDER BY id",
-    "events": "SELECT id, title, status FROM calendar_events WHERE tenant_id = 'acme' AND status <> 'cancelled' ORDER BY id",
-    "outbox": "SELECT id, status FROM email_outbox WHERE tenant_id = 'acme' AND status = 'queued' ORDER BY id",
+    "tasks": f"SELECT id, title, status FROM tasks WHERE {LIVE}",
+    "events": f"SELECT id, title, status FROM calendar_events WHERE {LIVE}",
+    "outbox": "SELECT id, status FROM email_outbox WHERE tenant_id = 'acme' AND status = 'queued' ORDER BY id",  # noqa: E501
 }
 
 
@@ -75,7 +93,11 @@ async def rolled_back(agent: AgentHarness, handle: Any) -> Any:
     for _ in range(200):
         saga = await handle.query(AgentWorkflow.saga)
         status = await handle.query(AgentWorkflow.status)
-        if saga.entries and all(e.state != "registered" for e in saga.entries) and status.state != "rolling_back":
+        if (
+            saga.entries
+            and all(e.state != "registered" for e in saga.entries)
+            and status.state != "rolling_back"
+        ):
             return saga
         await asyncio.sleep(0.05)
     raise AssertionError(f"rollback did not finish: {saga}")
@@ -104,11 +126,19 @@ async def test_conversation_rollback_restores_rows_and_cancels_queued_email(
     assert [(i, s) for i, s, _ in after["leads"]] == [(i, s) for i, s, _ in before["leads"]]
     async with db_engine.connect() as conn:
         undone = (
-            await conn.execute(
-                select(Compensation.call_id).where(Compensation.workflow_id == handle.id).order_by(Compensation.id)
+            (
+                await conn.execute(
+                    select(Compensation.call_id)
+                    .where(Compensation.workflow_id == handle.id)
+                    .order_by(Compensation.id)
+                )
             )
-        ).scalars().all()
-        cancelled = (await conn.execute(select(EmailOutbox.status).order_by(EmailOutbox.id.desc()).limit(1))).scalar()
+            .scalars()
+            .all()
+        )
+        cancelled = (
+            await conn.execute(select(EmailOutbox.status).order_by(EmailOutbox.id.desc()).limit(1))
+        ).scalar()
     assert undone == ["c4", "c3", "c2", "c1"], "compensations run newest first"
     assert cancelled == "cancelled"
     transcript = await handle.query(AgentWorkflow.transcript)
@@ -129,7 +159,9 @@ async def test_turn_and_call_scopes(agent: AgentHarness, db_engine: AsyncEngine,
     await handle.execute_update(AgentWorkflow.wait_turn, 1)
     await handle.signal(AgentWorkflow.submit_message, {"user_id": "alice", "text": "second"})
     await handle.execute_update(AgentWorkflow.wait_turn, 2)
-    await handle.signal(AgentWorkflow.rollback, RollbackRequest(requested_by="alice", scope="call", call_id="c2"))
+    await handle.signal(
+        AgentWorkflow.rollback, RollbackRequest(requested_by="alice", scope="call", call_id="c2")
+    )
     for _ in range(200):
         states = {e.call_id: e.state for e in (await handle.query(AgentWorkflow.saga)).entries}
         if states["c2"] != "registered":
@@ -147,7 +179,9 @@ async def test_turn_and_call_scopes(agent: AgentHarness, db_engine: AsyncEngine,
     await handle.result()
 
 
-async def test_only_the_user_or_an_admin_may_roll_back(agent: AgentHarness, db_engine: AsyncEngine, clean: None) -> None:
+async def test_only_the_user_or_an_admin_may_roll_back(
+    agent: AgentHarness, db_engine: AsyncEngine, clean: None
+) -> None:
     name = await make_agent(db_engine)
     agent.script(
         {"when": {"user_contains": "task"}, "reply": {"tool_calls": [WRITES[1]]}},
@@ -174,7 +208,9 @@ async def test_only_the_user_or_an_admin_may_roll_back(agent: AgentHarness, db_e
     await handle.result()
 
 
-async def test_cancelling_the_conversation_compensates(agent: AgentHarness, db_engine: AsyncEngine, clean: None) -> None:
+async def test_cancelling_the_conversation_compensates(
+    agent: AgentHarness, db_engine: AsyncEngine, clean: None
+) -> None:
     name = await make_agent(db_engine)
     agent.script(
         {"when": {"user_contains": "lead"}, "reply": {"tool_calls": [WRITES[0]]}},
@@ -229,8 +265,10 @@ async def test_a_failing_compensation_is_reported_and_the_rest_still_run(
     status = await handle.query(AgentWorkflow.status)
     assert status.compensation_failures and "send_email" in status.compensation_failures[0]
     async with db_engine.begin() as conn:
-        failed = await conn.execute(select(Compensation.state, Compensation.error).where(Compensation.workflow_id == handle.id))
-        assert ("failed" in {r.state for r in failed})
+        failed = await conn.execute(
+            select(Compensation.state, Compensation.error).where(Compensation.workflow_id == handle.id)
+        )
+        assert "failed" in {r.state for r in failed}
         await conn.execute(delete(EmailOutbox).where(EmailOutbox.status == "sending"))
     await handle.signal(AgentWorkflow.end, {"requested_by": "alice"})
     await handle.result()
@@ -252,7 +290,9 @@ async def test_a_compensation_retried_after_commit_changes_nothing_twice(
     request = CompensationRequest(caller=caller, workflow_id=handle.id, entry=entry)
     first = await activities.compensate_call(request)
     async with db_engine.begin() as conn:  # a person changes the lead after the undo
-        await conn.execute(update(Lead).where(Lead.tenant_id == "acme", Lead.email == JANE).values(status="qualified"))
+        await conn.execute(
+            update(Lead).where(Lead.tenant_id == "acme", Lead.email == JANE).values(status="qualified")
+        )
     second = await activities.compensate_call(request)
     assert (first.state, second.state, second.detail) == ("done", "done", "recorded earlier")
     async with db_engine.connect() as conn:

@@ -12,7 +12,9 @@ from tools.registry import ToolArgs, ToolContext, ToolFailure, tool
 
 
 class AskHumanArgs(ToolArgs):
-    question: str = Field(min_length=1, max_length=2000, description="The question, as the user should read it")
+    question: str = Field(
+        min_length=1, max_length=2000, description="The question, as the user should read it"
+    )
 
 
 class HumanAnswer(BaseModel):

@@ -25,7 +25,7 @@ from typing import Any, Literal, get_type_hints
 from pydantic import BaseModel, ConfigDict
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from countersign.tooling import Category, CallerContext, ErrorCode, Risk, Tier, ToolSpec
+from countersign.tooling import CallerContext, Category, ErrorCode, Risk, Tier, ToolSpec
 
 # Identity fields only the trusted caller may set; no arguments model may declare them.
 IDENTITY_FIELDS = frozenset({"tenant_id", "tenant", "user_id", "user", "roles", "role", "caller"})
@@ -160,8 +160,8 @@ def tool(
 def compensates(forward: ToolFn) -> Callable[[CompensationFn], CompensationFn]:
     """Declare the compensation of a write tool, right below it:
 
-        @compensates(create_task)
-        async def cancel_created_task(ctx: ToolContext, args: CreateTaskArgs, result: dict | None) -> UndoOutcome:
+    @compensates(create_task)
+    async def cancel_created_task(ctx: ToolContext, args: CreateTaskArgs, result: dict | None) -> UndoOutcome:
     """
 
     def register(fn: CompensationFn) -> CompensationFn:
@@ -215,6 +215,10 @@ def parse_arguments(tool: Tool, raw: dict[str, Any]) -> ToolArgs:
     cleaned = {
         k: v
         for k, v in raw.items()
-        if not (v is None and k in tool.args_model.model_fields and not tool.args_model.model_fields[k].is_required())
+        if not (
+            v is None
+            and k in tool.args_model.model_fields
+            and not tool.args_model.model_fields[k].is_required()
+        )
     }
     return tool.args_model.model_validate(cleaned)

@@ -18,9 +18,12 @@ from datetime import datetime, timedelta
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, ApplicationError, TimeoutError as TemporalTimeoutError
+from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.exceptions import TimeoutError as TemporalTimeoutError
 
 with workflow.unsafe.imports_passed_through():
+    from activities.approvals import ApprovalReminder
+    from activities.audit import UnexecutedCall
     from countersign.approvals import (
         Approval,
         ApproveSignal,
@@ -59,8 +62,6 @@ with workflow.unsafe.imports_passed_through():
     )
     from countersign.search_attributes import AGENT_NAME, AGENT_STATUS, TENANT_ID
     from countersign.tooling import CallerContext, ToolInvocation, ToolResult, ToolSpec
-    from activities.audit import UnexecutedCall
-    from activities.approvals import ApprovalReminder
 
 CONTEXT_RETRY = RetryPolicy(maximum_attempts=5, non_retryable_error_types=["UnknownConversationParty"])
 MODEL_RETRY = RetryPolicy(
@@ -78,7 +79,7 @@ COMPENSATION_RETRY = RetryPolicy(
 DELIVERY_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=2), maximum_interval=timedelta(minutes=5), maximum_attempts=20
 )
-BOOKKEEPING = {"start_to_close_timeout": timedelta(seconds=30), "retry_policy": TOOL_RETRY}
+BOOKKEEPING_TIMEOUT = timedelta(seconds=30)
 
 
 def call_summary(tool: str, arguments: str) -> str:
@@ -149,7 +150,10 @@ class AgentWorkflow:
         await workflow.wait_condition(workflow.all_handlers_finished)
         last = self._last_turn
         return ConversationResult(
-            turns=self._turn, last_reply=last.reply if last else None, usage=self._usage, ended_by=self._ended_by
+            turns=self._turn,
+            last_reply=last.reply if last else None,
+            usage=self._usage,
+            ended_by=self._ended_by,
         )
 
     async def _converse(self, context: ConversationContext, start: StartConversation) -> None:
@@ -172,7 +176,10 @@ class AgentWorkflow:
             if start.single_turn:
                 self._ended_by = "single_turn"
                 return
-            if workflow.info().is_continue_as_new_suggested() or self._turns_this_run() >= self._limits.max_turns_per_run:
+            if (
+                workflow.info().is_continue_as_new_suggested()
+                or self._turns_this_run() >= self._limits.max_turns_per_run
+            ):
                 self._continuing = True  # lets waiting updates return, so the handlers can finish
                 await workflow.wait_condition(workflow.all_handlers_finished)
                 workflow.continue_as_new(self._carry(context))
@@ -182,7 +189,7 @@ class AgentWorkflow:
         return self._turn - (carried.turn if carried else 0)
 
     async def _load_context(self, start: StartConversation) -> ConversationContext:
-        context = await workflow.execute_activity(
+        context: ConversationContext = await workflow.execute_activity(
             "load_conversation_context",
             start,
             result_type=ConversationContext,
@@ -201,7 +208,7 @@ class AgentWorkflow:
                 timeout=timedelta(seconds=self._limits.idle_timeout_s),
                 timeout_summary="idle timeout",
             )
-        except asyncio.TimeoutError:
+        except TimeoutError:
             return False
         return True
 
@@ -276,29 +283,44 @@ class AgentWorkflow:
                 return self._end_turn(turn, "completed", assistant.content)
             budget = tool_call_budget(self._limits, turn)
             results = await asyncio.gather(
-                *(self._handle_call(context, tools, call, i < budget) for i, call in enumerate(assistant.tool_calls))
+                *(
+                    self._handle_call(context, tools, call, i < budget)
+                    for i, call in enumerate(assistant.tool_calls)
+                )
             )
             ran = Usage(tool_calls=min(budget, len(results)))
             turn, self._usage = turn.plus(ran), self._usage.plus(ran)
             for call, result in zip(assistant.tool_calls, results, strict=True):
                 self._messages.append(
-                    ChatMessage(role="tool", tool_call_id=call.id, name=call.name, content=result.to_content())
+                    ChatMessage(
+                        role="tool", tool_call_id=call.id, name=call.name, content=result.to_content()
+                    )
                 )
             failed_write = self._failed_write(tools, assistant.tool_calls, results)
             if failed_write and context.agent.atomic_turns:
                 undo = self._saga.to_undo("turn", self._turn)
                 await self._compensate(context, undo, f"atomic turn: {failed_write} failed")
-                return self._end_turn(turn, "error", f"The turn stopped: {failed_write} failed, so its writes were undone.")
+                return self._end_turn(
+                    turn, "error", f"The turn stopped: {failed_write} failed, so its writes were undone."
+                )
             if budget < len(results):
                 limit = self._limits.max_tool_calls
-                return self._end_turn(turn, "limit_reached", f"LIMIT_REACHED: the turn reached max_tool_calls ({limit}).")
+                return self._end_turn(
+                    turn, "limit_reached", f"LIMIT_REACHED: the turn reached max_tool_calls ({limit})."
+                )
 
     @staticmethod
-    def _failed_write(tools: dict[str, ToolSpec], calls: list[ToolCall], results: list[ToolResult]) -> str | None:
+    def _failed_write(
+        tools: dict[str, ToolSpec], calls: list[ToolCall], results: list[ToolResult]
+    ) -> str | None:
         """The first write of this batch that failed for good (not a refusal or a question), if any."""
         for call, result in zip(calls, results, strict=True):
             spec = tools.get(call.name)
-            failed = result.error is not None and result.error.code in ("INTERNAL_ERROR", "CONFLICT", "NOT_FOUND")
+            failed = result.error is not None and result.error.code in (
+                "INTERNAL_ERROR",
+                "CONFLICT",
+                "NOT_FOUND",
+            )
             if spec is not None and spec.category != "read" and failed:
                 return f"{call.id} {call.name}"
         return None
@@ -317,7 +339,7 @@ class AgentWorkflow:
         self._last_turn = TurnResult(turn=self._turn, reply=reply, stop=stop, usage=usage)
 
     async def _call_model(self, offered: list[dict[str, object]], remaining: timedelta) -> ModelReply:
-        return await workflow.execute_activity(
+        reply: ModelReply = await workflow.execute_activity(
             "call_model",
             ModelRequest(messages=self._messages, tools=offered),
             result_type=ModelReply,
@@ -326,6 +348,7 @@ class AgentWorkflow:
             retry_policy=MODEL_RETRY,
             summary=f"model call (turn {self._turn})",
         )
+        return reply
 
     def _number_calls(self, message: ChatMessage) -> ChatMessage:
         """Give each tool call a conversation-wide id (`c1`, `c2`, …): reviewers type these, the
@@ -343,7 +366,9 @@ class AgentWorkflow:
     ) -> ToolResult:
         invocation = self._invocation(context, call)
         if not within_budget:
-            limit = ToolResult.failure("LIMIT_REACHED", f"max_tool_calls ({self._limits.max_tool_calls}) reached")
+            limit = ToolResult.failure(
+                "LIMIT_REACHED", f"max_tool_calls ({self._limits.max_tool_calls}) reached"
+            )
             return await self._unexecuted(invocation, limit)
         screening = screen_call(call, tools, context.roles)
         if screening.refusal is not None:
@@ -362,7 +387,10 @@ class AgentWorkflow:
         info = workflow.info()
         return ToolInvocation(
             caller=CallerContext(
-                tenant_id=context.tenant_id, user_id=context.user_id, roles=context.roles, agent=context.agent.name
+                tenant_id=context.tenant_id,
+                user_id=context.user_id,
+                roles=context.roles,
+                agent=context.agent.name,
             ),
             workflow_id=info.workflow_id,
             run_id=info.run_id,
@@ -372,24 +400,29 @@ class AgentWorkflow:
             turn=self._turn,
         )
 
-    async def _unexecuted(self, invocation: ToolInvocation, result: ToolResult, reason: str | None = None) -> ToolResult:
+    async def _unexecuted(
+        self, invocation: ToolInvocation, result: ToolResult, reason: str | None = None
+    ) -> ToolResult:
         """Audit a call that did not run, then hand its envelope to the model."""
         await workflow.execute_activity(
             "record_unexecuted_call",
             UnexecutedCall(invocation=invocation, result=result, reason=reason),
             summary=f"audit {invocation.tool} ({result.error.code if result.error else 'not run'})",
-            **BOOKKEEPING,  # type: ignore[arg-type]
+            start_to_close_timeout=BOOKKEEPING_TIMEOUT,
+            retry_policy=TOOL_RETRY,
         )
         return result
 
     async def _check_arguments(self, invocation: ToolInvocation) -> ToolResult:
-        return await workflow.execute_activity(
+        checked: ToolResult = await workflow.execute_activity(
             "check_arguments",
             invocation,
             result_type=ToolResult,
             summary=f"validate {invocation.tool} arguments",
-            **BOOKKEEPING,  # type: ignore[arg-type]
+            start_to_close_timeout=BOOKKEEPING_TIMEOUT,
+            retry_policy=TOOL_RETRY,
         )
+        return checked
 
     # --- approvals --------------------------------------------------------------------------
 
@@ -415,13 +448,19 @@ class AgentWorkflow:
                 invocation.model_copy(update={"arguments": arguments, "approved_by": approval.decided_by})
             )
             if approval.edited_args is not None and result.ok:
-                return result.model_copy(update={"data": {"result": result.data, "arguments_edited_by_approver": json.loads(arguments)}})
+                return result.model_copy(
+                    update={
+                        "data": {"result": result.data, "arguments_edited_by_approver": json.loads(arguments)}
+                    }
+                )
             return result
         if approval.state == "rejected":
             why = f": {approval.reason}" if approval.reason else ""
             refusal = ToolResult.failure("REJECTED", f"{approval.decided_by} rejected {spec.name}{why}")
             return await self._unexecuted(invocation, refusal, f"rejected by {approval.decided_by}{why}")
-        expired = ToolResult.failure("EXPIRED", f"nobody decided on {spec.name} before {approval.expires_at.isoformat()}")
+        expired = ToolResult.failure(
+            "EXPIRED", f"nobody decided on {spec.name} before {approval.expires_at.isoformat()}"
+        )
         return await self._unexecuted(invocation, expired, "no decision before expiry")
 
     async def _await_decision(self, context: ConversationContext, approval: Approval) -> None:
@@ -441,7 +480,8 @@ class AgentWorkflow:
                     expires_at=approval.expires_at,
                 ),
                 summary=f"remind reviewers: {approval.tool} ({approval.call_id}) expires soon",
-                **BOOKKEEPING,  # type: ignore[arg-type]
+                start_to_close_timeout=BOOKKEEPING_TIMEOUT,
+                retry_policy=TOOL_RETRY,
             )
         if not await self._decided_by(approval.expires_at, approval, "expires"):
             await workflow.wait_condition(lambda: approval.call_id not in self._deciding)
@@ -455,7 +495,7 @@ class AgentWorkflow:
                 timeout=max(moment - workflow.now(), timedelta(0)),
                 timeout_summary=f"approval {approval.call_id} ({approval.tool}) {label}",
             )
-        except asyncio.TimeoutError:
+        except TimeoutError:
             return False
         return True
 
@@ -491,14 +531,21 @@ class AgentWorkflow:
                 ),
                 result_type=Verdict,
                 summary=f"{decision.decision} {decision.call_id} by {decision.approver}",
-                **BOOKKEEPING,  # type: ignore[arg-type]
+                start_to_close_timeout=BOOKKEEPING_TIMEOUT,
+                retry_policy=TOOL_RETRY,
             )
         finally:
             self._deciding.discard(decision.call_id)
         if not verdict.accepted or approval is None:
-            raise ApplicationError(f"decision refused: {verdict.reason}", type="DecisionRefused", non_retryable=True)
+            raise ApplicationError(
+                f"decision refused: {verdict.reason}", type="DecisionRefused", non_retryable=True
+            )
         approval.state = "approved" if decision.decision == "approve" else "rejected"
-        approval.decided_by, approval.reason, approval.edited_args = decision.approver, decision.reason, verdict.args
+        approval.decided_by, approval.reason, approval.edited_args = (
+            decision.approver,
+            decision.reason,
+            verdict.args,
+        )
         return approval
 
     # --- ask_human --------------------------------------------------------------------------
@@ -517,7 +564,7 @@ class AgentWorkflow:
                     timeout=expires - now,
                     timeout_summary=f"question {call.id} expires",
                 )
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
             finally:
                 del self._questions[call.id]
@@ -531,12 +578,18 @@ class AgentWorkflow:
         return ToolResult.success({"answer": self._answers[call.id]})
 
     async def _execute(self, invocation: ToolInvocation) -> ToolResult:
-        spec = next((t for t in self._context.tools if t.name == invocation.tool), None) if self._context else None
+        spec = (
+            next((t for t in self._context.tools if t.name == invocation.tool), None)
+            if self._context
+            else None
+        )
         entry = None
-        if spec is not None and spec.compensable:  # before the forward step: a commit that then times out is undone too
+        if (
+            spec is not None and spec.compensable
+        ):  # before the forward step: a commit that then times out is undone too
             entry = self._saga.register(invocation.call_id, invocation.tool, self._turn, invocation.arguments)
         try:
-            result = await workflow.execute_activity(
+            result: ToolResult = await workflow.execute_activity(
                 "execute_tool",
                 invocation,
                 result_type=ToolResult,
@@ -584,7 +637,9 @@ class AgentWorkflow:
                 entry.state = outcome.state
             except ActivityError as err:
                 entry.state = "failed"
-                entry.error = err.cause.message if isinstance(err.cause, ApplicationError) else str(err.cause or err)
+                entry.error = (
+                    err.cause.message if isinstance(err.cause, ApplicationError) else str(err.cause or err)
+                )
                 await self._record_failure(request.model_copy(update={"entry": entry}))
         self._rolling_back = False
         undone = ", ".join(f"{e.call_id} {e.tool}: {e.state}" for e in entries)
@@ -594,7 +649,11 @@ class AgentWorkflow:
     async def _record_failure(self, request: CompensationRequest) -> None:
         try:
             await workflow.execute_activity(
-                "record_compensation_failure", request, summary=f"record failed undo of {request.entry.call_id}", **BOOKKEEPING  # type: ignore[arg-type]
+                "record_compensation_failure",
+                request,
+                summary=f"record failed undo of {request.entry.call_id}",
+                start_to_close_timeout=BOOKKEEPING_TIMEOUT,
+                retry_policy=TOOL_RETRY,
             )
         except ActivityError:
             workflow.logger.error("could not record the failed compensation of %s", request.entry.call_id)
@@ -605,7 +664,7 @@ class AgentWorkflow:
         if request.scope == "call" and not request.call_id:
             workflow.logger.warning("rollback of scope call without a call_id refused")
             return
-        refusal: str | None = await workflow.execute_activity(
+        refusal: str = await workflow.execute_activity(
             "authorize_rollback",
             RollbackAuthorization(
                 tenant_id=self._start.tenant_id,
@@ -613,9 +672,10 @@ class AgentWorkflow:
                 conversation_user=self._start.user_id,
                 request=request,
             ),
-            result_type=str | None,  # type: ignore[arg-type]
+            result_type=str,
             summary=f"authorize rollback ({request.scope}) by {request.requested_by}",
-            **BOOKKEEPING,  # type: ignore[arg-type]
+            start_to_close_timeout=BOOKKEEPING_TIMEOUT,
+            retry_policy=TOOL_RETRY,
         )
         if refusal:
             workflow.logger.warning("rollback refused: %s", refusal)
@@ -649,15 +709,19 @@ class AgentWorkflow:
         who = f"{context.tenant_id}/{context.user_id} · agent {context.agent.name}" if context else ""
         lines = [
             f"**{state}** · turn {self._turn} · {who}",
-            f"usage: {usage.total_tokens} tokens, {usage.model_calls} model calls, {usage.tool_calls} tool calls",
+            f"usage: {usage.total_tokens} tokens, {usage.model_calls} model calls, "
+            f"{usage.tool_calls} tool calls",
         ]
         lines += [
-            f"- awaiting approval: `{a.call_id}` {call_summary(a.tool, a.args)} (risk {a.risk}, expires {a.expires_at:%Y-%m-%d %H:%M} UTC)"
+            f"- awaiting approval: `{a.call_id}` {call_summary(a.tool, a.args)} "
+            f"(risk {a.risk}, expires {a.expires_at:%Y-%m-%d %H:%M} UTC)"
             for a in self._approvals.values()
             if a.state == "pending"
         ]
         lines += [f"- awaiting answer: `{q.call_id}` {q.question}" for q in self._questions.values()]
-        workflow.set_current_details("\n\n".join(lines[:2]) + ("\n\n" + "\n".join(lines[2:]) if lines[2:] else ""))
+        workflow.set_current_details(
+            "\n\n".join(lines[:2]) + ("\n\n" + "\n".join(lines[2:]) if lines[2:] else "")
+        )
 
     @workflow.signal(name="submit_message")
     def submit_message(self, message: SubmitMessage) -> None:
@@ -684,7 +748,9 @@ class AgentWorkflow:
         try:
             await self._decide(decision)
         except ApplicationError as refused:
-            workflow.logger.warning("%s of %s refused: %s", decision.decision, decision.call_id, refused.message)
+            workflow.logger.warning(
+                "%s of %s refused: %s", decision.decision, decision.call_id, refused.message
+            )
 
     @workflow.update(name="decide")
     async def decide(self, decision: Decision) -> Approval:
@@ -703,9 +769,11 @@ class AgentWorkflow:
         """Answers when turn `turn` has finished (None if the conversation ended, or continued-as-new,
         first: ask the new run)."""
         await workflow.wait_condition(
-            lambda: (self._last_turn is not None and self._last_turn.turn >= turn)
-            or self._state == "ended"
-            or self._continuing
+            lambda: (
+                (self._last_turn is not None and self._last_turn.turn >= turn)
+                or self._state == "ended"
+                or self._continuing
+            )
         )
         last = self._last_turn
         return last if last is not None and last.turn >= turn else None
@@ -715,9 +783,7 @@ class AgentWorkflow:
         """Answers with the turn that replied to the message sent with `message_id` (None if the
         conversation ended, or continued-as-new, first: ask the new run)."""
         await workflow.wait_condition(
-            lambda: message_id in self._replies
-            or self._state == "ended"
-            or self._continuing
+            lambda: message_id in self._replies or self._state == "ended" or self._continuing
         )
         return self._replies.get(message_id)
 

@@ -21,7 +21,11 @@ from countersign.conversation import AnswerSignal
 
 def age(iso: str) -> str:
     seconds = int((datetime.now(UTC) - datetime.fromisoformat(iso)).total_seconds())
-    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m" if seconds >= 3600 else f"{seconds // 60}m{seconds % 60:02d}s"
+    return (
+        f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+        if seconds >= 3600
+        else f"{seconds // 60}m{seconds % 60:02d}s"
+    )
 
 
 async def pending_approvals(client: Client, tenant: str | None) -> list[dict[str, Any]]:
@@ -33,7 +37,12 @@ async def pending_approvals(client: Client, tenant: str | None) -> list[dict[str
     async for execution in client.list_workflows(query):
         status = await query_status(client.get_workflow_handle(execution.id))
         rows += [
-            {"workflow_id": execution.id, "tenant_id": status.tenant_id, "agent": status.agent, **p.model_dump()}
+            {
+                "workflow_id": execution.id,
+                "tenant_id": status.tenant_id,
+                "agent": status.agent,
+                **p.model_dump(),
+            }
             for p in status.pending_approvals
         ]
     return rows
@@ -98,7 +107,12 @@ def list_approvals(tenant: str | None, as_json: bool) -> None:
 @click.option("--reason", help="Why.")
 @click.option("--args", "args_json", help="Edited arguments as JSON (validated again).")
 def approve(
-    workflow_id: str, call_id: str | None, approve_all: bool, approver: str, reason: str | None, args_json: str | None
+    workflow_id: str,
+    call_id: str | None,
+    approve_all: bool,
+    approver: str,
+    reason: str | None,
+    args_json: str | None,
 ) -> None:
     """Approve a pending call (or --all of them) and show what was recorded."""
     if bool(call_id) == approve_all:
@@ -109,11 +123,20 @@ def approve(
 
     async def body() -> None:
         client, _ = await connected()
-        ids = [call_id] if call_id else [p.call_id for p in (await query_status(client.get_workflow_handle(workflow_id))).pending_approvals]
+        ids = (
+            [call_id]
+            if call_id
+            else [
+                p.call_id
+                for p in (await query_status(client.get_workflow_handle(workflow_id))).pending_approvals
+            ]
+        )
         if not ids:
             raise click.ClickException(f"{workflow_id} has no pending approvals")
         for cid in ids:
-            decision = Decision(call_id=cid, decision="approve", approver=approver, reason=reason, args=edited)
+            decision = Decision(
+                call_id=cid, decision="approve", approver=approver, reason=reason, args=edited
+            )
             approval = await decide(client, workflow_id, decision)
             click.echo(f"approved {cid}: {approval.tool} by {approval.decided_by}")
 
@@ -130,7 +153,11 @@ def reject(workflow_id: str, call_id: str, approver: str, reason: str | None) ->
 
     async def body() -> None:
         client, _ = await connected()
-        approval = await decide(client, workflow_id, Decision(call_id=call_id, decision="reject", approver=approver, reason=reason))
+        approval = await decide(
+            client,
+            workflow_id,
+            Decision(call_id=call_id, decision="reject", approver=approver, reason=reason),
+        )
         click.echo(f"rejected {call_id}: {approval.tool} by {approval.decided_by}")
 
     run(body())

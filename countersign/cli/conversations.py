@@ -16,8 +16,8 @@ from countersign.chat import ChatMessage
 from countersign.cli.app import cli, print_json, run
 from countersign.config import Settings, load_settings
 from countersign.conversation import Limits, StartConversation, StatusView, SubmitMessage, TurnResult
-from countersign.saga import RollbackRequest, Saga
 from countersign.conversations import render_transcript, send_keyed, start_conversation, wait_reply
+from countersign.saga import RollbackRequest, Saga
 from countersign.temporal_client import connect
 
 
@@ -27,7 +27,9 @@ def parse_limits(text: str | None) -> Limits:
     try:
         return Limits.model_validate_json(text)
     except ValidationError as err:
-        raise click.BadParameter(f"invalid --limits: {err.errors()[0]['loc']}: {err.errors()[0]['msg']}") from err
+        raise click.BadParameter(
+            f"invalid --limits: {err.errors()[0]['loc']}: {err.errors()[0]['msg']}"
+        ) from err
 
 
 async def wait_turn(handle: WorkflowHandle[Any, Any], turn: int) -> TurnResult | None:
@@ -56,16 +58,28 @@ async def connected() -> tuple[Client, Settings]:
 @click.option("--user", required=True, help="The user the agent acts for, e.g. alice.")
 @click.option("--agent", required=True, help="Agent name, e.g. lead-qualifier.")
 @click.option("--message", required=True, help="The first user message.")
-@click.option("--limits", "limits_json", help='Limits as JSON, e.g. \'{"max_iterations": 4}\'.')
+@click.option("--limits", "limits_json", help="Limits as JSON, e.g. '{\"max_iterations\": 4}'.")
 @click.option("--single-turn", is_flag=True, help="End the conversation after the first turn.")
 @click.option("--wait", is_flag=True, help="Wait for the first turn and print the reply.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def start(
-    tenant: str, user: str, agent: str, message: str, limits_json: str | None, single_turn: bool, wait: bool, as_json: bool
+    tenant: str,
+    user: str,
+    agent: str,
+    message: str,
+    limits_json: str | None,
+    single_turn: bool,
+    wait: bool,
+    as_json: bool,
 ) -> None:
     """Start a conversation; prints its workflow id."""
     conversation = StartConversation(
-        tenant_id=tenant, user_id=user, agent=agent, message=message, single_turn=single_turn, limits=parse_limits(limits_json)
+        tenant_id=tenant,
+        user_id=user,
+        agent=agent,
+        message=message,
+        single_turn=single_turn,
+        limits=parse_limits(limits_json),
     )
 
     async def body() -> None:
@@ -73,7 +87,11 @@ def start(
         handle = await start_conversation(client, settings, conversation)
         turn = await wait_turn(handle, 1) if wait else None
         if as_json:
-            out: dict[str, Any] = {"workflow_id": handle.id, "run_id": handle.result_run_id, "ui_url": settings.workflow_url(handle.id)}
+            out: dict[str, Any] = {
+                "workflow_id": handle.id,
+                "run_id": handle.result_run_id,
+                "ui_url": settings.workflow_url(handle.id),
+            }
             if turn is not None:
                 out["turn"] = turn.model_dump(mode="json")
             print_json(out)
@@ -90,9 +108,13 @@ def start(
 @click.option("--user", required=True, help="The conversation's user (others are refused).")
 @click.option("--tenant", help="With --conversation: the tenant.")
 @click.option("--agent", help="With --conversation: the agent that answers a new conversation.")
-@click.option("--conversation", "key", help="Address the conversation by a caller's key (starts it if none runs).")
+@click.option(
+    "--conversation", "key", help="Address the conversation by a caller's key (starts it if none runs)."
+)
 @click.option("--no-wait", is_flag=True, help="Send and return without waiting for the reply.")
-def send(target: tuple[str, ...], user: str, tenant: str | None, agent: str | None, key: str | None, no_wait: bool) -> None:
+def send(
+    target: tuple[str, ...], user: str, tenant: str | None, agent: str | None, key: str | None, no_wait: bool
+) -> None:
     """Send a message and print the agent's reply.
 
     \b
@@ -149,7 +171,9 @@ def status(workflow_id: str, as_json: bool) -> None:
         click.echo(f"{workflow_id}: {view.state} · turn {view.turn} · {view.tenant_id} · agent {view.agent}")
         click.echo(f"usage: {u.total_tokens} tokens, {u.model_calls} model calls, {u.tool_calls} tool calls")
         for p in view.pending_approvals:
-            click.echo(f"pending approval {p.call_id}: {p.tool} {p.args} (risk {p.risk}, expires {p.expires_at})")
+            click.echo(
+                f"pending approval {p.call_id}: {p.tool} {p.args} (risk {p.risk}, expires {p.expires_at})"
+            )
         if view.last_error:
             click.echo(f"last error: {view.last_error}")
 
@@ -176,33 +200,48 @@ def transcript(workflow_id: str, as_json: bool) -> None:
 
 @cli.command()
 @click.argument("workflow_id")
-@click.option("--as", "requested_by", required=True, help="Who asks (the conversation's user or a tenant admin).")
-@click.option("--scope", type=click.Choice(["turn", "conversation", "call"]), default="turn", show_default=True)
+@click.option(
+    "--as", "requested_by", required=True, help="Who asks (the conversation's user or a tenant admin)."
+)
+@click.option(
+    "--scope", type=click.Choice(["turn", "conversation", "call"]), default="turn", show_default=True
+)
 @click.option("--call", "call_id", help="With --scope call: the call to undo.")
 @click.option("--reason", help="Why (kept in the audit).")
-def rollback(workflow_id: str, requested_by: str, scope: str, call_id: str | None, reason: str | None) -> None:
+def rollback(
+    workflow_id: str, requested_by: str, scope: str, call_id: str | None, reason: str | None
+) -> None:
     """Undo what the agent changed: the latest turn, one call, or the whole conversation."""
     if (scope == "call") != bool(call_id):
         raise click.UsageError("--call goes with --scope call, and --scope call needs --call")
-    request = RollbackRequest(requested_by=requested_by, scope=scope, call_id=call_id, reason=reason)  # type: ignore[arg-type]
+    request = RollbackRequest.model_validate(
+        {"requested_by": requested_by, "scope": scope, "call_id": call_id, "reason": reason}
+    )
 
     async def body() -> None:
         client, _ = await connected()
         handle = client.get_workflow_handle(workflow_id)
         before = await handle.query("saga", result_type=Saga)
         await handle.signal("rollback", request)
-        wanted = {e.call_id for e in before.to_undo(request.scope, (await query_status(handle)).turn, call_id)}
+        wanted = {
+            e.call_id for e in before.to_undo(request.scope, (await query_status(handle)).turn, call_id)
+        }
         if not wanted:
             click.echo("nothing to undo in that scope")
             return
         for _ in range(300):  # a rollback runs between turns; show its outcome when it is done
             saga = await handle.query("saga", result_type=Saga)
             entries = [e for e in saga.entries if e.call_id in wanted]
-            if all(e.state != "registered" for e in entries) and (await query_status(handle)).state != "rolling_back":
+            if (
+                all(e.state != "registered" for e in entries)
+                and (await query_status(handle)).state != "rolling_back"
+            ):
                 for e in entries:
                     click.echo(f"{e.call_id} {e.tool}: {e.state}{' (' + e.error + ')' if e.error else ''}")
                 return
             await asyncio.sleep(0.2)
-        raise click.ClickException("the rollback was not carried out (refused, or a turn is still running): see `status`")
+        raise click.ClickException(
+            "the rollback was not carried out (refused, or a turn is still running): see `status`"
+        )
 
     run(body())

@@ -16,7 +16,16 @@ from countersign.db.engine import create_engine, session_factory
 from countersign.db.schema import TIERS, AgentProfile, AgentToolPermission, ToolExecution
 
 T = TypeVar("T")
-AUDIT_COLUMNS = ("created_at", "tenant_id", "workflow_id", "call_id", "tool", "outcome", "approved_by", "rolled_back")
+AUDIT_COLUMNS = (
+    "created_at",
+    "tenant_id",
+    "workflow_id",
+    "call_id",
+    "tool",
+    "outcome",
+    "approved_by",
+    "rolled_back",
+)
 
 
 async def with_session(work: Callable[[AsyncSession], Awaitable[T]]) -> T:
@@ -33,7 +42,9 @@ async def with_session(work: Callable[[AsyncSession], Awaitable[T]]) -> T:
 
 def table(rows: list[tuple[str, ...]]) -> str:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip() for r in rows)
+    return "\n".join(
+        "  ".join(cell.ljust(w) for cell, w in zip(r, widths, strict=True)).rstrip() for r in rows
+    )
 
 
 @cli.command()
@@ -51,7 +62,9 @@ def audit(workflow_id: str | None, tenant: str | None, limit: int, as_json: bool
         if tenant:
             query = query.where(ToolExecution.tenant_id == tenant)
         found = (await session.scalars(query)).all()
-        return [{c.name: getattr(r, c.name) for c in ToolExecution.__table__.columns} for r in reversed(found)]
+        return [
+            {c.name: getattr(r, c.name) for c in ToolExecution.__table__.columns} for r in reversed(found)
+        ]
 
     found = run(with_session(rows))
     if as_json:
@@ -60,7 +73,12 @@ def audit(workflow_id: str | None, tenant: str | None, limit: int, as_json: bool
         click.echo("no tool calls recorded")
     else:
         cells = [AUDIT_COLUMNS] + [
-            tuple(r[c].strftime("%Y-%m-%d %H:%M:%S") if c == "created_at" else str(r[c] if r[c] is not None else "-") for c in AUDIT_COLUMNS)
+            tuple(
+                r[c].strftime("%Y-%m-%d %H:%M:%S")
+                if c == "created_at"
+                else str(r[c] if r[c] is not None else "-")
+                for c in AUDIT_COLUMNS
+            )
             for r in found
         ]
         click.echo(table(cells))
@@ -80,7 +98,11 @@ def show_permissions(agent: str) -> None:
     async def rows(session: AsyncSession) -> list[AgentToolPermission]:
         if await session.get(AgentProfile, agent) is None:
             raise click.ClickException(f"no agent named {agent!r}")
-        query = select(AgentToolPermission).where(AgentToolPermission.agent == agent).order_by(AgentToolPermission.tool)
+        query = (
+            select(AgentToolPermission)
+            .where(AgentToolPermission.agent == agent)
+            .order_by(AgentToolPermission.tool)
+        )
         return list((await session.scalars(query)).all())
 
     cells: list[tuple[str, ...]] = [("tool", "tier", "source", "risk", "category")]
@@ -88,7 +110,13 @@ def show_permissions(agent: str) -> None:
         spec = REGISTRY.get(p.tool)
         default = spec.default_tier if spec else "blocked"
         cells.append(
-            (p.tool, p.tier or default, "set" if p.tier else "default", spec.risk if spec else "?", spec.category if spec else "unknown tool")
+            (
+                p.tool,
+                p.tier or default,
+                "set" if p.tier else "default",
+                spec.risk if spec else "?",
+                spec.category if spec else "unknown tool",
+            )
         )
     click.echo(table(cells))
 
@@ -108,7 +136,9 @@ def set_permission(agent: str, tool: str, tier: str) -> None:
         if await session.get(AgentProfile, agent) is None:
             raise click.ClickException(f"no agent named {agent!r}")
         statement = insert(AgentToolPermission).values(agent=agent, tool=tool, tier=tier)
-        await session.execute(statement.on_conflict_do_update(index_elements=["agent", "tool"], set_={"tier": tier}))
+        await session.execute(
+            statement.on_conflict_do_update(index_elements=["agent", "tool"], set_={"tier": tier})
+        )
 
     run(with_session(change))
     click.echo(f"{agent}: {tool} is now {tier} (new conversations only; running ones keep their snapshot)")

@@ -72,7 +72,9 @@ class EmbeddedPostgres:
             stdin=subprocess.DEVNULL,
         )
         if result.returncode != 0:
-            raise RuntimeError(f"{args[0]} failed ({result.returncode}): {result.stderr.strip() or result.stdout}")
+            raise RuntimeError(
+                f"{args[0]} failed ({result.returncode}): {result.stderr.strip() or result.stdout}"
+            )
         return result.stdout
 
     def is_running(self) -> bool:
@@ -98,7 +100,10 @@ class EmbeddedPostgres:
         if not self.is_running():
             log = self.pgdata / "server.log"
             options = f"-h {self.host} -p {self.port} -k {self.pgdata} -c max_connections=200 -c fsync=off"
-            self._run(["pg_ctl", "-D", str(self.pgdata), "-w", "-t", "60", "-o", options, "-l", str(log), "start"], user)
+            self._run(
+                ["pg_ctl", "-D", str(self.pgdata), "-w", "-t", "60", "-o", options, "-l", str(log), "start"],
+                user,
+            )
         self.create_database(DEFAULT_DB)
 
     def create_database(self, name: str) -> None:
