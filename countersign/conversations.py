@@ -11,7 +11,14 @@ from temporalio.common import SearchAttributePair, TypedSearchAttributes
 
 from countersign.chat import ChatMessage
 from countersign.config import SCRIPTED_LABEL, Settings
-from countersign.conversation import WORKFLOW_TYPE, ConversationResult, StartConversation, SubmitMessage, TurnResult
+from countersign.conversation import (
+    WORKFLOW_TYPE,
+    ConversationResult,
+    StartConversation,
+    StatusView,
+    SubmitMessage,
+    TurnResult,
+)
 from countersign.search_attributes import AGENT_NAME, AGENT_STATUS, TENANT_ID
 
 
@@ -71,13 +78,17 @@ async def send_keyed(
     )
 
 
-async def wait_reply(client: Client, workflow_id: str, message_id: str, attempts: int = 3) -> TurnResult | None:
+async def wait_reply(
+    client: Client, workflow_id: str, message_id: str, attempts: int = 3
+) -> TurnResult | None:
     """The turn that answered `message_id`. A conversation that continued-as-new meanwhile
     answers None from its old run; a handle with no run id then reaches the new run."""
     handle = client.get_workflow_handle(workflow_id)
     for _ in range(attempts):
         reply: TurnResult | None = await handle.execute_update(
-            "wait_reply", message_id, result_type=TurnResult | None  # type: ignore[arg-type]
+            "wait_reply",
+            message_id,
+            result_type=TurnResult | None,  # type: ignore[arg-type]
         )
         if reply is not None or (await handle.describe()).status != WorkflowExecutionStatus.RUNNING:
             return reply
@@ -101,4 +112,21 @@ def render_transcript(messages: list[ChatMessage], scripted: bool) -> str:
     lines = [text for m in messages if (text := render_message(m)) is not None]
     if scripted and lines:
         lines.insert(0, f"{SCRIPTED_LABEL} (no real LLM configured: replies come from a scenario file)")
+    return "\n".join(lines)
+
+
+def render_status(workflow_id: str, view: StatusView) -> str:
+    """The `status` query as a person reads it: state, usage, what waits for people, the last error."""
+    u = view.usage
+    lines = [
+        f"{workflow_id}: {view.state} · turn {view.turn} · {view.tenant_id} · agent {view.agent}",
+        f"usage: {u.total_tokens} tokens, {u.model_calls} model calls, {u.tool_calls} tool calls",
+    ]
+    lines += [
+        f"pending approval {p.call_id}: {p.tool} {p.args} (risk {p.risk}, expires {p.expires_at})"
+        for p in view.pending_approvals
+    ]
+    lines += [f"open question {q.call_id}: {q.question}" for q in view.pending_questions]
+    if view.last_error:
+        lines.append(f"last error: {view.last_error}")
     return "\n".join(lines)

@@ -1,7 +1,8 @@
 """structlog set-up: readable console lines locally, JSON in production (COUNTERSIGN_LOG_FORMAT=json).
 
 Standard-library loggers (the Temporal SDK's, the activity and workflow loggers) go through the same
-renderer, so one process writes one format.
+renderer, so one process writes one format. `ActivityLogContext`, a worker interceptor, binds the
+running activity's identity to every line logged while it runs.
 """
 
 from __future__ import annotations
@@ -9,8 +10,13 @@ from __future__ import annotations
 import logging
 import os
 import sys
+import time
+from collections.abc import Sequence
+from typing import Any
 
 import structlog
+from temporalio import activity
+from temporalio.worker import ActivityInboundInterceptor, ExecuteActivityInput, Interceptor
 
 
 def configure(level: str | None = None) -> None:
@@ -22,7 +28,9 @@ def configure(level: str | None = None) -> None:
         structlog.processors.TimeStamper(fmt="iso", utc=True),
     ]
     renderer: structlog.types.Processor = (
-        structlog.processors.JSONRenderer() if json_logs else structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())
+        structlog.processors.JSONRenderer()
+        if json_logs
+        else structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())
     )
     structlog.configure(
         processors=[*shared, structlog.stdlib.ProcessorFormatter.wrap_for_formatter],
@@ -44,3 +52,58 @@ def configure(level: str | None = None) -> None:
 def get_logger(name: str) -> structlog.stdlib.BoundLogger:
     logger: structlog.stdlib.BoundLogger = structlog.get_logger(name)
     return logger
+
+
+def activity_fields() -> dict[str, object]:
+    """Who is logging, from inside an activity: its workflow, run, type and attempt."""
+    info = activity.info()
+    return {
+        "workflow_id": info.workflow_id,
+        "run_id": info.workflow_run_id,
+        "activity_type": info.activity_type,
+        "attempt": info.attempt,
+    }
+
+
+def activity_logger(name: str = "countersign.activity") -> structlog.stdlib.BoundLogger:
+    """A logger with the current activity's fields bound explicitly: for code whose log calls may
+    run outside the activity's own context (a thread, a callback), where the interceptor's
+    context variables do not reach."""
+    return get_logger(name).bind(**activity_fields())
+
+
+def call_fields(args: Sequence[object]) -> dict[str, object]:
+    """The tool and call id of an activity about one tool call (`ToolInvocation` and kin)."""
+    for arg in args:
+        for holder in (arg, getattr(arg, "invocation", None)):
+            tool, call_id = getattr(holder, "tool", None), getattr(holder, "call_id", None)
+            if isinstance(tool, str) and isinstance(call_id, str):
+                return {"tool": tool, "call_id": call_id}
+    return {}
+
+
+# Standard library, not structlog: filtered by level even where logging was never configured.
+timing = logging.getLogger("countersign.activity")
+
+
+class ActivityLogContext(Interceptor):
+    """Worker interceptor: every log line written while an activity runs, through structlog or the
+    standard library, carries its workflow id, run id, activity type, attempt and, for a tool
+    call, the tool and call id. Ends with a DEBUG line timing the activity."""
+
+    def intercept_activity(self, next: ActivityInboundInterceptor) -> ActivityInboundInterceptor:
+        return _BindActivityFields(next)
+
+
+class _BindActivityFields(ActivityInboundInterceptor):
+    async def execute_activity(self, input: ExecuteActivityInput) -> Any:
+        started = time.monotonic()
+        outcome = "failed"
+        with structlog.contextvars.bound_contextvars(**activity_fields(), **call_fields(input.args)):
+            try:
+                result = await super().execute_activity(input)
+                outcome = "completed"
+                return result
+            finally:
+                elapsed_ms = round((time.monotonic() - started) * 1000, 1)
+                timing.debug("activity finished", extra={"outcome": outcome, "duration_ms": elapsed_ms})

@@ -1,6 +1,6 @@
 """`python starter.py …`: the starter CLI (commands are listed in CONTRACT.md)."""
 
-from countersign.cli import approvals, conversations, db, demo, dev, model, records  # noqa: F401  (each registers its commands)
+from countersign.cli import approvals, chat, conversations, db, demo, dev, model, records  # noqa: F401  (each registers its commands)
 from countersign.cli.app import cli
 
 

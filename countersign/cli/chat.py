@@ -1,0 +1,415 @@
+"""`starter.py chat`: talk to an agent interactively and watch it work.
+
+Each line you type is a message; while the turn runs, the chat follows the `transcript` and `status`
+queries (every POLL_S, only then) and prints what is new: tool calls with their arguments, results,
+approvals and questions, which you can answer inline. The reply itself arrives through the
+`wait_reply` (or `wait_turn`) update, awaited alongside. Ctrl-C or a closed stdin only detach the
+display: the conversation is a workflow and goes on without it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import click
+from temporalio.client import Client, WorkflowHandle
+
+from countersign.approvals import APPROVER_ROLES, FOUR_EYES, Decision, DecisionKind
+from countersign.chat import ChatMessage
+from countersign.cli.app import cli, run
+from countersign.cli.approvals import decide
+from countersign.cli.conversations import connected, parse_limits, query_status, query_transcript, wait_turn
+from countersign.config import SCRIPTED_LABEL, Settings
+from countersign.conversation import (
+    AnswerSignal,
+    EndConversation,
+    PendingApproval,
+    PendingQuestion,
+    StartConversation,
+    StatusView,
+    SubmitMessage,
+    TurnResult,
+)
+from countersign.conversations import (
+    render_message,
+    render_status,
+    render_transcript,
+    start_conversation,
+    wait_reply,
+)
+
+POLL_S = 0.25  # how often a running turn is looked at; nothing polls between turns
+HELP = """\
+Type a message to send it. While the agent works you see its tool calls, results, approvals and questions.
+  /status                    state, usage, pending approvals and questions
+  /transcript                everything said so far
+  /approve CALL_ID [reason]  approve a pending call (as you)
+  /reject CALL_ID [reason]   reject a pending call (as you)
+  /end                       end the conversation and leave
+  /quit                      leave; the conversation goes on (Ctrl-D too)
+  /help                      this text
+Ctrl-C while the agent works detaches the display; the conversation goes on."""
+APPROVE_WORDS: dict[str, DecisionKind] = {"y": "approve", "yes": "approve", "n": "reject", "no": "reject"}
+
+
+class Detached(Exception):
+    """The person left while a turn was running (stdin closed)."""
+
+
+class Lines:
+    """Lines from stdin for an asyncio program.
+
+    The descriptor is read when the event loop says it is readable: no thread stays blocked in a
+    read at exit, and the terminal (shared with stdout) is not switched to non-blocking mode. A
+    stdin that cannot be watched (a regular file, an in-memory stream) is read whole at once.
+    """
+
+    def __init__(self) -> None:
+        self._queue: asyncio.Queue[str | None] = asyncio.Queue()
+        self._partial = b""
+        self._fd: int | None = None
+        self._echo = not sys.stdin.isatty()  # piped input: show it, so the output reads as a chat
+
+    def open(self) -> None:
+        try:
+            fd = sys.stdin.fileno()
+            asyncio.get_running_loop().add_reader(fd, self._readable, fd)
+            self._fd = fd
+        except (OSError, ValueError):  # io.UnsupportedOperation is both; epoll refuses regular files
+            self._feed(sys.stdin.buffer.read())
+            self._feed(b"")
+
+    def close(self) -> None:
+        if self._fd is not None:
+            asyncio.get_running_loop().remove_reader(self._fd)
+            self._fd = None
+
+    def _readable(self, fd: int) -> None:
+        data = os.read(fd, 65536)
+        if not data:
+            self.close()
+        self._feed(data)
+
+    def _feed(self, data: bytes) -> None:
+        """Queue the complete lines in `data`; empty `data` is the end of input (None)."""
+        if not data:
+            if self._partial:
+                self._queue.put_nowait(self._partial.decode(errors="replace"))
+            self._queue.put_nowait(None)
+            return
+        *lines, self._partial = (self._partial + data).split(b"\n")
+        for line in lines:
+            self._queue.put_nowait(line.decode(errors="replace").rstrip("\r"))
+
+    async def ask(self, prompt: str) -> str | None:
+        """The next line after showing `prompt`, or None once input has ended."""
+        click.echo(prompt, nl=False)
+        line = await self._queue.get()
+        if line is None:
+            self._queue.put_nowait(None)  # the end stays the end for later reads
+        if line is None or self._echo:
+            click.echo(line or "")
+        return line
+
+
+def unseen(messages: list[ChatMessage], last: ChatMessage | None) -> list[ChatMessage]:
+    """The messages after `last`, the latest one shown. Found by content from the end, not by
+    count: a conversation that continued-as-new carries a trimmed transcript."""
+    if last is None:
+        return messages
+    for i in range(len(messages) - 1, -1, -1):
+        if messages[i] == last:
+            return messages[i + 1 :]
+    return messages
+
+
+def conversation_user(messages: list[ChatMessage]) -> str | None:
+    """Who the conversation is with: only its user's messages are accepted, so any user message says."""
+    return next((m.name for m in messages if m.role == "user" and m.name), None)
+
+
+def reattach(workflow_id: str) -> str:
+    return f"Re-attach: python starter.py chat --workflow {workflow_id}"
+
+
+def turn_footer(turn: TurnResult) -> str:
+    u = turn.usage
+    stopped = f"turn stopped: {turn.stop} · " if turn.stop != "completed" else ""
+    return f"  ({stopped}{u.model_calls} model calls, {u.tool_calls} tool calls, {u.total_tokens} tokens)"
+
+
+class Chat:
+    """One person's chat with one conversation (started by the first message, or re-attached)."""
+
+    def __init__(
+        self, client: Client, settings: Settings, lines: Lines, user: str, start: StartConversation | None
+    ):
+        self.client, self.settings, self.lines, self.user, self.start = client, settings, lines, user, start
+        self.handle: WorkflowHandle[Any, Any] | None = None
+        self.last_shown: ChatMessage | None = None
+        self.thinking_shown = False
+        self.asked: set[str] = set()  # approvals and questions already put to the person
+        self.ended = False
+
+    @property
+    def workflow_id(self) -> str:
+        return self.handle.id if self.handle else "?"
+
+    # --- the loop ---------------------------------------------------------------------------
+
+    async def repl(self) -> None:
+        commands: dict[str, Callable[[str], Awaitable[bool]]] = {
+            "/status": self.show_status,
+            "/transcript": self.show_transcript,
+            "/approve": lambda rest: self.decide_command("approve", rest),
+            "/reject": lambda rest: self.decide_command("reject", rest),
+            "/end": self.end,
+            "/quit": self.quit,
+            "/help": self.help,
+        }
+        while not self.ended and (line := await self.lines.ask(f"{self.user}> ")) is not None:
+            line = line.strip()
+            name, _, rest = line.partition(" ")
+            if not line:
+                continue
+            if not line.startswith("/"):
+                await self.say(line)
+            elif name not in commands:
+                click.echo(f"unknown command {name}: /help lists them")
+            elif not await commands[name](rest.strip()):
+                return
+
+    async def say(self, text: str) -> None:
+        if self.handle is None:
+            assert self.start is not None
+            self.handle = await start_conversation(
+                self.client, self.settings, self.start.model_copy(update={"message": text})
+            )
+            click.echo(f"conversation {self.handle.id} · Web UI {self.settings.workflow_url(self.handle.id)}")
+            await self.follow(wait_turn(self.handle, 1))
+            return
+        if (await query_status(self.handle)).state == "ended":
+            click.echo(f"conversation {self.workflow_id} has ended")
+            self.ended = True
+            return
+        message = SubmitMessage(user_id=self.user, text=text, message_id=uuid.uuid4().hex)
+        await self.handle.signal("submit_message", message)
+        await self.follow(wait_reply(self.client, self.handle.id, message.message_id or ""))
+
+    async def attach(self, workflow_id: str) -> None:
+        """Show a running conversation so far, then follow the turn it is in, if any."""
+        self.handle = self.client.get_workflow_handle(workflow_id)
+        messages, status = await asyncio.gather(query_transcript(self.handle), query_status(self.handle))
+        click.echo(render_transcript(messages, scripted=False))
+        self.last_shown = messages[-1] if messages else None
+        if status.state == "ended":
+            click.echo(f"conversation {workflow_id} has ended")
+            self.ended = True
+        elif status.state != "idle":
+            await self.follow(wait_turn(self.handle, status.turn))
+
+    # --- following a turn -------------------------------------------------------------------
+
+    async def follow(self, reply: Awaitable[TurnResult | None]) -> None:
+        """Show the turn's progress until `reply` (the update that answers when it ends) returns."""
+        waiting = asyncio.ensure_future(reply)
+        try:
+            while not waiting.done():
+                await self.show_progress()
+                await asyncio.wait({waiting}, timeout=POLL_S)
+            await self.show_progress()
+        finally:
+            waiting.cancel()  # only our wait: the workflow does not notice
+        turn = waiting.result()
+        if turn is None:
+            click.echo(f"conversation {self.workflow_id} has ended")
+            self.ended = True
+        else:
+            click.echo(turn_footer(turn))
+
+    async def show_progress(self) -> None:
+        assert self.handle is not None
+        messages, status = await asyncio.gather(query_transcript(self.handle), query_status(self.handle))
+        for message in unseen(messages, self.last_shown):
+            text = render_message(message) if message.role != "user" else None  # the person typed it
+            if text:
+                click.echo(text)
+                self.thinking_shown = False
+        self.last_shown = messages[-1] if messages else None
+        self.show_thinking(status)
+        for approval in status.pending_approvals:
+            if approval.call_id not in self.asked:
+                await self.ask_approval(approval)
+        for question in status.pending_questions:
+            if question.call_id not in self.asked:
+                await self.ask_answer(question)
+
+    def show_thinking(self, status: StatusView) -> None:
+        last = self.last_shown
+        if (
+            status.state == "running"
+            and last is not None
+            and last.role in ("user", "tool")
+            and not self.thinking_shown
+        ):
+            click.echo("  … model thinking")
+            self.thinking_shown = True
+
+    async def ask_inline(self, prompt: str) -> str:
+        line = await self.lines.ask(prompt)
+        if line is None:
+            raise Detached()
+        return line.strip()
+
+    async def ask_approval(self, approval: PendingApproval) -> None:
+        self.asked.add(approval.call_id)
+        click.echo(
+            f"  ⏸ {approval.call_id} {approval.tool} {approval.args} needs approval"
+            f" (risk {approval.risk}, requested by {approval.requested_by}, expires {approval.expires_at})"
+        )
+        answer = await self.ask_inline(
+            f"  approve {approval.call_id} as {self.user}? [y]es / [n]o [reason] / [enter] leave it: "
+        )
+        word, _, reason = answer.partition(" ")
+        kind = APPROVE_WORDS.get(word.lower())
+        if kind is None:
+            click.echo(f"  waiting for a decision: {self.who_can_decide(approval)}")
+            return
+        await self.decide(kind, approval.call_id, reason.strip() or None, approval)
+
+    async def ask_answer(self, question: PendingQuestion) -> None:
+        assert self.handle is not None
+        self.asked.add(question.call_id)
+        click.echo(f"  ? {question.call_id} the agent asks: {question.question}")
+        text = ""
+        while not text:
+            text = await self.ask_inline("  your answer: ")
+        await self.handle.signal(
+            "answer", AnswerSignal(call_id=question.call_id, user_id=self.user, text=text)
+        )
+
+    # --- decisions --------------------------------------------------------------------------
+
+    async def decide(
+        self, kind: DecisionKind, call_id: str, reason: str | None, approval: PendingApproval | None
+    ) -> None:
+        """Decide as the chat's user; a refusal is shown with who could decide instead."""
+        decision = Decision(call_id=call_id, decision=kind, approver=self.user, reason=reason)
+        try:
+            recorded = await decide(self.client, self.workflow_id, decision)
+        except click.ClickException as refused:
+            click.echo(f"  ✗ {refused.message}")
+            if approval is not None:
+                click.echo(f"  still waiting: {self.who_can_decide(approval)}")
+            return
+        past = "approved" if kind == "approve" else "rejected"
+        click.echo(f"  ✓ {past} {call_id}: {recorded.tool} by {recorded.decided_by}")
+
+    def who_can_decide(self, approval: PendingApproval) -> str:
+        roles = " or ".join(sorted(APPROVER_ROLES[approval.risk]))
+        other = f" other than {approval.requested_by}" if approval.risk in FOUR_EYES else ""
+        command = f"python starter.py approve {self.workflow_id} {approval.call_id} --as USER"
+        return f"a {roles}{other} can run `{command}`"
+
+    # --- commands (each answers whether the chat goes on) -----------------------------------
+
+    def started(self) -> bool:
+        if self.handle is None:
+            click.echo("no conversation yet: type a message to start one")
+        return self.handle is not None
+
+    async def show_status(self, _: str) -> bool:
+        if self.started():
+            assert self.handle is not None
+            click.echo(render_status(self.handle.id, await query_status(self.handle)))
+        return True
+
+    async def show_transcript(self, _: str) -> bool:
+        if self.started():
+            assert self.handle is not None
+            messages = await query_transcript(self.handle)
+            click.echo(render_transcript(messages, scripted=self.settings.scripted_model))
+        return True
+
+    async def decide_command(self, kind: DecisionKind, rest: str) -> bool:
+        call_id, _, reason = rest.partition(" ")
+        if not call_id:
+            click.echo(f"usage: /{kind} CALL_ID [reason]")
+        elif self.started():
+            assert self.handle is not None
+            pending = {p.call_id: p for p in (await query_status(self.handle)).pending_approvals}
+            await self.decide(kind, call_id, reason.strip() or None, pending.get(call_id))
+        return True
+
+    async def end(self, _: str) -> bool:
+        if self.started():
+            assert self.handle is not None
+            await self.handle.signal("end", EndConversation(requested_by=self.user))
+            click.echo(f"ended conversation {self.handle.id}")
+        return False
+
+    async def quit(self, _: str) -> bool:
+        if self.handle is not None:
+            click.echo(f"left conversation {self.handle.id}; it goes on. {reattach(self.handle.id)}")
+        return False
+
+    async def help(self, _: str) -> bool:
+        click.echo(HELP)
+        return True
+
+
+async def chat_session(start: StartConversation | None, workflow_id: str | None, user: str | None) -> None:
+    client, settings = await connected()
+    lines = Lines()
+    lines.open()
+    if settings.scripted_model:
+        click.echo(f"{SCRIPTED_LABEL} (no real LLM configured: replies come from a scenario file)")
+    if workflow_id is not None:
+        user = user or conversation_user(await query_transcript(client.get_workflow_handle(workflow_id)))
+        if user is None:
+            raise click.ClickException(f"cannot tell whose conversation {workflow_id} is: give --user")
+    assert user is not None
+    session = Chat(client, settings, lines, user, start)
+    click.echo("type a message; /help lists the commands")
+    try:
+        if workflow_id is not None:
+            await session.attach(workflow_id)
+        await session.repl()
+    except (Detached, asyncio.CancelledError) as left:
+        if session.handle is not None:
+            click.echo(f"\ndetached; the conversation goes on. {reattach(session.workflow_id)}")
+        if isinstance(left, asyncio.CancelledError):
+            raise
+    finally:
+        lines.close()
+
+
+@cli.command()
+@click.option("--tenant", help="Tenant slug, e.g. acme.")
+@click.option(
+    "--user", help="Who you are, e.g. alice (with --workflow: taken from the conversation if not given)."
+)
+@click.option("--agent", help="Agent name, e.g. lead-qualifier.")
+@click.option(
+    "--workflow", "workflow_id", help="Re-attach to a running conversation instead of starting one."
+)
+@click.option(
+    "--limits", "limits_json", help="Limits for a new conversation as JSON, e.g. '{\"max_iterations\": 4}'."
+)
+def chat(
+    tenant: str | None, user: str | None, agent: str | None, workflow_id: str | None, limits_json: str | None
+) -> None:
+    """Chat with an agent: see its progress, decide approvals and answer its questions inline."""
+    start = None
+    if workflow_id is None:
+        if not (tenant and user and agent):
+            raise click.UsageError("give --tenant, --user and --agent, or --workflow WF to re-attach")
+        start = StartConversation(
+            tenant_id=tenant, user_id=user, agent=agent, limits=parse_limits(limits_json)
+        )
+    run(chat_session(start, workflow_id, user))

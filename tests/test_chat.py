@@ -1,0 +1,193 @@
+"""`starter.py chat` as a person uses it: a subprocess on a pipe, against the real dev server, an
+in-process worker on its own task queue, PostgreSQL and the scripted model over HTTP."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import sys
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+import pytest_asyncio
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from countersign.approvals import Approval, Decision
+from countersign.cli.conversations import query_status
+from countersign.config import PROJECT_ROOT, SCRIPTED_MODEL_NAME, Settings
+from countersign.db.engine import session_factory
+from countersign.devstack.temporal import DevServerConfig
+from countersign.scripted_model.server import ScriptedModelServer
+from countersign.temporal_client import connect
+from tests.fixtures.agent import AgentHarness
+from worker import build_worker
+
+pytestmark = pytest.mark.devserver
+
+STEP_TIMEOUT_S = 20
+QUALIFY = (
+    {
+        "when": {"user_contains": "qualify"},
+        "reply": {
+            "content": "I'll mark Jane Doe as qualified; that needs a reviewer's approval.",
+            "tool_calls": [
+                {
+                    "name": "update_lead_status",
+                    "arguments": {
+                        "lead": "jane.doe@example.com",
+                        "new_status": "qualified",
+                        "reason": "Budget confirmed",
+                    },
+                }
+            ],
+        },
+    },
+    {"when": {"after_tool": "update_lead_status"}, "reply": {"content": "Done: Jane Doe is qualified."}},
+)
+
+
+@pytest_asyncio.fixture
+async def dev_agent(
+    dev_server: DevServerConfig,
+    database_url: str,
+    db_engine: AsyncEngine,
+    scripted_model: ScriptedModelServer,
+) -> AsyncIterator[AgentHarness]:
+    """A worker on the dev server (its own task queue), answering through the scripted model."""
+    settings = Settings(
+        temporal_address=dev_server.address,
+        namespace=dev_server.namespace,
+        task_queue=f"chat-{uuid.uuid4()}",
+        database_url=database_url,
+        llm_base_url=scripted_model.base_url,
+        ui_url=dev_server.ui_url,
+    )
+    client = await connect(settings)
+    async with build_worker(client, settings, session_factory(db_engine)):
+        yield AgentHarness(client=client, settings=settings, model=scripted_model)
+
+
+class ChatProcess:
+    """`python starter.py chat …` on pipes: write lines, read output until something appears."""
+
+    def __init__(self, process: asyncio.subprocess.Process) -> None:
+        self.process = process
+        self.output = ""
+
+    @classmethod
+    async def start(cls, harness: AgentHarness, data_dir: Path, *args: str) -> ChatProcess:
+        s = harness.settings
+        env = {
+            **os.environ,
+            "TEMPORAL_ADDRESS": s.temporal_address,
+            "TEMPORAL_NAMESPACE": s.namespace,
+            "TASK_QUEUE": s.task_queue,
+            "DATABASE_URL": s.database_url or "",
+            "LLM_BASE_URL": s.llm_base_url or "",
+            "LLM_MODEL": SCRIPTED_MODEL_NAME,
+            "TEMPORAL_UI_URL": s.ui_url,
+            "COUNTERSIGN_DATA_DIR": str(data_dir),  # no stack.json from a running dev stack
+        }
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, "starter.py", "chat", *args,
+            cwd=PROJECT_ROOT, env=env,
+            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+        )  # fmt: skip
+        return cls(process)
+
+    def send(self, *lines: str) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.write("".join(f"{line}\n" for line in lines).encode())
+
+    async def until(self, pattern: str) -> re.Match[str]:
+        """Read output until `pattern` matches in it."""
+        assert self.process.stdout is not None
+        async with asyncio.timeout(STEP_TIMEOUT_S):
+            while not (found := re.search(pattern, self.output)):
+                chunk = await self.process.stdout.read(4096)
+                assert chunk, f"chat exited before {pattern!r} appeared:\n{self.output}"
+                self.output += chunk.decode()
+        return found
+
+    async def finish(self, *lines: str) -> str:
+        """Send the last lines, close stdin and return everything the chat printed."""
+        self.send(*lines)
+        out, _ = await asyncio.wait_for(self.process.communicate(), STEP_TIMEOUT_S)
+        self.output += out.decode()
+        assert self.process.returncode == 0, self.output
+        return self.output
+
+
+async def test_chat_shows_tool_calls_results_and_reply(dev_agent: AgentHarness, tmp_path: Path) -> None:
+    dev_agent.script(
+        {
+            "when": {"user_contains": "jane"},
+            "reply": {"tool_calls": [{"name": "search_leads", "arguments": {"query": "Jane Doe"}}]},
+        },
+        {"when": {"after_tool": "search_leads"}, "reply": {"content": "Jane Doe is a new lead."}},
+    )
+    chat = await ChatProcess.start(
+        dev_agent, tmp_path, "--tenant", "acme", "--user", "alice", "--agent", "lead-qualifier"
+    )
+    output = await chat.finish("Find Jane Doe", "/status", "/quit")
+
+    assert "[scripted model]" in output
+    assert '→ search_leads({"query": "Jane Doe"}) [c1]' in output
+    assert "← search_leads [c1] {" in output and "jane.doe@example.com" in output
+    assert "agent> [scripted model] Jane Doe is a new lead." in output
+    assert "(2 model calls, 1 tool calls" in output
+    workflow_id = re.search(r"conversation (conv-acme-\w+)", output)
+    assert workflow_id and f"{workflow_id[1]}: idle · turn 1" in output  # /status
+    assert f"chat --workflow {workflow_id[1]}" in output  # /quit leaves it running
+
+
+async def test_refused_inline_approval_keeps_waiting_until_a_reviewer_decides(
+    dev_agent: AgentHarness, tmp_path: Path
+) -> None:
+    dev_agent.script(*QUALIFY)
+    chat = await ChatProcess.start(
+        dev_agent, tmp_path, "--tenant", "acme", "--user", "bob", "--agent", "lead-qualifier"
+    )
+    chat.send("Please qualify Jane Doe", "y")
+    workflow_id = (await chat.until(r"conversation (conv-acme-\w+)"))[1]
+    await chat.until(r"approve c1 as bob\?")
+    await chat.until(r"still waiting: .*\n")
+    assert "four-eyes" in chat.output and "reviewer other than bob" in chat.output
+
+    decision = Decision(call_id="c1", decision="approve", approver="carol", reason="checked")
+    approval = await dev_agent.client.get_workflow_handle(workflow_id).execute_update(
+        "decide", decision, result_type=Approval
+    )
+    assert approval.decided_by == "carol"
+    await chat.until(r"agent> \[scripted model\] Done: Jane Doe is qualified\.")
+    output = await chat.finish("/quit")
+    assert '← update_lead_status [c1] {"ok":true' in output
+
+
+async def test_reattach_answers_a_question_inline_and_ends(dev_agent: AgentHarness, tmp_path: Path) -> None:
+    dev_agent.script(
+        {
+            "when": {"user_contains": "email"},
+            "reply": {"tool_calls": [{"name": "ask_human", "arguments": {"question": "Which Jane?"}}]},
+        },
+        {
+            "when": {"after_tool": "ask_human", "result_contains": "doe"},
+            "reply": {"content": "Jane Doe it is."},
+        },
+    )
+    handle = await dev_agent.start("Email Jane")  # started elsewhere; the chat re-attaches
+    async with asyncio.timeout(STEP_TIMEOUT_S):
+        while (await query_status(handle)).state != "awaiting_answer":  # noqa: ASYNC110  (queries only)
+            await asyncio.sleep(0.1)
+
+    chat = await ChatProcess.start(dev_agent, tmp_path, "--workflow", handle.id)
+    output = await chat.finish("Jane Doe", "/end")
+
+    assert "alice> Email Jane" in output  # the transcript so far
+    assert "? c1 the agent asks: Which Jane?" in output
+    assert "agent> [scripted model] Jane Doe it is." in output
+    assert f"ended conversation {handle.id}" in output
+    assert (await handle.result()).ended_by == "end by alice"
