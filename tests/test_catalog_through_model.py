@@ -1,0 +1,154 @@
+"""The scripted model exercises every tool of the catalog through the real loop, then the whole
+conversation is rolled back: every write's compensation runs, and the database is as before."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+from sqlalchemy import select, text
+from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+import tools
+from countersign.conversation import Limits
+from countersign.db.schema import AgentProfile, AgentToolPermission, Lead, Notification
+from countersign.policy import ASK_HUMAN
+from countersign.saga import RollbackRequest
+from tests.fixtures.agent import AgentHarness
+from tests.test_approvals import JANE, reset_jane
+from tests.test_saga import LIVE
+from workflows.agent import AgentWorkflow
+
+AGENT = "catalog-test"
+
+
+def first_round(lead_id: int, notification_id: int) -> dict[str, dict[str, Any]]:
+    return {
+        "search_leads": {"query": "Jane"},
+        "get_lead": {"lead": JANE},
+        "update_lead_status": {"lead": JANE, "new_status": "contacted", "reason": "catalog check"},
+        "search_contacts": {"query": "Jane"},
+        "send_email": {"to": JANE, "subject": "Catalog check", "body": "Hello from the catalog test"},
+        "list_tasks": {},
+        "create_task": {"title": "Catalog check task"},
+        "list_projects": {},
+        "create_project": {"name": "Catalog check project"},
+        "list_events": {},
+        "create_event": {
+            "title": "Catalog check event",
+            "starts_at": "2026-12-22T09:00:00Z",
+            "ends_at": "2026-12-22T09:30:00Z",
+        },
+        "query_records": {"collection": "leads", "limit": 2},
+        "get_record": {"collection": "leads", "id": lead_id},
+        "count_records": {"collection": "leads"},
+        "describe_collection": {"collection": "tasks"},
+        "search_text": {"query": "Jane"},
+        "write_record": {
+            "collection": "tasks",
+            "values": [{"field": "title", "value": "Catalog check via admin"}],
+        },
+        "schedule_meeting": {"with": "bob", "duration_minutes": 30},
+        "confirm_meeting": {"with": "bob", "starts_at": "2026-12-23T15:00:00Z", "duration_minutes": 30},
+        "resolve_notification": {"notification": str(notification_id)},
+    }
+
+
+SECOND_ROUND = {
+    "update_task": {"task": "Catalog check task", "status": "in_progress"},
+    "update_project": {"project": "Catalog check project", "status": "active"},
+    "update_event": {"event": "Catalog check event", "location": "Room 1"},
+}
+
+STATE = {
+    "leads": "SELECT id, status FROM leads WHERE tenant_id = 'acme' ORDER BY id",
+    "tasks": f"SELECT id, title, status FROM tasks WHERE {LIVE}",
+    "projects": f"SELECT id, name, status FROM projects WHERE {LIVE}",
+    "events": f"SELECT id, title, status FROM calendar_events WHERE {LIVE}",
+    "notifications": "SELECT id, status FROM notifications WHERE tenant_id = 'acme' ORDER BY id",
+    "outbox": "SELECT id FROM email_outbox WHERE tenant_id = 'acme' AND status IN ('queued', 'sent')",
+}
+
+
+async def state(engine: AsyncEngine) -> dict[str, list[Any]]:
+    async with engine.connect() as conn:
+        return {k: sorted(tuple(r) for r in await conn.execute(text(q))) for k, q in STATE.items()}
+
+
+async def catalog_agent(engine: AsyncEngine) -> tuple[int, int]:
+    """An agent with every tool but ask_human, all always_allow; and ids the model will name."""
+    async with engine.begin() as conn:
+        await conn.execute(
+            insert(AgentProfile)
+            .values(name=AGENT, description="tests", system_prompt="You check the catalog.")
+            .on_conflict_do_nothing()
+        )
+        for name in tools.REGISTRY:
+            if name != ASK_HUMAN:
+                row = {"agent": AGENT, "tool": name, "tier": "always_allow"}
+                await conn.execute(insert(AgentToolPermission).values(**row).on_conflict_do_nothing())
+        lead_id = (
+            await conn.execute(select(Lead.id).where(Lead.tenant_id == "acme", Lead.email == JANE))
+        ).scalar_one()
+        notification = insert(Notification).values(
+            tenant_id="acme", user_id="carol", kind="test", message="Catalog check notification"
+        )
+        notification_id = (await conn.execute(notification.returning(Notification.id))).scalar_one()
+    return lead_id, notification_id
+
+
+def calls(round_: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    return [{"name": name, "arguments": args} for name, args in round_.items()]
+
+
+async def test_every_tool_runs_through_the_model_and_rolls_back(
+    agent: AgentHarness, db_engine: AsyncEngine
+) -> None:
+    await reset_jane(db_engine)
+    lead_id, notification_id = await catalog_agent(db_engine)
+    first = first_round(lead_id, notification_id)
+    assert set(first) | set(SECOND_ROUND) | {ASK_HUMAN} == set(tools.REGISTRY), (
+        "a tool is missing from this test"
+    )
+    agent.script(
+        {"when": {"user_contains": "everything"}, "reply": {"tool_calls": calls(first)}},
+        {"when": {"after_tool": "resolve_notification"}, "reply": {"tool_calls": calls(SECOND_ROUND)}},
+        {"when": {"after_tool": "update_event"}, "reply": {"content": "checked"}},
+    )
+    before = await state(db_engine)
+    # carol is an admin: write_record is hers
+    handle = await agent.start("run everything", user="carol", agent=AGENT, limits=Limits(max_tool_calls=30))
+    turn = await handle.execute_update(AgentWorkflow.wait_turn, 1)
+    assert turn is not None and turn.reply == "[scripted model] checked"
+
+    transcript = await handle.query(AgentWorkflow.transcript)
+    results = {m.name: json.loads(m.content or "") for m in transcript if m.role == "tool"}
+    failed = {name: r for name, r in results.items() if not r["ok"]}
+    assert not failed, failed
+    assert set(results) == set(first) | set(SECOND_ROUND)
+
+    await handle.signal(AgentWorkflow.rollback, RollbackRequest(requested_by="carol", scope="conversation"))
+    for _ in range(300):
+        saga = await handle.query(AgentWorkflow.saga)
+        if all(e.state != "registered" for e in saga.entries):
+            break
+        await asyncio.sleep(0.05)
+    assert {e.tool: e.state for e in saga.entries} == dict.fromkeys(
+        [
+            "update_lead_status",
+            "send_email",
+            "create_task",
+            "create_project",
+            "create_event",
+            "write_record",
+            "confirm_meeting",
+            "resolve_notification",
+            *SECOND_ROUND,
+        ],
+        "done",
+    )
+    assert await state(db_engine) == before
+    await handle.signal(AgentWorkflow.end, {"requested_by": "carol"})
+    await handle.result()
