@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
 import uuid
 from typing import Any
@@ -19,6 +20,7 @@ from countersign.conversation import (
     SubmitMessage,
     TurnResult,
 )
+from countersign.saga import RollbackRequest, Saga, SagaEntry
 from countersign.search_attributes import AGENT_NAME, AGENT_STATUS, TENANT_ID
 
 
@@ -130,3 +132,29 @@ def render_status(workflow_id: str, view: StatusView) -> str:
     if view.last_error:
         lines.append(f"last error: {view.last_error}")
     return "\n".join(lines)
+
+
+async def roll_back(
+    handle: WorkflowHandle[Any, Any], request: RollbackRequest, timeout_s: float = 60
+) -> list[SagaEntry]:
+    """Signal a rollback and return the entries it undid, with their outcome, once it has run.
+
+    Empty when nothing in that scope was left to undo; TimeoutError when it did not run (refused,
+    or a turn is still going: a rollback runs between turns).
+    """
+    saga: Saga = await handle.query("saga", result_type=Saga)
+    status: StatusView = await handle.query("status", result_type=StatusView)
+    wanted = {e.call_id for e in saga.to_undo(request.scope, status.turn, request.call_id)}
+    await handle.signal("rollback", request)
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while wanted and asyncio.get_running_loop().time() < deadline:
+        saga = await handle.query("saga", result_type=Saga)
+        entries = [e for e in saga.entries if e.call_id in wanted]
+        if all(e.state != "registered" for e in entries):
+            return entries
+        await asyncio.sleep(0.2)
+    if wanted:
+        raise TimeoutError(
+            "the rollback was not carried out (refused, or a turn is still running): see status"
+        )
+    return []

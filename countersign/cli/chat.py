@@ -39,9 +39,11 @@ from countersign.conversations import (
     render_message,
     render_status,
     render_transcript,
+    roll_back,
     start_conversation,
     wait_reply,
 )
+from countersign.saga import RollbackRequest
 
 POLL_S = 0.25  # how often a running turn is looked at; nothing polls between turns
 HELP = """\
@@ -50,6 +52,7 @@ Type a message to send it. While the agent works you see its tool calls, results
   /transcript                everything said so far
   /approve CALL_ID [reason]  approve a pending call (as you)
   /reject CALL_ID [reason]   reject a pending call (as you)
+  /rollback [turn|conversation|call CALL_ID]  undo what the agent changed (default: the last turn)
   /end                       end the conversation and leave
   /quit                      leave; the conversation goes on (Ctrl-D too)
   /help                      this text
@@ -168,6 +171,7 @@ class Chat:
             "/transcript": self.show_transcript,
             "/approve": lambda rest: self.decide_command("approve", rest),
             "/reject": lambda rest: self.decide_command("reject", rest),
+            "/rollback": self.rollback,
             "/end": self.end,
             "/quit": self.quit,
             "/help": self.help,
@@ -344,6 +348,33 @@ class Chat:
             assert self.handle is not None
             pending = {p.call_id: p for p in (await query_status(self.handle)).pending_approvals}
             await self.decide(kind, call_id, reason.strip() or None, pending.get(call_id))
+        return True
+
+    async def rollback(self, rest: str) -> bool:
+        words = rest.split()
+        scope, call_id = (words[0] if words else "turn"), (words[1] if len(words) > 1 else None)
+        if (
+            not self.started()
+            or scope not in ("turn", "conversation", "call")
+            or (scope == "call") != bool(call_id)
+        ):
+            click.echo(
+                "usage: /rollback [turn|conversation|call CALL_ID] (once the conversation has started)"
+            )
+            return True
+        assert self.handle is not None
+        request = RollbackRequest.model_validate(
+            {"requested_by": self.user, "scope": scope, "call_id": call_id}
+        )
+        try:
+            entries = await roll_back(self.handle, request)
+        except TimeoutError as err:
+            click.echo(str(err))
+            return True
+        for e in entries or []:
+            click.echo(f"↶ {e.call_id} {e.tool}: {e.state}{f' ({e.error})' if e.error else ''}")
+        if not entries:
+            click.echo("nothing to undo in that scope")
         return True
 
     async def end(self, _: str) -> bool:

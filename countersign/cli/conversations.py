@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import sys
 import uuid
@@ -16,8 +15,8 @@ from countersign.chat import ChatMessage
 from countersign.cli.app import cli, print_json, run
 from countersign.config import Settings, load_settings
 from countersign.conversation import Limits, StartConversation, StatusView, SubmitMessage, TurnResult
-from countersign.conversations import render_transcript, send_keyed, start_conversation, wait_reply
-from countersign.saga import RollbackRequest, Saga
+from countersign.conversations import render_transcript, roll_back, send_keyed, start_conversation, wait_reply
+from countersign.saga import RollbackRequest
 from countersign.temporal_client import connect
 
 
@@ -220,28 +219,10 @@ def rollback(
 
     async def body() -> None:
         client, _ = await connected()
-        handle = client.get_workflow_handle(workflow_id)
-        before = await handle.query("saga", result_type=Saga)
-        await handle.signal("rollback", request)
-        wanted = {
-            e.call_id for e in before.to_undo(request.scope, (await query_status(handle)).turn, call_id)
-        }
-        if not wanted:
+        entries = await roll_back(client.get_workflow_handle(workflow_id), request)
+        if not entries:
             click.echo("nothing to undo in that scope")
-            return
-        for _ in range(300):  # a rollback runs between turns; show its outcome when it is done
-            saga = await handle.query("saga", result_type=Saga)
-            entries = [e for e in saga.entries if e.call_id in wanted]
-            if (
-                all(e.state != "registered" for e in entries)
-                and (await query_status(handle)).state != "rolling_back"
-            ):
-                for e in entries:
-                    click.echo(f"{e.call_id} {e.tool}: {e.state}{' (' + e.error + ')' if e.error else ''}")
-                return
-            await asyncio.sleep(0.2)
-        raise click.ClickException(
-            "the rollback was not carried out (refused, or a turn is still running): see `status`"
-        )
+        for e in entries:
+            click.echo(f"{e.call_id} {e.tool}: {e.state}{f' ({e.error})' if e.error else ''}")
 
     run(body())
