@@ -104,8 +104,9 @@ def calls(round_: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 async def test_every_tool_runs_through_the_model_and_rolls_back(
-    agent: AgentHarness, db_engine: AsyncEngine
+    agent: AgentHarness, db_engine: AsyncEngine, scratch: list[str]
 ) -> None:
+    scratch.append(AGENT)
     await reset_jane(db_engine)
     lead_id, notification_id = await catalog_agent(db_engine)
     first = first_round(lead_id, notification_id)

@@ -16,12 +16,10 @@ from countersign.db.engine import session_factory
 from countersign.db.schema import (
     AgentProfile,
     AgentToolPermission,
-    CalendarEvent,
     Compensation,
     EmailOutbox,
     Lead,
     RollbackRecord,
-    Task,
 )
 from countersign.saga import CompensationRequest, RollbackRequest
 from countersign.tooling import CallerContext
@@ -85,15 +83,12 @@ async def snapshot(engine: AsyncEngine) -> dict[str, list[Any]]:
 
 
 @pytest.fixture
-async def clean(db_engine: AsyncEngine) -> Any:
-    """Jane is new before and after; rows these tests create are removed (other tests count rows)."""
+async def clean(db_engine: AsyncEngine, scratch: list[str]) -> Any:
+    """Jane is new before and after; rows and agents these tests create are removed."""
+    scratch += [AGENT, f"{AGENT}-atomic"]
     await reset_jane(db_engine)
     yield
     await reset_jane(db_engine)
-    async with db_engine.begin() as conn:
-        await conn.execute(delete(Task).where(Task.title == "Saga follow-up"))
-        await conn.execute(delete(CalendarEvent).where(CalendarEvent.title == "Saga demo"))
-        await conn.execute(delete(EmailOutbox).where(EmailOutbox.subject == "Hello"))
 
 
 async def rolled_back(agent: AgentHarness, handle: Any) -> Any:
