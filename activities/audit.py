@@ -12,7 +12,7 @@ from temporalio import activity
 
 from activities.tools import load_arguments_or_raw
 from countersign.db.schema import ToolExecution
-from countersign.guards import redact
+from countersign.guards import redact, storable
 from countersign.tooling import ErrorCode, ToolInvocation, ToolResult
 from tools.registry import REGISTRY
 
@@ -53,13 +53,13 @@ class AuditActivities:
             "run_id": inv.run_id,
             "call_id": inv.call_id,
             "turn": inv.turn,
-            "tool": inv.tool[:200],
+            "tool": storable(inv.tool[:200]),
             "risk": tool.risk if tool else None,
             "category": tool.category if tool else None,
             "args": redact(load_arguments_or_raw(inv.arguments)),
-            "result": call.result.envelope(),
+            "result": redact(call.result.envelope()),
             "outcome": outcome_of(call.result),
-            "error": call.result.error.message if call.result.error else None,
+            "error": storable(call.result.error.message) if call.result.error else None,
             "decision_reason": call.reason,
         }
         async with self._sessions() as session, session.begin():

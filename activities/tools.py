@@ -22,7 +22,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
 
 from countersign.db.schema import ToolExecution
-from countersign.guards import TruncationLimits, redact, sanitize
+from countersign.guards import TruncationLimits, redact, sanitize, storable
 from countersign.ratelimit import RateLimits, take
 from countersign.tooling import ToolInvocation, ToolResult
 from tools.registry import (
@@ -49,6 +49,17 @@ def validation_message(err: ValidationError) -> str:
     return "; ".join(parts)
 
 
+def has_nul(value: Any) -> bool:
+    """Whether a NUL character hides anywhere in a JSON value (PostgreSQL text cannot hold one)."""
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, dict):
+        return any(has_nul(k) or has_nul(v) for k, v in value.items())
+    if isinstance(value, list):
+        return any(has_nul(v) for v in value)
+    return False
+
+
 def load_arguments(raw: str) -> dict[str, Any]:
     try:
         value = json.loads(raw or "{}")
@@ -58,6 +69,8 @@ def load_arguments(raw: str) -> dict[str, Any]:
         ) from exc
     if not isinstance(value, dict):
         raise ToolFailure("VALIDATION_ERROR", "arguments must be a JSON object")
+    if has_nul(value):
+        raise ToolFailure("VALIDATION_ERROR", "arguments may not contain NUL characters (U+0000)")
     return value
 
 
@@ -173,9 +186,9 @@ class ToolActivities:
                 risk=tool.risk,
                 category=tool.category,
                 args=redact(load_arguments_or_raw(invocation.arguments)),
-                result=result.envelope(),
+                result=redact(result.envelope()),
                 outcome=outcome,
-                error=result.error.message if result.error else None,
+                error=storable(result.error.message) if result.error else None,
                 approved_by=invocation.approved_by,
                 idempotency_key=key,
                 started_at=started,

@@ -35,13 +35,22 @@ class TruncationLimits(BaseModel):
     max_string: int = 2_000  # characters of any single string value
 
 
+def storable(text: str) -> str:
+    """PostgreSQL text and jsonb cannot hold U+0000; a model can send it. Keep the rest."""
+    return text.replace("\x00", "\ufffd")
+
+
 def redact(value: Any) -> Any:
-    """A copy of `value` with secret-named keys and secret-looking text replaced by REDACTED."""
+    """A copy of `value` with secret-named keys and secret-looking text replaced by REDACTED
+    (and every string made storable)."""
     if isinstance(value, dict):
-        return {k: (REDACTED if SECRET_KEY.search(str(k)) else redact(v)) for k, v in value.items()}
+        return {
+            storable(str(k)): (REDACTED if SECRET_KEY.search(str(k)) else redact(v)) for k, v in value.items()
+        }
     if isinstance(value, list):
         return [redact(v) for v in value]
     if isinstance(value, str):
+        value = storable(value)
         for pattern in SECRET_TEXT:
             value = pattern.sub(REDACTED, value)
         return value
