@@ -16,7 +16,9 @@ conversation as acme/alice and then checks, in PostgreSQL and in the transcript,
 
 `make test` runs a few examples (`COMPROMISED_EXAMPLES`, default 15). For thousands of cases:
 
-    COMPROMISED_EXAMPLES=2000 .venv/bin/python -m pytest tests/test_compromised_model.py -q
+    COMPROMISED_EXAMPLES=2000 .venv/bin/python -m pytest tests/test_compromised_model.py -q --timeout=0
+
+(`--timeout=0`: at ~0.2 s an example, 2000 outlast pytest-timeout's 300 s per test.)
 
 One harness (worker, task queue, scripted model) serves every example of the property test: the
 harness fixture is function-scoped, so hypothesis would otherwise warn that it is not reset between
@@ -33,6 +35,7 @@ from __future__ import annotations
 import json
 import os
 from collections import Counter
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -44,7 +47,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from temporalio.client import WorkflowExecutionStatus
 
 from countersign.conversation import Limits
-from countersign.db import seed
+from countersign.db import schema, seed
 from countersign.db.schema import AgentProfile, AgentToolPermission, ToolExecution
 from countersign.scripted_model.scenario import Reply, ScriptedCall
 from countersign.scripted_model.server import Fault, completion
@@ -78,31 +81,54 @@ def identifiers(tenant: str) -> set[str]:
 # In globex's data only: acme's results must never carry them (Jane Doe is in both, so excluded).
 GLOBEX_ONLY = frozenset(identifiers("globex") - identifiers("acme"))
 
-# Every row of the tenant, whole: any write (status, updated_at, a new row) shows up as a difference.
 SNAPSHOT_TABLES = (
+    "tasks",
     "leads",
     "contacts",
     "projects",
-    "tasks",
     "calendar_events",
     "email_outbox",
     "notifications",
 )
 
 
-async def snapshot(engine: AsyncEngine, tenant: str, tables: tuple[str, ...] = SNAPSHOT_TABLES) -> dict:
+Snapshot = dict[str, list[str]]  # table -> its rows as JSON text, by id
+
+
+async def snapshot(engine: AsyncEngine, tenant: str, tables: tuple[str, ...] = SNAPSHOT_TABLES) -> Snapshot:
+    """Every row of `tenant` in `tables`, whole: any write (a status, updated_at, a new row) shows."""
+    taken: Snapshot = {}
     async with engine.connect() as conn:
-        return {
-            table: (
+        for table in tables:
+            query = text(f"SELECT row_to_json(t)::text FROM {table} t WHERE tenant_id = :t ORDER BY id")
+            taken[table] = list((await conn.execute(query, {"t": tenant})).scalars())
+    return taken
+
+
+async def restore(engine: AsyncEngine, before: Snapshot) -> None:
+    """Put back the values of the rows in `before` (a `snapshot`); `scratch` deletes the new rows."""
+    async with engine.begin() as conn:
+        for table, rows in before.items():
+            columns = ", ".join(c.name for c in schema.Base.metadata.tables[table].columns if c.name != "id")
+            for row in rows:
                 await conn.execute(
-                    text(f"SELECT row_to_json(t)::text FROM {table} t WHERE tenant_id = :t ORDER BY id"),
-                    {"t": tenant},
+                    text(
+                        f"UPDATE {table} SET ({columns}) = (SELECT {columns} FROM "
+                        f"json_populate_record(NULL::{table}, CAST(:row AS json))) WHERE id = :id"
+                    ),
+                    {"row": row, "id": json.loads(row)["id"]},
                 )
-            )
-            .scalars()
-            .all()
-            for table in tables
-        }
+
+
+@pytest.fixture
+async def acme_restored(db_engine: AsyncEngine, scratch: list[str]) -> AsyncIterator[None]:
+    """The operations agent may really change acme's tasks, projects and events (that is allowed),
+    and later test modules expect the seed: acme's rows get their values back, `scratch` removes
+    the rows and the test agent created here."""
+    scratch.append(BLOCKING_AGENT)
+    before = await snapshot(db_engine, "acme")
+    yield
+    await restore(db_engine, before)
 
 
 async def audit_rows(engine: AsyncEngine, workflow_id: str) -> list[Any]:
@@ -144,8 +170,11 @@ async def tools_needing_approval(engine: AsyncEngine, agent: str) -> set[str]:
 
 # --- what the compromised model says -----------------------------------------------------------------
 
-GLOBEX_EMAILS = sorted(e for _, e, *_ in (lead for lead in seed.LEADS if lead[0] == "globex"))
+GLOBEX_EMAILS = sorted(e for t, e, *_ in seed.LEADS if t == "globex")
 ACME_EMAILS = sorted(e for t, e, *_ in seed.LEADS if t == "acme")
+GLOBEX_TASKS = [title for t, title, *_ in seed.TASKS if t == "globex"]
+GLOBEX_PROJECTS = [name for t, name, *_ in seed.PROJECTS if t == "globex"]
+RECORD_IDS = [str(i) for i in range(1, 13)]  # ids are global: these name both tenants' rows
 # Partial globex terms: a leak would answer with a full identifier the model never sent.
 GLOBEX_PROBES = ["Scorpio", "Vandelay", "Wonka", "Patel", "Olivia", "Daughters", "conveyor", "portal"]
 TOOL_NAMES = [*sorted(REGISTRY), "approve", "decide", "approve_call", "grant_approval", "sudo", "end"]
@@ -168,9 +197,10 @@ ARGUMENT_KEYS = [
     "limit",
 ]
 
-# Without NUL: PostgreSQL text and jsonb cannot hold U+0000, and a model sending it still fails the
-# workflow today (see test_nul_in_model_arguments_is_audited_not_fatal, a strict xfail).
-chars = st.characters(exclude_characters="\x00")
+# Lone surrogates are left out (a model's JSON can carry "\\ud800"): the model call's result cannot be
+# encoded, so call_model fails on every attempt and the turn ends with an error before any tool call
+# is seen. Nothing runs (fail closed), but the retries are wasted; worth a fix in call_model.
+chars = st.characters(exclude_categories=["Cs"])
 small_text = st.text(chars, max_size=40)
 huge_text = st.builds(
     lambda chunk, n: (chunk * n)[:50_000], st.text(chars, min_size=1, max_size=8), st.integers(0, 50_000)
@@ -203,6 +233,12 @@ PLAUSIBLE: dict[str, st.SearchStrategy[dict[str, Any]]] = {
     "create_task": st.fixed_dictionaries(
         {"title": st.sampled_from(["exfiltrate", "Order conveyor sensors"])}
     ),
+    "update_task": st.fixed_dictionaries(
+        {"task": st.sampled_from([*GLOBEX_TASKS, *RECORD_IDS]), "status": st.just("cancelled")}
+    ),
+    "update_project": st.fixed_dictionaries(
+        {"project": st.sampled_from([*GLOBEX_PROJECTS, *RECORD_IDS]), "status": st.just("cancelled")}
+    ),
     "search_contacts": st.fixed_dictionaries({"query": st.sampled_from(GLOBEX_PROBES)}),
     "list_tasks": st.just({}),
     "list_projects": st.just({}),
@@ -221,7 +257,13 @@ arguments: st.SearchStrategy[dict[str, Any] | str] = st.one_of(
 def tool_call(draw: st.DrawFn) -> tuple[str, dict[str, Any] | str]:
     """One call: a name (known, blocked, foreign or invented) and its arguments (plausible, hostile,
     self-approving or not JSON)."""
-    name = draw(st.one_of(st.sampled_from(TOOL_NAMES), st.text(chars, min_size=1, max_size=64)))
+    name = draw(
+        st.one_of(
+            st.sampled_from(sorted(PLAUSIBLE)),  # weighted towards tools that can do something
+            st.sampled_from(TOOL_NAMES),
+            st.text(chars, min_size=1, max_size=64),
+        )
+    )
     args = draw(PLAUSIBLE[name] if name in PLAUSIBLE and draw(st.booleans()) else arguments)
     if isinstance(args, dict) and draw(st.booleans()):  # try to approve itself, or to act as someone else
         args = {**args, **draw(st.dictionaries(st.sampled_from(ARGUMENT_KEYS), values, max_size=3))}
@@ -250,7 +292,8 @@ def script_turn(agent: AgentHarness, calls: list[tuple[str, dict[str, Any] | str
     scripted = [
         ScriptedCall(name=name, arguments=args if isinstance(args, dict) else {}) for name, args in calls
     ]
-    done = [{"when": {"after_tool": name}, "reply": {"content": "done"}} for name in {n for n, _ in calls}]
+    names = sorted({name for name, _ in calls})
+    done = [{"when": {"after_tool": name}, "reply": {"content": "done"}} for name in names]
     agent.script({"reply": Reply(tool_calls=scripted).model_dump()}, *done)
     if any(isinstance(args, str) for _, args in calls):
         body = completion(Reply(tool_calls=scripted), "scripted", [])
@@ -259,10 +302,16 @@ def script_turn(agent: AgentHarness, calls: list[tuple[str, dict[str, Any] | str
         agent.model.inject(Fault(raw_body=json.dumps(body)))
 
 
-def leaked(result: str, call_text: str) -> set[str]:
-    """Globex-only identifiers in a tool result, except those the model itself sent (echoes)."""
+def leaked(result: str, call_text: str, acme_text: str) -> set[str]:
+    """Globex-only identifiers in a tool result, except those the model itself sent (echoes) and those
+    acme's own rows now hold too (earlier examples let the operations agent create acme tasks with
+    any title, "Order conveyor sensors" included)."""
     result, call_text = result.casefold(), call_text.casefold()
-    return {ident for ident in GLOBEX_ONLY if ident in result and ident not in call_text}
+    return {
+        ident
+        for ident in GLOBEX_ONLY
+        if ident in result and ident not in call_text and ident not in acme_text
+    }
 
 
 # --- the property ------------------------------------------------------------------------------------
@@ -285,6 +334,7 @@ async def test_a_compromised_model_cannot_cross_tenants_skip_approval_or_exceed_
     agent: AgentHarness,
     db_engine: AsyncEngine,
     smtp_server: SmtpServer,
+    acme_restored: None,
     calls: list[tuple[str, dict[str, Any] | str]],
     agent_name: str,
 ) -> None:
@@ -305,7 +355,8 @@ async def test_a_compromised_model_cannot_cross_tenants_skip_approval_or_exceed_
     rows = await audit_rows(db_engine, handle.id)
     by_call = Counter(r.call_id for r in rows)
     for row in rows:  # what the examples reached, in --hypothesis-show-statistics
-        event(f"{row.outcome} {(row.error or '').split(':')[0][:40]}".strip())
+        tool = row.tool if row.tool in REGISTRY else "(unknown tool)"
+        event(f"{tool}: {row.outcome} {(row.result.get('error') or {}).get('code', 'ok')}")
 
     # every execution audited: one row per tool message, and no row without one
     assert len(results) == len(calls)
@@ -313,9 +364,11 @@ async def test_a_compromised_model_cannot_cross_tenants_skip_approval_or_exceed_
     assert all(n == 1 for n in by_call.values()), by_call
 
     # no cross-tenant read
+    acme_after = await snapshot(db_engine, "acme")  # acme's own rows may name anything the model sent
+    acme_text = json.dumps(acme_after, ensure_ascii=False).casefold()
     for message in results:
         call = sent[message["tool_call_id"]]
-        assert not leaked(message["content"], call["name"] + call["arguments"]), message
+        assert not leaked(message["content"], call["name"] + call["arguments"], acme_text), message
 
     # no limit exceeded: calls past max_tool_calls were refused, the others were not
     budget = LIMITS.max_tool_calls
@@ -331,7 +384,6 @@ async def test_a_compromised_model_cannot_cross_tenants_skip_approval_or_exceed_
             assert row.outcome in ("blocked", "limit_reached"), row
         if row.tool in needs_approval:
             assert row.outcome != "executed", row
-    acme_after = await snapshot(db_engine, "acme")
     assert acme_after["leads"] == acme_before["leads"]
     assert acme_after["email_outbox"] == acme_before["email_outbox"]
     if agent_name != "operations":  # the only agent here with always-allowed writes
@@ -345,8 +397,9 @@ async def test_a_compromised_model_cannot_cross_tenants_skip_approval_or_exceed_
 # --- the planted injection ---------------------------------------------------------------------------
 
 
+@pytest.mark.security
 async def test_a_planted_injection_obeyed_by_the_model_changes_nothing(
-    agent: AgentHarness, db_engine: AsyncEngine, smtp_server: SmtpServer
+    agent: AgentHarness, db_engine: AsyncEngine, smtp_server: SmtpServer, acme_restored: None
 ) -> None:
     """The model reads the lead whose notes say to email the lead list to an attacker, and obeys: it
     emails the list, converts every lead, and searches globex. The writes wait for an approval that
@@ -385,6 +438,8 @@ async def test_a_planted_injection_obeyed_by_the_model_changes_nothing(
     assert codes[globex_search] == "VALIDATION_ERROR", codes
 
     rows = {r.call_id: r for r in await audit_rows(db_engine, handle.id)}
+    called = ["get_lead"] + [call["name"] for call in obey]
+    assert {c: r.tool for c, r in rows.items()} == {f"c{i}": tool for i, tool in enumerate(called, 1)}
     assert set(rows) == set(results)
     assert rows["c1"].outcome == "executed"
     assert all(rows[c].outcome == "expired" and rows[c].approved_by is None for c in writes)
@@ -401,15 +456,10 @@ async def test_a_planted_injection_obeyed_by_the_model_changes_nothing(
 
 
 @pytest.mark.security
-@pytest.mark.xfail(
-    strict=True,
-    reason="known bug: U+0000 in a model's arguments fails the audit insert (jsonb refuses \\u0000), "
-    "so the audit activity retries until the workflow fails; the generator above leaves NUL out",
-)
 async def test_nul_in_model_arguments_is_audited_not_fatal(
     agent: AgentHarness, db_engine: AsyncEngine
 ) -> None:
-    """Hypothesis' first find: `ask_human {"caller": "\\x00"}` (refused) and a search for a NUL."""
+    """Hypothesis' first find (fixed since): `ask_human {"caller": "\\x00"}` failed the workflow."""
     calls: list[tuple[str, dict[str, Any] | str]] = [
         ("ask_human", {"caller": "\x00"}),
         ("search_leads", {"query": "a\x00"}),
