@@ -54,6 +54,12 @@ def classify(exc: Exception) -> ApplicationError:
     return ApplicationError(f"model answered something unusable: {exc}", type="ModelBadResponse")
 
 
+def encodable(text: str) -> str:
+    """JSON from a model may carry lone surrogates (`\\ud800`) that no payload can encode;
+    replace them so the reply travels, instead of failing the activity on every retry."""
+    return text.encode("utf-8", "replace").decode("utf-8")
+
+
 def to_reply(completion: ChatCompletion) -> ModelReply:
     # The client does not validate bodies: JSON of another shape (`[]`, `null`, a choice without a
     # message) arrives here as is, and must fail as a bad response, not as an AttributeError.
@@ -63,13 +69,17 @@ def to_reply(completion: ChatCompletion) -> ModelReply:
     if choice.message is None:
         raise ValueError("completion choice has no message")
     calls = [
-        ToolCall(id=c.id, name=c.function.name, arguments=c.function.arguments or "{}")
+        ToolCall(id=c.id, name=encodable(c.function.name), arguments=encodable(c.function.arguments or "{}"))
         for c in choice.message.tool_calls or []
         if c.type == "function"
     ]
     usage = completion.usage
     return ModelReply(
-        message=ChatMessage(role="assistant", content=choice.message.content, tool_calls=calls),
+        message=ChatMessage(
+            role="assistant",
+            content=encodable(choice.message.content) if choice.message.content is not None else None,
+            tool_calls=calls,
+        ),
         usage=Usage(
             prompt_tokens=usage.prompt_tokens if usage else 0,
             completion_tokens=usage.completion_tokens if usage else 0,

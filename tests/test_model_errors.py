@@ -7,6 +7,7 @@ second of real time (MODEL_RETRY's initial interval), so there are only a few of
 
 from __future__ import annotations
 
+import json
 import time
 from datetime import timedelta
 
@@ -14,7 +15,7 @@ import httpx2
 import openai
 import pytest
 
-from activities.model import classify, retry_after
+from activities.model import classify, encodable, retry_after
 from countersign.conversation import EndConversation, TurnResult
 from countersign.scripted_model.server import Fault
 from tests.fixtures.agent import AgentHarness
@@ -114,3 +115,9 @@ async def test_a_request_fault_ends_the_turn_with_a_clear_message(agent: AgentHa
     assert turn.stop == "error" and turn.reply is not None
     assert turn.reply.startswith("The turn stopped: the model call failed") and f"HTTP {status}" in turn.reply
     assert len(agent.model.requests) == 1, "not retried"
+
+
+def test_lone_surrogates_from_a_model_are_made_encodable() -> None:
+    text = json.loads('"a\\ud800b"')
+    assert encodable(text) == "a?b"
+    encodable(text).encode("utf-8")  # what every payload does
