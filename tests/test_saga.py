@@ -91,6 +91,18 @@ async def clean(db_engine: AsyncEngine, scratch: list[str]) -> Any:
     await reset_jane(db_engine)
 
 
+async def after_one_write(agent: AgentHarness, engine: AsyncEngine, write: dict[str, Any]) -> Any:
+    """A conversation whose first turn made `write` and finished."""
+    name = await make_agent(engine)
+    agent.script(
+        {"when": {"user_contains": "please"}, "reply": {"tool_calls": [write]}},
+        {"when": {"after_tool": write["name"]}, "reply": {"content": "ok"}},
+    )
+    handle = await agent.start("please", agent=name)
+    await handle.execute_update(AgentWorkflow.wait_turn, 1)
+    return handle
+
+
 async def rolled_back(agent: AgentHarness, handle: Any) -> Any:
     for _ in range(200):
         saga = await handle.query(AgentWorkflow.saga)
@@ -184,13 +196,7 @@ async def test_turn_and_call_scopes(agent: AgentHarness, db_engine: AsyncEngine,
 async def test_only_the_user_or_an_admin_may_roll_back(
     agent: AgentHarness, db_engine: AsyncEngine, clean: None
 ) -> None:
-    name = await make_agent(db_engine)
-    agent.script(
-        {"when": {"user_contains": "task"}, "reply": {"tool_calls": [WRITES[1]]}},
-        {"when": {"after_tool": "create_task"}, "reply": {"content": "ok"}},
-    )
-    handle = await agent.start("task please", agent=name)
-    await handle.execute_update(AgentWorkflow.wait_turn, 1)
+    handle = await after_one_write(agent, db_engine, WRITES[1])
     for who in ("bob", "erin"):
         await handle.signal(AgentWorkflow.rollback, RollbackRequest(requested_by=who, scope="conversation"))
     await handle.signal(AgentWorkflow.rollback, RollbackRequest(requested_by="carol", scope="conversation"))
@@ -213,13 +219,7 @@ async def test_only_the_user_or_an_admin_may_roll_back(
 async def test_cancelling_the_conversation_compensates(
     agent: AgentHarness, db_engine: AsyncEngine, clean: None
 ) -> None:
-    name = await make_agent(db_engine)
-    agent.script(
-        {"when": {"user_contains": "lead"}, "reply": {"tool_calls": [WRITES[0]]}},
-        {"when": {"after_tool": "update_lead_status"}, "reply": {"content": "ok"}},
-    )
-    handle = await agent.start("lead please", agent=name)
-    await handle.execute_update(AgentWorkflow.wait_turn, 1)
+    handle = await after_one_write(agent, db_engine, WRITES[0])
     async with db_engine.connect() as conn:
         status = select(Lead.status).where(Lead.tenant_id == "acme", Lead.email == JANE)
         assert (await conn.execute(status)).scalar() == "contacted"
