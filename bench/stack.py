@@ -28,11 +28,9 @@ import worker as worker_module
 from activities.tools import ToolActivities
 from countersign.config import PROJECT_ROOT, Settings
 from countersign.db.engine import create_engine, session_factory
-from countersign.db.migrate import upgrade
-from countersign.db.seed import seed
 from countersign.devstack import processes
 from countersign.devstack.ports import free_port
-from countersign.devstack.postgres import EmbeddedPostgres
+from countersign.devstack.postgres import seeded_postgres
 from countersign.devstack.processes import ProcessRecord
 from countersign.devstack.temporal import DYNAMIC_CONFIG, DevServerConfig, temporal_binary, wait_ready
 from countersign.ratelimit import RateLimit, RateLimits
@@ -57,15 +55,8 @@ def bench_port() -> int:
 @asynccontextmanager
 async def postgres(root: Path) -> AsyncIterator[str]:
     """A migrated, seeded PostgreSQL; yields its URL."""
-    server = EmbeddedPostgres(root / "postgres", bench_port())
-    await asyncio.to_thread(server.start)
-    try:
-        url = server.url()
-        await asyncio.to_thread(upgrade, url)
-        await seed(url)
+    async with seeded_postgres(root / "postgres", bench_port()) as url:
         yield url
-    finally:
-        await asyncio.to_thread(server.stop)
 
 
 def dev_server_command(config: DevServerConfig, dynamic_config: Sequence[str]) -> list[str]:

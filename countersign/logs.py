@@ -65,13 +65,6 @@ def activity_fields() -> dict[str, object]:
     }
 
 
-def activity_logger(name: str = "countersign.activity") -> structlog.stdlib.BoundLogger:
-    """A logger with the current activity's fields bound explicitly: for code whose log calls may
-    run outside the activity's own context (a thread, a callback), where the interceptor's
-    context variables do not reach."""
-    return get_logger(name).bind(**activity_fields())
-
-
 def call_fields(args: Sequence[object]) -> dict[str, object]:
     """The tool and call id of an activity about one tool call (`ToolInvocation` and kin)."""
     for arg in args:

@@ -9,9 +9,8 @@ from collections.abc import Iterator
 
 import pytest
 import structlog
-from temporalio.testing import ActivityEnvironment
 
-from countersign.logs import activity_logger, configure
+from countersign.logs import configure
 from tests.fixtures.agent import AgentHarness
 
 
@@ -61,12 +60,3 @@ async def test_activity_lines_carry_workflow_activity_and_call(
     assert tool_line["tool"] == "search_leads" and tool_line["call_id"] == "c1"
     assert tool_line["outcome"] == "completed" and tool_line["run_id"] and tool_line["attempt"] == 1
     assert "tool" not in by_type["call_model"]  # bound per activity, cleared after each
-
-
-async def test_activity_logger_binds_the_activity_explicitly(json_log: io.StringIO) -> None:
-    def log_something() -> None:
-        activity_logger().info("hello from an activity")
-
-    ActivityEnvironment().run(log_something)
-    (line,) = [r for r in records(json_log) if r.get("event") == "hello from an activity"]
-    assert line["activity_type"] == "unknown" and line["workflow_id"] == "test" and line["level"] == "info"

