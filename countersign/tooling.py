@@ -80,6 +80,10 @@ class ToolSpec(BaseModel):
     tier: Tier  # the agent's snapshotted tier, already resolved from the default
     required_roles: list[str] = Field(default_factory=list)
     compensable: bool = False
+    # Run as a local activity: inside the workflow task that asked for it, recorded as a marker,
+    # without a round trip through the server's task queue. Snapshotted with the rest, so a
+    # conversation started before a tool became local keeps running it as it did.
+    local: bool = False
 
     def openai_tool(self) -> dict[str, Any]:
         return {

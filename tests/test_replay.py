@@ -41,3 +41,21 @@ async def test_a_fresh_run_replays(agent: AgentHarness) -> None:
     handle = await agent.start("Find Jane Doe", single_turn=True)
     await handle.result()
     await replayer().replay_workflow(await handle.fetch_history())
+
+
+def markers(path: Path) -> set[str]:
+    history = WorkflowHistory.from_json(path.stem, path.read_text())
+    return {
+        e.marker_recorded_event_attributes.marker_name
+        for e in history.events
+        if e.HasField("marker_recorded_event_attributes")
+    }
+
+
+def test_the_recorded_histories_cover_code_before_and_after_local_activities() -> None:
+    """Conversations started before tools and bookkeeping became local activities must still replay
+    (the `local-bookkeeping` patch, `ToolSpec.local` snapshotted at the start), and newer ones too."""
+    found = {path.stem: markers(path) for path in HISTORIES}
+    assert "core_local_activity" not in found["demo_lead_qualification"]
+    assert "core_local_activity" in found["lead_lookup_local_reads"]
+    assert {"core_local_activity", "core_patch"} <= found["approved_status_change_local_bookkeeping"]

@@ -16,6 +16,7 @@ from the arguments model in strict mode. Tenant, user and roles reach a tool onl
 from __future__ import annotations
 
 import copy
+import functools
 import inspect
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
@@ -94,6 +95,7 @@ class Tool:
     category: Category
     default_tier: Tier
     required_roles: tuple[str, ...]
+    local: bool
     fn: ToolFn = field(repr=False)
     compensation: CompensationFn | None = field(default=None, repr=False)
 
@@ -107,6 +109,7 @@ class Tool:
             tier=tier or self.default_tier,
             required_roles=list(self.required_roles),
             compensable=self.compensation is not None,
+            local=self.local,
         )
 
 
@@ -124,8 +127,14 @@ def tool(
     category: Category,
     tier: Tier | None = None,
     roles: tuple[str, ...] = (),
+    local: bool | None = None,
 ) -> Callable[[ToolFn], ToolFn]:
-    """Declare a tool. See the module docstring."""
+    """Declare a tool. See the module docstring.
+
+    `local` (default: reads) runs the tool as a local activity. It suits short, idempotent calls
+    whose only I/O is this process's PostgreSQL: a retry re-runs them, and they hold the
+    workflow task while they run.
+    """
 
     def register(fn: ToolFn) -> ToolFn:
         hints = get_type_hints(fn)
@@ -150,6 +159,7 @@ def tool(
             category=category,
             default_tier=tier or default_tier_for(risk, category),
             required_roles=roles,
+            local=category == "read" if local is None else local,
             fn=fn,
         )
         return fn
@@ -176,8 +186,9 @@ def compensates(forward: ToolFn) -> Callable[[CompensationFn], CompensationFn]:
     return register
 
 
+@functools.cache  # every conversation's start snapshots the schemas: compute each once per process
 def strict_schema(model: type[BaseModel]) -> dict[str, Any]:
-    """The JSON schema of an arguments model in OpenAI strict mode.
+    """The JSON schema of an arguments model in OpenAI strict mode (shared: do not mutate it).
 
     Strict mode wants every property listed in `required` and `additionalProperties: false` on every
     object; a field with a default therefore becomes nullable, and `parse_arguments` maps a null back

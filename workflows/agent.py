@@ -15,6 +15,7 @@ import asyncio
 import json
 from collections.abc import Awaitable
 from datetime import datetime, timedelta
+from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
@@ -63,23 +64,28 @@ with workflow.unsafe.imports_passed_through():
     from countersign.search_attributes import AGENT_NAME, AGENT_STATUS, TENANT_ID
     from countersign.tooling import CallerContext, ToolInvocation, ToolResult, ToolSpec
 
-CONTEXT_RETRY = RetryPolicy(maximum_attempts=5, non_retryable_error_types=["UnknownConversationParty"])
+# Activities whose I/O is PostgreSQL retry without an attempt cap for up to DB_OUTAGE_TOLERANCE: a
+# database restart or failover delays a call, it does not fail it.
+DB_OUTAGE_TOLERANCE = timedelta(minutes=5)
+DB_RETRY = RetryPolicy(initial_interval=timedelta(milliseconds=500), maximum_interval=timedelta(seconds=10))
+CONTEXT_RETRY = RetryPolicy(
+    initial_interval=DB_RETRY.initial_interval,
+    maximum_interval=DB_RETRY.maximum_interval,
+    non_retryable_error_types=["UnknownConversationParty"],
+)
 MODEL_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=30), maximum_attempts=6
-)
-TOOL_RETRY = RetryPolicy(
-    initial_interval=timedelta(milliseconds=500), maximum_interval=timedelta(seconds=10), maximum_attempts=8
 )
 REPLIES_KEPT = 100
 MODEL_CALL_TIMEOUT = timedelta(seconds=120)
 TOOL_CALL_TIMEOUT = timedelta(seconds=60)
-COMPENSATION_RETRY = RetryPolicy(
-    initial_interval=timedelta(seconds=1), maximum_interval=timedelta(seconds=30), maximum_attempts=5
-)
 DELIVERY_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=2), maximum_interval=timedelta(minutes=5), maximum_attempts=20
 )
 BOOKKEEPING_TIMEOUT = timedelta(seconds=30)
+# Patch id: conversations started since bookkeeping (argument checks, audit rows of unexecuted calls,
+# decision checks) became local activities run them locally; older histories replay as they ran.
+LOCAL_BOOKKEEPING = "local-bookkeeping"
 
 
 def call_summary(tool: str, arguments: str) -> str:
@@ -193,7 +199,8 @@ class AgentWorkflow:
             "load_conversation_context",
             start,
             result_type=ConversationContext,
-            start_to_close_timeout=timedelta(seconds=30),
+            start_to_close_timeout=BOOKKEEPING_TIMEOUT,
+            schedule_to_close_timeout=DB_OUTAGE_TOLERANCE,
             retry_policy=CONTEXT_RETRY,
             summary=f"load {start.tenant_id}/{start.user_id} roles and {start.agent} permissions",
         )
@@ -404,25 +411,38 @@ class AgentWorkflow:
         self, invocation: ToolInvocation, result: ToolResult, reason: str | None = None
     ) -> ToolResult:
         """Audit a call that did not run, then hand its envelope to the model."""
-        await workflow.execute_activity(
+        await self._bookkeeping(
             "record_unexecuted_call",
             UnexecutedCall(invocation=invocation, result=result, reason=reason),
-            summary=f"audit {invocation.tool} ({result.error.code if result.error else 'not run'})",
-            start_to_close_timeout=BOOKKEEPING_TIMEOUT,
-            retry_policy=TOOL_RETRY,
+            f"audit {invocation.tool} ({result.error.code if result.error else 'not run'})",
         )
         return result
 
     async def _check_arguments(self, invocation: ToolInvocation) -> ToolResult:
-        checked: ToolResult = await workflow.execute_activity(
-            "check_arguments",
-            invocation,
-            result_type=ToolResult,
-            summary=f"validate {invocation.tool} arguments",
-            start_to_close_timeout=BOOKKEEPING_TIMEOUT,
-            retry_policy=TOOL_RETRY,
+        checked: ToolResult = await self._bookkeeping(
+            "check_arguments", invocation, f"validate {invocation.tool} arguments", ToolResult
         )
         return checked
+
+    async def _bookkeeping(
+        self, activity: str, arg: object, summary: str, result_type: type | None = None, *, local: bool = True
+    ) -> Any:
+        """Short PostgreSQL bookkeeping: argument checks, audit rows, decision checks, reminders.
+
+        The hot ones are local activities (run in the workflow task, recorded as markers, no
+        round trip through a task queue) in conversations started since LOCAL_BOOKKEEPING; older
+        histories replay the activities they ran.
+        """
+        options: dict[str, Any] = {
+            "result_type": result_type,
+            "summary": summary,
+            "start_to_close_timeout": BOOKKEEPING_TIMEOUT,
+            "schedule_to_close_timeout": DB_OUTAGE_TOLERANCE,
+            "retry_policy": DB_RETRY,
+        }
+        if local and workflow.patched(LOCAL_BOOKKEEPING):
+            return await workflow.execute_local_activity(activity, arg, **options)
+        return await workflow.execute_activity(activity, arg, **options)
 
     # --- approvals --------------------------------------------------------------------------
 
@@ -469,7 +489,7 @@ class AgentWorkflow:
         lead = timedelta(seconds=context.approval.reminder_lead_s)
         remind_at = approval.expires_at - lead
         if remind_at > workflow.now() and not await self._decided_by(remind_at, approval, "reminder"):
-            await workflow.execute_activity(
+            await self._bookkeeping(
                 "send_approval_reminder",
                 ApprovalReminder(
                     tenant_id=context.tenant_id,
@@ -479,9 +499,8 @@ class AgentWorkflow:
                     args=approval.args,
                     expires_at=approval.expires_at,
                 ),
-                summary=f"remind reviewers: {approval.tool} ({approval.call_id}) expires soon",
-                start_to_close_timeout=BOOKKEEPING_TIMEOUT,
-                retry_policy=TOOL_RETRY,
+                f"remind reviewers: {approval.tool} ({approval.call_id}) expires soon",
+                local=False,
             )
         if not await self._decided_by(approval.expires_at, approval, "expires"):
             await workflow.wait_condition(lambda: approval.call_id not in self._deciding)
@@ -518,7 +537,7 @@ class AgentWorkflow:
         if approval is not None and refusal is None:
             self._deciding.add(decision.call_id)
         try:
-            verdict: Verdict = await workflow.execute_activity(
+            verdict: Verdict = await self._bookkeeping(
                 "record_decision",
                 DecisionRecord(
                     tenant_id=self._start.tenant_id,
@@ -529,10 +548,8 @@ class AgentWorkflow:
                     decision=decision,
                     refusal=refusal,
                 ),
-                result_type=Verdict,
-                summary=f"{decision.decision} {decision.call_id} by {decision.approver}",
-                start_to_close_timeout=BOOKKEEPING_TIMEOUT,
-                retry_policy=TOOL_RETRY,
+                f"{decision.decision} {decision.call_id} by {decision.approver}",
+                Verdict,
             )
         finally:
             self._deciding.discard(decision.call_id)
@@ -588,13 +605,16 @@ class AgentWorkflow:
             spec is not None and spec.compensable
         ):  # before the forward step: a commit that then times out is undone too
             entry = self._saga.register(invocation.call_id, invocation.tool, self._turn, invocation.arguments)
+        local = spec is not None and spec.local
+        run = workflow.execute_local_activity if local else workflow.execute_activity
         try:
-            result: ToolResult = await workflow.execute_activity(
+            result: ToolResult = await run(
                 "execute_tool",
                 invocation,
                 result_type=ToolResult,
                 start_to_close_timeout=TOOL_CALL_TIMEOUT,
-                retry_policy=TOOL_RETRY,
+                schedule_to_close_timeout=DB_OUTAGE_TOLERANCE,
+                retry_policy=DB_RETRY,
                 summary=call_summary(invocation.tool, invocation.arguments),
                 # on cancellation, learn how the step ended before compensating it
                 cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
@@ -631,7 +651,8 @@ class AgentWorkflow:
                     request,
                     result_type=CompensationOutcome,
                     start_to_close_timeout=TOOL_CALL_TIMEOUT,
-                    retry_policy=COMPENSATION_RETRY,
+                    schedule_to_close_timeout=DB_OUTAGE_TOLERANCE,
+                    retry_policy=DB_RETRY,
                     summary=f"undo {call_summary(entry.tool, entry.arguments)} ({entry.call_id})",
                 )
                 entry.state = outcome.state
@@ -648,12 +669,11 @@ class AgentWorkflow:
 
     async def _record_failure(self, request: CompensationRequest) -> None:
         try:
-            await workflow.execute_activity(
+            await self._bookkeeping(
                 "record_compensation_failure",
                 request,
-                summary=f"record failed undo of {request.entry.call_id}",
-                start_to_close_timeout=BOOKKEEPING_TIMEOUT,
-                retry_policy=TOOL_RETRY,
+                f"record failed undo of {request.entry.call_id}",
+                local=False,
             )
         except ActivityError:
             workflow.logger.error("could not record the failed compensation of %s", request.entry.call_id)
@@ -664,7 +684,7 @@ class AgentWorkflow:
         if request.scope == "call" and not request.call_id:
             workflow.logger.warning("rollback of scope call without a call_id refused")
             return
-        refusal: str = await workflow.execute_activity(
+        refusal: str = await self._bookkeeping(
             "authorize_rollback",
             RollbackAuthorization(
                 tenant_id=self._start.tenant_id,
@@ -672,10 +692,9 @@ class AgentWorkflow:
                 conversation_user=self._start.user_id,
                 request=request,
             ),
-            result_type=str,
-            summary=f"authorize rollback ({request.scope}) by {request.requested_by}",
-            start_to_close_timeout=BOOKKEEPING_TIMEOUT,
-            retry_policy=TOOL_RETRY,
+            f"authorize rollback ({request.scope}) by {request.requested_by}",
+            str,
+            local=False,
         )
         if refusal:
             workflow.logger.warning("rollback refused: %s", refusal)
