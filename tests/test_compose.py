@@ -107,4 +107,5 @@ def test_dynamic_config_is_mounted_and_speeds_up_dispatch() -> None:
     source, target = mount.split(":")[:2]
     config = yaml.safe_load(Path(PROJECT_ROOT / source).read_text())
     assert config["history.transferProcessorMaxPollRPS"][0]["value"] >= 1000
+    assert config["system.enableActivityEagerExecution"][0]["value"] is True
     assert target.endswith(SERVICES["temporal"]["environment"]["DYNAMIC_CONFIG_FILE_PATH"])

@@ -139,6 +139,8 @@ def test_dev_server_command_registers_the_search_attributes(tmp_path: Path) -> N
     for name in SEARCH_ATTRIBUTES:
         assert f"--search-attribute {name}=Keyword" in cmd
     assert "--dynamic-config-value history.transferProcessorMaxPollRPS=1000" in cmd
+    assert "--dynamic-config-value system.enableActivityEagerExecution=true" in cmd
+    assert "--sqlite-pragma journal_mode=wal" in cmd
     assert (config.address, config.ui_url) == ("127.0.0.1:1", "http://127.0.0.1:2")
 
 

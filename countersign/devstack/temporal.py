@@ -22,8 +22,14 @@ from countersign.devstack import processes
 from countersign.devstack.processes import ProcessRecord
 from countersign.search_attributes import ALL, ensure_registered
 
-# The transfer queue's default poll rate throttles how fast a busy dev server hands out tasks.
-DYNAMIC_CONFIG = ("history.transferProcessorMaxPollRPS=1000",)
+# Measured in bench/ (docs/benchmark.md, "Levers"):
+# - the transfer queue's default poll rate (20/s) throttles how fast the server hands out tasks;
+# - eager activity execution hands an activity scheduled by a workflow task straight back to the
+#   worker that completed it, skipping a trip through the task queue.
+DYNAMIC_CONFIG = ("history.transferProcessorMaxPollRPS=1000", "system.enableActivityEagerExecution=true")
+# Write-ahead logging: every commit still waits for its fsync (synchronous=FULL, the default), but
+# appends to one log instead of rewriting pages through a rollback journal.
+SQLITE_PRAGMAS = ("journal_mode=wal",)
 
 
 def temporal_binary() -> str:
@@ -52,6 +58,8 @@ class DevServerConfig:
     db_file: Path
     namespace: str = "default"
     ip: str = "127.0.0.1"
+    dynamic_config: tuple[str, ...] = DYNAMIC_CONFIG
+    sqlite_pragmas: tuple[str, ...] = SQLITE_PRAGMAS
 
     @property
     def address(self) -> str:
@@ -65,8 +73,10 @@ class DevServerConfig:
         cmd = [binary, "server", "start-dev", "--ip", self.ip, "--port", str(self.port)]
         cmd += ["--ui-port", str(self.ui_port), "--db-filename", str(self.db_file)]
         cmd += ["--namespace", self.namespace, *search_attribute_args()]
-        for value in DYNAMIC_CONFIG:
+        for value in self.dynamic_config:
             cmd += ["--dynamic-config-value", value]
+        for pragma in self.sqlite_pragmas:
+            cmd += ["--sqlite-pragma", pragma]
         return [*cmd, "--log-level", "warn"]
 
 
