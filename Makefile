@@ -9,6 +9,9 @@ STAMP  := $(VENV)/.installed-stamp
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+	@# bytecode for the workflow sandbox, which imports the workflow module afresh for every run
+	@# (and compiles it from source each time when PYTHONDONTWRITEBYTECODE=1 and no .pyc exists)
+	$(PY) -m compileall -q countersign workflows activities tools worker.py starter.py
 	@touch $(STAMP)
 
 demo: $(STAMP)

@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import asyncio
 import os
+from collections.abc import Sequence
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
-from temporalio.worker import Worker
+from temporalio.worker import Interceptor, Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from activities.approvals import ApprovalActivities
@@ -38,9 +39,10 @@ def build_worker(
     settings: Settings,
     sessions: async_sessionmaker[AsyncSession],
     tools: ToolActivities | None = None,
+    interceptors: Sequence[Interceptor] = (),
 ) -> Worker:
     """The worker; `tools` replaces the tool activities (the default's rate limits come from the
-    environment: RATE_LIMIT_PER_S, RATE_LIMIT_BURST)."""
+    environment: RATE_LIMIT_PER_S, RATE_LIMIT_BURST); `interceptors` run inside the logging one."""
     context = ContextActivities(sessions, settings.email_delivery_delay_s)
     model = ModelActivities(settings)
     tools = tools or ToolActivities(sessions, rate_limits=RateLimits.from_env(os.environ))
@@ -65,7 +67,8 @@ def build_worker(
             saga.authorize_rollback,
             email.deliver_email,
         ],
-        interceptors=[ActivityLogContext()],
+        interceptors=[ActivityLogContext(), *interceptors],
+        max_cached_workflows=settings.max_cached_workflows,
         workflow_runner=SandboxedWorkflowRunner(
             restrictions=SandboxRestrictions.default.with_passthrough_modules(*PASSTHROUGH)
         ),

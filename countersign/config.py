@@ -11,7 +11,7 @@ import json
 import os
 from pathlib import Path
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 DATA_DIR = Path(os.environ.get("COUNTERSIGN_DATA_DIR", PROJECT_ROOT / ".data"))
@@ -38,6 +38,11 @@ class Settings(BaseModel):
     # Emails go out this long after the turn that queued them: the window in which undoing the
     # turn (or the conversation) cancels them instead of finding them sent.
     email_delivery_delay_s: float = 60.0
+    # Conversations a worker keeps in memory between their workflow tasks (the SDK's default is
+    # 1000). Each costs ~0.4 MB (its sandboxed copy of the workflow module and its state); one pushed
+    # out is rebuilt by replaying its history when it next has work (an approval, a message), which
+    # costs milliseconds (docs/benchmark.md, section 4). Env: WORKER_MAX_CACHED_WORKFLOWS.
+    max_cached_workflows: int = Field(250, ge=0)
 
     @property
     def scripted_model(self) -> bool:
@@ -79,5 +84,6 @@ def load_settings(env: dict[str, str] | None = None) -> Settings:
         "smtp_port": env.get("SMTP_PORT"),
         "smtp_sender": env.get("SMTP_SENDER"),
         "email_delivery_delay_s": env.get("EMAIL_DELIVERY_DELAY_S"),
+        "max_cached_workflows": env.get("WORKER_MAX_CACHED_WORKFLOWS"),
     }
     return Settings(**{k: v for k, v in values.items() if v})
