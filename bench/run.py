@@ -12,24 +12,27 @@ import argparse
 import asyncio
 import itertools
 import json
+import os
 import platform
+import re
 import shlex
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Mapping
-from contextlib import ExitStack
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import psutil
-from temporalio.worker import PollerBehaviorAutoscaling
 
 from bench import stack, workloads
 from bench.report import render
-from bench.scenario import APPROVAL_STATUSES, STEPS_MESSAGE, bench_scenario
+from bench.scenario import APPROVAL_STATUSES, PARALLEL_MESSAGE, STEPS_MESSAGE, bench_scenario
 from bench.stats import Summary
+from countersign.config import Settings
+from countersign.devstack.temporal import DYNAMIC_CONFIG, SQLITE_PRAGMAS
 from countersign.logs import configure as configure_logging
 
 Json = dict[str, Any]
@@ -42,37 +45,88 @@ class Sizes:
     conversations: int  # sequential step conversations, workflow and loop each (N)
     approvals: int  # approvals decided with the `decide` update
     signal_approvals: int  # approvals decided with the `approve` signal
-    throughput: Mapping[int, int]  # concurrency -> conversations
+    throughput: Sequence[Run]  # the throughput runs
     waiting: int  # conversations left waiting on approval for the RSS measurement
+    waiting_approvals: int  # of those, approved one by one afterwards (cached, then evicted)
     lever_conversations: int
     lever_approvals: int
-    lever_throughput: Mapping[int, int]
-
-
-FULL = Sizes(5, 20, 30, 10, {1: 10, 10: 40, 100: 150}, 1000, 8, 8, {100: 60})
-QUICK = Sizes(3, 4, 6, 2, {1: 3, 10: 10, 100: 100}, 100, 3, 3, {10: 20})
+    lever_throughput: Run
 
 
 @dataclass(frozen=True)
-class Lever:
-    """One thing tried on the worker side: `Worker(...)` options on top of `build_worker`'s, and/or a
-    bytecode cache for the workflow sandbox's imports (see `stack.bytecode_cache`)."""
+class Run:
+    """One throughput run: `conversations` of `workload`, at most `concurrency` in flight, on the
+    in-process worker (`workers` = 0) or on that many `python worker.py` processes."""
 
-    worker_options: Mapping[str, Any] = field(default_factory=dict)
-    bytecode_cache: bool = False
+    workload: Workload
+    workers: int
+    concurrency: int
+    conversations: int
 
 
-WORKER_LEVERS = {
-    "bytecode cache for the sandbox's imports": Lever(bytecode_cache=True),
-    "disable_eager_activity_execution=True": Lever({"disable_eager_activity_execution": True}),
-    "autoscaling pollers (workflow and activity)": Lever(
-        {
-            "workflow_task_poller_behavior": PollerBehaviorAutoscaling(),
-            "activity_task_poller_behavior": PollerBehaviorAutoscaling(),
-        }
+Workload = Literal["sequential", "parallel"]
+MESSAGES: dict[Workload, str] = {"sequential": STEPS_MESSAGE, "parallel": PARALLEL_MESSAGE}
+
+
+def runs(workload: Workload, workers: int, plan: Mapping[int, int]) -> list[Run]:
+    return [Run(workload, workers, c, n) for c, n in plan.items()]
+
+
+FULL = Sizes(
+    steps=5,
+    conversations=20,
+    approvals=30,
+    signal_approvals=10,
+    throughput=[
+        *runs("sequential", 0, {1: 10, 10: 40, 100: 150}),
+        *runs("sequential", 2, {100: 150}),
+        *runs("parallel", 1, {1: 5, 10: 20, 100: 100}),
+        *runs("parallel", 2, {100: 100}),
+    ],
+    waiting=1000,
+    waiting_approvals=20,
+    lever_conversations=8,
+    lever_approvals=8,
+    lever_throughput=Run("sequential", 0, 10, 30),
+)
+QUICK = Sizes(
+    steps=3,
+    conversations=4,
+    approvals=6,
+    signal_approvals=2,
+    throughput=[*runs("sequential", 0, {1: 3, 10: 10, 100: 40}), *runs("parallel", 2, {100: 30})],
+    waiting=100,
+    waiting_approvals=5,
+    lever_conversations=3,
+    lever_approvals=3,
+    lever_throughput=Run("sequential", 0, 10, 10),
+)
+SMALL_CACHE = 250  # WORKER_MAX_CACHED_WORKFLOWS of the memory lever
+
+EAGER = "system.enableActivityEagerExecution=true"
+RPS_1000 = "history.transferProcessorMaxPollRPS=1000"
+PRODUCT = "product"
+SERVER_LEVERS: dict[str, stack.ServerSetup] = {
+    PRODUCT: stack.ServerSetup(),
+    "default dev server: no dynamic config, rollback journal": stack.ServerSetup((), ()),
+    "without eager activity execution": stack.ServerSetup((RPS_1000,), SQLITE_PRAGMAS),
+    "transfer queue polled at the default 20/s": stack.ServerSetup((EAGER,), SQLITE_PRAGMAS),
+    "rollback journal instead of WAL": stack.ServerSetup(DYNAMIC_CONFIG, ()),
+    "WAL with synchronous=normal (not adopted: a power loss may drop the last commits)": stack.ServerSetup(
+        DYNAMIC_CONFIG, (*SQLITE_PRAGMAS, "synchronous=normal")
+    ),
+    "in memory (reference: nothing persisted)": stack.ServerSetup(in_memory=True),
+}
+Scope = Callable[[Path], AbstractContextManager[None]]
+WORKER_LEVERS: dict[str, Scope] = {
+    "regular activities only (tools and bookkeeping as before local activities)": lambda _: (
+        stack.remote_activities()
+    ),
+    "workflow sandbox compiling from source (no bytecode)": stack.compiled_from_source,
+    "unsandboxed workflow runner (not adopted: no guard against non-determinism)": lambda _: (
+        stack.unsandboxed()
     ),
 }
-RPS_1000 = f"{stack.POLL_RPS_KEY}=1000"
 
 
 def progress(message: str) -> None:
@@ -96,12 +150,17 @@ async def steps_and_loop(parts: stack.Parts, count: int, with_loop: bool) -> Jso
         if with_loop:
             loops.append(await loop.converse(STEPS_MESSAGE))
     all_steps = [s for f in flows for s in f.steps]
+    all_parts = [p for f in flows for p in f.parts]
     result: Json = {
         "conversations": count,
         "steps": len(all_steps),
         "overhead_ms": ms([s.overhead_s for s in all_steps]),
         "step_wall_ms": ms([s.interval_s for s in all_steps]),
         "step_own_ms": ms([s.own_s for s in all_steps]),
+        "parts_ms": {
+            name: ms([getattr(p, f"{name}_s") for p in all_parts])
+            for name in ("model_dispatch", "model_report", "task_dispatch", "task_processing")
+        },
         "conversation_wall_ms": ms([f.wall_s for f in flows]),
         "events_per_step": asdict(Summary.of([float(s.events) for s in all_steps])),
         "events_per_turn": asdict(Summary.of([float(f.events) for f in flows])),
@@ -115,12 +174,9 @@ async def steps_and_loop(parts: stack.Parts, count: int, with_loop: bool) -> Jso
     return result
 
 
-async def approvals(parts: stack.Parts, count: int, via: workloads.Via, statuses: Iterator[str]) -> Json:
-    """Metrics 2 and 5 (per approved call): one approval after the other."""
-    samples = [await workloads.approval(parts, next(statuses), via) for _ in range(count)]
+def approval_summary(samples: list[workloads.ApprovalSample]) -> Json:
     return {
-        "via": via,
-        "approvals": count,
+        "approvals": len(samples),
         "to_execution_ms": ms([s.to_execution_s for s in samples]),
         "acknowledged_ms": ms([s.acknowledged_s for s in samples]),
         "events_per_approved_call": asdict(Summary.of([float(s.call_events) for s in samples])),
@@ -128,90 +184,145 @@ async def approvals(parts: stack.Parts, count: int, via: workloads.Via, statuses
     }
 
 
-async def throughputs(parts: stack.Parts, plan: Mapping[int, int]) -> list[Json]:
-    """Metric 3: tool calls completed per second of wall time, by concurrency."""
+async def approvals(parts: stack.Parts, count: int, via: workloads.Via, statuses: Iterator[str]) -> Json:
+    """Metrics 2 and 5 (per approved call): one approval after the other."""
+    samples = [await workloads.approval(parts, next(statuses), via) for _ in range(count)]
+    return {"via": via, **approval_summary(samples)}
+
+
+@dataclass
+class CpuParts:
+    """The processes whose CPU time a throughput run accounts for."""
+
+    server_pid: int
+    postgres_pid: int
+    worker_pids: list[int] = field(default_factory=list)
+
+    def seconds(self) -> dict[str, float]:
+        return {
+            "bench process (client, scripted model, in-process worker)": stack.cpu_s(
+                os.getpid(), children=False
+            ),
+            "worker processes": sum(stack.cpu_s(pid) for pid in self.worker_pids),
+            "Temporal dev server": stack.cpu_s(self.server_pid),
+            "PostgreSQL": stack.cpu_s(self.postgres_pid),
+        }
+
+
+async def throughput(parts: stack.Parts, run: Run, cpu: CpuParts) -> Json:
+    """Metric 3: tool calls completed per second of wall time, and CPU per tool call by process."""
+    before = cpu.seconds()
+    done = await workloads.throughput(parts, run.concurrency, run.conversations, MESSAGES[run.workload])
+    after = cpu.seconds()
+    per_call = {k: round((after[k] - before[k]) * MS / max(done.tool_calls, 1), 2) for k in after}
+    progress(f"throughput {run}: {done.tool_calls_per_s:.1f} tool calls/s")
+    return {
+        **asdict(run),
+        "tool_calls": done.tool_calls,
+        "wall_s": round(done.wall_s, 2),
+        "tool_calls_per_s": round(done.tool_calls_per_s, 1),
+        "cpu_ms_per_tool_call": per_call,
+        "cpu_utilisation": round(sum(after[k] - before[k] for k in after) / done.wall_s, 2),
+    }
+
+
+async def throughputs(parts: stack.Parts, plan: Sequence[Run], root: Path, cpu: CpuParts) -> list[Json]:
     rows = []
-    for concurrency, conversations in plan.items():
-        run = await workloads.throughput(parts, concurrency, conversations)
-        rows.append({**asdict(run), "tool_calls_per_s": round(run.tool_calls_per_s, 1)})
-        progress(f"throughput at {concurrency}: {run.tool_calls_per_s:.1f} tool calls/s")
+    for run in plan:
+        if run.workers == 0:
+            async with stack.in_process_worker(parts, {}) as worker:
+                rows.append(await throughput(worker, run, cpu))
+            continue
+        settings = parts.settings.model_copy(update={"task_queue": f"bench-tp-{time.monotonic_ns()}"})
+        sub = stack.Parts(parts.client, settings, parts.engine, parts.model)
+        async with stack.worker_subprocesses(settings, root / settings.task_queue, run.workers) as pids:
+            rows.append(await throughput(sub, run, replace(cpu, worker_pids=pids)))
     return rows
 
 
-async def worker_rss(parts: stack.Parts, root: Path, count: int) -> Json:
-    """Metric 4: RSS of a `python worker.py` subprocess holding `count` conversations awaiting approval."""
+async def worker_rss(parts: stack.Parts, root: Path, count: int, approve: int, cache: int | None) -> Json:
+    """Metric 4: RSS of a `python worker.py` subprocess holding `count` conversations awaiting approval
+    (its workflow cache at `cache`, or the default), then `approve` of them approved one by one."""
     settings = parts.settings.model_copy(update={"task_queue": f"bench-rss-{time.monotonic_ns()}"})
     sub = stack.Parts(parts.client, settings, parts.engine, parts.model)
-    async with stack.worker_subprocess(settings, root) as pid:
+    env = {"WORKER_MAX_CACHED_WORKFLOWS": str(cache)} if cache else {}
+    async with stack.worker_subprocesses(settings, root / settings.task_queue, 1, env) as (pid,):
         process = psutil.Process(pid)
         await asyncio.sleep(2)
         idle = process.memory_info().rss
         began = time.perf_counter()
-        await workloads.start_waiting(sub, count)
+        handles = await workloads.start_waiting(sub, count)
         settle_s = await workloads.all_awaiting(sub, count, timeout_s=300)
         await asyncio.sleep(2)
         loaded = process.memory_info().rss
+        # the first conversations started are the ones a small cache pushed out first
+        samples = [await workloads.approve(h, workloads.WAITING_CALL_ID, "update") for h in handles[:approve]]
     return {
         "conversations": count,
+        "max_cached_workflows": cache or Settings().max_cached_workflows,
         "idle_rss_mb": round(idle / 2**20, 1),
         "rss_mb": round(loaded / 2**20, 1),
         "per_conversation_kb": round((loaded - idle) / count / 1024, 1),
         "all_awaiting_after_s": round(time.perf_counter() - began, 1),
         "visibility_poll_s": round(settle_s, 1),
+        "approvals": approval_summary(samples),
     }
 
 
 # --- runs ------------------------------------------------------------------------------------------------
 
 
-async def main_run(parts: stack.Parts, sizes: Sizes, root: Path, statuses: Iterator[str]) -> Json:
+async def main_run(
+    parts: stack.Parts, sizes: Sizes, root: Path, statuses: Iterator[str], cpu: CpuParts
+) -> Json:
     async with stack.in_process_worker(parts, {}) as worker:
         progress("metric 1/5/6: sequential step conversations, workflow and in-process loop")
         steps = await steps_and_loop(worker, sizes.conversations, with_loop=True)
         progress("metric 2: approvals")
         by_update = await approvals(worker, sizes.approvals, "update", statuses)
         by_signal = await approvals(worker, sizes.signal_approvals, "signal", statuses)
-        progress("metric 3: throughput")
-        rates = await throughputs(worker, sizes.throughput)
+    progress("metric 3: throughput")
+    rates = await throughputs(parts, sizes.throughput, root, cpu)
     progress(f"metric 4: worker subprocess RSS with {sizes.waiting} conversations awaiting approval")
-    rss = await worker_rss(parts, root, sizes.waiting)
+    rss = [
+        await worker_rss(parts, root, sizes.waiting, sizes.waiting_approvals, cache)
+        for cache in (None, SMALL_CACHE)
+    ]
     return {"steps": steps, "approvals": [by_update, by_signal], "throughput": rates, "rss": rss}
 
 
 async def lever_run(
-    parts: stack.Parts, sizes: Sizes, lever: Lever, root: Path, statuses: Iterator[str]
+    parts: stack.Parts, sizes: Sizes, scope: Scope | None, root: Path, statuses: Iterator[str], cpu: CpuParts
 ) -> Json:
     """A smaller sample of metrics 1, 2 and 3 under one lever."""
-    with ExitStack() as scope:
-        if lever.bytecode_cache:
-            scope.enter_context(stack.bytecode_cache(root))
-        async with stack.in_process_worker(parts, lever.worker_options) as worker:
+    with scope(root) if scope else nullcontext():
+        async with stack.in_process_worker(parts, {}) as worker:
             return {
                 "steps": await steps_and_loop(worker, sizes.lever_conversations, with_loop=False),
                 "approvals": await approvals(worker, sizes.lever_approvals, "update", statuses),
-                "throughput": await throughputs(worker, sizes.lever_throughput),
+                "throughput": [await throughput(worker, sizes.lever_throughput, cpu)],
             }
 
 
-async def on_server(
-    root: Path, database_url: str, name: str, dynamic_config: list[str], sizes: Sizes, statuses: Iterator[str]
-) -> Json:
-    """Every measurement made against one dev server: the main run on the product's settings,
-    only the lever sample on the others."""
+async def on_server(root: Path, database_url: str, name: str, sizes: Sizes, statuses: Iterator[str]) -> Json:
+    """Every measurement made against one dev server: on the product's, the main run and the
+    worker levers; on the others, the lever sample only."""
     scenario = bench_scenario(sizes.steps)
+    label = re.sub(r"[^a-z0-9]+", "-", name.lower())[:40]
     async with (
-        stack.temporal(root, name, dynamic_config) as server,
-        stack.parts(database_url, server, scenario) as parts,
+        stack.temporal(root, label, SERVER_LEVERS[name]) as server,
+        stack.parts(database_url, server.config, scenario) as parts,
     ):
-        if name != "rps1000":
-            progress(f"lever: dev server {name}")
-            return {"server": {name: await lever_run(parts, sizes, Lever(), root, statuses)}}
-        result = {"main": await main_run(parts, sizes, root, statuses), "worker": {}}
-        progress("lever: product worker, same sample size (the comparison point)")
-        result["server"] = {name: await lever_run(parts, sizes, Lever(), root, statuses)}
-        for label, lever in WORKER_LEVERS.items():
-            progress(f"lever: worker {label}")
-            result["worker"][label] = await lever_run(parts, sizes, lever, root, statuses)
+        cpu = CpuParts(server.pid, stack.postmaster_pid(root))
+        progress(f"lever sample: dev server {name}")
+        result: Json = {"server": {name: await lever_run(parts, sizes, None, root, statuses, cpu)}}
+        if name != PRODUCT:
+            return result
+        result["main"] = await main_run(parts, sizes, root, statuses, cpu)
+        result["worker"] = {}
+        for lever, scope in WORKER_LEVERS.items():
+            progress(f"lever sample: worker {lever}")
+            result["worker"][lever] = await lever_run(parts, sizes, scope, root, statuses, cpu)
         return result
 
 
@@ -222,10 +333,12 @@ async def benchmark(sizes: Sizes) -> Json:
         root = Path(tmp)
         progress(f"starting PostgreSQL in {root}")
         async with stack.postgres(root) as url:
-            product = await on_server(root, url, "rps1000", [RPS_1000], sizes, statuses)
-            default = await on_server(root, url, "rps20", [], sizes, statuses)
-    product["server"].update(default["server"])
-    return {**product, "sizes": asdict(sizes), "duration_s": round(time.perf_counter() - began, 1)}
+            results: Json = {"server": {}}
+            for name in SERVER_LEVERS:
+                found = await on_server(root, url, name, sizes, statuses)
+                results["server"].update(found.pop("server"))
+                results.update(found)
+    return {**results, "sizes": asdict(sizes), "duration_s": round(time.perf_counter() - began, 1)}
 
 
 def machine() -> Json:

@@ -8,41 +8,50 @@ a developer's `dev up` (7233, 8233, 8400, 55432) are never used: every port is a
 from __future__ import annotations
 
 import asyncio
-import os
-import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
-from contextlib import asynccontextmanager, contextmanager
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Iterator, Mapping
+from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
+from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
 from typing import Any
 from unittest import mock
 
+import psutil
+import temporalio.workflow
 from sqlalchemy.ext.asyncio import AsyncEngine
 from temporalio.client import Client
-from temporalio.worker import Worker
+from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 import worker as worker_module
 from activities.tools import ToolActivities
-from countersign.config import PROJECT_ROOT, Settings
+from bench.clock import ActivityClock
+from countersign.config import Settings
 from countersign.db.engine import create_engine, session_factory
 from countersign.devstack import processes
+from countersign.devstack import worker as devstack_worker
 from countersign.devstack.ports import free_port
 from countersign.devstack.postgres import seeded_postgres
-from countersign.devstack.processes import ProcessRecord
-from countersign.devstack.temporal import DYNAMIC_CONFIG, DevServerConfig, temporal_binary, wait_ready
+from countersign.devstack.temporal import (
+    DYNAMIC_CONFIG,
+    SQLITE_PRAGMAS,
+    DevServerConfig,
+    temporal_binary,
+    wait_ready,
+)
 from countersign.ratelimit import RateLimit, RateLimits
 from countersign.scripted_model.scenario import Scenario
 from countersign.scripted_model.server import ScriptedModelServer
 from countersign.temporal_client import connect
+from tools.registry import REGISTRY
+from workflows.agent import LOCAL_BOOKKEEPING
 
 RESERVED_PORTS = frozenset({7233, 8233, 8400, 55432})  # a developer's `dev up` may be using them
 POLL_RPS_KEY = "history.transferProcessorMaxPollRPS"
 # The per-tenant tool rate limit (10/s by default) would measure the limiter, not the orchestration.
 UNLIMITED = RateLimits(RateLimit(per_s=1e6, burst=1e6))
-WORKER_READY_TIMEOUT_S = 60.0
+UNLIMITED_ENV = {"RATE_LIMIT_PER_S": "1000000", "RATE_LIMIT_BURST": "1000000"}  # the same, for a subprocess
 
 
 def bench_port() -> int:
@@ -59,42 +68,104 @@ async def postgres(root: Path) -> AsyncIterator[str]:
         yield url
 
 
-def dev_server_command(config: DevServerConfig, dynamic_config: Sequence[str]) -> list[str]:
-    """The product's dev server command with its transfer-poll setting replaced by `dynamic_config`
-    (an empty `dynamic_config` leaves the server's own default, 20)."""
-    cmd = config.command(temporal_binary())
-    for value in DYNAMIC_CONFIG:
-        at = cmd.index(value)
-        del cmd[at - 1 : at + 1]
-    for value in dynamic_config:
-        cmd[-2:-2] = ["--dynamic-config-value", value]  # before `--log-level warn`
+@dataclass(frozen=True)
+class ServerSetup:
+    """A dev server variant; the default is the product's, as `dev up` starts it."""
+
+    dynamic_config: tuple[str, ...] = DYNAMIC_CONFIG
+    sqlite_pragmas: tuple[str, ...] = SQLITE_PRAGMAS
+    in_memory: bool = False  # no --db-filename: nothing persisted (a reference point, not a product option)
+
+
+def dev_server_command(config: DevServerConfig, setup: ServerSetup) -> list[str]:
+    variant = replace(config, dynamic_config=setup.dynamic_config, sqlite_pragmas=setup.sqlite_pragmas)
+    cmd = variant.command(temporal_binary())
+    if setup.in_memory:
+        at = cmd.index("--db-filename")
+        del cmd[at : at + 2]
     return cmd
 
 
+@dataclass(frozen=True)
+class Server:
+    config: DevServerConfig
+    pid: int
+
+
 @asynccontextmanager
-async def temporal(root: Path, name: str, dynamic_config: Sequence[str]) -> AsyncIterator[DevServerConfig]:
+async def temporal(root: Path, name: str, setup: ServerSetup) -> AsyncIterator[Server]:
     """A dev server on free ports with a throwaway SQLite file."""
     config = DevServerConfig(port=bench_port(), ui_port=bench_port(), db_file=root / f"temporal-{name}.db")
-    command = dev_server_command(config, dynamic_config)
-    record = processes.spawn(command, config.address, root / f"temporal-{name}.log", root)
+    record = processes.spawn(
+        dev_server_command(config, setup), config.address, root / f"temporal-{name}.log", root
+    )
     try:
         await wait_ready(config.address, config.namespace, timeout_s=60, process=record)
-        yield config
+        assert record.pid is not None
+        yield Server(config, record.pid)
     finally:
         await asyncio.to_thread(processes.stop, record)
 
 
 @contextmanager
-def bytecode_cache(root: Path) -> Iterator[None]:
-    """Let imports write and read bytecode (under `root`, not the source tree) although the
-    environment says PYTHONDONTWRITEBYTECODE=1, as this machine and the Dockerfile do: the workflow
-    sandbox imports the workflow module afresh for every workflow run, compiling it from source."""
+def compiled_from_source(root: Path) -> Iterator[None]:
+    """Imports find no bytecode and write none, as in an installation that was not byte-compiled
+    running with PYTHONDONTWRITEBYTECODE=1 (this machine, the Dockerfile): the workflow sandbox then
+    compiles the workflow module from source for every workflow run. `make` and the Docker image
+    byte-compile the sources (compileall), which the sandbox's imports read."""
     saved = sys.dont_write_bytecode, sys.pycache_prefix
-    sys.dont_write_bytecode, sys.pycache_prefix = False, str(root / "pycache")
+    sys.dont_write_bytecode, sys.pycache_prefix = True, str(root / "no-pycache")
     try:
         yield
     finally:
         sys.dont_write_bytecode, sys.pycache_prefix = saved
+
+
+@contextmanager
+def remote_activities() -> Iterator[None]:
+    """The product as it was before local activities: every tool and all bookkeeping run as regular
+    activities (the registry says no tool is local; the LOCAL_BOOKKEEPING patch reports old code)."""
+    remote = {name: replace(tool, local=False) for name, tool in REGISTRY.items()}
+    real_patched = temporalio.workflow.patched
+
+    def patched(patch_id: str) -> bool:
+        return False if patch_id == LOCAL_BOOKKEEPING else real_patched(patch_id)
+
+    with mock.patch.dict(REGISTRY, remote), mock.patch.object(temporalio.workflow, "patched", patched):
+        yield
+
+
+@contextmanager
+def unsandboxed() -> Iterator[None]:
+    """`build_worker` with the SDK's UnsandboxedWorkflowRunner instead of the sandbox."""
+    with mock.patch.object(worker_module, "SandboxedWorkflowRunner", lambda **_: UnsandboxedWorkflowRunner()):
+        yield
+
+
+def cpu_s(pid: int, children: bool = True) -> float:
+    """CPU seconds (user + system) used so far by a process and, by default, its live descendants."""
+    try:
+        process = psutil.Process(pid)
+        family = [process, *(process.children(recursive=True) if children else [])]
+    except psutil.NoSuchProcess:
+        return 0.0
+    total = 0.0
+    for member in family:
+        try:
+            times = member.cpu_times()
+        except psutil.NoSuchProcess:
+            continue
+        total += times.user + times.system
+    return total
+
+
+def postmaster_pid(root: Path) -> int:
+    """The bench PostgreSQL's postmaster (its data directory is under `root`)."""
+    for process in psutil.process_iter(["pid", "name", "cmdline"]):
+        cmdline = process.info["cmdline"] or []
+        if process.info["name"] == "postgres" and any(str(root) in arg for arg in cmdline):
+            return int(process.info["pid"])
+    raise RuntimeError(f"no postgres process with a data directory under {root}")
 
 
 @dataclass
@@ -105,6 +176,7 @@ class Parts:
     settings: Settings
     engine: AsyncEngine
     model: ScriptedModelServer
+    clock: ActivityClock = field(default_factory=ActivityClock)  # the in-process worker's activities
 
 
 @asynccontextmanager
@@ -113,10 +185,11 @@ async def in_process_worker(parts: Parts, options: Mapping[str, Any]) -> AsyncIt
     settings = parts.settings.model_copy(update={"task_queue": f"bench-{time.monotonic_ns()}"})
     sessions = session_factory(parts.engine)
     tools = ToolActivities(sessions, rate_limits=UNLIMITED)
+    clock = ActivityClock()
     with mock.patch.object(worker_module, "Worker", partial(Worker, **options)):
-        built = worker_module.build_worker(parts.client, settings, sessions, tools)
+        built = worker_module.build_worker(parts.client, settings, sessions, tools, [clock])
     async with built:
-        yield Parts(parts.client, settings, parts.engine, parts.model)
+        yield Parts(parts.client, settings, parts.engine, parts.model, clock)
 
 
 @asynccontextmanager
@@ -137,58 +210,19 @@ async def parts(database_url: str, server: DevServerConfig, scenario: Scenario) 
             await engine.dispose()
 
 
-def worker_env(settings: Settings, data_dir: Path) -> dict[str, str]:
-    """The environment of `python worker.py`: every address set, no `.data/stack.json` consulted."""
-    assert settings.database_url and settings.llm_base_url
-    return {
-        **os.environ,
-        "TEMPORAL_ADDRESS": settings.temporal_address,
-        "TEMPORAL_NAMESPACE": settings.namespace,
-        "DATABASE_URL": settings.database_url,
-        "LLM_BASE_URL": settings.llm_base_url,
-        "LLM_MODEL": settings.llm_model,
-        "TASK_QUEUE": settings.task_queue,
-        "COUNTERSIGN_DATA_DIR": str(data_dir),
-        "RATE_LIMIT_PER_S": "1000000",
-        "RATE_LIMIT_BURST": "1000000",
-    }
-
-
-def _logged(log: Path, text: str) -> bool:
-    return text in log.read_text(errors="replace")
-
-
-async def _wait_logged(record: ProcessRecord, log: Path, text: str) -> None:
-    deadline = time.monotonic() + WORKER_READY_TIMEOUT_S
-    while not _logged(log, text):
-        processes.ensure_alive(record, "the worker")
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"the worker did not log {text!r} within {WORKER_READY_TIMEOUT_S:.0f}s")
-        await asyncio.sleep(0.1)
-
-
-def _spawn_worker(settings: Settings, root: Path, log: Path) -> subprocess.Popen[bytes]:
-    with log.open("wb") as out:
-        return subprocess.Popen(
-            [sys.executable, str(PROJECT_ROOT / "worker.py")],
-            cwd=PROJECT_ROOT,
-            env=worker_env(settings, root),
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-
-
 @asynccontextmanager
-async def worker_subprocess(settings: Settings, root: Path) -> AsyncIterator[int]:
-    """`python worker.py` on `settings.task_queue`; yields its pid once it logged that it started."""
-    log = root / f"worker-{settings.task_queue}.log"
-    child = _spawn_worker(settings, root, log)
-    record = processes.adopt(child.pid, settings.task_queue, log)
-    try:
-        await _wait_logged(record, log, "worker started")
-        yield child.pid
-    finally:
-        await asyncio.to_thread(processes.stop, record)
-        child.wait(timeout=10)
+async def worker_subprocesses(
+    settings: Settings, root: Path, count: int = 1, env: Mapping[str, str] | None = None
+) -> AsyncIterator[list[int]]:
+    """`count` `python worker.py` processes on `settings.task_queue`, rate limits off, each logging
+    in its own directory under `root`; yields their pids once all started."""
+    async with AsyncExitStack() as scope:
+        pids = [
+            await scope.enter_async_context(
+                devstack_worker.worker_subprocess(
+                    settings, root / f"worker-{n}", {**UNLIMITED_ENV, **(env or {})}
+                )
+            )
+            for n in range(count)
+        ]
+        yield pids

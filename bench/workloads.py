@@ -15,7 +15,7 @@ from temporalio.client import WorkflowHandle
 from activities.context import ContextActivities
 from activities.model import ModelActivities
 from activities.tools import ToolActivities
-from bench.history import Step, activity_runs, first_started, steps
+from bench.history import ActivityRun, Step, StepParts, activity_runs, first_started, step_parts, steps
 from bench.scenario import STEPS_MESSAGE, WAIT_MESSAGE, approval_message
 from bench.stack import UNLIMITED, Parts
 from countersign.approvals import Approval, ApproveSignal, Decision
@@ -28,6 +28,9 @@ from workflows.agent import AgentWorkflow
 
 TENANT, REQUESTER, APPROVER, AGENT = "acme", "alice", "bob", "lead-qualifier"
 POLL_S = 0.005
+# A WAIT_MESSAGE conversation's only tool call: approved by id, since asking the conversation (a
+# query) would load it into a worker's cache, which the memory measurement must not do.
+WAITING_CALL_ID = "c1"
 Handle = WorkflowHandle[AgentWorkflow, ConversationResult]
 T = TypeVar("T")
 
@@ -56,6 +59,7 @@ class StepsSample:
 
     wall_s: float  # start_workflow called -> result received
     steps: list[Step]
+    parts: list[StepParts]
     events: int  # the whole history
     tool_calls: int
 
@@ -66,8 +70,18 @@ async def steps_conversation(parts: Parts) -> StepsSample:
     result = await handle.result()
     wall = time.perf_counter() - began
     history = await handle.fetch_history()
-    found = [between.step() for between in steps(activity_runs(history.events))]
-    return StepsSample(wall, found, len(history.events), result.usage.tool_calls)
+
+    def own_s(run: ActivityRun) -> float:
+        return parts.clock.of(handle.id, run.activity_id)
+
+    betweens = steps(activity_runs(history.events))
+    return StepsSample(
+        wall,
+        [between.step(own_s) for between in betweens],
+        [step_parts(history.events, between, own_s) for between in betweens],
+        len(history.events),
+        result.usage.tool_calls,
+    )
 
 
 async def sequentially(count: int, run: Callable[[], Awaitable[T]]) -> list[T]:
@@ -89,13 +103,13 @@ class Throughput:
         return self.tool_calls / self.wall_s
 
 
-async def throughput(parts: Parts, concurrency: int, conversations: int) -> Throughput:
-    """`conversations` step conversations, `concurrency` of them in flight at any time."""
+async def throughput(parts: Parts, concurrency: int, conversations: int, message: str) -> Throughput:
+    """`conversations` conversations of `message`, `concurrency` of them in flight at any time."""
     gate = asyncio.Semaphore(concurrency)
 
     async def one() -> int:
         async with gate:
-            return (await (await start(parts, STEPS_MESSAGE)).result()).usage.tool_calls
+            return (await (await start(parts, message)).result()).usage.tool_calls
 
     began = time.perf_counter()
     calls = await asyncio.gather(*(one() for _ in range(conversations)))
@@ -134,8 +148,13 @@ async def decide(handle: Handle, call_id: str, via: Via) -> None:
 async def approval(parts: Parts, status: str, via: Via) -> ApprovalSample:
     handle = await start(parts, approval_message(status))
     pending = (await wait_for_state(handle, "awaiting_approval")).pending_approvals[0]
+    return await approve(handle, pending.call_id, via)
+
+
+async def approve(handle: Handle, call_id: str, via: Via) -> ApprovalSample:
+    """Approve `call_id` of a conversation that waits for it, and time it to the call's execution."""
     sent = time.time()
-    await decide(handle, pending.call_id, via)
+    await decide(handle, call_id, via)
     acknowledged = time.time() - sent
     await handle.result()
     history = await handle.fetch_history()
