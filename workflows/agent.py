@@ -522,11 +522,18 @@ class AgentWorkflow:
         """Await a human, with the wait kept off the turn's wall-clock budget and shown in state."""
         started = workflow.now()
         self._refresh_state()
+        # Not a `finally`: when a worker evicts the conversation from its cache, the coroutine is
+        # closed (GeneratorExit), and no workflow call may run then.
         try:
             await waiting
-        finally:
-            self._human_wait_s += (workflow.now() - started).total_seconds()
-            self._refresh_state()
+        except (Exception, asyncio.CancelledError):
+            self._waited_since(started)
+            raise
+        self._waited_since(started)
+
+    def _waited_since(self, started: datetime) -> None:
+        self._human_wait_s += (workflow.now() - started).total_seconds()
+        self._refresh_state()
 
     async def _decide(self, decision: Decision) -> Approval:
         """Apply one decision, whichever way it arrived. Refusals raise and are audited too."""
