@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -13,6 +14,7 @@ from countersign.chat import ChatMessage
 from countersign.conversation import EndConversation, Limits, SubmitMessage, TurnResult
 from countersign.db.schema import ToolExecution
 from tests.fixtures.agent import AgentHarness
+from tests.fixtures.updates import execute_update, start_update
 from workflows.agent import AgentWorkflow
 
 FIND_JANE = (
@@ -28,7 +30,7 @@ FIND_JANE = (
 )
 
 
-def tool_results(transcript: list[ChatMessage]) -> list[dict]:
+def tool_results(transcript: list[ChatMessage]) -> list[dict[str, Any]]:
     return [json.loads(m.content or "") for m in transcript if m.role == "tool"]
 
 
@@ -152,17 +154,17 @@ async def test_conversation_takes_turns_until_ended(agent: AgentHarness) -> None
         {"when": {"after_tool": "get_lead"}, "reply": {"content": "Jane is new."}},
     )
     handle = await agent.start("hello")
-    first = await handle.execute_update(AgentWorkflow.wait_turn, 1)
+    first = await execute_update(handle, AgentWorkflow.wait_turn, 1)
     assert isinstance(first, TurnResult) and first.reply == "[scripted model] Hi!"
     assert (await handle.query(AgentWorkflow.status)).state == "idle"
 
     await handle.signal(AgentWorkflow.submit_message, SubmitMessage(user_id="mallory", text="ignore me"))
     await handle.signal(AgentWorkflow.submit_message, SubmitMessage(user_id="alice", text="and jane?"))
-    second = await handle.execute_update(AgentWorkflow.wait_turn, 2)
+    second = await execute_update(handle, AgentWorkflow.wait_turn, 2)
     assert second is not None and second.reply == "[scripted model] Jane is new." and second.turn == 2
 
-    update = await handle.start_update(
-        AgentWorkflow.wait_turn, 3, wait_for_stage=WorkflowUpdateStage.ACCEPTED
+    update = await start_update(
+        handle, AgentWorkflow.wait_turn, 3, wait_for_stage=WorkflowUpdateStage.ACCEPTED
     )
     await handle.signal(AgentWorkflow.end, EndConversation(requested_by="alice"))
     assert await update.result() is None

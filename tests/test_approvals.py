@@ -12,9 +12,11 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from temporalio.client import WorkflowHandle, WorkflowUpdateFailedError
 
 from countersign.approvals import ApproveSignal, Decision, RejectSignal
+from countersign.chat import ChatMessage
 from countersign.conversation import AnswerSignal, Limits, StatusView
 from countersign.db.schema import ApprovalDecision, Lead, Notification, ToolExecution
 from tests.fixtures.agent import AgentHarness
+from tests.fixtures.updates import execute_update
 from workflows.agent import AgentWorkflow
 
 JANE = "jane.doe@example.com"
@@ -58,8 +60,9 @@ async def audit(engine: AsyncEngine, workflow_id: str) -> list[Any]:
         return list(await conn.execute(select(ToolExecution).where(ToolExecution.workflow_id == workflow_id)))
 
 
-def last_tool_result(transcript: list[Any]) -> dict[str, Any]:
-    return json.loads([m for m in transcript if m.role == "tool"][-1].content)
+def last_tool_result(transcript: list[ChatMessage]) -> dict[str, Any]:
+    result: dict[str, Any] = json.loads([m for m in transcript if m.role == "tool"][-1].content or "")
+    return result
 
 
 @pytest.fixture
@@ -81,7 +84,8 @@ async def test_approved_call_runs_once_with_the_approver_recorded(
     assert json.loads(waiting.args)["new_status"] == "qualified"
     assert await lead_status(db_engine, "acme") == "new", "nothing runs before a decision"
 
-    decided = await handle.execute_update(
+    decided = await execute_update(
+        handle,
         AgentWorkflow.decide,
         Decision(call_id=waiting.call_id, decision="approve", approver="bob", reason="ok"),
     )
@@ -151,8 +155,10 @@ async def test_unauthorized_approvers_are_refused_and_audited(
     handle = await agent.start("qualify jane", user=tenant_user, single_turn=True)
     (waiting,) = (await pending(handle)).pending_approvals
     with pytest.raises(WorkflowUpdateFailedError) as refused:
-        await handle.execute_update(
-            AgentWorkflow.decide, Decision(call_id=waiting.call_id, decision="approve", approver=approver)
+        await execute_update(
+            handle,
+            AgentWorkflow.decide,
+            Decision(call_id=waiting.call_id, decision="approve", approver=approver),
         )
     message = str(refused.value.cause)
     assert "decision refused" in message and why in message
@@ -160,8 +166,8 @@ async def test_unauthorized_approvers_are_refused_and_audited(
     # a signal with the same decision is refused without a state change
     await handle.signal(AgentWorkflow.approve, ApproveSignal(call_id=waiting.call_id, approver=approver))
     assert len((await pending(handle)).pending_approvals) == 1
-    await handle.execute_update(
-        AgentWorkflow.decide, Decision(call_id=waiting.call_id, decision="approve", approver="carol")
+    await execute_update(
+        handle, AgentWorkflow.decide, Decision(call_id=waiting.call_id, decision="approve", approver="carol")
     )
     await handle.result()
     async with db_engine.connect() as conn:
@@ -178,16 +184,18 @@ async def test_duplicate_and_unknown_decisions_fail_with_a_reason(
     handle = await agent.start("qualify jane", single_turn=True)
     (waiting,) = (await pending(handle)).pending_approvals
     with pytest.raises(WorkflowUpdateFailedError, match="") as unknown:
-        await handle.execute_update(
-            AgentWorkflow.decide, Decision(call_id="c999", decision="approve", approver="bob")
+        await execute_update(
+            handle, AgentWorkflow.decide, Decision(call_id="c999", decision="approve", approver="bob")
         )
     assert "unknown call id" in str(unknown.value.cause)
-    await handle.execute_update(
-        AgentWorkflow.decide, Decision(call_id=waiting.call_id, decision="reject", approver="bob")
+    await execute_update(
+        handle, AgentWorkflow.decide, Decision(call_id=waiting.call_id, decision="reject", approver="bob")
     )
     with pytest.raises(WorkflowUpdateFailedError) as duplicate:
-        await handle.execute_update(
-            AgentWorkflow.decide, Decision(call_id=waiting.call_id, decision="approve", approver="carol")
+        await execute_update(
+            handle,
+            AgentWorkflow.decide,
+            Decision(call_id=waiting.call_id, decision="approve", approver="carol"),
         )
     assert "already rejected by bob" in str(duplicate.value.cause)
     await handle.result()
@@ -201,13 +209,15 @@ async def test_edited_arguments_are_validated_and_reported(
     (waiting,) = (await pending(handle)).pending_approvals
     bad = {"lead": JANE, "new_status": "promoted", "reason": "x"}
     with pytest.raises(WorkflowUpdateFailedError) as invalid:
-        await handle.execute_update(
+        await execute_update(
+            handle,
             AgentWorkflow.decide,
             Decision(call_id=waiting.call_id, decision="approve", approver="bob", args=bad),
         )
     assert "edited arguments are invalid" in str(invalid.value.cause)
     edited = {"lead": JANE, "new_status": "contacted", "reason": "only contacted so far"}
-    await handle.execute_update(
+    await execute_update(
+        handle,
         AgentWorkflow.decide,
         Decision(call_id=waiting.call_id, decision="approve", approver="bob", args=edited),
     )
@@ -233,15 +243,15 @@ async def test_parallel_calls_are_decided_independently_in_any_order(
     # matched by call id, never by position: the order approvals appear in is not the calls' order
     by_reason = {json.loads(p.args)["reason"]: p for p in (await pending(handle, 2)).pending_approvals}
     first, second = by_reason["a"], by_reason["b"]
-    await handle.execute_update(
-        AgentWorkflow.decide, Decision(call_id=second.call_id, decision="approve", approver="bob")
+    await execute_update(
+        handle, AgentWorkflow.decide, Decision(call_id=second.call_id, decision="approve", approver="bob")
     )
-    await handle.execute_update(
-        AgentWorkflow.decide, Decision(call_id=first.call_id, decision="reject", approver="bob")
+    await execute_update(
+        handle, AgentWorkflow.decide, Decision(call_id=first.call_id, decision="reject", approver="bob")
     )
     await handle.result()
     results = [
-        json.loads(m.content) for m in await handle.query(AgentWorkflow.transcript) if m.role == "tool"
+        json.loads(m.content or "") for m in await handle.query(AgentWorkflow.transcript) if m.role == "tool"
     ]
     assert [r["ok"] for r in results] == [False, True, True]
     assert results[0]["error"]["code"] == "REJECTED"

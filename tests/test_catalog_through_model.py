@@ -12,11 +12,12 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 import tools
-from countersign.conversation import Limits
+from countersign.conversation import EndConversation, Limits
 from countersign.db.schema import AgentProfile, AgentToolPermission, Lead, Notification
 from countersign.policy import ASK_HUMAN
 from countersign.saga import RollbackRequest
 from tests.fixtures.agent import AgentHarness
+from tests.fixtures.updates import execute_update
 from tests.test_approvals import JANE, reset_jane
 from tests.test_saga import LIVE
 from workflows.agent import AgentWorkflow
@@ -121,7 +122,7 @@ async def test_every_tool_runs_through_the_model_and_rolls_back(
     before = await state(db_engine)
     # carol is an admin: write_record is hers
     handle = await agent.start("run everything", user="carol", agent=AGENT, limits=Limits(max_tool_calls=30))
-    turn = await handle.execute_update(AgentWorkflow.wait_turn, 1)
+    turn = await execute_update(handle, AgentWorkflow.wait_turn, 1)
     assert turn is not None and turn.reply == "[scripted model] checked"
 
     transcript = await handle.query(AgentWorkflow.transcript)
@@ -151,5 +152,5 @@ async def test_every_tool_runs_through_the_model_and_rolls_back(
         "done",
     )
     assert await state(db_engine) == before
-    await handle.signal(AgentWorkflow.end, {"requested_by": "carol"})
+    await handle.signal(AgentWorkflow.end, EndConversation(requested_by="carol"))
     await handle.result()

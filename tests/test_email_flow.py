@@ -11,6 +11,7 @@ from countersign.db.schema import EmailOutbox
 from countersign.saga import RollbackRequest
 from tests.fixtures.agent import AgentHarness
 from tests.fixtures.smtp import SmtpServer
+from tests.fixtures.updates import execute_update
 from tests.test_approvals import pending
 from tests.test_saga import rolled_back
 from workflows.agent import AgentWorkflow
@@ -39,10 +40,10 @@ async def test_an_approved_email_is_delivered_after_its_undo_window(
     agent.script(*RULES)
     handle = await agent.start("email jane", single_turn=True)
     (waiting,) = (await pending(handle)).pending_approvals
-    await handle.execute_update(
-        AgentWorkflow.decide, Decision(call_id=waiting.call_id, decision="approve", approver="bob")
+    await execute_update(
+        handle, AgentWorkflow.decide, Decision(call_id=waiting.call_id, decision="approve", approver="bob")
     )
-    await handle.execute_update(AgentWorkflow.wait_turn, 1)
+    await execute_update(handle, AgentWorkflow.wait_turn, 1)
     assert await outbox_status(db_engine, handle.id) == "queued" and not smtp_server.messages
     await handle.result()  # the time-skipping server jumps the undo window
     assert await outbox_status(db_engine, handle.id) == "sent"
@@ -56,10 +57,10 @@ async def test_rolling_back_within_the_window_cancels_the_email(
     agent.script(*RULES)
     handle = await agent.start("email jane")
     (waiting,) = (await pending(handle)).pending_approvals
-    await handle.execute_update(
-        AgentWorkflow.decide, Decision(call_id=waiting.call_id, decision="approve", approver="bob")
+    await execute_update(
+        handle, AgentWorkflow.decide, Decision(call_id=waiting.call_id, decision="approve", approver="bob")
     )
-    await handle.execute_update(AgentWorkflow.wait_turn, 1)
+    await execute_update(handle, AgentWorkflow.wait_turn, 1)
     await handle.signal(AgentWorkflow.rollback, RollbackRequest(requested_by="alice", scope="turn"))
     saga = await rolled_back(agent, handle)
     assert [(e.tool, e.state) for e in saga.entries] == [("send_email", "done")]

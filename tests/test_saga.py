@@ -12,6 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from temporalio.client import WorkflowFailureError
 
 from activities.saga import SagaActivities
+from countersign.conversation import EndConversation, SubmitMessage
 from countersign.db.engine import session_factory
 from countersign.db.schema import (
     AgentProfile,
@@ -24,6 +25,7 @@ from countersign.db.schema import (
 from countersign.saga import CompensationRequest, RollbackRequest
 from countersign.tooling import CallerContext
 from tests.fixtures.agent import AgentHarness
+from tests.fixtures.updates import execute_update
 from tests.test_approvals import reset_jane
 from workflows.agent import AgentWorkflow
 
@@ -99,7 +101,7 @@ async def after_one_write(agent: AgentHarness, engine: AsyncEngine, write: dict[
         {"when": {"after_tool": write["name"]}, "reply": {"content": "ok"}},
     )
     handle = await agent.start("please", agent=name)
-    await handle.execute_update(AgentWorkflow.wait_turn, 1)
+    await execute_update(handle, AgentWorkflow.wait_turn, 1)
     return handle
 
 
@@ -127,7 +129,7 @@ async def test_conversation_rollback_restores_rows_and_cancels_queued_email(
     )
     before = await snapshot(db_engine)
     handle = await agent.start("do it all", agent=name)
-    await handle.execute_update(AgentWorkflow.wait_turn, 1)
+    await execute_update(handle, AgentWorkflow.wait_turn, 1)
     during = await snapshot(db_engine)
     assert during != before and len(during["outbox"]) == len(before["outbox"]) + 1
 
@@ -157,7 +159,7 @@ async def test_conversation_rollback_restores_rows_and_cancels_queued_email(
     assert cancelled == "cancelled"
     transcript = await handle.query(AgentWorkflow.transcript)
     assert transcript[-1].role == "system" and "Rolled back" in (transcript[-1].content or "")
-    await handle.signal(AgentWorkflow.end, {"requested_by": "alice"})
+    await handle.signal(AgentWorkflow.end, EndConversation(requested_by="alice"))
     await handle.result()
 
 
@@ -170,9 +172,9 @@ async def test_turn_and_call_scopes(agent: AgentHarness, db_engine: AsyncEngine,
         {"when": {"after_tool": "create_event"}, "reply": {"content": "ok"}},
     )
     handle = await agent.start("first", agent=name)
-    await handle.execute_update(AgentWorkflow.wait_turn, 1)
-    await handle.signal(AgentWorkflow.submit_message, {"user_id": "alice", "text": "second"})
-    await handle.execute_update(AgentWorkflow.wait_turn, 2)
+    await execute_update(handle, AgentWorkflow.wait_turn, 1)
+    await handle.signal(AgentWorkflow.submit_message, SubmitMessage(user_id="alice", text="second"))
+    await execute_update(handle, AgentWorkflow.wait_turn, 2)
     await handle.signal(
         AgentWorkflow.rollback, RollbackRequest(requested_by="alice", scope="call", call_id="c2")
     )
@@ -189,7 +191,7 @@ async def test_turn_and_call_scopes(agent: AgentHarness, db_engine: AsyncEngine,
             break
         await asyncio.sleep(0.05)
     assert states == {"c1": "registered", "c2": "done", "c3": "done"}, "turn scope: only the latest turn"
-    await handle.signal(AgentWorkflow.end, {"requested_by": "alice"})
+    await handle.signal(AgentWorkflow.end, EndConversation(requested_by="alice"))
     await handle.result()
 
 
@@ -212,7 +214,7 @@ async def test_only_the_user_or_an_admin_may_roll_back(
         ).all()
     # signal handlers run concurrently: the rows' order is the activities' completion order
     assert sorted(tuple(r) for r in rows) == [("bob", False), ("carol", True), ("erin", False)]
-    await handle.signal(AgentWorkflow.end, {"requested_by": "alice"})
+    await handle.signal(AgentWorkflow.end, EndConversation(requested_by="alice"))
     await handle.result()
 
 
@@ -258,7 +260,7 @@ async def test_a_failing_compensation_is_reported_and_the_rest_still_run(
         {"when": {"after_tool": "send_email"}, "reply": {"content": "ok"}},
     )
     handle = await agent.start("both please", agent=name)
-    await handle.execute_update(AgentWorkflow.wait_turn, 1)
+    await execute_update(handle, AgentWorkflow.wait_turn, 1)
     async with db_engine.begin() as conn:  # the email is being delivered: it cannot be cancelled now
         await conn.execute(update(EmailOutbox).where(EmailOutbox.status == "queued").values(status="sending"))
     await handle.signal(AgentWorkflow.rollback, RollbackRequest(requested_by="alice", scope="conversation"))
@@ -272,7 +274,7 @@ async def test_a_failing_compensation_is_reported_and_the_rest_still_run(
         )
         assert "failed" in {r.state for r in failed}
         await conn.execute(delete(EmailOutbox).where(EmailOutbox.status == "sending"))
-    await handle.signal(AgentWorkflow.end, {"requested_by": "alice"})
+    await handle.signal(AgentWorkflow.end, EndConversation(requested_by="alice"))
     await handle.result()
 
 
