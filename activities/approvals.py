@@ -1,4 +1,10 @@
-"""Approval I/O: verify and audit every decision attempt, and remind reviewers before expiry."""
+"""Approval I/O: verify and audit every decision attempt, and remind reviewers before expiry.
+
+A decision attempt is audited once however often its activity runs: `record_decision` is a local
+activity, which Temporal runs again after a lost completion or a worker crash before the workflow
+task completed; the row's attempt key (see `attempt_key`) turns a re-run into a read of the first
+run's row.
+"""
 
 from __future__ import annotations
 
@@ -7,8 +13,10 @@ from datetime import datetime
 
 from pydantic import BaseModel
 from sqlalchemy import select
+from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
+from temporalio.exceptions import ApplicationError
 
 from activities.tools import validate
 from countersign.approvals import DecisionRecord, Verdict, approver_refusal
@@ -35,38 +43,103 @@ async def roles_of(session: AsyncSession, tenant_id: str, user_id: str) -> list[
     return list(rows)
 
 
+def attempt_key() -> str:
+    """This activity invocation's identity: the same on its retries and when a replayed workflow task
+    runs a local activity again (workflow id, run id and the activity id the workflow's command
+    sequence assigns), distinct for every other invocation."""
+    info = activity.info()
+    return f"{info.workflow_id}:{info.workflow_run_id}:{info.activity_id}"
+
+
 class ApprovalActivities:
     def __init__(self, sessions: async_sessionmaker[AsyncSession]) -> None:
         self._sessions = sessions
 
     @activity.defn(name="record_decision")
     async def record_decision(self, record: DecisionRecord) -> Verdict:
-        """Verify the approver against the database, re-validate edited arguments, audit the attempt."""
+        """Verify the approver against the database, re-validate edited arguments, audit the attempt.
+
+        Exactly once per attempt: the row's `attempt_key` names this activity invocation, which a
+        retry or a replayed local activity shares. A re-run (or a concurrent twin) inserts nothing
+        and answers from the recorded row, so it returns the verdict the first run returned even if
+        the approver's roles changed in between.
+        """
         decision = record.decision
+        key = attempt_key()
         async with self._sessions() as session, session.begin():
-            refusal = record.refusal
-            if refusal is None:
-                roles = await roles_of(session, record.tenant_id, decision.approver)
-                refusal = approver_refusal(
-                    decision.decision, record.risk, record.requested_by, decision.approver, roles
+            recorded = await self._recorded(session, key)
+            if recorded is None:
+                refusal = record.refusal
+                if refusal is None:
+                    roles = await roles_of(session, record.tenant_id, decision.approver)
+                    refusal = approver_refusal(
+                        decision.decision, record.risk, record.requested_by, decision.approver, roles
+                    )
+                if refusal is None and decision.args is not None:
+                    refusal = self._edited(record.tool, decision.args)[1]
+                inserted = await session.scalars(
+                    insert(ApprovalDecision)
+                    .values(
+                        tenant_id=record.tenant_id,
+                        workflow_id=record.workflow_id,
+                        call_id=decision.call_id,
+                        tool=record.tool,
+                        approver=decision.approver,
+                        decision=decision.decision,
+                        accepted=refusal is None,
+                        reason=refusal or decision.reason,
+                        args=decision.args,
+                        attempt_key=key,
+                    )
+                    # a concurrent attempt with the same key waits for the other to commit, then
+                    # inserts nothing and reads its row
+                    .on_conflict_do_nothing(index_elements=[ApprovalDecision.attempt_key])
+                    .returning(ApprovalDecision)
                 )
-            edited: str | None = None
-            if refusal is None and decision.args is not None:
-                edited, refusal = self._edited(record.tool, decision.args)
-            session.add(
-                ApprovalDecision(
-                    tenant_id=record.tenant_id,
-                    workflow_id=record.workflow_id,
-                    call_id=decision.call_id,
-                    tool=record.tool,
-                    approver=decision.approver,
-                    decision=decision.decision,
-                    accepted=refusal is None,
-                    reason=refusal or decision.reason,
-                    args=decision.args,
-                )
+                recorded = inserted.one_or_none() or await self._recorded(session, key)
+            if recorded is None:  # the winner rolled back after all: let the retry decide
+                raise ApplicationError(f"decision attempt {key} vanished while recording it")
+            return self._verdict(recorded, record)
+
+    @staticmethod
+    async def _recorded(session: AsyncSession, key: str) -> ApprovalDecision | None:
+        row: ApprovalDecision | None = await session.scalar(
+            select(ApprovalDecision).where(ApprovalDecision.attempt_key == key)
+        )
+        return row
+
+    def _verdict(self, row: ApprovalDecision, record: DecisionRecord) -> Verdict:
+        """The verdict a recorded attempt stands for; the same on every run of the attempt.
+
+        Edited arguments are re-derived from the activity's input (identical on every run of the
+        same invocation) with the same validation that accepted them, not from the JSONB copy.
+        """
+        decision = record.decision
+        if (row.workflow_id, row.call_id, row.approver, row.decision) != (
+            record.workflow_id,
+            decision.call_id,
+            decision.approver,
+            decision.decision,
+        ):
+            raise ApplicationError(
+                f"decision attempt {row.attempt_key} is recorded for another decision "
+                f"({row.decision} {row.call_id} by {row.approver})",
+                type="DecisionAttemptConflict",
+                non_retryable=True,
             )
-        return Verdict(accepted=refusal is None, reason=refusal, args=edited)
+        if not row.accepted:
+            return Verdict(accepted=False, reason=row.reason)
+        if decision.args is None:
+            return Verdict(accepted=True)
+        edited, invalid = self._edited(record.tool, decision.args)
+        if invalid is not None:  # only if validation changed between the runs: fail, never drop the edit
+            raise ApplicationError(
+                f"decision attempt {row.attempt_key} was accepted but its edited arguments no "
+                f"longer validate: {invalid}",
+                type="DecisionAttemptConflict",
+                non_retryable=True,
+            )
+        return Verdict(accepted=True, args=edited)
 
     @staticmethod
     def _edited(tool_name: str, args: dict[str, object]) -> tuple[str | None, str | None]:

@@ -67,6 +67,9 @@ with workflow.unsafe.imports_passed_through():
 # Activities whose I/O is PostgreSQL retry without an attempt cap for up to DB_OUTAGE_TOLERANCE: a
 # database restart or failover delays a call, it does not fail it.
 DB_OUTAGE_TOLERANCE = timedelta(minutes=5)
+# The maximum interval stays under the SDK's local_retry_threshold (1 min): past it, a local
+# activity's retry waits on a server timer under a new activity id, and record_decision keys its
+# audit row on the activity id (one row per decision attempt, however often it is retried).
 DB_RETRY = RetryPolicy(initial_interval=timedelta(milliseconds=500), maximum_interval=timedelta(seconds=10))
 CONTEXT_RETRY = RetryPolicy(
     initial_interval=DB_RETRY.initial_interval,

@@ -345,7 +345,11 @@ class ToolExecution(Base):
 
 
 class ApprovalDecision(Base):
-    """Every decision attempt, including refused ones (late, duplicate, approver not allowed)."""
+    """Every decision attempt, including refused ones (late, duplicate, approver not allowed).
+
+    `attempt_key` identifies the activity invocation that recorded the attempt, so a re-run of it
+    (retry, replay after a worker crash) finds its row instead of adding one; None on older rows.
+    """
 
     __tablename__ = "approval_decisions"
     __table_args__ = (Index(None, "workflow_id", "call_id"), one_of("decision", DECISIONS))
@@ -361,6 +365,7 @@ class ApprovalDecision(Base):
     reason: Mapped[str | None]  # why it was refused, or the reviewer's reason
     args: Mapped[dict[str, Any] | None]  # edited arguments
     created_at: Mapped[datetime] = created_at()
+    attempt_key: Mapped[str | None] = mapped_column(unique=True)  # workflow id:run id:activity id
 
 
 class Compensation(Base):
