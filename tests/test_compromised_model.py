@@ -34,8 +34,10 @@ from __future__ import annotations
 
 import json
 import os
+import warnings
 from collections import Counter
 from collections.abc import AsyncIterator
+from datetime import timedelta
 from typing import Any
 
 import pytest
@@ -44,7 +46,8 @@ from hypothesis import strategies as st
 from sqlalchemy import select, text
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncEngine
-from temporalio.client import WorkflowExecutionStatus
+from temporalio.client import WorkflowExecutionStatus, WorkflowHandle, WorkflowQueryFailedError
+from temporalio.service import RPCError
 
 from countersign.conversation import Limits
 from countersign.db import schema, seed
@@ -135,6 +138,33 @@ async def audit_rows(engine: AsyncEngine, workflow_id: str) -> list[Any]:
     async with engine.connect() as conn:
         query = select(ToolExecution).where(ToolExecution.workflow_id == workflow_id)
         return list(await conn.execute(query.order_by(ToolExecution.id)))
+
+
+# A query on a closed conversation is answered by the worker: from its cache, or (the run pushed out
+# of it, or dropped after a failed task) by fetching and replaying the whole history, multi-MB here
+# when the model sent 50 KB arguments six times. The client's default deadline for it is 30 s (the
+# Python client sets none; the core client applies 30 s), tight on a loaded two-CPU machine.
+QUERY_TIMEOUT = timedelta(seconds=120)
+
+
+async def transcript_of(handle: WorkflowHandle[Any, Any]) -> list[dict[str, Any]]:
+    """The transcript of a completed conversation, asked twice at most.
+
+    A second failure raises (a replay that does not reproduce the run fails every time); a first
+    one is reported as a warning with its error, so an infrastructure hiccup (a deadline, the SDK's
+    2 s deadlock detector on a starved machine) is visible in the summary instead of failing one
+    example in thousands without a trace.
+    """
+    try:
+        transcript: list[dict[str, Any]] = await handle.query("transcript", rpc_timeout=QUERY_TIMEOUT)
+    except (WorkflowQueryFailedError, RPCError) as first:
+        warnings.warn(
+            f"transcript query of completed {handle.id} failed once, asked again: "
+            f"{type(first).__name__}: {first}",
+            stacklevel=2,
+        )
+        transcript = await handle.query("transcript", rpc_timeout=QUERY_TIMEOUT)
+    return transcript
 
 
 async def make_blocking_agent(engine: AsyncEngine) -> None:
@@ -349,7 +379,7 @@ async def test_a_compromised_model_cannot_cross_tenants_skip_approval_or_exceed_
     await handle.result()  # raises if the workflow failed
     assert (await handle.describe()).status == WorkflowExecutionStatus.COMPLETED
 
-    transcript = await handle.query("transcript")
+    transcript = await transcript_of(handle)
     sent = {c["id"]: c for m in transcript if m["role"] == "assistant" for c in m.get("tool_calls") or []}
     results = [m for m in transcript if m["role"] == "tool"]
     rows = await audit_rows(db_engine, handle.id)
@@ -428,7 +458,7 @@ async def test_a_planted_injection_obeyed_by_the_model_changes_nothing(
     )
     await handle.result()
 
-    transcript = await handle.query("transcript")
+    transcript = await transcript_of(handle)
     results = {m["tool_call_id"]: json.loads(m["content"]) for m in transcript if m["role"] == "tool"}
     assert seed.INJECTION in json.dumps(results["c1"])  # the model did read the injection
     codes = {call_id: (r.get("error") or {}).get("code") for call_id, r in results.items()}
