@@ -31,6 +31,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from activities.heartbeat import heartbeats
 from countersign.circuit import CircuitBreaker, CircuitOpen
 from countersign.db.schema import EmailOutbox
 
@@ -76,6 +77,7 @@ class EmailActivities:
         self.breaker = breaker or CircuitBreaker("smtp", failure_threshold=5, cool_down=30.0)
 
     @activity.defn(name="deliver_email")
+    @heartbeats
     async def deliver_email(self, outbox_id: int) -> str:
         """Deliver outbox row `outbox_id`; returns its final status: sent, cancelled or failed."""
         async with self._sessions() as guard, guard.begin():

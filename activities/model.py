@@ -16,6 +16,7 @@ from openai.types.chat import ChatCompletion
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from activities.heartbeat import heartbeats
 from countersign.chat import ChatMessage, ModelReply, ModelRequest, ToolCall, Usage
 from countersign.config import Settings
 
@@ -102,6 +103,7 @@ class ModelActivities:
         )
 
     @activity.defn(name="call_model")
+    @heartbeats
     async def call_model(self, request: ModelRequest) -> ModelReply:
         # The request is built as plain JSON (the same shape the scripted model and any
         # OpenAI-compatible server read) rather than the client's TypedDicts.

@@ -16,6 +16,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.approvals import roles_of
+from activities.heartbeat import heartbeats
 from activities.tools import validate
 from countersign.db.schema import Compensation, RollbackRecord, ToolExecution
 from countersign.saga import CompensationOutcome, CompensationRequest, RollbackAuthorization, undo_state
@@ -29,6 +30,7 @@ class SagaActivities:
         self._sessions = sessions
 
     @activity.defn(name="compensate_call")
+    @heartbeats
     async def compensate_call(self, request: CompensationRequest) -> CompensationOutcome:
         entry = request.entry
         tool = REGISTRY.get(entry.tool)

@@ -21,6 +21,7 @@ from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
 
+from activities.heartbeat import heartbeats
 from countersign.db.schema import ToolExecution
 from countersign.guards import TruncationLimits, redact, sanitize, storable
 from countersign.ratelimit import RateLimits, take
@@ -108,6 +109,7 @@ class ToolActivities:
         self._rate_limits = rate_limits or RateLimits()
 
     @activity.defn(name="execute_tool")
+    @heartbeats
     async def execute_tool(self, invocation: ToolInvocation) -> ToolResult:
         tool = REGISTRY.get(invocation.tool)
         if tool is None:  # the workflow screens calls first; this is the defence in depth

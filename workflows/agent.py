@@ -82,6 +82,9 @@ MODEL_RETRY = RetryPolicy(
 REPLIES_KEPT = 100
 MODEL_CALL_TIMEOUT = timedelta(seconds=120)
 TOOL_CALL_TIMEOUT = timedelta(seconds=60)
+# Long-running activities heartbeat every 2 s (activities/heartbeat.py): a worker that dies mid-call
+# is noticed after this, not after the call's start-to-close timeout.
+HEARTBEAT_TIMEOUT = timedelta(seconds=10)
 DELIVERY_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=2), maximum_interval=timedelta(minutes=5), maximum_attempts=20
 )
@@ -262,6 +265,7 @@ class AgentWorkflow:
                     "deliver_email",
                     outbox_id,
                     start_to_close_timeout=timedelta(seconds=60),
+                    heartbeat_timeout=HEARTBEAT_TIMEOUT,
                     retry_policy=DELIVERY_RETRY,
                     summary=f"deliver email {outbox_id} over SMTP",
                 )
@@ -356,6 +360,7 @@ class AgentWorkflow:
             start_to_close_timeout=min(MODEL_CALL_TIMEOUT, remaining),
             schedule_to_close_timeout=remaining,
             retry_policy=MODEL_RETRY,
+            heartbeat_timeout=HEARTBEAT_TIMEOUT,
             summary=f"model call (turn {self._turn})",
         )
         return reply
@@ -615,19 +620,22 @@ class AgentWorkflow:
             spec is not None and spec.compensable
         ):  # before the forward step: a commit that then times out is undone too
             entry = self._saga.register(invocation.call_id, invocation.tool, self._turn, invocation.arguments)
-        local = spec is not None and spec.local
-        run = workflow.execute_local_activity if local else workflow.execute_activity
+        options: dict[str, Any] = {
+            "result_type": ToolResult,
+            "start_to_close_timeout": TOOL_CALL_TIMEOUT,
+            "schedule_to_close_timeout": DB_OUTAGE_TOLERANCE,
+            "retry_policy": DB_RETRY,
+            "summary": call_summary(invocation.tool, invocation.arguments),
+            # on cancellation, learn how the step ended before compensating it
+            "cancellation_type": workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+        }
         try:
-            result: ToolResult = await run(
-                "execute_tool",
-                invocation,
-                result_type=ToolResult,
-                start_to_close_timeout=TOOL_CALL_TIMEOUT,
-                schedule_to_close_timeout=DB_OUTAGE_TOLERANCE,
-                retry_policy=DB_RETRY,
-                summary=call_summary(invocation.tool, invocation.arguments),
-                # on cancellation, learn how the step ended before compensating it
-                cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+            result: ToolResult = await (
+                workflow.execute_local_activity("execute_tool", invocation, **options)
+                if spec is not None and spec.local
+                else workflow.execute_activity(
+                    "execute_tool", invocation, heartbeat_timeout=HEARTBEAT_TIMEOUT, **options
+                )
             )
         except ActivityError as err:
             cause = err.cause.message if isinstance(err.cause, ApplicationError) else str(err.cause or err)
@@ -662,6 +670,7 @@ class AgentWorkflow:
                     result_type=CompensationOutcome,
                     start_to_close_timeout=TOOL_CALL_TIMEOUT,
                     schedule_to_close_timeout=DB_OUTAGE_TOLERANCE,
+                    heartbeat_timeout=HEARTBEAT_TIMEOUT,
                     retry_policy=DB_RETRY,
                     summary=f"undo {call_summary(entry.tool, entry.arguments)} ({entry.call_id})",
                 )

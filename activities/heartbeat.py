@@ -1,0 +1,49 @@
+"""Heartbeats while an activity works, so a worker that dies mid-call is noticed within the
+workflow's heartbeat timeout (seconds) instead of the activity's start-to-close timeout (a model
+call may take two minutes; a retry should not wait that long after a crash).
+
+    @activity.defn(name="call_model")
+    @heartbeats
+    async def call_model(self, request: ModelRequest) -> ModelReply: ...
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, ParamSpec, TypeVar
+
+from temporalio import activity
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+HEARTBEAT_EVERY_S = 2.0  # the workflow's heartbeat_timeout is several times this
+
+
+async def heartbeating(work: Awaitable[T], every_s: float = HEARTBEAT_EVERY_S) -> T:
+    """Await `work`, heartbeating every `every_s` while it runs. Outside an activity (a test, the
+    benchmark's in-process loop) and in a local activity (whose liveness is the workflow task it
+    runs in) it only awaits."""
+    if not activity.in_activity() or activity.info().is_local:
+        return await work
+    task = asyncio.ensure_future(work)
+    try:
+        while True:
+            done, _ = await asyncio.wait({task}, timeout=every_s)
+            if done:
+                return task.result()
+            activity.heartbeat()
+    finally:
+        task.cancel()  # no-op once done; stops the work when the activity itself is cancelled
+
+
+def heartbeats(fn: Callable[P, Awaitable[T]]) -> Callable[P, Coroutine[Any, Any, T]]:
+    """An activity method that heartbeats while it runs (put it under `@activity.defn`)."""
+
+    @functools.wraps(fn)
+    async def run(*args: P.args, **kwargs: P.kwargs) -> T:
+        return await heartbeating(fn(*args, **kwargs))
+
+    return run
