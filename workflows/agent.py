@@ -118,7 +118,8 @@ class AgentWorkflow:
         self._call_seq = carried.call_seq if carried else 0
         self._inbox: list[SubmitMessage] = list(carried.inbox) if carried else []
         self._saga = carried.saga if carried else Saga()
-        self._rollbacks: list[RollbackRequest] = []
+        self._rollbacks: list[RollbackRequest] = []  # accepted, not yet run
+        self._authorizing = 0  # rollback requests whose authorization is still running
         self._outbox: list[int] = []  # emails this turn queued
         self._deliveries: list[asyncio.Task[None]] = []
         self._undelivered: list[int] = []  # queued emails whose delivery has not finished
@@ -173,8 +174,7 @@ class AgentWorkflow:
             self._refresh_state()
             if not await self._next_message_arrives():
                 self._ended_by = self._ended_by or "idle_timeout"
-            while self._rollbacks:
-                await self._roll_back(context, self._rollbacks.pop(0))
+            await self._run_rollbacks(context)
             if self._ended_by:
                 return
             if not self._inbox:
@@ -194,6 +194,7 @@ class AgentWorkflow:
             ):
                 self._continuing = True  # lets waiting updates return, so the handlers can finish
                 await workflow.wait_condition(workflow.all_handlers_finished)
+                await self._run_rollbacks(context)  # accepted during the turn: not carried, so run now
                 workflow.continue_as_new(self._carry(context))
 
     def _turns_this_run(self) -> int:
@@ -648,6 +649,13 @@ class AgentWorkflow:
 
     # --- saga -------------------------------------------------------------------------------
 
+    async def _run_rollbacks(self, context: ConversationContext) -> None:
+        """Run every accepted rollback, after those still being authorized: a rollback sent just
+        before `end` (or before continue-as-new) is accepted and runs, never dropped."""
+        await workflow.wait_condition(lambda: self._authorizing == 0)
+        while self._rollbacks:
+            await self._roll_back(context, self._rollbacks.pop(0))
+
     async def _roll_back(self, context: ConversationContext, request: RollbackRequest) -> None:
         scope = f"{request.scope} {request.call_id or ''}".strip()
         undo = self._saga.to_undo(request.scope, self._turn, request.call_id)
@@ -703,22 +711,26 @@ class AgentWorkflow:
         if request.scope == "call" and not request.call_id:
             workflow.logger.warning("rollback of scope call without a call_id refused")
             return
-        refusal: str = await self._bookkeeping(
-            "authorize_rollback",
-            RollbackAuthorization(
-                tenant_id=self._start.tenant_id,
-                workflow_id=workflow.info().workflow_id,
-                conversation_user=self._start.user_id,
-                request=request,
-            ),
-            f"authorize rollback ({request.scope}) by {request.requested_by}",
-            str,
-            local=False,
-        )
-        if refusal:
-            workflow.logger.warning("rollback refused: %s", refusal)
-        else:
-            self._rollbacks.append(request)
+        self._authorizing += 1
+        try:
+            refusal: str = await self._bookkeeping(
+                "authorize_rollback",
+                RollbackAuthorization(
+                    tenant_id=self._start.tenant_id,
+                    workflow_id=workflow.info().workflow_id,
+                    conversation_user=self._start.user_id,
+                    request=request,
+                ),
+                f"authorize rollback ({request.scope}) by {request.requested_by}",
+                str,
+                local=False,
+            )
+            if refusal:
+                workflow.logger.warning("rollback refused: %s", refusal)
+            else:
+                self._rollbacks.append(request)
+        finally:
+            self._authorizing -= 1
 
     @workflow.query(name="saga")
     def saga(self) -> Saga:
