@@ -17,7 +17,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.heartbeat import heartbeats
-from countersign.chat import ChatMessage, ModelReply, ModelRequest, ToolCall, Usage
+from countersign.chat import ChatMessage, ModelReply, ModelRequest, ToolCall, Usage, capped_reply
 from countersign.config import Settings
 
 RETRYABLE_STATUS = frozenset({408, 409, 429})
@@ -70,7 +70,7 @@ def to_reply(completion: ChatCompletion) -> ModelReply:
     if choice.message is None:
         raise ValueError("completion choice has no message")
     calls = [
-        ToolCall(id=c.id, name=encodable(c.function.name), arguments=encodable(c.function.arguments or "{}"))
+        ToolCall.capped(c.id, encodable(c.function.name), encodable(c.function.arguments or "{}"))
         for c in choice.message.tool_calls or []
         if c.type == "function"
     ]
@@ -78,7 +78,9 @@ def to_reply(completion: ChatCompletion) -> ModelReply:
     return ModelReply(
         message=ChatMessage(
             role="assistant",
-            content=encodable(choice.message.content) if choice.message.content is not None else None,
+            content=capped_reply(encodable(choice.message.content))
+            if choice.message.content is not None
+            else None,
             tool_calls=calls,
         ),
         usage=Usage(

@@ -13,12 +13,39 @@ from pydantic import BaseModel, Field
 Role = Literal["system", "user", "assistant", "tool"]
 
 
+# What one model reply may put into a conversation. Whatever a workflow carries travels in payloads
+# of at most 2 MB (the server's limit): a model that sends megabytes must get an error envelope,
+# not a conversation stuck on a payload that can never be written.
+MAX_TOOL_NAME_CHARS = 64  # OpenAI's own limit on function names
+MAX_ARGUMENTS_CHARS = 64_000  # the largest real arguments (an email body) are about 20 000
+MAX_REPLY_CHARS = 256_000
+KEPT_CHARS = 1_000  # of oversized arguments, kept for the transcript and the audit
+
+
 class ToolCall(BaseModel):
     """One tool call the model asked for. `arguments` is the raw JSON text: it may be invalid."""
 
     id: str
     name: str
     arguments: str = "{}"
+    # Set when the model sent more than MAX_ARGUMENTS_CHARS: how many it sent (`arguments` then
+    # keeps the first KEPT_CHARS only, and the call is refused with VALIDATION_ERROR).
+    arguments_chars: int | None = None
+
+    @classmethod
+    def capped(cls, id: str, name: str, arguments: str) -> ToolCall:
+        """The call as a model sent it, with its name and arguments cut to what a payload holds."""
+        if len(name) > MAX_TOOL_NAME_CHARS:
+            name = f"{name[:MAX_TOOL_NAME_CHARS]}...({len(name)} characters)"
+        if len(arguments) <= MAX_ARGUMENTS_CHARS:
+            return cls(id=id, name=name, arguments=arguments)
+        return cls(id=id, name=name, arguments=arguments[:KEPT_CHARS], arguments_chars=len(arguments))
+
+
+def capped_reply(content: str) -> str:
+    if len(content) <= MAX_REPLY_CHARS:
+        return content
+    return f"{content[:MAX_REPLY_CHARS]}\n[truncated: the model replied {len(content)} characters]"
 
 
 class ChatMessage(BaseModel):

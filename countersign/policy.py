@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from countersign.chat import ToolCall
+from countersign.chat import MAX_ARGUMENTS_CHARS, ToolCall
 from countersign.tooling import ToolResult, ToolSpec
 
 ASK_HUMAN = "ask_human"  # handled by the workflow itself, never by an activity
@@ -40,6 +40,13 @@ def screen_call(call: ToolCall, tools: dict[str, ToolSpec], roles: list[str]) ->
     if spec.required_roles and not set(spec.required_roles) & set(roles):
         need = " or ".join(spec.required_roles)
         return refuse(ToolResult.failure("FORBIDDEN", f"{call.name} needs the role {need}"))
+    if call.arguments_chars is not None:
+        return refuse(
+            ToolResult.failure(
+                "VALIDATION_ERROR",
+                f"arguments were {call.arguments_chars} characters, over the limit of {MAX_ARGUMENTS_CHARS}",
+            )
+        )
     if call.name == ASK_HUMAN:
         return Screening(action="ask_human", spec=spec)
     if spec.tier == "needs_approval":

@@ -55,7 +55,6 @@ from tests.fixtures.faults import (
     FAULT_CONVERSATIONS,
     PG_OUTAGE_S,
     FaultStack,
-    Stuck,
     all_have_started,
     own_stack,
     retried,
@@ -307,11 +306,6 @@ async def test_postgres_down_for_30_seconds_while_tools_run(tmp_path: Path) -> N
 
 MB = 1_000_000
 JANE = "jane.doe@example.com"
-PAYLOAD_BUG = (
-    "product bug: what the workflow carries grows past the 2 MB a payload may hold (the audit input "
-    "of a refused call echoes its name; the model's next request holds the whole transcript), so "
-    "its workflow task fails forever and the conversation is stuck"
-)
 
 
 @dataclass(frozen=True)
@@ -395,30 +389,33 @@ MISBEHAVIOURS = [
     ),
     pytest.param(
         Misbehaviour(
-            # more than a payload may hold: that reply cannot leave the activity, the next one can
+            # more than a payload may hold: the reply is cut to MAX_REPLY_CHARS, and says so
             replies=[],
             faults=(Fault(raw_body=json.dumps(completion(Reply(content="w" * (5 * MB // 2)), "m", []))),),
-            requests=2,
+            reply="[scripted model] " + "w" * 100,
+            requests=1,
         ),
-        id="2.5MB-reply-once",
+        id="2.5MB-reply",
     ),
     pytest.param(
         Misbehaviour(
-            # every attempt too big: MODEL_RETRY's six attempts (~31 s of backoff), then the turn stops
+            # more than a payload may hold: cut at the model activity, refused by the policy
             replies=[[search("w" * (5 * MB // 2))]],
-            stop="error",
-            reply="The turn stopped: the model call failed",
+            envelopes={"c1": "VALIDATION_ERROR"},
+            outcomes={"c1": "invalid"},
         ),
-        id="2.5MB-reply-every-time",
+        id="2.5MB-arguments",
     ),
     pytest.param(
         Misbehaviour(
             replies=[[{"name": "z" * MB, "arguments": {}}]],
+            # the transcript names the call as cut to 64 characters, which the script's after_tool
+            # (the whole name) does not match: any model reply will do
+            reply="[scripted model]",
             envelopes={"c1": "UNKNOWN_TOOL"},
             outcomes={"c1": "invalid"},
         ),
         id="unknown-tool-1MB-name",
-        marks=pytest.mark.xfail(strict=True, raises=Stuck, reason=PAYLOAD_BUG),
     ),
     pytest.param(
         Misbehaviour(
@@ -428,7 +425,6 @@ MISBEHAVIOURS = [
             outcomes=dict.fromkeys(("c1", "c2", "c3"), "invalid"),
         ),
         id="3x800KB-arguments-in-a-turn",
-        marks=pytest.mark.xfail(strict=True, raises=Stuck, reason=PAYLOAD_BUG),
     ),
 ]
 

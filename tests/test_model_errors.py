@@ -16,8 +16,18 @@ import openai
 import pytest
 
 from activities.model import classify, encodable, retry_after
+from countersign.chat import (
+    KEPT_CHARS,
+    MAX_ARGUMENTS_CHARS,
+    MAX_REPLY_CHARS,
+    MAX_TOOL_NAME_CHARS,
+    ToolCall,
+    capped_reply,
+)
 from countersign.conversation import EndConversation, TurnResult
+from countersign.policy import screen_call
 from countersign.scripted_model.server import Fault
+from countersign.tooling import ToolSpec
 from tests.fixtures.agent import AgentHarness
 from workflows.agent import AgentWorkflow
 
@@ -121,3 +131,27 @@ def test_lone_surrogates_from_a_model_are_made_encodable() -> None:
     text = json.loads('"a\\ud800b"')
     assert encodable(text) == "a?b"
     encodable(text).encode("utf-8")  # what every payload does
+
+
+def test_a_reply_too_big_for_a_payload_is_cut_where_it_enters() -> None:
+    """What a model sends is cut to what a workflow may carry (payloads hold 2 MB): an error the
+    model can act on, never a conversation stuck on a payload that cannot be written."""
+    call = ToolCall.capped("c1", "n" * 100, '{"q": "' + "x" * MAX_ARGUMENTS_CHARS + '"}')
+    assert call.name.startswith("n" * MAX_TOOL_NAME_CHARS + "...(100 characters)")
+    assert len(call.arguments) == KEPT_CHARS and call.arguments_chars == MAX_ARGUMENTS_CHARS + 9
+    assert ToolCall.capped("c2", "search_leads", '{"q": "x"}').arguments_chars is None
+    text = capped_reply("w" * (MAX_REPLY_CHARS + 1))
+    assert text.endswith(f"[truncated: the model replied {MAX_REPLY_CHARS + 1} characters]")
+    assert capped_reply("short") == "short"
+
+
+def test_oversized_arguments_are_refused_before_anything_runs_or_waits() -> None:
+    spec = ToolSpec(
+        name="update_lead_status", description="", parameters={}, risk="high", category="write",
+        tier="needs_approval",
+    )  # fmt: skip
+    call = ToolCall.capped("c1", "update_lead_status", "x" * (MAX_ARGUMENTS_CHARS + 1))
+    screening = screen_call(call, {spec.name: spec}, roles=["sales"])
+    assert screening.refusal is not None and screening.refusal.error is not None
+    assert screening.refusal.error.code == "VALIDATION_ERROR"
+    assert f"{MAX_ARGUMENTS_CHARS + 1} characters" in screening.refusal.error.message
