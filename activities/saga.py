@@ -15,7 +15,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.approvals import roles_of
+from activities.approvals import attempt_key, roles_of
 from activities.heartbeat import heartbeats
 from activities.tools import validate
 from countersign.db.schema import Compensation, RollbackRecord, ToolExecution
@@ -119,25 +119,46 @@ class SagaActivities:
     @activity.defn(name="authorize_rollback")
     async def authorize_rollback(self, auth: RollbackAuthorization) -> str:
         """ "" when the requester may roll back (the conversation's user, or an admin of the
-        tenant), else why not. Every request is recorded either way."""
-        request = auth.request
+        tenant), else why not. Every request is recorded either way, once: a retry of this
+        invocation (same attempt key) answers from the row the first run wrote."""
+        request, key = auth.request, attempt_key()
         async with self._sessions() as session, session.begin():
-            roles = await roles_of(session, auth.tenant_id, request.requested_by)
-            refusal = None
-            if roles is None:
-                refusal = f"{request.requested_by!r} is not a user of this tenant"
-            elif request.requested_by != auth.conversation_user and "admin" not in roles:
-                owner = auth.conversation_user
-                refusal = f"{request.requested_by} may not roll back {owner}'s conversation (admins may)"
-            session.add(
-                RollbackRecord(
-                    tenant_id=auth.tenant_id,
-                    workflow_id=auth.workflow_id,
-                    requested_by=request.requested_by,
-                    scope=request.scope,
-                    call_id=request.call_id,
-                    accepted=refusal is None,
-                    reason=refusal or request.reason,
+            recorded = await self._rollback_record(session, key)
+            if recorded is None:
+                refusal = await self._rollback_refusal(session, auth)
+                inserted = await session.scalars(
+                    insert(RollbackRecord)
+                    .values(
+                        tenant_id=auth.tenant_id,
+                        workflow_id=auth.workflow_id,
+                        requested_by=request.requested_by,
+                        scope=request.scope,
+                        call_id=request.call_id,
+                        accepted=refusal is None,
+                        reason=refusal or request.reason,
+                        attempt_key=key,
+                    )
+                    .on_conflict_do_nothing(index_elements=[RollbackRecord.attempt_key])
+                    .returning(RollbackRecord)
                 )
-            )
-        return refusal or ""
+                recorded = inserted.one_or_none() or await self._rollback_record(session, key)
+            if recorded is None:  # a concurrent twin rolled back after all: let the retry decide
+                raise ApplicationError(f"rollback attempt {key} vanished while recording it")
+            return "" if recorded.accepted else recorded.reason or "refused"
+
+    @staticmethod
+    async def _rollback_record(session: AsyncSession, key: str) -> RollbackRecord | None:
+        row: RollbackRecord | None = await session.scalar(
+            select(RollbackRecord).where(RollbackRecord.attempt_key == key)
+        )
+        return row
+
+    @staticmethod
+    async def _rollback_refusal(session: AsyncSession, auth: RollbackAuthorization) -> str | None:
+        requester = auth.request.requested_by
+        roles = await roles_of(session, auth.tenant_id, requester)
+        if roles is None:
+            return f"{requester!r} is not a user of this tenant"
+        if requester != auth.conversation_user and "admin" not in roles:
+            return f"{requester} may not roll back {auth.conversation_user}'s conversation (admins may)"
+        return None

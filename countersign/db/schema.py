@@ -398,7 +398,8 @@ class RateLimitBucket(Base):
 
 
 class RollbackRecord(Base):
-    """Every rollback request, accepted or refused (who asked, what scope, and why refused)."""
+    """Every rollback request, accepted or refused (who asked, what scope, and why refused);
+    `attempt_key` as in ApprovalDecision: one row per request however often it is authorized."""
 
     __tablename__ = "rollback_requests"
     __table_args__ = (one_of("scope", ROLLBACK_SCOPES),)
@@ -412,3 +413,4 @@ class RollbackRecord(Base):
     accepted: Mapped[bool]
     reason: Mapped[str | None]  # why it was refused, or the requester's reason
     created_at: Mapped[datetime] = created_at()
+    attempt_key: Mapped[str | None] = mapped_column(unique=True)  # workflow id:run id:activity id
