@@ -101,7 +101,7 @@ QUICK = Sizes(
     lever_approvals=3,
     lever_throughput=Run("sequential", 0, 10, 10),
 )
-SMALL_CACHE = 250  # WORKER_MAX_CACHED_WORKFLOWS of the memory lever
+SDK_DEFAULT_CACHE = 1000  # WORKER_MAX_CACHED_WORKFLOWS of the memory lever: what the SDK would keep
 
 EAGER = "system.enableActivityEagerExecution=true"
 RPS_1000 = "history.transferProcessorMaxPollRPS=1000"
@@ -286,7 +286,7 @@ async def main_run(
     progress(f"metric 4: worker subprocess RSS with {sizes.waiting} conversations awaiting approval")
     rss = [
         await worker_rss(parts, root, sizes.waiting, sizes.waiting_approvals, cache)
-        for cache in (None, SMALL_CACHE)
+        for cache in (None, SDK_DEFAULT_CACHE)
     ]
     return {"steps": steps, "approvals": [by_update, by_signal], "throughput": rates, "rss": rss}
 
