@@ -10,14 +10,15 @@ from __future__ import annotations
 
 import json
 from datetime import datetime
+from typing import Any
 
 from pydantic import BaseModel
 from sqlalchemy import select
-from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from activities.attempts import attempt_key, record_once
 from activities.tools import validate
 from countersign.approvals import DecisionRecord, Verdict, approver_refusal
 from countersign.db.schema import ApprovalDecision, Notification, User, UserRole
@@ -43,14 +44,6 @@ async def roles_of(session: AsyncSession, tenant_id: str, user_id: str) -> list[
     return list(rows)
 
 
-def attempt_key() -> str:
-    """This activity invocation's identity: the same on its retries and when a replayed workflow task
-    runs a local activity again (workflow id, run id and the activity id the workflow's command
-    sequence assigns), distinct for every other invocation."""
-    info = activity.info()
-    return f"{info.workflow_id}:{info.workflow_run_id}:{info.activity_id}"
-
-
 class ApprovalActivities:
     def __init__(self, sessions: async_sessionmaker[AsyncSession]) -> None:
         self._sessions = sessions
@@ -65,10 +58,10 @@ class ApprovalActivities:
         the approver's roles changed in between.
         """
         decision = record.decision
-        key = attempt_key()
+
         async with self._sessions() as session, session.begin():
-            recorded = await self._recorded(session, key)
-            if recorded is None:
+
+            async def attempt() -> dict[str, Any]:
                 refusal = record.refusal
                 if refusal is None:
                     roles = await roles_of(session, record.tenant_id, decision.approver)
@@ -77,36 +70,22 @@ class ApprovalActivities:
                     )
                 if refusal is None and decision.args is not None:
                     refusal = self._edited(record.tool, decision.args)[1]
-                inserted = await session.scalars(
-                    insert(ApprovalDecision)
-                    .values(
-                        tenant_id=record.tenant_id,
-                        workflow_id=record.workflow_id,
-                        call_id=decision.call_id,
-                        tool=record.tool,
-                        approver=decision.approver,
-                        decision=decision.decision,
-                        accepted=refusal is None,
-                        reason=refusal or decision.reason,
-                        args=decision.args,
-                        attempt_key=key,
-                    )
-                    # a concurrent attempt with the same key waits for the other to commit, then
-                    # inserts nothing and reads its row
-                    .on_conflict_do_nothing(index_elements=[ApprovalDecision.attempt_key])
-                    .returning(ApprovalDecision)
-                )
-                recorded = inserted.one_or_none() or await self._recorded(session, key)
-            if recorded is None:  # the winner rolled back after all: let the retry decide
-                raise ApplicationError(f"decision attempt {key} vanished while recording it")
-            return self._verdict(recorded, record)
+                return {
+                    "tenant_id": record.tenant_id,
+                    "workflow_id": record.workflow_id,
+                    "call_id": decision.call_id,
+                    "tool": record.tool,
+                    "approver": decision.approver,
+                    "decision": decision.decision,
+                    "accepted": refusal is None,
+                    "reason": refusal or decision.reason,
+                    "args": decision.args,
+                }
 
-    @staticmethod
-    async def _recorded(session: AsyncSession, key: str) -> ApprovalDecision | None:
-        row: ApprovalDecision | None = await session.scalar(
-            select(ApprovalDecision).where(ApprovalDecision.attempt_key == key)
-        )
-        return row
+            row = await record_once(
+                session, ApprovalDecision, ApprovalDecision.attempt_key, attempt_key(), attempt
+            )
+            return self._verdict(row, record)
 
     def _verdict(self, row: ApprovalDecision, record: DecisionRecord) -> Verdict:
         """The verdict a recorded attempt stands for; the same on every run of the attempt.

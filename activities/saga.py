@@ -8,6 +8,7 @@ the commit finds the row and changes nothing twice.
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import Any
 
 from sqlalchemy import func, select, update
 from sqlalchemy.dialects.postgresql import insert
@@ -15,7 +16,8 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.approvals import attempt_key, roles_of
+from activities.approvals import roles_of
+from activities.attempts import attempt_key, record_once
 from activities.heartbeat import heartbeats
 from activities.tools import validate
 from countersign.db.schema import Compensation, RollbackRecord, ToolExecution
@@ -121,37 +123,25 @@ class SagaActivities:
         """ "" when the requester may roll back (the conversation's user, or an admin of the
         tenant), else why not. Every request is recorded either way, once: a retry of this
         invocation (same attempt key) answers from the row the first run wrote."""
-        request, key = auth.request, attempt_key()
+        request = auth.request
         async with self._sessions() as session, session.begin():
-            recorded = await self._rollback_record(session, key)
-            if recorded is None:
-                refusal = await self._rollback_refusal(session, auth)
-                inserted = await session.scalars(
-                    insert(RollbackRecord)
-                    .values(
-                        tenant_id=auth.tenant_id,
-                        workflow_id=auth.workflow_id,
-                        requested_by=request.requested_by,
-                        scope=request.scope,
-                        call_id=request.call_id,
-                        accepted=refusal is None,
-                        reason=refusal or request.reason,
-                        attempt_key=key,
-                    )
-                    .on_conflict_do_nothing(index_elements=[RollbackRecord.attempt_key])
-                    .returning(RollbackRecord)
-                )
-                recorded = inserted.one_or_none() or await self._rollback_record(session, key)
-            if recorded is None:  # a concurrent twin rolled back after all: let the retry decide
-                raise ApplicationError(f"rollback attempt {key} vanished while recording it")
-            return "" if recorded.accepted else recorded.reason or "refused"
 
-    @staticmethod
-    async def _rollback_record(session: AsyncSession, key: str) -> RollbackRecord | None:
-        row: RollbackRecord | None = await session.scalar(
-            select(RollbackRecord).where(RollbackRecord.attempt_key == key)
-        )
-        return row
+            async def attempt() -> dict[str, Any]:
+                refusal = await self._rollback_refusal(session, auth)
+                return {
+                    "tenant_id": auth.tenant_id,
+                    "workflow_id": auth.workflow_id,
+                    "requested_by": request.requested_by,
+                    "scope": request.scope,
+                    "call_id": request.call_id,
+                    "accepted": refusal is None,
+                    "reason": refusal or request.reason,
+                }
+
+            row = await record_once(
+                session, RollbackRecord, RollbackRecord.attempt_key, attempt_key(), attempt
+            )
+            return "" if row.accepted else row.reason or "refused"
 
     @staticmethod
     async def _rollback_refusal(session: AsyncSession, auth: RollbackAuthorization) -> str | None:
