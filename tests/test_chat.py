@@ -7,23 +7,14 @@ import asyncio
 import os
 import re
 import sys
-import uuid
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-import pytest_asyncio
-from sqlalchemy.ext.asyncio import AsyncEngine
 
 from countersign.approvals import Approval, Decision
 from countersign.cli.conversations import query_status
-from countersign.config import PROJECT_ROOT, SCRIPTED_MODEL_NAME, Settings
-from countersign.db.engine import session_factory
-from countersign.devstack.temporal import DevServerConfig
-from countersign.scripted_model.server import ScriptedModelServer
-from countersign.temporal_client import connect
+from countersign.config import PROJECT_ROOT, SCRIPTED_MODEL_NAME
 from tests.fixtures.agent import AgentHarness
-from worker import build_worker
 
 pytestmark = pytest.mark.devserver
 
@@ -47,27 +38,6 @@ QUALIFY = (
     },
     {"when": {"after_tool": "update_lead_status"}, "reply": {"content": "Done: Jane Doe is qualified."}},
 )
-
-
-@pytest_asyncio.fixture
-async def dev_agent(
-    dev_server: DevServerConfig,
-    database_url: str,
-    db_engine: AsyncEngine,
-    scripted_model: ScriptedModelServer,
-) -> AsyncIterator[AgentHarness]:
-    """A worker on the dev server (its own task queue), answering through the scripted model."""
-    settings = Settings(
-        temporal_address=dev_server.address,
-        namespace=dev_server.namespace,
-        task_queue=f"chat-{uuid.uuid4()}",
-        database_url=database_url,
-        llm_base_url=scripted_model.base_url,
-        ui_url=dev_server.ui_url,
-    )
-    client = await connect(settings)
-    async with build_worker(client, settings, session_factory(db_engine)):
-        yield AgentHarness(client=client, settings=settings, model=scripted_model)
 
 
 class ChatProcess:
