@@ -51,17 +51,11 @@ def run_label(run: Json) -> str:
 
 
 def rss_at_1000(rss: Json) -> float:
-    """The RSS of 1000 waiting conversations, from the measured per-conversation cost (the cache
-    holds at most max_cached_workflows of them)."""
-    held = min(PER_1000, rss["max_cached_workflows"])
-    return float(
-        rss["idle_rss_mb"]
-        + rss["per_conversation_kb"]
-        * rss["conversations"]
-        / 1024
-        * held
-        / min(rss["conversations"], rss["max_cached_workflows"])
-    )
+    """The RSS of 1000 waiting conversations: what the run measured, scaled to 1000 when it had fewer
+    (only the cached ones cost memory: at most max_cached_workflows)."""
+    cache = rss["max_cached_workflows"]
+    loaded = rss["rss_mb"] - rss["idle_rss_mb"]
+    return float(rss["idle_rss_mb"] + loaded * min(PER_1000, cache) / min(rss["conversations"], cache))
 
 
 def _intro(r: Json) -> list[str]:

@@ -48,7 +48,6 @@ from tools.registry import REGISTRY
 from workflows.agent import LOCAL_BOOKKEEPING
 
 RESERVED_PORTS = frozenset({7233, 8233, 8400, 55432})  # a developer's `dev up` may be using them
-POLL_RPS_KEY = "history.transferProcessorMaxPollRPS"
 # The per-tenant tool rate limit (10/s by default) would measure the limiter, not the orchestration.
 UNLIMITED = RateLimits(RateLimit(per_s=1e6, burst=1e6))
 UNLIMITED_ENV = {"RATE_LIMIT_PER_S": "1000000", "RATE_LIMIT_BURST": "1000000"}  # the same, for a subprocess

@@ -6,7 +6,6 @@ import asyncio
 import itertools
 import time
 import uuid
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Literal, TypeVar
 
@@ -82,10 +81,6 @@ async def steps_conversation(parts: Parts) -> StepsSample:
         len(history.events),
         result.usage.tool_calls,
     )
-
-
-async def sequentially(count: int, run: Callable[[], Awaitable[T]]) -> list[T]:
-    return [await run() for _ in range(count)]
 
 
 # --- throughput (metric 3) -----------------------------------------------------------------------------
