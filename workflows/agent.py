@@ -436,7 +436,7 @@ class AgentWorkflow:
     async def _bookkeeping(
         self, activity: str, arg: object, summary: str, result_type: type | None = None, *, local: bool = True
     ) -> Any:
-        """Short PostgreSQL bookkeeping: argument checks, audit rows, decision checks, reminders.
+        """Short bookkeeping: argument checks (no I/O), audit rows, decision checks, reminders.
 
         The hot ones are local activities (run in the workflow task, recorded as markers, no
         round trip through a task queue) in conversations started since LOCAL_BOOKKEEPING; older
