@@ -22,7 +22,7 @@ from countersign.conversation import StartConversation
 from countersign.conversations import start_conversation, static_summary
 from countersign.search_attributes import AGENT_NAME, AGENT_STATUS, TENANT_ID
 from tests.fixtures.agent import AgentHarness
-from tests.test_chat import QUALIFY, STEP_TIMEOUT_S, dev_agent  # noqa: F401  (the fixture)
+from tests.test_chat import QUALIFY, STEP_TIMEOUT_S
 
 pytestmark = pytest.mark.devserver
 
@@ -73,7 +73,7 @@ def rendered_metadata(dom: str) -> dict[str, str]:
 
 
 async def test_web_ui_renders_summary_and_details(
-    dev_agent: AgentHarness,  # noqa: F811  (imported above as the fixture it is)
+    dev_agent: AgentHarness,
     chromium: str,
     tmp_path: Path,
 ) -> None:
