@@ -51,7 +51,7 @@ with workflow.unsafe.imports_passed_through():
         TurnStop,
     )
     from countersign.history import trim_for_carry
-    from countersign.limits import before_model_call, tool_call_budget
+    from countersign.limits import before_model_call, tool_call_budget, within_agent_bounds
     from countersign.policy import offered_tools, screen_call
     from countersign.saga import (
         CompensationOutcome,
@@ -146,6 +146,7 @@ class AgentWorkflow:
     @workflow.run
     async def run(self, start: StartConversation) -> ConversationResult:
         context = self._context or await self._load_context(start)
+        self._limits = within_agent_bounds(self._limits, context.agent_limits)
         workflow.upsert_search_attributes(
             [TENANT_ID.value_set(context.tenant_id), AGENT_NAME.value_set(context.agent.name)]
         )

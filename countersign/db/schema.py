@@ -53,6 +53,7 @@ OUTCOMES = ("executed", "failed", "rejected", "expired", "refused", "blocked", "
 DECISIONS = ("approve", "reject")
 COMPENSATION_STATES = ("pending", "done", "failed", "irreversible", "skipped")
 ROLLBACK_SCOPES = ("turn", "conversation", "call")
+CASE_STATUSES = ("open", "in_progress", "on_hold", "closed")
 
 # Deterministic constraint names: the migration spells the same names, and later migrations can drop them.
 NAMING_CONVENTION = {
@@ -160,6 +161,7 @@ class Lead(Base):
         UniqueConstraint("tenant_id", "email"),
         one_of("status", LEAD_STATUSES),
         user_fk("owner_user_id"),
+        CheckConstraint("score BETWEEN 0 AND 100", name="score_range"),
     )
 
     id: Mapped[int] = identity_pk()
@@ -171,6 +173,24 @@ class Lead(Base):
     source: Mapped[str | None]
     notes: Mapped[str | None]
     owner_user_id: Mapped[str | None]
+    created_at: Mapped[datetime] = created_at()
+    updated_at: Mapped[datetime] = updated_at()
+    score: Mapped[int | None]  # 0-100, how promising the lead looks
+    last_engaged_at: Mapped[datetime | None]  # the latest contact either way (an email, a call)
+
+
+class Case(Base):
+    """A client case the case-researcher agent reads and updates; the client is a contact's email."""
+
+    __tablename__ = "cases"
+    __table_args__ = (UniqueConstraint("tenant_id", "title"), one_of("status", CASE_STATUSES))
+
+    id: Mapped[int] = identity_pk()
+    tenant_id: Mapped[str] = tenant_column(indexed=False)
+    title: Mapped[str]
+    status: Mapped[str] = mapped_column(server_default="open")
+    contact_email: Mapped[str | None]
+    notes: Mapped[str | None]
     created_at: Mapped[datetime] = created_at()
     updated_at: Mapped[datetime] = updated_at()
 
@@ -255,6 +275,25 @@ class EmailOutbox(Base):
     error: Mapped[str | None]
     created_at: Mapped[datetime] = created_at()
     sent_at: Mapped[datetime | None]
+    html_body: Mapped[str | None]  # sanitised before it is stored
+    lead_id: Mapped[int | None] = mapped_column(BigInteger)  # the lead the email is about
+
+
+class EmailDraft(Base):
+    """What `draft_email` stores: nothing leaves; a person (or `send_email`) takes it from here."""
+
+    __tablename__ = "email_drafts"
+
+    id: Mapped[int] = identity_pk()
+    tenant_id: Mapped[str] = tenant_column()
+    idempotency_key: Mapped[str] = mapped_column(unique=True)
+    created_by: Mapped[str]
+    to_address: Mapped[str]
+    subject: Mapped[str]
+    body: Mapped[str]
+    html_body: Mapped[str | None]
+    lead_id: Mapped[int | None] = mapped_column(BigInteger)
+    created_at: Mapped[datetime] = created_at()
 
 
 class Notification(Base):
@@ -284,6 +323,8 @@ class AgentProfile(Base):
     description: Mapped[str] = mapped_column(server_default="")
     system_prompt: Mapped[str]
     atomic_turns: Mapped[bool] = mapped_column(server_default=false())
+    # The agent's bounds on a turn (Limits keys); a conversation may ask for less, never more.
+    limits: Mapped[dict[str, Any]] = mapped_column(server_default=text("'{}'::jsonb"))
 
 
 class AgentToolPermission(Base):
@@ -312,6 +353,7 @@ class ToolExecution(Base):
     __table_args__ = (
         UniqueConstraint("workflow_id", "call_id"),  # also serves lookups by workflow_id
         Index(None, "tenant_id", "created_at"),
+        Index(None, "tool", "created_at"),  # per-tool statistics over a time range
         one_of("outcome", OUTCOMES),
         one_of("risk", RISKS),
         one_of("category", CATEGORIES),
