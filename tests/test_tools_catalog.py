@@ -219,7 +219,7 @@ async def test_list_tasks_filters(db_session: AsyncSession) -> None:
     assert [t["title"] for t in mine["tasks"]] == ["Follow up with Initech", "Build outbound target list"]
     site = await run(ctx, "list_tasks", project="Website relaunch")
     assert {t["title"] for t in site["tasks"]} == {"Draft landing page copy", "Review pricing page"}
-    everything = await run(ctx, "list_tasks", limit=100)
+    everything = await run(ctx, "list_tasks", limit=50)
     assert "Order conveyor sensors" not in {t["title"] for t in everything["tasks"]}
 
 
