@@ -26,6 +26,7 @@ SEEDED_TABLES = [
     schema.Task,
     schema.CalendarEvent,
     schema.Notification,
+    schema.Case,
     schema.AgentProfile,
     schema.AgentToolPermission,
 ]
@@ -114,7 +115,7 @@ async def test_agents_have_their_tools_and_seeded_tiers(db_session: AsyncSession
     tools: dict[str, dict[str, str | None]] = {}
     for agent, tool, tier in rows:
         tools.setdefault(agent, {})[tool] = tier
-    assert set(tools) == {"lead-qualifier", "operations", "admin-assistant", "scheduler"}
+    assert set(tools) == {"lead-qualifier", "operations", "admin-assistant", "scheduler", "case-researcher"}
     assert tools["lead-qualifier"] == {
         "search_leads": None,
         "get_lead": None,
