@@ -57,6 +57,8 @@ def first_round(lead_id: int, notification_id: int) -> dict[str, dict[str, Any]]
         "search_cases": {"query": "Initech"},
         "get_case": {"case": "Initech security review"},
         "update_case": {"case": "Initech security review", "status": "closed"},
+        "draft_email": {"to": JANE, "subject": "Draft check", "body": "Draft", "lead": JANE},
+        "send_email_to_contact": {"contact": "Priya Nair", "subject": "Catalog check", "body": "Hello"},
     }
 
 
@@ -73,6 +75,7 @@ STATE = {
     "events": f"SELECT id, title, status FROM calendar_events WHERE {LIVE}",
     "notifications": "SELECT id, status FROM notifications WHERE tenant_id = 'acme' ORDER BY id",
     "cases": "SELECT id, status, notes FROM cases WHERE tenant_id = 'acme' ORDER BY id",
+    "drafts": "SELECT id FROM email_drafts WHERE tenant_id = 'acme'",
     "outbox": "SELECT id FROM email_outbox WHERE tenant_id = 'acme' AND status IN ('queued', 'sent')",
 }
 
@@ -152,6 +155,8 @@ async def test_every_tool_runs_through_the_model_and_rolls_back(
             "confirm_meeting",
             "resolve_notification",
             "update_case",
+            "draft_email",
+            "send_email_to_contact",
             *SECOND_ROUND,
         ],
         "done",

@@ -123,6 +123,7 @@ async def test_agents_have_their_tools_and_seeded_tiers(db_session: AsyncSession
         "send_email": "needs_approval",
         "search_contacts": None,
         "ask_human": None,
+        "draft_email": "always_allow",
     }
     assert set(tools["operations"]) >= {"list_tasks", "create_task", "create_event", "update_project"}
     assert set(tools["admin-assistant"]) >= {"query_records", "describe_collection", "write_record"}

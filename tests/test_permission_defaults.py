@@ -96,6 +96,7 @@ async def test_catalog_lists_every_tool_with_its_agents(database_url: str) -> No
     assert by_name["create_task"]["default_tier"] == "needs_approval"
     assert by_name["create_task"]["agents"] == {"operations": "always_allow"}  # set by the seed
     assert by_name["search_contacts"]["agents"] == {
+        "case-researcher": "always_allow",
         "lead-qualifier": "always_allow",
         "scheduler": "always_allow",
     }

@@ -89,6 +89,9 @@ DELIVERY_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=2), maximum_interval=timedelta(minutes=5), maximum_attempts=20
 )
 BOOKKEEPING_TIMEOUT = timedelta(seconds=30)
+# Tools whose result is a queued outbox row the workflow delivers after the turn's undo window.
+# Named, not inferred from a result's shape: an MCP tool's result may say anything.
+QUEUES_EMAIL = frozenset({"send_email", "send_email_to_contact"})
 # Patch id: conversations started since bookkeeping (argument checks, audit rows of unexecuted calls,
 # decision checks) became local activities run them locally; older histories replay as they ran.
 LOCAL_BOOKKEEPING = "local-bookkeeping"
@@ -644,7 +647,7 @@ class AgentWorkflow:
             return ToolResult.failure("INTERNAL_ERROR", f"{invocation.tool} failed: {cause}")
         if entry is not None and result.ok and isinstance(result.data, dict):
             entry.result = result.data
-            if invocation.tool == "send_email" and result.data.get("status") == "queued":
+            if invocation.tool in QUEUES_EMAIL and result.data.get("status") == "queued":
                 self._outbox.append(int(result.data["outbox_id"]))
         return result
 

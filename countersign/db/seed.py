@@ -142,6 +142,16 @@ def at(day: int, hour: int, minute: int = 0) -> datetime:
     return datetime(2026, 12, day, hour, minute, tzinfo=UTC)
 
 
+# (tenant, email) -> (score 0-100, last engagement); leads not listed have neither
+LEAD_ENGAGEMENT = {
+    ("acme", "john.smith@initech.example"): (55, at(1, 15, 30)),
+    ("acme", "maria.garcia@umbrella.example"): (85, at(2, 11)),
+    ("acme", "li.wei@hooli.example"): (10, None),
+    ("globex", "hank.scorpio@cypresscreek.example"): (80, at(1, 17)),
+    ("globex", "olivia.park@vandelay.example"): (40, None),
+    ("globex", "raj.patel@wonka.example"): (95, at(2, 9)),
+}
+
 # (tenant, title, description, starts, ends, attendees, location, owner, status)
 EVENTS = [
     ("acme", "Intro call with Initech", "Demo for John Smith.", at(3, 15), at(3, 15, 30),
@@ -215,7 +225,8 @@ AGENTS: dict[str, tuple[str, str, dict[str, str | None]]] = {
         "user the action is awaiting approval, and never claim it happened before the tool result says so. "
         "If it is rejected, accept the decision and report it.\n"
         "- Emails are short, professional and specific to the lead; send them only to the lead's own "
-        "address and only when the user asked for outreach.\n"
+        "address (pass the lead as `lead`) and only when the user asked for outreach. draft_email saves "
+        "one for the user to review instead: nothing is sent.\n"
         f"- {UNTRUSTED_DATA}\n"
         "- Use ask_human when only the user can answer.\n"
         "Reply concisely: what you found, what you did, what is pending.",
@@ -226,6 +237,7 @@ AGENTS: dict[str, tuple[str, str, dict[str, str | None]]] = {
             "send_email": "needs_approval",
             "search_contacts": None,
             "ask_human": None,
+            "draft_email": OPERATOR_ALLOWED,  # stores a draft for a person: nothing leaves
         },
     ),
     "operations": (
@@ -266,6 +278,9 @@ AGENTS: dict[str, tuple[str, str, dict[str, str | None]]] = {
         "everything. get_record reads one record; search_text finds records by free text.\n"
         "- write_record changes data and is for administrators only. Before writing, state which record "
         "and which fields will change, and change only what the user asked for.\n"
+        "- send_email_to_contact emails a contact named by name or email; it waits for a reviewer's "
+        "approval and can be cancelled until it is delivered. Never claim it was sent before the result "
+        "says so.\n"
         "- Stay within this workspace and the listed collections; when a tool refuses, explain the refusal "
         "instead of working around it.\n"
         f"- {UNTRUSTED_DATA}\n"
@@ -280,6 +295,7 @@ AGENTS: dict[str, tuple[str, str, dict[str, str | None]]] = {
                 "search_text",
                 "write_record",
                 "ask_human",
+                "send_email_to_contact",
             )
         },
     ),
@@ -380,6 +396,8 @@ async def _load(session: AsyncSession) -> None:
             source=source,
             owner_user_id=owner,
             notes=notes,
+            score=LEAD_ENGAGEMENT.get((tenant_id, email), (None, None))[0],
+            last_engaged_at=LEAD_ENGAGEMENT.get((tenant_id, email), (None, None))[1],
         )
     for tenant_id, name, email, phone, company, notes in CONTACTS:
         await upsert(
