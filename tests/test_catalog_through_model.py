@@ -76,6 +76,7 @@ STATE = {
     "notifications": "SELECT id, status FROM notifications WHERE tenant_id = 'acme' ORDER BY id",
     "cases": "SELECT id, status, notes FROM cases WHERE tenant_id = 'acme' ORDER BY id",
     "drafts": "SELECT id FROM email_drafts WHERE tenant_id = 'acme'",
+    "sessions": "SELECT id FROM meeting_sessions WHERE tenant_id = 'acme' AND status <> 'cancelled'",
     "outbox": "SELECT id FROM email_outbox WHERE tenant_id = 'acme' AND status IN ('queued', 'sent')",
 }
 
@@ -152,6 +153,7 @@ async def test_every_tool_runs_through_the_model_and_rolls_back(
             "create_project",
             "create_event",
             "write_record",
+            "schedule_meeting",
             "confirm_meeting",
             "resolve_notification",
             "update_case",

@@ -23,7 +23,7 @@ from tests.test_saga import rolled_back
 from tests.test_tools_catalog import call, context, failure, run, undo
 from tools import REGISTRY
 from tools.registry import Needs
-from workflows.agent import AgentWorkflow
+from workflows.agent import AgentWorkflow, queued_emails
 
 HOSTILE_HTML = (
     '<p onclick="steal()">Hello <b>Jane</b><script>alert(1)</script>'
@@ -200,3 +200,12 @@ async def test_rolling_back_cancels_a_contact_email_within_the_window(
     await handle.signal(AgentWorkflow.end, EndConversation(requested_by="carol"))
     await handle.result()
     assert (await delivered_to(db_engine, handle.id))[0] == "cancelled" and not smtp_server.messages
+
+
+def test_the_workflow_delivers_only_what_its_email_tools_queued() -> None:
+    assert queued_emails("send_email", {"outbox_id": 7, "status": "queued"}) == [7]
+    assert queued_emails("send_email", {"outbox_id": 7, "status": "sent"}) == []
+    assert queued_emails("confirm_meeting", {"outbox_ids": [3, 4], "status": "confirmed"}) == [3, 4]
+    assert queued_emails("confirm_meeting", {"outbox_ids": ["3", None, 5]}) == [5]
+    assert queued_emails("mcp__crm__send", {"outbox_id": 7, "status": "queued"}) == []  # any server's shape
+    assert queued_emails("get_lead", {"outbox_ids": [1]}) == []

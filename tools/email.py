@@ -66,14 +66,14 @@ async def lead_of(ctx: ToolContext, ref: str | None, to: str) -> int | None:
 
 
 async def queue(
-    ctx: ToolContext, to: str, content: EmailContent, lead_id: int | None = None
+    ctx: ToolContext, to: str, content: EmailContent, lead_id: int | None = None, key: str | None = None
 ) -> QueuedEmail | None:
-    """Insert the outbox row, or None when this idempotency key already has one."""
+    """Insert the outbox row, or None when its idempotency key (default: the call's) already has one."""
     statement = (
         insert(EmailOutbox)
         .values(
             tenant_id=ctx.tenant_id,
-            idempotency_key=ctx.idempotency_key,
+            idempotency_key=key or ctx.idempotency_key,
             to_address=to,
             subject=content.subject,
             body=content.body,
@@ -97,17 +97,19 @@ async def send_email(ctx: ToolContext, args: SendEmailArgs) -> QueuedEmail:
 
 
 async def queued_once(
-    ctx: ToolContext, to: str, content: EmailContent, lead_id: int | None = None
+    ctx: ToolContext, to: str, content: EmailContent, lead_id: int | None = None, key: str | None = None
 ) -> QueuedEmail:
-    """Queue the email, or find the one this call already queued."""
-    queued = await queue(ctx, to, content, lead_id)
+    """Queue the email, or find the one this call already queued (several emails of one call each
+    pass their own `key`, derived from the call's)."""
+    key = key or ctx.idempotency_key
+    queued = await queue(ctx, to, content, lead_id, key)
     if queued is not None:
         return queued
     # The key's row exists: the same call already ran (ON CONFLICT waited for it to commit).
     existing = (
         await ctx.session.execute(
             select(EmailOutbox.id, EmailOutbox.status).where(
-                EmailOutbox.idempotency_key == ctx.idempotency_key, EmailOutbox.tenant_id == ctx.tenant_id
+                EmailOutbox.idempotency_key == key, EmailOutbox.tenant_id == ctx.tenant_id
             )
         )
     ).one_or_none()

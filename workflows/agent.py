@@ -89,12 +89,24 @@ DELIVERY_RETRY = RetryPolicy(
     initial_interval=timedelta(seconds=2), maximum_interval=timedelta(minutes=5), maximum_attempts=20
 )
 BOOKKEEPING_TIMEOUT = timedelta(seconds=30)
-# Tools whose result is a queued outbox row the workflow delivers after the turn's undo window.
-# Named, not inferred from a result's shape: an MCP tool's result may say anything.
-QUEUES_EMAIL = frozenset({"send_email", "send_email_to_contact"})
 # Patch id: conversations started since bookkeeping (argument checks, audit rows of unexecuted calls,
 # decision checks) became local activities run them locally; older histories replay as they ran.
 LOCAL_BOOKKEEPING = "local-bookkeeping"
+
+# Tools whose results name queued outbox rows the workflow delivers after the turn's undo window
+# (`outbox_id` with status "queued", or `outbox_ids`). Named, not inferred from a result's shape:
+# an MCP tool's result may say anything.
+QUEUES_EMAIL = frozenset({"send_email", "send_email_to_contact", "schedule_meeting", "confirm_meeting"})
+
+
+def queued_emails(tool: str, data: dict[str, Any]) -> list[int]:
+    """The outbox rows a tool call's result queued (none for other tools, and nothing but ints)."""
+    if tool not in QUEUES_EMAIL:
+        return []
+    if data.get("status") == "queued" and isinstance(data.get("outbox_id"), int):
+        return [data["outbox_id"]]
+    ids = data.get("outbox_ids")
+    return [i for i in ids if isinstance(i, int)] if isinstance(ids, list) else []
 
 
 def call_summary(tool: str, arguments: str) -> str:
@@ -647,8 +659,7 @@ class AgentWorkflow:
             return ToolResult.failure("INTERNAL_ERROR", f"{invocation.tool} failed: {cause}")
         if entry is not None and result.ok and isinstance(result.data, dict):
             entry.result = result.data
-            if invocation.tool in QUEUES_EMAIL and result.data.get("status") == "queued":
-                self._outbox.append(int(result.data["outbox_id"]))
+            self._outbox.extend(queued_emails(invocation.tool, result.data))
         return result
 
     # --- saga -------------------------------------------------------------------------------

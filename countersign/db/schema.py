@@ -54,6 +54,7 @@ DECISIONS = ("approve", "reject")
 COMPENSATION_STATES = ("pending", "done", "failed", "irreversible", "skipped")
 ROLLBACK_SCOPES = ("turn", "conversation", "call")
 CASE_STATUSES = ("open", "in_progress", "on_hold", "closed")
+MEETING_SESSION_STATUSES = ("open", "confirmed", "cancelled")
 
 # Deterministic constraint names: the migration spells the same names, and later migrations can drop them.
 NAMING_CONVENTION = {
@@ -124,6 +125,7 @@ class User(Base):
     display_name: Mapped[str]
     email: Mapped[str]
     created_at: Mapped[datetime] = created_at()
+    tz: Mapped[str] = mapped_column(server_default="UTC")  # IANA zone: the user's business hours
 
 
 class UserRole(Base):
@@ -311,6 +313,31 @@ class Notification(Base):
     created_at: Mapped[datetime] = created_at()
     resolved_at: Mapped[datetime | None]
     resolved_by: Mapped[str | None]
+
+
+class MeetingSession(Base):
+    """A scheduling negotiation: schedule_meeting's proposals, open until `expires_at`, until
+    confirm_meeting books one (`event_id`) or a rollback cancels it."""
+
+    __tablename__ = "meeting_sessions"
+    __table_args__ = (one_of("status", MEETING_SESSION_STATUSES), user_fk("requested_by"))
+
+    id: Mapped[int] = identity_pk()
+    tenant_id: Mapped[str] = tenant_column()
+    idempotency_key: Mapped[str] = mapped_column(unique=True)
+    requested_by: Mapped[str]
+    counterpart_name: Mapped[str]
+    counterpart_email: Mapped[str]
+    counterpart_user_id: Mapped[str | None]  # None: a contact
+    counterpart_tz: Mapped[str]
+    title: Mapped[str | None]
+    duration_minutes: Mapped[int]
+    proposals: Mapped[list[dict[str, Any]]] = mapped_column(JSONB())
+    status: Mapped[str] = mapped_column(server_default="open")
+    expires_at: Mapped[datetime]
+    event_id: Mapped[int | None] = mapped_column(BigInteger)
+    notification_id: Mapped[int | None] = mapped_column(BigInteger)
+    created_at: Mapped[datetime] = created_at()
 
 
 # --- agents and their permissions (global: `permissions set AGENT TOOL tier` names no tenant) ------

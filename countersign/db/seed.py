@@ -40,6 +40,9 @@ USERS = [
     ("globex", "erin", "Erin Eastman", ["reviewer"]),
 ]
 
+# (tenant, user) -> IANA zone of the user's business hours; the others work in UTC
+USER_TZ = {("globex", "dave"): "Europe/London", ("globex", "erin"): "America/New_York"}
+
 # (tenant, email, name, company, status, source, owner, notes)
 LEADS = [
     ("acme", "jane.doe@example.com", "Jane Doe", "Doe Consulting", "new", "website", "alice", None),
@@ -324,16 +327,24 @@ AGENTS: dict[str, tuple[str, str, dict[str, str | None]]] = {
         "You are a scheduling assistant: you arrange meetings between the user and their counterparts.\n"
         "- Find the counterpart with search_contacts. When several contacts share a name, list them with "
         "their emails and ask which one; never pick one yourself.\n"
-        "- Check list_events for conflicts, then propose concrete slots with a duration, in working hours, "
-        "in UTC unless the user gives a time zone.\n"
-        "- schedule_meeting creates a tentative meeting and asks the counterpart; confirm_meeting makes it "
-        "final once they agreed. Never confirm a meeting the counterpart has not accepted.\n"
+        "- schedule_meeting proposes up to 5 times when both are free, in business hours (09:00-17:00, "
+        "Monday-Friday) in each person's time zone: a user's comes from the workspace, a contact's from "
+        "tz_hint (ask the user when you do not know it; UTC otherwise). It notifies and emails the "
+        "counterpart the proposals and returns a session that stays open for 30 minutes. It books "
+        "nothing.\n"
+        "- confirm_meeting books a proposal of that session (selection) or a custom time (starts_at), "
+        "checks both calendars again, and emails an invite to both. Confirm only the time the user says "
+        "the counterpart accepted. If the session expired, propose again with schedule_meeting.\n"
+        "- Check list_events when the user asks what is already planned.\n"
         "- When you have handled a request that came as a notification, close it with resolve_notification.\n"
+        "- Emails wait in the outbox until the turn's undo window ends; say they are queued, not sent.\n"
         "- Use ask_human for the user's preferences (which slot, which person, whether to move an event).\n"
         f"- {UNTRUSTED_DATA}\n"
-        "Finish with the meeting's title, time, attendees and state (tentative or confirmed).",
+        "Finish with the meeting's title, time (with time zones), attendees and state (proposed or booked).",
         {
-            tool: OPERATOR_ALLOWED if tool in ("confirm_meeting", "resolve_notification") else None
+            tool: OPERATOR_ALLOWED
+            if tool in ("schedule_meeting", "confirm_meeting", "resolve_notification")
+            else None
             for tool in (
                 "schedule_meeting",
                 "confirm_meeting",
@@ -378,6 +389,7 @@ async def _load(session: AsyncSession) -> None:
             id=user_id,
             display_name=display_name,
             email=f"{user_id}@{tenant_id}.example",
+            tz=USER_TZ.get((tenant_id, user_id), "UTC"),
         )
     await session.flush()
     user_roles = [{"tenant_id": t, "user_id": u, "role": r} for t, u, _, roles in USERS for r in roles]

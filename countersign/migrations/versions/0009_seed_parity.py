@@ -11,6 +11,8 @@ Create Date: 2026-11-23
 - `email_drafts`: what `draft_email` stores (nothing leaves); `email_outbox.html_body` (sanitised
   before it is stored) and `email_outbox.lead_id` (the lead an email was about).
 - `ix_tool_executions_tool_created_at`: `stats` and operators' per-tool queries over a time range.
+- `users.tz` (IANA name) and `meeting_sessions`: schedule_meeting's negotiation (proposals, a
+  30-minute expiry, the counterpart's zone, the booked event once confirm_meeting picks one).
 
 Written by hand and frozen, like 0001.
 """
@@ -77,8 +79,42 @@ def upgrade() -> None:
     )
     op.create_index("ix_email_drafts_tenant_id", "email_drafts", ["tenant_id"])
 
+    op.add_column("users", sa.Column("tz", sa.Text(), server_default="UTC", nullable=False))
+    op.create_table(
+        "meeting_sessions",
+        sa.Column("id", sa.BigInteger(), sa.Identity(), nullable=False),
+        sa.Column("tenant_id", sa.Text(), nullable=False),
+        sa.Column("idempotency_key", sa.Text(), nullable=False),
+        sa.Column("requested_by", sa.Text(), nullable=False),
+        sa.Column("counterpart_name", sa.Text(), nullable=False),
+        sa.Column("counterpart_email", sa.Text(), nullable=False),
+        sa.Column("counterpart_user_id", sa.Text(), nullable=True),
+        sa.Column("counterpart_tz", sa.Text(), nullable=False),
+        sa.Column("title", sa.Text(), nullable=True),
+        sa.Column("duration_minutes", sa.Integer(), nullable=False),
+        sa.Column("proposals", JSONB(), nullable=False),
+        sa.Column("status", sa.Text(), server_default="open", nullable=False),
+        sa.Column("expires_at", TZ, nullable=False),
+        sa.Column("event_id", sa.BigInteger(), nullable=True),
+        sa.Column("notification_id", sa.BigInteger(), nullable=True),
+        sa.Column("created_at", TZ, server_default=NOW, nullable=False),
+        sa.PrimaryKeyConstraint("id", name="pk_meeting_sessions"),
+        sa.ForeignKeyConstraint(["tenant_id"], ["tenants.id"], name="fk_meeting_sessions_tenant_id_tenants"),
+        sa.ForeignKeyConstraint(
+            ["tenant_id", "requested_by"],
+            ["users.tenant_id", "users.id"],
+            name="fk_meeting_sessions_tenant_id_requested_by_users",
+        ),
+        sa.UniqueConstraint("idempotency_key", name="uq_meeting_sessions_idempotency_key"),
+        sa.CheckConstraint("status IN ('open', 'confirmed', 'cancelled')", name="ck_meeting_sessions_status"),
+    )
+    op.create_index("ix_meeting_sessions_tenant_id", "meeting_sessions", ["tenant_id"])
+
 
 def downgrade() -> None:
+    op.drop_index("ix_meeting_sessions_tenant_id", table_name="meeting_sessions")
+    op.drop_table("meeting_sessions")
+    op.drop_column("users", "tz")
     op.drop_index("ix_email_drafts_tenant_id", table_name="email_drafts")
     op.drop_table("email_drafts")
     op.drop_column("email_outbox", "lead_id")
