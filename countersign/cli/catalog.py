@@ -16,6 +16,8 @@ from countersign.cli.records import format_limits, permissions, table, with_sess
 from countersign.conversation import AgentLimits
 from countersign.db.schema import AgentProfile, AgentToolPermission
 
+CATEGORY_ORDER = ("read", "write", "external")
+
 
 def catalog_rows(grants: list[AgentToolPermission]) -> list[dict[str, Any]]:
     """One entry per registered tool: its declaration and each agent's resolved tier."""
@@ -35,7 +37,7 @@ def catalog_rows(grants: list[AgentToolPermission]) -> list[dict[str, Any]]:
             "compensable": tool.compensation is not None,
             "agents": agents[tool.name],
         }
-        for tool in sorted(REGISTRY.values(), key=lambda t: (t.category, t.name))
+        for tool in sorted(REGISTRY.values(), key=lambda t: (CATEGORY_ORDER.index(t.category), t.name))
     ]
 
 

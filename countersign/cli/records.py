@@ -125,7 +125,7 @@ def show_permissions(agent: str) -> None:
 
 
 def format_limits(limits: dict[str, Any]) -> str:
-    return ", ".join(f"{k}={v}" for k, v in sorted(limits.items())) or "none (built-in defaults)"
+    return ", ".join(f"{k}={v:g}" for k, v in sorted(limits.items())) or "none (built-in defaults)"
 
 
 @permissions.command("set")
