@@ -5,6 +5,7 @@ and a rollback puts the case back."""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import pytest_asyncio
@@ -15,6 +16,7 @@ from countersign.approvals import Decision
 from countersign.db.schema import Case, ToolExecution
 from countersign.db.seed import seed
 from countersign.saga import RollbackRequest
+from countersign.scripted_model.scenario import load_scenario
 from tests.fixtures.agent import AgentHarness
 from tests.fixtures.updates import execute_update
 from tests.test_approvals import pending
@@ -25,6 +27,7 @@ from tools.registry import Needs
 from workflows.agent import AgentWorkflow
 
 INITECH = "Initech security review"
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_update_case_is_a_high_risk_compensable_write_that_needs_approval() -> None:
@@ -148,3 +151,11 @@ async def test_case_researcher_flow_approval_then_rollback(
         ("search_cases", "executed", None, False),
         ("update_case", "executed", "bob", True),
     ]
+
+
+async def test_the_case_research_scenario_drives_the_agent(agent: AgentHarness) -> None:
+    """The scenario the README points at, through the real workflow: a read-only question."""
+    agent.model.set_scenario(load_scenario(PROJECT_ROOT / "countersign" / "scenarios" / "case-research.yaml"))
+    result = await agent.converse("What is open with Initech?", agent="case-researcher")
+    assert result.last_reply is not None and "in progress with John Smith" in result.last_reply
+    assert result.usage.tool_calls == 2
