@@ -6,12 +6,13 @@ conversations, not running ones (a reviewer's decision should not shift under th
 
 from __future__ import annotations
 
+from pydantic import ValidationError
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from countersign.conversation import AgentProfile, ConversationContext, StartConversation
+from countersign.conversation import AgentLimits, AgentProfile, ConversationContext, StartConversation
 from countersign.db import schema
 from tools.registry import REGISTRY
 
@@ -70,7 +71,20 @@ class ContextActivities:
             ),
             tools=[REGISTRY[p.tool].spec(p.tier) for p in permissions if p.tool in REGISTRY],  # type: ignore[arg-type]
             email_delivery_delay_s=self._email_delay,
+            agent_limits=agent_limits(profile),
         )
+
+
+def agent_limits(profile: schema.AgentProfile) -> AgentLimits:
+    """The agent's bounds from the database; a row an operator broke by hand stops the start clearly."""
+    try:
+        return AgentLimits.model_validate(profile.limits)
+    except ValidationError as e:
+        raise ApplicationError(
+            f"agent {profile.name!r} has invalid limits in agent_profiles.limits: {e}",
+            type="InvalidAgentLimits",
+            non_retryable=True,
+        ) from e
 
 
 def unknown(message: str) -> ApplicationError:

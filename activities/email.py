@@ -33,7 +33,7 @@ from temporalio.exceptions import ApplicationError
 
 from activities.heartbeat import heartbeats
 from countersign.circuit import CircuitBreaker, CircuitOpen
-from countersign.db.schema import EmailOutbox
+from countersign.db.schema import EmailOutbox, Lead
 
 FINAL_STATUSES = frozenset({"sent", "cancelled", "failed"})
 # The server refused this message for good (a recipient or the sender): retrying cannot help, and
@@ -55,6 +55,8 @@ def compose(row: Any, sender: str, now: datetime) -> EmailMessage:
     message["Date"] = format_datetime(now)
     message["Message-ID"] = message_id(row.idempotency_key, sender)
     message.set_content(row.body)
+    if row.html_body:  # sanitised by the tool before it was stored; the plain text stays the fallback
+        message.add_alternative(row.html_body, subtype="html")
     return message
 
 
@@ -145,7 +147,11 @@ class EmailActivities:
                 .where(EmailOutbox.id == outbox_id, EmailOutbox.status.in_(("queued", "sending")))
                 .values(status="sending", attempts=EmailOutbox.attempts + 1)
                 .returning(
-                    EmailOutbox.idempotency_key, EmailOutbox.to_address, EmailOutbox.subject, EmailOutbox.body
+                    EmailOutbox.idempotency_key,
+                    EmailOutbox.to_address,
+                    EmailOutbox.subject,
+                    EmailOutbox.body,
+                    EmailOutbox.html_body,
                 )
             )
             return claimed.one_or_none()
@@ -155,8 +161,17 @@ class EmailActivities:
         if status == "sent":
             values["sent_at"] = func.now()
         async with self._sessions() as session, session.begin():
-            await session.execute(
+            finished = await session.execute(
                 update(EmailOutbox)
                 .where(EmailOutbox.id == outbox_id, EmailOutbox.status == "sending")
                 .values(**values)
+                .returning(EmailOutbox.tenant_id, EmailOutbox.lead_id)
             )
+            row = finished.one_or_none()
+            if status == "sent" and row is not None and row.lead_id is not None:
+                # An email about a lead that left the building is the lead's latest engagement.
+                await session.execute(
+                    update(Lead)
+                    .where(Lead.id == row.lead_id, Lead.tenant_id == row.tenant_id)
+                    .values(last_engaged_at=func.now())
+                )

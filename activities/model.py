@@ -3,6 +3,12 @@
 The client's own retries are off (`max_retries=0`) so Temporal's retry policy is the only one, and
 HTTP failures are mapped to what retrying can fix: 408/409/429/5xx and connection errors retry
 (honouring `retry-after`), other 4xx are the request's fault and fail at once with a clear message.
+
+The endpoint sits behind a circuit breaker, like the SMTP server (countersign/circuit.py): after
+`failure_threshold` consecutive failures (connection errors, timeouts, 408/409/429/5xx, unusable
+bodies) model calls fail fast with a retryable "ModelCircuitOpen" whose `next_retry_delay` is the
+rest of the cool-down, instead of each conversation hammering an endpoint that is down. A 4xx that
+is the request's fault means the endpoint answered: it counts as healthy.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from temporalio.exceptions import ApplicationError
 
 from activities.heartbeat import heartbeats
 from countersign.chat import ChatMessage, ModelReply, ModelRequest, ToolCall, Usage, capped_reply
+from countersign.circuit import CircuitBreaker, CircuitOpen
 from countersign.config import Settings
 
 RETRYABLE_STATUS = frozenset({408, 409, 429})
@@ -93,8 +100,15 @@ def to_reply(completion: ChatCompletion) -> ModelReply:
     )
 
 
+def endpoint_failed(exc: Exception) -> bool:
+    """Whether an error says the endpoint is unhealthy (as opposed to this request being wrong)."""
+    if isinstance(exc, openai.APIStatusError):
+        return exc.status_code in RETRYABLE_STATUS or exc.status_code >= 500
+    return True
+
+
 class ModelActivities:
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, *, breaker: CircuitBreaker | None = None) -> None:
         if not settings.llm_base_url and settings.scripted_model:
             raise RuntimeError(
                 "no model configured: set LLM_BASE_URL (and LLM_MODEL), or run `starter.py dev up`"
@@ -103,6 +117,7 @@ class ModelActivities:
         self._client = openai.AsyncOpenAI(
             base_url=settings.llm_base_url, api_key=settings.llm_api_key, max_retries=0, timeout=110.0
         )
+        self.breaker = breaker or CircuitBreaker("model", failure_threshold=5, cool_down=30.0)
 
     @activity.defn(name="call_model")
     @heartbeats
@@ -115,7 +130,18 @@ class ModelActivities:
         if request.max_tokens is not None:
             body["max_tokens"] = request.max_tokens
         try:
-            completion = await self._client.chat.completions.create(**body)
-            return to_reply(completion)
+            self.breaker.allow()
+        except CircuitOpen as exc:
+            raise ApplicationError(
+                str(exc), type="ModelCircuitOpen", next_retry_delay=timedelta(seconds=exc.retry_after)
+            ) from exc
+        try:
+            reply = to_reply(await self._client.chat.completions.create(**body))
         except (openai.OpenAIError, ValueError) as exc:
+            (self.breaker.failure if endpoint_failed(exc) else self.breaker.success)()
             raise classify(exc) from exc
+        except BaseException:  # cancelled: no verdict on the endpoint
+            self.breaker.abandon()
+            raise
+        self.breaker.success()
+        return reply

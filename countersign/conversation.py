@@ -33,6 +33,24 @@ class Limits(BaseModel):
     max_turns_per_run: int = Field(100, ge=1)
 
 
+class AgentLimits(BaseModel):
+    """An agent's bounds (`agent_profiles.limits`): each key set caps the conversation's value.
+
+    The agent's value is also the conversation's default when it is below the built-in default
+    (admin-assistant: 7 iterations, 50 s a turn); a conversation may ask for less, never for more.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_iterations: int | None = Field(None, ge=1)
+    max_tool_calls: int | None = Field(None, ge=0)
+    max_tokens: int | None = Field(None, ge=1)
+    turn_timeout_s: float | None = Field(None, gt=0)
+    approval_timeout_s: float | None = Field(None, gt=0)
+    answer_timeout_s: float | None = Field(None, gt=0)
+    idle_timeout_s: float | None = Field(None, gt=0)
+
+
 class AgentProfile(BaseModel):
     name: str
     description: str = ""
@@ -63,6 +81,7 @@ class ConversationContext(BaseModel):
     tools: list[ToolSpec]  # every tool of the agent with its snapshotted tier, blocked ones included
     approval: ApprovalPolicy = Field(default_factory=ApprovalPolicy)
     email_delivery_delay_s: float = 60.0
+    agent_limits: AgentLimits = Field(default_factory=AgentLimits)
 
 
 class SubmitMessage(BaseModel):

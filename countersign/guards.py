@@ -29,9 +29,13 @@ SECRET_TEXT = [
 ]
 
 
+MAX_ROWS = 50  # items kept in any list; tools that return rows may not be asked for more
+MAX_CHARS = 8_000  # characters of a serialized result
+
+
 class TruncationLimits(BaseModel):
-    max_rows: int = 50  # items kept in any list
-    max_chars: int = 8_000  # characters of the serialized result
+    max_rows: int = MAX_ROWS
+    max_chars: int = MAX_CHARS
     max_string: int = 2_000  # characters of any single string value
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from countersign.chat import Usage
-from countersign.conversation import Limits
+from countersign.conversation import AgentLimits, Limits
 
 
 def before_model_call(limits: Limits, turn: Usage, elapsed_s: float) -> str | None:
@@ -20,3 +20,16 @@ def before_model_call(limits: Limits, turn: Usage, elapsed_s: float) -> str | No
 def tool_call_budget(limits: Limits, turn: Usage) -> int:
     """How many more tool calls this turn may make."""
     return max(0, limits.max_tool_calls - turn.tool_calls)
+
+
+def within_agent_bounds(requested: Limits, agent: AgentLimits) -> Limits:
+    """The conversation's limits capped by the agent's: each bounded key takes the smaller value.
+
+    A conversation may tighten what the agent allows, never loosen it; an approval timeout left to
+    the per-risk default (None) takes the agent's bound when it has one.
+    """
+    capped: dict[str, float | int] = {}
+    for key, bound in agent.model_dump(exclude_none=True).items():
+        asked = getattr(requested, key)
+        capped[key] = bound if asked is None else min(asked, bound)
+    return requested.model_copy(update=capped) if capped else requested

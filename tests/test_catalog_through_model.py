@@ -54,6 +54,11 @@ def first_round(lead_id: int, notification_id: int) -> dict[str, dict[str, Any]]
         "schedule_meeting": {"with": "bob", "duration_minutes": 30},
         "confirm_meeting": {"with": "bob", "starts_at": "2026-12-23T15:00:00Z", "duration_minutes": 30},
         "resolve_notification": {"notification": str(notification_id)},
+        "search_cases": {"query": "Initech"},
+        "get_case": {"case": "Initech security review"},
+        "update_case": {"case": "Initech security review", "status": "closed"},
+        "draft_email": {"to": JANE, "subject": "Draft check", "body": "Draft", "lead": JANE},
+        "send_email_to_contact": {"contact": "Priya Nair", "subject": "Catalog check", "body": "Hello"},
     }
 
 
@@ -69,6 +74,9 @@ STATE = {
     "projects": f"SELECT id, name, status FROM projects WHERE {LIVE}",
     "events": f"SELECT id, title, status FROM calendar_events WHERE {LIVE}",
     "notifications": "SELECT id, status FROM notifications WHERE tenant_id = 'acme' ORDER BY id",
+    "cases": "SELECT id, status, notes FROM cases WHERE tenant_id = 'acme' ORDER BY id",
+    "drafts": "SELECT id FROM email_drafts WHERE tenant_id = 'acme'",
+    "sessions": "SELECT id FROM meeting_sessions WHERE tenant_id = 'acme' AND status <> 'cancelled'",
     "outbox": "SELECT id FROM email_outbox WHERE tenant_id = 'acme' AND status IN ('queued', 'sent')",
 }
 
@@ -116,7 +124,7 @@ async def test_every_tool_runs_through_the_model_and_rolls_back(
     )
     agent.script(
         {"when": {"user_contains": "everything"}, "reply": {"tool_calls": calls(first)}},
-        {"when": {"after_tool": "resolve_notification"}, "reply": {"tool_calls": calls(SECOND_ROUND)}},
+        {"when": {"after_tool": list(first)[-1]}, "reply": {"tool_calls": calls(SECOND_ROUND)}},
         {"when": {"after_tool": "update_event"}, "reply": {"content": "checked"}},
     )
     before = await state(db_engine)
@@ -145,8 +153,12 @@ async def test_every_tool_runs_through_the_model_and_rolls_back(
             "create_project",
             "create_event",
             "write_record",
+            "schedule_meeting",
             "confirm_meeting",
             "resolve_notification",
+            "update_case",
+            "draft_email",
+            "send_email_to_contact",
             *SECOND_ROUND,
         ],
         "done",

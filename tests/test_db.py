@@ -14,6 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 from countersign.db import schema
 from countersign.db.migrate import head_revision, upgrade
 from countersign.db.seed import seed
+from tools.registry import REGISTRY
 
 SEEDED_TABLES = [
     schema.Tenant,
@@ -25,6 +26,7 @@ SEEDED_TABLES = [
     schema.Task,
     schema.CalendarEvent,
     schema.Notification,
+    schema.Case,
     schema.AgentProfile,
     schema.AgentToolPermission,
 ]
@@ -113,7 +115,7 @@ async def test_agents_have_their_tools_and_seeded_tiers(db_session: AsyncSession
     tools: dict[str, dict[str, str | None]] = {}
     for agent, tool, tier in rows:
         tools.setdefault(agent, {})[tool] = tier
-    assert set(tools) == {"lead-qualifier", "operations", "admin-assistant", "scheduler"}
+    assert set(tools) == {"lead-qualifier", "operations", "admin-assistant", "scheduler", "case-researcher"}
     assert tools["lead-qualifier"] == {
         "search_leads": None,
         "get_lead": None,
@@ -121,15 +123,17 @@ async def test_agents_have_their_tools_and_seeded_tiers(db_session: AsyncSession
         "send_email": "needs_approval",
         "search_contacts": None,
         "ask_human": None,
+        "draft_email": "always_allow",
     }
     assert set(tools["operations"]) >= {"list_tasks", "create_task", "create_event", "update_project"}
     assert set(tools["admin-assistant"]) >= {"query_records", "describe_collection", "write_record"}
     assert set(tools["scheduler"]) >= {"schedule_meeting", "confirm_meeting", "resolve_notification"}
-    assert all(
-        tier is None
-        for agent in ("operations", "admin-assistant", "scheduler")
-        for tier in tools[agent].values()
-    )
+    # Writes default to needs_approval; the seed (the demo's operator) lets operations' and the
+    # scheduler's internal writes run unasked, and leaves every read and write_record to its default.
+    for agent in ("operations", "scheduler"):
+        for tool, tier in tools[agent].items():
+            assert tier == (None if REGISTRY[tool].category == "read" else "always_allow"), (agent, tool)
+    assert all(tier is None for tier in tools["admin-assistant"].values())
     for profile in await db_session.scalars(select(schema.AgentProfile)):
         assert len(profile.system_prompt) > 200 and profile.description
 

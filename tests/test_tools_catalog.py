@@ -90,7 +90,7 @@ def test_writes_are_compensable_and_update_lead_status_needs_approval() -> None:
     for name in ("create_event", "update_event", "confirm_meeting", "resolve_notification"):
         assert REGISTRY[name].compensation is not None, name
     assert REGISTRY["update_lead_status"].default_tier == "needs_approval"
-    assert REGISTRY["create_task"].default_tier == "always_allow"
+    assert REGISTRY["create_task"].default_tier == "needs_approval"  # restrictive until an operator sets it
 
 
 def test_naive_datetimes_are_refused_with_a_hint() -> None:
@@ -219,7 +219,7 @@ async def test_list_tasks_filters(db_session: AsyncSession) -> None:
     assert [t["title"] for t in mine["tasks"]] == ["Follow up with Initech", "Build outbound target list"]
     site = await run(ctx, "list_tasks", project="Website relaunch")
     assert {t["title"] for t in site["tasks"]} == {"Draft landing page copy", "Review pricing page"}
-    everything = await run(ctx, "list_tasks", limit=100)
+    everything = await run(ctx, "list_tasks", limit=50)
     assert "Order conveyor sensors" not in {t["title"] for t in everything["tasks"]}
 
 

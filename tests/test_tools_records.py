@@ -215,7 +215,7 @@ def test_limit_bounds(limit: int) -> None:
 
 
 async def test_query_records_reads_only_the_callers_tenant(acme: ToolContext, globex: ToolContext) -> None:
-    acme_leads, globex_leads = await rows(acme, "leads", limit=100), await rows(globex, "leads", limit=100)
+    acme_leads, globex_leads = await rows(acme, "leads", limit=50), await rows(globex, "leads", limit=50)
     assert len(acme_leads) == await stored(acme, Lead) and len(globex_leads) == await stored(globex, Lead)
     assert not {r["id"] for r in acme_leads} & {r["id"] for r in globex_leads}
     assert all("tenant_id" not in r for r in acme_leads + globex_leads)
@@ -276,7 +276,7 @@ async def test_query_records_reads_only_the_callers_tenant(acme: ToolContext, gl
 async def test_each_filter_op(
     acme: ToolContext, collection: str, filter_: dict[str, Any], expected: set[str]
 ) -> None:
-    found = await rows(acme, collection, filter_, limit=100)
+    found = await rows(acme, collection, filter_, limit=50)
     label = "title" if collection != "leads" else "name"
     assert {r[label] for r in found} == expected
     count = await call(acme, "count_records", collection=collection, filters=[filter_])
@@ -510,7 +510,7 @@ async def test_refused_writes_are_clear_failures(
         await call(acme, "write_record", collection="leads", values=values)
     assert failure.value.code == code and message in failure.value.message
     assert "tenant" not in failure.value.message
-    assert len(await rows(acme, "leads", limit=100)) == await stored(acme, Lead), "the session is usable"
+    assert len(await rows(acme, "leads", limit=50)) == await stored(acme, Lead), "the session is usable"
 
 
 async def test_update_of_another_tenants_record_is_not_found(acme: ToolContext, globex: ToolContext) -> None:

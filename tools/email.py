@@ -9,19 +9,38 @@ from __future__ import annotations
 
 from typing import Any
 
+import nh3
 from pydantic import BaseModel, EmailStr, Field
 from sqlalchemy import select, update
 from sqlalchemy.dialects.postgresql import insert
 
 from countersign.db.schema import EmailOutbox
+from tools.leads import find_lead
 from tools.registry import ToolArgs, ToolContext, ToolFailure, UndoOutcome, compensates, tool
 
 
-class SendEmailArgs(ToolArgs):
-    to: EmailStr = Field(description="The recipient's email address (one address, no display name)")
+class EmailContent(ToolArgs):
+    """What an email says: shared by send_email, draft_email and send_email_to_contact."""
+
     # One line: a CR or LF in a header would let the text add headers of its own.
     subject: str = Field(min_length=1, max_length=200, pattern=r"^[^\r\n]*$", description="One line")
     body: str = Field(min_length=1, max_length=20_000, description="Plain text")
+    html_body: str | None = Field(
+        None,
+        max_length=100_000,
+        description="An HTML version of the body (optional); scripts, event handlers and unsafe links "
+        "are removed before it is stored",
+    )
+
+
+class SendEmailArgs(EmailContent):
+    to: EmailStr = Field(description="The recipient's email address (one address, no display name)")
+    lead: str | None = Field(
+        None,
+        min_length=1,
+        max_length=320,
+        description="The lead the email is about (its email or id); `to` must then be the lead's address",
+    )
 
 
 class QueuedEmail(BaseModel):
@@ -29,16 +48,37 @@ class QueuedEmail(BaseModel):
     status: str
 
 
-async def queue(ctx: ToolContext, args: SendEmailArgs) -> QueuedEmail | None:
-    """Insert the outbox row, or None when this idempotency key already has one."""
+def sanitized_html(html: str | None) -> str | None:
+    """The HTML with only Ammonia's allow-listed tags and attributes left (nh3's defaults: no script,
+    style, event handler or javascript: URL; links get rel="noopener noreferrer")."""
+    return None if html is None else nh3.clean(html)
+
+
+async def lead_of(ctx: ToolContext, ref: str | None, to: str) -> int | None:
+    """The id of the lead an email is about, which must be the recipient (no mail "about" one lead
+    sent to someone else)."""
+    if ref is None:
+        return None
+    lead = await find_lead(ctx, ref)
+    if lead.email.lower() != to.lower():
+        raise ToolFailure("VALIDATION_ERROR", f"`to` must be the lead's own address ({lead.email})")
+    return lead.id
+
+
+async def queue(
+    ctx: ToolContext, to: str, content: EmailContent, lead_id: int | None = None, key: str | None = None
+) -> QueuedEmail | None:
+    """Insert the outbox row, or None when its idempotency key (default: the call's) already has one."""
     statement = (
         insert(EmailOutbox)
         .values(
             tenant_id=ctx.tenant_id,
-            idempotency_key=ctx.idempotency_key,
-            to_address=args.to,
-            subject=args.subject,
-            body=args.body,
+            idempotency_key=key or ctx.idempotency_key,
+            to_address=to,
+            subject=content.subject,
+            body=content.body,
+            html_body=sanitized_html(content.html_body),
+            lead_id=lead_id,
             status="queued",
         )
         .on_conflict_do_nothing(index_elements=[EmailOutbox.idempotency_key])
@@ -50,16 +90,26 @@ async def queue(ctx: ToolContext, args: SendEmailArgs) -> QueuedEmail | None:
 
 @tool(risk="high", category="external")
 async def send_email(ctx: ToolContext, args: SendEmailArgs) -> QueuedEmail:
-    """Send a plain-text email to one address. The email is queued and delivered right after the
-    call; the result's status says where it stands ("queued" until delivered)."""
-    queued = await queue(ctx, args)
+    """Send an email to one address: plain text, optionally with an HTML version, optionally about
+    one of the workspace's leads. The email is queued and delivered after the turn; the result's
+    status says where it stands ("queued" until delivered)."""
+    return await queued_once(ctx, args.to, args, await lead_of(ctx, args.lead, args.to))
+
+
+async def queued_once(
+    ctx: ToolContext, to: str, content: EmailContent, lead_id: int | None = None, key: str | None = None
+) -> QueuedEmail:
+    """Queue the email, or find the one this call already queued (several emails of one call each
+    pass their own `key`, derived from the call's)."""
+    key = key or ctx.idempotency_key
+    queued = await queue(ctx, to, content, lead_id, key)
     if queued is not None:
         return queued
     # The key's row exists: the same call already ran (ON CONFLICT waited for it to commit).
     existing = (
         await ctx.session.execute(
             select(EmailOutbox.id, EmailOutbox.status).where(
-                EmailOutbox.idempotency_key == ctx.idempotency_key, EmailOutbox.tenant_id == ctx.tenant_id
+                EmailOutbox.idempotency_key == key, EmailOutbox.tenant_id == ctx.tenant_id
             )
         )
     ).one_or_none()
@@ -79,6 +129,10 @@ NOT_CANCELLABLE: dict[str | None, UndoOutcome] = {
 
 @compensates(send_email)
 async def cancel_email(ctx: ToolContext, args: SendEmailArgs, result: dict[str, Any] | None) -> UndoOutcome:
+    return await cancel_queued_email(ctx, result)
+
+
+async def cancel_queued_email(ctx: ToolContext, result: dict[str, Any] | None) -> UndoOutcome:
     """Cancel the email while it is still queued; one already sent cannot be taken back."""
     if result is None:
         return "never_happened"

@@ -25,6 +25,8 @@ class LeadView(BaseModel):
     owner: str | None
     notes: str | None
     updated_at: datetime
+    score: int | None = None  # 0-100, how promising the lead looks
+    last_engaged_at: datetime | None = None  # the latest contact (an email delivered about it, say)
 
     @classmethod
     def of(cls, lead: Lead) -> LeadView:
@@ -38,6 +40,8 @@ class LeadView(BaseModel):
             owner=lead.owner_user_id,
             notes=lead.notes,
             updated_at=lead.updated_at,
+            score=lead.score,
+            last_engaged_at=lead.last_engaged_at,
         )
 
 
@@ -100,7 +104,8 @@ async def search_leads(ctx: ToolContext, args: SearchLeadsArgs) -> LeadList:
 
 @tool(risk="low", category="read")
 async def get_lead(ctx: ToolContext, args: GetLeadArgs) -> LeadView:
-    """Get one lead by email address or id, with its status, owner and notes."""
+    """Get one lead by email address or id, with its status, owner, notes, score (0-100) and last
+    engagement."""
     return LeadView.of(await find_lead(ctx, args.lead))
 
 

@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from sqlalchemy import ColumnElement, select
 
 from countersign.db.schema import CalendarEvent, Project, Task
+from countersign.guards import MAX_ROWS
 from tools.registry import ToolArgs, ToolContext, ToolFailure, UndoOutcome, compensates, tool
 from tools.resolve import (
     ChangeArgs,
@@ -211,7 +212,7 @@ class ListTasksArgs(ToolArgs):
     status: TaskStatus | None = Field(None, description="Only tasks with this status")
     assignee: str | None = Field(None, description="Only tasks of this person: user id, name or email")
     project: str | None = Field(None, description="Only tasks of this project: its name or id")
-    limit: int = Field(20, ge=1, le=100, description="Most rows to return")
+    limit: int = Field(20, ge=1, le=MAX_ROWS, description="Most rows to return")
 
 
 class CreateTaskArgs(ToolArgs):
@@ -318,7 +319,7 @@ async def restore_updated_task(
 
 class ListProjectsArgs(ToolArgs):
     status: ProjectStatus | None = Field(None, description="Only projects with this status")
-    limit: int = Field(20, ge=1, le=100, description="Most rows to return")
+    limit: int = Field(20, ge=1, le=MAX_ROWS, description="Most rows to return")
 
 
 class CreateProjectArgs(ToolArgs):
@@ -402,7 +403,7 @@ class ListEventsArgs(ToolArgs):
     attendee: str | None = Field(
         None, description="Only this person's events: user id, name, or contact email"
     )
-    limit: int = Field(20, ge=1, le=100, description="Most rows to return")
+    limit: int = Field(20, ge=1, le=MAX_ROWS, description="Most rows to return")
 
     model_config = ConfigDict(serialize_by_alias=True)
 

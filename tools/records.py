@@ -63,6 +63,7 @@ from countersign.db.schema import (
     Project,
     Task,
 )
+from countersign.guards import MAX_ROWS
 from tools.registry import ToolArgs, ToolContext, ToolFailure, UndoOutcome, compensates, tool
 
 # --- the whitelist -----------------------------------------------------------------------------------
@@ -400,7 +401,7 @@ class FilteredArgs(ToolArgs):
 
 class QueryRecordsArgs(FilteredArgs):
     order_by: list[Order] = Field([], max_length=5, description="Sort keys, first is most significant")
-    limit: int = Field(20, ge=1, le=100, description="Most records to return")
+    limit: int = Field(20, ge=1, le=MAX_ROWS, description="Most records to return")
 
     @model_validator(mode="after")
     def _order_fits_collection(self) -> QueryRecordsArgs:

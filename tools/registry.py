@@ -117,8 +117,9 @@ REGISTRY: dict[str, Tool] = {}
 
 
 def default_tier_for(risk: Risk, category: Category) -> Tier:
-    """High-risk or external effects need a human by default; everything else runs."""
-    return "needs_approval" if risk == "high" or category == "external" else "always_allow"
+    """Restrictive by default: anything that changes data or reaches outside waits for a human until
+    an operator sets the agent's tier (`permissions set`); only reads run unasked."""
+    return "always_allow" if category == "read" and risk != "high" else "needs_approval"
 
 
 def tool(

@@ -1,8 +1,15 @@
-"""Scheduling tools: propose free slots with a counterpart, book one safely, close notifications.
+"""Scheduling tools: negotiate a meeting with a counterpart, book it safely, close notifications.
 
-Business hours are 09:00-17:00 UTC, Monday to Friday. A person is busy during every event that is
-not cancelled and that they own or attend (listed by user id or email). The only clock is `ctx.now`,
-so proposals are deterministic.
+schedule_meeting opens a negotiation session (stored in `meeting_sessions`, open for 30 minutes)
+with up to 5 proposals when both people are free, inside business hours (09:00-17:00, Monday to
+Friday) in *each* person's time zone: a user's `tz` from the database, a contact's from the
+caller's `tz_hint` (UTC without one). The counterpart is told: a notification row (theirs when
+they are a user) and an email through the outbox, delivered after the turn's undo window.
+confirm_meeting books proposal N of a session, or a custom time, and emails an invite to both.
+A session past its 30 minutes answers `needs` (propose again): calendars move.
+
+A person is busy during every event that is not cancelled and that they own or attend (listed by
+user id or email). The only clock is `ctx.now`, so proposals are deterministic.
 
 confirm_meeting cannot double-book: it takes a transaction-scoped advisory lock per person (in a
 fixed order, so two bookings never deadlock) before checking the slot again, and the lock is held
@@ -12,17 +19,21 @@ committed event and fails with CONFLICT.
 
 from __future__ import annotations
 
+import functools
+import zoneinfo
 from collections.abc import Iterator, Sequence
 from datetime import UTC, date, datetime, time, timedelta
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
-from sqlalchemy import func, or_, select
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from sqlalchemy import delete, func, or_, select
 
-from countersign.db.schema import CalendarEvent, Notification
+from countersign.db.schema import CalendarEvent, MeetingSession, Notification, User
+from tools.email import EmailContent, cancel_queued_email, queued_once
 from tools.operations import EventView
-from tools.registry import ToolArgs, ToolContext, ToolFailure, UndoOutcome, compensates, tool
+from tools.registry import Needs, ToolArgs, ToolContext, ToolFailure, UndoOutcome, compensates, tool
 from tools.resolve import (
+    NeedsInput,
     Person,
     UtcDatetime,
     answers_needs,
@@ -39,14 +50,29 @@ from tools.resolve import (
     saved,
 )
 
-DAY_START, DAY_END = time(9, tzinfo=UTC), time(17, tzinfo=UTC)
+DAY_START, DAY_END = time(9), time(17)  # local business hours, in each person's zone
 SLOT_STEP = timedelta(minutes=30)
 DEFAULT_DAYS = 5
 MAX_WINDOW = timedelta(days=31)
 MAX_SLOTS = 5
+SESSION_TTL = timedelta(minutes=30)
 
 WITH_HELP = "The counterpart: a contact's name or email, or a user's id, name or email"
 DURATION = Field(ge=15, le=480, description="Length of the meeting in minutes")
+
+
+@functools.cache
+def known_zones() -> frozenset[str]:
+    return frozenset(zoneinfo.available_timezones())
+
+
+def _iana_zone(name: str) -> str:
+    if name not in known_zones():
+        raise ValueError("must be an IANA time zone name, e.g. Europe/Berlin or America/New_York")
+    return name
+
+
+IanaZone = Annotated[str, AfterValidator(_iana_zone)]
 
 
 # --- business hours --------------------------------------------------------------------------------
@@ -56,18 +82,15 @@ def is_business_day(day: date) -> bool:
     return day.weekday() < 5
 
 
-def day_bounds(day: date) -> tuple[datetime, datetime]:
-    return datetime.combine(day, DAY_START), datetime.combine(day, DAY_END)
-
-
 def default_window(now: datetime) -> tuple[datetime, datetime]:
-    """From now to the end of the fifth business day that still has working time left."""
+    """From now to the end of the fifth business day (UTC) that still has working time left."""
     day, days = now.date(), 0
     while True:
-        if is_business_day(day) and day_bounds(day)[1] > now:
+        closes = datetime.combine(day, DAY_END, tzinfo=UTC)
+        if is_business_day(day) and closes > now:
             days += 1
             if days == DEFAULT_DAYS:
-                return now, day_bounds(day)[1]
+                return now, closes
         day += timedelta(days=1)
 
 
@@ -78,16 +101,26 @@ def round_up(moment: datetime) -> datetime:
     return midnight + steps * SLOT_STEP
 
 
-def candidate_starts(start: datetime, end: datetime, length: timedelta) -> Iterator[datetime]:
-    """Slot starts inside business hours and the window, in time order."""
-    day = start.date()
-    while day <= end.date():
-        opens, closes = day_bounds(day)
-        moment, closes = max(opens, round_up(start)), min(closes, end)
-        while is_business_day(day) and moment + length <= closes:
+def in_business_hours(start: datetime, end: datetime, zone: zoneinfo.ZoneInfo) -> bool:
+    """[start, end) lies within one business day's 09:00-17:00 in `zone`."""
+    local_start, local_end = start.astimezone(zone), end.astimezone(zone)
+    return (
+        is_business_day(local_start.date())
+        and local_start.date() == local_end.date()
+        and local_start.time() >= DAY_START
+        and local_end.time() <= DAY_END
+    )
+
+
+def candidate_starts(
+    start: datetime, end: datetime, length: timedelta, zones: Sequence[zoneinfo.ZoneInfo]
+) -> Iterator[datetime]:
+    """Slot starts inside the window and inside business hours in every zone, in time order."""
+    moment = round_up(start)
+    while moment + length <= end:
+        if all(in_business_hours(moment, moment + length, zone) for zone in zones):
             yield moment
-            moment += SLOT_STEP
-        day += timedelta(days=1)
+        moment += SLOT_STEP
 
 
 def is_free(start: datetime, end: datetime, busy: Sequence[tuple[datetime, datetime]]) -> bool:
@@ -124,6 +157,14 @@ async def both_parties(ctx: ToolContext, counterpart: str) -> tuple[Person, Pers
     return caller, other
 
 
+async def zone_of(ctx: ToolContext, person: Person, hint: str | None) -> str:
+    """A user's zone from the database; a contact's from the caller's hint, else UTC."""
+    if person.user_id is not None:
+        user = await ctx.session.get(User, (ctx.tenant_id, person.user_id))
+        return user.tz if user is not None else "UTC"
+    return hint or "UTC"
+
+
 # --- schedule_meeting ------------------------------------------------------------------------------
 
 
@@ -137,6 +178,12 @@ class ScheduleMeetingArgs(ToolArgs):
         None, description="Latest end, ISO date-time (default: the end of the fifth business day)"
     )
     title: str | None = Field(None, max_length=200, description="What the meeting is about")
+    tz_hint: IanaZone | None = Field(
+        None,
+        max_length=64,
+        description="The counterpart's IANA time zone (e.g. Europe/Berlin) when they are a contact; "
+        "a user's zone comes from the workspace",
+    )
 
     @model_validator(mode="after")
     def _window_in_order(self) -> ScheduleMeetingArgs:
@@ -156,17 +203,30 @@ class PersonView(BaseModel):
 
 
 class Slot(BaseModel):
+    """One proposal: its UTC start and end, and the local times in each person's zone."""
+
+    index: int  # what confirm_meeting's `selection` names, from 1
     starts_at: datetime
     ends_at: datetime
+    time_zone: str  # the counterpart's
+    counterpart_local: str  # e.g. "Tue 2026-12-08 10:00-10:30 Europe/Berlin"
+    user_local: str
 
 
 class MeetingProposal(BaseModel):
+    session: int | None  # None when there is nothing to propose (no session is opened)
+    expires_at: datetime | None
     counterpart: PersonView
     title: str | None
     duration_minutes: int
     window_start: datetime
     window_end: datetime
+    user_time_zone: str
+    counterpart_time_zone: str
     slots: list[Slot]  # empty: nobody is free long enough in the window
+    notification_id: int | None
+    outbox_ids: list[int]  # the email telling the counterpart, queued until the turn's undo window ends
+    status: str  # "queued" when an email waits in the outbox
 
 
 def proposal_window(ctx: ToolContext, args: ScheduleMeetingArgs) -> tuple[datetime, datetime]:
@@ -180,25 +240,162 @@ def proposal_window(ctx: ToolContext, args: ScheduleMeetingArgs) -> tuple[dateti
     return start, end
 
 
-@tool(risk="low", category="read")
+def local_span(start: datetime, end: datetime, zone: str) -> str:
+    local_start, local_end = (
+        start.astimezone(zoneinfo.ZoneInfo(zone)),
+        end.astimezone(zoneinfo.ZoneInfo(zone)),
+    )
+    return f"{local_start:%a %Y-%m-%d %H:%M}-{local_end:%H:%M} {zone}"
+
+
+def proposal_email(caller: Person, session: MeetingSession, slots: Sequence[Slot]) -> EmailContent:
+    lines = [f"{slot.index}. {slot.counterpart_local}" for slot in slots]
+    subject = f"Meeting request from {caller.name}" + (f": {session.title}" if session.title else "")
+    body = (
+        f"{caller.name} would like to meet for {session.duration_minutes} minutes"
+        + (f" about {session.title}" if session.title else "")
+        + ". Proposed times (your time zone):\n\n"
+        + "\n".join(lines)
+        + f"\n\nReply to {caller.email or caller.name} with the one that suits you."
+    )
+    return EmailContent(subject=subject[:200], body=body)
+
+
+@tool(risk="medium", category="external")
 @answers_needs
 async def schedule_meeting(ctx: ToolContext, args: ScheduleMeetingArgs) -> MeetingProposal:
-    """Propose up to 5 slots when both the user and `with` (a contact's name or email, or a user) are
-    free, within business hours (09:00-17:00 UTC, Monday-Friday) and the window (default: the next 5
-    business days). Books nothing: confirm the chosen slot with confirm_meeting."""
+    """Open a scheduling negotiation with `with` (a contact's name or email, or a user): up to 5
+    proposals when both are free, within 09:00-17:00 Monday-Friday in *each* person's time zone
+    (a contact's from `tz_hint`, else UTC) and the window (default: the next 5 business days). The
+    counterpart is notified and emailed the proposals. Books nothing: confirm_meeting books one
+    with the returned `session` within 30 minutes."""
     caller, other = await both_parties(ctx, args.counterpart)
     start, end = proposal_window(ctx, args)
+    user_tz, other_tz = await zone_of(ctx, caller, None), await zone_of(ctx, other, args.tz_hint)
+    zones = [zoneinfo.ZoneInfo(user_tz), zoneinfo.ZoneInfo(other_tz)]
     length = timedelta(minutes=args.duration_minutes)
     busy = await busy_times(ctx, [caller, other], start, end)
-    free = [s for s in candidate_starts(start, end, length) if is_free(s, s + length, busy)]
-    return MeetingProposal(
+    free = [s for s in candidate_starts(start, end, length, zones) if is_free(s, s + length, busy)]
+    slots = [
+        Slot(
+            index=i,
+            starts_at=s,
+            ends_at=s + length,
+            time_zone=other_tz,
+            counterpart_local=local_span(s, s + length, other_tz),
+            user_local=local_span(s, s + length, user_tz),
+        )
+        for i, s in enumerate(pick_slots(free, MAX_SLOTS), start=1)
+    ]
+    proposal = MeetingProposal(
+        session=None,
+        expires_at=None,
         counterpart=PersonView.of(other),
         title=args.title,
         duration_minutes=args.duration_minutes,
         window_start=start,
         window_end=end,
-        slots=[Slot(starts_at=s, ends_at=s + length) for s in pick_slots(free, MAX_SLOTS)],
+        user_time_zone=user_tz,
+        counterpart_time_zone=other_tz,
+        slots=slots,
+        notification_id=None,
+        outbox_ids=[],
+        status="no_slots",
     )
+    if not slots:
+        return proposal
+    session = await open_session(ctx, caller, other, other_tz, args, slots)
+    return proposal.model_copy(
+        update={
+            "session": session.id,
+            "expires_at": session.expires_at,
+            "notification_id": session.notification_id,
+            "outbox_ids": [await tell_counterpart(ctx, caller, other, session, slots)],
+            "status": "queued",
+        }
+    )
+
+
+async def open_session(
+    ctx: ToolContext,
+    caller: Person,
+    other: Person,
+    other_tz: str,
+    args: ScheduleMeetingArgs,
+    slots: list[Slot],
+) -> MeetingSession:
+    """Store the negotiation (once per call) and the counterpart's notification."""
+    existing = await ctx.session.scalar(
+        select(MeetingSession).where(MeetingSession.idempotency_key == ctx.idempotency_key)
+    )
+    if existing is not None:
+        return existing
+    assert other.email is not None  # resolve_person refuses a contact without one
+    notification = await saved(
+        ctx,
+        Notification(
+            tenant_id=ctx.tenant_id,
+            user_id=other.user_id,  # a contact has no inbox here: the row is the workspace's record
+            kind="meeting_proposal",
+            message=f"{caller.name} proposed {len(slots)} times to meet {other.name}"
+            + (f" about {args.title}" if args.title else "")
+            + f": {'; '.join(slot.counterpart_local for slot in slots)}",
+            workflow_id=ctx.workflow_id,
+            call_id=ctx.call_id,
+        ),
+    )
+    return await saved(
+        ctx,
+        MeetingSession(
+            tenant_id=ctx.tenant_id,
+            idempotency_key=ctx.idempotency_key,
+            requested_by=ctx.caller.user_id,
+            counterpart_name=other.name,
+            counterpart_email=other.email,
+            counterpart_user_id=other.user_id,
+            counterpart_tz=other_tz,
+            title=args.title,
+            duration_minutes=args.duration_minutes,
+            proposals=[slot.model_dump(mode="json") for slot in slots],
+            expires_at=ctx.now + SESSION_TTL,
+            notification_id=notification.id,
+        ),
+    )
+
+
+async def tell_counterpart(
+    ctx: ToolContext, caller: Person, other: Person, session: MeetingSession, slots: list[Slot]
+) -> int:
+    assert other.email is not None
+    queued = await queued_once(ctx, other.email, proposal_email(caller, session, slots))
+    return queued.outbox_id
+
+
+@compensates(schedule_meeting)
+async def withdraw_proposal(
+    ctx: ToolContext, args: ScheduleMeetingArgs, result: dict[str, Any] | None
+) -> UndoOutcome:
+    """Cancel the session, delete its notification and cancel the email while still queued; an
+    email already delivered cannot be taken back ("irreversible")."""
+    if result is None or result.get("session") is None:
+        return "never_happened"
+    session = await locked_row(ctx, MeetingSession, result["session"])
+    if session is None:
+        return "never_happened"
+    if session.status == "confirmed":
+        return "irreversible"  # a meeting was booked from it: undo that call instead
+    already = session.status == "cancelled"
+    session.status = "cancelled"
+    if session.notification_id is not None:
+        await ctx.session.execute(
+            delete(Notification).where(
+                Notification.id == session.notification_id, Notification.tenant_id == ctx.tenant_id
+            )
+        )
+    emails = [await cancel_queued_email(ctx, {"outbox_id": i}) for i in result.get("outbox_ids", [])]
+    if "irreversible" in emails:
+        return "irreversible"
+    return "already_undone" if already else "undone"
 
 
 # --- confirm_meeting -------------------------------------------------------------------------------
@@ -207,12 +404,48 @@ async def schedule_meeting(ctx: ToolContext, args: ScheduleMeetingArgs) -> Meeti
 class ConfirmMeetingArgs(ToolArgs):
     model_config = ConfigDict(serialize_by_alias=True)
 
-    counterpart: str = Field(alias="with", min_length=1, max_length=320, description=WITH_HELP)
-    starts_at: UtcDatetime = Field(
-        description="Start, ISO date-time with time zone, e.g. 2026-12-08T16:00:00Z"
+    session: int | None = Field(None, ge=1, description="The `session` schedule_meeting returned")
+    selection: int | None = Field(
+        None, ge=1, le=MAX_SLOTS, description="Which of the session's proposals (its `index`, from 1)"
     )
-    duration_minutes: int = DURATION
+    counterpart: str | None = Field(
+        None,
+        alias="with",
+        min_length=1,
+        max_length=320,
+        description=f"{WITH_HELP}; only without a session",
+    )
+    starts_at: UtcDatetime | None = Field(
+        None,
+        description="A custom start, ISO date-time with time zone, e.g. 2026-12-08T16:00:00Z (instead of "
+        "a selection; without a session, the time agreed with `with`)",
+    )
+    duration_minutes: int | None = Field(
+        None, ge=15, le=480, description="Length in minutes (default: the session's)"
+    )
     title: str | None = Field(None, max_length=200, description="Title (default: 'Meeting: <user> / <them>')")
+
+    @model_validator(mode="after")
+    def _one_way_to_name_the_time(self) -> ConfirmMeetingArgs:
+        if self.session is not None:
+            if (self.selection is None) == (self.starts_at is None):
+                raise ValueError("with a session, give either selection or starts_at")
+            if self.counterpart is not None:
+                raise ValueError("with a session, the counterpart is the session's: leave `with` out")
+        elif self.counterpart is None or self.starts_at is None or self.duration_minutes is None:
+            raise ValueError(
+                "give a session (and a selection or starts_at), or `with`, starts_at and duration"
+            )
+        elif self.selection is not None:
+            raise ValueError("selection needs a session")
+        return self
+
+
+class BookedMeeting(EventView):
+    session: int | None
+    invited: list[str]  # the emails an invite went to
+    outbox_ids: list[int]  # the invites, queued until the turn's undo window ends
+    delivery: str  # "queued"
 
 
 async def lock_calendars(ctx: ToolContext, people: Sequence[Person]) -> None:
@@ -222,15 +455,91 @@ async def lock_calendars(ctx: ToolContext, people: Sequence[Person]) -> None:
         await ctx.session.execute(select(func.pg_advisory_xact_lock(func.hashtextextended(name, 0))))
 
 
-@tool(risk="medium", category="write")
+async def open_session_for(ctx: ToolContext, session_id: int) -> MeetingSession:
+    """The caller's own session, locked, still open and not expired; else a clear refusal."""
+    rows = await match_first(
+        ctx,
+        MeetingSession,
+        (MeetingSession.id == session_id) & (MeetingSession.requested_by == ctx.caller.user_id),
+        lock=True,
+    )
+    if not rows:
+        raise ToolFailure("NOT_FOUND", f"no scheduling session {session_id} of yours in this workspace")
+    session = rows[0]
+    if session.status == "confirmed":
+        raise ToolFailure("CONFLICT", f"session {session_id} is already booked (event {session.event_id})")
+    if session.status == "cancelled" or session.expires_at <= ctx.now:
+        state = (
+            "was cancelled"
+            if session.status == "cancelled"
+            else f"expired at {session.expires_at.isoformat()}"
+        )
+        raise NeedsInput(
+            Needs(
+                fields={"session": True},
+                candidates=[
+                    {
+                        "session": session.id,
+                        "state": state,
+                        "next": "propose again with schedule_meeting: calendars may have changed",
+                    }
+                ],
+            )
+        )
+    return session
+
+
+async def session_counterpart(ctx: ToolContext, session: MeetingSession) -> Person:
+    if session.counterpart_user_id is not None:
+        user = await ctx.session.get(User, (ctx.tenant_id, session.counterpart_user_id))
+        if user is not None:
+            return Person.of_user(user)
+    email = session.counterpart_email.lower()
+    return Person(f"email:{email}", session.counterpart_name, session.counterpart_email, None, (email,))
+
+
+async def meeting_parties(
+    ctx: ToolContext, args: ConfirmMeetingArgs
+) -> tuple[Person, Person, datetime, int, MeetingSession | None]:
+    """Who meets when, from the session (a selection or a custom start) or from `with` and starts_at."""
+    if args.session is None:
+        assert (
+            args.counterpart is not None and args.starts_at is not None and args.duration_minutes is not None
+        )
+        caller, other = await both_parties(ctx, args.counterpart)
+        return caller, other, args.starts_at, args.duration_minutes, None
+    session = await open_session_for(ctx, args.session)
+    duration = args.duration_minutes or session.duration_minutes
+    if args.selection is not None:
+        if args.selection > len(session.proposals):
+            raise ToolFailure(
+                "VALIDATION_ERROR", f"session {session.id} has {len(session.proposals)} proposals"
+            )
+        start = datetime.fromisoformat(session.proposals[args.selection - 1]["starts_at"])
+    else:
+        assert args.starts_at is not None
+        start = args.starts_at
+    return await resolve_caller(ctx), await session_counterpart(ctx, session), start, duration, session
+
+
+def invite(caller: Person, other: Person, event: CalendarEvent, zone_of_reader: str) -> EmailContent:
+    return EmailContent(
+        subject=f"Invitation: {event.title}"[:200],
+        body=f"{event.title}\n{local_span(event.starts_at, event.ends_at, zone_of_reader)}\n"
+        f"Attendees: {caller.name}, {other.name}\nBooked by {caller.name} through Countersign.",
+    )
+
+
+@tool(risk="medium", category="external")
 @answers_needs
-async def confirm_meeting(ctx: ToolContext, args: ConfirmMeetingArgs) -> EventView:
-    """Book a confirmed meeting between the user and `with` (a contact's name or email, or a user) at
-    `starts_at` for `duration_minutes`. Fails with CONFLICT if either of them is no longer free then:
-    propose new slots with schedule_meeting. Only confirm a time the counterpart agreed to."""
-    caller, other = await both_parties(ctx, args.counterpart)
-    start = args.starts_at
-    end = start + timedelta(minutes=args.duration_minutes)
+async def confirm_meeting(ctx: ToolContext, args: ConfirmMeetingArgs) -> BookedMeeting:
+    """Book a meeting and email an invite to both people: proposal `selection` of a schedule_meeting
+    `session`, or a custom `starts_at` with that session; or, without a session, `with` at
+    `starts_at` for `duration_minutes`. Both calendars are checked again under a lock: CONFLICT if
+    either is no longer free (propose again). An expired session (30 minutes) answers `needs`.
+    Only confirm a time the counterpart agreed to."""
+    caller, other, start, duration, session = await meeting_parties(ctx, args)
+    end = start + timedelta(minutes=duration)
     if start < ctx.now:
         raise ToolFailure("VALIDATION_ERROR", "starts_at is in the past")
     await lock_calendars(ctx, [caller, other])
@@ -242,24 +551,55 @@ async def confirm_meeting(ctx: ToolContext, args: ConfirmMeetingArgs) -> EventVi
             f"not free: an event from {first[0].isoformat()} to {first[1].isoformat()} overlaps; "
             "propose other slots with schedule_meeting",
         )
-    event = CalendarEvent(
-        tenant_id=ctx.tenant_id,
-        title=args.title or f"Meeting: {caller.name} / {other.name}",
-        starts_at=start,
-        ends_at=end,
-        attendees=[caller.attendee(), other.attendee()],
-        owner_user_id=caller.user_id,
-        status="confirmed",
+    event = await saved(
+        ctx,
+        CalendarEvent(
+            tenant_id=ctx.tenant_id,
+            title=args.title
+            or (session.title if session else None)
+            or f"Meeting: {caller.name} / {other.name}",
+            starts_at=start,
+            ends_at=end,
+            attendees=[caller.attendee(), other.attendee()],
+            owner_user_id=caller.user_id,
+            status="confirmed",
+        ),
     )
-    return EventView.of(await saved(ctx, event))
+    if session is not None:
+        session.status, session.event_id = "confirmed", event.id
+    other_tz = session.counterpart_tz if session else await zone_of(ctx, other, None)
+    readers = [(caller, await zone_of(ctx, caller, None)), (other, other_tz)]
+    invited, outbox_ids = [], []
+    for n, (person, zone) in enumerate(readers):
+        if person.email:
+            key = f"{ctx.idempotency_key}:invite:{n}"
+            queued = await queued_once(ctx, person.email, invite(caller, other, event, zone), key=key)
+            invited.append(person.email)
+            outbox_ids.append(queued.outbox_id)
+    return BookedMeeting(
+        **EventView.of(event).model_dump(),
+        session=session.id if session else None,
+        invited=invited,
+        outbox_ids=outbox_ids,
+        delivery="queued",
+    )
 
 
 @compensates(confirm_meeting)
 async def cancel_confirmed_meeting(
     ctx: ToolContext, args: ConfirmMeetingArgs, result: dict[str, Any] | None
 ) -> UndoOutcome:
-    """Cancel the booked event (kept, marked cancelled), unless someone changed its status since."""
-    return await cancel_created(ctx, CalendarEvent, result)
+    """Cancel the booked event (kept, marked cancelled) unless someone changed its status since,
+    cancel the invites still queued, and reopen the session it came from."""
+    outcome = await cancel_created(ctx, CalendarEvent, result)
+    if result is None:
+        return outcome
+    if result.get("session") is not None and outcome == "undone":
+        session = await locked_row(ctx, MeetingSession, result["session"])
+        if session is not None and session.status == "confirmed" and session.event_id == result.get("id"):
+            session.status, session.event_id = "open", None
+    emails = [await cancel_queued_email(ctx, {"outbox_id": i}) for i in result.get("outbox_ids", [])]
+    return "irreversible" if "irreversible" in emails and outcome == "undone" else outcome
 
 
 # --- resolve_notification --------------------------------------------------------------------------

@@ -51,7 +51,7 @@ with workflow.unsafe.imports_passed_through():
         TurnStop,
     )
     from countersign.history import trim_for_carry
-    from countersign.limits import before_model_call, tool_call_budget
+    from countersign.limits import before_model_call, tool_call_budget, within_agent_bounds
     from countersign.policy import offered_tools, screen_call
     from countersign.saga import (
         CompensationOutcome,
@@ -92,6 +92,21 @@ BOOKKEEPING_TIMEOUT = timedelta(seconds=30)
 # Patch id: conversations started since bookkeeping (argument checks, audit rows of unexecuted calls,
 # decision checks) became local activities run them locally; older histories replay as they ran.
 LOCAL_BOOKKEEPING = "local-bookkeeping"
+
+# Tools whose results name queued outbox rows the workflow delivers after the turn's undo window
+# (`outbox_id` with status "queued", or `outbox_ids`). Named, not inferred from a result's shape:
+# an MCP tool's result may say anything.
+QUEUES_EMAIL = frozenset({"send_email", "send_email_to_contact", "schedule_meeting", "confirm_meeting"})
+
+
+def queued_emails(tool: str, data: dict[str, Any]) -> list[int]:
+    """The outbox rows a tool call's result queued (none for other tools, and nothing but ints)."""
+    if tool not in QUEUES_EMAIL:
+        return []
+    if data.get("status") == "queued" and isinstance(data.get("outbox_id"), int):
+        return [data["outbox_id"]]
+    ids = data.get("outbox_ids")
+    return [i for i in ids if isinstance(i, int)] if isinstance(ids, list) else []
 
 
 def call_summary(tool: str, arguments: str) -> str:
@@ -146,6 +161,7 @@ class AgentWorkflow:
     @workflow.run
     async def run(self, start: StartConversation) -> ConversationResult:
         context = self._context or await self._load_context(start)
+        self._limits = within_agent_bounds(self._limits, context.agent_limits)
         workflow.upsert_search_attributes(
             [TENANT_ID.value_set(context.tenant_id), AGENT_NAME.value_set(context.agent.name)]
         )
@@ -643,8 +659,7 @@ class AgentWorkflow:
             return ToolResult.failure("INTERNAL_ERROR", f"{invocation.tool} failed: {cause}")
         if entry is not None and result.ok and isinstance(result.data, dict):
             entry.result = result.data
-            if invocation.tool == "send_email" and result.data.get("status") == "queued":
-                self._outbox.append(int(result.data["outbox_id"]))
+            self._outbox.extend(queued_emails(invocation.tool, result.data))
         return result
 
     # --- saga -------------------------------------------------------------------------------

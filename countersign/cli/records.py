@@ -95,18 +95,20 @@ def show_permissions(agent: str) -> None:
     """The agent's tools with their tier (the tool's default when not set)."""
     from tools import REGISTRY
 
-    async def rows(session: AsyncSession) -> list[AgentToolPermission]:
-        if await session.get(AgentProfile, agent) is None:
+    async def rows(session: AsyncSession) -> tuple[dict[str, Any], list[AgentToolPermission]]:
+        profile = await session.get(AgentProfile, agent)
+        if profile is None:
             raise click.ClickException(f"no agent named {agent!r}")
         query = (
             select(AgentToolPermission)
             .where(AgentToolPermission.agent == agent)
             .order_by(AgentToolPermission.tool)
         )
-        return list((await session.scalars(query)).all())
+        return dict(profile.limits), list((await session.scalars(query)).all())
 
+    limits, grants = run(with_session(rows))
     cells: list[tuple[str, ...]] = [("tool", "tier", "source", "risk", "category")]
-    for p in run(with_session(rows)):
+    for p in grants:
         spec = REGISTRY.get(p.tool)
         default = spec.default_tier if spec else "blocked"
         cells.append(
@@ -119,6 +121,11 @@ def show_permissions(agent: str) -> None:
             )
         )
     click.echo(table(cells))
+    click.echo(f"limits (a conversation may ask for less, never more): {format_limits(limits)}")
+
+
+def format_limits(limits: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={v:g}" for k, v in sorted(limits.items())) or "none (built-in defaults)"
 
 
 @permissions.command("set")

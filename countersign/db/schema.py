@@ -53,6 +53,8 @@ OUTCOMES = ("executed", "failed", "rejected", "expired", "refused", "blocked", "
 DECISIONS = ("approve", "reject")
 COMPENSATION_STATES = ("pending", "done", "failed", "irreversible", "skipped")
 ROLLBACK_SCOPES = ("turn", "conversation", "call")
+CASE_STATUSES = ("open", "in_progress", "on_hold", "closed")
+MEETING_SESSION_STATUSES = ("open", "confirmed", "cancelled")
 
 # Deterministic constraint names: the migration spells the same names, and later migrations can drop them.
 NAMING_CONVENTION = {
@@ -123,6 +125,7 @@ class User(Base):
     display_name: Mapped[str]
     email: Mapped[str]
     created_at: Mapped[datetime] = created_at()
+    tz: Mapped[str] = mapped_column(server_default="UTC")  # IANA zone: the user's business hours
 
 
 class UserRole(Base):
@@ -160,6 +163,7 @@ class Lead(Base):
         UniqueConstraint("tenant_id", "email"),
         one_of("status", LEAD_STATUSES),
         user_fk("owner_user_id"),
+        CheckConstraint("score BETWEEN 0 AND 100", name="score_range"),
     )
 
     id: Mapped[int] = identity_pk()
@@ -171,6 +175,24 @@ class Lead(Base):
     source: Mapped[str | None]
     notes: Mapped[str | None]
     owner_user_id: Mapped[str | None]
+    created_at: Mapped[datetime] = created_at()
+    updated_at: Mapped[datetime] = updated_at()
+    score: Mapped[int | None]  # 0-100, how promising the lead looks
+    last_engaged_at: Mapped[datetime | None]  # the latest contact either way (an email, a call)
+
+
+class Case(Base):
+    """A client case the case-researcher agent reads and updates; the client is a contact's email."""
+
+    __tablename__ = "cases"
+    __table_args__ = (UniqueConstraint("tenant_id", "title"), one_of("status", CASE_STATUSES))
+
+    id: Mapped[int] = identity_pk()
+    tenant_id: Mapped[str] = tenant_column(indexed=False)
+    title: Mapped[str]
+    status: Mapped[str] = mapped_column(server_default="open")
+    contact_email: Mapped[str | None]
+    notes: Mapped[str | None]
     created_at: Mapped[datetime] = created_at()
     updated_at: Mapped[datetime] = updated_at()
 
@@ -255,6 +277,25 @@ class EmailOutbox(Base):
     error: Mapped[str | None]
     created_at: Mapped[datetime] = created_at()
     sent_at: Mapped[datetime | None]
+    html_body: Mapped[str | None]  # sanitised before it is stored
+    lead_id: Mapped[int | None] = mapped_column(BigInteger)  # the lead the email is about
+
+
+class EmailDraft(Base):
+    """What `draft_email` stores: nothing leaves; a person (or `send_email`) takes it from here."""
+
+    __tablename__ = "email_drafts"
+
+    id: Mapped[int] = identity_pk()
+    tenant_id: Mapped[str] = tenant_column()
+    idempotency_key: Mapped[str] = mapped_column(unique=True)
+    created_by: Mapped[str]
+    to_address: Mapped[str]
+    subject: Mapped[str]
+    body: Mapped[str]
+    html_body: Mapped[str | None]
+    lead_id: Mapped[int | None] = mapped_column(BigInteger)
+    created_at: Mapped[datetime] = created_at()
 
 
 class Notification(Base):
@@ -274,6 +315,31 @@ class Notification(Base):
     resolved_by: Mapped[str | None]
 
 
+class MeetingSession(Base):
+    """A scheduling negotiation: schedule_meeting's proposals, open until `expires_at`, until
+    confirm_meeting books one (`event_id`) or a rollback cancels it."""
+
+    __tablename__ = "meeting_sessions"
+    __table_args__ = (one_of("status", MEETING_SESSION_STATUSES), user_fk("requested_by"))
+
+    id: Mapped[int] = identity_pk()
+    tenant_id: Mapped[str] = tenant_column()
+    idempotency_key: Mapped[str] = mapped_column(unique=True)
+    requested_by: Mapped[str]
+    counterpart_name: Mapped[str]
+    counterpart_email: Mapped[str]
+    counterpart_user_id: Mapped[str | None]  # None: a contact
+    counterpart_tz: Mapped[str]
+    title: Mapped[str | None]
+    duration_minutes: Mapped[int]
+    proposals: Mapped[list[dict[str, Any]]] = mapped_column(JSONB())
+    status: Mapped[str] = mapped_column(server_default="open")
+    expires_at: Mapped[datetime]
+    event_id: Mapped[int | None] = mapped_column(BigInteger)
+    notification_id: Mapped[int | None] = mapped_column(BigInteger)
+    created_at: Mapped[datetime] = created_at()
+
+
 # --- agents and their permissions (global: `permissions set AGENT TOOL tier` names no tenant) ------
 
 
@@ -284,6 +350,8 @@ class AgentProfile(Base):
     description: Mapped[str] = mapped_column(server_default="")
     system_prompt: Mapped[str]
     atomic_turns: Mapped[bool] = mapped_column(server_default=false())
+    # The agent's bounds on a turn (Limits keys); a conversation may ask for less, never more.
+    limits: Mapped[dict[str, Any]] = mapped_column(server_default=text("'{}'::jsonb"))
 
 
 class AgentToolPermission(Base):
@@ -312,6 +380,7 @@ class ToolExecution(Base):
     __table_args__ = (
         UniqueConstraint("workflow_id", "call_id"),  # also serves lookups by workflow_id
         Index(None, "tenant_id", "created_at"),
+        Index(None, "tool", "created_at"),  # per-tool statistics over a time range
         one_of("outcome", OUTCOMES),
         one_of("risk", RISKS),
         one_of("category", CATEGORIES),
