@@ -20,7 +20,6 @@ workflow ids never do.
 from __future__ import annotations
 
 import os
-import socket
 import time
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -37,12 +36,11 @@ from temporalio.worker import ActivityInboundInterceptor, ExecuteActivityInput, 
 from activities.audit import UnexecutedCall, outcome_of
 from countersign.chat import ModelReply, ModelRequest
 from countersign.circuit import CircuitBreaker
+from countersign.devstack.ports import free_port
 from countersign.observability.workflow_metrics import APPROVAL_WAIT, APPROVAL_WAIT_BUCKETS
 from countersign.tooling import ToolInvocation, ToolResult
 from tools.registry import REGISTRY
 
-PORT_ENV = "COUNTERSIGN_METRICS_PORT"
-TENANT_LABEL_ENV = "COUNTERSIGN_METRICS_TENANT_LABEL"
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 TOOL_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 MODEL_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
@@ -127,7 +125,9 @@ class CountersignMetrics:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] = os.environ) -> CountersignMetrics:
-        return cls(tenant_label=env.get(TENANT_LABEL_ENV, "").lower() in ("1", "true", "yes"))
+        return cls(
+            tenant_label=env.get("COUNTERSIGN_METRICS_TENANT_LABEL", "").lower() in ("1", "true", "yes")
+        )
 
     def watch_breaker(self, breaker: CircuitBreaker) -> None:
         self._breakers.append(breaker)
@@ -201,13 +201,6 @@ class _Observe(ActivityInboundInterceptor):
         return result
 
 
-def free_loopback_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
 def sdk_runtime(bind_address: str) -> Runtime:
     """A Temporal runtime whose core serves the SDK's metrics (and the workflows' own) in Prometheus
     format at `bind_address`: counters end in `_total`, durations are seconds."""
@@ -268,7 +261,7 @@ class WorkerMetrics:
     registry and interceptor to build the worker with, and the server to start."""
 
     def __init__(self, port: int, metrics: CountersignMetrics, *, host: str = "0.0.0.0") -> None:
-        sdk_address = f"127.0.0.1:{free_loopback_port()}"
+        sdk_address = f"127.0.0.1:{free_port()}"
         self.metrics = metrics
         self.runtime = sdk_runtime(sdk_address)
         self.interceptor = MetricsInterceptor(self.metrics)
@@ -276,13 +269,13 @@ class WorkerMetrics:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] = os.environ) -> WorkerMetrics | None:
-        raw = env.get(PORT_ENV, "").strip()
+        raw = env.get("COUNTERSIGN_METRICS_PORT", "").strip()
         if not raw:
             return None
         try:
             port = int(raw)
         except ValueError:
-            raise SystemExit(f"worker: {PORT_ENV} must be a port number, not {raw!r}") from None
+            raise SystemExit(f"worker: COUNTERSIGN_METRICS_PORT must be a port number, not {raw!r}") from None
         if not 0 < port < 65536:
-            raise SystemExit(f"worker: {PORT_ENV} must be between 1 and 65535, not {port}")
+            raise SystemExit(f"worker: COUNTERSIGN_METRICS_PORT must be between 1 and 65535, not {port}")
         return cls(port, CountersignMetrics.from_env(env))

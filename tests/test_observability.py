@@ -1,0 +1,238 @@
+"""Metrics, traces and the usage audit on real parts: a worker with COUNTERSIGN_METRICS_PORT's
+endpoint on the time-skipping Temporal server, embedded PostgreSQL and the scripted model over HTTP;
+/metrics scraped over HTTP, spans caught by OpenTelemetry's in-memory exporter."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+import pytest_asyncio
+from opentelemetry import trace
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from prometheus_client.parser import text_string_to_metric_families
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncEngine
+from temporalio.client import Client
+from temporalio.contrib.opentelemetry import TracingInterceptor
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.testing import WorkflowEnvironment
+
+from countersign.approvals import Decision
+from countersign.config import PROJECT_ROOT, Settings
+from countersign.db.engine import session_factory
+from countersign.db.schema import ModelCall
+from countersign.devstack.ports import free_port
+from countersign.observability.metrics import CountersignMetrics, WorkerMetrics
+from countersign.scripted_model.server import ScriptedModelServer
+from tests.fixtures.agent import AgentHarness
+from tests.fixtures.updates import execute_update
+from tests.test_agent_workflow import FIND_JANE
+from tests.test_approvals import ECHO_RESULT, pending, qualify, reset_jane
+from worker import build_worker
+from workflows.agent import AgentWorkflow
+
+DASHBOARD = PROJECT_ROOT / "deploy" / "grafana" / "countersign-dashboard.json"
+Sample = tuple[str, frozenset[tuple[str, str]]]
+
+
+@pytest_asyncio.fixture(scope="session")
+def spans() -> InMemorySpanExporter:
+    """The process's tracer provider (set once per process), exporting to memory."""
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    trace.set_tracer_provider(provider)
+    return exporter
+
+
+@dataclass
+class Observed:
+    harness: AgentHarness
+    url: str
+    spans: InMemorySpanExporter
+
+
+@pytest_asyncio.fixture
+async def observed(
+    temporal_env: WorkflowEnvironment,
+    database_url: str,
+    db_engine: AsyncEngine,
+    scripted_model: ScriptedModelServer,
+    spans: InMemorySpanExporter,
+) -> AsyncIterator[Observed]:
+    """A worker as `worker.py` runs it with COUNTERSIGN_METRICS_PORT and tracing on: a client on a
+    runtime exporting the SDK's metrics, the tracing interceptor on that client, /metrics served."""
+    port = free_port()
+    metrics = WorkerMetrics(port, CountersignMetrics(), host="127.0.0.1")
+    client = await Client.connect(
+        temporal_env.client.service_client.config.target_host,
+        namespace="default",
+        data_converter=pydantic_data_converter,
+        runtime=metrics.runtime,
+        interceptors=[TracingInterceptor(trace.get_tracer("countersign"))],
+    )
+    settings = Settings(
+        task_queue=f"agent-{uuid.uuid4()}", database_url=database_url, llm_base_url=scripted_model.base_url
+    )
+    harness = AgentHarness(client=client, settings=settings, model=scripted_model)
+    await metrics.server.start()
+    try:
+        async with build_worker(client, settings, session_factory(db_engine), metrics=metrics.metrics):
+            try:
+                yield Observed(harness, f"http://127.0.0.1:{port}/metrics", spans)
+            finally:
+                await harness.terminate_leftovers()
+    finally:
+        await metrics.server.stop()
+
+
+async def scrape(url: str) -> dict[Sample, float]:
+    async with aiohttp.ClientSession() as session, session.get(url) as answer:
+        assert answer.status == 200
+        assert answer.headers["Content-Type"].startswith("text/plain")
+        text = await answer.text()
+    return {
+        (s.name, frozenset(s.labels.items())): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+def value(samples: dict[Sample, float], name: str, **labels: str) -> float:
+    """The sum of `name` over the samples carrying `labels` (other labels, e.g. the SDK's
+    namespace and task queue, summed over)."""
+    wanted = set(labels.items())
+    return sum(v for (n, ls), v in samples.items() if n == name and wanted <= ls)
+
+
+async def scrape_until(url: str, name: str, minimum: float, **labels: str) -> dict[Sample, float]:
+    """Workflow metrics reach the SDK's exporter asynchronously: wait (5 s at most) for them."""
+    for _ in range(50):
+        samples = await scrape(url)
+        if value(samples, name, **labels) >= minimum:
+            return samples
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"{name}{labels} never reached {minimum}")
+
+
+async def test_metrics_count_a_conversation_with_an_approval(
+    observed: Observed, db_engine: AsyncEngine
+) -> None:
+    agent = observed.harness
+    before = await scrape(observed.url)
+    agent.script(qualify(), ECHO_RESULT, *FIND_JANE)
+    assert (await agent.converse("find jane")).turns == 1
+
+    await reset_jane(db_engine)
+    try:
+        handle = await agent.start("qualify jane", single_turn=True)
+        (waiting,) = (await pending(handle)).pending_approvals
+        await execute_update(
+            handle,
+            AgentWorkflow.decide,
+            Decision(call_id=waiting.call_id, decision="approve", approver="bob"),
+        )
+        await handle.result()
+    finally:
+        await reset_jane(db_engine)
+
+    after = await scrape_until(observed.url, "countersign_turns_total", 2, stop="completed")
+
+    def grew(name: str, **labels: str) -> float:
+        return value(after, name, **labels) - value(before, name, **labels)
+
+    for tool in ("search_leads", "get_lead", "update_lead_status"):
+        assert grew("countersign_tool_calls_total", tool=tool, outcome="executed") == 1, tool
+        assert grew("countersign_tool_duration_seconds_count", tool=tool, outcome="executed") == 1, tool
+    assert value(after, "countersign_tool_duration_seconds_sum", tool="get_lead") > 0
+    agent_name = "lead-qualifier"
+    assert grew("countersign_model_tokens_total", agent=agent_name, kind="prompt") > 0
+    assert grew("countersign_model_tokens_total", agent=agent_name, kind="completion") > 0
+    assert grew("countersign_model_call_duration_seconds_count", agent=agent_name, outcome="ok") == 5
+    assert grew("countersign_turns_total", agent=agent_name, stop="completed") == 2
+    assert value(after, "countersign_approval_wait_seconds_count", risk="high", decision="approved") >= 1
+    assert value(after, "countersign_breaker_state", breaker="smtp", state="closed") == 1
+    assert value(after, "countersign_breaker_state", breaker="smtp", state="open") == 0
+    # the Temporal SDK's own metrics, from the same endpoint
+    assert value(after, "temporal_workflow_completed_total") >= 2
+    assert value(after, "temporal_activity_execution_latency_count", activity_type="execute_tool") >= 1
+    # low cardinality: no workflow ids or tenants as labels
+    label_names = {k for (_, ls) in after for k, _ in ls}
+    assert not label_names & {"workflow_id", "run_id", "tenant", "tenant_id"}
+
+    # the usage audit: one row per model call, with the turn it served
+    async with db_engine.connect() as conn:
+        rows = list(await conn.execute(select(ModelCall).where(ModelCall.workflow_id == handle.id)))
+    assert [(r.turn, r.tool_calls) for r in rows] == [(1, 1), (1, 0)]
+    assert all(r.agent == agent_name and r.tenant_id == "acme" and r.prompt_tokens > 0 for r in rows)
+
+    # the Grafana dashboard plots only metrics this endpoint exports
+    exported = {n for (n, _) in after}
+    exported |= {re.sub(r"_(bucket|count|sum)$", "", n) for n in exported}
+    used = dashboard_metrics()
+    assert used and used <= exported, used - exported
+
+
+def dashboard_metrics() -> set[str]:
+    dashboard = json.loads(DASHBOARD.read_text())
+    exprs = [t["expr"] for p in dashboard["panels"] for t in p.get("targets", [])]
+    return {m for e in exprs for m in re.findall(r"\b((?:countersign|temporal)_[a-z_]+)\b", e)}
+
+
+def by_name(finished: tuple[ReadableSpan, ...], name: str) -> list[ReadableSpan]:
+    return [s for s in finished if s.name == name]
+
+
+async def test_one_trace_from_the_client_to_the_tool_activity(observed: Observed) -> None:
+    agent = observed.harness
+    observed.spans.clear()
+    agent.script(*FIND_JANE)
+    handle = await agent.start("find jane", single_turn=True)
+    await handle.result()
+
+    finished = observed.spans.get_finished_spans()
+    (start,) = by_name(finished, "StartWorkflow:AgentWorkflow")
+    trace_id = start.context.trace_id
+    ours = [s for s in finished if s.context.trace_id == trace_id]
+    names = {s.name for s in ours}
+    assert {"RunWorkflow:AgentWorkflow", "RunActivity:call_model", "RunActivity:execute_tool"} <= names
+
+    (tool,) = by_name(ours, "execute_tool get_lead")
+    assert tool.attributes is not None
+    assert tool.attributes["gen_ai.tool.name"] == "get_lead"
+    assert tool.attributes["gen_ai.tool.call.id"] == "c2"
+    assert tool.attributes["countersign.tool.outcome"] == "executed"
+    parents = {s.context.span_id: s for s in ours}
+    chain = []
+    span: ReadableSpan | None = tool
+    while span is not None:
+        chain.append(span.name)
+        span = parents.get(span.parent.span_id) if span.parent else None
+    assert chain[1] == "RunActivity:execute_tool" and chain[-1] == "StartWorkflow:AgentWorkflow", chain
+
+    chats = [s for s in ours if s.name.startswith("chat ")]
+    assert len(chats) == 3
+    for chat in chats:
+        assert chat.attributes is not None
+        assert chat.attributes["gen_ai.operation.name"] == "chat"
+        assert chat.attributes["gen_ai.request.model"] == agent.settings.llm_model
+        assert int(chat.attributes["gen_ai.usage.input_tokens"]) > 0  # type: ignore[arg-type]
+        assert int(chat.attributes["gen_ai.usage.output_tokens"]) >= 0  # type: ignore[arg-type]
+
+
+def test_dashboard_is_valid_grafana_json() -> None:
+    dashboard: dict[str, Any] = json.loads(DASHBOARD.read_text())
+    assert dashboard["uid"] and dashboard["title"] and dashboard["panels"]
+    for panel in dashboard["panels"]:
+        assert panel["targets"], panel["title"]
+        for target in panel["targets"]:
+            assert target["datasource"]["uid"] == "prometheus"
