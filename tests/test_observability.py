@@ -8,11 +8,12 @@ import asyncio
 import json
 import re
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
+import pytest
 import pytest_asyncio
 from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
@@ -44,7 +45,7 @@ DASHBOARD = PROJECT_ROOT / "deploy" / "grafana" / "countersign-dashboard.json"
 Sample = tuple[str, frozenset[tuple[str, str]]]
 
 
-@pytest_asyncio.fixture(scope="session")
+@pytest.fixture(scope="session")
 def spans() -> InMemorySpanExporter:
     """The process's tracer provider (set once per process), exporting to memory."""
     exporter = InMemorySpanExporter()
@@ -188,7 +189,7 @@ def dashboard_metrics() -> set[str]:
     return {m for e in exprs for m in re.findall(r"\b((?:countersign|temporal)_[a-z_]+)\b", e)}
 
 
-def by_name(finished: tuple[ReadableSpan, ...], name: str) -> list[ReadableSpan]:
+def by_name(finished: Sequence[ReadableSpan], name: str) -> list[ReadableSpan]:
     return [s for s in finished if s.name == name]
 
 
