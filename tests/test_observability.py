@@ -6,15 +6,20 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
+import signal
+import sys
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
 import pytest_asyncio
+from aiohttp import web
 from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
@@ -29,12 +34,14 @@ from temporalio.testing import WorkflowEnvironment
 
 from countersign.approvals import Decision
 from countersign.config import PROJECT_ROOT, Settings
+from countersign.conversation import StartConversation
 from countersign.db.engine import session_factory
 from countersign.db.schema import ModelCall
 from countersign.devstack.ports import free_port
 from countersign.observability.metrics import CountersignMetrics, WorkerMetrics
 from countersign.scripted_model.server import ScriptedModelServer
 from tests.fixtures.agent import AgentHarness
+from tests.fixtures.scripted_model import scenario_from
 from tests.fixtures.updates import execute_update
 from tests.test_agent_workflow import FIND_JANE
 from tests.test_approvals import ECHO_RESULT, pending, qualify, reset_jane
@@ -115,10 +122,16 @@ def value(samples: dict[Sample, float], name: str, **labels: str) -> float:
     return sum(v for (n, ls), v in samples.items() if n == name and wanted <= ls)
 
 
-async def scrape_until(url: str, name: str, minimum: float, **labels: str) -> dict[Sample, float]:
-    """Workflow metrics reach the SDK's exporter asynchronously: wait (5 s at most) for them."""
-    for _ in range(50):
-        samples = await scrape(url)
+async def scrape_until(
+    url: str, name: str, minimum: float, timeout_s: float = 5, **labels: str
+) -> dict[Sample, float]:
+    """Wait for a metric: workflow metrics reach the SDK's exporter asynchronously, and a worker
+    process takes a while to listen."""
+    for _ in range(int(timeout_s * 10)):
+        try:
+            samples = await scrape(url)
+        except aiohttp.ClientConnectionError:
+            samples = {}
         if value(samples, name, **labels) >= minimum:
             return samples
         await asyncio.sleep(0.1)
@@ -237,3 +250,84 @@ def test_dashboard_is_valid_grafana_json() -> None:
         assert panel["targets"], panel["title"]
         for target in panel["targets"]:
             assert target["datasource"]["uid"] == "prometheus"
+
+
+class OtlpReceiver:
+    """An OTLP/HTTP endpoint that keeps the protobuf bodies POSTed to /v1/traces."""
+
+    def __init__(self) -> None:
+        self.bodies: list[bytes] = []
+        self.port = free_port()
+        self._runner: web.AppRunner | None = None
+
+    async def _traces(self, request: web.Request) -> web.Response:
+        self.bodies.append(await request.read())
+        return web.Response(body=b"", content_type="application/x-protobuf")
+
+    async def __aenter__(self) -> OtlpReceiver:
+        app = web.Application()
+        app.router.add_post("/v1/traces", self._traces)
+        self._runner = web.AppRunner(app)
+        await self._runner.setup()
+        await web.TCPSite(self._runner, "127.0.0.1", self.port).start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._runner is not None
+        await self._runner.cleanup()
+
+
+async def test_worker_process_serves_metrics_and_exports_traces_over_otlp(
+    temporal_env: WorkflowEnvironment, database_url: str, scripted_model: ScriptedModelServer, tmp_path: Path
+) -> None:
+    """`python worker.py` as operators run it: COUNTERSIGN_METRICS_PORT and OTEL_EXPORTER_OTLP_ENDPOINT
+    in its environment, nothing else configured."""
+    scripted_model.set_scenario(scenario_from({"name": "find jane", "rules": list(FIND_JANE)}))
+    port, task_queue = free_port(), f"agent-{uuid.uuid4()}"
+    async with OtlpReceiver() as otlp:
+        env = {
+            **os.environ,
+            "TEMPORAL_ADDRESS": temporal_env.client.service_client.config.target_host,
+            "TEMPORAL_NAMESPACE": "default",
+            "TASK_QUEUE": task_queue,
+            "DATABASE_URL": database_url,
+            "LLM_BASE_URL": scripted_model.base_url,
+            "COUNTERSIGN_DATA_DIR": str(tmp_path),
+            "COUNTERSIGN_METRICS_PORT": str(port),
+            "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{otlp.port}",
+            "OTEL_BSP_SCHEDULE_DELAY": "100",
+        }
+        worker = await asyncio.create_subprocess_exec(
+            sys.executable, "worker.py", cwd=PROJECT_ROOT, env=env,
+            stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
+        )  # fmt: skip
+        try:
+            url = f"http://127.0.0.1:{port}/metrics"
+            await scrape_until(url, "temporal_num_pollers", 1, timeout_s=60)
+            start = StartConversation(
+                tenant_id="acme",
+                user_id="alice",
+                agent="lead-qualifier",
+                message="find jane",
+                single_turn=True,
+            )
+            handle = await temporal_env.client.start_workflow(
+                AgentWorkflow.run, start, id=f"test-{uuid.uuid4()}", task_queue=task_queue
+            )
+            assert (await handle.result()).turns == 1
+            samples = await scrape(url)
+            assert value(samples, "countersign_tool_calls_total", tool="get_lead", outcome="executed") == 1
+            for _ in range(100):  # batched: exported within 100 ms of the spans ending
+                if any(b"execute_tool get_lead" in body for body in otlp.bodies):
+                    break
+                await asyncio.sleep(0.1)
+            exported = b"".join(otlp.bodies)
+            for name in (b"execute_tool get_lead", b"RunActivity:call_model", b"gen_ai.usage.input_tokens"):
+                assert name in exported, name
+        finally:
+            worker.send_signal(signal.SIGINT)
+            try:
+                await asyncio.wait_for(worker.wait(), 15)
+            except TimeoutError:
+                worker.kill()
+                await worker.wait()
