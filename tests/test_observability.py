@@ -38,6 +38,7 @@ from countersign.conversation import StartConversation
 from countersign.db.engine import session_factory
 from countersign.db.schema import ModelCall
 from countersign.devstack.ports import free_port
+from countersign.observability import tracing
 from countersign.observability.metrics import CountersignMetrics, WorkerMetrics
 from countersign.scripted_model.server import ScriptedModelServer
 from tests.fixtures.agent import AgentHarness
@@ -331,3 +332,32 @@ async def test_worker_process_serves_metrics_and_exports_traces_over_otlp(
             except TimeoutError:
                 worker.kill()
                 await worker.wait()
+
+
+def test_labels_are_bounded_and_tenants_only_on_request() -> None:
+    plain, per_tenant = (
+        CountersignMetrics(),
+        CountersignMetrics.from_env({"COUNTERSIGN_METRICS_TENANT_LABEL": "1"}),
+    )
+    for metrics in (plain, per_tenant):
+        metrics.tool_call("acme", "get_lead", "executed", 0.02)
+        metrics.tool_call("acme", "x" * 500, "invalid")  # a name the model made up
+    text = plain.render().decode()
+    assert 'countersign_tool_calls_total{outcome="executed",tool="get_lead"} 1.0' in text
+    assert 'countersign_tool_calls_total{outcome="invalid",tool="unknown"} 1.0' in text
+    assert "tenant" not in text and "xxx" not in text
+    assert 'countersign_tool_calls_total{outcome="executed",tenant="acme",tool="get_lead"} 1.0' in (
+        per_tenant.render().decode()
+    )
+
+
+def test_a_bad_metrics_port_stops_the_worker_with_the_reason() -> None:
+    assert WorkerMetrics.from_env({}) is None
+    for raw, reason in (("http", "must be a port number"), ("70000", "between 1 and 65535")):
+        with pytest.raises(SystemExit, match=reason):
+            WorkerMetrics.from_env({"COUNTERSIGN_METRICS_PORT": raw})
+
+
+def test_tracing_is_off_without_an_otlp_endpoint() -> None:
+    assert tracing.client_interceptors({}) == []
+    assert tracing.configure({"OTEL_EXPORTER_OTLP_ENDPOINT": " "}) is None
