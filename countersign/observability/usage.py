@@ -67,7 +67,12 @@ class _RecordModelCalls(ActivityInboundInterceptor):
             "attempt_key": attempt_key(),
         }
         try:
-            async with asyncio.timeout(RECORD_TIMEOUT_S), self._sessions() as session, session.begin():
-                await session.execute(insert(ModelCall).values(**row).on_conflict_do_nothing())
+            await insert_model_call(self._sessions, row)
         except (SQLAlchemyError, OSError, TimeoutError) as exc:
             log.warning("model call not audited", error=f"{type(exc).__name__}: {exc}", **row)
+
+
+async def insert_model_call(sessions: async_sessionmaker[AsyncSession], row: dict[str, Any]) -> None:
+    """Insert one `model_calls` row unless its attempt key has one, within RECORD_TIMEOUT_S."""
+    async with asyncio.timeout(RECORD_TIMEOUT_S), sessions() as session, session.begin():
+        await session.execute(insert(ModelCall).values(**row).on_conflict_do_nothing())
