@@ -49,7 +49,7 @@ BREAKER_STATES = ("closed", "open", "half_open")
 # No `<name>_created` series: in the text format Prometheus ingests each as one more series per
 # label set (a third more lines to scrape) and nothing here reads them. Process-wide, as the
 # library offers it; the worker process has no other prometheus-client registry.
-disable_created_metrics()  # type: ignore[no-untyped-call]  (untyped in prometheus-client)
+disable_created_metrics()  # type: ignore[no-untyped-call]
 
 
 def tool_label(name: str) -> str:
