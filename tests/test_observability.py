@@ -175,6 +175,8 @@ async def test_metrics_count_a_conversation_with_an_approval(
     assert grew("countersign_model_call_duration_seconds_count", agent=agent_name, outcome="ok") == 5
     assert grew("countersign_turns_total", agent=agent_name, stop="completed") == 2
     assert value(after, "countersign_approval_wait_seconds_count", risk="high", decision="approved") >= 1
+    buckets = {dict(ls)["le"] for (n, ls) in after if n == "countersign_approval_wait_seconds_bucket"}
+    assert {"60", "3600", "86400", "+Inf"} <= buckets, buckets  # human-scale buckets, in seconds
     assert value(after, "countersign_breaker_state", breaker="smtp", state="closed") == 1
     assert value(after, "countersign_breaker_state", breaker="smtp", state="open") == 0
     # the Temporal SDK's own metrics, from the same endpoint
