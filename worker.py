@@ -25,6 +25,9 @@ from countersign.config import Settings, load_settings
 from countersign.db.engine import create_engine, session_factory
 from countersign.logs import ActivityLogContext, get_logger
 from countersign.logs import configure as configure_logging
+from countersign.observability.metrics import CountersignMetrics, MetricsInterceptor, WorkerMetrics
+from countersign.observability.tracing import GenAiSpans
+from countersign.observability.usage import ModelCallAudit
 from countersign.ratelimit import RateLimits
 from countersign.temporal_client import connect
 from workflows.agent import AgentWorkflow
@@ -40,9 +43,11 @@ def build_worker(
     sessions: async_sessionmaker[AsyncSession],
     tools: ToolActivities | None = None,
     interceptors: Sequence[Interceptor] = (),
+    metrics: CountersignMetrics | None = None,
 ) -> Worker:
     """The worker; `tools` replaces the tool activities (the default's rate limits come from the
-    environment: RATE_LIMIT_PER_S, RATE_LIMIT_BURST); `interceptors` run inside the logging one."""
+    environment: RATE_LIMIT_PER_S, RATE_LIMIT_BURST); `interceptors` run inside the logging one;
+    `metrics` is filled by the worker's activities (and watches its circuit breakers)."""
     context = ContextActivities(sessions, settings.email_delivery_delay_s)
     model = ModelActivities(settings)
     tools = tools or ToolActivities(sessions, rate_limits=RateLimits.from_env(os.environ))
@@ -50,6 +55,10 @@ def build_worker(
     approvals = ApprovalActivities(sessions)
     saga = SagaActivities(sessions)
     email = EmailActivities(sessions, settings.smtp_host, settings.smtp_port, settings.smtp_sender)
+    observability: list[Interceptor] = [ModelCallAudit(sessions), GenAiSpans(settings.llm_model)]
+    if metrics is not None:
+        metrics.watch_breaker(email.breaker)
+        observability.append(MetricsInterceptor(metrics))
     return Worker(
         client,
         task_queue=settings.task_queue,
@@ -67,7 +76,7 @@ def build_worker(
             saga.authorize_rollback,
             email.deliver_email,
         ],
-        interceptors=[ActivityLogContext(), *interceptors],
+        interceptors=[ActivityLogContext(), *observability, *interceptors],
         max_cached_workflows=settings.max_cached_workflows,
         workflow_runner=SandboxedWorkflowRunner(
             restrictions=SandboxRestrictions.default.with_passthrough_modules(*PASSTHROUGH)
@@ -81,10 +90,15 @@ async def main() -> None:
     settings = load_settings()
     if not settings.database_url:
         raise SystemExit("worker: no DATABASE_URL: run `python starter.py dev up` or set DATABASE_URL")
-    client = await connect(settings)
+    metrics = WorkerMetrics.from_env()  # COUNTERSIGN_METRICS_PORT
+    client = await connect(settings, metrics.runtime if metrics else None)
     engine = create_engine(settings.database_url)
     try:
-        worker = build_worker(client, settings, session_factory(engine))
+        worker = build_worker(
+            client, settings, session_factory(engine), metrics=metrics.metrics if metrics else None
+        )
+        if metrics:
+            await metrics.server.start()
         log.info(
             "worker started",
             task_queue=settings.task_queue,
@@ -94,6 +108,8 @@ async def main() -> None:
         )
         await worker.run()
     finally:
+        if metrics:
+            await metrics.server.stop()
         await engine.dispose()
 
 

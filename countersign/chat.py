@@ -87,10 +87,20 @@ class Usage(BaseModel):
         )
 
 
+class ModelCaller(BaseModel):
+    """Whose turn a model call serves: the usage audit (`model_calls`) and the token metrics by
+    agent are keyed on it. Never sent to the model."""
+
+    tenant_id: str
+    agent: str
+    turn: int
+
+
 class ModelRequest(BaseModel):
     messages: list[ChatMessage]
     tools: list[dict[str, Any]] = Field(default_factory=list)  # OpenAI "tools" entries
     max_tokens: int | None = None
+    caller: ModelCaller | None = None  # None in histories recorded before the usage audit
 
 
 class ModelReply(BaseModel):

@@ -4,14 +4,22 @@ from __future__ import annotations
 
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.runtime import Runtime
 
 from countersign.config import Settings
+from countersign.observability import tracing
 
 
-async def connect(settings: Settings) -> Client:
+async def connect(settings: Settings, runtime: Runtime | None = None) -> Client:
+    """`runtime`: one whose core exports metrics (the worker's, see observability.metrics). With
+    OTEL_EXPORTER_OTLP_ENDPOINT set, the client traces (observability.tracing)."""
     try:
         return await Client.connect(
-            settings.temporal_address, namespace=settings.namespace, data_converter=pydantic_data_converter
+            settings.temporal_address,
+            namespace=settings.namespace,
+            data_converter=pydantic_data_converter,
+            interceptors=tracing.client_interceptors(),
+            runtime=runtime,
         )
     except RuntimeError as exc:
         raise RuntimeError(

@@ -19,8 +19,13 @@ SERVICES: dict[str, dict[str, Any]] = COMPOSE["services"]
 DOCKERFILE = (PROJECT_ROOT / "Dockerfile").read_text()
 OURS = ("migrate", "worker")  # the services running this project's image
 ONE_SHOTS = {name for name, s in SERVICES.items() if s.get("restart") == "no"}
-# Where the code reads its environment: settings, logging, the worker's rate limits.
-ENV_READERS = ("countersign/config.py", "countersign/logs.py", "countersign/ratelimit.py")
+# Where the code reads its environment: settings, logging, the worker's rate limits and metrics.
+ENV_READERS = (
+    "countersign/config.py",
+    "countersign/logs.py",
+    "countersign/ratelimit.py",
+    "countersign/observability/metrics.py",
+)
 REQUIRED_ENV = {"TEMPORAL_ADDRESS", "TEMPORAL_NAMESPACE", "TASK_QUEUE", "DATABASE_URL"} | {
     "LLM_BASE_URL",
     "LLM_API_KEY",
@@ -109,3 +114,22 @@ def test_dynamic_config_is_mounted_and_speeds_up_dispatch() -> None:
     assert config["history.transferProcessorMaxPollRPS"][0]["value"] >= 1000
     assert config["system.enableActivityEagerExecution"][0]["value"] is True
     assert target.endswith(SERVICES["temporal"]["environment"]["DYNAMIC_CONFIG_FILE_PATH"])
+
+
+def test_prometheus_scrapes_the_worker_metrics_port_and_grafana_loads_the_dashboard() -> None:
+    port = SERVICES["worker"]["environment"]["COUNTERSIGN_METRICS_PORT"]
+    mount = next(v for v in SERVICES["prometheus"]["volumes"] if v.startswith("./"))
+    config = yaml.safe_load((PROJECT_ROOT / mount.split(":")[0]).read_text())
+    (job,) = config["scrape_configs"]
+    assert job["static_configs"][0]["targets"] == [f"worker:{port}"]
+    mounted = {v.split(":")[1]: v.split(":")[0] for v in SERVICES["grafana"]["volumes"]}
+    provider = yaml.safe_load(
+        (PROJECT_ROOT / mounted["/etc/grafana/provisioning/dashboards/countersign.yml"]).read_text()
+    )
+    dashboards_dir = provider["providers"][0]["options"]["path"]
+    assert any(target.startswith(dashboards_dir + "/") and target.endswith(".json") for target in mounted)
+    datasource = yaml.safe_load(
+        (PROJECT_ROOT / mounted["/etc/grafana/provisioning/datasources/countersign.yml"]).read_text()
+    )
+    assert datasource["datasources"][0]["uid"] == "prometheus"
+    assert datasource["datasources"][0]["url"] == "http://prometheus:9090"

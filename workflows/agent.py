@@ -34,7 +34,7 @@ with workflow.unsafe.imports_passed_through():
         Verdict,
         state_refusal,
     )
-    from countersign.chat import ChatMessage, ModelReply, ModelRequest, ToolCall, Usage
+    from countersign.chat import ChatMessage, ModelCaller, ModelReply, ModelRequest, ToolCall, Usage
     from countersign.conversation import (
         WORKFLOW_TYPE,
         AgentState,
@@ -52,6 +52,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from countersign.history import trim_for_carry
     from countersign.limits import before_model_call, tool_call_budget, within_agent_bounds
+    from countersign.observability.workflow_metrics import record_approval_wait, record_turn
     from countersign.policy import offered_tools, screen_call
     from countersign.saga import (
         CompensationOutcome,
@@ -368,11 +369,16 @@ class AgentWorkflow:
             self._last_error = reply
             self._messages.append(ChatMessage(role="assistant", content=reply))
         self._last_turn = TurnResult(turn=self._turn, reply=reply, stop=stop, usage=usage)
+        record_turn(self._start.agent, stop)
 
     async def _call_model(self, offered: list[dict[str, object]], remaining: timedelta) -> ModelReply:
         reply: ModelReply = await workflow.execute_activity(
             "call_model",
-            ModelRequest(messages=self._messages, tools=offered),
+            ModelRequest(
+                messages=self._messages,
+                tools=offered,
+                caller=ModelCaller(tenant_id=self._start.tenant_id, agent=self._start.agent, turn=self._turn),
+            ),
             result_type=ModelReply,
             start_to_close_timeout=min(MODEL_CALL_TIMEOUT, remaining),
             schedule_to_close_timeout=remaining,
@@ -487,6 +493,7 @@ class AgentWorkflow:
         )
         self._approvals[approval.call_id] = approval
         await self._wait_for_people(self._await_decision(context, approval))
+        record_approval_wait(spec.risk, approval.state, (workflow.now() - now).total_seconds())
         if approval.state == "approved":
             arguments = approval.edited_args or invocation.arguments
             result = await self._execute(

@@ -4,7 +4,9 @@ import os
 import sys
 
 from countersign.cli import approvals, catalog, chat, conversations, db, demo, dev, model, records  # noqa: F401  (each registers its commands)
+from countersign.cli import stats as _stats  # noqa: F401  (registers `stats`)
 from countersign.cli.app import cli
+from countersign.observability import tracing
 
 
 def main() -> None:
@@ -15,6 +17,7 @@ def main() -> None:
         code = done.code if isinstance(done.code, int) else (0 if done.code is None else 1)
         if isinstance(done.code, str):
             print(done.code, file=sys.stderr)
+    tracing.shutdown()  # export the command's spans before the hard exit below
     sys.stdout.flush()
     sys.stderr.flush()
     # Everything is written and every connection closed by now. Skipping interpreter finalization

@@ -483,3 +483,28 @@ class RollbackRecord(Base):
     reason: Mapped[str | None]  # why it was refused, or the requester's reason
     created_at: Mapped[datetime] = created_at()
     attempt_key: Mapped[str | None] = mapped_column(unique=True)  # workflow id:run id:activity id
+
+
+class ModelCall(Base):
+    """The usage audit: one row per model call a turn made (tokens, time, how the reply ended).
+
+    Keyed by `attempt_key` (workflow id:run id:activity id, see activities/attempts.py): a retried
+    model call keeps its first row.
+    """
+
+    __tablename__ = "model_calls"
+    __table_args__ = (Index(None, "tenant_id", "created_at"),)
+
+    id: Mapped[int] = identity_pk()
+    tenant_id: Mapped[str] = tenant_column(indexed=False)
+    agent: Mapped[str]
+    workflow_id: Mapped[str]
+    turn: Mapped[int]
+    model: Mapped[str]
+    prompt_tokens: Mapped[int]
+    completion_tokens: Mapped[int]
+    tool_calls: Mapped[int]  # how many tool calls the reply asked for
+    finish_reason: Mapped[str | None]
+    duration_ms: Mapped[int]
+    created_at: Mapped[datetime] = created_at()
+    attempt_key: Mapped[str] = mapped_column(unique=True)

@@ -1,0 +1,286 @@
+"""Countersign's own Prometheus metrics and the worker's `/metrics` endpoint.
+
+With COUNTERSIGN_METRICS_PORT set, the worker serves `http://0.0.0.0:PORT/metrics`: Countersign's
+metrics (a prometheus-client registry, filled by `MetricsInterceptor` around every activity) followed
+by the Temporal SDK's. The SDK's come from the Rust core's own Prometheus exporter (`PrometheusConfig`
+on the runtime the client is connected with), bound to a loopback port and fetched per scrape.
+
+Why a merge of two expositions rather than one registry: the core's exporter already renders the
+SDK's metrics, and the workflow's replay-safe `workflow.metric_meter()` metrics, exactly (buckets,
+`_total` suffixes); draining a `MetricBuffer` into prometheus-client instead would mean re-deriving
+counters and histograms from raw updates and a polling loop that drops updates when it falls behind.
+Our own metrics stay in prometheus-client for what the core's meter lacks: values computed at scrape
+time (the SMTP circuit breaker's state) and fixed bucket lists per metric.
+
+Cardinality is bounded: labels are tool names (names the model made up count as `unknown`), agent
+profiles, outcomes and risks. Tenants become a label only with COUNTERSIGN_METRICS_TENANT_LABEL=1;
+workflow ids never do.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+from prometheus_client import CollectorRegistry, Counter, Histogram, disable_created_metrics, generate_latest
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+from temporalio import activity
+from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
+from temporalio.worker import ActivityInboundInterceptor, ExecuteActivityInput, Interceptor
+
+from activities.audit import UnexecutedCall, outcome_of
+from countersign.chat import ModelReply, ModelRequest
+from countersign.circuit import CircuitBreaker
+from countersign.devstack.ports import free_port
+from countersign.observability.workflow_metrics import APPROVAL_WAIT, APPROVAL_WAIT_BUCKETS
+from countersign.tooling import ToolInvocation, ToolResult
+from tools.registry import REGISTRY
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+TOOL_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+MODEL_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
+BREAKER_STATES = ("closed", "open", "half_open")
+
+# No `<name>_created` series: in the text format Prometheus ingests each as one more series per
+# label set (a third more lines to scrape) and nothing here reads them. Process-wide, as the
+# library offers it; the worker process has no other prometheus-client registry.
+disable_created_metrics()  # type: ignore[no-untyped-call]
+
+
+def tool_label(name: str) -> str:
+    """A registered tool's name, or `unknown`: the model may name any tool, the label may not."""
+    return name if name in REGISTRY else "unknown"
+
+
+def executed_outcome(result: ToolResult) -> str:
+    """The audit outcome of a tool call that ran (as `execute_tool` writes it)."""
+    if result.error is None:
+        return "executed"
+    return "invalid" if result.error.code in ("VALIDATION_ERROR", "UNKNOWN_TOOL") else "failed"
+
+
+class _BreakerCollector(Collector):
+    """`countersign_breaker_state{breaker, state}`: 1 for the state each breaker is in right now,
+    read at scrape time (an open breaker turns half-open by the clock, with no call to notice)."""
+
+    def __init__(self, breakers: list[CircuitBreaker]) -> None:
+        self._breakers = breakers
+
+    def collect(self) -> Iterable[Metric]:
+        family = GaugeMetricFamily(
+            "countersign_breaker_state",
+            "Circuit breaker state: 1 for the current state (closed, open, half_open)",
+            labels=["breaker", "state"],
+        )
+        for breaker in self._breakers:
+            current = breaker.state
+            for state in BREAKER_STATES:
+                family.add_metric([breaker.name, state], 1.0 if state == current else 0.0)
+        yield family
+
+
+class CountersignMetrics:
+    """Countersign's metrics in their own registry (not the process-global one: tests and several
+    workers in one process each get theirs)."""
+
+    def __init__(self, *, tenant_label: bool = False) -> None:
+        self.tenant_label = tenant_label
+        self.registry = CollectorRegistry(auto_describe=True)
+        tenant = ["tenant"] if tenant_label else []
+        self.tool_calls = Counter(
+            "countersign_tool_calls",
+            "Tool calls by tool and audit outcome (executed, failed, invalid, rejected, expired, "
+            "blocked, limit_reached)",
+            [*tenant, "tool", "outcome"],
+            registry=self.registry,
+        )
+        self.tool_duration = Histogram(
+            "countersign_tool_duration_seconds",
+            "Time a tool call's activity took, by tool and outcome",
+            ["tool", "outcome"],
+            buckets=TOOL_BUCKETS,
+            registry=self.registry,
+        )
+        self.tool_needs = Counter(
+            "countersign_tool_needs",
+            "Tool calls answered with `needs` (the tool asked for clarification)",
+            [*tenant, "tool"],
+            registry=self.registry,
+        )
+        self.model_tokens = Counter(
+            "countersign_model_tokens",
+            "Model tokens by agent and kind (prompt, completion)",
+            [*tenant, "agent", "kind"],
+            registry=self.registry,
+        )
+        self.model_calls = Histogram(
+            "countersign_model_call_duration_seconds",
+            "Time a model call took, by agent and outcome (ok, error)",
+            ["agent", "outcome"],
+            buckets=MODEL_BUCKETS,
+            registry=self.registry,
+        )
+        self._breakers: list[CircuitBreaker] = []
+        self.registry.register(_BreakerCollector(self._breakers))
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] = os.environ) -> CountersignMetrics:
+        return cls(
+            tenant_label=env.get("COUNTERSIGN_METRICS_TENANT_LABEL", "").lower() in ("1", "true", "yes")
+        )
+
+    def watch_breaker(self, breaker: CircuitBreaker) -> None:
+        self._breakers.append(breaker)
+
+    def _tenant(self, tenant_id: str) -> list[str]:
+        return [tenant_id] if self.tenant_label else []
+
+    def tool_call(self, tenant_id: str, tool: str, outcome: str, seconds: float | None = None) -> None:
+        name = tool_label(tool)
+        self.tool_calls.labels(*self._tenant(tenant_id), name, outcome).inc()
+        if seconds is not None:
+            self.tool_duration.labels(name, outcome).observe(seconds)
+
+    def observe(self, activity_type: str, args: list[Any], result: Any, seconds: float) -> None:
+        """Count what one activity that returned did, from its input and result."""
+        arg = args[0] if args else None
+        if activity_type == "execute_tool" and isinstance(arg, ToolInvocation):
+            if isinstance(result, ToolResult):
+                self.tool_call(arg.caller.tenant_id, arg.tool, executed_outcome(result), seconds)
+                if result.needs is not None:
+                    self.tool_needs.labels(*self._tenant(arg.caller.tenant_id), tool_label(arg.tool)).inc()
+        elif activity_type == "record_unexecuted_call" and isinstance(arg, UnexecutedCall):
+            self.tool_call(arg.invocation.caller.tenant_id, arg.invocation.tool, outcome_of(arg.result))
+        elif activity_type == "call_model" and isinstance(arg, ModelRequest):
+            self.model_call(arg, result if isinstance(result, ModelReply) else None, seconds)
+
+    def model_call(self, request: ModelRequest, reply: ModelReply | None, seconds: float) -> None:
+        caller = request.caller
+        agent = caller.agent if caller else "unknown"
+        self.model_calls.labels(agent, "ok" if reply else "error").observe(seconds)
+        if reply is not None:
+            tenant = self._tenant(caller.tenant_id if caller else "unknown")
+            self.model_tokens.labels(*tenant, agent, "prompt").inc(reply.usage.prompt_tokens)
+            self.model_tokens.labels(*tenant, agent, "completion").inc(reply.usage.completion_tokens)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+class MetricsInterceptor(Interceptor):
+    """Worker interceptor: counts tool calls (executed ones in `execute_tool`, refused, rejected and
+    expired ones in `record_unexecuted_call`, with the audit's outcome names) and model calls.
+
+    An attempt that raises counts as no tool call (the Temporal SDK counts activity failures); a
+    model call that raises counts in the duration histogram as `error`.
+    """
+
+    def __init__(self, metrics: CountersignMetrics) -> None:
+        self._metrics = metrics
+
+    def intercept_activity(self, next: ActivityInboundInterceptor) -> ActivityInboundInterceptor:
+        return _Observe(next, self._metrics)
+
+
+class _Observe(ActivityInboundInterceptor):
+    def __init__(self, next: ActivityInboundInterceptor, metrics: CountersignMetrics) -> None:
+        super().__init__(next)
+        self._metrics = metrics
+
+    async def execute_activity(self, input: ExecuteActivityInput) -> Any:
+        activity_type = activity.info().activity_type
+        args = list(input.args)
+        started = time.perf_counter()
+        try:
+            result = await super().execute_activity(input)
+        except BaseException:
+            if activity_type == "call_model":
+                self._metrics.observe(activity_type, args, None, time.perf_counter() - started)
+            raise
+        self._metrics.observe(activity_type, args, result, time.perf_counter() - started)
+        return result
+
+
+def sdk_runtime(bind_address: str) -> Runtime:
+    """A Temporal runtime whose core serves the SDK's metrics (and the workflows' own) in Prometheus
+    format at `bind_address`: counters end in `_total`, durations are seconds."""
+    return Runtime(
+        telemetry=TelemetryConfig(
+            metrics=PrometheusConfig(
+                bind_address=bind_address,
+                counters_total_suffix=True,
+                durations_as_seconds=True,
+                histogram_bucket_overrides={APPROVAL_WAIT: list(APPROVAL_WAIT_BUCKETS)},
+            )
+        )
+    )
+
+
+class MetricsServer:
+    """`GET /metrics` on `host:port`: Countersign's metrics, then the SDK's from `sdk_url`.
+
+    If the SDK's exporter cannot be read, Countersign's are still served, with a comment saying
+    why: a scrape never fails for half its content.
+    """
+
+    def __init__(self, metrics: CountersignMetrics, sdk_url: str, host: str, port: int) -> None:
+        self._metrics = metrics
+        self._sdk_url = sdk_url
+        self._host, self._port = host, port
+        self._runner: web.AppRunner | None = None
+        self._session: aiohttp.ClientSession | None = None
+
+    async def _scrape(self, request: web.Request) -> web.Response:
+        own = self._metrics.render()
+        assert self._session is not None
+        try:
+            async with self._session.get(self._sdk_url) as answer:
+                answer.raise_for_status()
+                sdk = await answer.read()
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            sdk = f"# temporal sdk metrics unavailable: {type(exc).__name__}\n".encode()
+        return web.Response(body=own + sdk, headers={"Content-Type": CONTENT_TYPE})
+
+    async def start(self) -> None:
+        self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5))
+        app = web.Application()
+        app.router.add_get("/metrics", self._scrape)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        await web.TCPSite(self._runner, self._host, self._port).start()
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+        if self._session is not None:
+            await self._session.close()
+
+
+class WorkerMetrics:
+    """Everything metrics need in one worker process: the runtime to connect the client with, the
+    registry and interceptor to build the worker with, and the server to start."""
+
+    def __init__(self, port: int, metrics: CountersignMetrics, *, host: str = "0.0.0.0") -> None:
+        sdk_address = f"127.0.0.1:{free_port()}"
+        self.metrics = metrics
+        self.runtime = sdk_runtime(sdk_address)
+        self.interceptor = MetricsInterceptor(self.metrics)
+        self.server = MetricsServer(self.metrics, f"http://{sdk_address}/metrics", host, port)
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] = os.environ) -> WorkerMetrics | None:
+        raw = env.get("COUNTERSIGN_METRICS_PORT", "").strip()
+        if not raw:
+            return None
+        try:
+            port = int(raw)
+        except ValueError:
+            raise SystemExit(f"worker: COUNTERSIGN_METRICS_PORT must be a port number, not {raw!r}") from None
+        if not 0 < port < 65536:
+            raise SystemExit(f"worker: COUNTERSIGN_METRICS_PORT must be between 1 and 65535, not {port}")
+        return cls(port, CountersignMetrics.from_env(env))

@@ -1,0 +1,77 @@
+"""The usage audit: a `model_calls` row for every model call that answered.
+
+Written by a worker interceptor around `call_model`, after the reply arrived: the model activity
+stays what it was (one HTTP call), and the row is keyed by the invocation (`attempt_key`), so a
+retried call keeps one row. A database that is down must not cost a paid model reply a retry: the
+row is then skipped with a warning naming the call and its tokens, and the reply is returned.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from temporalio import activity
+from temporalio.worker import ActivityInboundInterceptor, ExecuteActivityInput, Interceptor
+
+from activities.attempts import attempt_key
+from countersign.chat import ModelReply, ModelRequest
+from countersign.db.schema import ModelCall
+from countersign.logs import get_logger
+
+RECORD_TIMEOUT_S = 5.0
+
+log = get_logger("countersign.usage")
+
+
+class ModelCallAudit(Interceptor):
+    def __init__(self, sessions: async_sessionmaker[AsyncSession]) -> None:
+        self._sessions = sessions
+
+    def intercept_activity(self, next: ActivityInboundInterceptor) -> ActivityInboundInterceptor:
+        return _RecordModelCalls(next, self._sessions)
+
+
+class _RecordModelCalls(ActivityInboundInterceptor):
+    def __init__(self, next: ActivityInboundInterceptor, sessions: async_sessionmaker[AsyncSession]) -> None:
+        super().__init__(next)
+        self._sessions = sessions
+
+    async def execute_activity(self, input: ExecuteActivityInput) -> Any:
+        request = input.args[0] if input.args else None
+        if activity.info().activity_type != "call_model" or not isinstance(request, ModelRequest):
+            return await super().execute_activity(input)
+        started = time.perf_counter()
+        reply = await super().execute_activity(input)
+        if isinstance(reply, ModelReply) and request.caller is not None:
+            await self._record(request, reply, int((time.perf_counter() - started) * 1000))
+        return reply
+
+    async def _record(self, request: ModelRequest, reply: ModelReply, duration_ms: int) -> None:
+        assert request.caller is not None
+        row = {
+            "tenant_id": request.caller.tenant_id,
+            "agent": request.caller.agent,
+            "workflow_id": activity.info().workflow_id,
+            "turn": request.caller.turn,
+            "model": reply.model[:200],
+            "prompt_tokens": reply.usage.prompt_tokens,
+            "completion_tokens": reply.usage.completion_tokens,
+            "tool_calls": len(reply.message.tool_calls),
+            "finish_reason": (reply.finish_reason or "")[:100] or None,
+            "duration_ms": duration_ms,
+            "attempt_key": attempt_key(),
+        }
+        try:
+            await insert_model_call(self._sessions, row)
+        except Exception as exc:  # whatever the database did, the reply is worth more than the row
+            log.warning("model call not audited", error=f"{type(exc).__name__}: {exc}", **row)
+
+
+async def insert_model_call(sessions: async_sessionmaker[AsyncSession], row: dict[str, Any]) -> None:
+    """Insert one `model_calls` row unless its attempt key has one, within RECORD_TIMEOUT_S."""
+    async with asyncio.timeout(RECORD_TIMEOUT_S), sessions() as session, session.begin():
+        await session.execute(insert(ModelCall).values(**row).on_conflict_do_nothing())
