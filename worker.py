@@ -18,6 +18,7 @@ from activities.approvals import ApprovalActivities
 from activities.audit import AuditActivities
 from activities.context import ContextActivities
 from activities.email import EmailActivities
+from activities.mcp import McpActivities
 from activities.model import ModelActivities
 from activities.saga import SagaActivities
 from activities.tools import ToolActivities
@@ -25,6 +26,7 @@ from countersign.config import Settings, load_settings
 from countersign.db.engine import create_engine, session_factory
 from countersign.logs import ActivityLogContext, get_logger
 from countersign.logs import configure as configure_logging
+from countersign.mcp.pool import McpPool
 from countersign.ratelimit import RateLimits
 from countersign.temporal_client import connect
 from workflows.agent import AgentWorkflow
@@ -40,10 +42,13 @@ def build_worker(
     sessions: async_sessionmaker[AsyncSession],
     tools: ToolActivities | None = None,
     interceptors: Sequence[Interceptor] = (),
+    mcp_pool: McpPool | None = None,
 ) -> Worker:
     """The worker; `tools` replaces the tool activities (the default's rate limits come from the
-    environment: RATE_LIMIT_PER_S, RATE_LIMIT_BURST); `interceptors` run inside the logging one."""
-    context = ContextActivities(sessions, settings.email_delivery_delay_s)
+    environment: RATE_LIMIT_PER_S, RATE_LIMIT_BURST); `interceptors` run inside the logging one;
+    `mcp_pool` holds the MCP connections (its owner closes it when the worker stops)."""
+    mcp = McpActivities(sessions, mcp_pool or McpPool(), rate_limits=RateLimits.from_env(os.environ))
+    context = ContextActivities(sessions, settings.email_delivery_delay_s, mcp)
     model = ModelActivities(settings)
     tools = tools or ToolActivities(sessions, rate_limits=RateLimits.from_env(os.environ))
     audit = AuditActivities(sessions)
@@ -66,6 +71,8 @@ def build_worker(
             saga.record_compensation_failure,
             saga.authorize_rollback,
             email.deliver_email,
+            mcp.check_mcp_arguments,
+            mcp.execute_mcp_tool,
         ],
         interceptors=[ActivityLogContext(), *interceptors],
         max_cached_workflows=settings.max_cached_workflows,
@@ -83,8 +90,9 @@ async def main() -> None:
         raise SystemExit("worker: no DATABASE_URL: run `python starter.py dev up` or set DATABASE_URL")
     client = await connect(settings)
     engine = create_engine(settings.database_url)
+    mcp_pool = McpPool()
     try:
-        worker = build_worker(client, settings, session_factory(engine))
+        worker = build_worker(client, settings, session_factory(engine), mcp_pool=mcp_pool)
         log.info(
             "worker started",
             task_queue=settings.task_queue,
@@ -94,6 +102,7 @@ async def main() -> None:
         )
         await worker.run()
     finally:
+        await mcp_pool.close()
         await engine.dispose()
 
 
