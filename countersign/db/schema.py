@@ -437,12 +437,12 @@ class McpServer(Base):
 
     name: Mapped[str] = mapped_column(primary_key=True)
     transport: Mapped[str]
-    command: Mapped[list[str] | None]  # argv of a stdio server
+    command: Mapped[list[str] | None] = mapped_column(JSONB(none_as_null=True))  # argv of a stdio server
     url: Mapped[str | None]  # endpoint of a streamable HTTP server
     env: Mapped[dict[str, Any]] = mapped_column(server_default=text("'{}'::jsonb"))  # KEY -> env var name
     headers: Mapped[dict[str, Any]] = mapped_column(server_default=text("'{}'::jsonb"))  # header -> env var
     agents: Mapped[list[str]]
     tenant_id: Mapped[str | None] = mapped_column(ForeignKey("tenants.id"))  # None: every tenant
     # The tools as last listed (name, description, annotations): what `permissions show` prints.
-    tools: Mapped[list[Any] | None] = mapped_column(JSONB())
+    tools: Mapped[list[Any] | None] = mapped_column(JSONB(none_as_null=True))
     created_at: Mapped[datetime] = created_at()

@@ -52,6 +52,13 @@ def leaf(err: BaseException) -> BaseException:
     return err
 
 
+def reason(err: Exception) -> str:
+    cause = leaf(err)
+    if isinstance(cause, MCPError):
+        return cause.error.message
+    return "timed out" if isinstance(cause, TimeoutError) else f"{type(cause).__name__}: {cause}"
+
+
 class _Connection:
     """One open `mcp.Client`, entered and exited by its own owner task."""
 
@@ -191,8 +198,7 @@ class McpPool:
             if err.code not in UNUSABLE:
                 breaker.success()
                 raise McpRefused(f"MCP server {server.name!r} answered: {err.error.message}") from err
-            await self._fail(server.name, breaker)
-            raise McpUnavailable(f"MCP server {server.name!r} failed: {err.error.message}") from err
+            failure: Exception = err
         except asyncio.CancelledError:
             breaker.abandon()
             raise
@@ -201,16 +207,18 @@ class McpPool:
             await self._retire(server.name)
             raise McpUnavailable(str(err)) from err
         except Exception as err:
-            if reused and retry_stale:  # e.g. the server restarted since the last call
-                breaker.abandon()
-                await self._retire(server.name)
-                return await self._use(server, op, timeout_s)
-            await self._fail(server.name, breaker)
-            cause = leaf(err)
-            reason = "timed out" if isinstance(cause, TimeoutError) else f"{type(cause).__name__}: {cause}"
-            raise McpUnavailable(f"MCP server {server.name!r} is unavailable ({reason})"[:500]) from err
-        breaker.success()
-        return result
+            failure = err
+        else:
+            breaker.success()
+            return result
+        if reused and retry_stale:  # e.g. the server restarted since the last call
+            breaker.abandon()
+            await self._retire(server.name)
+            return await self._use(server, op, timeout_s)
+        await self._fail(server.name, breaker)
+        raise McpUnavailable(
+            f"MCP server {server.name!r} is unavailable ({reason(failure)})"[:500]
+        ) from failure
 
     async def _connection(self, server: ServerConfig) -> _Connection:
         current = self._connections.get(server.name)

@@ -35,11 +35,11 @@ def upgrade() -> None:
         sa.Column("created_at", sa.DateTime(timezone=True), server_default=sa.text("now()"), nullable=False),
         sa.PrimaryKeyConstraint("name", name="pk_mcp_servers"),
         sa.ForeignKeyConstraint(["tenant_id"], ["tenants.id"], name="fk_mcp_servers_tenant_id_tenants"),
-        sa.CheckConstraint("transport IN ('stdio', 'http')", name="ck_mcp_servers_transport"),
+        sa.CheckConstraint("transport IN ('stdio', 'http')", name=op.f("ck_mcp_servers_transport")),
         sa.CheckConstraint(
             "(transport = 'stdio' AND command IS NOT NULL AND url IS NULL)"
             " OR (transport = 'http' AND url IS NOT NULL AND command IS NULL)",
-            name="ck_mcp_servers_target",
+            name=op.f("ck_mcp_servers_target"),
         ),
     )
 
