@@ -199,6 +199,8 @@ async def test_invalid_and_extra_arguments_are_refused_before_approval(
 ) -> None:
     harness, agent = mcp_agent
     await register(db_engine, time_server(agent), get_current_time="always_allow")
+    other_tenant = time_server(agent).model_copy(update={"name": "gx", "tenant_id": "globex"})
+    await register(db_engine, other_tenant, get_current_time="always_allow")
     convert = {"source_timezone": "UTC", "time": "10:00", "target_timezone": "Asia/Tokyo"}
     harness.script(
         {
@@ -208,10 +210,11 @@ async def test_invalid_and_extra_arguments_are_refused_before_approval(
                     {"name": "mcp__time__convert_time", "arguments": {**convert, "tenant_id": "globex"}},
                     {"name": "mcp__time__convert_time", "arguments": {"time": "10:00"}},
                     {"name": "mcp__time__get_current_time", "arguments": {"timezone": 5}},
+                    {"name": "mcp__gx__get_current_time", "arguments": {"timezone": "UTC"}},
                 ]
             },
         },
-        {"when": {"after_tool": "mcp__time__get_current_time"}, "reply": {"content": "gave up"}},
+        {"when": {"after_tool": "mcp__gx__get_current_time"}, "reply": {"content": "gave up"}},
     )
     handle = await harness.start("convert 10:00", agent=agent, single_turn=True)
     assert (
@@ -220,9 +223,10 @@ async def test_invalid_and_extra_arguments_are_refused_before_approval(
     got = results(await handle.query(AgentWorkflow.transcript))
     assert all(got[c]["error"]["code"] == "VALIDATION_ERROR" for c in ("c1", "c2", "c3"))
     assert "tenant_id" in got["c1"]["error"]["message"] and "source_timezone" in got["c2"]["error"]["message"]
+    assert got["c4"]["error"]["code"] == "UNKNOWN_TOOL"  # globex's server is not in acme's catalog
     rows = await audit_rows(db_engine, handle.id)
-    assert {c: rows[c].outcome for c in rows} == {"c1": "invalid", "c2": "invalid", "c3": "invalid"}
-    assert {rows[c].risk for c in rows} == {"high"} and not (await pending_count(handle))
+    assert {c: rows[c].outcome for c in rows} == {c: "invalid" for c in ("c1", "c2", "c3", "c4")}
+    assert {rows[c].risk for c in ("c1", "c2", "c3")} == {"high"} and not (await pending_count(handle))
 
 
 def commits(repo: Path) -> list[str]:
@@ -400,8 +404,14 @@ async def test_a_server_down_or_changed_gives_an_envelope_not_a_stuck_turn(
     await handle.signal(AgentWorkflow.submit_message, SubmitMessage(user_id="alice", text="echo 3"))
     assert await reply_to(handle, 3) == "[scripted model] answered"
 
+    async with db_engine.begin() as conn:  # unregistered while the conversation runs
+        await conn.execute(delete(McpServer).where(McpServer.name == "web"))
+    await handle.signal(AgentWorkflow.submit_message, SubmitMessage(user_id="alice", text="echo 4"))
+    assert await reply_to(handle, 4) == "[scripted model] answered"
+
     got = results(await handle.query(AgentWorkflow.transcript))
     assert got["c1"]["ok"]
+    assert "no longer registered" in got["c4"]["error"]["message"]
     assert got["c2"]["error"]["code"] == "INTERNAL_ERROR" and "unavailable" in got["c2"]["error"]["message"]
     assert got["c3"]["error"]["code"] == "CONFLICT" and "changed" in got["c3"]["error"]["message"]
     rows = await audit_rows(db_engine, handle.id)
