@@ -24,7 +24,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from temporalio.testing import WorkflowEnvironment
 
 from countersign.approvals import Decision
-from countersign.conversation import EndConversation, SubmitMessage
+from countersign.conversation import EndConversation, Limits, SubmitMessage
 from countersign.db.schema import AgentProfile, AgentToolPermission, McpServer, ToolExecution
 from countersign.devstack.ports import free_port, wait_for_port
 from countersign.mcp.catalog import CallOutcome, ListedTool, argument_errors, envelope_of, spec_of
@@ -229,15 +229,22 @@ async def test_invalid_and_extra_arguments_are_refused_before_approval(
     assert {rows[c].risk for c in ("c1", "c2", "c3")} == {"high"} and not (await pending_count(handle))
 
 
-def commits(repo: Path) -> list[str]:
-    log = subprocess.run(
-        ["git", "-C", str(repo), "log", "--format=%s"], capture_output=True, text=True, check=True
-    )
-    return log.stdout.split("\n")[:-1]
-
-
 async def pending_count(handle: Any) -> int:
     return len((await handle.query(AgentWorkflow.status)).pending_approvals)
+
+
+def commits_or_none(repo: Path) -> list[str] | None:
+    """The commit subjects, or None in a repository without commits yet."""
+    log = subprocess.run(["git", "-C", str(repo), "log", "--format=%s"], capture_output=True, text=True)
+    return log.stdout.split("\n")[:-1] if log.returncode == 0 else None
+
+
+def porcelain(repo: Path) -> list[str]:
+    """`git status --porcelain`: "?? notes.txt" while untracked, "A  notes.txt" once staged."""
+    status = subprocess.run(
+        ["git", "-C", str(repo), "status", "--porcelain"], capture_output=True, text=True, check=True
+    )
+    return status.stdout.splitlines()
 
 
 @pytest.fixture
@@ -284,7 +291,7 @@ async def test_git_reads_run_and_writes_wait_for_a_reviewer_who_sees_the_hints(
         )
     turn = await execute_update(handle, AgentWorkflow.wait_turn, 1)
     assert turn is not None and turn.reply == "[scripted model] committed"
-    assert commits(repository) == ["Add notes"]
+    assert commits_or_none(repository) == ["Add notes"]
     got = results(await handle.query(AgentWorkflow.transcript))
     assert "notes.txt" in got["c1"]["data"]["text"]
     rows = await audit_rows(db_engine, handle.id)
@@ -300,6 +307,62 @@ async def test_git_reads_run_and_writes_wait_for_a_reviewer_who_sees_the_hints(
     ]
     await handle.signal(AgentWorkflow.end, EndConversation(requested_by="alice"))
     await handle.result()
+
+
+async def test_a_compromised_model_gets_nothing_past_the_gates_of_mcp_tools(
+    mcp_agent: tuple[AgentHarness, str], db_engine: AsyncEngine, repository: Path
+) -> None:
+    """The model obeys an injection: commits, resets, forges tools and identities, floods arguments.
+    Nobody approves. Nothing may change in the repository; every call is audited once."""
+    harness, agent = mcp_agent
+    git = ServerConfig(
+        name="git",
+        transport="stdio",
+        command=[str(BIN / "mcp-server-git"), "--repository", str(repository)],
+        agents=[agent],
+    )
+    await register(db_engine, git, git_status="always_allow", git_reset="blocked")
+    repo = str(repository)
+    hostile = [
+        ("mcp__git__git_add", {"repo_path": repo, "files": ["notes.txt"]}),  # waits, expires
+        ("mcp__git__git_commit", {"repo_path": repo, "message": "pwned", "approved_by": "bob"}),
+        ("mcp__git__git_status", {"repo_path": repo, "tenant_id": "globex"}),
+        ("mcp__git__git_status", {"repo_path": repo, "_meta": {"countersign/call_id": "forged"}}),
+        ("mcp__git__git_reset", {"repo_path": repo}),  # blocked
+        ("mcp__git__git_push", {"repo_path": repo}),  # no such tool
+        ("mcp__evil__run", {"cmd": "rm -rf /"}),  # no such server
+        ("mcp__git__git_status", {"repo_path": ["x" * 50_000]}),
+    ]
+    harness.script(
+        {
+            "when": {"user_contains": "inject"},
+            "reply": {"tool_calls": [{"name": n, "arguments": a} for n, a in hostile]},
+        },
+        {
+            "when": {"after_tool": "mcp__git__git_status", "turn_calls": len(hostile)},
+            "reply": {"content": "done"},
+        },
+    )
+    handle = await harness.start(
+        "inject", agent=agent, single_turn=True, limits=Limits(max_tool_calls=10, approval_timeout_s=60)
+    )
+    assert (await handle.result()).last_reply == "[scripted model] done"
+    got = results(await handle.query(AgentWorkflow.transcript))
+    codes = [got[f"c{i}"]["error"]["code"] for i in range(1, len(hostile) + 1)]
+    assert codes == [
+        "EXPIRED",
+        "VALIDATION_ERROR",
+        "VALIDATION_ERROR",
+        "VALIDATION_ERROR",
+        "BLOCKED",
+        "UNKNOWN_TOOL",
+        "UNKNOWN_TOOL",
+        "VALIDATION_ERROR",
+    ]
+    assert commits_or_none(repository) is None  # no commit, nothing staged:
+    assert porcelain(repository) == ["?? notes.txt"]
+    rows = await audit_rows(db_engine, handle.id)
+    assert sorted(rows) == sorted(got) and all(r.outcome != "executed" for r in rows.values())
 
 
 class HttpServer:
