@@ -130,6 +130,7 @@ async def mcp_agent(
         await pool.close()
         async with db_engine.begin() as conn:
             await conn.execute(delete(McpServer).where(McpServer.agents.contains([name])))
+            await conn.execute(delete(AgentProfile).where(AgentProfile.name == name))  # and its tiers
 
 
 async def register(engine: AsyncEngine, server: ServerConfig, **tiers: str) -> None:
@@ -501,50 +502,59 @@ async def test_cli_adds_lists_sets_shows_and_removes_servers(
     agent = f"mcp-{uuid.uuid4().hex[:8]}"
     async with db_engine.begin() as conn:
         await conn.execute(insert(AgentProfile).values(name=agent, system_prompt="-"))
-    refused = starter(
-        database_url,
-        "mcp",
-        "add",
-        "web",
-        "--url",
-        "http://h/mcp",
-        "--agent",
-        agent,
-        "--header",
-        "Authorization=Bearer abc",
-    )
-    assert refused.returncode != 0 and "never the secret itself" in refused.stderr
-    added = starter(
-        database_url,
-        "mcp",
-        "add",
-        "clock",
-        "--command",
-        f"{BIN / 'mcp-server-time'}",
-        "--agent",
-        agent,
-        "--tenant",
-        "acme",
-    )
-    assert added.returncode == 0, added.stderr
-    assert "mcp__clock__get_current_time" in added.stdout
-    listed = json.loads(starter(database_url, "mcp", "list", "--json").stdout)
-    (clock,) = [s for s in listed if s["name"] == "clock"]
-    assert clock["agents"] == [agent] and clock["tenant_id"] == "acme" and "convert_time" in clock["tools"]
-    assert (
-        starter(
-            database_url, "permissions", "set", agent, "mcp__clock__get_current_time", "always_allow"
-        ).returncode
-        == 0
-    )
-    assert starter(database_url, "permissions", "set", agent, "mcp__nope__x", "always_allow").returncode != 0
-    shown = starter(database_url, "permissions", "show", agent).stdout
-    (current,) = [line for line in shown.splitlines() if "mcp__clock__get_current_time" in line]
-    assert "always_allow" in current and "says (unverified): read-only" in current
-    (convert,) = [line for line in shown.splitlines() if "mcp__clock__convert_time" in line]
-    assert "needs_approval" in convert and "default" in convert
-    assert starter(database_url, "mcp", "remove", "clock").returncode == 0
-    assert starter(database_url, "mcp", "remove", "clock").returncode != 0
+    try:
+        refused = starter(
+            database_url,
+            "mcp",
+            "add",
+            "web",
+            "--url",
+            "http://h/mcp",
+            "--agent",
+            agent,
+            "--header",
+            "Authorization=Bearer abc",
+        )
+        assert refused.returncode != 0 and "never the secret itself" in refused.stderr
+        added = starter(
+            database_url,
+            "mcp",
+            "add",
+            "clock",
+            "--command",
+            f"{BIN / 'mcp-server-time'}",
+            "--agent",
+            agent,
+            "--tenant",
+            "acme",
+        )
+        assert added.returncode == 0, added.stderr
+        assert "mcp__clock__get_current_time" in added.stdout
+        listed = json.loads(starter(database_url, "mcp", "list", "--json").stdout)
+        (clock,) = [s for s in listed if s["name"] == "clock"]
+        assert (
+            clock["agents"] == [agent] and clock["tenant_id"] == "acme" and "convert_time" in clock["tools"]
+        )
+        assert (
+            starter(
+                database_url, "permissions", "set", agent, "mcp__clock__get_current_time", "always_allow"
+            ).returncode
+            == 0
+        )
+        assert (
+            starter(database_url, "permissions", "set", agent, "mcp__nope__x", "always_allow").returncode != 0
+        )
+        shown = starter(database_url, "permissions", "show", agent).stdout
+        (current,) = [line for line in shown.splitlines() if "mcp__clock__get_current_time" in line]
+        assert "always_allow" in current and "says (unverified): read-only" in current
+        (convert,) = [line for line in shown.splitlines() if "mcp__clock__convert_time" in line]
+        assert "needs_approval" in convert and "default" in convert
+        assert starter(database_url, "mcp", "remove", "clock").returncode == 0
+        assert starter(database_url, "mcp", "remove", "clock").returncode != 0
+    finally:
+        async with db_engine.begin() as conn:
+            await conn.execute(delete(McpServer).where(McpServer.agents.contains([agent])))
+            await conn.execute(delete(AgentProfile).where(AgentProfile.name == agent))
 
 
 async def test_a_server_that_keeps_failing_opens_its_circuit() -> None:
