@@ -21,6 +21,7 @@ import pytest_asyncio
 from sqlalchemy import delete, select, text
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncEngine
+from temporalio.client import WorkflowUpdateFailedError
 from temporalio.testing import WorkflowEnvironment
 
 from countersign.approvals import Decision
@@ -283,6 +284,14 @@ async def test_git_reads_run_and_writes_wait_for_a_reviewer_who_sees_the_hints(
         {"when": {"after_tool": "mcp__git__git_commit"}, "reply": {"content": "committed"}},
     )
     handle = await harness.start("commit my notes", agent=agent)
+    (first,) = (await pending(handle)).pending_approvals
+    with pytest.raises(WorkflowUpdateFailedError) as edited:
+        await execute_update(
+            handle,
+            AgentWorkflow.decide,
+            Decision(call_id=first.call_id, decision="approve", approver="bob", args={"repo_path": "/"}),
+        )
+    assert "cannot be edited" in str(edited.value.cause)
     for call_id in ("c2", "c3"):
         (waiting,) = (await pending(handle)).pending_approvals
         assert waiting.call_id == call_id and waiting.risk == "high"
