@@ -18,6 +18,7 @@ from activities.approvals import ApprovalActivities
 from activities.audit import AuditActivities
 from activities.context import ContextActivities
 from activities.email import EmailActivities
+from activities.mcp import McpActivities
 from activities.model import ModelActivities
 from activities.saga import SagaActivities
 from activities.tools import ToolActivities
@@ -25,6 +26,7 @@ from countersign.config import Settings, load_settings
 from countersign.db.engine import create_engine, session_factory
 from countersign.logs import ActivityLogContext, get_logger
 from countersign.logs import configure as configure_logging
+from countersign.mcp.pool import McpPool
 from countersign.observability.metrics import CountersignMetrics, MetricsInterceptor, WorkerMetrics
 from countersign.observability.tracing import GenAiSpans
 from countersign.observability.usage import ModelCallAudit
@@ -44,11 +46,14 @@ def build_worker(
     tools: ToolActivities | None = None,
     interceptors: Sequence[Interceptor] = (),
     metrics: CountersignMetrics | None = None,
+    mcp_pool: McpPool | None = None,
 ) -> Worker:
     """The worker; `tools` replaces the tool activities (the default's rate limits come from the
     environment: RATE_LIMIT_PER_S, RATE_LIMIT_BURST); `interceptors` run inside the logging one;
-    `metrics` is filled by the worker's activities (and watches its circuit breakers)."""
-    context = ContextActivities(sessions, settings.email_delivery_delay_s)
+    `metrics` is filled by the worker's activities (and watches its circuit breakers); `mcp_pool`
+    holds the MCP connections (its owner closes it when the worker stops)."""
+    mcp = McpActivities(sessions, mcp_pool or McpPool(), rate_limits=RateLimits.from_env(os.environ))
+    context = ContextActivities(sessions, settings.email_delivery_delay_s, mcp)
     model = ModelActivities(settings)
     tools = tools or ToolActivities(sessions, rate_limits=RateLimits.from_env(os.environ))
     audit = AuditActivities(sessions)
@@ -75,6 +80,8 @@ def build_worker(
             saga.record_compensation_failure,
             saga.authorize_rollback,
             email.deliver_email,
+            mcp.check_mcp_arguments,
+            mcp.execute_mcp_tool,
         ],
         interceptors=[ActivityLogContext(), *observability, *interceptors],
         max_cached_workflows=settings.max_cached_workflows,
@@ -93,9 +100,14 @@ async def main() -> None:
     metrics = WorkerMetrics.from_env()  # COUNTERSIGN_METRICS_PORT
     client = await connect(settings, metrics.runtime if metrics else None)
     engine = create_engine(settings.database_url)
+    mcp_pool = McpPool()
     try:
         worker = build_worker(
-            client, settings, session_factory(engine), metrics=metrics.metrics if metrics else None
+            client,
+            settings,
+            session_factory(engine),
+            metrics=metrics.metrics if metrics else None,
+            mcp_pool=mcp_pool,
         )
         if metrics:
             await metrics.server.start()
@@ -110,6 +122,7 @@ async def main() -> None:
     finally:
         if metrics:
             await metrics.server.stop()
+        await mcp_pool.close()
         await engine.dispose()
 
 

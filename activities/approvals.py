@@ -22,6 +22,7 @@ from activities.attempts import attempt_key, record_once
 from activities.tools import validate
 from countersign.approvals import DecisionRecord, Verdict, approver_refusal
 from countersign.db.schema import ApprovalDecision, Notification, User, UserRole
+from countersign.mcp.servers import server_of
 from tools.registry import REGISTRY, ToolFailure
 
 
@@ -124,6 +125,11 @@ class ApprovalActivities:
     def _edited(tool_name: str, args: dict[str, object]) -> tuple[str | None, str | None]:
         """(validated arguments as JSON, None) or (None, why they are invalid)."""
         tool = REGISTRY.get(tool_name)
+        if tool is None and server_of(tool_name):
+            return (
+                None,
+                f"the arguments of MCP tools cannot be edited: approve {tool_name} as asked, or reject",
+            )
         if tool is None:
             return None, f"no tool named {tool_name!r}"
         try:

@@ -13,6 +13,8 @@ from temporalio import activity
 from activities.tools import load_arguments_or_raw
 from countersign.db.schema import ToolExecution
 from countersign.guards import redact, storable
+from countersign.mcp.catalog import MCP_CATEGORY, MCP_RISK
+from countersign.mcp.servers import server_of
 from countersign.tooling import ErrorCode, ToolInvocation, ToolResult
 from tools.registry import REGISTRY
 
@@ -54,8 +56,8 @@ class AuditActivities:
             "call_id": inv.call_id,
             "turn": inv.turn,
             "tool": storable(inv.tool[:200]),
-            "risk": tool.risk if tool else None,
-            "category": tool.category if tool else None,
+            "risk": tool.risk if tool else MCP_RISK if server_of(inv.tool) else None,
+            "category": tool.category if tool else MCP_CATEGORY if server_of(inv.tool) else None,
             "args": redact(load_arguments_or_raw(inv.arguments)),
             "result": redact(call.result.envelope()),
             "outcome": outcome_of(call.result),

@@ -12,17 +12,24 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from activities.mcp import McpActivities
 from countersign.conversation import AgentLimits, AgentProfile, ConversationContext, StartConversation
 from countersign.db import schema
+from countersign.mcp.servers import server_of
+from countersign.tooling import ToolSpec
 from tools.registry import REGISTRY
 
 
 class ContextActivities:
     def __init__(
-        self, sessions: async_sessionmaker[AsyncSession], email_delivery_delay_s: float = 60.0
+        self,
+        sessions: async_sessionmaker[AsyncSession],
+        email_delivery_delay_s: float = 60.0,
+        mcp: McpActivities | None = None,
     ) -> None:
         self._sessions = sessions
         self._email_delay = email_delivery_delay_s
+        self._mcp = mcp  # MCP servers' tools join the snapshot as mcp__SERVER__TOOL
 
     @activity.defn(name="load_conversation_context")
     async def load_conversation_context(self, start: StartConversation) -> ConversationContext:
@@ -49,7 +56,7 @@ class ContextActivities:
                     .order_by(schema.AgentToolPermission.tool)
                 )
             )
-        unknown_tools = [p.tool for p in permissions if p.tool not in REGISTRY]
+        unknown_tools = [p.tool for p in permissions if p.tool not in REGISTRY and not server_of(p.tool)]
         if unknown_tools:
             activity.logger.warning(
                 "agent %s lists tools this worker does not have: %s", start.agent, unknown_tools
@@ -69,10 +76,16 @@ class ContextActivities:
                 system_prompt=prompt,
                 atomic_turns=profile.atomic_turns,
             ),
-            tools=[REGISTRY[p.tool].spec(p.tier) for p in permissions if p.tool in REGISTRY],  # type: ignore[arg-type]
+            tools=[REGISTRY[p.tool].spec(p.tier) for p in permissions if p.tool in REGISTRY]  # type: ignore[arg-type]
+            + await self._mcp_tools(start, {p.tool: p.tier for p in permissions if server_of(p.tool)}),
             email_delivery_delay_s=self._email_delay,
             agent_limits=agent_limits(profile),
         )
+
+    async def _mcp_tools(self, start: StartConversation, tiers: dict[str, str | None]) -> list[ToolSpec]:
+        if self._mcp is None:
+            return []
+        return await self._mcp.specs_for(start.agent, start.tenant_id, tiers)
 
 
 def agent_limits(profile: schema.AgentProfile) -> AgentLimits:

@@ -38,6 +38,7 @@ class Approval(BaseModel):
     decided_by: str | None = None
     reason: str | None = None
     edited_args: str | None = None  # what the approver changed the arguments to, validated
+    hints: str | None = None  # an MCP server's own claims about the tool, for reviewers (never authority)
 
     def pending_view(self) -> PendingApproval:
         return PendingApproval(
@@ -48,6 +49,7 @@ class Approval(BaseModel):
             requested_by=self.requested_by,
             requested_at=self.requested_at.isoformat(),
             expires_at=self.expires_at.isoformat(),
+            hints=self.hints,
         )
 
 

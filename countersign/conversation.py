@@ -167,6 +167,7 @@ class PendingApproval(BaseModel):
     requested_by: str
     requested_at: str
     expires_at: str
+    hints: str | None = None  # an MCP tool's annotations as the server claims them: shown, never trusted
 
 
 class StatusView(BaseModel):

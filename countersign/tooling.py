@@ -69,6 +69,35 @@ class ToolResult(BaseModel):
         return json.dumps(self.envelope(), default=str, separators=(",", ":"))
 
 
+class McpTool(BaseModel):
+    """Where an MCP tool comes from, snapshotted with its spec (countersign/mcp/).
+
+    `fingerprint` hashes the server's name, description and input schema of the tool as listed at
+    conversation start: a call whose server now lists something else is refused, not guessed at.
+    `annotations` are the server's hints (`readOnlyHint`, `destructiveHint`, ...), shown to
+    reviewers and never used as authority.
+    """
+
+    server: str
+    tool: str
+    fingerprint: str
+    annotations: dict[str, Any] = Field(default_factory=dict)
+
+    def hints(self) -> str:
+        """The server's claims, worded as claims, for reviewers: `MCP server git says (unverified): …`."""
+        words = {
+            "readOnlyHint": ("read-only", "not read-only"),
+            "destructiveHint": ("destructive", "not destructive"),
+            "idempotentHint": ("idempotent", "not idempotent"),
+            "openWorldHint": ("reaches outside systems", "closed world"),
+        }
+        said = [
+            words[k][0 if v else 1] for k, v in self.annotations.items() if k in words and isinstance(v, bool)
+        ]
+        claims = ", ".join(said) if said else "no hints"
+        return f"MCP server {self.server} says (unverified): {claims}"
+
+
 class ToolSpec(BaseModel):
     """A tool as the workflow sees it: its OpenAI schema plus the policy facts about it."""
 
@@ -84,6 +113,7 @@ class ToolSpec(BaseModel):
     # without a round trip through the server's task queue. Snapshotted with the rest, so a
     # conversation started before a tool became local keeps running it as it did.
     local: bool = False
+    mcp: McpTool | None = None  # set for a tool an MCP server provides (`mcp__SERVER__TOOL`)
 
     def openai_tool(self) -> dict[str, Any]:
         return {
@@ -92,7 +122,9 @@ class ToolSpec(BaseModel):
                 "name": self.name,
                 "description": self.description,
                 "parameters": self.parameters,
-                "strict": True,
+                # an MCP server's schema is not written for strict mode (optional properties);
+                # the MCP activities validate arguments against it themselves
+                "strict": self.mcp is None,
             },
         }
 
@@ -115,3 +147,10 @@ class ToolInvocation(BaseModel):
     arguments: str  # raw JSON text from the model (or edited by an approver)
     turn: int = 0
     approved_by: str | None = None
+
+
+class McpCall(BaseModel):
+    """A call of an MCP tool with the spec its conversation snapshotted (activities/mcp.py)."""
+
+    invocation: ToolInvocation
+    spec: ToolSpec

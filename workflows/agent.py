@@ -63,7 +63,7 @@ with workflow.unsafe.imports_passed_through():
         SagaEntry,
     )
     from countersign.search_attributes import AGENT_NAME, AGENT_STATUS, TENANT_ID
-    from countersign.tooling import CallerContext, ToolInvocation, ToolResult, ToolSpec
+    from countersign.tooling import CallerContext, McpCall, ToolInvocation, ToolResult, ToolSpec
 
 # Activities whose I/O is PostgreSQL retry without an attempt cap for up to DB_OUTAGE_TOLERANCE: a
 # database restart or failover delays a call, it does not fail it.
@@ -450,10 +450,23 @@ class AgentWorkflow:
         return result
 
     async def _check_arguments(self, invocation: ToolInvocation) -> ToolResult:
-        checked: ToolResult = await self._bookkeeping(
-            "check_arguments", invocation, f"validate {invocation.tool} arguments", ToolResult
+        spec = self._spec(invocation.tool)
+        checked: ToolResult = await (
+            self._bookkeeping(
+                "check_mcp_arguments",
+                McpCall(invocation=invocation, spec=spec),
+                f"validate {invocation.tool} arguments",
+                ToolResult,
+            )
+            if spec is not None and spec.mcp is not None
+            else self._bookkeeping(
+                "check_arguments", invocation, f"validate {invocation.tool} arguments", ToolResult
+            )
         )
         return checked
+
+    def _spec(self, tool: str) -> ToolSpec | None:
+        return next((t for t in self._context.tools if t.name == tool), None) if self._context else None
 
     async def _bookkeeping(
         self, activity: str, arg: object, summary: str, result_type: type | None = None, *, local: bool = True
@@ -490,6 +503,7 @@ class AgentWorkflow:
             requested_by=context.user_id,
             requested_at=now,
             expires_at=now + timeout,
+            hints=spec.mcp.hints() if spec.mcp else None,
         )
         self._approvals[approval.call_id] = approval
         await self._wait_for_people(self._await_decision(context, approval))
@@ -634,15 +648,11 @@ class AgentWorkflow:
         return ToolResult.success({"answer": self._answers[call.id]})
 
     async def _execute(self, invocation: ToolInvocation) -> ToolResult:
-        spec = (
-            next((t for t in self._context.tools if t.name == invocation.tool), None)
-            if self._context
-            else None
-        )
+        spec = self._spec(invocation.tool)
         entry = None
-        if (
-            spec is not None and spec.compensable
-        ):  # before the forward step: a commit that then times out is undone too
+        # before the forward step: a commit that then times out is undone too. An MCP call is
+        # registered too, so that a rollback reports it (irreversible: it declares no compensation).
+        if spec is not None and (spec.compensable or spec.mcp is not None):
             entry = self._saga.register(invocation.call_id, invocation.tool, self._turn, invocation.arguments)
         options: dict[str, Any] = {
             "result_type": ToolResult,
@@ -657,6 +667,13 @@ class AgentWorkflow:
             result: ToolResult = await (
                 workflow.execute_local_activity("execute_tool", invocation, **options)
                 if spec is not None and spec.local
+                else workflow.execute_activity(
+                    "execute_mcp_tool",
+                    McpCall(invocation=invocation, spec=spec),
+                    heartbeat_timeout=HEARTBEAT_TIMEOUT,
+                    **options,
+                )
+                if spec is not None and spec.mcp is not None
                 else workflow.execute_activity(
                     "execute_tool", invocation, heartbeat_timeout=HEARTBEAT_TIMEOUT, **options
                 )
@@ -787,6 +804,7 @@ class AgentWorkflow:
         lines += [
             f"- awaiting approval: `{a.call_id}` {call_summary(a.tool, a.args)} "
             f"(risk {a.risk}, expires {a.expires_at:%Y-%m-%d %H:%M} UTC)"
+            + (f" · {a.hints}" if a.hints else "")
             for a in self._approvals.values()
             if a.state == "pending"
         ]

@@ -3,7 +3,7 @@
 import os
 import sys
 
-from countersign.cli import approvals, catalog, chat, conversations, db, demo, dev, model, records  # noqa: F401  (each registers its commands)
+from countersign.cli import approvals, catalog, chat, conversations, db, demo, dev, mcp, model, records  # noqa: F401  (each registers its commands)
 from countersign.cli import stats as _stats  # noqa: F401  (registers `stats`)
 from countersign.cli.app import cli
 from countersign.observability import tracing

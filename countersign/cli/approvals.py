@@ -93,7 +93,7 @@ def list_approvals(tenant: str | None, as_json: bool) -> None:
             click.echo(
                 f"{r['workflow_id']}  {r['call_id']}  {r['tool']} {r['args']}\n"
                 f"    risk {r['risk']} · requested by {r['requested_by']} {age(r['requested_at'])} ago"
-                f" · expires {r['expires_at']}"
+                f" · expires {r['expires_at']}" + (f"\n    {r['hints']}" if r.get("hints") else "")
             )
 
     run(body())

@@ -275,6 +275,7 @@ class Chat:
         click.echo(
             f"  ⏸ {approval.call_id} {approval.tool} {approval.args} needs approval"
             f" (risk {approval.risk}, requested by {approval.requested_by}, expires {approval.expires_at})"
+            + (f"\n    {approval.hints}" if approval.hints else "")
         )
         answer = await self.ask_inline(
             f"  approve {approval.call_id} as {self.user}? [y]es / [n]o [reason] / [enter] leave it: "

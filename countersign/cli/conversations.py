@@ -172,6 +172,7 @@ def status(workflow_id: str, as_json: bool) -> None:
         for p in view.pending_approvals:
             click.echo(
                 f"pending approval {p.call_id}: {p.tool} {p.args} (risk {p.risk}, expires {p.expires_at})"
+                + (f" · {p.hints}" if p.hints else "")
             )
         if view.last_error:
             click.echo(f"last error: {view.last_error}")

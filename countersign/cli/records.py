@@ -13,7 +13,8 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from countersign.cli.app import cli, print_json, run
 from countersign.config import load_settings
 from countersign.db.engine import create_engine, session_factory
-from countersign.db.schema import TIERS, AgentProfile, AgentToolPermission, ToolExecution
+from countersign.db.schema import TIERS, AgentProfile, AgentToolPermission, McpServer, ToolExecution
+from countersign.mcp.servers import server_of
 
 T = TypeVar("T")
 AUDIT_COLUMNS = (
@@ -109,6 +110,8 @@ def show_permissions(agent: str) -> None:
     limits, grants = run(with_session(rows))
     cells: list[tuple[str, ...]] = [("tool", "tier", "source", "risk", "category")]
     for p in grants:
+        if server_of(p.tool):
+            continue  # listed with its server's other tools below
         spec = REGISTRY.get(p.tool)
         default = spec.default_tier if spec else "blocked"
         cells.append(
@@ -121,6 +124,10 @@ def show_permissions(agent: str) -> None:
             )
         )
     click.echo(table(cells))
+    mcp_rows = run(with_session(lambda session: mcp_permissions(session, agent, grants)))
+    if mcp_rows:
+        click.echo("\nMCP tools (hints are the server's own claims, never authority):")
+        click.echo(table([("tool", "tier", "source", "risk", "category", "hints"), *mcp_rows]))
     click.echo(f"limits (a conversation may ask for less, never more): {format_limits(limits)}")
 
 
@@ -136,12 +143,15 @@ def set_permission(agent: str, tool: str, tier: str) -> None:
     """Set the tier of one of an agent's tools (adds the tool to the agent if it lacks it)."""
     from tools import REGISTRY
 
-    if tool not in REGISTRY:
+    if tool not in REGISTRY and not server_of(tool):
         raise click.ClickException(f"no tool named {tool!r}; known: {', '.join(sorted(REGISTRY))}")
 
     async def change(session: AsyncSession) -> None:
         if await session.get(AgentProfile, agent) is None:
             raise click.ClickException(f"no agent named {agent!r}")
+        server = server_of(tool)
+        if server and await session.get(McpServer, server) is None:
+            raise click.ClickException(f"no MCP server named {server!r} (see `mcp list`)")
         statement = insert(AgentToolPermission).values(agent=agent, tool=tool, tier=tier)
         await session.execute(
             statement.on_conflict_do_update(index_elements=["agent", "tool"], set_={"tier": tier})
@@ -149,3 +159,32 @@ def set_permission(agent: str, tool: str, tier: str) -> None:
 
     run(with_session(change))
     click.echo(f"{agent}: {tool} is now {tier} (new conversations only; running ones keep their snapshot)")
+
+
+async def mcp_permissions(
+    session: AsyncSession, agent: str, permissions: list[AgentToolPermission]
+) -> list[tuple[str, ...]]:
+    """Rows for the agent's MCP tools as their servers last listed them, and for tiers set on
+    tools no listing shows (yet, or any more)."""
+    from countersign.mcp.catalog import MCP_CATEGORY, MCP_DEFAULT_TIER, MCP_RISK
+    from countersign.tooling import McpTool
+
+    tiers = {p.tool: p.tier for p in permissions if server_of(p.tool)}
+    found: dict[str, str] = {}
+    for server in (await session.scalars(select(McpServer).order_by(McpServer.name))).all():
+        if agent not in server.agents:
+            continue
+        scope = f" (tenant {server.tenant_id})" if server.tenant_id else ""
+        for listed in server.tools or []:
+            source = McpTool(
+                server=server.name, tool=listed["name"], fingerprint="", annotations=listed["annotations"]
+            )
+            found[f"mcp__{server.name}__{listed['name']}"] = source.hints() + scope
+    rows: list[tuple[str, ...]] = []
+    for name in sorted(set(found) | set(tiers)):
+        tier = tiers.get(name)
+        hints = found.get(name, "not in its server's last listing")
+        rows.append(
+            (name, tier or MCP_DEFAULT_TIER, "set" if tier else "default", MCP_RISK, MCP_CATEGORY, hints)
+        )
+    return rows

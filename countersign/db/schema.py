@@ -508,3 +508,35 @@ class ModelCall(Base):
     duration_ms: Mapped[int]
     created_at: Mapped[datetime] = created_at()
     attempt_key: Mapped[str] = mapped_column(unique=True)
+
+
+# --- MCP servers (countersign/mcp/): tools of other processes, under the same gates -----------------
+
+MCP_TRANSPORTS = ("stdio", "http")
+
+
+class McpServer(Base):
+    """An MCP server some agents use. Secrets are never stored: `env` and `headers` map a name to
+    the *name* of a variable in the worker's environment, read when the worker connects."""
+
+    __tablename__ = "mcp_servers"
+    __table_args__ = (
+        one_of("transport", MCP_TRANSPORTS),
+        CheckConstraint(
+            "(transport = 'stdio' AND command IS NOT NULL AND url IS NULL)"
+            " OR (transport = 'http' AND url IS NOT NULL AND command IS NULL)",
+            name="target",
+        ),
+    )
+
+    name: Mapped[str] = mapped_column(primary_key=True)
+    transport: Mapped[str]
+    command: Mapped[list[str] | None] = mapped_column(JSONB(none_as_null=True))  # argv of a stdio server
+    url: Mapped[str | None]  # endpoint of a streamable HTTP server
+    env: Mapped[dict[str, Any]] = mapped_column(server_default=text("'{}'::jsonb"))  # KEY -> env var name
+    headers: Mapped[dict[str, Any]] = mapped_column(server_default=text("'{}'::jsonb"))  # header -> env var
+    agents: Mapped[list[str]]
+    tenant_id: Mapped[str | None] = mapped_column(ForeignKey("tenants.id"))  # None: every tenant
+    # The tools as last listed (name, description, annotations): what `permissions show` prints.
+    tools: Mapped[list[Any] | None] = mapped_column(JSONB(none_as_null=True))
+    created_at: Mapped[datetime] = created_at()

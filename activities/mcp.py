@@ -1,0 +1,217 @@
+"""MCP tool calls as activities, through the same gates as native tools.
+
+- `check_mcp_arguments` validates a call against the schema snapshotted at conversation start
+  (unknown keys refused) before anyone is asked to approve it.
+- `execute_mcp_tool` validates again, checks the server is still registered for the agent and
+  still lists the same tool (same schema and description), calls it with the call's idempotency
+  key in the request's `_meta` (`countersign/call_id`, for servers that deduplicate), passes the
+  result through the common redaction and truncation, and writes the `tool_executions` row.
+  A server that is down, slow or refusing gives an error envelope at once: never a retry loop.
+- `specs_for` (called by `load_conversation_context`) lists an agent's MCP tools for the snapshot.
+
+Exactly-once is weaker than for native tools, whose effect commits with its audit row: an MCP
+server's effect is outside our transaction. An attempt that finds the call's audit row returns it;
+a worker that dies between the server's answer and the audit row makes the retry call again, with
+the same `_meta` key.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import func, select
+from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from temporalio import activity
+
+from activities.heartbeat import heartbeats
+from activities.tools import load_arguments, load_arguments_or_raw
+from countersign.db.schema import McpServer, ToolExecution
+from countersign.guards import TruncationLimits, redact, sanitize, storable
+from countersign.mcp.catalog import argument_errors, envelope_of, spec_of
+from countersign.mcp.pool import McpPool, McpRefused, McpUnavailable
+from countersign.mcp.servers import ServerConfig, remember_listing, servers_for
+from countersign.ratelimit import RateLimits, take
+from countersign.tooling import McpCall, ToolInvocation, ToolResult, ToolSpec
+from tools.registry import ToolFailure
+
+META_CALL_ID = "countersign/call_id"
+
+
+class McpActivities:
+    def __init__(
+        self,
+        sessions: async_sessionmaker[AsyncSession],
+        pool: McpPool,
+        limits: TruncationLimits | None = None,
+        rate_limits: RateLimits | None = None,
+    ) -> None:
+        self._sessions = sessions
+        self._pool = pool
+        self._limits = limits or TruncationLimits()
+        self._rate_limits = rate_limits or RateLimits()
+
+    # --- the snapshot -------------------------------------------------------------------------
+
+    async def specs_for(self, agent: str, tenant_id: str, tiers: dict[str, str | None]) -> list[ToolSpec]:
+        """The agent's MCP tools with their tiers (`tiers`: the agent's permission rows). A server
+        that cannot be listed now contributes no tools (logged): the conversation still starts."""
+        async with self._sessions() as session:
+            servers = await servers_for(session, agent, tenant_id)
+        listings = await asyncio.gather(*(self._pool.list_tools(s) for s in servers), return_exceptions=True)
+        specs: list[ToolSpec] = []
+        for server, listing in zip(servers, listings, strict=True):
+            if isinstance(listing, BaseException):
+                activity.logger.warning("MCP server %s left out of the catalog: %s", server.name, listing)
+                continue
+            for listed in listing:
+                spec = spec_of(server.name, listed, None)
+                if spec is None:
+                    activity.logger.warning("MCP tool %s/%s cannot be offered", server.name, listed.name)
+                    continue
+                specs.append(spec.model_copy(update={"tier": tiers.get(spec.name) or spec.tier}))
+            async with self._sessions() as session, session.begin():
+                await remember_listing(session, server.name, listing)
+        return specs
+
+    # --- before approval ----------------------------------------------------------------------
+
+    @activity.defn(name="check_mcp_arguments")
+    async def check_mcp_arguments(self, call: McpCall) -> ToolResult:
+        """`{"ok": true, "data": <arguments>}` or the VALIDATION_ERROR envelope."""
+        try:
+            arguments = validated(call)
+        except ToolFailure as failure:
+            return ToolResult.failure(failure.code, failure.message)
+        return ToolResult.success(arguments)
+
+    # --- the call -----------------------------------------------------------------------------
+
+    @activity.defn(name="execute_mcp_tool")
+    @heartbeats
+    async def execute_mcp_tool(self, call: McpCall) -> ToolResult:
+        inv = call.invocation
+        key = f"{inv.workflow_id}:{inv.call_id}"
+        started = datetime.now(UTC)
+        clock = time.perf_counter()
+        async with self._sessions() as session, session.begin():
+            await session.execute(select(func.pg_advisory_xact_lock(func.hashtextextended(key, 0))))
+            recorded = await self._recorded(session, inv)
+            if recorded is not None:
+                return recorded
+            try:
+                await self._take_token(session, inv, started)
+                server: ServerConfig | None = await self._server(session, call)
+            except ToolFailure as refused:
+                server, result = None, ToolResult.failure(refused.code, refused.message)
+        if server is not None:
+            try:
+                result = await self._call(server, call, key)
+            except ToolFailure as failure:
+                result = ToolResult.failure(failure.code, failure.message)
+        result = result.model_copy(update={"data": sanitize(result.data, self._limits)})
+        return await self._audit(call, result, key, started, clock)
+
+    async def _take_token(self, session: AsyncSession, inv: ToolInvocation, now: datetime) -> None:
+        """The tenant's rate limit for the tool, as for native tools: RATE_LIMITED when spent."""
+        limit = self._rate_limits.of(inv.tool)
+        wait = await take(session, inv.caller.tenant_id, inv.tool, limit.per_s, limit.burst, now)
+        if wait is not None:
+            raise ToolFailure(
+                "RATE_LIMITED",
+                f"{inv.tool} is called too often (limit {limit.per_s:g}/s); retry in {math.ceil(wait)} s",
+            )
+
+    async def _server(self, session: AsyncSession, call: McpCall) -> ServerConfig:
+        """The server as registered now: still there, still for this agent and tenant."""
+        inv, ref = call.invocation, call.spec.mcp
+        assert ref is not None
+        row = await session.get(McpServer, ref.server)
+        server = ServerConfig.of_row(row) if row is not None else None
+        if (
+            server is None
+            or inv.caller.agent not in server.agents
+            or server.tenant_id not in (None, inv.caller.tenant_id)
+        ):
+            raise ToolFailure(
+                "CONFLICT", f"MCP server {ref.server!r} is no longer registered for agent {inv.caller.agent}"
+            )
+        return server
+
+    async def _call(self, server: ServerConfig, call: McpCall, key: str) -> ToolResult:
+        ref = call.spec.mcp
+        assert ref is not None
+        arguments = validated(call)
+        try:
+            listing = await self._pool.list_tools(server)
+            now = next((t for t in listing if t.name == ref.tool), None)
+            if now is None or now.fingerprint() != ref.fingerprint:
+                what = "no longer lists" if now is None else "changed the schema or description of"
+                raise ToolFailure(
+                    "CONFLICT",
+                    f"MCP server {server.name!r} {what} {ref.tool} since this conversation started; "
+                    "it was not called (a new conversation sees the current version)",
+                )
+            outcome = await self._pool.call_tool(server, ref.tool, arguments, {META_CALL_ID: key})
+        except McpUnavailable as down:
+            raise ToolFailure("INTERNAL_ERROR", f"{down}; {call.spec.name} was not completed") from down
+        except McpRefused as refused:
+            raise ToolFailure("INTERNAL_ERROR", str(refused)) from refused
+        return envelope_of(outcome, call.spec.name)
+
+    async def _recorded(self, session: AsyncSession, inv: ToolInvocation) -> ToolResult | None:
+        row = await session.scalar(
+            select(ToolExecution.result).where(
+                ToolExecution.workflow_id == inv.workflow_id, ToolExecution.call_id == inv.call_id
+            )
+        )
+        return ToolResult.model_validate(row) if row is not None else None
+
+    async def _audit(
+        self, call: McpCall, result: ToolResult, key: str, started: datetime, clock: float
+    ) -> ToolResult:
+        inv, spec = call.invocation, call.spec
+        code = result.error.code if result.error else None
+        row: dict[str, Any] = {
+            "tenant_id": inv.caller.tenant_id,
+            "agent": inv.caller.agent,
+            "user_id": inv.caller.user_id,
+            "workflow_id": inv.workflow_id,
+            "run_id": inv.run_id,
+            "call_id": inv.call_id,
+            "turn": inv.turn,
+            "tool": spec.name,
+            "risk": spec.risk,
+            "category": spec.category,
+            "args": redact(load_arguments_or_raw(inv.arguments)),
+            "result": redact(result.envelope()),
+            "outcome": "executed" if result.ok else "invalid" if code == "VALIDATION_ERROR" else "failed",
+            "error": storable(result.error.message) if result.error else None,
+            "approved_by": inv.approved_by,
+            "idempotency_key": key,
+            "started_at": started,
+            "finished_at": datetime.now(UTC),
+            "duration_ms": int((time.perf_counter() - clock) * 1000),
+        }
+        async with self._sessions() as session, session.begin():
+            inserted = await session.scalar(
+                insert(ToolExecution).values(**row).on_conflict_do_nothing().returning(ToolExecution.id)
+            )
+            if inserted is None:  # a concurrent attempt of the same call recorded first: its answer holds
+                recorded = await self._recorded(session, inv)
+                if recorded is not None:
+                    return recorded
+        return result
+
+
+def validated(call: McpCall) -> dict[str, Any]:
+    """The call's arguments, checked against the snapshotted schema, or VALIDATION_ERROR."""
+    arguments = load_arguments(call.invocation.arguments)
+    errors = argument_errors(call.spec, arguments)
+    if errors:
+        raise ToolFailure("VALIDATION_ERROR", errors)
+    return arguments
