@@ -91,6 +91,8 @@ class ModelRequest(BaseModel):
     messages: list[ChatMessage]
     tools: list[dict[str, Any]] = Field(default_factory=list)  # OpenAI "tools" entries
     max_tokens: int | None = None
+    # The agent asking, sent as a header the scripted model picks its script by (empty in older histories).
+    agent: str = ""
 
 
 class ModelReply(BaseModel):

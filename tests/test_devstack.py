@@ -70,7 +70,7 @@ def test_defaults_are_the_contract_addresses(tmp_path: Path) -> None:
         "ui_url": "http://127.0.0.1:8233",
     }
     assert plan.external == {}
-    assert plan.scenario.endswith("countersign/scenarios/demo.yaml")
+    assert plan.scenario.endswith("countersign/scenarios")
     assert plan.stack_file == tmp_path / "stack.json"
     assert plan.temporal().db_file == tmp_path / "temporal.db"
     assert plan.postgres().data_dir == tmp_path / "postgres"

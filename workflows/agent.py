@@ -356,7 +356,7 @@ class AgentWorkflow:
     async def _call_model(self, offered: list[dict[str, object]], remaining: timedelta) -> ModelReply:
         reply: ModelReply = await workflow.execute_activity(
             "call_model",
-            ModelRequest(messages=self._messages, tools=offered),
+            ModelRequest(messages=self._messages, tools=offered, agent=self._start.agent),
             result_type=ModelReply,
             start_to_close_timeout=min(MODEL_CALL_TIMEOUT, remaining),
             schedule_to_close_timeout=remaining,

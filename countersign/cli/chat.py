@@ -23,6 +23,7 @@ from countersign.approvals import APPROVER_ROLES, FOUR_EYES, Decision, DecisionK
 from countersign.chat import ChatMessage
 from countersign.cli.app import cli, run
 from countersign.cli.approvals import decide
+from countersign.cli.ux import command
 from countersign.cli.conversations import connected, parse_limits, query_status, query_transcript, wait_turn
 from countersign.config import SCRIPTED_LABEL, Settings
 from countersign.conversation import (
@@ -137,7 +138,7 @@ def conversation_user(messages: list[ChatMessage]) -> str | None:
 
 
 def reattach(workflow_id: str) -> str:
-    return f"Re-attach: python starter.py chat --workflow {workflow_id}"
+    return f"Re-attach: {command()} chat --workflow {workflow_id}"
 
 
 def turn_footer(turn: TurnResult) -> str:
@@ -317,8 +318,8 @@ class Chat:
     def who_can_decide(self, approval: PendingApproval) -> str:
         roles = " or ".join(sorted(APPROVER_ROLES[approval.risk]))
         other = f" other than {approval.requested_by}" if approval.risk in FOUR_EYES else ""
-        command = f"python starter.py approve {self.workflow_id} {approval.call_id} --as USER"
-        return f"a {roles}{other} can run `{command}`"
+        line = f"{command()} approve {self.workflow_id} {approval.call_id} --as USER"
+        return f"a {roles}{other} can run `{line}`"
 
     # --- commands (each answers whether the chat goes on) -----------------------------------
 

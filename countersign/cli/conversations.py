@@ -13,7 +13,8 @@ from temporalio.client import Client, WorkflowHandle
 
 from countersign.chat import ChatMessage
 from countersign.cli.app import cli, print_json, run
-from countersign.config import Settings, load_settings
+from countersign.cli.ux import temporal_settings
+from countersign.config import Settings
 from countersign.conversation import Limits, StartConversation, StatusView, SubmitMessage, TurnResult
 from countersign.conversations import render_transcript, roll_back, send_keyed, start_conversation, wait_reply
 from countersign.saga import RollbackRequest
@@ -48,7 +49,7 @@ async def query_transcript(handle: WorkflowHandle[Any, Any]) -> list[ChatMessage
 
 
 async def connected() -> tuple[Client, Settings]:
-    settings = load_settings()
+    settings = temporal_settings()
     return await connect(settings), settings
 
 

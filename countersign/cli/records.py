@@ -11,7 +11,7 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from countersign.cli.app import cli, print_json, run
-from countersign.config import load_settings
+from countersign.cli.ux import database_url
 from countersign.db.engine import create_engine, session_factory
 from countersign.db.schema import TIERS, AgentProfile, AgentToolPermission, ToolExecution
 
@@ -29,10 +29,7 @@ AUDIT_COLUMNS = (
 
 
 async def with_session(work: Callable[[AsyncSession], Awaitable[T]]) -> T:
-    url = load_settings().database_url
-    if not url:
-        raise click.ClickException("no DATABASE_URL: run `python starter.py dev up` or set DATABASE_URL")
-    engine = create_engine(url, pool_size=1, max_overflow=0)
+    engine = create_engine(database_url(), pool_size=1, max_overflow=0)
     try:
         async with session_factory(engine)() as session, session.begin():
             return await work(session)
