@@ -19,12 +19,13 @@ from typing import Any
 import click
 from temporalio.client import Client, WorkflowHandle
 
-from countersign.approvals import APPROVER_ROLES, FOUR_EYES, Decision, DecisionKind
+from countersign.approvals import Decision, DecisionKind
 from countersign.chat import ChatMessage
 from countersign.cli.app import cli, run
 from countersign.cli.approvals import decide
-from countersign.cli.ux import command
 from countersign.cli.conversations import connected, parse_limits, query_status, query_transcript, wait_turn
+from countersign.cli.ux import command
+from countersign.cli.waiting import who_can_decide
 from countersign.config import SCRIPTED_LABEL, Settings
 from countersign.conversation import (
     AnswerSignal,
@@ -316,10 +317,8 @@ class Chat:
         click.echo(f"  ✓ {past} {call_id}: {recorded.tool} by {recorded.decided_by}")
 
     def who_can_decide(self, approval: PendingApproval) -> str:
-        roles = " or ".join(sorted(APPROVER_ROLES[approval.risk]))
-        other = f" other than {approval.requested_by}" if approval.risk in FOUR_EYES else ""
         line = f"{command()} approve {self.workflow_id} {approval.call_id} --as USER"
-        return f"a {roles}{other} can run `{line}`"
+        return f"{who_can_decide(approval)} can run `{line}`"
 
     # --- commands (each answers whether the chat goes on) -----------------------------------
 
