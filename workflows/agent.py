@@ -52,6 +52,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from countersign.history import trim_for_carry
     from countersign.limits import before_model_call, tool_call_budget
+    from countersign.markdown import escape_markdown
     from countersign.policy import offered_tools, screen_call
     from countersign.saga import (
         CompensationOutcome,
@@ -101,7 +102,7 @@ def call_summary(tool: str, arguments: str) -> str:
         values = " ".join(str(v) for v in args.values() if v is not None) if isinstance(args, dict) else ""
     except json.JSONDecodeError:
         values = "(invalid JSON arguments)"
-    return f"{tool} {values}"[:200].strip()
+    return f"{tool} {escape_markdown(values[:200])}"[:400].strip()
 
 
 @workflow.defn(name=WORKFLOW_TYPE)
@@ -768,7 +769,10 @@ class AgentWorkflow:
             for a in self._approvals.values()
             if a.state == "pending"
         ]
-        lines += [f"- awaiting answer: `{q.call_id}` {q.question}" for q in self._questions.values()]
+        lines += [
+            f"- awaiting answer: `{q.call_id}` {escape_markdown(q.question)}"
+            for q in self._questions.values()
+        ]
         workflow.set_current_details(
             "\n\n".join(lines[:2]) + ("\n\n" + "\n".join(lines[2:]) if lines[2:] else "")
         )
