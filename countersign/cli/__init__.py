@@ -4,7 +4,7 @@ import os
 import sys
 import warnings
 
-from countersign.cli import approvals, chat, conversations, db, demo, dev, model, records  # noqa: F401  (each registers its commands)
+from countersign.cli import approvals, chat, conversations, db, demo, dev, health, model, records  # noqa: F401  (each registers its commands)
 from countersign.cli.app import cli
 from countersign.cli.ux import command
 
