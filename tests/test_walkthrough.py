@@ -20,7 +20,9 @@ import re
 import subprocess
 import sys
 import sysconfig
+import tempfile
 import venv
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -34,15 +36,15 @@ README = PROJECT_ROOT / "README.md"
 SECTION = "## Your first hour"
 COMMAND_TIMEOUT_S = 300  # `make demo` on a loaded machine; the others take seconds
 # What the stack and the CLI read from the environment: the walk-through runs with none of it set.
-CLEARED = ("TEMPORAL_ADDRESS", "TEMPORAL_NAMESPACE", "TASK_QUEUE", "DATABASE_URL", "LLM_BASE_URL")
-CLEARED += (
+CLEARED = {"TEMPORAL_ADDRESS", "TEMPORAL_NAMESPACE", "TASK_QUEUE", "DATABASE_URL", "LLM_BASE_URL"}
+CLEARED |= {
     "LLM_API_KEY",
     "LLM_MODEL",
     "OPENAI_API_KEY",
     "SCENARIO",
     "COUNTERSIGN_DATA_DIR",
     "TEMPORAL_UI_URL",
-)
+}
 
 WORKFLOW_ID = r"conv-[a-z]+-[0-9a-f]{12}"
 # Parts of an expected line that vary between runs, each with the pattern that matches a run's value.
@@ -200,9 +202,17 @@ def as_default_ports(output: str, ports: dict[str, int]) -> str:
     return output
 
 
+@pytest.fixture
+def clone_dir() -> Iterator[Path]:
+    """A short path: PostgreSQL's socket lives in its data directory, and a socket path is at most
+    107 bytes (pytest's tmp_path is too deep)."""
+    with tempfile.TemporaryDirectory(prefix="cs-", dir="/tmp") as parent:
+        yield Path(parent) / "countersign"
+
+
 @pytest.mark.timeout(900)
-def test_the_readme_walkthrough_works_as_typed(tmp_path: Path) -> None:
-    root = tmp_path / "countersign"
+def test_the_readme_walkthrough_works_as_typed(clone_dir: Path) -> None:
+    root = clone_dir
     checkout(root)
     if os.environ.get("WALKTHROUGH_VENV", "reuse") == "reuse":
         reuse_virtualenv(root)
