@@ -15,7 +15,7 @@ from temporalio.client import Client, WorkflowHandle
 from countersign.chat import ChatMessage
 from countersign.cli.app import cli, print_json, run
 from countersign.cli.ux import EXIT_WAITING, command, temporal_settings
-from countersign.cli.waiting import follow, waiting_lines
+from countersign.cli.waiting import ctrl_c, follow, waiting_lines
 from countersign.config import Settings
 from countersign.conversation import (
     EndConversation,
@@ -104,9 +104,10 @@ def start(
     async def body() -> None:
         client, settings = await connected()
         handle = await start_conversation(client, settings, conversation)
-        if not as_json:
-            click.echo(handle.id)  # at once: the turn may take a while, or wait for a person
-        outcome = await follow(handle, wait_turn(handle, 1)) if wait else None
+        with ctrl_c() as interrupted:
+            if not as_json:
+                click.echo(handle.id)  # at once: the turn may take a while, or wait for a person
+            outcome = await follow(handle, wait_turn(handle, 1), interrupted) if wait else None
         if as_json:
             out: dict[str, Any] = {
                 "workflow_id": handle.id,
@@ -179,12 +180,12 @@ def send(
             if (await query_status(client.get_workflow_handle(workflow_id))).state == "ended":
                 raise click.ClickException(f"conversation {workflow_id} has ended")
             await client.get_workflow_handle(workflow_id).signal("submit_message", message)
-        click.echo(f"conversation {target_id}", err=True)
-        if no_wait:
-            return
-        outcome = await follow(
-            client.get_workflow_handle(target_id), wait_reply(client, target_id, message.message_id or "")
-        )
+        with ctrl_c() as interrupted:
+            click.echo(f"conversation {target_id}", err=True)
+            if no_wait:
+                return
+            reply = wait_reply(client, target_id, message.message_id or "")
+            outcome = await follow(client.get_workflow_handle(target_id), reply, interrupted)
         show_outcome(target_id, outcome, user)
         if isinstance(outcome, StatusView):
             raise SystemExit(EXIT_WAITING)

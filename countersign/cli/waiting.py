@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Iterator
 from typing import Any
 
 import click
@@ -55,15 +55,25 @@ def waiting_lines(workflow_id: str, status: StatusView, user: str) -> list[str]:
     return lines
 
 
-async def follow(
-    handle: WorkflowHandle[Any, Any], reply: Awaitable[TurnResult | None]
-) -> TurnResult | StatusView | None:
-    """The turn's result (None: the conversation ended first), or its status once it waits for a
-    person. Ctrl-C says what still runs and exits with EXIT_INTERRUPTED."""
-    waiting = asyncio.ensure_future(reply)
+@contextlib.contextmanager
+def ctrl_c() -> Iterator[asyncio.Event]:
+    """Ctrl-C sets the event instead of interrupting. Installed before the id is printed, so a
+    person who presses it once they see the id always gets `follow`'s answer."""
     interrupted = asyncio.Event()
     loop = asyncio.get_running_loop()
     loop.add_signal_handler(signal.SIGINT, interrupted.set)
+    try:
+        yield interrupted
+    finally:
+        loop.remove_signal_handler(signal.SIGINT)
+
+
+async def follow(
+    handle: WorkflowHandle[Any, Any], reply: Awaitable[TurnResult | None], interrupted: asyncio.Event
+) -> TurnResult | StatusView | None:
+    """The turn's result (None: the conversation ended first), or its status once it waits for a
+    person. Ctrl-C (`interrupted`) says what still runs and exits with EXIT_INTERRUPTED."""
+    waiting = asyncio.ensure_future(reply)
     try:
         while True:
             stop = asyncio.ensure_future(interrupted.wait())
@@ -82,7 +92,6 @@ async def follow(
             if status.pending_approvals or status.pending_questions:
                 return status
     finally:
-        loop.remove_signal_handler(signal.SIGINT)
         waiting.cancel()  # only our wait: the workflow does not notice
         with contextlib.suppress(BaseException):
             await waiting
