@@ -37,6 +37,13 @@ async def with_session(work: Callable[[AsyncSession], Awaitable[T]]) -> T:
         await engine.dispose()
 
 
+async def require_agent(session: AsyncSession, agent: str) -> None:
+    """A mistyped agent name is answered with the known ones."""
+    if await session.get(AgentProfile, agent) is None:
+        known = (await session.scalars(select(AgentProfile.name).order_by(AgentProfile.name))).all()
+        raise click.ClickException(f"no agent named {agent!r}; known agents: {', '.join(known)}")
+
+
 def table(rows: list[tuple[str, ...]]) -> str:
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return "\n".join(
@@ -93,8 +100,7 @@ def show_permissions(agent: str) -> None:
     from tools import REGISTRY
 
     async def rows(session: AsyncSession) -> list[AgentToolPermission]:
-        if await session.get(AgentProfile, agent) is None:
-            raise click.ClickException(f"no agent named {agent!r}")
+        await require_agent(session, agent)
         query = (
             select(AgentToolPermission)
             .where(AgentToolPermission.agent == agent)
@@ -130,8 +136,7 @@ def set_permission(agent: str, tool: str, tier: str) -> None:
         raise click.ClickException(f"no tool named {tool!r}; known: {', '.join(sorted(REGISTRY))}")
 
     async def change(session: AsyncSession) -> None:
-        if await session.get(AgentProfile, agent) is None:
-            raise click.ClickException(f"no agent named {agent!r}")
+        await require_agent(session, agent)
         statement = insert(AgentToolPermission).values(agent=agent, tool=tool, tier=tier)
         await session.execute(
             statement.on_conflict_do_update(index_elements=["agent", "tool"], set_={"tier": tier})

@@ -11,8 +11,12 @@ import sys
 from pathlib import Path
 
 import click
-from temporalio.client import WorkflowUpdateFailedError, WorkflowUpdateRPCTimeoutOrCancelledError
-from temporalio.exceptions import FailureError
+from temporalio.client import (
+    WorkflowFailureError,
+    WorkflowUpdateFailedError,
+    WorkflowUpdateRPCTimeoutOrCancelledError,
+)
+from temporalio.exceptions import ActivityError, FailureError
 from temporalio.service import RPCError, RPCStatusCode
 
 from countersign.config import DATA_DIR, Settings, load_settings
@@ -48,6 +52,8 @@ def _shown(path: Path) -> str:
 
 def reason(exc: BaseException) -> str:
     """One line a person can act on, without the SDK's class names."""
+    if isinstance(exc, WorkflowFailureError):
+        return reason(exc.cause) if exc.cause is not None else "the conversation failed"
     if isinstance(exc, WorkflowUpdateFailedError):
         return reason(exc.cause) if exc.cause is not None else "the conversation refused the request"
     if isinstance(exc, WorkflowUpdateRPCTimeoutOrCancelledError):
@@ -61,6 +67,8 @@ def reason(exc: BaseException) -> str:
         if exc.status == RPCStatusCode.UNAVAILABLE:
             return f"Temporal is unreachable ({exc.message}): `{command()} dev status` shows the stack"
         return exc.message
+    if isinstance(exc, ActivityError) and exc.cause is not None:
+        return reason(exc.cause)  # "Activity task failed" says nothing: what failed in it does
     if isinstance(exc, FailureError):
         return exc.message
     text = str(exc).strip() or type(exc).__name__

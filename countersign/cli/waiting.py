@@ -14,10 +14,10 @@ from collections.abc import Awaitable, Iterator
 from typing import Any
 
 import click
-from temporalio.client import WorkflowHandle
+from temporalio.client import WorkflowExecutionStatus, WorkflowHandle
 
 from countersign.approvals import APPROVER_ROLES, FOUR_EYES
-from countersign.cli.ux import EXIT_INTERRUPTED, command
+from countersign.cli.ux import EXIT_INTERRUPTED, command, reason
 from countersign.conversation import PendingApproval, PendingQuestion, StatusView, TurnResult
 
 POLL_S = 0.5  # how often the status is looked at while the reply is awaited
@@ -55,6 +55,16 @@ def waiting_lines(workflow_id: str, status: StatusView, user: str) -> list[str]:
     return lines
 
 
+async def explain_closed(handle: WorkflowHandle[Any, Any]) -> None:
+    """When a wait failed because the conversation closed, say why it closed (its own failure)."""
+    if (await handle.describe()).status == WorkflowExecutionStatus.RUNNING:
+        return
+    try:
+        await handle.result()
+    except Exception as failed:
+        raise click.ClickException(f"conversation {handle.id} stopped: {reason(failed)}") from failed
+
+
 @contextlib.contextmanager
 def ctrl_c() -> Iterator[asyncio.Event]:
     """Ctrl-C sets the event instead of interrupting. Installed before the id is printed, so a
@@ -87,6 +97,8 @@ async def follow(
                 )
                 raise SystemExit(EXIT_INTERRUPTED)
             if waiting.done():
+                if waiting.exception() is not None:
+                    await explain_closed(handle)
                 return waiting.result()
             status: StatusView = await handle.query("status", result_type=StatusView)
             if status.pending_approvals or status.pending_questions:
