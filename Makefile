@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml
 	@touch $(STAMP)
 
 demo: $(STAMP)
-	$(PY) starter.py demo
+	$(VENV)/bin/countersign demo
 
 test: $(STAMP)
 	$(PY) -m pytest
@@ -26,14 +26,14 @@ lint: $(STAMP)
 	$(VENV)/bin/mypy .
 
 up: $(STAMP)
-	$(PY) starter.py dev up
+	$(VENV)/bin/countersign dev up
 
 down: $(STAMP)
-	$(PY) starter.py dev down
+	$(VENV)/bin/countersign dev down
 
 status: $(STAMP)
-	$(PY) starter.py dev status
+	$(VENV)/bin/countersign dev status
 
 clean:
-	-$(PY) starter.py dev down
+	-$(VENV)/bin/countersign dev down
 	rm -rf .data

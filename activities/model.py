@@ -25,7 +25,7 @@ from temporalio.exceptions import ApplicationError
 from activities.heartbeat import heartbeats
 from countersign.chat import ChatMessage, ModelReply, ModelRequest, ToolCall, Usage, capped_reply
 from countersign.circuit import CircuitBreaker, CircuitOpen
-from countersign.config import Settings
+from countersign.config import AGENT_HEADER, Settings
 
 RETRYABLE_STATUS = frozenset({408, 409, 429})
 
@@ -129,6 +129,8 @@ class ModelActivities:
             body |= {"tools": request.tools, "parallel_tool_calls": True}
         if request.max_tokens is not None:
             body["max_tokens"] = request.max_tokens
+        if request.agent:
+            body["extra_headers"] = {AGENT_HEADER: request.agent}
         try:
             self.breaker.allow()
         except CircuitOpen as exc:

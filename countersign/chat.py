@@ -101,6 +101,8 @@ class ModelRequest(BaseModel):
     tools: list[dict[str, Any]] = Field(default_factory=list)  # OpenAI "tools" entries
     max_tokens: int | None = None
     caller: ModelCaller | None = None  # None in histories recorded before the usage audit
+    # The agent asking, sent as a header the scripted model picks its script by (empty in older histories).
+    agent: str = ""
 
 
 class ModelReply(BaseModel):

@@ -19,6 +19,9 @@ STACK_FILE = DATA_DIR / "stack.json"
 
 SCRIPTED_MODEL_NAME = "countersign-scripted"
 SCRIPTED_LABEL = "[scripted model]"
+# Which agent a model request is for: the call_model activity sends it, the scripted model picks its
+# script by it, a real endpoint ignores it.
+AGENT_HEADER = "X-Countersign-Agent"
 
 
 class Settings(BaseModel):

@@ -20,6 +20,7 @@ from countersign.conversation import (
     SubmitMessage,
     TurnResult,
 )
+from countersign.markdown import escape_markdown
 from countersign.saga import RollbackRequest, Saga, SagaEntry
 from countersign.search_attributes import AGENT_NAME, AGENT_STATUS, TENANT_ID
 
@@ -29,7 +30,7 @@ def new_workflow_id(tenant_id: str) -> str:
 
 
 def static_summary(start: StartConversation) -> str:
-    first = f": {start.message[:120]}" if start.message else ""
+    first = f": {escape_markdown(start.message[:120])}" if start.message else ""
     return f"{start.tenant_id}/{start.user_id} → {start.agent}{first}"
 
 

@@ -23,6 +23,6 @@ async def connect(settings: Settings, runtime: Runtime | None = None) -> Client:
         )
     except RuntimeError as exc:
         raise RuntimeError(
-            f"cannot reach Temporal at {settings.temporal_address}: run `python starter.py dev up` "
-            "or set TEMPORAL_ADDRESS"
+            f"cannot reach Temporal at {settings.temporal_address}: start the embedded stack "
+            "(`countersign dev up`) or set TEMPORAL_ADDRESS"
         ) from exc

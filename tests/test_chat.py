@@ -114,18 +114,20 @@ async def test_chat_shows_tool_calls_results_and_reply(dev_agent: AgentHarness, 
     assert f"chat --workflow {workflow_id[1]}" in output  # /quit leaves it running
 
 
-async def test_refused_inline_approval_keeps_waiting_until_a_reviewer_decides(
+async def test_the_requester_gets_no_prompt_and_sees_who_approved_elsewhere(
     dev_agent: AgentHarness, tmp_path: Path
 ) -> None:
+    """Bob (a reviewer) asked for a high-risk call: the workflow would refuse his approval (four
+    eyes), so his chat offers no prompt; it says who may decide, and shows Carol's decision."""
     dev_agent.script(*QUALIFY)
     chat = await ChatProcess.start(
         dev_agent, tmp_path, "--tenant", "acme", "--user", "bob", "--agent", "lead-qualifier"
     )
-    chat.send("Please qualify Jane Doe", "y")
+    chat.send("Please qualify Jane Doe")
     workflow_id = (await chat.until(r"conversation (conv-acme-\w+)"))[1]
-    await chat.until(r"approve c1 as bob\?")
-    await chat.until(r"still waiting: .*\n")
-    assert "four-eyes" in chat.output and "reviewer other than bob" in chat.output
+    await chat.until(r"waiting for a decision: .*\n")
+    assert "reviewer other than bob" in chat.output
+    assert "approve c1 as bob?" not in chat.output
 
     decision = Decision(call_id="c1", decision="approve", approver="carol", reason="checked")
     approval = await dev_agent.client.get_workflow_handle(workflow_id).execute_update(
@@ -134,7 +136,15 @@ async def test_refused_inline_approval_keeps_waiting_until_a_reviewer_decides(
     assert approval.decided_by == "carol"
     await chat.until(r"agent> \[scripted model\] Done: Jane Doe is qualified\.")
     output = await chat.finish("/quit")
-    assert '← update_lead_status [c1] {"ok":true' in output
+    # In order: the call, its pending approval, who decided, then the result it let through.
+    order = [
+        "→ update_lead_status",
+        "⏸ c1",
+        "✓ approved c1: update_lead_status by carol",
+        "← update_lead_status [c1]",
+    ]
+    positions = [output.index(text) for text in order]
+    assert positions == sorted(positions), output
 
 
 async def test_reattach_answers_a_question_inline_and_ends(dev_agent: AgentHarness, tmp_path: Path) -> None:

@@ -3,21 +3,33 @@
 
 from __future__ import annotations
 
+import asyncio
+import os
 import re
+import socket
 import subprocess
 import sys
+import tomllib
+import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from sqlalchemy.engine import make_url
+from temporalio import workflow
+from temporalio.client import Client
+from temporalio.worker import Worker
 
-from countersign.config import PROJECT_ROOT
+from countersign.config import PROJECT_ROOT, SCRIPTED_MODEL_NAME
+from countersign.devstack.temporal import DevServerConfig, temporal_binary
+from countersign.scripted_model.scenario import load_scenarios
 
 COMPOSE = yaml.safe_load((PROJECT_ROOT / "docker-compose.yml").read_text())
 SERVICES: dict[str, dict[str, Any]] = COMPOSE["services"]
 DOCKERFILE = (PROJECT_ROOT / "Dockerfile").read_text()
-OURS = ("migrate", "worker")  # the services running this project's image
+BUILT = ("migrate", "worker")  # the services that build this project's image
+OURS = (*BUILT, "seed", "model")  # the services running it
 ONE_SHOTS = {name for name, s in SERVICES.items() if s.get("restart") == "no"}
 # Where the code reads its environment: settings, logging, the worker's rate limits and metrics.
 ENV_READERS = (
@@ -41,7 +53,9 @@ def env_names_read() -> set[str]:
 def test_every_service_has_an_image_or_a_build() -> None:
     assert all("image" in s or "build" in s for s in SERVICES.values())
     for name in OURS:
-        assert SERVICES[name].get("build") == "." and SERVICES[name]["image"] == "countersign:latest", name
+        assert SERVICES[name]["image"] == "countersign:latest", name
+    for name in BUILT:
+        assert SERVICES[name].get("build") == ".", name
 
 
 @pytest.mark.parametrize(
@@ -60,7 +74,7 @@ def test_commands_exist(service: str, command: list[str]) -> None:
 def test_environment_names_are_the_ones_the_code_reads() -> None:
     known = env_names_read()
     assert REQUIRED_ENV <= known  # the scan works
-    for name in OURS:
+    for name in ("migrate", "worker", "seed"):
         env = set(SERVICES[name]["environment"])
         assert REQUIRED_ENV <= env, name
         assert env <= known, f"{name} sets names nothing reads: {env - known}"
@@ -133,3 +147,137 @@ def test_prometheus_scrapes_the_worker_metrics_port_and_grafana_loads_the_dashbo
     )
     assert datasource["datasources"][0]["uid"] == "prometheus"
     assert datasource["datasources"][0]["url"] == "http://prometheus:9090"
+
+
+# --- after `up`: what a person does next --------------------------------------------------------
+
+COMPOSE_TEXT = (PROJECT_ROOT / "docker-compose.yml").read_text()
+COUNTERSIGN_ENV: dict[str, str] = SERVICES["worker"]["environment"]
+INTERPOLATION = re.compile(r"\$\{([A-Z0-9_]+)(:?[-?+])?([^}]*)\}")
+
+
+def default_of(value: str) -> str:
+    """A compose value with every `${VAR:-default}` replaced by its default (no variable exported)."""
+    return INTERPOLATION.sub(lambda m: m.group(3), value)
+
+
+def test_every_variable_has_a_default_so_ps_logs_and_down_need_none() -> None:
+    found = INTERPOLATION.findall(COMPOSE_TEXT)
+    assert found
+    for name, operator, _ in found:
+        assert operator == ":-", (
+            f"${{{name}}} must have a default (`:-`): compose refuses every command without it"
+        )
+
+
+def test_the_default_model_is_the_scripted_service() -> None:
+    model = SERVICES["model"]
+    assert model["profiles"] == ["scripted"]
+    url = default_of(COUNTERSIGN_ENV["LLM_BASE_URL"])
+    assert url == "http://model:8400/v1"
+    assert default_of(COUNTERSIGN_ENV["LLM_MODEL"]) == SCRIPTED_MODEL_NAME
+    assert model["command"][:3] == ["countersign", "model", "serve"]
+    scenario = model["command"][model["command"].index("--scenario") + 1]
+    assert load_scenarios(PROJECT_ROOT / scenario)  # the directory the image carries
+    assert "countersign" in DOCKERFILE and scenario.split("/")[0] == "countersign"
+
+
+def test_a_seed_profile_and_the_console_script_for_exec() -> None:
+    seed = SERVICES["seed"]
+    assert seed["profiles"] == ["seed"]
+    assert seed["command"] == ["countersign", "db", "seed"]
+    assert seed["depends_on"] == {"migrate": {"condition": "service_completed_successfully"}}
+    # `docker compose exec worker countersign …` runs the console script the image installs.
+    scripts = tomllib.loads((PROJECT_ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    assert scripts["countersign"] == "countersign.cli:main"
+    subprocess.run(
+        [sys.executable, "starter.py", "db", "seed", "--help"],
+        cwd=PROJECT_ROOT,
+        check=True,
+        capture_output=True,
+    )
+
+
+def test_the_database_password_reaches_the_init_script() -> None:
+    postgres_env = SERVICES["postgresql"]["environment"]
+    url = make_url(default_of(COUNTERSIGN_ENV["DATABASE_URL"]))
+    assert default_of(postgres_env["COUNTERSIGN_DB_PASSWORD"]) == url.password
+    # Both come from the same variable, so setting it changes both.
+    assert "COUNTERSIGN_DB_PASSWORD" in COUNTERSIGN_ENV["DATABASE_URL"]
+    assert "COUNTERSIGN_DB_PASSWORD" in postgres_env["COUNTERSIGN_DB_PASSWORD"]
+    mount = next(v for v in SERVICES["postgresql"]["volumes"] if "docker-entrypoint-initdb.d" in v)
+    script = (PROJECT_ROOT / mount.split(":")[0]).read_text()
+    assert mount.split(":")[1].endswith(".sh")  # the image runs .sh with the container's environment
+    assert '-v countersign_password="${COUNTERSIGN_DB_PASSWORD' in script
+    assert "WITH PASSWORD :'countersign_password'" in script
+    assert f"'{url.password}'" not in script  # no password written into the script
+
+
+def test_a_mail_catcher_profile_receives_what_the_worker_delivers() -> None:
+    host, port = default_of(COUNTERSIGN_ENV["SMTP_HOST"]), default_of(COUNTERSIGN_ENV["SMTP_PORT"])
+    catcher = SERVICES[host]
+    assert catcher["profiles"] == ["mail"]
+    assert catcher["image"].startswith("axllent/mailpit:")
+    assert port == "1025"  # mailpit's SMTP port; its web inbox is 8025
+    assert "8025:8025" in catcher["ports"]
+
+
+def test_the_build_context_leaves_out_the_virtualenv_and_the_data() -> None:
+    ignored = {
+        line.strip()
+        for line in (PROJECT_ROOT / ".dockerignore").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    }
+    assert {".venv", ".data", ".git"} <= ignored
+    copied = {
+        part.rstrip("/")
+        for line in re.findall(r"^COPY (.+)$", DOCKERFILE, re.M)
+        for part in line.split()[:-1]
+    }
+    assert not copied & ignored, "the Dockerfile copies something the context leaves out"
+
+
+def test_the_ui_image_is_the_one_the_dev_server_serves() -> None:
+    version = subprocess.run(
+        [temporal_binary(), "--version"], capture_output=True, text=True, check=True
+    ).stdout
+    ui = re.search(r"UI (\d+\.\d+\.\d+)", version)
+    assert ui, version
+    assert SERVICES["temporal-ui"]["image"] == f"temporalio/ui:{ui.group(1)}"
+
+
+def test_the_worker_healthcheck_runs_the_healthcheck_command() -> None:
+    assert SERVICES["worker"]["healthcheck"]["test"] == ["CMD", "countersign", "healthcheck"]
+
+
+@pytest.mark.devserver
+async def test_the_worker_healthcheck_fails_without_a_polling_worker(dev_server: DevServerConfig) -> None:
+    """`countersign healthcheck` passes while a worker of this host polls the queue, and fails otherwise."""
+    client = await Client.connect(dev_server.address)
+    queue = f"health-{uuid.uuid4().hex[:8]}"
+    env = {**os.environ, "TEMPORAL_ADDRESS": dev_server.address, "TASK_QUEUE": queue}
+
+    async def healthcheck() -> subprocess.CompletedProcess[str]:
+        return await asyncio.to_thread(
+            subprocess.run,
+            [sys.executable, "starter.py", "healthcheck"],
+            cwd=PROJECT_ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+
+    down = await healthcheck()
+    assert down.returncode == 1 and "no worker" in down.stderr
+    async with Worker(client, task_queue=queue, workflows=[Idle]):
+        up = await healthcheck()
+    assert up.returncode == 0, up.stderr
+    assert f"@{socket.gethostname()}" in up.stdout
+
+
+@workflow.defn(sandboxed=False)
+class Idle:
+    @workflow.run
+    async def run(self) -> None:
+        return None

@@ -70,7 +70,7 @@ def test_defaults_are_the_contract_addresses(tmp_path: Path) -> None:
         "ui_url": "http://127.0.0.1:8233",
     }
     assert plan.external == {}
-    assert plan.scenario.endswith("countersign/scenarios/demo.yaml")
+    assert plan.scenario.endswith("countersign/scenarios")
     assert plan.stack_file == tmp_path / "stack.json"
     assert plan.temporal().db_file == tmp_path / "temporal.db"
     assert plan.postgres().data_dir == tmp_path / "postgres"
@@ -384,3 +384,41 @@ async def test_a_port_taken_by_another_program_is_a_one_line_failure(stack_env: 
     reason = [line for line in result.stderr.splitlines() if line.startswith("Error:")]
     assert len(reason) == 1 and "is taken by a process this stack did not start" in reason[0], result.stderr
     assert "COUNTERSIGN_PG_PORT" in reason[0] and "DATABASE_URL" in reason[0]
+
+
+def test_the_model_restarts_for_another_scenario_or_an_edited_one(tmp_path: Path) -> None:
+    """`dev up` restarts the scripted model when SCENARIO names something else than it serves, or
+    when a file of it changed since the process started; otherwise it is reused."""
+    scenarios = tmp_path / "scenarios"
+    scenarios.mkdir()
+    (scenarios / "ops.yaml").write_text("name: ops\nagent: operations\nrules: []\n")
+    started = time.time() + 5  # the process "started" after the file was written
+    cmd = ("python", "starter.py", "model", "serve", "--scenario", str(scenarios))
+    running = ProcessRecord(address="http://x/v1", started_by_us=True, pid=1, cmd=cmd, create_time=started)
+    assert stack.scenario_of(running) == str(scenarios)
+    assert not stack._scenario_changed(running, str(scenarios))
+    assert stack._scenario_changed(running, str(tmp_path / "other.yaml"))
+    os.utime(scenarios / "ops.yaml", (started + 1, started + 1))  # edited after the start
+    assert stack._scenario_changed(running, str(scenarios))
+
+
+@pytest.mark.parametrize(
+    ("env", "expected"),
+    [
+        ({}, str(stack.DEFAULT_SCENARIO)),
+        ({"SCENARIO": "/s/mine.yaml"}, "/s/mine.yaml"),
+        ({"LLM_BASE_URL": "http://127.0.0.1:1/v1"}, None),  # a real model: no scenario
+    ],
+)
+def test_dev_status_json_names_the_scenario(
+    tmp_path: Path, env: dict[str, str], expected: str | None
+) -> None:
+    base = {k: v for k, v in os.environ.items() if k not in ("SCENARIO", "LLM_BASE_URL")}
+    done = subprocess.run(
+        [sys.executable, str(PROJECT_ROOT / "starter.py"), "dev", "status", "--json"],
+        env={**base, "COUNTERSIGN_DATA_DIR": str(tmp_path), **env},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert json.loads(done.stdout)["scenario"] == expected

@@ -52,6 +52,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from countersign.history import trim_for_carry
     from countersign.limits import before_model_call, tool_call_budget, within_agent_bounds
+    from countersign.markdown import escape_markdown
     from countersign.observability.workflow_metrics import record_approval_wait, record_turn
     from countersign.policy import offered_tools, screen_call
     from countersign.saga import (
@@ -117,7 +118,7 @@ def call_summary(tool: str, arguments: str) -> str:
         values = " ".join(str(v) for v in args.values() if v is not None) if isinstance(args, dict) else ""
     except json.JSONDecodeError:
         values = "(invalid JSON arguments)"
-    return f"{tool} {values}"[:200].strip()
+    return f"{tool} {escape_markdown(values[:200])}"[:400].strip()
 
 
 @workflow.defn(name=WORKFLOW_TYPE)
@@ -378,6 +379,7 @@ class AgentWorkflow:
                 messages=self._messages,
                 tools=offered,
                 caller=ModelCaller(tenant_id=self._start.tenant_id, agent=self._start.agent, turn=self._turn),
+                agent=self._start.agent,
             ),
             result_type=ModelReply,
             start_to_close_timeout=min(MODEL_CALL_TIMEOUT, remaining),
@@ -808,7 +810,10 @@ class AgentWorkflow:
             for a in self._approvals.values()
             if a.state == "pending"
         ]
-        lines += [f"- awaiting answer: `{q.call_id}` {q.question}" for q in self._questions.values()]
+        lines += [
+            f"- awaiting answer: `{q.call_id}` {escape_markdown(q.question)}"
+            for q in self._questions.values()
+        ]
         workflow.set_current_details(
             "\n\n".join(lines[:2]) + ("\n\n" + "\n".join(lines[2:]) if lines[2:] else "")
         )

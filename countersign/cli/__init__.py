@@ -1,17 +1,34 @@
-"""`python starter.py …`: the starter CLI (commands are listed in CONTRACT.md)."""
+"""`countersign …` (or `python starter.py …`): the starter CLI (commands are listed in CONTRACT.md)."""
 
 import os
 import sys
+import warnings
 
-from countersign.cli import approvals, catalog, chat, conversations, db, demo, dev, mcp, model, records  # noqa: F401  (each registers its commands)
+from countersign.cli import (  # noqa: F401  (each registers its commands)
+    approvals,
+    catalog,
+    chat,
+    conversations,
+    db,
+    demo,
+    dev,
+    health,
+    mcp,
+    model,
+    records,
+)
 from countersign.cli import stats as _stats  # noqa: F401  (registers `stats`)
 from countersign.cli.app import cli
+from countersign.cli.ux import command
 from countersign.observability import tracing
 
 
 def main() -> None:
+    # platformdirs (under the embedded binaries' packages) warns, in a traceback-like two lines, when
+    # XDG_RUNTIME_DIR is unset (containers, CI, su shells); it falls back to /tmp and works.
+    warnings.filterwarnings("ignore", message="XDG_RUNTIME_DIR is not set")
     try:
-        cli(prog_name="starter.py")
+        cli(prog_name=command())
         code = 0
     except SystemExit as done:
         code = done.code if isinstance(done.code, int) else (0 if done.code is None else 1)

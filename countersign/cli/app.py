@@ -10,6 +10,8 @@ from typing import Any, TypeVar
 
 import click
 
+from countersign.cli.ux import reason
+
 T = TypeVar("T")
 
 
@@ -17,7 +19,7 @@ T = TypeVar("T")
 def cli() -> None:
     """Countersign: durable AI agents acting on business data through tools, safely.
 
-    Run `python starter.py dev up` first (or set TEMPORAL_ADDRESS / DATABASE_URL / LLM_BASE_URL).
+    Run `.venv/bin/countersign dev up` first (or set TEMPORAL_ADDRESS / DATABASE_URL / LLM_BASE_URL).
     """
 
 
@@ -30,7 +32,7 @@ def run(coro: Coroutine[Any, Any, T]) -> T:
     except KeyboardInterrupt:
         raise click.Abort() from None
     except Exception as exc:  # the CLI's contract: one line, non-zero exit
-        raise click.ClickException(f"{type(exc).__name__}: {exc}".splitlines()[0]) from exc
+        raise click.ClickException(reason(exc)) from exc
 
 
 def print_json(value: Any) -> None:

@@ -16,6 +16,7 @@ from temporalio.client import Client, WorkflowUpdateFailedError
 from countersign.approvals import Approval, Decision
 from countersign.cli.app import cli, print_json, run
 from countersign.cli.conversations import connected, query_status
+from countersign.cli.ux import reason
 from countersign.conversation import AnswerSignal
 
 
@@ -54,7 +55,7 @@ async def decide(client: Client, workflow_id: str, decision: Decision) -> Approv
             "decide", decision, result_type=Approval
         )
     except WorkflowUpdateFailedError as err:
-        raise click.ClickException(str(err.cause or err)) from err
+        raise click.ClickException(reason(err)) from err
     return approval
 
 
@@ -88,7 +89,7 @@ def list_approvals(tenant: str | None, as_json: bool) -> None:
             print_json(rows)
             return
         if not rows:
-            click.echo("no pending approvals")
+            click.echo("nothing pending")
         for r in rows:
             click.echo(
                 f"{r['workflow_id']}  {r['call_id']}  {r['tool']} {r['args']}\n"

@@ -17,13 +17,18 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import click
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession
 from temporalio.client import Client, WorkflowHandle
 
-from countersign.approvals import APPROVER_ROLES, FOUR_EYES, Decision, DecisionKind
+from countersign.approvals import Decision, DecisionKind, approver_refusal
 from countersign.chat import ChatMessage
 from countersign.cli.app import cli, run
 from countersign.cli.approvals import decide
 from countersign.cli.conversations import connected, parse_limits, query_status, query_transcript, wait_turn
+from countersign.cli.records import with_session
+from countersign.cli.ux import command
+from countersign.cli.waiting import who_can_decide
 from countersign.config import SCRIPTED_LABEL, Settings
 from countersign.conversation import (
     AnswerSignal,
@@ -43,6 +48,7 @@ from countersign.conversations import (
     start_conversation,
     wait_reply,
 )
+from countersign.db import schema
 from countersign.saga import RollbackRequest
 
 POLL_S = 0.25  # how often a running turn is looked at; nothing polls between turns
@@ -137,13 +143,41 @@ def conversation_user(messages: list[ChatMessage]) -> str | None:
 
 
 def reattach(workflow_id: str) -> str:
-    return f"Re-attach: python starter.py chat --workflow {workflow_id}"
+    return f"Re-attach: {command()} chat --workflow {workflow_id}"
 
 
 def turn_footer(turn: TurnResult) -> str:
     u = turn.usage
     stopped = f"turn stopped: {turn.stop} · " if turn.stop != "completed" else ""
     return f"  ({stopped}{u.model_calls} model calls, {u.tool_calls} tool calls, {u.total_tokens} tokens)"
+
+
+async def roles_of(tenant_id: str, user: str) -> list[str] | None:
+    """The user's roles in the tenant (None: not a user there), as the decision check reads them."""
+
+    async def read(session: AsyncSession) -> list[str] | None:
+        if await session.get(schema.User, (tenant_id, user)) is None:
+            return None
+        query = select(schema.UserRole.role).where(
+            schema.UserRole.tenant_id == tenant_id, schema.UserRole.user_id == user
+        )
+        return list((await session.scalars(query)).all())
+
+    return await with_session(read)
+
+
+async def decision_of(workflow_id: str, call_id: str) -> schema.ApprovalDecision | None:
+    """The accepted decision on a call, from the audit."""
+
+    async def read(session: AsyncSession) -> schema.ApprovalDecision | None:
+        query = select(schema.ApprovalDecision).where(
+            schema.ApprovalDecision.workflow_id == workflow_id,
+            schema.ApprovalDecision.call_id == call_id,
+            schema.ApprovalDecision.accepted.is_(True),
+        )
+        return (await session.scalars(query.limit(1))).first()
+
+    return await with_session(read)
 
 
 class Chat:
@@ -157,6 +191,8 @@ class Chat:
         self.last_shown: ChatMessage | None = None
         self.thinking_shown = False
         self.asked: set[str] = set()  # approvals and questions already put to the person
+        self.pending: dict[str, PendingApproval] = {}  # approvals seen pending, until their decision is shown
+        self.roles: list[str] | None = None  # the person's roles in the tenant, read when first needed
         self.ended = False
 
     @property
@@ -238,7 +274,11 @@ class Chat:
 
     async def show_progress(self) -> None:
         assert self.handle is not None
-        messages, status = await asyncio.gather(query_transcript(self.handle), query_status(self.handle))
+        # Status first, then the transcript: state only moves forward, so the transcript then holds
+        # at least what led to the status (the call an approval is for is shown before its prompt).
+        status = await query_status(self.handle)
+        messages = await query_transcript(self.handle)
+        await self.show_decided(status)  # before the results they let through
         for message in unseen(messages, self.last_shown):
             text = render_message(message) if message.role != "user" else None  # the person typed it
             if text:
@@ -248,7 +288,7 @@ class Chat:
         self.show_thinking(status)
         for approval in status.pending_approvals:
             if approval.call_id not in self.asked:
-                await self.ask_approval(approval)
+                await self.ask_approval(approval, status.tenant_id)
         for question in status.pending_questions:
             if question.call_id not in self.asked:
                 await self.ask_answer(question)
@@ -270,13 +310,36 @@ class Chat:
             raise Detached()
         return line.strip()
 
-    async def ask_approval(self, approval: PendingApproval) -> None:
+    async def show_decided(self, status: StatusView) -> None:
+        """Say how each approval that stopped pending was decided: here, or by someone elsewhere."""
+        still = {a.call_id for a in status.pending_approvals}
+        for call_id in [c for c in self.pending if c not in still]:
+            approval = self.pending.pop(call_id)
+            decision = await decision_of(self.workflow_id, call_id)
+            if decision is None:
+                click.echo(f"  ⌛ {call_id} {approval.tool}: no longer pending (expired)")
+            else:
+                past = "approved" if decision.decision == "approve" else "rejected"
+                click.echo(f"  ✓ {past} {call_id}: {approval.tool} by {decision.approver}")
+
+    async def may_decide(self, tenant_id: str, approval: PendingApproval) -> bool:
+        """Whether the workflow would accept this person's approval (the same rule, from the database)."""
+        if self.roles is None:
+            self.roles = await roles_of(tenant_id, self.user)
+        refusal = approver_refusal("approve", approval.risk, approval.requested_by, self.user, self.roles)
+        return refusal is None
+
+    async def ask_approval(self, approval: PendingApproval, tenant_id: str) -> None:
         self.asked.add(approval.call_id)
+        self.pending[approval.call_id] = approval
         click.echo(
             f"  ⏸ {approval.call_id} {approval.tool} {approval.args} needs approval"
             f" (risk {approval.risk}, requested by {approval.requested_by}, expires {approval.expires_at})"
             + (f"\n    {approval.hints}" if approval.hints else "")
         )
+        if not await self.may_decide(tenant_id, approval):
+            click.echo(f"  waiting for a decision: {self.who_can_decide(approval)}")
+            return
         answer = await self.ask_inline(
             f"  approve {approval.call_id} as {self.user}? [y]es / [n]o [reason] / [enter] leave it: "
         )
@@ -312,14 +375,13 @@ class Chat:
             if approval is not None:
                 click.echo(f"  still waiting: {self.who_can_decide(approval)}")
             return
+        self.pending.pop(call_id, None)
         past = "approved" if kind == "approve" else "rejected"
         click.echo(f"  ✓ {past} {call_id}: {recorded.tool} by {recorded.decided_by}")
 
     def who_can_decide(self, approval: PendingApproval) -> str:
-        roles = " or ".join(sorted(APPROVER_ROLES[approval.risk]))
-        other = f" other than {approval.requested_by}" if approval.risk in FOUR_EYES else ""
-        command = f"python starter.py approve {self.workflow_id} {approval.call_id} --as USER"
-        return f"a {roles}{other} can run `{command}`"
+        line = f"{command()} approve {self.workflow_id} {approval.call_id} --as USER"
+        return f"{who_can_decide(approval)} can run `{line}`"
 
     # --- commands (each answers whether the chat goes on) -----------------------------------
 

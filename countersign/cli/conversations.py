@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sys
 import uuid
@@ -13,11 +14,22 @@ from temporalio.client import Client, WorkflowHandle
 
 from countersign.chat import ChatMessage
 from countersign.cli.app import cli, print_json, run
-from countersign.config import Settings, load_settings
-from countersign.conversation import Limits, StartConversation, StatusView, SubmitMessage, TurnResult
+from countersign.cli.ux import EXIT_WAITING, command, temporal_settings
+from countersign.cli.waiting import ctrl_c, follow, waiting_lines
+from countersign.config import Settings
+from countersign.conversation import (
+    EndConversation,
+    Limits,
+    StartConversation,
+    StatusView,
+    SubmitMessage,
+    TurnResult,
+)
 from countersign.conversations import render_transcript, roll_back, send_keyed, start_conversation, wait_reply
 from countersign.saga import RollbackRequest
 from countersign.temporal_client import connect
+
+END_WAIT_S = 10.0  # `end` waits this long for the conversation to close before saying it is closing
 
 
 def parse_limits(text: str | None) -> Limits:
@@ -48,7 +60,7 @@ async def query_transcript(handle: WorkflowHandle[Any, Any]) -> list[ChatMessage
 
 
 async def connected() -> tuple[Client, Settings]:
-    settings = load_settings()
+    settings = temporal_settings()
     return await connect(settings), settings
 
 
@@ -59,7 +71,11 @@ async def connected() -> tuple[Client, Settings]:
 @click.option("--message", required=True, help="The first user message.")
 @click.option("--limits", "limits_json", help="Limits as JSON, e.g. '{\"max_iterations\": 4}'.")
 @click.option("--single-turn", is_flag=True, help="End the conversation after the first turn.")
-@click.option("--wait", is_flag=True, help="Wait for the first turn and print the reply.")
+@click.option(
+    "--wait",
+    is_flag=True,
+    help="Wait for the first turn and print the reply; exit 3 when it waits for an approval or an answer.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def start(
     tenant: str,
@@ -71,7 +87,11 @@ def start(
     wait: bool,
     as_json: bool,
 ) -> None:
-    """Start a conversation; prints its workflow id."""
+    """Start a conversation; prints its workflow id.
+
+    With --wait, also the reply; a turn that waits for a person prints the pending call and the
+    command that decides it, and exits with status 3 (Ctrl-C: 130; the conversation goes on).
+    """
     conversation = StartConversation(
         tenant_id=tenant,
         user_id=user,
@@ -84,22 +104,39 @@ def start(
     async def body() -> None:
         client, settings = await connected()
         handle = await start_conversation(client, settings, conversation)
-        turn = await wait_turn(handle, 1) if wait else None
+        with ctrl_c() as interrupted:
+            if not as_json:
+                click.echo(handle.id)  # at once: the turn may take a while, or wait for a person
+            outcome = await follow(handle, wait_turn(handle, 1), interrupted) if wait else None
         if as_json:
             out: dict[str, Any] = {
                 "workflow_id": handle.id,
                 "run_id": handle.result_run_id,
                 "ui_url": settings.workflow_url(handle.id),
             }
-            if turn is not None:
-                out["turn"] = turn.model_dump(mode="json")
+            if isinstance(outcome, TurnResult):
+                out["turn"] = outcome.model_dump(mode="json")
+            elif isinstance(outcome, StatusView):
+                out["waiting"] = outcome.model_dump(mode="json")
             print_json(out)
-            return
-        click.echo(handle.id)
-        if turn is not None:
-            click.echo(turn.reply or "(no reply)")
+        elif wait:
+            show_outcome(handle.id, outcome, user)
+        if isinstance(outcome, StatusView):
+            raise SystemExit(EXIT_WAITING)
 
     run(body())
+
+
+def show_outcome(workflow_id: str, outcome: TurnResult | StatusView | None, user: str) -> None:
+    """The reply, or what the turn waits for and the commands that let it go on."""
+    if outcome is None:
+        raise click.ClickException(f"conversation {workflow_id} ended before replying")
+    if isinstance(outcome, StatusView):
+        for line in waiting_lines(workflow_id, outcome, user):
+            click.echo(line)
+        click.echo(f"the reply follows the decision: `{command()} transcript {workflow_id}` shows it")
+    else:
+        click.echo(outcome.reply or "(no reply)")
 
 
 @cli.command()
@@ -114,7 +151,7 @@ def start(
 def send(
     target: tuple[str, ...], user: str, tenant: str | None, agent: str | None, key: str | None, no_wait: bool
 ) -> None:
-    """Send a message and print the agent's reply.
+    """Send a message and print the agent's reply (exit 3 when the turn waits for a person).
 
     \b
     send WF TEXT --user U
@@ -143,13 +180,15 @@ def send(
             if (await query_status(client.get_workflow_handle(workflow_id))).state == "ended":
                 raise click.ClickException(f"conversation {workflow_id} has ended")
             await client.get_workflow_handle(workflow_id).signal("submit_message", message)
-        click.echo(f"conversation {target_id}", err=True)
-        if no_wait:
-            return
-        turn = await wait_reply(client, target_id, message.message_id or "")
-        if turn is None:
-            raise click.ClickException(f"conversation {target_id} ended before replying")
-        click.echo(turn.reply or "(no reply)")
+        with ctrl_c() as interrupted:
+            click.echo(f"conversation {target_id}", err=True)
+            if no_wait:
+                return
+            reply = wait_reply(client, target_id, message.message_id or "")
+            outcome = await follow(client.get_workflow_handle(target_id), reply, interrupted)
+        show_outcome(target_id, outcome, user)
+        if isinstance(outcome, StatusView):
+            raise SystemExit(EXIT_WAITING)
 
     run(body())
 
@@ -225,5 +264,27 @@ def rollback(
             click.echo("nothing to undo in that scope")
         for e in entries:
             click.echo(f"{e.call_id} {e.tool}: {e.state}{f' ({e.error})' if e.error else ''}")
+
+    run(body())
+
+
+@cli.command()
+@click.argument("workflow_id")
+@click.option("--as", "requested_by", required=True, help="Who ends it (kept in its result).")
+def end(workflow_id: str, requested_by: str) -> None:
+    """End a conversation. A turn in progress finishes first; what the agent did stays done."""
+
+    async def body() -> None:
+        client, _ = await connected()
+        handle = client.get_workflow_handle(workflow_id)
+        if (await query_status(handle)).state == "ended":
+            raise click.ClickException(f"conversation {workflow_id} has already ended")
+        await handle.signal("end", EndConversation(requested_by=requested_by))
+        try:
+            await asyncio.wait_for(handle.result(), END_WAIT_S)
+        except TimeoutError:
+            click.echo(f"ending {workflow_id}: it finishes its current turn first (`status` shows it)")
+            return
+        click.echo(f"ended conversation {workflow_id}")
 
     run(body())

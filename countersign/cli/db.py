@@ -8,16 +8,9 @@ import click
 from sqlalchemy.engine import make_url
 
 from countersign.cli.app import cli, run
-from countersign.config import load_settings
+from countersign.cli.ux import database_url
 from countersign.db import migrate
 from countersign.db.seed import seed as load_seed
-
-
-def database_url() -> str:
-    url = load_settings().database_url
-    if not url:
-        raise click.ClickException("no DATABASE_URL: run `python starter.py dev up` or set DATABASE_URL")
-    return url
 
 
 def shown(url: str) -> str:

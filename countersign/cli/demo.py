@@ -8,6 +8,7 @@ import click
 
 from countersign.cli.app import cli, run
 from countersign.cli.conversations import query_transcript
+from countersign.cli.ux import command
 from countersign.config import DATA_DIR, load_settings
 from countersign.conversation import ConversationResult, StartConversation
 from countersign.conversations import render_transcript, start_conversation
@@ -39,6 +40,6 @@ def demo() -> None:
         click.echo(f"\n{u.model_calls} model calls, {u.tool_calls} tool calls, {u.total_tokens} tokens")
         click.echo(f"workflow id: {handle.id}")
         click.echo(f"Web UI:      {settings.workflow_url(handle.id)}")
-        click.echo("The stack keeps running; `python starter.py dev down` stops it.")
+        click.echo(f"The stack keeps running; `{command()} dev down` stops it.")
 
     run(body())

@@ -40,7 +40,9 @@ def down() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the addresses and components as JSON.")
 def status(as_json: bool) -> None:
     """Show each component and the addresses clients use."""
-    components = stack.status(_plan())
+    plan = _plan()
+    components = stack.status(plan)
+    scenario = _scenario(plan, components)
     if as_json:
         settings = load_settings()
         print_json(
@@ -51,6 +53,7 @@ def status(as_json: bool) -> None:
                 "database_url": settings.database_url,
                 "llm_base_url": settings.llm_base_url,
                 "ui_url": settings.ui_url,
+                "scenario": scenario,
                 "components": {c.name: c.to_json() for c in components},
             }
         )
@@ -60,3 +63,15 @@ def status(as_json: bool) -> None:
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
     for row in rows:
         click.echo("  ".join([*(cell.ljust(w) for cell, w in zip(row, widths, strict=False)), row[-1]]))
+    if scenario:
+        click.echo(f"scripted model scenario: {scenario}")
+
+
+def _scenario(plan: stack.StackPlan, components: list[stack.ComponentStatus]) -> str | None:
+    """The scenario the scripted model serves (or will serve at the next `dev up`); None for a real model."""
+    model = next(c for c in components if c.name == "model")
+    if model.state == stack.EXTERNAL:
+        return None
+    _, records = stack.read_stack(plan.stack_file)
+    running = records.get("model") if model.state == "running" else None
+    return (stack.scenario_of(running) if running else None) or plan.scenario

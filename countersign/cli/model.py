@@ -9,7 +9,7 @@ import click
 
 from countersign.cli.app import cli, run
 from countersign.config import SCRIPTED_LABEL
-from countersign.scripted_model.scenario import Scenario, ScenarioError, load_scenario
+from countersign.scripted_model.scenario import Scenario, ScenarioError, load_scenarios
 from countersign.scripted_model.server import ScriptedModelServer
 
 DEFAULT_PORT = 8400
@@ -26,8 +26,8 @@ def model() -> None:
     "scenario_path",
     envvar="SCENARIO",
     show_envvar=True,
-    type=click.Path(dir_okay=False),
-    help="Scenario file (.yaml/.yml/.json).",
+    type=click.Path(),
+    help="Scenario file (.yaml/.yml/.json), or a directory of them (one per agent).",
 )
 @click.option(
     "--port", default=DEFAULT_PORT, show_default=True, type=click.IntRange(0, 65535), help="0: any free port."
@@ -36,19 +36,20 @@ def model() -> None:
 def serve(scenario_path: str | None, port: int, host: str) -> None:
     """Serve the scenario at http://HOST:PORT/v1 until Ctrl-C or SIGTERM."""
     if scenario_path is None:
-        raise click.UsageError("give --scenario FILE or set SCENARIO")
+        raise click.UsageError("give --scenario FILE|DIR or set SCENARIO")
     try:
-        scenario = load_scenario(scenario_path)
+        scenarios = load_scenarios(scenario_path)
     except ScenarioError as exc:
         raise click.ClickException(str(exc)) from exc
-    run(_serve(scenario, host, port))
+    run(_serve(scenarios, host, port))
 
 
-async def _serve(scenario: Scenario, host: str, port: int) -> None:
+async def _serve(scenarios: list[Scenario], host: str, port: int) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    async with ScriptedModelServer(scenario, host=host, port=port) as server:
-        click.echo(f"{SCRIPTED_LABEL} serving scenario {scenario.name!r} on {server.base_url}")
+    async with ScriptedModelServer(scenarios, host=host, port=port) as server:
+        names = ", ".join(f"{s.name!r}" + (f" ({s.agent})" if s.agent else "") for s in scenarios)
+        click.echo(f"{SCRIPTED_LABEL} serving scenarios {names} on {server.base_url}")
         await stop.wait()

@@ -11,7 +11,7 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from countersign.cli.app import cli, print_json, run
-from countersign.config import load_settings
+from countersign.cli.ux import database_url
 from countersign.db.engine import create_engine, session_factory
 from countersign.db.schema import TIERS, AgentProfile, AgentToolPermission, McpServer, ToolExecution
 from countersign.mcp.servers import server_of
@@ -30,15 +30,21 @@ AUDIT_COLUMNS = (
 
 
 async def with_session(work: Callable[[AsyncSession], Awaitable[T]]) -> T:
-    url = load_settings().database_url
-    if not url:
-        raise click.ClickException("no DATABASE_URL: run `python starter.py dev up` or set DATABASE_URL")
-    engine = create_engine(url, pool_size=1, max_overflow=0)
+    engine = create_engine(database_url(), pool_size=1, max_overflow=0)
     try:
         async with session_factory(engine)() as session, session.begin():
             return await work(session)
     finally:
         await engine.dispose()
+
+
+async def require_agent(session: AsyncSession, agent: str) -> AgentProfile:
+    """The agent's profile; a mistyped agent name is answered with the known ones."""
+    profile = await session.get(AgentProfile, agent)
+    if profile is None:
+        known = (await session.scalars(select(AgentProfile.name).order_by(AgentProfile.name))).all()
+        raise click.ClickException(f"no agent named {agent!r}; known agents: {', '.join(known)}")
+    return profile
 
 
 def table(rows: list[tuple[str, ...]]) -> str:
@@ -97,9 +103,7 @@ def show_permissions(agent: str) -> None:
     from tools import REGISTRY
 
     async def rows(session: AsyncSession) -> tuple[dict[str, Any], list[AgentToolPermission]]:
-        profile = await session.get(AgentProfile, agent)
-        if profile is None:
-            raise click.ClickException(f"no agent named {agent!r}")
+        profile = await require_agent(session, agent)
         query = (
             select(AgentToolPermission)
             .where(AgentToolPermission.agent == agent)
@@ -147,8 +151,7 @@ def set_permission(agent: str, tool: str, tier: str) -> None:
         raise click.ClickException(f"no tool named {tool!r}; known: {', '.join(sorted(REGISTRY))}")
 
     async def change(session: AsyncSession) -> None:
-        if await session.get(AgentProfile, agent) is None:
-            raise click.ClickException(f"no agent named {agent!r}")
+        await require_agent(session, agent)
         server = server_of(tool)
         if server and await session.get(McpServer, server) is None:
             raise click.ClickException(f"no MCP server named {server!r} (see `mcp list`)")

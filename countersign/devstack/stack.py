@@ -39,12 +39,12 @@ DEFAULT_PORTS = {
     "COUNTERSIGN_UI_PORT": 8233,
     "COUNTERSIGN_MODEL_PORT": 8400,
 }
-DEFAULT_SCENARIO = PROJECT_ROOT / "countersign" / "scenarios" / "demo.yaml"
+DEFAULT_SCENARIO = PROJECT_ROOT / "countersign" / "scenarios"  # one file per agent
 STARTUP_TIMEOUT_S = 60.0
 EXTERNAL_TIMEOUT_S = 10.0
 WORKER_SETTLE_S = 1.0
 
-STARTED, REUSED, EXTERNAL = "started", "reused", "external"
+STARTED, REUSED, EXTERNAL, RESTARTED = "started", "reused", "external", "restarted"
 
 Echo = Callable[[str], None]
 
@@ -204,7 +204,9 @@ async def up(plan: StackPlan, echo: Echo) -> None:
         records[name] = record
         write_stack(plan.stack_file, plan.settings(), records)
         pid = f"  pid {record.pid}" if record.pid else ""
-        echo(f"{name:<9} {outcome:<9} {record.address}{pid}")
+        served = scenario_of(record) if name == "model" else None
+        scenario = f"  scenario {_in_project(served)}" if served else ""
+        echo(f"{name:<9} {outcome:<9} {record.address}{pid}{scenario}")
     echo(f"Web UI: {plan.ui_url}")
 
 
@@ -266,6 +268,11 @@ async def _model(plan: StackPlan, previous: ProcessRecord | None) -> tuple[Proce
         return processes.external(plan.llm_base_url), EXTERNAL
     port = plan.ports["COUNTERSIGN_MODEL_PORT"]
     cmd = [sys.executable, str(PROJECT_ROOT / "starter.py"), "model", "serve", "--scenario", plan.scenario]
+    # The server reads its scenario once: another SCENARIO, or an edited file, needs a restart.
+    restart = previous is not None and previous.started_by_us and processes.is_running(previous)
+    restart = restart and previous is not None and _scenario_changed(previous, plan.scenario)
+    if restart and previous is not None:
+        processes.stop(previous)
     record, outcome = _reuse_or_spawn(
         "model",
         plan,
@@ -276,7 +283,32 @@ async def _model(plan: StackPlan, previous: ProcessRecord | None) -> tuple[Proce
     )
     with _stop_on_failure(record, outcome):
         await _wait_listening(record, port, "the scripted model server")
-    return record, outcome
+    return record, RESTARTED if restart else outcome
+
+
+def _in_project(path: str) -> str:
+    """A path inside the project as the README writes it (`countersign/scenarios`)."""
+    with contextlib.suppress(ValueError):
+        return str(Path(path).resolve().relative_to(PROJECT_ROOT))
+    return path
+
+
+def scenario_of(record: ProcessRecord) -> str | None:
+    """The scenario a scripted model process serves (its `--scenario` argument)."""
+    cmd = list(record.cmd)
+    return cmd[cmd.index("--scenario") + 1] if "--scenario" in cmd[:-1] else None
+
+
+def _scenario_changed(running: ProcessRecord, wanted: str) -> bool:
+    """Another SCENARIO than the running server's, or one of its files edited since it started."""
+    current = scenario_of(running)
+    if current is None or Path(current).resolve() != Path(wanted).resolve():
+        return True
+    path = Path(wanted)
+    files = [p for p in path.iterdir() if p.is_file()] if path.is_dir() else [path]
+    with contextlib.suppress(OSError):
+        return any(f.stat().st_mtime > (running.create_time or 0) for f in [path, *files])
+    return True
 
 
 async def _worker(plan: StackPlan, previous: ProcessRecord | None) -> tuple[ProcessRecord, str]:

@@ -58,6 +58,8 @@ class Rule(_Strict):
 
 class Scenario(_Strict):
     name: str
+    # The agent this script plays (its file then answers only that agent's conversations); None: any.
+    agent: str | None = None
     rules: list[Rule]
 
 
@@ -76,9 +78,34 @@ def load_scenario(path: str | Path) -> Scenario:
         raise ScenarioError(f"{path}: invalid scenario: {problems}") from exc
 
 
+SCENARIO_SUFFIXES = (".yaml", ".yml", ".json")
+
+
+def load_scenarios(path: str | Path) -> list[Scenario]:
+    """A scenario file, or every scenario file of a directory (one per agent), in name order."""
+    path = Path(path)
+    if not path.is_dir():
+        return [load_scenario(path)]
+    files = sorted(p for p in path.iterdir() if p.suffix.lower() in SCENARIO_SUFFIXES)
+    if not files:
+        raise ScenarioError(f"{path}: no scenario files (.yaml, .yml, .json) in this directory")
+    scenarios = [load_scenario(p) for p in files]
+    agents = [s.agent for s in scenarios]
+    twice = sorted({a or "(any agent)" for a in agents if agents.count(a) > 1})
+    if twice:
+        raise ScenarioError(f"{path}: more than one scenario for {', '.join(twice)}")
+    return scenarios
+
+
+def scenario_for(scenarios: Sequence[Scenario], agent: str | None) -> Scenario | None:
+    """The script that plays `agent`: its own, else one for any agent, else None."""
+    own = next((s for s in scenarios if agent is not None and s.agent == agent), None)
+    return own or next((s for s in scenarios if s.agent is None), None)
+
+
 def _parse(path: Path) -> Any:
     suffix = path.suffix.lower()
-    if suffix not in {".yaml", ".yml", ".json"}:
+    if suffix not in SCENARIO_SUFFIXES:
         raise ScenarioError(f"{path}: unsupported scenario file type {suffix!r} (use .yaml, .yml or .json)")
     try:
         text = path.read_text(encoding="utf-8")

@@ -13,7 +13,7 @@ import itertools
 import json
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
@@ -21,8 +21,8 @@ from typing import Any
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from countersign.config import SCRIPTED_LABEL, SCRIPTED_MODEL_NAME
-from countersign.scripted_model.scenario import Reply, Scenario, choose_reply, text_of
+from countersign.config import AGENT_HEADER, SCRIPTED_LABEL, SCRIPTED_MODEL_NAME
+from countersign.scripted_model.scenario import Reply, Scenario, choose_reply, scenario_for, text_of
 
 NO_MATCH = f"{SCRIPTED_LABEL} no rule matched"
 ERROR_TYPES = {401: "authentication_error", 404: "not_found_error", 429: "rate_limit_error"}
@@ -84,21 +84,23 @@ class ScriptedModelServer:
     `requests` records the JSON body of every well-formed chat request, in order, for tests to assert on.
     """
 
-    def __init__(self, scenario: Scenario, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(
+        self, scenario: Scenario | Sequence[Scenario], host: str = "127.0.0.1", port: int = 0
+    ) -> None:
         self.host = host
         self.requests: list[dict[str, Any]] = []
-        self._scenario = scenario
+        self._scenarios = [scenario] if isinstance(scenario, Scenario) else list(scenario)
         self._port = port
         self._faults: deque[Fault] = deque()
         self._runner: web.AppRunner | None = None
 
     @property
     def scenario(self) -> Scenario:
-        return self._scenario
+        return self._scenarios[0]
 
     def set_scenario(self, scenario: Scenario) -> None:
         """Swap the script; the next request is answered by the new one."""
-        self._scenario = scenario
+        self._scenarios = [scenario]
 
     def inject(self, *faults: Fault) -> None:
         """Queue faults; each is consumed by one chat request, in order."""
@@ -155,7 +157,13 @@ class ScriptedModelServer:
             faulty = await _apply(self._faults.popleft())
             if faulty is not None:
                 return faulty
-        reply = choose_reply(self._scenario, chat.messages)
+        agent = request.headers.get(AGENT_HEADER)
+        scenario = scenario_for(self._scenarios, agent)
+        if scenario is None:
+            known = ", ".join(sorted(s.agent or "" for s in self._scenarios))
+            reply: Reply | None = Reply(content=f"no scenario for agent {agent!r} (scripted agents: {known})")
+        else:
+            reply = choose_reply(scenario, chat.messages)
         return web.json_response(completion(reply, chat.model, chat.messages))
 
 

@@ -1,0 +1,110 @@
+"""What the CLI tells a person: how to run it again, one-line reasons, whether the embedded stack is up.
+
+Kept apart from the commands so every command words these the same way.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from pathlib import Path
+
+import click
+from temporalio.client import (
+    WorkflowFailureError,
+    WorkflowUpdateFailedError,
+    WorkflowUpdateRPCTimeoutOrCancelledError,
+)
+from temporalio.exceptions import ActivityError, FailureError
+from temporalio.service import RPCError, RPCStatusCode
+
+from countersign.config import DATA_DIR, Settings, load_settings
+from countersign.devstack import stack
+
+# `start --wait` / `send` exit with this when the turn waits for a person (an approval or an answer):
+# the conversation goes on, and the output names the command that lets it continue.
+EXIT_WAITING = 3
+# Ctrl-C while following a turn: the conversation goes on without the display.
+EXIT_INTERRUPTED = 130
+
+
+def command() -> str:
+    """The CLI as the person ran it, to print commands they can paste: `.venv/bin/countersign`,
+    `countersign` (on PATH) or `.venv/bin/python starter.py`."""
+    argv0 = Path(sys.argv[0])
+    if argv0.name == "starter.py":
+        return f"{_shown(Path(sys.executable))} {_shown(argv0)}"
+    found = shutil.which(argv0.name)
+    if found and Path(found).resolve() == argv0.resolve():
+        return argv0.name
+    return _shown(argv0)
+
+
+def _shown(path: Path) -> str:
+    """`path` relative to the working directory when it is inside it, else absolute."""
+    absolute = Path(os.path.abspath(path))
+    try:
+        return str(absolute.relative_to(Path.cwd()))
+    except ValueError:
+        return str(absolute)
+
+
+def reason(exc: BaseException) -> str:
+    """One line a person can act on, without the SDK's class names."""
+    if isinstance(exc, WorkflowFailureError):
+        return reason(exc.cause) if exc.cause is not None else "the conversation failed"
+    if isinstance(exc, WorkflowUpdateFailedError):
+        return reason(exc.cause) if exc.cause is not None else "the conversation refused the request"
+    if isinstance(exc, WorkflowUpdateRPCTimeoutOrCancelledError):
+        return (
+            "the conversation did not answer in time: is a worker running? "
+            f"(`{command()} dev status` shows it)"
+        )
+    if isinstance(exc, RPCError):
+        if exc.status == RPCStatusCode.NOT_FOUND:
+            return f"not found: {exc.message}"
+        if exc.status == RPCStatusCode.UNAVAILABLE:
+            return f"Temporal is unreachable ({exc.message}): `{command()} dev status` shows the stack"
+        return exc.message
+    if isinstance(exc, ActivityError) and exc.cause is not None:
+        return reason(exc.cause)  # "Activity task failed" says nothing: what failed in it does
+    if isinstance(exc, FailureError):
+        return exc.message
+    text = str(exc).strip() or type(exc).__name__
+    return text.splitlines()[0]
+
+
+def stack_down(component: str, env_var: str) -> str | None:
+    """Why `component` of the embedded stack cannot be used, when `env_var` does not point elsewhere.
+
+    Without this, a client falling back to the default addresses would reach whatever else listens
+    there (another Temporal dev server on 7233) and report "workflow not found".
+    """
+    if os.environ.get(env_var):
+        return None
+    plan = stack.plan_from_env(os.environ, DATA_DIR)
+    state = next(c for c in stack.status(plan) if c.name == component)
+    if state.state in ("running", "external"):
+        return None
+    return (
+        f"the embedded stack is not running ({component} is stopped): start it with "
+        f"`{command()} dev up`, or set {env_var}"
+    )
+
+
+def database_url() -> str:
+    """DATABASE_URL, or the embedded stack's when it runs; a one-line reason otherwise."""
+    down = stack_down("postgres", "DATABASE_URL")
+    url = load_settings().database_url
+    if down or not url:
+        raise click.ClickException(down or f"no DATABASE_URL: run `{command()} dev up` or set DATABASE_URL")
+    return url
+
+
+def temporal_settings() -> Settings:
+    """The settings, once Temporal is known to be where they point (see `stack_down`)."""
+    down = stack_down("temporal", "TEMPORAL_ADDRESS")
+    if down:
+        raise click.ClickException(down)
+    return load_settings()
