@@ -155,7 +155,9 @@ async def test_case_researcher_flow_approval_then_rollback(
 
 async def test_the_case_research_scenario_drives_the_agent(agent: AgentHarness) -> None:
     """The scenario the README points at, through the real workflow: a read-only question."""
-    agent.model.set_scenario(load_scenario(PROJECT_ROOT / "countersign" / "scenarios" / "case-researcher.yaml"))
+    agent.model.set_scenario(
+        load_scenario(PROJECT_ROOT / "countersign" / "scenarios" / "case-researcher.yaml")
+    )
     result = await agent.converse("What is open with Initech?", agent="case-researcher")
     assert result.last_reply is not None and "in progress with John Smith" in result.last_reply
     assert result.usage.tool_calls == 2
