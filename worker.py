@@ -19,7 +19,9 @@ from activities.audit import AuditActivities
 from activities.context import ContextActivities
 from activities.email import EmailActivities
 from activities.model import ModelActivities
+from activities.rollback import RollbackActivities
 from activities.saga import SagaActivities
+from activities.store import ConversationStore, StoreActivities
 from activities.tools import ToolActivities
 from countersign.config import Settings, load_settings
 from countersign.db.engine import create_engine, session_factory
@@ -28,6 +30,7 @@ from countersign.logs import configure as configure_logging
 from countersign.ratelimit import RateLimits
 from countersign.temporal_client import connect
 from workflows.agent import AgentWorkflow
+from workflows.rollback import RollbackWorkflow
 
 # Pure, deterministic modules the workflow imports: pass them through the sandbox instead of
 # re-importing them for every workflow run.
@@ -44,7 +47,9 @@ def build_worker(
     """The worker; `tools` replaces the tool activities (the default's rate limits come from the
     environment: RATE_LIMIT_PER_S, RATE_LIMIT_BURST); `interceptors` run inside the logging one."""
     context = ContextActivities(sessions, settings.email_delivery_delay_s)
-    model = ModelActivities(settings)
+    store = ConversationStore(sessions)
+    model = ModelActivities(settings, store)
+    stored = StoreActivities(store)
     tools = tools or ToolActivities(sessions, rate_limits=RateLimits.from_env(os.environ))
     audit = AuditActivities(sessions)
     approvals = ApprovalActivities(sessions)
@@ -53,10 +58,12 @@ def build_worker(
     return Worker(
         client,
         task_queue=settings.task_queue,
-        workflows=[AgentWorkflow],
+        workflows=[AgentWorkflow, RollbackWorkflow],
         activities=[
             context.load_conversation_context,
             model.call_model,
+            model.summarize_conversation,
+            stored.append_messages,
             tools.check_arguments,
             tools.execute_tool,
             audit.record_unexecuted_call,
@@ -65,6 +72,7 @@ def build_worker(
             saga.compensate_call,
             saga.record_compensation_failure,
             saga.authorize_rollback,
+            RollbackActivities(sessions).load_saga_entries,
             email.deliver_email,
         ],
         interceptors=[ActivityLogContext(), *interceptors],

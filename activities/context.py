@@ -13,6 +13,7 @@ from temporalio.exceptions import ApplicationError
 
 from countersign.conversation import AgentProfile, ConversationContext, StartConversation
 from countersign.db import schema
+from countersign.store import ContextPolicy
 from tools.registry import REGISTRY
 
 
@@ -41,6 +42,7 @@ class ContextActivities:
                     .order_by(schema.UserRole.role)
                 )
             )
+            policy = await session.get(schema.ContextPolicy, start.agent)
             permissions = list(
                 await session.scalars(
                     select(schema.AgentToolPermission)
@@ -70,6 +72,7 @@ class ContextActivities:
             ),
             tools=[REGISTRY[p.tool].spec(p.tier) for p in permissions if p.tool in REGISTRY],  # type: ignore[arg-type]
             email_delivery_delay_s=self._email_delay,
+            policy=ContextPolicy.model_validate(policy, from_attributes=True) if policy else ContextPolicy(),
         )
 
 

@@ -87,10 +87,31 @@ class Usage(BaseModel):
         )
 
 
+class StoredInput(BaseModel):
+    """A model call whose messages the activity loads from the conversation store: the sequence
+    numbers the workflow chose, where to store the reply, and the tools offered by name."""
+
+    workflow_id: str
+    tenant_id: str
+    seqs: list[int]
+    reply_seq: int
+    call_seq: int = 0  # the reply's tool calls are stored numbered from c{call_seq + 1} (see numbered)
+    tool_names: list[str] = Field(default_factory=list)
+
+
+def numbered(message: ChatMessage, after: int) -> ChatMessage:
+    """`message` with its tool calls given conversation-wide ids `c{after+1}`, `c{after+2}`, …:
+    reviewers type these, the audit and idempotency keys use them, and a model's own ids may
+    repeat across turns."""
+    calls = [c.model_copy(update={"id": f"c{after + i}"}) for i, c in enumerate(message.tool_calls, 1)]
+    return message.model_copy(update={"tool_calls": calls})
+
+
 class ModelRequest(BaseModel):
-    messages: list[ChatMessage]
+    messages: list[ChatMessage] = Field(default_factory=list)
     tools: list[dict[str, Any]] = Field(default_factory=list)  # OpenAI "tools" entries
     max_tokens: int | None = None
+    stored: StoredInput | None = None  # conversations since the message store: `messages` stays empty
 
 
 class ModelReply(BaseModel):
