@@ -83,13 +83,17 @@ class ConversationStore:
         return refused
 
     async def load(self, workflow_id: str, seqs: list[int] | None = None) -> list[ChatMessage]:
-        """The messages `seqs` (all when None), in sequence order."""
+        """The messages `seqs` in the order given (the summary comes before the window although
+        it is stored later), or all of them in sequence order."""
         query = select(ConversationMessage).where(ConversationMessage.workflow_id == workflow_id)
         if seqs is not None:
             query = query.where(ConversationMessage.seq.in_(seqs))
         async with self.sessions() as session:
-            rows = await session.scalars(query.order_by(ConversationMessage.seq))
-            return [message_of(r) for r in rows]
+            rows = list(await session.scalars(query.order_by(ConversationMessage.seq)))
+        if seqs is not None:
+            by_seq = {r.seq: r for r in rows}
+            rows = [by_seq[s] for s in seqs if s in by_seq]
+        return [message_of(r) for r in rows]
 
     async def reply_at(self, workflow_id: str, seq: int) -> tuple[ChatMessage, Usage] | None:
         """A model reply stored earlier at `seq` (a retried model call answers with it, once)."""

@@ -22,6 +22,7 @@ from countersign.conversation import (
 )
 from countersign.saga import RollbackRequest, Saga, SagaEntry
 from countersign.search_attributes import AGENT_NAME, AGENT_STATUS, TENANT_ID
+from countersign.store import SUMMARY_NAME
 
 
 def new_workflow_id(tenant_id: str) -> str:
@@ -99,8 +100,8 @@ async def wait_reply(
 
 def render_message(message: ChatMessage) -> str | None:
     """One transcript entry as a person reads it (None for the system prompt)."""
-    if message.role == "system":
-        return None
+    if message.role == "system":  # the prompt and rollback notes; a running summary is shown
+        return f"summary> {message.content}" if message.name == SUMMARY_NAME else None
     if message.role == "user":
         return f"{message.name or 'user'}> {message.content}"
     if message.role == "tool":

@@ -149,3 +149,14 @@ class Summarized(BaseModel):
 
     usage: Usage
     tokens: int
+
+
+def describe_policy(policy: ContextPolicy | None) -> str:
+    """One line for `permissions show` and `status`."""
+    if policy is None:
+        return f"context: last {DEFAULT_WINDOW_MESSAGES} messages (no context_policies row)"
+    window = f"last {policy.window_messages or DEFAULT_WINDOW_MESSAGES} messages"
+    window += f", at most {policy.window_tokens} tokens" if policy.window_tokens else ""
+    summary = ", running summary of what falls out" if policy.summarize else ""
+    budget = policy.conversation_tokens
+    return f"context: {window}{summary}; budget per conversation: {f'{budget} tokens' if budget else 'none'}"

@@ -479,6 +479,8 @@ class AgentWorkflow:
         """How an activity that failed for good ends the turn (never the workflow)."""
         if isinstance(err.cause, TemporalTimeoutError):
             return "limit_reached", f"LIMIT_REACHED: the {what} did not finish within turn_timeout_s."
+        if isinstance(err.cause, ApplicationError) and err.cause.type == "LimitReached":  # a budget
+            return "limit_reached", f"{err.cause.message}."
         cause = err.cause.message if isinstance(err.cause, ApplicationError) else str(err.cause or err)
         return "error", f"The turn stopped: the {what} failed ({cause})."
 

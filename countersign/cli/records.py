@@ -12,8 +12,10 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from countersign.cli.app import cli, print_json, run
 from countersign.config import load_settings
+from countersign.db import schema
 from countersign.db.engine import create_engine, session_factory
 from countersign.db.schema import TIERS, AgentProfile, AgentToolPermission, ToolExecution
+from countersign.store import ContextPolicy, describe_policy
 
 T = TypeVar("T")
 AUDIT_COLUMNS = (
@@ -119,6 +121,12 @@ def show_permissions(agent: str) -> None:
             )
         )
     click.echo(table(cells))
+
+    async def policy(session: AsyncSession) -> ContextPolicy | None:
+        row = await session.get(schema.ContextPolicy, agent)
+        return ContextPolicy.model_validate(row, from_attributes=True) if row else None
+
+    click.echo(describe_policy(run(with_session(policy))))
 
 
 @permissions.command("set")
