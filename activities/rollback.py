@@ -27,14 +27,13 @@ class RollbackActivities:
         async with self._sessions() as session:
             rows = list(
                 await session.scalars(
-                    select(SagaRecord)
-                    .where(
+                    select(SagaRecord).where(
                         SagaRecord.workflow_id == rollback.workflow_id,
                         SagaRecord.tenant_id == rollback.tenant_id,
                     )
-                    .order_by(SagaRecord.created_at, SagaRecord.call_id)
                 )
             )
+            rows.sort(key=lambda r: (r.turn, len(r.call_id), r.call_id))  # call order: c2 before c10
             finished = set(
                 await session.scalars(
                     select(Compensation.call_id).where(

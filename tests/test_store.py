@@ -92,7 +92,9 @@ async def test_history_carries_no_message_bodies(
     assert any(m.role == "tool" and m.name == "create_task" for m in stored)
     # the model got the whole conversation, loaded from the store
     last = agent.model.requests[-1]["messages"]
-    assert [m["role"] for m in last][:2] == ["system", "user"] and "msg2" in last[-1]["content"]
+    assert [m["role"] for m in last][:2] == ["system", "user"] and any(
+        "msg2" in (m["content"] or "") for m in last
+    )
 
 
 async def test_window_and_running_summary(
