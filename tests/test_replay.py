@@ -59,3 +59,9 @@ def test_the_recorded_histories_cover_code_before_and_after_local_activities() -
     assert "core_local_activity" not in found["demo_lead_qualification"]
     assert "core_local_activity" in found["lead_lookup_local_reads"]
     assert {"core_local_activity", "core_patch"} <= found["approved_status_change_local_bookkeeping"]
+
+
+def test_a_recorded_history_covers_the_message_store() -> None:
+    """Conversations since the message store (`message-store` patch) replay too."""
+    path = next(p for p in HISTORIES if p.stem == "message_store_two_turns")
+    assert "core_patch" in markers(path) and "message-store" in path.read_text()
