@@ -108,6 +108,9 @@ LOCAL_BOOKKEEPING = "local-bookkeeping"
 # Patch id: conversations started since the message store keep message bodies in PostgreSQL: model
 # calls get sequence numbers, continue-as-new carries a cursor. Older histories replay as they ran.
 MESSAGE_STORE = "message-store"
+# Since the message store, the `transcript` query answers the prompt and this many latest messages
+# of the run: a bounded view for the UI and tests; the store has the whole conversation.
+TRANSCRIPT_KEPT = 200
 
 
 def call_summary(tool: str, arguments: str) -> str:
@@ -254,6 +257,8 @@ class AgentWorkflow:
         seq = self._next_seq() if seq is None else seq
         self._cursor.recent.append(envelope_of(seq, message, error))
         self._messages.append(message)
+        prompt = 1 if self._messages[0].role == "system" else 0
+        del self._messages[prompt : max(prompt, len(self._messages) - TRANSCRIPT_KEPT)]
         return StoredMessage(seq=seq, message=message)
 
     def _next_seq(self) -> int:
@@ -410,7 +415,7 @@ class AgentWorkflow:
             remaining = timedelta(seconds=self._limits.turn_timeout_s - elapsed)
             try:
                 if self._stored:
-                    reply, reply_seq = await self._call_stored_model(context, offered, remaining)
+                    reply, reply_seq = await self._call_stored_model(context, remaining)
                 else:
                     reply, reply_seq = await self._call_model(offered, remaining), -1
             except ActivityError as err:
@@ -508,20 +513,19 @@ class AgentWorkflow:
         return reply
 
     async def _call_stored_model(
-        self, context: ConversationContext, offered: list[dict[str, object]], remaining: timedelta
+        self, context: ConversationContext, remaining: timedelta
     ) -> tuple[ModelReply, int]:
         """The model call of MESSAGE_STORE: its input is sequence numbers and tool names, its reply
         is stored (numbered from the next call id) by the activity."""
         seqs = await self._model_seqs(context)
         reply_seq = self._next_seq()
-        names = [str(t["function"]["name"]) for t in offered if isinstance(t.get("function"), dict)]  # type: ignore[index]
         request = StoredInput(
             workflow_id=workflow.info().workflow_id,
             tenant_id=context.tenant_id,
             seqs=seqs,
             reply_seq=reply_seq,
             call_seq=self._call_seq,
-            tool_names=names,
+            tool_names=[t.name for t in offered_tools(context.tools)],
         )
         reply: ModelReply = await workflow.execute_activity(
             "call_model",
