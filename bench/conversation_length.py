@@ -21,13 +21,17 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from sqlalchemy import insert
+
 from bench import stack
 from countersign.conversation import Limits, StartConversation, SubmitMessage
+from countersign.db.schema import ContextPolicy
 from countersign.scripted_model.scenario import Scenario
 from workflows.agent import AgentWorkflow
 
 PASTE = "pasted: " + "the quick brown fox jumps over the lazy dog " * 70  # ~3 KB
 MEASURED = (10, 15, 100, 150, 1000)
+AGENT = "lead-qualifier"
 RESULTS = Path("docs/benchmark-length.json")
 MARKDOWN = Path("docs/benchmark.md")
 SECTION_TITLE = "\n## Cost vs conversation length"
@@ -52,7 +56,7 @@ async def history_size(handle: Any) -> tuple[str, int, int]:
 
 async def measure(parts: stack.Parts, turns: int) -> dict[str, Any]:
     start = StartConversation(
-        tenant_id="acme", user_id="alice", agent="lead-qualifier", limits=Limits(max_turns_per_run=10_000)
+        tenant_id="acme", user_id="alice", agent=AGENT, limits=Limits(max_turns_per_run=10_000)
     )
     workflow_id = f"bench-length-{uuid.uuid4().hex[:8]}"
     handle = await parts.client.start_workflow(
@@ -106,12 +110,14 @@ def section(results_path: Path = RESULTS) -> str:
         f"| {turn} | {v['history_bytes'] / 1000:.1f} KB | {v['latency_ms']:.0f} ms |" for turn, v in m.items()
     )
     ratio = m["150"]["latency_ms"] / m["15"]["latency_ms"]
+    window = r.get("window_messages") or 0
     worst = max(v["history_bytes"] or 0 for v in m.values()) / 1000
     return f"""
 ## Cost vs conversation length
 
-Produced by `.venv/bin/python -m bench.conversation_length --turns {r["turns"]}` (same parts as above, one
-conversation of {r["turns"]} turns on `lead-qualifier`; each turn a user message with ~3 KB of pasted text,
+Produced by `.venv/bin/python -m bench.conversation_length --turns {r["turns"]} --window {window}` (same parts
+as above, one conversation of {r["turns"]} turns on `{AGENT}` with a context policy of `window_messages` =
+{window}, as the admin assistant has; each turn a user message with ~3 KB of pasted text,
 one `get_lead` call, a text reply; `max_turns_per_run` lifted so the conversation continues-as-new
 when the server suggests it). **History bytes per turn**: the size of the events the turn added to
 its run's history. **Latency**: `submit_message` signal sent → `wait_reply` answered, median of that
@@ -137,7 +143,7 @@ small ({m["1000"]["history_events"] if "1000" in m else "?"} events per turn at 
 """
 
 
-async def main(turns: int) -> dict[str, Any]:
+async def main(turns: int, window: int | None) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="countersign-bench-") as tmp:
         root = Path(tmp)
         async with (
@@ -146,7 +152,10 @@ async def main(turns: int) -> dict[str, Any]:
             stack.parts(url, server.config, Scenario.model_validate(SCENARIO)) as parts,
             stack.in_process_worker(parts, {}) as worker,
         ):
-            return await measure(worker, turns)
+            if window is not None:  # the bench's own database: the agent's model sees `window` messages
+                async with worker.engine.begin() as conn:
+                    await conn.execute(insert(ContextPolicy).values(agent=AGENT, window_messages=window))
+            return {"window_messages": window} | await measure(worker, turns)
 
 
 def write(results: dict[str, Any]) -> None:
@@ -160,4 +169,6 @@ def write(results: dict[str, Any]) -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--turns", type=int, default=1000)
-    write(asyncio.run(main(parser.parse_args().turns)))
+    parser.add_argument("--window", type=int, default=20, help="the agent's window_messages (0: no policy)")
+    args = parser.parse_args()
+    write(asyncio.run(main(args.turns, args.window or None)))

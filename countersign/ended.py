@@ -37,6 +37,18 @@ async def stored_transcript(settings: Settings, workflow_id: str) -> list[ChatMe
     return messages
 
 
+async def full_transcript(client: Client, settings: Settings, workflow_id: str) -> list[ChatMessage]:
+    """The whole conversation: from the store, or (a conversation from before it, no database
+    configured) from the `transcript` query."""
+    stored = await stored_transcript(settings, workflow_id) if settings.database_url else []
+    if stored:
+        return stored
+    messages: list[ChatMessage] = await client.get_workflow_handle(workflow_id).query(
+        "transcript", result_type=list[ChatMessage]
+    )
+    return messages
+
+
 async def tokens_today(settings: Settings, tenant_id: str) -> tuple[int, int | None]:
     used: tuple[int, int | None] = await with_store(settings, lambda s: s.tokens_today(tenant_id))
     return used

@@ -16,7 +16,7 @@ from countersign.cli.app import cli, print_json, run
 from countersign.config import Settings, load_settings
 from countersign.conversation import Limits, StartConversation, StatusView, SubmitMessage, TurnResult
 from countersign.conversations import render_transcript, roll_back, send_keyed, start_conversation, wait_reply
-from countersign.ended import has_ended, roll_back_ended, stored_transcript, tokens_today
+from countersign.ended import full_transcript, has_ended, roll_back_ended, tokens_today
 from countersign.saga import RollbackRequest
 from countersign.store import describe_policy
 from countersign.temporal_client import connect
@@ -197,9 +197,7 @@ def transcript(workflow_id: str, as_json: bool) -> None:
 
     async def body() -> None:
         client, settings = await connected()
-        # the store holds every run's messages; a conversation from before it answers the query
-        stored = await stored_transcript(settings, workflow_id) if settings.database_url else []
-        messages = stored or await query_transcript(client.get_workflow_handle(workflow_id))
+        messages = await full_transcript(client, settings, workflow_id)
         if as_json:
             json.dump([m.model_dump(mode="json") for m in messages], sys.stdout, indent=2)
             sys.stdout.write("\n")
