@@ -111,15 +111,20 @@ def units(log: list[Envelope]) -> list[list[Envelope]]:
     return groups
 
 
-def select_window(log: list[Envelope], policy: ContextPolicy) -> list[Envelope]:
-    """The newest messages of `log` the policy lets the model see (the newest unit always)."""
-    max_messages = policy.window_messages or DEFAULT_WINDOW_MESSAGES
+def select_window(log: list[Envelope], policy: ContextPolicy, fold: bool = False) -> list[Envelope]:
+    """The newest messages of `log` the policy lets the model see (the newest unit always).
+
+    `fold`: messages are about to be folded into the summary: keep half the window, so that the
+    next summary is due only after half a window of new messages, not at every model call."""
+    share = 2 if fold else 1
+    max_messages = (policy.window_messages or DEFAULT_WINDOW_MESSAGES) // share or 1
+    max_tokens = policy.window_tokens // share or 1 if policy.window_tokens is not None else None
     kept: list[Envelope] = []
     tokens = 0
     for unit in reversed(units(log)):
         unit_tokens = sum(e.tokens for e in unit)
         over_messages = len(kept) + len(unit) > max_messages
-        over_tokens = policy.window_tokens is not None and tokens + unit_tokens > policy.window_tokens
+        over_tokens = max_tokens is not None and tokens + unit_tokens > max_tokens
         if kept and (over_messages or over_tokens):
             break
         kept[:0] = unit

@@ -118,7 +118,9 @@ async def test_window_and_running_summary(
         "msg3",
     ]
     transcript = render_transcript(await stored_transcript(agent.settings, handle.id), scripted=False)
-    assert "summary> Summary of the earlier conversation: [scripted model]" in transcript
+    assert "summary> Summary of the earlier conversation: [scripted model] they said msg0" in transcript
+    # three messages folded at once (half the window kept): one summarizing call, not one per turn
+    assert sum(r["messages"][0]["content"].startswith("Summarize") for r in agent.model.requests) == 1
     status = await handle.query(AgentWorkflow.status)
     assert status.policy is not None and status.policy.window_messages == 4
 

@@ -76,3 +76,11 @@ def test_answered_ids_are_bounded() -> None:
     for i in range(250):
         remember_answer(answered, f"m{i}", i)
     assert len(answered) == 200 and "m0" not in answered and answered["m249"] == 249
+
+
+def test_folding_into_the_summary_keeps_half_the_window() -> None:
+    log = [Envelope(seq=i, role="user", tokens=10) for i in range(1, 22)]
+    policy = ContextPolicy(window_messages=20, window_tokens=1000, summarize=True)
+    assert len(select_window(log, policy)) == 20
+    assert [e.seq for e in select_window(log, policy, fold=True)] == list(range(12, 22))
+    assert len(select_window(log, ContextPolicy(window_tokens=100), fold=True)) == 5

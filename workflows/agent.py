@@ -306,6 +306,8 @@ class AgentWorkflow:
         falls out of the window is folded into the running summary when the policy asks for one."""
         cursor, policy = self._cursor, context.policy
         kept = select_window(cursor.recent, policy)
+        if len(kept) < len(cursor.recent) and policy.summarize:
+            kept = select_window(cursor.recent, policy, fold=True)
         dropped = cursor.recent[: len(cursor.recent) - len(kept)]
         cursor.recent = kept
         if dropped and policy.summarize:
