@@ -102,7 +102,8 @@ async def test_window_and_running_summary(
 ) -> None:
     name = await make_agent(db_engine, scratch, window_messages=4, summarize=True)
     agent.script(
-        {"when": {"user_contains": "Summarize"}, "reply": {"content": "they said msg0 and msg1"}}, *ECHO
+        {"when": {"user_contains": "user (alice): msg0"}, "reply": {"content": "they said msg0 and msg1"}},
+        *ECHO,
     )
     handle = await agent.start("msg0", agent=name)
     await execute_update(handle, AgentWorkflow.wait_turn, 1)
@@ -118,7 +119,9 @@ async def test_window_and_running_summary(
         "msg3",
     ]
     transcript = render_transcript(await stored_transcript(agent.settings, handle.id), scripted=False)
-    assert "summary> Summary of the earlier conversation: [scripted model] they said msg0" in transcript
+    assert (
+        "summary> Summary of the earlier conversation: [scripted model] they said msg0 and msg1" in transcript
+    )
     # three messages folded at once (half the window kept): one summarizing call, not one per turn
     assert sum(r["messages"][0]["content"].startswith("Summarize") for r in agent.model.requests) == 1
     status = await handle.query(AgentWorkflow.status)
