@@ -18,6 +18,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from countersign.chat import ChatMessage, ToolCall, Usage
+from countersign.conversation import StatusView
 from countersign.db.schema import ConversationMessage, TenantTokenBudget
 from countersign.store import SUMMARY_NAME, AppendMessages, StoredMessage
 
@@ -104,6 +105,36 @@ class ConversationStore:
         return message_of(row), Usage(
             prompt_tokens=row.prompt_tokens, completion_tokens=row.completion_tokens, model_calls=1
         )
+
+    async def owner(self, workflow_id: str) -> tuple[str, str] | None:
+        """The conversation's tenant and user (the author of its user messages), if stored."""
+        query = (
+            select(ConversationMessage.tenant_id, ConversationMessage.name)
+            .where(ConversationMessage.workflow_id == workflow_id, ConversationMessage.role == "user")
+            .order_by(ConversationMessage.seq)
+            .limit(1)
+        )
+        async with self.sessions() as session:
+            row = (await session.execute(query)).first()
+        return (row[0], row[1]) if row is not None and row[1] else None
+
+    async def status(self, workflow_id: str) -> StatusView | None:
+        """What the store says of a conversation whose history is gone (past the namespace's
+        retention): ended, its turns (user messages) and its model usage. None: not in the store."""
+        tokens = ConversationMessage.prompt_tokens + ConversationMessage.completion_tokens
+        query = select(
+            func.min(ConversationMessage.tenant_id),
+            func.count().filter(ConversationMessage.role == "user"),
+            func.coalesce(func.sum(ConversationMessage.prompt_tokens), 0),
+            func.coalesce(func.sum(ConversationMessage.completion_tokens), 0),
+            func.count().filter(tokens > 0),
+        ).where(ConversationMessage.workflow_id == workflow_id)
+        async with self.sessions() as session:
+            tenant, turns, prompt, completion, calls = (await session.execute(query)).one()
+        if tenant is None:
+            return None
+        usage = Usage(prompt_tokens=prompt, completion_tokens=completion, model_calls=calls)
+        return StatusView(state="ended", turn=turns, usage=usage, tenant_id=tenant)
 
     async def tokens_today(self, tenant_id: str) -> tuple[int, int | None]:
         """The tenant's model tokens since 00:00 UTC, and its budget per day (None: unbounded)."""

@@ -11,11 +11,12 @@ import uuid
 from typing import Any
 
 from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.service import RPCError, RPCStatusCode
 
 from activities.store import ConversationStore
 from countersign.chat import ChatMessage
 from countersign.config import Settings
-from countersign.conversation import StartConversation
+from countersign.conversation import StartConversation, StatusView
 from countersign.db.engine import create_engine, session_factory
 from countersign.saga import EndedRollback, RollbackOutcome, RollbackRequest
 from workflows.rollback import ROLLBACK_WORKFLOW_TYPE
@@ -49,13 +50,35 @@ async def full_transcript(client: Client, settings: Settings, workflow_id: str) 
     return messages
 
 
+async def conversation_status(client: Client, settings: Settings, workflow_id: str) -> StatusView:
+    """The `status` query; for a conversation whose history is gone, what the store says."""
+    try:
+        status: StatusView = await client.get_workflow_handle(workflow_id).query(
+            "status", result_type=StatusView
+        )
+        return status
+    except RPCError as err:
+        if err.status != RPCStatusCode.NOT_FOUND or not settings.database_url:
+            raise
+        stored: StatusView | None = await with_store(settings, lambda s: s.status(workflow_id))
+        if stored is None:
+            raise
+        return stored
+
+
 async def tokens_today(settings: Settings, tenant_id: str) -> tuple[int, int | None]:
     used: tuple[int, int | None] = await with_store(settings, lambda s: s.tokens_today(tenant_id))
     return used
 
 
 async def has_ended(client: Client, workflow_id: str) -> bool:
-    status = (await client.get_workflow_handle(workflow_id).describe()).status
+    """Whether the conversation no longer runs (its history may be gone too)."""
+    try:
+        status = (await client.get_workflow_handle(workflow_id).describe()).status
+    except RPCError as err:
+        if err.status == RPCStatusCode.NOT_FOUND:
+            return True
+        raise
     return status != WorkflowExecutionStatus.RUNNING
 
 
@@ -69,13 +92,28 @@ async def started_with(client: Client, workflow_id: str) -> StartConversation:
     raise LookupError(f"no history for {workflow_id}")
 
 
+async def owner(client: Client, settings: Settings, workflow_id: str) -> tuple[str, str]:
+    """Whose conversation it is: from its latest run's input, or from the store once its history
+    is gone (past the namespace's retention)."""
+    try:
+        start = await started_with(client, workflow_id)
+        return start.tenant_id, start.user_id
+    except RPCError as err:
+        if err.status != RPCStatusCode.NOT_FOUND or not settings.database_url:
+            raise
+        stored: tuple[str, str] | None = await with_store(settings, lambda s: s.owner(workflow_id))
+        if stored is None:
+            raise LookupError(f"no conversation {workflow_id} in Temporal or in the store") from err
+        return stored
+
+
 async def roll_back_ended(
     client: Client, settings: Settings, workflow_id: str, request: RollbackRequest
 ) -> RollbackOutcome:
     """Run `request` on an ended conversation through a ConversationRollback workflow."""
-    start = await started_with(client, workflow_id)
+    tenant_id, user_id = await owner(client, settings, workflow_id)
     rollback = EndedRollback(
-        tenant_id=start.tenant_id, workflow_id=workflow_id, conversation_user=start.user_id, request=request
+        tenant_id=tenant_id, workflow_id=workflow_id, conversation_user=user_id, request=request
     )
     outcome: RollbackOutcome = await client.execute_workflow(
         ROLLBACK_WORKFLOW_TYPE,

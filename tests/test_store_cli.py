@@ -11,6 +11,9 @@ from pathlib import Path
 
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
+from temporalio.api.common.v1 import WorkflowExecution
+from temporalio.api.workflowservice.v1 import DeleteWorkflowExecutionRequest
+from temporalio.service import RPCError
 
 from countersign.config import PROJECT_ROOT, SCRIPTED_MODEL_NAME
 from tests.fixtures.agent import AgentHarness
@@ -76,3 +79,24 @@ async def test_an_ended_conversation_is_shown_and_rolled_back_from_the_cli(
     assert code == 0 and "nothing to undo" in out
     code, out = await starter(dev_agent, tmp_path, "audit", "--workflow", handle.id, "--json")
     assert code == 0 and all(row["rolled_back"] for row in json.loads(out))
+
+    # past the namespace's retention the history is gone: the store still answers
+    await dev_agent.client.workflow_service.delete_workflow_execution(
+        DeleteWorkflowExecutionRequest(
+            namespace=dev_agent.client.namespace, workflow_execution=WorkflowExecution(workflow_id=handle.id)
+        )
+    )
+    for _ in range(100):
+        try:
+            await handle.describe()
+        except RPCError:
+            break
+        await asyncio.sleep(0.1)
+    code, out = await starter(dev_agent, tmp_path, "status", handle.id)
+    assert code == 0 and "ended · turn 1 · acme" in out, out
+    code, out = await starter(dev_agent, tmp_path, "transcript", handle.id)
+    assert code == 0 and "agent> [scripted model] done" in out
+    code, out = await starter(
+        dev_agent, tmp_path, "rollback", handle.id, "--as", "alice", "--scope", "conversation"
+    )
+    assert code == 0 and "nothing to undo" in out, out

@@ -16,7 +16,7 @@ from countersign.cli.app import cli, print_json, run
 from countersign.config import Settings, load_settings
 from countersign.conversation import Limits, StartConversation, StatusView, SubmitMessage, TurnResult
 from countersign.conversations import render_transcript, roll_back, send_keyed, start_conversation, wait_reply
-from countersign.ended import full_transcript, has_ended, roll_back_ended, tokens_today
+from countersign.ended import conversation_status, full_transcript, has_ended, roll_back_ended, tokens_today
 from countersign.saga import RollbackRequest
 from countersign.store import describe_policy
 from countersign.temporal_client import connect
@@ -164,7 +164,7 @@ def status(workflow_id: str, as_json: bool) -> None:
 
     async def body() -> None:
         client, settings = await connected()
-        view = await query_status(client.get_workflow_handle(workflow_id))
+        view = await conversation_status(client, settings, workflow_id)
         used, budget = await tokens_today(settings, view.tenant_id) if settings.database_url else (0, None)
         if as_json:
             print_json(
