@@ -47,9 +47,10 @@ async def make_agent(engine: AsyncEngine, scratch: list[str], **policy: Any) -> 
 
 @pytest.fixture
 async def tenant_budget(db_engine: AsyncEngine) -> AsyncIterator[None]:
-    """globex may spend 1 token a day: its first model call spends it."""
+    """globex may spend one token more today than it has: its next model call spends it."""
+    used, _ = await ConversationStore(session_factory(db_engine)).tokens_today("globex")
     async with db_engine.begin() as conn:
-        await conn.execute(insert(TenantTokenBudget).values(tenant_id="globex", tokens_per_day=1))
+        await conn.execute(insert(TenantTokenBudget).values(tenant_id="globex", tokens_per_day=used + 1))
     yield
     async with db_engine.begin() as conn:
         await conn.execute(delete(TenantTokenBudget).where(TenantTokenBudget.tenant_id == "globex"))
@@ -157,7 +158,11 @@ async def test_tenant_daily_budget_refuses_model_calls(
     await handle.signal(AgentWorkflow.submit_message, SubmitMessage(user_id="dave", text="msg1"))
     second = await execute_update(handle, AgentWorkflow.wait_turn, 2)
     assert second is not None and second.stop == "limit_reached"
-    assert second.reply and "tenant globex used" in second.reply and "tenant_token_budgets" in second.reply
+    assert (
+        second.reply
+        and "tenant globex used" in second.reply
+        and "per day (tenant_token_budgets)" in second.reply
+    )
 
 
 async def test_a_redelivered_message_is_answered_once_across_continue_as_new(

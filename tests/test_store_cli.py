@@ -54,6 +54,8 @@ async def test_an_ended_conversation_is_shown_and_rolled_back_from_the_cli(
     handle = await dev_agent.start("do it", agent=name, single_turn=True)
     await handle.result()
 
+    code, out = await starter(dev_agent, tmp_path, "permissions", "show", "admin-assistant")
+    assert code == 0 and "context: last 20 messages; budget per conversation: none" in out, out
     code, out = await starter(dev_agent, tmp_path, "transcript", handle.id)
     assert (
         code == 0
