@@ -20,7 +20,9 @@ from activities.context import ContextActivities
 from activities.email import EmailActivities
 from activities.mcp import McpActivities
 from activities.model import ModelActivities
+from activities.rollback import RollbackActivities
 from activities.saga import SagaActivities
+from activities.store import ConversationStore, StoreActivities
 from activities.tools import ToolActivities
 from countersign.config import Settings, load_settings
 from countersign.db.engine import create_engine, session_factory
@@ -33,6 +35,7 @@ from countersign.observability.usage import ModelCallAudit
 from countersign.ratelimit import RateLimits
 from countersign.temporal_client import connect
 from workflows.agent import AgentWorkflow
+from workflows.rollback import RollbackWorkflow
 
 # Pure, deterministic modules the workflow imports: pass them through the sandbox instead of
 # re-importing them for every workflow run.
@@ -54,7 +57,9 @@ def build_worker(
     holds the MCP connections (its owner closes it when the worker stops)."""
     mcp = McpActivities(sessions, mcp_pool or McpPool(), rate_limits=RateLimits.from_env(os.environ))
     context = ContextActivities(sessions, settings.email_delivery_delay_s, mcp)
-    model = ModelActivities(settings)
+    store = ConversationStore(sessions)
+    model = ModelActivities(settings, store)
+    stored = StoreActivities(store)
     tools = tools or ToolActivities(sessions, rate_limits=RateLimits.from_env(os.environ))
     audit = AuditActivities(sessions)
     approvals = ApprovalActivities(sessions)
@@ -67,10 +72,12 @@ def build_worker(
     return Worker(
         client,
         task_queue=settings.task_queue,
-        workflows=[AgentWorkflow],
+        workflows=[AgentWorkflow, RollbackWorkflow],
         activities=[
             context.load_conversation_context,
             model.call_model,
+            model.summarize_conversation,
+            stored.append_messages,
             tools.check_arguments,
             tools.execute_tool,
             audit.record_unexecuted_call,
@@ -79,6 +86,7 @@ def build_worker(
             saga.compensate_call,
             saga.record_compensation_failure,
             saga.authorize_rollback,
+            RollbackActivities(sessions).load_saga_entries,
             email.deliver_email,
             mcp.check_mcp_arguments,
             mcp.execute_mcp_tool,

@@ -16,6 +16,7 @@ from activities.mcp import McpActivities
 from countersign.conversation import AgentLimits, AgentProfile, ConversationContext, StartConversation
 from countersign.db import schema
 from countersign.mcp.servers import server_of
+from countersign.store import ContextPolicy
 from countersign.tooling import ToolSpec
 from tools.registry import REGISTRY
 
@@ -49,6 +50,7 @@ class ContextActivities:
                     .order_by(schema.UserRole.role)
                 )
             )
+            policy = await session.get(schema.ContextPolicy, start.agent)
             permissions = list(
                 await session.scalars(
                     select(schema.AgentToolPermission)
@@ -80,6 +82,7 @@ class ContextActivities:
             + await self._mcp_tools(start, {p.tool: p.tier for p in permissions if server_of(p.tool)}),
             email_delivery_delay_s=self._email_delay,
             agent_limits=agent_limits(profile),
+            policy=ContextPolicy.model_validate(policy, from_attributes=True) if policy else ContextPolicy(),
         )
 
     async def _mcp_tools(self, start: StartConversation, tiers: dict[str, str | None]) -> list[ToolSpec]:

@@ -23,9 +23,12 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.heartbeat import heartbeats
-from countersign.chat import ChatMessage, ModelReply, ModelRequest, ToolCall, Usage, capped_reply
+from activities.store import ConversationStore, summary_input, summary_message
+from countersign.chat import ChatMessage, ModelReply, ModelRequest, ToolCall, Usage, capped_reply, numbered
 from countersign.circuit import CircuitBreaker, CircuitOpen
 from countersign.config import AGENT_HEADER, Settings
+from countersign.store import AppendMessages, StoredMessage, Summarized, SummaryRequest, estimate_tokens
+from tools.registry import REGISTRY
 
 RETRYABLE_STATUS = frozenset({408, 409, 429})
 
@@ -108,12 +111,22 @@ def endpoint_failed(exc: Exception) -> bool:
 
 
 class ModelActivities:
-    def __init__(self, settings: Settings, *, breaker: CircuitBreaker | None = None) -> None:
+    """`store`: where conversations since the message store keep their messages (None: only
+    requests that carry their messages are served)."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        store: ConversationStore | None = None,
+        *,
+        breaker: CircuitBreaker | None = None,
+    ) -> None:
         if not settings.llm_base_url and settings.scripted_model:
             raise RuntimeError(
                 "no model configured: set LLM_BASE_URL (and LLM_MODEL), or run `starter.py dev up`"
             )
         self._model = settings.llm_model
+        self._store = store
         self._client = openai.AsyncOpenAI(
             base_url=settings.llm_base_url, api_key=settings.llm_api_key, max_retries=0, timeout=110.0
         )
@@ -122,15 +135,66 @@ class ModelActivities:
     @activity.defn(name="call_model")
     @heartbeats
     async def call_model(self, request: ModelRequest) -> ModelReply:
+        stored = request.stored
+        if stored is None:
+            return await self._complete(request.messages, request.tools, request.max_tokens, request.agent)
+        store = self._stored()
+        earlier = await store.reply_at(stored.workflow_id, stored.reply_seq)
+        if earlier is not None:  # a retry after the reply was stored: the model answered once
+            message, usage = earlier
+            return ModelReply(message=message, usage=usage)
+        await store.check_tenant_budget(stored.tenant_id)
+        messages = await store.load(stored.workflow_id, stored.seqs)
+        tools = [REGISTRY[n].spec().openai_tool() for n in stored.tool_names if n in REGISTRY]
+        tools += stored.mcp_tools
+        reply = await self._complete(messages, tools, request.max_tokens, request.agent)
+        reply.message = numbered(reply.message, stored.call_seq)
+        batch = AppendMessages(
+            workflow_id=stored.workflow_id,
+            tenant_id=stored.tenant_id,
+            messages=[StoredMessage(seq=stored.reply_seq, message=reply.message)],
+        )
+        await store.append(batch, reply.usage)
+        return reply
+
+    @activity.defn(name="summarize_conversation")
+    @heartbeats
+    async def summarize_conversation(self, request: SummaryRequest) -> Summarized:
+        """Fold messages that fell out of the window (and the previous summary) into a new summary,
+        stored at `request.seq` as a system message the transcript shows."""
+        store = self._stored()
+        await store.check_tenant_budget(request.tenant_id)
+        previous = await store.load(request.workflow_id, [request.previous]) if request.previous else []
+        folded = await store.load(request.workflow_id, request.seqs)
+        reply = await self._complete(summary_input(previous, folded), [], None, request.agent)
+        summary = summary_message(reply.message.content or "")
+        batch = AppendMessages(
+            workflow_id=request.workflow_id,
+            tenant_id=request.tenant_id,
+            messages=[StoredMessage(seq=request.seq, message=summary)],
+        )
+        await store.append(batch, reply.usage)
+        return Summarized(usage=reply.usage, tokens=estimate_tokens(summary))
+
+    def _stored(self) -> ConversationStore:
+        if self._store is None:
+            raise ApplicationError(
+                "this worker has no conversation store", type="NoStore", non_retryable=True
+            )
+        return self._store
+
+    async def _complete(
+        self, messages: list[ChatMessage], tools: list[dict[str, Any]], max_tokens: int | None, agent: str
+    ) -> ModelReply:
         # The request is built as plain JSON (the same shape the scripted model and any
         # OpenAI-compatible server read) rather than the client's TypedDicts.
-        body: dict[str, Any] = {"model": self._model, "messages": [m.to_openai() for m in request.messages]}
-        if request.tools:
-            body |= {"tools": request.tools, "parallel_tool_calls": True}
-        if request.max_tokens is not None:
-            body["max_tokens"] = request.max_tokens
-        if request.agent:
-            body["extra_headers"] = {AGENT_HEADER: request.agent}
+        body: dict[str, Any] = {"model": self._model, "messages": [m.to_openai() for m in messages]}
+        if tools:
+            body |= {"tools": tools, "parallel_tool_calls": True}
+        if max_tokens is not None:
+            body["max_tokens"] = max_tokens
+        if agent:
+            body["extra_headers"] = {AGENT_HEADER: agent}
         try:
             self.breaker.allow()
         except CircuitOpen as exc:

@@ -22,7 +22,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
 
 from activities.heartbeat import heartbeats
-from countersign.db.schema import ToolExecution
+from countersign.db.schema import SagaRecord, ToolExecution
 from countersign.guards import TruncationLimits, redact, sanitize, storable
 from countersign.ratelimit import RateLimits, take
 from countersign.tooling import ToolInvocation, ToolResult
@@ -95,6 +95,19 @@ def envelope_of(output: BaseModel) -> ToolResult:
     if isinstance(output, Needs):
         return ToolResult(ok=False, needs=output.fields, data=output.candidates or None)
     return ToolResult.success(output.model_dump(mode="json"))
+
+
+def saga_record(invocation: ToolInvocation) -> SagaRecord:
+    """The saga entry of a compensable call that executed (see activities/rollback.py)."""
+    return SagaRecord(
+        workflow_id=invocation.workflow_id,
+        call_id=invocation.call_id,
+        tenant_id=invocation.caller.tenant_id,
+        caller=invocation.caller.model_dump(mode="json"),
+        tool=invocation.tool,
+        turn=invocation.turn,
+        arguments=invocation.arguments,
+    )
 
 
 class ToolActivities:
@@ -198,4 +211,6 @@ class ToolActivities:
                 duration_ms=int((time.perf_counter() - clock) * 1000),
             )
         )
+        if outcome == "executed" and tool.compensation is not None:
+            session.add(saga_record(invocation))  # what a rollback after the conversation's end undoes
         return result

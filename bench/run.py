@@ -27,7 +27,7 @@ from typing import Any, Literal
 
 import psutil
 
-from bench import stack, workloads
+from bench import conversation_length, stack, workloads
 from bench.report import render
 from bench.scenario import APPROVAL_STATUSES, PARALLEL_MESSAGE, STEPS_MESSAGE, bench_scenario
 from bench.stats import Summary
@@ -365,7 +365,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parse(sys.argv[1:] if argv is None else argv)
     markdown = args.markdown or args.out.with_suffix(".md")
     if args.render:
-        markdown.write_text(render(json.loads(args.out.read_text())))
+        markdown.write_text(render(json.loads(args.out.read_text())) + conversation_length.section())
         return
     command = shlex.join([".venv/bin/python", "-m", "bench.run", *(sys.argv[1:] if argv is None else argv)])
     configure_logging("WARNING")  # the in-process worker's DEBUG/INFO lines would cost CPU being measured
@@ -374,7 +374,7 @@ def main(argv: list[str] | None = None) -> None:
     host["load_average_at_end"] = [round(x, 2) for x in psutil.getloadavg()]
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=2) + "\n")
-    markdown.write_text(render(results))
+    markdown.write_text(render(results) + conversation_length.section())
     progress(f"wrote {args.out} and {markdown} in {results['duration_s']} s")
 
 

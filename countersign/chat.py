@@ -96,13 +96,36 @@ class ModelCaller(BaseModel):
     turn: int
 
 
+class StoredInput(BaseModel):
+    """A model call whose messages the activity loads from the conversation store: the sequence
+    numbers the workflow chose, where to store the reply, and the tools offered by name."""
+
+    workflow_id: str
+    tenant_id: str
+    seqs: list[int]
+    reply_seq: int
+    call_seq: int = 0  # the reply's tool calls are stored numbered from c{call_seq + 1} (see numbered)
+    tool_names: list[str] = Field(default_factory=list)  # native tools: the worker has their schemas
+    # MCP tools' definitions as offered: their schemas come from the snapshot, not from this worker
+    mcp_tools: list[dict[str, Any]] = Field(default_factory=list)
+
+
+def numbered(message: ChatMessage, after: int) -> ChatMessage:
+    """`message` with its tool calls given conversation-wide ids `c{after+1}`, `c{after+2}`, …:
+    reviewers type these, the audit and idempotency keys use them, and a model's own ids may
+    repeat across turns."""
+    calls = [c.model_copy(update={"id": f"c{after + i}"}) for i, c in enumerate(message.tool_calls, 1)]
+    return message.model_copy(update={"tool_calls": calls})
+
+
 class ModelRequest(BaseModel):
-    messages: list[ChatMessage]
+    messages: list[ChatMessage] = Field(default_factory=list)
     tools: list[dict[str, Any]] = Field(default_factory=list)  # OpenAI "tools" entries
     max_tokens: int | None = None
     caller: ModelCaller | None = None  # None in histories recorded before the usage audit
     # The agent asking, sent as a header the scripted model picks its script by (empty in older histories).
     agent: str = ""
+    stored: StoredInput | None = None  # conversations since the message store: `messages` stays empty
 
 
 class ModelReply(BaseModel):

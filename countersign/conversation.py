@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from countersign.chat import ChatMessage, Usage
 from countersign.saga import Saga
+from countersign.store import ContextPolicy, Cursor
 from countersign.tooling import Risk, ToolSpec
 
 WORKFLOW_TYPE = "AgentWorkflow"
@@ -82,6 +83,7 @@ class ConversationContext(BaseModel):
     approval: ApprovalPolicy = Field(default_factory=ApprovalPolicy)
     email_delivery_delay_s: float = 60.0
     agent_limits: AgentLimits = Field(default_factory=AgentLimits)
+    policy: ContextPolicy = Field(default_factory=ContextPolicy)  # what the model sees and may spend
 
 
 class SubmitMessage(BaseModel):
@@ -101,6 +103,7 @@ class CarriedState(BaseModel):
     inbox: list[SubmitMessage] = Field(default_factory=list)
     saga: Saga = Field(default_factory=Saga)
     outbox: list[int] = Field(default_factory=list)  # queued emails not delivered yet
+    cursor: Cursor | None = None  # conversations since the message store: `messages` stays empty
 
 
 class StartConversation(BaseModel):
@@ -181,3 +184,4 @@ class StatusView(BaseModel):
     agent: str = ""
     last_error: str | None = None
     compensation_failures: list[str] = Field(default_factory=list)
+    policy: ContextPolicy | None = None  # the context window and token budget (message store on)

@@ -9,6 +9,7 @@ from typing import Any
 
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 from temporalio.common import SearchAttributePair, TypedSearchAttributes
+from temporalio.exceptions import WorkflowAlreadyStartedError
 
 from countersign.chat import ChatMessage
 from countersign.config import SCRIPTED_LABEL, Settings
@@ -23,6 +24,7 @@ from countersign.conversation import (
 from countersign.markdown import escape_markdown
 from countersign.saga import RollbackRequest, Saga, SagaEntry
 from countersign.search_attributes import AGENT_NAME, AGENT_STATUS, TENANT_ID
+from countersign.store import SUMMARY_NAME
 
 
 def new_workflow_id(tenant_id: str) -> str:
@@ -70,15 +72,25 @@ async def send_keyed(
     client: Client, settings: Settings, start: StartConversation, key: str, message: SubmitMessage
 ) -> WorkflowHandle[Any, ConversationResult]:
     """Deliver a message to the keyed conversation, starting it if none runs (signal-with-start:
-    atomic on the server, so concurrent first messages never create two conversations)."""
-    return await client.start_workflow(
-        WORKFLOW_TYPE,
-        start,
-        id=keyed_workflow_id(start.tenant_id, key),
-        start_signal="submit_message",
-        start_signal_args=[message],
-        **start_options(settings, start),
-    )
+    atomic on the server, so concurrent first messages never create two conversations).
+
+    Two first messages racing can still meet "already started" from the server when both try to
+    start at once; the second attempt finds the conversation running and signals it."""
+
+    async def signal_with_start() -> WorkflowHandle[Any, ConversationResult]:
+        return await client.start_workflow(
+            WORKFLOW_TYPE,
+            start,
+            id=keyed_workflow_id(start.tenant_id, key),
+            start_signal="submit_message",
+            start_signal_args=[message],
+            **start_options(settings, start),
+        )
+
+    try:
+        return await signal_with_start()
+    except WorkflowAlreadyStartedError:
+        return await signal_with_start()
 
 
 async def wait_reply(
@@ -100,8 +112,8 @@ async def wait_reply(
 
 def render_message(message: ChatMessage) -> str | None:
     """One transcript entry as a person reads it (None for the system prompt)."""
-    if message.role == "system":
-        return None
+    if message.role == "system":  # the prompt and rollback notes; a running summary is shown
+        return f"summary> {message.content}" if message.name == SUMMARY_NAME else None
     if message.role == "user":
         return f"{message.name or 'user'}> {message.content}"
     if message.role == "tool":

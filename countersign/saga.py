@@ -85,3 +85,17 @@ UNDO_STATE: dict[str, EntryState] = {"undone": "done", "already_undone": "done",
 def undo_state(outcome: str) -> EntryState:
     """A compensation's UndoOutcome as the saga records it."""
     return UNDO_STATE.get(outcome, "irreversible")
+
+
+class EndedRollback(BaseModel):
+    """A rollback of a conversation that has ended: the input of the short rollback workflow."""
+
+    tenant_id: str
+    workflow_id: str
+    conversation_user: str
+    request: RollbackRequest
+
+
+class RollbackOutcome(BaseModel):
+    refused: str | None = None  # why the rollback was refused (audited in rollback_requests)
+    entries: list[SagaEntry] = Field(default_factory=list)  # what it undid, with the outcome

@@ -5,10 +5,13 @@ from __future__ import annotations
 import asyncio
 import uuid
 
+from sqlalchemy.ext.asyncio import AsyncEngine
 from temporalio.client import WorkflowExecutionStatus
 
+from activities.store import ConversationStore
 from countersign.conversation import Limits, StartConversation, SubmitMessage
 from countersign.conversations import keyed_workflow_id, send_keyed, wait_reply
+from countersign.db.engine import session_factory
 from tests.fixtures.agent import AgentHarness
 from workflows.agent import AgentWorkflow
 
@@ -46,7 +49,7 @@ async def test_concurrent_first_messages_reach_one_conversation(agent: AgentHarn
     assert sorted(m.content or "" for m in transcript if m.role == "user") == ["one", "two"]
 
 
-async def test_turns_continue_as_new_carrying_state(agent: AgentHarness) -> None:
+async def test_turns_continue_as_new_carrying_state(agent: AgentHarness, db_engine: AsyncEngine) -> None:
     agent.script(*ECHO)
     key = f"web_{uuid.uuid4().hex[:8]}"
     start = StartConversation(
@@ -62,9 +65,11 @@ async def test_turns_continue_as_new_carrying_state(agent: AgentHarness) -> None
     latest = agent.client.get_workflow_handle(handles[0].id)
     status = await latest.query(AgentWorkflow.status)
     assert status.turn == 3 and status.usage.model_calls == 3 and status.limits.max_turns_per_run == 2
-    transcript = await latest.query(AgentWorkflow.transcript)
+    # the run carried a cursor, not the transcript: the whole conversation is in the store
+    transcript = await ConversationStore(session_factory(db_engine)).load(handles[0].id)
     assert transcript[0].role == "system"
     assert [m.content for m in transcript if m.role == "user"] == ["one", "two", "three"]
+    assert [m.content for m in await latest.query(AgentWorkflow.transcript) if m.role == "user"] == ["three"]
     started = (await latest.fetch_history()).events[0].workflow_execution_started_event_attributes
     assert started.continued_execution_run_id, "the third turn ran in a continued run"
     assert (await latest.describe()).status == WorkflowExecutionStatus.RUNNING

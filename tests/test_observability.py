@@ -188,7 +188,11 @@ async def test_metrics_count_a_conversation_with_an_approval(
 
     # the usage audit: one row per model call, with the turn it served
     async with db_engine.connect() as conn:
-        rows = list(await conn.execute(select(ModelCall).where(ModelCall.workflow_id == handle.id)))
+        rows = list(
+            await conn.execute(
+                select(ModelCall).where(ModelCall.workflow_id == handle.id).order_by(ModelCall.id)
+            )
+        )
     assert [(r.turn, r.tool_calls) for r in rows] == [(1, 1), (1, 0)]
     assert all(r.agent == agent_name and r.tenant_id == "acme" and r.prompt_tokens > 0 for r in rows)
 

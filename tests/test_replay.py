@@ -59,3 +59,16 @@ def test_the_recorded_histories_cover_code_before_and_after_local_activities() -
     assert "core_local_activity" not in found["demo_lead_qualification"]
     assert "core_local_activity" in found["lead_lookup_local_reads"]
     assert {"core_local_activity", "core_patch"} <= found["approved_status_change_local_bookkeeping"]
+
+
+def test_a_recorded_history_covers_the_message_store() -> None:
+    """Conversations since the message store (`message-store` patch) replay too."""
+    path = next(p for p in HISTORIES if p.stem == "message_store_two_turns")
+    history = WorkflowHistory.from_json(path.stem, path.read_text())
+    patches = [
+        payload.data
+        for e in history.events
+        if e.marker_recorded_event_attributes.marker_name == "core_patch"
+        for payload in e.marker_recorded_event_attributes.details["patch-data"].payloads
+    ]
+    assert any(b"message-store" in data for data in patches)

@@ -34,7 +34,16 @@ with workflow.unsafe.imports_passed_through():
         Verdict,
         state_refusal,
     )
-    from countersign.chat import ChatMessage, ModelCaller, ModelReply, ModelRequest, ToolCall, Usage
+    from countersign.chat import (
+        ChatMessage,
+        ModelCaller,
+        ModelReply,
+        ModelRequest,
+        StoredInput,
+        ToolCall,
+        Usage,
+        numbered,
+    )
     from countersign.conversation import (
         WORKFLOW_TYPE,
         AgentState,
@@ -64,6 +73,19 @@ with workflow.unsafe.imports_passed_through():
         SagaEntry,
     )
     from countersign.search_attributes import AGENT_NAME, AGENT_STATUS, TENANT_ID
+    from countersign.store import (
+        PROMPT_SEQ,
+        AppendMessages,
+        Cursor,
+        Envelope,
+        StoredMessage,
+        Summarized,
+        SummaryRequest,
+        budget_refusal,
+        envelope_of,
+        remember_answer,
+        select_window,
+    )
     from countersign.tooling import CallerContext, McpCall, ToolInvocation, ToolResult, ToolSpec
 
 # Activities whose I/O is PostgreSQL retry without an attempt cap for up to DB_OUTAGE_TOLERANCE: a
@@ -94,6 +116,12 @@ BOOKKEEPING_TIMEOUT = timedelta(seconds=30)
 # Patch id: conversations started since bookkeeping (argument checks, audit rows of unexecuted calls,
 # decision checks) became local activities run them locally; older histories replay as they ran.
 LOCAL_BOOKKEEPING = "local-bookkeeping"
+# Patch id: conversations started since the message store keep message bodies in PostgreSQL: model
+# calls get sequence numbers, continue-as-new carries a cursor. Older histories replay as they ran.
+MESSAGE_STORE = "message-store"
+# Since the message store, the `transcript` query answers the prompt and this many latest messages
+# of the run: a bounded view for the UI and tests; the store has the whole conversation.
+TRANSCRIPT_KEPT = 200
 
 # Tools whose results name queued outbox rows the workflow delivers after the turn's undo window
 # (`outbox_id` with status "queued", or `outbox_ids`). Named, not inferred from a result's shape:
@@ -157,13 +185,18 @@ class AgentWorkflow:
         self._replies: dict[str, TurnResult] = {}  # by message id, the most recent REPLIES_KEPT
         self._ended_by: str | None = None
         self._last_error: str | None = None
+        self._stored = False  # message bodies in the conversation store (MESSAGE_STORE); set by run
+        self._cursor = carried.cursor if carried and carried.cursor else Cursor(next_seq=PROMPT_SEQ + 1)
 
     # --- the conversation -------------------------------------------------------------------
 
     @workflow.run
     async def run(self, start: StartConversation) -> ConversationResult:
+        self._stored = workflow.patched(MESSAGE_STORE)
         context = self._context or await self._load_context(start)
         self._limits = within_agent_bounds(self._limits, context.agent_limits)
+        if self._stored and self._messages:  # carried by a run from before the store: store it now
+            await self._adopt(context)
         workflow.upsert_search_attributes(
             [TENANT_ID.value_set(context.tenant_id), AGENT_NAME.value_set(context.agent.name)]
         )
@@ -198,9 +231,13 @@ class AgentWorkflow:
             if not self._inbox:
                 continue
             message = self._inbox.pop(0)
+            if self._stored and not await self._accept(context, message):
+                continue
             await self._run_turn(context, message)
             if message.message_id and self._last_turn is not None:
                 self._replies[message.message_id] = self._last_turn
+                if self._stored:
+                    remember_answer(self._cursor.answered, message.message_id, self._last_turn.turn)
                 while len(self._replies) > REPLIES_KEPT:
                     del self._replies[next(iter(self._replies))]
             if start.single_turn:
@@ -230,8 +267,106 @@ class AgentWorkflow:
             summary=f"load {start.tenant_id}/{start.user_id} roles and {start.agent} permissions",
         )
         self._context = context
-        self._messages.insert(0, ChatMessage(role="system", content=context.agent.system_prompt))
+        prompt = ChatMessage(role="system", content=context.agent.system_prompt)
+        self._messages.insert(0, prompt)
+        if self._stored:
+            await self._append(context, [StoredMessage(seq=PROMPT_SEQ, message=prompt)])
         return context
+
+    # --- the message store (MESSAGE_STORE) ----------------------------------------------------
+
+    def _record(
+        self, message: ChatMessage, error: str | None = None, seq: int | None = None
+    ) -> StoredMessage:
+        """Give `message` the next sequence number (or `seq`, allocated by `_next_seq` earlier) and
+        keep its envelope (the body goes to the store through `_append`, and to this run's
+        transcript query)."""
+        seq = self._next_seq() if seq is None else seq
+        self._cursor.recent.append(envelope_of(seq, message, error))
+        self._messages.append(message)
+        prompt = 1 if self._messages[0].role == "system" else 0
+        del self._messages[prompt : max(prompt, len(self._messages) - TRANSCRIPT_KEPT)]
+        return StoredMessage(seq=seq, message=message)
+
+    def _next_seq(self) -> int:
+        self._cursor.next_seq += 1
+        return self._cursor.next_seq - 1
+
+    async def _append(self, context: ConversationContext, messages: list[StoredMessage]) -> list[int]:
+        """Store `messages`; the seqs refused as redelivered messages. A local activity: its input
+        (the bodies) is not recorded in history, only its small result."""
+        batch = AppendMessages(
+            workflow_id=workflow.info().workflow_id, tenant_id=context.tenant_id, messages=messages
+        )
+        refused: list[int] = await workflow.execute_local_activity(
+            "append_messages",
+            batch,
+            result_type=list[int],
+            start_to_close_timeout=BOOKKEEPING_TIMEOUT,
+            schedule_to_close_timeout=DB_OUTAGE_TOLERANCE,
+            retry_policy=DB_RETRY,
+            summary=f"store {len(messages)} message(s) from seq {messages[0].seq}" if messages else "store",
+        )
+        return refused
+
+    async def _adopt(self, context: ConversationContext) -> None:
+        """Store the transcript a run from before the message store carried, then forget it."""
+        carried, self._messages = self._messages, []
+        batch = [StoredMessage(seq=PROMPT_SEQ, message=carried[0])] if carried[0].role == "system" else []
+        self._messages = carried[:1] if batch else []
+        batch += [self._record(m) for m in carried[len(batch) :]]
+        await self._append(context, batch)
+
+    async def _accept(self, context: ConversationContext, message: SubmitMessage) -> bool:
+        """Store the user's message; False for a redelivered one (its id is stored already)."""
+        stored = self._record(ChatMessage(role="user", content=message.text, name=message.user_id))
+        stored.message_id = message.message_id
+        if await self._append(context, [stored]):
+            self._cursor.recent.pop()
+            self._messages.pop()
+            workflow.logger.warning("message %s was delivered before: answered once", message.message_id)
+            return False
+        return True
+
+    async def _model_seqs(self, context: ConversationContext) -> list[int]:
+        """The sequence numbers the next model call sends: prompt, summary, then the window. What
+        falls out of the window is folded into the running summary when the policy asks for one."""
+        cursor, policy = self._cursor, context.policy
+        kept = select_window(cursor.recent, policy)
+        if len(kept) < len(cursor.recent) and policy.summarize:
+            kept = select_window(cursor.recent, policy, fold=True)
+        dropped = cursor.recent[: len(cursor.recent) - len(kept)]
+        cursor.recent = kept
+        if dropped and policy.summarize:
+            await self._summarize(context, dropped)
+        summary = [cursor.summary_seq] if cursor.summary_seq is not None else []
+        return [PROMPT_SEQ, *summary, *(e.seq for e in kept)]
+
+    async def _summarize(self, context: ConversationContext, dropped: list[Envelope]) -> None:
+        seq = self._next_seq()
+        request = SummaryRequest(
+            workflow_id=workflow.info().workflow_id,
+            tenant_id=context.tenant_id,
+            seq=seq,
+            previous=self._cursor.summary_seq,
+            seqs=[e.seq for e in dropped],
+            agent=context.agent.name,
+        )
+        try:
+            done: Summarized = await workflow.execute_activity(
+                "summarize_conversation",
+                request,
+                result_type=Summarized,
+                start_to_close_timeout=MODEL_CALL_TIMEOUT,
+                retry_policy=MODEL_RETRY,
+                heartbeat_timeout=HEARTBEAT_TIMEOUT,
+                summary=f"summarize {len(dropped)} message(s) leaving the window",
+            )
+        except ActivityError as err:  # the window still holds; only the summary of these is missing
+            workflow.logger.error("summary of seqs %s failed: %s", request.seqs, err.cause or err)
+            return
+        self._cursor.summary_seq = seq
+        self._usage = self._usage.plus(done.usage)
 
     async def _next_message_arrives(self) -> bool:
         try:
@@ -247,7 +382,8 @@ class AgentWorkflow:
     def _carry(self, context: ConversationContext) -> StartConversation:
         carried = CarriedState(
             context=context,
-            messages=trim_for_carry(self._messages),
+            messages=[] if self._stored else trim_for_carry(self._messages),
+            cursor=self._cursor if self._stored else None,
             usage=self._usage,
             turn=self._turn,
             call_seq=self._call_seq,
@@ -293,7 +429,8 @@ class AgentWorkflow:
             self._undelivered.remove(outbox_id)
 
     async def _turn_loop(self, context: ConversationContext, message: SubmitMessage) -> None:
-        self._messages.append(ChatMessage(role="user", content=message.text, name=message.user_id))
+        if not self._stored:  # stored by _accept otherwise
+            self._messages.append(ChatMessage(role="user", content=message.text, name=message.user_id))
         tools = {t.name: t for t in context.tools}
         offered = [t.openai_tool() for t in offered_tools(context.tools)]
         started = workflow.now()
@@ -301,19 +438,29 @@ class AgentWorkflow:
         while True:
             elapsed = (workflow.now() - started).total_seconds() - self._human_wait_s
             stop = before_model_call(self._limits, turn, elapsed)
+            if self._stored:
+                stop = stop or budget_refusal(context.policy, self._usage.total_tokens)
             if stop:
-                return self._end_turn(turn, "limit_reached", f"LIMIT_REACHED: {stop}.")
+                return await self._end_turn(turn, "limit_reached", f"LIMIT_REACHED: {stop}.")
             remaining = timedelta(seconds=self._limits.turn_timeout_s - elapsed)
             try:
-                reply = await self._call_model(offered, remaining)
+                if self._stored:
+                    reply, reply_seq = await self._call_stored_model(context, remaining)
+                else:
+                    reply, reply_seq = await self._call_model(offered, remaining), -1
             except ActivityError as err:
-                return self._end_turn(turn, *self._failure("model call", err))
+                return await self._end_turn(turn, *self._failure("model call", err))
             turn = turn.plus(reply.usage)
             self._usage = self._usage.plus(reply.usage)
-            assistant = self._number_calls(reply.message)
-            self._messages.append(assistant)
+            if self._stored:  # numbered and stored by the model call
+                assistant = reply.message
+                self._call_seq += len(assistant.tool_calls)
+                self._record(assistant, seq=reply_seq)
+            else:
+                assistant = self._number_calls(reply.message)
+                self._messages.append(assistant)
             if not assistant.tool_calls:
-                return self._end_turn(turn, "completed", assistant.content)
+                return await self._end_turn(turn, "completed", assistant.content)
             budget = tool_call_budget(self._limits, turn)
             results = await asyncio.gather(
                 *(
@@ -323,22 +470,27 @@ class AgentWorkflow:
             )
             ran = Usage(tool_calls=min(budget, len(results)))
             turn, self._usage = turn.plus(ran), self._usage.plus(ran)
-            for call, result in zip(assistant.tool_calls, results, strict=True):
-                self._messages.append(
-                    ChatMessage(
-                        role="tool", tool_call_id=call.id, name=call.name, content=result.to_content()
-                    )
+            answers = [
+                ChatMessage(role="tool", tool_call_id=call.id, name=call.name, content=result.to_content())
+                for call, result in zip(assistant.tool_calls, results, strict=True)
+            ]
+            if self._stored:
+                errors = [r.error.code if r.error else None for r in results]
+                await self._append(
+                    context, [self._record(m, e) for m, e in zip(answers, errors, strict=True)]
                 )
+            else:
+                self._messages += answers
             failed_write = self._failed_write(tools, assistant.tool_calls, results)
             if failed_write and context.agent.atomic_turns:
                 undo = self._saga.to_undo("turn", self._turn)
                 await self._compensate(context, undo, f"atomic turn: {failed_write} failed")
-                return self._end_turn(
+                return await self._end_turn(
                     turn, "error", f"The turn stopped: {failed_write} failed, so its writes were undone."
                 )
             if budget < len(results):
                 limit = self._limits.max_tool_calls
-                return self._end_turn(
+                return await self._end_turn(
                     turn, "limit_reached", f"LIMIT_REACHED: the turn reached max_tool_calls ({limit})."
                 )
 
@@ -362,13 +514,19 @@ class AgentWorkflow:
         """How an activity that failed for good ends the turn (never the workflow)."""
         if isinstance(err.cause, TemporalTimeoutError):
             return "limit_reached", f"LIMIT_REACHED: the {what} did not finish within turn_timeout_s."
+        if isinstance(err.cause, ApplicationError) and err.cause.type == "LimitReached":  # a budget
+            return "limit_reached", f"{err.cause.message}."
         cause = err.cause.message if isinstance(err.cause, ApplicationError) else str(err.cause or err)
         return "error", f"The turn stopped: the {what} failed ({cause})."
 
-    def _end_turn(self, usage: Usage, stop: TurnStop, reply: str | None) -> None:
+    async def _end_turn(self, usage: Usage, stop: TurnStop, reply: str | None) -> None:
         if stop != "completed":
             self._last_error = reply
-            self._messages.append(ChatMessage(role="assistant", content=reply))
+            message = ChatMessage(role="assistant", content=reply)
+            if self._stored and self._context:
+                await self._append(self._context, [self._record(message)])
+            else:
+                self._messages.append(message)
         self._last_turn = TurnResult(turn=self._turn, reply=reply, stop=stop, usage=usage)
         record_turn(self._start.agent, stop)
 
@@ -376,10 +534,7 @@ class AgentWorkflow:
         reply: ModelReply = await workflow.execute_activity(
             "call_model",
             ModelRequest(
-                messages=self._messages,
-                tools=offered,
-                caller=ModelCaller(tenant_id=self._start.tenant_id, agent=self._start.agent, turn=self._turn),
-                agent=self._start.agent,
+                messages=self._messages, tools=offered, caller=self._caller(), agent=self._start.agent
             ),
             result_type=ModelReply,
             start_to_close_timeout=min(MODEL_CALL_TIMEOUT, remaining),
@@ -390,14 +545,42 @@ class AgentWorkflow:
         )
         return reply
 
+    async def _call_stored_model(
+        self, context: ConversationContext, remaining: timedelta
+    ) -> tuple[ModelReply, int]:
+        """The model call of MESSAGE_STORE: its input is sequence numbers and tool names, its reply
+        is stored (numbered from the next call id) by the activity."""
+        seqs = await self._model_seqs(context)
+        reply_seq = self._next_seq()
+        request = StoredInput(
+            workflow_id=workflow.info().workflow_id,
+            tenant_id=context.tenant_id,
+            seqs=seqs,
+            reply_seq=reply_seq,
+            call_seq=self._call_seq,
+            tool_names=[t.name for t in offered_tools(context.tools) if t.mcp is None],
+            mcp_tools=[t.openai_tool() for t in offered_tools(context.tools) if t.mcp is not None],
+        )
+        reply: ModelReply = await workflow.execute_activity(
+            "call_model",
+            ModelRequest(stored=request, caller=self._caller(), agent=self._start.agent),
+            result_type=ModelReply,
+            start_to_close_timeout=min(MODEL_CALL_TIMEOUT, remaining),
+            schedule_to_close_timeout=remaining,
+            retry_policy=MODEL_RETRY,
+            heartbeat_timeout=HEARTBEAT_TIMEOUT,
+            summary=f"model call (turn {self._turn}, {len(seqs)} messages)",
+        )
+        return reply, reply_seq
+
+    def _caller(self) -> ModelCaller:
+        return ModelCaller(tenant_id=self._start.tenant_id, agent=self._start.agent, turn=self._turn)
+
     def _number_calls(self, message: ChatMessage) -> ChatMessage:
-        """Give each tool call a conversation-wide id (`c1`, `c2`, …): reviewers type these, the
-        audit and idempotency keys use them, and a model's own ids may repeat across turns."""
-        calls = []
-        for call in message.tool_calls:
-            self._call_seq += 1
-            calls.append(call.model_copy(update={"id": f"c{self._call_seq}"}))
-        return message.model_copy(update={"tool_calls": calls})
+        """Give each tool call a conversation-wide id (`c1`, `c2`, …), see `numbered`."""
+        message = numbered(message, self._call_seq)
+        self._call_seq += len(message.tool_calls)
+        return message
 
     # --- one tool call ----------------------------------------------------------------------
 
@@ -732,7 +915,11 @@ class AgentWorkflow:
                 await self._record_failure(request.model_copy(update={"entry": entry}))
         self._rolling_back = False
         undone = ", ".join(f"{e.call_id} {e.tool}: {e.state}" for e in entries)
-        self._messages.append(ChatMessage(role="system", content=f"Rolled back, {why}: {undone}."))
+        note = ChatMessage(role="system", content=f"Rolled back, {why}: {undone}.")
+        if self._stored:
+            await self._append(context, [self._record(note)])
+        else:
+            self._messages.append(note)
         self._refresh_state()
 
     async def _record_failure(self, request: CompensationRequest) -> None:
@@ -823,7 +1010,10 @@ class AgentWorkflow:
         if message.user_id != self._start.user_id:
             workflow.logger.warning("message from %s refused: not this conversation's user", message.user_id)
             return
-        if self._ended_by is None:
+        queued = any(m.message_id == message.message_id for m in self._inbox)
+        if message.message_id and (queued or message.message_id in self._cursor.answered):
+            workflow.logger.warning("message %s was delivered before: answered once", message.message_id)
+        elif self._ended_by is None:
             self._inbox.append(message)
 
     @workflow.signal(name="end")
@@ -878,8 +1068,18 @@ class AgentWorkflow:
         """Answers with the turn that replied to the message sent with `message_id` (None if the
         conversation ended, or continued-as-new, first: ask the new run)."""
         await workflow.wait_condition(
-            lambda: message_id in self._replies or self._state == "ended" or self._continuing
+            lambda: (
+                message_id in self._replies
+                or message_id in self._cursor.answered
+                or self._state == "ended"
+                or self._continuing
+            )
         )
+        if message_id not in self._replies and message_id in self._cursor.answered:
+            # answered in an earlier run: its reply is in the conversation store (`transcript`)
+            return TurnResult(
+                turn=self._cursor.answered[message_id], reply=None, stop="completed", usage=Usage()
+            )
         return self._replies.get(message_id)
 
     @workflow.query(name="status")
@@ -895,8 +1095,11 @@ class AgentWorkflow:
             pending_approvals=[a.pending_view() for a in self._approvals.values() if a.state == "pending"],
             pending_questions=list(self._questions.values()),
             compensation_failures=self._saga.failures(),
+            policy=self._context.policy if self._stored and self._context else None,
         )
 
     @workflow.query(name="transcript")
     def transcript(self) -> list[ChatMessage]:
+        """This run's messages. Since the message store, earlier runs' are in PostgreSQL:
+        `starter.py transcript WF` reads the whole conversation from there."""
         return self._messages

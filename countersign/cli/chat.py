@@ -49,6 +49,7 @@ from countersign.conversations import (
     wait_reply,
 )
 from countersign.db import schema
+from countersign.ended import full_transcript
 from countersign.saga import RollbackRequest
 
 POLL_S = 0.25  # how often a running turn is looked at; nothing polls between turns
@@ -244,7 +245,9 @@ class Chat:
     async def attach(self, workflow_id: str) -> None:
         """Show a running conversation so far, then follow the turn it is in, if any."""
         self.handle = self.client.get_workflow_handle(workflow_id)
-        messages, status = await asyncio.gather(query_transcript(self.handle), query_status(self.handle))
+        messages, status = await asyncio.gather(
+            full_transcript(self.client, self.settings, workflow_id), query_status(self.handle)
+        )
         click.echo(render_transcript(messages, scripted=False))
         self.last_shown = messages[-1] if messages else None
         if status.state == "ended":
@@ -399,7 +402,7 @@ class Chat:
     async def show_transcript(self, _: str) -> bool:
         if self.started():
             assert self.handle is not None
-            messages = await query_transcript(self.handle)
+            messages = await full_transcript(self.client, self.settings, self.handle.id)
             click.echo(render_transcript(messages, scripted=self.settings.scripted_model))
         return True
 
@@ -464,7 +467,7 @@ async def chat_session(start: StartConversation | None, workflow_id: str | None,
     if settings.scripted_model:
         click.echo(f"{SCRIPTED_LABEL} (no real LLM configured: replies come from a scenario file)")
     if workflow_id is not None:
-        user = user or conversation_user(await query_transcript(client.get_workflow_handle(workflow_id)))
+        user = user or conversation_user(await full_transcript(client, settings, workflow_id))
         if user is None:
             raise click.ClickException(f"cannot tell whose conversation {workflow_id} is: give --user")
     assert user is not None

@@ -26,7 +26,9 @@ from countersign.conversation import (
     TurnResult,
 )
 from countersign.conversations import render_transcript, roll_back, send_keyed, start_conversation, wait_reply
+from countersign.ended import conversation_status, full_transcript, has_ended, roll_back_ended, tokens_today
 from countersign.saga import RollbackRequest
+from countersign.store import describe_policy
 from countersign.temporal_client import connect
 
 END_WAIT_S = 10.0  # `end` waits this long for the conversation to close before saying it is closing
@@ -200,14 +202,22 @@ def status(workflow_id: str, as_json: bool) -> None:
     """Show a conversation's state, turn, pending approvals, usage and limits."""
 
     async def body() -> None:
-        client, _ = await connected()
-        view = await query_status(client.get_workflow_handle(workflow_id))
+        client, settings = await connected()
+        view = await conversation_status(client, settings, workflow_id)
+        used, budget = await tokens_today(settings, view.tenant_id) if settings.database_url else (0, None)
         if as_json:
-            print_json(view.model_dump(mode="json"))
+            print_json(
+                view.model_dump(mode="json") | {"tenant_tokens_today": used, "tenant_tokens_per_day": budget}
+            )
             return
         u = view.usage
         click.echo(f"{workflow_id}: {view.state} · turn {view.turn} · {view.tenant_id} · agent {view.agent}")
         click.echo(f"usage: {u.total_tokens} tokens, {u.model_calls} model calls, {u.tool_calls} tool calls")
+        if view.policy is not None:
+            click.echo(describe_policy(view.policy))
+        click.echo(
+            f"tenant {view.tenant_id} today: {used} tokens of {budget if budget else 'no'} daily budget"
+        )
         for p in view.pending_approvals:
             click.echo(
                 f"pending approval {p.call_id}: {p.tool} {p.args} (risk {p.risk}, expires {p.expires_at})"
@@ -227,7 +237,7 @@ def transcript(workflow_id: str, as_json: bool) -> None:
 
     async def body() -> None:
         client, settings = await connected()
-        messages = await query_transcript(client.get_workflow_handle(workflow_id))
+        messages = await full_transcript(client, settings, workflow_id)
         if as_json:
             json.dump([m.model_dump(mode="json") for m in messages], sys.stdout, indent=2)
             sys.stdout.write("\n")
@@ -258,8 +268,14 @@ def rollback(
     )
 
     async def body() -> None:
-        client, _ = await connected()
-        entries = await roll_back(client.get_workflow_handle(workflow_id), request)
+        client, settings = await connected()
+        if await has_ended(client, workflow_id):  # takes no signal: a short workflow undoes it
+            outcome = await roll_back_ended(client, settings, workflow_id, request)
+            if outcome.refused:
+                raise click.ClickException(f"rollback refused: {outcome.refused}")
+            entries = outcome.entries
+        else:
+            entries = await roll_back(client.get_workflow_handle(workflow_id), request)
         if not entries:
             click.echo("nothing to undo in that scope")
         for e in entries:

@@ -12,9 +12,11 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from countersign.cli.app import cli, print_json, run
 from countersign.cli.ux import database_url
+from countersign.db import schema
 from countersign.db.engine import create_engine, session_factory
 from countersign.db.schema import TIERS, AgentProfile, AgentToolPermission, McpServer, ToolExecution
 from countersign.mcp.servers import server_of
+from countersign.store import ContextPolicy, describe_policy
 
 T = TypeVar("T")
 AUDIT_COLUMNS = (
@@ -133,6 +135,12 @@ def show_permissions(agent: str) -> None:
         click.echo("\nMCP tools (hints are the server's own claims, never authority):")
         click.echo(table([("tool", "tier", "source", "risk", "category", "hints"), *mcp_rows]))
     click.echo(f"limits (a conversation may ask for less, never more): {format_limits(limits)}")
+
+    async def policy(session: AsyncSession) -> ContextPolicy | None:
+        row = await session.get(schema.ContextPolicy, agent)
+        return ContextPolicy.model_validate(row, from_attributes=True) if row else None
+
+    click.echo(describe_policy(run(with_session(policy))))
 
 
 def format_limits(limits: dict[str, Any]) -> str:

@@ -540,3 +540,78 @@ class McpServer(Base):
     # The tools as last listed (name, description, annotations): what `permissions show` prints.
     tools: Mapped[list[Any] | None] = mapped_column(JSONB(none_as_null=True))
     created_at: Mapped[datetime] = created_at()
+
+
+# --- conversations: the message store, context policies, token budgets, saga entries (0007) -------
+
+MESSAGE_ROLES = ("system", "user", "assistant", "tool")
+
+
+class ConversationMessage(Base):
+    """The conversation store: every message of a conversation, append-only, by sequence number.
+
+    The workflow allocates `seq`; a retried write of the same (workflow_id, seq) changes nothing. A
+    user message's `message_id` is unique per conversation: a redelivered message is refused.
+    Usage columns are set on model replies and summaries: a tenant's tokens per day sum them.
+    """
+
+    __tablename__ = "conversation_messages"
+    __table_args__ = (
+        UniqueConstraint("workflow_id", "message_id"),
+        Index(None, "tenant_id", "created_at"),
+        one_of("role", MESSAGE_ROLES),
+    )
+
+    workflow_id: Mapped[str] = mapped_column(primary_key=True)
+    seq: Mapped[int] = mapped_column(primary_key=True)
+    tenant_id: Mapped[str] = tenant_column(indexed=False)
+    role: Mapped[str]
+    content: Mapped[str | None]
+    tool_calls: Mapped[list[dict[str, Any]] | None] = mapped_column(JSONB)
+    tool_call_id: Mapped[str | None]
+    name: Mapped[str | None]
+    message_id: Mapped[str | None]
+    prompt_tokens: Mapped[int] = mapped_column(server_default=text("0"))
+    completion_tokens: Mapped[int] = mapped_column(server_default=text("0"))
+    created_at: Mapped[datetime] = created_at()
+
+
+class ContextPolicy(Base):
+    """What of a conversation the agent's model sees and may spend: a window by messages and by
+    (estimated) tokens, a running summary of what falls out, a token budget per conversation.
+    None: no bound. No row: no bounds at all."""
+
+    __tablename__ = "context_policies"
+
+    agent: Mapped[str] = mapped_column(
+        ForeignKey("agent_profiles.name", ondelete="CASCADE"), primary_key=True
+    )
+    window_messages: Mapped[int | None]
+    window_tokens: Mapped[int | None]
+    summarize: Mapped[bool] = mapped_column(server_default=false())
+    conversation_tokens: Mapped[int | None] = mapped_column(BigInteger)
+
+
+class TenantTokenBudget(Base):
+    """Model tokens (prompt + completion) a tenant may spend per UTC day, all conversations together."""
+
+    __tablename__ = "tenant_token_budgets"
+
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"), primary_key=True)
+    tokens_per_day: Mapped[int] = mapped_column(BigInteger)
+
+
+class SagaRecord(Base):
+    """A compensable call that executed, written in the transaction of its effect: what a rollback
+    after the conversation ended undoes (with `compensations` saying what was undone already)."""
+
+    __tablename__ = "saga_entries"
+
+    workflow_id: Mapped[str] = mapped_column(primary_key=True)
+    call_id: Mapped[str] = mapped_column(primary_key=True)
+    tenant_id: Mapped[str] = tenant_column()
+    caller: Mapped[dict[str, Any]]
+    tool: Mapped[str]
+    turn: Mapped[int]
+    arguments: Mapped[str]  # as executed, not redacted: the compensation validates them again
+    created_at: Mapped[datetime] = created_at()

@@ -518,6 +518,12 @@ async def _load(session: AsyncSession) -> None:
             where=schema.AgentToolPermission.tier.is_(None),
         )
     )
+    # the admin assistant's model sees the last 20 messages (an edited policy is kept on re-seeding)
+    await session.execute(
+        insert(schema.ContextPolicy)
+        .values(agent="admin-assistant", window_messages=20)
+        .on_conflict_do_nothing()
+    )
 
 
 async def seed(database_url: str) -> None:

@@ -1,0 +1,125 @@
+"""Client side of conversations that may have ended: the transcript from the conversation store,
+a rollback through the short ConversationRollback workflow, a tenant's tokens of the day.
+
+A running conversation answers queries and signals itself; an ended one takes no signal, and its
+messages and saga are in PostgreSQL anyway.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+from temporalio.client import Client, WorkflowExecutionStatus
+from temporalio.service import RPCError, RPCStatusCode
+
+from activities.store import ConversationStore
+from countersign.chat import ChatMessage
+from countersign.config import Settings
+from countersign.conversation import StartConversation, StatusView
+from countersign.db.engine import create_engine, session_factory
+from countersign.saga import EndedRollback, RollbackOutcome, RollbackRequest
+from workflows.rollback import ROLLBACK_WORKFLOW_TYPE
+
+
+async def with_store(settings: Settings, work: Any) -> Any:
+    if not settings.database_url:
+        raise RuntimeError("no DATABASE_URL: run `python starter.py dev up` or set DATABASE_URL")
+    engine = create_engine(settings.database_url, pool_size=1, max_overflow=0)
+    try:
+        return await work(ConversationStore(session_factory(engine)))
+    finally:
+        await engine.dispose()
+
+
+async def stored_transcript(settings: Settings, workflow_id: str) -> list[ChatMessage]:
+    """Every message of the conversation, all runs, in order (empty for one from before the store)."""
+    messages: list[ChatMessage] = await with_store(settings, lambda s: s.load(workflow_id))
+    return messages
+
+
+async def full_transcript(client: Client, settings: Settings, workflow_id: str) -> list[ChatMessage]:
+    """The whole conversation: from the store, or (a conversation from before it, no database
+    configured) from the `transcript` query."""
+    stored = await stored_transcript(settings, workflow_id) if settings.database_url else []
+    if stored:
+        return stored
+    messages: list[ChatMessage] = await client.get_workflow_handle(workflow_id).query(
+        "transcript", result_type=list[ChatMessage]
+    )
+    return messages
+
+
+async def conversation_status(client: Client, settings: Settings, workflow_id: str) -> StatusView:
+    """The `status` query; for a conversation whose history is gone, what the store says."""
+    try:
+        status: StatusView = await client.get_workflow_handle(workflow_id).query(
+            "status", result_type=StatusView
+        )
+        return status
+    except RPCError as err:
+        if err.status != RPCStatusCode.NOT_FOUND or not settings.database_url:
+            raise
+        stored: StatusView | None = await with_store(settings, lambda s: s.status(workflow_id))
+        if stored is None:
+            raise
+        return stored
+
+
+async def tokens_today(settings: Settings, tenant_id: str) -> tuple[int, int | None]:
+    used: tuple[int, int | None] = await with_store(settings, lambda s: s.tokens_today(tenant_id))
+    return used
+
+
+async def has_ended(client: Client, workflow_id: str) -> bool:
+    """Whether the conversation no longer runs (its history may be gone too)."""
+    try:
+        status = (await client.get_workflow_handle(workflow_id).describe()).status
+    except RPCError as err:
+        if err.status == RPCStatusCode.NOT_FOUND:
+            return True
+        raise
+    return status != WorkflowExecutionStatus.RUNNING
+
+
+async def started_with(client: Client, workflow_id: str) -> StartConversation:
+    """The latest run's input: who the conversation belongs to."""
+    handle = client.get_workflow_handle(workflow_id)
+    async for event in handle.fetch_history_events():
+        payloads = event.workflow_execution_started_event_attributes.input.payloads
+        [start] = await client.data_converter.decode(payloads, [StartConversation])
+        return start  # type: ignore[no-any-return]
+    raise LookupError(f"no history for {workflow_id}")
+
+
+async def owner(client: Client, settings: Settings, workflow_id: str) -> tuple[str, str]:
+    """Whose conversation it is: from its latest run's input, or from the store once its history
+    is gone (past the namespace's retention)."""
+    try:
+        start = await started_with(client, workflow_id)
+        return start.tenant_id, start.user_id
+    except RPCError as err:
+        if err.status != RPCStatusCode.NOT_FOUND or not settings.database_url:
+            raise
+        stored: tuple[str, str] | None = await with_store(settings, lambda s: s.owner(workflow_id))
+        if stored is None:
+            raise LookupError(f"no conversation {workflow_id} in Temporal or in the store") from err
+        return stored
+
+
+async def roll_back_ended(
+    client: Client, settings: Settings, workflow_id: str, request: RollbackRequest
+) -> RollbackOutcome:
+    """Run `request` on an ended conversation through a ConversationRollback workflow."""
+    tenant_id, user_id = await owner(client, settings, workflow_id)
+    rollback = EndedRollback(
+        tenant_id=tenant_id, workflow_id=workflow_id, conversation_user=user_id, request=request
+    )
+    outcome: RollbackOutcome = await client.execute_workflow(
+        ROLLBACK_WORKFLOW_TYPE,
+        rollback,
+        id=f"{workflow_id}-rollback-{uuid.uuid4().hex[:8]}",
+        task_queue=settings.task_queue,
+        result_type=RollbackOutcome,
+    )
+    return outcome

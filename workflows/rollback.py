@@ -1,0 +1,97 @@
+"""ConversationRollback: `rollback` of a conversation that has ended, as a short workflow.
+
+An ended AgentWorkflow takes no signal, so its saga is read from PostgreSQL (`saga_entries`,
+`compensations`) and undone by the same activities with the same guarantees as a live rollback:
+authorized and audited by `authorize_rollback`, each call undone at most once by `compensate_call`
+(which also refuses to overwrite a later human change), a failed compensation recorded, not dropped.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from temporalio import workflow
+from temporalio.exceptions import ActivityError, ApplicationError
+
+with workflow.unsafe.imports_passed_through():
+    from countersign.saga import (
+        CompensationOutcome,
+        CompensationRequest,
+        EndedRollback,
+        RollbackAuthorization,
+        RollbackOutcome,
+        SagaEntry,
+    )
+    from workflows.agent import (
+        BOOKKEEPING_TIMEOUT,
+        DB_OUTAGE_TOLERANCE,
+        DB_RETRY,
+        HEARTBEAT_TIMEOUT,
+        TOOL_CALL_TIMEOUT,
+        call_summary,
+    )
+
+ROLLBACK_WORKFLOW_TYPE = "ConversationRollback"
+
+
+async def db(activity: str, arg: object, result_type: type | None, summary: str) -> Any:
+    """A PostgreSQL activity, retried through database outages like the conversation's."""
+    return await workflow.execute_activity(
+        activity,
+        arg,
+        result_type=result_type,
+        start_to_close_timeout=BOOKKEEPING_TIMEOUT,
+        schedule_to_close_timeout=DB_OUTAGE_TOLERANCE,
+        retry_policy=DB_RETRY,
+        summary=summary,
+    )
+
+
+@workflow.defn(name=ROLLBACK_WORKFLOW_TYPE)
+class RollbackWorkflow:
+    @workflow.run
+    async def run(self, rollback: EndedRollback) -> RollbackOutcome:
+        refusal: str = await db(
+            "authorize_rollback",
+            RollbackAuthorization(
+                tenant_id=rollback.tenant_id,
+                workflow_id=rollback.workflow_id,
+                conversation_user=rollback.conversation_user,
+                request=rollback.request,
+            ),
+            str,
+            f"authorize rollback ({rollback.request.scope}) by {rollback.request.requested_by}",
+        )
+        if refusal:
+            return RollbackOutcome(refused=refusal)
+        requests: list[CompensationRequest] = await db(
+            "load_saga_entries", rollback, list[CompensationRequest], f"saga of {rollback.workflow_id}"
+        )
+        entries: list[SagaEntry] = []
+        for request in requests:  # newest first
+            entry = request.entry
+            try:
+                outcome: CompensationOutcome = await workflow.execute_activity(
+                    "compensate_call",
+                    request,
+                    result_type=CompensationOutcome,
+                    start_to_close_timeout=TOOL_CALL_TIMEOUT,
+                    schedule_to_close_timeout=DB_OUTAGE_TOLERANCE,
+                    heartbeat_timeout=HEARTBEAT_TIMEOUT,
+                    retry_policy=DB_RETRY,
+                    summary=f"undo {call_summary(entry.tool, entry.arguments)} ({entry.call_id})",
+                )
+                entry.state = outcome.state
+            except ActivityError as err:
+                entry.state = "failed"
+                entry.error = (
+                    err.cause.message if isinstance(err.cause, ApplicationError) else str(err.cause or err)
+                )
+                await db(
+                    "record_compensation_failure",
+                    request.model_copy(update={"entry": entry}),
+                    None,
+                    f"record failed undo of {entry.call_id}",
+                )
+            entries.append(entry)
+        return RollbackOutcome(entries=entries)
