@@ -19,12 +19,14 @@ from activities.audit import AuditActivities
 from activities.context import ContextActivities
 from activities.email import EmailActivities
 from activities.model import ModelActivities
+from activities.proofs import ProofActivities
 from activities.saga import SagaActivities
 from activities.tools import ToolActivities
 from countersign.config import Settings, load_settings
 from countersign.db.engine import create_engine, session_factory
 from countersign.logs import ActivityLogContext, get_logger
 from countersign.logs import configure as configure_logging
+from countersign.proofs import ProofVerifier
 from countersign.ratelimit import RateLimits
 from countersign.temporal_client import connect
 from workflows.agent import AgentWorkflow
@@ -47,8 +49,10 @@ def build_worker(
     model = ModelActivities(settings)
     tools = tools or ToolActivities(sessions, rate_limits=RateLimits.from_env(os.environ))
     audit = AuditActivities(sessions)
-    approvals = ApprovalActivities(sessions)
-    saga = SagaActivities(sessions)
+    verifier = ProofVerifier.for_mode(settings.approver_auth, settings.proof_public_key)
+    approvals = ApprovalActivities(sessions, verifier)
+    saga = SagaActivities(sessions, verifier)
+    proofs = ProofActivities(sessions, verifier)
     email = EmailActivities(sessions, settings.smtp_host, settings.smtp_port, settings.smtp_sender)
     return Worker(
         client,
@@ -65,6 +69,7 @@ def build_worker(
             saga.compensate_call,
             saga.record_compensation_failure,
             saga.authorize_rollback,
+            proofs.check_action_proof,
             email.deliver_email,
         ],
         interceptors=[ActivityLogContext(), *interceptors],
@@ -90,6 +95,7 @@ async def main() -> None:
             task_queue=settings.task_queue,
             temporal=settings.temporal_address,
             model=settings.llm_model,
+            approver_auth=settings.approver_auth,
             llm_base_url=settings.llm_base_url,
         )
         await worker.run()

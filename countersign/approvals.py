@@ -59,6 +59,7 @@ class Decision(BaseModel):
     approver: str
     reason: str | None = None
     args: dict[str, object] | None = None  # edited arguments (approve only)
+    proof: str | None = None  # APPROVER_AUTH=signed: the inbox's proof for exactly this decision
 
 
 class ApproveSignal(BaseModel):
@@ -66,6 +67,7 @@ class ApproveSignal(BaseModel):
     approver: str
     reason: str | None = None
     args: dict[str, object] | None = None
+    proof: str | None = None
 
     def decision(self) -> Decision:
         return Decision(decision="approve", **self.model_dump())
@@ -75,6 +77,7 @@ class RejectSignal(BaseModel):
     call_id: str
     approver: str
     reason: str | None = None
+    proof: str | None = None
 
     def decision(self) -> Decision:
         return Decision(decision="reject", **self.model_dump())
@@ -91,6 +94,7 @@ class DecisionRecord(BaseModel):
     requested_by: str
     decision: Decision
     refusal: str | None = None
+    args: str | None = None  # the pending call's arguments (JSON text): what an unedited proof binds
 
 
 class Verdict(BaseModel):

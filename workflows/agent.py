@@ -15,7 +15,7 @@ import asyncio
 import json
 from collections.abc import Awaitable
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Literal
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
@@ -25,6 +25,7 @@ from temporalio.exceptions import TimeoutError as TemporalTimeoutError
 with workflow.unsafe.imports_passed_through():
     from activities.approvals import ApprovalReminder
     from activities.audit import UnexecutedCall
+    from activities.proofs import ProofRequest
     from countersign.approvals import (
         Approval,
         ApproveSignal,
@@ -92,6 +93,8 @@ BOOKKEEPING_TIMEOUT = timedelta(seconds=30)
 # Patch id: conversations started since bookkeeping (argument checks, audit rows of unexecuted calls,
 # decision checks) became local activities run them locally; older histories replay as they ran.
 LOCAL_BOOKKEEPING = "local-bookkeeping"
+# Patch id: conversations started since proofs existed check `answer` and `end` (check_action_proof).
+PROVEN_SIGNALS = "proven-signals"
 
 
 def call_summary(tool: str, arguments: str) -> str:
@@ -563,6 +566,7 @@ class AgentWorkflow:
                     requested_by=approval.requested_by if approval else self._start.user_id,
                     decision=decision,
                     refusal=refusal,
+                    args=approval.args if approval else None,
                 ),
                 f"{decision.decision} {decision.call_id} by {decision.approver}",
                 Verdict,
@@ -782,8 +786,35 @@ class AgentWorkflow:
             self._inbox.append(message)
 
     @workflow.signal(name="end")
-    def end(self, request: EndConversation) -> None:
+    async def end(self, request: EndConversation) -> None:
+        if not await self._proven("end", request.requested_by, request.proof):
+            return
         self._ended_by = self._ended_by or f"end by {request.requested_by}"
+
+    async def _proven(
+        self, action: Literal["answer", "end"], actor: str, proof: str | None, **bound: str
+    ) -> bool:
+        """Whether a proof shows `actor` may take `action` (in APPROVER_AUTH=names mode, always);
+        a refusal is recorded by the activity and logged. Conversations started before proofs
+        existed take the action as they did."""
+        if not workflow.patched(PROVEN_SIGNALS):
+            return True
+        refusal: str = await self._bookkeeping(
+            "check_action_proof",
+            ProofRequest(
+                tenant_id=self._start.tenant_id,
+                workflow_id=workflow.info().workflow_id,
+                action=action,
+                actor=actor,
+                proof=proof,
+                **bound,
+            ),
+            f"check {actor}'s proof for {action}",
+            str,
+        )
+        if refusal:
+            workflow.logger.warning("%s by %s refused: %s", action, actor, refusal)
+        return not refusal
 
     @workflow.signal(name="approve")
     async def approve(self, signal: ApproveSignal) -> None:
@@ -808,10 +839,19 @@ class AgentWorkflow:
         return await self._decide(decision)
 
     @workflow.signal(name="answer")
-    def answer(self, answer: AnswerSignal) -> None:
+    async def answer(self, answer: AnswerSignal) -> None:
+        def open_question() -> bool:
+            return answer.call_id in self._questions and answer.call_id not in self._answers
+
         if answer.user_id != self._start.user_id:
             workflow.logger.warning("answer from %s refused: not this conversation's user", answer.user_id)
-        elif answer.call_id in self._questions and answer.call_id not in self._answers:
+        elif (
+            open_question()
+            and await self._proven(
+                "answer", answer.user_id, answer.proof, call_id=answer.call_id, text=answer.text
+            )
+            and open_question()
+        ):
             self._answers[answer.call_id] = answer.text
 
     @workflow.update(name="wait_turn")

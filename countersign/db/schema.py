@@ -123,6 +123,7 @@ class User(Base):
     display_name: Mapped[str]
     email: Mapped[str]
     created_at: Mapped[datetime] = created_at()
+    password_hash: Mapped[str | None]  # argon2id; None: cannot log in to the inbox with a password
 
 
 class UserRole(Base):
@@ -366,6 +367,8 @@ class ApprovalDecision(Base):
     args: Mapped[dict[str, Any] | None]  # edited arguments
     created_at: Mapped[datetime] = created_at()
     attempt_key: Mapped[str | None] = mapped_column(unique=True)  # workflow id:run id:activity id
+    # True: the approver was shown by a proof (APPROVER_AUTH=signed); False: the name was claimed
+    proven: Mapped[bool] = mapped_column(server_default=false())
 
 
 class Compensation(Base):
@@ -414,3 +417,25 @@ class RollbackRecord(Base):
     reason: Mapped[str | None]  # why it was refused, or the requester's reason
     created_at: Mapped[datetime] = created_at()
     attempt_key: Mapped[str | None] = mapped_column(unique=True)  # workflow id:run id:activity id
+    proven: Mapped[bool] = mapped_column(server_default=false())  # as in ApprovalDecision
+
+
+class ProofCheck(Base):
+    """Every proof a worker checked (APPROVER_AUTH=signed), accepted or refused with the reason.
+    `jti` is set on accepted checks only and is unique: a proof counts once, a replay is refused."""
+
+    __tablename__ = "proof_checks"
+    __table_args__ = (Index(None, "workflow_id", "target"),)
+
+    id: Mapped[int] = identity_pk()
+    tenant_id: Mapped[str] = tenant_column()
+    workflow_id: Mapped[str]
+    action: Mapped[str]  # approve, reject, answer, rollback, end
+    target: Mapped[str]  # a call id, `conversation`, `<scope>:<call id>`
+    actor: Mapped[str]  # the name the payload gave
+    subject: Mapped[str | None]  # whom the proof was issued to, when it could be read
+    jti: Mapped[str | None] = mapped_column(unique=True)
+    accepted: Mapped[bool]
+    reason: Mapped[str | None]
+    attempt_key: Mapped[str | None]  # the checking activity invocation
+    created_at: Mapped[datetime] = created_at()
