@@ -3,7 +3,7 @@
 import os
 import sys
 
-from countersign.cli import approvals, chat, conversations, db, demo, dev, model, records  # noqa: F401  (each registers its commands)
+from countersign.cli import approvals, chat, conversations, db, demo, dev, inbox, model, records  # noqa: F401  (each registers its commands)
 from countersign.cli.app import cli
 
 
