@@ -119,8 +119,8 @@ def serve(port: int | None, host: str) -> None:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
-        async with running_inbox(settings, host, settings.inbox_port if port is None else port) as site:
-            click.echo(f"inbox serving on {site.name} (APPROVER_AUTH={settings.approver_auth})", err=True)
+        async with running_inbox(settings, host, settings.inbox_port if port is None else port) as url:
+            click.echo(f"inbox serving on {url} (APPROVER_AUTH={settings.approver_auth})", err=True)
             await stop.wait()
 
     run(body())

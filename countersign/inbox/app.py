@@ -20,6 +20,8 @@ from typing import Any, Literal
 import jinja2
 from aiohttp import web
 from pydantic import BaseModel, ValidationError
+from temporalio.client import Client
+from temporalio.service import RPCError
 
 from countersign.config import Settings
 from countersign.db.engine import create_engine, session_factory
@@ -88,6 +90,8 @@ async def errors_and_auth(request: web.Request, handler: Handler) -> web.StreamR
         return error(err.status, str(err))
     except web.HTTPRequestEntityTooLarge:
         return error(413, f"request body larger than {MAX_BODY} bytes")
+    except RPCError as err:  # Temporal unreachable or refusing: say so, in the API's shape
+        return error(503, f"Temporal: {err.message}")
 
 
 # --- live updates --------------------------------------------------------------------------------
@@ -282,11 +286,14 @@ def create_app(inbox: Inbox) -> web.Application:
 
 
 @contextlib.asynccontextmanager
-async def running_inbox(settings: Settings, host: str, port: int) -> AsyncIterator[web.TCPSite]:
-    """The inbox of `settings` (Temporal, PostgreSQL, the proof signing key) served on host:port."""
+async def running_inbox(
+    settings: Settings, host: str, port: int, client: Client | None = None
+) -> AsyncIterator[str]:
+    """The inbox of `settings` (Temporal, or `client`; PostgreSQL; the proof signing key) served on
+    host:port (0: a free port); yields its base URL."""
     if not settings.database_url:
         raise RuntimeError("inbox: no DATABASE_URL: run `python starter.py dev up` or set DATABASE_URL")
-    client = await connect(settings)
+    client = client or await connect(settings)
     engine = create_engine(settings.database_url)
     runner = web.AppRunner(
         create_app(Inbox(client, session_factory(engine), load_private_key(settings.proof_private_key))),
@@ -296,7 +303,8 @@ async def running_inbox(settings: Settings, host: str, port: int) -> AsyncIterat
     try:
         site = web.TCPSite(runner, host, port)
         await site.start()
-        yield site
+        bound = runner.addresses[0][1]
+        yield f"http://{host}:{bound}"
     finally:
         await runner.cleanup()
         await engine.dispose()
