@@ -103,8 +103,9 @@ const cards = new Map(); // key -> element
 
 function timeLeft(expiresAt) {
   const seconds = Math.max(0, Math.round((new Date(expiresAt) - Date.now()) / 1000));
-  const m = Math.floor(seconds / 60), s = seconds % 60;
-  return seconds === 0 ? "expired" : `${m}m ${String(s).padStart(2, "0")}s left`;
+  const h = Math.floor(seconds / 3600), m = Math.floor((seconds % 3600) / 60), s = seconds % 60;
+  if (seconds === 0) return "expired";
+  return `${h ? `${h}h ` : ""}${m}m ${String(s).padStart(2, "0")}s left`;
 }
 
 function card(item) {
