@@ -224,15 +224,13 @@ def _key_dir(data_dir: Path) -> Path:
     return data_dir / KEY_DIR_NAME
 
 
-def _ensure_dev_keys(data_dir: Path) -> Path:
-    """The embedded stack's key pair, created on first use (private key readable by the owner only).
-    Two processes creating it at once each write a whole file and rename it into place; the public
-    key is then derived from whichever private key won."""
-    keys = _key_dir(data_dir)
-    private, public = keys / "private.pem", keys / "public.pem"
+def ensure_key_pair(private: Path, public: Path) -> None:
+    """Create an Ed25519 key pair at these paths unless the private key exists (the public key is
+    then derived from it when missing); the private key is readable by its owner only. Two
+    processes creating it at once each write a whole file and rename it into place."""
     if not private.exists():
-        keys.mkdir(parents=True, exist_ok=True)
-        tmp = keys / f".private-{uuid.uuid4().hex}.pem"
+        private.parent.mkdir(parents=True, exist_ok=True)
+        tmp = private.parent / f".private-{uuid.uuid4().hex}.pem"
         tmp.write_bytes(
             Ed25519PrivateKey.generate().private_bytes(
                 serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
@@ -242,13 +240,20 @@ def _ensure_dev_keys(data_dir: Path) -> Path:
         os.replace(tmp, private)
     if not public.exists():
         key = serialization.load_pem_private_key(private.read_bytes(), password=None)
-        tmp = keys / f".public-{uuid.uuid4().hex}.pem"
+        public.parent.mkdir(parents=True, exist_ok=True)
+        tmp = public.parent / f".public-{uuid.uuid4().hex}.pem"
         tmp.write_bytes(
             key.public_key().public_bytes(
                 serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
             )
         )
         os.replace(tmp, public)
+
+
+def _ensure_dev_keys(data_dir: Path) -> Path:
+    """The embedded stack's key pair in `.data/proof-keys/`, created on first use."""
+    keys = _key_dir(data_dir)
+    ensure_key_pair(keys / "private.pem", keys / "public.pem")
     return keys
 
 

@@ -51,6 +51,7 @@ def status(as_json: bool) -> None:
                 "database_url": settings.database_url,
                 "llm_base_url": settings.llm_base_url,
                 "ui_url": settings.ui_url,
+                "approver_auth": settings.approver_auth,
                 "components": {c.name: c.to_json() for c in components},
             }
         )
@@ -60,3 +61,13 @@ def status(as_json: bool) -> None:
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
     for row in rows:
         click.echo("  ".join([*(cell.ljust(w) for cell, w in zip(row, widths, strict=False)), row[-1]]))
+    click.echo(approver_auth_line(load_settings().approver_auth))
+
+
+def approver_auth_line(mode: str) -> str:
+    if mode == "signed":
+        return "approvals: APPROVER_AUTH=signed: decisions count only with a proof from the inbox"
+    return (
+        "approvals: APPROVER_AUTH=names (demo): a bare approver name counts; decisions are recorded "
+        "as claimed, not proven. Set APPROVER_AUTH=signed to require proofs."
+    )

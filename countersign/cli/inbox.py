@@ -20,6 +20,7 @@ from pydantic import BaseModel, ValidationError
 from countersign.cli.app import cli, run
 from countersign.config import DATA_DIR, load_settings
 from countersign.inbox.app import running_inbox
+from countersign.proofs import ensure_key_pair
 
 REQUEST_TIMEOUT_S = 60
 
@@ -124,3 +125,14 @@ def serve(port: int | None, host: str) -> None:
             await stop.wait()
 
     run(body())
+
+
+@inbox.command()
+@click.option("--private", "private", required=True, type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--public", "public", required=True, type=click.Path(dir_okay=False, path_type=Path))
+def keys(private: Path, public: Path) -> None:
+    """Create the proof key pair (Ed25519 PEM) unless it exists: the private key for the inbox
+    (COUNTERSIGN_PROOF_PRIVATE_KEY), the public key for workers (COUNTERSIGN_PROOF_PUBLIC_KEY)."""
+    existed = private.exists()
+    ensure_key_pair(private, public)
+    click.echo(f"{'kept' if existed else 'created'} {private}; public key {public}")
