@@ -19,6 +19,7 @@ from activities.audit import AuditActivities
 from activities.context import ContextActivities
 from activities.email import EmailActivities
 from activities.model import ModelActivities
+from activities.notifications import NotificationActivities
 from activities.proofs import ProofActivities
 from activities.saga import SagaActivities
 from activities.tools import ToolActivities
@@ -54,6 +55,7 @@ def build_worker(
     saga = SagaActivities(sessions, verifier)
     proofs = ProofActivities(sessions, verifier)
     email = EmailActivities(sessions, settings.smtp_host, settings.smtp_port, settings.smtp_sender)
+    notifications = NotificationActivities(sessions, email, settings.inbox_url)
     return Worker(
         client,
         task_queue=settings.task_queue,
@@ -70,6 +72,7 @@ def build_worker(
             saga.record_compensation_failure,
             saga.authorize_rollback,
             proofs.check_action_proof,
+            notifications.notify_approval,
             email.deliver_email,
         ],
         interceptors=[ActivityLogContext(), *interceptors],

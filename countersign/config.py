@@ -50,6 +50,7 @@ class Settings(BaseModel):
     proof_public_key: str | None = None
     proof_private_key: str | None = None  # the inbox only: the worker can verify, never sign
     inbox_port: int = 8300
+    inbox_public_url: str | None = None  # what notifications link to, when not http://127.0.0.1:PORT
 
     @property
     def scripted_model(self) -> bool:
@@ -58,7 +59,7 @@ class Settings(BaseModel):
 
     @property
     def inbox_url(self) -> str:
-        return f"http://127.0.0.1:{self.inbox_port}"
+        return self.inbox_public_url or f"http://127.0.0.1:{self.inbox_port}"
 
     def workflow_url(self, workflow_id: str) -> str:
         return f"{self.ui_url}/namespaces/{self.namespace}/workflows/{workflow_id}"
@@ -100,5 +101,6 @@ def load_settings(env: dict[str, str] | None = None) -> Settings:
         "proof_public_key": env.get("COUNTERSIGN_PROOF_PUBLIC_KEY"),
         "proof_private_key": env.get("COUNTERSIGN_PROOF_PRIVATE_KEY"),
         "inbox_port": env.get("COUNTERSIGN_INBOX_PORT"),
+        "inbox_public_url": env.get("COUNTERSIGN_INBOX_URL"),
     }
     return Settings(**{k: v for k, v in values.items() if v})

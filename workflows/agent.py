@@ -25,6 +25,7 @@ from temporalio.exceptions import TimeoutError as TemporalTimeoutError
 with workflow.unsafe.imports_passed_through():
     from activities.approvals import ApprovalReminder
     from activities.audit import UnexecutedCall
+    from activities.notifications import ApprovalNotice, NoticeKind
     from activities.proofs import ProofRequest
     from countersign.approvals import (
         Approval,
@@ -95,6 +96,9 @@ BOOKKEEPING_TIMEOUT = timedelta(seconds=30)
 LOCAL_BOOKKEEPING = "local-bookkeeping"
 # Patch id: conversations started since proofs existed check `answer` and `end` (check_action_proof).
 PROVEN_SIGNALS = "proven-signals"
+# Patch id: conversations started since then notify reviewers (email, webhook) of each approval.
+APPROVAL_NOTICES = "approval-notices"
+NOTICE_TIMEOUT = timedelta(seconds=60)
 
 
 def call_summary(tool: str, arguments: str) -> str:
@@ -125,6 +129,7 @@ class AgentWorkflow:
         self._authorizing = 0  # rollback requests whose authorization is still running
         self._outbox: list[int] = []  # emails this turn queued
         self._deliveries: list[asyncio.Task[None]] = []
+        self._notices: list[asyncio.Task[None]] = []  # reviewers' notifications still being sent
         self._undelivered: list[int] = []  # queued emails whose delivery has not finished
         if carried and carried.outbox:
             self._deliveries.append(asyncio.create_task(self._deliver_after(0, carried.outbox)))
@@ -162,7 +167,7 @@ class AgentWorkflow:
             raise
         self._ended_by = self._ended_by or "ended"
         self._refresh_state()
-        await asyncio.gather(*self._deliveries)
+        await asyncio.gather(*self._deliveries, *self._notices)
         await workflow.wait_condition(workflow.all_handlers_finished)
         last = self._last_turn
         return ConversationResult(
@@ -197,6 +202,7 @@ class AgentWorkflow:
             ):
                 self._continuing = True  # lets waiting updates return, so the handlers can finish
                 await workflow.wait_condition(workflow.all_handlers_finished)
+                await asyncio.gather(*self._notices)
                 await self._run_rollbacks(context)  # accepted during the turn: not carried, so run now
                 workflow.continue_as_new(self._carry(context))
 
@@ -473,6 +479,7 @@ class AgentWorkflow:
             expires_at=now + timeout,
         )
         self._approvals[approval.call_id] = approval
+        self._notify(approval, "request")
         await self._wait_for_people(self._await_decision(context, approval))
         if approval.state == "approved":
             arguments = approval.edited_args or invocation.arguments
@@ -514,10 +521,46 @@ class AgentWorkflow:
                 f"remind reviewers: {approval.tool} ({approval.call_id}) expires soon",
                 local=False,
             )
+            self._notify(approval, "reminder")
         if not await self._decided_by(approval.expires_at, approval, "expires"):
             await workflow.wait_condition(lambda: approval.call_id not in self._deciding)
             if approval.state == "pending":
                 approval.state = "expired"
+                self._notify(approval, "escalation")
+
+    def _notify(self, approval: Approval, kind: NoticeKind) -> None:
+        """Tell reviewers (email, webhook) in the background: a slow mail server never delays the
+        approval. Sent before the conversation ends or continues as new."""
+        if not workflow.patched(APPROVAL_NOTICES):
+            return
+        notice = ApprovalNotice(
+            kind=kind,
+            tenant_id=self._start.tenant_id,
+            workflow_id=workflow.info().workflow_id,
+            call_id=approval.call_id,
+            tool=approval.tool,
+            args=approval.args,
+            risk=approval.risk,
+            requested_by=approval.requested_by,
+            expires_at=approval.expires_at,
+        )
+
+        async def send() -> None:
+            try:
+                await workflow.execute_activity(
+                    "notify_approval",
+                    notice,
+                    start_to_close_timeout=NOTICE_TIMEOUT,
+                    heartbeat_timeout=HEARTBEAT_TIMEOUT,
+                    retry_policy=DELIVERY_RETRY,
+                    summary=f"notify reviewers: {kind} {approval.tool} ({approval.call_id})",
+                )
+            except ActivityError as err:  # stays queued in the outboxes, visible to operators
+                workflow.logger.error(
+                    "%s notice of %s not delivered: %s", kind, approval.call_id, err.cause or err
+                )
+
+        self._notices.append(asyncio.create_task(send()))
 
     async def _decided_by(self, moment: datetime, approval: Approval, label: str) -> bool:
         try:

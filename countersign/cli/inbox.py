@@ -16,9 +16,12 @@ from typing import Any
 import aiohttp
 import click
 from pydantic import BaseModel, ValidationError
+from sqlalchemy import update
 
 from countersign.cli.app import cli, run
 from countersign.config import DATA_DIR, load_settings
+from countersign.db.engine import create_engine
+from countersign.db.schema import Tenant
 from countersign.inbox.app import running_inbox
 from countersign.proofs import ensure_key_pair
 
@@ -136,3 +139,33 @@ def keys(private: Path, public: Path) -> None:
     existed = private.exists()
     ensure_key_pair(private, public)
     click.echo(f"{'kept' if existed else 'created'} {private}; public key {public}")
+
+
+@inbox.command()
+@click.option("--tenant", required=True, help="Tenant slug, e.g. acme.")
+@click.argument("url", required=False)
+@click.option("--clear", is_flag=True, help="Stop posting to the tenant's webhook.")
+def webhook(tenant: str, url: str | None, clear: bool) -> None:
+    """Set the tenant's Slack-compatible webhook URL for reviewers' notifications (or --clear it)."""
+    if bool(url) == clear:
+        raise click.UsageError("give a URL or --clear")
+    if url and not url.startswith(("https://", "http://")):
+        raise click.BadParameter("the webhook URL must be http(s)://…")
+    settings = load_settings()
+
+    async def body() -> None:
+        if not settings.database_url:
+            raise click.ClickException("no DATABASE_URL: run `python starter.py dev up` or set DATABASE_URL")
+        engine = create_engine(settings.database_url)
+        try:
+            async with engine.begin() as conn:
+                changed = await conn.execute(
+                    update(Tenant).where(Tenant.id == tenant).values(webhook_url=url)
+                )
+        finally:
+            await engine.dispose()
+        if changed.rowcount == 0:
+            raise click.ClickException(f"no tenant {tenant!r}")
+        click.echo(f"{tenant}: webhook {'cleared' if clear else url}")
+
+    run(body())

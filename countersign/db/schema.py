@@ -46,6 +46,7 @@ TASK_STATUSES = ("open", "in_progress", "done", "cancelled")
 EVENT_STATUSES = ("tentative", "confirmed", "cancelled")
 EMAIL_STATUSES = ("queued", "sending", "sent", "cancelled", "failed")
 NOTIFICATION_STATUSES = ("open", "resolved")
+WEBHOOK_STATUSES = ("queued", "sent")
 TIERS = ("always_allow", "needs_approval", "blocked")
 RISKS = ("low", "medium", "high")
 CATEGORIES = ("read", "write", "external")
@@ -112,6 +113,7 @@ class Tenant(Base):
     id: Mapped[str] = mapped_column(primary_key=True)
     name: Mapped[str]
     created_at: Mapped[datetime] = created_at()
+    webhook_url: Mapped[str | None]  # Slack-compatible incoming webhook for reviewers' notifications
 
 
 class User(Base):
@@ -439,3 +441,22 @@ class ProofCheck(Base):
     reason: Mapped[str | None]
     attempt_key: Mapped[str | None]  # the checking activity invocation
     created_at: Mapped[datetime] = created_at()
+
+
+class WebhookOutbox(Base):
+    """Webhook notifications (approval requested, reminder, escalation), queued once per key and
+    posted at least once: a row is `sent` only after the receiver answered 2xx."""
+
+    __tablename__ = "webhook_outbox"
+    __table_args__ = (one_of("status", WEBHOOK_STATUSES),)
+
+    id: Mapped[int] = identity_pk()
+    tenant_id: Mapped[str] = tenant_column()
+    idempotency_key: Mapped[str] = mapped_column(unique=True)  # workflow:call:kind
+    url: Mapped[str]
+    payload: Mapped[dict[str, Any]]
+    status: Mapped[str] = mapped_column(server_default="queued")
+    attempts: Mapped[int] = mapped_column(server_default=text("0"))
+    error: Mapped[str | None]
+    created_at: Mapped[datetime] = created_at()
+    sent_at: Mapped[datetime | None]

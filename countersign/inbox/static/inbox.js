@@ -181,6 +181,10 @@ function render(items) {
     const node = card(item);
     cards.set(key, node);
     $("#pending").append(node);
+    if (decodeURIComponent(location.hash.slice(1)) === key) { // a notification's link: go to it
+      node.scrollIntoView();
+      $("button[data-action='approve']", node).focus();
+    }
   }
   updateCount();
 }
