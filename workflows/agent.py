@@ -99,6 +99,9 @@ PROVEN_SIGNALS = "proven-signals"
 # Patch id: conversations started since then notify reviewers (email, webhook) of each approval.
 APPROVAL_NOTICES = "approval-notices"
 NOTICE_TIMEOUT = timedelta(seconds=60)
+# How long a conversation that ends (or continues as new) waits for notices still being delivered;
+# an unreachable mail server or webhook then leaves them queued in the outboxes, for operators.
+NOTICE_GRACE = timedelta(seconds=2)
 
 
 def call_summary(tool: str, arguments: str) -> str:
@@ -167,7 +170,8 @@ class AgentWorkflow:
             raise
         self._ended_by = self._ended_by or "ended"
         self._refresh_state()
-        await asyncio.gather(*self._deliveries, *self._notices)
+        await asyncio.gather(*self._deliveries)
+        await self._notices_sent()
         await workflow.wait_condition(workflow.all_handlers_finished)
         last = self._last_turn
         return ConversationResult(
@@ -202,7 +206,7 @@ class AgentWorkflow:
             ):
                 self._continuing = True  # lets waiting updates return, so the handlers can finish
                 await workflow.wait_condition(workflow.all_handlers_finished)
-                await asyncio.gather(*self._notices)
+                await self._notices_sent()
                 await self._run_rollbacks(context)  # accepted during the turn: not carried, so run now
                 workflow.continue_as_new(self._carry(context))
 
@@ -561,6 +565,18 @@ class AgentWorkflow:
                 )
 
         self._notices.append(asyncio.create_task(send()))
+
+    async def _notices_sent(self) -> None:
+        if not self._notices:
+            return
+        try:
+            await workflow.wait_condition(
+                lambda: all(task.done() for task in self._notices),
+                timeout=NOTICE_GRACE,
+                timeout_summary="notices still being delivered",
+            )
+        except TimeoutError:
+            workflow.logger.warning("ended with reviewers' notices still queued in the outboxes")
 
     async def _decided_by(self, moment: datetime, approval: Approval, label: str) -> bool:
         try:

@@ -10,6 +10,7 @@ decision.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from datetime import UTC, datetime
 from typing import Any, Literal
@@ -252,15 +253,16 @@ class Inbox:
     ) -> Approval:
         """Check what the inbox can (tenant, pending, role, four-eyes), mint a proof bound to exactly
         this decision and these arguments, and send it through the `decide` update."""
-        status = await self._status(reviewer, workflow_id)
-        pending = next((p for p in status.pending_approvals if p.call_id == call_id), None)
-        if pending is None:
-            raise await self._not_pending(workflow_id, call_id)
         if request.args is not None and request.decision != "approve":
             raise InboxError(400, "edited arguments come only with an approval")
         if request.args is not None and len(json.dumps(request.args)) > MAX_ARGS_CHARS:
             raise InboxError(400, f"edited arguments longer than {MAX_ARGS_CHARS} characters")
-        roles = await self.roles(reviewer)
+        # the conversation's state (a query answered by its worker) and the reviewer's roles
+        # (PostgreSQL) are independent: ask both at once
+        status, roles = await asyncio.gather(self._status(reviewer, workflow_id), self.roles(reviewer))
+        pending = next((p for p in status.pending_approvals if p.call_id == call_id), None)
+        if pending is None:
+            raise await self._not_pending(workflow_id, call_id)
         refusal = approver_refusal(
             request.decision,
             pending.risk,
