@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import re
 import tempfile
 import time
@@ -27,11 +28,13 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from sqlalchemy import select
 
 from bench import stack
 from bench.scenario import APPROVAL_STATUSES, approval_message, bench_scenario
 from bench.stats import Summary
+from countersign.approvals import Approval, Decision
 from countersign.conversation import Limits, StartConversation
 from countersign.conversations import start_conversation
 from countersign.db.schema import ToolExecution
@@ -108,10 +111,10 @@ async def _measure_on_parts(
         async with stack.in_process_worker(parts, {}) as running:
             settings = running.settings.model_copy(update={"proof_private_key": private})
             async with running_inbox(settings, "127.0.0.1", 0, client=running.client) as url:
-                return await _measure(running, url, samples)
+                return await _measure(running, url, samples, load_private_key(private))
 
 
-async def _measure(parts: stack.Parts, url: str, samples: int) -> dict[str, Any]:
+async def _measure(parts: stack.Parts, url: str, samples: int, signing: Ed25519PrivateKey) -> dict[str, Any]:
     async with aiohttp.ClientSession() as http:
         login = {"tenant_id": "acme", "user_id": "bob", "password": "bob-dev"}
         async with http.post(url + "/api/login", json=login) as response:
@@ -119,9 +122,13 @@ async def _measure(parts: stack.Parts, url: str, samples: int) -> dict[str, Any]
         headers = {"Authorization": f"Bearer {token}"}
         stream = events(url, token)
         await anext(stream)  # the stream is open: its first event is the current list
-        visible_ms, decide_ms, exec_ms = [], [], []
-        for n in range(samples):
-            status = APPROVAL_STATUSES[n % len(APPROVAL_STATUSES)]
+        visible_ms: list[float] = []
+        decide_ms: list[float] = []
+        exec_ms: list[float] = []
+        direct_ms: list[float] = []
+        for n in range(2 * samples):
+            through_inbox = n % 2 == 0  # alternate, so both see the same machine load
+            status = APPROVAL_STATUSES[n // 2 % len(APPROVAL_STATUSES)]
             start = StartConversation(
                 tenant_id="acme",
                 user_id="alice",
@@ -134,41 +141,55 @@ async def _measure(parts: stack.Parts, url: str, samples: int) -> dict[str, Any]
             handle = await start_conversation(parts.client, parts.settings, start)
             async for listed in stream:
                 if any(item["workflow_id"] == handle.id for item in listed):
-                    visible_ms.append((time.perf_counter() - asked) * 1000)
+                    if through_inbox:
+                        visible_ms.append((time.perf_counter() - asked) * 1000)
+                    args = next(i["args"] for i in listed if i["workflow_id"] == handle.id)
                     break
             decided_at = datetime.now(UTC)
             sent = time.perf_counter()
-            async with http.post(
-                f"{url}/api/approvals/{handle.id}/c1", json={"decision": "approve"}, headers=headers
-            ) as response:
-                assert response.status == 200, await response.text()
-            decide_ms.append((time.perf_counter() - sent) * 1000)
+            if through_inbox:
+                async with http.post(
+                    f"{url}/api/approvals/{handle.id}/c1", json={"decision": "approve"}, headers=headers
+                ) as response:
+                    assert response.status == 200, await response.text()
+                decide_ms.append((time.perf_counter() - sent) * 1000)
+            else:  # the `decide` update with a proof, straight to Temporal: the inbox's reference
+                binding = Binding.decision("acme", handle.id, "approve", "c1", args)
+                proof = mint_proof(signing, "bob", binding, decided_at)
+                decision = Decision(call_id="c1", decision="approve", approver="bob", proof=proof)
+                await handle.execute_update("decide", decision, result_type=Approval)
             await handle.result()
             async with parts.engine.connect() as conn:
                 finished = await conn.scalar(
                     select(ToolExecution.finished_at).where(ToolExecution.workflow_id == handle.id)
                 )
             assert finished is not None
-            exec_ms.append((finished - decided_at).total_seconds() * 1000)
+            (exec_ms if through_inbox else direct_ms).append((finished - decided_at).total_seconds() * 1000)
         await stream.aclose()  # type: ignore[attr-defined]
     return {
         "samples": samples,
         "approval_to_execution_ms": Summary.of(exec_ms).__dict__,
+        "direct_decide_to_execution_ms": Summary.of(direct_ms).__dict__,
         "decide_request_ms": Summary.of(decide_ms).__dict__,
         "request_visible_ms": Summary.of(visible_ms).__dict__,
         "proof": proof_cost(),
+        "machine": f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} at the end",
     }
 
 
 def markdown(result: dict[str, Any]) -> str:
+    load = result["machine"]
     execution, decide = result["approval_to_execution_ms"], result["decide_request_ms"]
+    direct = result["direct_decide_to_execution_ms"]
     visible, proof = result["request_visible_ms"], result["proof"]
     return f"""{MARK_START}
 ## Inbox and proofs (`python -m bench.inbox`)
 
 APPROVER_AUTH=signed, the inbox on its own port, {result["samples"]} conversations one after the other
-(each: alice's call waits, bob approves it through the inbox). Dev server, PostgreSQL and the
-in-process worker as in section 2.
+(each: alice's call waits, bob approves it through the inbox), alternating with as many decided by
+the `decide` update sent straight to Temporal (same proof, same worker), so both rows see the same
+machine load. Dev server, PostgreSQL and the in-process worker as in section 2. Measured on
+{load}.
 
 | measure (ms) | p50 | p95 | target |
 |---|---|---|---|
@@ -176,6 +197,8 @@ in-process worker as in section 2.
 | {execution["p95"]} | p50 ≤ 60 |
 | of which the inbox's answer (rules, proof minted, `decide` update recorded) | {decide["p50"]} \
 | {decide["p95"]} | |
+| reference: the `decide` update with a proof sent straight to Temporal → tool call finished \
+| {direct["p50"]} | {direct["p95"]} | |
 | new request visible in an open inbox (start → `approvals` event) | {visible["p50"]} \
 | {visible["p95"]} | p95 ≤ 1000 |
 
