@@ -22,6 +22,7 @@ from countersign.proofs import Binding, load_private_key, mint_proof
 from tests.fixtures.inbox import SignedStack
 from tests.test_approvals import ECHO_RESULT, JANE, pending, qualify
 from tests.test_approvals import jane_is_new as jane_is_new
+from tests.test_replay import replayer
 from workflows.agent import AgentWorkflow
 
 ASK = {
@@ -158,6 +159,7 @@ async def test_every_forged_decision_is_refused_recorded_and_the_call_keeps_wait
     )
     assert (status, body["state"], body["decided_by"]) == (200, "approved", "bob"), body
     await handle.result()
+    await replayer().replay_workflow(await handle.fetch_history())  # refusals and notices replay too
     accepted = [r for r in await decisions(db_engine, wf) if r.accepted]
     assert [(r.approver, r.proven) for r in accepted] == [("bob", True)]
     async with db_engine.connect() as conn:
@@ -209,3 +211,30 @@ async def test_answer_and_end_need_a_proof_in_signed_mode(
 
 async def asyncio_sleep() -> None:
     await asyncio.sleep(0.05)
+
+
+@pytest.mark.devserver
+async def test_batch_decides_across_conversations_each_with_its_own_proof(
+    signed_dev_agent: SignedStack, db_engine: AsyncEngine, jane_is_new: None
+) -> None:
+    stack = signed_dev_agent
+    stack.agent.script(qualify(), ECHO_RESULT)
+    first = await stack.agent.start("qualify jane", single_turn=True)
+    second = await stack.agent.start("qualify jane", single_turn=True)
+    await pending(first)
+    await pending(second)
+    bob = await stack.login("bob")
+    items = [
+        {"workflow_id": first.id, "call_id": "c1"},
+        {"workflow_id": second.id, "call_id": "c1"},
+        {"workflow_id": second.id, "call_id": "c9"},  # no such call: refused alone
+    ]
+    status, body = await stack.call(
+        "POST", "/api/approvals/batch", bob, {"decision": "reject", "reason": "not now", "items": items}
+    )
+    assert status == 200, body
+    assert [(r["call_id"], r["status"]) for r in body] == [("c1", 200), ("c1", 200), ("c9", 404)]
+    for handle in (first, second):
+        await handle.result()
+        [row] = [r for r in await decisions(db_engine, handle.id) if r.accepted]
+        assert (row.approver, row.decision, row.proven, row.reason) == ("bob", "reject", True, "not now")

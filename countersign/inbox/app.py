@@ -163,6 +163,14 @@ async def events(request: web.Request) -> web.StreamResponse:
         headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
     )
     await response.prepare(request)
+    with contextlib.suppress(ConnectionResetError):  # the reviewer closed the page
+        await stream_approvals(response, watcher, inbox, reviewer, roles)
+    return response
+
+
+async def stream_approvals(
+    response: web.StreamResponse, watcher: Watcher, inbox: Inbox, reviewer: Reviewer, roles: list[str]
+) -> None:
     async with watcher.listen(reviewer.tenant_id) as changed:
         while True:
             mine = [
@@ -171,11 +179,12 @@ async def events(request: web.Request) -> web.StreamResponse:
                 if inbox.may_decide(i, reviewer, roles)
             ]
             await response.write(f"event: approvals\ndata: {json.dumps(mine)}\n\n".encode())
-            try:
-                await asyncio.wait_for(changed.get(), KEEPALIVE_S)
-            except TimeoutError:
-                await response.write(b": keep-alive\n\n")
-                await changed.get()
+            while True:  # until the next change, a comment now and then keeps proxies from closing it
+                try:
+                    await asyncio.wait_for(changed.get(), KEEPALIVE_S)
+                    break
+                except TimeoutError:
+                    await response.write(b": keep-alive\n\n")
 
 
 # --- the JSON API --------------------------------------------------------------------------------
