@@ -55,7 +55,9 @@ def build_worker(
     saga = SagaActivities(sessions, verifier)
     proofs = ProofActivities(sessions, verifier)
     email = EmailActivities(sessions, settings.smtp_host, settings.smtp_port, settings.smtp_sender)
-    notifications = NotificationActivities(sessions, email, settings.inbox_url)
+    notifications = NotificationActivities(
+        sessions, settings.inbox_url, settings.smtp_host, settings.smtp_port, settings.smtp_sender
+    )
     return Worker(
         client,
         task_queue=settings.task_queue,

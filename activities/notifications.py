@@ -2,18 +2,21 @@
 (the tenant's admins) when it expired undecided.
 
 Through the outbox, at least once, one per (call, kind) and recipient: the activity first queues an
-email per recipient (`email_outbox`, delivered by the same code as the agent's emails) and one
-webhook post for the tenant (`webhook_outbox`, Slack-compatible JSON), each under an idempotency
-key; then it delivers what is still queued. A retry queues nothing new and re-sends only what has
-not been confirmed sent. Each message links to the item in the inbox.
+email per recipient and one webhook post for the tenant (Slack-compatible JSON) in
+`notification_outbox`, each under an idempotency key; then it delivers what is still queued. A retry
+queues nothing new and re-sends only what was not confirmed sent. Each message links to the item in
+the inbox. These are kept apart from `email_outbox`, which holds only what agents send.
 """
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
+from email.message import EmailMessage
+from email.utils import format_datetime
 from typing import Any, Literal
 
 import aiohttp
+import aiosmtplib
 from pydantic import BaseModel
 from sqlalchemy import func, select, update
 from sqlalchemy.dialects.postgresql import insert
@@ -21,13 +24,15 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.email import EmailActivities
+from activities.email import message_id
+from activities.heartbeat import heartbeats
 from countersign.approvals import APPROVER_ROLES, FOUR_EYES
-from countersign.db.schema import EmailOutbox, Tenant, User, UserRole, WebhookOutbox
+from countersign.db.schema import NotificationOutbox, Tenant, User, UserRole
 from countersign.tooling import Risk
 
 NoticeKind = Literal["request", "reminder", "escalation"]
 WEBHOOK_TIMEOUT_S = 10
+NOTICE_HEADER = "X-Countersign-Notice"  # on every notice email: request, reminder or escalation
 ARGS_SHOWN = 500
 
 
@@ -67,29 +72,31 @@ def wording(notice: ApprovalNotice, link: str) -> tuple[str, str]:
 
 class NotificationActivities:
     def __init__(
-        self, sessions: async_sessionmaker[AsyncSession], email: EmailActivities, inbox_url: str
+        self,
+        sessions: async_sessionmaker[AsyncSession],
+        inbox_url: str,
+        smtp_host: str,
+        smtp_port: int,
+        sender: str,
+        *,
+        timeout: float = 30.0,
     ) -> None:
         self._sessions = sessions
-        self._email = email
         self._inbox_url = inbox_url.rstrip("/")
+        self._smtp = (smtp_host, smtp_port, sender, timeout)
 
     @activity.defn(name="notify_approval")
+    @heartbeats
     async def notify_approval(self, notice: ApprovalNotice) -> None:
-        emails, webhooks = await self._queue(notice)
         failures = []
-        for outbox_id in emails:
-            try:
-                await self._email.deliver_email(outbox_id)
-            except ApplicationError as err:
-                failures.append(f"email {outbox_id}: {err.message}")
-        for webhook_id in webhooks:
-            error = await self._post(webhook_id)
+        for row_id in await self._queue(notice):
+            error = await self._deliver(row_id)
             if error:
-                failures.append(f"webhook {webhook_id}: {error}")
+                failures.append(f"notice {row_id}: {error}")
         if failures:  # a retry delivers only what is still queued
             raise ApplicationError("; ".join(failures), type="NotificationUndelivered")
 
-    async def _queue(self, notice: ApprovalNotice) -> tuple[list[int], list[int]]:
+    async def _queue(self, notice: ApprovalNotice) -> list[int]:
         """Queue every message of this notice once (idempotency keys); the ids still to deliver."""
         key = f"notice:{notice.workflow_id}:{notice.call_id}:{notice.kind}"
         link = f"{self._inbox_url}/#{notice.workflow_id}/{notice.call_id}"
@@ -102,67 +109,74 @@ class NotificationActivities:
                 .distinct()
                 .order_by(User.id)
             )
+            rows: list[dict[str, Any]] = []
             for user_id, address in people:
-                if (
-                    notice.kind != "escalation"
-                    and notice.risk in FOUR_EYES
-                    and user_id == notice.requested_by
-                ):
+                own = notice.risk in FOUR_EYES and user_id == notice.requested_by
+                if own and notice.kind != "escalation":
                     continue  # may not decide their own call: not asked to
-                await session.execute(
-                    insert(EmailOutbox)
-                    .values(
-                        tenant_id=notice.tenant_id,
-                        idempotency_key=f"{key}:{user_id}",
-                        to_address=address,
-                        subject=subject,
-                        body=text,
-                    )
-                    .on_conflict_do_nothing(index_elements=[EmailOutbox.idempotency_key])
+                rows.append(
+                    {"idempotency_key": f"{key}:email:{user_id}", "channel": "email", "recipient": address}
                 )
             url = await session.scalar(select(Tenant.webhook_url).where(Tenant.id == notice.tenant_id))
             if url:
                 payload = {"text": f"*{subject}*\n{text}", "kind": notice.kind, "link": link}
+                rows.append({"idempotency_key": f"{key}:webhook", "channel": "webhook", "recipient": url,
+                             "payload": payload})  # fmt: skip
+            for row in rows:
                 await session.execute(
-                    insert(WebhookOutbox)
-                    .values(tenant_id=notice.tenant_id, idempotency_key=key, url=url, payload=payload)
-                    .on_conflict_do_nothing(index_elements=[WebhookOutbox.idempotency_key])
+                    insert(NotificationOutbox)
+                    .values(tenant_id=notice.tenant_id, subject=subject, body=text, **row)
+                    .on_conflict_do_nothing(index_elements=[NotificationOutbox.idempotency_key])
                 )
-            emails = await session.scalars(
-                select(EmailOutbox.id).where(
-                    EmailOutbox.idempotency_key.like(f"{key}:%"),
-                    EmailOutbox.status.in_(("queued", "sending")),
+            queued = await session.scalars(
+                select(NotificationOutbox.id)
+                .where(
+                    NotificationOutbox.idempotency_key.like(f"{key}:%"), NotificationOutbox.status == "queued"
                 )
+                .order_by(NotificationOutbox.id)
             )
-            webhooks = await session.scalars(
-                select(WebhookOutbox.id).where(
-                    WebhookOutbox.idempotency_key == key, WebhookOutbox.status == "queued"
-                )
-            )
-            return list(emails), list(webhooks)
+            return list(queued)
 
-    async def _post(self, webhook_id: int) -> str | None:
-        """POST one queued webhook; None when the receiver accepted it (then it is marked sent)."""
+    async def _deliver(self, row_id: int) -> str | None:
+        """Send one queued notice; None when the server or receiver accepted it (it is then `sent`)."""
         async with self._sessions() as session:
-            row = await session.get(WebhookOutbox, webhook_id)
+            row = await session.get(NotificationOutbox, row_id)
             if row is None or row.status != "queued":
                 return None
-            url, payload = row.url, row.payload
-        error = None
+            channel, recipient, subject, body, payload, key = (
+                row.channel, row.recipient, row.subject, row.body, row.payload, row.idempotency_key
+            )  # fmt: skip
         try:
-            async with (
-                aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=WEBHOOK_TIMEOUT_S)) as http,
-                http.post(url, json=payload) as response,
-            ):
-                if response.status >= 300:
-                    error = f"HTTP {response.status}"
-        except (aiohttp.ClientError, TimeoutError) as err:
+            if channel == "email":
+                await self._send_email(recipient, subject, body, key)
+                error = None
+            else:
+                error = await self._post(recipient, payload or {})
+        except (aiosmtplib.SMTPException, OSError, TimeoutError, aiohttp.ClientError) as err:
             error = f"{type(err).__name__}: {err}"
         async with self._sessions() as session, session.begin():
-            values: dict[str, Any] = {"attempts": WebhookOutbox.attempts + 1, "error": error}
+            values: dict[str, Any] = {"attempts": NotificationOutbox.attempts + 1, "error": error}
             if error is None:
                 values |= {"status": "sent", "sent_at": func.now()}
             await session.execute(
-                update(WebhookOutbox).where(WebhookOutbox.id == webhook_id).values(**values)
+                update(NotificationOutbox).where(NotificationOutbox.id == row_id).values(**values)
             )
         return error
+
+    async def _send_email(self, to: str, subject: str, body: str, key: str) -> None:
+        host, port, sender, timeout = self._smtp
+        message = EmailMessage()
+        message["From"], message["To"], message["Subject"] = sender, to, subject
+        message["Date"] = format_datetime(datetime.now(UTC))
+        message["Message-ID"] = message_id(key, sender)  # the same on a re-send: recognizable
+        message[NOTICE_HEADER] = key.split(":")[3]  # the kind, for mail filters (and tests)
+        message.set_content(body)
+        await aiosmtplib.send(message, hostname=host, port=port, timeout=timeout)
+
+    @staticmethod
+    async def _post(url: str, payload: dict[str, Any]) -> str | None:
+        async with (
+            aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=WEBHOOK_TIMEOUT_S)) as http,
+            http.post(url, json=payload) as response,
+        ):
+            return f"HTTP {response.status}" if response.status >= 300 else None

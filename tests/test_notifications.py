@@ -55,7 +55,7 @@ async def test_request_reminder_and_escalation_reach_email_and_webhook_once(
 
     def mails() -> list[tuple[str, str]]:
         return sorted(
-            (str(m["To"]), str(m["Subject"])) for m in smtp_server.messages if handle.id in m.get_content()
+            (str(m["To"]), str(m["Subject"])) for m in smtp_server.notices if handle.id in m.get_content()
         )
 
     for _ in range(200):  # the request goes out while the call waits
@@ -80,5 +80,6 @@ async def test_request_reminder_and_escalation_reach_email_and_webhook_once(
         ]
     )
     assert [w["kind"] for w in webhook] == ["request", "reminder", "escalation"]
-    link = next(m for m in smtp_server.messages if handle.id in m.get_content())
+    link = next(m for m in smtp_server.notices if handle.id in m.get_content())
     assert f"/#{handle.id}/c1" in link.get_content()
+    assert not [m for m in smtp_server.messages if handle.id in m.get_content()]  # none as agent mail

@@ -46,7 +46,8 @@ TASK_STATUSES = ("open", "in_progress", "done", "cancelled")
 EVENT_STATUSES = ("tentative", "confirmed", "cancelled")
 EMAIL_STATUSES = ("queued", "sending", "sent", "cancelled", "failed")
 NOTIFICATION_STATUSES = ("open", "resolved")
-WEBHOOK_STATUSES = ("queued", "sent")
+NOTICE_STATUSES = ("queued", "sent")
+NOTICE_CHANNELS = ("email", "webhook")
 TIERS = ("always_allow", "needs_approval", "blocked")
 RISKS = ("low", "medium", "high")
 CATEGORIES = ("read", "write", "external")
@@ -443,18 +444,22 @@ class ProofCheck(Base):
     created_at: Mapped[datetime] = created_at()
 
 
-class WebhookOutbox(Base):
-    """Webhook notifications (approval requested, reminder, escalation), queued once per key and
-    posted at least once: a row is `sent` only after the receiver answered 2xx."""
+class NotificationOutbox(Base):
+    """Reviewers' notifications (approval requested, reminder, escalation) by email or webhook,
+    queued once per key and delivered at least once: `sent` only after the SMTP server or the
+    webhook receiver accepted it. Apart from `email_outbox`, which holds what agents send."""
 
-    __tablename__ = "webhook_outbox"
-    __table_args__ = (one_of("status", WEBHOOK_STATUSES),)
+    __tablename__ = "notification_outbox"
+    __table_args__ = (one_of("status", NOTICE_STATUSES), one_of("channel", NOTICE_CHANNELS))
 
     id: Mapped[int] = identity_pk()
     tenant_id: Mapped[str] = tenant_column()
-    idempotency_key: Mapped[str] = mapped_column(unique=True)  # workflow:call:kind
-    url: Mapped[str]
-    payload: Mapped[dict[str, Any]]
+    idempotency_key: Mapped[str] = mapped_column(unique=True)  # notice:workflow:call:kind:channel[:user]
+    channel: Mapped[str]
+    recipient: Mapped[str]  # an email address or the webhook URL
+    subject: Mapped[str]
+    body: Mapped[str]
+    payload: Mapped[dict[str, Any] | None]  # the webhook's JSON
     status: Mapped[str] = mapped_column(server_default="queued")
     attempts: Mapped[int] = mapped_column(server_default=text("0"))
     error: Mapped[str | None]

@@ -8,8 +8,8 @@ Create Date: 2026-11-23
 proof a worker checked, accepted (its unique `jti`: spent once) or refused with the reason;
 `approval_decisions.proven` / `rollback_requests.proven` tell a decision shown by a proof
 (APPROVER_AUTH=signed) from one whose name was only claimed (names mode, and every older row).
-`tenants.webhook_url` and `webhook_outbox`: reviewers' notifications to a Slack-compatible webhook,
-queued once per (call, kind) and posted at least once.
+`tenants.webhook_url` and `notification_outbox`: reviewers' notifications by email and to a
+Slack-compatible webhook, queued once per (call, kind, recipient) and delivered at least once.
 
 Written by hand and frozen, like 0001.
 """
@@ -52,27 +52,33 @@ def upgrade() -> None:
     op.create_index("ix_proof_checks_workflow_id_target", "proof_checks", ["workflow_id", "target"])
     op.add_column("tenants", sa.Column("webhook_url", sa.Text(), nullable=True))
     op.create_table(
-        "webhook_outbox",
+        "notification_outbox",
         sa.Column("id", sa.BigInteger(), sa.Identity(), nullable=False),
         sa.Column("tenant_id", sa.Text(), nullable=False),
         sa.Column("idempotency_key", sa.Text(), nullable=False),
-        sa.Column("url", sa.Text(), nullable=False),
-        sa.Column("payload", JSONB(), nullable=False),
+        sa.Column("channel", sa.Text(), nullable=False),
+        sa.Column("recipient", sa.Text(), nullable=False),
+        sa.Column("subject", sa.Text(), nullable=False),
+        sa.Column("body", sa.Text(), nullable=False),
+        sa.Column("payload", JSONB(), nullable=True),
         sa.Column("status", sa.Text(), server_default="queued", nullable=False),
         sa.Column("attempts", sa.Integer(), server_default=sa.text("0"), nullable=False),
         sa.Column("error", sa.Text(), nullable=True),
         sa.Column("created_at", sa.DateTime(timezone=True), server_default=sa.func.now(), nullable=False),
         sa.Column("sent_at", sa.DateTime(timezone=True), nullable=True),
-        sa.CheckConstraint("status IN ('queued', 'sent')", name="ck_webhook_outbox_status"),
-        sa.ForeignKeyConstraint(["tenant_id"], ["tenants.id"], name="fk_webhook_outbox_tenant_id_tenants"),
-        sa.PrimaryKeyConstraint("id", name="pk_webhook_outbox"),
-        sa.UniqueConstraint("idempotency_key", name="uq_webhook_outbox_idempotency_key"),
+        sa.CheckConstraint("status IN ('queued', 'sent')", name="ck_notification_outbox_status"),
+        sa.CheckConstraint("channel IN ('email', 'webhook')", name="ck_notification_outbox_channel"),
+        sa.ForeignKeyConstraint(
+            ["tenant_id"], ["tenants.id"], name="fk_notification_outbox_tenant_id_tenants"
+        ),
+        sa.PrimaryKeyConstraint("id", name="pk_notification_outbox"),
+        sa.UniqueConstraint("idempotency_key", name="uq_notification_outbox_idempotency_key"),
     )
-    op.create_index("ix_webhook_outbox_tenant_id", "webhook_outbox", ["tenant_id"])
+    op.create_index("ix_notification_outbox_tenant_id", "notification_outbox", ["tenant_id"])
 
 
 def downgrade() -> None:
-    op.drop_table("webhook_outbox")
+    op.drop_table("notification_outbox")
     op.drop_column("tenants", "webhook_url")
     op.drop_table("proof_checks")
     for table in ("approval_decisions", "rollback_requests"):
