@@ -17,8 +17,9 @@ from temporalio.client import WorkflowHandle
 
 from countersign.approvals import ApproveSignal
 from countersign.conversation import AnswerSignal, EndConversation, StatusView
-from countersign.db.schema import ApprovalDecision, ProofCheck, ToolExecution
+from countersign.db.schema import ApprovalDecision, ProofCheck, RollbackRecord, ToolExecution
 from countersign.proofs import Binding, load_private_key, mint_proof
+from countersign.saga import RollbackRequest
 from tests.fixtures.inbox import SignedStack
 from tests.test_approvals import ECHO_RESULT, JANE, pending, qualify
 from tests.test_approvals import jane_is_new as jane_is_new
@@ -199,10 +200,28 @@ async def test_answer_and_end_need_a_proof_in_signed_mode(
         "POST", f"/api/conversations/{handle.id}/answer", alice, {"call_id": "c1", "text": "Jane"}
     )
     assert code == 202, body
+    # a rollback with a bare name is refused and recorded; through the inbox it is proven
+    await handle.signal(AgentWorkflow.rollback, RollbackRequest(requested_by="alice", scope="turn"))
+    code, body = await signed_agent.call(
+        "POST", f"/api/conversations/{handle.id}/rollback", alice, {"scope": "turn"}
+    )
+    assert code == 202, body
+    for _ in range(200):
+        async with db_engine.connect() as conn:
+            where = RollbackRecord.workflow_id == handle.id
+            rollbacks = list(await conn.execute(select(RollbackRecord).where(where)))
+        if len(rollbacks) == 2:
+            break
+        await asyncio_sleep()
+    assert sorted((r.accepted, r.proven, "no proof" in (r.reason or "")) for r in rollbacks) == [
+        (False, False, True),
+        (True, True, False),
+    ]
     code, body = await signed_agent.call("POST", f"/api/conversations/{handle.id}/end", alice, {})
     assert code == 202, body
     result = await handle.result()
     assert result.ended_by == "end by alice"
+    await replayer().replay_workflow(await handle.fetch_history())  # proof checks replay deterministically
     transcript = await handle.query(AgentWorkflow.transcript)
     assert json.loads([m for m in transcript if m.role == "tool"][-1].content or "")["data"] == {
         "answer": "Jane"

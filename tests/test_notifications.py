@@ -19,6 +19,7 @@ from tests.fixtures.agent import AgentHarness
 from tests.fixtures.smtp import SmtpServer
 from tests.test_approvals import ECHO_RESULT, pending, qualify
 from tests.test_approvals import jane_is_new as jane_is_new
+from tests.test_replay import replayer
 
 
 @pytest_asyncio.fixture
@@ -83,3 +84,4 @@ async def test_request_reminder_and_escalation_reach_email_and_webhook_once(
     link = next(m for m in smtp_server.notices if handle.id in m.get_content())
     assert f"/#{handle.id}/c1" in link.get_content()
     assert not [m for m in smtp_server.messages if handle.id in m.get_content()]  # none as agent mail
+    await replayer().replay_workflow(await handle.fetch_history())  # the notices replay deterministically

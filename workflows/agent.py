@@ -133,6 +133,11 @@ class AgentWorkflow:
         self._outbox: list[int] = []  # emails this turn queued
         self._deliveries: list[asyncio.Task[None]] = []
         self._notices: list[asyncio.Task[None]] = []  # reviewers' notifications still being sent
+        # Asked once, here in the first activation: asked later, after a local activity whose
+        # workflow task was heartbeated into the next one, the marker lands where a replay that
+        # resolves the local activity at once does not look for it (a nondeterminism error).
+        self._notify_reviewers = workflow.patched(APPROVAL_NOTICES)
+        self._proof_checked_signals = workflow.patched(PROVEN_SIGNALS)
         self._undelivered: list[int] = []  # queued emails whose delivery has not finished
         if carried and carried.outbox:
             self._deliveries.append(asyncio.create_task(self._deliver_after(0, carried.outbox)))
@@ -535,7 +540,7 @@ class AgentWorkflow:
     def _notify(self, approval: Approval, kind: NoticeKind) -> None:
         """Tell reviewers (email, webhook) in the background: a slow mail server never delays the
         approval. Sent before the conversation ends or continues as new."""
-        if not workflow.patched(APPROVAL_NOTICES):
+        if not self._notify_reviewers:
             return
         notice = ApprovalNotice(
             kind=kind,
@@ -856,7 +861,7 @@ class AgentWorkflow:
         """Whether a proof shows `actor` may take `action` (in APPROVER_AUTH=names mode, always);
         a refusal is recorded by the activity and logged. Conversations started before proofs
         existed take the action as they did."""
-        if not workflow.patched(PROVEN_SIGNALS):
+        if not self._proof_checked_signals:
             return True
         refusal: str = await self._bookkeeping(
             "check_action_proof",

@@ -136,7 +136,7 @@ class Watcher:
         while True:
             await asyncio.sleep(POLL_INTERVAL_S)
             try:
-                items = {i.key: i for i in await self._inbox.tenant_pending(tenant_id)}
+                items = {i.key: i for i in await self._inbox.tenant_pending(tenant_id, feed.items)}
             except Exception:  # Temporal briefly unreachable: keep the last view, try again
                 continue
             if items.keys() != feed.items.keys():

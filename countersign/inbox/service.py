@@ -148,8 +148,12 @@ class Inbox:
 
     # --- pending approvals ---------------------------------------------------------------------
 
-    async def tenant_pending(self, tenant_id: str) -> list[PendingItem]:
-        """Every pending approval of the tenant's running conversations."""
+    async def tenant_pending(
+        self, tenant_id: str, known: dict[str, PendingItem] | None = None
+    ) -> list[PendingItem]:
+        """Every pending approval of the tenant's running conversations. Items in `known` (by key)
+        are reused as they are: only a conversation with a new pending call is asked its transcript."""
+        known = known or {}
         query = (
             "AgentStatus = 'awaiting_approval' AND ExecutionStatus = 'Running' "
             f"AND TenantId = {json.dumps(tenant_id)}"
@@ -159,12 +163,14 @@ class Inbox:
             handle = self.client.get_workflow_handle(execution.id)
             try:
                 status = await handle.query("status", result_type=StatusView)
-                if not status.pending_approvals:
+                keys = [f"{execution.id}/{p.call_id}" for p in status.pending_approvals]
+                if status.tenant_id != tenant_id or not keys:
+                    continue
+                if all(key in known for key in keys):
+                    items += [known[key] for key in keys]
                     continue
                 transcript = await handle.query("transcript", result_type=list[ChatMessage])
             except RPCError:  # ended between the listing and the query
-                continue
-            if status.tenant_id != tenant_id:
                 continue
             context = last_messages(transcript)
             for pending in status.pending_approvals:
