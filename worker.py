@@ -20,6 +20,8 @@ from activities.context import ContextActivities
 from activities.email import EmailActivities
 from activities.mcp import McpActivities
 from activities.model import ModelActivities
+from activities.notifications import NotificationActivities
+from activities.proofs import ProofActivities
 from activities.rollback import RollbackActivities
 from activities.saga import SagaActivities
 from activities.store import ConversationStore, StoreActivities
@@ -32,6 +34,7 @@ from countersign.mcp.pool import McpPool
 from countersign.observability.metrics import CountersignMetrics, MetricsInterceptor, WorkerMetrics
 from countersign.observability.tracing import GenAiSpans
 from countersign.observability.usage import ModelCallAudit
+from countersign.proofs import ProofVerifier
 from countersign.ratelimit import RateLimits
 from countersign.temporal_client import connect
 from workflows.agent import AgentWorkflow
@@ -62,9 +65,14 @@ def build_worker(
     stored = StoreActivities(store)
     tools = tools or ToolActivities(sessions, rate_limits=RateLimits.from_env(os.environ))
     audit = AuditActivities(sessions)
-    approvals = ApprovalActivities(sessions)
-    saga = SagaActivities(sessions)
+    verifier = ProofVerifier.for_mode(settings.approver_auth, settings.proof_public_key)
+    approvals = ApprovalActivities(sessions, verifier)
+    saga = SagaActivities(sessions, verifier)
+    proofs = ProofActivities(sessions, verifier)
     email = EmailActivities(sessions, settings.smtp_host, settings.smtp_port, settings.smtp_sender)
+    notifications = NotificationActivities(
+        sessions, settings.inbox_url, settings.smtp_host, settings.smtp_port, settings.smtp_sender
+    )
     observability: list[Interceptor] = [ModelCallAudit(sessions), GenAiSpans(settings.llm_model)]
     if metrics is not None:
         metrics.watch_breaker(email.breaker)
@@ -87,6 +95,8 @@ def build_worker(
             saga.record_compensation_failure,
             saga.authorize_rollback,
             RollbackActivities(sessions).load_saga_entries,
+            proofs.check_action_proof,
+            notifications.notify_approval,
             email.deliver_email,
             mcp.check_mcp_arguments,
             mcp.execute_mcp_tool,
@@ -124,6 +134,7 @@ async def main() -> None:
             task_queue=settings.task_queue,
             temporal=settings.temporal_address,
             model=settings.llm_model,
+            approver_auth=settings.approver_auth,
             llm_base_url=settings.llm_base_url,
         )
         await worker.run()

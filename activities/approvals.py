@@ -9,7 +9,7 @@ run's row.
 from __future__ import annotations
 
 import json
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import BaseModel
@@ -23,6 +23,7 @@ from activities.tools import validate
 from countersign.approvals import DecisionRecord, Verdict, approver_refusal
 from countersign.db.schema import ApprovalDecision, Notification, User, UserRole
 from countersign.mcp.servers import server_of
+from countersign.proofs import Binding, ProofVerifier, check_proof
 from tools.registry import REGISTRY, ToolFailure
 
 
@@ -46,8 +47,11 @@ async def roles_of(session: AsyncSession, tenant_id: str, user_id: str) -> list[
 
 
 class ApprovalActivities:
-    def __init__(self, sessions: async_sessionmaker[AsyncSession]) -> None:
+    def __init__(
+        self, sessions: async_sessionmaker[AsyncSession], proofs: ProofVerifier | None = None
+    ) -> None:
         self._sessions = sessions
+        self._proofs = proofs or ProofVerifier(mode="names")
 
     @activity.defn(name="record_decision")
     async def record_decision(self, record: DecisionRecord) -> Verdict:
@@ -59,11 +63,28 @@ class ApprovalActivities:
         the approver's roles changed in between.
         """
         decision = record.decision
+        key = attempt_key()
 
         async with self._sessions() as session, session.begin():
 
             async def attempt() -> dict[str, Any]:
                 refusal = record.refusal
+                if refusal is None:  # who it is first (the proof), then what they may do
+                    refusal = await check_proof(
+                        session,
+                        self._proofs,
+                        decision.proof,
+                        Binding.decision(
+                            record.tenant_id,
+                            record.workflow_id,
+                            decision.decision,
+                            decision.call_id,
+                            decision.args if decision.args is not None else record.args,
+                        ),
+                        decision.approver,
+                        datetime.now(UTC),
+                        key,
+                    )
                 if refusal is None:
                     roles = await roles_of(session, record.tenant_id, decision.approver)
                     refusal = approver_refusal(
@@ -81,11 +102,10 @@ class ApprovalActivities:
                     "accepted": refusal is None,
                     "reason": refusal or decision.reason,
                     "args": decision.args,
+                    "proven": refusal is None and self._proofs.mode == "signed",
                 }
 
-            row = await record_once(
-                session, ApprovalDecision, ApprovalDecision.attempt_key, attempt_key(), attempt
-            )
+            row = await record_once(session, ApprovalDecision, ApprovalDecision.attempt_key, key, attempt)
             return self._verdict(row, record)
 
     def _verdict(self, row: ApprovalDecision, record: DecisionRecord) -> Verdict:

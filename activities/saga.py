@@ -21,6 +21,7 @@ from activities.attempts import attempt_key, record_once
 from activities.heartbeat import heartbeats
 from activities.tools import validate
 from countersign.db.schema import Compensation, RollbackRecord, ToolExecution
+from countersign.proofs import Binding, ProofVerifier, check_proof
 from countersign.saga import CompensationOutcome, CompensationRequest, RollbackAuthorization, undo_state
 from tools.registry import REGISTRY, ToolContext, ToolFailure
 
@@ -28,8 +29,11 @@ FINAL_STATES = ("done", "skipped", "irreversible")
 
 
 class SagaActivities:
-    def __init__(self, sessions: async_sessionmaker[AsyncSession]) -> None:
+    def __init__(
+        self, sessions: async_sessionmaker[AsyncSession], proofs: ProofVerifier | None = None
+    ) -> None:
         self._sessions = sessions
+        self._proofs = proofs or ProofVerifier(mode="names")
 
     @activity.defn(name="compensate_call")
     @heartbeats
@@ -124,10 +128,20 @@ class SagaActivities:
         tenant), else why not. Every request is recorded either way, once: a retry of this
         invocation (same attempt key) answers from the row the first run wrote."""
         request = auth.request
+        key = attempt_key()
         async with self._sessions() as session, session.begin():
 
             async def attempt() -> dict[str, Any]:
-                refusal = await self._rollback_refusal(session, auth)
+                refusal = await check_proof(
+                    session,
+                    self._proofs,
+                    request.proof,
+                    Binding.rollback(auth.tenant_id, auth.workflow_id, request.scope, request.call_id),
+                    request.requested_by,
+                    datetime.now(UTC),
+                    key,
+                )
+                refusal = refusal or await self._rollback_refusal(session, auth)
                 return {
                     "tenant_id": auth.tenant_id,
                     "workflow_id": auth.workflow_id,
@@ -136,11 +150,10 @@ class SagaActivities:
                     "call_id": request.call_id,
                     "accepted": refusal is None,
                     "reason": refusal or request.reason,
+                    "proven": refusal is None and self._proofs.mode == "signed",
                 }
 
-            row = await record_once(
-                session, RollbackRecord, RollbackRecord.attempt_key, attempt_key(), attempt
-            )
+            row = await record_once(session, RollbackRecord, RollbackRecord.attempt_key, key, attempt)
             return "" if row.accepted else row.reason or "refused"
 
     @staticmethod

@@ -61,6 +61,7 @@ class Decision(BaseModel):
     approver: str
     reason: str | None = None
     args: dict[str, object] | None = None  # edited arguments (approve only)
+    proof: str | None = None  # APPROVER_AUTH=signed: the inbox's proof for exactly this decision
 
 
 class ApproveSignal(BaseModel):
@@ -68,6 +69,7 @@ class ApproveSignal(BaseModel):
     approver: str
     reason: str | None = None
     args: dict[str, object] | None = None
+    proof: str | None = None
 
     def decision(self) -> Decision:
         return Decision(decision="approve", **self.model_dump())
@@ -77,6 +79,7 @@ class RejectSignal(BaseModel):
     call_id: str
     approver: str
     reason: str | None = None
+    proof: str | None = None
 
     def decision(self) -> Decision:
         return Decision(decision="reject", **self.model_dump())
@@ -93,6 +96,7 @@ class DecisionRecord(BaseModel):
     requested_by: str
     decision: Decision
     refusal: str | None = None
+    args: str | None = None  # the pending call's arguments (JSON text): what an unedited proof binds
 
 
 class Verdict(BaseModel):

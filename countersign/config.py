@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, Field
 
@@ -46,11 +47,22 @@ class Settings(BaseModel):
     # out is rebuilt by replaying its history when it next has work (an approval, a message), which
     # costs milliseconds (docs/benchmark.md, section 4). Env: WORKER_MAX_CACHED_WORKFLOWS.
     max_cached_workflows: int = Field(250, ge=0)
+    # Who decided: `signed` (a proof the inbox issued counts) or `names` (a bare name is claimed, the
+    # demo's default). Keys: PEM text or a file path; unset, the embedded stack's pair in .data/.
+    approver_auth: Literal["signed", "names"] = "names"
+    proof_public_key: str | None = None
+    proof_private_key: str | None = None  # the inbox only: the worker can verify, never sign
+    inbox_port: int = 8300
+    inbox_public_url: str | None = None  # what notifications link to, when not http://127.0.0.1:PORT
 
     @property
     def scripted_model(self) -> bool:
         """True when the model is the project's scripted server, not a real LLM endpoint."""
         return self.llm_model == SCRIPTED_MODEL_NAME
+
+    @property
+    def inbox_url(self) -> str:
+        return self.inbox_public_url or f"http://127.0.0.1:{self.inbox_port}"
 
     def workflow_url(self, workflow_id: str) -> str:
         return f"{self.ui_url}/namespaces/{self.namespace}/workflows/{workflow_id}"
@@ -88,5 +100,10 @@ def load_settings(env: dict[str, str] | None = None) -> Settings:
         "smtp_sender": env.get("SMTP_SENDER"),
         "email_delivery_delay_s": env.get("EMAIL_DELIVERY_DELAY_S"),
         "max_cached_workflows": env.get("WORKER_MAX_CACHED_WORKFLOWS"),
+        "approver_auth": (env.get("APPROVER_AUTH") or "").strip().lower(),
+        "proof_public_key": env.get("COUNTERSIGN_PROOF_PUBLIC_KEY"),
+        "proof_private_key": env.get("COUNTERSIGN_PROOF_PRIVATE_KEY"),
+        "inbox_port": env.get("COUNTERSIGN_INBOX_PORT"),
+        "inbox_public_url": env.get("COUNTERSIGN_INBOX_URL"),
     }
     return Settings(**{k: v for k, v in values.items() if v})

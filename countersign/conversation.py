@@ -142,12 +142,14 @@ class ConversationResult(BaseModel):
 
 class EndConversation(BaseModel):
     requested_by: str
+    proof: str | None = None  # APPROVER_AUTH=signed: the inbox's proof for ending this conversation
 
 
 class AnswerSignal(BaseModel):
     call_id: str
     user_id: str
     text: str
+    proof: str | None = None  # APPROVER_AUTH=signed: the inbox's proof for exactly this answer
 
 
 class PendingQuestion(BaseModel):

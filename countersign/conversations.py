@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import re
 import uuid
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
@@ -148,7 +149,10 @@ def render_status(workflow_id: str, view: StatusView) -> str:
 
 
 async def roll_back(
-    handle: WorkflowHandle[Any, Any], request: RollbackRequest, timeout_s: float = 60
+    handle: WorkflowHandle[Any, Any],
+    request: RollbackRequest,
+    timeout_s: float = 60,
+    send: Callable[[], Awaitable[None]] | None = None,
 ) -> list[SagaEntry]:
     """Signal a rollback and return the entries it undid, with their outcome, once it has run.
 
@@ -158,7 +162,7 @@ async def roll_back(
     saga: Saga = await handle.query("saga", result_type=Saga)
     status: StatusView = await handle.query("status", result_type=StatusView)
     wanted = {e.call_id for e in saga.to_undo(request.scope, status.turn, request.call_id)}
-    await handle.signal("rollback", request)
+    await (send() if send else handle.signal("rollback", request))
     deadline = asyncio.get_running_loop().time() + timeout_s
     while wanted and asyncio.get_running_loop().time() < deadline:
         saga = await handle.query("saga", result_type=Saga)

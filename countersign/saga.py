@@ -59,6 +59,7 @@ class RollbackRequest(BaseModel):
     scope: Scope = "turn"
     call_id: str | None = None
     reason: str | None = None
+    proof: str | None = None  # APPROVER_AUTH=signed: the inbox's proof for exactly this rollback
 
 
 class CompensationRequest(BaseModel):

@@ -7,4 +7,5 @@ pytest_plugins = [
     "tests.fixtures.agent",
     "tests.fixtures.temporal_dev",
     "tests.fixtures.smtp",
+    "tests.fixtures.inbox",
 ]

@@ -191,6 +191,7 @@ def test_status_and_down_never_touch_a_pid_that_is_not_the_recorded_process(tmp_
         "temporal": ("stopped", None),
         "model": ("external", None),
         "worker": ("stopped", None),
+        "inbox": ("stopped", None),
     }
     lines: list[str] = []
     stack.down(plan, lines.append)  # would SIGTERM this test run if it trusted the pid
@@ -316,7 +317,7 @@ async def test_up_status_reuse_down_and_resume(stack_env: dict[str, str]) -> Non
     await asyncio.to_thread(temporal_db_without_search_attributes, data_dir / "temporal.db")
 
     first = await ok(env, "dev", "up")
-    assert first.count(" started ") == 4, first
+    assert first.count(" started ") == 5, first
     status = json.loads(await ok(env, "dev", "status", "--json"))
     assert status["temporal_address"] == f"127.0.0.1:{env['COUNTERSIGN_TEMPORAL_PORT']}"
     assert status["namespace"] == "default"
@@ -328,6 +329,10 @@ async def test_up_status_reuse_down_and_resume(stack_env: dict[str, str]) -> Non
     assert status["llm_base_url"] == f"http://127.0.0.1:{env['COUNTERSIGN_MODEL_PORT']}/v1"
     assert status["ui_url"] == f"http://127.0.0.1:{env['COUNTERSIGN_UI_PORT']}"
     assert {c["state"] for c in status["components"].values()} == {"running"}
+    assert status["approver_auth"] == "names"  # the embedded stack's demo default, labelled
+    inbox_url = status["components"]["inbox"]["address"]
+    assert inbox_url == f"http://127.0.0.1:{env['COUNTERSIGN_INBOX_PORT']}"
+    assert "APPROVER_AUTH=names" in await ok(env, "dev", "status")
     keyword = IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD
     attributes = await registered_search_attributes(status["temporal_address"])
     assert {name: attributes.get(name) for name in SEARCH_ATTRIBUTES} == dict.fromkeys(
@@ -337,7 +342,7 @@ async def test_up_status_reuse_down_and_resume(stack_env: dict[str, str]) -> Non
 
     pids = recorded_pids(env)
     second = await ok(env, "dev", "up")
-    assert second.count(" reused ") == 4, second
+    assert second.count(" reused ") == 5, second
     assert recorded_pids(env) == pids
 
     assert "stopped" in await ok(env, "dev", "down")
@@ -349,7 +354,7 @@ async def test_up_status_reuse_down_and_resume(stack_env: dict[str, str]) -> Non
     assert (data_dir / "temporal.db").exists() and (data_dir / "postgres" / "pgdata" / "PG_VERSION").exists()
 
     resumed = await ok(env, "dev", "up")  # on the persisted SQLite file and cluster
-    assert resumed.count(" started ") == 4, resumed
+    assert resumed.count(" started ") == 5, resumed
     assert SEARCH_ATTRIBUTES <= set(await registered_search_attributes(status["temporal_address"]))
     await ok(env, "dev", "down")
 

@@ -15,7 +15,7 @@ import asyncio
 import json
 from collections.abc import Awaitable
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Literal
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
@@ -25,6 +25,8 @@ from temporalio.exceptions import TimeoutError as TemporalTimeoutError
 with workflow.unsafe.imports_passed_through():
     from activities.approvals import ApprovalReminder
     from activities.audit import UnexecutedCall
+    from activities.notifications import ApprovalNotice, NoticeKind
+    from activities.proofs import ProofRequest
     from countersign.approvals import (
         Approval,
         ApproveSignal,
@@ -123,6 +125,15 @@ MESSAGE_STORE = "message-store"
 # of the run: a bounded view for the UI and tests; the store has the whole conversation.
 TRANSCRIPT_KEPT = 200
 
+# Patch id: conversations started since proofs existed check `answer` and `end` (check_action_proof).
+PROVEN_SIGNALS = "proven-signals"
+# Patch id: conversations started since then notify reviewers (email, webhook) of each approval.
+APPROVAL_NOTICES = "approval-notices"
+NOTICE_TIMEOUT = timedelta(seconds=60)
+# How long a conversation that ends (or continues as new) waits for notices still being delivered;
+# an unreachable mail server or webhook then leaves them queued in the outboxes, for operators.
+NOTICE_GRACE = timedelta(seconds=2)
+
 # Tools whose results name queued outbox rows the workflow delivers after the turn's undo window
 # (`outbox_id` with status "queued", or `outbox_ids`). Named, not inferred from a result's shape:
 # an MCP tool's result may say anything.
@@ -167,6 +178,12 @@ class AgentWorkflow:
         self._authorizing = 0  # rollback requests whose authorization is still running
         self._outbox: list[int] = []  # emails this turn queued
         self._deliveries: list[asyncio.Task[None]] = []
+        self._notices: list[asyncio.Task[None]] = []  # reviewers' notifications still being sent
+        # Asked once, here in the first activation: asked later, after a local activity whose
+        # workflow task was heartbeated into the next one, the marker lands where a replay that
+        # resolves the local activity at once does not look for it (a nondeterminism error).
+        self._notify_reviewers = workflow.patched(APPROVAL_NOTICES)
+        self._proof_checked_signals = workflow.patched(PROVEN_SIGNALS)
         self._undelivered: list[int] = []  # queued emails whose delivery has not finished
         if carried and carried.outbox:
             self._deliveries.append(asyncio.create_task(self._deliver_after(0, carried.outbox)))
@@ -211,6 +228,7 @@ class AgentWorkflow:
         self._ended_by = self._ended_by or "ended"
         self._refresh_state()
         await asyncio.gather(*self._deliveries)
+        await self._notices_sent()
         await workflow.wait_condition(workflow.all_handlers_finished)
         last = self._last_turn
         return ConversationResult(
@@ -249,6 +267,7 @@ class AgentWorkflow:
             ):
                 self._continuing = True  # lets waiting updates return, so the handlers can finish
                 await workflow.wait_condition(workflow.all_handlers_finished)
+                await self._notices_sent()
                 await self._run_rollbacks(context)  # accepted during the turn: not carried, so run now
                 workflow.continue_as_new(self._carry(context))
 
@@ -691,6 +710,7 @@ class AgentWorkflow:
             hints=spec.mcp.hints() if spec.mcp else None,
         )
         self._approvals[approval.call_id] = approval
+        self._notify(approval, "request")
         await self._wait_for_people(self._await_decision(context, approval))
         record_approval_wait(spec.risk, approval.state, (workflow.now() - now).total_seconds())
         if approval.state == "approved":
@@ -733,10 +753,58 @@ class AgentWorkflow:
                 f"remind reviewers: {approval.tool} ({approval.call_id}) expires soon",
                 local=False,
             )
+            self._notify(approval, "reminder")
         if not await self._decided_by(approval.expires_at, approval, "expires"):
             await workflow.wait_condition(lambda: approval.call_id not in self._deciding)
             if approval.state == "pending":
                 approval.state = "expired"
+                self._notify(approval, "escalation")
+
+    def _notify(self, approval: Approval, kind: NoticeKind) -> None:
+        """Tell reviewers (email, webhook) in the background: a slow mail server never delays the
+        approval. Sent before the conversation ends or continues as new."""
+        if not self._notify_reviewers:
+            return
+        notice = ApprovalNotice(
+            kind=kind,
+            tenant_id=self._start.tenant_id,
+            workflow_id=workflow.info().workflow_id,
+            call_id=approval.call_id,
+            tool=approval.tool,
+            args=approval.args,
+            risk=approval.risk,
+            requested_by=approval.requested_by,
+            expires_at=approval.expires_at,
+        )
+
+        async def send() -> None:
+            try:
+                await workflow.execute_activity(
+                    "notify_approval",
+                    notice,
+                    start_to_close_timeout=NOTICE_TIMEOUT,
+                    heartbeat_timeout=HEARTBEAT_TIMEOUT,
+                    retry_policy=DELIVERY_RETRY,
+                    summary=f"notify reviewers: {kind} {approval.tool} ({approval.call_id})",
+                )
+            except ActivityError as err:  # stays queued in the outboxes, visible to operators
+                workflow.logger.error(
+                    "%s notice of %s not delivered: %s", kind, approval.call_id, err.cause or err
+                )
+
+        self._notices.append(asyncio.create_task(send()))
+
+    async def _notices_sent(self) -> None:
+        if not self._notices:
+            return
+        try:
+            await workflow.wait_condition(
+                lambda: all(task.done() for task in self._notices),
+                timeout=NOTICE_GRACE,
+                timeout_summary="notices still being delivered",
+            )
+        except TimeoutError:
+            workflow.logger.warning("ended with reviewers' notices still queued in the outboxes")
 
     async def _decided_by(self, moment: datetime, approval: Approval, label: str) -> bool:
         try:
@@ -785,6 +853,7 @@ class AgentWorkflow:
                     requested_by=approval.requested_by if approval else self._start.user_id,
                     decision=decision,
                     refusal=refusal,
+                    args=approval.args if approval else None,
                 ),
                 f"{decision.decision} {decision.call_id} by {decision.approver}",
                 Verdict,
@@ -1017,8 +1086,35 @@ class AgentWorkflow:
             self._inbox.append(message)
 
     @workflow.signal(name="end")
-    def end(self, request: EndConversation) -> None:
+    async def end(self, request: EndConversation) -> None:
+        if not await self._proven("end", request.requested_by, request.proof):
+            return
         self._ended_by = self._ended_by or f"end by {request.requested_by}"
+
+    async def _proven(
+        self, action: Literal["answer", "end"], actor: str, proof: str | None, **bound: str
+    ) -> bool:
+        """Whether a proof shows `actor` may take `action` (in APPROVER_AUTH=names mode, always);
+        a refusal is recorded by the activity and logged. Conversations started before proofs
+        existed take the action as they did."""
+        if not self._proof_checked_signals:
+            return True
+        refusal: str = await self._bookkeeping(
+            "check_action_proof",
+            ProofRequest(
+                tenant_id=self._start.tenant_id,
+                workflow_id=workflow.info().workflow_id,
+                action=action,
+                actor=actor,
+                proof=proof,
+                **bound,
+            ),
+            f"check {actor}'s proof for {action}",
+            str,
+        )
+        if refusal:
+            workflow.logger.warning("%s by %s refused: %s", action, actor, refusal)
+        return not refusal
 
     @workflow.signal(name="approve")
     async def approve(self, signal: ApproveSignal) -> None:
@@ -1043,10 +1139,19 @@ class AgentWorkflow:
         return await self._decide(decision)
 
     @workflow.signal(name="answer")
-    def answer(self, answer: AnswerSignal) -> None:
+    async def answer(self, answer: AnswerSignal) -> None:
+        def open_question() -> bool:
+            return answer.call_id in self._questions and answer.call_id not in self._answers
+
         if answer.user_id != self._start.user_id:
             workflow.logger.warning("answer from %s refused: not this conversation's user", answer.user_id)
-        elif answer.call_id in self._questions and answer.call_id not in self._answers:
+        elif (
+            open_question()
+            and await self._proven(
+                "answer", answer.user_id, answer.proof, call_id=answer.call_id, text=answer.text
+            )
+            and open_question()
+        ):
             self._answers[answer.call_id] = answer.text
 
     @workflow.update(name="wait_turn")

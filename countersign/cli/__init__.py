@@ -13,6 +13,7 @@ from countersign.cli import (  # noqa: F401  (each registers its commands)
     demo,
     dev,
     health,
+    inbox,
     mcp,
     model,
     records,

@@ -16,6 +16,7 @@ from temporalio.client import Client, WorkflowUpdateFailedError
 from countersign.approvals import Approval, Decision
 from countersign.cli.app import cli, print_json, run
 from countersign.cli.conversations import connected, query_status
+from countersign.cli.inbox import InboxSession, inbox_request, load_session, signed_mode
 from countersign.cli.ux import reason
 from countersign.conversation import AnswerSignal
 
@@ -123,6 +124,8 @@ def approve(
     edited = parse_args(args_json)
 
     async def body() -> None:
+        if signed_mode():
+            return await approve_through_inbox(load_session(approver), workflow_id, call_id, reason, edited)
         client, _ = await connected()
         ids = (
             [call_id]
@@ -153,6 +156,13 @@ def reject(workflow_id: str, call_id: str, approver: str, reason: str | None) ->
     """Reject a pending call; the agent is told it was rejected, and why."""
 
     async def body() -> None:
+        if signed_mode():
+            path = f"/api/approvals/{workflow_id}/{call_id}"
+            decided = await inbox_request(
+                load_session(approver), "POST", path, {"decision": "reject", "reason": reason}
+            )
+            click.echo(f"rejected {call_id}: {decided['tool']} by {decided['decided_by']} (proven)")
+            return
         client, _ = await connected()
         approval = await decide(
             client,
@@ -178,7 +188,32 @@ def answer(workflow_id: str, call_id: str, text: str, user: str) -> None:
         status = await query_status(handle)
         if call_id not in {q.call_id for q in status.pending_questions}:
             raise click.ClickException(f"{workflow_id} has no open question {call_id}")
-        await handle.signal("answer", AnswerSignal(call_id=call_id, user_id=user, text=text))
+        if signed_mode():
+            path = f"/api/conversations/{workflow_id}/answer"
+            await inbox_request(load_session(user), "POST", path, {"call_id": call_id, "text": text})
+        else:
+            await handle.signal("answer", AnswerSignal(call_id=call_id, user_id=user, text=text))
         click.echo(f"answered {call_id}")
 
     run(body())
+
+
+async def approve_through_inbox(
+    session: InboxSession,
+    workflow_id: str,
+    call_id: str | None,
+    reason: str | None,
+    edited: dict[str, object] | None,
+) -> None:
+    """APPROVER_AUTH=signed: approve through the inbox, which issues the proof for `session`'s person."""
+    if call_id:
+        ids = [call_id]
+    else:
+        pending = await inbox_request(session, "GET", "/api/approvals")
+        ids = [p["call_id"] for p in pending if p["workflow_id"] == workflow_id]
+        if not ids:
+            raise click.ClickException(f"{workflow_id} has nothing {session.user_id} may approve")
+    for cid in ids:
+        body = {"decision": "approve", "reason": reason, "args": edited}
+        decided = await inbox_request(session, "POST", f"/api/approvals/{workflow_id}/{cid}", body)
+        click.echo(f"approved {cid}: {decided['tool']} by {decided['decided_by']} (proven)")

@@ -21,11 +21,17 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 from temporalio.client import Client, WorkflowHandle
 
-from countersign.approvals import Decision, DecisionKind, approver_refusal
+from countersign.approvals import (
+    Approval,
+    Decision,
+    DecisionKind,
+    approver_refusal,
+)
 from countersign.chat import ChatMessage
 from countersign.cli.app import cli, run
 from countersign.cli.approvals import decide
 from countersign.cli.conversations import connected, parse_limits, query_status, query_transcript, wait_turn
+from countersign.cli.inbox import inbox_request, load_session, signed_mode
 from countersign.cli.records import with_session
 from countersign.cli.ux import command
 from countersign.cli.waiting import who_can_decide
@@ -360,6 +366,13 @@ class Chat:
         text = ""
         while not text:
             text = await self.ask_inline("  your answer: ")
+        if signed_mode():
+            path, body = (
+                f"/api/conversations/{self.workflow_id}/answer",
+                {"call_id": question.call_id, "text": text},
+            )
+            await inbox_request(load_session(self.user), "POST", path, body)
+            return
         await self.handle.signal(
             "answer", AnswerSignal(call_id=question.call_id, user_id=self.user, text=text)
         )
@@ -372,7 +385,16 @@ class Chat:
         """Decide as the chat's user; a refusal is shown with who could decide instead."""
         decision = Decision(call_id=call_id, decision=kind, approver=self.user, reason=reason)
         try:
-            recorded = await decide(self.client, self.workflow_id, decision)
+            if signed_mode():  # the inbox proves who decides, with this user's `login` session
+                path, body = (
+                    f"/api/approvals/{self.workflow_id}/{call_id}",
+                    {"decision": kind, "reason": reason},
+                )
+                recorded = Approval.model_validate(
+                    await inbox_request(load_session(self.user), "POST", path, body)
+                )
+            else:
+                recorded = await decide(self.client, self.workflow_id, decision)
         except click.ClickException as refused:
             click.echo(f"  ✗ {refused.message}")
             if approval is not None:

@@ -14,6 +14,7 @@ from temporalio.client import Client, WorkflowHandle
 
 from countersign.chat import ChatMessage
 from countersign.cli.app import cli, print_json, run
+from countersign.cli.inbox import inbox_request, load_session, signed_mode
 from countersign.cli.ux import EXIT_WAITING, command, temporal_settings
 from countersign.cli.waiting import ctrl_c, follow, waiting_lines
 from countersign.config import Settings
@@ -275,7 +276,15 @@ def rollback(
                 raise click.ClickException(f"rollback refused: {outcome.refused}")
             entries = outcome.entries
         else:
-            entries = await roll_back(client.get_workflow_handle(workflow_id), request)
+            via_inbox = None
+            if signed_mode():  # the inbox sends it, with a proof for this person and scope
+                session, path = load_session(requested_by), f"/api/conversations/{workflow_id}/rollback"
+                body = request.model_dump(include={"scope", "call_id", "reason"})
+
+                async def via_inbox() -> None:
+                    await inbox_request(session, "POST", path, body)
+
+            entries = await roll_back(client.get_workflow_handle(workflow_id), request, send=via_inbox)
         if not entries:
             click.echo("nothing to undo in that scope")
         for e in entries:

@@ -54,6 +54,7 @@ def status(as_json: bool) -> None:
                 "llm_base_url": settings.llm_base_url,
                 "ui_url": settings.ui_url,
                 "scenario": scenario,
+                "approver_auth": settings.approver_auth,
                 "components": {c.name: c.to_json() for c in components},
             }
         )
@@ -65,6 +66,7 @@ def status(as_json: bool) -> None:
         click.echo("  ".join([*(cell.ljust(w) for cell, w in zip(row, widths, strict=False)), row[-1]]))
     if scenario:
         click.echo(f"scripted model scenario: {scenario}")
+    click.echo(approver_auth_line(load_settings().approver_auth))
 
 
 def _scenario(plan: stack.StackPlan, components: list[stack.ComponentStatus]) -> str | None:
@@ -75,3 +77,12 @@ def _scenario(plan: stack.StackPlan, components: list[stack.ComponentStatus]) ->
     _, records = stack.read_stack(plan.stack_file)
     running = records.get("model") if model.state == "running" else None
     return (stack.scenario_of(running) if running else None) or plan.scenario
+
+
+def approver_auth_line(mode: str) -> str:
+    if mode == "signed":
+        return "approvals: APPROVER_AUTH=signed: decisions count only with a proof from the inbox"
+    return (
+        "approvals: APPROVER_AUTH=names (demo): a bare approver name counts; decisions are recorded "
+        "as claimed, not proven. Set APPROVER_AUTH=signed to require proofs."
+    )

@@ -46,6 +46,8 @@ TASK_STATUSES = ("open", "in_progress", "done", "cancelled")
 EVENT_STATUSES = ("tentative", "confirmed", "cancelled")
 EMAIL_STATUSES = ("queued", "sending", "sent", "cancelled", "failed")
 NOTIFICATION_STATUSES = ("open", "resolved")
+NOTICE_STATUSES = ("queued", "sent")
+NOTICE_CHANNELS = ("email", "webhook")
 TIERS = ("always_allow", "needs_approval", "blocked")
 RISKS = ("low", "medium", "high")
 CATEGORIES = ("read", "write", "external")
@@ -114,6 +116,7 @@ class Tenant(Base):
     id: Mapped[str] = mapped_column(primary_key=True)
     name: Mapped[str]
     created_at: Mapped[datetime] = created_at()
+    webhook_url: Mapped[str | None]  # Slack-compatible incoming webhook for reviewers' notifications
 
 
 class User(Base):
@@ -126,6 +129,7 @@ class User(Base):
     email: Mapped[str]
     created_at: Mapped[datetime] = created_at()
     tz: Mapped[str] = mapped_column(server_default="UTC")  # IANA zone: the user's business hours
+    password_hash: Mapped[str | None]  # argon2id; None: cannot log in to the inbox with a password
 
 
 class UserRole(Base):
@@ -435,6 +439,8 @@ class ApprovalDecision(Base):
     args: Mapped[dict[str, Any] | None]  # edited arguments
     created_at: Mapped[datetime] = created_at()
     attempt_key: Mapped[str | None] = mapped_column(unique=True)  # workflow id:run id:activity id
+    # True: the approver was shown by a proof (APPROVER_AUTH=signed); False: the name was claimed
+    proven: Mapped[bool] = mapped_column(server_default=false())
 
 
 class Compensation(Base):
@@ -483,6 +489,7 @@ class RollbackRecord(Base):
     reason: Mapped[str | None]  # why it was refused, or the requester's reason
     created_at: Mapped[datetime] = created_at()
     attempt_key: Mapped[str | None] = mapped_column(unique=True)  # workflow id:run id:activity id
+    proven: Mapped[bool] = mapped_column(server_default=false())  # as in ApprovalDecision
 
 
 class ModelCall(Base):
@@ -615,3 +622,47 @@ class SagaRecord(Base):
     turn: Mapped[int]
     arguments: Mapped[str]  # as executed, not redacted: the compensation validates them again
     created_at: Mapped[datetime] = created_at()
+
+
+class ProofCheck(Base):
+    """Every proof a worker checked (APPROVER_AUTH=signed), accepted or refused with the reason.
+    `jti` is set on accepted checks only and is unique: a proof counts once, a replay is refused."""
+
+    __tablename__ = "proof_checks"
+    __table_args__ = (Index(None, "workflow_id", "target"),)
+
+    id: Mapped[int] = identity_pk()
+    tenant_id: Mapped[str] = tenant_column()
+    workflow_id: Mapped[str]
+    action: Mapped[str]  # approve, reject, answer, rollback, end
+    target: Mapped[str]  # a call id, `conversation`, `<scope>:<call id>`
+    actor: Mapped[str]  # the name the payload gave
+    subject: Mapped[str | None]  # whom the proof was issued to, when it could be read
+    jti: Mapped[str | None] = mapped_column(unique=True)
+    accepted: Mapped[bool]
+    reason: Mapped[str | None]
+    attempt_key: Mapped[str | None]  # the checking activity invocation
+    created_at: Mapped[datetime] = created_at()
+
+
+class NotificationOutbox(Base):
+    """Reviewers' notifications (approval requested, reminder, escalation) by email or webhook,
+    queued once per key and delivered at least once: `sent` only after the SMTP server or the
+    webhook receiver accepted it. Apart from `email_outbox`, which holds what agents send."""
+
+    __tablename__ = "notification_outbox"
+    __table_args__ = (one_of("status", NOTICE_STATUSES), one_of("channel", NOTICE_CHANNELS))
+
+    id: Mapped[int] = identity_pk()
+    tenant_id: Mapped[str] = tenant_column()
+    idempotency_key: Mapped[str] = mapped_column(unique=True)  # notice:workflow:call:kind:channel[:user]
+    channel: Mapped[str]
+    recipient: Mapped[str]  # an email address or the webhook URL
+    subject: Mapped[str]
+    body: Mapped[str]
+    payload: Mapped[dict[str, Any] | None]  # the webhook's JSON
+    status: Mapped[str] = mapped_column(server_default="queued")
+    attempts: Mapped[int] = mapped_column(server_default=text("0"))
+    error: Mapped[str | None]
+    created_at: Mapped[datetime] = created_at()
+    sent_at: Mapped[datetime | None]

@@ -21,6 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from countersign.db import schema
 from countersign.db.engine import create_engine, session_factory
+from countersign.inbox.auth import set_dev_passwords
 
 M = TypeVar("M", bound=schema.Base)
 
@@ -394,6 +395,7 @@ async def _load(session: AsyncSession) -> None:
     await session.flush()
     user_roles = [{"tenant_id": t, "user_id": u, "role": r} for t, u, _, roles in USERS for r in roles]
     await session.execute(insert(schema.UserRole).values(user_roles).on_conflict_do_nothing())
+    await set_dev_passwords(session)
 
     for tenant_id, email, name, company, status, source, owner, notes in LEADS:
         await upsert(

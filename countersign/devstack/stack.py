@@ -29,7 +29,7 @@ from countersign.devstack.postgres import EmbeddedPostgres, migrate_and_seed
 from countersign.devstack.processes import ProcessRecord
 from countersign.devstack.temporal import DevServerConfig, start_dev_server, wait_ready
 
-COMPONENTS = ("postgres", "temporal", "model", "worker")
+COMPONENTS = ("postgres", "temporal", "model", "worker", "inbox")
 HOST = "127.0.0.1"
 # The env variable that points a component at an existing service (CONTRACT.md).
 OVERRIDES = {"postgres": "DATABASE_URL", "temporal": "TEMPORAL_ADDRESS", "model": "LLM_BASE_URL"}
@@ -38,6 +38,7 @@ DEFAULT_PORTS = {
     "COUNTERSIGN_TEMPORAL_PORT": 7233,
     "COUNTERSIGN_UI_PORT": 8233,
     "COUNTERSIGN_MODEL_PORT": 8400,
+    "COUNTERSIGN_INBOX_PORT": 8300,
 }
 DEFAULT_SCENARIO = PROJECT_ROOT / "countersign" / "scenarios"  # one file per agent
 STARTUP_TIMEOUT_S = 60.0
@@ -108,7 +109,12 @@ class StackPlan:
             "temporal": self.temporal_address,
             "model": self.llm_base_url,
             "worker": f"task queue {self.task_queue!r}",
+            "inbox": self.inbox_url,
         }[component]
+
+    @property
+    def inbox_url(self) -> str:
+        return f"http://{HOST}:{self.ports['COUNTERSIGN_INBOX_PORT']}"
 
     def port_vars(self, component: str) -> list[str]:
         return {
@@ -116,6 +122,7 @@ class StackPlan:
             "temporal": ["COUNTERSIGN_TEMPORAL_PORT", "COUNTERSIGN_UI_PORT"],
             "model": ["COUNTERSIGN_MODEL_PORT"],
             "worker": [],
+            "inbox": ["COUNTERSIGN_INBOX_PORT"],
         }[component]
 
     def log(self, component: str) -> Path:
@@ -197,6 +204,7 @@ async def up(plan: StackPlan, echo: Echo) -> None:
         "temporal": _temporal,
         "model": _model,
         "worker": _worker,
+        "inbox": _inbox,
     }
     for name, step in steps.items():
         _check_not_replaced(name, records.get(name), plan)
@@ -321,6 +329,21 @@ async def _worker(plan: StackPlan, previous: ProcessRecord | None) -> tuple[Proc
     if outcome == STARTED:
         with _stop_on_failure(record, outcome):
             await _wait_worker(record, log, offset)
+    return record, outcome
+
+
+async def _inbox(plan: StackPlan, previous: ProcessRecord | None) -> tuple[ProcessRecord, str]:
+    """The reviewers' inbox (`starter.py inbox serve`); it reads the stack file like the worker."""
+    port = plan.ports["COUNTERSIGN_INBOX_PORT"]
+    cmd = [sys.executable, str(PROJECT_ROOT / "starter.py"), "inbox", "serve", "--port", str(port)]
+    record, outcome = _reuse_or_spawn(
+        "inbox",
+        plan,
+        previous,
+        lambda: processes.spawn(cmd, plan.inbox_url, plan.log("inbox"), PROJECT_ROOT),
+    )
+    with _stop_on_failure(record, outcome):
+        await _wait_listening(record, port, "the inbox")
     return record, outcome
 
 

@@ -1,0 +1,182 @@
+"""Tell reviewers about a call that waits for them: when it starts waiting, before it expires, and
+(the tenant's admins) when it expired undecided.
+
+Through the outbox, at least once, one per (call, kind) and recipient: the activity first queues an
+email per recipient and one webhook post for the tenant (Slack-compatible JSON) in
+`notification_outbox`, each under an idempotency key; then it delivers what is still queued. A retry
+queues nothing new and re-sends only what was not confirmed sent. Each message links to the item in
+the inbox. These are kept apart from `email_outbox`, which holds only what agents send.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from email.message import EmailMessage
+from email.utils import format_datetime
+from typing import Any, Literal
+
+import aiohttp
+import aiosmtplib
+from pydantic import BaseModel
+from sqlalchemy import func, select, update
+from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from activities.email import message_id
+from activities.heartbeat import heartbeats
+from countersign.approvals import APPROVER_ROLES, FOUR_EYES
+from countersign.db.schema import NotificationOutbox, Tenant, User, UserRole
+from countersign.tooling import Risk
+
+NoticeKind = Literal["request", "reminder", "escalation"]
+WEBHOOK_TIMEOUT_S = 10
+NOTICE_HEADER = "X-Countersign-Notice"  # on every notice email: request, reminder or escalation
+ARGS_SHOWN = 500
+
+
+class ApprovalNotice(BaseModel):
+    kind: NoticeKind
+    tenant_id: str
+    workflow_id: str
+    call_id: str
+    tool: str
+    args: str
+    risk: Risk
+    requested_by: str
+    expires_at: datetime
+
+
+def recipients_roles(notice: ApprovalNotice) -> frozenset[str]:
+    """Who is told: those who may decide the call; on expiry, the tenant's admins."""
+    return frozenset({"admin"}) if notice.kind == "escalation" else APPROVER_ROLES[notice.risk]
+
+
+def wording(notice: ApprovalNotice, link: str) -> tuple[str, str]:
+    """(subject, text) of a notice."""
+    what = f"{notice.tool} (call {notice.call_id}, risk {notice.risk}) requested by {notice.requested_by}"
+    subject = {
+        "request": f"Approval needed: {notice.tool}",
+        "reminder": f"Reminder: {notice.tool} expires soon",
+        "escalation": f"Expired undecided: {notice.tool}",
+    }[notice.kind]
+    state = (
+        f"expired undecided at {notice.expires_at.isoformat()}"
+        if notice.kind == "escalation"
+        else f"waits for a decision until {notice.expires_at.isoformat()}"
+    )
+    text = f"{what} {state}.\nArguments: {notice.args[:ARGS_SHOWN]}\nOpen it: {link}"
+    return subject, text
+
+
+class NotificationActivities:
+    def __init__(
+        self,
+        sessions: async_sessionmaker[AsyncSession],
+        inbox_url: str,
+        smtp_host: str,
+        smtp_port: int,
+        sender: str,
+        *,
+        timeout: float = 30.0,
+    ) -> None:
+        self._sessions = sessions
+        self._inbox_url = inbox_url.rstrip("/")
+        self._smtp = (smtp_host, smtp_port, sender, timeout)
+
+    @activity.defn(name="notify_approval")
+    @heartbeats
+    async def notify_approval(self, notice: ApprovalNotice) -> None:
+        failures = []
+        for row_id in await self._queue(notice):
+            error = await self._deliver(row_id)
+            if error:
+                failures.append(f"notice {row_id}: {error}")
+        if failures:  # a retry delivers only what is still queued
+            raise ApplicationError("; ".join(failures), type="NotificationUndelivered")
+
+    async def _queue(self, notice: ApprovalNotice) -> list[int]:
+        """Queue every message of this notice once (idempotency keys); the ids still to deliver."""
+        key = f"notice:{notice.workflow_id}:{notice.call_id}:{notice.kind}"
+        link = f"{self._inbox_url}/#{notice.workflow_id}/{notice.call_id}"
+        subject, text = wording(notice, link)
+        async with self._sessions() as session, session.begin():
+            people = await session.execute(
+                select(User.id, User.email)
+                .join(UserRole, (UserRole.tenant_id == User.tenant_id) & (UserRole.user_id == User.id))
+                .where(User.tenant_id == notice.tenant_id, UserRole.role.in_(recipients_roles(notice)))
+                .distinct()
+                .order_by(User.id)
+            )
+            rows: list[dict[str, Any]] = []
+            for user_id, address in people:
+                own = notice.risk in FOUR_EYES and user_id == notice.requested_by
+                if own and notice.kind != "escalation":
+                    continue  # may not decide their own call: not asked to
+                rows.append(
+                    {"idempotency_key": f"{key}:email:{user_id}", "channel": "email", "recipient": address}
+                )
+            url = await session.scalar(select(Tenant.webhook_url).where(Tenant.id == notice.tenant_id))
+            if url:
+                payload = {"text": f"*{subject}*\n{text}", "kind": notice.kind, "link": link}
+                rows.append({"idempotency_key": f"{key}:webhook", "channel": "webhook", "recipient": url,
+                             "payload": payload})  # fmt: skip
+            for row in rows:
+                await session.execute(
+                    insert(NotificationOutbox)
+                    .values(tenant_id=notice.tenant_id, subject=subject, body=text, **row)
+                    .on_conflict_do_nothing(index_elements=[NotificationOutbox.idempotency_key])
+                )
+            queued = await session.scalars(
+                select(NotificationOutbox.id)
+                .where(
+                    NotificationOutbox.idempotency_key.like(f"{key}:%"), NotificationOutbox.status == "queued"
+                )
+                .order_by(NotificationOutbox.id)
+            )
+            return list(queued)
+
+    async def _deliver(self, row_id: int) -> str | None:
+        """Send one queued notice; None when the server or receiver accepted it (it is then `sent`)."""
+        async with self._sessions() as session:
+            row = await session.get(NotificationOutbox, row_id)
+            if row is None or row.status != "queued":
+                return None
+            channel, recipient, subject, body, payload, key = (
+                row.channel, row.recipient, row.subject, row.body, row.payload, row.idempotency_key
+            )  # fmt: skip
+        try:
+            if channel == "email":
+                await self._send_email(recipient, subject, body, key)
+                error = None
+            else:
+                error = await self._post(recipient, payload or {})
+        except (aiosmtplib.SMTPException, OSError, TimeoutError, aiohttp.ClientError) as err:
+            error = f"{type(err).__name__}: {err}"
+        async with self._sessions() as session, session.begin():
+            values: dict[str, Any] = {"attempts": NotificationOutbox.attempts + 1, "error": error}
+            if error is None:
+                values |= {"status": "sent", "sent_at": func.now()}
+            await session.execute(
+                update(NotificationOutbox).where(NotificationOutbox.id == row_id).values(**values)
+            )
+        return error
+
+    async def _send_email(self, to: str, subject: str, body: str, key: str) -> None:
+        host, port, sender, timeout = self._smtp
+        message = EmailMessage()
+        message["From"], message["To"], message["Subject"] = sender, to, subject
+        message["Date"] = format_datetime(datetime.now(UTC))
+        message["Message-ID"] = message_id(key, sender)  # the same on a re-send: recognizable
+        message[NOTICE_HEADER] = key.split(":")[3]  # the kind, for mail filters (and tests)
+        message.set_content(body)
+        await aiosmtplib.send(message, hostname=host, port=port, timeout=timeout)
+
+    @staticmethod
+    async def _post(url: str, payload: dict[str, Any]) -> str | None:
+        async with (
+            aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=WEBHOOK_TIMEOUT_S)) as http,
+            http.post(url, json=payload) as response,
+        ):
+            return f"HTTP {response.status}" if response.status >= 300 else None

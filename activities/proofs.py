@@ -1,0 +1,63 @@
+"""Proof checks for the actions that have no activity of their own: `answer` and `end`.
+
+Decisions and rollbacks check their proof inside `record_decision` / `authorize_rollback`, in the
+transaction that records them; these two signals only change workflow state, so the workflow asks
+this activity first. Like those, a check is recorded once per invocation (`proof_checks`).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Literal
+
+from pydantic import BaseModel
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from temporalio import activity
+
+from activities.attempts import attempt_key
+from countersign.db.schema import ProofCheck
+from countersign.proofs import Binding, ProofVerifier, check_proof
+
+
+class ProofRequest(BaseModel):
+    tenant_id: str
+    workflow_id: str
+    action: Literal["answer", "end"]
+    actor: str
+    proof: str | None = None
+    call_id: str | None = None  # answer: the question's call
+    text: str | None = None  # answer: the exact text the proof binds
+
+    def binding(self) -> Binding:
+        if self.action == "answer":
+            return Binding.answer(self.tenant_id, self.workflow_id, self.call_id or "", self.text or "")
+        return Binding.end(self.tenant_id, self.workflow_id)
+
+
+class ProofActivities:
+    def __init__(self, sessions: async_sessionmaker[AsyncSession], proofs: ProofVerifier) -> None:
+        self._sessions = sessions
+        self._proofs = proofs
+
+    @activity.defn(name="check_action_proof")
+    async def check_action_proof(self, request: ProofRequest) -> str:
+        """ "" when the action counts (names mode: always), else why not, recorded. A re-run of the
+        same invocation answers from the row its first run wrote."""
+        if self._proofs.mode == "names":
+            return ""
+        key = attempt_key()
+        async with self._sessions() as session, session.begin():
+            earlier = await session.scalar(select(ProofCheck).where(ProofCheck.attempt_key == key))
+            if earlier is not None:
+                return "" if earlier.accepted else earlier.reason or "refused"
+            refusal = await check_proof(
+                session,
+                self._proofs,
+                request.proof,
+                request.binding(),
+                request.actor,
+                datetime.now(UTC),
+                key,
+            )
+            return refusal or ""

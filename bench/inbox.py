@@ -1,0 +1,233 @@
+"""The inbox and proofs, measured on parts this script starts (free ports, a temporary directory):
+
+    .venv/bin/python -m bench.inbox [--samples N] [--markdown docs/benchmark.md]
+
+- approval -> execution through the inbox: from the reviewer's `POST /api/approvals/{wf}/{call}`
+  (the inbox checks rules, mints a proof, sends `decide`; the worker verifies and spends the proof)
+  to the tool call's recorded finish (`tool_executions.finished_at`), APPROVER_AUTH=signed;
+- a new request visible in an open inbox: from starting a conversation whose first call needs
+  approval to the `approvals` event that lists it on an open `GET /api/events` stream;
+- the cost of a proof: minting (inbox) and verifying (worker, without the database), CPU per call.
+
+It writes its own section of docs/benchmark.md between the `inbox` markers (bench.run renders the
+rest of the file; run this after it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import re
+import tempfile
+import time
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from sqlalchemy import select
+
+from bench import stack
+from bench.scenario import APPROVAL_STATUSES, approval_message, bench_scenario
+from bench.stats import Summary
+from countersign.approvals import Approval, Decision
+from countersign.conversation import Limits, StartConversation
+from countersign.conversations import start_conversation
+from countersign.db.schema import ToolExecution
+from countersign.inbox.app import running_inbox
+from countersign.proofs import Binding, load_private_key, mint_proof, pem_pair, verify_proof
+from tests.fixtures.smtp import SmtpServer
+
+MARK_START, MARK_END = "<!-- inbox:start -->", "<!-- inbox:end -->"
+PROOF_ITERATIONS = 2000
+
+
+def proof_cost(iterations: int = PROOF_ITERATIONS) -> dict[str, float]:
+    """Microseconds of CPU per mint and per verify (process time, one core)."""
+    key = load_private_key(pem_pair()[0])
+    verifying = key.public_key()
+    binding = Binding.decision("acme", "conv-1", "approve", "c1", '{"lead": "jane.doe@example.com"}')
+    now = datetime.now(UTC)
+    started = time.process_time()
+    tokens = [mint_proof(key, "bob", binding, now) for _ in range(iterations)]
+    minted = time.process_time()
+    for token in tokens:
+        verify_proof(verifying, token, binding, now)
+    verified = time.process_time()
+    return {
+        "mint_us": round((minted - started) / iterations * 1e6, 1),
+        "verify_us": round((verified - minted) / iterations * 1e6, 1),
+    }
+
+
+async def events(url: str, token: str) -> AsyncIterator[list[dict[str, Any]]]:
+    """The `approvals` events of an open inbox stream."""
+    async with (
+        aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None)) as http,
+        http.get(url + "/api/events", headers={"Authorization": f"Bearer {token}"}) as response,
+    ):
+        event = ""
+        async for raw in response.content:
+            line = raw.decode().rstrip("\n")
+            if line.startswith("event: "):
+                event = line[7:]
+            elif line.startswith("data: ") and event == "approvals":
+                yield json.loads(line[6:])
+
+
+async def measure(samples: int) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="bench-inbox-") as tmp:
+        root = Path(tmp)
+        private, public = pem_pair()
+        mail = SmtpServer(host="127.0.0.1", port=stack.bench_port())  # reviewers' notices go here
+        mail.start()
+        try:
+            return await _measure_on_parts(root, private, public, mail, samples)
+        finally:
+            mail.stop()
+
+
+async def _measure_on_parts(
+    root: Path, private: str, public: str, mail: SmtpServer, samples: int
+) -> dict[str, Any]:
+    async with (
+        stack.postgres(root) as database_url,
+        stack.temporal(root, "inbox", stack.ServerSetup()) as server,
+        stack.parts(database_url, server.config, bench_scenario(1)) as base,
+    ):
+        signed = base.settings.model_copy(
+            update={
+                "approver_auth": "signed",
+                "proof_public_key": public,
+                "smtp_host": mail.host,
+                "smtp_port": mail.port,
+            }
+        )
+        parts = stack.Parts(base.client, signed, base.engine, base.model)
+        async with stack.in_process_worker(parts, {}) as running:
+            settings = running.settings.model_copy(update={"proof_private_key": private})
+            async with running_inbox(settings, "127.0.0.1", 0, client=running.client) as url:
+                return await _measure(running, url, samples, load_private_key(private))
+
+
+async def _measure(parts: stack.Parts, url: str, samples: int, signing: Ed25519PrivateKey) -> dict[str, Any]:
+    async with aiohttp.ClientSession() as http:
+        login = {"tenant_id": "acme", "user_id": "bob", "password": "bob-dev"}
+        async with http.post(url + "/api/login", json=login) as response:
+            token = (await response.json())["token"]
+        headers = {"Authorization": f"Bearer {token}"}
+        stream = events(url, token)
+        await anext(stream)  # the stream is open: its first event is the current list
+        visible_ms: list[float] = []
+        decide_ms: list[float] = []
+        exec_ms: list[float] = []
+        direct_ms: list[float] = []
+        for n in range(2 * samples):
+            through_inbox = n % 2 == 0  # alternate, so both see the same machine load
+            status = APPROVAL_STATUSES[n // 2 % len(APPROVAL_STATUSES)]
+            start = StartConversation(
+                tenant_id="acme",
+                user_id="alice",
+                agent="lead-qualifier",
+                message=approval_message(status),
+                single_turn=True,
+                limits=Limits(),
+            )
+            asked = time.perf_counter()
+            handle = await start_conversation(parts.client, parts.settings, start)
+            async for listed in stream:
+                if any(item["workflow_id"] == handle.id for item in listed):
+                    if through_inbox:
+                        visible_ms.append((time.perf_counter() - asked) * 1000)
+                    args = next(i["args"] for i in listed if i["workflow_id"] == handle.id)
+                    break
+            decided_at = datetime.now(UTC)
+            sent = time.perf_counter()
+            if through_inbox:
+                async with http.post(
+                    f"{url}/api/approvals/{handle.id}/c1", json={"decision": "approve"}, headers=headers
+                ) as response:
+                    assert response.status == 200, await response.text()
+                decide_ms.append((time.perf_counter() - sent) * 1000)
+            else:  # the `decide` update with a proof, straight to Temporal: the inbox's reference
+                binding = Binding.decision("acme", handle.id, "approve", "c1", args)
+                proof = mint_proof(signing, "bob", binding, decided_at)
+                decision = Decision(call_id="c1", decision="approve", approver="bob", proof=proof)
+                await handle.execute_update("decide", decision, result_type=Approval)
+            await handle.result()
+            async with parts.engine.connect() as conn:
+                finished = await conn.scalar(
+                    select(ToolExecution.finished_at).where(ToolExecution.workflow_id == handle.id)
+                )
+            assert finished is not None
+            (exec_ms if through_inbox else direct_ms).append((finished - decided_at).total_seconds() * 1000)
+        await stream.aclose()  # type: ignore[attr-defined]
+    return {
+        "samples": samples,
+        "approval_to_execution_ms": Summary.of(exec_ms).__dict__,
+        "direct_decide_to_execution_ms": Summary.of(direct_ms).__dict__,
+        "decide_request_ms": Summary.of(decide_ms).__dict__,
+        "request_visible_ms": Summary.of(visible_ms).__dict__,
+        "proof": proof_cost(),
+        "machine": f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} at the end",
+    }
+
+
+def markdown(result: dict[str, Any]) -> str:
+    load = result["machine"]
+    execution, decide = result["approval_to_execution_ms"], result["decide_request_ms"]
+    direct = result["direct_decide_to_execution_ms"]
+    visible, proof = result["request_visible_ms"], result["proof"]
+    return f"""{MARK_START}
+## Inbox and proofs (`python -m bench.inbox`)
+
+APPROVER_AUTH=signed, the inbox on its own port, {result["samples"]} conversations one after the other
+(each: alice's call waits, bob approves it through the inbox), alternating with as many decided by
+the `decide` update sent straight to Temporal (same proof, same worker), so both rows see the same
+machine load. Dev server, PostgreSQL and the in-process worker as in section 2. Measured on
+{load}.
+
+| measure (ms) | p50 | p95 | target |
+|---|---|---|---|
+| approval → execution through the inbox (POST sent → tool call finished) | {execution["p50"]} \
+| {execution["p95"]} | p50 ≤ 60 |
+| of which the inbox's answer (rules, proof minted, `decide` update recorded) | {decide["p50"]} \
+| {decide["p95"]} | |
+| reference: the `decide` update with a proof sent straight to Temporal → tool call finished \
+| {direct["p50"]} | {direct["p95"]} | |
+| new request visible in an open inbox (start → `approvals` event) | {visible["p50"]} \
+| {visible["p95"]} | p95 ≤ 1000 |
+
+A proof costs {proof["mint_us"]} µs of CPU to mint (inbox) and {proof["verify_us"]} µs to verify
+(worker; Ed25519 signature, claims, binding), plus one INSERT of its id in `proof_checks` in the
+transaction that records the decision. The visible latency is bounded by the events stream's poll
+of Temporal visibility (every 250 ms, one poll per tenant with an open inbox) plus the status and
+transcript queries of a conversation that newly waits.
+{MARK_END}"""
+
+
+def write_section(path: Path, section: str) -> None:
+    text = path.read_text() if path.exists() else ""
+    pattern = re.compile(re.escape(MARK_START) + ".*?" + re.escape(MARK_END), re.S)
+    text = pattern.sub(lambda _: section, text) if pattern.search(text) else text.rstrip() + "\n\n" + section
+    path.write_text(text.rstrip() + "\n")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--samples", type=int, default=30)
+    parser.add_argument("--markdown", type=Path, default=Path("docs/benchmark.md"))
+    args = parser.parse_args()
+    result = asyncio.run(measure(args.samples))
+    print(json.dumps(result, indent=2))
+    write_section(args.markdown, markdown(result))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,171 @@
+"""Commands: `inbox serve` (the reviewers' web app) and `login` (a session for the CLI).
+
+With APPROVER_AUTH=signed, `approve`, `reject`, `answer` and `rollback` decide through the inbox
+with the session `login` keeps: the inbox authenticated the person and issues the proof; a bare
+`--as NAME` proves nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import click
+from pydantic import BaseModel, ValidationError
+from sqlalchemy import update
+
+from countersign.cli.app import cli, run
+from countersign.config import DATA_DIR, load_settings
+from countersign.db.engine import create_engine
+from countersign.db.schema import Tenant
+from countersign.inbox.app import running_inbox
+from countersign.proofs import ensure_key_pair
+
+REQUEST_TIMEOUT_S = 60
+
+
+class InboxSession(BaseModel):
+    inbox_url: str
+    tenant_id: str
+    user_id: str
+    token: str
+
+
+def session_file() -> Path:
+    """COUNTERSIGN_SESSION_FILE, else `.data/inbox-session.json`."""
+    return Path(os.environ.get("COUNTERSIGN_SESSION_FILE") or DATA_DIR / "inbox-session.json")
+
+
+def load_session(acting_as: str) -> InboxSession:
+    """The CLI's inbox session, which must be `acting_as`'s."""
+    path = session_file()
+    try:
+        session = InboxSession.model_validate_json(path.read_text())
+    except (FileNotFoundError, ValidationError):
+        raise click.ClickException(
+            f"APPROVER_AUTH=signed: log in first: python starter.py login --tenant T --as {acting_as}"
+        ) from None
+    if session.user_id != acting_as:
+        raise click.ClickException(
+            f"logged in as {session.user_id} ({session.tenant_id}), not {acting_as}: "
+            f"python starter.py login --tenant T --as {acting_as}"
+        )
+    return session
+
+
+def signed_mode() -> bool:
+    return load_settings().approver_auth == "signed"
+
+
+async def inbox_request(session: InboxSession, method: str, path: str, body: Any = None) -> Any:
+    """One inbox API call with the session; its `{"error"}` becomes the CLI's one-line reason."""
+    timeout = aiohttp.ClientTimeout(total=REQUEST_TIMEOUT_S)
+    headers = {"Authorization": f"Bearer {session.token}"}
+    async with (
+        aiohttp.ClientSession(timeout=timeout) as http,
+        http.request(method, session.inbox_url + path, json=body, headers=headers) as response,
+    ):
+        data = await response.json(content_type=None)
+        if response.status >= 400:
+            reason = data.get("error") if isinstance(data, dict) else None
+            raise click.ClickException(f"inbox: {reason or f'HTTP {response.status}'}")
+        return data
+
+
+@cli.command()
+@click.option("--tenant", required=True, help="Tenant slug, e.g. acme.")
+@click.option("--as", "user", required=True, help="Who logs in, e.g. bob.")
+@click.option("--password", help="Prompted (hidden) when not given.")
+@click.option(
+    "--inbox", "inbox_url", help="The inbox's URL (default: http://127.0.0.1:COUNTERSIGN_INBOX_PORT)."
+)
+def login(tenant: str, user: str, password: str | None, inbox_url: str | None) -> None:
+    """Log in to the inbox and keep the session for approve / reject / answer / rollback."""
+    secret = password if password is not None else click.prompt("Password", hide_input=True)
+    url = (inbox_url or load_settings().inbox_url).rstrip("/")
+
+    async def body() -> None:
+        anonymous = InboxSession(inbox_url=url, tenant_id=tenant, user_id=user, token="")
+        try:
+            answer = await inbox_request(
+                anonymous, "POST", "/api/login", {"tenant_id": tenant, "user_id": user, "password": secret}
+            )
+        except aiohttp.ClientConnectionError as err:
+            raise click.ClickException(f"cannot reach the inbox at {url}: {err}") from None
+        path = session_file()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.touch(mode=0o600)
+        session = InboxSession(inbox_url=url, tenant_id=tenant, user_id=user, token=answer["token"])
+        path.write_text(session.model_dump_json())
+        click.echo(f"logged in to {url} as {user} ({tenant}); session kept in {path}")
+
+    run(body())
+
+
+@cli.group()
+def inbox() -> None:
+    """The reviewers' inbox: pending approvals, proven decisions (web app and JSON API)."""
+
+
+@inbox.command()
+@click.option("--port", type=click.IntRange(0, 65535), help="Default: COUNTERSIGN_INBOX_PORT or 8300.")
+@click.option("--host", default="127.0.0.1", show_default=True)
+def serve(port: int | None, host: str) -> None:
+    """Serve the inbox until Ctrl-C or SIGTERM."""
+    settings = load_settings()
+
+    async def body() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        async with running_inbox(settings, host, settings.inbox_port if port is None else port) as url:
+            click.echo(f"inbox serving on {url} (APPROVER_AUTH={settings.approver_auth})", err=True)
+            await stop.wait()
+
+    run(body())
+
+
+@inbox.command()
+@click.option("--private", "private", required=True, type=click.Path(dir_okay=False, path_type=Path))
+@click.option("--public", "public", required=True, type=click.Path(dir_okay=False, path_type=Path))
+def keys(private: Path, public: Path) -> None:
+    """Create the proof key pair (Ed25519 PEM) unless it exists: the private key for the inbox
+    (COUNTERSIGN_PROOF_PRIVATE_KEY), the public key for workers (COUNTERSIGN_PROOF_PUBLIC_KEY)."""
+    existed = private.exists()
+    ensure_key_pair(private, public)
+    click.echo(f"{'kept' if existed else 'created'} {private}; public key {public}")
+
+
+@inbox.command()
+@click.option("--tenant", required=True, help="Tenant slug, e.g. acme.")
+@click.argument("url", required=False)
+@click.option("--clear", is_flag=True, help="Stop posting to the tenant's webhook.")
+def webhook(tenant: str, url: str | None, clear: bool) -> None:
+    """Set the tenant's Slack-compatible webhook URL for reviewers' notifications (or --clear it)."""
+    if bool(url) == clear:
+        raise click.UsageError("give a URL or --clear")
+    if url and not url.startswith(("https://", "http://")):
+        raise click.BadParameter("the webhook URL must be http(s)://…")
+    settings = load_settings()
+
+    async def body() -> None:
+        if not settings.database_url:
+            raise click.ClickException("no DATABASE_URL: run `python starter.py dev up` or set DATABASE_URL")
+        engine = create_engine(settings.database_url)
+        try:
+            async with engine.begin() as conn:
+                changed = await conn.execute(
+                    update(Tenant).where(Tenant.id == tenant).values(webhook_url=url)
+                )
+        finally:
+            await engine.dispose()
+        if changed.rowcount == 0:
+            raise click.ClickException(f"no tenant {tenant!r}")
+        click.echo(f"{tenant}: webhook {'cleared' if clear else url}")
+
+    run(body())

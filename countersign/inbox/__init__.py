@@ -1,0 +1,1 @@
+"""The reviewers' inbox: login, pending approvals across conversations, proven decisions."""

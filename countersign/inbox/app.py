@@ -1,0 +1,319 @@
+"""The inbox over HTTP (aiohttp, already the scripted model's server): the JSON API of the contract,
+server-sent events, and the page.
+
+Authentication: `POST /api/login` answers a bearer token and also sets it as an HttpOnly,
+SameSite=Strict cookie, so the page (and its EventSource, which cannot send headers) is signed in
+too. State-changing requests must be JSON (`Content-Type: application/json`), which a cross-site
+form cannot send: with SameSite=Strict, that keeps other sites from deciding in a reviewer's name.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import jinja2
+from aiohttp import web
+from pydantic import BaseModel, ValidationError
+from temporalio.client import Client
+from temporalio.service import RPCError
+
+from countersign.config import Settings
+from countersign.db.engine import create_engine, session_factory
+from countersign.inbox.auth import SESSION_TTL, Reviewer, read_session
+from countersign.inbox.service import (
+    BatchRequest,
+    DecisionRequest,
+    Inbox,
+    InboxError,
+    LoginRequest,
+    PendingItem,
+)
+from countersign.proofs import load_private_key
+from countersign.temporal_client import connect
+
+HERE = Path(__file__).resolve().parent
+COOKIE = "countersign_session"
+MAX_BODY = 256 * 1024
+# How often the events stream looks for new, decided and expired approvals (one poll per tenant
+# with an open inbox, shared by its reviewers), and how often an idle stream sends a keep-alive.
+POLL_INTERVAL_S = 0.25
+KEEPALIVE_S = 15.0
+REVIEWER = web.RequestKey("reviewer", Reviewer)
+INBOX = web.AppKey("inbox", Inbox)
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+_templates = jinja2.Environment(
+    loader=jinja2.FileSystemLoader(HERE / "templates"), autoescape=True, enable_async=False
+)
+
+
+def error(status: int, message: str) -> web.Response:
+    return web.json_response({"error": message}, status=status)
+
+
+async def body_of(request: web.Request, model: type[BaseModel]) -> Any:
+    if request.content_type != "application/json":
+        raise InboxError(415, "send JSON (Content-Type: application/json)")
+    try:
+        return model.model_validate_json(await request.read())
+    except ValidationError as err:
+        first = err.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "body"
+        raise InboxError(400, f"invalid request: {where}: {first['msg']}") from None
+
+
+def reviewer_of(request: web.Request) -> Reviewer | None:
+    header = request.headers.get("Authorization", "")
+    token = header[7:] if header.lower().startswith("bearer ") else request.cookies.get(COOKIE)
+    if not token or len(token) > 4096:
+        return None
+    return read_session(request.app[INBOX].public_key, token)
+
+
+@web.middleware
+async def errors_and_auth(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """API calls other than login need a session; InboxError becomes its JSON error."""
+    try:
+        if request.path.startswith("/api/") and request.path != "/api/login":
+            reviewer = reviewer_of(request)
+            if reviewer is None:
+                return error(401, "log in first (POST /api/login)")
+            request[REVIEWER] = reviewer
+        return await handler(request)
+    except InboxError as err:
+        return error(err.status, str(err))
+    except web.HTTPRequestEntityTooLarge:
+        return error(413, f"request body larger than {MAX_BODY} bytes")
+    except RPCError as err:  # Temporal unreachable or refusing: say so, in the API's shape
+        return error(503, f"Temporal: {err.message}")
+
+
+# --- live updates --------------------------------------------------------------------------------
+
+
+@dataclass
+class TenantFeed:
+    items: dict[str, PendingItem] = field(default_factory=dict)
+    listeners: set[asyncio.Queue[None]] = field(default_factory=set)
+    task: asyncio.Task[None] | None = None
+
+
+class Watcher:
+    """One poll loop per tenant with an open events stream: it reads the tenant's pending approvals
+    and wakes the tenant's streams when the set changes (a call waits, is decided, expires)."""
+
+    def __init__(self, inbox: Inbox) -> None:
+        self._inbox = inbox
+        self._feeds: dict[str, TenantFeed] = {}
+
+    def current(self, tenant_id: str) -> list[PendingItem]:
+        feed = self._feeds.get(tenant_id)
+        return list(feed.items.values()) if feed else []
+
+    @contextlib.asynccontextmanager
+    async def listen(self, tenant_id: str) -> AsyncIterator[asyncio.Queue[None]]:
+        feed = self._feeds.setdefault(tenant_id, TenantFeed())
+        queue: asyncio.Queue[None] = asyncio.Queue(maxsize=1)
+        feed.listeners.add(queue)
+        if feed.task is None:
+            feed.items = {i.key: i for i in await self._inbox.tenant_pending(tenant_id)}
+            feed.task = asyncio.create_task(self._poll(tenant_id, feed))
+        try:
+            yield queue
+        finally:
+            feed.listeners.discard(queue)
+            if not feed.listeners and feed.task is not None:
+                feed.task.cancel()
+                self._feeds.pop(tenant_id, None)
+
+    async def _poll(self, tenant_id: str, feed: TenantFeed) -> None:
+        while True:
+            await asyncio.sleep(POLL_INTERVAL_S)
+            try:
+                items = {i.key: i for i in await self._inbox.tenant_pending(tenant_id, feed.items)}
+            except Exception:  # Temporal briefly unreachable: keep the last view, try again
+                continue
+            if items.keys() != feed.items.keys():
+                feed.items = items
+                for queue in feed.listeners:
+                    with contextlib.suppress(asyncio.QueueFull):
+                        queue.put_nowait(None)
+
+    async def close(self) -> None:
+        for feed in self._feeds.values():
+            if feed.task is not None:
+                feed.task.cancel()
+
+
+WATCHER = web.AppKey("watcher", Watcher)
+
+
+async def events(request: web.Request) -> web.StreamResponse:
+    """`approvals` events: the caller's pending approvals, sent at once and after every change."""
+    reviewer = request[REVIEWER]
+    inbox, watcher = request.app[INBOX], request.app[WATCHER]
+    roles = await inbox.roles(reviewer)
+    response = web.StreamResponse(
+        headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+    )
+    await response.prepare(request)
+    with contextlib.suppress(ConnectionResetError):  # the reviewer closed the page
+        await stream_approvals(response, watcher, inbox, reviewer, roles)
+    return response
+
+
+async def stream_approvals(
+    response: web.StreamResponse, watcher: Watcher, inbox: Inbox, reviewer: Reviewer, roles: list[str]
+) -> None:
+    async with watcher.listen(reviewer.tenant_id) as changed:
+        while True:
+            mine = [
+                i.as_json()
+                for i in watcher.current(reviewer.tenant_id)
+                if inbox.may_decide(i, reviewer, roles)
+            ]
+            await response.write(f"event: approvals\ndata: {json.dumps(mine)}\n\n".encode())
+            while True:  # until the next change, a comment now and then keeps proxies from closing it
+                try:
+                    await asyncio.wait_for(changed.get(), KEEPALIVE_S)
+                    break
+                except TimeoutError:
+                    await response.write(b": keep-alive\n\n")
+
+
+# --- the JSON API --------------------------------------------------------------------------------
+
+
+async def login(request: web.Request) -> web.Response:
+    credentials: LoginRequest = await body_of(request, LoginRequest)
+    token = await request.app[INBOX].login(credentials)
+    response = web.json_response({"token": token})
+    response.set_cookie(
+        COOKIE, token, httponly=True, samesite="Strict", max_age=int(SESSION_TTL.total_seconds()), path="/"
+    )
+    return response
+
+
+async def logout(request: web.Request) -> web.Response:
+    response = web.json_response({"ok": True})
+    response.del_cookie(COOKIE, path="/")
+    return response
+
+
+async def me(request: web.Request) -> web.Response:
+    reviewer = request[REVIEWER]
+    roles = await request.app[INBOX].roles(reviewer)
+    return web.json_response({**reviewer.model_dump(), "roles": roles})
+
+
+async def approvals(request: web.Request) -> web.Response:
+    items = await request.app[INBOX].pending_for(request[REVIEWER])
+    return web.json_response([i.as_json() for i in items])
+
+
+async def decide(request: web.Request) -> web.Response:
+    body: DecisionRequest = await body_of(request, DecisionRequest)
+    approval = await request.app[INBOX].decide(
+        request[REVIEWER], request.match_info["workflow_id"], request.match_info["call_id"], body
+    )
+    return web.json_response(approval.model_dump(mode="json"))
+
+
+async def decide_batch(request: web.Request) -> web.Response:
+    """Decide several calls, across conversations; each item answers on its own (one refusal does
+    not undo the others)."""
+    body: BatchRequest = await body_of(request, BatchRequest)
+    inbox, reviewer = request.app[INBOX], request[REVIEWER]
+    results = []
+    for item in body.items:
+        single = DecisionRequest(decision=body.decision, reason=body.reason)
+        try:
+            approval = await inbox.decide(reviewer, item.workflow_id, item.call_id, single)
+            results.append({**item.model_dump(), "status": 200, "decision": approval.model_dump(mode="json")})
+        except InboxError as err:
+            results.append({**item.model_dump(), "status": err.status, "error": str(err)})
+    return web.json_response(results)
+
+
+async def history(request: web.Request) -> web.Response:
+    return web.json_response(await request.app[INBOX].history(request[REVIEWER]))
+
+
+async def conversation_action(request: web.Request) -> web.Response:
+    action: Literal["answer", "rollback", "end"]
+    match request.match_info["action"]:
+        case "answer" | "rollback" | "end" as named:
+            action = named
+        case other:
+            raise InboxError(404, f"no action {other!r} (answer, rollback, end)")
+    if request.content_type != "application/json":
+        raise InboxError(415, "send JSON (Content-Type: application/json)")
+    try:
+        body = json.loads(await request.read() or b"{}")
+        await request.app[INBOX].act(request[REVIEWER], request.match_info["workflow_id"], action, body)
+    except (ValidationError, json.JSONDecodeError) as err:
+        raise InboxError(400, f"invalid request: {str(err).splitlines()[0]}") from None
+    return web.json_response({"sent": action}, status=202)
+
+
+# --- the page ------------------------------------------------------------------------------------
+
+
+async def page(request: web.Request) -> web.Response:
+    reviewer = reviewer_of(request)
+    html = _templates.get_template("inbox.html").render(reviewer=reviewer)
+    return web.Response(text=html, content_type="text/html")
+
+
+def create_app(inbox: Inbox) -> web.Application:
+    app = web.Application(middlewares=[errors_and_auth], client_max_size=MAX_BODY)
+    app[INBOX] = inbox
+    app[WATCHER] = Watcher(inbox)
+
+    async def close_watcher(app: web.Application) -> None:
+        await app[WATCHER].close()
+
+    app.on_shutdown.append(close_watcher)
+    app.router.add_get("/", page)
+    app.router.add_static("/static/", HERE / "static")
+    app.router.add_post("/api/login", login)
+    app.router.add_post("/api/logout", logout)
+    app.router.add_get("/api/me", me)
+    app.router.add_get("/api/approvals", approvals)
+    app.router.add_get("/api/history", history)
+    app.router.add_get("/api/events", events)
+    app.router.add_post("/api/approvals/batch", decide_batch)
+    app.router.add_post("/api/approvals/{workflow_id}/{call_id}", decide)
+    app.router.add_post("/api/conversations/{workflow_id}/{action}", conversation_action)
+    return app
+
+
+@contextlib.asynccontextmanager
+async def running_inbox(
+    settings: Settings, host: str, port: int, client: Client | None = None
+) -> AsyncIterator[str]:
+    """The inbox of `settings` (Temporal, or `client`; PostgreSQL; the proof signing key) served on
+    host:port (0: a free port); yields its base URL."""
+    if not settings.database_url:
+        raise RuntimeError("inbox: no DATABASE_URL: run `python starter.py dev up` or set DATABASE_URL")
+    client = client or await connect(settings)
+    engine = create_engine(settings.database_url)
+    runner = web.AppRunner(
+        create_app(Inbox(client, session_factory(engine), load_private_key(settings.proof_private_key))),
+        shutdown_timeout=1.0,
+    )
+    await runner.setup()
+    try:
+        site = web.TCPSite(runner, host, port)
+        await site.start()
+        bound = runner.addresses[0][1]
+        yield f"http://{host}:{bound}"
+    finally:
+        await runner.cleanup()
+        await engine.dispose()

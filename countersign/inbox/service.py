@@ -1,0 +1,346 @@
+"""What the inbox does, apart from HTTP: find the approvals a reviewer may decide, and turn a
+reviewer's decision (or answer, rollback, end) into a proof-carrying update or signal.
+
+Pending approvals come from Temporal itself (visibility on `AgentStatus` / `TenantId`, then each
+conversation's `status` query), so the inbox shows exactly what the workflows wait for, with no
+second copy to keep in step. Who may decide is the workflow's rule (countersign.approvals) on the
+reviewer's roles from PostgreSQL; the worker checks it again, with the proof, where it records the
+decision.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from pydantic import BaseModel, Field
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from temporalio.client import Client, WorkflowUpdateFailedError
+from temporalio.service import RPCError, RPCStatusCode
+
+from activities.approvals import roles_of
+from countersign.approvals import Approval, Decision, approver_refusal
+from countersign.chat import ChatMessage
+from countersign.conversation import AnswerSignal, EndConversation, StatusView
+from countersign.db.schema import ApprovalDecision, ToolExecution
+from countersign.inbox.auth import Reviewer, check_password, issue_session
+from countersign.proofs import Binding, mint_proof
+from countersign.saga import RollbackRequest, Scope
+from countersign.tooling import Risk
+from tools.registry import REGISTRY
+
+MAX_REASON_CHARS = 2000
+MAX_ARGS_CHARS = 100_000
+LAST_MESSAGES = 4
+
+
+class InboxError(Exception):
+    """A refusal for the client: HTTP status and a one-line reason."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+# --- what clients send (validated at the edge) -------------------------------------------------
+
+
+class LoginRequest(BaseModel, extra="forbid"):
+    tenant_id: str = Field(min_length=1, max_length=100)
+    user_id: str = Field(min_length=1, max_length=100)
+    password: str = Field(min_length=1, max_length=1000)
+
+
+class DecisionRequest(BaseModel, extra="forbid"):
+    decision: Literal["approve", "reject"]
+    reason: str | None = Field(None, max_length=MAX_REASON_CHARS)
+    args: dict[str, Any] | None = None
+
+
+class BatchItem(BaseModel, extra="forbid"):
+    workflow_id: str = Field(min_length=1, max_length=300)
+    call_id: str = Field(min_length=1, max_length=100)
+
+
+class BatchRequest(BaseModel, extra="forbid"):
+    decision: Literal["approve", "reject"]
+    reason: str | None = Field(None, max_length=MAX_REASON_CHARS)
+    items: list[BatchItem] = Field(min_length=1, max_length=100)
+
+
+class AnswerRequest(BaseModel, extra="forbid"):
+    call_id: str = Field(min_length=1, max_length=100)
+    text: str = Field(min_length=1, max_length=10_000)
+
+
+class RollbackBody(BaseModel, extra="forbid"):
+    scope: Scope = "turn"
+    call_id: str | None = Field(None, max_length=100)
+    reason: str | None = Field(None, max_length=MAX_REASON_CHARS)
+
+
+# --- what the inbox shows ------------------------------------------------------------------------
+
+
+class PendingItem(BaseModel):
+    """One pending approval (the contract's fields first), with what a reviewer needs to decide."""
+
+    workflow_id: str
+    call_id: str
+    tool: str
+    args: str  # exactly as the tool will receive it, unless the reviewer edits it
+    risk: Risk
+    requested_by: str
+    requested_at: str
+    expires_at: str
+    agent: str = ""
+    description: str = ""
+    schema_: dict[str, Any] = Field(default_factory=dict, alias="schema")
+    last_messages: list[dict[str, str]] = Field(default_factory=list)
+
+    @property
+    def key(self) -> str:
+        return f"{self.workflow_id}/{self.call_id}"
+
+    def as_json(self) -> dict[str, Any]:
+        return self.model_dump(by_alias=True)
+
+
+def last_messages(messages: list[ChatMessage]) -> list[dict[str, str]]:
+    """The conversation's latest user and assistant messages with text, newest last."""
+    shown = [
+        {"role": m.role, "name": m.name or m.role, "content": (m.content or "")[:500]}
+        for m in messages
+        if m.role in ("user", "assistant") and m.content
+    ]
+    return shown[-LAST_MESSAGES:]
+
+
+class Inbox:
+    def __init__(
+        self,
+        client: Client,
+        sessions: async_sessionmaker[AsyncSession],
+        signing_key: Ed25519PrivateKey,
+    ) -> None:
+        self.client = client
+        self._sessions = sessions
+        self._key = signing_key
+        self.public_key = signing_key.public_key()
+
+    # --- identity ------------------------------------------------------------------------------
+
+    async def login(self, request: LoginRequest) -> str:
+        async with self._sessions() as session:
+            ok = await check_password(session, request.tenant_id, request.user_id, request.password)
+        if not ok:
+            raise InboxError(401, "unknown user or wrong password")
+        reviewer = Reviewer(tenant_id=request.tenant_id, user_id=request.user_id)
+        return issue_session(self._key, reviewer, datetime.now(UTC))
+
+    async def roles(self, reviewer: Reviewer) -> list[str]:
+        async with self._sessions() as session:
+            return await roles_of(session, reviewer.tenant_id, reviewer.user_id) or []
+
+    # --- pending approvals ---------------------------------------------------------------------
+
+    async def tenant_pending(
+        self, tenant_id: str, known: dict[str, PendingItem] | None = None
+    ) -> list[PendingItem]:
+        """Every pending approval of the tenant's running conversations. Items in `known` (by key)
+        are reused as they are: only a conversation with a new pending call is asked its transcript."""
+        known = known or {}
+        query = (
+            "AgentStatus = 'awaiting_approval' AND ExecutionStatus = 'Running' "
+            f"AND TenantId = {json.dumps(tenant_id)}"
+        )
+        items: list[PendingItem] = []
+        async for execution in self.client.list_workflows(query):
+            handle = self.client.get_workflow_handle(execution.id)
+            try:
+                status = await handle.query("status", result_type=StatusView)
+                keys = [f"{execution.id}/{p.call_id}" for p in status.pending_approvals]
+                if status.tenant_id != tenant_id or not keys:
+                    continue
+                if all(key in known for key in keys):
+                    items += [known[key] for key in keys]
+                    continue
+                transcript = await handle.query("transcript", result_type=list[ChatMessage])
+            except RPCError:  # ended between the listing and the query
+                continue
+            context = last_messages(transcript)
+            for pending in status.pending_approvals:
+                tool = REGISTRY.get(pending.tool)
+                items.append(
+                    PendingItem(
+                        workflow_id=execution.id,
+                        agent=status.agent,
+                        description=tool.description if tool else "",
+                        schema=tool.spec().parameters if tool else {},
+                        last_messages=context,
+                        **pending.model_dump(),
+                    )
+                )
+        return sorted(items, key=lambda i: i.expires_at)
+
+    @staticmethod
+    def may_decide(item: PendingItem, reviewer: Reviewer, roles: list[str]) -> bool:
+        return approver_refusal("approve", item.risk, item.requested_by, reviewer.user_id, roles) is None
+
+    async def pending_for(self, reviewer: Reviewer) -> list[PendingItem]:
+        """The pending approvals `reviewer` may approve (role and four-eyes rules)."""
+        roles = await self.roles(reviewer)
+        items = await self.tenant_pending(reviewer.tenant_id)
+        return [i for i in items if self.may_decide(i, reviewer, roles)]
+
+    async def history(self, reviewer: Reviewer, limit: int = 50) -> list[dict[str, Any]]:
+        """The tenant's latest decisions, refused attempts included, newest first."""
+        async with self._sessions() as session:
+            rows = await session.scalars(
+                select(ApprovalDecision)
+                .where(ApprovalDecision.tenant_id == reviewer.tenant_id)
+                .order_by(ApprovalDecision.id.desc())
+                .limit(limit)
+            )
+            return [
+                {
+                    "workflow_id": r.workflow_id,
+                    "call_id": r.call_id,
+                    "tool": r.tool,
+                    "approver": r.approver,
+                    "decision": r.decision,
+                    "accepted": r.accepted,
+                    "proven": r.proven,
+                    "reason": r.reason,
+                    "at": r.created_at.isoformat(),
+                }
+                for r in rows
+            ]
+
+    # --- deciding ------------------------------------------------------------------------------
+
+    async def _status(self, reviewer: Reviewer, workflow_id: str) -> StatusView:
+        """The conversation's status; 404 when it does not exist or belongs to another tenant."""
+        try:
+            handle = self.client.get_workflow_handle(workflow_id)
+            status: StatusView = await handle.query("status", result_type=StatusView)
+        except RPCError as err:
+            if err.status in (RPCStatusCode.NOT_FOUND, RPCStatusCode.INVALID_ARGUMENT):
+                raise InboxError(404, f"no conversation {workflow_id}") from None
+            raise
+        if status.tenant_id != reviewer.tenant_id:
+            raise InboxError(404, f"no conversation {workflow_id}")
+        return status
+
+    async def _not_pending(self, workflow_id: str, call_id: str) -> InboxError:
+        async with self._sessions() as session:
+            decided = await session.scalar(
+                select(ApprovalDecision.id).where(
+                    ApprovalDecision.workflow_id == workflow_id,
+                    ApprovalDecision.call_id == call_id,
+                    ApprovalDecision.accepted,
+                )
+            )
+            executed = await session.scalar(
+                select(ToolExecution.outcome).where(
+                    ToolExecution.workflow_id == workflow_id, ToolExecution.call_id == call_id
+                )
+            )
+        if decided is not None or executed is not None:
+            return InboxError(409, f"call {call_id} is no longer pending ({executed or 'decided'})")
+        return InboxError(404, f"no pending call {call_id} in {workflow_id}")
+
+    async def decide(
+        self, reviewer: Reviewer, workflow_id: str, call_id: str, request: DecisionRequest
+    ) -> Approval:
+        """Check what the inbox can (tenant, pending, role, four-eyes), mint a proof bound to exactly
+        this decision and these arguments, and send it through the `decide` update."""
+        if request.args is not None and request.decision != "approve":
+            raise InboxError(400, "edited arguments come only with an approval")
+        if request.args is not None and len(json.dumps(request.args)) > MAX_ARGS_CHARS:
+            raise InboxError(400, f"edited arguments longer than {MAX_ARGS_CHARS} characters")
+        # the conversation's state (a query answered by its worker) and the reviewer's roles
+        # (PostgreSQL) are independent: ask both at once
+        status, roles = await asyncio.gather(self._status(reviewer, workflow_id), self.roles(reviewer))
+        pending = next((p for p in status.pending_approvals if p.call_id == call_id), None)
+        if pending is None:
+            raise await self._not_pending(workflow_id, call_id)
+        refusal = approver_refusal(
+            request.decision,
+            pending.risk,
+            pending.requested_by,
+            reviewer.user_id,
+            roles,
+        )
+        if refusal is not None:
+            raise InboxError(403, refusal)
+        binding = Binding.decision(
+            reviewer.tenant_id,
+            workflow_id,
+            request.decision,
+            call_id,
+            request.args if request.args is not None else pending.args,
+        )
+        decision = Decision(
+            call_id=call_id,
+            decision=request.decision,
+            approver=reviewer.user_id,
+            reason=request.reason,
+            args=request.args,
+            proof=mint_proof(self._key, reviewer.user_id, binding, datetime.now(UTC)),
+        )
+        try:
+            approval: Approval = await self.client.get_workflow_handle(workflow_id).execute_update(
+                "decide", decision, result_type=Approval
+            )
+        except WorkflowUpdateFailedError as err:
+            raise refused(str(err.cause or err)) from None
+        return approval
+
+    async def act(
+        self, reviewer: Reviewer, workflow_id: str, action: Literal["answer", "rollback", "end"], body: Any
+    ) -> None:
+        """Send `answer`, `rollback` or `end` with a proof for exactly that action. These are
+        signals: the worker verifies and audits them (a refusal is recorded, not answered)."""
+        await self._status(reviewer, workflow_id)
+        now, user, tenant = datetime.now(UTC), reviewer.user_id, reviewer.tenant_id
+        handle = self.client.get_workflow_handle(workflow_id)
+        if action == "answer":
+            answer = AnswerRequest.model_validate(body)
+            proof = mint_proof(
+                self._key, user, Binding.answer(tenant, workflow_id, answer.call_id, answer.text), now
+            )
+            await handle.signal(
+                "answer", AnswerSignal(call_id=answer.call_id, user_id=user, text=answer.text, proof=proof)
+            )
+        elif action == "rollback":
+            rb = RollbackBody.model_validate(body)
+            if rb.scope == "call" and not rb.call_id:
+                raise InboxError(400, "a rollback of scope call needs a call_id")
+            proof = mint_proof(
+                self._key, user, Binding.rollback(tenant, workflow_id, rb.scope, rb.call_id), now
+            )
+            await handle.signal(
+                "rollback",
+                RollbackRequest(
+                    requested_by=user, scope=rb.scope, call_id=rb.call_id, reason=rb.reason, proof=proof
+                ),
+            )
+        else:
+            proof = mint_proof(self._key, user, Binding.end(tenant, workflow_id), now)
+            await handle.signal("end", EndConversation(requested_by=user, proof=proof))
+
+
+def refused(reason: str) -> InboxError:
+    """The HTTP status of a decision the workflow refused, from its reason."""
+    if "unknown call" in reason:
+        return InboxError(404, reason)
+    if "already" in reason or "expired" in reason:
+        return InboxError(409, reason)
+    if "invalid" in reason or "edited arguments" in reason:
+        return InboxError(400, reason)
+    return InboxError(403, reason)

@@ -1,0 +1,233 @@
+// The inbox page: plain JS, no build step. Pending approvals arrive over server-sent events
+// (/api/events); each card shows the raw arguments exactly as the tool will receive them and a form
+// generated from the tool's JSON schema to edit them (the worker validates the edit again).
+"use strict";
+
+const $ = (sel, root = document) => root.querySelector(sel);
+
+function el(tag, attrs = {}, ...children) {
+  const node = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs)) {
+    if (v === null || v === undefined || v === false) continue;
+    if (k === "text") node.textContent = v;
+    else node.setAttribute(k, v === true ? "" : v);
+  }
+  for (const child of children) node.append(child);
+  return node;
+}
+
+async function api(method, path, body) {
+  const response = await fetch(path, {
+    method,
+    headers: body === undefined ? {} : { "Content-Type": "application/json" },
+    body: body === undefined ? undefined : JSON.stringify(body),
+    credentials: "same-origin",
+  });
+  const data = await response.json().catch(() => ({}));
+  if (!response.ok) throw new Error(data.error || `HTTP ${response.status}`);
+  return data;
+}
+
+function say(text) { const s = $("#status"); if (s) s.textContent = text; }
+
+// --- login -----------------------------------------------------------------------------------
+const loginForm = $("#login");
+if (loginForm) {
+  loginForm.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    const form = new FormData(loginForm);
+    try {
+      await api("POST", "/api/login", Object.fromEntries(form.entries()));
+      location.reload();
+    } catch (err) {
+      $("#login-error").textContent = err.message;
+    }
+  });
+  $("#tenant").focus();
+}
+
+// --- the argument form, from the tool's JSON schema ---------------------------------------------
+function baseType(schema) {
+  // strict-mode schemas spell optional fields as anyOf [T, null]
+  if (schema.anyOf) return schema.anyOf.find((s) => s.type !== "null") || {};
+  return schema;
+}
+
+function argField(id, name, schema, value) {
+  const type = baseType(schema);
+  const label = el("label", { for: id, text: name });
+  let input;
+  if (type.enum) {
+    input = el("select", { id, name });
+    if (schema.anyOf) input.append(el("option", { value: "", text: "(none)" }));
+    for (const option of type.enum) {
+      input.append(el("option", { value: option, text: option, selected: option === value }));
+    }
+  } else if (type.type === "boolean") {
+    input = el("input", { id, name, type: "checkbox", checked: value === true });
+  } else if (type.type === "integer" || type.type === "number") {
+    input = el("input", { id, name, type: "number", step: type.type === "integer" ? "1" : "any" });
+    if (value !== null && value !== undefined) input.value = value;
+  } else if (type.type === "string" && (name === "body" || (typeof value === "string" && value.length > 80))) {
+    input = el("textarea", { id, name });
+    input.value = value ?? "";
+  } else if (type.type === "string") {
+    input = el("input", { id, name, type: "text" });
+    input.value = value ?? "";
+  } else {
+    input = el("textarea", { id, name, "data-json": "1" });
+    input.value = JSON.stringify(value ?? null);
+  }
+  input.dataset.field = name;
+  input.dataset.kind = type.type || "json";
+  if (schema.anyOf) input.dataset.nullable = "1";
+  const help = schema.description ? el("span", { class: "muted", text: ` ${schema.description}` }) : "";
+  return el("p", {}, label, input, help);
+}
+
+function readArgs(fieldset) {
+  const args = {};
+  for (const input of fieldset.querySelectorAll("[data-field]")) {
+    const name = input.dataset.field;
+    if (input.type === "checkbox") args[name] = input.checked;
+    else if (input.value === "" && input.dataset.nullable) args[name] = null;
+    else if (input.dataset.kind === "integer" || input.dataset.kind === "number") args[name] = Number(input.value);
+    else if (input.dataset.json) args[name] = JSON.parse(input.value);
+    else args[name] = input.value;
+  }
+  return args;
+}
+
+// --- cards -------------------------------------------------------------------------------------
+const cards = new Map(); // key -> element
+
+function timeLeft(expiresAt) {
+  const seconds = Math.max(0, Math.round((new Date(expiresAt) - Date.now()) / 1000));
+  const h = Math.floor(seconds / 3600), m = Math.floor((seconds % 3600) / 60), s = seconds % 60;
+  if (seconds === 0) return "expired";
+  return `${h ? `${h}h ` : ""}${m}m ${String(s).padStart(2, "0")}s left`;
+}
+
+function card(item) {
+  const key = `${item.workflow_id}/${item.call_id}`;
+  const id = key.replace(/[^A-Za-z0-9_-]/g, "_");
+  let args;
+  try { args = JSON.parse(item.args); } catch { args = {}; }
+  const schema = item.schema || {};
+  const fields = el("fieldset", { id: `${id}-fields` }, el("legend", { text: "Arguments (edit to change what runs)" }));
+  for (const [name, prop] of Object.entries(schema.properties || {})) {
+    fields.append(argField(`${id}-arg-${name}`, name, prop, args[name]));
+  }
+  const reason = el("input", { id: `${id}-reason`, name: "reason" });
+  const approve = el("button", { type: "button", "data-action": "approve", text: "Approve" });
+  const approveEdited = el("button", { type: "button", "data-action": "approve-edited", text: "Approve with these arguments" });
+  const reject = el("button", { type: "button", "data-action": "reject", text: "Reject" });
+  const expires = el("span", { class: "expires", "data-expires": item.expires_at, text: timeLeft(item.expires_at) });
+  const messages = el("ul", { class: "messages", "aria-label": "Latest messages" });
+  for (const m of item.last_messages || []) messages.append(el("li", { text: `${m.name}: ${m.content}` }));
+  const node = el(
+    "li",
+    { class: `card risk-${item.risk}`, id: `card-${id}`, "data-key": key, "aria-labelledby": `${id}-title` },
+    el("h3", { id: `${id}-title` },
+      el("input", { type: "checkbox", class: "select", "aria-label": `Select ${item.tool} ${item.call_id}`, "data-key": key }),
+      ` ${item.tool} `, el("small", { text: `risk ${item.risk}` })),
+    el("p", { class: "muted" },
+      `requested by ${item.requested_by} · agent ${item.agent} · conversation ${item.workflow_id} · call ${item.call_id} · `, expires),
+    el("p", { text: item.description }),
+    messages,
+    el("p", {}, el("strong", { text: "Raw arguments, exactly as the tool will receive them:" })),
+    el("pre", { class: "raw-args", text: item.args }),
+    el("details", {}, el("summary", { text: "Edit arguments" }), fields, approveEdited),
+    el("p", {}, el("label", { for: reason.id, text: "Reason" }), reason),
+    el("p", {}, approve, reject),
+    el("p", { class: "error", role: "alert" }),
+  );
+  const decide = async (decision, edited) => {
+    const body = { decision, reason: reason.value || null };
+    try {
+      if (edited) body.args = readArgs(fields);
+      const result = await api("POST", `/api/approvals/${encodeURIComponent(item.workflow_id)}/${encodeURIComponent(item.call_id)}`, body);
+      say(`${result.state} ${item.tool} (${item.call_id}) as ${result.decided_by}`);
+      removeCard(key);
+      loadHistory();
+    } catch (err) {
+      $(".error", node).textContent = err.message;
+    }
+  };
+  approve.addEventListener("click", () => decide("approve", false));
+  approveEdited.addEventListener("click", () => decide("approve", true));
+  reject.addEventListener("click", () => decide("reject", false));
+  return node;
+}
+
+function removeCard(key) {
+  const node = cards.get(key);
+  if (node) node.remove();
+  cards.delete(key);
+  updateCount();
+}
+
+function updateCount() {
+  $("#count").textContent = `(${cards.size})`;
+  $("#empty").hidden = cards.size > 0;
+}
+
+function render(items) {
+  const keys = new Set(items.map((i) => `${i.workflow_id}/${i.call_id}`));
+  for (const key of [...cards.keys()]) if (!keys.has(key)) removeCard(key);
+  for (const item of items) {
+    const key = `${item.workflow_id}/${item.call_id}`;
+    if (cards.has(key)) continue; // keep a card a reviewer may be editing
+    const node = card(item);
+    cards.set(key, node);
+    $("#pending").append(node);
+    if (decodeURIComponent(location.hash.slice(1)) === key) { // a notification's link: go to it
+      node.scrollIntoView();
+      $("button[data-action='approve']", node).focus();
+    }
+  }
+  updateCount();
+}
+
+async function loadHistory() {
+  const rows = await api("GET", "/api/history").catch(() => []);
+  const body = $("#history tbody");
+  body.replaceChildren(...rows.map((r) => el("tr", {},
+    el("td", { text: new Date(r.at).toLocaleString() }),
+    el("td", { text: `${r.workflow_id} / ${r.call_id}` }),
+    el("td", { text: r.tool }),
+    el("td", { text: `${r.decision}${r.accepted ? "" : " (refused)"}` }),
+    el("td", { text: `${r.approver} ${r.proven ? "(proven)" : "(claimed)"}` }),
+    el("td", { text: r.reason || "" }),
+  )));
+}
+
+if ($("#pending")) {
+  const events = new EventSource("/api/events");
+  events.addEventListener("approvals", (event) => {
+    render(JSON.parse(event.data));
+    $("#live").textContent = `live · updated ${new Date().toLocaleTimeString()}`;
+  });
+  events.addEventListener("error", () => { $("#live").textContent = "reconnecting…"; });
+  setInterval(() => {
+    for (const span of document.querySelectorAll("[data-expires]")) span.textContent = timeLeft(span.dataset.expires);
+  }, 1000);
+  for (const button of document.querySelectorAll("[data-batch]")) {
+    button.addEventListener("click", async () => {
+      const items = [...document.querySelectorAll(".select:checked")].map((box) => {
+        const [workflow_id, call_id] = [box.dataset.key.slice(0, box.dataset.key.lastIndexOf("/")), box.dataset.key.slice(box.dataset.key.lastIndexOf("/") + 1)];
+        return { workflow_id, call_id };
+      });
+      if (!items.length) { say("select calls first"); return; }
+      try {
+        const results = await api("POST", "/api/approvals/batch", { decision: button.dataset.batch, reason: $("#batch-reason").value || null, items });
+        for (const r of results) if (r.status === 200) removeCard(`${r.workflow_id}/${r.call_id}`);
+        const failed = results.filter((r) => r.status !== 200);
+        say(`${results.length - failed.length} decided${failed.length ? `; refused: ${failed.map((r) => `${r.call_id}: ${r.error}`).join("; ")}` : ""}`);
+        loadHistory();
+      } catch (err) { say(err.message); }
+    });
+  }
+  $("#logout").addEventListener("click", async () => { await api("POST", "/api/logout", {}); location.reload(); });
+  loadHistory();
+}

@@ -1,0 +1,356 @@
+"""Proofs: who decided, shown by a signature instead of claimed by a name.
+
+In `APPROVER_AUTH=signed` mode a decision (approve, reject), an answer, a rollback and an end count
+only with a proof: an Ed25519-signed JWT that the inbox issues to the person it authenticated, for
+exactly one action. Its claims bind it to the tenant, the person (`sub`), the conversation (`wf`),
+the action (`act`), what it acts on (`tgt`: a call id, `conversation`, a rollback scope) and the
+SHA-256 of the canonical JSON of the exact arguments (`args`: edited ones included). It lives
+PROOF_TTL and is spent once: its id (`jti`) is recorded in PostgreSQL (`proof_checks`) where it is
+accepted, and a second use is refused as a replay.
+
+The worker holds only the public key, so nothing it runs can mint a proof. Keys come from
+COUNTERSIGN_PROOF_PUBLIC_KEY / COUNTERSIGN_PROOF_PRIVATE_KEY (PEM text or a file path), else from the
+key pair the embedded stack keeps in `.data/proof-keys/` (created on first use).
+
+Verification is a pure function of the token, the public key, the clock and the binding the
+verifier expects; `check_proof` adds the database: it records every check (accepted or refused,
+with the reason) and spends the id.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import uuid
+from collections.abc import Mapping
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any, Literal
+
+import jwt
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+from pydantic import BaseModel, ValidationError
+from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from countersign.config import DATA_DIR
+from countersign.db.schema import ProofCheck
+
+ApproverAuth = Literal["signed", "names"]
+ProofAction = Literal["approve", "reject", "answer", "rollback", "end"]
+
+PROOF_TTL = timedelta(minutes=2)
+PROOF_AUDIENCE = "countersign-proof"
+ISSUER = "countersign-inbox"
+ALGORITHM = "EdDSA"
+# Accepted clock skew between the inbox that issued a proof and the worker that verifies it.
+LEEWAY_S = 5
+MAX_TOKEN_CHARS = 4096
+KEY_DIR_NAME = "proof-keys"
+
+
+# --- what a proof is bound to --------------------------------------------------------------------
+
+
+def canonical_json(value: Any) -> str:
+    """One spelling per JSON value: sorted keys, no spaces, UTF-8 kept as is."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def args_digest(arguments: str | Mapping[str, Any] | None) -> str:
+    """SHA-256 (hex) of the canonical JSON of arguments given as JSON text or as a mapping.
+    Text that is not JSON is hashed as it is: it can then only match itself."""
+    if isinstance(arguments, str):
+        try:
+            value: Any = json.loads(arguments)
+        except json.JSONDecodeError:
+            return hashlib.sha256(arguments.encode()).hexdigest()
+    else:
+        value = dict(arguments) if arguments is not None else {}
+    return hashlib.sha256(canonical_json(value).encode()).hexdigest()
+
+
+class Binding(BaseModel):
+    """What one proof is for. The verifier builds the binding it expects from the conversation's own
+    state (the pending call's arguments, the conversation's tenant), never from the client."""
+
+    tenant_id: str
+    workflow_id: str
+    action: ProofAction
+    target: str  # the call id; `conversation` for end; `<scope>:<call id>` for a rollback
+    args_sha256: str
+
+    @classmethod
+    def decision(
+        cls,
+        tenant_id: str,
+        workflow_id: str,
+        decision: Literal["approve", "reject"],
+        call_id: str,
+        arguments: str | Mapping[str, Any] | None,
+    ) -> Binding:
+        """A decision on a pending call, bound to the arguments the tool will run with."""
+        return cls(
+            tenant_id=tenant_id,
+            workflow_id=workflow_id,
+            action=decision,
+            target=call_id,
+            args_sha256=args_digest(arguments),
+        )
+
+    @classmethod
+    def answer(cls, tenant_id: str, workflow_id: str, call_id: str, text: str) -> Binding:
+        return cls(
+            tenant_id=tenant_id,
+            workflow_id=workflow_id,
+            action="answer",
+            target=call_id,
+            args_sha256=args_digest({"text": text}),
+        )
+
+    @classmethod
+    def rollback(cls, tenant_id: str, workflow_id: str, scope: str, call_id: str | None) -> Binding:
+        return cls(
+            tenant_id=tenant_id,
+            workflow_id=workflow_id,
+            action="rollback",
+            target=f"{scope}:{call_id or ''}",
+            args_sha256=args_digest({}),
+        )
+
+    @classmethod
+    def end(cls, tenant_id: str, workflow_id: str) -> Binding:
+        return cls(
+            tenant_id=tenant_id,
+            workflow_id=workflow_id,
+            action="end",
+            target="conversation",
+            args_sha256=args_digest({}),
+        )
+
+
+class ProofClaims(BaseModel):
+    iss: str
+    aud: str
+    sub: str
+    tenant: str
+    wf: str
+    act: ProofAction
+    tgt: str
+    args: str
+    iat: int
+    exp: int
+    jti: str
+
+
+class ProofRefused(Exception):
+    """A proof that does not count; the message is the reason the audit records."""
+
+
+# --- minting and verifying (pure: keys and clock are arguments) ---------------------------------
+
+
+def mint_proof(
+    key: Ed25519PrivateKey, user_id: str, binding: Binding, now: datetime, ttl: timedelta = PROOF_TTL
+) -> str:
+    claims = ProofClaims(
+        iss=ISSUER,
+        aud=PROOF_AUDIENCE,
+        sub=user_id,
+        tenant=binding.tenant_id,
+        wf=binding.workflow_id,
+        act=binding.action,
+        tgt=binding.target,
+        args=binding.args_sha256,
+        iat=int(now.timestamp()),
+        exp=int((now + ttl).timestamp()),
+        jti=uuid.uuid4().hex,
+    )
+    return jwt.encode(claims.model_dump(), key, algorithm=ALGORITHM)
+
+
+def verify_proof(key: Ed25519PublicKey, token: str | None, expected: Binding, now: datetime) -> ProofClaims:
+    """The proof's claims when it is a valid, unexpired proof for exactly `expected`; else raises
+    ProofRefused with the reason. (Replays are the database's part: see `check_proof`.)"""
+    if not token:
+        raise ProofRefused("no proof: in signed mode a bare name does not count")
+    if len(token) > MAX_TOKEN_CHARS:
+        raise ProofRefused(f"proof longer than {MAX_TOKEN_CHARS} characters")
+    try:
+        raw = jwt.decode(
+            token,
+            key,
+            algorithms=[ALGORITHM],
+            audience=PROOF_AUDIENCE,
+            issuer=ISSUER,
+            leeway=LEEWAY_S,
+            options={"verify_exp": False, "require": ["exp", "iat", "jti", "sub"]},
+        )
+        claims = ProofClaims.model_validate(raw)
+    except jwt.InvalidTokenError as err:
+        raise ProofRefused(f"invalid proof: {err}") from None
+    except ValidationError as err:
+        raise ProofRefused(f"invalid proof claims: {err.error_count()} error(s)") from None
+    if now.timestamp() > claims.exp + LEEWAY_S:
+        raise ProofRefused(f"proof expired at {datetime.fromtimestamp(claims.exp, now.tzinfo).isoformat()}")
+    mismatches = [
+        f"{what} {got!r} (expected {want!r})"
+        for what, got, want in (
+            ("tenant", claims.tenant, expected.tenant_id),
+            ("conversation", claims.wf, expected.workflow_id),
+            ("action", claims.act, expected.action),
+            ("target", claims.tgt, expected.target),
+        )
+        if got != want
+    ]
+    if claims.args != expected.args_sha256:
+        mismatches.append("arguments (their SHA-256 differs from what this proof was issued for)")
+    if mismatches:
+        raise ProofRefused("proof issued for another " + "; another ".join(mismatches))
+    return claims
+
+
+# --- keys ------------------------------------------------------------------------------------------
+
+
+def _pem(value: str) -> bytes:
+    """PEM text itself, or the path of a file holding it."""
+    return value.encode() if value.lstrip().startswith("-----BEGIN") else Path(value).read_bytes()
+
+
+def _key_dir(data_dir: Path) -> Path:
+    return data_dir / KEY_DIR_NAME
+
+
+def ensure_key_pair(private: Path, public: Path) -> None:
+    """Create an Ed25519 key pair at these paths unless the private key exists (the public key is
+    then derived from it when missing); the private key is readable by its owner only. Two
+    processes creating it at once each write a whole file and rename it into place."""
+    if not private.exists():
+        private.parent.mkdir(parents=True, exist_ok=True)
+        tmp = private.parent / f".private-{uuid.uuid4().hex}.pem"
+        tmp.write_bytes(
+            Ed25519PrivateKey.generate().private_bytes(
+                serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+            )
+        )
+        tmp.chmod(0o600)
+        os.replace(tmp, private)
+    if not public.exists():
+        key = serialization.load_pem_private_key(private.read_bytes(), password=None)
+        public.parent.mkdir(parents=True, exist_ok=True)
+        tmp = public.parent / f".public-{uuid.uuid4().hex}.pem"
+        tmp.write_bytes(
+            key.public_key().public_bytes(
+                serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+            )
+        )
+        os.replace(tmp, public)
+
+
+def _ensure_dev_keys(data_dir: Path) -> Path:
+    """The embedded stack's key pair in `.data/proof-keys/`, created on first use."""
+    keys = _key_dir(data_dir)
+    ensure_key_pair(keys / "private.pem", keys / "public.pem")
+    return keys
+
+
+def load_private_key(configured: str | None, data_dir: Path = DATA_DIR) -> Ed25519PrivateKey:
+    """The signing key (the inbox only): `configured` (COUNTERSIGN_PROOF_PRIVATE_KEY: PEM or a path),
+    else the embedded stack's."""
+    pem = _pem(configured) if configured else (_ensure_dev_keys(data_dir) / "private.pem").read_bytes()
+    key = serialization.load_pem_private_key(pem, password=None)
+    if not isinstance(key, Ed25519PrivateKey):
+        raise ValueError("the proof signing key must be an Ed25519 private key")
+    return key
+
+
+def load_public_key(configured: str | None, data_dir: Path = DATA_DIR) -> Ed25519PublicKey:
+    """The verifying key (the worker): `configured` (COUNTERSIGN_PROOF_PUBLIC_KEY: PEM or a path),
+    else the embedded stack's."""
+    pem = _pem(configured) if configured else (_ensure_dev_keys(data_dir) / "public.pem").read_bytes()
+    key = serialization.load_pem_public_key(pem)
+    if not isinstance(key, Ed25519PublicKey):
+        raise ValueError("the proof verifying key must be an Ed25519 public key")
+    return key
+
+
+def pem_pair() -> tuple[str, str]:
+    """A fresh (private, public) Ed25519 key pair as PEM text."""
+    key = Ed25519PrivateKey.generate()
+    private = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+    public = key.public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
+    return private.decode(), public.decode()
+
+
+# --- the database part: every check recorded, each proof spent once ------------------------------
+
+
+class ProofVerifier(BaseModel, arbitrary_types_allowed=True):
+    """What an activity needs to check proofs: the mode and, in signed mode, the public key."""
+
+    mode: ApproverAuth
+    key: Ed25519PublicKey | None = None
+
+    @classmethod
+    def for_mode(cls, mode: ApproverAuth, public_key: str | None, data_dir: Path = DATA_DIR) -> ProofVerifier:
+        return cls(mode=mode, key=load_public_key(public_key, data_dir) if mode == "signed" else None)
+
+
+async def check_proof(
+    session: AsyncSession,
+    verifier: ProofVerifier,
+    token: str | None,
+    expected: Binding,
+    actor: str,
+    now: datetime,
+    attempt: str,
+) -> str | None:
+    """Why the action does not count (None: it does), recorded in `proof_checks` within the
+    caller's transaction. In `names` mode nothing is checked or recorded (the decision is claimed).
+
+    `actor` is the name the payload gives; the proof must have been issued to that person. An
+    accepted proof's id is inserted under a unique constraint: a replay, even a concurrent one,
+    finds it there and is refused.
+    """
+    if verifier.mode == "names":
+        return None
+    assert verifier.key is not None
+    refusal: str | None = None
+    jti: str | None = None
+    subject: str | None = None
+    try:
+        claims = verify_proof(verifier.key, token, expected, now)
+        subject = claims.sub
+        if claims.sub != actor:
+            raise ProofRefused(f"proof was issued to {claims.sub!r}, not {actor!r}")
+        jti = claims.jti
+    except ProofRefused as refused:
+        refusal = str(refused)
+    values = {
+        "tenant_id": expected.tenant_id,
+        "workflow_id": expected.workflow_id,
+        "action": expected.action,
+        "target": expected.target,
+        "actor": actor,
+        "subject": subject,
+        "attempt_key": attempt,
+    }
+    if jti is not None:
+        spent = await session.scalar(
+            insert(ProofCheck)
+            .values(**values, jti=jti, accepted=True)
+            .on_conflict_do_nothing(index_elements=[ProofCheck.jti])
+            .returning(ProofCheck.id)
+        )
+        if spent is not None:
+            return None
+        refusal = f"proof {jti} was already used (replay)"
+    session.add(ProofCheck(**values, jti=None, accepted=False, reason=refusal))
+    return refusal

@@ -1,0 +1,82 @@
+"""The inbox page in headless Chromium (Playwright driving Debian's chromium) against the dev server,
+with the worker in APPROVER_AUTH=signed mode: bob logs in, alice's request appears without a reload,
+bob edits its arguments in the form generated from the tool's schema and approves; the call runs
+once with the edited arguments and the audit shows bob as proven. Screenshots in test-artifacts/."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+from playwright.async_api import async_playwright
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from countersign.config import PROJECT_ROOT
+from countersign.db.schema import ApprovalDecision, ToolExecution
+from tests.fixtures.inbox import SignedStack
+from tests.test_approvals import ECHO_RESULT, JANE, lead_status, qualify
+from tests.test_approvals import jane_is_new as jane_is_new
+from tests.test_web_ui import chromium as chromium
+
+pytestmark = pytest.mark.devserver
+
+ARTIFACTS = PROJECT_ROOT / "test-artifacts"
+CHROMIUM_ARGS = [
+    "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
+    "--disable-component-update", "--disable-sync",
+]  # fmt: skip
+
+
+async def test_bob_edits_and_approves_alices_request_live_in_the_inbox(
+    signed_dev_agent: SignedStack, db_engine: AsyncEngine, chromium: str, jane_is_new: None
+) -> None:
+    stack = signed_dev_agent
+    stack.agent.script(qualify("budget confirmed"), ECHO_RESULT)
+    ARTIFACTS.mkdir(exist_ok=True)
+    async with async_playwright() as p:
+        browser = await p.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
+        page = await browser.new_page(viewport={"width": 1280, "height": 1000})
+        await page.goto(stack.url + "/")
+        await page.get_by_label("Tenant").fill("acme")
+        await page.get_by_label("User").fill("bob")
+        await page.get_by_label("Password").fill("bob-dev")
+        await page.keyboard.press("Enter")  # keyboard only: the form submits on Enter
+        await page.wait_for_selector("#whoami")
+        assert await page.text_content("#whoami") == "bob"
+        await page.wait_for_function("document.querySelector('#live').textContent.startsWith('live')")
+
+        handle = await stack.agent.start("qualify jane", user="alice", single_turn=True)
+        asked = time.monotonic()
+        card = page.locator(f'li[data-key="{handle.id}/c1"]')
+        await card.wait_for(timeout=15_000)  # arrives over server-sent events: no reload
+        appeared_s = time.monotonic() - asked
+        raw = json.loads(await card.locator(".raw-args").text_content() or "")
+        assert raw == {"lead": JANE, "new_status": "qualified", "reason": "budget confirmed"}
+        assert "requested by alice" in (await card.text_content() or "")
+        await page.screenshot(path=ARTIFACTS / "inbox-pending.png", full_page=True)
+
+        await card.locator("summary").click()
+        await card.get_by_label("reason", exact=True).fill("budget confirmed by bob on the phone")
+        await card.get_by_label("new_status").select_option("contacted")
+        await card.get_by_role("button", name="Approve with these arguments").click()
+        await card.wait_for(state="detached", timeout=15_000)
+        await page.wait_for_selector("#history td:has-text('bob (proven)')")
+        await page.screenshot(path=ARTIFACTS / "inbox-decided.png", full_page=True)
+        await browser.close()
+
+    await handle.result()
+    edited = {"lead": JANE, "new_status": "contacted", "reason": "budget confirmed by bob on the phone"}
+    async with db_engine.connect() as conn:
+        executions = list(
+            await conn.execute(select(ToolExecution).where(ToolExecution.workflow_id == handle.id))
+        )
+        decisions = list(
+            await conn.execute(select(ApprovalDecision).where(ApprovalDecision.workflow_id == handle.id))
+        )
+    # run once, with the edited arguments (the audit's `args` are what ran)
+    assert [(e.outcome, e.approved_by, e.args) for e in executions] == [("executed", "bob", edited)]
+    assert [(d.approver, d.accepted, d.proven) for d in decisions] == [("bob", True, True)]
+    assert await lead_status(db_engine, "acme") == "contacted"
+    assert appeared_s < 15

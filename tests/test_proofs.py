@@ -1,0 +1,112 @@
+"""Proofs as pure functions: what a valid proof is bound to, and every way a forged or misused one
+is refused (no server: keys and clock are arguments)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import jwt
+import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from countersign.inbox.auth import Reviewer, issue_session, read_session
+from countersign.proofs import (
+    PROOF_TTL,
+    Binding,
+    ProofRefused,
+    args_digest,
+    load_private_key,
+    load_public_key,
+    mint_proof,
+    verify_proof,
+)
+
+NOW = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
+KEY = Ed25519PrivateKey.generate()
+ARGS = '{"lead": "jane.doe@example.com", "new_status": "qualified", "reason": "Budget confirmed"}'
+BOUND = Binding.decision("acme", "conv-1", "approve", "c1", ARGS)
+
+
+def test_a_proof_for_exactly_the_decision_verifies() -> None:
+    token = mint_proof(KEY, "bob", BOUND, NOW)
+    claims = verify_proof(KEY.public_key(), token, BOUND, NOW + timedelta(seconds=30))
+    assert (claims.sub, claims.tenant, claims.wf, claims.act, claims.tgt) == (
+        "bob", "acme", "conv-1", "approve", "c1"
+    )  # fmt: skip
+    assert claims.args == args_digest(ARGS)
+
+
+def test_the_arguments_hash_ignores_spelling_not_content() -> None:
+    respelled = '{"reason":"Budget confirmed","new_status":"qualified","lead":"jane.doe@example.com"}'
+    assert args_digest(respelled) == args_digest(ARGS)
+    assert args_digest(
+        {"lead": "jane.doe@example.com", "new_status": "qualified", "reason": "Budget confirmed"}
+    ) == (args_digest(ARGS))
+    assert args_digest(ARGS.replace("qualified", "converted")) != args_digest(ARGS)
+
+
+@pytest.mark.parametrize(
+    ("bound_to", "reason"),
+    [
+        (Binding.decision("globex", "conv-1", "approve", "c1", ARGS), "another tenant"),
+        (Binding.decision("acme", "conv-2", "approve", "c1", ARGS), "another conversation"),
+        (Binding.decision("acme", "conv-1", "reject", "c1", ARGS), "another action"),
+        (Binding.decision("acme", "conv-1", "approve", "c2", ARGS), "another target"),
+        (Binding.decision("acme", "conv-1", "approve", "c1", {"lead": "x"}), "another arguments"),
+        (Binding.answer("acme", "conv-1", "c1", "yes"), "another action"),
+        (Binding.end("acme", "conv-1"), "another action"),
+    ],
+)
+def test_a_proof_for_something_else_is_refused(bound_to: Binding, reason: str) -> None:
+    token = mint_proof(KEY, "bob", bound_to, NOW)
+    with pytest.raises(ProofRefused, match=reason):
+        verify_proof(KEY.public_key(), token, BOUND, NOW)
+
+
+def test_an_expired_proof_is_refused() -> None:
+    token = mint_proof(KEY, "bob", BOUND, NOW)
+    verify_proof(KEY.public_key(), token, BOUND, NOW + PROOF_TTL)  # still within its life
+    with pytest.raises(ProofRefused, match="expired"):
+        verify_proof(KEY.public_key(), token, BOUND, NOW + PROOF_TTL + timedelta(seconds=10))
+
+
+@pytest.mark.parametrize(
+    ("token", "reason"),
+    [
+        (None, "no proof"),
+        ("", "no proof"),
+        ("garbage", "invalid proof"),
+        ("x" * 5000, "longer than"),
+        (mint_proof(Ed25519PrivateKey.generate(), "bob", BOUND, NOW), "invalid proof: Signature"),
+        # the inbox's session token (another audience) is no proof
+        (issue_session(KEY, Reviewer(tenant_id="acme", user_id="bob"), NOW), "invalid proof"),
+        # an unsigned token ("alg": "none") with the right claims
+        (
+            jwt.encode(
+                jwt.decode(mint_proof(KEY, "bob", BOUND, NOW), options={"verify_signature": False}),
+                key="",
+                algorithm="none",
+            ),
+            "invalid proof",
+        ),
+    ],
+)
+def test_forged_proofs_are_refused(token: str | None, reason: str) -> None:
+    with pytest.raises(ProofRefused, match=reason):
+        verify_proof(KEY.public_key(), token, BOUND, NOW)
+
+
+def test_a_proof_is_not_a_session() -> None:
+    assert read_session(KEY.public_key(), mint_proof(KEY, "bob", BOUND, NOW)) is None
+    session = issue_session(KEY, Reviewer(tenant_id="acme", user_id="bob"), datetime.now(UTC))
+    assert read_session(KEY.public_key(), session) == Reviewer(tenant_id="acme", user_id="bob")
+
+
+def test_the_embedded_stack_key_pair_is_made_once(tmp_path: Path) -> None:
+    signing = load_private_key(None, tmp_path)
+    verifying = load_public_key(None, tmp_path)
+    assert load_private_key(None, tmp_path).private_bytes_raw() == signing.private_bytes_raw()
+    token = mint_proof(signing, "bob", BOUND, NOW)
+    assert verify_proof(verifying, token, BOUND, NOW).sub == "bob"
+    assert (tmp_path / "proof-keys" / "private.pem").stat().st_mode & 0o077 == 0
