@@ -16,6 +16,7 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxR
 
 from activities.approvals import ApprovalActivities
 from activities.audit import AuditActivities
+from activities.authority import AuthorityActivities
 from activities.context import ContextActivities
 from activities.email import EmailActivities
 from activities.model import ModelActivities
@@ -25,6 +26,7 @@ from countersign.config import Settings, load_settings
 from countersign.db.engine import create_engine, session_factory
 from countersign.logs import ActivityLogContext, get_logger
 from countersign.logs import configure as configure_logging
+from countersign.payloads import data_converter
 from countersign.ratelimit import RateLimits
 from countersign.temporal_client import connect
 from workflows.agent import AgentWorkflow
@@ -49,7 +51,13 @@ def build_worker(
     audit = AuditActivities(sessions)
     approvals = ApprovalActivities(sessions)
     saga = SagaActivities(sessions)
+    authority = AuthorityActivities(sessions)
     email = EmailActivities(sessions, settings.smtp_host, settings.smtp_port, settings.smtp_sender)
+    # Client input is untrusted: signals, updates and start inputs that do not decode reach their
+    # handler as `Unreadable` (countersign.payloads), whatever converter the caller's client has.
+    config = client.config()
+    config["data_converter"] = data_converter
+    client = Client(**config)
     return Worker(
         client,
         task_queue=settings.task_queue,
@@ -66,6 +74,9 @@ def build_worker(
             saga.record_compensation_failure,
             saga.authorize_rollback,
             email.deliver_email,
+            authority.authorize_action,
+            authority.seal_carried,
+            authority.verify_carried,
         ],
         interceptors=[ActivityLogContext(), *interceptors],
         max_cached_workflows=settings.max_cached_workflows,

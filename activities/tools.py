@@ -22,8 +22,9 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
 
 from activities.heartbeat import heartbeats
+from countersign.bounds import storable
 from countersign.db.schema import ToolExecution
-from countersign.guards import TruncationLimits, redact, sanitize, storable
+from countersign.guards import TruncationLimits, redact, sanitize
 from countersign.ratelimit import RateLimits, take
 from countersign.tooling import ToolInvocation, ToolResult
 from tools.registry import (

@@ -11,6 +11,7 @@ from typing import Literal
 
 from pydantic import BaseModel
 
+from countersign.bounds import BoundedJson, Identifier, Reason
 from countersign.conversation import PendingApproval
 from countersign.tooling import Risk
 
@@ -54,27 +55,27 @@ class Approval(BaseModel):
 class Decision(BaseModel):
     """The `decide` update's payload; the `approve` / `reject` signals map onto it."""
 
-    call_id: str
+    call_id: Identifier
     decision: DecisionKind
-    approver: str
-    reason: str | None = None
-    args: dict[str, object] | None = None  # edited arguments (approve only)
+    approver: Identifier
+    reason: Reason | None = None
+    args: BoundedJson | None = None  # edited arguments (approve only)
 
 
 class ApproveSignal(BaseModel):
-    call_id: str
-    approver: str
-    reason: str | None = None
-    args: dict[str, object] | None = None
+    call_id: Identifier
+    approver: Identifier
+    reason: Reason | None = None
+    args: BoundedJson | None = None
 
     def decision(self) -> Decision:
         return Decision(decision="approve", **self.model_dump())
 
 
 class RejectSignal(BaseModel):
-    call_id: str
-    approver: str
-    reason: str | None = None
+    call_id: Identifier
+    approver: Identifier
+    reason: Reason | None = None
 
     def decision(self) -> Decision:
         return Decision(decision="reject", **self.model_dump())

@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from countersign.bounds import Identifier, Reason
 from countersign.tooling import CallerContext
 
 # registered: may be undone; done: undone (or already was); skipped: the forward step never took
@@ -55,10 +56,10 @@ class Saga(BaseModel):
 class RollbackRequest(BaseModel):
     """The `rollback` signal's payload."""
 
-    requested_by: str
+    requested_by: Identifier
     scope: Scope = "turn"
-    call_id: str | None = None
-    reason: str | None = None
+    call_id: Identifier | None = None
+    reason: Reason | None = None
 
 
 class CompensationRequest(BaseModel):

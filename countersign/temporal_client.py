@@ -1,17 +1,18 @@
-"""One way to reach Temporal: the pydantic data converter, so payloads stay typed end to end."""
+"""One way to reach Temporal: the pydantic data converter (countersign.payloads), so payloads stay
+typed end to end."""
 
 from __future__ import annotations
 
 from temporalio.client import Client
-from temporalio.contrib.pydantic import pydantic_data_converter
 
 from countersign.config import Settings
+from countersign.payloads import data_converter
 
 
 async def connect(settings: Settings) -> Client:
     try:
         return await Client.connect(
-            settings.temporal_address, namespace=settings.namespace, data_converter=pydantic_data_converter
+            settings.temporal_address, namespace=settings.namespace, data_converter=data_converter
         )
     except RuntimeError as exc:
         raise RuntimeError(
