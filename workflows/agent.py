@@ -717,8 +717,18 @@ class AgentWorkflow:
                 )
             )
         except ActivityError as err:
-            cause = err.cause.message if isinstance(err.cause, ApplicationError) else str(err.cause or err)
-            return ToolResult.failure("INTERNAL_ERROR", f"{invocation.tool} failed: {cause}")
+            if not workflow.patched(HOSTILE_INPUT):
+                cause = (
+                    err.cause.message if isinstance(err.cause, ApplicationError) else str(err.cause or err)
+                )
+                return ToolResult.failure("INTERNAL_ERROR", f"{invocation.tool} failed: {cause}")
+            # Only an unreachable database (or a timeout) gets here, after its retries: say so without
+            # internals, and audit the call (a row the attempt may have written already stays as is).
+            why = (
+                "timed out" if isinstance(err.cause, TemporalTimeoutError) else "could not reach the database"
+            )
+            failure = ToolResult.failure("INTERNAL_ERROR", f"{invocation.tool} {why}; it did not run")
+            return await self._unexecuted(invocation, failure)
         if entry is not None and result.ok and isinstance(result.data, dict):
             entry.result = result.data
             if invocation.tool == "send_email" and result.data.get("status") == "queued":
