@@ -169,6 +169,7 @@ class StatusView(BaseModel):
     usage: Usage = Field(default_factory=Usage)
     limits: Limits = Field(default_factory=Limits)
     tenant_id: str = ""
+    user_id: str = ""  # whose conversation it is: only they may send messages and answers
     agent: str = ""
     last_error: str | None = None
     compensation_failures: list[str] = Field(default_factory=list)

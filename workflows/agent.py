@@ -154,6 +154,7 @@ class AgentWorkflow:
         self._last_turn: TurnResult | None = None
         self._continuing = False
         self._replies: dict[str, TurnResult] = {}  # by message id, the most recent REPLIES_KEPT
+        self._refused_messages: dict[str, str] = {}  # message id -> why it was refused
         self._ended_by: str | None = None
         self._last_error: str | None = None
 
@@ -909,6 +910,10 @@ class AgentWorkflow:
         if refusal is None and self._ended_by is None and len(self._inbox) >= MAX_INBOX:
             refusal = f"{MAX_INBOX} messages already wait for their turn; send this one later"
         if refusal is not None:
+            if message.message_id:  # its sender may be waiting for the reply: tell them why not
+                self._refused_messages[message.message_id] = refusal
+                while len(self._refused_messages) > REPLIES_KEPT:
+                    del self._refused_messages[next(iter(self._refused_messages))]
             return await self._refuse("submit_message", message.user_id, refusal)
         if self._ended_by is None:
             self._inbox.append(message)
@@ -993,8 +998,19 @@ class AgentWorkflow:
         """Answers with the turn that replied to the message sent with `message_id` (None if the
         conversation ended, or continued-as-new, first: ask the new run)."""
         await workflow.wait_condition(
-            lambda: message_id in self._replies or self._state == "ended" or self._continuing
+            lambda: (
+                message_id in self._replies
+                or message_id in self._refused_messages
+                or self._state == "ended"
+                or self._continuing
+            )
         )
+        if message_id in self._refused_messages:
+            raise ApplicationError(
+                f"message refused: {self._refused_messages[message_id]}",
+                type="MessageRefused",
+                non_retryable=True,
+            )
         return self._replies.get(message_id)
 
     @workflow.query(name="status")
@@ -1005,6 +1021,7 @@ class AgentWorkflow:
             usage=self._usage,
             limits=self._limits,
             tenant_id=self._start.tenant_id,
+            user_id=self._start.user_id,
             agent=self._start.agent,
             last_error=self._last_error,
             pending_approvals=[a.pending_view() for a in self._approvals.values() if a.state == "pending"],

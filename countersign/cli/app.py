@@ -30,7 +30,14 @@ def run(coro: Coroutine[Any, Any, T]) -> T:
     except KeyboardInterrupt:
         raise click.Abort() from None
     except Exception as exc:  # the CLI's contract: one line, non-zero exit
-        raise click.ClickException(f"{type(exc).__name__}: {exc}".splitlines()[0]) from exc
+        raise click.ClickException(one_line(exc)) from exc
+
+
+def one_line(exc: BaseException) -> str:
+    """The innermost reason of a Temporal error ("Workflow failed" → "no user 'x' in tenant 'acme'")."""
+    while getattr(exc, "cause", None) is not None:
+        exc = exc.cause  # type: ignore[attr-defined]
+    return f"{type(exc).__name__}: {exc}".splitlines()[0]
 
 
 def print_json(value: Any) -> None:

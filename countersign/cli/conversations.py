@@ -5,19 +5,31 @@ from __future__ import annotations
 import json
 import sys
 import uuid
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import click
 from pydantic import ValidationError
-from temporalio.client import Client, WorkflowHandle
+from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
 
 from countersign.chat import ChatMessage
-from countersign.cli.app import cli, print_json, run
+from countersign.cli.app import cli, one_line, print_json, run
 from countersign.config import Settings, load_settings
 from countersign.conversation import Limits, StartConversation, StatusView, SubmitMessage, TurnResult
 from countersign.conversations import render_transcript, roll_back, send_keyed, start_conversation, wait_reply
 from countersign.saga import RollbackRequest
 from countersign.temporal_client import connect
+
+T = TypeVar("T")
+
+
+def checked(build: Callable[[], T]) -> T:
+    """A payload built from options, or a usage error naming what is out of bounds."""
+    try:
+        return build()
+    except ValidationError as err:
+        first = err.errors()[0]
+        raise click.BadParameter(f"{'.'.join(map(str, first['loc']))}: {first['msg']}") from err
 
 
 def parse_limits(text: str | None) -> Limits:
@@ -72,19 +84,25 @@ def start(
     as_json: bool,
 ) -> None:
     """Start a conversation; prints its workflow id."""
-    conversation = StartConversation(
-        tenant_id=tenant,
-        user_id=user,
-        agent=agent,
-        message=message,
-        single_turn=single_turn,
-        limits=parse_limits(limits_json),
+    conversation = checked(
+        lambda: StartConversation(
+            tenant_id=tenant,
+            user_id=user,
+            agent=agent,
+            message=message,
+            single_turn=single_turn,
+            limits=parse_limits(limits_json),
+        )
     )
 
     async def body() -> None:
         client, settings = await connected()
         handle = await start_conversation(client, settings, conversation)
-        turn = await wait_turn(handle, 1) if wait else None
+        try:
+            turn = await wait_turn(handle, 1) if wait else None
+        except Exception:
+            await handle.result()  # a conversation that failed to start says why (unknown user, ...)
+            raise
         if as_json:
             out: dict[str, Any] = {
                 "workflow_id": handle.id,
@@ -128,25 +146,33 @@ def send(
         workflow_id, text = target
     else:
         raise click.UsageError("give WF TEXT, or --conversation KEY with TEXT")
-    message = SubmitMessage(user_id=user, text=text, message_id=uuid.uuid4().hex)
+    message = checked(lambda: SubmitMessage(user_id=user, text=text, message_id=uuid.uuid4().hex))
 
     async def body() -> None:
         client, settings = await connected()
         if key is not None:
             assert tenant and agent
-            start = StartConversation(tenant_id=tenant, user_id=user, agent=agent)
+            start = checked(lambda: StartConversation(tenant_id=tenant, user_id=user, agent=agent))
             handle = await send_keyed(client, settings, start, key, message)
             target_id = handle.id
         else:
             assert workflow_id is not None
             target_id = workflow_id
-            if (await query_status(client.get_workflow_handle(workflow_id))).state == "ended":
+            current = await query_status(client.get_workflow_handle(workflow_id))
+            if current.state == "ended":
                 raise click.ClickException(f"conversation {workflow_id} has ended")
+            if current.user_id and current.user_id != user:
+                raise click.ClickException(
+                    f"conversation {workflow_id} is {current.user_id}'s: {user} may not write to it"
+                )
             await client.get_workflow_handle(workflow_id).signal("submit_message", message)
         click.echo(f"conversation {target_id}", err=True)
         if no_wait:
             return
-        turn = await wait_reply(client, target_id, message.message_id or "")
+        try:
+            turn = await wait_reply(client, target_id, message.message_id or "")
+        except WorkflowUpdateFailedError as err:  # refused (another user's conversation, a full inbox)
+            raise click.ClickException(one_line(err)) from err
         if turn is None:
             raise click.ClickException(f"conversation {target_id} ended before replying")
         click.echo(turn.reply or "(no reply)")
