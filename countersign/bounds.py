@@ -41,10 +41,13 @@ def storable(text: str) -> str:
 
 
 def cut(text: str, limit: int) -> str:
-    """`text`, or its first `limit` characters and a marker that says how much was cut."""
+    """`text`, or its start and a marker saying how much was cut, `limit` characters in all (so
+    cutting again changes nothing: the client and the worker both apply the bound)."""
     if len(text) <= limit:
         return text
-    return f"{text[:limit]}…[cut: {len(text) - limit} of {len(text)} characters over the limit]"
+    marker = f"…[cut: {{}} of {len(text)} characters, over the {limit}-character limit]"
+    kept = max(0, limit - len(marker) - 10)
+    return text[:kept] + marker.format(len(text) - kept)
 
 
 def _no_control(value: str) -> str:
