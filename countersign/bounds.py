@@ -138,9 +138,12 @@ class Unreadable(BaseModel):
 def _bounded_json(value: dict[str, object]) -> dict[str, object]:
     refusal = json_depth_refusal(value)
     if refusal is None:
-        size = len(json.dumps(value, default=str).encode("utf-8", "replace"))
+        encoded = json.dumps(value, default=str)
+        size = len(encoded.encode("utf-8", "replace"))
         if size > MAX_JSON_BYTES:
             refusal = f"{size} bytes, more than the {MAX_JSON_BYTES}-byte limit"
+        elif "\\u0000" in encoded:  # PostgreSQL's jsonb cannot hold it: the audit row would fail
+            refusal = "may not contain NUL characters (U+0000)"
     if refusal is not None:
         raise ValueError(refusal)
     return value

@@ -30,6 +30,9 @@ def trim_for_carry(
 # What one model call may send: the server refuses payloads over 2 MB, and the request also holds
 # the tools' schemas and the envelope. A byte budget, not a message count: one reply can be 256 KB.
 MODEL_INPUT_BYTES = 1_000_000
+# The transcript carried across continue-as-new: the start input also holds the inbox (up to 8
+# messages of 32 000 characters), the saga and the limits, under the same 2 MB.
+CARRIED_BYTES = 600_000
 # Continue-as-new well before the server's limits (it terminates a run at 50 MB or 51 200 events,
 # and suggests continuing at 4 MB / 4 096 events by default, which the workflow also honours).
 HISTORY_BYTES_BUDGET = 10_000_000

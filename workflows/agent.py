@@ -52,7 +52,7 @@ with workflow.unsafe.imports_passed_through():
         TurnResult,
         TurnStop,
     )
-    from countersign.history import fit_for_model, history_full, trim_for_carry
+    from countersign.history import CARRIED_BYTES, fit_for_model, history_full, trim_for_carry
     from countersign.limits import before_model_call, tool_call_budget
     from countersign.policy import offered_tools, screen_call
     from countersign.saga import (
@@ -99,7 +99,9 @@ LOCAL_BOOKKEEPING = "local-bookkeeping"
 # context in every run, seal what they carry, authorize `end` against the database and record every
 # refused signal; older histories replay as they ran.
 HOSTILE_INPUT = "hostile-input"
-MAX_INBOX = 20  # messages waiting for their turn; more are refused (each is carried across runs)
+# Messages waiting for their turn; more are refused. They are carried across runs: with the
+# carried transcript (history.CARRIED_BYTES) they stay well under the 2 MB payload limit.
+MAX_INBOX = 8
 
 
 def call_summary(tool: str, arguments: str) -> str:
@@ -309,7 +311,7 @@ class AgentWorkflow:
     def _carry(self, context: ConversationContext | None) -> CarriedState:
         carried = CarriedState(
             context=context,
-            messages=fit_for_model(trim_for_carry(self._messages)),
+            messages=fit_for_model(trim_for_carry(self._messages), CARRIED_BYTES),
             usage=self._usage,
             turn=self._turn,
             call_seq=self._call_seq,
