@@ -29,8 +29,10 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import sys
 import uuid
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -51,6 +53,7 @@ from temporalio.exceptions import ApplicationError
 from activities.tools import validate
 from countersign import history
 from countersign.chat import ChatMessage
+from countersign.config import PROJECT_ROOT
 from countersign.conversation import Limits, StartConversation, SubmitMessage
 from countersign.conversations import keyed_workflow_id, send_keyed, wait_reply
 from countersign.db import seed
@@ -519,3 +522,38 @@ def test_the_model_input_stays_within_its_byte_budget() -> None:
     cut = fit_for_model(huge, budget=500_000)
     assert sum(len(m.model_dump_json().encode()) for m in cut) <= 500_000
     assert "[cut for the model call" in (cut[1].content or "")
+
+
+# --- the CLI ------------------------------------------------------------------------------------------
+
+
+async def starter(harness: AgentHarness, data_dir: Path, *args: str) -> tuple[int, str]:
+    """`python starter.py ARGS` against the harness: its exit code and everything it printed."""
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "starter.py", *args,
+        cwd=PROJECT_ROOT, env=harness.cli_env(data_dir),
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+    )  # fmt: skip
+    out, _ = await asyncio.wait_for(process.communicate(), 120)
+    assert process.returncode is not None
+    return process.returncode, out.decode()
+
+
+async def test_the_cli_names_the_unknown_party_and_refuses_what_it_must(
+    dev_agent: AgentHarness, tmp_path: Path
+) -> None:
+    dev_agent.script({"reply": {"content": "ok"}})
+    start = ("start", "--tenant", "acme", "--agent", "lead-qualifier", "--message", "hi", "--wait")
+    code, out = await starter(dev_agent, tmp_path, *start, "--user", "mallory")
+    assert code != 0 and "no user 'mallory' in tenant 'acme'" in out, out
+    code, out = await starter(
+        dev_agent, tmp_path, *start, "--user", "alice", "--limits", '{"max_tokens": NaN}'
+    )
+    assert code == 2 and "max_tokens" in out, out  # refused before anything is sent
+    key = uuid.uuid4().hex
+    send = ("send", "--tenant", "acme", "--agent", "lead-qualifier", "--conversation", key)
+    code, out = await starter(dev_agent, tmp_path, *send, "--user", "alice", "hello")
+    assert code == 0 and "[scripted model] ok" in out, out
+    dev_agent.track(keyed_workflow_id("acme", key))
+    code, out = await starter(dev_agent, tmp_path, *send, "--user", "bob", "let me in")
+    assert code != 0 and "bob may not send messages to alice's conversation" in out, out
