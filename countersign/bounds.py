@@ -67,8 +67,9 @@ Text = Annotated[str, _text(MAX_TEXT_CHARS)]
 Reason = Annotated[str, _text(MAX_REASON_CHARS)]
 Count = Annotated[int, Field(ge=0, le=MAX_COUNT)]
 Tokens = Annotated[int, Field(ge=1, le=MAX_TOKENS)]
-TurnSeconds = Annotated[float, Field(gt=0, le=MAX_TURN_S, allow_inf_nan=False)]
-WaitSeconds = Annotated[float, Field(gt=0, le=MAX_WAIT_S, allow_inf_nan=False)]
+# At least a second: a timer or activity timeout that rounds to zero is an error in workflow code.
+TurnSeconds = Annotated[float, Field(ge=1, le=MAX_TURN_S, allow_inf_nan=False)]
+WaitSeconds = Annotated[float, Field(ge=1, le=MAX_WAIT_S, allow_inf_nan=False)]
 
 
 def json_depth_refusal(value: Any, limit: int = MAX_JSON_DEPTH) -> str | None:

@@ -167,7 +167,7 @@ START_REFUSALS: st.SearchStrategy[tuple[str, str]] = st.one_of(
         ),
         st.sampled_from(sorted(Limits.model_fields)),
         st.sampled_from(
-            ["NaN", "Infinity", "-Infinity", "-1", "1e300", "99999999999999999999999", '"lots"', "[]"]
+            ["NaN", "Infinity", "-Infinity", "-1", "1e300", "1e-9", "99999999999999999999999", '"lots"', "[]"]
         ),
     ),
     # class 4: identities the database cannot store, or of the wrong type
