@@ -19,7 +19,7 @@ the time-skipping Temporal server, the real worker, PostgreSQL, and the scripted
    conversation continue as new while idle, and it still answers.
 
 No example may leave a failed workflow task in the history. `make test` runs a few examples of each
-property (`HOSTILE_EXAMPLES`, default 6) plus the pinned examples from the issue; for thousands:
+property (`HOSTILE_EXAMPLES`, default 10) plus the pinned examples from the issue; for thousands:
 
     HOSTILE_EXAMPLES=2000 .venv/bin/python -m pytest tests/test_hostile_input.py -q --timeout=0
 """
@@ -63,7 +63,7 @@ from tests.test_compromised_model import acme_restored, audit_rows, script_turn 
 from tools.registry import REGISTRY, ToolFailure
 from workflows.agent import DB_OUTAGE_TOLERANCE
 
-EXAMPLES = int(os.environ.get("HOSTILE_EXAMPLES", "6"))
+EXAMPLES = int(os.environ.get("HOSTILE_EXAMPLES", "10"))
 LIMITS = Limits(max_tool_calls=4, approval_timeout_s=60, answer_timeout_s=60)
 PROPERTY = settings(
     max_examples=EXAMPLES,
@@ -234,6 +234,9 @@ async def test_the_conversation_carries_its_own_sealed_state_across_continue_as_
     described = await agent.client.get_workflow_handle(handle.id).describe()
     assert described.run_id != handle.result_run_id and described.status == WorkflowExecutionStatus.RUNNING
     assert await task_failures(handle) == 0
+    latest = agent.client.get_workflow_handle(handle.id)
+    await latest.signal("end", {"requested_by": "alice"})  # ended, not left to the harness
+    assert (await asyncio.wait_for(latest.result(), 30))["ended_by"] == "end by alice"
 
 
 # --- class 1 and 4: signals and updates ---------------------------------------------------------

@@ -102,6 +102,8 @@ HOSTILE_INPUT = "hostile-input"
 # Messages waiting for their turn; more are refused. They are carried across runs: with the
 # carried transcript (history.CARRIED_BYTES) they stay well under the 2 MB payload limit.
 MAX_INBOX = 8
+# Updates that only wait (for a turn, a reply): a run that ends first owes them nothing.
+ABANDON = workflow.HandlerUnfinishedPolicy.ABANDON
 
 
 def call_summary(tool: str, arguments: str) -> str:
@@ -981,7 +983,9 @@ class AgentWorkflow:
             return await self._refuse("answer", answer.user_id, refusal)
         self._answers[answer.call_id] = answer.text
 
-    @workflow.update(name="wait_turn")
+    @workflow.update(
+        name="wait_turn", unfinished_policy=workflow.HandlerUnfinishedPolicy.ABANDON
+    )  # waits only
     async def wait_turn(self, turn: int) -> TurnResult | None:
         """Answers when turn `turn` has finished (None if the conversation ended, or continued-as-new,
         first: ask the new run)."""
@@ -995,7 +999,9 @@ class AgentWorkflow:
         last = self._last_turn
         return last if last is not None and last.turn >= turn else None
 
-    @workflow.update(name="wait_reply")
+    @workflow.update(
+        name="wait_reply", unfinished_policy=workflow.HandlerUnfinishedPolicy.ABANDON
+    )  # waits only
     async def wait_reply(self, message_id: str) -> TurnResult | None:
         """Answers with the turn that replied to the message sent with `message_id` (None if the
         conversation ended, or continued-as-new, first: ask the new run)."""
