@@ -16,6 +16,7 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxR
 
 from activities.approvals import ApprovalActivities
 from activities.audit import AuditActivities
+from activities.authority import AuthorityActivities
 from activities.context import ContextActivities
 from activities.email import EmailActivities
 from activities.mcp import McpActivities
@@ -34,6 +35,7 @@ from countersign.mcp.pool import McpPool
 from countersign.observability.metrics import CountersignMetrics, MetricsInterceptor, WorkerMetrics
 from countersign.observability.tracing import GenAiSpans
 from countersign.observability.usage import ModelCallAudit
+from countersign.payloads import data_converter
 from countersign.proofs import ProofVerifier
 from countersign.ratelimit import RateLimits
 from countersign.temporal_client import connect
@@ -69,6 +71,7 @@ def build_worker(
     approvals = ApprovalActivities(sessions, verifier)
     saga = SagaActivities(sessions, verifier)
     proofs = ProofActivities(sessions, verifier)
+    authority = AuthorityActivities(sessions)
     email = EmailActivities(sessions, settings.smtp_host, settings.smtp_port, settings.smtp_sender)
     notifications = NotificationActivities(
         sessions, settings.inbox_url, settings.smtp_host, settings.smtp_port, settings.smtp_sender
@@ -77,6 +80,11 @@ def build_worker(
     if metrics is not None:
         metrics.watch_breaker(email.breaker)
         observability.append(MetricsInterceptor(metrics))
+    # Client input is untrusted: signals, updates and start inputs that do not decode reach their
+    # handler as `Unreadable` (countersign.payloads), whatever converter the caller's client has.
+    config = client.config()
+    config["data_converter"] = data_converter
+    client = Client(**config)
     return Worker(
         client,
         task_queue=settings.task_queue,
@@ -100,6 +108,9 @@ def build_worker(
             email.deliver_email,
             mcp.check_mcp_arguments,
             mcp.execute_mcp_tool,
+            authority.authorize_action,
+            authority.seal_carried,
+            authority.verify_carried,
         ],
         interceptors=[ActivityLogContext(), *observability, *interceptors],
         max_cached_workflows=settings.max_cached_workflows,

@@ -11,8 +11,9 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
 
 from activities.tools import load_arguments_or_raw
+from countersign.bounds import storable
 from countersign.db.schema import ToolExecution
-from countersign.guards import redact, storable
+from countersign.guards import redact
 from countersign.mcp.catalog import MCP_CATEGORY, MCP_RISK
 from countersign.mcp.servers import server_of
 from countersign.tooling import ErrorCode, ToolInvocation, ToolResult

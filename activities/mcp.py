@@ -30,8 +30,9 @@ from temporalio import activity
 
 from activities.heartbeat import heartbeats
 from activities.tools import load_arguments, load_arguments_or_raw
+from countersign.bounds import storable
 from countersign.db.schema import McpServer, ToolExecution
-from countersign.guards import TruncationLimits, redact, sanitize, storable
+from countersign.guards import TruncationLimits, redact, sanitize
 from countersign.mcp.catalog import argument_errors, envelope_of, spec_of
 from countersign.mcp.pool import McpPool, McpRefused, McpUnavailable
 from countersign.mcp.servers import ServerConfig, remember_listing, servers_for

@@ -20,6 +20,7 @@ from activities.approvals import roles_of
 from activities.attempts import attempt_key, record_once
 from activities.heartbeat import heartbeats
 from activities.tools import validate
+from countersign.authority import action_refusal
 from countersign.db.schema import Compensation, RollbackRecord, ToolExecution
 from countersign.proofs import Binding, ProofVerifier, check_proof
 from countersign.saga import CompensationOutcome, CompensationRequest, RollbackAuthorization, undo_state
@@ -160,8 +161,4 @@ class SagaActivities:
     async def _rollback_refusal(session: AsyncSession, auth: RollbackAuthorization) -> str | None:
         requester = auth.request.requested_by
         roles = await roles_of(session, auth.tenant_id, requester)
-        if roles is None:
-            return f"{requester!r} is not a user of this tenant"
-        if requester != auth.conversation_user and "admin" not in roles:
-            return f"{requester} may not roll back {auth.conversation_user}'s conversation (admins may)"
-        return None
+        return action_refusal("rollback", requester, auth.conversation_user, roles)

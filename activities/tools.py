@@ -10,20 +10,23 @@ its recorded result takes none, and a call over the limit is audited as failed w
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from datetime import UTC, datetime
 from typing import Any
 
+import asyncpg
 from pydantic import BaseModel, ValidationError
 from sqlalchemy import func, select
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import TimeoutError as SQLAlchemyTimeoutError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
 
 from activities.heartbeat import heartbeats
+from countersign.bounds import loads_bounded, storable
 from countersign.db.schema import SagaRecord, ToolExecution
-from countersign.guards import TruncationLimits, redact, sanitize, storable
+from countersign.guards import TruncationLimits, redact, sanitize
 from countersign.ratelimit import RateLimits, take
 from countersign.tooling import ToolInvocation, ToolResult
 from tools.registry import (
@@ -35,6 +38,19 @@ from tools.registry import (
     ToolContext,
     ToolFailure,
     parse_arguments,
+)
+
+# What a restart, failover or overload of PostgreSQL raises: socket errors, PostgreSQL class 08
+# (connection) and 57P0x (shutdown, cannot connect now), and the pool timing out.
+TRANSIENT: tuple[type[BaseException], ...] = (
+    OSError,  # ConnectionRefusedError, ConnectionResetError, ...
+    TimeoutError,
+    SQLAlchemyTimeoutError,  # no pooled connection came free in time
+    asyncpg.PostgresConnectionError,
+    asyncpg.exceptions.AdminShutdownError,
+    asyncpg.exceptions.CrashShutdownError,
+    asyncpg.exceptions.CannotConnectNowError,
+    asyncpg.exceptions.ConnectionDoesNotExistError,
 )
 
 
@@ -62,12 +78,9 @@ def has_nul(value: Any) -> bool:
 
 
 def load_arguments(raw: str) -> dict[str, Any]:
-    try:
-        value = json.loads(raw or "{}")
-    except json.JSONDecodeError as exc:
-        raise ToolFailure(
-            "VALIDATION_ERROR", f"arguments are not valid JSON: {exc.msg} at position {exc.pos}"
-        ) from exc
+    value, refusal = loads_bounded(raw or "{}")
+    if refusal is not None:
+        raise ToolFailure("VALIDATION_ERROR", f"arguments refused: {refusal}")
     if not isinstance(value, dict):
         raise ToolFailure("VALIDATION_ERROR", "arguments must be a JSON object")
     if has_nul(value):
@@ -89,6 +102,26 @@ def validate(tool: Tool, raw: str) -> ToolArgs:
         return parse_arguments(tool, load_arguments(raw))
     except ValidationError as err:
         raise ToolFailure("VALIDATION_ERROR", validation_message(err)) from err
+    except (ArithmeticError, RecursionError) as err:  # a validator met a value beyond its range
+        raise ToolFailure("VALIDATION_ERROR", f"arguments out of range ({type(err).__name__})") from err
+
+
+def is_connection_error(exc: BaseException) -> bool:
+    """Whether `exc` (or what caused it) means the database was out of reach: only that is worth
+    retrying. Anything else a tool raises would fail the same way on every attempt."""
+    seen: set[int] = set()
+    pending: list[BaseException | None] = [exc]
+    while pending:
+        e = pending.pop()
+        if e is None or id(e) in seen:
+            continue
+        seen.add(id(e))
+        if isinstance(e, DBAPIError) and e.connection_invalidated:
+            return True
+        if isinstance(e, TRANSIENT):
+            return True
+        pending += [e.__cause__, e.__context__, getattr(e, "orig", None)]
+    return False
 
 
 def envelope_of(output: BaseModel) -> ToolResult:
@@ -153,6 +186,9 @@ class ToolActivities:
             return ToolResult.success(validate(tool, invocation.arguments).model_dump(mode="json"))
         except ToolFailure as failure:
             return ToolResult.failure(failure.code, failure.message)
+        except Exception:  # a bug in a validator: refuse now (never retried, never sent to a reviewer)
+            activity.logger.exception("checking %s arguments failed", tool.name)
+            return ToolResult.failure("INTERNAL_ERROR", f"the arguments of {tool.name} could not be checked")
 
     async def _take_token(self, session: AsyncSession, tenant_id: str, tool: str, now: datetime) -> None:
         """Raise RATE_LIMITED, telling the model when to try again, when the bucket is empty."""
@@ -187,6 +223,16 @@ class ToolActivities:
         except ToolFailure as failure:
             outcome = "invalid" if failure.code == "VALIDATION_ERROR" else "failed"
             result = ToolResult.failure(failure.code, failure.message)
+        except Exception as exc:
+            if is_connection_error(exc):
+                raise  # the database is out of reach: Temporal retries the call
+            # A bug or a value the database refused fails the same way on every attempt: an error
+            # envelope now, with its audit row; the details (SQL, parameters) stay in the worker's log.
+            error_id = f"{invocation.workflow_id}:{invocation.call_id}"
+            activity.logger.exception("%s failed (%s)", tool.name, error_id)
+            outcome = "failed"
+            message = f"{tool.name} failed unexpectedly; the operators' log has details ({error_id})"
+            result = ToolResult.failure("INTERNAL_ERROR", message)
         result = result.model_copy(update={"data": sanitize(result.data, self._limits)})
         session.add(
             ToolExecution(

@@ -11,6 +11,7 @@ from typing import Literal
 
 from pydantic import BaseModel
 
+from countersign.bounds import BoundedJson, Identifier, Proof, Reason
 from countersign.conversation import PendingApproval
 from countersign.tooling import Risk
 
@@ -56,30 +57,30 @@ class Approval(BaseModel):
 class Decision(BaseModel):
     """The `decide` update's payload; the `approve` / `reject` signals map onto it."""
 
-    call_id: str
+    call_id: Identifier
     decision: DecisionKind
-    approver: str
-    reason: str | None = None
-    args: dict[str, object] | None = None  # edited arguments (approve only)
-    proof: str | None = None  # APPROVER_AUTH=signed: the inbox's proof for exactly this decision
+    approver: Identifier
+    reason: Reason | None = None
+    args: BoundedJson | None = None  # edited arguments (approve only)
+    proof: Proof | None = None  # APPROVER_AUTH=signed: the inbox's proof for exactly this decision
 
 
 class ApproveSignal(BaseModel):
-    call_id: str
-    approver: str
-    reason: str | None = None
-    args: dict[str, object] | None = None
-    proof: str | None = None
+    call_id: Identifier
+    approver: Identifier
+    reason: Reason | None = None
+    args: BoundedJson | None = None
+    proof: Proof | None = None
 
     def decision(self) -> Decision:
         return Decision(decision="approve", **self.model_dump())
 
 
 class RejectSignal(BaseModel):
-    call_id: str
-    approver: str
-    reason: str | None = None
-    proof: str | None = None
+    call_id: Identifier
+    approver: Identifier
+    reason: Reason | None = None
+    proof: Proof | None = None
 
     def decision(self) -> Decision:
         return Decision(decision="reject", **self.model_dump())

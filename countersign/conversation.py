@@ -9,6 +9,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from countersign.bounds import Count, Identifier, Proof, Text, Tokens, TurnSeconds, WaitSeconds
 from countersign.chat import ChatMessage, Usage
 from countersign.saga import Saga
 from countersign.store import ContextPolicy, Cursor
@@ -19,19 +20,23 @@ AgentState = Literal["running", "awaiting_approval", "awaiting_answer", "idle", 
 
 
 class Limits(BaseModel):
-    """Guards on one turn (iterations, tool calls, tokens, wall clock) and waits (approval, answer, idle)."""
+    """Guards on one turn (iterations, tool calls, tokens, wall clock) and waits (approval, answer, idle).
+
+    Every value is finite and bounded (countersign.bounds): checked by the CLI, and again when the
+    worker decodes the start input.
+    """
 
     model_config = ConfigDict(extra="forbid")
 
-    max_iterations: int = Field(8, ge=1)  # model calls per turn
-    max_tool_calls: int = Field(20, ge=0)  # tool calls per turn
-    max_tokens: int = Field(50_000, ge=1)  # prompt + completion tokens per turn
-    turn_timeout_s: float = Field(300.0, gt=0)
-    approval_timeout_s: float | None = Field(None, gt=0)  # None: per-risk defaults
-    answer_timeout_s: float = Field(86_400.0, gt=0)
-    idle_timeout_s: float = Field(86_400.0, gt=0)
+    max_iterations: Count = Field(8, ge=1)  # model calls per turn
+    max_tool_calls: Count = 20  # tool calls per turn
+    max_tokens: Tokens = 50_000  # prompt + completion tokens per turn
+    turn_timeout_s: TurnSeconds = 300.0
+    approval_timeout_s: WaitSeconds | None = None  # None: per-risk defaults
+    answer_timeout_s: WaitSeconds = 86_400.0
+    idle_timeout_s: WaitSeconds = 86_400.0
     # A run continues-as-new when the SDK suggests it, or after this many turns, whichever is first.
-    max_turns_per_run: int = Field(100, ge=1)
+    max_turns_per_run: Count = Field(100, ge=1)
 
 
 class AgentLimits(BaseModel):
@@ -87,15 +92,20 @@ class ConversationContext(BaseModel):
 
 
 class SubmitMessage(BaseModel):
-    user_id: str
-    text: str
-    message_id: str | None = None  # set by clients that want to wait for this message's reply
+    user_id: Identifier
+    text: Text
+    message_id: Identifier | None = None  # set by clients that want to wait for this message's reply
 
 
 class CarriedState(BaseModel):
-    """What a conversation carries into its next run when it continues-as-new."""
+    """What a conversation carries into its next run when it continues-as-new.
 
-    context: ConversationContext
+    Sealed (`StartConversation.seal`, activities/carried.py) and verified by the next run: a client
+    cannot start a conversation with invented state. Roles, tiers and limits are never carried:
+    every run loads them from the database (`context` is only read from runs started before that).
+    """
+
+    context: ConversationContext | None = None
     messages: list[ChatMessage]
     usage: Usage
     turn: int
@@ -111,13 +121,14 @@ class StartConversation(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    tenant_id: str
-    user_id: str
-    agent: str
-    message: str | None = None
+    tenant_id: Identifier
+    user_id: Identifier
+    agent: Identifier
+    message: Text | None = None
     single_turn: bool = False
     limits: Limits = Field(default_factory=Limits)
     carried: CarriedState | None = None  # set only by continue-as-new
+    seal: str | None = None  # the worker's MAC over `carried`, bound to the workflow id
 
 
 TurnStop = Literal["completed", "limit_reached", "error"]
@@ -141,15 +152,15 @@ class ConversationResult(BaseModel):
 
 
 class EndConversation(BaseModel):
-    requested_by: str
-    proof: str | None = None  # APPROVER_AUTH=signed: the inbox's proof for ending this conversation
+    requested_by: Identifier
+    proof: Proof | None = None  # APPROVER_AUTH=signed: the inbox's proof for ending this conversation
 
 
 class AnswerSignal(BaseModel):
-    call_id: str
-    user_id: str
-    text: str
-    proof: str | None = None  # APPROVER_AUTH=signed: the inbox's proof for exactly this answer
+    call_id: Identifier
+    user_id: Identifier
+    text: Text
+    proof: Proof | None = None  # APPROVER_AUTH=signed: the inbox's proof for exactly this answer
 
 
 class PendingQuestion(BaseModel):
@@ -183,6 +194,7 @@ class StatusView(BaseModel):
     usage: Usage = Field(default_factory=Usage)
     limits: Limits = Field(default_factory=Limits)
     tenant_id: str = ""
+    user_id: str = ""  # whose conversation it is: only they may send messages and answers
     agent: str = ""
     last_error: str | None = None
     compensation_failures: list[str] = Field(default_factory=list)

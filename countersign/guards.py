@@ -12,6 +12,8 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from countersign.bounds import storable
+
 REDACTED = "[REDACTED]"
 # Keys whose values are secrets wherever they appear, matched as whole words of the key.
 SECRET_KEY = re.compile(
@@ -37,11 +39,6 @@ class TruncationLimits(BaseModel):
     max_rows: int = MAX_ROWS
     max_chars: int = MAX_CHARS
     max_string: int = 2_000  # characters of any single string value
-
-
-def storable(text: str) -> str:
-    """PostgreSQL text and jsonb cannot hold U+0000; a model can send it. Keep the rest."""
-    return text.replace("\x00", "\ufffd")
 
 
 def redact(value: Any) -> Any:

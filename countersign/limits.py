@@ -5,6 +5,8 @@ from __future__ import annotations
 from countersign.chat import Usage
 from countersign.conversation import AgentLimits, Limits
 
+MIN_MODEL_CALL_S = 0.001
+
 
 def before_model_call(limits: Limits, turn: Usage, elapsed_s: float) -> str | None:
     """Why the turn may not call the model again, or None when it may."""
@@ -12,7 +14,7 @@ def before_model_call(limits: Limits, turn: Usage, elapsed_s: float) -> str | No
         return f"the turn reached max_iterations ({limits.max_iterations} model calls)"
     if turn.total_tokens >= limits.max_tokens:
         return f"the turn used {turn.total_tokens} tokens, max_tokens is {limits.max_tokens}"
-    if elapsed_s >= limits.turn_timeout_s:
+    if elapsed_s >= limits.turn_timeout_s - MIN_MODEL_CALL_S:  # a shorter call's timeout would round to zero
         return f"the turn ran {elapsed_s:.0f}s, turn_timeout_s is {limits.turn_timeout_s:.0f}"
     return None
 

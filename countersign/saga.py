@@ -11,6 +11,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from countersign.bounds import Identifier, Proof, Reason
 from countersign.tooling import CallerContext
 
 # registered: may be undone; done: undone (or already was); skipped: the forward step never took
@@ -55,11 +56,11 @@ class Saga(BaseModel):
 class RollbackRequest(BaseModel):
     """The `rollback` signal's payload."""
 
-    requested_by: str
+    requested_by: Identifier
     scope: Scope = "turn"
-    call_id: str | None = None
-    reason: str | None = None
-    proof: str | None = None  # APPROVER_AUTH=signed: the inbox's proof for exactly this rollback
+    call_id: Identifier | None = None
+    reason: Reason | None = None
+    proof: Proof | None = None  # APPROVER_AUTH=signed: the inbox's proof for exactly this rollback
 
 
 class CompensationRequest(BaseModel):

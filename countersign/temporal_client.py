@@ -1,13 +1,14 @@
-"""One way to reach Temporal: the pydantic data converter, so payloads stay typed end to end."""
+"""One way to reach Temporal: the pydantic data converter (countersign.payloads), so payloads stay
+typed end to end."""
 
 from __future__ import annotations
 
 from temporalio.client import Client
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.runtime import Runtime
 
 from countersign.config import Settings
 from countersign.observability import tracing
+from countersign.payloads import data_converter
 
 
 async def connect(settings: Settings, runtime: Runtime | None = None) -> Client:
@@ -17,7 +18,7 @@ async def connect(settings: Settings, runtime: Runtime | None = None) -> Client:
         return await Client.connect(
             settings.temporal_address,
             namespace=settings.namespace,
-            data_converter=pydantic_data_converter,
+            data_converter=data_converter,
             interceptors=tracing.client_interceptors(),
             runtime=runtime,
         )

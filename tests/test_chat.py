@@ -4,7 +4,6 @@ in-process worker on its own task queue, PostgreSQL and the scripted model over 
 from __future__ import annotations
 
 import asyncio
-import os
 import re
 import sys
 from pathlib import Path
@@ -13,7 +12,7 @@ import pytest
 
 from countersign.approvals import Approval, Decision
 from countersign.cli.conversations import query_status
-from countersign.config import PROJECT_ROOT, SCRIPTED_MODEL_NAME
+from countersign.config import PROJECT_ROOT
 from tests.fixtures.agent import AgentHarness
 
 pytestmark = pytest.mark.devserver
@@ -49,18 +48,7 @@ class ChatProcess:
 
     @classmethod
     async def start(cls, harness: AgentHarness, data_dir: Path, *args: str) -> ChatProcess:
-        s = harness.settings
-        env = {
-            **os.environ,
-            "TEMPORAL_ADDRESS": s.temporal_address,
-            "TEMPORAL_NAMESPACE": s.namespace,
-            "TASK_QUEUE": s.task_queue,
-            "DATABASE_URL": s.database_url or "",
-            "LLM_BASE_URL": s.llm_base_url or "",
-            "LLM_MODEL": SCRIPTED_MODEL_NAME,
-            "TEMPORAL_UI_URL": s.ui_url,
-            "COUNTERSIGN_DATA_DIR": str(data_dir),  # no stack.json from a running dev stack
-        }
+        env = harness.cli_env(data_dir)
         process = await asyncio.create_subprocess_exec(
             sys.executable, "starter.py", "chat", *args,
             cwd=PROJECT_ROOT, env=env,

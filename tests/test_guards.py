@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
+from countersign.bounds import storable
 from countersign.guards import (
     MAX_CHARS,
     MAX_ROWS,
@@ -17,7 +18,6 @@ from countersign.guards import (
     TruncationLimits,
     redact,
     sanitize,
-    storable,
     truncate,
 )
 from tools.registry import REGISTRY, parse_arguments

@@ -8,13 +8,14 @@ conversations; these tests catch that before a deploy does. To add a recorded hi
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 
 import pytest
 from temporalio.client import WorkflowHistory
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.worker import Replayer
 
+from countersign.payloads import data_converter
 from tests.fixtures.agent import AgentHarness
 from tests.test_agent_workflow import FIND_JANE
 from workflows.agent import AgentWorkflow
@@ -23,7 +24,8 @@ HISTORIES = sorted((Path(__file__).parent / "histories").glob("*.json"))
 
 
 def replayer() -> Replayer:
-    return Replayer(workflows=[AgentWorkflow], data_converter=pydantic_data_converter)
+    """With the worker's converter: a signal that decodes only as `Unreadable` must replay too."""
+    return Replayer(workflows=[AgentWorkflow], data_converter=data_converter)
 
 
 @pytest.mark.parametrize("path", HISTORIES, ids=[p.stem for p in HISTORIES])
@@ -61,14 +63,25 @@ def test_the_recorded_histories_cover_code_before_and_after_local_activities() -
     assert {"core_local_activity", "core_patch"} <= found["approved_status_change_local_bookkeeping"]
 
 
+def patches(path: Path) -> set[str]:
+    history = WorkflowHistory.from_json(path.stem, path.read_text())
+    return {
+        json.loads(a.details["patch-data"].payloads[0].data)["id"]
+        for e in history.events
+        if (a := e.marker_recorded_event_attributes).marker_name == "core_patch"
+    }
+
+
+def test_the_recorded_histories_cover_code_before_and_after_hostile_input_checks() -> None:
+    """Conversations from before client input was checked (HOSTILE_INPUT) must replay, and so must
+    those that refused signals, sealed their carried state and verified it in their next run."""
+    found = {path.stem: patches(path) for path in HISTORIES}
+    assert "hostile-input" not in found["demo_lead_qualification"]
+    assert "hostile-input" in found["hostile_input_refusals_sealed_carry"]
+    assert "hostile-input" in found["hostile_input_verified_carry_admin_end"]
+
+
 def test_a_recorded_history_covers_the_message_store() -> None:
     """Conversations since the message store (`message-store` patch) replay too."""
     path = next(p for p in HISTORIES if p.stem == "message_store_two_turns")
-    history = WorkflowHistory.from_json(path.stem, path.read_text())
-    patches = [
-        payload.data
-        for e in history.events
-        if e.marker_recorded_event_attributes.marker_name == "core_patch"
-        for payload in e.marker_recorded_event_attributes.details["patch-data"].payloads
-    ]
-    assert any(b"message-store" in data for data in patches)
+    assert "message-store" in patches(path)

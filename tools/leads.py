@@ -9,7 +9,7 @@ from pydantic import BaseModel, Field
 from sqlalchemy import or_, select
 
 from countersign.db.schema import Lead
-from tools.registry import ToolArgs, ToolContext, ToolFailure, UndoOutcome, compensates, tool
+from tools.registry import ToolArgs, ToolContext, ToolFailure, UndoOutcome, compensates, record_id, tool
 from tools.resolve import locked_row, restore_fields, same_text, saved
 
 LeadStatus = Literal["new", "contacted", "qualified", "disqualified", "converted"]
@@ -78,7 +78,8 @@ async def find_lead(ctx: ToolContext, ref: str, *, lock: bool = False) -> Lead:
     `lock` takes the row for the rest of the transaction (before reading a value the call will change).
     """
     query = select(Lead).where(Lead.tenant_id == ctx.tenant_id)
-    query = query.where(Lead.id == int(ref)) if ref.isdigit() else query.where(same_text(Lead.email, ref))
+    number = record_id(ref)
+    query = query.where(Lead.id == number) if number is not None else query.where(same_text(Lead.email, ref))
     if lock:
         query = query.with_for_update()
     lead = (await ctx.session.execute(query)).scalar_one_or_none()

@@ -64,7 +64,7 @@ from countersign.db.schema import (
     Task,
 )
 from countersign.guards import MAX_ROWS
-from tools.registry import ToolArgs, ToolContext, ToolFailure, UndoOutcome, compensates, tool
+from tools.registry import ToolArgs, ToolContext, ToolFailure, UndoOutcome, compensates, out_of_range, tool
 
 # --- the whitelist -----------------------------------------------------------------------------------
 
@@ -301,6 +301,9 @@ def coerce(c: Collection, name: str, value: Any) -> Any:
         result = COERCE[c.kind(name)](value)
     except ValueError as exc:
         raise ValueError(f"{name}: {exc}") from None
+    problem = out_of_range(result)
+    if problem is not None:
+        raise ValueError(f"{name}: {problem}")
     allowed = c.choices.get(name)
     if allowed is not None and result not in allowed:
         raise ValueError(f"{name}: {result!r} is not one of {', '.join(allowed)}")

@@ -18,12 +18,14 @@ from __future__ import annotations
 import copy
 import functools
 import inspect
+import math
+import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
-from datetime import datetime
-from typing import Any, Literal, get_type_hints
+from datetime import date, datetime, timedelta
+from typing import Any, Literal, Self, get_type_hints
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, model_validator
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from countersign.tooling import CallerContext, Category, ErrorCode, Risk, Tier, ToolSpec
@@ -32,10 +34,54 @@ from countersign.tooling import CallerContext, Category, ErrorCode, Risk, Tier, 
 IDENTITY_FIELDS = frozenset({"tenant_id", "tenant", "user_id", "user", "roles", "role", "caller"})
 
 
+# What the code and the database can hold: BIGINT ids and counts, and dates whose UTC conversion
+# (an offset moves them by up to a day) stays inside Python's and PostgreSQL's calendars.
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+EARLIEST_YEAR, LATEST_YEAR = 1900, 2199
+ASCII_ID = re.compile(r"[0-9]{1,19}")  # what `int()` accepts of digit strings (`isdigit` accepts "²")
+
+
+def out_of_range(value: Any) -> str | None:
+    """Why a value from the model cannot be stored or compared with the database, or None."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int) and not INT64_MIN <= value <= INT64_MAX:
+        return "integers must fit in 64 bits"
+    if isinstance(value, float) and not math.isfinite(value):
+        return "numbers must be finite"
+    if isinstance(value, date) and not EARLIEST_YEAR <= value.year <= LATEST_YEAR:
+        return f"dates must be between the years {EARLIEST_YEAR} and {LATEST_YEAR}"
+    if isinstance(value, timedelta) and abs(value) > timedelta(days=3650):
+        return "durations must be under ten years"
+    if isinstance(value, BaseModel):
+        return next(filter(None, (out_of_range(v) for v in value.__dict__.values())), None)
+    if isinstance(value, dict):
+        return next(filter(None, (out_of_range(v) for v in value.values())), None)
+    if isinstance(value, list | tuple | set | frozenset):
+        return next(filter(None, (out_of_range(v) for v in value)), None)
+    return None
+
+
+def record_id(ref: str) -> int | None:
+    """`ref` as a BIGINT id when it is one (ASCII digits, 1..2^63-1), else None: a name or email."""
+    if not ASCII_ID.fullmatch(ref):
+        return None
+    value = int(ref)
+    return value if 1 <= value <= INT64_MAX else None
+
+
 class ToolArgs(BaseModel):
-    """Base of every arguments model: unknown keys (a model trying `tenant_id`) are errors."""
+    """Base of every arguments model: unknown keys (a model trying `tenant_id`) are errors, and
+    every number and date must be one the database can hold (checked before any approval)."""
 
     model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)
+
+    @model_validator(mode="after")
+    def _within_range(self) -> Self:
+        problem = out_of_range(self)
+        if problem is not None:
+            raise ValueError(problem)
+        return self
 
 
 class ToolFailure(Exception):

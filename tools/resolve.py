@@ -32,7 +32,7 @@ from sqlalchemy import ColumnElement, Date, DateTime, and_, func, or_, select
 from sqlalchemy.orm import InstrumentedAttribute
 
 from countersign.db.schema import Base, CalendarEvent, Contact, User
-from tools.registry import Needs, ToolArgs, ToolContext, ToolFailure, UndoOutcome
+from tools.registry import Needs, ToolArgs, ToolContext, ToolFailure, UndoOutcome, out_of_range, record_id
 
 log = structlog.get_logger(__name__)
 
@@ -53,6 +53,9 @@ UNFAITHFUL_MARKERS = ("[REDACTED]", "…[truncated ")
 def _require_timezone(value: datetime) -> datetime:
     if value.tzinfo is None or value.utcoffset() is None:
         raise ValueError("needs a time zone, e.g. 2026-12-08T16:00:00Z (UTC) or 2026-12-08T17:00:00+01:00")
+    problem = out_of_range(value)  # before converting: year 1 or 9999 with an offset overflows
+    if problem is not None:
+        raise ValueError(problem)
     return value.astimezone(UTC)
 
 
@@ -173,7 +176,8 @@ async def find_record(
 
     Missing: NOT_FOUND. Several with that label: `Needs` listing them, to be named by id.
     """
-    by_id = [_column(model, "id") == int(ref)] if ref.isdigit() else []
+    number = record_id(ref)
+    by_id = [_column(model, "id") == number] if number is not None else []
     rows = await match_first(ctx, model, *by_id, same_text(label, ref), lock=lock)
     if not rows:
         raise ToolFailure("NOT_FOUND", f"no {field} {ref!r} in this workspace")

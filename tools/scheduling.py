@@ -31,7 +31,16 @@ from sqlalchemy import delete, func, or_, select
 from countersign.db.schema import CalendarEvent, MeetingSession, Notification, User
 from tools.email import EmailContent, cancel_queued_email, queued_once
 from tools.operations import EventView
-from tools.registry import Needs, ToolArgs, ToolContext, ToolFailure, UndoOutcome, compensates, tool
+from tools.registry import (
+    Needs,
+    ToolArgs,
+    ToolContext,
+    ToolFailure,
+    UndoOutcome,
+    compensates,
+    record_id,
+    tool,
+)
 from tools.resolve import (
     NeedsInput,
     Person,
@@ -628,7 +637,8 @@ class NotificationView(BaseModel):
 async def find_notification(ctx: ToolContext, ref: str) -> Notification:
     """A notification for the user (or for everyone in the tenant): by id, or by text among open ones."""
     visible = or_(Notification.user_id == ctx.caller.user_id, Notification.user_id.is_(None))
-    by_id = [visible & (Notification.id == int(ref))] if ref.isdigit() else []
+    number = record_id(ref)
+    by_id = [visible & (Notification.id == number)] if number is not None else []
     by_text = visible & (Notification.status == "open") & containing(Notification.message, ref)
     rows = await match_first(ctx, Notification, *by_id, by_text, lock=True)
     if not rows:

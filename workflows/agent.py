@@ -12,7 +12,6 @@ everything that touches the world is an activity, referenced by name so this mod
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Awaitable
 from datetime import datetime, timedelta
 from typing import Any, Literal
@@ -36,6 +35,9 @@ with workflow.unsafe.imports_passed_through():
         Verdict,
         state_refusal,
     )
+    from countersign.authority import Action, ActionCheck
+    from countersign.authority import state_refusal as action_state_refusal
+    from countersign.bounds import Unreadable, loads_bounded
     from countersign.chat import (
         ChatMessage,
         ModelCaller,
@@ -61,7 +63,7 @@ with workflow.unsafe.imports_passed_through():
         TurnResult,
         TurnStop,
     )
-    from countersign.history import trim_for_carry
+    from countersign.history import CARRIED_BYTES, fit_for_model, history_full, trim_for_carry
     from countersign.limits import before_model_call, tool_call_budget, within_agent_bounds
     from countersign.markdown import escape_markdown
     from countersign.observability.workflow_metrics import record_approval_wait, record_turn
@@ -74,6 +76,7 @@ with workflow.unsafe.imports_passed_through():
         Saga,
         SagaEntry,
     )
+    from countersign.seal import SealCheck, SealRequest, digest
     from countersign.search_attributes import AGENT_NAME, AGENT_STATUS, TENANT_ID
     from countersign.store import (
         PROMPT_SEQ,
@@ -118,6 +121,15 @@ BOOKKEEPING_TIMEOUT = timedelta(seconds=30)
 # Patch id: conversations started since bookkeeping (argument checks, audit rows of unexecuted calls,
 # decision checks) became local activities run them locally; older histories replay as they ran.
 LOCAL_BOOKKEEPING = "local-bookkeeping"
+# Patch id: conversations started since client input became untrusted (docs/security.md) load their
+# context in every run, seal what they carry, authorize `end` against the database and record every
+# refused signal; older histories replay as they ran.
+HOSTILE_INPUT = "hostile-input"
+# Messages waiting for their turn; more are refused. They are carried across runs: with the
+# carried transcript (history.CARRIED_BYTES) they stay well under the 2 MB payload limit.
+MAX_INBOX = 8
+# Updates that only wait (for a turn, a reply): a run that ends first owes them nothing.
+ABANDON = workflow.HandlerUnfinishedPolicy.ABANDON
 # Patch id: conversations started since the message store keep message bodies in PostgreSQL: model
 # calls get sequence numbers, continue-as-new carries a cursor. Older histories replay as they ran.
 MESSAGE_STORE = "message-store"
@@ -151,19 +163,27 @@ def queued_emails(tool: str, data: dict[str, Any]) -> list[int]:
 
 
 def call_summary(tool: str, arguments: str) -> str:
-    """A one-line label for the Web UI: `get_lead jane.doe@example.com`."""
-    try:
-        args = json.loads(arguments)
-        values = " ".join(str(v) for v in args.values() if v is not None) if isinstance(args, dict) else ""
-    except json.JSONDecodeError:
+    """A one-line label for the Web UI: `get_lead jane.doe@example.com`. Never raises: the
+    arguments come from the model (bounded parsing, countersign.bounds)."""
+    args, refusal = loads_bounded(arguments)
+    if refusal is not None:
         values = "(invalid JSON arguments)"
+    else:
+        values = (
+            " ".join(str(v)[:200] for v in args.values() if v is not None) if isinstance(args, dict) else ""
+        )
     return f"{tool} {escape_markdown(values[:200])}"[:400].strip()
 
 
 @workflow.defn(name=WORKFLOW_TYPE)
 class AgentWorkflow:
     @workflow.init
-    def __init__(self, start: StartConversation) -> None:
+    def __init__(self, start: StartConversation | Unreadable) -> None:
+        # An unreadable start input fails the run at once (see `run`); the placeholder only lets
+        # the handlers and queries that may run first see a well-formed, empty conversation.
+        self._unreadable_start = start if isinstance(start, Unreadable) else None
+        if isinstance(start, Unreadable):
+            start = StartConversation(tenant_id="-", user_id="-", agent="-")
         carried = start.carried
         self._start = start
         self._limits = start.limits
@@ -200,6 +220,7 @@ class AgentWorkflow:
         self._last_turn: TurnResult | None = None
         self._continuing = False
         self._replies: dict[str, TurnResult] = {}  # by message id, the most recent REPLIES_KEPT
+        self._refused_messages: dict[str, str] = {}  # message id -> why it was refused
         self._ended_by: str | None = None
         self._last_error: str | None = None
         self._stored = False  # message bodies in the conversation store (MESSAGE_STORE); set by run
@@ -208,9 +229,20 @@ class AgentWorkflow:
     # --- the conversation -------------------------------------------------------------------
 
     @workflow.run
-    async def run(self, start: StartConversation) -> ConversationResult:
+    async def run(self, start: StartConversation | Unreadable) -> ConversationResult:
+        if self._unreadable_start is not None:
+            raise ApplicationError(
+                f"the start input was refused: {self._unreadable_start.unreadable}",
+                type="InvalidStartInput",
+                non_retryable=True,
+            )
+        start = self._start
         self._stored = workflow.patched(MESSAGE_STORE)
-        context = self._context or await self._load_context(start)
+        if start.carried is None or workflow.patched(HOSTILE_INPUT):
+            await self._verify_carried(start)
+            context = await self._load_context(start)
+        else:  # a run continued before HOSTILE_INPUT: its context was carried
+            context = self._context or await self._load_context(start)
         self._limits = within_agent_bounds(self._limits, context.agent_limits)
         if self._stored and self._messages:  # carried by a run from before the store: store it now
             await self._adopt(context)
@@ -247,6 +279,8 @@ class AgentWorkflow:
             if self._ended_by:
                 return
             if not self._inbox:
+                if history_full(workflow.info()):  # signals alone filled it: continue while idle
+                    await self._continue_as_new(context)
                 continue
             message = self._inbox.pop(0)
             if self._stored and not await self._accept(context, message):
@@ -263,31 +297,75 @@ class AgentWorkflow:
                 return
             if (
                 workflow.info().is_continue_as_new_suggested()
+                or history_full(workflow.info())
                 or self._turns_this_run() >= self._limits.max_turns_per_run
             ):
-                self._continuing = True  # lets waiting updates return, so the handlers can finish
-                await workflow.wait_condition(workflow.all_handlers_finished)
-                await self._notices_sent()
-                await self._run_rollbacks(context)  # accepted during the turn: not carried, so run now
-                workflow.continue_as_new(self._carry(context))
+                await self._continue_as_new(context)
+
+    async def _continue_as_new(self, context: ConversationContext) -> None:
+        self._continuing = True  # lets waiting updates return, so the handlers can finish
+        await workflow.wait_condition(workflow.all_handlers_finished)
+        await self._notices_sent()
+        await self._run_rollbacks(context)  # accepted during the turn: not carried, so run now
+        if not workflow.patched(HOSTILE_INPUT):
+            workflow.continue_as_new(
+                self._start.model_copy(update={"message": None, "carried": self._carry(context)})
+            )
+        carried = self._carry(None)
+        seal: str = await self._bookkeeping(
+            "seal_carried",
+            SealRequest(workflow_id=workflow.info().workflow_id, digest=digest(carried)),
+            "seal the carried state",
+            str,
+        )
+        workflow.continue_as_new(
+            self._start.model_copy(update={"message": None, "carried": carried, "seal": seal})
+        )
 
     def _turns_this_run(self) -> int:
         carried = self._start.carried
         return self._turn - (carried.turn if carried else 0)
 
-    async def _load_context(self, start: StartConversation) -> ConversationContext:
-        context: ConversationContext = await workflow.execute_activity(
-            "load_conversation_context",
-            start,
-            result_type=ConversationContext,
-            start_to_close_timeout=BOOKKEEPING_TIMEOUT,
-            schedule_to_close_timeout=DB_OUTAGE_TOLERANCE,
-            retry_policy=CONTEXT_RETRY,
-            summary=f"load {start.tenant_id}/{start.user_id} roles and {start.agent} permissions",
+    async def _verify_carried(self, start: StartConversation) -> None:
+        """Fail the run once, on the record, when it was started with state it cannot prove the
+        conversation carried itself (a client's invention, or another workflow's)."""
+        if start.carried is None:
+            return
+        check = SealCheck(
+            tenant_id=start.tenant_id,
+            user_id=start.user_id,
+            workflow_id=workflow.info().workflow_id,
+            digest=digest(start.carried),
+            seal=start.seal,
         )
+        refusal: str = await self._bookkeeping("verify_carried", check, "verify the carried state", str)
+        if refusal:
+            raise ApplicationError(
+                f"the start input was refused: {refusal}", type="ForgedCarriedState", non_retryable=True
+            )
+
+    async def _load_context(self, start: StartConversation) -> ConversationContext:
+        """Who acts and what the agent may do, from the database, in every run: never carried."""
+        try:
+            context: ConversationContext = await workflow.execute_activity(
+                "load_conversation_context",
+                start,
+                result_type=ConversationContext,
+                start_to_close_timeout=BOOKKEEPING_TIMEOUT,
+                schedule_to_close_timeout=DB_OUTAGE_TOLERANCE,
+                retry_policy=CONTEXT_RETRY,
+                summary=f"load {start.tenant_id}/{start.user_id} roles and {start.agent} permissions",
+            )
+        except ActivityError as err:  # say who is unknown, not only that the workflow failed
+            if isinstance(err.cause, ApplicationError) and err.cause.type == "UnknownConversationParty":
+                raise ApplicationError(err.cause.message, type=err.cause.type, non_retryable=True) from err
+            raise
         self._context = context
         prompt = ChatMessage(role="system", content=context.agent.system_prompt)
-        self._messages.insert(0, prompt)
+        if self._messages and self._messages[0].role == "system":  # carried: today's prompt replaces it
+            self._messages[0] = prompt
+        else:
+            self._messages.insert(0, prompt)
         if self._stored:
             await self._append(context, [StoredMessage(seq=PROMPT_SEQ, message=prompt)])
         return context
@@ -390,7 +468,12 @@ class AgentWorkflow:
     async def _next_message_arrives(self) -> bool:
         try:
             await workflow.wait_condition(
-                lambda: bool(self._inbox) or bool(self._rollbacks) or self._ended_by is not None,
+                lambda: (
+                    bool(self._inbox)
+                    or bool(self._rollbacks)
+                    or self._ended_by is not None
+                    or history_full(workflow.info())
+                ),
                 timeout=timedelta(seconds=self._limits.idle_timeout_s),
                 timeout_summary="idle timeout",
             )
@@ -398,10 +481,10 @@ class AgentWorkflow:
             return False
         return True
 
-    def _carry(self, context: ConversationContext) -> StartConversation:
+    def _carry(self, context: ConversationContext | None) -> CarriedState:
         carried = CarriedState(
             context=context,
-            messages=[] if self._stored else trim_for_carry(self._messages),
+            messages=[] if self._stored else fit_for_model(trim_for_carry(self._messages), CARRIED_BYTES),
             cursor=self._cursor if self._stored else None,
             usage=self._usage,
             turn=self._turn,
@@ -410,7 +493,7 @@ class AgentWorkflow:
             saga=self._saga,
             outbox=self._undelivered,
         )
-        return self._start.model_copy(update={"message": None, "carried": carried})
+        return carried
 
     # --- one turn ---------------------------------------------------------------------------
 
@@ -553,7 +636,10 @@ class AgentWorkflow:
         reply: ModelReply = await workflow.execute_activity(
             "call_model",
             ModelRequest(
-                messages=self._messages, tools=offered, caller=self._caller(), agent=self._start.agent
+                messages=fit_for_model(self._messages),
+                tools=offered,
+                caller=self._caller(),
+                agent=self._start.agent,
             ),
             result_type=ModelReply,
             start_to_close_timeout=min(MODEL_CALL_TIMEOUT, remaining),
@@ -719,10 +805,9 @@ class AgentWorkflow:
                 invocation.model_copy(update={"arguments": arguments, "approved_by": approval.decided_by})
             )
             if approval.edited_args is not None and result.ok:
+                edited, _ = loads_bounded(arguments)  # validated by record_decision: always an object
                 return result.model_copy(
-                    update={
-                        "data": {"result": result.data, "arguments_edited_by_approver": json.loads(arguments)}
-                    }
+                    update={"data": {"result": result.data, "arguments_edited_by_approver": edited}}
                 )
             return result
         if approval.state == "rejected":
@@ -933,8 +1018,18 @@ class AgentWorkflow:
                 )
             )
         except ActivityError as err:
-            cause = err.cause.message if isinstance(err.cause, ApplicationError) else str(err.cause or err)
-            return ToolResult.failure("INTERNAL_ERROR", f"{invocation.tool} failed: {cause}")
+            if not workflow.patched(HOSTILE_INPUT):
+                cause = (
+                    err.cause.message if isinstance(err.cause, ApplicationError) else str(err.cause or err)
+                )
+                return ToolResult.failure("INTERNAL_ERROR", f"{invocation.tool} failed: {cause}")
+            # Only an unreachable database (or a timeout) gets here, after its retries: say so without
+            # internals, and audit the call (a row the attempt may have written already stays as is).
+            why = (
+                "timed out" if isinstance(err.cause, TemporalTimeoutError) else "could not reach the database"
+            )
+            failure = ToolResult.failure("INTERNAL_ERROR", f"{invocation.tool} {why}; it did not run")
+            return await self._unexecuted(invocation, failure)
         if entry is not None and result.ok and isinstance(result.data, dict):
             entry.result = result.data
             self._outbox.extend(queued_emails(invocation.tool, result.data))
@@ -1003,11 +1098,14 @@ class AgentWorkflow:
             workflow.logger.error("could not record the failed compensation of %s", request.entry.call_id)
 
     @workflow.signal(name="rollback")
-    async def rollback(self, request: RollbackRequest) -> None:
+    async def rollback(self, request: RollbackRequest | Unreadable) -> None:
         """Queue an authorized rollback; it runs between turns. A refusal is audited, nothing else."""
+        if isinstance(request, Unreadable):
+            return await self._refuse_unreadable("rollback", request)
         if request.scope == "call" and not request.call_id:
-            workflow.logger.warning("rollback of scope call without a call_id refused")
-            return
+            return await self._refuse(
+                "rollback", request.requested_by, "a rollback of scope call needs a call_id"
+            )
         self._authorizing += 1
         try:
             refusal: str = await self._bookkeeping(
@@ -1026,6 +1124,8 @@ class AgentWorkflow:
                 workflow.logger.warning("rollback refused: %s", refusal)
             else:
                 self._rollbacks.append(request)
+        except ActivityError as err:  # the database stayed out of reach: refused, never a failed workflow
+            workflow.logger.error("rollback by %s not authorized: %s", request.requested_by, err.cause or err)
         finally:
             self._authorizing -= 1
 
@@ -1074,22 +1174,78 @@ class AgentWorkflow:
             "\n\n".join(lines[:2]) + ("\n\n" + "\n".join(lines[2:]) if lines[2:] else "")
         )
 
+    # Client input is untrusted (docs/security.md): a payload that does not decode arrives as
+    # `Unreadable` (countersign.payloads) and every refusal is recorded by `authorize_action`.
+
+    async def _refuse(self, action: Action, actor: str | None, refusal: str, excerpt: str = "") -> None:
+        """Record a refused client input (`input_audit`); it changes nothing else."""
+        workflow.logger.warning("%s by %s refused: %s", action, actor, refusal)
+        if workflow.patched(HOSTILE_INPUT):
+            await self._authorize(action, actor, refusal, excerpt)
+
+    async def _refuse_unreadable(self, action: Action, payload: Unreadable) -> None:
+        await self._refuse(action, None, f"unreadable payload: {payload.unreadable}", payload.excerpt)
+
+    async def _authorize(
+        self, action: Action, actor: str | None, refusal: str | None = None, excerpt: str = ""
+    ) -> str:
+        """ "" when the database says `actor` may take `action`, else why not (recorded either way).
+        A check that cannot reach the database refuses: fail closed, never a failed workflow."""
+        check = ActionCheck(
+            tenant_id=self._start.tenant_id,
+            workflow_id=workflow.info().workflow_id,
+            action=action,
+            actor=actor,
+            conversation_user=self._start.user_id,
+            refusal=refusal,
+            excerpt=excerpt,
+        )
+        try:
+            answer: str = await self._bookkeeping(
+                "authorize_action", check, f"authorize {action} by {actor}", str
+            )
+        except ActivityError as err:
+            workflow.logger.error("%s by %s could not be checked: %s", action, actor, err.cause or err)
+            return "the authority check could not reach the database"
+        return answer
+
     @workflow.signal(name="submit_message")
-    def submit_message(self, message: SubmitMessage) -> None:
-        if message.user_id != self._start.user_id:
-            workflow.logger.warning("message from %s refused: not this conversation's user", message.user_id)
-            return
+    async def submit_message(self, message: SubmitMessage | Unreadable) -> None:
+        if isinstance(message, Unreadable):
+            return await self._refuse_unreadable("submit_message", message)
+        refusal = action_state_refusal("submit_message", message.user_id, self._start.user_id)
         queued = any(m.message_id == message.message_id for m in self._inbox)
-        if message.message_id and (queued or message.message_id in self._cursor.answered):
+        if refusal is None and message.message_id and (queued or message.message_id in self._cursor.answered):
             workflow.logger.warning("message %s was delivered before: answered once", message.message_id)
-        elif self._ended_by is None:
+            return
+        if refusal is None and self._ended_by is None and len(self._inbox) >= MAX_INBOX:
+            refusal = f"{MAX_INBOX} messages already wait for their turn; send this one later"
+        if refusal is not None:
+            if message.message_id:  # its sender may be waiting for the reply: tell them why not
+                self._refused_messages[message.message_id] = refusal
+                while len(self._refused_messages) > REPLIES_KEPT:
+                    del self._refused_messages[next(iter(self._refused_messages))]
+            return await self._refuse("submit_message", message.user_id, refusal)
+        if self._ended_by is None:
             self._inbox.append(message)
 
     @workflow.signal(name="end")
-    async def end(self, request: EndConversation) -> None:
-        if not await self._proven("end", request.requested_by, request.proof):
+    async def end(self, request: EndConversation | Unreadable) -> None:
+        """End the conversation: for its user or a tenant admin (the database says which), with a
+        proof in APPROVER_AUTH=signed. A refusal is recorded and changes nothing."""
+        if isinstance(request, Unreadable):
+            return await self._refuse_unreadable("end", request)
+        if not workflow.patched(HOSTILE_INPUT):
+            self._ended_by = self._ended_by or f"end by {request.requested_by}"
             return
-        self._ended_by = self._ended_by or f"end by {request.requested_by}"
+        self._authorizing += 1  # an end accepted while rollbacks wait still lets them run first
+        try:
+            refusal = await self._authorize("end", request.requested_by)
+            proven = not refusal and await self._proven("end", request.requested_by, request.proof)
+        finally:
+            self._authorizing -= 1
+        if proven:
+            self._ended_by = self._ended_by or f"end by {request.requested_by}"
 
     async def _proven(
         self, action: Literal["answer", "end"], actor: str, proof: str | None, **bound: str
@@ -1117,11 +1273,15 @@ class AgentWorkflow:
         return not refusal
 
     @workflow.signal(name="approve")
-    async def approve(self, signal: ApproveSignal) -> None:
+    async def approve(self, signal: ApproveSignal | Unreadable) -> None:
+        if isinstance(signal, Unreadable):
+            return await self._refuse_unreadable("approve", signal)
         await self._decide_quietly(signal.decision())
 
     @workflow.signal(name="reject")
-    async def reject(self, signal: RejectSignal) -> None:
+    async def reject(self, signal: RejectSignal | Unreadable) -> None:
+        if isinstance(signal, Unreadable):
+            return await self._refuse_unreadable("reject", signal)
         await self._decide_quietly(signal.decision())
 
     async def _decide_quietly(self, decision: Decision) -> None:
@@ -1132,29 +1292,43 @@ class AgentWorkflow:
             workflow.logger.warning(
                 "%s of %s refused: %s", decision.decision, decision.call_id, refused.message
             )
+        except ActivityError as err:  # the decision could not be recorded: it did not happen
+            workflow.logger.error("%s of %s not recorded: %s", decision.decision, decision.call_id, err)
 
     @workflow.update(name="decide")
-    async def decide(self, decision: Decision) -> Approval:
+    async def decide(self, decision: Decision | Unreadable) -> Approval:
         """Decide a pending approval and answer with the recorded decision, or fail with the reason."""
+        if isinstance(decision, Unreadable):
+            await self._refuse_unreadable("decide", decision)
+            raise ApplicationError(
+                f"decision refused: unreadable payload: {decision.unreadable}",
+                type="DecisionRefused",
+                non_retryable=True,
+            )
         return await self._decide(decision)
 
     @workflow.signal(name="answer")
-    async def answer(self, answer: AnswerSignal) -> None:
+    async def answer(self, answer: AnswerSignal | Unreadable) -> None:
+        if isinstance(answer, Unreadable):
+            return await self._refuse_unreadable("answer", answer)
+
         def open_question() -> bool:
             return answer.call_id in self._questions and answer.call_id not in self._answers
 
-        if answer.user_id != self._start.user_id:
-            workflow.logger.warning("answer from %s refused: not this conversation's user", answer.user_id)
-        elif (
-            open_question()
-            and await self._proven(
-                "answer", answer.user_id, answer.proof, call_id=answer.call_id, text=answer.text
-            )
-            and open_question()
-        ):
+        refusal = action_state_refusal("answer", answer.user_id, self._start.user_id)
+        if refusal is None and not open_question():
+            refusal = f"no question {answer.call_id!r} waits for an answer"
+        if refusal is not None:
+            return await self._refuse("answer", answer.user_id, refusal)
+        proven = await self._proven(
+            "answer", answer.user_id, answer.proof, call_id=answer.call_id, text=answer.text
+        )
+        if proven and open_question():  # a second answer may have arrived while the proof was checked
             self._answers[answer.call_id] = answer.text
 
-    @workflow.update(name="wait_turn")
+    @workflow.update(
+        name="wait_turn", unfinished_policy=workflow.HandlerUnfinishedPolicy.ABANDON
+    )  # waits only
     async def wait_turn(self, turn: int) -> TurnResult | None:
         """Answers when turn `turn` has finished (None if the conversation ended, or continued-as-new,
         first: ask the new run)."""
@@ -1168,7 +1342,9 @@ class AgentWorkflow:
         last = self._last_turn
         return last if last is not None and last.turn >= turn else None
 
-    @workflow.update(name="wait_reply")
+    @workflow.update(
+        name="wait_reply", unfinished_policy=workflow.HandlerUnfinishedPolicy.ABANDON
+    )  # waits only
     async def wait_reply(self, message_id: str) -> TurnResult | None:
         """Answers with the turn that replied to the message sent with `message_id` (None if the
         conversation ended, or continued-as-new, first: ask the new run)."""
@@ -1176,10 +1352,17 @@ class AgentWorkflow:
             lambda: (
                 message_id in self._replies
                 or message_id in self._cursor.answered
+                or message_id in self._refused_messages
                 or self._state == "ended"
                 or self._continuing
             )
         )
+        if message_id in self._refused_messages:
+            raise ApplicationError(
+                f"message refused: {self._refused_messages[message_id]}",
+                type="MessageRefused",
+                non_retryable=True,
+            )
         if message_id not in self._replies and message_id in self._cursor.answered:
             # answered in an earlier run: its reply is in the conversation store (`transcript`)
             return TurnResult(
@@ -1195,6 +1378,7 @@ class AgentWorkflow:
             usage=self._usage,
             limits=self._limits,
             tenant_id=self._start.tenant_id,
+            user_id=self._start.user_id,
             agent=self._start.agent,
             last_error=self._last_error,
             pending_approvals=[a.pending_view() for a in self._approvals.values() if a.state == "pending"],

@@ -6,16 +6,17 @@ import asyncio
 import json
 import sys
 import uuid
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import click
 from pydantic import ValidationError
-from temporalio.client import Client, WorkflowHandle
+from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
 
 from countersign.chat import ChatMessage
 from countersign.cli.app import cli, print_json, run
 from countersign.cli.inbox import inbox_request, load_session, signed_mode
-from countersign.cli.ux import EXIT_WAITING, command, temporal_settings
+from countersign.cli.ux import EXIT_WAITING, command, reason, temporal_settings
 from countersign.cli.waiting import ctrl_c, follow, waiting_lines
 from countersign.config import Settings
 from countersign.conversation import (
@@ -33,6 +34,17 @@ from countersign.store import describe_policy
 from countersign.temporal_client import connect
 
 END_WAIT_S = 10.0  # `end` waits this long for the conversation to close before saying it is closing
+
+T = TypeVar("T")
+
+
+def checked(build: Callable[[], T]) -> T:
+    """A payload built from options, or a usage error naming what is out of bounds."""
+    try:
+        return build()
+    except ValidationError as err:
+        first = err.errors()[0]
+        raise click.BadParameter(f"{'.'.join(map(str, first['loc']))}: {first['msg']}") from err
 
 
 def parse_limits(text: str | None) -> Limits:
@@ -95,13 +107,15 @@ def start(
     With --wait, also the reply; a turn that waits for a person prints the pending call and the
     command that decides it, and exits with status 3 (Ctrl-C: 130; the conversation goes on).
     """
-    conversation = StartConversation(
-        tenant_id=tenant,
-        user_id=user,
-        agent=agent,
-        message=message,
-        single_turn=single_turn,
-        limits=parse_limits(limits_json),
+    conversation = checked(
+        lambda: StartConversation(
+            tenant_id=tenant,
+            user_id=user,
+            agent=agent,
+            message=message,
+            single_turn=single_turn,
+            limits=parse_limits(limits_json),
+        )
     )
 
     async def body() -> None:
@@ -110,7 +124,11 @@ def start(
         with ctrl_c() as interrupted:
             if not as_json:
                 click.echo(handle.id)  # at once: the turn may take a while, or wait for a person
-            outcome = await follow(handle, wait_turn(handle, 1), interrupted) if wait else None
+            try:
+                outcome = await follow(handle, wait_turn(handle, 1), interrupted) if wait else None
+            except Exception:
+                await handle.result()  # a conversation that failed to start says why (unknown user, ...)
+                raise
         if as_json:
             out: dict[str, Any] = {
                 "workflow_id": handle.id,
@@ -168,27 +186,35 @@ def send(
         workflow_id, text = target
     else:
         raise click.UsageError("give WF TEXT, or --conversation KEY with TEXT")
-    message = SubmitMessage(user_id=user, text=text, message_id=uuid.uuid4().hex)
+    message = checked(lambda: SubmitMessage(user_id=user, text=text, message_id=uuid.uuid4().hex))
 
     async def body() -> None:
         client, settings = await connected()
         if key is not None:
             assert tenant and agent
-            start = StartConversation(tenant_id=tenant, user_id=user, agent=agent)
+            start = checked(lambda: StartConversation(tenant_id=tenant, user_id=user, agent=agent))
             handle = await send_keyed(client, settings, start, key, message)
             target_id = handle.id
         else:
             assert workflow_id is not None
             target_id = workflow_id
-            if (await query_status(client.get_workflow_handle(workflow_id))).state == "ended":
+            current = await query_status(client.get_workflow_handle(workflow_id))
+            if current.state == "ended":
                 raise click.ClickException(f"conversation {workflow_id} has ended")
+            if current.user_id and current.user_id != user:
+                raise click.ClickException(
+                    f"conversation {workflow_id} is {current.user_id}'s: {user} may not write to it"
+                )
             await client.get_workflow_handle(workflow_id).signal("submit_message", message)
         with ctrl_c() as interrupted:
             click.echo(f"conversation {target_id}", err=True)
             if no_wait:
                 return
             reply = wait_reply(client, target_id, message.message_id or "")
-            outcome = await follow(client.get_workflow_handle(target_id), reply, interrupted)
+            try:
+                outcome = await follow(client.get_workflow_handle(target_id), reply, interrupted)
+            except WorkflowUpdateFailedError as err:  # refused (another user's conversation, a full inbox)
+                raise click.ClickException(reason(err)) from err
         show_outcome(target_id, outcome, user)
         if isinstance(outcome, StatusView):
             raise SystemExit(EXIT_WAITING)

@@ -666,3 +666,23 @@ class NotificationOutbox(Base):
     error: Mapped[str | None]
     created_at: Mapped[datetime] = created_at()
     sent_at: Mapped[datetime | None]
+
+
+class InputAudit(Base):
+    """Every authority check of a client action (`end` by an admin, accepted or refused) and every
+    refused client input (an unreadable signal, a message from another user, forged carried state).
+    `tenant_id` has no foreign key: a refused input may name a tenant that does not exist.
+    `attempt_key` as in ApprovalDecision: one row per check however often it runs."""
+
+    __tablename__ = "input_audit"
+
+    id: Mapped[int] = identity_pk()
+    tenant_id: Mapped[str] = mapped_column(index=True)
+    workflow_id: Mapped[str] = mapped_column(index=True)
+    action: Mapped[str]  # the signal or update name, or "start"
+    actor: Mapped[str | None]  # who the payload says sent it (None: unreadable)
+    accepted: Mapped[bool]
+    reason: Mapped[str | None]  # why it was refused
+    excerpt: Mapped[str | None]  # the start of an unreadable payload
+    created_at: Mapped[datetime] = created_at()
+    attempt_key: Mapped[str | None] = mapped_column(unique=True)

@@ -1,0 +1,219 @@
+"""Hostile input, measured: how long each class of hostile input takes to settle on the real dev
+server (real timers, not the time-skipping server the tests use), and how many attempts the
+activities it caused made.
+
+    .venv/bin/python -m bench.hostile [--runs 5]
+
+"Settled" means: a conversation whose model sent the arguments finished its single turn; a start
+input failed its workflow; a refused signal's row is in PostgreSQL. Prints a markdown table
+(docs/benchmark.md, "Hostile input").
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import tempfile
+import time
+import uuid
+from collections import defaultdict
+from collections.abc import Awaitable, Callable
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import text
+from temporalio import activity
+from temporalio.api.common.v1 import Payload
+from temporalio.client import WorkflowFailureError
+from temporalio.common import RawValue
+from temporalio.worker import ActivityInboundInterceptor, ExecuteActivityInput, Interceptor
+
+from activities.tools import ToolActivities
+from bench import stack
+from countersign.conversation import Limits, StartConversation, SubmitMessage
+from countersign.db.engine import session_factory
+from countersign.scripted_model.scenario import Reply, Scenario, ScriptedCall
+from worker import build_worker
+
+
+class Attempts(Interceptor):
+    """The highest attempt number each activity (local ones too) reached, per workflow."""
+
+    def __init__(self) -> None:
+        self.highest: defaultdict[str, int] = defaultdict(int)
+
+    def intercept_activity(self, next: ActivityInboundInterceptor) -> ActivityInboundInterceptor:
+        attempts = self
+
+        class Counted(ActivityInboundInterceptor):
+            async def execute_activity(self, input: ExecuteActivityInput) -> Any:
+                info = activity.info()
+                attempts.highest[info.workflow_id or ""] = max(
+                    attempts.highest[info.workflow_id or ""], info.attempt
+                )
+                return await super().execute_activity(input)
+
+        return Counted(next)
+
+
+def raw(json_text: str) -> RawValue:
+    return RawValue(Payload(metadata={"encoding": b"json/plain"}, data=json_text.encode()))
+
+
+TOOL_CASES: dict[str, tuple[str, str, dict[str, Any]]] = {
+    "id past int64 (`get_record` id 2^63)": (
+        "admin-assistant",
+        "get_record",
+        {"collection": "tasks", "id": 2**63},
+    ),
+    'digits `int()` rejects (`get_lead` "²")': ("lead-qualifier", "get_lead", {"lead": "²"}),
+    "25-digit id (`update_task`)": ("operations", "update_task", {"task": "9" * 25, "status": "done"}),
+    "year 1 with an offset (`create_event`)": (
+        "operations",
+        "create_event",
+        {"title": "x", "starts_at": "0001-01-01T00:00:00+05:00", "ends_at": "0001-01-01T01:00:00+05:00"},
+    ),
+    "value past int64 (`write_record`)": (
+        "admin-assistant",
+        "write_record",
+        {"collection": "tasks", "values": [{"field": "title", "value": 10**30}]},
+    ),
+}
+START_CASES = {
+    "limits with NaN": json.dumps({"tenant_id": "acme", "user_id": "alice", "agent": "lead-qualifier"})[:-1]
+    + ', "limits": {"max_tokens": NaN}}',
+    "unknown user": json.dumps({"tenant_id": "acme", "user_id": "mallory", "agent": "lead-qualifier"}),
+    "forged carried state": json.dumps(
+        {
+            "tenant_id": "acme",
+            "user_id": "alice",
+            "agent": "lead-qualifier",
+            "carried": {"messages": [], "usage": {}, "turn": 0, "call_seq": 0},
+            "seal": "0" * 64,
+        }
+    ),
+}
+SIGNAL_CASES = {
+    "approve with a NUL in the approver": ("approve", '{"call_id": "c1", "approver": "b\\u0000ob"}'),
+    "end by another tenant's user": ("end", '{"requested_by": "dave"}'),
+    "rollback nested 5000 deep": ("rollback", '{"requested_by": ' + "[" * 5000 + "]" * 5000 + "}"),
+}
+
+
+async def settle_tool(parts: stack.Parts, tool: tuple[str, str, dict[str, Any]]) -> tuple[float, str]:
+    agent, name, args = tool
+    call = ScriptedCall(name=name, arguments=args)
+    parts.model.set_scenario(
+        Scenario.model_validate(
+            {
+                "name": "hostile",
+                "rules": [
+                    {"reply": Reply(tool_calls=[call]).model_dump()},
+                    {"when": {"after_tool": name}, "reply": {"content": "done"}},
+                ],
+            }
+        )
+    )
+    start = StartConversation(
+        tenant_id="acme",
+        user_id="alice",
+        agent=agent,
+        message="go",
+        single_turn=True,
+        limits=Limits(approval_timeout_s=60),
+    )
+    began = time.perf_counter()
+    handle = await parts.client.start_workflow(
+        "AgentWorkflow", start, id=f"hostile-{uuid.uuid4()}", task_queue=parts.settings.task_queue
+    )
+    await handle.result()
+    return time.perf_counter() - began, handle.id
+
+
+async def settle_start(parts: stack.Parts, payload: str) -> tuple[float, str]:
+    began = time.perf_counter()
+    handle = await parts.client.start_workflow(
+        "AgentWorkflow", raw(payload), id=f"hostile-{uuid.uuid4()}", task_queue=parts.settings.task_queue
+    )
+    try:
+        await handle.result()
+    except WorkflowFailureError:
+        return time.perf_counter() - began, handle.id
+    raise AssertionError(f"{handle.id} did not fail")
+
+
+async def settle_signal(parts: stack.Parts, signal: tuple[str, str]) -> tuple[float, str]:
+    name, payload = signal
+    parts.model.set_scenario(
+        Scenario.model_validate({"name": "hostile", "rules": [{"reply": {"content": "ok"}}]})
+    )
+    start = StartConversation(tenant_id="acme", user_id="alice", agent="lead-qualifier")
+    handle = await parts.client.start_workflow(
+        "AgentWorkflow", start, id=f"hostile-{uuid.uuid4()}", task_queue=parts.settings.task_queue
+    )
+    await handle.signal("submit_message", SubmitMessage(user_id="alice", text="hi"))
+    await handle.execute_update("wait_turn", 1)
+    query = text(
+        "SELECT (SELECT count(*) FROM input_audit WHERE workflow_id = :w)"
+        " + (SELECT count(*) FROM rollback_requests WHERE workflow_id = :w)"
+    )
+    began = time.perf_counter()
+    await handle.signal(name, raw(payload))
+    while True:
+        async with parts.engine.connect() as conn:
+            if (await conn.execute(query, {"w": handle.id})).scalar_one():
+                break
+        await asyncio.sleep(0.005)
+    settled = time.perf_counter() - began
+    await handle.terminate("measured")
+    return settled, handle.id
+
+
+async def measure(runs: int) -> list[tuple[str, list[float], int]]:
+    cases: list[tuple[str, Callable[[stack.Parts], Awaitable[tuple[float, str]]]]] = []
+    cases += [(f"tool call: {k}", partial(settle_tool, tool=c)) for k, c in TOOL_CASES.items()]
+    cases += [(f"start input: {k}", partial(settle_start, payload=c)) for k, c in START_CASES.items()]
+    cases += [(f"signal: {k}", partial(settle_signal, signal=c)) for k, c in SIGNAL_CASES.items()]
+    results = []
+    with tempfile.TemporaryDirectory(prefix="countersign-hostile-") as tmp:
+        root = Path(tmp)
+        scenario = Scenario.model_validate({"name": "hostile", "rules": []})
+        async with (
+            stack.postgres(root) as url,
+            stack.temporal(root, "hostile", stack.ServerSetup()) as server,
+            stack.parts(url, server.config, scenario) as parts,
+        ):
+            attempts = Attempts()
+            settings = parts.settings.model_copy(update={"task_queue": f"hostile-{uuid.uuid4()}"})
+            sessions = session_factory(parts.engine)
+            tools = ToolActivities(sessions, rate_limits=stack.UNLIMITED)
+            async with build_worker(parts.client, settings, sessions, tools, [attempts]):
+                running = stack.Parts(parts.client, settings, parts.engine, parts.model)
+                for label, case in cases:
+                    times, highest = [], 0
+                    for _ in range(runs):
+                        seconds, workflow_id = await case(running)
+                        times.append(seconds)
+                        highest = max(highest, attempts.highest.get(workflow_id, 0))
+                    results.append((label, times, highest))
+    return results
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=5)
+    runs = parser.parse_args().runs
+    results = asyncio.run(measure(runs))
+    print(f"| Hostile input ({runs} runs each, real dev server) | median | max | highest activity attempt |")
+    print("|---|---|---|---|")
+    for label, times, highest in results:
+        print(
+            f"| {label} | {statistics.median(times) * 1000:.0f} ms | {max(times) * 1000:.0f} ms | {highest} |"
+        )
+
+
+if __name__ == "__main__":
+    main()

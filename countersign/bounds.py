@@ -1,0 +1,159 @@
+"""The edge bounds: every value a client (CLI, Temporal client, inbox API) or the model sends.
+
+One place per kind of input, as reusable annotated pydantic types, used by the start input, the
+signal and update payloads, the CLI and the model's replies (see docs/security.md):
+
+- `Identifier`: user ids, approvers, call ids, tenant and agent names. 1..200 characters, no control
+  characters (NUL included): refused, never altered, because an id names someone.
+- `Text` / `Reason`: free text (messages, answers, reasons). Made storable (NUL and lone surrogates
+  become U+FFFD, which PostgreSQL and payloads can hold) and cut at a size, with a marker saying so.
+- Numbers in `Limits`: finite, non-negative, under sensible maxima (`Seconds`, `Count`).
+- JSON from outside (edited arguments, the model's arguments): `check_json` bounds depth and size
+  before anything parses it further.
+
+Everything here is pure and raises only pydantic `ValidationError`s (or returns a refusal string).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any
+
+from pydantic import AfterValidator, BaseModel, Field, StringConstraints
+
+MAX_ID_CHARS = 200
+MAX_TEXT_CHARS = 32_000  # a user message or an answer: about ten pages
+MAX_REASON_CHARS = 2_000
+MAX_PROOF_CHARS = 4_096  # an Ed25519 JWT with its claims is under 1 000
+MAX_JSON_DEPTH = 32  # tool arguments are a few levels deep at most
+MAX_JSON_BYTES = 64_000  # as chat.MAX_ARGUMENTS_CHARS: the largest real arguments are ~20 000
+# Timeouts: a day for a turn, a year for waits on people (beyond, timedelta and timers overflow
+# long before the server minds; nobody waits a year on an approval).
+MAX_TURN_S = 86_400.0
+MAX_WAIT_S = 366 * 86_400.0
+MAX_COUNT = 10_000  # iterations, tool calls, turns per run
+MAX_TOKENS = 100_000_000
+
+
+def storable(text: str) -> str:
+    """`text` with what PostgreSQL text and JSON payloads cannot hold (NUL, lone surrogates)
+    replaced by U+FFFD."""
+    return text.replace("\x00", "\ufffd").encode("utf-8", "replace").decode("utf-8")
+
+
+def cut(text: str, limit: int) -> str:
+    """`text`, or its start and a marker saying how much was cut, `limit` characters in all (so
+    cutting again changes nothing: the client and the worker both apply the bound)."""
+    if len(text) <= limit:
+        return text
+    marker = f"…[cut: {{}} of {len(text)} characters, over the {limit}-character limit]"
+    kept = max(0, limit - len(marker) - 10)
+    return text[:kept] + marker.format(len(text) - kept)
+
+
+def _no_control(value: str) -> str:
+    if any(ord(c) < 32 or ord(c) == 127 or 0xD800 <= ord(c) <= 0xDFFF for c in value):
+        raise ValueError("may not contain control characters (NUL, newlines, ...) or lone surrogates")
+    return value
+
+
+def _text(limit: int) -> AfterValidator:
+    return AfterValidator(lambda v: cut(storable(v), limit))
+
+
+Identifier = Annotated[
+    str, StringConstraints(min_length=1, max_length=MAX_ID_CHARS), AfterValidator(_no_control)
+]
+# A proof (APPROVER_AUTH=signed) is a compact JWT: refused, never cut, when it is not one.
+Proof = Annotated[
+    str, StringConstraints(min_length=1, max_length=MAX_PROOF_CHARS), AfterValidator(_no_control)
+]
+Text = Annotated[str, _text(MAX_TEXT_CHARS)]
+Reason = Annotated[str, _text(MAX_REASON_CHARS)]
+Count = Annotated[int, Field(ge=0, le=MAX_COUNT)]
+Tokens = Annotated[int, Field(ge=1, le=MAX_TOKENS)]
+# At least a second: a timer or activity timeout that rounds to zero is an error in workflow code.
+TurnSeconds = Annotated[float, Field(ge=1, le=MAX_TURN_S, allow_inf_nan=False)]
+WaitSeconds = Annotated[float, Field(ge=1, le=MAX_WAIT_S, allow_inf_nan=False)]
+
+
+def json_depth_refusal(value: Any, limit: int = MAX_JSON_DEPTH) -> str | None:
+    """Why a decoded JSON value nests too deep, or None. Iterative: no recursion to exhaust."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > limit:
+            return f"nested deeper than {limit} levels"
+        children = node.values() if isinstance(node, dict) else node if isinstance(node, list) else ()
+        stack.extend((child, depth + 1) for child in children if isinstance(child, dict | list))
+    return None
+
+
+def json_text_refusal(
+    text: str, limit_bytes: int = MAX_JSON_BYTES, depth: int = MAX_JSON_DEPTH
+) -> str | None:
+    """Why JSON text from outside may not be parsed further, or None: too large, or nested too deep
+    (counted on the text, before any parser recurses into it)."""
+    size = len(text.encode("utf-8", "replace"))
+    if size > limit_bytes:
+        return f"{size} bytes, more than the {limit_bytes}-byte limit"
+    level = deepest = 0
+    in_string = escaped = False
+    for c in text:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif c == "\\":
+                escaped = True
+            elif c == '"':
+                in_string = False
+        elif c == '"':
+            in_string = True
+        elif c in "[{":
+            level += 1
+            deepest = max(deepest, level)
+        elif c in "]}":
+            level -= 1
+    return f"nested deeper than {depth} levels" if deepest > depth else None
+
+
+def loads_bounded(text: str) -> tuple[Any, str | None]:
+    """(value, None) for bounded, valid JSON text, else (None, why not). Never raises."""
+    refusal = json_text_refusal(text)
+    if refusal is not None:
+        return None, refusal
+    try:
+        return json.loads(text), None
+    except (ValueError, RecursionError) as exc:
+        return None, f"not valid JSON ({exc})"
+
+
+class Unreadable(BaseModel):
+    """A payload that did not decode as its handler's type (wrong types, a bound broken, not JSON).
+
+    Handlers declare `Model | Unreadable`: the worker's payload converter (countersign.payloads)
+    hands them this instead of dropping the signal, so the refusal is recorded, and a start input
+    that cannot be read fails its workflow once with `unreadable` as the reason. `unreadable` is a
+    field no real payload has, so a plain pydantic converter still decodes the real model.
+    """
+
+    unreadable: str  # why it was refused
+    excerpt: str = ""  # the start of the payload, for the audit
+
+
+def _bounded_json(value: dict[str, object]) -> dict[str, object]:
+    refusal = json_depth_refusal(value)
+    if refusal is None:
+        encoded = json.dumps(value, default=str)
+        size = len(encoded.encode("utf-8", "replace"))
+        if size > MAX_JSON_BYTES:
+            refusal = f"{size} bytes, more than the {MAX_JSON_BYTES}-byte limit"
+        elif "\\u0000" in encoded:  # PostgreSQL's jsonb cannot hold it: the audit row would fail
+            refusal = "may not contain NUL characters (U+0000)"
+    if refusal is not None:
+        raise ValueError(refusal)
+    return value
+
+
+# A JSON object from a client (an approver's edited arguments): depth and size bounded.
+BoundedJson = Annotated[dict[str, object], AfterValidator(_bounded_json)]
