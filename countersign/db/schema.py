@@ -549,7 +549,7 @@ class McpServer(Base):
     created_at: Mapped[datetime] = created_at()
 
 
-# --- conversations: the message store, context policies, token budgets, saga entries (0007) -------
+# --- conversations: the message store, context policies, token budgets, saga entries (0008) -------
 
 MESSAGE_ROLES = ("system", "user", "assistant", "tool")
 

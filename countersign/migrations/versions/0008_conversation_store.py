@@ -1,7 +1,7 @@
 """Conversation store: messages by sequence number, context policies, token budgets, saga entries.
 
-Revision ID: 0007
-Revises: 0004
+Revision ID: 0008
+Revises: 0007
 Create Date: 2026-11-23
 
 Message bodies leave workflow history for `conversation_messages`; `context_policies` bound what
@@ -18,8 +18,8 @@ import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects import postgresql
 
-revision: str = "0007"
-down_revision: str | None = "0008"
+revision: str = "0008"
+down_revision: str | None = "0007"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

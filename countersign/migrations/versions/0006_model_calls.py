@@ -1,7 +1,7 @@
 """The usage audit: one `model_calls` row per model call (tokens, duration), for `starter.py stats`.
 
-Revision ID: 0010
-Revises: 0004
+Revision ID: 0006
+Revises: 0005
 Create Date: 2026-11-23
 
 Tool calls already carry their duration in `tool_executions`; model calls had no row at all, so
@@ -15,8 +15,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0010"
-down_revision: str | None = "0009"
+revision: str = "0006"
+down_revision: str | None = "0005"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

@@ -1,7 +1,7 @@
 """Input audit: every authority check of a client action and every refused client input.
 
-Revision ID: 0005
-Revises: 0004
+Revision ID: 0010
+Revises: 0009
 Create Date: 2026-11-23
 
 A refused `end`, `answer` or `submit_message`, a signal whose payload cannot be read, and carried
@@ -17,8 +17,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0005"
-down_revision: str | None = "0006"
+revision: str = "0010"
+down_revision: str | None = "0009"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

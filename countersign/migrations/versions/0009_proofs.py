@@ -1,7 +1,7 @@
 """Proofs: who decided, shown rather than claimed; reviewers' passwords.
 
-Revision ID: 0006
-Revises: 0004
+Revision ID: 0009
+Revises: 0008
 Create Date: 2026-11-23
 
 `users.password_hash` (argon2id) lets reviewers log in to the inbox; `proof_checks` records every
@@ -20,8 +20,8 @@ import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects.postgresql import JSONB
 
-revision: str = "0006"
-down_revision: str | None = "0007"
+revision: str = "0009"
+down_revision: str | None = "0008"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

@@ -1,6 +1,6 @@
 """Seed parity: per-agent limits, cases, lead engagement, email drafts and HTML, audit index by tool.
 
-Revision ID: 0009
+Revision ID: 0005
 Revises: 0004
 Create Date: 2026-11-23
 
@@ -23,7 +23,7 @@ import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects.postgresql import JSONB
 
-revision: str = "0009"
+revision: str = "0005"
 down_revision: str | None = "0004"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None

@@ -1,7 +1,7 @@
 """MCP servers: the servers whose tools join some agents' catalogs as `mcp__NAME__TOOL`.
 
-Revision ID: 0008
-Revises: 0004
+Revision ID: 0007
+Revises: 0006
 Create Date: 2026-11-23
 
 Secrets are not columns: `env` and `headers` hold the names of the worker's environment variables
@@ -14,8 +14,8 @@ import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects.postgresql import JSONB
 
-revision: str = "0008"
-down_revision: str | None = "0010"
+revision: str = "0007"
+down_revision: str | None = "0006"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
