@@ -5,8 +5,9 @@ pasted text and one tool call, through the product's worker on a dev server.
 
 Measures history bytes added by turns 10, 100, 1000 (and 15, 150), their latency (signal to reply,
 median of that turn and the 8 before it), and the runs the conversation took (continue-as-new).
-Writes docs/benchmark-length.json and the section "Cost vs conversation length" of
-docs/benchmark.md (which `bench.run` keeps when it rewrites the rest).
+Writes docs/benchmark-length.json (docs/benchmark-length-no-policy.json with `--window 0`) and the
+`bench.conversation_length` section of docs/benchmark.md ("Cost vs conversation length", from both
+files; bench/sections.py), leaving the rest of the file as it is.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from typing import Any
 from sqlalchemy import insert
 
 from bench import stack
+from bench.sections import put_section
 from countersign.conversation import Limits, StartConversation, SubmitMessage
 from countersign.db.schema import ContextPolicy
 from countersign.scripted_model.scenario import Scenario
@@ -35,7 +37,6 @@ AGENT = "lead-qualifier"
 RESULTS = Path("docs/benchmark-length.json")
 UNBOUNDED = Path("docs/benchmark-length-no-policy.json")  # `--window 0`: the model sees up to 200 messages
 MARKDOWN = Path("docs/benchmark.md")
-SECTION_TITLE = "\n## Cost vs conversation length"
 WINDOW = 9
 SCENARIO = {
     "name": "bench conversation length",
@@ -177,10 +178,11 @@ async def main(turns: int, window: int | None) -> dict[str, Any]:
 
 
 def write(results: dict[str, Any]) -> None:
-    """Save the results and put their section at the end of docs/benchmark.md, replacing the old one."""
+    """Save the results and rewrite the `bench.conversation_length` section of docs/benchmark.md."""
     (RESULTS if results["window_messages"] else UNBOUNDED).write_text(json.dumps(results, indent=2) + "\n")
-    head = MARKDOWN.read_text().split(SECTION_TITLE, 1)[0].rstrip("\n") + "\n"
-    MARKDOWN.write_text(head + section())
+    text = section()
+    if text:  # "" until a run with a context policy is saved
+        put_section(MARKDOWN, "bench.conversation_length", text)
     print(json.dumps(results, indent=2))
 
 

@@ -9,8 +9,8 @@
   approval to the `approvals` event that lists it on an open `GET /api/events` stream;
 - the cost of a proof: minting (inbox) and verifying (worker, without the database), CPU per call.
 
-It writes its own section of docs/benchmark.md between the `inbox` markers (bench.run renders the
-rest of the file; run this after it).
+It writes the `bench.inbox` section of docs/benchmark.md (bench/sections.py), leaving the rest of
+the file as it is.
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ import argparse
 import asyncio
 import json
 import os
-import re
 import tempfile
 import time
 from collections.abc import AsyncIterator
@@ -33,6 +32,7 @@ from sqlalchemy import select
 
 from bench import stack
 from bench.scenario import APPROVAL_STATUSES, approval_message, bench_scenario
+from bench.sections import put_section
 from bench.stats import Summary
 from countersign.approvals import Approval, Decision
 from countersign.conversation import Limits, StartConversation
@@ -42,7 +42,6 @@ from countersign.inbox.app import running_inbox
 from countersign.proofs import Binding, load_private_key, mint_proof, pem_pair, verify_proof
 from tests.fixtures.smtp import SmtpServer
 
-MARK_START, MARK_END = "<!-- inbox:start -->", "<!-- inbox:end -->"
 PROOF_ITERATIONS = 2000
 
 
@@ -182,8 +181,7 @@ def markdown(result: dict[str, Any]) -> str:
     execution, decide = result["approval_to_execution_ms"], result["decide_request_ms"]
     direct = result["direct_decide_to_execution_ms"]
     visible, proof = result["request_visible_ms"], result["proof"]
-    return f"""{MARK_START}
-## Inbox and proofs (`python -m bench.inbox`)
+    return f"""## Inbox and proofs (`python -m bench.inbox`)
 
 APPROVER_AUTH=signed, the inbox on its own port, {result["samples"]} conversations one after the other
 (each: alice's call waits, bob approves it through the inbox), alternating with as many decided by
@@ -207,14 +205,7 @@ A proof costs {proof["mint_us"]} µs of CPU to mint (inbox) and {proof["verify_u
 transaction that records the decision. The visible latency is bounded by the events stream's poll
 of Temporal visibility (every 250 ms, one poll per tenant with an open inbox) plus the status and
 transcript queries of a conversation that newly waits.
-{MARK_END}"""
-
-
-def write_section(path: Path, section: str) -> None:
-    text = path.read_text() if path.exists() else ""
-    pattern = re.compile(re.escape(MARK_START) + ".*?" + re.escape(MARK_END), re.S)
-    text = pattern.sub(lambda _: section, text) if pattern.search(text) else text.rstrip() + "\n\n" + section
-    path.write_text(text.rstrip() + "\n")
+"""
 
 
 def main() -> None:
@@ -226,7 +217,7 @@ def main() -> None:
     args = parser.parse_args()
     result = asyncio.run(measure(args.samples))
     print(json.dumps(result, indent=2))
-    write_section(args.markdown, markdown(result))
+    put_section(args.markdown, "bench.inbox", markdown(result))
 
 
 if __name__ == "__main__":

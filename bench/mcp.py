@@ -6,8 +6,8 @@ Each call is what `execute_mcp_tool` does against the server: `tools/list` (to r
 tool) then `tools/call`. "reused" keeps one pool (the worker's case); "fresh" opens a new
 connection for every call (what a pool-less client would pay). Servers: `mcp-server-time` over
 stdio, and the SDK-built test server (tests/fixtures/mcp_http_server.py) over streamable HTTP.
-Writes its own section of docs/benchmark.md (between the `bench.mcp` markers, replaced on each
-run; `bench.run` rewrites the file, so run this after it).
+Writes the `bench.mcp` section of docs/benchmark.md (bench/sections.py), leaving the rest of the
+file as it is.
 """
 
 from __future__ import annotations
@@ -22,11 +22,10 @@ from pathlib import Path
 
 import psutil
 
+from bench.sections import put_section
 from countersign.devstack.ports import free_port, wait_for_port
 from countersign.mcp.pool import McpPool
 from countersign.mcp.servers import ServerConfig
-
-BEGIN, END = "<!-- bench.mcp -->", "<!-- /bench.mcp -->"
 
 
 async def one_call(pool: McpPool, server: ServerConfig, tool: str, args: dict[str, object]) -> float:
@@ -95,7 +94,6 @@ async def collect(calls: int) -> str:
         http.terminate()
         http.wait(10)
     lines = [
-        BEGIN,
         "## MCP calls (`python -m bench.mcp`)",
         "",
         "One call = `tools/list` (refuse a changed tool) + `tools/call`, as `execute_mcp_tool` makes it, "
@@ -108,7 +106,7 @@ async def collect(calls: int) -> str:
     ]
     for name, samples in results.items():
         lines += [row(f"{name}, reused", samples["reused"]), row(f"{name}, fresh per call", samples["fresh"])]
-    lines += ["", f"One pooled stdio server process (mcp-server-time): {rss / 2**20:.0f} MB RSS.", END]
+    lines += ["", f"One pooled stdio server process (mcp-server-time): {rss / 2**20:.0f} MB RSS."]
     return "\n".join(lines)
 
 
@@ -117,13 +115,7 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=50)
     section = asyncio.run(collect(parser.parse_args().calls))
     print(section)
-    doc = Path("docs/benchmark.md")
-    text = doc.read_text()
-    if BEGIN in text:
-        text = text[: text.index(BEGIN)] + section + text[text.index(END) + len(END) :]
-    else:
-        text = text.rstrip() + "\n\n" + section + "\n"
-    doc.write_text(text)
+    put_section(Path("docs/benchmark.md"), "bench.mcp", section)
 
 
 if __name__ == "__main__":

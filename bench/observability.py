@@ -1,17 +1,16 @@
 """What observability costs: metrics and spans per call, a scrape, the usage audit's insert per model
-call, and `stats` over a large audit. Writes its section of docs/benchmark.md in place.
+call, and `stats` over a large audit. Writes the `bench.observability` section of
+docs/benchmark.md (bench/sections.py), leaving the rest of the file as it is.
 
     .venv/bin/python -m bench.observability [--rows 200000] [--markdown docs/benchmark.md]
 
-Runs on an embedded PostgreSQL it starts itself (free port, temporary directory). `bench.run`
-rewrites docs/benchmark.md as a whole: run this afterwards to put the section back.
+Runs on an embedded PostgreSQL it starts itself (free port, temporary directory).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import re
 import tempfile
 import time
 from collections.abc import Callable
@@ -24,6 +23,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import NoOpTracer, Tracer
 from sqlalchemy import text
 
+from bench.sections import put_section
 from bench.stats import Summary
 from countersign.db.engine import create_engine, session_factory
 from countersign.devstack.ports import free_port
@@ -35,7 +35,6 @@ from countersign.observability.usage import insert_model_call
 from countersign.tooling import CallerContext, ToolInvocation, ToolResult
 from tools.registry import REGISTRY
 
-START, END = "<!-- bench.observability -->", "<!-- /bench.observability -->"
 OUTCOMES = ("executed", "failed", "invalid", "rejected", "expired", "blocked", "limit_reached")
 RAN = ("executed", "failed", "invalid")
 
@@ -142,8 +141,7 @@ async def in_postgres(url: str, inserts: int, rows: int) -> dict[str, float]:
 
 def section(numbers: dict[str, float]) -> str:
     n = numbers
-    return f"""{START}
-## Observability overhead
+    return f"""## Observability overhead
 
 Measured by `python -m bench.observability` on this machine (2 shared cores), in process and on an
 embedded PostgreSQL.
@@ -164,15 +162,7 @@ Per tool call, metrics and a span cost microseconds against the milliseconds of 
 transaction; the one addition in the database is the usage row per model call, which comes after
 the reply (a model call takes hundreds of milliseconds to seconds). `stats` aggregates in PostgreSQL
 on the `(tenant_id, created_at)` index: its time grows with the rows in the window, not the table.
-{END}
 """
-
-
-def write_section(markdown: Path, body: str) -> None:
-    current = markdown.read_text() if markdown.exists() else ""
-    pattern = re.compile(re.escape(START) + ".*?" + re.escape(END) + "\n?", re.S)
-    updated = pattern.sub(lambda _: body, current) if pattern.search(current) else current + "\n" + body
-    markdown.write_text(updated)
 
 
 async def main() -> None:
@@ -185,7 +175,7 @@ async def main() -> None:
         async with seeded_postgres(Path(tmp), free_port()) as url:
             numbers |= await in_postgres(url, 500, args.rows)
     body = section(numbers)
-    write_section(args.markdown, body)
+    put_section(args.markdown, "bench.observability", body)
     print(body)
 
 

@@ -3,7 +3,9 @@
     .venv/bin/python -m bench.run [--quick] [--out docs/benchmark.json] [--markdown docs/benchmark.md]
 
 Everything runs on parts this script starts itself (free ports, a temporary directory) and stops on
-the way out. What each number means is written next to it in the markdown (bench/report.py).
+the way out. What each number means is written next to it in the markdown (bench/report.py). The
+report is the `bench.run` section of the markdown, first in the file; the other bench modules'
+sections (bench/sections.py) are left as they are.
 """
 
 from __future__ import annotations
@@ -27,9 +29,10 @@ from typing import Any, Literal
 
 import psutil
 
-from bench import conversation_length, stack, workloads
+from bench import stack, workloads
 from bench.report import render
 from bench.scenario import APPROVAL_STATUSES, PARALLEL_MESSAGE, STEPS_MESSAGE, bench_scenario
+from bench.sections import put_section
 from bench.stats import Summary
 from countersign.config import Settings
 from countersign.devstack.temporal import DYNAMIC_CONFIG, SQLITE_PRAGMAS
@@ -357,7 +360,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help="small sizes, for a fast check")
     parser.add_argument("--out", type=Path, default=Path("docs/benchmark.json"), help="the JSON results")
     parser.add_argument("--markdown", type=Path, help="the markdown (default: --out with .md)")
-    parser.add_argument("--render", action="store_true", help="only rewrite the markdown from --out's JSON")
+    parser.add_argument(
+        "--render", action="store_true", help="only rewrite the markdown's bench.run section from --out"
+    )
     return parser.parse_args(argv)
 
 
@@ -365,7 +370,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parse(sys.argv[1:] if argv is None else argv)
     markdown = args.markdown or args.out.with_suffix(".md")
     if args.render:
-        markdown.write_text(render(json.loads(args.out.read_text())) + conversation_length.section())
+        put_section(markdown, "bench.run", render(json.loads(args.out.read_text())), first=True)
         return
     command = shlex.join([".venv/bin/python", "-m", "bench.run", *(sys.argv[1:] if argv is None else argv)])
     configure_logging("WARNING")  # the in-process worker's DEBUG/INFO lines would cost CPU being measured
@@ -374,7 +379,7 @@ def main(argv: list[str] | None = None) -> None:
     host["load_average_at_end"] = [round(x, 2) for x in psutil.getloadavg()]
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=2) + "\n")
-    markdown.write_text(render(results) + conversation_length.section())
+    put_section(markdown, "bench.run", render(results), first=True)
     progress(f"wrote {args.out} and {markdown} in {results['duration_s']} s")
 
 

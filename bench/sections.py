@@ -1,0 +1,37 @@
+"""docs/benchmark.md is written by several bench modules, each owning one section of it.
+
+A section is the text between `<!-- name -->` and `<!-- /name -->` (each on its own line); a module
+replaces its own and leaves the rest of the file as it is. The names: `bench.run` (the main report,
+first in the file), `bench.observability`, `bench.mcp`, `bench.conversation_length`, `bench.inbox`,
+`bench.hostile`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def markers(name: str) -> tuple[str, str]:
+    return f"<!-- {name} -->", f"<!-- /{name} -->"
+
+
+def put_section(path: Path, name: str, text: str, *, first: bool = False) -> None:
+    """Replace the section `name` of the markdown at `path` with `text`; a file without it (or no
+    file) gets it at the end, or at the start with `first`. Writing the same text twice is a no-op."""
+    begin, end = markers(name)
+    block = f"{begin}\n{text.strip(chr(10))}\n{end}"
+    current = path.read_text() if path.exists() else ""
+    start = current.find(begin)
+    if start >= 0:
+        stop = current.find(end, start)
+        if stop < 0:
+            raise ValueError(f"{path}: {begin} without {end}")
+        updated = current[:start] + block + current[stop + len(end) :]
+    elif not current.strip():
+        updated = block + "\n"
+    elif first:
+        updated = block + "\n\n" + current.lstrip("\n")
+    else:
+        updated = current.rstrip("\n") + "\n\n" + block + "\n"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(updated)
