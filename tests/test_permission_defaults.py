@@ -163,8 +163,9 @@ async def test_admin_assistant_turn_stops_at_its_seeded_seven_iterations(agent: 
 async def test_permissions_limits_and_show(database_url: str, db_engine: AsyncEngine) -> None:
     shown = await starter(database_url, "permissions", "show", "admin-assistant")
     assert shown.returncode == 0, shown.stderr
-    assert shown.stdout.splitlines()[-1] == (
+    assert (
         "limits (a conversation may ask for less, never more): max_iterations=7, turn_timeout_s=50"
+        in shown.stdout.splitlines()
     )
     try:
         changed = await starter(database_url, "permissions", "limits", "operations", "max_tool_calls=4")
