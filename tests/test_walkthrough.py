@@ -44,6 +44,11 @@ CLEARED |= {
     "SCENARIO",
     "COUNTERSIGN_DATA_DIR",
     "TEMPORAL_UI_URL",
+    # Under `make test` the README's own `make demo` would run as a sub-make and print
+    # "make[1]: Entering directory …" lines a reader's shell does not show.
+    "MAKELEVEL",
+    "MAKEFLAGS",
+    "MFLAGS",
 }
 
 WORKFLOW_ID = r"conv-[a-z]+-[0-9a-f]{12}"
