@@ -175,6 +175,29 @@ def call_summary(tool: str, arguments: str) -> str:
     return f"{tool} {escape_markdown(values[:200])}"[:400].strip()
 
 
+async def compensated(request: CompensationRequest) -> bool:
+    """Run one compensation and set its entry's state: False when it failed for good (the entry
+    then holds the error, for the failure record). Shared by conversations and ConversationRollback."""
+    entry = request.entry
+    try:
+        outcome: CompensationOutcome = await workflow.execute_activity(
+            "compensate_call",
+            request,
+            result_type=CompensationOutcome,
+            start_to_close_timeout=TOOL_CALL_TIMEOUT,
+            schedule_to_close_timeout=DB_OUTAGE_TOLERANCE,
+            heartbeat_timeout=HEARTBEAT_TIMEOUT,
+            retry_policy=DB_RETRY,
+            summary=f"undo {call_summary(entry.tool, entry.arguments)} ({entry.call_id})",
+        )
+    except ActivityError as err:
+        entry.state = "failed"
+        entry.error = err.cause.message if isinstance(err.cause, ApplicationError) else str(err.cause or err)
+        return False
+    entry.state = outcome.state
+    return True
+
+
 @workflow.defn(name=WORKFLOW_TYPE)
 class AgentWorkflow:
     @workflow.init
@@ -1059,24 +1082,8 @@ class AgentWorkflow:
         caller = self._invocation(context, ToolCall(id="-", name="-")).caller
         for entry in entries:
             request = CompensationRequest(caller=caller, workflow_id=workflow.info().workflow_id, entry=entry)
-            try:
-                outcome: CompensationOutcome = await workflow.execute_activity(
-                    "compensate_call",
-                    request,
-                    result_type=CompensationOutcome,
-                    start_to_close_timeout=TOOL_CALL_TIMEOUT,
-                    schedule_to_close_timeout=DB_OUTAGE_TOLERANCE,
-                    heartbeat_timeout=HEARTBEAT_TIMEOUT,
-                    retry_policy=DB_RETRY,
-                    summary=f"undo {call_summary(entry.tool, entry.arguments)} ({entry.call_id})",
-                )
-                entry.state = outcome.state
-            except ActivityError as err:
-                entry.state = "failed"
-                entry.error = (
-                    err.cause.message if isinstance(err.cause, ApplicationError) else str(err.cause or err)
-                )
-                await self._record_failure(request.model_copy(update={"entry": entry}))
+            if not await compensated(request):
+                await self._record_failure(request)
         self._rolling_back = False
         undone = ", ".join(f"{e.call_id} {e.tool}: {e.state}" for e in entries)
         note = ChatMessage(role="system", content=f"Rolled back, {why}: {undone}.")

@@ -11,11 +11,9 @@ from __future__ import annotations
 from typing import Any
 
 from temporalio import workflow
-from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from countersign.saga import (
-        CompensationOutcome,
         CompensationRequest,
         EndedRollback,
         RollbackAuthorization,
@@ -26,9 +24,7 @@ with workflow.unsafe.imports_passed_through():
         BOOKKEEPING_TIMEOUT,
         DB_OUTAGE_TOLERANCE,
         DB_RETRY,
-        HEARTBEAT_TIMEOUT,
-        TOOL_CALL_TIMEOUT,
-        call_summary,
+        compensated,
     )
 
 ROLLBACK_WORKFLOW_TYPE = "ConversationRollback"
@@ -69,29 +65,12 @@ class RollbackWorkflow:
         )
         entries: list[SagaEntry] = []
         for request in requests:  # newest first
-            entry = request.entry
-            try:
-                outcome: CompensationOutcome = await workflow.execute_activity(
-                    "compensate_call",
-                    request,
-                    result_type=CompensationOutcome,
-                    start_to_close_timeout=TOOL_CALL_TIMEOUT,
-                    schedule_to_close_timeout=DB_OUTAGE_TOLERANCE,
-                    heartbeat_timeout=HEARTBEAT_TIMEOUT,
-                    retry_policy=DB_RETRY,
-                    summary=f"undo {call_summary(entry.tool, entry.arguments)} ({entry.call_id})",
-                )
-                entry.state = outcome.state
-            except ActivityError as err:
-                entry.state = "failed"
-                entry.error = (
-                    err.cause.message if isinstance(err.cause, ApplicationError) else str(err.cause or err)
-                )
+            if not await compensated(request):
                 await db(
                     "record_compensation_failure",
-                    request.model_copy(update={"entry": entry}),
+                    request,
                     None,
-                    f"record failed undo of {entry.call_id}",
+                    f"record failed undo of {request.entry.call_id}",
                 )
-            entries.append(entry)
+            entries.append(request.entry)
         return RollbackOutcome(entries=entries)
