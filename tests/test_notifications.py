@@ -17,7 +17,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from temporalio.testing import WorkflowEnvironment
 
 from countersign.db.schema import Tenant
-from tests.fixtures.agent import AgentHarness
+from countersign.scripted_model.server import ScriptedModelServer
+from tests.fixtures.agent import AgentHarness, running_agent
 from tests.fixtures.smtp import SmtpServer
 from tests.test_approvals import ECHO_RESULT, pending, qualify
 from tests.test_approvals import jane_is_new as jane_is_new
@@ -49,13 +50,28 @@ async def webhook(db_engine: AsyncEngine) -> AsyncIterator[list[dict[str, Any]]]
         await runner.cleanup()
 
 
+@pytest_asyncio.fixture
+async def own_agent(
+    own_temporal_env: WorkflowEnvironment,
+    database_url: str,
+    db_engine: AsyncEngine,
+    scripted_model: ScriptedModelServer,
+    smtp_server: SmtpServer,
+) -> AsyncIterator[AgentHarness]:
+    async with running_agent(
+        own_temporal_env, database_url, db_engine, scripted_model, smtp=smtp_server
+    ) as harness:
+        yield harness
+
+
 async def test_request_reminder_and_escalation_reach_email_and_webhook_once(
-    agent: AgentHarness,
-    temporal_env: WorkflowEnvironment,
+    own_agent: AgentHarness,
+    own_temporal_env: WorkflowEnvironment,
     smtp_server: SmtpServer,
     webhook: list[dict[str, Any]],
     jane_is_new: None,
 ) -> None:
+    agent, temporal_env = own_agent, own_temporal_env
     agent.script(qualify(), ECHO_RESULT)
     handle = await agent.start("qualify jane", single_turn=True)
     await pending(handle)
