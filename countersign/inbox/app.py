@@ -27,6 +27,7 @@ from countersign.config import Settings
 from countersign.db.engine import create_engine, session_factory
 from countersign.inbox.auth import SESSION_TTL, Reviewer, read_session
 from countersign.inbox.service import (
+    AlwaysAllowRequest,
     BatchRequest,
     DecisionRequest,
     Inbox,
@@ -241,6 +242,15 @@ async def decide_batch(request: web.Request) -> web.Response:
     return web.json_response(results)
 
 
+async def always_allow(request: web.Request) -> web.Response:
+    """An admin's "always allow this tool for this agent", from a pending call (see Inbox.always_allow)."""
+    await body_of(request, AlwaysAllowRequest)
+    change = await request.app[INBOX].always_allow(
+        request[REVIEWER], request.match_info["workflow_id"], request.match_info["call_id"]
+    )
+    return web.json_response(change)
+
+
 async def history(request: web.Request) -> web.Response:
     return web.json_response(await request.app[INBOX].history(request[REVIEWER]))
 
@@ -290,6 +300,7 @@ def create_app(inbox: Inbox) -> web.Application:
     app.router.add_get("/api/events", events)
     app.router.add_post("/api/approvals/batch", decide_batch)
     app.router.add_post("/api/approvals/{workflow_id}/{call_id}", decide)
+    app.router.add_post("/api/approvals/{workflow_id}/{call_id}/always-allow", always_allow)
     app.router.add_post("/api/conversations/{workflow_id}/{action}", conversation_action)
     return app
 

@@ -30,6 +30,7 @@ from countersign.db.schema import ApprovalDecision, ToolExecution
 from countersign.inbox.auth import Reviewer, check_password, issue_session
 from countersign.proofs import Binding, mint_proof
 from countersign.saga import RollbackRequest, Scope
+from countersign.tiers import change_tenant_tier
 from countersign.tooling import Risk
 from tools.registry import REGISTRY
 
@@ -70,6 +71,12 @@ class BatchRequest(BaseModel, extra="forbid"):
     decision: Literal["approve", "reject"]
     reason: str | None = Field(None, max_length=MAX_REASON_CHARS)
     items: list[BatchItem] = Field(min_length=1, max_length=100)
+
+
+class AlwaysAllowRequest(BaseModel, extra="forbid"):
+    """A standing change of the tenant's tier: the client confirms it explicitly (the page asks)."""
+
+    confirm: Literal[True]
 
 
 class AnswerRequest(BaseModel, extra="forbid"):
@@ -200,8 +207,16 @@ class Inbox:
     async def history(self, reviewer: Reviewer, limit: int = 50) -> list[dict[str, Any]]:
         """The tenant's latest decisions, refused attempts included, newest first."""
         async with self._sessions() as session:
-            rows = await session.scalars(
-                select(ApprovalDecision)
+            # an accepted edit shows next to the model's arguments (the call's audit row, once it ran)
+            rows = await session.execute(
+                select(ApprovalDecision, ToolExecution.args)
+                .outerjoin(
+                    ToolExecution,
+                    (ToolExecution.workflow_id == ApprovalDecision.workflow_id)
+                    & (ToolExecution.call_id == ApprovalDecision.call_id)
+                    & ApprovalDecision.accepted
+                    & ApprovalDecision.args.is_not(None),
+                )
                 .where(ApprovalDecision.tenant_id == reviewer.tenant_id)
                 .order_by(ApprovalDecision.id.desc())
                 .limit(limit)
@@ -216,9 +231,11 @@ class Inbox:
                     "accepted": r.accepted,
                     "proven": r.proven,
                     "reason": r.reason,
+                    "edited_args": r.args,
+                    "model_args": model_args,
                     "at": r.created_at.isoformat(),
                 }
-                for r in rows
+                for r, model_args in rows.tuples()
             ]
 
     # --- deciding ------------------------------------------------------------------------------
@@ -333,6 +350,40 @@ class Inbox:
         else:
             proof = mint_proof(self._key, user, Binding.end(tenant, workflow_id), now)
             await handle.signal("end", EndConversation(requested_by=user, proof=proof))
+
+    async def always_allow(self, reviewer: Reviewer, workflow_id: str, call_id: str) -> dict[str, Any]:
+        """An admin's standing "always allow this tool for this agent" from a pending call: the
+        tenant's own tier (countersign.tiers), for conversations started afterwards. The agent and
+        tool come from the conversation, the admin role and the risk rule from the database and the
+        tool's declaration; the attempt is recorded either way. The pending call is not decided."""
+        status = await self._status(reviewer, workflow_id)
+        pending = next((p for p in status.pending_approvals if p.call_id == call_id), None)
+        if pending is None:
+            raise await self._not_pending(workflow_id, call_id)
+        async with self._sessions() as session, session.begin():
+            change = await change_tenant_tier(
+                session,
+                tenant_id=reviewer.tenant_id,
+                agent=status.agent,
+                tool=pending.tool,
+                tier="always_allow",
+                changed_by=reviewer.user_id,
+                via="inbox",
+                workflow_id=workflow_id,
+                call_id=call_id,
+            )
+        if not change.accepted:
+            raise InboxError(403, change.reason or "refused")
+        return {
+            "tenant_id": change.tenant_id,
+            "agent": change.agent,
+            "tool": change.tool,
+            "old_tier": change.old_tier,
+            "new_tier": change.new_tier,
+            "changed_by": change.changed_by,
+            "at": change.created_at.isoformat(),
+            "applies_to": "conversations started from now on; this call still needs its decision",
+        }
 
 
 def refused(reason: str) -> InboxError:
