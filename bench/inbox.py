@@ -21,7 +21,7 @@ import json
 import os
 import tempfile
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -29,8 +29,12 @@ from typing import Any
 import aiohttp
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from sqlalchemy import select
+from temporalio.api.enums.v1 import EventType
+from temporalio.api.history.v1 import HistoryEvent
 
 from bench import stack
+from bench.clock import ActivityClock
+from bench.history import TASK_COMPLETED, TASK_STARTED, activity_runs, event_seconds
 from bench.scenario import APPROVAL_STATUSES, approval_message, bench_scenario
 from bench.sections import put_section
 from bench.stats import Summary
@@ -43,6 +47,46 @@ from countersign.proofs import Binding, load_private_key, mint_proof, pem_pair, 
 from tests.fixtures.smtp import SmtpServer
 
 PROOF_ITERATIONS = 2000
+UPDATE_ACCEPTED = EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED
+# Where approval -> execution goes, in order (ms): see `phases`.
+PHASES = (
+    "to_workflow_task",
+    "record_decision",
+    "workflow_task_rest",
+    "tool_dispatch",
+    "execute_tool",
+)
+
+
+def phases(
+    workflow_id: str, events: Sequence[HistoryEvent], sent: datetime, finished: datetime, clock: ActivityClock
+) -> dict[str, float]:
+    """One decision's way from the reviewer's click to the tool call's recorded finish (ms), from the
+    history's timestamps and the worker's own activity times:
+
+    - to_workflow_task: the request sent -> the workflow task that runs the update started (the
+      inbox's checks, the update's RPC, the server handing the task to the worker);
+    - record_decision: the local activity that verifies the proof and records the decision;
+    - workflow_task_rest: the rest of that workflow task (workflow code, the SDK, the completion);
+    - tool_dispatch: the task completed -> execute_tool started (with eager dispatch, in the response);
+    - execute_tool: started -> the audit row's finished_at (the tool's transaction).
+    """
+    accepted = next(i for i, e in enumerate(events) if e.event_type == UPDATE_ACCEPTED)
+    task_started = next(e for e in reversed(events[:accepted]) if e.event_type == TASK_STARTED)
+    task_completed = next(e for e in reversed(events[:accepted]) if e.event_type == TASK_COMPLETED)
+    runs = activity_runs(events)
+    decision = next(r for r in runs if r.name == "record_decision")
+    tool = next(r for r in runs if r.name == "execute_tool")
+    decision_s = clock.of(workflow_id, decision.activity_id)
+    started, completed = event_seconds(task_started), event_seconds(task_completed)
+    tool_started = tool.started if tool.started is not None else tool.scheduled
+    return {
+        "to_workflow_task": (started - sent.timestamp()) * 1000,
+        "record_decision": decision_s * 1000,
+        "workflow_task_rest": (completed - started - decision_s) * 1000,
+        "tool_dispatch": (tool_started - completed) * 1000,
+        "execute_tool": (finished.timestamp() - tool_started) * 1000,
+    }
 
 
 def proof_cost(iterations: int = PROOF_ITERATIONS) -> dict[str, float]:
@@ -125,6 +169,8 @@ async def _measure(parts: stack.Parts, url: str, samples: int, signing: Ed25519P
         decide_ms: list[float] = []
         exec_ms: list[float] = []
         direct_ms: list[float] = []
+        inbox_parts: list[dict[str, float]] = []
+        direct_parts: list[dict[str, float]] = []
         for n in range(2 * samples):
             through_inbox = n % 2 == 0  # alternate, so both see the same machine load
             status = APPROVAL_STATUSES[n // 2 % len(APPROVAL_STATUSES)]
@@ -164,6 +210,10 @@ async def _measure(parts: stack.Parts, url: str, samples: int, signing: Ed25519P
                 )
             assert finished is not None
             (exec_ms if through_inbox else direct_ms).append((finished - decided_at).total_seconds() * 1000)
+            history = (await handle.fetch_history()).events
+            (inbox_parts if through_inbox else direct_parts).append(
+                phases(handle.id, history, decided_at, finished, parts.clock)
+            )
         await stream.aclose()  # type: ignore[attr-defined]
     return {
         "samples": samples,
@@ -171,6 +221,10 @@ async def _measure(parts: stack.Parts, url: str, samples: int, signing: Ed25519P
         "direct_decide_to_execution_ms": Summary.of(direct_ms).__dict__,
         "decide_request_ms": Summary.of(decide_ms).__dict__,
         "request_visible_ms": Summary.of(visible_ms).__dict__,
+        "phases_p50_ms": {
+            "inbox": {k: Summary.of([p[k] for p in inbox_parts]).p50 for k in PHASES},
+            "direct": {k: Summary.of([p[k] for p in direct_parts]).p50 for k in PHASES},
+        },
         "proof": proof_cost(),
         "machine": f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} at the end",
     }
