@@ -51,41 +51,45 @@ UPDATE_ACCEPTED = EventType.EVENT_TYPE_WORKFLOW_EXECUTION_UPDATE_ACCEPTED
 # Where approval -> execution goes, in order (ms): see `phases`.
 PHASES = (
     "to_workflow_task",
+    "to_record_decision",
     "record_decision",
     "workflow_task_rest",
     "tool_dispatch",
     "execute_tool",
 )
+PHASE_LABELS = {
+    "to_workflow_task": "request sent → the update's workflow task started (inbox, update RPC, dispatch)",
+    "to_record_decision": "→ record_decision entered (activation, update handler, local activity dispatch)",
+    "record_decision": "record_decision (proof verified, its id spent, roles, decision row, commit)",
+    "workflow_task_rest": "→ that workflow task completed (workflow code, SDK, completion RPC)",
+    "tool_dispatch": "→ execute_tool entered (eager dispatch to the worker's activity slot)",
+    "execute_tool": "→ the audit row's finished_at (the tool's transaction)",
+}
 
 
 def phases(
     workflow_id: str, events: Sequence[HistoryEvent], sent: datetime, finished: datetime, clock: ActivityClock
 ) -> dict[str, float]:
     """One decision's way from the reviewer's click to the tool call's recorded finish (ms), from the
-    history's timestamps and the worker's own activity times:
-
-    - to_workflow_task: the request sent -> the workflow task that runs the update started (the
-      inbox's checks, the update's RPC, the server handing the task to the worker);
-    - record_decision: the local activity that verifies the proof and records the decision;
-    - workflow_task_rest: the rest of that workflow task (workflow code, the SDK, the completion);
-    - tool_dispatch: the task completed -> execute_tool started (with eager dispatch, in the response);
-    - execute_tool: started -> the audit row's finished_at (the tool's transaction).
-    """
+    history's timestamps and the worker's clock (when each activity function was entered, how long
+    it ran), all on this machine's clock: see PHASE_LABELS."""
     accepted = next(i for i, e in enumerate(events) if e.event_type == UPDATE_ACCEPTED)
     task_started = next(e for e in reversed(events[:accepted]) if e.event_type == TASK_STARTED)
     task_completed = next(e for e in reversed(events[:accepted]) if e.event_type == TASK_COMPLETED)
     runs = activity_runs(events)
     decision = next(r for r in runs if r.name == "record_decision")
     tool = next(r for r in runs if r.name == "execute_tool")
+    decision_entered = clock.entered[(workflow_id, decision.activity_id)]
     decision_s = clock.of(workflow_id, decision.activity_id)
+    tool_entered = clock.entered[(workflow_id, tool.activity_id)]
     started, completed = event_seconds(task_started), event_seconds(task_completed)
-    tool_started = tool.started if tool.started is not None else tool.scheduled
     return {
         "to_workflow_task": (started - sent.timestamp()) * 1000,
+        "to_record_decision": (decision_entered - started) * 1000,
         "record_decision": decision_s * 1000,
-        "workflow_task_rest": (completed - started - decision_s) * 1000,
-        "tool_dispatch": (tool_started - completed) * 1000,
-        "execute_tool": (finished.timestamp() - tool_started) * 1000,
+        "workflow_task_rest": (completed - decision_entered - decision_s) * 1000,
+        "tool_dispatch": (tool_entered - completed) * 1000,
+        "execute_tool": (finished.timestamp() - tool_entered) * 1000,
     }
 
 
@@ -230,7 +234,31 @@ async def _measure(parts: stack.Parts, url: str, samples: int, signing: Ed25519P
     }
 
 
-def markdown(result: dict[str, Any]) -> str:
+def comparison(result: dict[str, Any], before: dict[str, Any] | None) -> str:
+    """Where the time goes (p50 of each phase), beside a run of the code before (`--before`)."""
+    now = result["phases_p50_ms"]
+    earlier = before.get("phases_p50_ms", {}).get("inbox", {}) if before else {}
+    head = "| phase (p50, ms) | through the inbox | `decide` straight to Temporal |"
+    rule = "|---|---|---|"
+    if earlier:
+        head, rule = head + " inbox, before |", rule + "---|"
+    rows = [
+        f"| {PHASE_LABELS[k]} | {now['inbox'][k]} | {now['direct'][k]} |"
+        + (f" {earlier.get(k, 'n/a')} |" if earlier else "")
+        for k in PHASES
+    ]
+    table = "\n".join([head, rule, *rows])
+    if before is None:
+        return table
+    was, direct_was = before["approval_to_execution_ms"], before["direct_decide_to_execution_ms"]
+    return f"""{table}
+
+Before (the code this change started from, measured just before on the same machine:
+{before["machine"]}): approval → execution through the inbox p50 {was["p50"]} / p95 {was["p95"]} ms;
+the `decide` update straight to Temporal p50 {direct_was["p50"]} / p95 {direct_was["p95"]} ms."""
+
+
+def markdown(result: dict[str, Any], before: dict[str, Any] | None = None) -> str:
     load = result["machine"]
     execution, decide = result["approval_to_execution_ms"], result["decide_request_ms"]
     direct = result["direct_decide_to_execution_ms"]
@@ -259,6 +287,11 @@ A proof costs {proof["mint_us"]} µs of CPU to mint (inbox) and {proof["verify_u
 transaction that records the decision. The visible latency is bounded by the events stream's poll
 of Temporal visibility (every 250 ms, one poll per tenant with an open inbox) plus the status and
 transcript queries of a conversation that newly waits.
+
+Where approval → execution goes, from the history's timestamps and the worker's clock (when each
+activity function was entered, how long it ran; `phases` in bench/inbox.py):
+
+{comparison(result, before)}
 """
 
 
@@ -268,10 +301,14 @@ def main() -> None:
     )
     parser.add_argument("--samples", type=int, default=30)
     parser.add_argument("--markdown", type=Path, default=Path("docs/benchmark.md"))
+    parser.add_argument(
+        "--before", type=Path, help="the JSON this script printed for the code before a change: compared"
+    )
     args = parser.parse_args()
+    before = json.loads(args.before.read_text()) if args.before else None
     result = asyncio.run(measure(args.samples))
     print(json.dumps(result, indent=2))
-    put_section(args.markdown, "bench.inbox", markdown(result))
+    put_section(args.markdown, "bench.inbox", markdown(result, before))
 
 
 if __name__ == "__main__":
