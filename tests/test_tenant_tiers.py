@@ -197,6 +197,8 @@ async def test_an_admin_always_allows_a_tool_for_the_tenants_new_conversations_o
     assert status == 200, history
     decided = next(h for h in history if h["workflow_id"] == qualifying.id and h["accepted"])
     assert decided["edited_args"] == edited and decided["model_args"]["new_status"] == "qualified"
+    unedited = next(h for h in history if h["workflow_id"] == first.id)
+    assert (unedited["edited_args"], unedited["model_args"]) == (None, None)
 
 
 @pytest.mark.devserver

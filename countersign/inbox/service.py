@@ -214,8 +214,7 @@ class Inbox:
                     ToolExecution,
                     (ToolExecution.workflow_id == ApprovalDecision.workflow_id)
                     & (ToolExecution.call_id == ApprovalDecision.call_id)
-                    & ApprovalDecision.accepted
-                    & ApprovalDecision.args.is_not(None),
+                    & ApprovalDecision.accepted,
                 )
                 .where(ApprovalDecision.tenant_id == reviewer.tenant_id)
                 .order_by(ApprovalDecision.id.desc())
@@ -232,7 +231,7 @@ class Inbox:
                     "proven": r.proven,
                     "reason": r.reason,
                     "edited_args": r.args,
-                    "model_args": model_args,
+                    "model_args": model_args if r.args is not None else None,  # JSON null reads as None
                     "at": r.created_at.isoformat(),
                 }
                 for r, model_args in rows.tuples()
