@@ -19,7 +19,7 @@ from sqlalchemy import delete, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from countersign.config import PROJECT_ROOT
-from countersign.db.schema import AgentToolPermission, TenantToolTier, TierChange, ToolExecution
+from countersign.db.schema import AgentToolPermission, Task, TenantToolTier, TierChange, ToolExecution
 from countersign.tiers import tier_refusal
 from tests.fixtures.inbox import SignedStack
 from tests.test_approvals import ECHO_RESULT, JANE, pending, qualify
@@ -27,9 +27,10 @@ from tests.test_approvals import jane_is_new as jane_is_new
 from tests.test_inbox_browser import ARTIFACTS, CHROMIUM_ARGS
 from tests.test_web_ui import chromium as chromium
 
+TASK_TITLE = "Call Initech (tenant tier test)"  # removed afterwards: other tests count the seeded tasks
 CREATE_TASK = {
     "when": {"user_contains": "task"},
-    "reply": {"tool_calls": [{"name": "create_task", "arguments": {"title": "Call Initech"}}]},
+    "reply": {"tool_calls": [{"name": "create_task", "arguments": {"title": TASK_TITLE}}]},
 }
 TASK_DONE = {"when": {"after_tool": "create_task"}, "reply": {"content": "task created"}}
 
@@ -56,6 +57,7 @@ async def create_task_needs_approval(db_engine: AsyncEngine) -> AsyncIterator[No
 
     async def reset(tier: str) -> None:
         async with db_engine.begin() as conn:
+            await conn.execute(delete(Task).where(Task.title == TASK_TITLE))
             await conn.execute(delete(TenantToolTier).where(TenantToolTier.agent == "operations"))
             await conn.execute(
                 update(AgentToolPermission)
