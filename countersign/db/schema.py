@@ -371,6 +371,46 @@ class AgentToolPermission(Base):
     tier: Mapped[str | None]
 
 
+class TenantToolTier(Base):
+    """A tenant's own tier for one of an agent's tools (agents are shared by tenants): it replaces
+    the agent's tier in that tenant's conversation snapshots (countersign/tiers.py). Set by a tenant
+    admin (inbox) or an operator (`permissions set --tenant`); every attempt is in `tier_changes`."""
+
+    __tablename__ = "tenant_tool_tiers"
+    __table_args__ = (one_of("tier", TIERS),)
+
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"), primary_key=True)
+    agent: Mapped[str] = mapped_column(
+        ForeignKey("agent_profiles.name", ondelete="CASCADE"), primary_key=True
+    )
+    tool: Mapped[str] = mapped_column(primary_key=True)
+    tier: Mapped[str]
+    set_by: Mapped[str]
+    set_at: Mapped[datetime] = created_at()
+
+
+class TierChange(Base):
+    """Every attempt to change a tenant's tier (accepted or refused, with the reason): who, when,
+    the tier before (the tenant's effective one) and the tier asked for."""
+
+    __tablename__ = "tier_changes"
+    __table_args__ = (Index(None, "tenant_id", "created_at"),)
+
+    id: Mapped[int] = identity_pk()
+    tenant_id: Mapped[str] = tenant_column(indexed=False)
+    agent: Mapped[str]
+    tool: Mapped[str]
+    old_tier: Mapped[str | None]  # None: the agent does not have the tool
+    new_tier: Mapped[str]
+    changed_by: Mapped[str]
+    via: Mapped[str]  # "inbox" or "cli"
+    accepted: Mapped[bool]
+    reason: Mapped[str | None]  # why it was refused
+    workflow_id: Mapped[str | None]  # the conversation whose pending call the admin acted from
+    call_id: Mapped[str | None]
+    created_at: Mapped[datetime] = created_at()
+
+
 # --- what happened: audit, approvals, compensations, rate limits -----------------------------------
 
 

@@ -27,6 +27,7 @@ from countersign.config import Settings
 from countersign.db.engine import create_engine, session_factory
 from countersign.inbox.auth import SESSION_TTL, Reviewer, read_session
 from countersign.inbox.service import (
+    AlwaysAllowRequest,
     BatchRequest,
     DecisionRequest,
     Inbox,
@@ -115,6 +116,11 @@ class Watcher:
     def current(self, tenant_id: str) -> list[PendingItem]:
         feed = self._feeds.get(tenant_id)
         return list(feed.items.values()) if feed else []
+
+    def listed(self, tenant_id: str, workflow_id: str, call_id: str) -> PendingItem | None:
+        """The call as the tenant's open stream last listed it (None: no stream, or not listed)."""
+        feed = self._feeds.get(tenant_id)
+        return feed.items.get(f"{workflow_id}/{call_id}") if feed else None
 
     @contextlib.asynccontextmanager
     async def listen(self, tenant_id: str) -> AsyncIterator[asyncio.Queue[None]]:
@@ -219,9 +225,9 @@ async def approvals(request: web.Request) -> web.Response:
 
 async def decide(request: web.Request) -> web.Response:
     body: DecisionRequest = await body_of(request, DecisionRequest)
-    approval = await request.app[INBOX].decide(
-        request[REVIEWER], request.match_info["workflow_id"], request.match_info["call_id"], body
-    )
+    reviewer, match = request[REVIEWER], request.match_info
+    known = request.app[WATCHER].listed(reviewer.tenant_id, match["workflow_id"], match["call_id"])
+    approval = await request.app[INBOX].decide(reviewer, match["workflow_id"], match["call_id"], body, known)
     return web.json_response(approval.model_dump(mode="json"))
 
 
@@ -234,11 +240,21 @@ async def decide_batch(request: web.Request) -> web.Response:
     for item in body.items:
         single = DecisionRequest(decision=body.decision, reason=body.reason)
         try:
-            approval = await inbox.decide(reviewer, item.workflow_id, item.call_id, single)
+            known = request.app[WATCHER].listed(reviewer.tenant_id, item.workflow_id, item.call_id)
+            approval = await inbox.decide(reviewer, item.workflow_id, item.call_id, single, known)
             results.append({**item.model_dump(), "status": 200, "decision": approval.model_dump(mode="json")})
         except InboxError as err:
             results.append({**item.model_dump(), "status": err.status, "error": str(err)})
     return web.json_response(results)
+
+
+async def always_allow(request: web.Request) -> web.Response:
+    """An admin's "always allow this tool for this agent", from a pending call (see Inbox.always_allow)."""
+    await body_of(request, AlwaysAllowRequest)
+    change = await request.app[INBOX].always_allow(
+        request[REVIEWER], request.match_info["workflow_id"], request.match_info["call_id"]
+    )
+    return web.json_response(change)
 
 
 async def history(request: web.Request) -> web.Response:
@@ -290,6 +306,7 @@ def create_app(inbox: Inbox) -> web.Application:
     app.router.add_get("/api/events", events)
     app.router.add_post("/api/approvals/batch", decide_batch)
     app.router.add_post("/api/approvals/{workflow_id}/{call_id}", decide)
+    app.router.add_post("/api/approvals/{workflow_id}/{call_id}/always-allow", always_allow)
     app.router.add_post("/api/conversations/{workflow_id}/{action}", conversation_action)
     return app
 

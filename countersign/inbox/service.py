@@ -25,11 +25,12 @@ from temporalio.service import RPCError, RPCStatusCode
 from activities.approvals import roles_of
 from countersign.approvals import Approval, Decision, approver_refusal
 from countersign.chat import ChatMessage
-from countersign.conversation import AnswerSignal, EndConversation, StatusView
+from countersign.conversation import AnswerSignal, EndConversation, PendingApproval, StatusView
 from countersign.db.schema import ApprovalDecision, ToolExecution
 from countersign.inbox.auth import Reviewer, check_password, issue_session
 from countersign.proofs import Binding, mint_proof
 from countersign.saga import RollbackRequest, Scope
+from countersign.tiers import change_tenant_tier
 from countersign.tooling import Risk
 from tools.registry import REGISTRY
 
@@ -70,6 +71,12 @@ class BatchRequest(BaseModel, extra="forbid"):
     decision: Literal["approve", "reject"]
     reason: str | None = Field(None, max_length=MAX_REASON_CHARS)
     items: list[BatchItem] = Field(min_length=1, max_length=100)
+
+
+class AlwaysAllowRequest(BaseModel, extra="forbid"):
+    """A standing change of the tenant's tier: the client confirms it explicitly (the page asks)."""
+
+    confirm: Literal[True]
 
 
 class AnswerRequest(BaseModel, extra="forbid"):
@@ -200,8 +207,15 @@ class Inbox:
     async def history(self, reviewer: Reviewer, limit: int = 50) -> list[dict[str, Any]]:
         """The tenant's latest decisions, refused attempts included, newest first."""
         async with self._sessions() as session:
-            rows = await session.scalars(
-                select(ApprovalDecision)
+            # an accepted edit shows next to the model's arguments (the call's audit row, once it ran)
+            rows = await session.execute(
+                select(ApprovalDecision, ToolExecution.args)
+                .outerjoin(
+                    ToolExecution,
+                    (ToolExecution.workflow_id == ApprovalDecision.workflow_id)
+                    & (ToolExecution.call_id == ApprovalDecision.call_id)
+                    & ApprovalDecision.accepted,
+                )
                 .where(ApprovalDecision.tenant_id == reviewer.tenant_id)
                 .order_by(ApprovalDecision.id.desc())
                 .limit(limit)
@@ -216,9 +230,11 @@ class Inbox:
                     "accepted": r.accepted,
                     "proven": r.proven,
                     "reason": r.reason,
+                    "edited_args": r.args,
+                    "model_args": model_args if r.args is not None else None,  # JSON null reads as None
                     "at": r.created_at.isoformat(),
                 }
-                for r in rows
+                for r, model_args in rows.tuples()
             ]
 
     # --- deciding ------------------------------------------------------------------------------
@@ -255,18 +271,33 @@ class Inbox:
         return InboxError(404, f"no pending call {call_id} in {workflow_id}")
 
     async def decide(
-        self, reviewer: Reviewer, workflow_id: str, call_id: str, request: DecisionRequest
+        self,
+        reviewer: Reviewer,
+        workflow_id: str,
+        call_id: str,
+        request: DecisionRequest,
+        known: PendingItem | None = None,
     ) -> Approval:
         """Check what the inbox can (tenant, pending, role, four-eyes), mint a proof bound to exactly
-        this decision and these arguments, and send it through the `decide` update."""
+        this decision and these arguments, and send it through the `decide` update.
+
+        `known`: the call as the tenant's open events stream last listed it (app.Watcher). A pending
+        call's tool, arguments, risk and requester never change, so the inbox can bind the proof to
+        them without asking the conversation again (a query costs a round trip through the worker,
+        a fifth of the click-to-execution time); whether it is still pending is the workflow's to
+        say where it records the decision, as it always is (a stale item gets 409 from there)."""
         if request.args is not None and request.decision != "approve":
             raise InboxError(400, "edited arguments come only with an approval")
         if request.args is not None and len(json.dumps(request.args)) > MAX_ARGS_CHARS:
             raise InboxError(400, f"edited arguments longer than {MAX_ARGS_CHARS} characters")
-        # the conversation's state (a query answered by its worker) and the reviewer's roles
-        # (PostgreSQL) are independent: ask both at once
-        status, roles = await asyncio.gather(self._status(reviewer, workflow_id), self.roles(reviewer))
-        pending = next((p for p in status.pending_approvals if p.call_id == call_id), None)
+        pending: PendingApproval | PendingItem | None
+        if known is not None and (known.workflow_id, known.call_id) == (workflow_id, call_id):
+            pending, roles = known, await self.roles(reviewer)
+        else:
+            # the conversation's state (a query answered by its worker) and the reviewer's roles
+            # (PostgreSQL) are independent: ask both at once
+            status, roles = await asyncio.gather(self._status(reviewer, workflow_id), self.roles(reviewer))
+            pending = next((p for p in status.pending_approvals if p.call_id == call_id), None)
         if pending is None:
             raise await self._not_pending(workflow_id, call_id)
         refusal = approver_refusal(
@@ -299,6 +330,13 @@ class Inbox:
             )
         except WorkflowUpdateFailedError as err:
             raise refused(str(err.cause or err)) from None
+        except RPCError as err:  # a listed conversation that has ended since
+            if known is None or err.status not in (
+                RPCStatusCode.NOT_FOUND,
+                RPCStatusCode.FAILED_PRECONDITION,
+            ):
+                raise
+            raise await self._not_pending(workflow_id, call_id) from None
         return approval
 
     async def act(
@@ -333,6 +371,40 @@ class Inbox:
         else:
             proof = mint_proof(self._key, user, Binding.end(tenant, workflow_id), now)
             await handle.signal("end", EndConversation(requested_by=user, proof=proof))
+
+    async def always_allow(self, reviewer: Reviewer, workflow_id: str, call_id: str) -> dict[str, Any]:
+        """An admin's standing "always allow this tool for this agent" from a pending call: the
+        tenant's own tier (countersign.tiers), for conversations started afterwards. The agent and
+        tool come from the conversation, the admin role and the risk rule from the database and the
+        tool's declaration; the attempt is recorded either way. The pending call is not decided."""
+        status = await self._status(reviewer, workflow_id)
+        pending = next((p for p in status.pending_approvals if p.call_id == call_id), None)
+        if pending is None:
+            raise await self._not_pending(workflow_id, call_id)
+        async with self._sessions() as session, session.begin():
+            change = await change_tenant_tier(
+                session,
+                tenant_id=reviewer.tenant_id,
+                agent=status.agent,
+                tool=pending.tool,
+                tier="always_allow",
+                changed_by=reviewer.user_id,
+                via="inbox",
+                workflow_id=workflow_id,
+                call_id=call_id,
+            )
+        if not change.accepted:
+            raise InboxError(403, change.reason or "refused")
+        return {
+            "tenant_id": change.tenant_id,
+            "agent": change.agent,
+            "tool": change.tool,
+            "old_tier": change.old_tier,
+            "new_tier": change.new_tier,
+            "changed_by": change.changed_by,
+            "at": change.created_at.isoformat(),
+            "applies_to": "conversations started from now on; this call still needs its decision",
+        }
 
 
 def refused(reason: str) -> InboxError:
