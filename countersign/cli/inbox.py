@@ -23,6 +23,7 @@ from countersign.config import DATA_DIR, load_settings
 from countersign.db.engine import create_engine
 from countersign.db.schema import Tenant
 from countersign.inbox.app import running_inbox
+from countersign.inbox.oidc import OidcConfig
 from countersign.proofs import ensure_key_pair
 
 REQUEST_TIMEOUT_S = 60
@@ -106,6 +107,32 @@ def login(tenant: str, user: str, password: str | None, inbox_url: str | None) -
     run(body())
 
 
+@cli.command()
+def logout() -> None:
+    """End the CLI's inbox session: revoked server-side, then forgotten here."""
+    path = session_file()
+    try:
+        session = InboxSession.model_validate_json(path.read_text())
+    except (FileNotFoundError, ValidationError):
+        click.echo("not logged in")
+        return
+
+    async def body() -> None:
+        try:
+            await inbox_request(session, "POST", "/api/logout", {})
+        except aiohttp.ClientConnectionError as err:
+            raise click.ClickException(
+                f"cannot reach the inbox at {session.inbox_url} to revoke the session: {err}"
+            ) from None
+        except click.ClickException as err:
+            if "log in first" not in err.message:  # already ended (expired, revoked): nothing to revoke
+                raise
+
+    run(body())
+    path.unlink(missing_ok=True)
+    click.echo(f"logged out {session.user_id} ({session.tenant_id}) from {session.inbox_url}")
+
+
 @cli.group()
 def inbox() -> None:
     """The reviewers' inbox: pending approvals, proven decisions (web app and JSON API)."""
@@ -115,15 +142,20 @@ def inbox() -> None:
 @click.option("--port", type=click.IntRange(0, 65535), help="Default: COUNTERSIGN_INBOX_PORT or 8300.")
 @click.option("--host", default="127.0.0.1", show_default=True)
 def serve(port: int | None, host: str) -> None:
-    """Serve the inbox until Ctrl-C or SIGTERM."""
+    """Serve the inbox until Ctrl-C or SIGTERM (with OIDC login when COUNTERSIGN_OIDC_ISSUER is set)."""
     settings = load_settings()
+    try:
+        oidc = OidcConfig.from_env()
+    except RuntimeError as err:
+        raise click.ClickException(str(err)) from None
 
     async def body() -> None:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
-        async with running_inbox(settings, host, settings.inbox_port if port is None else port) as url:
+        bound = settings.inbox_port if port is None else port
+        async with running_inbox(settings, host, bound, oidc=oidc) as url:
             click.echo(f"inbox serving on {url} (APPROVER_AUTH={settings.approver_auth})", err=True)
             await stop.wait()
 
