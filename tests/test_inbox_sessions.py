@@ -17,6 +17,7 @@ import pytest
 import pytest_asyncio
 from sqlalchemy import delete, insert, select, text, update
 from sqlalchemy.ext.asyncio import AsyncEngine
+from temporalio.testing import WorkflowEnvironment
 
 from countersign.config import PROJECT_ROOT
 from countersign.db.schema import InboxSession, LoginAttempt, User, UserRole
@@ -24,7 +25,7 @@ from countersign.inbox import app as inbox_app
 from countersign.inbox.auth import Reviewer, hash_password, issue_session
 from countersign.inbox.throttle import ACCOUNT_FAILURES, CLIENT_FAILURES, WINDOW
 from countersign.proofs import load_private_key
-from tests.fixtures.inbox import AuthInbox, ProofKeys
+from tests.fixtures.inbox import AuthInbox, ProofKeys, auth_inbox_serving
 
 PASSWORD = "zed-secret-1"
 
@@ -255,3 +256,29 @@ async def test_repeated_failures_from_one_address_are_throttled_across_accounts(
     assert recorded is not None and "address" in recorded
     await age_attempts(auth_inbox.engine)
     await login(auth_inbox)
+
+
+async def test_behind_a_trusted_proxy_the_forwarded_address_is_counted(
+    temporal_env: WorkflowEnvironment, database_url: str, db_engine: AsyncEngine, proof_keys: ProofKeys,
+    auth_inbox: AuthInbox, zed: str,
+) -> None:  # fmt: skip
+    """One guessing client behind the proxy does not lock out everyone else behind it; a client
+    talking to the inbox directly cannot pick its address with the header."""
+    guesser, colleague = {"X-Forwarded-For": "203.0.113.7"}, {"X-Forwarded-For": "203.0.113.8, 127.0.0.1"}
+    async with auth_inbox_serving(
+        temporal_env.client, database_url, db_engine, proof_keys, trusted_proxies=frozenset({"127.0.0.1"})
+    ) as proxied:
+        for n in range(CLIENT_FAILURES):
+            assert (await proxied.login(f"nobody{n}", "guess", headers=guesser))[0] == 401
+        assert (await proxied.login("zed", PASSWORD, headers=guesser))[0] == 429
+        assert (await proxied.login("zed", PASSWORD, headers=colleague))[0] == 200
+        async with db_engine.connect() as conn:
+            clients = set(
+                await conn.scalars(select(LoginAttempt.client).where(LoginAttempt.user_id == "zed"))
+            )
+        assert clients == {"203.0.113.7", "203.0.113.8"}
+    # not trusted: the header is ignored, every failure counts against the TCP peer
+    for n in range(CLIENT_FAILURES):
+        spoofed = {"X-Forwarded-For": f"198.51.100.{n}"}
+        assert (await auth_inbox.login(f"nobody{n}", "guess", headers=spoofed))[0] == 401
+    assert (await auth_inbox.login("zed", PASSWORD, headers={"X-Forwarded-For": "198.51.100.200"}))[0] == 429

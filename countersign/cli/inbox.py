@@ -148,6 +148,10 @@ def serve(port: int | None, host: str) -> None:
         oidc = OidcConfig.from_env()
     except RuntimeError as err:
         raise click.ClickException(str(err)) from None
+    # reverse proxies whose X-Forwarded-For names the client the login rate limit counts
+    proxies = frozenset(
+        filter(None, map(str.strip, os.environ.get("COUNTERSIGN_INBOX_TRUSTED_PROXIES", "").split(",")))
+    )
 
     async def body() -> None:
         stop = asyncio.Event()
@@ -155,7 +159,7 @@ def serve(port: int | None, host: str) -> None:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
         bound = settings.inbox_port if port is None else port
-        async with running_inbox(settings, host, bound, oidc=oidc) as url:
+        async with running_inbox(settings, host, bound, oidc=oidc, trusted_proxies=proxies) as url:
             click.echo(f"inbox serving on {url} (APPROVER_AUTH={settings.approver_auth})", err=True)
             await stop.wait()
 

@@ -51,6 +51,7 @@ REVIEWER = web.RequestKey("reviewer", Reviewer)
 SESSION = web.RequestKey("session", SessionClaims)
 INBOX = web.AppKey("inbox", Inbox)
 OIDC = web.AppKey("oidc", OidcProvider)
+TRUSTED_PROXIES = web.AppKey("trusted_proxies", frozenset[str])
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 _templates = jinja2.Environment(
@@ -84,8 +85,17 @@ async def session_of(request: web.Request) -> SessionClaims | None:
 
 
 def client_of(request: web.Request) -> str:
-    """The caller's address, as the login rate limit counts it (the TCP peer)."""
-    return request.remote or "unknown"
+    """The caller's address, as the login rate limit counts it: the TCP peer, unless that is a
+    trusted reverse proxy (COUNTERSIGN_INBOX_TRUSTED_PROXIES); then the nearest address in
+    X-Forwarded-For that is not one. A client cannot dodge the limit by sending the header itself."""
+    peer = request.remote or "unknown"
+    trusted = request.app[TRUSTED_PROXIES]
+    if peer not in trusted:
+        return peer
+    for hop in reversed(request.headers.get("X-Forwarded-For", "").split(",")):
+        if hop.strip() and hop.strip() not in trusted:
+            return hop.strip()
+    return peer
 
 
 @web.middleware
@@ -348,9 +358,12 @@ async def oidc_callback(request: web.Request) -> web.Response:
     return response
 
 
-def create_app(inbox: Inbox, oidc: OidcConfig | None = None) -> web.Application:
+def create_app(
+    inbox: Inbox, oidc: OidcConfig | None = None, trusted_proxies: frozenset[str] = frozenset()
+) -> web.Application:
     app = web.Application(middlewares=[errors_and_auth], client_max_size=MAX_BODY)
     app[INBOX] = inbox
+    app[TRUSTED_PROXIES] = trusted_proxies
     if oidc is not None:
         app[OIDC] = OidcProvider(oidc)
         app.router.add_get("/auth/oidc/login", oidc_login)
@@ -377,17 +390,25 @@ def create_app(inbox: Inbox, oidc: OidcConfig | None = None) -> web.Application:
 
 @contextlib.asynccontextmanager
 async def running_inbox(
-    settings: Settings, host: str, port: int, client: Client | None = None, oidc: OidcConfig | None = None
+    settings: Settings,
+    host: str,
+    port: int,
+    client: Client | None = None,
+    oidc: OidcConfig | None = None,
+    trusted_proxies: frozenset[str] = frozenset(),
 ) -> AsyncIterator[str]:
     """The inbox of `settings` (Temporal, or `client`; PostgreSQL; the proof signing key) served on
-    host:port (0: a free port), with login through `oidc` when given; yields its base URL."""
+    host:port (0: a free port), with login through `oidc` when given, taking client addresses from
+    X-Forwarded-For when the peer is one of `trusted_proxies`; yields its base URL."""
     if not settings.database_url:
         raise RuntimeError("inbox: no DATABASE_URL: run `python starter.py dev up` or set DATABASE_URL")
     client = client or await connect(settings)
     engine = create_engine(settings.database_url)
     runner = web.AppRunner(
         create_app(
-            Inbox(client, session_factory(engine), load_private_key(settings.proof_private_key)), oidc
+            Inbox(client, session_factory(engine), load_private_key(settings.proof_private_key)),
+            oidc,
+            trusted_proxies,
         ),
         shutdown_timeout=1.0,
     )
