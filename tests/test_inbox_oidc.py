@@ -13,13 +13,19 @@ import aiohttp
 import pytest
 import pytest_asyncio
 from markupsafe import escape
+from playwright.async_api import async_playwright
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
+from temporalio.client import Client
+from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
 from countersign.db.schema import InboxSession, LoginAttempt
+from countersign.devstack.temporal import DevServerConfig
 from countersign.inbox.oidc import OidcConfig, OidcProvider, OidcRefused
 from tests.fixtures.inbox import AuthInbox, ProofKeys, auth_inbox_serving
+from tests.test_inbox_browser import ARTIFACTS, CHROMIUM_ARGS
+from tests.test_web_ui import chromium as chromium
 
 with warnings.catch_warnings():  # the provider imports authlib.jose, which authlib deprecates
     warnings.simplefilter("ignore")
@@ -271,3 +277,37 @@ def test_configuration_from_the_environment() -> None:
         OidcConfig.from_env({"COUNTERSIGN_OIDC_ISSUER": "https://login.example.com"})
     with pytest.raises(RuntimeError, match="user_match"):
         OidcConfig.from_env({**env, "COUNTERSIGN_OIDC_USER_MATCH": "name"})
+
+
+@pytest.mark.devserver
+async def test_bob_signs_in_with_the_provider_in_the_browser_and_logs_out(
+    provider: str, dev_server: DevServerConfig, database_url: str, db_engine: AsyncEngine,
+    proof_keys: ProofKeys, chromium: str,
+) -> None:  # fmt: skip
+    """Headless Chromium: the login page's button, the provider's own form, back to the inbox
+    signed in (the session cookie is SameSite=Strict: the callback answers a page, not a redirect),
+    then "Log out"."""
+    await identity(provider, "bob-sso", email="bob@acme.example", countersign_tenant="acme")
+    client = await Client.connect(
+        dev_server.address, namespace=dev_server.namespace, data_converter=pydantic_data_converter
+    )
+    ARTIFACTS.mkdir(exist_ok=True)
+    async with (
+        auth_inbox_serving(client, database_url, db_engine, proof_keys, config(provider)) as inbox,
+        async_playwright() as p,
+    ):
+        browser = await p.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
+        page = await browser.new_page()
+        await page.route("https://**", lambda route: route.abort())  # the provider's page links a CDN
+        await page.goto(inbox.url + "/")
+        await page.get_by_role("link", name="Sign in with Acme SSO").click()
+        await page.wait_for_url(f"{provider}/oauth2/authorize**", wait_until="domcontentloaded")
+        await page.get_by_placeholder("sub").fill("bob-sso")
+        await page.get_by_role("button", name="Authorize").click()
+        await page.wait_for_selector("#whoami", timeout=15_000)
+        assert await page.text_content("#whoami") == "bob"
+        await page.screenshot(path=ARTIFACTS / "inbox-oidc-signed-in.png", full_page=True)
+        await page.get_by_role("button", name="Log out").click()
+        await page.wait_for_selector("#login")
+        assert await page.locator("#whoami").count() == 0
+        await browser.close()
