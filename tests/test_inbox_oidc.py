@@ -184,6 +184,17 @@ async def test_a_callback_without_the_login_started_in_this_browser_is_refused(
         assert (await victim.me())[0] == 401
 
 
+async def test_a_sign_in_denied_at_the_provider_is_refused(browser: Browser, db_engine: AsyncEngine) -> None:
+    async with browser.http.post(
+        await browser.start(), data={"action": "deny"}, allow_redirects=False
+    ) as response:
+        callback = response.headers["Location"]
+    status, page = await browser.callback(callback)
+    assert status == 403 and "the provider refused: access_denied" in page
+    assert (await browser.me())[0] == 401
+    assert (await last_attempt(db_engine))[2] == "refused"
+
+
 async def test_an_id_token_with_another_nonce_is_refused(provider: str, browser: Browser) -> None:
     await identity(provider, "bob-sso", email="bob@acme.example", countersign_tenant="acme")
     authorize = with_param(await browser.start(), "nonce", "replayed-nonce")

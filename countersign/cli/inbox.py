@@ -160,7 +160,8 @@ def serve(port: int | None, host: str) -> None:
             loop.add_signal_handler(sig, stop.set)
         bound = settings.inbox_port if port is None else port
         async with running_inbox(settings, host, bound, oidc=oidc, trusted_proxies=proxies) as url:
-            click.echo(f"inbox serving on {url} (APPROVER_AUTH={settings.approver_auth})", err=True)
+            sso = f", single sign-on: {oidc.issuer}" if oidc else ""
+            click.echo(f"inbox serving on {url} (APPROVER_AUTH={settings.approver_auth}{sso})", err=True)
             await stop.wait()
 
     run(body())

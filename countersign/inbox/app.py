@@ -322,7 +322,7 @@ async def oidc_login(request: web.Request) -> web.StreamResponse:
     redirect_uri = provider.config.redirect_url or f"{request.url.origin()}{CALLBACK_PATH}"
     try:
         url, flow = await provider.start(redirect_uri)
-    except (OidcRefused, aiohttp.ClientError, KeyError) as err:
+    except (OidcRefused, aiohttp.ClientError, TimeoutError, KeyError) as err:
         return oidc_page(f"The identity provider cannot be reached: {err}", 502)
     response = web.HTTPFound(url)
     response.set_cookie(
@@ -346,7 +346,7 @@ async def oidc_callback(request: web.Request) -> web.Response:
         if not claims:  # refused before any identity was verified (login_oidc records its own)
             await inbox.refused_login(claims, provider.config, client, str(err))
         response = oidc_page(f"Sign-in refused: {err}", 403)
-    except aiohttp.ClientError as err:
+    except (aiohttp.ClientError, TimeoutError) as err:
         await inbox.refused_login(claims, provider.config, client, f"provider unreachable: {err}")
         response = oidc_page(f"The identity provider cannot be reached: {err}", 502)
     else:

@@ -268,7 +268,9 @@ async def reviewer_for(session: AsyncSession, config: OidcConfig, claims: dict[s
         match = func.lower(User.email) == named.lower()
     else:
         match = User.id == named
-    user_id = await session.scalar(select(User.id).where(User.tenant_id == tenant, match))
-    if user_id is None:
+    found = list(await session.scalars(select(User.id).where(User.tenant_id == tenant, match).limit(2)))
+    if not found:
         raise OidcRefused(f"no user {named} in tenant {tenant}")
-    return Reviewer(tenant_id=tenant, user_id=user_id)
+    if len(found) > 1:  # emails differing only in case: do not guess which person this is
+        raise OidcRefused(f"{named} names more than one user in tenant {tenant}")
+    return Reviewer(tenant_id=tenant, user_id=found[0])
