@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import AsyncIterator, Iterator
+from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import parse_qs, urlencode, urlsplit, urlunsplit
 
@@ -14,7 +15,7 @@ import pytest
 import pytest_asyncio
 from markupsafe import escape
 from playwright.async_api import async_playwright
-from sqlalchemy import select
+from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 from temporalio.client import Client
 from temporalio.contrib.pydantic import pydantic_data_converter
@@ -22,6 +23,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from countersign.db.schema import InboxSession, LoginAttempt
 from countersign.devstack.temporal import DevServerConfig
+from countersign.inbox import app as inbox_app
 from countersign.inbox.oidc import OidcConfig, OidcProvider, OidcRefused
 from tests.fixtures.inbox import AuthInbox, ProofKeys, auth_inbox_serving
 from tests.test_inbox_browser import ARTIFACTS, CHROMIUM_ARGS
@@ -293,11 +295,12 @@ def test_configuration_from_the_environment() -> None:
 @pytest.mark.devserver
 async def test_bob_signs_in_with_the_provider_in_the_browser_and_logs_out(
     provider: str, dev_server: DevServerConfig, database_url: str, db_engine: AsyncEngine,
-    proof_keys: ProofKeys, chromium: str,
+    proof_keys: ProofKeys, chromium: str, monkeypatch: pytest.MonkeyPatch,
 ) -> None:  # fmt: skip
     """Headless Chromium: the login page's button, the provider's own form, back to the inbox
-    signed in (the session cookie is SameSite=Strict: the callback answers a page, not a redirect),
-    then "Log out"."""
+    signed in (the session cookie is SameSite=Strict: the callback answers a page, not a redirect).
+    A session revoked elsewhere takes the open page back to the login form; so does "Log out"."""
+    monkeypatch.setattr(inbox_app, "KEEPALIVE_S", 0.3)
     await identity(provider, "bob-sso", email="bob@acme.example", countersign_tenant="acme")
     client = await Client.connect(
         dev_server.address, namespace=dev_server.namespace, data_converter=pydantic_data_converter
@@ -311,13 +314,24 @@ async def test_bob_signs_in_with_the_provider_in_the_browser_and_logs_out(
         page = await browser.new_page()
         await page.route("https://**", lambda route: route.abort())  # the provider's page links a CDN
         await page.goto(inbox.url + "/")
-        await page.get_by_role("link", name="Sign in with Acme SSO").click()
-        await page.wait_for_url(f"{provider}/oauth2/authorize**", wait_until="domcontentloaded")
-        await page.get_by_placeholder("sub").fill("bob-sso")
-        await page.get_by_role("button", name="Authorize").click()
-        await page.wait_for_selector("#whoami", timeout=15_000)
-        assert await page.text_content("#whoami") == "bob"
+
+        async def sign_in() -> None:
+            await page.get_by_role("link", name="Sign in with Acme SSO").click()
+            await page.wait_for_url(f"{provider}/oauth2/authorize**", wait_until="domcontentloaded")
+            await page.get_by_placeholder("sub").fill("bob-sso")
+            await page.get_by_role("button", name="Authorize").click()
+            await page.wait_for_selector("#whoami", timeout=15_000)
+            assert await page.text_content("#whoami") == "bob"
+
+        await sign_in()
+        await page.wait_for_function("document.querySelector('#live').textContent.startsWith('live')")
         await page.screenshot(path=ARTIFACTS / "inbox-oidc-signed-in.png", full_page=True)
+        async with db_engine.begin() as conn:  # an admin ends bob's sessions
+            await conn.execute(
+                update(InboxSession).where(InboxSession.user_id == "bob").values(revoked_at=datetime.now(UTC))
+            )
+        await page.wait_for_selector("#login", timeout=15_000)
+        await sign_in()
         await page.get_by_role("button", name="Log out").click()
         await page.wait_for_selector("#login")
         assert await page.locator("#whoami").count() == 0
