@@ -282,3 +282,51 @@ async def test_behind_a_trusted_proxy_the_forwarded_address_is_counted(
         spoofed = {"X-Forwarded-For": f"198.51.100.{n}"}
         assert (await auth_inbox.login(f"nobody{n}", "guess", headers=spoofed))[0] == 401
     assert (await auth_inbox.login("zed", PASSWORD, headers={"X-Forwarded-For": "198.51.100.200"}))[0] == 429
+
+
+def inbox_command(database_url: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(PROJECT_ROOT / "starter.py"), "inbox", *args],
+        cwd=PROJECT_ROOT, env={**os.environ, "DATABASE_URL": database_url},
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+
+
+async def test_inbox_password_sets_it_and_ends_earlier_sessions(
+    auth_inbox: AuthInbox, zed: str, database_url: str
+) -> None:
+    token = await login(auth_inbox)
+
+    def starter(*args: str) -> subprocess.CompletedProcess[str]:
+        return inbox_command(database_url, "password", *args)
+
+    short = await asyncio.to_thread(starter, "--tenant", "acme", "--as", "zed", "--password", "short")
+    assert short.returncode != 0 and "8 to 1000 characters" in short.stderr
+    nobody = await asyncio.to_thread(
+        starter, "--tenant", "globex", "--as", "zed", "--password", "long enough"
+    )
+    assert nobody.returncode != 0 and "no user 'zed' in tenant 'globex'" in nobody.stderr
+    assert await me(auth_inbox, token) == 200
+    done = await asyncio.to_thread(starter, "--tenant", "acme", "--as", "zed", "--password", "long enough")
+    assert done.returncode == 0, done.stderr
+    assert await me(auth_inbox, token) == 401
+    assert await me(auth_inbox, await login(auth_inbox, "long enough")) == 200
+
+
+async def test_inbox_webhook_sets_and_clears_the_tenants_url(
+    database_url: str, db_engine: AsyncEngine
+) -> None:
+    """The UPDATE helper `inbox password` shares with `inbox webhook`."""
+    url = "https://hooks.example.com/T1"
+    try:
+        done = await asyncio.to_thread(inbox_command, database_url, "webhook", "--tenant", "globex", url)
+        assert done.returncode == 0 and f"globex: webhook {url}" in done.stdout, done.stderr
+        async with db_engine.connect() as conn:
+            assert await conn.scalar(text("SELECT webhook_url FROM tenants WHERE id = 'globex'")) == url
+        missing = await asyncio.to_thread(inbox_command, database_url, "webhook", "--tenant", "nope", url)
+        assert missing.returncode != 0 and "no tenant 'nope'" in missing.stderr
+    finally:
+        cleared = await asyncio.to_thread(
+            inbox_command, database_url, "webhook", "--tenant", "globex", "--clear"
+        )
+    assert cleared.returncode == 0 and "globex: webhook cleared" in cleared.stdout

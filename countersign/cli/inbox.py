@@ -16,13 +16,14 @@ from typing import Any
 import aiohttp
 import click
 from pydantic import BaseModel, ValidationError
-from sqlalchemy import update
+from sqlalchemy import Update, update
 
 from countersign.cli.app import cli, run
 from countersign.config import DATA_DIR, load_settings
 from countersign.db.engine import create_engine
-from countersign.db.schema import Tenant
+from countersign.db.schema import Tenant, User
 from countersign.inbox.app import running_inbox
+from countersign.inbox.auth import hash_password
 from countersign.inbox.oidc import OidcConfig
 from countersign.proofs import ensure_key_pair
 
@@ -188,21 +189,46 @@ def webhook(tenant: str, url: str | None, clear: bool) -> None:
         raise click.UsageError("give a URL or --clear")
     if url and not url.startswith(("https://", "http://")):
         raise click.BadParameter("the webhook URL must be http(s)://…")
-    settings = load_settings()
 
     async def body() -> None:
-        if not settings.database_url:
-            raise click.ClickException("no DATABASE_URL: run `python starter.py dev up` or set DATABASE_URL")
-        engine = create_engine(settings.database_url)
-        try:
-            async with engine.begin() as conn:
-                changed = await conn.execute(
-                    update(Tenant).where(Tenant.id == tenant).values(webhook_url=url)
-                )
-        finally:
-            await engine.dispose()
-        if changed.rowcount == 0:
+        if await rows_updated(update(Tenant).where(Tenant.id == tenant).values(webhook_url=url)) == 0:
             raise click.ClickException(f"no tenant {tenant!r}")
         click.echo(f"{tenant}: webhook {'cleared' if clear else url}")
+
+    run(body())
+
+
+async def rows_updated(statement: Update) -> int:
+    """Run one UPDATE against DATABASE_URL (or the embedded stack's); how many rows it changed."""
+    settings = load_settings()
+    if not settings.database_url:
+        raise click.ClickException("no DATABASE_URL: run `python starter.py dev up` or set DATABASE_URL")
+    engine = create_engine(settings.database_url)
+    try:
+        async with engine.begin() as conn:
+            return (await conn.execute(statement)).rowcount
+    finally:
+        await engine.dispose()
+
+
+@inbox.command()
+@click.option("--tenant", required=True, help="Tenant slug, e.g. acme.")
+@click.option("--as", "user", required=True, help="Whose password, e.g. bob.")
+@click.option("--password", help="Prompted (hidden, twice) when not given.")
+def password(tenant: str, user: str, password: str | None) -> None:
+    """Set a user's inbox password (argon2id). Every session opened under the old one ends."""
+    secret = password or click.prompt("New password", hide_input=True, confirmation_prompt=True)
+    if not 8 <= len(secret) <= 1000:
+        raise click.BadParameter("a password has 8 to 1000 characters", param_hint="--password")
+
+    async def body() -> None:
+        statement = (
+            update(User)
+            .where(User.tenant_id == tenant, User.id == user)
+            .values(password_hash=hash_password(secret))
+        )
+        if await rows_updated(statement) == 0:
+            raise click.ClickException(f"no user {user!r} in tenant {tenant!r}")
+        click.echo(f"{user} ({tenant}): password set; earlier sessions ended")
 
     run(body())
