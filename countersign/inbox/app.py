@@ -324,7 +324,7 @@ async def oidc_login(request: web.Request) -> web.StreamResponse:
         url, flow = await provider.start(redirect_uri)
     except (OidcRefused, aiohttp.ClientError, TimeoutError, KeyError) as err:
         return oidc_page(f"The identity provider cannot be reached: {err}", 502)
-    response = web.HTTPFound(url)
+    response = web.Response(status=302, headers={"Location": url})
     response.set_cookie(
         FLOW_COOKIE, request.app[INBOX].seal_flow(flow),
         httponly=True, samesite="Lax", max_age=int(FLOW_TTL.total_seconds()), path=CALLBACK_PATH,

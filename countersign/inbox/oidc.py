@@ -202,10 +202,9 @@ class OidcProvider:
         if self.config.client_secret:
             methods = metadata.get("token_endpoint_auth_methods_supported") or ["client_secret_basic"]
             if "client_secret_basic" in methods:  # RFC 6749 2.3.1: each part form-urlencoded first
-                basic = aiohttp.BasicAuth(
+                headers["Authorization"] = aiohttp.encode_basic_auth(
                     quote(self.config.client_id, safe=""), quote(self.config.client_secret, safe="")
                 )
-                headers["Authorization"] = basic.encode()
             else:
                 form["client_secret"] = self.config.client_secret
         async with (
