@@ -11,8 +11,10 @@ from typing import Any
 from urllib.parse import parse_qs, urlencode, urlsplit, urlunsplit
 
 import aiohttp
+import jwt
 import pytest
 import pytest_asyncio
+from authlib.oauth2.rfc7636 import create_s256_code_challenge
 from markupsafe import escape
 from playwright.async_api import async_playwright
 from sqlalchemy import select, update
@@ -141,7 +143,11 @@ async def test_a_user_signs_in_through_the_provider(
     authorize = await browser.start()
     query = parse_qs(urlsplit(authorize).query)
     assert query["code_challenge_method"] == ["S256"] and query["client_id"] == [CLIENT_ID]
-    assert query["state"][0] and query["nonce"][0] and len(query["code_challenge"][0]) == 43
+    # PKCE: the challenge sent is S256 of the verifier the flow cookie keeps for the token request
+    cookie = next(c for c in browser.http.cookie_jar if c.key == "countersign_oidc_flow")
+    flow = jwt.decode(cookie.value, options={"verify_signature": False})
+    assert query["code_challenge"] == [create_s256_code_challenge(flow["verifier"])]
+    assert query["state"] == [flow["state"]] and query["nonce"] == [flow["nonce"]]
     status, page = await browser.callback(await browser.sign_in_at_provider(authorize, "bob-sso"))
     assert status == 200 and "Signed in." in page
     status, me = await browser.me()
