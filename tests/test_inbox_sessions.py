@@ -167,7 +167,7 @@ async def test_starter_logout_revokes_the_cli_session(
     auth_inbox: AuthInbox, zed: str, tmp_path: Path
 ) -> None:
     session_file = tmp_path / "session.json"
-    env = {**os.environ, "COUNTERSIGN_SESSION_FILE": str(session_file)}
+    env = {**os.environ, "COUNTERSIGN_SESSION_FILE": str(session_file), "APPROVER_AUTH": "signed"}
 
     def starter(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
@@ -187,6 +187,20 @@ async def test_starter_logout_revokes_the_cli_session(
     assert await me(auth_inbox, token) == 401
     again = await asyncio.to_thread(starter, "logout")
     assert again.returncode == 0 and "not logged in" in again.stdout
+    # a session already ended elsewhere (the page's Log out): the CLI forgets it all the same
+    relogged = await asyncio.to_thread(
+        starter, "login", "--tenant", "acme", "--as", "zed", "--password", PASSWORD, "--inbox", auth_inbox.url
+    )
+    assert relogged.returncode == 0, relogged.stderr
+    kept = json.loads(session_file.read_text())["token"]
+    assert (await auth_inbox.call("POST", "/api/logout", kept, {}))[0] == 200
+    # deciding with it says the session ended and how to log in again
+    ended_approve = await asyncio.to_thread(starter, "approve", "conv-acme-x", "c1", "--as", "zed")
+    assert ended_approve.returncode != 0
+    assert "the session of zed (acme) has ended" in ended_approve.stderr
+    assert "starter.py login --tenant acme --as zed" in ended_approve.stderr
+    ended = await asyncio.to_thread(starter, "logout")
+    assert ended.returncode == 0 and "logged out zed" in ended.stdout and not session_file.exists()
 
 
 # --- failed logins are throttled ---------------------------------------------------------------------

@@ -72,10 +72,20 @@ async def inbox_request(session: InboxSession, method: str, path: str, body: Any
         http.request(method, session.inbox_url + path, json=body, headers=headers) as response,
     ):
         data = await response.json(content_type=None)
+        if response.status == 401 and session.token:
+            raise SessionEnded(
+                f"inbox: the session of {session.user_id} ({session.tenant_id}) has ended (logged out, "
+                f"password changed or expired): python starter.py login --tenant {session.tenant_id} "
+                f"--as {session.user_id}"
+            )
         if response.status >= 400:
             reason = data.get("error") if isinstance(data, dict) else None
             raise click.ClickException(f"inbox: {reason or f'HTTP {response.status}'}")
         return data
+
+
+class SessionEnded(click.ClickException):
+    """The inbox no longer takes the CLI's session."""
 
 
 @cli.command()
@@ -125,9 +135,8 @@ def logout() -> None:
             raise click.ClickException(
                 f"cannot reach the inbox at {session.inbox_url} to revoke the session: {err}"
             ) from None
-        except click.ClickException as err:
-            if "log in first" not in err.message:  # already ended (expired, revoked): nothing to revoke
-                raise
+        except SessionEnded:  # already ended (expired, revoked elsewhere): nothing to revoke
+            pass
 
     run(body())
     path.unlink(missing_ok=True)
