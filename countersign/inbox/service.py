@@ -27,7 +27,9 @@ from countersign.approvals import Approval, Decision, approver_refusal
 from countersign.chat import ChatMessage
 from countersign.conversation import AnswerSignal, EndConversation, PendingApproval, StatusView
 from countersign.db.schema import ApprovalDecision, ToolExecution
-from countersign.inbox.auth import Reviewer, check_password, issue_session
+from countersign.inbox import sessions, throttle
+from countersign.inbox.auth import Reviewer, SessionClaims, check_password, issue_session, read_session
+from countersign.inbox.oidc import Flow, OidcConfig, OidcRefused, reviewer_for, seal_flow
 from countersign.proofs import Binding, mint_proof
 from countersign.saga import RollbackRequest, Scope
 from countersign.tiers import change_tenant_tier
@@ -40,11 +42,12 @@ LAST_MESSAGES = 4
 
 
 class InboxError(Exception):
-    """A refusal for the client: HTTP status and a one-line reason."""
+    """A refusal for the client: HTTP status and a one-line reason (429: with Retry-After)."""
 
-    def __init__(self, status: int, message: str) -> None:
+    def __init__(self, status: int, message: str, retry_after_s: int | None = None) -> None:
         super().__init__(message)
         self.status = status
+        self.retry_after_s = retry_after_s
 
 
 # --- what clients send (validated at the edge) -------------------------------------------------
@@ -141,13 +144,81 @@ class Inbox:
 
     # --- identity ------------------------------------------------------------------------------
 
-    async def login(self, request: LoginRequest) -> str:
+    async def login(self, request: LoginRequest, client: str) -> str:
+        """A session token for a right password, unless `client` or the account is throttled
+        (countersign.inbox.throttle); every attempt is recorded in `login_attempts`."""
+        tenant, user, now = request.tenant_id, request.user_id, datetime.now(UTC)
+        refusal: InboxError | None = None
+        async with self._sessions.begin() as session:
+            await throttle.lock_account(session, tenant, user)
+            try:
+                await throttle.check(session, tenant, user, client, now)
+                ok = await check_password(session, tenant, user, request.password)
+                outcome, reason = ("accepted", None) if ok else ("bad_credentials", "wrong password")
+            except throttle.Throttled as err:
+                outcome, reason = "throttled", str(err)
+                refusal = InboxError(429, str(err), retry_after_s=err.retry_after_s)
+            await throttle.record(
+                session, tenant_id=tenant, user_id=user, client=client, method="password",
+                outcome=outcome, reason=reason, now=now,
+            )  # fmt: skip
+            if outcome == "accepted":
+                return await self.open_session(session, Reviewer(tenant_id=tenant, user_id=user), "password")
+        raise refusal or InboxError(401, "unknown user or wrong password")
+
+    async def login_oidc(self, config: OidcConfig, claims: dict[str, Any], client: str) -> str:
+        """A session token for the user verified claims name (OidcRefused when none; recorded)."""
+        async with self._sessions.begin() as session:
+            try:
+                reviewer = await reviewer_for(session, config, claims)
+            except OidcRefused as err:
+                refusal = err
+            else:
+                await throttle.record(
+                    session, tenant_id=reviewer.tenant_id, user_id=reviewer.user_id, client=client,
+                    method="oidc", outcome="accepted", reason=None, now=datetime.now(UTC),
+                )  # fmt: skip
+                return await self.open_session(session, reviewer, "oidc")
+        await self.refused_login(claims, config, client, str(refusal))
+        raise refusal
+
+    def seal_flow(self, flow: Flow) -> str:
+        """The OIDC flow cookie, signed with the inbox's key."""
+        return seal_flow(self._key, flow, datetime.now(UTC))
+
+    async def refused_login(
+        self, claims: dict[str, Any], config: OidcConfig, client: str, reason: str
+    ) -> None:
+        """Record a refused OIDC login, naming whom the claims (if any were verified) named."""
+        tenant = config.tenant or claims.get(config.tenant_claim)
+        user = claims.get(config.user_claim) or claims.get("sub")
+        async with self._sessions.begin() as session:
+            await throttle.record(
+                session, tenant_id=str(tenant or ""), user_id=str(user or ""), client=client,
+                method="oidc", outcome="refused", reason=reason[:MAX_REASON_CHARS], now=datetime.now(UTC),
+            )  # fmt: skip
+
+    async def open_session(
+        self, session: AsyncSession, reviewer: Reviewer, method: sessions.LoginMethod
+    ) -> str:
+        """A session row for `reviewer` (in `session`'s transaction) and its signed token."""
+        now = datetime.now(UTC)
+        row = await sessions.open_session(session, reviewer, method, now)
+        return issue_session(self._key, reviewer, now, row.id)
+
+    async def session_of(self, token: str) -> SessionClaims | None:
+        """The claims of `token` while its session is live (signed, unexpired, not revoked, the
+        user still there with the same password), else None."""
+        claims = read_session(self.public_key, token)
+        return claims if claims is not None and await self.live(claims) else None
+
+    async def live(self, claims: SessionClaims) -> bool:
         async with self._sessions() as session:
-            ok = await check_password(session, request.tenant_id, request.user_id, request.password)
-        if not ok:
-            raise InboxError(401, "unknown user or wrong password")
-        reviewer = Reviewer(tenant_id=request.tenant_id, user_id=request.user_id)
-        return issue_session(self._key, reviewer, datetime.now(UTC))
+            return await sessions.live_reviewer(session, claims, datetime.now(UTC)) is not None
+
+    async def logout(self, claims: SessionClaims) -> None:
+        async with self._sessions.begin() as session:
+            await sessions.revoke(session, claims.session_id, datetime.now(UTC))
 
     async def roles(self, reviewer: Reviewer) -> list[str]:
         async with self._sessions() as session:

@@ -230,7 +230,12 @@ if ($("#pending")) {
     render(JSON.parse(event.data));
     $("#live").textContent = `live · updated ${new Date().toLocaleTimeString()}`;
   });
-  events.addEventListener("error", () => { $("#live").textContent = "reconnecting…"; });
+  events.addEventListener("error", async () => {
+    $("#live").textContent = "reconnecting…";
+    // a refused reconnect closes the stream for good: if the session ended (logged out elsewhere,
+    // password changed, expired), show the login form
+    if (events.readyState === EventSource.CLOSED && (await fetch("/api/me")).status === 401) location.reload();
+  });
   setInterval(() => {
     for (const span of document.querySelectorAll("[data-expires]")) span.textContent = timeLeft(span.dataset.expires);
   }, 1000);
