@@ -305,7 +305,7 @@ class Inbox:
                     "model_args": model_args if r.args is not None else None,  # JSON null reads as None
                     "at": r.created_at.isoformat(),
                 }
-                for r, model_args in rows.tuples()
+                for r, model_args in rows
             ]
 
     # --- deciding ------------------------------------------------------------------------------
