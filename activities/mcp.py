@@ -29,7 +29,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
 
 from activities.heartbeat import heartbeats
-from activities.tools import answered, load_arguments, load_arguments_or_raw
+from activities.tools import load_arguments, load_arguments_or_raw, result_or_envelope
 from countersign.bounds import storable
 from countersign.db.schema import McpServer, ToolExecution
 from countersign.guards import TruncationLimits, redact, sanitize
@@ -96,7 +96,7 @@ class McpActivities:
     @heartbeats
     async def execute_mcp_tool(self, call: McpCall) -> ToolResult | StoredResult:
         """The call's result; with `store_seq`, stored as its tool message with its audit row
-        (one transaction), answered with the small `StoredResult` (see `answered`)."""
+        (one transaction), answered with the small `StoredResult` (see `result_or_envelope`)."""
         inv = call.invocation
         key = f"{inv.workflow_id}:{inv.call_id}"
         started = datetime.now(UTC)
@@ -105,7 +105,7 @@ class McpActivities:
             await session.execute(select(func.pg_advisory_xact_lock(func.hashtextextended(key, 0))))
             recorded = await self._recorded(session, inv)
             if recorded is not None:
-                return await answered(session, inv, recorded)
+                return await result_or_envelope(session, inv, recorded)
             try:
                 await self._take_token(session, inv, started)
                 server: ServerConfig | None = await self._server(session, call)
@@ -206,7 +206,7 @@ class McpActivities:
             )
             if inserted is None:  # a concurrent attempt of the same call recorded first: its answer holds
                 result = await self._recorded(session, inv) or result
-            return await answered(session, inv, result)
+            return await result_or_envelope(session, inv, result)
 
 
 def validated(call: McpCall) -> dict[str, Any]:

@@ -20,7 +20,7 @@ from temporalio.exceptions import ApplicationError
 from countersign.chat import ChatMessage, ToolCall, Usage
 from countersign.conversation import StatusView, TurnResult, TurnStop
 from countersign.db.schema import ConversationMessage, TenantTokenBudget
-from countersign.store import SUMMARY_NAME, AppendMessages, RepliedTurn, StoredMessage, tool_answer
+from countersign.store import SUMMARY_NAME, AppendMessages, RepliedTurn, StoredMessage, tool_message
 from countersign.tooling import StoredResult, ToolInvocation, ToolResult
 
 TURN_STOPS: tuple[TurnStop, ...] = ("limit_reached", "error")  # a turn's note names how it stopped
@@ -67,7 +67,7 @@ async def store_tool_result(
     """Store a call's result as its tool message at `invocation.store_seq`, in the caller's
     transaction (with the call's audit row), and answer with the envelope workflow history keeps.
     Idempotent: a retry, or a second attempt of the call, finds the row and changes nothing."""
-    stored, envelope = tool_answer(invocation, result)
+    stored, envelope = tool_message(invocation, result)
     row = row_of(invocation.workflow_id, invocation.caller.tenant_id, stored)
     await session.execute(insert(ConversationMessage).values(**row).on_conflict_do_nothing())
     return envelope

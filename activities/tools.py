@@ -144,7 +144,7 @@ def saga_record(invocation: ToolInvocation) -> SagaRecord:
     )
 
 
-async def answered(
+async def result_or_envelope(
     session: AsyncSession, invocation: ToolInvocation, result: ToolResult
 ) -> ToolResult | StoredResult:
     """What a tool activity answers: the result itself, or (`store_seq` set) the envelope of the
@@ -175,7 +175,7 @@ class ToolActivities:
         async with self._sessions() as session, session.begin():
             if tool is None:  # the workflow screens calls first; this is the defence in depth
                 result = ToolResult.failure("UNKNOWN_TOOL", f"no tool named {invocation.tool!r}")
-                return await answered(session, invocation, result)
+                return await result_or_envelope(session, invocation, result)
             await session.execute(select(func.pg_advisory_xact_lock(func.hashtextextended(key, 0))))
             recorded = await session.scalar(
                 select(ToolExecution).where(
@@ -184,8 +184,12 @@ class ToolActivities:
                 )
             )
             if recorded is not None and recorded.result is not None:
-                return await answered(session, invocation, ToolResult.model_validate(recorded.result))
-            return await answered(session, invocation, await self._run(session, tool, invocation, key))
+                return await result_or_envelope(
+                    session, invocation, ToolResult.model_validate(recorded.result)
+                )
+            return await result_or_envelope(
+                session, invocation, await self._run(session, tool, invocation, key)
+            )
 
     @activity.defn(name="check_arguments")
     async def check_arguments(self, invocation: ToolInvocation) -> ToolResult:

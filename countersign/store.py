@@ -16,7 +16,7 @@ from __future__ import annotations
 from pydantic import BaseModel, Field
 
 from countersign.chat import ChatMessage, Role, Usage
-from countersign.tooling import StoredResult, ToolInvocation, ToolResult, answer_of, queued_emails
+from countersign.tooling import StoredResult, ToolInvocation, ToolResult, queued_emails, result_for_model
 
 PROMPT_SEQ = 0  # the system prompt, stored when the conversation starts
 # Without a policy row the model sees at most this many messages (what continue-as-new used to carry).
@@ -108,12 +108,12 @@ def envelope_of(seq: int, message: ChatMessage, error: str | None = None) -> Env
     )
 
 
-def tool_answer(invocation: ToolInvocation, result: ToolResult) -> tuple[StoredMessage, StoredResult]:
+def tool_message(invocation: ToolInvocation, result: ToolResult) -> tuple[StoredMessage, StoredResult]:
     """The tool message a call's result becomes (at `invocation.store_seq`) and the envelope the
     workflow keeps of it. The same pure function for the activity that stores a result it produced
     and for the workflow's own refusals, so both count tokens and queued emails alike."""
     seq = invocation.store_seq if invocation.store_seq is not None else -1
-    answer = answer_of(invocation, result)
+    answer = result_for_model(invocation, result)
     message = ChatMessage(
         role="tool", tool_call_id=invocation.call_id, name=invocation.tool, content=answer.to_content()
     )

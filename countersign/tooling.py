@@ -185,7 +185,7 @@ def queued_emails(tool: str, data: dict[str, Any]) -> list[int]:
     return [i for i in ids if isinstance(i, int)] if isinstance(ids, list) else []
 
 
-def answer_of(invocation: ToolInvocation, result: ToolResult) -> ToolResult:
+def result_for_model(invocation: ToolInvocation, result: ToolResult) -> ToolResult:
     """The result the model reads: a call that ran with an approver's edited arguments says so."""
     if not (invocation.arguments_edited and result.ok):
         return result

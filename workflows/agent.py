@@ -92,7 +92,7 @@ with workflow.unsafe.imports_passed_through():
         remember_answer,
         select_window,
         stored_envelope,
-        tool_answer,
+        tool_message,
     )
     from countersign.tooling import (
         CallerContext,
@@ -101,8 +101,8 @@ with workflow.unsafe.imports_passed_through():
         ToolInvocation,
         ToolResult,
         ToolSpec,
-        answer_of,
         queued_emails,
+        result_for_model,
     )
 
 # Activities whose I/O is PostgreSQL retry without an attempt cap for up to DB_OUTAGE_TOLERANCE: a
@@ -163,8 +163,8 @@ NOTICE_GRACE = timedelta(seconds=2)
 # number the workflow allocated when the model asked for the call, and answers with a small
 # `StoredResult`. Older histories replay as they ran (bodies in activity results).
 TOOL_RESULTS_STORED = "tool-results-stored"
-# What a tool call answers the turn: the whole result (before TOOL_RESULTS_STORED), or its envelope.
-Answer = ToolResult | StoredResult
+# What a tool call gives the turn: the whole result (before TOOL_RESULTS_STORED), or its envelope.
+CallResult = ToolResult | StoredResult
 
 
 def call_summary(tool: str, arguments: str) -> str:
@@ -624,7 +624,7 @@ class AgentWorkflow:
                 )
 
     async def _keep_results(
-        self, context: ConversationContext, calls: list[ToolCall], results: list[Answer]
+        self, context: ConversationContext, calls: list[ToolCall], results: list[CallResult]
     ) -> None:
         """Keep a batch's results in call order: the envelope of one its activity stored (since
         TOOL_RESULTS_STORED), else the message, stored here (since MESSAGE_STORE)."""
@@ -646,7 +646,9 @@ class AgentWorkflow:
             await self._append(context, batch)
 
     @staticmethod
-    def _failed_write(tools: dict[str, ToolSpec], calls: list[ToolCall], results: list[Answer]) -> str | None:
+    def _failed_write(
+        tools: dict[str, ToolSpec], calls: list[ToolCall], results: list[CallResult]
+    ) -> str | None:
         """The first write of this batch that failed for good (not a refusal or a question), if any."""
         for call, result in zip(calls, results, strict=True):
             spec = tools.get(call.name)
@@ -746,7 +748,7 @@ class AgentWorkflow:
         call: ToolCall,
         within_budget: bool,
         seq: int | None = None,
-    ) -> Answer:
+    ) -> CallResult:
         """Screen, check, approve or ask, and run one call; `seq`: where its result is stored."""
         invocation = self._invocation(context, call, seq)
         if not within_budget:
@@ -789,7 +791,7 @@ class AgentWorkflow:
 
     async def _unexecuted(
         self, invocation: ToolInvocation, result: ToolResult, reason: str | None = None
-    ) -> Answer:
+    ) -> CallResult:
         """Audit a call that did not run, then hand its envelope to the model: since
         TOOL_RESULTS_STORED stored with its audit row (a local activity: its input, the envelope,
         is not recorded in history), and kept as a `StoredResult`."""
@@ -798,7 +800,7 @@ class AgentWorkflow:
             UnexecutedCall(invocation=invocation, result=result, reason=reason),
             f"audit {invocation.tool} ({result.error.code if result.error else 'not run'})",
         )
-        return tool_answer(invocation, result)[1] if invocation.store_seq is not None else result
+        return tool_message(invocation, result)[1] if invocation.store_seq is not None else result
 
     async def _check_arguments(self, invocation: ToolInvocation) -> ToolResult:
         spec = self._spec(invocation.tool)
@@ -843,7 +845,7 @@ class AgentWorkflow:
 
     async def _run_after_approval(
         self, context: ConversationContext, invocation: ToolInvocation, spec: ToolSpec
-    ) -> Answer:
+    ) -> CallResult:
         now = workflow.now()
         timeout = timedelta(seconds=context.approval.timeout_for(spec.risk, self._limits.approval_timeout_s))
         approval = Approval(
@@ -871,7 +873,7 @@ class AgentWorkflow:
             )
             result = await self._execute(approved)
             # the model is told of an approver's edit (by the tool activity, for a stored result)
-            return answer_of(approved, result) if isinstance(result, ToolResult) else result
+            return result_for_model(approved, result) if isinstance(result, ToolResult) else result
         if approval.state == "rejected":
             why = f": {approval.reason}" if approval.reason else ""
             refusal = ToolResult.failure("REJECTED", f"{approval.decided_by} rejected {spec.name}{why}")
@@ -1023,7 +1025,7 @@ class AgentWorkflow:
 
     async def _ask_human(
         self, context: ConversationContext, invocation: ToolInvocation, question: str
-    ) -> Answer:
+    ) -> CallResult:
         call = ToolCall(id=invocation.call_id, name=invocation.tool, arguments=invocation.arguments)
         now = workflow.now()
         expires = now + timedelta(seconds=self._limits.answer_timeout_s)
@@ -1052,11 +1054,11 @@ class AgentWorkflow:
         answer = ToolResult.success({"answer": self._answers[call.id]})
         if invocation.store_seq is None:
             return answer
-        message, stored = tool_answer(invocation, answer)  # the answer arrived by signal: stored once
+        message, stored = tool_message(invocation, answer)  # the answer arrived by signal: stored once
         await self._append(context, [message])
         return stored
 
-    async def _execute(self, invocation: ToolInvocation) -> Answer:
+    async def _execute(self, invocation: ToolInvocation) -> CallResult:
         spec = self._spec(invocation.tool)
         entry = None
         # before the forward step: a commit that then times out is undone too. An MCP call is
@@ -1073,7 +1075,7 @@ class AgentWorkflow:
             "cancellation_type": workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
         }
         try:
-            result: Answer = await (
+            result: CallResult = await (
                 workflow.execute_local_activity("execute_tool", invocation, **options)
                 if spec is not None and spec.local
                 else workflow.execute_activity(
