@@ -193,11 +193,12 @@ def unbounded() -> str:
     worst = max(v["history_bytes"] or 0 for v in m.values()) / 1000
     ratio = m["150"]["latency_ms"] / m["15"]["latency_ms"]
     return f"""
-Without a context policy (`--window 0`: the model sees up to 200 messages, the default) the history
-per turn stays flat too ({worst:.1f} KB at most, {r["runs"]} runs for {r["turns"]} turns), but turn 150
-took {ratio:.2f} x turn 15 ({m["15"]["latency_ms"]:.0f} ms, {m["150"]["latency_ms"]:.0f} ms): the model's
-input, loaded from the store, grows until the window is full (50 turns of four messages here), and with it the
-work of loading and sending it. That is the model's context, which the policy bounds, not workflow history.
+Without a context policy (`--window 0`: the model sees up to 200 messages, the default; measured
+with `--tool {r.get("tool", "get_lead")}`) the history per turn stays flat too ({worst:.1f} KB at most,
+{r["runs"]} runs for {r["turns"]} turns), but turn 150 took {ratio:.2f} x turn 15
+({m["15"]["latency_ms"]:.0f} ms, {m["150"]["latency_ms"]:.0f} ms): the model's input, loaded from
+the store, grows until the window is full (50 turns of four messages here), and with it the work of
+loading and sending it. That is the model's context, which the policy bounds, not workflow history.
 """
 
 
