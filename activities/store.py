@@ -17,6 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from countersign.bounds import storable
 from countersign.chat import ChatMessage, ToolCall, Usage
 from countersign.conversation import StatusView, TurnResult, TurnStop
 from countersign.db.schema import ConversationMessage, TenantTokenBudget
@@ -46,15 +47,23 @@ def row_of(
     workflow_id: str, tenant_id: str, stored: StoredMessage, usage: Usage | None = None
 ) -> dict[str, Any]:
     m = stored.message
+
+    def text(value: str | None) -> str | None:  # a model may send NUL, which PostgreSQL cannot hold
+        return storable(value) if value is not None else None
+
+    calls = [
+        {k: text(v) if isinstance(v, str) else v for k, v in c.model_dump(exclude_none=True).items()}
+        for c in m.tool_calls
+    ]
     return {
         "workflow_id": workflow_id,
         "seq": stored.seq,
         "tenant_id": tenant_id,
         "role": m.role,
-        "content": m.content,
-        "tool_calls": [c.model_dump(exclude_none=True) for c in m.tool_calls] or None,
-        "tool_call_id": m.tool_call_id,
-        "name": m.name,
+        "content": text(m.content),
+        "tool_calls": calls or None,
+        "tool_call_id": text(m.tool_call_id),
+        "name": text(m.name),
         "message_id": stored.message_id,
         "prompt_tokens": usage.prompt_tokens if usage else 0,
         "completion_tokens": usage.completion_tokens if usage else 0,

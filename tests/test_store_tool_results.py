@@ -15,12 +15,13 @@ from sqlalchemy import delete, insert
 from sqlalchemy.ext.asyncio import AsyncEngine
 from temporalio.api.history.v1 import HistoryEvent
 
+from activities.audit import AuditActivities, UnexecutedCall
 from activities.store import ConversationStore
 from countersign.conversation import Limits, SubmitMessage, TurnResult
 from countersign.db.engine import session_factory
 from countersign.db.schema import Task
 from countersign.ended import full_transcript
-from countersign.tooling import stored_at
+from countersign.tooling import CallerContext, ToolInvocation, ToolResult, stored_at
 from tests.fixtures.agent import AgentHarness
 from tests.fixtures.updates import execute_update
 from workflows.agent import AgentWorkflow
@@ -179,3 +180,26 @@ async def test_wait_reply_answers_with_the_reply_of_an_earlier_run(agent: AgentH
     await reply_to(agent, handle.id, "m1")
     newest = agent.client.get_workflow_handle(handle.id)
     assert reply_loads((await newest.fetch_history()).events) == 2
+
+
+async def test_a_refusal_of_a_name_postgresql_cannot_hold_is_stored_with_its_audit_row(
+    db_engine: AsyncEngine,
+) -> None:
+    """A model may name a tool with a NUL in it: the refusal is audited and stored (NUL replaced),
+    never a database error retried until the turn fails."""
+    invocation = ToolInvocation(
+        caller=CallerContext(tenant_id="acme", user_id="alice", roles=[], agent="lead-qualifier"),
+        workflow_id=f"test-{uuid.uuid4()}",
+        run_id="run",
+        call_id="c1",
+        tool="get\x00lead",
+        arguments="{}",
+        store_seq=3,
+    )
+    refusal = ToolResult.failure("UNKNOWN_TOOL", "no tool named 'get\x00lead'")
+    audit = AuditActivities(session_factory(db_engine))
+    for _ in range(2):  # a retry changes nothing
+        await audit.record_unexecuted_call(UnexecutedCall(invocation=invocation, result=refusal))
+    stored = await ConversationStore(session_factory(db_engine)).load(invocation.workflow_id)
+    assert [(m.role, m.name, m.tool_call_id) for m in stored] == [("tool", "get\ufffdlead", "c1")]
+    assert json.loads(stored[0].content or "")["error"]["code"] == "UNKNOWN_TOOL"
