@@ -150,8 +150,10 @@ text, one `{tool}` call (result: {result}), a text reply;
 `max_turns_per_run` lifted so the conversation continues-as-new when the server suggests it).
 **History bytes per turn**: the size of the events the turn added to its run's history.
 **Latency**: `submit_message` signal sent → `wait_reply` answered, median of that turn and the
-{WINDOW - 1} before it. **Before**: the same bench on the code before tool results left workflow
-history (`--before`, commit {commit}), history added and latency.
+{WINDOW - 1} before it; the machine is shared (2 cores), so compare latencies within one run (two
+runs of this bench measured turn 15 at 157 ms and at 300 ms, turn 150 at 1.15 x and 1.21 x of it).
+**Before**: the same bench on the code before tool results left workflow history (`--before`,
+commit {commit}), history added and latency.
 
 | turn | history added | latency | before |
 |---|---|---|---|
