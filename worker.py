@@ -94,6 +94,7 @@ def build_worker(
             model.call_model,
             model.summarize_conversation,
             stored.append_messages,
+            stored.load_turn_reply,
             tools.check_arguments,
             tools.execute_tool,
             audit.record_unexecuted_call,

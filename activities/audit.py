@@ -1,6 +1,7 @@
 """Audit rows for tool calls that never ran: refused by policy, rejected, expired, over a limit.
 
-Executed calls are audited by the tool activity itself, in the transaction of their effect.
+Executed calls are audited by the tool activity itself, in the transaction of their effect. In
+conversations that store tool results, the refusal the model reads is stored with its audit row.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
 
+from activities.store import store_tool_result
 from activities.tools import load_arguments_or_raw
 from countersign.bounds import storable
 from countersign.db.schema import ToolExecution
@@ -68,3 +70,5 @@ class AuditActivities:
         async with self._sessions() as session, session.begin():
             # a retried activity finds its row: one row per call, whatever happens
             await session.execute(insert(ToolExecution).values(**row).on_conflict_do_nothing())
+            if inv.store_seq is not None:  # the envelope the model reads, with its audit row
+                await store_tool_result(session, inv, call.result)

@@ -29,7 +29,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
 
 from activities.heartbeat import heartbeats
-from activities.tools import load_arguments, load_arguments_or_raw
+from activities.tools import load_arguments, load_arguments_or_raw, result_or_envelope
 from countersign.bounds import storable
 from countersign.db.schema import McpServer, ToolExecution
 from countersign.guards import TruncationLimits, redact, sanitize
@@ -37,7 +37,7 @@ from countersign.mcp.catalog import argument_errors, envelope_of, spec_of
 from countersign.mcp.pool import McpPool, McpRefused, McpUnavailable
 from countersign.mcp.servers import ServerConfig, remember_listing, servers_for
 from countersign.ratelimit import RateLimits, take
-from countersign.tooling import McpCall, ToolInvocation, ToolResult, ToolSpec
+from countersign.tooling import McpCall, StoredResult, ToolInvocation, ToolResult, ToolSpec
 from tools.registry import ToolFailure
 
 META_CALL_ID = "countersign/call_id"
@@ -94,7 +94,9 @@ class McpActivities:
 
     @activity.defn(name="execute_mcp_tool")
     @heartbeats
-    async def execute_mcp_tool(self, call: McpCall) -> ToolResult:
+    async def execute_mcp_tool(self, call: McpCall) -> ToolResult | StoredResult:
+        """The call's result; with `store_seq`, stored as its tool message with its audit row
+        (one transaction), answered with the small `StoredResult` (see `result_or_envelope`)."""
         inv = call.invocation
         key = f"{inv.workflow_id}:{inv.call_id}"
         started = datetime.now(UTC)
@@ -103,7 +105,7 @@ class McpActivities:
             await session.execute(select(func.pg_advisory_xact_lock(func.hashtextextended(key, 0))))
             recorded = await self._recorded(session, inv)
             if recorded is not None:
-                return recorded
+                return await result_or_envelope(session, inv, recorded)
             try:
                 await self._take_token(session, inv, started)
                 server: ServerConfig | None = await self._server(session, call)
@@ -174,7 +176,7 @@ class McpActivities:
 
     async def _audit(
         self, call: McpCall, result: ToolResult, key: str, started: datetime, clock: float
-    ) -> ToolResult:
+    ) -> ToolResult | StoredResult:
         inv, spec = call.invocation, call.spec
         code = result.error.code if result.error else None
         row: dict[str, Any] = {
@@ -203,10 +205,8 @@ class McpActivities:
                 insert(ToolExecution).values(**row).on_conflict_do_nothing().returning(ToolExecution.id)
             )
             if inserted is None:  # a concurrent attempt of the same call recorded first: its answer holds
-                recorded = await self._recorded(session, inv)
-                if recorded is not None:
-                    return recorded
-        return result
+                result = await self._recorded(session, inv) or result
+            return await result_or_envelope(session, inv, result)
 
 
 def validated(call: McpCall) -> dict[str, Any]:

@@ -17,10 +17,14 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from countersign.bounds import storable
 from countersign.chat import ChatMessage, ToolCall, Usage
-from countersign.conversation import StatusView
+from countersign.conversation import StatusView, TurnResult, TurnStop
 from countersign.db.schema import ConversationMessage, TenantTokenBudget
-from countersign.store import SUMMARY_NAME, AppendMessages, StoredMessage
+from countersign.store import SUMMARY_NAME, AppendMessages, RepliedTurn, StoredMessage, tool_message
+from countersign.tooling import StoredResult, ToolInvocation, ToolResult
+
+TURN_STOPS: tuple[TurnStop, ...] = ("limit_reached", "error")  # a turn's note names how it stopped
 
 SUMMARY_PROMPT = (
     "Summarize the conversation below for the assistant that continues it: the user's goals, facts "
@@ -43,19 +47,39 @@ def row_of(
     workflow_id: str, tenant_id: str, stored: StoredMessage, usage: Usage | None = None
 ) -> dict[str, Any]:
     m = stored.message
+
+    def text(value: str | None) -> str | None:  # a model may send NUL, which PostgreSQL cannot hold
+        return storable(value) if value is not None else None
+
+    calls = [
+        {k: text(v) if isinstance(v, str) else v for k, v in c.model_dump(exclude_none=True).items()}
+        for c in m.tool_calls
+    ]
     return {
         "workflow_id": workflow_id,
         "seq": stored.seq,
         "tenant_id": tenant_id,
         "role": m.role,
-        "content": m.content,
-        "tool_calls": [c.model_dump(exclude_none=True) for c in m.tool_calls] or None,
-        "tool_call_id": m.tool_call_id,
-        "name": m.name,
+        "content": text(m.content),
+        "tool_calls": calls or None,
+        "tool_call_id": text(m.tool_call_id),
+        "name": text(m.name),
         "message_id": stored.message_id,
         "prompt_tokens": usage.prompt_tokens if usage else 0,
         "completion_tokens": usage.completion_tokens if usage else 0,
     }
+
+
+async def store_tool_result(
+    session: AsyncSession, invocation: ToolInvocation, result: ToolResult
+) -> StoredResult:
+    """Store a call's result as its tool message at `invocation.store_seq`, in the caller's
+    transaction (with the call's audit row), and answer with the envelope workflow history keeps.
+    Idempotent: a retry, or a second attempt of the call, finds the row and changes nothing."""
+    stored, envelope = tool_message(invocation, result)
+    row = row_of(invocation.workflow_id, invocation.caller.tenant_id, stored)
+    await session.execute(insert(ConversationMessage).values(**row).on_conflict_do_nothing())
+    return envelope
 
 
 class ConversationStore:
@@ -86,15 +110,21 @@ class ConversationStore:
     async def load(self, workflow_id: str, seqs: list[int] | None = None) -> list[ChatMessage]:
         """The messages `seqs` in the order given (the summary comes before the window although
         it is stored later), or all of them in sequence order."""
-        query = select(ConversationMessage).where(ConversationMessage.workflow_id == workflow_id)
         if seqs is not None:
-            query = query.where(ConversationMessage.seq.in_(seqs))
+            by_seq = await self.at(workflow_id, seqs)
+            return [by_seq[s] for s in seqs if s in by_seq]
+        query = select(ConversationMessage).where(ConversationMessage.workflow_id == workflow_id)
         async with self.sessions() as session:
             rows = list(await session.scalars(query.order_by(ConversationMessage.seq)))
-        if seqs is not None:
-            by_seq = {r.seq: r for r in rows}
-            rows = [by_seq[s] for s in seqs if s in by_seq]
         return [message_of(r) for r in rows]
+
+    async def at(self, workflow_id: str, seqs: list[int]) -> dict[int, ChatMessage]:
+        """The stored messages among `seqs`, by sequence number."""
+        query = select(ConversationMessage).where(
+            ConversationMessage.workflow_id == workflow_id, ConversationMessage.seq.in_(seqs)
+        )
+        async with self.sessions() as session:
+            return {r.seq: message_of(r) for r in await session.scalars(query)}
 
     async def reply_at(self, workflow_id: str, seq: int) -> tuple[ChatMessage, Usage] | None:
         """A model reply stored earlier at `seq` (a retried model call answers with it, once)."""
@@ -105,6 +135,43 @@ class ConversationStore:
         return message_of(row), Usage(
             prompt_tokens=row.prompt_tokens, completion_tokens=row.completion_tokens, model_calls=1
         )
+
+    async def turn_reply(self, workflow_id: str, message_id: str, turn: int) -> TurnResult | None:
+        """The turn that answered the user message `message_id`, rebuilt from what it stored: its
+        reply is the last assistant message before the next user message, its usage that of its
+        model replies and tool results. None when the message is not stored."""
+        async with self.sessions() as session:
+            asked = await session.scalar(
+                select(ConversationMessage.seq).where(
+                    ConversationMessage.workflow_id == workflow_id,
+                    ConversationMessage.message_id == message_id,
+                )
+            )
+            if asked is None:
+                return None
+            mine = ConversationMessage.workflow_id == workflow_id
+            after = await session.scalar(
+                select(func.min(ConversationMessage.seq)).where(
+                    mine, ConversationMessage.seq > asked, ConversationMessage.role == "user"
+                )
+            )
+            within = [mine, ConversationMessage.seq > asked]
+            within += [ConversationMessage.seq < after] if after is not None else []
+            query = select(ConversationMessage).where(*within).order_by(ConversationMessage.seq)
+            turn_rows = list(await session.scalars(query))
+        replies = [r for r in turn_rows if r.role == "assistant"]
+        last = replies[-1] if replies else None
+        stop: TurnStop = "completed"
+        if last is not None and last.name in TURN_STOPS:
+            stop = "limit_reached" if last.name == "limit_reached" else "error"
+        model = [r for r in replies if r.name not in TURN_STOPS]
+        usage = Usage(
+            prompt_tokens=sum(r.prompt_tokens for r in model),
+            completion_tokens=sum(r.completion_tokens for r in model),
+            model_calls=len(model),
+            tool_calls=sum(r.role == "tool" for r in turn_rows),
+        )
+        return TurnResult(turn=turn, reply=last.content if last else None, stop=stop, usage=usage)
 
     async def owner(self, workflow_id: str) -> tuple[str, str] | None:
         """The conversation's tenant and user (the author of its user messages), if stored."""
@@ -171,6 +238,13 @@ class StoreActivities:
     @activity.defn(name="append_messages")
     async def append_messages(self, batch: AppendMessages) -> list[int]:
         return await self._store.append(batch)
+
+    @activity.defn(name="load_turn_reply")
+    async def load_turn_reply(self, replied: RepliedTurn) -> TurnResult:
+        """`wait_reply` for a message an earlier run answered: the reply from the store (none
+        when the store does not hold the message)."""
+        found = await self._store.turn_reply(replied.workflow_id, replied.message_id, replied.turn)
+        return found or TurnResult(turn=replied.turn, reply=None, stop="completed", usage=Usage())
 
 
 def summary_message(text: str) -> ChatMessage:

@@ -24,11 +24,12 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
 
 from activities.heartbeat import heartbeats
+from activities.store import store_tool_result
 from countersign.bounds import loads_bounded, storable
 from countersign.db.schema import SagaRecord, ToolExecution
 from countersign.guards import TruncationLimits, redact, sanitize
 from countersign.ratelimit import RateLimits, take
-from countersign.tooling import ToolInvocation, ToolResult
+from countersign.tooling import StoredResult, ToolInvocation, ToolResult
 from tools.registry import (
     IDENTITY_FIELDS,
     REGISTRY,
@@ -143,6 +144,16 @@ def saga_record(invocation: ToolInvocation) -> SagaRecord:
     )
 
 
+async def result_or_envelope(
+    session: AsyncSession, invocation: ToolInvocation, result: ToolResult
+) -> ToolResult | StoredResult:
+    """What a tool activity answers: the result itself, or (`store_seq` set) the envelope of the
+    tool message stored in `session`'s transaction, so workflow history never holds the body."""
+    if invocation.store_seq is None:
+        return result
+    return await store_tool_result(session, invocation, result)
+
+
 class ToolActivities:
     def __init__(
         self,
@@ -156,12 +167,15 @@ class ToolActivities:
 
     @activity.defn(name="execute_tool")
     @heartbeats
-    async def execute_tool(self, invocation: ToolInvocation) -> ToolResult:
+    async def execute_tool(self, invocation: ToolInvocation) -> ToolResult | StoredResult:
+        """The call's result; with `invocation.store_seq`, stored as its tool message in the
+        transaction of its effect and audit row, and answered with the small `StoredResult`."""
         tool = REGISTRY.get(invocation.tool)
-        if tool is None:  # the workflow screens calls first; this is the defence in depth
-            return ToolResult.failure("UNKNOWN_TOOL", f"no tool named {invocation.tool!r}")
         key = f"{invocation.workflow_id}:{invocation.call_id}"
         async with self._sessions() as session, session.begin():
+            if tool is None:  # the workflow screens calls first; this is the defence in depth
+                result = ToolResult.failure("UNKNOWN_TOOL", f"no tool named {invocation.tool!r}")
+                return await result_or_envelope(session, invocation, result)
             await session.execute(select(func.pg_advisory_xact_lock(func.hashtextextended(key, 0))))
             recorded = await session.scalar(
                 select(ToolExecution).where(
@@ -170,8 +184,12 @@ class ToolActivities:
                 )
             )
             if recorded is not None and recorded.result is not None:
-                return ToolResult.model_validate(recorded.result)
-            return await self._run(session, tool, invocation, key)
+                return await result_or_envelope(
+                    session, invocation, ToolResult.model_validate(recorded.result)
+                )
+            return await result_or_envelope(
+                session, invocation, await self._run(session, tool, invocation, key)
+            )
 
     @activity.defn(name="check_arguments")
     async def check_arguments(self, invocation: ToolInvocation) -> ToolResult:

@@ -1,13 +1,17 @@
 """Cost vs conversation length: one conversation of many turns, each a user message with ~3 KB of
 pasted text and one tool call, through the product's worker on a dev server.
 
-    .venv/bin/python -m bench.conversation_length [--turns 1000]
+    .venv/bin/python -m bench.conversation_length [--turns 1000] [--tool query_records|get_lead]
 
 Measures history bytes added by turns 10, 100, 1000 (and 15, 150), their latency (signal to reply,
 median of that turn and the 8 before it), and the runs the conversation took (continue-as-new).
-Writes docs/benchmark-length.json (docs/benchmark-length-no-policy.json with `--window 0`) and the
-`bench.conversation_length` section of docs/benchmark.md ("Cost vs conversation length", from both
-files; bench/sections.py), leaving the rest of the file as it is.
+`--tool query_records` (the default) makes each turn's tool call a 50-row query on the
+admin assistant, the largest result a tool answers (~8 KB); `get_lead` a small one on the lead
+qualifier. Writes docs/benchmark-length.json (docs/benchmark-length-no-policy.json with
+`--window 0`, docs/benchmark-length-before.json with `--before`: a run of the code before tool
+results left history, for comparison) and the `bench.conversation_length` section of
+docs/benchmark.md ("Cost vs conversation length", from those files; bench/sections.py), leaving
+the rest of the file as it is.
 """
 
 from __future__ import annotations
@@ -22,32 +26,47 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import insert
+from sqlalchemy import delete, insert
 
 from bench import stack
 from bench.sections import put_section
 from countersign.conversation import Limits, StartConversation, SubmitMessage
-from countersign.db.schema import ContextPolicy
+from countersign.db.schema import ContextPolicy, Task
 from countersign.scripted_model.scenario import Scenario
 from workflows.agent import AgentWorkflow
 
 PASTE = "pasted: " + "the quick brown fox jumps over the lazy dog " * 70  # ~3 KB
 MEASURED = (10, 15, 100, 150, 1000)
-AGENT = "lead-qualifier"
 RESULTS = Path("docs/benchmark-length.json")
 UNBOUNDED = Path("docs/benchmark-length-no-policy.json")  # `--window 0`: the model sees up to 200 messages
+BEFORE = Path("docs/benchmark-length-before.json")  # `--before`: the code before tool results were stored
 MARKDOWN = Path("docs/benchmark.md")
 WINDOW = 9
-SCENARIO = {
-    "name": "bench conversation length",
-    "rules": [
-        {
-            "when": {"user_contains": "bench long", "turn_calls": 0},
-            "reply": {"tool_calls": [{"name": "get_lead", "arguments": {"lead": "jane.doe@example.com"}}]},
-        },
-        {"when": {"after_tool": "get_lead"}, "reply": {"content": "Jane Doe is a lead."}},
-    ],
+ROWS = 50  # query_records: the most rows a tool may return
+QUERY = {
+    "collection": "tasks",
+    "filters": [{"field": "created_by", "op": "eq", "value": "bench"}],
+    "order_by": [],
+    "limit": ROWS,
 }
+# tool -> (agent, arguments): each turn calls it once, then answers in text
+TOOLS: dict[str, tuple[str, dict[str, Any]]] = {
+    "query_records": ("admin-assistant", QUERY),
+    "get_lead": ("lead-qualifier", {"lead": "jane.doe@example.com"}),
+}
+
+
+def scenario(tool: str) -> dict[str, Any]:
+    return {
+        "name": "bench conversation length",
+        "rules": [
+            {
+                "when": {"user_contains": "bench long", "turn_calls": 0},
+                "reply": {"tool_calls": [{"name": tool, "arguments": TOOLS[tool][1]}]},
+            },
+            {"when": {"after_tool": tool}, "reply": {"content": "Here is what I found."}},
+        ],
+    }
 
 
 async def history_size(handle: Any) -> tuple[str, int, int]:
@@ -56,9 +75,9 @@ async def history_size(handle: Any) -> tuple[str, int, int]:
     return history.run_id, sum(e.ByteSize() for e in history.events), len(history.events)
 
 
-async def measure(parts: stack.Parts, turns: int) -> dict[str, Any]:
+async def measure(parts: stack.Parts, turns: int, agent: str) -> dict[str, Any]:
     start = StartConversation(
-        tenant_id="acme", user_id="alice", agent=AGENT, limits=Limits(max_turns_per_run=10_000)
+        tenant_id="acme", user_id="alice", agent=agent, limits=Limits(max_turns_per_run=10_000)
     )
     workflow_id = f"bench-length-{uuid.uuid4().hex[:8]}"
     handle = await parts.client.start_workflow(
@@ -108,25 +127,36 @@ def section(results_path: Path = RESULTS) -> str:
         return ""
     r = json.loads(results_path.read_text())
     m = r["measured"]
+    before = json.loads(BEFORE.read_text())["measured"] if BEFORE.exists() else {}
     rows = "\n".join(
-        f"| {turn} | {v['history_bytes'] / 1000:.1f} KB | {v['latency_ms']:.0f} ms |" for turn, v in m.items()
+        f"| {turn} | {v['history_bytes'] / 1000:.1f} KB | {v['latency_ms']:.0f} ms "
+        f"| {was(before.get(turn))} |"
+        for turn, v in m.items()
     )
+    commit = json.loads(BEFORE.read_text()).get("commit", "?") if BEFORE.exists() else "?"
+    tool = r.get("tool", "get_lead")
+    result = "50 rows, the largest result a tool answers: ~8 KB" if tool == "query_records" else "small"
+    command = f"--turns {r['turns']} --window {r.get('window_messages') or 0} --tool {tool}"
     ratio = m["150"]["latency_ms"] / m["15"]["latency_ms"]
     window = r.get("window_messages") or 0
     worst = max(v["history_bytes"] or 0 for v in m.values()) / 1000
     return f"""
 ## Cost vs conversation length
 
-Produced by `.venv/bin/python -m bench.conversation_length --turns {r["turns"]} --window {window}` (same parts
-as above, one conversation of {r["turns"]} turns on `{AGENT}` with a context policy of `window_messages` =
-{window}, as the admin assistant has; each turn a user message with ~3 KB of pasted text,
-one `get_lead` call, a text reply; `max_turns_per_run` lifted so the conversation continues-as-new
-when the server suggests it). **History bytes per turn**: the size of the events the turn added to
-its run's history. **Latency**: `submit_message` signal sent → `wait_reply` answered, median of that
-turn and the {WINDOW - 1} before it.
+Produced by `.venv/bin/python -m bench.conversation_length {command}`
+(same parts as above, one conversation of {r["turns"]} turns on `{TOOLS[tool][0]}` with a context policy of
+`window_messages` = {window}, as the admin assistant has; each turn a user message with ~3 KB of pasted
+text, one `{tool}` call (result: {result}), a text reply;
+`max_turns_per_run` lifted so the conversation continues-as-new when the server suggests it).
+**History bytes per turn**: the size of the events the turn added to its run's history.
+**Latency**: `submit_message` signal sent → `wait_reply` answered, median of that turn and the
+{WINDOW - 1} before it; the machine is shared (2 cores), so compare latencies within one run (two
+runs of this bench measured turn 15 at 157 ms and at 300 ms, turn 150 at 1.15 x and 1.21 x of it).
+**Before**: the same bench on the code before tool results left workflow history (`--before`,
+commit {commit}), history added and latency.
 
-| turn | history added | latency |
-|---|---|---|
+| turn | history added | latency | before |
+|---|---|---|---|
 {rows}
 
 | target | measured | |
@@ -138,11 +168,22 @@ turn and the {WINDOW - 1} before it.
 Messages live in PostgreSQL (`conversation_messages`): a model call's input is the sequence numbers of
 its window and the tool names, so it no longer grows with the conversation (on main, a 151-turn
 conversation's model input grew from 12 KB to 300 KB, and a late turn added ~830 KB of history).
-What a turn still puts into history: the user's message once (the signal), each tool result once
-(the tool activity's result), the model's reply once (`call_model`'s result). Runs end by the
+A tool result is stored by the activity that produces it, in the transaction of its audit row, and
+the activity answers with an envelope of ~150 bytes (sequence number, call id, tool, ok, error
+code, estimated tokens, queued emails): the 8 KB result that rode in history before is gone from
+it. What a turn still puts into history: the user's message once (the signal), the tool calls'
+arguments (the tool activities' input) and the model's reply once (`call_model`'s result, which the
+workflow needs: the tool calls it decides on, the text `wait_reply` answers). Runs end by the
 server's continue-as-new suggestion, which the event count reaches first now that the bytes stay
 small ({m["1000"]["history_events"] if "1000" in m else "?"} events per turn at turn 1,000).
 {unbounded()}"""
+
+
+def was(before: dict[str, Any] | None) -> str:
+    if not before:
+        return ""
+    size = f"{before['history_bytes'] / 1000:.1f} KB" if before.get("history_bytes") else "(new run)"
+    return f"{size}, {before['latency_ms']:.0f} ms"
 
 
 def unbounded() -> str:
@@ -154,32 +195,51 @@ def unbounded() -> str:
     worst = max(v["history_bytes"] or 0 for v in m.values()) / 1000
     ratio = m["150"]["latency_ms"] / m["15"]["latency_ms"]
     return f"""
-Without a context policy (`--window 0`: the model sees up to 200 messages, the default) the history
-per turn stays flat too ({worst:.1f} KB at most, {r["runs"]} runs for {r["turns"]} turns), but turn 150
-took {ratio:.2f} x turn 15 ({m["15"]["latency_ms"]:.0f} ms, {m["150"]["latency_ms"]:.0f} ms): the model's
-input, loaded from the store, grows until the window is full (50 turns of four messages here), and with it the
-work of loading and sending it. That is the model's context, which the policy bounds, not workflow history.
+Without a context policy (`--window 0`: the model sees up to 200 messages, the default; measured
+with `--tool {r.get("tool", "get_lead")}`) the history per turn stays flat too ({worst:.1f} KB at most,
+{r["runs"]} runs for {r["turns"]} turns), but turn 150 took {ratio:.2f} x turn 15
+({m["15"]["latency_ms"]:.0f} ms, {m["150"]["latency_ms"]:.0f} ms): the model's input, loaded from
+the store, grows until the window is full (50 turns of four messages here), and with it the work of
+loading and sending it. That is the model's context, which the policy bounds, not workflow history.
 """
 
 
-async def main(turns: int, window: int | None) -> dict[str, Any]:
+async def main(turns: int, window: int | None, tool: str) -> dict[str, Any]:
+    agent = TOOLS[tool][0]
     with tempfile.TemporaryDirectory(prefix="countersign-bench-") as tmp:
         root = Path(tmp)
         async with (
             stack.postgres(root) as url,
             stack.temporal(root, "length", stack.ServerSetup()) as server,
-            stack.parts(url, server.config, Scenario.model_validate(SCENARIO)) as parts,
+            stack.parts(url, server.config, Scenario.model_validate(scenario(tool))) as parts,
             stack.in_process_worker(parts, {}) as worker,
         ):
-            if window is not None:  # the bench's own database: the agent's model sees `window` messages
-                async with worker.engine.begin() as conn:
-                    await conn.execute(insert(ContextPolicy).values(agent=AGENT, window_messages=window))
-            return {"window_messages": window} | await measure(worker, turns)
+            async with worker.engine.begin() as conn:  # the bench's own database
+                await conn.execute(delete(ContextPolicy).where(ContextPolicy.agent == agent))
+                if window is not None:  # the agent's model sees `window` messages
+                    await conn.execute(insert(ContextPolicy).values(agent=agent, window_messages=window))
+                description = "a task of the benchmark, with a description of a realistic length " * 2
+                tasks = [
+                    {
+                        "tenant_id": "acme",
+                        "title": f"bench task {i}",
+                        "description": description,
+                        "created_by": "bench",
+                    }
+                    for i in range(ROWS)
+                ]
+                await conn.execute(insert(Task).values(tasks))
+            return {"window_messages": window, "tool": tool} | await measure(worker, turns, agent)
 
 
-def write(results: dict[str, Any]) -> None:
+def write(results: dict[str, Any], before: str | None = None) -> None:
     """Save the results and rewrite the `bench.conversation_length` section of docs/benchmark.md."""
-    (RESULTS if results["window_messages"] else UNBOUNDED).write_text(json.dumps(results, indent=2) + "\n")
+    if before is not None:
+        path = BEFORE
+        results["commit"] = before
+    else:
+        path = RESULTS if results["window_messages"] else UNBOUNDED
+    path.write_text(json.dumps(results, indent=2) + "\n")
     text = section()
     if text:  # "" until a run with a context policy is saved
         put_section(MARKDOWN, "bench.conversation_length", text)
@@ -190,5 +250,9 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--turns", type=int, default=1000)
     parser.add_argument("--window", type=int, default=20, help="the agent's window_messages (0: no policy)")
+    parser.add_argument(
+        "--tool", choices=sorted(TOOLS), default="query_records", help="each turn's tool call"
+    )
+    parser.add_argument("--before", metavar="COMMIT", help="save as the comparison run of the code at COMMIT")
     args = parser.parse_args()
-    write(asyncio.run(main(args.turns, args.window or None)))
+    write(asyncio.run(main(args.turns, args.window or None, args.tool)), args.before)

@@ -22,7 +22,7 @@ from countersign.chat import ChatMessage, ModelRequest
 from countersign.conversation import ConversationContext, ConversationResult, StartConversation, StatusView
 from countersign.db.engine import session_factory
 from countersign.policy import offered_tools
-from countersign.tooling import CallerContext, ToolInvocation
+from countersign.tooling import CallerContext, ToolInvocation, ToolResult
 from workflows.agent import AgentWorkflow
 
 TENANT, REQUESTER, APPROVER, AGENT = "acme", "alice", "bob", "lead-qualifier"
@@ -228,6 +228,7 @@ class InProcessLoop:
                 result = await self._tools.execute_tool(
                     self._invocation(context, run_id, call.id, call.name, call.arguments)
                 )
+                assert isinstance(result, ToolResult)  # no store_seq: the whole result
                 messages.append(
                     ChatMessage(
                         role="tool", tool_call_id=call.id, name=call.name, content=result.to_content()

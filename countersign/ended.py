@@ -19,6 +19,7 @@ from countersign.config import Settings
 from countersign.conversation import StartConversation, StatusView
 from countersign.db.engine import create_engine, session_factory
 from countersign.saga import EndedRollback, RollbackOutcome, RollbackRequest
+from countersign.tooling import stored_at
 from workflows.rollback import ROLLBACK_WORKFLOW_TYPE
 
 
@@ -36,6 +37,19 @@ async def stored_transcript(settings: Settings, workflow_id: str) -> list[ChatMe
     """Every message of the conversation, all runs, in order (empty for one from before the store)."""
     messages: list[ChatMessage] = await with_store(settings, lambda s: s.load(workflow_id))
     return messages
+
+
+async def with_stored_results(
+    settings: Settings, workflow_id: str, messages: list[ChatMessage]
+) -> list[ChatMessage]:
+    """`messages` from the `transcript` query with each tool result it shows only the envelope of
+    (`stored_at`: the body never entered workflow history) read from the conversation store. As
+    they are without a DATABASE_URL."""
+    seqs = [seq for m in messages if m.role == "tool" and (seq := stored_at(m.content)) is not None]
+    if not seqs or not settings.database_url:
+        return messages
+    stored: dict[int, ChatMessage] = await with_store(settings, lambda s: s.at(workflow_id, seqs))
+    return [stored.get(stored_at(m.content) or -1, m) if m.role == "tool" else m for m in messages]
 
 
 async def full_transcript(client: Client, settings: Settings, workflow_id: str) -> list[ChatMessage]:

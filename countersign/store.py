@@ -16,6 +16,7 @@ from __future__ import annotations
 from pydantic import BaseModel, Field
 
 from countersign.chat import ChatMessage, Role, Usage
+from countersign.tooling import StoredResult, ToolInvocation, ToolResult, queued_emails, result_for_model
 
 PROMPT_SEQ = 0  # the system prompt, stored when the conversation starts
 # Without a policy row the model sees at most this many messages (what continue-as-new used to carry).
@@ -70,6 +71,15 @@ class AppendMessages(BaseModel):
     messages: list[StoredMessage]
 
 
+class RepliedTurn(BaseModel):
+    """Which turn answered a user message in an earlier run (`Cursor.answered`): its reply is
+    read back from the store."""
+
+    workflow_id: str
+    message_id: str
+    turn: int
+
+
 class SummaryRequest(BaseModel):
     """Fold the messages `seqs` (and the previous summary, if any) into a new summary at `seq`."""
 
@@ -95,6 +105,41 @@ def envelope_of(seq: int, message: ChatMessage, error: str | None = None) -> Env
         tool_call_id=message.tool_call_id,
         name=message.name,
         error=error,
+    )
+
+
+def tool_message(invocation: ToolInvocation, result: ToolResult) -> tuple[StoredMessage, StoredResult]:
+    """The tool message a call's result becomes (at `invocation.store_seq`) and the envelope the
+    workflow keeps of it. The same pure function for the activity that stores a result it produced
+    and for the workflow's own refusals, so both count tokens and queued emails alike."""
+    seq = invocation.store_seq if invocation.store_seq is not None else -1
+    answer = result_for_model(invocation, result)
+    message = ChatMessage(
+        role="tool", tool_call_id=invocation.call_id, name=invocation.tool, content=answer.to_content()
+    )
+    data = result.data if result.ok and isinstance(result.data, dict) else {}
+    stored = StoredResult(
+        seq=seq,
+        call_id=invocation.call_id,
+        tool=invocation.tool,
+        ok=result.ok,
+        code=result.code,
+        needs=sorted(result.needs) if result.needs is not None else None,
+        tokens=estimate_tokens(message),
+        outbox=queued_emails(invocation.tool, data),
+    )
+    return StoredMessage(seq=seq, message=message), stored
+
+
+def stored_envelope(result: StoredResult) -> Envelope:
+    """The window's envelope of a stored tool result (as `envelope_of` its message would be)."""
+    return Envelope(
+        seq=result.seq,
+        role="tool",
+        tokens=result.tokens,
+        tool_call_id=result.call_id,
+        name=result.tool,
+        error=result.code,
     )
 
 

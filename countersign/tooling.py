@@ -12,6 +12,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from countersign.bounds import loads_bounded
+
 Risk = Literal["low", "medium", "high"]
 Category = Literal["read", "write", "external"]
 Tier = Literal["always_allow", "needs_approval", "blocked"]
@@ -67,6 +69,10 @@ class ToolResult(BaseModel):
     def to_content(self) -> str:
         """The tool message content the model reads."""
         return json.dumps(self.envelope(), default=str, separators=(",", ":"))
+
+    @property
+    def code(self) -> ErrorCode | None:
+        return self.error.code if self.error else None
 
 
 class McpTool(BaseModel):
@@ -148,8 +154,17 @@ class ToolInvocation(BaseModel):
     turn: int = 0
     approved_by: str | None = None
     # The model's arguments when the approver edited them (`arguments` then holds the edit): the
-    # audit keeps both (tool_executions.args and edited_args).
+    # audit keeps both (tool_executions.args and edited_args), and the model is told of the edit.
     model_arguments: str | None = None
+    # Conversations since the tool-results-stored patch: the sequence number at which the activity
+    # that produces the call's result stores it as a tool message (conversation store), answering
+    # with a `StoredResult`. None: the activity answers with the whole `ToolResult`.
+    store_seq: int | None = None
+
+    @property
+    def arguments_edited(self) -> bool:
+        """`arguments` are an approver's edit."""
+        return self.model_arguments is not None
 
 
 class McpCall(BaseModel):
@@ -157,3 +172,70 @@ class McpCall(BaseModel):
 
     invocation: ToolInvocation
     spec: ToolSpec
+
+
+# --- tool results in the conversation store --------------------------------------------------
+
+# Tools whose results name queued outbox rows the workflow delivers after the turn's undo window
+# (`outbox_id` with status "queued", or `outbox_ids`). Named, not inferred from a result's shape:
+# an MCP tool's result may say anything.
+QUEUES_EMAIL = frozenset({"send_email", "send_email_to_contact", "schedule_meeting", "confirm_meeting"})
+
+
+def queued_emails(tool: str, data: dict[str, Any]) -> list[int]:
+    """The outbox rows a tool call's result queued (none for other tools, and nothing but ints)."""
+    if tool not in QUEUES_EMAIL:
+        return []
+    if data.get("status") == "queued" and isinstance(data.get("outbox_id"), int):
+        return [data["outbox_id"]]
+    ids = data.get("outbox_ids")
+    return [i for i in ids if isinstance(i, int)] if isinstance(ids, list) else []
+
+
+def result_for_model(invocation: ToolInvocation, result: ToolResult) -> ToolResult:
+    """The result the model reads: a call that ran with an approver's edited arguments says so."""
+    if not (invocation.arguments_edited and result.ok):
+        return result
+    edited, _ = loads_bounded(invocation.arguments)  # validated by record_decision: always an object
+    return result.model_copy(update={"data": {"result": result.data, "arguments_edited_by_approver": edited}})
+
+
+class StoredResult(BaseModel):
+    """What workflow history carries of a tool result stored in the conversation store: never its
+    body, only what the workflow decides by (ok, the error code, emails to deliver) and what its
+    context window counts (the stored message's estimated tokens)."""
+
+    seq: int
+    call_id: str
+    tool: str
+    ok: bool
+    code: ErrorCode | None = None
+    needs: list[str] | None = None  # the fields the tool asks for (`{"ok": false, "needs": ...}`)
+    tokens: int = 0
+    outbox: list[int] = Field(default_factory=list)  # emails the call queued (QUEUES_EMAIL tools)
+
+    def stub(self) -> str:
+        """The tool message content the `transcript` query shows in place of the body: valid JSON
+        with the envelope's fields and where the body is (`stored_at`, see `stored_at`)."""
+        shown: dict[str, Any] = {"ok": self.ok}
+        if self.code is not None:
+            shown["error"] = {"code": self.code}
+        if self.needs is not None:
+            shown["needs"] = self.needs
+        return json.dumps(shown | {STORED_AT: self.seq}, separators=(",", ":"))
+
+
+STORED_AT = "stored_at"
+
+
+def stored_at(content: str | None) -> int | None:
+    """The sequence number a `StoredResult.stub` names (None for any other content): a real
+    envelope never has this key, so the stub cannot be mistaken for a tool's answer."""
+    if not content or STORED_AT not in content:
+        return None
+    try:
+        shown = json.loads(content)
+    except ValueError:
+        return None
+    seq = shown.get(STORED_AT) if isinstance(shown, dict) else None
+    return seq if isinstance(seq, int) else None

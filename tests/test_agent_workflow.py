@@ -49,7 +49,7 @@ async def test_one_turn_searches_reads_and_answers(agent: AgentHarness, db_engin
 
     assert result.last_reply == "[scripted model] Jane Doe is a new lead."
     assert result.usage.model_calls == 3 and result.usage.tool_calls == 2
-    transcript = await handle.query(AgentWorkflow.transcript)
+    transcript = await agent.transcript(handle)
     assert [m.role for m in transcript] == [
         "system",
         "user",
@@ -86,7 +86,7 @@ async def test_acme_search_never_returns_globex_rows(agent: AgentHarness, db_eng
     for tenant, user in (("acme", "alice"), ("globex", "dave")):
         handle = await agent.start("list everyone", tenant=tenant, user=user, single_turn=True)
         await handle.result()
-        (found,) = tool_results(await handle.query(AgentWorkflow.transcript))
+        (found,) = tool_results(await agent.transcript(handle))
         ids = {row["id"] for row in found["data"]["leads"]}
         async with db_engine.connect() as conn:
             from countersign.db.schema import Lead
@@ -116,7 +116,7 @@ async def test_bad_model_output_is_fed_back_not_fatal(agent: AgentHarness) -> No
     handle = await agent.start("do something odd", single_turn=True)
     result = await handle.result()
     assert result.last_reply == "[scripted model] I could not do that."
-    unknown, identity, too_many, missing = tool_results(await handle.query(AgentWorkflow.transcript))
+    unknown, identity, too_many, missing = tool_results(await agent.transcript(handle))
     assert unknown["error"]["code"] == "UNKNOWN_TOOL"
     assert identity["error"]["code"] == "VALIDATION_ERROR"
     assert (

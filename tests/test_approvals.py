@@ -107,7 +107,7 @@ async def test_rejected_by_signal_tells_the_model(
         AgentWorkflow.reject, RejectSignal(call_id=waiting.call_id, approver="bob", reason="not yet")
     )
     await handle.result()
-    result = last_tool_result(await handle.query(AgentWorkflow.transcript))
+    result = last_tool_result(await agent.transcript(handle))
     assert result["error"]["code"] == "REJECTED" and "not yet" in result["error"]["message"]
     assert await lead_status(db_engine, "acme") == "new"
     (row,) = await audit(db_engine, handle.id)
@@ -121,7 +121,7 @@ async def test_unanswered_approval_expires_after_reminding(
     handle = await agent.start("qualify jane", single_turn=True)
     await pending(handle)
     await handle.result()  # the time-skipping server jumps the 24 h timer
-    result = last_tool_result(await handle.query(AgentWorkflow.transcript))
+    result = last_tool_result(await agent.transcript(handle))
     assert result["error"]["code"] == "EXPIRED"
     assert await lead_status(db_engine, "acme") == "new"
     (row,) = await audit(db_engine, handle.id)
@@ -223,7 +223,7 @@ async def test_edited_arguments_are_validated_and_reported(
     )
     await handle.result()
     assert await lead_status(db_engine, "acme") == "contacted"
-    result = last_tool_result(await handle.query(AgentWorkflow.transcript))
+    result = last_tool_result(await agent.transcript(handle))
     assert result["ok"] and result["data"]["arguments_edited_by_approver"]["new_status"] == "contacted"
 
 
@@ -250,9 +250,7 @@ async def test_parallel_calls_are_decided_independently_in_any_order(
         handle, AgentWorkflow.decide, Decision(call_id=first.call_id, decision="reject", approver="bob")
     )
     await handle.result()
-    results = [
-        json.loads(m.content or "") for m in await handle.query(AgentWorkflow.transcript) if m.role == "tool"
-    ]
+    results = [json.loads(m.content or "") for m in await agent.transcript(handle) if m.role == "tool"]
     assert [r["ok"] for r in results] == [False, True, True]
     assert results[0]["error"]["code"] == "REJECTED"
     assert await lead_status(db_engine, "acme") == "qualified"

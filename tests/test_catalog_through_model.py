@@ -133,7 +133,7 @@ async def test_every_tool_runs_through_the_model_and_rolls_back(
     turn = await execute_update(handle, AgentWorkflow.wait_turn, 1)
     assert turn is not None and turn.reply == "[scripted model] checked"
 
-    transcript = await handle.query(AgentWorkflow.transcript)
+    transcript = await agent.transcript(handle)
     results = {m.name: json.loads(m.content or "") for m in transcript if m.role == "tool"}
     failed = {name: r for name, r in results.items() if not r["ok"]}
     assert not failed, failed

@@ -49,9 +49,11 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from temporalio.client import WorkflowExecutionStatus, WorkflowHandle, WorkflowQueryFailedError
 from temporalio.service import RPCError
 
+from countersign.chat import ChatMessage
 from countersign.conversation import Limits
 from countersign.db import schema, seed
 from countersign.db.schema import AgentProfile, AgentToolPermission, ToolExecution
+from countersign.ended import with_stored_results
 from countersign.scripted_model.scenario import Reply, ScriptedCall
 from countersign.scripted_model.server import Fault, completion
 from tests.fixtures.agent import AgentHarness
@@ -147,8 +149,9 @@ async def audit_rows(engine: AsyncEngine, workflow_id: str) -> list[Any]:
 QUERY_TIMEOUT = timedelta(seconds=120)
 
 
-async def transcript_of(handle: WorkflowHandle[Any, Any]) -> list[dict[str, Any]]:
-    """The transcript of a completed conversation, asked twice at most.
+async def transcript_of(agent: AgentHarness, handle: WorkflowHandle[Any, Any]) -> list[dict[str, Any]]:
+    """The transcript of a completed conversation, asked twice at most, with the tool results the
+    workflow keeps only the envelopes of read from the conversation store.
 
     A second failure raises (a replay that does not reproduce the run fails every time); a first
     one is reported as a warning with its error, so an infrastructure hiccup (a deadline, the SDK's
@@ -164,7 +167,8 @@ async def transcript_of(handle: WorkflowHandle[Any, Any]) -> list[dict[str, Any]
             stacklevel=2,
         )
         transcript = await handle.query("transcript", rpc_timeout=QUERY_TIMEOUT)
-    return transcript
+    messages = [ChatMessage.model_validate(m) for m in transcript]
+    return [m.model_dump() for m in await with_stored_results(agent.settings, handle.id, messages)]
 
 
 async def make_blocking_agent(engine: AsyncEngine) -> None:
@@ -379,7 +383,7 @@ async def test_a_compromised_model_cannot_cross_tenants_skip_approval_or_exceed_
     await handle.result()  # raises if the workflow failed
     assert (await handle.describe()).status == WorkflowExecutionStatus.COMPLETED
 
-    transcript = await transcript_of(handle)
+    transcript = await transcript_of(agent, handle)
     sent = {c["id"]: c for m in transcript if m["role"] == "assistant" for c in m.get("tool_calls") or []}
     results = [m for m in transcript if m["role"] == "tool"]
     rows = await audit_rows(db_engine, handle.id)
@@ -458,7 +462,7 @@ async def test_a_planted_injection_obeyed_by_the_model_changes_nothing(
     )
     await handle.result()
 
-    transcript = await transcript_of(handle)
+    transcript = await transcript_of(agent, handle)
     results = {m["tool_call_id"]: json.loads(m["content"]) for m in transcript if m["role"] == "tool"}
     assert seed.INJECTION in json.dumps(results["c1"])  # the model did read the injection
     codes = {call_id: (r.get("error") or {}).get("code") for call_id, r in results.items()}

@@ -452,7 +452,7 @@ async def test_a_misbehaving_model_ends_the_turn_cleanly(
     assert (await handle.describe()).status == WorkflowExecutionStatus.COMPLETED
     assert turn.stop == case.stop and (turn.reply or "").startswith(case.reply), turn
 
-    transcript = await handle.query(AgentWorkflow.transcript)
+    transcript = await dev_agent.transcript(handle)
     given = {m.tool_call_id: json.loads(m.content or "") for m in transcript if m.role == "tool"}
     assert {c: (e.get("error") or {}).get("code") for c, e in given.items()} == case.envelopes
     async with db_engine.connect() as conn:

@@ -20,7 +20,7 @@ from activities.tools import ToolActivities
 from countersign.db.engine import session_factory
 from countersign.db.schema import Task, ToolExecution
 from countersign.scripted_model.server import ScriptedModelServer
-from countersign.tooling import CallerContext, ToolInvocation, ToolResult
+from countersign.tooling import CallerContext, StoredResult, ToolInvocation, ToolResult
 from tests.fixtures.agent import running_agent
 
 ALICE = CallerContext(tenant_id="acme", user_id="alice", roles=["sales"], agent="operations")
@@ -35,7 +35,7 @@ class LosesFirstCompletion(ToolActivities):
         self.attempts: list[int] = []
 
     @activity.defn(name="execute_tool")
-    async def execute_tool(self, invocation: ToolInvocation) -> ToolResult:
+    async def execute_tool(self, invocation: ToolInvocation) -> ToolResult | StoredResult:
         result = await super().execute_tool(invocation)
         self.attempts.append(activity.info().attempt)
         if activity.info().attempt == 1:

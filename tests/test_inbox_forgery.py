@@ -222,7 +222,7 @@ async def test_answer_and_end_need_a_proof_in_signed_mode(
     result = await handle.result()
     assert result.ended_by == "end by alice"
     await replayer().replay_workflow(await handle.fetch_history())  # proof checks replay deterministically
-    transcript = await handle.query(AgentWorkflow.transcript)
+    transcript = await agent.transcript(handle)
     assert json.loads([m for m in transcript if m.role == "tool"][-1].content or "")["data"] == {
         "answer": "Jane"
     }

@@ -184,7 +184,7 @@ async def test_time_server_runs_an_allowed_read_and_audits_it(
     )
     handle = await harness.start("what time is it in Paris?", agent=agent, single_turn=True)
     assert (await handle.result()).last_reply == "[scripted model] done"
-    got = results(await handle.query(AgentWorkflow.transcript))["c1"]
+    got = results(await harness.transcript(handle))["c1"]
     assert got["ok"] and got["data"]["result"]["timezone"] == "Europe/Paris"
     row = (await audit_rows(db_engine, handle.id))["c1"]
     assert (row.tool, row.outcome, row.risk, row.category) == (
@@ -222,7 +222,7 @@ async def test_invalid_and_extra_arguments_are_refused_before_approval(
     assert (
         await handle.result()
     ).last_reply == "[scripted model] gave up"  # nobody was asked: no approval waited
-    got = results(await handle.query(AgentWorkflow.transcript))
+    got = results(await harness.transcript(handle))
     assert all(got[c]["error"]["code"] == "VALIDATION_ERROR" for c in ("c1", "c2", "c3"))
     assert "tenant_id" in got["c1"]["error"]["message"] and "source_timezone" in got["c2"]["error"]["message"]
     assert got["c4"]["error"]["code"] == "UNKNOWN_TOOL"  # globex's server is not in acme's catalog
@@ -302,7 +302,7 @@ async def test_git_reads_run_and_writes_wait_for_a_reviewer_who_sees_the_hints(
     turn = await execute_update(handle, AgentWorkflow.wait_turn, 1)
     assert turn is not None and turn.reply == "[scripted model] committed"
     assert commits_or_none(repository) == ["Add notes"]
-    got = results(await handle.query(AgentWorkflow.transcript))
+    got = results(await harness.transcript(handle))
     assert "notes.txt" in got["c1"]["data"]["text"]
     rows = await audit_rows(db_engine, handle.id)
     assert (rows["c1"].approved_by, rows["c3"].approved_by, rows["c3"].outcome) == (None, "bob", "executed")
@@ -357,7 +357,7 @@ async def test_a_compromised_model_gets_nothing_past_the_gates_of_mcp_tools(
         "inject", agent=agent, single_turn=True, limits=Limits(max_tool_calls=10, approval_timeout_s=60)
     )
     assert (await handle.result()).last_reply == "[scripted model] done"
-    got = results(await handle.query(AgentWorkflow.transcript))
+    got = results(await harness.transcript(handle))
     codes = [got[f"c{i}"]["error"]["code"] for i in range(1, len(hostile) + 1)]
     assert codes == [
         "EXPIRED",
@@ -437,7 +437,7 @@ async def test_http_server_gets_the_call_id_and_the_secret_header_and_results_ar
     )
     handle = await harness.start("go", agent=agent, single_turn=True)
     assert (await handle.result()).last_reply == "[scripted model] done"
-    got = results(await handle.query(AgentWorkflow.transcript))
+    got = results(await harness.transcript(handle))
     echoed = got["c1"]["data"]["result"]
     assert echoed["text"] == "hi" and echoed["meta"]["countersign/call_id"] == f"{handle.id}:c1"
     assert echoed["authorization"] == "[REDACTED]"  # the server got it; the model, history, audit do not
@@ -482,7 +482,7 @@ async def test_a_server_down_or_changed_gives_an_envelope_not_a_stuck_turn(
     await handle.signal(AgentWorkflow.submit_message, SubmitMessage(user_id="alice", text="echo 4"))
     assert await reply_to(handle, 4) == "[scripted model] answered"
 
-    got = results(await handle.query(AgentWorkflow.transcript))
+    got = results(await harness.transcript(handle))
     assert got["c1"]["ok"]
     assert "no longer registered" in got["c4"]["error"]["message"]
     assert got["c2"]["error"]["code"] == "INTERNAL_ERROR" and "unavailable" in got["c2"]["error"]["message"]

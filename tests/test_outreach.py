@@ -15,6 +15,7 @@ from countersign.conversation import EndConversation
 from countersign.db.schema import EmailDraft, EmailOutbox, Lead
 from countersign.db.seed import seed
 from countersign.saga import RollbackRequest
+from countersign.tooling import queued_emails
 from tests.fixtures.agent import AgentHarness
 from tests.fixtures.smtp import SmtpServer
 from tests.fixtures.updates import execute_update
@@ -23,7 +24,7 @@ from tests.test_saga import rolled_back
 from tests.test_tools_catalog import call, context, failure, run, undo
 from tools import REGISTRY
 from tools.registry import Needs
-from workflows.agent import AgentWorkflow, queued_emails
+from workflows.agent import AgentWorkflow
 
 HOSTILE_HTML = (
     '<p onclick="steal()">Hello <b>Jane</b><script>alert(1)</script>'

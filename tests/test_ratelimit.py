@@ -22,7 +22,6 @@ from countersign.ratelimit import RateLimit, RateLimits, refill, take
 from countersign.scripted_model.server import ScriptedModelServer
 from countersign.tooling import CallerContext, ToolInvocation
 from tests.fixtures.agent import running_agent
-from workflows.agent import AgentWorkflow
 
 T0 = datetime(2030, 1, 1, tzinfo=UTC)
 ONE_AT_A_TIME = RateLimits(per_tool={"search_leads": RateLimit(per_s=0.001, burst=2)})
@@ -134,7 +133,7 @@ async def test_the_model_sees_rate_limited(
         )
         handle = await agent.start("search three times", single_turn=True)
         assert (await handle.result()).last_reply == "[scripted model] done"
-        transcript = await handle.query(AgentWorkflow.transcript)
+        transcript = await agent.transcript(handle)
 
     results = [json.loads(m.content or "") for m in transcript if m.role == "tool"]
     limited = [r["error"] for r in results if not r["ok"]]

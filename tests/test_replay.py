@@ -85,3 +85,18 @@ def test_a_recorded_history_covers_the_message_store() -> None:
     """Conversations since the message store (`message-store` patch) replay too."""
     path = next(p for p in HISTORIES if p.stem == "message_store_two_turns")
     assert "message-store" in patches(path)
+
+
+def test_recorded_histories_cover_tool_results_in_the_store() -> None:
+    """Conversations since tool results left history (`tool-results-stored` patch) replay too: a
+    run whose tool activities stored a result and a refusal, and one whose `wait_reply` read an
+    earlier run's reply from the store (`load_turn_reply`)."""
+    for stem in ("tool_results_stored_refusal_carried", "tool_results_stored_earlier_reply"):
+        assert "tool-results-stored" in patches(next(p for p in HISTORIES if p.stem == stem))
+    earlier = next(p for p in HISTORIES if p.stem == "tool_results_stored_earlier_reply")
+    local = [
+        e.marker_recorded_event_attributes.details["data"].payloads[0].data
+        for e in WorkflowHistory.from_json(earlier.stem, earlier.read_text()).events
+        if e.marker_recorded_event_attributes.marker_name == "core_local_activity"
+    ]
+    assert any(b'"activity_type":"load_turn_reply"' in data for data in local)

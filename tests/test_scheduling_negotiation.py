@@ -257,7 +257,7 @@ async def test_negotiation_through_the_workflow_emails_proposals_then_invites(
     handle = await agent.start("meet bob on Monday", agent="scheduler")
     first = await execute_update(handle, AgentWorkflow.wait_turn, 1)
     assert first is not None and first.reply == "[scripted model] Proposed five times to Bob."
-    transcript = await handle.query(AgentWorkflow.transcript)
+    transcript = await agent.transcript(handle)
     proposal = json.loads([m for m in transcript if m.role == "tool"][-1].content or "")["data"]
     assert len(proposal["slots"]) == 5 and proposal["session"] is not None
 

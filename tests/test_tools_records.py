@@ -19,7 +19,7 @@ from activities.tools import ToolActivities, validate
 from countersign.db.engine import session_factory
 from countersign.db.schema import Lead, Notification, Task, ToolExecution
 from countersign.guards import sanitize
-from countersign.tooling import CallerContext, ToolInvocation
+from countersign.tooling import CallerContext, ToolInvocation, ToolResult
 from tools import REGISTRY
 from tools.records import COLLECTIONS, NEVER_WRITABLE
 from tools.registry import ToolArgs, ToolContext, ToolFailure
@@ -536,7 +536,7 @@ async def test_write_record_through_the_activity_is_idempotent(db_engine: AsyncE
     try:
         first = await activities.execute_tool(invocation)
         second = await activities.execute_tool(invocation)
-        assert first.ok and second == first
+        assert isinstance(first, ToolResult) and first.ok and second == first
         async with sessions() as session:
             created = await session.scalars(select(Lead.id).where(Lead.name == "Once Only"))
             assert list(created) == [first.data["id"]]

@@ -83,6 +83,7 @@ with workflow.unsafe.imports_passed_through():
         AppendMessages,
         Cursor,
         Envelope,
+        RepliedTurn,
         StoredMessage,
         Summarized,
         SummaryRequest,
@@ -90,8 +91,19 @@ with workflow.unsafe.imports_passed_through():
         envelope_of,
         remember_answer,
         select_window,
+        stored_envelope,
+        tool_message,
     )
-    from countersign.tooling import CallerContext, McpCall, ToolInvocation, ToolResult, ToolSpec
+    from countersign.tooling import (
+        CallerContext,
+        McpCall,
+        StoredResult,
+        ToolInvocation,
+        ToolResult,
+        ToolSpec,
+        queued_emails,
+        result_for_model,
+    )
 
 # Activities whose I/O is PostgreSQL retry without an attempt cap for up to DB_OUTAGE_TOLERANCE: a
 # database restart or failover delays a call, it does not fail it.
@@ -146,20 +158,13 @@ NOTICE_TIMEOUT = timedelta(seconds=60)
 # an unreachable mail server or webhook then leaves them queued in the outboxes, for operators.
 NOTICE_GRACE = timedelta(seconds=2)
 
-# Tools whose results name queued outbox rows the workflow delivers after the turn's undo window
-# (`outbox_id` with status "queued", or `outbox_ids`). Named, not inferred from a result's shape:
-# an MCP tool's result may say anything.
-QUEUES_EMAIL = frozenset({"send_email", "send_email_to_contact", "schedule_meeting", "confirm_meeting"})
-
-
-def queued_emails(tool: str, data: dict[str, Any]) -> list[int]:
-    """The outbox rows a tool call's result queued (none for other tools, and nothing but ints)."""
-    if tool not in QUEUES_EMAIL:
-        return []
-    if data.get("status") == "queued" and isinstance(data.get("outbox_id"), int):
-        return [data["outbox_id"]]
-    ids = data.get("outbox_ids")
-    return [i for i in ids if isinstance(i, int)] if isinstance(ids, list) else []
+# Patch id: conversations started since tool results left workflow history: the activity that
+# produces a call's result (or records its refusal) stores it as the tool message, at a sequence
+# number the workflow allocated when the model asked for the call, and answers with a small
+# `StoredResult`. Older histories replay as they ran (bodies in activity results).
+TOOL_RESULTS_STORED = "tool-results-stored"
+# What a tool call gives the turn: the whole result (before TOOL_RESULTS_STORED), or its envelope.
+CallResult = ToolResult | StoredResult
 
 
 def call_summary(tool: str, arguments: str) -> str:
@@ -247,6 +252,8 @@ class AgentWorkflow:
         self._ended_by: str | None = None
         self._last_error: str | None = None
         self._stored = False  # message bodies in the conversation store (MESSAGE_STORE); set by run
+        # tool results stored by their activities (asked here, like APPROVAL_NOTICES; needs MESSAGE_STORE)
+        self._results_stored = workflow.patched(TOOL_RESULTS_STORED)
         self._cursor = carried.cursor if carried and carried.cursor else Cursor(next_seq=PROMPT_SEQ + 1)
 
     # --- the conversation -------------------------------------------------------------------
@@ -261,6 +268,7 @@ class AgentWorkflow:
             )
         start = self._start
         self._stored = workflow.patched(MESSAGE_STORE)
+        self._results_stored = self._results_stored and self._stored
         if start.carried is None or workflow.patched(HOSTILE_INPUT):
             await self._verify_carried(start)
             context = await self._load_context(start)
@@ -403,10 +411,14 @@ class AgentWorkflow:
         transcript query)."""
         seq = self._next_seq() if seq is None else seq
         self._cursor.recent.append(envelope_of(seq, message, error))
+        self._keep_in_transcript(message)
+        return StoredMessage(seq=seq, message=message)
+
+    def _keep_in_transcript(self, message: ChatMessage) -> None:
+        """Add `message` to the `transcript` query's latest TRANSCRIPT_KEPT (after the prompt)."""
         self._messages.append(message)
         prompt = 1 if self._messages[0].role == "system" else 0
         del self._messages[prompt : max(prompt, len(self._messages) - TRANSCRIPT_KEPT)]
-        return StoredMessage(seq=seq, message=message)
 
     def _next_seq(self) -> int:
         self._cursor.next_seq += 1
@@ -587,25 +599,17 @@ class AgentWorkflow:
             if not assistant.tool_calls:
                 return await self._end_turn(turn, "completed", assistant.content)
             budget = tool_call_budget(self._limits, turn)
+            # allocated in call order before any call runs: each result is stored where it belongs
+            seqs = [self._next_seq() if self._results_stored else None for _ in assistant.tool_calls]
             results = await asyncio.gather(
                 *(
-                    self._handle_call(context, tools, call, i < budget)
-                    for i, call in enumerate(assistant.tool_calls)
+                    self._handle_call(context, tools, call, i < budget, seq)
+                    for i, (call, seq) in enumerate(zip(assistant.tool_calls, seqs, strict=True))
                 )
             )
             ran = Usage(tool_calls=min(budget, len(results)))
             turn, self._usage = turn.plus(ran), self._usage.plus(ran)
-            answers = [
-                ChatMessage(role="tool", tool_call_id=call.id, name=call.name, content=result.to_content())
-                for call, result in zip(assistant.tool_calls, results, strict=True)
-            ]
-            if self._stored:
-                errors = [r.error.code if r.error else None for r in results]
-                await self._append(
-                    context, [self._record(m, e) for m, e in zip(answers, errors, strict=True)]
-                )
-            else:
-                self._messages += answers
+            await self._keep_results(context, assistant.tool_calls, results)
             failed_write = self._failed_write(tools, assistant.tool_calls, results)
             if failed_write and context.agent.atomic_turns:
                 undo = self._saga.to_undo("turn", self._turn)
@@ -619,14 +623,36 @@ class AgentWorkflow:
                     turn, "limit_reached", f"LIMIT_REACHED: the turn reached max_tool_calls ({limit})."
                 )
 
+    async def _keep_results(
+        self, context: ConversationContext, calls: list[ToolCall], results: list[CallResult]
+    ) -> None:
+        """Keep a batch's results in call order: the envelope of one its activity stored (since
+        TOOL_RESULTS_STORED), else the message, stored here (since MESSAGE_STORE)."""
+        batch: list[StoredMessage] = []
+        for call, result in zip(calls, results, strict=True):
+            if isinstance(result, StoredResult):
+                self._cursor.recent.append(stored_envelope(result))
+                stub = ChatMessage(role="tool", tool_call_id=call.id, name=call.name, content=result.stub())
+                self._keep_in_transcript(stub)
+                continue
+            message = ChatMessage(
+                role="tool", tool_call_id=call.id, name=call.name, content=result.to_content()
+            )
+            if self._stored:
+                batch.append(self._record(message, result.code))
+            else:
+                self._messages.append(message)
+        if batch:
+            await self._append(context, batch)
+
     @staticmethod
     def _failed_write(
-        tools: dict[str, ToolSpec], calls: list[ToolCall], results: list[ToolResult]
+        tools: dict[str, ToolSpec], calls: list[ToolCall], results: list[CallResult]
     ) -> str | None:
         """The first write of this batch that failed for good (not a refusal or a question), if any."""
         for call, result in zip(calls, results, strict=True):
             spec = tools.get(call.name)
-            failed = result.error is not None and result.error.code in (
+            failed = result.code in (
                 "INTERNAL_ERROR",
                 "CONFLICT",
                 "NOT_FOUND",
@@ -647,7 +673,10 @@ class AgentWorkflow:
     async def _end_turn(self, usage: Usage, stop: TurnStop, reply: str | None) -> None:
         if stop != "completed":
             self._last_error = reply
-            message = ChatMessage(role="assistant", content=reply)
+            # since TOOL_RESULTS_STORED the note names how the turn stopped (for `wait_reply`)
+            message = ChatMessage(
+                role="assistant", content=reply, name=stop if self._results_stored else None
+            )
             if self._stored and self._context:
                 await self._append(self._context, [self._record(message)])
             else:
@@ -713,9 +742,15 @@ class AgentWorkflow:
     # --- one tool call ----------------------------------------------------------------------
 
     async def _handle_call(
-        self, context: ConversationContext, tools: dict[str, ToolSpec], call: ToolCall, within_budget: bool
-    ) -> ToolResult:
-        invocation = self._invocation(context, call)
+        self,
+        context: ConversationContext,
+        tools: dict[str, ToolSpec],
+        call: ToolCall,
+        within_budget: bool,
+        seq: int | None = None,
+    ) -> CallResult:
+        """Screen, check, approve or ask, and run one call; `seq`: where its result is stored."""
+        invocation = self._invocation(context, call, seq)
         if not within_budget:
             limit = ToolResult.failure(
                 "LIMIT_REACHED", f"max_tool_calls ({self._limits.max_tool_calls}) reached"
@@ -730,11 +765,13 @@ class AgentWorkflow:
         if not checked.ok:
             return await self._unexecuted(invocation, checked)
         if screening.action == "ask_human":
-            return await self._ask_human(context, call, str(checked.data["question"]))
+            return await self._ask_human(context, invocation, str(checked.data["question"]))
         assert screening.spec is not None
         return await self._run_after_approval(context, invocation, screening.spec)
 
-    def _invocation(self, context: ConversationContext, call: ToolCall) -> ToolInvocation:
+    def _invocation(
+        self, context: ConversationContext, call: ToolCall, seq: int | None = None
+    ) -> ToolInvocation:
         info = workflow.info()
         return ToolInvocation(
             caller=CallerContext(
@@ -749,18 +786,21 @@ class AgentWorkflow:
             tool=call.name,
             arguments=call.arguments,
             turn=self._turn,
+            store_seq=seq,
         )
 
     async def _unexecuted(
         self, invocation: ToolInvocation, result: ToolResult, reason: str | None = None
-    ) -> ToolResult:
-        """Audit a call that did not run, then hand its envelope to the model."""
+    ) -> CallResult:
+        """Audit a call that did not run, then hand its envelope to the model: since
+        TOOL_RESULTS_STORED stored with its audit row (a local activity: its input, the envelope,
+        is not recorded in history), and kept as a `StoredResult`."""
         await self._bookkeeping(
             "record_unexecuted_call",
             UnexecutedCall(invocation=invocation, result=result, reason=reason),
             f"audit {invocation.tool} ({result.error.code if result.error else 'not run'})",
         )
-        return result
+        return tool_message(invocation, result)[1] if invocation.store_seq is not None else result
 
     async def _check_arguments(self, invocation: ToolInvocation) -> ToolResult:
         spec = self._spec(invocation.tool)
@@ -805,7 +845,7 @@ class AgentWorkflow:
 
     async def _run_after_approval(
         self, context: ConversationContext, invocation: ToolInvocation, spec: ToolSpec
-    ) -> ToolResult:
+    ) -> CallResult:
         now = workflow.now()
         timeout = timedelta(seconds=context.approval.timeout_for(spec.risk, self._limits.approval_timeout_s))
         approval = Approval(
@@ -825,17 +865,12 @@ class AgentWorkflow:
         if approval.state == "approved":
             arguments = approval.edited_args or invocation.arguments
             edit = {"model_arguments": invocation.arguments} if approval.edited_args is not None else {}
-            result = await self._execute(
-                invocation.model_copy(
-                    update={"arguments": arguments, "approved_by": approval.decided_by, **edit}
-                )
+            approved = invocation.model_copy(
+                update={"arguments": arguments, "approved_by": approval.decided_by, **edit}
             )
-            if approval.edited_args is not None and result.ok:
-                edited, _ = loads_bounded(arguments)  # validated by record_decision: always an object
-                return result.model_copy(
-                    update={"data": {"result": result.data, "arguments_edited_by_approver": edited}}
-                )
-            return result
+            result = await self._execute(approved)
+            # the model is told of an approver's edit (by the tool activity, for a stored result)
+            return result_for_model(approved, result) if isinstance(result, ToolResult) else result
         if approval.state == "rejected":
             why = f": {approval.reason}" if approval.reason else ""
             refusal = ToolResult.failure("REJECTED", f"{approval.decided_by} rejected {spec.name}{why}")
@@ -985,7 +1020,10 @@ class AgentWorkflow:
 
     # --- ask_human --------------------------------------------------------------------------
 
-    async def _ask_human(self, context: ConversationContext, call: ToolCall, question: str) -> ToolResult:
+    async def _ask_human(
+        self, context: ConversationContext, invocation: ToolInvocation, question: str
+    ) -> CallResult:
+        call = ToolCall(id=invocation.call_id, name=invocation.tool, arguments=invocation.arguments)
         now = workflow.now()
         expires = now + timedelta(seconds=self._limits.answer_timeout_s)
         self._questions[call.id] = PendingQuestion(
@@ -1007,12 +1045,17 @@ class AgentWorkflow:
         await self._wait_for_people(answered())
         if call.id not in self._answers:
             return await self._unexecuted(
-                self._invocation(context, call),
+                invocation,
                 ToolResult.failure("EXPIRED", f"the user did not answer before {expires.isoformat()}"),
             )
-        return ToolResult.success({"answer": self._answers[call.id]})
+        answer = ToolResult.success({"answer": self._answers[call.id]})
+        if invocation.store_seq is None:
+            return answer
+        message, stored = tool_message(invocation, answer)  # the answer arrived by signal: stored once
+        await self._append(context, [message])
+        return stored
 
-    async def _execute(self, invocation: ToolInvocation) -> ToolResult:
+    async def _execute(self, invocation: ToolInvocation) -> CallResult:
         spec = self._spec(invocation.tool)
         entry = None
         # before the forward step: a commit that then times out is undone too. An MCP call is
@@ -1020,7 +1063,7 @@ class AgentWorkflow:
         if spec is not None and (spec.compensable or spec.mcp is not None):
             entry = self._saga.register(invocation.call_id, invocation.tool, self._turn, invocation.arguments)
         options: dict[str, Any] = {
-            "result_type": ToolResult,
+            "result_type": ToolResult if invocation.store_seq is None else StoredResult,
             "start_to_close_timeout": TOOL_CALL_TIMEOUT,
             "schedule_to_close_timeout": DB_OUTAGE_TOLERANCE,
             "retry_policy": DB_RETRY,
@@ -1029,7 +1072,7 @@ class AgentWorkflow:
             "cancellation_type": workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
         }
         try:
-            result: ToolResult = await (
+            result: CallResult = await (
                 workflow.execute_local_activity("execute_tool", invocation, **options)
                 if spec is not None and spec.local
                 else workflow.execute_activity(
@@ -1056,7 +1099,10 @@ class AgentWorkflow:
             )
             failure = ToolResult.failure("INTERNAL_ERROR", f"{invocation.tool} {why}; it did not run")
             return await self._unexecuted(invocation, failure)
-        if entry is not None and result.ok and isinstance(result.data, dict):
+        if isinstance(result, StoredResult):  # a compensation reads the result from the call's audit row
+            if entry is not None and result.ok:
+                self._outbox.extend(result.outbox)
+        elif entry is not None and result.ok and isinstance(result.data, dict):
             entry.result = result.data
             self._outbox.extend(queued_emails(invocation.tool, result.data))
         return result
@@ -1374,11 +1420,28 @@ class AgentWorkflow:
                 non_retryable=True,
             )
         if message_id not in self._replies and message_id in self._cursor.answered:
-            # answered in an earlier run: its reply is in the conversation store (`transcript`)
-            return TurnResult(
-                turn=self._cursor.answered[message_id], reply=None, stop="completed", usage=Usage()
-            )
+            # answered in an earlier run: its reply is in the conversation store
+            return await self._earlier_reply(message_id, self._cursor.answered[message_id])
         return self._replies.get(message_id)
+
+    async def _earlier_reply(self, message_id: str, turn: int) -> TurnResult:
+        """The turn an earlier run answered `message_id` with, read from the conversation store once
+        per run (then kept with this run's replies). Before TOOL_RESULTS_STORED: no reply text."""
+        if not self._results_stored:
+            return TurnResult(turn=turn, reply=None, stop="completed", usage=Usage())
+        replied = RepliedTurn(workflow_id=workflow.info().workflow_id, message_id=message_id, turn=turn)
+        try:
+            result: TurnResult = await self._bookkeeping(
+                "load_turn_reply", replied, f"load the reply to message {message_id}", TurnResult
+            )
+        except ActivityError as err:  # the store stayed out of reach: the turn, without its text
+            workflow.logger.error("reply to %s not loaded: %s", message_id, err.cause or err)
+            return TurnResult(turn=turn, reply=None, stop="completed", usage=Usage())
+        if message_id not in self._replies:
+            self._replies[message_id] = result
+            while len(self._replies) > REPLIES_KEPT:
+                del self._replies[next(iter(self._replies))]
+        return result
 
     @workflow.query(name="status")
     def status(self) -> StatusView:

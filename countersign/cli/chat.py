@@ -55,7 +55,7 @@ from countersign.conversations import (
     wait_reply,
 )
 from countersign.db import schema
-from countersign.ended import full_transcript
+from countersign.ended import full_transcript, with_stored_results
 from countersign.saga import RollbackRequest
 
 POLL_S = 0.25  # how often a running turn is looked at; nothing polls between turns
@@ -288,7 +288,8 @@ class Chat:
         status = await query_status(self.handle)
         messages = await query_transcript(self.handle)
         await self.show_decided(status)  # before the results they let through
-        for message in unseen(messages, self.last_shown):
+        shown = await with_stored_results(self.settings, self.handle.id, unseen(messages, self.last_shown))
+        for message in shown:
             text = render_message(message) if message.role != "user" else None  # the person typed it
             if text:
                 click.echo(text)

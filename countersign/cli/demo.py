@@ -13,6 +13,7 @@ from countersign.config import DATA_DIR, load_settings
 from countersign.conversation import ConversationResult, StartConversation
 from countersign.conversations import render_transcript, start_conversation
 from countersign.devstack import stack
+from countersign.ended import with_stored_results
 from countersign.temporal_client import connect
 
 DEMO = StartConversation(
@@ -35,7 +36,8 @@ def demo() -> None:
         handle = await start_conversation(client, settings, DEMO)
         click.echo(f"\nconversation {handle.id}: {DEMO.tenant_id}/{DEMO.user_id} with {DEMO.agent}\n")
         result: ConversationResult = await handle.result()
-        click.echo(render_transcript(await query_transcript(handle), scripted=settings.scripted_model))
+        messages = await with_stored_results(settings, handle.id, await query_transcript(handle))
+        click.echo(render_transcript(messages, scripted=settings.scripted_model))
         u = result.usage
         click.echo(f"\n{u.model_calls} model calls, {u.tool_calls} tool calls, {u.total_tokens} tokens")
         click.echo(f"workflow id: {handle.id}")

@@ -38,7 +38,7 @@ from countersign.chat import ModelReply, ModelRequest
 from countersign.circuit import CircuitBreaker
 from countersign.devstack.ports import free_port
 from countersign.observability.workflow_metrics import APPROVAL_WAIT, APPROVAL_WAIT_BUCKETS
-from countersign.tooling import ToolInvocation, ToolResult
+from countersign.tooling import StoredResult, ToolInvocation, ToolResult
 from tools.registry import REGISTRY
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -57,11 +57,11 @@ def tool_label(name: str) -> str:
     return name if name in REGISTRY else "unknown"
 
 
-def executed_outcome(result: ToolResult) -> str:
+def executed_outcome(result: ToolResult | StoredResult) -> str:
     """The audit outcome of a tool call that ran (as `execute_tool` writes it)."""
-    if result.error is None:
+    if result.code is None:
         return "executed"
-    return "invalid" if result.error.code in ("VALIDATION_ERROR", "UNKNOWN_TOOL") else "failed"
+    return "invalid" if result.code in ("VALIDATION_ERROR", "UNKNOWN_TOOL") else "failed"
 
 
 class _BreakerCollector(Collector):
@@ -150,7 +150,7 @@ class CountersignMetrics:
         """Count what one activity that returned did, from its input and result."""
         arg = args[0] if args else None
         if activity_type == "execute_tool" and isinstance(arg, ToolInvocation):
-            if isinstance(result, ToolResult):
+            if isinstance(result, ToolResult | StoredResult):
                 self.tool_call(arg.caller.tenant_id, arg.tool, executed_outcome(result), seconds)
                 if result.needs is not None:
                     self.tool_needs.labels(*self._tenant(arg.caller.tenant_id), tool_label(arg.tool)).inc()

@@ -35,7 +35,7 @@ from temporalio.worker import ActivityInboundInterceptor, ExecuteActivityInput, 
 from activities.audit import UnexecutedCall, outcome_of
 from countersign.chat import ModelReply, ModelRequest
 from countersign.observability.metrics import executed_outcome
-from countersign.tooling import ToolInvocation, ToolResult
+from countersign.tooling import StoredResult, ToolInvocation, ToolResult
 
 ENDPOINT_ENV = "OTEL_EXPORTER_OTLP_ENDPOINT"
 TRACER_NAME = "countersign"
@@ -92,10 +92,10 @@ def tool_attributes(invocation: ToolInvocation) -> dict[str, Any]:
     }
 
 
-def result_attributes(result: ToolResult, outcome: str) -> dict[str, Any]:
+def result_attributes(result: ToolResult | StoredResult, outcome: str) -> dict[str, Any]:
     attributes: dict[str, Any] = {"countersign.tool.outcome": outcome}
-    if result.error is not None:
-        attributes["error.type"] = result.error.code
+    if result.code is not None:
+        attributes["error.type"] = result.code
     if result.needs is not None:
         attributes["countersign.tool.needs"] = sorted(result.needs)
     return attributes
@@ -151,9 +151,9 @@ class _Spans(ActivityInboundInterceptor):
             f"execute_tool {invocation.tool}", attributes=tool_attributes(invocation)
         ) as span:
             result = await super().execute_activity(input)
-            if isinstance(result, ToolResult):
+            if isinstance(result, ToolResult | StoredResult):
                 outcome = executed_outcome(result)
                 span.set_attributes(result_attributes(result, outcome))
                 if outcome != "executed":
-                    span.set_status(Status(StatusCode.ERROR, result.error.code if result.error else None))
+                    span.set_status(Status(StatusCode.ERROR, result.code))
             return result
