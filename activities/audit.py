@@ -5,6 +5,8 @@ Executed calls are audited by the tool activity itself, in the transaction of th
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import BaseModel
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
@@ -48,23 +50,37 @@ class AuditActivities:
     async def record_unexecuted_call(self, call: UnexecutedCall) -> None:
         inv = call.invocation
         tool = REGISTRY.get(inv.tool)
-        row = {
-            "tenant_id": inv.caller.tenant_id,
-            "agent": inv.caller.agent,
-            "user_id": inv.caller.user_id,
-            "workflow_id": inv.workflow_id,
-            "run_id": inv.run_id,
-            "call_id": inv.call_id,
-            "turn": inv.turn,
-            "tool": storable(inv.tool[:200]),
-            "risk": tool.risk if tool else MCP_RISK if server_of(inv.tool) else None,
-            "category": tool.category if tool else MCP_CATEGORY if server_of(inv.tool) else None,
-            "args": redact(load_arguments_or_raw(inv.arguments)),
-            "result": redact(call.result.envelope()),
-            "outcome": outcome_of(call.result),
-            "error": storable(call.result.error.message) if call.result.error else None,
-            "decision_reason": call.reason,
-        }
+        row = audit_row(
+            inv,
+            call.result,
+            outcome_of(call.result),
+            risk=tool.risk if tool else MCP_RISK if server_of(inv.tool) else None,
+            category=tool.category if tool else MCP_CATEGORY if server_of(inv.tool) else None,
+        )
+        row["decision_reason"] = call.reason
         async with self._sessions() as session, session.begin():
             # a retried activity finds its row: one row per call, whatever happens
             await session.execute(insert(ToolExecution).values(**row).on_conflict_do_nothing())
+
+
+def audit_row(
+    inv: ToolInvocation, result: ToolResult, outcome: str, *, risk: str | None, category: str | None
+) -> dict[str, Any]:
+    """The `tool_executions` columns every audited call has: who, where, which call, what was asked
+    (redacted) and what the model was told (redacted)."""
+    return {
+        "tenant_id": inv.caller.tenant_id,
+        "agent": inv.caller.agent,
+        "user_id": inv.caller.user_id,
+        "workflow_id": inv.workflow_id,
+        "run_id": inv.run_id,
+        "call_id": inv.call_id,
+        "turn": inv.turn,
+        "tool": storable(inv.tool[:200]),
+        "risk": risk,
+        "category": category,
+        "args": redact(load_arguments_or_raw(inv.arguments)),
+        "result": redact(result.envelope()),
+        "outcome": outcome,
+        "error": storable(result.error.message) if result.error else None,
+    }
