@@ -7,12 +7,14 @@ real workflow: time-skipping Temporal server, embedded PostgreSQL, the scripted 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -24,13 +26,15 @@ from temporalio.client import WorkflowUpdateFailedError
 
 from countersign.approvals import Decision
 from countersign.conversation import EndConversation, Limits, SubmitMessage
-from countersign.db.schema import AgentProfile, McpServer, ToolExecution
+from countersign.db.schema import AgentProfile, ApprovalDecision, McpServer, ToolExecution
 from countersign.devstack.ports import free_port
 from countersign.mcp.catalog import CallOutcome, ListedTool, argument_errors, envelope_of, spec_of
 from countersign.mcp.pool import McpPool, McpUnavailable
 from countersign.mcp.servers import ENV_KEY, ServerConfig, env_references, server_of, tool_name
+from countersign.proofs import Binding, load_private_key, mint_proof
 from countersign.saga import RollbackRequest
 from tests.fixtures.agent import AgentHarness
+from tests.fixtures.inbox import SignedStack
 from tests.fixtures.mcp import BIN, HttpServer, http_config, register, time_server
 from tests.fixtures.updates import execute_update
 from tests.test_approvals import pending
@@ -517,3 +521,80 @@ async def test_a_server_that_keeps_failing_opens_its_circuit() -> None:
             await pool.list_tools(missing)
     finally:
         await pool.close()
+
+
+@pytest.mark.devserver  # the inbox lists pending approvals through Temporal visibility
+async def test_a_reviewer_edits_an_mcp_call_in_the_inbox_and_the_proof_binds_the_edit(
+    signed_dev_agent: SignedStack, db_engine: AsyncEngine
+) -> None:
+    """APPROVER_AUTH=signed: the inbox lists the MCP call with its snapshotted schema and hints; a
+    proof for the arguments as asked does not cover an edit; an edit outside the schema is refused;
+    bob's edit reaches the server (mcp-server-time over stdio) and is audited as what ran."""
+    stack = signed_dev_agent
+    agent = f"mcp-{uuid.uuid4().hex[:8]}"
+    async with db_engine.begin() as conn:
+        await conn.execute(insert(AgentProfile).values(name=agent, system_prompt="You use MCP tools."))
+    try:
+        await register(db_engine, time_server(agent))  # convert_time needs approval
+        asked = {"source_timezone": "UTC", "time": "10:00", "target_timezone": "Asia/Tokyo"}
+        stack.agent.script(
+            {"when": {"user_contains": "convert"}, "reply": call("mcp__time__convert_time", **asked)},
+            {"when": {"after_tool": "mcp__time__convert_time"}, "reply": {"content": "converted"}},
+        )
+        handle = await stack.agent.start("convert 10:00", agent=agent, single_turn=True)
+        bob = await stack.login("bob")
+        items: list[dict[str, Any]] = []
+        for _ in range(300):
+            _, listed = await stack.call("GET", "/api/approvals", bob)
+            items = [i for i in listed if i["workflow_id"] == handle.id]
+            if items:
+                break
+            await asyncio.sleep(0.1)
+        (item,) = items
+        assert item["tool"] == "mcp__time__convert_time" and json.loads(item["args"]) == asked
+        assert item["schema"]["additionalProperties"] is False and set(item["schema"]["required"]) == set(
+            asked
+        )
+        assert item["description"].startswith("[MCP server time]")
+        assert "MCP server time says (unverified)" in item["hints"]
+
+        edited = {**asked, "target_timezone": "Europe/Paris"}
+        key = load_private_key(stack.keys.private)
+        as_asked = Binding.decision("acme", handle.id, "approve", "c1", item["args"])
+        with pytest.raises(WorkflowUpdateFailedError) as unbound:
+            await execute_update(
+                handle,
+                AgentWorkflow.decide,
+                Decision(
+                    call_id="c1",
+                    decision="approve",
+                    approver="bob",
+                    args=edited,
+                    proof=mint_proof(key, "bob", as_asked, datetime.now(UTC)),
+                ),
+            )
+        assert "another arguments" in str(unbound.value.cause)
+        path = f"/api/approvals/{handle.id}/c1"
+        status, body = await stack.call(
+            "POST", path, bob, {"decision": "approve", "args": {**edited, "tenant_id": "globex"}}
+        )
+        assert status == 400 and "tenant_id" in body["error"], body
+        status, body = await stack.call("POST", path, bob, {"decision": "approve", "args": edited})
+        assert status == 200 and body["decided_by"] == "bob", body
+        assert (await handle.result()).last_reply == "[scripted model] converted"
+
+        got = results(await handle.query(AgentWorkflow.transcript))["c1"]["data"]
+        assert got["arguments_edited_by_approver"] == edited
+        assert got["result"]["result"]["target"]["timezone"] == "Europe/Paris"  # what the server got
+        row = (await audit_rows(db_engine, handle.id))["c1"]
+        assert (row.outcome, row.approved_by, row.args) == ("executed", "bob", edited)
+        async with db_engine.connect() as conn:
+            decisions = list(
+                await conn.execute(select(ApprovalDecision).where(ApprovalDecision.workflow_id == handle.id))
+            )
+        assert [(d.accepted, d.proven) for d in decisions] == [(False, False), (False, False), (True, True)]
+        assert decisions[-1].args == edited
+    finally:
+        async with db_engine.begin() as conn:
+            await conn.execute(delete(McpServer).where(McpServer.agents.contains([agent])))
+            await conn.execute(delete(AgentProfile).where(AgentProfile.name == agent))
