@@ -3,8 +3,14 @@
 The property test lets `hypothesis` write the model's turn: one parallel message of 1-6 tool calls
 with any tool name (the agent's, a blocked one, tools of other agents, made-up names like `approve`),
 any arguments (identity fields, other tenants' identifiers, self-granted approvals, payloads up to
-50 KB, text that is not JSON), possibly the same call repeated. Each example runs one single-turn
-conversation as acme/alice and then checks, in PostgreSQL and in the transcript, that:
+50 KB, text that is not JSON), possibly the same call repeated. A share of the calls go to MCP
+tools: the SDK test server (tests/fixtures/mcp.py) is registered as `web` for every tenant (tools
+allowed, needing approval, blocked), as `gx` for globex only, and as `gone` at a URL nothing
+listens on; names also try `gx`'s tools, unknown servers and tools, and names built to smuggle one
+server's tool into another's. Sometimes the model first calls `mcp__web__inject`, whose result
+carries a prompt injection, and obeys it, while that server changes its tool list or goes down.
+Each example runs one single-turn conversation as acme/alice and then checks, in PostgreSQL and in
+the transcript, that:
 
 - no tool result leaks a globex-only identifier, and no globex row changed;
 - a blocked tool is audited as blocked and has no effect;
@@ -12,7 +18,8 @@ conversation as acme/alice and then checks, in PostgreSQL and in the transcript,
   time-skipping server), no acme lead status changed and no email was queued or sent;
 - no more calls ran than `max_tool_calls`; the others were refused with LIMIT_REACHED;
 - every tool message has exactly one audit row (workflow id + call id), and no row lacks a message;
-- the workflow completes.
+- the MCP server's own ledger shows only calls of `web`'s always-allowed tools, each audited;
+- the workflow completes without a failed workflow task.
 
 `make test` runs a few examples (`COMPROMISED_EXAMPLES`, default 15). For thousands of cases:
 

@@ -8,9 +8,12 @@ the time-skipping Temporal server, the real worker, PostgreSQL, and the scripted
    fails its workflow once, on the record, before any tool runs; `end`, `rollback`, `answer`,
    decisions and messages from people who may not send them change nothing and leave a row.
 2. Tool arguments at the edges (digit strings `int()` rejects, integers past int64, dates at the
-   calendar's edges with offsets, NaN, NUL, deep nesting, 70 KB strings), for every tool: the turn
-   ends, no retry loop (the run is shorter than the database-outage tolerance), one audit row per
-   call, no SQL in any error, and nothing that can never run is sent to a reviewer.
+   calendar's edges with offsets, NaN, NUL, deep nesting, 70 KB strings), for every tool and the
+   MCP test server's (tests/fixtures/mcp.py; unknown keys too): the turn ends, no retry loop (the
+   run is shorter than the database-outage tolerance), one audit row per call, no SQL in any
+   error, nothing that can never run is sent to a reviewer, and the MCP server's ledger shows no
+   call that needed a decision. An approver's hostile edits of a pending MCP call are each refused
+   on the record, or the server receives exactly the edit, valid against the tool's schema.
 3. Untrusted values in workflow code: limits with NaN, infinities, negatives, 1e300, and payloads
    nested thousands deep: a start input fails once with a clear reason, a signal is refused.
 4. Strings the database cannot store (NUL) and wrong types in every signal and update: refused on
