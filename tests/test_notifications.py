@@ -17,9 +17,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from temporalio.testing import WorkflowEnvironment
 
 from countersign.db.schema import Tenant
-from countersign.scripted_model.server import ScriptedModelServer
-from tests.fixtures.agent import AgentHarness, running_agent
+from tests.fixtures.agent import AgentHarness
 from tests.fixtures.smtp import SmtpServer
+from tests.fixtures.temporal import time_skipping_server
 from tests.test_approvals import ECHO_RESULT, pending, qualify
 from tests.test_approvals import jane_is_new as jane_is_new
 from tests.test_replay import replayer
@@ -51,27 +51,20 @@ async def webhook(db_engine: AsyncEngine) -> AsyncIterator[list[dict[str, Any]]]
 
 
 @pytest_asyncio.fixture
-async def own_agent(
-    own_temporal_env: WorkflowEnvironment,
-    database_url: str,
-    db_engine: AsyncEngine,
-    scripted_model: ScriptedModelServer,
-    smtp_server: SmtpServer,
-) -> AsyncIterator[AgentHarness]:
-    async with running_agent(
-        own_temporal_env, database_url, db_engine, scripted_model, smtp=smtp_server
-    ) as harness:
-        yield harness
+async def temporal_env() -> AsyncIterator[WorkflowEnvironment]:
+    """A time-skipping server of this module's own: it skips a day, and on the shared one that would
+    also fire every timer other tests' conversations left behind (one such skip timed out its RPC)."""
+    async with time_skipping_server() as env:
+        yield env
 
 
 async def test_request_reminder_and_escalation_reach_email_and_webhook_once(
-    own_agent: AgentHarness,
-    own_temporal_env: WorkflowEnvironment,
+    agent: AgentHarness,
+    temporal_env: WorkflowEnvironment,
     smtp_server: SmtpServer,
     webhook: list[dict[str, Any]],
     jane_is_new: None,
 ) -> None:
-    agent, temporal_env = own_agent, own_temporal_env
     agent.script(qualify(), ECHO_RESULT)
     handle = await agent.start("qualify jane", single_turn=True)
     await pending(handle)
