@@ -550,9 +550,9 @@ async def test_an_approvers_edits_of_an_mcp_call_are_refused_on_the_record_or_ru
         {"when": {"after_tool": "mcp__web__write"}, "reply": {"content": "done"}},
     )
     handle = await agent.start("Store it.", agent="lead-qualifier", single_turn=True, limits=LIMITS)
-    for _ in range(200):  # the call waits for a reviewer
-        if (await handle.query("status"))["pending_approvals"]:
-            break
+    deadline = asyncio.get_running_loop().time() + 60  # generous: a loaded machine lists servers slowly
+    while not (status := await handle.query("status"))["pending_approvals"]:
+        assert asyncio.get_running_loop().time() < deadline, f"the call never waited for a reviewer: {status}"
         await asyncio.sleep(0.05)
     accepted: dict[str, Any] | None = None
     for edit in edits:
