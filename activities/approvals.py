@@ -37,13 +37,18 @@ class ApprovalReminder(BaseModel):
 
 
 async def roles_of(session: AsyncSession, tenant_id: str, user_id: str) -> list[str] | None:
-    """The user's roles in the tenant, or None when they are not a user of it."""
-    if await session.get(User, (tenant_id, user_id)) is None:
+    """The user's roles in the tenant, or None when they are not a user of it (one round trip: it
+    is on the way from a reviewer's click to the tool call, in the inbox and in record_decision)."""
+    rows = (
+        await session.execute(
+            select(User.id, UserRole.role)
+            .outerjoin(UserRole, (UserRole.tenant_id == User.tenant_id) & (UserRole.user_id == User.id))
+            .where(User.tenant_id == tenant_id, User.id == user_id)
+        )
+    ).all()
+    if not rows:
         return None
-    rows = await session.scalars(
-        select(UserRole.role).where(UserRole.tenant_id == tenant_id, UserRole.user_id == user_id)
-    )
-    return list(rows)
+    return [role for _, role in rows if role is not None]
 
 
 class ApprovalActivities:

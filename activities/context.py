@@ -17,6 +17,7 @@ from countersign.conversation import AgentLimits, AgentProfile, ConversationCont
 from countersign.db import schema
 from countersign.mcp.servers import server_of
 from countersign.store import ContextPolicy
+from countersign.tiers import tenant_tiers
 from countersign.tooling import ToolSpec
 from tools.registry import REGISTRY
 
@@ -58,6 +59,9 @@ class ContextActivities:
                     .order_by(schema.AgentToolPermission.tool)
                 )
             )
+            # the tenant's own tiers (countersign.tiers) replace the agent's, for this tenant only
+            overrides = await tenant_tiers(session, start.tenant_id, start.agent)
+        tiers = {p.tool: overrides[p.tool].tier if p.tool in overrides else p.tier for p in permissions}
         unknown_tools = [p.tool for p in permissions if p.tool not in REGISTRY and not server_of(p.tool)]
         if unknown_tools:
             activity.logger.warning(
@@ -78,8 +82,8 @@ class ContextActivities:
                 system_prompt=prompt,
                 atomic_turns=profile.atomic_turns,
             ),
-            tools=[REGISTRY[p.tool].spec(p.tier) for p in permissions if p.tool in REGISTRY]  # type: ignore[arg-type]
-            + await self._mcp_tools(start, {p.tool: p.tier for p in permissions if server_of(p.tool)}),
+            tools=[REGISTRY[p.tool].spec(tiers[p.tool]) for p in permissions if p.tool in REGISTRY]  # type: ignore[arg-type]
+            + await self._mcp_tools(start, {p.tool: tiers[p.tool] for p in permissions if server_of(p.tool)}),
             email_delivery_delay_s=self._email_delay,
             agent_limits=agent_limits(profile),
             policy=ContextPolicy.model_validate(policy, from_attributes=True) if policy else ContextPolicy(),

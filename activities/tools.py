@@ -246,7 +246,12 @@ class ToolActivities:
                 tool=tool.name,
                 risk=tool.risk,
                 category=tool.category,
-                args=redact(load_arguments_or_raw(invocation.arguments)),
+                args=redact(load_arguments_or_raw(invocation.model_arguments or invocation.arguments)),
+                edited_args=(
+                    redact(load_arguments_or_raw(invocation.arguments))
+                    if invocation.model_arguments is not None
+                    else None
+                ),
                 result=redact(result.envelope()),
                 outcome=outcome,
                 error=storable(result.error.message) if result.error else None,

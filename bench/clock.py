@@ -19,6 +19,9 @@ from temporalio.worker import ActivityInboundInterceptor, ExecuteActivityInput, 
 class ActivityClock(Interceptor):
     def __init__(self) -> None:
         self.own_s: defaultdict[tuple[str, str], float] = defaultdict(float)
+        # when each activity's function was first entered (seconds since the epoch, this machine's
+        # clock, as the server's event timestamps): what dispatching it took, next to the history
+        self.entered: dict[tuple[str, str], float] = {}
 
     def of(self, workflow_id: str, activity_id: str) -> float:
         return self.own_s.get((workflow_id, activity_id), 0.0)
@@ -34,6 +37,7 @@ class _Timed(ActivityInboundInterceptor):
 
     async def execute_activity(self, input: ExecuteActivityInput) -> Any:
         info = activity.info()
+        self._clock.entered.setdefault((info.workflow_id or "", info.activity_id), time.time())
         started = time.perf_counter()
         try:
             return await super().execute_activity(input)

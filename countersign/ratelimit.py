@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from sqlalchemy import select, update
+from sqlalchemy import update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -71,14 +71,15 @@ async def take(
     stays locked until the transaction ends, and a rolled-back transaction gives its token back.
     """
     key = (RateLimitBucket.tenant_id == tenant_id, RateLimitBucket.tool == tool)
-    await session.execute(
-        insert(RateLimitBucket)
-        .values(tenant_id=tenant_id, tool=tool, tokens=burst, updated_at=now)
-        .on_conflict_do_nothing(index_elements=[RateLimitBucket.tenant_id, RateLimitBucket.tool])
-    )
+    # One round trip creates the bucket if needed, locks its row and reads it: the no-op DO UPDATE
+    # takes the row lock (as SELECT ... FOR UPDATE would) and RETURNING gives the row as it was.
+    statement = insert(RateLimitBucket).values(tenant_id=tenant_id, tool=tool, tokens=burst, updated_at=now)
     bucket = (
         await session.execute(
-            select(RateLimitBucket.tokens, RateLimitBucket.updated_at).where(*key).with_for_update()
+            statement.on_conflict_do_update(
+                index_elements=[RateLimitBucket.tenant_id, RateLimitBucket.tool],
+                set_={"tool": statement.excluded.tool},
+            ).returning(RateLimitBucket.tokens, RateLimitBucket.updated_at)
         )
     ).one()
     tokens = refill(bucket.tokens, bucket.updated_at, now, rate_per_s, burst)

@@ -147,6 +147,9 @@ class ToolInvocation(BaseModel):
     arguments: str  # raw JSON text from the model (or edited by an approver)
     turn: int = 0
     approved_by: str | None = None
+    # The model's arguments when the approver edited them (`arguments` then holds the edit): the
+    # audit keeps both (tool_executions.args and edited_args).
+    model_arguments: str | None = None
 
 
 class McpCall(BaseModel):

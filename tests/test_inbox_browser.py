@@ -66,6 +66,8 @@ async def test_bob_edits_and_approves_alices_request_live_in_the_inbox(
         await card.get_by_role("button", name="Approve with these arguments").click()
         await card.wait_for(state="detached", timeout=15_000)
         await page.wait_for_selector("#history td:has-text('bob (proven)')")
+        # the decided history shows the edit beside what the model asked for
+        await page.wait_for_selector('#history .edit:has-text(\'"new_status":"contacted"\')')
         await page.screenshot(path=ARTIFACTS / "inbox-decided.png", full_page=True)
         await browser.close()
 
@@ -78,8 +80,9 @@ async def test_bob_edits_and_approves_alices_request_live_in_the_inbox(
         decisions = list(
             await conn.execute(select(ApprovalDecision).where(ApprovalDecision.workflow_id == handle.id))
         )
-    # run once, with the edited arguments (the audit's `args` are what ran)
-    assert [(e.outcome, e.approved_by, e.args) for e in executions] == [("executed", "bob", edited)]
+    # run once, with the edited arguments; the audit keeps the model's (`args`) and bob's edit
+    assert [(e.outcome, e.approved_by, e.edited_args) for e in executions] == [("executed", "bob", edited)]
+    assert executions[0].args == {"lead": JANE, "new_status": "qualified", "reason": "budget confirmed"}
     assert [(d.approver, d.accepted, d.proven) for d in decisions] == [("bob", True, True)]
     assert await lead_status(db_engine, "acme") == "contacted"
     assert appeared_s < 15

@@ -80,7 +80,7 @@ def test_an_expired_proof_is_refused() -> None:
         ("x" * 5000, "longer than"),
         (mint_proof(Ed25519PrivateKey.generate(), "bob", BOUND, NOW), "invalid proof: Signature"),
         # the inbox's session token (another audience) is no proof
-        (issue_session(KEY, Reviewer(tenant_id="acme", user_id="bob"), NOW), "invalid proof"),
+        (issue_session(KEY, Reviewer(tenant_id="acme", user_id="bob"), NOW, "s1"), "invalid proof"),
         # an unsigned token ("alg": "none") with the right claims
         (
             jwt.encode(
@@ -99,8 +99,10 @@ def test_forged_proofs_are_refused(token: str | None, reason: str) -> None:
 
 def test_a_proof_is_not_a_session() -> None:
     assert read_session(KEY.public_key(), mint_proof(KEY, "bob", BOUND, NOW)) is None
-    session = issue_session(KEY, Reviewer(tenant_id="acme", user_id="bob"), datetime.now(UTC))
-    assert read_session(KEY.public_key(), session) == Reviewer(tenant_id="acme", user_id="bob")
+    session = issue_session(KEY, Reviewer(tenant_id="acme", user_id="bob"), datetime.now(UTC), "s1")
+    claims = read_session(KEY.public_key(), session)
+    assert claims is not None
+    assert (claims.reviewer, claims.session_id) == (Reviewer(tenant_id="acme", user_id="bob"), "s1")
 
 
 def test_the_embedded_stack_key_pair_is_made_once(tmp_path: Path) -> None:

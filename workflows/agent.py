@@ -829,8 +829,11 @@ class AgentWorkflow:
         record_approval_wait(spec.risk, approval.state, (workflow.now() - now).total_seconds())
         if approval.state == "approved":
             arguments = approval.edited_args or invocation.arguments
+            edit = {"model_arguments": invocation.arguments} if approval.edited_args is not None else {}
             result = await self._execute(
-                invocation.model_copy(update={"arguments": arguments, "approved_by": approval.decided_by})
+                invocation.model_copy(
+                    update={"arguments": arguments, "approved_by": approval.decided_by, **edit}
+                )
             )
             if approval.edited_args is not None and result.ok:
                 edited, _ = loads_bounded(arguments)  # validated by record_decision: always an object

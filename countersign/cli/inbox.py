@@ -16,13 +16,15 @@ from typing import Any
 import aiohttp
 import click
 from pydantic import BaseModel, ValidationError
-from sqlalchemy import update
+from sqlalchemy import Update, update
 
 from countersign.cli.app import cli, run
 from countersign.config import DATA_DIR, load_settings
 from countersign.db.engine import create_engine
-from countersign.db.schema import Tenant
+from countersign.db.schema import Tenant, User
 from countersign.inbox.app import running_inbox
+from countersign.inbox.auth import hash_password
+from countersign.inbox.oidc import OidcConfig
 from countersign.proofs import ensure_key_pair
 
 REQUEST_TIMEOUT_S = 60
@@ -70,10 +72,20 @@ async def inbox_request(session: InboxSession, method: str, path: str, body: Any
         http.request(method, session.inbox_url + path, json=body, headers=headers) as response,
     ):
         data = await response.json(content_type=None)
+        if response.status == 401 and session.token:
+            raise SessionEnded(
+                f"inbox: the session of {session.user_id} ({session.tenant_id}) has ended (logged out, "
+                f"password changed or expired): python starter.py login --tenant {session.tenant_id} "
+                f"--as {session.user_id}"
+            )
         if response.status >= 400:
             reason = data.get("error") if isinstance(data, dict) else None
             raise click.ClickException(f"inbox: {reason or f'HTTP {response.status}'}")
         return data
+
+
+class SessionEnded(click.ClickException):
+    """The inbox no longer takes the CLI's session."""
 
 
 @cli.command()
@@ -106,6 +118,31 @@ def login(tenant: str, user: str, password: str | None, inbox_url: str | None) -
     run(body())
 
 
+@cli.command()
+def logout() -> None:
+    """End the CLI's inbox session: revoked server-side, then forgotten here."""
+    path = session_file()
+    try:
+        session = InboxSession.model_validate_json(path.read_text())
+    except (FileNotFoundError, ValidationError):
+        click.echo("not logged in")
+        return
+
+    async def body() -> None:
+        try:
+            await inbox_request(session, "POST", "/api/logout", {})
+        except aiohttp.ClientConnectionError as err:
+            raise click.ClickException(
+                f"cannot reach the inbox at {session.inbox_url} to revoke the session: {err}"
+            ) from None
+        except SessionEnded:  # already ended (expired, revoked elsewhere): nothing to revoke
+            pass
+
+    run(body())
+    path.unlink(missing_ok=True)
+    click.echo(f"logged out {session.user_id} ({session.tenant_id}) from {session.inbox_url}")
+
+
 @cli.group()
 def inbox() -> None:
     """The reviewers' inbox: pending approvals, proven decisions (web app and JSON API)."""
@@ -115,16 +152,26 @@ def inbox() -> None:
 @click.option("--port", type=click.IntRange(0, 65535), help="Default: COUNTERSIGN_INBOX_PORT or 8300.")
 @click.option("--host", default="127.0.0.1", show_default=True)
 def serve(port: int | None, host: str) -> None:
-    """Serve the inbox until Ctrl-C or SIGTERM."""
+    """Serve the inbox until Ctrl-C or SIGTERM (with OIDC login when COUNTERSIGN_OIDC_ISSUER is set)."""
     settings = load_settings()
+    try:
+        oidc = OidcConfig.from_env()
+    except RuntimeError as err:
+        raise click.ClickException(str(err)) from None
+    # reverse proxies whose X-Forwarded-For names the client the login rate limit counts
+    proxies = frozenset(
+        filter(None, map(str.strip, os.environ.get("COUNTERSIGN_INBOX_TRUSTED_PROXIES", "").split(",")))
+    )
 
     async def body() -> None:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
-        async with running_inbox(settings, host, settings.inbox_port if port is None else port) as url:
-            click.echo(f"inbox serving on {url} (APPROVER_AUTH={settings.approver_auth})", err=True)
+        bound = settings.inbox_port if port is None else port
+        async with running_inbox(settings, host, bound, oidc=oidc, trusted_proxies=proxies) as url:
+            sso = f", single sign-on: {oidc.issuer}" if oidc else ""
+            click.echo(f"inbox serving on {url} (APPROVER_AUTH={settings.approver_auth}{sso})", err=True)
             await stop.wait()
 
     run(body())
@@ -151,21 +198,46 @@ def webhook(tenant: str, url: str | None, clear: bool) -> None:
         raise click.UsageError("give a URL or --clear")
     if url and not url.startswith(("https://", "http://")):
         raise click.BadParameter("the webhook URL must be http(s)://…")
-    settings = load_settings()
 
     async def body() -> None:
-        if not settings.database_url:
-            raise click.ClickException("no DATABASE_URL: run `python starter.py dev up` or set DATABASE_URL")
-        engine = create_engine(settings.database_url)
-        try:
-            async with engine.begin() as conn:
-                changed = await conn.execute(
-                    update(Tenant).where(Tenant.id == tenant).values(webhook_url=url)
-                )
-        finally:
-            await engine.dispose()
-        if changed.rowcount == 0:
+        if await rows_updated(update(Tenant).where(Tenant.id == tenant).values(webhook_url=url)) == 0:
             raise click.ClickException(f"no tenant {tenant!r}")
         click.echo(f"{tenant}: webhook {'cleared' if clear else url}")
+
+    run(body())
+
+
+async def rows_updated(statement: Update) -> int:
+    """Run one UPDATE against DATABASE_URL (or the embedded stack's); how many rows it changed."""
+    settings = load_settings()
+    if not settings.database_url:
+        raise click.ClickException("no DATABASE_URL: run `python starter.py dev up` or set DATABASE_URL")
+    engine = create_engine(settings.database_url)
+    try:
+        async with engine.begin() as conn:
+            return (await conn.execute(statement)).rowcount
+    finally:
+        await engine.dispose()
+
+
+@inbox.command()
+@click.option("--tenant", required=True, help="Tenant slug, e.g. acme.")
+@click.option("--as", "user", required=True, help="Whose password, e.g. bob.")
+@click.option("--password", help="Prompted (hidden, twice) when not given.")
+def password(tenant: str, user: str, password: str | None) -> None:
+    """Set a user's inbox password (argon2id). Every session opened under the old one ends."""
+    secret = password or click.prompt("New password", hide_input=True, confirmation_prompt=True)
+    if not 8 <= len(secret) <= 1000:
+        raise click.BadParameter("a password has 8 to 1000 characters", param_hint="--password")
+
+    async def body() -> None:
+        statement = (
+            update(User)
+            .where(User.tenant_id == tenant, User.id == user)
+            .values(password_hash=hash_password(secret))
+        )
+        if await rows_updated(statement) == 0:
+            raise click.ClickException(f"no user {user!r} in tenant {tenant!r}")
+        click.echo(f"{user} ({tenant}): password set; earlier sessions ended")
 
     run(body())

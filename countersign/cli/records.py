@@ -17,6 +17,8 @@ from countersign.db.engine import create_engine, session_factory
 from countersign.db.schema import TIERS, AgentProfile, AgentToolPermission, McpServer, ToolExecution
 from countersign.mcp.servers import server_of
 from countersign.store import ContextPolicy, describe_policy
+from countersign.tiers import change_tenant_tier, tenant_tiers
+from countersign.tooling import Tier
 
 T = TypeVar("T")
 AUDIT_COLUMNS = (
@@ -72,7 +74,12 @@ def audit(workflow_id: str | None, tenant: str | None, limit: int, as_json: bool
             query = query.where(ToolExecution.tenant_id == tenant)
         found = (await session.scalars(query)).all()
         return [
-            {c.name: getattr(r, c.name) for c in ToolExecution.__table__.columns} for r in reversed(found)
+            {
+                **{c.name: getattr(r, c.name) for c in ToolExecution.__table__.columns},
+                # `args` are the model's; an approver who edited them approved `edited_args`
+                "edited_by": r.approved_by if r.edited_args is not None else None,
+            }
+            for r in reversed(found)
         ]
 
     found = run(with_session(rows))
@@ -100,20 +107,25 @@ def permissions() -> None:
 
 @permissions.command("show")
 @click.argument("agent")
-def show_permissions(agent: str) -> None:
-    """The agent's tools with their tier (the tool's default when not set)."""
+@click.option("--tenant", help="Show the tiers this tenant's conversations get (its own tiers applied).")
+def show_permissions(agent: str, tenant: str | None) -> None:
+    """The agent's tools with their tier (the tool's default when not set; with --tenant, the
+    tenant's own tier where one is set)."""
     from tools import REGISTRY
 
-    async def rows(session: AsyncSession) -> tuple[dict[str, Any], list[AgentToolPermission]]:
+    async def rows(
+        session: AsyncSession,
+    ) -> tuple[dict[str, Any], list[AgentToolPermission], dict[str, schema.TenantToolTier]]:
         profile = await require_agent(session, agent)
         query = (
             select(AgentToolPermission)
             .where(AgentToolPermission.agent == agent)
             .order_by(AgentToolPermission.tool)
         )
-        return dict(profile.limits), list((await session.scalars(query)).all())
+        own = await tenant_tiers(session, tenant, agent) if tenant else {}
+        return dict(profile.limits), list((await session.scalars(query)).all()), own
 
-    limits, grants = run(with_session(rows))
+    limits, grants, own = run(with_session(rows))
     cells: list[tuple[str, ...]] = [("tool", "tier", "source", "risk", "category")]
     for p in grants:
         if server_of(p.tool):
@@ -123,14 +135,14 @@ def show_permissions(agent: str) -> None:
         cells.append(
             (
                 p.tool,
-                p.tier or default,
-                "set" if p.tier else "default",
+                own[p.tool].tier if p.tool in own else p.tier or default,
+                tenant_source(own[p.tool]) if p.tool in own else "set" if p.tier else "default",
                 spec.risk if spec else "?",
                 spec.category if spec else "unknown tool",
             )
         )
     click.echo(table(cells))
-    mcp_rows = run(with_session(lambda session: mcp_permissions(session, agent, grants)))
+    mcp_rows = run(with_session(lambda session: mcp_permissions(session, agent, grants, own)))
     if mcp_rows:
         click.echo("\nMCP tools (hints are the server's own claims, never authority):")
         click.echo(table([("tool", "tier", "source", "risk", "category", "hints"), *mcp_rows]))
@@ -143,6 +155,10 @@ def show_permissions(agent: str) -> None:
     click.echo(describe_policy(run(with_session(policy))))
 
 
+def tenant_source(row: schema.TenantToolTier) -> str:
+    return f"tenant {row.tenant_id} (by {row.set_by} {row.set_at:%Y-%m-%d %H:%M})"
+
+
 def format_limits(limits: dict[str, Any]) -> str:
     return ", ".join(f"{k}={v:g}" for k, v in sorted(limits.items())) or "none (built-in defaults)"
 
@@ -151,12 +167,20 @@ def format_limits(limits: dict[str, Any]) -> str:
 @click.argument("agent")
 @click.argument("tool")
 @click.argument("tier", type=click.Choice(TIERS))
-def set_permission(agent: str, tool: str, tier: str) -> None:
-    """Set the tier of one of an agent's tools (adds the tool to the agent if it lacks it)."""
+@click.option("--tenant", help="Set the tier for this tenant only (its own tier; audited).")
+@click.option("--as", "changed_by", help="With --tenant: the admin of the tenant making the change.")
+def set_permission(agent: str, tool: str, tier: Tier, tenant: str | None, changed_by: str | None) -> None:
+    """Set the tier of one of an agent's tools (adds the tool to the agent if it lacks it).
+
+    With --tenant, only that tenant's conversations get the tier, as if its admin had set it in the
+    inbox: an admin of the tenant (--as), a tool the agent has, never always_allow for high risk."""
     from tools import REGISTRY
 
     if tool not in REGISTRY and not server_of(tool):
         raise click.ClickException(f"no tool named {tool!r}; known: {', '.join(sorted(REGISTRY))}")
+    if tenant is not None:
+        set_tenant_permission(agent, tool, tier, tenant, changed_by)
+        return
 
     async def change(session: AsyncSession) -> None:
         await require_agent(session, agent)
@@ -172,15 +196,40 @@ def set_permission(agent: str, tool: str, tier: str) -> None:
     click.echo(f"{agent}: {tool} is now {tier} (new conversations only; running ones keep their snapshot)")
 
 
+def set_tenant_permission(agent: str, tool: str, tier: Tier, tenant: str, changed_by: str | None) -> None:
+    if not changed_by:
+        raise click.ClickException("--tenant needs --as ADMIN: who changes the tenant's tier (audited)")
+
+    async def attempt(session: AsyncSession) -> schema.TierChange:
+        await require_agent(session, agent)
+        if await session.get(schema.Tenant, tenant) is None:
+            raise click.ClickException(f"no tenant named {tenant!r}")
+        return await change_tenant_tier(
+            session, tenant_id=tenant, agent=agent, tool=tool, tier=tier, changed_by=changed_by, via="cli"
+        )
+
+    change = run(with_session(attempt))
+    if not change.accepted:
+        raise click.ClickException(f"refused (recorded): {change.reason}")
+    click.echo(
+        f"{agent}: {tool} is now {tier} for tenant {tenant} (was {change.old_tier}; new conversations "
+        "only; running ones keep their snapshot)"
+    )
+
+
 async def mcp_permissions(
-    session: AsyncSession, agent: str, permissions: list[AgentToolPermission]
+    session: AsyncSession,
+    agent: str,
+    permissions: list[AgentToolPermission],
+    own: dict[str, schema.TenantToolTier] | None = None,
 ) -> list[tuple[str, ...]]:
     """Rows for the agent's MCP tools as their servers last listed them, and for tiers set on
-    tools no listing shows (yet, or any more)."""
+    tools no listing shows (yet, or any more); `own`: a tenant's own tiers, shown where set."""
     from countersign.mcp.catalog import MCP_CATEGORY, MCP_DEFAULT_TIER, MCP_RISK
     from countersign.tooling import McpTool
 
-    tiers = {p.tool: p.tier for p in permissions if server_of(p.tool)}
+    own = own or {}
+    tiers = {p.tool: own[p.tool].tier if p.tool in own else p.tier for p in permissions if server_of(p.tool)}
     found: dict[str, str] = {}
     for server in (await session.scalars(select(McpServer).order_by(McpServer.name))).all():
         if agent not in server.agents:
@@ -195,7 +244,6 @@ async def mcp_permissions(
     for name in sorted(set(found) | set(tiers)):
         tier = tiers.get(name)
         hints = found.get(name, "not in its server's last listing")
-        rows.append(
-            (name, tier or MCP_DEFAULT_TIER, "set" if tier else "default", MCP_RISK, MCP_CATEGORY, hints)
-        )
+        origin = tenant_source(own[name]) if name in own else "set" if tier else "default"
+        rows.append((name, tier or MCP_DEFAULT_TIER, origin, MCP_RISK, MCP_CATEGORY, hints))
     return rows

@@ -371,6 +371,46 @@ class AgentToolPermission(Base):
     tier: Mapped[str | None]
 
 
+class TenantToolTier(Base):
+    """A tenant's own tier for one of an agent's tools (agents are shared by tenants): it replaces
+    the agent's tier in that tenant's conversation snapshots (countersign/tiers.py). Set by a tenant
+    admin (inbox) or an operator (`permissions set --tenant`); every attempt is in `tier_changes`."""
+
+    __tablename__ = "tenant_tool_tiers"
+    __table_args__ = (one_of("tier", TIERS),)
+
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"), primary_key=True)
+    agent: Mapped[str] = mapped_column(
+        ForeignKey("agent_profiles.name", ondelete="CASCADE"), primary_key=True
+    )
+    tool: Mapped[str] = mapped_column(primary_key=True)
+    tier: Mapped[str]
+    set_by: Mapped[str]
+    set_at: Mapped[datetime] = created_at()
+
+
+class TierChange(Base):
+    """Every attempt to change a tenant's tier (accepted or refused, with the reason): who, when,
+    the tier before (the tenant's effective one) and the tier asked for."""
+
+    __tablename__ = "tier_changes"
+    __table_args__ = (Index(None, "tenant_id", "created_at"),)
+
+    id: Mapped[int] = identity_pk()
+    tenant_id: Mapped[str] = tenant_column(indexed=False)
+    agent: Mapped[str]
+    tool: Mapped[str]
+    old_tier: Mapped[str | None]  # None: the agent does not have the tool
+    new_tier: Mapped[str]
+    changed_by: Mapped[str]
+    via: Mapped[str]  # "inbox" or "cli"
+    accepted: Mapped[bool]
+    reason: Mapped[str | None]  # why it was refused
+    workflow_id: Mapped[str | None]  # the conversation whose pending call the admin acted from
+    call_id: Mapped[str | None]
+    created_at: Mapped[datetime] = created_at()
+
+
 # --- what happened: audit, approvals, compensations, rate limits -----------------------------------
 
 
@@ -686,3 +726,52 @@ class InputAudit(Base):
     excerpt: Mapped[str | None]  # the start of an unreadable payload
     created_at: Mapped[datetime] = created_at()
     attempt_key: Mapped[str | None] = mapped_column(unique=True)
+
+
+LOGIN_METHODS = ("password", "oidc")
+LOGIN_OUTCOMES = ("accepted", "bad_credentials", "throttled", "refused")
+
+
+class InboxSession(Base):
+    """A session the inbox issued; its id is the session token's `jti`. The token counts only while
+    this row exists (removing the user removes it), is not revoked and has not expired, and while
+    the user's password hash still matches `credential_tag` (a password change ends it)."""
+
+    __tablename__ = "inbox_sessions"
+    __table_args__ = (
+        ForeignKeyConstraint(["tenant_id", "user_id"], ["users.tenant_id", "users.id"], ondelete="CASCADE"),
+        Index(None, "tenant_id", "user_id"),
+        one_of("method", LOGIN_METHODS),
+    )
+
+    id: Mapped[str] = mapped_column(primary_key=True)
+    tenant_id: Mapped[str]
+    user_id: Mapped[str]
+    method: Mapped[str]
+    credential_tag: Mapped[str]
+    created_at: Mapped[datetime] = created_at()
+    expires_at: Mapped[datetime]
+    revoked_at: Mapped[datetime | None]
+
+
+class LoginAttempt(Base):
+    """Every inbox login, by password or OIDC, accepted or refused with the reason. The rate limit
+    counts recent `bad_credentials` rows. `tenant_id` has no foreign key: a refused login may name a
+    tenant that does not exist."""
+
+    __tablename__ = "login_attempts"
+    __table_args__ = (
+        Index(None, "tenant_id", "user_id", "created_at"),
+        Index(None, "client", "created_at"),
+        one_of("method", LOGIN_METHODS),
+        one_of("outcome", LOGIN_OUTCOMES),
+    )
+
+    id: Mapped[int] = identity_pk()
+    tenant_id: Mapped[str]
+    user_id: Mapped[str]
+    client: Mapped[str]  # the client's address
+    method: Mapped[str]
+    outcome: Mapped[str]
+    reason: Mapped[str | None]
+    created_at: Mapped[datetime] = created_at()

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+import aiohttp
 import jinja2
 from aiohttp import web
 from pydantic import BaseModel, ValidationError
@@ -25,8 +26,10 @@ from temporalio.service import RPCError
 
 from countersign.config import Settings
 from countersign.db.engine import create_engine, session_factory
-from countersign.inbox.auth import SESSION_TTL, Reviewer, read_session
+from countersign.inbox.auth import SESSION_TTL, Reviewer, SessionClaims
+from countersign.inbox.oidc import CALLBACK_PATH, FLOW_TTL, OidcConfig, OidcProvider, OidcRefused, open_flow
 from countersign.inbox.service import (
+    AlwaysAllowRequest,
     BatchRequest,
     DecisionRequest,
     Inbox,
@@ -39,13 +42,17 @@ from countersign.temporal_client import connect
 
 HERE = Path(__file__).resolve().parent
 COOKIE = "countersign_session"
+FLOW_COOKIE = "countersign_oidc_flow"
 MAX_BODY = 256 * 1024
 # How often the events stream looks for new, decided and expired approvals (one poll per tenant
 # with an open inbox, shared by its reviewers), and how often an idle stream sends a keep-alive.
 POLL_INTERVAL_S = 0.25
 KEEPALIVE_S = 15.0
 REVIEWER = web.RequestKey("reviewer", Reviewer)
+SESSION = web.RequestKey("session", SessionClaims)
 INBOX = web.AppKey("inbox", Inbox)
+OIDC = web.AppKey("oidc", OidcProvider)
+TRUSTED_PROXIES = web.AppKey("trusted_proxies", frozenset[str])
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 _templates = jinja2.Environment(
@@ -53,8 +60,9 @@ _templates = jinja2.Environment(
 )
 
 
-def error(status: int, message: str) -> web.Response:
-    return web.json_response({"error": message}, status=status)
+def error(status: int, message: str, retry_after_s: int | None = None) -> web.Response:
+    headers = {"Retry-After": str(retry_after_s)} if retry_after_s is not None else None
+    return web.json_response({"error": message}, status=status, headers=headers)
 
 
 async def body_of(request: web.Request, model: type[BaseModel]) -> Any:
@@ -68,12 +76,27 @@ async def body_of(request: web.Request, model: type[BaseModel]) -> Any:
         raise InboxError(400, f"invalid request: {where}: {first['msg']}") from None
 
 
-def reviewer_of(request: web.Request) -> Reviewer | None:
+async def session_of(request: web.Request) -> SessionClaims | None:
+    """The caller's live session (bearer token, else the cookie), or None."""
     header = request.headers.get("Authorization", "")
     token = header[7:] if header.lower().startswith("bearer ") else request.cookies.get(COOKIE)
     if not token or len(token) > 4096:
         return None
-    return read_session(request.app[INBOX].public_key, token)
+    return await request.app[INBOX].session_of(token)
+
+
+def client_of(request: web.Request) -> str:
+    """The caller's address, as the login rate limit counts it: the TCP peer, unless that is a
+    trusted reverse proxy (COUNTERSIGN_INBOX_TRUSTED_PROXIES); then the nearest address in
+    X-Forwarded-For that is not one. A client cannot dodge the limit by sending the header itself."""
+    peer = request.remote or "unknown"
+    trusted = request.app[TRUSTED_PROXIES]
+    if peer not in trusted:
+        return peer
+    for hop in reversed(request.headers.get("X-Forwarded-For", "").split(",")):
+        if hop.strip() and hop.strip() not in trusted:
+            return hop.strip()
+    return peer
 
 
 @web.middleware
@@ -81,13 +104,13 @@ async def errors_and_auth(request: web.Request, handler: Handler) -> web.StreamR
     """API calls other than login need a session; InboxError becomes its JSON error."""
     try:
         if request.path.startswith("/api/") and request.path != "/api/login":
-            reviewer = reviewer_of(request)
-            if reviewer is None:
+            claims = await session_of(request)
+            if claims is None:
                 return error(401, "log in first (POST /api/login)")
-            request[REVIEWER] = reviewer
+            request[SESSION], request[REVIEWER] = claims, claims.reviewer
         return await handler(request)
     except InboxError as err:
-        return error(err.status, str(err))
+        return error(err.status, str(err), err.retry_after_s)
     except web.HTTPRequestEntityTooLarge:
         return error(413, f"request body larger than {MAX_BODY} bytes")
     except RPCError as err:  # Temporal unreachable or refusing: say so, in the API's shape
@@ -115,6 +138,11 @@ class Watcher:
     def current(self, tenant_id: str) -> list[PendingItem]:
         feed = self._feeds.get(tenant_id)
         return list(feed.items.values()) if feed else []
+
+    def listed(self, tenant_id: str, workflow_id: str, call_id: str) -> PendingItem | None:
+        """The call as the tenant's open stream last listed it (None: no stream, or not listed)."""
+        feed = self._feeds.get(tenant_id)
+        return feed.items.get(f"{workflow_id}/{call_id}") if feed else None
 
     @contextlib.asynccontextmanager
     async def listen(self, tenant_id: str) -> AsyncIterator[asyncio.Queue[None]]:
@@ -164,27 +192,32 @@ async def events(request: web.Request) -> web.StreamResponse:
     )
     await response.prepare(request)
     with contextlib.suppress(ConnectionResetError):  # the reviewer closed the page
-        await stream_approvals(response, watcher, inbox, reviewer, roles)
+        await stream_approvals(response, watcher, inbox, request[SESSION], roles)
     return response
 
 
 async def stream_approvals(
-    response: web.StreamResponse, watcher: Watcher, inbox: Inbox, reviewer: Reviewer, roles: list[str]
+    response: web.StreamResponse, watcher: Watcher, inbox: Inbox, claims: SessionClaims, roles: list[str]
 ) -> None:
+    """Until the session ends (logout, password change, user removed, expiry), checked at every
+    change and keep-alive: then the stream closes, and the page's reconnect is refused."""
+    reviewer = claims.reviewer
     async with watcher.listen(reviewer.tenant_id) as changed:
-        while True:
-            mine = [
-                i.as_json()
-                for i in watcher.current(reviewer.tenant_id)
-                if inbox.may_decide(i, reviewer, roles)
-            ]
-            await response.write(f"event: approvals\ndata: {json.dumps(mine)}\n\n".encode())
-            while True:  # until the next change, a comment now and then keeps proxies from closing it
-                try:
-                    await asyncio.wait_for(changed.get(), KEEPALIVE_S)
-                    break
-                except TimeoutError:
-                    await response.write(b": keep-alive\n\n")
+        changed_now = True
+        while await inbox.live(claims):
+            if changed_now:
+                mine = [
+                    i.as_json()
+                    for i in watcher.current(reviewer.tenant_id)
+                    if inbox.may_decide(i, reviewer, roles)
+                ]
+                await response.write(f"event: approvals\ndata: {json.dumps(mine)}\n\n".encode())
+            try:  # until the next change; a comment now and then keeps proxies from closing it
+                await asyncio.wait_for(changed.get(), KEEPALIVE_S)
+                changed_now = True
+            except TimeoutError:
+                await response.write(b": keep-alive\n\n")
+                changed_now = False
 
 
 # --- the JSON API --------------------------------------------------------------------------------
@@ -192,15 +225,21 @@ async def stream_approvals(
 
 async def login(request: web.Request) -> web.Response:
     credentials: LoginRequest = await body_of(request, LoginRequest)
-    token = await request.app[INBOX].login(credentials)
+    token = await request.app[INBOX].login(credentials, client_of(request))
     response = web.json_response({"token": token})
-    response.set_cookie(
-        COOKIE, token, httponly=True, samesite="Strict", max_age=int(SESSION_TTL.total_seconds()), path="/"
-    )
+    set_session_cookie(response, token)
     return response
 
 
+def set_session_cookie(response: web.StreamResponse, token: str) -> None:
+    response.set_cookie(
+        COOKIE, token, httponly=True, samesite="Strict", max_age=int(SESSION_TTL.total_seconds()), path="/"
+    )
+
+
 async def logout(request: web.Request) -> web.Response:
+    """Revoke the caller's session server-side (the token stops working everywhere) and drop the cookie."""
+    await request.app[INBOX].logout(request[SESSION])
     response = web.json_response({"ok": True})
     response.del_cookie(COOKIE, path="/")
     return response
@@ -219,9 +258,9 @@ async def approvals(request: web.Request) -> web.Response:
 
 async def decide(request: web.Request) -> web.Response:
     body: DecisionRequest = await body_of(request, DecisionRequest)
-    approval = await request.app[INBOX].decide(
-        request[REVIEWER], request.match_info["workflow_id"], request.match_info["call_id"], body
-    )
+    reviewer, match = request[REVIEWER], request.match_info
+    known = request.app[WATCHER].listed(reviewer.tenant_id, match["workflow_id"], match["call_id"])
+    approval = await request.app[INBOX].decide(reviewer, match["workflow_id"], match["call_id"], body, known)
     return web.json_response(approval.model_dump(mode="json"))
 
 
@@ -234,11 +273,21 @@ async def decide_batch(request: web.Request) -> web.Response:
     for item in body.items:
         single = DecisionRequest(decision=body.decision, reason=body.reason)
         try:
-            approval = await inbox.decide(reviewer, item.workflow_id, item.call_id, single)
+            known = request.app[WATCHER].listed(reviewer.tenant_id, item.workflow_id, item.call_id)
+            approval = await inbox.decide(reviewer, item.workflow_id, item.call_id, single, known)
             results.append({**item.model_dump(), "status": 200, "decision": approval.model_dump(mode="json")})
         except InboxError as err:
             results.append({**item.model_dump(), "status": err.status, "error": str(err)})
     return web.json_response(results)
+
+
+async def always_allow(request: web.Request) -> web.Response:
+    """An admin's "always allow this tool for this agent", from a pending call (see Inbox.always_allow)."""
+    await body_of(request, AlwaysAllowRequest)
+    change = await request.app[INBOX].always_allow(
+        request[REVIEWER], request.match_info["workflow_id"], request.match_info["call_id"]
+    )
+    return web.json_response(change)
 
 
 async def history(request: web.Request) -> web.Response:
@@ -266,14 +315,75 @@ async def conversation_action(request: web.Request) -> web.Response:
 
 
 async def page(request: web.Request) -> web.Response:
-    reviewer = reviewer_of(request)
-    html = _templates.get_template("inbox.html").render(reviewer=reviewer)
+    claims = await session_of(request)
+    reviewer = claims.reviewer if claims else None
+    oidc = request.app.get(OIDC)
+    html = _templates.get_template("inbox.html").render(
+        reviewer=reviewer, oidc_name=oidc.config.name if oidc else None
+    )
     return web.Response(text=html, content_type="text/html")
 
 
-def create_app(inbox: Inbox) -> web.Application:
+# --- login through the OIDC provider (countersign.inbox.oidc) ------------------------------------
+
+
+def oidc_page(message: str, status: int, signed_in: bool = False) -> web.Response:
+    html = _templates.get_template("oidc.html").render(message=message, signed_in=signed_in)
+    return web.Response(text=html, content_type="text/html", status=status)
+
+
+async def oidc_login(request: web.Request) -> web.StreamResponse:
+    """Start the authorization-code flow: the flow cookie, then the provider's login page."""
+    provider = request.app[OIDC]
+    redirect_uri = provider.config.redirect_url or f"{request.url.origin()}{CALLBACK_PATH}"
+    try:
+        url, flow = await provider.start(redirect_uri)
+    except (OidcRefused, aiohttp.ClientError, TimeoutError, KeyError) as err:
+        return oidc_page(f"The identity provider cannot be reached: {err}", 502)
+    response = web.Response(status=302, headers={"Location": url})
+    response.set_cookie(
+        FLOW_COOKIE, request.app[INBOX].seal_flow(flow),
+        httponly=True, samesite="Lax", max_age=int(FLOW_TTL.total_seconds()), path=CALLBACK_PATH,
+    )  # fmt: skip
+    return response
+
+
+async def oidc_callback(request: web.Request) -> web.Response:
+    """Finish the flow: check state, exchange the code, verify the ID token, find the user in
+    PostgreSQL, open a session. Every refusal is shown and recorded in `login_attempts`."""
+    provider, inbox, client = request.app[OIDC], request.app[INBOX], client_of(request)
+    query = {k: v for k, v in request.query.items() if len(v) <= 4096}
+    claims: dict[str, Any] = {}
+    try:
+        flow = open_flow(inbox.public_key, request.cookies.get(FLOW_COOKIE))
+        claims = await provider.finish(query, flow)
+        token = await inbox.login_oidc(provider.config, claims, client)
+    except OidcRefused as err:
+        if not claims:  # refused before any identity was verified (login_oidc records its own)
+            await inbox.refused_login(claims, provider.config, client, str(err))
+        response = oidc_page(f"Sign-in refused: {err}", 403)
+    except (aiohttp.ClientError, TimeoutError) as err:
+        await inbox.refused_login(claims, provider.config, client, f"provider unreachable: {err}")
+        response = oidc_page(f"The identity provider cannot be reached: {err}", 502)
+    else:
+        # a page, not a redirect: the session cookie is SameSite=Strict, and a browser does not
+        # send it on a redirect chain that began at the provider's (cross-site) page
+        response = oidc_page("Signed in.", 200, signed_in=True)
+        set_session_cookie(response, token)
+    response.del_cookie(FLOW_COOKIE, path=CALLBACK_PATH)
+    return response
+
+
+def create_app(
+    inbox: Inbox, oidc: OidcConfig | None = None, trusted_proxies: frozenset[str] = frozenset()
+) -> web.Application:
     app = web.Application(middlewares=[errors_and_auth], client_max_size=MAX_BODY)
     app[INBOX] = inbox
+    app[TRUSTED_PROXIES] = trusted_proxies
+    if oidc is not None:
+        app[OIDC] = OidcProvider(oidc)
+        app.router.add_get("/auth/oidc/login", oidc_login)
+        app.router.add_get(CALLBACK_PATH, oidc_callback)
     app[WATCHER] = Watcher(inbox)
 
     async def close_watcher(app: web.Application) -> None:
@@ -290,22 +400,33 @@ def create_app(inbox: Inbox) -> web.Application:
     app.router.add_get("/api/events", events)
     app.router.add_post("/api/approvals/batch", decide_batch)
     app.router.add_post("/api/approvals/{workflow_id}/{call_id}", decide)
+    app.router.add_post("/api/approvals/{workflow_id}/{call_id}/always-allow", always_allow)
     app.router.add_post("/api/conversations/{workflow_id}/{action}", conversation_action)
     return app
 
 
 @contextlib.asynccontextmanager
 async def running_inbox(
-    settings: Settings, host: str, port: int, client: Client | None = None
+    settings: Settings,
+    host: str,
+    port: int,
+    client: Client | None = None,
+    oidc: OidcConfig | None = None,
+    trusted_proxies: frozenset[str] = frozenset(),
 ) -> AsyncIterator[str]:
     """The inbox of `settings` (Temporal, or `client`; PostgreSQL; the proof signing key) served on
-    host:port (0: a free port); yields its base URL."""
+    host:port (0: a free port), with login through `oidc` when given, taking client addresses from
+    X-Forwarded-For when the peer is one of `trusted_proxies`; yields its base URL."""
     if not settings.database_url:
         raise RuntimeError("inbox: no DATABASE_URL: run `python starter.py dev up` or set DATABASE_URL")
     client = client or await connect(settings)
     engine = create_engine(settings.database_url)
     runner = web.AppRunner(
-        create_app(Inbox(client, session_factory(engine), load_private_key(settings.proof_private_key))),
+        create_app(
+            Inbox(client, session_factory(engine), load_private_key(settings.proof_private_key)),
+            oidc,
+            trusted_proxies,
+        ),
         shutdown_timeout=1.0,
     )
     await runner.setup()

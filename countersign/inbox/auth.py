@@ -1,8 +1,9 @@
 """Who the inbox's caller is: passwords (argon2id hashes in PostgreSQL) and session tokens.
 
 A session token is an Ed25519-signed JWT for the inbox's own audience, so it can never pass as a
-proof (the worker only accepts the proof audience); it names the tenant and user the password
-check established, and lives SESSION_TTL.
+proof (the worker only accepts the proof audience); it names the tenant and user the login
+established, and lives at most SESSION_TTL. Its `jti` is the id of its row in `inbox_sessions`
+(countersign.inbox.sessions): the signature alone is not enough, the row must still be live.
 """
 
 from __future__ import annotations
@@ -32,6 +33,13 @@ class Reviewer(BaseModel):
     user_id: str
 
 
+class SessionClaims(BaseModel):
+    """What a validly signed, unexpired session token says; `session_id` is its `jti`."""
+
+    reviewer: Reviewer
+    session_id: str
+
+
 def hash_password(password: str) -> str:
     return _HASHER.hash(password)
 
@@ -53,9 +61,10 @@ async def set_dev_passwords(session: AsyncSession) -> None:
         user.password_hash = hash_password(user.id + DEV_PASSWORD_SUFFIX)
 
 
-def issue_session(key: Ed25519PrivateKey, reviewer: Reviewer, now: datetime) -> str:
+def issue_session(key: Ed25519PrivateKey, reviewer: Reviewer, now: datetime, session_id: str) -> str:
     claims = {
         "aud": SESSION_AUDIENCE,
+        "jti": session_id,
         "sub": reviewer.user_id,
         "tenant": reviewer.tenant_id,
         "iat": int(now.timestamp()),
@@ -64,12 +73,19 @@ def issue_session(key: Ed25519PrivateKey, reviewer: Reviewer, now: datetime) -> 
     return jwt.encode(claims, key, algorithm="EdDSA")
 
 
-def read_session(key: Ed25519PublicKey, token: str) -> Reviewer | None:
-    """The reviewer a valid, unexpired session token names, else None."""
+def read_session(key: Ed25519PublicKey, token: str) -> SessionClaims | None:
+    """What a valid, unexpired session token says, else None (whether its session is still live is
+    for countersign.inbox.sessions to say)."""
     try:
         claims = jwt.decode(
-            token, key, algorithms=["EdDSA"], audience=SESSION_AUDIENCE, options={"require": ["exp", "sub"]}
+            token,
+            key,
+            algorithms=["EdDSA"],
+            audience=SESSION_AUDIENCE,
+            options={"require": ["exp", "sub", "jti"]},
         )
-        return Reviewer(tenant_id=claims["tenant"], user_id=claims["sub"])
+        return SessionClaims(
+            reviewer=Reviewer(tenant_id=claims["tenant"], user_id=claims["sub"]), session_id=claims["jti"]
+        )
     except (jwt.InvalidTokenError, KeyError, ValidationError):
         return None

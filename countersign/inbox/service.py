@@ -25,11 +25,14 @@ from temporalio.service import RPCError, RPCStatusCode
 from activities.approvals import roles_of
 from countersign.approvals import Approval, Decision, approver_refusal
 from countersign.chat import ChatMessage
-from countersign.conversation import AnswerSignal, EndConversation, StatusView
+from countersign.conversation import AnswerSignal, EndConversation, PendingApproval, StatusView
 from countersign.db.schema import ApprovalDecision, ToolExecution
-from countersign.inbox.auth import Reviewer, check_password, issue_session
+from countersign.inbox import sessions, throttle
+from countersign.inbox.auth import Reviewer, SessionClaims, check_password, issue_session, read_session
+from countersign.inbox.oidc import Flow, OidcConfig, OidcRefused, reviewer_for, seal_flow
 from countersign.proofs import Binding, mint_proof
 from countersign.saga import RollbackRequest, Scope
+from countersign.tiers import change_tenant_tier
 from countersign.tooling import Risk
 from tools.registry import REGISTRY
 
@@ -39,11 +42,12 @@ LAST_MESSAGES = 4
 
 
 class InboxError(Exception):
-    """A refusal for the client: HTTP status and a one-line reason."""
+    """A refusal for the client: HTTP status and a one-line reason (429: with Retry-After)."""
 
-    def __init__(self, status: int, message: str) -> None:
+    def __init__(self, status: int, message: str, retry_after_s: int | None = None) -> None:
         super().__init__(message)
         self.status = status
+        self.retry_after_s = retry_after_s
 
 
 # --- what clients send (validated at the edge) -------------------------------------------------
@@ -70,6 +74,12 @@ class BatchRequest(BaseModel, extra="forbid"):
     decision: Literal["approve", "reject"]
     reason: str | None = Field(None, max_length=MAX_REASON_CHARS)
     items: list[BatchItem] = Field(min_length=1, max_length=100)
+
+
+class AlwaysAllowRequest(BaseModel, extra="forbid"):
+    """A standing change of the tenant's tier: the client confirms it explicitly (the page asks)."""
+
+    confirm: Literal[True]
 
 
 class AnswerRequest(BaseModel, extra="forbid"):
@@ -135,13 +145,81 @@ class Inbox:
 
     # --- identity ------------------------------------------------------------------------------
 
-    async def login(self, request: LoginRequest) -> str:
+    async def login(self, request: LoginRequest, client: str) -> str:
+        """A session token for a right password, unless `client` or the account is throttled
+        (countersign.inbox.throttle); every attempt is recorded in `login_attempts`."""
+        tenant, user, now = request.tenant_id, request.user_id, datetime.now(UTC)
+        refusal: InboxError | None = None
+        async with self._sessions.begin() as session:
+            await throttle.lock_account(session, tenant, user)
+            try:
+                await throttle.check(session, tenant, user, client, now)
+                ok = await check_password(session, tenant, user, request.password)
+                outcome, reason = ("accepted", None) if ok else ("bad_credentials", "wrong password")
+            except throttle.Throttled as err:
+                outcome, reason = "throttled", str(err)
+                refusal = InboxError(429, str(err), retry_after_s=err.retry_after_s)
+            await throttle.record(
+                session, tenant_id=tenant, user_id=user, client=client, method="password",
+                outcome=outcome, reason=reason, now=now,
+            )  # fmt: skip
+            if outcome == "accepted":
+                return await self.open_session(session, Reviewer(tenant_id=tenant, user_id=user), "password")
+        raise refusal or InboxError(401, "unknown user or wrong password")
+
+    async def login_oidc(self, config: OidcConfig, claims: dict[str, Any], client: str) -> str:
+        """A session token for the user verified claims name (OidcRefused when none; recorded)."""
+        async with self._sessions.begin() as session:
+            try:
+                reviewer = await reviewer_for(session, config, claims)
+            except OidcRefused as err:
+                refusal = err
+            else:
+                await throttle.record(
+                    session, tenant_id=reviewer.tenant_id, user_id=reviewer.user_id, client=client,
+                    method="oidc", outcome="accepted", reason=None, now=datetime.now(UTC),
+                )  # fmt: skip
+                return await self.open_session(session, reviewer, "oidc")
+        await self.refused_login(claims, config, client, str(refusal))
+        raise refusal
+
+    def seal_flow(self, flow: Flow) -> str:
+        """The OIDC flow cookie, signed with the inbox's key."""
+        return seal_flow(self._key, flow, datetime.now(UTC))
+
+    async def refused_login(
+        self, claims: dict[str, Any], config: OidcConfig, client: str, reason: str
+    ) -> None:
+        """Record a refused OIDC login, naming whom the claims (if any were verified) named."""
+        tenant = config.tenant or claims.get(config.tenant_claim)
+        user = claims.get(config.user_claim) or claims.get("sub")
+        async with self._sessions.begin() as session:
+            await throttle.record(
+                session, tenant_id=str(tenant or ""), user_id=str(user or ""), client=client,
+                method="oidc", outcome="refused", reason=reason[:MAX_REASON_CHARS], now=datetime.now(UTC),
+            )  # fmt: skip
+
+    async def open_session(
+        self, session: AsyncSession, reviewer: Reviewer, method: sessions.LoginMethod
+    ) -> str:
+        """A session row for `reviewer` (in `session`'s transaction) and its signed token."""
+        now = datetime.now(UTC)
+        row = await sessions.open_session(session, reviewer, method, now)
+        return issue_session(self._key, reviewer, now, row.id)
+
+    async def session_of(self, token: str) -> SessionClaims | None:
+        """The claims of `token` while its session is live (signed, unexpired, not revoked, the
+        user still there with the same password), else None."""
+        claims = read_session(self.public_key, token)
+        return claims if claims is not None and await self.live(claims) else None
+
+    async def live(self, claims: SessionClaims) -> bool:
         async with self._sessions() as session:
-            ok = await check_password(session, request.tenant_id, request.user_id, request.password)
-        if not ok:
-            raise InboxError(401, "unknown user or wrong password")
-        reviewer = Reviewer(tenant_id=request.tenant_id, user_id=request.user_id)
-        return issue_session(self._key, reviewer, datetime.now(UTC))
+            return await sessions.live_reviewer(session, claims, datetime.now(UTC)) is not None
+
+    async def logout(self, claims: SessionClaims) -> None:
+        async with self._sessions.begin() as session:
+            await sessions.revoke(session, claims.session_id, datetime.now(UTC))
 
     async def roles(self, reviewer: Reviewer) -> list[str]:
         async with self._sessions() as session:
@@ -201,8 +279,15 @@ class Inbox:
     async def history(self, reviewer: Reviewer, limit: int = 50) -> list[dict[str, Any]]:
         """The tenant's latest decisions, refused attempts included, newest first."""
         async with self._sessions() as session:
-            rows = await session.scalars(
-                select(ApprovalDecision)
+            # an accepted edit shows next to the model's arguments (the call's audit row, once it ran)
+            rows = await session.execute(
+                select(ApprovalDecision, ToolExecution.args)
+                .outerjoin(
+                    ToolExecution,
+                    (ToolExecution.workflow_id == ApprovalDecision.workflow_id)
+                    & (ToolExecution.call_id == ApprovalDecision.call_id)
+                    & ApprovalDecision.accepted,
+                )
                 .where(ApprovalDecision.tenant_id == reviewer.tenant_id)
                 .order_by(ApprovalDecision.id.desc())
                 .limit(limit)
@@ -217,9 +302,11 @@ class Inbox:
                     "accepted": r.accepted,
                     "proven": r.proven,
                     "reason": r.reason,
+                    "edited_args": r.args,
+                    "model_args": model_args if r.args is not None else None,  # JSON null reads as None
                     "at": r.created_at.isoformat(),
                 }
-                for r in rows
+                for r, model_args in rows.tuples()
             ]
 
     # --- deciding ------------------------------------------------------------------------------
@@ -256,18 +343,33 @@ class Inbox:
         return InboxError(404, f"no pending call {call_id} in {workflow_id}")
 
     async def decide(
-        self, reviewer: Reviewer, workflow_id: str, call_id: str, request: DecisionRequest
+        self,
+        reviewer: Reviewer,
+        workflow_id: str,
+        call_id: str,
+        request: DecisionRequest,
+        known: PendingItem | None = None,
     ) -> Approval:
         """Check what the inbox can (tenant, pending, role, four-eyes), mint a proof bound to exactly
-        this decision and these arguments, and send it through the `decide` update."""
+        this decision and these arguments, and send it through the `decide` update.
+
+        `known`: the call as the tenant's open events stream last listed it (app.Watcher). A pending
+        call's tool, arguments, risk and requester never change, so the inbox can bind the proof to
+        them without asking the conversation again (a query costs a round trip through the worker,
+        a fifth of the click-to-execution time); whether it is still pending is the workflow's to
+        say where it records the decision, as it always is (a stale item gets 409 from there)."""
         if request.args is not None and request.decision != "approve":
             raise InboxError(400, "edited arguments come only with an approval")
         if request.args is not None and len(json.dumps(request.args)) > MAX_ARGS_CHARS:
             raise InboxError(400, f"edited arguments longer than {MAX_ARGS_CHARS} characters")
-        # the conversation's state (a query answered by its worker) and the reviewer's roles
-        # (PostgreSQL) are independent: ask both at once
-        status, roles = await asyncio.gather(self._status(reviewer, workflow_id), self.roles(reviewer))
-        pending = next((p for p in status.pending_approvals if p.call_id == call_id), None)
+        pending: PendingApproval | PendingItem | None
+        if known is not None and (known.workflow_id, known.call_id) == (workflow_id, call_id):
+            pending, roles = known, await self.roles(reviewer)
+        else:
+            # the conversation's state (a query answered by its worker) and the reviewer's roles
+            # (PostgreSQL) are independent: ask both at once
+            status, roles = await asyncio.gather(self._status(reviewer, workflow_id), self.roles(reviewer))
+            pending = next((p for p in status.pending_approvals if p.call_id == call_id), None)
         if pending is None:
             raise await self._not_pending(workflow_id, call_id)
         refusal = approver_refusal(
@@ -300,6 +402,13 @@ class Inbox:
             )
         except WorkflowUpdateFailedError as err:
             raise refused(str(err.cause or err)) from None
+        except RPCError as err:  # a listed conversation that has ended since
+            if known is None or err.status not in (
+                RPCStatusCode.NOT_FOUND,
+                RPCStatusCode.FAILED_PRECONDITION,
+            ):
+                raise
+            raise await self._not_pending(workflow_id, call_id) from None
         return approval
 
     async def act(
@@ -334,6 +443,40 @@ class Inbox:
         else:
             proof = mint_proof(self._key, user, Binding.end(tenant, workflow_id), now)
             await handle.signal("end", EndConversation(requested_by=user, proof=proof))
+
+    async def always_allow(self, reviewer: Reviewer, workflow_id: str, call_id: str) -> dict[str, Any]:
+        """An admin's standing "always allow this tool for this agent" from a pending call: the
+        tenant's own tier (countersign.tiers), for conversations started afterwards. The agent and
+        tool come from the conversation, the admin role and the risk rule from the database and the
+        tool's declaration; the attempt is recorded either way. The pending call is not decided."""
+        status = await self._status(reviewer, workflow_id)
+        pending = next((p for p in status.pending_approvals if p.call_id == call_id), None)
+        if pending is None:
+            raise await self._not_pending(workflow_id, call_id)
+        async with self._sessions() as session, session.begin():
+            change = await change_tenant_tier(
+                session,
+                tenant_id=reviewer.tenant_id,
+                agent=status.agent,
+                tool=pending.tool,
+                tier="always_allow",
+                changed_by=reviewer.user_id,
+                via="inbox",
+                workflow_id=workflow_id,
+                call_id=call_id,
+            )
+        if not change.accepted:
+            raise InboxError(403, change.reason or "refused")
+        return {
+            "tenant_id": change.tenant_id,
+            "agent": change.agent,
+            "tool": change.tool,
+            "old_tier": change.old_tier,
+            "new_tier": change.new_tier,
+            "changed_by": change.changed_by,
+            "at": change.created_at.isoformat(),
+            "applies_to": "conversations started from now on; this call still needs its decision",
+        }
 
 
 def refused(reason: str) -> InboxError:

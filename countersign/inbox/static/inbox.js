@@ -171,10 +171,31 @@ function card(item) {
       $(".error", node).textContent = err.message;
     }
   };
+  if (item.risk !== "high") me.then((who) => { if (who.roles.includes("admin")) node.append(standingAllow(item, node)); });
   approve.addEventListener("click", () => decide("approve", false));
   approveEdited.addEventListener("click", () => decide("approve", true));
   reject.addEventListener("click", () => decide("reject", false));
   return node;
+}
+
+// An admin's standing tier change for the tenant (never for high risk: four-eyes holds there). It
+// does not decide the call on the card; the server checks the role and the rule again.
+const me = $("#pending") ? api("GET", "/api/me").catch(() => ({ roles: [] })) : Promise.resolve({ roles: [] });
+
+function standingAllow(item, node) {
+  const button = el("button", { type: "button", "data-action": "always-allow", text: "Always allow this tool for this agent" });
+  const note = el("span", { class: "muted", text: ` ${item.tool} will run without approval in conversations of your tenant with ${item.agent} started from now on. This does not approve the call above: decide it too.` });
+  button.addEventListener("click", async () => {
+    if (!confirm(`Always allow ${item.tool} for ${item.agent} in your tenant? New conversations will run it without asking anyone.`)) return;
+    try {
+      const change = await api("POST", `/api/approvals/${encodeURIComponent(item.workflow_id)}/${encodeURIComponent(item.call_id)}/always-allow`, { confirm: true });
+      say(`${change.tool} is now ${change.new_tier} for ${change.agent} (was ${change.old_tier}), set by ${change.changed_by}; this call still waits for a decision`);
+      button.disabled = true;
+    } catch (err) {
+      $(".error", node).textContent = err.message;
+    }
+  });
+  return el("p", { class: "standing" }, button, note);
 }
 
 function removeCard(key) {
@@ -213,7 +234,8 @@ async function loadHistory() {
     el("td", { text: new Date(r.at).toLocaleString() }),
     el("td", { text: `${r.workflow_id} / ${r.call_id}` }),
     el("td", { text: r.tool }),
-    el("td", { text: `${r.decision}${r.accepted ? "" : " (refused)"}` }),
+    el("td", { text: `${r.decision}${r.accepted ? "" : " (refused)"}` },
+      ...(r.edited_args ? [el("div", { class: "edit", text: `edited arguments: ${JSON.stringify(r.edited_args)}${r.model_args ? ` (the model asked for ${JSON.stringify(r.model_args)})` : ""}` })] : [])),
     el("td", { text: `${r.approver} ${r.proven ? "(proven)" : "(claimed)"}` }),
     el("td", { text: r.reason || "" }),
   )));
@@ -225,7 +247,12 @@ if ($("#pending")) {
     render(JSON.parse(event.data));
     $("#live").textContent = `live · updated ${new Date().toLocaleTimeString()}`;
   });
-  events.addEventListener("error", () => { $("#live").textContent = "reconnecting…"; });
+  events.addEventListener("error", async () => {
+    $("#live").textContent = "reconnecting…";
+    // a refused reconnect closes the stream for good: if the session ended (logged out elsewhere,
+    // password changed, expired), show the login form
+    if (events.readyState === EventSource.CLOSED && (await fetch("/api/me")).status === 401) location.reload();
+  });
   setInterval(() => {
     for (const span of document.querySelectorAll("[data-expires]")) span.textContent = timeLeft(span.dataset.expires);
   }, 1000);

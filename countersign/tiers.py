@@ -1,0 +1,122 @@
+"""Tenant tiers: a tenant's own permission tier for one of an agent's tools.
+
+Agents (and their `agent_tool_permissions`) are shared by every tenant, so a tenant admin's "always
+allow this tool for this agent" is stored per tenant (`tenant_tool_tiers`) and replaces the agent's
+tier only in that tenant's conversation snapshots (activities/context.py). Like every tier change it
+applies to conversations started afterwards: a running conversation keeps its snapshot, and a call
+already waiting still needs its own decision.
+
+Security rule: a high-risk tool is never made `always_allow` for a tenant. High risk is where the
+four-eyes rule holds (countersign.approvals.FOUR_EYES): a second person must look at each call. A
+standing allow would let the requester run such calls with nobody looking, for the whole tenant,
+from one click; that is a change of policy, not a review decision, and stays with operators (the
+agent-wide `permissions set`). Low and medium risk tools may be allowed: any reviewer (medium) or
+even sales (low) could approve each call anyway, so allowing them trades repeated clicks for a
+recorded standing decision by an admin. Tightening (`needs_approval`, `blocked`) is always allowed.
+Only admins of the tenant may change its tiers; every attempt, refused ones included, is recorded
+in `tier_changes` with who, when and the tier before and after.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from sqlalchemy import func, select
+from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from countersign.approvals import FOUR_EYES
+from countersign.db.schema import AgentToolPermission, TenantToolTier, TierChange, UserRole
+from countersign.mcp.catalog import MCP_DEFAULT_TIER, MCP_RISK
+from countersign.mcp.servers import server_of
+from countersign.tooling import Risk, Tier
+from tools.registry import REGISTRY
+
+ADMIN_ROLE = "admin"
+Via = Literal["inbox", "cli"]
+
+
+def risk_and_default(tool: str) -> tuple[Risk, Tier] | None:
+    """The tool's declared risk and default tier; None for a tool nobody declares."""
+    if tool in REGISTRY:
+        spec = REGISTRY[tool]
+        return spec.risk, spec.default_tier
+    if server_of(tool):
+        return MCP_RISK, MCP_DEFAULT_TIER
+    return None
+
+
+def tier_refusal(risk: Risk, tier: str) -> str | None:
+    """Why a tenant may not give a tool of `risk` this tier, or None (see the module's rule)."""
+    if tier == "always_allow" and risk in FOUR_EYES:
+        return (
+            f"{risk}-risk tools are never always allowed for a tenant: each call needs a second "
+            "person (four-eyes rule)"
+        )
+    return None
+
+
+async def tenant_tiers(session: AsyncSession, tenant_id: str, agent: str) -> dict[str, TenantToolTier]:
+    """The tenant's own tiers for the agent's tools, by tool."""
+    rows = await session.scalars(
+        select(TenantToolTier).where(TenantToolTier.tenant_id == tenant_id, TenantToolTier.agent == agent)
+    )
+    return {row.tool: row for row in rows}
+
+
+async def change_tenant_tier(
+    session: AsyncSession,
+    *,
+    tenant_id: str,
+    agent: str,
+    tool: str,
+    tier: Tier,
+    changed_by: str,
+    via: Via,
+    workflow_id: str | None = None,
+    call_id: str | None = None,
+) -> TierChange:
+    """Set the tenant's tier for the agent's tool if `changed_by` (an admin of the tenant, per the
+    database) may, and record the attempt either way, in the caller's transaction. The returned row
+    says whether it was accepted and, if not, why."""
+    override = await session.get(TenantToolTier, (tenant_id, agent, tool), with_for_update=True)
+    granted = await session.get(AgentToolPermission, (agent, tool))
+    declared = risk_and_default(tool)
+    old: str | None = None
+    if granted is not None and declared is not None:
+        old = override.tier if override is not None else granted.tier or declared[1]
+    roles = await session.scalars(
+        select(UserRole.role).where(UserRole.tenant_id == tenant_id, UserRole.user_id == changed_by)
+    )
+    refusal: str | None
+    if ADMIN_ROLE not in set(roles):
+        refusal = f"only an admin of {tenant_id} may change its tiers ({changed_by} is not)"
+    elif granted is None or declared is None:
+        refusal = f"agent {agent} does not have the tool {tool}"
+    else:
+        refusal = tier_refusal(declared[0], tier)
+    change = TierChange(
+        tenant_id=tenant_id,
+        agent=agent,
+        tool=tool,
+        old_tier=old,
+        new_tier=tier,
+        changed_by=changed_by,
+        via=via,
+        accepted=refusal is None,
+        reason=refusal,
+        workflow_id=workflow_id,
+        call_id=call_id,
+    )
+    session.add(change)
+    if refusal is None:
+        values = {"tenant_id": tenant_id, "agent": agent, "tool": tool, "tier": tier, "set_by": changed_by}
+        statement = insert(TenantToolTier).values(**values)
+        await session.execute(
+            statement.on_conflict_do_update(
+                index_elements=["tenant_id", "agent", "tool"],
+                set_={"tier": tier, "set_by": changed_by, "set_at": func.now()},
+            )
+        )
+    await session.flush()
+    return change
