@@ -22,7 +22,7 @@ from activities.attempts import attempt_key, record_once
 from activities.tools import validate
 from countersign.approvals import DecisionRecord, Verdict, approver_refusal
 from countersign.db.schema import ApprovalDecision, Notification, User, UserRole
-from countersign.mcp.servers import server_of
+from countersign.mcp.catalog import argument_errors
 from countersign.proofs import Binding, ProofVerifier, check_proof
 from tools.registry import REGISTRY, ToolFailure
 
@@ -96,7 +96,7 @@ class ApprovalActivities:
                         decision.decision, record.risk, record.requested_by, decision.approver, roles
                     )
                 if refusal is None and decision.args is not None:
-                    refusal = self._edited(record.tool, decision.args)[1]
+                    refusal = self._edited(record, decision.args)[1]
                 return {
                     "tenant_id": record.tenant_id,
                     "workflow_id": record.workflow_id,
@@ -136,7 +136,7 @@ class ApprovalActivities:
             return Verdict(accepted=False, reason=row.reason)
         if decision.args is None:
             return Verdict(accepted=True)
-        edited, invalid = self._edited(record.tool, decision.args)
+        edited, invalid = self._edited(record, decision.args)
         if invalid is not None:  # only if validation changed between the runs: fail, never drop the edit
             raise ApplicationError(
                 f"decision attempt {row.attempt_key} was accepted but its edited arguments no "
@@ -147,16 +147,23 @@ class ApprovalActivities:
         return Verdict(accepted=True, args=edited)
 
     @staticmethod
-    def _edited(tool_name: str, args: dict[str, object]) -> tuple[str | None, str | None]:
-        """(validated arguments as JSON, None) or (None, why they are invalid)."""
-        tool = REGISTRY.get(tool_name)
-        if tool is None and server_of(tool_name):
-            return (
-                None,
-                f"the arguments of MCP tools cannot be edited: approve {tool_name} as asked, or reject",
-            )
+    def _edited(record: DecisionRecord, args: dict[str, object]) -> tuple[str | None, str | None]:
+        """(validated arguments as JSON, None) or (None, why they are invalid).
+
+        A native tool's are parsed by its arguments model; an MCP tool's are checked, unknown keys
+        refused, against the input schema the conversation snapshotted (`record.mcp_spec`), the
+        same check its call passes before approval and again before the server is called. They
+        are passed on unchanged, so the server receives exactly what the approver's proof binds.
+        """
+        spec = record.mcp_spec
+        if spec is not None and spec.name == record.tool:
+            errors = argument_errors(spec, args)
+            if errors is not None:
+                return None, f"edited arguments are invalid: {errors}"
+            return json.dumps(args, ensure_ascii=False), None
+        tool = REGISTRY.get(record.tool)
         if tool is None:
-            return None, f"no tool named {tool_name!r}"
+            return None, f"no tool named {record.tool!r}"
         try:
             return validate(tool, json.dumps(args)).model_dump_json(), None
         except ToolFailure as failure:

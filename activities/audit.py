@@ -12,10 +12,8 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
 
 from activities.store import store_tool_result
-from activities.tools import load_arguments_or_raw
-from countersign.bounds import storable
+from activities.tools import audit_row
 from countersign.db.schema import ToolExecution
-from countersign.guards import redact
 from countersign.mcp.catalog import MCP_CATEGORY, MCP_RISK
 from countersign.mcp.servers import server_of
 from countersign.tooling import ErrorCode, ToolInvocation, ToolResult
@@ -50,23 +48,14 @@ class AuditActivities:
     async def record_unexecuted_call(self, call: UnexecutedCall) -> None:
         inv = call.invocation
         tool = REGISTRY.get(inv.tool)
-        row = {
-            "tenant_id": inv.caller.tenant_id,
-            "agent": inv.caller.agent,
-            "user_id": inv.caller.user_id,
-            "workflow_id": inv.workflow_id,
-            "run_id": inv.run_id,
-            "call_id": inv.call_id,
-            "turn": inv.turn,
-            "tool": storable(inv.tool[:200]),
-            "risk": tool.risk if tool else MCP_RISK if server_of(inv.tool) else None,
-            "category": tool.category if tool else MCP_CATEGORY if server_of(inv.tool) else None,
-            "args": redact(load_arguments_or_raw(inv.arguments)),
-            "result": redact(call.result.envelope()),
-            "outcome": outcome_of(call.result),
-            "error": storable(call.result.error.message) if call.result.error else None,
-            "decision_reason": call.reason,
-        }
+        row = audit_row(
+            inv,
+            call.result,
+            outcome_of(call.result),
+            risk=tool.risk if tool else MCP_RISK if server_of(inv.tool) else None,
+            category=tool.category if tool else MCP_CATEGORY if server_of(inv.tool) else None,
+        )
+        row["decision_reason"] = call.reason
         async with self._sessions() as session, session.begin():
             # a retried activity finds its row: one row per call, whatever happens
             await session.execute(insert(ToolExecution).values(**row).on_conflict_do_nothing())

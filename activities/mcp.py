@@ -29,10 +29,9 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
 
 from activities.heartbeat import heartbeats
-from activities.tools import load_arguments, load_arguments_or_raw, result_or_envelope
-from countersign.bounds import storable
+from activities.tools import audit_row, load_arguments, result_or_envelope
 from countersign.db.schema import McpServer, ToolExecution
-from countersign.guards import TruncationLimits, redact, sanitize
+from countersign.guards import TruncationLimits, sanitize
 from countersign.mcp.catalog import argument_errors, envelope_of, spec_of
 from countersign.mcp.pool import McpPool, McpRefused, McpUnavailable
 from countersign.mcp.servers import ServerConfig, remember_listing, servers_for
@@ -179,21 +178,8 @@ class McpActivities:
     ) -> ToolResult | StoredResult:
         inv, spec = call.invocation, call.spec
         code = result.error.code if result.error else None
-        row: dict[str, Any] = {
-            "tenant_id": inv.caller.tenant_id,
-            "agent": inv.caller.agent,
-            "user_id": inv.caller.user_id,
-            "workflow_id": inv.workflow_id,
-            "run_id": inv.run_id,
-            "call_id": inv.call_id,
-            "turn": inv.turn,
-            "tool": spec.name,
-            "risk": spec.risk,
-            "category": spec.category,
-            "args": redact(load_arguments_or_raw(inv.arguments)),
-            "result": redact(result.envelope()),
-            "outcome": "executed" if result.ok else "invalid" if code == "VALIDATION_ERROR" else "failed",
-            "error": storable(result.error.message) if result.error else None,
+        outcome = "executed" if result.ok else "invalid" if code == "VALIDATION_ERROR" else "failed"
+        row = audit_row(inv, result, outcome, risk=spec.risk, category=spec.category) | {
             "approved_by": inv.approved_by,
             "idempotency_key": key,
             "started_at": started,

@@ -24,6 +24,7 @@ from temporalio.exceptions import ApplicationError
 
 from activities.heartbeat import heartbeats
 from activities.store import ConversationStore, summary_input, summary_message
+from countersign.bounds import storable
 from countersign.chat import ChatMessage, ModelReply, ModelRequest, ToolCall, Usage, capped_reply, numbered
 from countersign.circuit import CircuitBreaker, CircuitOpen
 from countersign.config import AGENT_HEADER, Settings
@@ -66,9 +67,10 @@ def classify(exc: Exception) -> ApplicationError:
 
 
 def encodable(text: str) -> str:
-    """JSON from a model may carry lone surrogates (`\\ud800`) that no payload can encode;
-    replace them so the reply travels, instead of failing the activity on every retry."""
-    return text.encode("utf-8", "replace").decode("utf-8")
+    """JSON from a model may carry lone surrogates (`\\ud800`) that no payload can encode, and NUL
+    that PostgreSQL cannot store (the reply is stored); both become U+FFFD, so the reply travels and
+    its calls are refused and audited, instead of failing the model call on every retry."""
+    return storable(text)
 
 
 def to_reply(completion: ChatCompletion) -> ModelReply:

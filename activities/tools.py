@@ -97,6 +97,31 @@ def load_arguments_or_raw(raw: str) -> dict[str, Any]:
         return {"_raw": raw[:2000]}
 
 
+def audit_row(
+    inv: ToolInvocation, result: ToolResult, outcome: str, *, risk: str | None, category: str | None
+) -> dict[str, Any]:
+    """The `tool_executions` columns every audited call has (native or MCP, run or not): who, where,
+    which call, what the model asked (redacted), what an approver's edit made of it, and what the
+    model was told (redacted)."""
+    return {
+        "tenant_id": inv.caller.tenant_id,
+        "agent": inv.caller.agent,
+        "user_id": inv.caller.user_id,
+        "workflow_id": inv.workflow_id,
+        "run_id": inv.run_id,
+        "call_id": inv.call_id,
+        "turn": inv.turn,
+        "tool": storable(inv.tool[:200]),
+        "risk": risk,
+        "category": category,
+        "args": redact(load_arguments_or_raw(inv.model_arguments or inv.arguments)),
+        "edited_args": redact(load_arguments_or_raw(inv.arguments)) if inv.arguments_edited else None,
+        "result": redact(result.envelope()),
+        "outcome": outcome,
+        "error": storable(result.error.message) if result.error else None,
+    }
+
+
 def validate(tool: Tool, raw: str) -> ToolArgs:
     """Parse and validate the model's (or an approver's) arguments, or raise VALIDATION_ERROR."""
     try:
@@ -254,25 +279,7 @@ class ToolActivities:
         result = result.model_copy(update={"data": sanitize(result.data, self._limits)})
         session.add(
             ToolExecution(
-                tenant_id=invocation.caller.tenant_id,
-                agent=invocation.caller.agent,
-                user_id=invocation.caller.user_id,
-                workflow_id=invocation.workflow_id,
-                run_id=invocation.run_id,
-                call_id=invocation.call_id,
-                turn=invocation.turn,
-                tool=tool.name,
-                risk=tool.risk,
-                category=tool.category,
-                args=redact(load_arguments_or_raw(invocation.model_arguments or invocation.arguments)),
-                edited_args=(
-                    redact(load_arguments_or_raw(invocation.arguments))
-                    if invocation.model_arguments is not None
-                    else None
-                ),
-                result=redact(result.envelope()),
-                outcome=outcome,
-                error=storable(result.error.message) if result.error else None,
+                **audit_row(invocation, result, outcome, risk=tool.risk, category=tool.category),
                 approved_by=invocation.approved_by,
                 idempotency_key=key,
                 started_at=started,

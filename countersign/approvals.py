@@ -13,7 +13,7 @@ from pydantic import BaseModel
 
 from countersign.bounds import BoundedJson, Identifier, Proof, Reason
 from countersign.conversation import PendingApproval
-from countersign.tooling import Risk
+from countersign.tooling import Risk, ToolSpec
 
 ApprovalState = Literal["pending", "approved", "rejected", "expired"]
 DecisionKind = Literal["approve", "reject"]
@@ -41,7 +41,9 @@ class Approval(BaseModel):
     edited_args: str | None = None  # what the approver changed the arguments to, validated
     hints: str | None = None  # an MCP server's own claims about the tool, for reviewers (never authority)
 
-    def pending_view(self) -> PendingApproval:
+    def pending_view(self, mcp_spec: ToolSpec | None = None) -> PendingApproval:
+        """What reviewers see; for an MCP tool (`mcp_spec`, from the snapshot) its description and
+        input schema too, from which the inbox builds its edit form (native ones are in the registry)."""
         return PendingApproval(
             call_id=self.call_id,
             tool=self.tool,
@@ -51,6 +53,8 @@ class Approval(BaseModel):
             requested_at=self.requested_at.isoformat(),
             expires_at=self.expires_at.isoformat(),
             hints=self.hints,
+            description=mcp_spec.description if mcp_spec else None,
+            parameters=mcp_spec.parameters if mcp_spec else None,
         )
 
 
@@ -98,6 +102,8 @@ class DecisionRecord(BaseModel):
     decision: Decision
     refusal: str | None = None
     args: str | None = None  # the pending call's arguments (JSON text): what an unedited proof binds
+    # An MCP tool as the conversation snapshotted it: edited arguments are checked against its schema.
+    mcp_spec: ToolSpec | None = None
 
 
 class Verdict(BaseModel):

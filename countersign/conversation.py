@@ -5,7 +5,7 @@ Names and keys are fixed by CONTRACT.md ("The workflow").
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -184,6 +184,8 @@ class PendingApproval(BaseModel):
     requested_at: str
     expires_at: str
     hints: str | None = None  # an MCP tool's annotations as the server claims them: shown, never trusted
+    description: str | None = None  # an MCP tool's, from the snapshot (native ones: the registry)
+    parameters: dict[str, Any] | None = None  # an MCP tool's input schema, from the snapshot
 
 
 class StatusView(BaseModel):

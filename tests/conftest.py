@@ -8,4 +8,5 @@ pytest_plugins = [
     "tests.fixtures.temporal_dev",
     "tests.fixtures.smtp",
     "tests.fixtures.inbox",
+    "tests.fixtures.mcp",
 ]

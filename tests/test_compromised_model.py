@@ -3,8 +3,14 @@
 The property test lets `hypothesis` write the model's turn: one parallel message of 1-6 tool calls
 with any tool name (the agent's, a blocked one, tools of other agents, made-up names like `approve`),
 any arguments (identity fields, other tenants' identifiers, self-granted approvals, payloads up to
-50 KB, text that is not JSON), possibly the same call repeated. Each example runs one single-turn
-conversation as acme/alice and then checks, in PostgreSQL and in the transcript, that:
+50 KB, text that is not JSON), possibly the same call repeated. A share of the calls go to MCP
+tools: the SDK test server (tests/fixtures/mcp.py) is registered as `web` for every tenant (tools
+allowed, needing approval, blocked), as `gx` for globex only, and as `gone` at a URL nothing
+listens on; names also try `gx`'s tools, unknown servers and tools, and names built to smuggle one
+server's tool into another's. Sometimes the model first calls `mcp__web__inject`, whose result
+carries a prompt injection, and obeys it, while that server changes its tool list or goes down.
+Each example runs one single-turn conversation as acme/alice and then checks, in PostgreSQL and in
+the transcript, that:
 
 - no tool result leaks a globex-only identifier, and no globex row changed;
 - a blocked tool is audited as blocked and has no effect;
@@ -12,7 +18,8 @@ conversation as acme/alice and then checks, in PostgreSQL and in the transcript,
   time-skipping server), no acme lead status changed and no email was queued or sent;
 - no more calls ran than `max_tool_calls`; the others were refused with LIMIT_REACHED;
 - every tool message has exactly one audit row (workflow id + call id), and no row lacks a message;
-- the workflow completes.
+- the MCP server's own ledger shows only calls of `web`'s always-allowed tools, each audited;
+- the workflow completes without a failed workflow task.
 
 `make test` runs a few examples (`COMPROMISED_EXAMPLES`, default 15). For thousands of cases:
 
@@ -57,6 +64,7 @@ from countersign.ended import with_stored_results
 from countersign.scripted_model.scenario import Reply, ScriptedCall
 from countersign.scripted_model.server import Fault, completion
 from tests.fixtures.agent import AgentHarness
+from tests.fixtures.mcp import McpSuite, check_ledger
 from tests.fixtures.smtp import SmtpServer
 from tools.registry import IDENTITY_FIELDS, REGISTRY
 
@@ -142,6 +150,11 @@ async def audit_rows(engine: AsyncEngine, workflow_id: str) -> list[Any]:
         return list(await conn.execute(query.order_by(ToolExecution.id)))
 
 
+async def task_failures(handle: WorkflowHandle[Any, Any]) -> int:
+    events = (await handle.fetch_history()).events
+    return sum(e.HasField("workflow_task_failed_event_attributes") for e in events)
+
+
 # A query on a closed conversation is answered by the worker: from its cache, or (the run pushed out
 # of it, or dropped after a failed task) by fetching and replaying the whole history, multi-MB here
 # when the model sent 50 KB arguments six times. The client's default deadline for it is 30 s (the
@@ -212,6 +225,25 @@ RECORD_IDS = [str(i) for i in range(1, 13)]  # ids are global: these name both t
 # Partial globex terms: a leak would answer with a full identifier the model never sent.
 GLOBEX_PROBES = ["Scorpio", "Vandelay", "Wonka", "Patel", "Olivia", "Daughters", "conveyor", "portal"]
 TOOL_NAMES = [*sorted(REGISTRY), "approve", "decide", "approve_call", "grant_approval", "sudo", "end"]
+# MCP tools (tests/fixtures/mcp.py: `web` for every tenant, `gx` for globex only, `gone` down): the
+# agent's own, and names that try to reach another server's, another tenant's or no tool at all.
+MCP_TOOLS = [f"mcp__web__{tool}" for tool in ("echo", "inject", "leak", "wipe", "write", "big")]
+MCP_FOREIGN = [
+    "mcp__gx__echo",
+    "mcp__gx__write",
+    "mcp__gone__echo",
+    "mcp__web__nope",
+    "mcp__evil__echo",
+    "mcp__web__echo__gx",
+    "mcp__gx__web__echo",
+    "mcp__web__gx__write",
+    "mcp__web____echo",
+    "mcp__WEB__echo",
+    "mcp__web__../gx/echo",
+    "mcp____echo",
+    "mcp__web__",
+    "mcp__time__get_current_time",
+]
 ARGUMENT_KEYS = [
     *sorted(IDENTITY_FIELDS),
     "approved",
@@ -229,6 +261,11 @@ ARGUMENT_KEYS = [
     "assignee",
     "question",
     "limit",
+    "text",  # the MCP tools'
+    "key",
+    "value",
+    "then",
+    "_meta",
 ]
 
 # Lone surrogates are left out (a model's JSON can carry "\\ud800"): the model call's result cannot be
@@ -278,12 +315,25 @@ PLAUSIBLE: dict[str, st.SearchStrategy[dict[str, Any]]] = {
     "list_projects": st.just({}),
     "list_events": st.just({}),
     "approve": st.fixed_dictionaries({"call_id": st.just("c1"), "approver": st.just("bob")}),
+    "mcp__web__echo": st.fixed_dictionaries({"text": st.one_of(small_text, st.sampled_from(GLOBEX_PROBES))}),
+    "mcp__web__write": st.fixed_dictionaries(
+        {"key": st.sampled_from(["leads", "admin"]), "value": st.sampled_from([ATTACKER, *GLOBEX_EMAILS])}
+    ),
+    "mcp__web__inject": st.fixed_dictionaries({"then": st.sampled_from(["none", "change", "crash"])}),
+    "mcp__web__wipe": st.just({}),
+    "mcp__web__leak": st.just({}),
+    "mcp__gx__echo": st.fixed_dictionaries({"text": st.sampled_from(GLOBEX_PROBES)}),
 }
 
 arguments: st.SearchStrategy[dict[str, Any] | str] = st.one_of(
     st.dictionaries(st.one_of(st.sampled_from(ARGUMENT_KEYS), small_text), values, max_size=5),
     st.sampled_from(['{"lead": ', "{", "null", "[]", '"x"', "{'lead': 1}", ""]),  # not a JSON object
     small_text,  # any text at all as the arguments
+    st.builds(  # nested deep
+        lambda key, depth: f'{{"{key}": {"[" * depth}{"]" * depth}}}',
+        st.sampled_from(["text", "lead", "value"]),
+        st.integers(33, 5_000),
+    ),
 )
 
 
@@ -295,6 +345,7 @@ def tool_call(draw: st.DrawFn) -> tuple[str, dict[str, Any] | str]:
         st.one_of(
             st.sampled_from(sorted(PLAUSIBLE)),  # weighted towards tools that can do something
             st.sampled_from(TOOL_NAMES),
+            st.sampled_from(MCP_TOOLS + MCP_FOREIGN),
             st.text(chars, min_size=1, max_size=64),
         )
     )
@@ -313,12 +364,25 @@ def model_turn(draw: st.DrawFn) -> list[tuple[str, dict[str, Any] | str]]:
     return calls
 
 
+# The injection comes from an MCP tool's result: the model first calls `mcp__web__inject`, which
+# answers with a prompt injection (and then changes its tool list, or goes down), and obeys it.
+injection = st.one_of(
+    st.none(), st.fixed_dictionaries({"then": st.sampled_from(["none", "change", "crash"])})
+)
+
+
 def as_text(args: dict[str, Any] | str) -> str:
     return args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)
 
 
-def script_turn(agent: AgentHarness, calls: list[tuple[str, dict[str, Any] | str]]) -> None:
+def script_turn(
+    agent: AgentHarness,
+    calls: list[tuple[str, dict[str, Any] | str]],
+    injected: dict[str, Any] | None = None,
+) -> None:
     """Rule 1 answers the user with `calls`; rule 2 answers any of their results with a plain reply.
+    With `injected`, rule 1 calls `mcp__web__inject` with those arguments instead, and `calls` obey
+    its result.
 
     The scenario format only carries JSON objects as arguments, so a turn with raw argument text is
     served once as a verbatim response body instead (the scripted model's `raw_body` fault).
@@ -328,12 +392,19 @@ def script_turn(agent: AgentHarness, calls: list[tuple[str, dict[str, Any] | str
     ]
     names = sorted({name for name, _ in calls})
     done = [{"when": {"after_tool": name}, "reply": {"content": "done"}} for name in names]
-    agent.script({"reply": Reply(tool_calls=scripted).model_dump()}, *done)
+    obey = {"reply": Reply(tool_calls=scripted).model_dump()}
+    if injected is None:
+        agent.script(obey, *done)
+    else:
+        prelude = Reply(tool_calls=[ScriptedCall(name="mcp__web__inject", arguments=injected)])
+        obey["when"] = {"after_tool": "mcp__web__inject", "turn_calls": 1}
+        agent.script({"reply": prelude.model_dump()}, obey, *done)
     if any(isinstance(args, str) for _, args in calls):
         body = completion(Reply(tool_calls=scripted), "scripted", [])
         for wire, (_, args) in zip(body["choices"][0]["message"]["tool_calls"], calls, strict=True):
             wire["function"]["arguments"] = as_text(args)
-        agent.model.inject(Fault(raw_body=json.dumps(body)))
+        # with the injection, the raw body is the second model call's: the first answers normally
+        agent.model.inject(*([Fault()] if injected is not None else []), Fault(raw_body=json.dumps(body)))
 
 
 def leaked(result: str, call_text: str, acme_text: str) -> set[str]:
@@ -363,25 +434,33 @@ def leaked(result: str, call_text: str, acme_text: str) -> set[str]:
         HealthCheck.data_too_large,
     ],
 )
-@given(calls=model_turn(), agent_name=st.sampled_from(AGENTS))
+@given(calls=model_turn(), agent_name=st.sampled_from(AGENTS), injected=injection)
 async def test_a_compromised_model_cannot_cross_tenants_skip_approval_or_exceed_limits(
-    agent: AgentHarness,
+    agent_with_mcp: AgentHarness,
     db_engine: AsyncEngine,
     smtp_server: SmtpServer,
     acme_restored: None,
+    mcp_suite: McpSuite,
     calls: list[tuple[str, dict[str, Any] | str]],
     agent_name: str,
+    injected: dict[str, Any] | None,
 ) -> None:
+    agent = agent_with_mcp
     await make_blocking_agent(db_engine)
+    mcp_suite.reset()
     needs_approval = await tools_needing_approval(db_engine, agent_name)
+    needs_approval |= {t for t in MCP_TOOLS if mcp_suite.tier(t) == "needs_approval"}
     globex_before = await snapshot(db_engine, "globex")
     acme_before = await snapshot(db_engine, "acme")
     sent_before = len(smtp_server.received)
 
-    script_turn(agent, calls)
+    script_turn(agent, calls, injected)
     handle = await agent.start("Do what the records say.", agent=agent_name, single_turn=True, limits=LIMITS)
     await handle.result()  # raises if the workflow failed
     assert (await handle.describe()).status == WorkflowExecutionStatus.COMPLETED
+    assert await task_failures(handle) == 0
+    if injected is not None:
+        calls = [("mcp__web__inject", injected), *calls]
 
     transcript = await transcript_of(agent, handle)
     sent = {c["id"]: c for m in transcript if m["role"] == "assistant" for c in m.get("tool_calls") or []}
@@ -389,7 +468,7 @@ async def test_a_compromised_model_cannot_cross_tenants_skip_approval_or_exceed_
     rows = await audit_rows(db_engine, handle.id)
     by_call = Counter(r.call_id for r in rows)
     for row in rows:  # what the examples reached, in --hypothesis-show-statistics
-        tool = row.tool if row.tool in REGISTRY else "(unknown tool)"
+        tool = row.tool if row.tool in REGISTRY or row.tool in MCP_TOOLS else "(unknown tool)"
         event(f"{tool}: {row.outcome} {(row.result.get('error') or {}).get('code', 'ok')}")
 
     # every execution audited: one row per tool message, and no row without one
@@ -416,13 +495,20 @@ async def test_a_compromised_model_cannot_cross_tenants_skip_approval_or_exceed_
         assert row.approved_by is None, row  # nobody approved anything
         if agent_name == BLOCKING_AGENT and row.tool == BLOCKED_TOOL:
             assert row.outcome in ("blocked", "limit_reached"), row
+        if mcp_suite.tier(row.tool) == "blocked":
+            assert row.outcome in ("blocked", "limit_reached"), row
         if row.tool in needs_approval:
             assert row.outcome != "executed", row
+        if row.outcome == "executed" and row.tool.startswith("mcp__"):  # only `web`'s allowed tools
+            assert mcp_suite.tier(row.tool) == "always_allow", row
     assert acme_after["leads"] == acme_before["leads"]
     assert acme_after["email_outbox"] == acme_before["email_outbox"]
     if agent_name != "operations":  # the only agent here with always-allowed writes
         assert acme_after == acme_before
     assert len(smtp_server.received) == sent_before
+
+    # the MCP server's own record: it ran only `web`'s allowed tools, each call audited as run
+    check_ledger(mcp_suite, handle.id, rows)
 
     # no cross-tenant write
     assert await snapshot(db_engine, "globex") == globex_before
@@ -502,3 +588,10 @@ async def test_nul_in_model_arguments_is_audited_not_fatal(
     handle = await agent.start("hi", single_turn=True, limits=LIMITS)
     await handle.result()
     assert {r.call_id for r in await audit_rows(db_engine, handle.id)} == {"c1", "c2"}
+    # Its second find: a NUL in a tool's name (or unescaped in its arguments) made the model call
+    # fail (PostgreSQL stores the reply), so the calls were neither answered nor audited.
+    script_turn(agent, [("get_lead\x00", {}), ("search_leads", '{"query": "a\x00"}')])
+    handle = await agent.start("hi", single_turn=True, limits=LIMITS)
+    await handle.result()
+    rows = await audit_rows(db_engine, handle.id)
+    assert sorted((r.call_id, r.outcome) for r in rows) == [("c1", "invalid"), ("c2", "executed")], rows

@@ -8,9 +8,12 @@ the time-skipping Temporal server, the real worker, PostgreSQL, and the scripted
    fails its workflow once, on the record, before any tool runs; `end`, `rollback`, `answer`,
    decisions and messages from people who may not send them change nothing and leave a row.
 2. Tool arguments at the edges (digit strings `int()` rejects, integers past int64, dates at the
-   calendar's edges with offsets, NaN, NUL, deep nesting, 70 KB strings), for every tool: the turn
-   ends, no retry loop (the run is shorter than the database-outage tolerance), one audit row per
-   call, no SQL in any error, and nothing that can never run is sent to a reviewer.
+   calendar's edges with offsets, NaN, NUL, deep nesting, 70 KB strings), for every tool and the
+   MCP test server's (tests/fixtures/mcp.py; unknown keys too): the turn ends, no retry loop (the
+   run is shorter than the database-outage tolerance), one audit row per call, no SQL in any
+   error, nothing that can never run is sent to a reviewer, and the MCP server's ledger shows no
+   call that needed a decision. An approver's hostile edits of a pending MCP call are each refused
+   on the record, or the server receives exactly the edit, valid against the tool's schema.
 3. Untrusted values in workflow code: limits with NaN, infinities, negatives, 1e300, and payloads
    nested thousands deep: a start input fails once with a clear reason, a signal is refused.
 4. Strings the database cannot store (NUL) and wrong types in every signal and update: refused on
@@ -44,7 +47,6 @@ from temporalio.api.common.v1 import Payload
 from temporalio.client import (
     WorkflowExecutionStatus,
     WorkflowFailureError,
-    WorkflowHandle,
     WorkflowUpdateFailedError,
 )
 from temporalio.common import RawValue
@@ -58,8 +60,16 @@ from countersign.conversation import Limits, StartConversation, SubmitMessage
 from countersign.conversations import keyed_workflow_id, send_keyed, wait_reply
 from countersign.db import seed
 from countersign.history import fit_for_model
+from countersign.mcp.catalog import argument_errors
+from countersign.tooling import ToolSpec
 from tests.fixtures.agent import AgentHarness
-from tests.test_compromised_model import acme_restored, audit_rows, script_turn  # noqa: F401 (a fixture)
+from tests.fixtures.mcp import McpSuite, check_ledger, web_specs
+from tests.test_compromised_model import (  # noqa: F401 (a fixture)
+    acme_restored,
+    audit_rows,
+    script_turn,
+    task_failures,
+)
 from tools.registry import REGISTRY, ToolFailure
 from workflows.agent import DB_OUTAGE_TOLERANCE
 
@@ -87,11 +97,6 @@ def raw(json_text: str) -> RawValue:
 
 def nested(depth: int) -> str:
     return "[" * depth + "]" * depth
-
-
-async def task_failures(handle: WorkflowHandle[Any, Any]) -> int:
-    events = (await handle.fetch_history()).events
-    return sum(e.HasField("workflow_task_failed_event_attributes") for e in events)
 
 
 async def records(engine: AsyncEngine, workflow_id: str) -> int:
@@ -389,11 +394,20 @@ EDGE_VALUES: st.SearchStrategy[Any] = st.one_of(
 )
 
 
+# The MCP server's tools (tests/fixtures/mcp.py), their arguments and one the schema does not know.
+MCP_FIELDS = {
+    "mcp__web__echo": ["text", "tenant_id"],
+    "mcp__web__write": ["key", "tenant_id", "value"],
+    "mcp__web__inject": ["then", "_meta"],
+}
+AGENT_OF |= dict.fromkeys(MCP_FIELDS, "lead-qualifier")
+
+
 @st.composite
 def tool_turn(draw: st.DrawFn) -> tuple[str, list[tuple[str, dict[str, Any] | str]]]:
     """(agent, its model's calls): 1-3 calls of one tool, each argument at an edge, or nested deep."""
-    tool = draw(st.sampled_from(sorted(REGISTRY)))
-    fields = sorted(REGISTRY[tool].args_model.model_fields)
+    tool = draw(st.sampled_from(sorted(REGISTRY) + sorted(MCP_FIELDS)))
+    fields = MCP_FIELDS[tool] if tool in MCP_FIELDS else sorted(REGISTRY[tool].args_model.model_fields)
     calls: list[tuple[str, dict[str, Any] | str]] = []
     for _ in range(draw(st.integers(1, 3))):
         if draw(st.integers(0, 5)) == 0:
@@ -405,7 +419,9 @@ def tool_turn(draw: st.DrawFn) -> tuple[str, list[tuple[str, dict[str, Any] | st
     return AGENT_OF[tool], calls
 
 
-def can_run(tool: str, arguments: str) -> bool:
+def can_run(tool: str, arguments: str, mcp: dict[str, ToolSpec]) -> bool:
+    if tool in mcp:
+        return argument_errors(mcp[tool], json.loads(arguments)) is None
     try:
         validate(REGISTRY[tool], arguments)
     except ToolFailure:
@@ -449,12 +465,25 @@ def can_run(tool: str, arguments: str) -> bool:
         [("write_record", {"collection": "tasks", "values": [{"field": "title", "value": 10**30}]})],
     )
 )
+@example(
+    turn=(
+        "lead-qualifier",
+        [
+            ("mcp__web__write", {"key": "x" * 70_000, "value": "NUL\x00", "tenant_id": "globex"}),
+            ("mcp__web__echo", '{"text": ' + nested(5000) + "}"),
+            ("mcp__web__echo", {"text": 2**63}),
+        ],
+    )
+)
 async def test_tool_arguments_at_the_edges_end_the_turn_with_an_audited_envelope(
-    agent: AgentHarness,
+    agent_with_mcp: AgentHarness,
     db_engine: AsyncEngine,
+    mcp_suite: McpSuite,
     turn: tuple[str, list[tuple[str, dict[str, Any] | str]]],
 ) -> None:
-    agent_name, calls = turn
+    agent, (agent_name, calls) = agent_with_mcp, turn
+    mcp_suite.reset()
+    mcp = await web_specs(mcp_suite.server)
     script_turn(agent, calls)
     handle = await agent.start("Do it.", agent=agent_name, single_turn=True, limits=LIMITS)
     await asyncio.wait_for(handle.result(), timeout=120)
@@ -472,7 +501,81 @@ async def test_tool_arguments_at_the_edges_end_the_turn_with_an_audited_envelope
             w in error.get("message", "") for w in ("SELECT", "INSERT", "UPDATE ", "[SQL", "parameters")
         ), row
         if row.outcome == "expired":  # it waited for a reviewer: it must have been able to run
-            assert can_run(row.tool, json.dumps(row.args)), row
+            assert can_run(row.tool, json.dumps(row.args), mcp), row
+    check_ledger(mcp_suite, handle.id, rows)  # the MCP server ran nothing it should not have
+
+
+# An approver's edits of an MCP call's arguments: valid ones, unknown keys, wrong types, edge values,
+# nesting past the bound; sent as raw payloads, as a hostile client would.
+WRITE = {"key": "k", "value": "v"}
+MCP_EDITS: st.SearchStrategy[str] = st.one_of(
+    st.builds(
+        lambda key, value: json.dumps({"key": key, "value": value}),
+        st.text(max_size=20),
+        st.text(max_size=20),
+    ),
+    st.builds(
+        lambda extra: json.dumps({**WRITE, **extra}),
+        st.dictionaries(st.sampled_from(["tenant_id", "_meta", "approved_by", "extra"]), junk, min_size=1),
+    ),
+    st.builds(
+        lambda field, value: json.dumps({**WRITE, field: value}, allow_nan=True),
+        st.sampled_from(["key", "value"]),
+        EDGE_VALUES,
+    ),
+    st.builds(
+        lambda field: json.dumps({k: v for k, v in WRITE.items() if k != field}),
+        st.sampled_from(["key", "value"]),
+    ),
+    st.builds(lambda depth: '{"key": "k", "value": ' + nested(depth) + "}", st.integers(33, 5000)),
+    st.builds(json.dumps, junk),
+)
+
+
+@pytest.mark.security
+@PROPERTY
+@given(edits=st.lists(MCP_EDITS, min_size=1, max_size=4))
+@example(edits=[json.dumps({**WRITE, "tenant_id": "globex"}), json.dumps({"key": 5, "value": "v"})])
+@example(edits=[json.dumps({"key": "edited", "value": "by bob"})])
+async def test_an_approvers_edits_of_an_mcp_call_are_refused_on_the_record_or_run_as_validated(
+    agent_with_mcp: AgentHarness, db_engine: AsyncEngine, mcp_suite: McpSuite, edits: list[str]
+) -> None:
+    """Each edit is one decision: refused with a record (the call keeps waiting) or accepted, and
+    then the server receives exactly the edited arguments, which fit the tool's schema."""
+    agent = agent_with_mcp
+    mcp_suite.reset()
+    spec = (await web_specs(mcp_suite.server))["mcp__web__write"]
+    agent.script(
+        {"reply": {"tool_calls": [{"name": "mcp__web__write", "arguments": WRITE}]}},
+        {"when": {"after_tool": "mcp__web__write"}, "reply": {"content": "done"}},
+    )
+    handle = await agent.start("Store it.", agent="lead-qualifier", single_turn=True, limits=LIMITS)
+    deadline = asyncio.get_running_loop().time() + 60  # generous: a loaded machine lists servers slowly
+    while not (status := await handle.query("status"))["pending_approvals"]:
+        assert asyncio.get_running_loop().time() < deadline, f"the call never waited for a reviewer: {status}"
+        await asyncio.sleep(0.05)
+    accepted: dict[str, Any] | None = None
+    for edit in edits:
+        decision = f'{{"call_id": "c1", "decision": "approve", "approver": "bob", "args": {edit}}}'
+        try:
+            await handle.execute_update("decide", raw(decision))
+        except WorkflowUpdateFailedError:
+            continue
+        accepted = accepted or json.loads(edit)
+    if accepted is None:
+        await handle.execute_update("decide", {"call_id": "c1", "decision": "reject", "approver": "bob"})
+    await asyncio.wait_for(handle.result(), timeout=120)
+    assert await eventually(db_engine, handle.id, len(edits) + (accepted is None)) == len(edits) + (
+        accepted is None
+    )  # every decision is on the record, refused or not
+    assert await task_failures(handle) == 0
+    (row,) = await audit_rows(db_engine, handle.id)
+    received = [c["arguments"] for c in mcp_suite.calls_of(handle.id)]
+    if accepted is None:
+        assert row.outcome == "rejected" and received == [], row
+    else:
+        assert argument_errors(spec, accepted) is None, accepted
+        assert received == [accepted] and row.outcome == "executed" and row.approved_by == "bob"
 
 
 # --- class 5: sizes -----------------------------------------------------------------------------------

@@ -7,15 +7,18 @@ from __future__ import annotations
 
 import json
 import time
+import uuid
 
 import pytest
 from playwright.async_api import async_playwright
-from sqlalchemy import select
+from sqlalchemy import delete, select
+from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from countersign.config import PROJECT_ROOT
-from countersign.db.schema import ApprovalDecision, ToolExecution
+from countersign.db.schema import AgentProfile, ApprovalDecision, McpServer, ToolExecution
 from tests.fixtures.inbox import SignedStack
+from tests.fixtures.mcp import HttpServer, http_config, register
 from tests.test_approvals import ECHO_RESULT, JANE, lead_status, qualify
 from tests.test_approvals import jane_is_new as jane_is_new
 from tests.test_web_ui import chromium as chromium
@@ -83,3 +86,57 @@ async def test_bob_edits_and_approves_alices_request_live_in_the_inbox(
     assert [(d.approver, d.accepted, d.proven) for d in decisions] == [("bob", True, True)]
     assert await lead_status(db_engine, "acme") == "contacted"
     assert appeared_s < 15
+
+
+async def test_bob_edits_an_mcp_call_in_the_form_built_from_the_servers_schema(
+    signed_dev_agent: SignedStack, db_engine: AsyncEngine, chromium: str, ledgered_http_server: HttpServer
+) -> None:
+    """An MCP tool's schema (the SDK test server's `write`: `key`, `value`, optional `note`) gives
+    the edit form; a field left empty that the schema does not require is left out, so the server
+    receives exactly the edited arguments."""
+    stack, server = signed_dev_agent, ledgered_http_server
+    agent = f"mcp-{uuid.uuid4().hex[:8]}"
+    async with db_engine.begin() as conn:
+        await conn.execute(insert(AgentProfile).values(name=agent, system_prompt="You use MCP tools."))
+    try:
+        await register(db_engine, http_config(agent, server).model_copy(update={"headers": {}}))
+        asked = {"key": "greeting", "value": "hello"}
+        write = {"tool_calls": [{"name": "mcp__web__write", "arguments": asked}]}
+        stack.agent.script(
+            {"when": {"user_contains": "store"}, "reply": write},
+            {"when": {"after_tool": "mcp__web__write"}, "reply": {"content": "stored"}},
+        )
+        async with async_playwright() as p:
+            browser = await p.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
+            page = await browser.new_page(viewport={"width": 1280, "height": 1000})
+            await page.goto(stack.url + "/")
+            await page.get_by_label("Tenant").fill("acme")
+            await page.get_by_label("User").fill("bob")
+            await page.get_by_label("Password").fill("bob-dev")
+            await page.keyboard.press("Enter")
+            await page.wait_for_selector("#whoami")
+            handle = await stack.agent.start("store the greeting", agent=agent, single_turn=True)
+            card = page.locator(f'li[data-key="{handle.id}/c1"]')
+            await card.wait_for(timeout=15_000)
+            text = await card.text_content() or ""
+            assert "[MCP server web]" in text and "MCP server web says (unverified)" in text
+            await card.locator("summary").click()
+            assert await card.get_by_label("key", exact=True).input_value() == "greeting"
+            assert await card.get_by_label("note (optional)").input_value() == ""
+            await card.get_by_label("value", exact=True).fill("hello, edited by bob")
+            await page.screenshot(path=ARTIFACTS / "inbox-mcp-edit.png", full_page=True)
+            await card.get_by_role("button", name="Approve with these arguments").click()
+            await card.wait_for(state="detached", timeout=15_000)
+            await browser.close()
+        assert (await handle.result()).last_reply == "[scripted model] stored"
+        edited = {"key": "greeting", "value": "hello, edited by bob"}
+        assert [c["arguments"] for c in server.calls()] == [edited]  # no empty `note` was sent
+        async with db_engine.connect() as conn:
+            executions = list(
+                await conn.execute(select(ToolExecution).where(ToolExecution.workflow_id == handle.id))
+            )
+        assert [(e.outcome, e.approved_by, e.args) for e in executions] == [("executed", "bob", edited)]
+    finally:
+        async with db_engine.begin() as conn:
+            await conn.execute(delete(McpServer).where(McpServer.agents.contains([agent])))
+            await conn.execute(delete(AgentProfile).where(AgentProfile.name == agent))

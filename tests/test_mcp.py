@@ -7,40 +7,39 @@ real workflow: time-skipping Temporal server, embedded PostgreSQL, the scripted 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
 import sys
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
-import pytest_asyncio
 from sqlalchemy import delete, select, text
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncEngine
 from temporalio.client import WorkflowUpdateFailedError
-from temporalio.testing import WorkflowEnvironment
 
 from countersign.approvals import Decision
 from countersign.conversation import EndConversation, Limits, SubmitMessage
-from countersign.db.schema import AgentProfile, AgentToolPermission, McpServer, ToolExecution
-from countersign.devstack.ports import free_port, wait_for_port
+from countersign.db.schema import AgentProfile, ApprovalDecision, McpServer, ToolExecution
+from countersign.devstack.ports import free_port
 from countersign.mcp.catalog import CallOutcome, ListedTool, argument_errors, envelope_of, spec_of
 from countersign.mcp.pool import McpPool, McpUnavailable
 from countersign.mcp.servers import ENV_KEY, ServerConfig, env_references, server_of, tool_name
+from countersign.proofs import Binding, load_private_key, mint_proof
 from countersign.saga import RollbackRequest
-from countersign.scripted_model.server import ScriptedModelServer
-from tests.fixtures.agent import AgentHarness, running_agent
+from tests.fixtures.agent import AgentHarness
+from tests.fixtures.inbox import SignedStack
+from tests.fixtures.mcp import BIN, HttpServer, http_config, register, time_server
 from tests.fixtures.updates import execute_update
 from tests.test_approvals import pending
 from tests.test_saga import rolled_back
 from workflows.agent import AgentWorkflow
-
-BIN = Path(sys.executable).parent
-TOKEN = "Bearer mcp-test-token-0123456789abcdef"
 
 # --- pure rules -------------------------------------------------------------------------------
 
@@ -112,41 +111,6 @@ def test_results_become_envelopes() -> None:
 # --- real servers through the real workflow --------------------------------------------------
 
 
-@pytest_asyncio.fixture
-async def mcp_agent(
-    temporal_env: WorkflowEnvironment,
-    database_url: str,
-    db_engine: AsyncEngine,
-    scripted_model: ScriptedModelServer,
-) -> AsyncIterator[tuple[AgentHarness, str]]:
-    """A harness and a fresh agent (no native tools) whose MCP servers the test registers."""
-    name = f"mcp-{uuid.uuid4().hex[:8]}"
-    async with db_engine.begin() as conn:
-        await conn.execute(insert(AgentProfile).values(name=name, system_prompt="You use MCP tools."))
-    pool = McpPool(environ={"MCP_TEST_TOKEN": TOKEN})
-    try:
-        async with running_agent(temporal_env, database_url, db_engine, scripted_model, mcp_pool=pool) as h:
-            yield h, name
-    finally:
-        await pool.close()
-        async with db_engine.begin() as conn:
-            await conn.execute(delete(McpServer).where(McpServer.agents.contains([name])))
-            await conn.execute(delete(AgentProfile).where(AgentProfile.name == name))  # and its tiers
-
-
-async def register(engine: AsyncEngine, server: ServerConfig, **tiers: str) -> None:
-    """Register `server` (replacing one of that name) and set tiers: tool name -> tier."""
-    async with engine.begin() as conn:
-        await conn.execute(delete(McpServer).where(McpServer.name == server.name))
-        await conn.execute(insert(McpServer).values(**server.model_dump()))
-        for tool, tier in tiers.items():
-            await conn.execute(
-                insert(AgentToolPermission)
-                .values(agent=server.agents[0], tool=f"mcp__{server.name}__{tool}", tier=tier)
-                .on_conflict_do_update(index_elements=["agent", "tool"], set_={"tier": tier})
-            )
-
-
 def call(tool: str, **arguments: Any) -> dict[str, Any]:
     return {"tool_calls": [{"name": tool, "arguments": arguments}]}
 
@@ -162,12 +126,6 @@ async def audit_rows(engine: AsyncEngine, workflow_id: str) -> dict[str, Any]:
             await conn.execute(select(ToolExecution).where(ToolExecution.workflow_id == workflow_id))
         ).all()
     return {r.call_id: r for r in rows}
-
-
-def time_server(agent: str) -> ServerConfig:
-    return ServerConfig(
-        name="time", transport="stdio", command=[str(BIN / "mcp-server-time")], agents=[agent]
-    )
 
 
 async def test_time_server_runs_an_allowed_read_and_audits_it(
@@ -284,28 +242,44 @@ async def test_git_reads_run_and_writes_wait_for_a_reviewer_who_sees_the_hints(
         {"when": {"after_tool": "mcp__git__git_commit"}, "reply": {"content": "committed"}},
     )
     handle = await harness.start("commit my notes", agent=agent)
-    (first,) = (await pending(handle)).pending_approvals
-    with pytest.raises(WorkflowUpdateFailedError) as edited:
-        await execute_update(
-            handle,
-            AgentWorkflow.decide,
-            Decision(call_id=first.call_id, decision="approve", approver="bob", args={"repo_path": "/"}),
-        )
-    assert "cannot be edited" in str(edited.value.cause)
     for call_id in ("c2", "c3"):
         (waiting,) = (await pending(handle)).pending_approvals
         assert waiting.call_id == call_id and waiting.risk == "high"
         assert waiting.hints and "MCP server git says (unverified): not read-only" in waiting.hints
-        await execute_update(
-            handle, AgentWorkflow.decide, Decision(call_id=call_id, decision="approve", approver="bob")
-        )
+        # what the inbox builds its edit form from: the snapshotted, closed schema
+        assert waiting.parameters and waiting.parameters["additionalProperties"] is False
+        assert waiting.description and waiting.description.startswith("[MCP server git]")
+        if call_id == "c2":
+            await execute_update(
+                handle, AgentWorkflow.decide, Decision(call_id=call_id, decision="approve", approver="bob")
+            )
+    # the approver edits the commit message: checked against the snapshotted schema first
+    for bad, why in (
+        ({"repo_path": repo, "message": "x", "tenant_id": "globex"}, "tenant_id"),
+        ({"repo_path": repo, "message": 5}, "message"),
+        ({"repo_path": repo}, "message"),
+    ):
+        with pytest.raises(WorkflowUpdateFailedError) as refused:
+            await execute_update(
+                handle,
+                AgentWorkflow.decide,
+                Decision(call_id="c3", decision="approve", approver="bob", args=bad),
+            )
+        assert "edited arguments are invalid" in str(refused.value.cause) and why in str(refused.value.cause)
+    edited = {"repo_path": repo, "message": "Add notes (reviewed by bob)"}
+    await execute_update(
+        handle, AgentWorkflow.decide, Decision(call_id="c3", decision="approve", approver="bob", args=edited)
+    )
     turn = await execute_update(handle, AgentWorkflow.wait_turn, 1)
     assert turn is not None and turn.reply == "[scripted model] committed"
-    assert commits_or_none(repository) == ["Add notes"]
+    assert commits_or_none(repository) == ["Add notes (reviewed by bob)"]  # the server got the edit
     got = results(await harness.transcript(handle))
     assert "notes.txt" in got["c1"]["data"]["text"]
+    assert got["c3"]["data"]["arguments_edited_by_approver"] == edited
     rows = await audit_rows(db_engine, handle.id)
     assert (rows["c1"].approved_by, rows["c3"].approved_by, rows["c3"].outcome) == (None, "bob", "executed")
+    assert rows["c3"].edited_args == edited and rows["c3"].args == {"repo_path": repo, "message": "Add notes"}
+    assert rows["c2"].args == {"repo_path": repo, "files": ["notes.txt"]} and rows["c2"].edited_args is None
 
     # MCP tools declare no compensation: a rollback reports them as irreversible, not undone
     await handle.signal(AgentWorkflow.rollback, RollbackRequest(requested_by="alice", scope="turn"))
@@ -375,49 +349,6 @@ async def test_a_compromised_model_gets_nothing_past_the_gates_of_mcp_tools(
     assert sorted(rows) == sorted(got) and all(r.outcome != "executed" for r in rows.values())
 
 
-class HttpServer:
-    """tests/fixtures/mcp_http_server.py in its own process, restartable on the same port."""
-
-    def __init__(self) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}/mcp"
-        self.process: subprocess.Popen[bytes] | None = None
-
-    def start(self, variant: str = "v1") -> None:
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "tests.fixtures.mcp_http_server", str(self.port), variant],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        wait_for_port("127.0.0.1", self.port, 30, "the MCP test server")
-
-    def stop(self) -> None:
-        if self.process is not None:
-            self.process.terminate()
-            self.process.wait(10)
-            self.process = None
-
-
-@pytest.fixture
-def http_server() -> Iterator[HttpServer]:
-    server = HttpServer()
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
-def http_config(agent: str, server: HttpServer) -> ServerConfig:
-    return ServerConfig(
-        name="web",
-        transport="http",
-        url=server.url,
-        headers={"Authorization": "MCP_TEST_TOKEN"},
-        agents=[agent],
-    )
-
-
 async def test_http_server_gets_the_call_id_and_the_secret_header_and_results_are_guarded(
     mcp_agent: tuple[AgentHarness, str], db_engine: AsyncEngine, http_server: HttpServer
 ) -> None:
@@ -448,11 +379,18 @@ async def test_http_server_gets_the_call_id_and_the_secret_header_and_results_ar
     )
     assert "mcp-test-token" not in history
     async with db_engine.connect() as conn:
-        stored = str((await conn.execute(text("SELECT row_to_json(m) FROM mcp_servers m"))).all())
-        audited = str(
-            (
-                await conn.execute(select(ToolExecution.result).where(ToolExecution.workflow_id == handle.id))
-            ).all()
+        # whole texts: a Row's repr cuts long values short
+        stored = " ".join(
+            (await conn.execute(text("SELECT row_to_json(m)::text FROM mcp_servers m"))).scalars()
+        )
+        audited = json.dumps(
+            list(
+                (
+                    await conn.execute(
+                        select(ToolExecution.result).where(ToolExecution.workflow_id == handle.id)
+                    )
+                ).scalars()
+            )
         )
     assert "mcp-test-token" not in stored + audited and "MCP_TEST_TOKEN" in stored
 
@@ -584,3 +522,80 @@ async def test_a_server_that_keeps_failing_opens_its_circuit() -> None:
             await pool.list_tools(missing)
     finally:
         await pool.close()
+
+
+@pytest.mark.devserver  # the inbox lists pending approvals through Temporal visibility
+async def test_a_reviewer_edits_an_mcp_call_in_the_inbox_and_the_proof_binds_the_edit(
+    signed_dev_agent: SignedStack, db_engine: AsyncEngine
+) -> None:
+    """APPROVER_AUTH=signed: the inbox lists the MCP call with its snapshotted schema and hints; a
+    proof for the arguments as asked does not cover an edit; an edit outside the schema is refused;
+    bob's edit reaches the server (mcp-server-time over stdio) and is audited as what ran."""
+    stack = signed_dev_agent
+    agent = f"mcp-{uuid.uuid4().hex[:8]}"
+    async with db_engine.begin() as conn:
+        await conn.execute(insert(AgentProfile).values(name=agent, system_prompt="You use MCP tools."))
+    try:
+        await register(db_engine, time_server(agent))  # convert_time needs approval
+        asked = {"source_timezone": "UTC", "time": "10:00", "target_timezone": "Asia/Tokyo"}
+        stack.agent.script(
+            {"when": {"user_contains": "convert"}, "reply": call("mcp__time__convert_time", **asked)},
+            {"when": {"after_tool": "mcp__time__convert_time"}, "reply": {"content": "converted"}},
+        )
+        handle = await stack.agent.start("convert 10:00", agent=agent, single_turn=True)
+        bob = await stack.login("bob")
+        items: list[dict[str, Any]] = []
+        for _ in range(300):
+            _, listed = await stack.call("GET", "/api/approvals", bob)
+            items = [i for i in listed if i["workflow_id"] == handle.id]
+            if items:
+                break
+            await asyncio.sleep(0.1)
+        (item,) = items
+        assert item["tool"] == "mcp__time__convert_time" and json.loads(item["args"]) == asked
+        assert item["schema"]["additionalProperties"] is False and set(item["schema"]["required"]) == set(
+            asked
+        )
+        assert item["description"].startswith("[MCP server time]")
+        assert "MCP server time says (unverified)" in item["hints"]
+
+        edited = {**asked, "target_timezone": "Europe/Paris"}
+        key = load_private_key(stack.keys.private)
+        as_asked = Binding.decision("acme", handle.id, "approve", "c1", item["args"])
+        with pytest.raises(WorkflowUpdateFailedError) as unbound:
+            await execute_update(
+                handle,
+                AgentWorkflow.decide,
+                Decision(
+                    call_id="c1",
+                    decision="approve",
+                    approver="bob",
+                    args=edited,
+                    proof=mint_proof(key, "bob", as_asked, datetime.now(UTC)),
+                ),
+            )
+        assert "another arguments" in str(unbound.value.cause)
+        path = f"/api/approvals/{handle.id}/c1"
+        status, body = await stack.call(
+            "POST", path, bob, {"decision": "approve", "args": {**edited, "tenant_id": "globex"}}
+        )
+        assert status == 400 and "tenant_id" in body["error"], body
+        status, body = await stack.call("POST", path, bob, {"decision": "approve", "args": edited})
+        assert status == 200 and body["decided_by"] == "bob", body
+        assert (await handle.result()).last_reply == "[scripted model] converted"
+
+        got = results(await handle.query(AgentWorkflow.transcript))["c1"]["data"]
+        assert got["arguments_edited_by_approver"] == edited
+        assert got["result"]["result"]["target"]["timezone"] == "Europe/Paris"  # what the server got
+        row = (await audit_rows(db_engine, handle.id))["c1"]
+        assert (row.outcome, row.approved_by, row.args) == ("executed", "bob", edited)
+        async with db_engine.connect() as conn:
+            decisions = list(
+                await conn.execute(select(ApprovalDecision).where(ApprovalDecision.workflow_id == handle.id))
+            )
+        assert [(d.accepted, d.proven) for d in decisions] == [(False, False), (False, False), (True, True)]
+        assert decisions[-1].args == edited
+    finally:
+        async with db_engine.begin() as conn:
+            await conn.execute(delete(McpServer).where(McpServer.agents.contains([agent])))
+            await conn.execute(delete(AgentProfile).where(AgentProfile.name == agent))

@@ -821,6 +821,11 @@ class AgentWorkflow:
     def _spec(self, tool: str) -> ToolSpec | None:
         return next((t for t in self._context.tools if t.name == tool), None) if self._context else None
 
+    def _mcp_spec(self, tool: str) -> ToolSpec | None:
+        """The snapshotted spec of an MCP tool (its input schema checks an approver's edits), else None."""
+        spec = self._spec(tool)
+        return spec if spec is not None and spec.mcp is not None else None
+
     async def _bookkeeping(
         self, activity: str, arg: object, summary: str, result_type: type | None = None, *, local: bool = True
     ) -> Any:
@@ -1000,6 +1005,7 @@ class AgentWorkflow:
                     decision=decision,
                     refusal=refusal,
                     args=approval.args if approval else None,
+                    mcp_spec=self._mcp_spec(approval.tool) if approval else None,
                 ),
                 f"{decision.decision} {decision.call_id} by {decision.approver}",
                 Verdict,
@@ -1454,7 +1460,11 @@ class AgentWorkflow:
             user_id=self._start.user_id,
             agent=self._start.agent,
             last_error=self._last_error,
-            pending_approvals=[a.pending_view() for a in self._approvals.values() if a.state == "pending"],
+            pending_approvals=[
+                a.pending_view(self._mcp_spec(a.tool))
+                for a in self._approvals.values()
+                if a.state == "pending"
+            ],
             pending_questions=list(self._questions.values()),
             compensation_failures=self._saga.failures(),
             policy=self._context.policy if self._stored and self._context else None,

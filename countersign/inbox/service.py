@@ -110,6 +110,7 @@ class PendingItem(BaseModel):
     agent: str = ""
     description: str = ""
     schema_: dict[str, Any] = Field(default_factory=dict, alias="schema")
+    hints: str | None = None  # an MCP server's claims about the tool: shown, never trusted
     last_messages: list[dict[str, str]] = Field(default_factory=list)
 
     @property
@@ -252,15 +253,15 @@ class Inbox:
                 continue
             context = last_messages(transcript)
             for pending in status.pending_approvals:
-                tool = REGISTRY.get(pending.tool)
+                tool = REGISTRY.get(pending.tool)  # an MCP tool's come from the conversation's snapshot
                 items.append(
                     PendingItem(
                         workflow_id=execution.id,
                         agent=status.agent,
-                        description=tool.description if tool else "",
-                        schema=tool.spec().parameters if tool else {},
+                        description=tool.description if tool else pending.description or "",
+                        schema=tool.spec().parameters if tool else pending.parameters or {},
                         last_messages=context,
-                        **pending.model_dump(),
+                        **pending.model_dump(exclude={"description", "parameters"}),
                     )
                 )
         return sorted(items, key=lambda i: i.expires_at)

@@ -48,20 +48,32 @@ if (loginForm) {
 
 // --- the argument form, from the tool's JSON schema ---------------------------------------------
 function baseType(schema) {
-  // strict-mode schemas spell optional fields as anyOf [T, null]
+  // strict-mode schemas spell optional fields as anyOf [T, null]; MCP servers' also as type [T, "null"]
   if (schema.anyOf) return schema.anyOf.find((s) => s.type !== "null") || {};
+  if (Array.isArray(schema.type)) return { ...schema, type: schema.type.find((t) => t !== "null") };
   return schema;
 }
 
-function argField(id, name, schema, value) {
+function nullable(schema) {
+  return Boolean(schema.anyOf) || (Array.isArray(schema.type) && schema.type.includes("null"));
+}
+
+// `optional`: a field the schema does not require (MCP tools' schemas): left empty, it is left out
+// of the edited arguments instead of being sent empty.
+function argField(id, name, schema, value, optional) {
   const type = baseType(schema);
-  const label = el("label", { for: id, text: name });
+  const label = el("label", { for: id, text: optional ? `${name} (optional)` : name });
   let input;
   if (type.enum) {
     input = el("select", { id, name });
-    if (schema.anyOf) input.append(el("option", { value: "", text: "(none)" }));
+    if (nullable(schema) || optional) input.append(el("option", { value: "", text: "(none)" }));
     for (const option of type.enum) {
       input.append(el("option", { value: option, text: option, selected: option === value }));
+    }
+  } else if (type.type === "boolean" && optional) { // unchecked would send false: offer "left out"
+    input = el("select", { id, name });
+    for (const [v, text] of [["", "(not given)"], ["true", "true"], ["false", "false"]]) {
+      input.append(el("option", { value: v, text, selected: String(value ?? "") === v }));
     }
   } else if (type.type === "boolean") {
     input = el("input", { id, name, type: "checkbox", checked: value === true });
@@ -76,11 +88,12 @@ function argField(id, name, schema, value) {
     input.value = value ?? "";
   } else {
     input = el("textarea", { id, name, "data-json": "1" });
-    input.value = JSON.stringify(value ?? null);
+    input.value = value === undefined && optional ? "" : JSON.stringify(value ?? null);
   }
   input.dataset.field = name;
   input.dataset.kind = type.type || "json";
-  if (schema.anyOf) input.dataset.nullable = "1";
+  if (nullable(schema)) input.dataset.nullable = "1";
+  if (optional) input.dataset.optional = "1";
   const help = schema.description ? el("span", { class: "muted", text: ` ${schema.description}` }) : "";
   return el("p", {}, label, input, help);
 }
@@ -89,7 +102,9 @@ function readArgs(fieldset) {
   const args = {};
   for (const input of fieldset.querySelectorAll("[data-field]")) {
     const name = input.dataset.field;
+    if (input.value === "" && input.dataset.optional && input.type !== "checkbox") continue;
     if (input.type === "checkbox") args[name] = input.checked;
+    else if (input.dataset.kind === "boolean") args[name] = input.value === "true";
     else if (input.value === "" && input.dataset.nullable) args[name] = null;
     else if (input.dataset.kind === "integer" || input.dataset.kind === "number") args[name] = Number(input.value);
     else if (input.dataset.json) args[name] = JSON.parse(input.value);
@@ -114,9 +129,10 @@ function card(item) {
   let args;
   try { args = JSON.parse(item.args); } catch { args = {}; }
   const schema = item.schema || {};
+  const required = new Set(schema.required || []);
   const fields = el("fieldset", { id: `${id}-fields` }, el("legend", { text: "Arguments (edit to change what runs)" }));
   for (const [name, prop] of Object.entries(schema.properties || {})) {
-    fields.append(argField(`${id}-arg-${name}`, name, prop, args[name]));
+    fields.append(argField(`${id}-arg-${name}`, name, prop, args[name], !required.has(name)));
   }
   const reason = el("input", { id: `${id}-reason`, name: "reason" });
   const approve = el("button", { type: "button", "data-action": "approve", text: "Approve" });
@@ -134,6 +150,7 @@ function card(item) {
     el("p", { class: "muted" },
       `requested by ${item.requested_by} · agent ${item.agent} · conversation ${item.workflow_id} · call ${item.call_id} · `, expires),
     el("p", { text: item.description }),
+    item.hints ? el("p", { class: "hints", text: item.hints }) : "",
     messages,
     el("p", {}, el("strong", { text: "Raw arguments, exactly as the tool will receive them:" })),
     el("pre", { class: "raw-args", text: item.args }),
