@@ -23,7 +23,7 @@ from countersign.config import PROJECT_ROOT
 from countersign.db.schema import InboxSession, LoginAttempt, User, UserRole
 from countersign.inbox import app as inbox_app
 from countersign.inbox.auth import Reviewer, hash_password, issue_session
-from countersign.inbox.throttle import ACCOUNT_FAILURES, CLIENT_FAILURES, WINDOW
+from countersign.inbox.throttle import ACCOUNT_FAILURES, CLIENT_FAILURES, LOCK_WAIT_S, WINDOW
 from countersign.proofs import load_private_key
 from tests.fixtures.inbox import AuthInbox, ProofKeys, auth_inbox_serving
 
@@ -241,6 +241,20 @@ async def test_repeated_wrong_passwords_lock_the_account_for_a_bounded_window(
     # once the failures leave the window, the right password works again
     await age_attempts(auth_inbox.engine)
     await login(auth_inbox)
+
+
+async def test_a_login_stuck_holding_the_account_does_not_hang_the_next(
+    auth_inbox: AuthInbox, zed: str
+) -> None:
+    """Logins to one account are serialised; one that never finishes (here: a transaction holding
+    the account's lock) makes the next answer 429 after a bounded wait, recorded, not hang."""
+    async with auth_inbox.engine.connect() as stuck, stuck.begin():
+        await stuck.execute(text("SELECT pg_advisory_xact_lock(hashtext('login:acme/zed'))"))
+        status, body, headers = await asyncio.wait_for(auth_inbox.login("zed", PASSWORD), LOCK_WAIT_S * 4)
+        assert status == 429 and "another login to it is under way" in body["error"], body
+        assert int(headers["Retry-After"]) == LOCK_WAIT_S
+    assert await attempts(auth_inbox.engine, "zed") == ["throttled"]
+    await login(auth_inbox)  # the lock gone, the right password works
 
 
 async def test_an_address_the_user_logged_in_from_is_not_locked_out_by_guesses(

@@ -8,6 +8,7 @@ established, and lives at most SESSION_TTL. Its `jti` is the id of its row in `i
 
 from __future__ import annotations
 
+import asyncio
 from datetime import datetime, timedelta
 
 import jwt
@@ -48,10 +49,16 @@ async def check_password(session: AsyncSession, tenant_id: str, user_id: str, pa
     stored = await session.scalar(
         select(User.password_hash).where(User.tenant_id == tenant_id, User.id == user_id)
     )
-    try:
-        return _HASHER.verify(stored or _DUMMY_HASH, password) and stored is not None
-    except (VerificationError, InvalidHashError):
-        return False
+
+    def verify() -> bool:
+        try:
+            return _HASHER.verify(stored or _DUMMY_HASH, password) and stored is not None
+        except (VerificationError, InvalidHashError):
+            return False
+
+    # argon2 takes a few hundred ms of CPU by design (and releases the GIL): off the event loop, so
+    # other requests and open event streams are served meanwhile
+    return await asyncio.to_thread(verify)
 
 
 async def set_dev_passwords(session: AsyncSession) -> None:

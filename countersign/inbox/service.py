@@ -151,8 +151,8 @@ class Inbox:
         tenant, user, now = request.tenant_id, request.user_id, datetime.now(UTC)
         refusal: InboxError | None = None
         async with self._sessions.begin() as session:
-            await throttle.lock_account(session, tenant, user)
             try:
+                await throttle.lock_account(session, tenant, user)
                 await throttle.check(session, tenant, user, client, now)
                 ok = await check_password(session, tenant, user, request.password)
                 outcome, reason = ("accepted", None) if ok else ("bad_credentials", "wrong password")

@@ -24,7 +24,8 @@ from __future__ import annotations
 import math
 from datetime import datetime, timedelta
 
-from sqlalchemy import ColumnElement, func, select
+from sqlalchemy import ColumnElement, func, select, text
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from countersign.db.schema import LoginAttempt
@@ -34,6 +35,8 @@ ACCOUNT_FAILURES = 5
 CLIENT_FAILURES = 20
 KNOWN_CLIENT_FOR = timedelta(days=30)
 MAX_CLIENT_CHARS = 200
+LOCK_WAIT_S = 5
+LOCK_NOT_AVAILABLE = "55P03"  # PostgreSQL's sqlstate when lock_timeout ends a wait
 
 
 class Throttled(Exception):
@@ -46,8 +49,19 @@ class Throttled(Exception):
 
 
 async def lock_account(session: AsyncSession, tenant_id: str, user_id: str) -> None:
-    """Serialise logins to one account until the transaction ends."""
-    await session.execute(select(func.pg_advisory_xact_lock(func.hashtext(f"login:{tenant_id}/{user_id}"))))
+    """Serialise logins to one account until the transaction ends. The wait is bounded: a login
+    stuck elsewhere (a dropped client, a slow hash) must not hang every later one; after
+    LOCK_WAIT_S the attempt is Throttled, and the transaction stays usable to record it."""
+    await session.execute(text(f"SET LOCAL lock_timeout = '{LOCK_WAIT_S}s'"))
+    try:
+        async with session.begin_nested():  # a lock taken in a released savepoint is the transaction's
+            await session.execute(
+                select(func.pg_advisory_xact_lock(func.hashtext(f"login:{tenant_id}/{user_id}")))
+            )
+    except DBAPIError as err:
+        if getattr(err.orig, "sqlstate", None) != LOCK_NOT_AVAILABLE:
+            raise
+        raise Throttled(LOCK_WAIT_S, "account (another login to it is under way)") from err
 
 
 async def _reopens_at(
