@@ -135,7 +135,10 @@ async def test_bob_edits_an_mcp_call_in_the_form_built_from_the_servers_schema(
             executions = list(
                 await conn.execute(select(ToolExecution).where(ToolExecution.workflow_id == handle.id))
             )
-        assert [(e.outcome, e.approved_by, e.args) for e in executions] == [("executed", "bob", edited)]
+        asked = {"key": "greeting", "value": "hello"}  # the model's; the audit keeps both
+        assert [(e.outcome, e.approved_by, e.args, e.edited_args) for e in executions] == [
+            ("executed", "bob", asked, edited)
+        ]
     finally:
         async with db_engine.begin() as conn:
             await conn.execute(delete(McpServer).where(McpServer.agents.contains([agent])))

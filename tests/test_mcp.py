@@ -584,11 +584,11 @@ async def test_a_reviewer_edits_an_mcp_call_in_the_inbox_and_the_proof_binds_the
         assert status == 200 and body["decided_by"] == "bob", body
         assert (await handle.result()).last_reply == "[scripted model] converted"
 
-        got = results(await handle.query(AgentWorkflow.transcript))["c1"]["data"]
+        got = results(await stack.agent.transcript(handle))["c1"]["data"]
         assert got["arguments_edited_by_approver"] == edited
         assert got["result"]["result"]["target"]["timezone"] == "Europe/Paris"  # what the server got
         row = (await audit_rows(db_engine, handle.id))["c1"]
-        assert (row.outcome, row.approved_by, row.args) == ("executed", "bob", edited)
+        assert (row.outcome, row.approved_by, row.args, row.edited_args) == ("executed", "bob", asked, edited)
         async with db_engine.connect() as conn:
             decisions = list(
                 await conn.execute(select(ApprovalDecision).where(ApprovalDecision.workflow_id == handle.id))

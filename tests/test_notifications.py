@@ -19,7 +19,6 @@ from temporalio.testing import WorkflowEnvironment
 from countersign.db.schema import Tenant
 from tests.fixtures.agent import AgentHarness
 from tests.fixtures.smtp import SmtpServer
-from tests.fixtures.temporal import time_skipping_server
 from tests.test_approvals import ECHO_RESULT, pending, qualify
 from tests.test_approvals import jane_is_new as jane_is_new
 from tests.test_replay import replayer
@@ -48,14 +47,6 @@ async def webhook(db_engine: AsyncEngine) -> AsyncIterator[list[dict[str, Any]]]
         async with db_engine.begin() as conn:
             await conn.execute(update(Tenant).where(Tenant.id == "acme").values(webhook_url=None))
         await runner.cleanup()
-
-
-@pytest_asyncio.fixture
-async def temporal_env() -> AsyncIterator[WorkflowEnvironment]:
-    """A time-skipping server of this module's own: it skips a day, and on the shared one that would
-    also fire every timer other tests' conversations left behind (one such skip timed out its RPC)."""
-    async with time_skipping_server() as env:
-        yield env
 
 
 async def test_request_reminder_and_escalation_reach_email_and_webhook_once(
