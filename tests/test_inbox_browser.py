@@ -10,7 +10,7 @@ import time
 import uuid
 
 import pytest
-from playwright.async_api import async_playwright
+from playwright.async_api import Page, async_playwright
 from sqlalchemy import delete, select
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -32,6 +32,16 @@ CHROMIUM_ARGS = [
 ]  # fmt: skip
 
 
+async def log_in(page: Page, url: str, user: str) -> None:
+    """Through the inbox's login form, keyboard only (the form submits on Enter); seeded password."""
+    await page.goto(url + "/")
+    await page.get_by_label("Tenant").fill("acme")
+    await page.get_by_label("User").fill(user)
+    await page.get_by_label("Password").fill(f"{user}-dev")
+    await page.keyboard.press("Enter")
+    await page.wait_for_selector("#whoami")
+
+
 async def test_bob_edits_and_approves_alices_request_live_in_the_inbox(
     signed_dev_agent: SignedStack, db_engine: AsyncEngine, chromium: str, jane_is_new: None
 ) -> None:
@@ -41,12 +51,7 @@ async def test_bob_edits_and_approves_alices_request_live_in_the_inbox(
     async with async_playwright() as p:
         browser = await p.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
         page = await browser.new_page(viewport={"width": 1280, "height": 1000})
-        await page.goto(stack.url + "/")
-        await page.get_by_label("Tenant").fill("acme")
-        await page.get_by_label("User").fill("bob")
-        await page.get_by_label("Password").fill("bob-dev")
-        await page.keyboard.press("Enter")  # keyboard only: the form submits on Enter
-        await page.wait_for_selector("#whoami")
+        await log_in(page, stack.url, "bob")
         assert await page.text_content("#whoami") == "bob"
         await page.wait_for_function("document.querySelector('#live').textContent.startsWith('live')")
 
@@ -109,12 +114,7 @@ async def test_bob_edits_an_mcp_call_in_the_form_built_from_the_servers_schema(
         async with async_playwright() as p:
             browser = await p.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
             page = await browser.new_page(viewport={"width": 1280, "height": 1000})
-            await page.goto(stack.url + "/")
-            await page.get_by_label("Tenant").fill("acme")
-            await page.get_by_label("User").fill("bob")
-            await page.get_by_label("Password").fill("bob-dev")
-            await page.keyboard.press("Enter")
-            await page.wait_for_selector("#whoami")
+            await log_in(page, stack.url, "bob")
             handle = await stack.agent.start("store the greeting", agent=agent, single_turn=True)
             card = page.locator(f'li[data-key="{handle.id}/c1"]')
             await card.wait_for(timeout=15_000)

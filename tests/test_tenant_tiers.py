@@ -24,7 +24,7 @@ from countersign.tiers import tier_refusal
 from tests.fixtures.inbox import SignedStack
 from tests.test_approvals import ECHO_RESULT, JANE, pending, qualify
 from tests.test_approvals import jane_is_new as jane_is_new
-from tests.test_inbox_browser import ARTIFACTS, CHROMIUM_ARGS
+from tests.test_inbox_browser import ARTIFACTS, CHROMIUM_ARGS, log_in
 from tests.test_web_ui import chromium as chromium
 
 TASK_TITLE = "Call Initech (tenant tier test)"  # removed afterwards: other tests count the seeded tasks
@@ -220,12 +220,7 @@ async def test_carol_clicks_always_allow_in_the_inbox_page(
             await dialog.accept()
 
         page.on("dialog", accept)
-        await page.goto(stack.url + "/")
-        await page.get_by_label("Tenant").fill("acme")
-        await page.get_by_label("User").fill("carol")
-        await page.get_by_label("Password").fill("carol-dev")
-        await page.keyboard.press("Enter")
-        await page.wait_for_selector("#whoami")
+        await log_in(page, stack.url, "carol")
         handle = await stack.agent.start(
             "create a task to call Initech", agent="operations", single_turn=True
         )
