@@ -258,6 +258,9 @@ Before (the code this change started from, measured just before on the same mach
 the `decide` update straight to Temporal p50 {direct_was["p50"]} / p95 {direct_was["p95"]} ms."""
 
 
+TARGET_P50_MS = 60  # approval → execution through the inbox (issue 13)
+
+
 def markdown(result: dict[str, Any], before: dict[str, Any] | None = None) -> str:
     load = result["machine"]
     execution, decide = result["approval_to_execution_ms"], result["decide_request_ms"]
@@ -274,7 +277,7 @@ machine load. Dev server, PostgreSQL and the in-process worker as in section 2. 
 | measure (ms) | p50 | p95 | target |
 |---|---|---|---|
 | approval → execution through the inbox (POST sent → tool call finished) | {execution["p50"]} \
-| {execution["p95"]} | p50 ≤ 60 |
+| {execution["p95"]} | p50 ≤ 60: {"met" if execution["p50"] <= TARGET_P50_MS else "**not met**"} |
 | of which the inbox's answer (rules, proof minted, `decide` update recorded) | {decide["p50"]} \
 | {decide["p95"]} | |
 | reference: the `decide` update with a proof sent straight to Temporal → tool call finished \
@@ -301,10 +304,11 @@ worker: the first row is now within a few ms of the `decide` update sent straigh
 decision from any client: two hand-offs between the SDK's core and Python (the update's workflow
 task to the `record_decision` local activity, the workflow task's completion to the eagerly
 dispatched `execute_tool`), two PostgreSQL transactions (the decision with its proof check; the
-tool with its audit row) and one workflow task completion persisted by the server. On the shared
-two-core machine (load ≈ 4 from the other engineers' suites) each hand-off costs about 10 ms and
-each transaction 9-15 ms, and the benchmark's one process holds the inbox, the worker and the
-client (one GIL): the 60 ms target is not reached there. What would remove a hand-off changes
+tool with its audit row) and one workflow task completion persisted by the server. On this
+two-core machine each hand-off costs 7-12 ms and each transaction 7-15 ms, depending on its load,
+and the benchmark's one process holds the inbox, the worker and the client (one GIL): the target
+is met on a quiet machine, not while other test suites load it (72 ms p50 at load ≈ 4, measured
+while four engineers' suites ran). What would remove a hand-off changes
 semantics: running the approved call as a local activity in the decision's workflow task would
 make the `decide` update answer only after the tool finished (a slow or blocked tool would hold
 the reviewer's request; the fault suite holds approved calls in flight to test exactly that).
