@@ -537,6 +537,7 @@ MCP_EDITS: st.SearchStrategy[str] = st.one_of(
 @given(edits=st.lists(MCP_EDITS, min_size=1, max_size=4))
 @example(edits=[json.dumps({**WRITE, "tenant_id": "globex"}), json.dumps({"key": 5, "value": "v"})])
 @example(edits=[json.dumps({"key": "edited", "value": "by bob"})])
+@example(edits=[json.dumps({**WRITE, "tenant_id": None}), "null"])  # refused, then approved unedited
 async def test_an_approvers_edits_of_an_mcp_call_are_refused_on_the_record_or_run_as_validated(
     agent_with_mcp: AgentHarness, db_engine: AsyncEngine, mcp_suite: McpSuite, edits: list[str]
 ) -> None:
@@ -561,7 +562,8 @@ async def test_an_approvers_edits_of_an_mcp_call_are_refused_on_the_record_or_ru
             await handle.execute_update("decide", raw(decision))
         except WorkflowUpdateFailedError:
             continue
-        accepted = accepted or json.loads(edit)
+        if accepted is None:  # `"args": null` is no edit: the model's arguments run
+            accepted = WRITE if (edited := json.loads(edit)) is None else edited
     if accepted is None:
         await handle.execute_update("decide", {"call_id": "c1", "decision": "reject", "approver": "bob"})
     await asyncio.wait_for(handle.result(), timeout=120)
