@@ -172,7 +172,11 @@ async def test_unauthorized_approvers_are_refused_and_audited(
     await handle.result()
     async with db_engine.connect() as conn:
         rows = (
-            await conn.execute(select(ApprovalDecision).where(ApprovalDecision.workflow_id == handle.id))
+            await conn.execute(
+                select(ApprovalDecision)
+                .where(ApprovalDecision.workflow_id == handle.id)
+                .order_by(ApprovalDecision.id)  # in the order they were recorded
+            )
         ).all()
     assert [(r.approver, r.accepted) for r in rows] == [(approver, False), (approver, False), ("carol", True)]
 

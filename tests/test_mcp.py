@@ -591,7 +591,11 @@ async def test_a_reviewer_edits_an_mcp_call_in_the_inbox_and_the_proof_binds_the
         assert (row.outcome, row.approved_by, row.args, row.edited_args) == ("executed", "bob", asked, edited)
         async with db_engine.connect() as conn:
             decisions = list(
-                await conn.execute(select(ApprovalDecision).where(ApprovalDecision.workflow_id == handle.id))
+                await conn.execute(
+                    select(ApprovalDecision)
+                    .where(ApprovalDecision.workflow_id == handle.id)
+                    .order_by(ApprovalDecision.id)  # in the order they were recorded
+                )
             )
         assert [(d.accepted, d.proven) for d in decisions] == [(False, False), (False, False), (True, True)]
         assert decisions[-1].args == edited
