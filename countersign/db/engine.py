@@ -4,13 +4,17 @@ from __future__ import annotations
 
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
 
+from countersign.bounds import dumps_storable
+
 
 def create_engine(url: str, *, pool_size: int = 10, max_overflow: int = 10) -> AsyncEngine:
     """An asyncpg engine sized for one worker's concurrent activities.
 
     `pool_pre_ping` makes the pool survive a PostgreSQL restart (`dev down` / `dev up`) without
     failing the first activity of each stale connection, and `application_name` shows the worker's
-    connections in `pg_stat_activity`.
+    connections in `pg_stat_activity`. Every JSON column is written through `dumps_storable`:
+    NaN, infinities, NUL and lone surrogates, which jsonb refuses, cannot fail an insert, whichever
+    code path or outside value brought them.
     """
     return create_async_engine(
         url,
@@ -18,6 +22,7 @@ def create_engine(url: str, *, pool_size: int = 10, max_overflow: int = 10) -> A
         max_overflow=max_overflow,
         pool_pre_ping=True,
         pool_recycle=1800,
+        json_serializer=dumps_storable,
         connect_args={"server_settings": {"application_name": "countersign"}},
     )
 
