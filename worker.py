@@ -19,6 +19,7 @@ from activities.audit import AuditActivities
 from activities.authority import AuthorityActivities
 from activities.context import ContextActivities
 from activities.email import EmailActivities
+from activities.failures import DatabaseRefusals
 from activities.mcp import McpActivities
 from activities.model import ModelActivities
 from activities.notifications import NotificationActivities
@@ -113,7 +114,7 @@ def build_worker(
             authority.seal_carried,
             authority.verify_carried,
         ],
-        interceptors=[ActivityLogContext(), *observability, *interceptors],
+        interceptors=[ActivityLogContext(), DatabaseRefusals(), *observability, *interceptors],
         max_cached_workflows=settings.max_cached_workflows,
         workflow_runner=SandboxedWorkflowRunner(
             restrictions=SandboxRestrictions.default.with_passthrough_modules(*PASSTHROUGH)

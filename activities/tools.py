@@ -15,14 +15,12 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-import asyncpg
 from pydantic import BaseModel, ValidationError
 from sqlalchemy import func, select
-from sqlalchemy.exc import DBAPIError
-from sqlalchemy.exc import TimeoutError as SQLAlchemyTimeoutError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
 
+from activities.failures import is_connection_error
 from activities.heartbeat import heartbeats
 from activities.store import store_tool_result
 from countersign.bounds import loads_bounded, storable
@@ -39,19 +37,6 @@ from tools.registry import (
     ToolContext,
     ToolFailure,
     parse_arguments,
-)
-
-# What a restart, failover or overload of PostgreSQL raises: socket errors, PostgreSQL class 08
-# (connection) and 57P0x (shutdown, cannot connect now), and the pool timing out.
-TRANSIENT: tuple[type[BaseException], ...] = (
-    OSError,  # ConnectionRefusedError, ConnectionResetError, ...
-    TimeoutError,
-    SQLAlchemyTimeoutError,  # no pooled connection came free in time
-    asyncpg.PostgresConnectionError,
-    asyncpg.exceptions.AdminShutdownError,
-    asyncpg.exceptions.CrashShutdownError,
-    asyncpg.exceptions.CannotConnectNowError,
-    asyncpg.exceptions.ConnectionDoesNotExistError,
 )
 
 
@@ -130,24 +115,6 @@ def validate(tool: Tool, raw: str) -> ToolArgs:
         raise ToolFailure("VALIDATION_ERROR", validation_message(err)) from err
     except (ArithmeticError, RecursionError) as err:  # a validator met a value beyond its range
         raise ToolFailure("VALIDATION_ERROR", f"arguments out of range ({type(err).__name__})") from err
-
-
-def is_connection_error(exc: BaseException) -> bool:
-    """Whether `exc` (or what caused it) means the database was out of reach: only that is worth
-    retrying. Anything else a tool raises would fail the same way on every attempt."""
-    seen: set[int] = set()
-    pending: list[BaseException | None] = [exc]
-    while pending:
-        e = pending.pop()
-        if e is None or id(e) in seen:
-            continue
-        seen.add(id(e))
-        if isinstance(e, DBAPIError) and e.connection_invalidated:
-            return True
-        if isinstance(e, TRANSIENT):
-            return True
-        pending += [e.__cause__, e.__context__, getattr(e, "orig", None)]
-    return False
 
 
 def envelope_of(output: BaseModel) -> ToolResult:

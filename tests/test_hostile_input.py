@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import os
 import sys
 import uuid
@@ -475,6 +476,16 @@ def can_run(tool: str, arguments: str, mcp: dict[str, ToolSpec]) -> bool:
         ],
     )
 )
+@example(  # NaN and infinities in the arguments: jsonb refused their audit rows, retried for minutes
+    turn=(
+        "operations",
+        [
+            ("create_project", {"description": math.inf}),
+            ("create_task", {"title": "t", "description": math.nan}),
+        ],
+    )
+)
+@example(turn=("lead-qualifier", [("mcp__web__write", {"key": math.nan, "value": -math.inf})]))
 async def test_tool_arguments_at_the_edges_end_the_turn_with_an_audited_envelope(
     agent_with_mcp: AgentHarness,
     db_engine: AsyncEngine,

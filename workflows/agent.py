@@ -1098,10 +1098,15 @@ class AgentWorkflow:
                     err.cause.message if isinstance(err.cause, ApplicationError) else str(err.cause or err)
                 )
                 return ToolResult.failure("INTERNAL_ERROR", f"{invocation.tool} failed: {cause}")
-            # Only an unreachable database (or a timeout) gets here, after its retries: say so without
-            # internals, and audit the call (a row the attempt may have written already stays as is).
+            # An unreachable database (after its retries), a timeout, or a statement the database
+            # refused (activities/failures.py; its transaction, effect included, rolled back) gets
+            # here: say which without internals, and audit the call (a row already written stays).
             why = (
-                "timed out" if isinstance(err.cause, TemporalTimeoutError) else "could not reach the database"
+                "timed out"
+                if isinstance(err.cause, TemporalTimeoutError)
+                else "was refused by the database"
+                if isinstance(err.cause, ApplicationError) and err.cause.type == "DatabaseRefused"
+                else "could not reach the database"
             )
             failure = ToolResult.failure("INTERNAL_ERROR", f"{invocation.tool} {why}; it did not run")
             return await self._unexecuted(invocation, failure)
