@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import os
 import statistics
 import tempfile
@@ -83,6 +84,11 @@ TOOL_CASES: dict[str, tuple[str, str, dict[str, Any]]] = {
         "admin-assistant",
         "write_record",
         {"collection": "tasks", "values": [{"field": "title", "value": 10**30}]},
+    ),
+    "Infinity in the arguments (`create_project`)": (
+        "operations",
+        "create_project",
+        {"description": math.inf},
     ),
 }
 START_CASES = {
@@ -234,7 +240,8 @@ load average {os.getloadavg()[0]:.1f} at the end, so the maxima are noisy.
 
 Before (the issue's findings on main): reads with such arguments retried for over ten minutes
 without ending the turn, writes stalled five minutes before reaching the model as an
-`INTERNAL_ERROR` carrying SQL; the NaN limits, the nested arguments and the NUL approver each
+`INTERNAL_ERROR` carrying SQL; an Infinity in the arguments made jsonb refuse the audit row,
+retried for five minutes; the NaN limits, the nested arguments and the NUL approver each
 failed workflow tasks forever. {now}
 """
 
