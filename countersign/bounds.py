@@ -92,8 +92,14 @@ def cut(text: str, limit: int) -> str:
     return text[:kept] + marker.format(len(text) - kept)
 
 
+def has_control(value: str) -> bool:
+    """Whether `value` holds a control character (NUL, newlines, ...) or a lone surrogate: what a
+    name of someone (an id, a claim) may not carry."""
+    return any(ord(c) < 32 or ord(c) == 127 or 0xD800 <= ord(c) <= 0xDFFF for c in value)
+
+
 def _no_control(value: str) -> str:
-    if any(ord(c) < 32 or ord(c) == 127 or 0xD800 <= ord(c) <= 0xDFFF for c in value):
+    if has_control(value):
         raise ValueError("may not contain control characters (NUL, newlines, ...) or lone surrogates")
     return value
 

@@ -342,3 +342,24 @@ async def test_bob_signs_in_with_the_provider_in_the_browser_and_logs_out(
         await page.wait_for_selector("#login")
         assert await page.locator("#whoami").count() == 0
         await browser.close()
+
+
+@pytest.mark.security
+@pytest.mark.parametrize("where", ["callback", "claim"])
+async def test_text_postgresql_cannot_hold_is_refused_on_the_record(
+    provider: str, browser: Browser, db_engine: AsyncEngine, where: str
+) -> None:
+    """A NUL in what a visitor puts in the callback URL, or in a claim, ends in a refusal and its
+    row: never a server error with no record (it was a 500)."""
+    if where == "callback":  # a visitor who started a login writes their own callback URL
+        state = parse_qs(urlsplit(await browser.start()).query)["state"][0]
+        query = urlencode({"state": state, "error": "denied\x00"})
+        status, page = await browser.callback(f"{browser.inbox.url}/auth/oidc/callback?{query}")
+    else:
+        await identity(provider, "nul", email="bob\x00@acme.example", countersign_tenant="acme")
+        status, page = await browser.sign_in("nul")
+    assert status == 403, page
+    assert (await browser.me())[0] == 401
+    _, _, outcome, reason = await last_attempt(db_engine)
+    assert outcome == "refused" and reason is not None
+    assert ("denied\ufffd" if where == "callback" else "no usable 'email' claim") in reason

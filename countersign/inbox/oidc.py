@@ -39,6 +39,7 @@ from pydantic import BaseModel, Field, ValidationError
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from countersign.bounds import has_control
 from countersign.db.schema import User
 from countersign.inbox.auth import Reviewer
 
@@ -252,7 +253,7 @@ class OidcProvider:
 
 def _claim(claims: dict[str, Any], name: str) -> str:
     value = claims.get(name)
-    if not isinstance(value, str) or not value or len(value) > MAX_CLAIM_CHARS:
+    if not isinstance(value, str) or not value or len(value) > MAX_CLAIM_CHARS or has_control(value):
         raise OidcRefused(f"the ID token has no usable {name!r} claim")
     return value
 

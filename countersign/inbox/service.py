@@ -24,6 +24,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from activities.approvals import roles_of
 from countersign.approvals import Approval, Decision, approver_refusal
+from countersign.bounds import MAX_REASON_CHARS
 from countersign.chat import ChatMessage
 from countersign.conversation import AnswerSignal, EndConversation, PendingApproval, StatusView
 from countersign.db.schema import ApprovalDecision, ToolExecution
@@ -36,7 +37,6 @@ from countersign.tiers import change_tenant_tier
 from countersign.tooling import Risk
 from tools.registry import REGISTRY
 
-MAX_REASON_CHARS = 2000
 MAX_ARGS_CHARS = 100_000
 LAST_MESSAGES = 4
 
@@ -196,7 +196,7 @@ class Inbox:
         async with self._sessions.begin() as session:
             await throttle.record(
                 session, tenant_id=str(tenant or ""), user_id=str(user or ""), client=client,
-                method="oidc", outcome="refused", reason=reason[:MAX_REASON_CHARS], now=datetime.now(UTC),
+                method="oidc", outcome="refused", reason=reason, now=datetime.now(UTC),
             )  # fmt: skip
 
     async def open_session(

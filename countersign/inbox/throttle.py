@@ -28,6 +28,7 @@ from sqlalchemy import ColumnElement, func, select, text
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from countersign.bounds import MAX_REASON_CHARS, cut, storable
 from countersign.db.schema import LoginAttempt
 
 WINDOW = timedelta(minutes=15)
@@ -121,15 +122,17 @@ async def record(
     reason: str | None,
     now: datetime,
 ) -> None:
-    """One `login_attempts` row (outcome: accepted, bad_credentials, throttled, refused)."""
+    """One `login_attempts` row (outcome: accepted, bad_credentials, throttled, refused). Names and
+    reasons of a refusal may come from anyone (a callback URL, a claim): they are cut and made
+    storable here, so that the refusal is always recorded."""
     session.add(
         LoginAttempt(
-            tenant_id=tenant_id[:MAX_CLIENT_CHARS],
-            user_id=user_id[:MAX_CLIENT_CHARS],
-            client=client[:MAX_CLIENT_CHARS],
+            tenant_id=storable(tenant_id[:MAX_CLIENT_CHARS]),
+            user_id=storable(user_id[:MAX_CLIENT_CHARS]),
+            client=storable(client[:MAX_CLIENT_CHARS]),
             method=method,
             outcome=outcome,
-            reason=reason,
+            reason=None if reason is None else cut(storable(reason), MAX_REASON_CHARS),
             created_at=now,
         )
     )
