@@ -22,7 +22,7 @@ from temporalio import activity
 
 from activities.failures import is_connection_error
 from activities.heartbeat import heartbeats
-from countersign.core.bounds import loads_bounded, storable
+from countersign.core.bounds import loads_bounded, storable, unstorable_refusal
 from countersign.core.calls import StoredResult, ToolInvocation, ToolResult
 from countersign.core.guards import TruncationLimits, redact, sanitize
 from countersign.db.messages import store_tool_result
@@ -52,25 +52,15 @@ def validation_message(err: ValidationError) -> str:
     return "; ".join(parts)
 
 
-def has_nul(value: Any) -> bool:
-    """Whether a NUL character hides anywhere in a JSON value (PostgreSQL text cannot hold one)."""
-    if isinstance(value, str):
-        return "\x00" in value
-    if isinstance(value, dict):
-        return any(has_nul(k) or has_nul(v) for k, v in value.items())
-    if isinstance(value, list):
-        return any(has_nul(v) for v in value)
-    return False
-
-
 def load_arguments(raw: str) -> dict[str, Any]:
     value, refusal = loads_bounded(raw or "{}")
     if refusal is not None:
         raise ToolFailure("VALIDATION_ERROR", f"arguments refused: {refusal}")
     if not isinstance(value, dict):
         raise ToolFailure("VALIDATION_ERROR", "arguments must be a JSON object")
-    if has_nul(value):
-        raise ToolFailure("VALIDATION_ERROR", "arguments may not contain NUL characters (U+0000)")
+    unstorable = unstorable_refusal(value)
+    if unstorable is not None:
+        raise ToolFailure("VALIDATION_ERROR", f"arguments {unstorable}")
     return value
 
 

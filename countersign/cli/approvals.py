@@ -18,6 +18,7 @@ from countersign.cli.conversations import connected, query_status
 from countersign.cli.inbox import InboxSession, inbox_request, load_session, signed_mode
 from countersign.cli.ux import reason
 from countersign.core.approvals import Approval, Decision
+from countersign.core.bounds import DuplicateKey, loads_strict
 from countersign.core.contract import AnswerSignal
 
 
@@ -64,7 +65,9 @@ def parse_args(text: str | None) -> dict[str, object] | None:
     if text is None:
         return None
     try:
-        value = json.loads(text)
+        value = loads_strict(text)
+    except DuplicateKey as err:
+        raise click.BadParameter(f"--args: {err}") from err
     except json.JSONDecodeError as err:
         raise click.BadParameter(f"--args is not JSON: {err.msg}") from err
     if not isinstance(value, dict):

@@ -25,6 +25,7 @@ from temporalio.client import Client
 from temporalio.service import RPCError
 
 from countersign.client.temporal_client import connect
+from countersign.core.bounds import DuplicateKey, loads_strict
 from countersign.db.engine import create_engine, session_factory
 from countersign.identity.proofs import load_private_key
 from countersign.runtime.config import Settings
@@ -68,8 +69,15 @@ def error(status: int, message: str, retry_after_s: int | None = None) -> web.Re
 async def body_of(request: web.Request, model: type[BaseModel]) -> Any:
     if request.content_type != "application/json":
         raise InboxError(415, "send JSON (Content-Type: application/json)")
+    raw = await request.read()
     try:
-        return model.model_validate_json(await request.read())
+        loads_strict(raw)  # a key twice: refused, never resolved one way here and another elsewhere
+    except DuplicateKey as err:
+        raise InboxError(400, f"invalid request: {err}") from None
+    except ValueError:
+        pass  # not JSON: pydantic says why
+    try:
+        return model.model_validate_json(raw)
     except ValidationError as err:
         first = err.errors()[0]
         where = ".".join(str(p) for p in first["loc"]) or "body"
@@ -304,9 +312,9 @@ async def conversation_action(request: web.Request) -> web.Response:
     if request.content_type != "application/json":
         raise InboxError(415, "send JSON (Content-Type: application/json)")
     try:
-        body = json.loads(await request.read() or b"{}")
+        body = loads_strict(await request.read() or b"{}")
         await request.app[INBOX].act(request[REVIEWER], request.match_info["workflow_id"], action, body)
-    except (ValidationError, json.JSONDecodeError) as err:
+    except (ValidationError, ValueError) as err:
         raise InboxError(400, f"invalid request: {str(err).splitlines()[0]}") from None
     return web.json_response({"sent": action}, status=202)
 
