@@ -87,6 +87,11 @@ class McpActivities:
             arguments = validated(call)
         except ToolFailure as failure:
             return ToolResult.failure(failure.code, failure.message)
+        except Exception:  # the schema check itself broke: refuse now, never retried, never asked
+            activity.logger.exception("checking %s arguments failed", call.spec.name)
+            return ToolResult.failure(
+                "INTERNAL_ERROR", f"the arguments of {call.spec.name} could not be checked"
+            )
         return ToolResult.success(arguments)
 
     # --- the call -----------------------------------------------------------------------------

@@ -26,11 +26,13 @@ from temporalio.exceptions import ApplicationError
 from activities.email import message_id
 from activities.heartbeat import heartbeats
 from countersign.core.approvals import APPROVER_ROLES, FOUR_EYES, ApprovalNotice
+from countersign.core.shown import argument_lines, argument_warnings
 from countersign.db.schema import NotificationOutbox, Tenant, User, UserRole
 
 WEBHOOK_TIMEOUT_S = 10
 NOTICE_HEADER = "X-Countersign-Notice"  # on every notice email: request, reminder or escalation
-ARGS_SHOWN = 500
+ARGS_SHOWN = 500  # characters of one argument's line
+ARG_LINES_SHOWN = 20
 
 
 def recipients_roles(notice: ApprovalNotice) -> frozenset[str]:
@@ -51,7 +53,9 @@ def wording(notice: ApprovalNotice, link: str) -> tuple[str, str]:
         if notice.kind == "escalation"
         else f"waits for a decision until {notice.expires_at.isoformat()}"
     )
-    text = f"{what} {state}.\nArguments: {notice.args[:ARGS_SHOWN]}\nOpen it: {link}"
+    lines = "\n".join(f"  {line[:ARGS_SHOWN]}" for line in argument_lines(notice.args)[:ARG_LINES_SHOWN])
+    warnings = "".join(f"Check: {w}\n" for w in argument_warnings(notice.args))
+    text = f"{what} {state}.\nArguments:\n{lines}\n{warnings}Open it: {link}"
     return subject, text
 
 

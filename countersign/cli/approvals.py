@@ -20,6 +20,7 @@ from countersign.cli.ux import reason
 from countersign.core.approvals import Approval, Decision
 from countersign.core.bounds import DuplicateKey, loads_strict
 from countersign.core.contract import AnswerSignal
+from countersign.core.shown import argument_lines, argument_warnings
 
 
 def age(iso: str) -> str:
@@ -96,8 +97,10 @@ def list_approvals(tenant: str | None, as_json: bool) -> None:
             click.echo("nothing pending")
         for r in rows:
             click.echo(
-                f"{r['workflow_id']}  {r['call_id']}  {r['tool']} {r['args']}\n"
-                f"    risk {r['risk']} · requested by {r['requested_by']} {age(r['requested_at'])} ago"
+                f"{r['workflow_id']}  {r['call_id']}  {r['tool']}\n"
+                + "".join(f"    {line}\n" for line in argument_lines(r["args"]))
+                + "".join(f"    ⚠ {w}\n" for w in argument_warnings(r["args"]))
+                + f"    risk {r['risk']} · requested by {r['requested_by']} {age(r['requested_at'])} ago"
                 f" · expires {r['expires_at']}" + (f"\n    {r['hints']}" if r.get("hints") else "")
             )
 

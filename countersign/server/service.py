@@ -28,6 +28,7 @@ from countersign.core.calls import Risk
 from countersign.core.contract import AnswerSignal, EndConversation, PendingApproval, StatusView
 from countersign.core.messages import ChatMessage
 from countersign.core.saga import RollbackRequest, Scope
+from countersign.core.shown import argument_lines, argument_warnings
 from countersign.db.people import check_password, roles_of
 from countersign.db.schema import ApprovalDecision, ToolExecution
 from countersign.identity.proofs import Binding, mint_proof
@@ -102,7 +103,7 @@ class PendingItem(BaseModel):
     workflow_id: str
     call_id: str
     tool: str
-    args: str  # exactly as the tool will receive it, unless the reviewer edits it
+    args: str  # the model's JSON text (a key twice was refused before anyone was asked)
     risk: Risk
     requested_by: str
     requested_at: str
@@ -112,6 +113,10 @@ class PendingItem(BaseModel):
     schema_: dict[str, Any] = Field(default_factory=dict, alias="schema")
     hints: str | None = None  # an MCP server's claims about the tool: shown, never trusted
     last_messages: list[dict[str, str]] = Field(default_factory=list)
+    # What the card shows: the parsed arguments one key per line, hidden characters made visible,
+    # and what could deceive a reader (look-alikes, bidi) flagged (countersign.core.shown).
+    arg_lines: list[str] = Field(default_factory=list)
+    warnings: list[str] = Field(default_factory=list)
 
     @property
     def key(self) -> str:
@@ -261,6 +266,8 @@ class Inbox:
                         description=tool.description if tool else pending.description or "",
                         schema=tool.spec().parameters if tool else pending.parameters or {},
                         last_messages=context,
+                        arg_lines=argument_lines(pending.args),
+                        warnings=argument_warnings(pending.args),
                         **pending.model_dump(exclude={"description", "parameters"}),
                     )
                 )

@@ -1,5 +1,6 @@
 // The inbox page: plain JS, no build step. Pending approvals arrive over server-sent events
-// (/api/events); each card shows the raw arguments exactly as the tool will receive them and a form
+// (/api/events); each card shows the parsed arguments one key per line (hidden characters made
+// visible, look-alikes and bidi flagged by the server) and a form
 // generated from the tool's JSON schema to edit them (the worker validates the edit again).
 "use strict";
 
@@ -152,8 +153,12 @@ function card(item) {
     el("p", { text: item.description }),
     item.hints ? el("p", { class: "hints", text: item.hints }) : "",
     messages,
-    el("p", {}, el("strong", { text: "Raw arguments, exactly as the tool will receive them:" })),
-    el("pre", { class: "raw-args", text: item.args }),
+    el("p", {}, el("strong", { text: "Arguments, one per line, as the tool will receive them:" })),
+    el("pre", { class: "raw-args", text: (item.arg_lines || []).join("\n") }),
+    (item.warnings || []).length
+      ? el("ul", { class: "warnings", role: "alert", "aria-label": "Check these arguments" },
+          ...item.warnings.map((w) => el("li", { text: `⚠ ${w}` })))
+      : "",
     el("details", {}, el("summary", { text: "Edit arguments" }), fields, approveEdited),
     el("p", {}, el("label", { for: reason.id, text: "Reason" }), reason),
     el("p", {}, approve, reject),
