@@ -7,7 +7,10 @@
   key in the request's `_meta` (`countersign/call_id`, for servers that deduplicate), passes the
   result through the common redaction and truncation, and writes the `tool_executions` row.
   A server that is down, slow or refusing gives an error envelope at once: never a retry loop.
-- `specs_for` (called by `load_conversation_context`) lists an agent's MCP tools for the snapshot.
+- `specs_for` (called by `load_conversation_context`) lists an agent's MCP tools for the snapshot;
+  a flat name two tools would share (`mcp__x___foo`: server `x`'s `_foo` and server `x_`'s `foo`,
+  or one server listing a name twice) is offered for neither, loudly: a tool's identity is its
+  (server, tool), and the snapshot's one spec per name is what every later step looks up.
 
 Exactly-once is weaker than for native tools, whose effect commits with its audit row: an MCP
 server's effect is outside our transaction. An attempt that finds the call's audit row returns it;
@@ -36,7 +39,7 @@ from countersign.db.ratelimit import RateLimits, take
 from countersign.db.schema import McpServer, ToolExecution
 from countersign.mcp.catalog import argument_errors, envelope_of, spec_of
 from countersign.mcp.pool import McpPool, McpRefused, McpUnavailable
-from countersign.mcp.servers import ServerConfig, remember_listing, servers_for
+from countersign.mcp.servers import ServerConfig, clashes, remember_listing, servers_for, tool_name
 from tools.registry import ToolFailure
 
 META_CALL_ID = "countersign/call_id"
@@ -63,12 +66,27 @@ class McpActivities:
         async with self._sessions() as session:
             servers = await servers_for(session, agent, tenant_id)
         listings = await asyncio.gather(*(self._pool.list_tools(s) for s in servers), return_exceptions=True)
+        listed_by = [
+            (server.name, listed.name)
+            for server, listing in zip(servers, listings, strict=True)
+            if not isinstance(listing, BaseException)
+            for listed in listing
+        ]
+        shared = clashes(listed_by)
+        for name, owners in shared.items():
+            activity.logger.error(
+                "MCP tool name %s is shared by %s: none of them is offered (rename a server)",
+                name,
+                ", ".join(f"{server}/{tool}" for server, tool in owners),
+            )
         specs: list[ToolSpec] = []
         for server, listing in zip(servers, listings, strict=True):
             if isinstance(listing, BaseException):
                 activity.logger.warning("MCP server %s left out of the catalog: %s", server.name, listing)
                 continue
             for listed in listing:
+                if tool_name(server.name, listed.name) in shared:
+                    continue
                 spec = spec_of(server.name, listed, None)
                 if spec is None:
                     activity.logger.warning("MCP tool %s/%s cannot be offered", server.name, listed.name)

@@ -46,6 +46,15 @@ def tool_name(server: str, tool: str) -> str | None:
     return name if TOOL_NAME.match(name) else None
 
 
+def clashes(tools: Sequence[tuple[str, str]]) -> dict[str, list[tuple[str, str]]]:
+    """The flat names two or more of `tools` ((server, tool) pairs) would share, with who shares
+    each: such a name means no one tool, so it is never offered (and `mcp add` refuses it)."""
+    by_name: dict[str, list[tuple[str, str]]] = {}
+    for server, tool in tools:
+        by_name.setdefault(f"{PREFIX}{server}{SEPARATOR}{tool}", []).append((server, tool))
+    return {name: owners for name, owners in by_name.items() if len(owners) > 1}
+
+
 def server_of(name: str) -> str | None:
     """The server part of an `mcp__SERVER__TOOL` name, else None."""
     if not name.startswith(PREFIX):
@@ -120,6 +129,11 @@ class ServerConfig(BaseModel):
     ) -> ServerConfig:
         if (command is None) == (url is None):
             raise ValueError("give exactly one of --command and --url")
+        if name.endswith("_"):
+            raise ValueError(
+                f"a server name may not end with '_': {PREFIX}{name}{SEPARATOR}foo would also be "
+                f"server {name[:-1]!r}'s tool '_foo' (one name, two tools)"
+            )
         return cls(
             name=name,
             transport="stdio" if command else "http",
