@@ -120,7 +120,9 @@ class NotificationActivities:
             queued = await session.scalars(
                 select(NotificationOutbox.id)
                 .where(
-                    NotificationOutbox.idempotency_key.like(f"{key}:%"), NotificationOutbox.status == "queued"
+                    # the key's own `_` and `%` are literal (autoescape): another call's rows never match
+                    NotificationOutbox.idempotency_key.startswith(f"{key}:", autoescape=True),
+                    NotificationOutbox.status == "queued",
                 )
                 .order_by(NotificationOutbox.id)
             )

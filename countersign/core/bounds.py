@@ -154,6 +154,7 @@ Proof = Annotated[
 Text = Annotated[str, _text(MAX_TEXT_CHARS)]
 Reason = Annotated[str, _text(MAX_REASON_CHARS)]
 Count = Annotated[int, Field(ge=0, le=MAX_COUNT)]
+PositiveCount = Annotated[int, Field(ge=1, le=MAX_COUNT)]  # model calls or turns: 0 would do nothing
 Tokens = Annotated[int, Field(ge=1, le=MAX_TOKENS)]
 # At least a second: a timer or activity timeout that rounds to zero is an error in workflow code.
 TurnSeconds = Annotated[float, Field(ge=1, le=MAX_TURN_S, allow_inf_nan=False)]
