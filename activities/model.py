@@ -102,21 +102,49 @@ def to_reply(completion: ChatCompletion) -> ModelReply:
         if c.type == "function"
     ]
     usage = completion.usage
-    return ModelReply(
-        message=ChatMessage(
-            role="assistant",
-            content=capped_reply(encodable(choice.message.content))
-            if choice.message.content is not None
-            else None,
-            tool_calls=calls,
-        ),
-        usage=Usage(
-            prompt_tokens=usage.prompt_tokens if usage else 0,
-            completion_tokens=usage.completion_tokens if usage else 0,
-            model_calls=1,
-        ),
-        finish_reason=choice.finish_reason,
-        model=completion.model,
+    return bounded(
+        ModelReply(
+            message=ChatMessage(
+                role="assistant",
+                content=capped_reply(encodable(choice.message.content))
+                if choice.message.content is not None
+                else None,
+                tool_calls=calls,
+            ),
+            usage=Usage(
+                prompt_tokens=usage.prompt_tokens if usage else 0,
+                completion_tokens=usage.completion_tokens if usage else 0,
+                model_calls=1,
+            ),
+            finish_reason=choice.finish_reason,
+            model=completion.model,
+        )
+    )
+
+
+# What one reply may weigh in workflow history: Temporal refuses a payload over 2 MB (TMPRL1103) and
+# fails the workflow task, and with it the turn, its usage uncounted. Half of that leaves room for
+# the activity's envelope.
+MAX_REPLY_BYTES = 1_000_000
+REPLY_TOO_LARGE = "reply_too_large"
+
+
+def bounded(reply: ModelReply) -> ModelReply:
+    """`reply`, or, when it weighs more than MAX_REPLY_BYTES (many tool calls of capped arguments,
+    a capped content of 4-byte characters), a reply that says so and calls nothing, with the same
+    usage: the turn ends with the reason, and the tokens the model spent are counted."""
+    size = len(reply.message.model_dump_json().encode("utf-8", "replace"))
+    if size <= MAX_REPLY_BYTES:
+        return reply
+    said = (
+        f"[error: the model replied {size} bytes ({len(reply.message.tool_calls or [])} tool calls), "
+        f"over the {MAX_REPLY_BYTES}-byte bound; none of it was used and this turn ends]"
+    )
+    return reply.model_copy(
+        update={
+            "message": ChatMessage(role="assistant", content=said, tool_calls=[]),
+            "finish_reason": REPLY_TOO_LARGE,
+        }
     )
 
 
