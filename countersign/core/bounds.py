@@ -69,9 +69,11 @@ def storable_json(value: Any) -> Any:
 
 
 def encodable(value: Any) -> Any:
-    """`value` (JSON-able: what pydantic's `to_jsonable_python` gives) with every lone surrogate in
-    a string or key replaced by U+FFFD: what UTF-8, and so every Temporal payload and protobuf
-    string, can carry. NUL and NaN stay (a JSON payload holds them)."""
+    """`value` (a pydantic model, JSON-like data, ...) with every lone surrogate in a string or key
+    replaced by U+FFFD: what UTF-8, and so every Temporal payload and protobuf string, can carry.
+    A model becomes its `model_dump()`. NUL and NaN stay (a JSON payload holds them)."""
+    if isinstance(value, BaseModel):
+        return encodable(value.model_dump())
     if isinstance(value, str):
         return SURROGATE.sub("\ufffd", value)
     if isinstance(value, dict):

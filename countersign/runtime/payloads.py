@@ -15,7 +15,6 @@ from collections.abc import Sequence
 from typing import Any, Union, get_args, get_origin
 
 from pydantic import ValidationError
-from pydantic_core import to_jsonable_python
 from temporalio.api.common.v1 import Payload
 from temporalio.api.failure.v1 import Failure
 from temporalio.contrib.pydantic import PydanticPayloadConverter, pydantic_data_converter
@@ -78,7 +77,7 @@ class LenientPydanticPayloadConverter(PydanticPayloadConverter):
             return super().to_payloads(values)
         except Exception as exc:
             try:
-                return super().to_payloads([encodable(to_jsonable_python(v)) for v in values])
+                return super().to_payloads([encodable(v) for v in values])
             except Exception:
                 raise exc from None
 
