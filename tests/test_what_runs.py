@@ -18,6 +18,7 @@ real worker, PostgreSQL, the scripted model over HTTP, the MCP test server over 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import subprocess
@@ -48,6 +49,8 @@ from countersign.db.schema import McpServer
 from countersign.identity.proofs import args_digest
 from countersign.mcp.servers import SERVER_NAME, ServerConfig, clashes, server_of, tool_name
 from countersign.runtime.payloads import data_converter
+from countersign.server.app import MAX_STREAMS_PER_SESSION, Watcher
+from countersign.server.service import InboxError
 from tests.fixtures.agent import AgentHarness
 from tests.fixtures.mcp import (
     TOKEN,
@@ -487,3 +490,62 @@ async def test_a_model_reply_over_the_bound_ends_the_turn_with_the_reason_and_it
     assert await task_failures(handle) == 0
     assert f"over the {MAX_REPLY_BYTES}-byte bound" in (result.last_reply or ""), result
     assert result.usage.model_calls >= 1 and result.usage.completion_tokens > 0, result.usage
+
+
+class CountingInbox:
+    """The part of the inbox service the watcher uses, counting the listings it is asked for."""
+
+    def __init__(self) -> None:
+        self.listings = 0
+
+    async def tenant_pending(self, tenant_id: str, known: object = None) -> list[Any]:
+        self.listings += 1
+        await asyncio.sleep(0.01)  # a visibility list and queries take a while
+        return []
+
+
+@settings(max_examples=max(EXAMPLES * 5, 40), deadline=None, database=None)
+@given(tenants=st.lists(st.sampled_from(["acme", "globex", "initech"]), min_size=1, max_size=20))
+@example(tenants=["acme"] * 10)  # the issue's ten streams: nine loops ran forever
+def test_streams_opened_together_share_one_poll_loop_per_tenant(tenants: list[str]) -> None:
+    async def scenario() -> None:
+        watcher = Watcher(CountingInbox())  # type: ignore[arg-type]
+        opened, release = asyncio.Event(), asyncio.Event()
+        entered: list[str] = []
+        running: list[int] = []  # poll loops running while every stream is open
+
+        async def stream(tenant: str) -> None:
+            async with watcher.listen(tenant):
+                entered.append(tenant)
+                if len(entered) == len(tenants):
+                    opened.set()
+                await release.wait()
+
+        async def count() -> None:
+            await opened.wait()
+            await asyncio.sleep(0.05)  # the loops are started and polling
+            running.append(watcher.loops)
+            release.set()
+
+        await asyncio.gather(count(), *(stream(t) for t in tenants))
+        assert running == [len(set(tenants))], running
+        for _ in range(100):  # the loops see their cancellation
+            if not watcher.loops:
+                break
+            await asyncio.sleep(0.01)
+        assert watcher.loops == 0
+
+    asyncio.run(scenario())
+
+
+def test_a_session_opens_a_bounded_number_of_streams() -> None:
+    watcher = Watcher(CountingInbox())  # type: ignore[arg-type]
+    with contextlib.ExitStack() as open_streams:
+        for _ in range(MAX_STREAMS_PER_SESSION):
+            open_streams.enter_context(watcher.stream_of("s1"))
+        with pytest.raises(InboxError) as refused:
+            watcher.stream_of("s1").__enter__()
+        assert refused.value.status == 429
+        open_streams.enter_context(watcher.stream_of("s2"))  # another session is not counted with it
+    with watcher.stream_of("s1"):  # closed streams are counted out
+        pass

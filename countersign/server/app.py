@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -49,6 +49,7 @@ MAX_BODY = 256 * 1024
 # with an open inbox, shared by its reviewers), and how often an idle stream sends a keep-alive.
 POLL_INTERVAL_S = 0.25
 KEEPALIVE_S = 15.0
+MAX_STREAMS_PER_SESSION = 8  # a reviewer's tabs; each stream holds a connection open
 REVIEWER = web.RequestKey("reviewer", Reviewer)
 SESSION = web.RequestKey("session", SessionClaims)
 INBOX = web.AppKey("inbox", Inbox)
@@ -133,6 +134,9 @@ class TenantFeed:
     items: dict[str, PendingItem] = field(default_factory=dict)
     listeners: set[asyncio.Queue[None]] = field(default_factory=set)
     task: asyncio.Task[None] | None = None
+    # Held while the first stream loads the list and starts the loop: streams opened together wait
+    # for it instead of each starting a loop of their own (all but the last ran forever).
+    starting: asyncio.Lock = field(default_factory=asyncio.Lock)
 
 
 class Watcher:
@@ -142,6 +146,25 @@ class Watcher:
     def __init__(self, inbox: Inbox) -> None:
         self._inbox = inbox
         self._feeds: dict[str, TenantFeed] = {}
+        self._streams: dict[str, int] = {}  # open streams per session
+        self.loops = 0  # poll loops running now: one per tenant with an open stream, never more
+
+    @contextlib.contextmanager
+    def stream_of(self, session_id: str) -> Iterator[None]:
+        """Count one open stream of a session; InboxError 429 past MAX_STREAMS_PER_SESSION."""
+        if self._streams.get(session_id, 0) >= MAX_STREAMS_PER_SESSION:
+            raise InboxError(
+                429,
+                f"at most {MAX_STREAMS_PER_SESSION} live streams per session; close a tab",
+                retry_after_s=5,
+            )
+        self._streams[session_id] = self._streams.get(session_id, 0) + 1
+        try:
+            yield
+        finally:
+            self._streams[session_id] -= 1
+            if not self._streams[session_id]:
+                del self._streams[session_id]
 
     def current(self, tenant_id: str) -> list[PendingItem]:
         feed = self._feeds.get(tenant_id)
@@ -157,18 +180,28 @@ class Watcher:
         feed = self._feeds.setdefault(tenant_id, TenantFeed())
         queue: asyncio.Queue[None] = asyncio.Queue(maxsize=1)
         feed.listeners.add(queue)
-        if feed.task is None:
-            feed.items = {i.key: i for i in await self._inbox.tenant_pending(tenant_id)}
-            feed.task = asyncio.create_task(self._poll(tenant_id, feed))
         try:
+            async with feed.starting:
+                if feed.task is None:
+                    feed.items = {i.key: i for i in await self._inbox.tenant_pending(tenant_id)}
+                    feed.task = asyncio.create_task(self._poll(tenant_id, feed))
             yield queue
         finally:
             feed.listeners.discard(queue)
-            if not feed.listeners and feed.task is not None:
-                feed.task.cancel()
-                self._feeds.pop(tenant_id, None)
+            if not feed.listeners:
+                if feed.task is not None:
+                    feed.task.cancel()
+                if self._feeds.get(tenant_id) is feed:
+                    del self._feeds[tenant_id]
 
     async def _poll(self, tenant_id: str, feed: TenantFeed) -> None:
+        self.loops += 1
+        try:
+            await self._polling(tenant_id, feed)
+        finally:
+            self.loops -= 1
+
+    async def _polling(self, tenant_id: str, feed: TenantFeed) -> None:
         while True:
             await asyncio.sleep(POLL_INTERVAL_S)
             try:
@@ -198,9 +231,10 @@ async def events(request: web.Request) -> web.StreamResponse:
     response = web.StreamResponse(
         headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
     )
-    await response.prepare(request)
-    with contextlib.suppress(ConnectionResetError):  # the reviewer closed the page
-        await stream_approvals(response, watcher, inbox, request[SESSION], roles)
+    with watcher.stream_of(request[SESSION].session_id):
+        await response.prepare(request)
+        with contextlib.suppress(ConnectionResetError):  # the reviewer closed the page
+            await stream_approvals(response, watcher, inbox, request[SESSION], roles)
     return response
 
 
