@@ -38,7 +38,7 @@ from countersign.core.guards import TruncationLimits, sanitize
 from countersign.db.ratelimit import RateLimits, take
 from countersign.db.schema import McpServer, ToolExecution
 from countersign.mcp.catalog import argument_errors, envelope_of, spec_of
-from countersign.mcp.pool import McpPool, McpRefused, McpUnavailable
+from countersign.mcp.pool import McpOutcomeUnknown, McpPool, McpRefused, McpUnavailable
 from countersign.mcp.servers import ServerConfig, clashes, remember_listing, servers_for, tool_name
 from tools.registry import ToolFailure
 
@@ -133,13 +133,15 @@ class McpActivities:
                 server: ServerConfig | None = await self._server(session, call)
             except ToolFailure as refused:
                 server, result = None, ToolResult.failure(refused.code, refused.message)
+        unknown = False
         if server is not None:
             try:
                 result = await self._call(server, call, key)
             except ToolFailure as failure:
                 result = ToolResult.failure(failure.code, failure.message)
+                unknown = isinstance(failure, OutcomeUnknown)
         result = result.model_copy(update={"data": sanitize(result.data, self._limits)})
-        return await self._audit(call, result, key, started, clock)
+        return await self._audit(call, result, key, started, clock, unknown=unknown)
 
     async def _take_token(self, session: AsyncSession, inv: ToolInvocation, now: datetime) -> None:
         """The tenant's rate limit for the tool, as for native tools: RATE_LIMITED when spent."""
@@ -182,6 +184,12 @@ class McpActivities:
                     "it was not called (a new conversation sees the current version)",
                 )
             outcome = await self._pool.call_tool(server, ref.tool, arguments, {META_CALL_ID: key})
+        except McpOutcomeUnknown as lost:
+            raise OutcomeUnknown(
+                "INTERNAL_ERROR",
+                f"{lost}; {call.spec.name} was sent and may have run: its outcome is unknown. "
+                "Check its effect before calling it again",
+            ) from lost
         except McpUnavailable as down:
             raise ToolFailure("INTERNAL_ERROR", f"{down}; {call.spec.name} was not completed") from down
         except McpRefused as refused:
@@ -197,11 +205,26 @@ class McpActivities:
         return ToolResult.model_validate(row) if row is not None else None
 
     async def _audit(
-        self, call: McpCall, result: ToolResult, key: str, started: datetime, clock: float
+        self,
+        call: McpCall,
+        result: ToolResult,
+        key: str,
+        started: datetime,
+        clock: float,
+        *,
+        unknown: bool = False,
     ) -> ToolResult | StoredResult:
         inv, spec = call.invocation, call.spec
         code = result.error.code if result.error else None
-        outcome = "executed" if result.ok else "invalid" if code == "VALIDATION_ERROR" else "failed"
+        outcome = (
+            "unknown"
+            if unknown
+            else "executed"
+            if result.ok
+            else "invalid"
+            if code == "VALIDATION_ERROR"
+            else "failed"
+        )
         row = audit_row(inv, result, outcome, risk=spec.risk, category=spec.category) | {
             "approved_by": inv.approved_by,
             "idempotency_key": key,
@@ -216,6 +239,10 @@ class McpActivities:
             if inserted is None:  # a concurrent attempt of the same call recorded first: its answer holds
                 result = await self._recorded(session, inv) or result
             return await result_or_envelope(session, inv, result)
+
+
+class OutcomeUnknown(ToolFailure):
+    """The call was sent and no usable answer came: audited as `unknown`, not as not done."""
 
 
 def validated(call: McpCall) -> dict[str, Any]:

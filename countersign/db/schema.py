@@ -51,7 +51,18 @@ NOTICE_CHANNELS = ("email", "webhook")
 TIERS = ("always_allow", "needs_approval", "blocked")
 RISKS = ("low", "medium", "high")
 CATEGORIES = ("read", "write", "external")
-OUTCOMES = ("executed", "failed", "rejected", "expired", "refused", "blocked", "invalid", "limit_reached")
+# "unknown": an MCP call was sent and no usable answer came; the server may have run it.
+OUTCOMES = (
+    "executed",
+    "failed",
+    "rejected",
+    "expired",
+    "refused",
+    "blocked",
+    "invalid",
+    "limit_reached",
+    "unknown",
+)
 DECISIONS = ("approve", "reject")
 COMPENSATION_STATES = ("pending", "done", "failed", "irreversible", "skipped")
 ROLLBACK_SCOPES = ("turn", "conversation", "call")
