@@ -19,10 +19,10 @@ from pathlib import Path
 from sqlalchemy.ext.asyncio import AsyncEngine
 from temporalio.client import Client
 
-from countersign.approvals import Decision, RejectSignal
-from countersign.conversation import AnswerSignal, EndConversation, Limits, SubmitMessage, TurnResult
-from countersign.conversations import wait_reply
-from countersign.saga import RollbackRequest
+from countersign.client.handles import wait_reply
+from countersign.core.approvals import Decision, RejectSignal
+from countersign.core.contract import AnswerSignal, EndConversation, Limits, SubmitMessage, TurnResult
+from countersign.core.saga import RollbackRequest
 from tests.fixtures.agent import AgentHarness
 from tests.fixtures.mcp import register, time_server
 from tests.fixtures.updates import execute_update

@@ -16,7 +16,7 @@ The parts it composes, one concern each:
 - workflows/authority.py     who may act on a client's signal, recorded either way
 - workflows/handlers.py      the signals, updates and queries (inherited by AgentWorkflow)
 - workflows/rules.py, options.py  pure rules; activity timeouts and retries
-Pure decisions are plain functions (countersign.limits, countersign.policy, workflows/rules.py);
+Pure decisions are plain functions (countersign.core.limits, countersign.core.policy, workflows/rules.py);
 everything that touches the world is an activity, referenced by name.
 """
 
@@ -29,9 +29,8 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from countersign.bounds import Unreadable
-    from countersign.chat import ChatMessage, ModelCaller, ModelReply, ModelRequest, StoredInput, Usage
-    from countersign.conversation import (
+    from countersign.core.bounds import Unreadable
+    from countersign.core.contract import (
         WORKFLOW_TYPE,
         CarriedState,
         ConversationContext,
@@ -40,13 +39,21 @@ with workflow.unsafe.imports_passed_through():
         TurnResult,
         TurnStop,
     )
-    from countersign.history import history_full
-    from countersign.limits import before_model_call, tool_call_budget, within_agent_bounds
+    from countersign.core.envelopes import budget_refusal
+    from countersign.core.history import history_full
+    from countersign.core.limits import before_model_call, tool_call_budget, within_agent_bounds
+    from countersign.core.messages import (
+        ChatMessage,
+        ModelCaller,
+        ModelReply,
+        ModelRequest,
+        StoredInput,
+        Usage,
+    )
+    from countersign.core.policy import offered_tools
+    from countersign.core.seal import SealCheck, SealRequest, digest
     from countersign.observability.workflow_metrics import record_turn
-    from countersign.policy import offered_tools
-    from countersign.seal import SealCheck, SealRequest, digest
-    from countersign.search_attributes import AGENT_NAME, TENANT_ID
-    from countersign.store import budget_refusal
+    from countersign.runtime.search_attributes import AGENT_NAME, TENANT_ID
 
 from workflows.approvals import ApprovalGate
 from workflows.authority import Authority

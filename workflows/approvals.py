@@ -18,12 +18,19 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from activities.approvals import ApprovalReminder
-    from activities.notifications import ApprovalNotice, NoticeKind
-    from countersign.approvals import Approval, Decision, DecisionRecord, Verdict, state_refusal
-    from countersign.conversation import PendingQuestion
+    from countersign.core.approvals import (
+        Approval,
+        ApprovalNotice,
+        ApprovalReminder,
+        Decision,
+        DecisionRecord,
+        NoticeKind,
+        Verdict,
+        state_refusal,
+    )
+    from countersign.core.calls import ToolInvocation, ToolResult, ToolSpec
+    from countersign.core.contract import PendingQuestion
     from countersign.observability.workflow_metrics import record_approval_wait
-    from countersign.tooling import ToolInvocation, ToolResult, ToolSpec
 
 from workflows.conversation import Conversation
 from workflows.options import DELIVERY_RETRY, HEARTBEAT_TIMEOUT, NOTICE_TIMEOUT, bookkeeping

@@ -1,7 +1,7 @@
 """Authority: whether a client's signal may act, asked of the database and recorded either way.
 
 Client input is untrusted (docs/security.md). A payload that does not decode arrives as
-`Unreadable` (countersign.payloads); who may take an action is answered by `authorize_action` from
+`Unreadable` (countersign.runtime.payloads); who may take an action is answered by `authorize_action` from
 the database, never from the payload; in APPROVER_AUTH=signed a proof minted by the server for that
 person and action is checked by `check_action_proof`. Every refusal is recorded (`input_audit`) and
 changes nothing else. A check that cannot reach the database refuses: fail closed, never a failed
@@ -16,9 +16,8 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
-    from activities.proofs import ProofRequest
-    from countersign.authority import Action, ActionCheck
-    from countersign.bounds import Unreadable
+    from countersign.core.authority import Action, ActionCheck, ProofRequest
+    from countersign.core.bounds import Unreadable
 
 from workflows.conversation import Conversation
 from workflows.options import bookkeeping

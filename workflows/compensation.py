@@ -1,6 +1,6 @@
 """Rollbacks: the saga's compensations, run newest first, none silently dropped.
 
-Each write a turn commits is registered in the saga (countersign.saga) before it runs. A rollback
+Each write a turn commits is registered in the saga (countersign.core.saga) before it runs. A rollback
 (the `rollback` signal, authorized by `authorize_rollback`), a cancelled conversation, or an atomic
 turn with a failed write undoes the chosen entries through `compensate_call`, which undoes each call
 at most once and refuses to overwrite a later human change. A compensation that fails for good is
@@ -14,8 +14,8 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
-    from countersign.chat import ChatMessage
-    from countersign.saga import (
+    from countersign.core.messages import ChatMessage
+    from countersign.core.saga import (
         CompensationOutcome,
         CompensationRequest,
         RollbackAuthorization,

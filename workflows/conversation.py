@@ -11,9 +11,9 @@ from dataclasses import dataclass, field
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from countersign.approvals import Approval
-    from countersign.chat import Usage
-    from countersign.conversation import (
+    from countersign.core.approvals import Approval
+    from countersign.core.calls import CallerContext, ToolSpec
+    from countersign.core.contract import (
         AgentState,
         ConversationContext,
         Limits,
@@ -22,9 +22,9 @@ with workflow.unsafe.imports_passed_through():
         SubmitMessage,
         TurnResult,
     )
-    from countersign.saga import Saga
-    from countersign.search_attributes import AGENT_STATUS
-    from countersign.tooling import CallerContext, ToolSpec
+    from countersign.core.messages import Usage
+    from countersign.core.saga import Saga
+    from countersign.runtime.search_attributes import AGENT_STATUS
 
 from workflows.rules import status_details
 

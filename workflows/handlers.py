@@ -13,18 +13,18 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
-    from countersign.approvals import Approval, ApproveSignal, Decision, RejectSignal
-    from countersign.authority import state_refusal as action_state_refusal
-    from countersign.bounds import Unreadable
-    from countersign.chat import ChatMessage
-    from countersign.conversation import (
+    from countersign.core.approvals import Approval, ApproveSignal, Decision, RejectSignal
+    from countersign.core.authority import state_refusal as action_state_refusal
+    from countersign.core.bounds import Unreadable
+    from countersign.core.contract import (
         AnswerSignal,
         EndConversation,
         StatusView,
         SubmitMessage,
         TurnResult,
     )
-    from countersign.saga import RollbackRequest, Saga
+    from countersign.core.messages import ChatMessage
+    from countersign.core.saga import RollbackRequest, Saga
 
 from workflows.approvals import ApprovalGate
 from workflows.authority import Authority

@@ -16,9 +16,9 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
-    from countersign.chat import ChatMessage, ToolCall, Usage
-    from countersign.conversation import SubmitMessage, TurnResult
-    from countersign.store import (
+    from countersign.core.calls import StoredResult
+    from countersign.core.contract import SubmitMessage, TurnResult
+    from countersign.core.envelopes import (
         PROMPT_SEQ,
         AppendMessages,
         Cursor,
@@ -32,7 +32,7 @@ with workflow.unsafe.imports_passed_through():
         select_window,
         stored_envelope,
     )
-    from countersign.tooling import StoredResult
+    from countersign.core.messages import ChatMessage, ToolCall, Usage
 
 from workflows.conversation import Conversation
 from workflows.options import (

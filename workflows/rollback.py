@@ -11,7 +11,8 @@ from __future__ import annotations
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from countersign.saga import (
+    from countersign.core.contract import ROLLBACK_WORKFLOW_TYPE
+    from countersign.core.saga import (
         CompensationRequest,
         EndedRollback,
         RollbackAuthorization,
@@ -21,8 +22,6 @@ with workflow.unsafe.imports_passed_through():
 
 from workflows.compensation import compensated
 from workflows.options import bookkeeping
-
-ROLLBACK_WORKFLOW_TYPE = "ConversationRollback"
 
 
 @workflow.defn(name=ROLLBACK_WORKFLOW_TYPE)

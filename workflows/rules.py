@@ -10,12 +10,12 @@ from temporalio.exceptions import ActivityError, ApplicationError
 from temporalio.exceptions import TimeoutError as TemporalTimeoutError
 
 with workflow.unsafe.imports_passed_through():
-    from countersign.approvals import Approval
-    from countersign.bounds import loads_bounded
-    from countersign.chat import ToolCall, Usage
-    from countersign.conversation import AgentState, ConversationContext, PendingQuestion, TurnStop
-    from countersign.markdown import escape_markdown
-    from countersign.tooling import StoredResult, ToolSpec
+    from countersign.core.approvals import Approval
+    from countersign.core.bounds import loads_bounded
+    from countersign.core.calls import StoredResult, ToolSpec
+    from countersign.core.contract import AgentState, ConversationContext, PendingQuestion, TurnStop
+    from countersign.core.markdown import escape_markdown
+    from countersign.core.messages import ToolCall, Usage
 
 # A write whose result carries one of these failed for good (not a refusal, a question or a limit).
 FAILED_WRITE_CODES = frozenset({"INTERNAL_ERROR", "CONFLICT", "NOT_FOUND"})
@@ -23,7 +23,7 @@ FAILED_WRITE_CODES = frozenset({"INTERNAL_ERROR", "CONFLICT", "NOT_FOUND"})
 
 def call_summary(tool: str, arguments: str) -> str:
     """A one-line label for the Web UI: `get_lead jane.doe@example.com`. Never raises: the
-    arguments come from the model (bounded parsing, countersign.bounds)."""
+    arguments come from the model (bounded parsing, countersign.core.bounds)."""
     args, refusal = loads_bounded(arguments)
     if refusal is not None:
         values = "(invalid JSON arguments)"

@@ -1,6 +1,6 @@
 """ToolCalls: one batch of the model's tool calls, each screened, checked, approved or asked, and run.
 
-A call the model asks for is never trusted: the pure policy (countersign.policy.screen_call)
+A call the model asks for is never trusted: the pure policy (countersign.core.policy.screen_call)
 refuses unknown, blocked and forbidden tools; its arguments are validated by an activity
 (`check_arguments`, `check_mcp_arguments`); a call that needs approval waits at the ApprovalGate.
 Every call that does not run is audited (`record_unexecuted_call`), and every result, run or
@@ -17,11 +17,17 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
-    from activities.audit import UnexecutedCall
-    from countersign.chat import ToolCall
-    from countersign.policy import screen_call
-    from countersign.store import tool_message
-    from countersign.tooling import McpCall, StoredResult, ToolInvocation, ToolResult, ToolSpec
+    from countersign.core.calls import (
+        McpCall,
+        StoredResult,
+        ToolInvocation,
+        ToolResult,
+        ToolSpec,
+        UnexecutedCall,
+    )
+    from countersign.core.envelopes import tool_message
+    from countersign.core.messages import ToolCall
+    from countersign.core.policy import screen_call
 
 from workflows.approvals import ApprovalGate
 from workflows.conversation import Conversation

@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from countersign.bounds import loads_bounded
+from countersign.core.bounds import loads_bounded
 
 Risk = Literal["low", "medium", "high"]
 Category = Literal["read", "write", "external"]
@@ -156,9 +156,9 @@ class ToolInvocation(BaseModel):
     # The model's arguments when the approver edited them (`arguments` then holds the edit): the
     # audit keeps both (tool_executions.args and edited_args), and the model is told of the edit.
     model_arguments: str | None = None
-    # Conversations since the tool-results-stored patch: the sequence number at which the activity
-    # that produces the call's result stores it as a tool message (conversation store), answering
-    # with a `StoredResult`. None: the activity answers with the whole `ToolResult`.
+    # The sequence number at which the activity that produces the call's result stores it as a
+    # tool message (conversation store), answering with a `StoredResult`; AgentWorkflow always sets
+    # it. None (a call outside a conversation, e.g. the bench's in-process loop): the whole `ToolResult`.
     store_seq: int | None = None
 
     @property
@@ -239,3 +239,24 @@ def stored_at(content: str | None) -> int | None:
         return None
     seq = shown.get(STORED_AT) if isinstance(shown, dict) else None
     return seq if isinstance(seq, int) else None
+
+
+OUTCOME_OF: dict[ErrorCode, str] = {
+    "UNKNOWN_TOOL": "invalid",
+    "VALIDATION_ERROR": "invalid",
+    "BLOCKED": "blocked",
+    "FORBIDDEN": "blocked",
+    "LIMIT_REACHED": "limit_reached",
+    "REJECTED": "rejected",
+    "EXPIRED": "expired",
+}
+
+
+class UnexecutedCall(BaseModel):
+    invocation: ToolInvocation
+    result: ToolResult  # the error envelope the model was given
+    reason: str | None = None  # who decided and why, for rejected and expired calls
+
+
+def outcome_of(result: ToolResult) -> str:
+    return OUTCOME_OF.get(result.error.code, "failed") if result.error else "failed"
