@@ -195,6 +195,7 @@ class AgentWorkflow(Handlers):
                 workflow.info().is_continue_as_new_suggested()
                 or history_full(workflow.info())
                 or conversation.turns_this_run() >= conversation.limits.max_turns_per_run
+                or workflow.info().is_target_worker_deployment_version_changed()  # a new build is current
             ):
                 await self._continue_as_new()
 
@@ -239,8 +240,15 @@ class AgentWorkflow(Handlers):
             "seal the carried state",
             str,
         )
+        # A versioned worker's conversation is pinned to its build (worker.py, README "Deploying a
+        # new build"); its next run starts on the deployment's current build. State crosses builds
+        # only here: StartConversation and CarriedState stay readable by the next build.
+        versioned = workflow.info().get_current_deployment_version() is not None
         workflow.continue_as_new(
-            conversation.start.model_copy(update={"message": None, "carried": carried, "seal": seal})
+            conversation.start.model_copy(update={"message": None, "carried": carried, "seal": seal}),
+            initial_versioning_behavior=workflow.ContinueAsNewVersioningBehavior.AUTO_UPGRADE
+            if versioned
+            else None,
         )
 
     # --- one turn ---------------------------------------------------------------------------
