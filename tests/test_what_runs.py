@@ -450,8 +450,9 @@ async def test_two_servers_sharing_a_tool_name_offer_neither_and_mcp_add_refuses
         env = {**os.environ, "DATABASE_URL": database_url, "MCP_TEST_TOKEN": TOKEN}
 
         def add(server: str) -> subprocess.CompletedProcess[str]:
+            url = f"{underscore_server.url}?as={server}"
             return subprocess.run(
-                [sys.executable, "starter.py", "mcp", "add", server, "--url", f"{underscore_server.url}?as={server}",
+                [sys.executable, "starter.py", "mcp", "add", server, "--url", url,
                  "--agent", name, "--header", "Authorization=env:MCP_TEST_TOKEN"],
                 capture_output=True, text=True, env=env, timeout=120,
             )  # fmt: skip

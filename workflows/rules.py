@@ -11,7 +11,7 @@ from temporalio.exceptions import TimeoutError as TemporalTimeoutError
 
 with workflow.unsafe.imports_passed_through():
     from countersign.core.approvals import Approval
-    from countersign.core.bounds import loads_bounded
+    from countersign.core.bounds import loads_bounded, storable
     from countersign.core.calls import StoredResult, ToolSpec
     from countersign.core.contract import AgentState, ConversationContext, PendingQuestion, TurnStop
     from countersign.core.markdown import escape_markdown
@@ -31,7 +31,8 @@ def call_summary(tool: str, arguments: str) -> str:
         values = (
             " ".join(str(v)[:200] for v in args.values() if v is not None) if isinstance(args, dict) else ""
         )
-    return f"{tool} {escape_markdown(values[:200])}"[:400].strip()
+    # encodable: a lone surrogate from the model's `"\\ud800"` would fail every workflow task
+    return storable(f"{tool} {escape_markdown(values[:200])}"[:400].strip())
 
 
 def error_text(err: ActivityError) -> str:

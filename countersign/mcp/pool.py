@@ -133,9 +133,8 @@ class _Connection:
         self._calls.add(dropped)
         task = asyncio.ensure_future(op)
         try:
-            done, _ = await asyncio.wait(
-                {task, dropped}, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED
-            )
+            racing: set[asyncio.Future[Any]] = {task, dropped}
+            done, _ = await asyncio.wait(racing, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
             if task in done:
                 return task.result()
             if dropped in done:
