@@ -23,6 +23,7 @@ import json
 import os
 import subprocess
 import sys
+import uuid
 from datetime import UTC, datetime
 from typing import Any
 
@@ -31,6 +32,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 from sqlalchemy import delete
+from sqlalchemy import text as sql
 from sqlalchemy.ext.asyncio import AsyncEngine
 from temporalio.api.common.v1 import Payload
 from temporalio.client import WorkflowExecutionStatus, WorkflowUpdateFailedError
@@ -42,7 +44,8 @@ from activities.notifications import wording
 from activities.tools import load_arguments
 from countersign.core.approvals import ApprovalNotice, Decision
 from countersign.core.bounds import Unreadable, loads_bounded
-from countersign.core.contract import Limits
+from countersign.core.contract import EndConversation, Limits
+from countersign.core.saga import RollbackRequest
 from countersign.core.shown import argument_lines, argument_warnings, is_hidden
 from countersign.db.engine import session_factory
 from countersign.db.schema import McpServer
@@ -62,6 +65,7 @@ from tests.fixtures.mcp import (
     register,
     unregister,
 )
+from tests.fixtures.updates import execute_update
 from tests.test_compromised_model import (  # noqa: F401 (a fixture)
     acme_restored,
     audit_rows,
@@ -69,7 +73,9 @@ from tests.test_compromised_model import (  # noqa: F401 (a fixture)
     task_failures,
 )
 from tests.test_hostile_input import AGENT_OF, MCP_FIELDS, eventually
+from tests.test_saga import WRITES, clean, make_agent  # noqa: F401 (a fixture)
 from tools.registry import REGISTRY, ToolFailure
+from workflows.agent import AgentWorkflow
 
 EXAMPLES = int(os.environ.get("WHAT_RUNS_EXAMPLES", "8"))
 PROPERTY = settings(
@@ -550,3 +556,97 @@ def test_a_session_opens_a_bounded_number_of_streams() -> None:
         open_streams.enter_context(watcher.stream_of("s2"))  # another session is not counted with it
     with watcher.stream_of("s1"):  # closed streams are counted out
         pass
+
+
+@pytest.mark.security
+@pytest.mark.usefixtures("clean")
+@PROPERTY
+@given(
+    call_id=st.one_of(
+        st.sampled_from(["c9", "c1_", "%", "c"]), st.from_regex(r"[a-z0-9_%-]{1,12}", fullmatch=True)
+    )
+)
+@example(call_id="c9")
+async def test_a_rollback_of_a_call_the_conversation_never_wrote_is_refused_on_the_record(
+    agent: AgentHarness, db_engine: AsyncEngine, call_id: str
+) -> None:
+    name = await make_agent(db_engine)
+    agent.script(
+        {"when": {"user_contains": "first"}, "reply": {"tool_calls": [WRITES[1]]}},
+        {"when": {"after_tool": "create_task"}, "reply": {"content": "ok"}},
+    )
+    handle = await agent.start("first", agent=name)
+    await execute_update(handle, AgentWorkflow.wait_turn, 1)
+    written = {e.call_id for e in (await handle.query(AgentWorkflow.saga)).entries}
+    await handle.signal(
+        AgentWorkflow.rollback, RollbackRequest(requested_by="alice", scope="call", call_id=call_id)
+    )
+    async with db_engine.connect() as conn:
+        for _ in range(100):
+            refused = (
+                await conn.execute(
+                    sql("SELECT reason FROM input_audit WHERE workflow_id = :w AND action = 'rollback'"),
+                    {"w": handle.id},
+                )
+            ).all()
+            accepted = (
+                await conn.execute(
+                    sql("SELECT count(*) FROM rollback_requests WHERE workflow_id = :w AND accepted"),
+                    {"w": handle.id},
+                )
+            ).scalar_one()
+            if refused or accepted:
+                break
+            await asyncio.sleep(0.05)
+    if call_id in written:
+        assert accepted == 1 and not refused
+    else:
+        assert accepted == 0 and refused and "can undo" in refused[0].reason, refused
+    await handle.signal(AgentWorkflow.end, EndConversation(requested_by="alice"))
+    await handle.result()
+    assert await task_failures(handle) == 0
+
+
+# An MCP server that answers what the SDK cannot read, or floods before its answer; "ok" answers.
+RAW_MODES = ["surrogate", "deep", "garbage", "flood", "ok"]
+
+
+@pytest.mark.security
+@PROPERTY
+@given(mode=st.sampled_from(RAW_MODES))
+@example(mode="surrogate")
+@example(mode="flood")
+async def test_an_mcp_answer_the_sdk_drops_fails_at_once_and_is_audited_as_unknown(
+    mcp_agent: tuple[AgentHarness, str], db_engine: AsyncEngine, tmp_path: Any, mode: str
+) -> None:
+    """The server ran the call (its ledger says so); the conversation does not wait out the call
+    timeout (45 s), and the model and the audit say the outcome is unknown, not "not completed"."""
+    agent, name = mcp_agent
+    ledger = tmp_path / f"raw-{uuid.uuid4().hex[:6]}.jsonl"
+    server = ServerConfig(
+        name="raw",
+        transport="stdio",
+        command=[sys.executable, "-m", "tests.fixtures.mcp_raw_server", mode, str(ledger)],
+        agents=[name],
+    )
+    try:
+        await register(db_engine, server, act="always_allow")
+        agent.script(
+            {"reply": {"tool_calls": [{"name": "mcp__raw__act", "arguments": {}}]}},
+            {"when": {"after_tool": "mcp__raw__act"}, "reply": {"content": "done"}},
+        )
+        started = asyncio.get_running_loop().time()
+        handle = await agent.start("Act.", agent=name, single_turn=True, limits=LIMITS)
+        await asyncio.wait_for(handle.result(), timeout=120)
+        took = asyncio.get_running_loop().time() - started
+        (row,) = await audit_rows(db_engine, handle.id)
+        assert [json.loads(line)["mode"] for line in ledger.read_text().splitlines()] == [mode]
+        if mode == "ok":
+            assert row.outcome == "executed", row
+        else:
+            assert row.outcome == "unknown" and "outcome is unknown" in row.error, row
+            assert "was not completed" not in row.error
+            assert took < 30, f"waited {took:.1f} s for an answer the SDK had dropped"
+        assert await task_failures(handle) == 0
+    finally:
+        await unregister(db_engine, ["raw"])

@@ -22,7 +22,17 @@ BEFORE = ("executed", "failed", "rejected", "expired", "refused", "blocked", "in
 
 def _outcomes(values: tuple[str, ...]) -> None:
     allowed = ", ".join(f"'{v}'" for v in values)
-    op.execute("ALTER TABLE tool_executions DROP CONSTRAINT ck_tool_executions_outcome")
+    # the CHECK on outcome, whatever an earlier revision or create_all named it
+    op.execute(
+        """
+        DO $$ DECLARE c text; BEGIN
+          FOR c IN SELECT conname FROM pg_constraint
+                   WHERE conrelid = 'tool_executions'::regclass AND contype = 'c'
+                     AND pg_get_constraintdef(oid) LIKE '%outcome%'
+          LOOP EXECUTE format('ALTER TABLE tool_executions DROP CONSTRAINT %I', c); END LOOP;
+        END $$
+        """
+    )
     check = f"CHECK (outcome IN ({allowed}))"
     op.execute(f"ALTER TABLE tool_executions ADD CONSTRAINT ck_tool_executions_outcome {check}")
 
