@@ -1,7 +1,7 @@
 """A tool call whose outcome is unknown: an MCP call sent, with no usable answer (issue 26).
 
-Revision ID: 0013
-Revises: 0012
+Revision ID: 0015
+Revises: 0014
 Create Date: 2026-11-25
 
 `tool_executions.outcome` may be `unknown`: the server was sent the call and its answer could not
@@ -12,8 +12,8 @@ from collections.abc import Sequence
 
 from alembic import op
 
-revision: str = "0013"
-down_revision: str | None = "0012"
+revision: str = "0015"
+down_revision: str | None = "0014"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
