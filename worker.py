@@ -30,6 +30,7 @@ from activities.store import ConversationStore, StoreActivities
 from activities.tools import ToolActivities
 from countersign.config import Settings, load_settings
 from countersign.db.engine import create_engine, session_factory
+from countersign.identity.mode import ModeMismatch, deployment_mode, settle
 from countersign.logs import ActivityLogContext, get_logger
 from countersign.logs import configure as configure_logging
 from countersign.mcp.pool import McpPool
@@ -128,6 +129,13 @@ async def main() -> None:
     settings = load_settings()
     if not settings.database_url:
         raise SystemExit("worker: no DATABASE_URL: run `python starter.py dev up` or set DATABASE_URL")
+    # the deployment's mode, not this process's: a worker configured otherwise refuses to start
+    recorded = await deployment_mode(settings.database_url)
+    try:
+        mode = settle(settings.approver_auth if settings.auth_configured else None, recorded)
+    except ModeMismatch as err:
+        raise SystemExit(f"worker: {err}") from None
+    settings = settings.model_copy(update={"approver_auth": mode})
     metrics = WorkerMetrics.from_env()  # COUNTERSIGN_METRICS_PORT
     client = await connect(settings, metrics.runtime if metrics else None)
     engine = create_engine(settings.database_url)

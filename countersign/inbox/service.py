@@ -26,13 +26,12 @@ from activities.approvals import roles_of
 from countersign.approvals import Approval, Decision, approver_refusal
 from countersign.bounds import MAX_REASON_CHARS
 from countersign.chat import ChatMessage
-from countersign.conversation import AnswerSignal, EndConversation, PendingApproval, StatusView
+from countersign.conversation import PendingApproval, StatusView
 from countersign.db.schema import ApprovalDecision, ToolExecution
 from countersign.inbox import sessions, throttle
 from countersign.inbox.auth import Reviewer, SessionClaims, check_password, issue_session, read_session
 from countersign.inbox.oidc import Flow, OidcConfig, OidcRefused, reviewer_for, seal_flow
 from countersign.proofs import Binding, mint_proof
-from countersign.saga import RollbackRequest, Scope
 from countersign.tiers import change_tenant_tier
 from countersign.tooling import Risk
 from tools.registry import REGISTRY
@@ -85,12 +84,6 @@ class AlwaysAllowRequest(BaseModel, extra="forbid"):
 class AnswerRequest(BaseModel, extra="forbid"):
     call_id: str = Field(min_length=1, max_length=100)
     text: str = Field(min_length=1, max_length=10_000)
-
-
-class RollbackBody(BaseModel, extra="forbid"):
-    scope: Scope = "turn"
-    call_id: str | None = Field(None, max_length=100)
-    reason: str | None = Field(None, max_length=MAX_REASON_CHARS)
 
 
 # --- what the inbox shows ------------------------------------------------------------------------
@@ -410,39 +403,6 @@ class Inbox:
                 raise
             raise await self._not_pending(workflow_id, call_id) from None
         return approval
-
-    async def act(
-        self, reviewer: Reviewer, workflow_id: str, action: Literal["answer", "rollback", "end"], body: Any
-    ) -> None:
-        """Send `answer`, `rollback` or `end` with a proof for exactly that action. These are
-        signals: the worker verifies and audits them (a refusal is recorded, not answered)."""
-        await self._status(reviewer, workflow_id)
-        now, user, tenant = datetime.now(UTC), reviewer.user_id, reviewer.tenant_id
-        handle = self.client.get_workflow_handle(workflow_id)
-        if action == "answer":
-            answer = AnswerRequest.model_validate(body)
-            proof = mint_proof(
-                self._key, user, Binding.answer(tenant, workflow_id, answer.call_id, answer.text), now
-            )
-            await handle.signal(
-                "answer", AnswerSignal(call_id=answer.call_id, user_id=user, text=answer.text, proof=proof)
-            )
-        elif action == "rollback":
-            rb = RollbackBody.model_validate(body)
-            if rb.scope == "call" and not rb.call_id:
-                raise InboxError(400, "a rollback of scope call needs a call_id")
-            proof = mint_proof(
-                self._key, user, Binding.rollback(tenant, workflow_id, rb.scope, rb.call_id), now
-            )
-            await handle.signal(
-                "rollback",
-                RollbackRequest(
-                    requested_by=user, scope=rb.scope, call_id=rb.call_id, reason=rb.reason, proof=proof
-                ),
-            )
-        else:
-            proof = mint_proof(self._key, user, Binding.end(tenant, workflow_id), now)
-            await handle.signal("end", EndConversation(requested_by=user, proof=proof))
 
     async def always_allow(self, reviewer: Reviewer, workflow_id: str, call_id: str) -> dict[str, Any]:
         """An admin's standing "always allow this tool for this agent" from a pending call: the
