@@ -28,6 +28,7 @@ from countersign.config import Settings
 from countersign.db.engine import create_engine, session_factory
 from countersign.inbox.auth import SESSION_TTL, Reviewer, SessionClaims
 from countersign.inbox.oidc import CALLBACK_PATH, FLOW_TTL, OidcConfig, OidcProvider, OidcRefused, open_flow
+from countersign.inbox import agent_tools
 from countersign.inbox.door import CALLER, add_routes, on_conversation, recorded
 from countersign.inbox.requesters import AnswerBody, ApiRate, Caller, Requesters
 from countersign.inbox.service import (
@@ -427,6 +428,7 @@ def create_app(
     app.router.add_post("/api/approvals/{workflow_id}/{call_id}", decide)
     app.router.add_post("/api/approvals/{workflow_id}/{call_id}/always-allow", always_allow)
     add_routes(app, requesters)
+    agent_tools.add_routes(app, requesters.sessions)
     app.router.add_post("/api/conversations/{workflow_id}/answer", answer_by_body)
     return app
 

@@ -165,7 +165,7 @@ class Requesters:
         rate: ApiRate | None = None,
     ) -> None:
         self.client = client
-        self._sessions = sessions
+        self.sessions = sessions
         self._key = key
         self._settings = settings
         self._rate = rate or ApiRate.from_env()
@@ -174,14 +174,14 @@ class Requesters:
     # --- who, how much, the record ---------------------------------------------------------------
 
     async def token_caller(self, secret: str) -> Caller | None:
-        async with self._sessions.begin() as session:
+        async with self.sessions.begin() as session:
             holder = await tokens.holder_of(session, secret, datetime.now(UTC))
         return Caller(tenant_id=holder.tenant_id, token=holder) if holder else None
 
     async def admit(self, caller: Caller, user_id: str) -> None:
         """Take a request from the person's bucket (and the token's): 429 when either is empty."""
         keys = [f"api:user:{user_id}"] + ([f"api:token:{caller.token.id}"] if caller.token else [])
-        async with self._sessions.begin() as session:
+        async with self.sessions.begin() as session:
             for key in keys:
                 wait_s = await ratelimit.take(
                     session, caller.tenant_id, key, self._rate.per_s, self._rate.burst, datetime.now(UTC)
@@ -199,7 +199,7 @@ class Requesters:
         status: int,
         reason: str | None = None,
     ) -> None:
-        async with self._sessions.begin() as session:
+        async with self.sessions.begin() as session:
             session.add(
                 RequesterAction(
                     tenant_id=caller.tenant_id,
@@ -216,7 +216,7 @@ class Requesters:
     async def conversation(self, caller: Caller, workflow_id: str, action: RequesterActionName) -> Conversation:
         """The conversation's row when `caller` may take `action` on it; else 404, whether it
         exists or not (another tenant's, another user's: nothing to learn from the answer)."""
-        async with self._sessions() as session:
+        async with self.sessions() as session:
             row = await session.get(Conversation, workflow_id[:300])
             if row is None or row.tenant_id != caller.tenant_id:
                 raise InboxError(404, f"no conversation {workflow_id}")
@@ -289,7 +289,7 @@ class Requesters:
     ) -> None:
         """Write whose conversation `workflow_id` is, before Temporal hears of it. A keyed
         conversation's row stays its first user's: another user's key answers 409."""
-        async with self._sessions.begin() as session:
+        async with self.sessions.begin() as session:
             if await session.get(User, (start.tenant_id, start.user_id)) is None:
                 raise InboxError(422, f"no user {start.user_id} in {start.tenant_id}")
             if await session.get(AgentProfile, start.agent) is None:
@@ -403,7 +403,7 @@ class Requesters:
         return messages
 
     async def audit(self, row: Conversation) -> list[dict[str, Any]]:
-        async with self._sessions() as session:
+        async with self.sessions() as session:
             return await audit_rows(session, row.workflow_id)
 
     async def reply(
