@@ -21,8 +21,8 @@ from temporalio import workflow
 from temporalio.client import Client
 from temporalio.worker import Worker
 
-from countersign.config import PROJECT_ROOT, SCRIPTED_MODEL_NAME
 from countersign.devstack.temporal import DevServerConfig, temporal_binary
+from countersign.runtime.config import PROJECT_ROOT, SCRIPTED_MODEL_NAME
 from countersign.scripted_model.scenario import load_scenarios
 
 COMPOSE = yaml.safe_load((PROJECT_ROOT / "docker-compose.yml").read_text())
@@ -33,9 +33,9 @@ OURS = (*BUILT, "seed", "model")  # the services running it
 ONE_SHOTS = {name for name, s in SERVICES.items() if s.get("restart") == "no"}
 # Where the code reads its environment: settings, logging, the worker's rate limits and metrics.
 ENV_READERS = (
-    "countersign/config.py",
-    "countersign/logs.py",
-    "countersign/ratelimit.py",
+    "countersign/runtime/config.py",
+    "countersign/runtime/logs.py",
+    "countersign/db/ratelimit.py",
     "countersign/observability/metrics.py",
 )
 REQUIRED_ENV = {"TEMPORAL_ADDRESS", "TEMPORAL_NAMESPACE", "TASK_QUEUE", "DATABASE_URL"} | {
@@ -87,7 +87,11 @@ def published(service: str) -> list[str]:
 def test_only_the_tls_proxy_is_public_and_temporal_stays_inside() -> None:
     """The server is the one public door, behind TLS; Temporal, its UI and the metrics are not
     published, or only on 127.0.0.1 (docs/security.md)."""
-    public = {name: ports for name in SERVICES if (ports := [p for p in published(name) if not p.startswith("127.0.0.1:")])}
+    public = {
+        name: ports
+        for name in SERVICES
+        if (ports := [p for p in published(name) if not p.startswith("127.0.0.1:")])
+    }
     assert public == {"proxy": ["443:443", "80:80"]}, public
     assert published("temporal") == [] and published("worker") == [] and published("inbox") == []
     assert published("temporal-ui") == ["127.0.0.1:8233:8080"]

@@ -55,7 +55,9 @@ async def test_a_person_starts_answers_sends_reads_and_ends_through_the_server(
     stack, agent = signed_agent, signed_agent.agent
     agent.script(ASK, THANKS, HELLO)
     alice = await stack.login("alice")
-    code, body = await stack.call("POST", "/api/conversations", alice, {"agent": "lead-qualifier", "message": "ask me"})
+    code, body = await stack.call(
+        "POST", "/api/conversations", alice, {"agent": "lead-qualifier", "message": "ask me"}
+    )
     assert code == 201, body
     wf = body["workflow_id"]
     handle = agent.client.get_workflow_handle(wf)
@@ -77,7 +79,9 @@ async def test_a_person_starts_answers_sends_reads_and_ends_through_the_server(
     await until(idle, "the turn ends")
     code, body = await stack.call("POST", f"/api/conversations/{wf}/messages", alice, {"text": "hello"})
     assert code == 202 and body["message_id"], body
-    code, reply = await stack.call("GET", f"/api/conversations/{wf}/reply?message_id={body['message_id']}", alice)
+    code, reply = await stack.call(
+        "GET", f"/api/conversations/{wf}/reply?message_id={body['message_id']}", alice
+    )
     assert (code, reply["state"], reply["turn"]["reply"]) == (200, "replied", "hi there"), reply
     code, messages = await stack.call("GET", f"/api/conversations/{wf}/transcript", alice)
     assert code == 200
@@ -92,12 +96,22 @@ async def test_a_person_starts_answers_sends_reads_and_ends_through_the_server(
         row = (await conn.execute(select(Conversation).where(Conversation.workflow_id == wf))).one()
         actions = list(
             await conn.execute(
-                select(RequesterAction.action, RequesterAction.status, RequesterAction.user_id, RequesterAction.via)
+                select(
+                    RequesterAction.action,
+                    RequesterAction.status,
+                    RequesterAction.user_id,
+                    RequesterAction.via,
+                )
                 .where(RequesterAction.workflow_id == wf)
                 .order_by(RequesterAction.id)
             )
         )
-    assert (row.tenant_id, row.user_id, row.agent, row.started_via) == ("acme", "alice", "lead-qualifier", "session")
+    assert (row.tenant_id, row.user_id, row.agent, row.started_via) == (
+        "acme",
+        "alice",
+        "lead-qualifier",
+        "session",
+    )
     assert ("start", 201, "alice", "session") in actions and ("message", 409, "alice", "session") in actions
 
 
@@ -107,9 +121,12 @@ async def test_another_tenants_or_another_users_conversation_answers_404(
     stack = signed_agent
     stack.agent.script(HELLO)
     alice, bob, carol, dave = [
-        await stack.login(u, t) for u, t in (("alice", "acme"), ("bob", "acme"), ("carol", "acme"), ("dave", "globex"))
+        await stack.login(u, t)
+        for u, t in (("alice", "acme"), ("bob", "acme"), ("carol", "acme"), ("dave", "globex"))
     ]
-    code, body = await stack.call("POST", "/api/conversations", alice, {"agent": "lead-qualifier", "message": "hello"})
+    code, body = await stack.call(
+        "POST", "/api/conversations", alice, {"agent": "lead-qualifier", "message": "hello"}
+    )
     assert code == 201, body
     wf = body["workflow_id"]
     stack.agent.track(wf)
@@ -133,9 +150,13 @@ async def test_another_tenants_or_another_users_conversation_answers_404(
     assert code == 404
     # nobody logged in; a body that is not the contract's; starting as someone else
     assert (await stack.call("GET", f"/api/conversations/{wf}", None))[0] == 401
-    assert (await stack.call("POST", "/api/conversations", alice, {"agent": "lead-qualifier", "x": 1}))[0] == 422
+    assert (await stack.call("POST", "/api/conversations", alice, {"agent": "lead-qualifier", "x": 1}))[
+        0
+    ] == 422
     assert (await stack.call("POST", "/api/conversations", alice, {"agent": "no-such-agent"}))[0] == 422
-    code, body = await stack.call("POST", "/api/conversations", alice, {"agent": "lead-qualifier", "user_id": "bob"})
+    code, body = await stack.call(
+        "POST", "/api/conversations", alice, {"agent": "lead-qualifier", "user_id": "bob"}
+    )
     assert code == 403, body
 
 
@@ -149,19 +170,29 @@ async def test_an_api_token_acts_only_for_its_users_in_its_tenant_and_stops_when
         token_for(db_engine, "globex", "other", "dave") as globex_token,
     ):
         code, body = await stack.call(
-            "POST", "/api/conversations", acme_token, {"agent": "lead-qualifier", "message": "hello", "user_id": "alice"}
+            "POST",
+            "/api/conversations",
+            acme_token,
+            {"agent": "lead-qualifier", "message": "hello", "user_id": "alice"},
         )
         assert code == 201, body
         wf = body["workflow_id"]
         stack.agent.track(wf)
         code, body = await stack.call("GET", f"/api/conversations/{wf}/reply?turn=1", acme_token)
         assert (code, body["state"], body["turn"]["reply"]) == (200, "replied", "hi there"), body
-        code, body = await stack.call("POST", f"/api/conversations/{wf}/messages", acme_token, {"text": "hello"})
+        code, body = await stack.call(
+            "POST", f"/api/conversations/{wf}/messages", acme_token, {"text": "hello"}
+        )
         assert code == 202, body
         # not one of its users; no user named; another tenant's token; the reviewers' API
-        for payload in ({"agent": "lead-qualifier", "user_id": "bob"}, {"agent": "lead-qualifier", "user_id": "dave"}):
+        for payload in (
+            {"agent": "lead-qualifier", "user_id": "bob"},
+            {"agent": "lead-qualifier", "user_id": "dave"},
+        ):
             assert (await stack.call("POST", "/api/conversations", acme_token, payload))[0] == 403
-        assert (await stack.call("POST", "/api/conversations", acme_token, {"agent": "lead-qualifier"}))[0] == 422
+        assert (await stack.call("POST", "/api/conversations", acme_token, {"agent": "lead-qualifier"}))[
+            0
+        ] == 422
         assert (await stack.call("GET", f"/api/conversations/{wf}", globex_token))[0] == 404
         assert (await stack.call("POST", f"/api/conversations/{wf}/end", globex_token))[0] == 404
         assert (await stack.call("GET", "/api/approvals", acme_token))[0] == 403
@@ -190,7 +221,9 @@ async def test_a_flood_is_refused_at_the_server_before_temporal_sees_it(
     settings = stack.agent.settings.model_copy(update={"proof_private_key": stack.keys.private})
     async with (
         token_for(db_engine, "globex", "flood", "dave") as token,
-        running_inbox(settings, "127.0.0.1", 0, client=stack.agent.client, rate=ApiRate(per_s=0.01, burst=3)) as url,
+        running_inbox(
+            settings, "127.0.0.1", 0, client=stack.agent.client, rate=ApiRate(per_s=0.01, burst=3)
+        ) as url,
         aiohttp.ClientSession() as http,
     ):
         answers = []
@@ -205,7 +238,9 @@ async def test_a_flood_is_refused_at_the_server_before_temporal_sees_it(
     assert all(int(r or 0) >= 1 for s, r in answers if s == 429)
     async with db_engine.connect() as conn:
         refused = await conn.scalar(
-            select(RequesterAction.id).where(RequesterAction.status == 429, RequesterAction.user_id == "dave").limit(1)
+            select(RequesterAction.id)
+            .where(RequesterAction.status == 429, RequesterAction.user_id == "dave")
+            .limit(1)
         )
     assert refused is not None
 
@@ -226,4 +261,3 @@ async def test_a_keyed_conversation_is_its_first_users(signed_agent: SignedStack
     assert reply["state"] == "replied", reply
     assert (await stack.call("POST", "/api/conversations", carol, body))[0] == 409
     assert (await stack.call("POST", "/api/conversations", alice, {**body, "key": "bad key!"}))[0] == 422
-

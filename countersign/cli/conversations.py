@@ -13,14 +13,27 @@ import click
 from pydantic import ValidationError
 from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
 
-from countersign.chat import ChatMessage
 from countersign.cli.app import cli, print_json, run
 from countersign.cli.door import door_as, reading_door
 from countersign.cli.inbox import signed_mode
 from countersign.cli.ux import EXIT_WAITING, command, reason, temporal_settings
 from countersign.cli.waiting import ctrl_c, follow, waiting_lines
-from countersign.config import Settings
-from countersign.conversation import (
+from countersign.client.ended import (
+    conversation_status,
+    full_transcript,
+    has_ended,
+    roll_back_ended,
+    tokens_today,
+)
+from countersign.client.handles import (
+    render_transcript,
+    roll_back,
+    send_keyed,
+    start_conversation,
+    wait_reply,
+)
+from countersign.client.temporal_client import connect
+from countersign.core.contract import (
     EndConversation,
     Limits,
     StartConversation,
@@ -28,11 +41,10 @@ from countersign.conversation import (
     SubmitMessage,
     TurnResult,
 )
-from countersign.conversations import render_transcript, roll_back, send_keyed, start_conversation, wait_reply
-from countersign.ended import conversation_status, full_transcript, has_ended, roll_back_ended, tokens_today
-from countersign.saga import RollbackRequest, SagaEntry
-from countersign.store import describe_policy
-from countersign.temporal_client import connect
+from countersign.core.envelopes import describe_policy
+from countersign.core.messages import ChatMessage
+from countersign.core.saga import RollbackRequest, SagaEntry
+from countersign.runtime.config import Settings
 
 END_WAIT_S = 10.0  # `end` waits this long for the conversation to close before saying it is closing
 
@@ -152,7 +164,11 @@ def start(
             except Exception:
                 await handle.result()  # a conversation that failed to start says why (unknown user, ...)
                 raise
-        out = {"workflow_id": handle.id, "run_id": handle.result_run_id, "ui_url": settings.workflow_url(handle.id)}
+        out = {
+            "workflow_id": handle.id,
+            "run_id": handle.result_run_id,
+            "ui_url": settings.workflow_url(handle.id),
+        }
         finish(handle.id, outcome, out)
 
     run(body())
@@ -205,7 +221,10 @@ def send(
             target_id, message_id = await door.start(agent, message.text, key=key)
         else:
             assert workflow_id is not None
-            target_id, message_id = workflow_id, await door.send(workflow_id, message.text, message.message_id)
+            target_id, message_id = (
+                workflow_id,
+                await door.send(workflow_id, message.text, message.message_id),
+            )
         click.echo(f"conversation {target_id}", err=True)
         if no_wait:
             return
@@ -362,6 +381,7 @@ def rollback(
                 raise click.ClickException(f"rollback refused: {outcome.refused}")
             return outcome.entries
         return await roll_back(client.get_workflow_handle(workflow_id), request)
+
     run(body())
 
 

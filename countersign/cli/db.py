@@ -9,10 +9,10 @@ from sqlalchemy.engine import make_url
 
 from countersign.cli.app import cli, run
 from countersign.cli.ux import database_url
-from countersign.config import load_settings
 from countersign.db import migrate
-from countersign.identity.mode import record_deployment_mode
 from countersign.db.seed import seed as load_seed
+from countersign.identity.mode import record_deployment_mode
+from countersign.runtime.config import load_settings
 
 
 def shown(url: str) -> str:

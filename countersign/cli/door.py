@@ -51,14 +51,19 @@ class Door:
         return str(started["workflow_id"]), started.get("message_id")
 
     async def send(self, workflow_id: str, text: str, message_id: str | None = None) -> str:
-        sent = await self._call("POST", self._at(workflow_id, "/messages"), {"text": text, "message_id": message_id})
+        sent = await self._call(
+            "POST", self._at(workflow_id, "/messages"), {"text": text, "message_id": message_id}
+        )
         return str(sent["message_id"])
 
     async def status(self, workflow_id: str) -> StatusView:
         return StatusView.model_validate(await self._call("GET", self._at(workflow_id)))
 
     async def transcript(self, workflow_id: str) -> list[ChatMessage]:
-        return [ChatMessage.model_validate(m) for m in await self._call("GET", self._at(workflow_id, "/transcript"))]
+        return [
+            ChatMessage.model_validate(m)
+            for m in await self._call("GET", self._at(workflow_id, "/transcript"))
+        ]
 
     async def reply(
         self, workflow_id: str, message_id: str | None = None, turn: int | None = None
@@ -104,7 +109,8 @@ def door_as(user: str, tenant: str | None = None) -> Door:
     session = load_session(user)
     if tenant is not None and session.tenant_id != tenant:
         raise click.ClickException(
-            f"logged in to {session.tenant_id}, not {tenant}: python starter.py login --tenant {tenant} --as {user}"
+            f"logged in to {session.tenant_id}, not {tenant}: "
+            f"python starter.py login --tenant {tenant} --as {user}"
         )
     return Door(session)
 
@@ -117,5 +123,6 @@ def reading_door() -> Door | None:
         return Door(InboxSession.model_validate_json(session_file().read_text()))
     except (FileNotFoundError, ValidationError):
         raise click.ClickException(
-            "signed mode: reading a conversation goes through the server: python starter.py login --tenant T --as U"
+            "signed mode: reading a conversation goes through the server: "
+            "python starter.py login --tenant T --as U"
         ) from None

@@ -1,4 +1,5 @@
-"""`tokens create | list | revoke`: API tokens for machine clients of the server (countersign.identity.tokens).
+"""`tokens create | list | revoke`: API tokens for the server's machine clients
+(countersign.identity.tokens).
 
 Run by an operator (or a tenant's admin) with access to DATABASE_URL. The secret is printed once;
 only its SHA-256 is stored.

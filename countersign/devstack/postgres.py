@@ -19,7 +19,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from countersign.devstack.ports import port_open
+from countersign.runtime.ports import port_open
 
 DEFAULT_DB = "countersign"
 
@@ -124,9 +124,9 @@ class EmbeddedPostgres:
 async def migrate_and_seed(database_url: str) -> None:
     """Apply the migrations, record the deployment's mode (the environment's, when it names one)
     and load the seed data (all idempotent)."""
-    from countersign.config import load_settings  # the database layer is not needed to run a server
     from countersign.db import migrate, seed
     from countersign.identity.mode import record_deployment_mode
+    from countersign.runtime.config import load_settings  # the database layer is not needed to run a server
 
     await asyncio.to_thread(migrate.upgrade, database_url)
     settings = load_settings()

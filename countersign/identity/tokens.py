@@ -105,6 +105,8 @@ async def revoke(session: AsyncSession, name: str, tenant_id: str | None, now: d
     if not rows:
         raise TokenRefused(f"no live token named {name!r}" + (f" in {tenant_id!r}" if tenant_id else ""))
     if len(rows) > 1:
-        raise TokenRefused(f"tenants {', '.join(r.tenant_id for r in rows)} each have a token {name!r}: add --tenant")
+        raise TokenRefused(
+            f"tenants {', '.join(r.tenant_id for r in rows)} each have a token {name!r}: add --tenant"
+        )
     await session.execute(update(ApiToken).where(ApiToken.id == rows[0].id).values(revoked_at=now))
     return rows[0]

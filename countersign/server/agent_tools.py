@@ -36,16 +36,16 @@ AGENT_TOOLS = web.AppKey("agent_tools", async_sessionmaker[AsyncSession])
 class ToolTier(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    toolName: str = Field(min_length=1, max_length=300)  # noqa: N815  (the contract's spelling)
-    permissionStatus: Tier  # noqa: N815
-    providerKey: str | None = Field(None, max_length=300)  # noqa: N815
+    toolName: str = Field(min_length=1, max_length=300)
+    permissionStatus: Tier
+    providerKey: str | None = Field(None, max_length=300)
 
 
 class ToolsBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     tools: list[ToolTier] = Field(max_length=1000)
-    tenantId: str | None = Field(None, max_length=200)  # noqa: N815  (when given: the caller's own)
+    tenantId: str | None = Field(None, max_length=200)
 
 
 def provider_of(tool: str) -> str:
@@ -103,7 +103,9 @@ async def current(session: AsyncSession, tenant: str, agent: str) -> list[dict[s
         if declared is None:
             continue
         tier = overrides[grant.tool].tier if grant.tool in overrides else grant.tier or declared[1]
-        rows.append({"toolName": grant.tool, "permissionStatus": tier, "providerKey": provider_of(grant.tool)})
+        rows.append(
+            {"toolName": grant.tool, "permissionStatus": tier, "providerKey": provider_of(grant.tool)}
+        )
     return rows
 
 
@@ -149,7 +151,13 @@ async def replace_tools(request: web.Request) -> web.Response:
     async with sessions.begin() as session:  # every attempt recorded: the refused alone, or all
         for tool in refused or changes:
             await change_tenant_tier(
-                session, tenant_id=tenant, agent=agent, tool=tool, tier=changes[tool], changed_by=admin, via="inbox"
+                session,
+                tenant_id=tenant,
+                agent=agent,
+                tool=tool,
+                tier=changes[tool],
+                changed_by=admin,
+                via="inbox",
             )
     if refused:
         raise InboxError(403, "; ".join(f"{tool}: {reason}" for tool, reason in refused.items()))

@@ -17,8 +17,8 @@ from countersign.server.requesters import (
     AnswerBody,
     Caller,
     MessageBody,
-    Requesters,
     RequesterActionName,
+    Requesters,
     RollbackBody,
     StartBody,
 )

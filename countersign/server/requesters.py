@@ -188,7 +188,9 @@ class Requesters:
                 )
                 if wait_s is not None:
                     who = "this token" if key.startswith("api:token") else user_id
-                    raise InboxError(429, f"too many requests from {who}; try again shortly", max(1, round(wait_s)))
+                    raise InboxError(
+                        429, f"too many requests from {who}; try again shortly", max(1, round(wait_s))
+                    )
 
     async def record(
         self,
@@ -213,7 +215,9 @@ class Requesters:
                 )
             )
 
-    async def conversation(self, caller: Caller, workflow_id: str, action: RequesterActionName) -> Conversation:
+    async def conversation(
+        self, caller: Caller, workflow_id: str, action: RequesterActionName
+    ) -> Conversation:
         """The conversation's row when `caller` may take `action` on it; else 404, whether it
         exists or not (another tenant's, another user's: nothing to learn from the answer)."""
         async with self.sessions() as session:
@@ -341,7 +345,9 @@ class Requesters:
     async def answer(self, caller: Caller, row: Conversation, call_id: str, body: AnswerBody) -> None:
         user = self.actor(caller, row)
         proof = self._proof(user, Binding.answer(row.tenant_id, row.workflow_id, call_id, body.text))
-        await self._signal(row, "answer", AnswerSignal(call_id=call_id, user_id=user, text=body.text, proof=proof))
+        await self._signal(
+            row, "answer", AnswerSignal(call_id=call_id, user_id=user, text=body.text, proof=proof)
+        )
 
     async def rollback(self, caller: Caller, row: Conversation, body: RollbackBody) -> list[SagaEntry] | None:
         """Signal a proven rollback to a running conversation (None); an ended one is undone by a

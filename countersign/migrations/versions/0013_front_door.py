@@ -52,7 +52,9 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("workflow_id", name="pk_conversations"),
     )
     op.create_index(
-        "ix_conversations_tenant_id_user_id_created_at", "conversations", ["tenant_id", "user_id", "created_at"]
+        "ix_conversations_tenant_id_user_id_created_at",
+        "conversations",
+        ["tenant_id", "user_id", "created_at"],
     )
     op.create_table(
         "api_tokens",

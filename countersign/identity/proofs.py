@@ -36,8 +36,8 @@ from pydantic import BaseModel, ValidationError
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from countersign.config import DATA_DIR
 from countersign.db.schema import ProofCheck
+from countersign.runtime.config import DATA_DIR
 
 ApproverAuth = Literal["signed", "names"]
 # Decisions (reviewers) and requesters' actions: a start and a message too (the front door).
