@@ -14,6 +14,7 @@ import aiohttp
 from sqlalchemy import delete, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from countersign.core.contract import ConversationResult
 from countersign.db.engine import session_factory
 from countersign.db.schema import ApiToken, Conversation, RequesterAction
 from countersign.identity import tokens
@@ -28,6 +29,7 @@ ASK = {
 }
 THANKS = {"when": {"after_tool": "ask_human"}, "reply": {"content": "thanks"}}
 HELLO = {"when": {"user_contains": "hello"}, "reply": {"content": "hi there"}}
+HI = "[scripted model] hi there"
 
 
 async def until(check: Any, what: str) -> Any:
@@ -60,7 +62,7 @@ async def test_a_person_starts_answers_sends_reads_and_ends_through_the_server(
     )
     assert code == 201, body
     wf = body["workflow_id"]
-    handle = agent.client.get_workflow_handle(wf)
+    handle = agent.client.get_workflow_handle(wf, result_type=ConversationResult)
     agent.track(wf)
 
     async def asked() -> Any:
@@ -82,7 +84,7 @@ async def test_a_person_starts_answers_sends_reads_and_ends_through_the_server(
     code, reply = await stack.call(
         "GET", f"/api/conversations/{wf}/reply?message_id={body['message_id']}", alice
     )
-    assert (code, reply["state"], reply["turn"]["reply"]) == (200, "replied", "hi there"), reply
+    assert (code, reply["state"], reply["turn"]["reply"]) == (200, "replied", HI), reply
     code, messages = await stack.call("GET", f"/api/conversations/{wf}/transcript", alice)
     assert code == 200
     assert [m["content"] for m in messages if m["role"] == "user"] == ["ask me", "hello"]
@@ -179,7 +181,7 @@ async def test_an_api_token_acts_only_for_its_users_in_its_tenant_and_stops_when
         wf = body["workflow_id"]
         stack.agent.track(wf)
         code, body = await stack.call("GET", f"/api/conversations/{wf}/reply?turn=1", acme_token)
-        assert (code, body["state"], body["turn"]["reply"]) == (200, "replied", "hi there"), body
+        assert (code, body["state"], body["turn"]["reply"]) == (200, "replied", HI), body
         code, body = await stack.call(
             "POST", f"/api/conversations/{wf}/messages", acme_token, {"text": "hello"}
         )

@@ -16,7 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from temporalio.client import WorkflowHandle
 
 from countersign.core.approvals import ApproveSignal
-from countersign.core.contract import AnswerSignal, EndConversation, StatusView
+from countersign.core.contract import AnswerSignal, ConversationResult, EndConversation, StatusView
 from countersign.core.saga import RollbackRequest
 from countersign.db.schema import ApprovalDecision, ProofCheck, RollbackRecord, ToolExecution
 from countersign.identity.proofs import Binding, load_private_key, mint_proof
@@ -175,7 +175,13 @@ async def test_answer_and_end_need_a_proof_in_signed_mode(
 ) -> None:
     agent = signed_agent.agent
     agent.script(ASK, {"when": {"after_tool": "ask_human"}, "reply": {"content": "thanks"}})
-    handle = await agent.start("ask me", user="alice")
+    alice = await signed_agent.login("alice")
+    code, started = await signed_agent.call(
+        "POST", "/api/conversations", alice, {"agent": "lead-qualifier", "message": "ask me"}
+    )
+    assert code == 201, started
+    agent.track(started["workflow_id"])
+    handle = agent.client.get_workflow_handle(started["workflow_id"], result_type=ConversationResult)
     for _ in range(200):
         status = await handle.query(AgentWorkflow.status)
         if status.pending_questions:
@@ -195,7 +201,6 @@ async def test_answer_and_end_need_a_proof_in_signed_mode(
     status = await handle.query(AgentWorkflow.status)
     assert status.state == "awaiting_answer" and status.pending_questions
 
-    alice = await signed_agent.login("alice")
     code, body = await signed_agent.call(
         "POST", f"/api/conversations/{handle.id}/answer", alice, {"call_id": "c1", "text": "Jane"}
     )
