@@ -131,9 +131,8 @@ async def test_every_forged_decision_is_refused_recorded_and_the_call_keeps_wait
     assert "already used (replay)" in (rows[-1].reason or "")
     await still_waiting(handle)
     recorded = await checks(db_engine, wf)
-    assert (
-        sum(1 for c in recorded if c.accepted) == 3
-    )  # alice's, erin's (refused later by the rules) and bob's
+    # alice's, erin's (refused later by the rules) and bob's; and the start's (the harness, as the server)
+    assert [c.action for c in recorded if c.accepted] == ["start", "approve", "approve", "approve"]
     assert all(c.reason for c in recorded if not c.accepted)
 
     # Through the inbox: alice (logged in) may not approve her own call; erin sees no such conversation.
@@ -189,11 +188,11 @@ async def test_answer_and_end_need_a_proof_in_signed_mode(
         await asyncio_sleep()
     await handle.signal(AgentWorkflow.answer, AnswerSignal(call_id="c1", user_id="alice", text="Jane"))
     await handle.signal(AgentWorkflow.end, EndConversation(requested_by="alice"))
-    for _ in range(200):
-        if len(await checks(db_engine, handle.id)) == 2:
+    for _ in range(200):  # the start's (accepted: the server's proof), then these two
+        if len(await checks(db_engine, handle.id)) == 3:
             break
         await asyncio_sleep()
-    refused = await checks(db_engine, handle.id)
+    refused = [c for c in await checks(db_engine, handle.id) if c.action != "start"]
     assert [(c.action, c.accepted, "no proof" in c.reason) for c in refused] == [
         ("answer", False, True),
         ("end", False, True),
