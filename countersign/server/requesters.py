@@ -73,8 +73,9 @@ class ApiRate:
     """Requests per second and burst, per person and per token (COUNTERSIGN_API_RATE_PER_S,
     COUNTERSIGN_API_RATE_BURST)."""
 
-    per_s: float = 5.0
-    burst: float = 60.0
+    # a chat polls a running turn's status and transcript four times a second (cli/chat.py)
+    per_s: float = 20.0
+    burst: float = 120.0
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> ApiRate:
