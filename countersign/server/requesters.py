@@ -40,6 +40,7 @@ from countersign.core.contract import (
     AnswerSignal,
     EndConversation,
     Limits,
+    Reply,
     StartConversation,
     StatusView,
     SubmitMessage,
@@ -143,14 +144,6 @@ class RollbackBody(BaseModel):
 class Started(BaseModel):
     workflow_id: str
     message_id: str | None = None  # a keyed conversation's message (wait for its reply with it)
-
-
-class Reply(BaseModel):
-    """What `GET …/reply` answers: the turn's result, or what it waits for, or that it still runs."""
-
-    state: Literal["replied", "waiting", "running", "ended"]
-    turn: TurnResult | None = None
-    status: StatusView | None = None
 
 
 # --- the service -----------------------------------------------------------------------------------
