@@ -28,7 +28,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
-from temporalio.client import Client, WorkflowHandle
+from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
@@ -422,7 +422,10 @@ class Requesters:
             while True:
                 await asyncio.wait({waiting}, timeout=POLL_S)
                 if waiting.done():
-                    if waiting.exception() is not None:
+                    failed = waiting.exception()
+                    if isinstance(failed, WorkflowUpdateFailedError):  # the message was refused
+                        raise InboxError(409, str(failed.cause or failed))
+                    if failed is not None:
                         return Reply(state="ended", status=await self.status(row))
                     result: TurnResult | None = waiting.result()
                     return Reply(state="replied", turn=result) if result else Reply(state="ended")
