@@ -174,7 +174,8 @@ class Requesters:
 
     async def admit(self, caller: Caller, user_id: str) -> None:
         """Take a request from the person's bucket (and the token's): 429 when either is empty."""
-        keys = [f"api:user:{user_id}"] + ([f"api:token:{caller.token.id}"] if caller.token else [])
+        # the token's first: a token that floods is refused before it drains its users' buckets
+        keys = ([f"api:token:{caller.token.id}"] if caller.token else []) + [f"api:user:{user_id}"]
         async with self.sessions.begin() as session:
             for key in keys:
                 wait_s = await ratelimit.take(
