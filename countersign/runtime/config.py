@@ -60,6 +60,12 @@ class Settings(BaseModel):
     # The server's cookies are `Secure` (sent over TLS only): set behind a TLS proxy; a request that
     # arrived over TLS gets them anyway. Env: COUNTERSIGN_COOKIE_SECURE.
     cookie_secure: bool = False
+    # Worker Deployment Versioning (README, "Deploying a new build"): with a build id the worker
+    # serves deployment `deployment_name` as that build, and a conversation stays on the build it
+    # started on until it continues as new. Unset (the embedded stack, tests): an unversioned worker,
+    # which runs every open conversation on its code.
+    build_id: str | None = Field(None, pattern=r"^[^.\s]+$")
+    deployment_name: str = Field("countersign", pattern=r"^[^.\s]+$")
 
     @property
     def scripted_model(self) -> bool:
@@ -114,5 +120,7 @@ def load_settings(env: dict[str, str] | None = None) -> Settings:
         "inbox_port": env.get("COUNTERSIGN_INBOX_PORT"),
         "inbox_public_url": env.get("COUNTERSIGN_INBOX_URL"),
         "cookie_secure": env.get("COUNTERSIGN_COOKIE_SECURE"),
+        "build_id": env.get("COUNTERSIGN_BUILD_ID"),
+        "deployment_name": env.get("COUNTERSIGN_DEPLOYMENT"),
     }
     return Settings(**{k: v for k, v in values.items() if v})
