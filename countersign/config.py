@@ -100,7 +100,8 @@ def load_settings(env: dict[str, str] | None = None) -> Settings:
         "smtp_sender": env.get("SMTP_SENDER"),
         "email_delivery_delay_s": env.get("EMAIL_DELIVERY_DELAY_S"),
         "max_cached_workflows": env.get("WORKER_MAX_CACHED_WORKFLOWS"),
-        "approver_auth": (env.get("APPROVER_AUTH") or "").strip().lower(),
+        # the running embedded stack's mode (its worker and inbox hold it) unless the shell sets one
+        "approver_auth": (env.get("APPROVER_AUTH") or stack.get("approver_auth") or "").strip().lower(),
         "proof_public_key": env.get("COUNTERSIGN_PROOF_PUBLIC_KEY"),
         "proof_private_key": env.get("COUNTERSIGN_PROOF_PRIVATE_KEY"),
         "inbox_port": env.get("COUNTERSIGN_INBOX_PORT"),

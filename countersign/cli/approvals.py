@@ -17,7 +17,7 @@ from countersign.approvals import Approval, Decision
 from countersign.cli.app import cli, print_json, run
 from countersign.cli.conversations import connected, query_status
 from countersign.cli.inbox import InboxSession, inbox_request, load_session, signed_mode
-from countersign.cli.ux import reason
+from countersign.cli.ux import reason, relative
 from countersign.conversation import AnswerSignal
 
 
@@ -95,7 +95,7 @@ def list_approvals(tenant: str | None, as_json: bool) -> None:
             click.echo(
                 f"{r['workflow_id']}  {r['call_id']}  {r['tool']} {r['args']}\n"
                 f"    risk {r['risk']} · requested by {r['requested_by']} {age(r['requested_at'])} ago"
-                f" · expires {r['expires_at']}" + (f"\n    {r['hints']}" if r.get("hints") else "")
+                f" · expires {relative(r['expires_at'])}" + (f"\n    {r['hints']}" if r.get("hints") else "")
             )
 
     run(body())

@@ -33,7 +33,7 @@ from countersign.cli.approvals import decide
 from countersign.cli.conversations import connected, parse_limits, query_status, query_transcript, wait_turn
 from countersign.cli.inbox import inbox_request, load_session, signed_mode
 from countersign.cli.records import with_session
-from countersign.cli.ux import command
+from countersign.cli.ux import command, relative
 from countersign.cli.waiting import who_can_decide
 from countersign.config import SCRIPTED_LABEL, Settings
 from countersign.conversation import (
@@ -57,6 +57,7 @@ from countersign.conversations import (
 from countersign.db import schema
 from countersign.ended import full_transcript, with_stored_results
 from countersign.saga import RollbackRequest
+from countersign.summaries import usage_line
 
 POLL_S = 0.25  # how often a running turn is looked at; nothing polls between turns
 HELP = """\
@@ -156,7 +157,7 @@ def reattach(workflow_id: str) -> str:
 def turn_footer(turn: TurnResult) -> str:
     u = turn.usage
     stopped = f"turn stopped: {turn.stop} · " if turn.stop != "completed" else ""
-    return f"  ({stopped}{u.model_calls} model calls, {u.tool_calls} tool calls, {u.total_tokens} tokens)"
+    return f"  ({stopped}{usage_line(u.model_calls, u.tool_calls, u.total_tokens)})"
 
 
 async def roles_of(tenant_id: str, user: str) -> list[str] | None:
@@ -344,7 +345,8 @@ class Chat:
         self.pending[approval.call_id] = approval
         click.echo(
             f"  ⏸ {approval.call_id} {approval.tool} {approval.args} needs approval"
-            f" (risk {approval.risk}, requested by {approval.requested_by}, expires {approval.expires_at})"
+            f" (risk {approval.risk}, requested by {approval.requested_by},"
+            f" expires {relative(approval.expires_at)})"
             + (f"\n    {approval.hints}" if approval.hints else "")
         )
         if not await self.may_decide(tenant_id, approval):

@@ -11,13 +11,16 @@ from typing import Any, TypeVar
 
 import click
 from pydantic import ValidationError
+from sqlalchemy import select
+from sqlalchemy.exc import SQLAlchemyError
 from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
 
+from countersign.approvals import APPROVER_ROLES, FOUR_EYES
 from countersign.chat import ChatMessage
 from countersign.cli.app import cli, print_json, run
 from countersign.cli.inbox import inbox_request, load_session, signed_mode
 from countersign.cli.ux import EXIT_WAITING, command, reason, temporal_settings
-from countersign.cli.waiting import ctrl_c, follow, waiting_lines
+from countersign.cli.waiting import SignedHint, ctrl_c, follow, waiting_lines
 from countersign.config import Settings
 from countersign.conversation import (
     EndConversation,
@@ -27,10 +30,20 @@ from countersign.conversation import (
     SubmitMessage,
     TurnResult,
 )
-from countersign.conversations import render_transcript, roll_back, send_keyed, start_conversation, wait_reply
+from countersign.conversations import (
+    render_message,
+    render_transcript,
+    roll_back,
+    send_keyed,
+    start_conversation,
+    wait_reply,
+)
+from countersign.db.engine import create_engine
+from countersign.db.schema import UserRole
 from countersign.ended import conversation_status, full_transcript, has_ended, roll_back_ended, tokens_today
 from countersign.saga import RollbackRequest
 from countersign.store import describe_policy
+from countersign.summaries import usage_line
 from countersign.temporal_client import connect
 
 END_WAIT_S = 10.0  # `end` waits this long for the conversation to close before saying it is closing
@@ -141,23 +154,76 @@ def start(
                 out["waiting"] = outcome.model_dump(mode="json")
             print_json(out)
         elif wait:
-            show_outcome(handle.id, outcome, user)
+            await show_outcome(client, settings, handle.id, outcome, user)
         if isinstance(outcome, StatusView):
             raise SystemExit(EXIT_WAITING)
 
     run(body())
 
 
-def show_outcome(workflow_id: str, outcome: TurnResult | StatusView | None, user: str) -> None:
-    """The reply, or what the turn waits for and the commands that let it go on."""
+async def show_outcome(
+    client: Client, settings: Settings, workflow_id: str, outcome: TurnResult | StatusView | None, user: str
+) -> None:
+    """The turn's tool calls with a summary of each result, then the reply, or what the turn waits
+    for, who may decide it (by name) and the commands that let it go on."""
     if outcome is None:
         raise click.ClickException(f"conversation {workflow_id} ended before replying")
+    for line in await turn_calls(client, settings, workflow_id):
+        click.echo(line)
     if isinstance(outcome, StatusView):
-        for line in waiting_lines(workflow_id, outcome, user):
+        names = await deciders(settings, outcome)
+        signed = (
+            SignedHint(settings.inbox_url, outcome.tenant_id) if settings.approver_auth == "signed" else None
+        )
+        for line in waiting_lines(workflow_id, outcome, user, lambda a: names.get(a.call_id, ()), signed):
             click.echo(line)
         click.echo(f"the reply follows the decision: `{command()} transcript {workflow_id}` shows it")
     else:
         click.echo(outcome.reply or "(no reply)")
+
+
+async def turn_calls(client: Client, settings: Settings, workflow_id: str) -> list[str]:
+    """The latest turn's tool calls and result summaries, as the transcript shows them."""
+    messages = await full_transcript(client, settings, workflow_id)
+    last_user = max((i for i, m in enumerate(messages) if m.role == "user"), default=-1)
+    lines = []
+    for message in messages[last_user + 1 :]:
+        if message.role == "assistant":
+            lines += [f"  → {c.name}({c.arguments}) [{c.id}]" for c in message.tool_calls]
+        elif message.role == "tool":
+            lines.append(render_message(message) or "")
+    return lines
+
+
+async def deciders(settings: Settings, status: StatusView) -> dict[str, list[str]]:
+    """Per pending call, the users of the tenant whose decision the workflow would accept (by role
+    and the four-eyes rule); empty when the database is not reachable (the roles still say who)."""
+    if not settings.database_url or not status.pending_approvals:
+        return {}
+    engine = create_engine(settings.database_url)
+    try:
+        async with engine.connect() as conn:
+            rows = (
+                await conn.execute(
+                    select(UserRole.user_id, UserRole.role)
+                    .where(UserRole.tenant_id == status.tenant_id)
+                    .order_by(UserRole.user_id)
+                )
+            ).all()
+    except (OSError, SQLAlchemyError):
+        return {}
+    finally:
+        await engine.dispose()
+    return {
+        a.call_id: list(
+            dict.fromkeys(
+                user
+                for user, role in rows
+                if role in APPROVER_ROLES[a.risk] and not (a.risk in FOUR_EYES and user == a.requested_by)
+            )
+        )
+        for a in status.pending_approvals
+    }
 
 
 @cli.command()
@@ -215,7 +281,7 @@ def send(
                 outcome = await follow(client.get_workflow_handle(target_id), reply, interrupted)
             except WorkflowUpdateFailedError as err:  # refused (another user's conversation, a full inbox)
                 raise click.ClickException(reason(err)) from err
-        show_outcome(target_id, outcome, user)
+        await show_outcome(client, settings, target_id, outcome, user)
         if isinstance(outcome, StatusView):
             raise SystemExit(EXIT_WAITING)
 
@@ -239,7 +305,7 @@ def status(workflow_id: str, as_json: bool) -> None:
             return
         u = view.usage
         click.echo(f"{workflow_id}: {view.state} · turn {view.turn} · {view.tenant_id} · agent {view.agent}")
-        click.echo(f"usage: {u.total_tokens} tokens, {u.model_calls} model calls, {u.tool_calls} tool calls")
+        click.echo(f"usage: {usage_line(u.model_calls, u.tool_calls, u.total_tokens)}")
         if view.policy is not None:
             click.echo(describe_policy(view.policy))
         click.echo(

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 
 import click
 
 from countersign.cli.app import cli, print_json, run
+from countersign.cli.ux import command
 from countersign.config import DATA_DIR, load_settings
 from countersign.devstack import stack
 
@@ -26,8 +28,14 @@ def dev() -> None:
 
 @dev.command()
 def up() -> None:
-    """Start what is not running yet (each env override replaces its component); idempotent."""
-    run(stack.up(_plan(), click.echo))
+    """Start what is not running yet (each env override replaces its component); idempotent.
+
+    APPROVER_AUTH and COUNTERSIGN_METRICS_PORT set the worker's and inbox's modes; asking for
+    another mode than the running ones' is refused (`dev down` first)."""
+    plan = _plan()
+    run(stack.up(plan, click.echo))
+    for line in mode_lines(plan):
+        click.echo(line)
 
 
 @dev.command()
@@ -43,6 +51,7 @@ def status(as_json: bool) -> None:
     plan = _plan()
     components = stack.status(plan)
     scenario = _scenario(plan, components)
+    running = running_modes(plan)
     if as_json:
         settings = load_settings()
         print_json(
@@ -55,6 +64,7 @@ def status(as_json: bool) -> None:
                 "ui_url": settings.ui_url,
                 "scenario": scenario,
                 "approver_auth": settings.approver_auth,
+                "metrics_url": running.metrics_url if running else None,
                 "components": {c.name: c.to_json() for c in components},
             }
         )
@@ -66,7 +76,8 @@ def status(as_json: bool) -> None:
         click.echo("  ".join([*(cell.ljust(w) for cell, w in zip(row, widths, strict=False)), row[-1]]))
     if scenario:
         click.echo(f"scripted model scenario: {scenario}")
-    click.echo(approver_auth_line(load_settings().approver_auth))
+    for line in mode_lines(plan):
+        click.echo(line)
 
 
 def _scenario(plan: stack.StackPlan, components: list[stack.ComponentStatus]) -> str | None:
@@ -79,10 +90,44 @@ def _scenario(plan: stack.StackPlan, components: list[stack.ComponentStatus]) ->
     return (stack.scenario_of(running) if running else None) or plan.scenario
 
 
+def running_modes(plan: stack.StackPlan) -> stack.StackPlan | None:
+    """The plan with the modes of the stack's running worker and inbox, None when neither runs."""
+    recorded, records = stack.read_stack(plan.stack_file)
+    live = [c.name for c in stack.status(plan) if c.name in ("worker", "inbox") and c.state == "running"]
+    if not live:
+        return None
+    asked_nothing = dataclasses.replace(plan, approver_auth=None, metrics_port=None)
+    return stack.with_running_modes(asked_nothing, recorded, records)
+
+
+def mode_lines(plan: stack.StackPlan) -> list[str]:
+    """How the running stack decides approvals and where its worker serves metrics, from the stack
+    file (what its processes were started with), and a warning when this shell asks otherwise."""
+    running = running_modes(plan)
+    if running is None:
+        return [
+            f"approvals: not running (`dev up` starts it with APPROVER_AUTH={plan.approver_auth or 'names'})"
+        ]
+    mode = running.approver_auth or "names"
+    lines = [approver_auth_line(mode)]
+    if running.metrics_url:
+        lines.append(f"metrics: the worker serves {running.metrics_url}")
+    if plan.approver_auth not in (None, mode):
+        lines.append(
+            f"warning: this shell sets APPROVER_AUTH={plan.approver_auth} but the stack runs with "
+            f"{mode}: CLI commands from this shell will be refused; unset it, or `{command()} dev down` "
+            f"and `APPROVER_AUTH={plan.approver_auth} {command()} dev up`"
+        )
+    return lines
+
+
 def approver_auth_line(mode: str) -> str:
     if mode == "signed":
-        return "approvals: APPROVER_AUTH=signed: decisions count only with a proof from the inbox"
+        return (
+            "approvals: APPROVER_AUTH=signed: decisions count only with a proof from the inbox "
+            f"(log in first: `{command()} login --tenant TENANT --as USER`)"
+        )
     return (
         "approvals: APPROVER_AUTH=names (demo): a bare approver name counts; decisions are recorded "
-        "as claimed, not proven. Set APPROVER_AUTH=signed to require proofs."
+        "as claimed, not proven. For proofs: `dev down`, then `APPROVER_AUTH=signed dev up`."
     )

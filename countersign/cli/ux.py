@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 
 import click
@@ -48,6 +49,27 @@ def _shown(path: Path) -> str:
         return str(absolute.relative_to(Path.cwd()))
     except ValueError:
         return str(absolute)
+
+
+def relative(iso: str, now: datetime | None = None) -> str:
+    """An ISO time as a person reads it next to now: `in 23 h 59 min`, `4 min ago`, `in 12 s`."""
+    try:
+        moment = datetime.fromisoformat(iso.replace("Z", "+00:00"))
+    except ValueError:
+        return iso
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    seconds = int((moment - (now or datetime.now(UTC))).total_seconds())
+    left = abs(seconds)
+    if left < 60:
+        text = f"{left} s"
+    elif left < 3600:
+        text = f"{left // 60} min"
+    elif left < 86400:
+        text = f"{left // 3600} h {left % 3600 // 60} min" if left % 3600 >= 60 else f"{left // 3600} h"
+    else:
+        text = f"{left // 86400} d {left % 86400 // 3600} h"
+    return f"in {text}" if seconds >= 0 else f"{text} ago"
 
 
 def reason(exc: BaseException) -> str:
