@@ -15,22 +15,18 @@ from sqlalchemy import select
 from sqlalchemy.exc import SQLAlchemyError
 from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
 
-from countersign.approvals import APPROVER_ROLES, FOUR_EYES
-from countersign.chat import ChatMessage
 from countersign.cli.app import cli, print_json, run
 from countersign.cli.inbox import inbox_request, load_session, signed_mode
 from countersign.cli.ux import EXIT_WAITING, command, reason, temporal_settings
 from countersign.cli.waiting import SignedHint, ctrl_c, follow, waiting_lines
-from countersign.config import Settings
-from countersign.conversation import (
-    EndConversation,
-    Limits,
-    StartConversation,
-    StatusView,
-    SubmitMessage,
-    TurnResult,
+from countersign.client.ended import (
+    conversation_status,
+    full_transcript,
+    has_ended,
+    roll_back_ended,
+    tokens_today,
 )
-from countersign.conversations import (
+from countersign.client.handles import (
     render_message,
     render_transcript,
     roll_back,
@@ -38,13 +34,23 @@ from countersign.conversations import (
     start_conversation,
     wait_reply,
 )
+from countersign.client.temporal_client import connect
+from countersign.core.approvals import APPROVER_ROLES, FOUR_EYES
+from countersign.core.contract import (
+    EndConversation,
+    Limits,
+    StartConversation,
+    StatusView,
+    SubmitMessage,
+    TurnResult,
+)
+from countersign.core.envelopes import describe_policy
+from countersign.core.messages import ChatMessage
+from countersign.core.saga import RollbackRequest
+from countersign.core.summaries import usage_line
 from countersign.db.engine import create_engine
 from countersign.db.schema import UserRole
-from countersign.ended import conversation_status, full_transcript, has_ended, roll_back_ended, tokens_today
-from countersign.saga import RollbackRequest
-from countersign.store import describe_policy
-from countersign.summaries import usage_line
-from countersign.temporal_client import connect
+from countersign.runtime.config import Settings
 
 END_WAIT_S = 10.0  # `end` waits this long for the conversation to close before saying it is closing
 

@@ -10,8 +10,8 @@ import click
 
 from countersign.cli.app import cli, print_json, run
 from countersign.cli.ux import command
-from countersign.config import DATA_DIR, load_settings
 from countersign.devstack import stack
+from countersign.runtime.config import DATA_DIR, load_settings
 
 
 def _plan() -> stack.StackPlan:
