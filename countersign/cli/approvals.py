@@ -15,7 +15,7 @@ from temporalio.client import Client, WorkflowUpdateFailedError
 
 from countersign.cli.app import cli, print_json, run
 from countersign.cli.conversations import connected, query_status
-from countersign.cli.inbox import InboxSession, inbox_request, load_session, signed_mode
+from countersign.cli.inbox import InboxSession, inbox_request, load_session, signed_hint, signed_mode
 from countersign.cli.ux import reason, relative
 from countersign.core.approvals import Approval, Decision
 from countersign.core.contract import AnswerSignal
@@ -56,7 +56,7 @@ async def decide(client: Client, workflow_id: str, decision: Decision) -> Approv
             "decide", decision, result_type=Approval
         )
     except WorkflowUpdateFailedError as err:
-        raise click.ClickException(reason(err)) from err
+        raise click.ClickException(signed_hint(reason(err), decision.approver, workflow_id)) from err
     return approval
 
 
@@ -125,7 +125,9 @@ def approve(
 
     async def body() -> None:
         if signed_mode():
-            return await approve_through_inbox(load_session(approver), workflow_id, call_id, reason, edited)
+            return await approve_through_inbox(
+                load_session(approver, workflow_id), workflow_id, call_id, reason, edited
+            )
         client, _ = await connected()
         ids = (
             [call_id]
@@ -159,7 +161,7 @@ def reject(workflow_id: str, call_id: str, approver: str, reason: str | None) ->
         if signed_mode():
             path = f"/api/approvals/{workflow_id}/{call_id}"
             decided = await inbox_request(
-                load_session(approver), "POST", path, {"decision": "reject", "reason": reason}
+                load_session(approver, workflow_id), "POST", path, {"decision": "reject", "reason": reason}
             )
             click.echo(f"rejected {call_id}: {decided['tool']} by {decided['decided_by']} (proven)")
             return
@@ -190,7 +192,9 @@ def answer(workflow_id: str, call_id: str, text: str, user: str) -> None:
             raise click.ClickException(f"{workflow_id} has no open question {call_id}")
         if signed_mode():
             path = f"/api/conversations/{workflow_id}/answer"
-            await inbox_request(load_session(user), "POST", path, {"call_id": call_id, "text": text})
+            await inbox_request(
+                load_session(user, workflow_id), "POST", path, {"call_id": call_id, "text": text}
+            )
         else:
             await handle.signal("answer", AnswerSignal(call_id=call_id, user_id=user, text=text))
         click.echo(f"answered {call_id}")

@@ -374,7 +374,7 @@ class Chat:
                 f"/api/conversations/{self.workflow_id}/answer",
                 {"call_id": question.call_id, "text": text},
             )
-            await inbox_request(load_session(self.user), "POST", path, body)
+            await inbox_request(load_session(self.user, self.workflow_id), "POST", path, body)
             return
         await self.handle.signal(
             "answer", AnswerSignal(call_id=question.call_id, user_id=self.user, text=text)
@@ -394,7 +394,7 @@ class Chat:
                     {"decision": kind, "reason": reason},
                 )
                 recorded = Approval.model_validate(
-                    await inbox_request(load_session(self.user), "POST", path, body)
+                    await inbox_request(load_session(self.user, self.workflow_id), "POST", path, body)
                 )
             else:
                 recorded = await decide(self.client, self.workflow_id, decision)

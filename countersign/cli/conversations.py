@@ -16,8 +16,8 @@ from sqlalchemy.exc import SQLAlchemyError
 from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
 
 from countersign.cli.app import cli, print_json, run
-from countersign.cli.inbox import inbox_request, load_session, signed_mode
-from countersign.cli.ux import EXIT_WAITING, command, reason, temporal_settings
+from countersign.cli.inbox import inbox_request, load_session, signed_hint, signed_mode
+from countersign.cli.ux import EXIT_WAITING, command, reason, relative, temporal_settings
 from countersign.cli.waiting import SignedHint, ctrl_c, follow, waiting_lines
 from countersign.client.ended import (
     conversation_status,
@@ -37,6 +37,7 @@ from countersign.client.handles import (
 from countersign.client.temporal_client import connect
 from countersign.core.approvals import APPROVER_ROLES, FOUR_EYES
 from countersign.core.contract import (
+    WORKFLOW_TYPE,
     EndConversation,
     Limits,
     StartConversation,
@@ -49,8 +50,9 @@ from countersign.core.messages import ChatMessage
 from countersign.core.saga import RollbackRequest
 from countersign.core.summaries import usage_line
 from countersign.db.engine import create_engine
-from countersign.db.schema import UserRole
+from countersign.db.schema import RollbackRecord, UserRole
 from countersign.runtime.config import Settings
+from countersign.runtime.search_attributes import AGENT_NAME, AGENT_STATUS, TENANT_ID
 
 END_WAIT_S = 10.0  # `end` waits this long for the conversation to close before saying it is closing
 
@@ -376,19 +378,48 @@ def rollback(
         else:
             via_inbox = None
             if signed_mode():  # the inbox sends it, with a proof for this person and scope
-                session, path = load_session(requested_by), f"/api/conversations/{workflow_id}/rollback"
+                session, path = (
+                    load_session(requested_by, workflow_id),
+                    f"/api/conversations/{workflow_id}/rollback",
+                )
                 body = request.model_dump(include={"scope", "call_id", "reason"})
 
                 async def via_inbox() -> None:
                     await inbox_request(session, "POST", path, body)
 
-            entries = await roll_back(client.get_workflow_handle(workflow_id), request, send=via_inbox)
+            try:
+                entries = await roll_back(client.get_workflow_handle(workflow_id), request, send=via_inbox)
+            except TimeoutError as err:
+                raise click.ClickException(await rollback_refusal(settings, workflow_id) or str(err)) from err
         if not entries:
             click.echo("nothing to undo in that scope")
         for e in entries:
             click.echo(f"{e.call_id} {e.tool}: {e.state}{f' ({e.error})' if e.error else ''}")
 
     run(body())
+
+
+async def rollback_refusal(settings: Settings, workflow_id: str) -> str | None:
+    """Why the conversation's latest rollback request was refused, as recorded, with how to fix a
+    missing proof; None when the latest one was not refused (a turn is still running)."""
+    if not settings.database_url:
+        return None
+    engine = create_engine(settings.database_url)
+    try:
+        async with engine.connect() as conn:
+            row = (
+                await conn.execute(
+                    select(RollbackRecord.accepted, RollbackRecord.reason, RollbackRecord.requested_by)
+                    .where(RollbackRecord.workflow_id == workflow_id)
+                    .order_by(RollbackRecord.id.desc())
+                    .limit(1)
+                )
+            ).first()
+    finally:
+        await engine.dispose()
+    if row is None or row.accepted:
+        return None
+    return "rollback refused: " + signed_hint(row.reason or "not allowed", row.requested_by, workflow_id)
 
 
 @cli.command()
@@ -409,5 +440,58 @@ def end(workflow_id: str, requested_by: str) -> None:
             click.echo(f"ending {workflow_id}: it finishes its current turn first (`status` shows it)")
             return
         click.echo(f"ended conversation {workflow_id}")
+
+    run(body())
+
+
+@cli.group()
+def conversations() -> None:
+    """Conversations across tenants (the Web UI's workflow list, from the terminal)."""
+
+
+@conversations.command("list")
+@click.option("--tenant", help="Only this tenant's conversations.")
+@click.option("--agent", help="Only this agent's.")
+@click.option("--all", "include_closed", is_flag=True, help="Ended ones too (default: running only).")
+@click.option("--limit", type=click.IntRange(1, 1000), default=50, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def list_conversations(
+    tenant: str | None, agent: str | None, include_closed: bool, limit: int, as_json: bool
+) -> None:
+    """List conversations, newest first: id, agent state, agent, when started."""
+
+    async def body() -> None:
+        client, _ = await connected()
+        clauses = [f"WorkflowType = '{WORKFLOW_TYPE}'"]
+        clauses += [] if include_closed else ["ExecutionStatus = 'Running'"]
+        clauses += [f"TenantId = '{tenant}'"] if tenant else []
+        clauses += [f"AgentName = '{agent}'"] if agent else []
+        rows: list[dict[str, Any]] = []
+        async for execution in client.list_workflows(" AND ".join(clauses), limit=limit):
+            attributes = execution.typed_search_attributes
+            rows.append(
+                {
+                    "workflow_id": execution.id,
+                    "tenant_id": attributes.get(TENANT_ID),
+                    "agent": attributes.get(AGENT_NAME),
+                    "state": attributes.get(AGENT_STATUS),
+                    "status": execution.status.name if execution.status else None,
+                    "started_at": execution.start_time.isoformat(),
+                    "closed_at": execution.close_time.isoformat() if execution.close_time else None,
+                }
+            )
+        if as_json:
+            print_json(rows)
+            return
+        if not rows:
+            click.echo(
+                "no conversations" if include_closed else "none running (--all: ended too)"
+            )
+        for r in rows:
+            click.echo(
+                f"{r['workflow_id']}  {r['state'] or '-'}  {r['agent'] or '-'}"
+                f"  started {relative(r['started_at'])}"
+                + ("" if r["status"] == "RUNNING" else f"  ({str(r['status']).lower()})")
+            )
 
     run(body())
