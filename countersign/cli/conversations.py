@@ -484,9 +484,7 @@ def list_conversations(
             print_json(rows)
             return
         if not rows:
-            click.echo(
-                "no conversations" if include_closed else "none running (--all: ended too)"
-            )
+            click.echo("no conversations" if include_closed else "none running (--all: ended too)")
         for r in rows:
             click.echo(
                 f"{r['workflow_id']}  {r['state'] or '-'}  {r['agent'] or '-'}"
