@@ -35,14 +35,14 @@ def command() -> str:
     `countersign` (on PATH) or `.venv/bin/python starter.py`."""
     argv0 = Path(sys.argv[0])
     if argv0.name == "starter.py":
-        return f"{_shown(Path(sys.executable))} {_shown(argv0)}"
+        return f"{shown_path(Path(sys.executable))} {shown_path(argv0)}"
     found = shutil.which(argv0.name)
     if found and Path(found).resolve() == argv0.resolve():
         return argv0.name
-    return _shown(argv0)
+    return shown_path(argv0)
 
 
-def _shown(path: Path) -> str:
+def shown_path(path: Path) -> str:
     """`path` relative to the working directory when it is inside it, else absolute."""
     absolute = Path(os.path.abspath(path))
     try:
