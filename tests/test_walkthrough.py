@@ -282,7 +282,10 @@ def sign_in_with_the_mock_provider(inbox: int, sub: str) -> dict[str, object]:
     authorize = redirect_of(opener, urllib.request.Request(f"http://127.0.0.1:{inbox}/auth/oidc/login"))
     form = urllib.parse.urlencode({"sub": sub}).encode()
     callback = redirect_of(opener, urllib.request.Request(authorize, data=form))
-    landing = opener.open(callback).read().decode()
+    try:
+        landing = opener.open(callback).read().decode()
+    except urllib.error.HTTPError as refused:
+        raise AssertionError(f"sign-in refused: {refused.read().decode()}") from refused
     assert "Signed in." in landing, landing
     me: dict[str, object] = json.loads(opener.open(f"http://127.0.0.1:{inbox}/api/me").read())
     return me
