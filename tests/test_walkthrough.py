@@ -80,6 +80,7 @@ VARYING = {
     "pid": r"pid \d+",
     "age": r"\d+[hm]\d{2}[ms]",
     "relative": r"in \d+ (?:s|min|h|d)(?: \d+ (?:min|h))?|\d+ (?:s|min|h|d)(?: \d+ (?:min|h))? ago",
+    "weekday": r"(?:Mon|Tues|Wednes|Thurs|Fri|Satur|Sun)day",
     "elided": r"…",
 }
 SPLIT = re.compile("|".join(f"(?P<{name}>{pattern})" for name, pattern in VARYING.items()))

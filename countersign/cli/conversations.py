@@ -194,10 +194,12 @@ async def turn_calls(client: Client, settings: Settings, workflow_id: str) -> li
     """The latest turn's tool calls and result summaries, as the transcript shows them."""
     messages = await full_transcript(client, settings, workflow_id)
     last_user = max((i for i, m in enumerate(messages) if m.role == "user"), default=-1)
+    turn = messages[last_user + 1 :]
+    answered = {m.tool_call_id for m in turn if m.role == "tool"}  # a pending call is shown as waiting
     lines = []
-    for message in messages[last_user + 1 :]:
+    for message in turn:
         if message.role == "assistant":
-            lines += [f"  → {c.name}({c.arguments}) [{c.id}]" for c in message.tool_calls]
+            lines += [f"  → {c.name}({c.arguments}) [{c.id}]" for c in message.tool_calls if c.id in answered]
         elif message.role == "tool":
             lines.append(render_message(message) or "")
     return lines

@@ -51,7 +51,7 @@ def tenant_of(workflow_id: str | None) -> str:
 
 
 def login_hint(tenant: str, user: str) -> str:
-    return f"`{command()} login --tenant {tenant} --as {user}` (password prompted; seeded users: {user}-dev)"
+    return f"`{command()} login --tenant {tenant} --as {user}` (password prompted; a seeded user's is {user}-dev)"
 
 
 def load_session(acting_as: str, workflow_id: str | None = None) -> InboxSession:
@@ -80,8 +80,8 @@ def signed_hint(refusal: str, user: str, workflow_id: str) -> str:
     if "no proof" not in refusal:
         return refusal
     return (
-        f"{refusal}. The worker runs APPROVER_AUTH=signed: log in "
-        f"({login_hint(tenant_of(workflow_id), user)}) and run the command again with "
+        f"{refusal}. The worker runs APPROVER_AUTH=signed: log in with "
+        f"{login_hint(tenant_of(workflow_id), user)}, then run the command again with "
         "APPROVER_AUTH=signed (or unset, on the embedded stack)"
     )
 
