@@ -5,11 +5,12 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import os
+from pathlib import Path
 
 import click
 
 from countersign.cli.app import cli, print_json, run
-from countersign.cli.ux import command
+from countersign.cli.ux import command, shown_path
 from countersign.devstack import stack
 from countersign.runtime.config import DATA_DIR, load_settings
 
@@ -70,12 +71,15 @@ def status(as_json: bool) -> None:
         )
         return
     rows = [("component", "state", "pid", "address", "log")]
-    rows += [(c.name, c.state, str(c.pid or "-"), c.address, c.log or "-") for c in components]
+    rows += [
+        (c.name, c.state, str(c.pid or "-"), c.address, shown_path(Path(c.log)) if c.log else "-")
+        for c in components
+    ]
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
     for row in rows:
         click.echo("  ".join([*(cell.ljust(w) for cell, w in zip(row, widths, strict=False)), row[-1]]))
     if scenario:
-        click.echo(f"scripted model scenario: {scenario}")
+        click.echo(f"scripted model scenario: {shown_path(Path(scenario))}")
     for line in mode_lines(plan):
         click.echo(line)
 

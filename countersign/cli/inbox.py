@@ -20,7 +20,7 @@ from pydantic import BaseModel, ValidationError
 from sqlalchemy import Update, update
 
 from countersign.cli.app import cli, run
-from countersign.cli.ux import command
+from countersign.cli.ux import command, shown_path
 from countersign.db.engine import create_engine
 from countersign.db.people import hash_password
 from countersign.db.schema import Tenant, User
@@ -51,7 +51,8 @@ def tenant_of(workflow_id: str | None) -> str:
 
 
 def login_hint(tenant: str, user: str) -> str:
-    return f"`{command()} login --tenant {tenant} --as {user}` (password prompted; a seeded user's is {user}-dev)"
+    prompted = f"password prompted; a seeded user's is {user}-dev"
+    return f"`{command()} login --tenant {tenant} --as {user}` ({prompted})"
 
 
 def load_session(acting_as: str, workflow_id: str | None = None) -> InboxSession:
@@ -139,7 +140,7 @@ def login(tenant: str, user: str, password: str | None, inbox_url: str | None) -
         path.touch(mode=0o600)
         session = InboxSession(inbox_url=url, tenant_id=tenant, user_id=user, token=answer["token"])
         path.write_text(session.model_dump_json())
-        click.echo(f"logged in to {url} as {user} ({tenant}); session kept in {path}")
+        click.echo(f"logged in to {url} as {user} ({tenant}); session kept in {shown_path(path)}")
 
     run(body())
 
