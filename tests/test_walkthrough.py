@@ -163,7 +163,7 @@ class Ids:
             elif kind == "elided":
                 parts.append(".*")
             else:
-                parts.append(VARYING[kind or ""])
+                parts.append(f"(?:{VARYING[kind or '']})")
             last = m.end()
         parts.append(re.escape(expected[last:]))
         return re.compile("".join(parts)), new_ids
