@@ -132,3 +132,13 @@ def test_a_stdio_command_is_found_in_the_projects_environment_first(tmp_path: Pa
     os.chmod(script, 0o755)
     assert executable(str(script)) == str(script)
     assert executable("sh") is not None  # on PATH
+
+
+def test_the_web_uis_details_name_each_argument() -> None:
+    from workflows.rules import call_details
+
+    shown = call_details(
+        "update_lead_status", '{"lead": "jane", "new_status": "qualified", "reason": "per [t]"}'
+    )
+    assert shown == "`update_lead_status` · lead: jane · new\\_status: qualified · reason: per \\[t\\]"
+    assert call_details("x", "[1]") == "`x` (arguments not a JSON object)"
