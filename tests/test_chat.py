@@ -94,9 +94,9 @@ async def test_chat_shows_tool_calls_results_and_reply(dev_agent: AgentHarness, 
 
     assert "[scripted model]" in output
     assert '→ search_leads({"query": "Jane Doe"}) [c1]' in output
-    assert "← search_leads [c1] {" in output and "jane.doe@example.com" in output
+    assert "← search_leads [c1] ok:" in output and "jane.doe@example.com" in output
     assert "agent> [scripted model] Jane Doe is a new lead." in output
-    assert "(2 model calls, 1 tool calls" in output
+    assert "(2 model calls, 1 tool call," in output
     workflow_id = re.search(r"conversation (conv-acme-\w+)", output)
     assert workflow_id and f"{workflow_id[1]}: idle · turn 1" in output  # /status
     assert f"chat --workflow {workflow_id[1]}" in output  # /quit leaves it running

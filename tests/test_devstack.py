@@ -68,6 +68,7 @@ def test_defaults_are_the_contract_addresses(tmp_path: Path) -> None:
         "database_url": "postgresql+asyncpg://postgres@127.0.0.1:55432/countersign",
         "llm_base_url": "http://127.0.0.1:8400/v1",
         "ui_url": "http://127.0.0.1:8233",
+        "approver_auth": "names",
     }
     assert plan.external == {}
     assert plan.scenario.endswith("countersign/scenarios")
@@ -112,6 +113,7 @@ def test_contract_variables_replace_components(tmp_path: Path) -> None:
         "database_url": "postgresql+asyncpg://app@db/prod",
         "llm_base_url": "https://llm.example/v1",
         "ui_url": "http://temporal.internal:8233",
+        "approver_auth": "names",
     }
     assert plan.scenario == "/s.yaml"
     assert make_plan(tmp_path, TEMPORAL_ADDRESS="t:7233", TEMPORAL_UI_URL="https://ui").ui_url == "https://ui"
@@ -122,6 +124,34 @@ def test_empty_variables_count_as_unset(tmp_path: Path) -> None:
         make_plan(tmp_path, TEMPORAL_ADDRESS="", COUNTERSIGN_PG_PORT="").settings()
         == make_plan(tmp_path).settings()
     )
+
+
+def this_process() -> ProcessRecord:
+    """A live process `dev up` would take for one it started (this test's own)."""
+    me = psutil.Process()
+    return record(pid=me.pid, cmd=tuple(me.cmdline()), create_time=me.create_time())
+
+
+def test_the_running_stacks_modes_hold_and_another_is_refused(tmp_path: Path) -> None:
+    """`APPROVER_AUTH=signed dev up` on a names-mode stack would reuse its worker and inbox in
+    names mode, silently: refused with the fix; unset, the running modes are kept (and recorded)."""
+    worker = {"worker": this_process()}
+    recorded = {"approver_auth": "names", "metrics_port": "9464"}
+    with pytest.raises(stack.StackError, match=r"started with APPROVER_AUTH=names.*`dev down`"):
+        stack.with_running_modes(make_plan(tmp_path, APPROVER_AUTH="signed"), recorded, worker)
+    with pytest.raises(stack.StackError, match="COUNTERSIGN_METRICS_PORT=9464"):
+        stack.with_running_modes(make_plan(tmp_path, COUNTERSIGN_METRICS_PORT="9000"), recorded, worker)
+    kept = stack.with_running_modes(make_plan(tmp_path), {**recorded, "approver_auth": "signed"}, worker)
+    assert (kept.approver_auth, kept.metrics_url) == ("signed", "http://127.0.0.1:9464/metrics")
+    assert kept.settings()["approver_auth"] == "signed" and kept.settings()["metrics_port"] == "9464"
+    assert kept.child_env("worker")["COUNTERSIGN_METRICS_PORT"] == "9464"
+    assert "COUNTERSIGN_METRICS_PORT" not in kept.child_env("inbox")
+    assert kept.child_env("inbox")["APPROVER_AUTH"] == "signed"
+    # nothing of the stack runs: the environment decides
+    fresh = stack.with_running_modes(make_plan(tmp_path, APPROVER_AUTH="signed"), recorded, {})
+    assert (fresh.approver_auth, fresh.metrics_port) == ("signed", None)
+    with pytest.raises(stack.StackError, match="APPROVER_AUTH must be names or signed"):
+        make_plan(tmp_path, APPROVER_AUTH="yes")
 
 
 @pytest.mark.parametrize("value", ["abc", "0", "70000", "-1"])

@@ -24,7 +24,7 @@ from countersign.cli.conversations import connected, parse_limits
 from countersign.cli.door import door_as
 from countersign.cli.inbox import signed_mode
 from countersign.cli.records import with_session
-from countersign.cli.ux import command
+from countersign.cli.ux import command, relative
 from countersign.cli.waiting import who_can_decide
 from countersign.client.handles import (
     render_message,
@@ -45,6 +45,7 @@ from countersign.core.contract import (
 )
 from countersign.core.messages import ChatMessage
 from countersign.core.saga import RollbackRequest
+from countersign.core.summaries import usage_line
 from countersign.db import schema
 from countersign.runtime.config import SCRIPTED_LABEL
 
@@ -146,7 +147,7 @@ def reattach(workflow_id: str) -> str:
 def turn_footer(turn: TurnResult) -> str:
     u = turn.usage
     stopped = f"turn stopped: {turn.stop} · " if turn.stop != "completed" else ""
-    return f"  ({stopped}{u.model_calls} model calls, {u.tool_calls} tool calls, {u.total_tokens} tokens)"
+    return f"  ({stopped}{usage_line(u.model_calls, u.tool_calls, u.total_tokens)})"
 
 
 async def roles_of(tenant_id: str, user: str) -> list[str] | None:
@@ -330,7 +331,8 @@ class Chat:
         self.pending[approval.call_id] = approval
         click.echo(
             f"  ⏸ {approval.call_id} {approval.tool} {approval.args} needs approval"
-            f" (risk {approval.risk}, requested by {approval.requested_by}, expires {approval.expires_at})"
+            f" (risk {approval.risk}, requested by {approval.requested_by},"
+            f" expires {relative(approval.expires_at)})"
             + (f"\n    {approval.hints}" if approval.hints else "")
         )
         if not await self.may_decide(tenant_id, approval):

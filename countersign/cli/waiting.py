@@ -10,36 +10,52 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
-from collections.abc import Awaitable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import click
 from temporalio.client import WorkflowExecutionStatus, WorkflowHandle
 
-from countersign.cli.ux import EXIT_INTERRUPTED, command, reason
+from countersign.cli.ux import EXIT_INTERRUPTED, command, reason, relative
 from countersign.core.approvals import APPROVER_ROLES, FOUR_EYES
 from countersign.core.contract import PendingApproval, PendingQuestion, StatusView, TurnResult
 
 POLL_S = 0.5  # how often the status is looked at while the reply is awaited
 
 
-def who_can_decide(approval: PendingApproval) -> str:
-    """`a reviewer or admin other than alice`: who the workflow will accept a decision from."""
+def who_can_decide(approval: PendingApproval, deciders: Sequence[str] = ()) -> str:
+    """`a user with role admin or reviewer other than alice (bob, carol)`: who the workflow will
+    accept a decision from; `deciders` names them when the caller looked them up."""
     roles = " or ".join(sorted(APPROVER_ROLES[approval.risk]))
     other = f" other than {approval.requested_by}" if approval.risk in FOUR_EYES else ""
-    return f"a user with role {roles}{other}"
+    named = f" ({', '.join(deciders)})" if deciders else ""
+    return f"a user with role {roles}{other}{named}"
 
 
-def approval_lines(workflow_id: str, approval: PendingApproval) -> list[str]:
-    """A pending call and the commands that decide it."""
+def approval_lines(
+    workflow_id: str,
+    approval: PendingApproval,
+    deciders: Sequence[str] = (),
+    signed: SignedHint | None = None,
+) -> list[str]:
+    """A pending call and the commands that decide it (in signed mode: log in, then decide)."""
     cli = command()
-    return [
+    user = deciders[0] if deciders else "USER"
+    lines = [
         f"waiting for approval: {approval.call_id} {approval.tool} {approval.args}",
-        f"  risk {approval.risk} · requested by {approval.requested_by} · expires {approval.expires_at}",
-        f"  {who_can_decide(approval)} decides:",
-        f"    {cli} approve {workflow_id} {approval.call_id} --as USER",
-        f'    {cli} reject {workflow_id} {approval.call_id} --as USER --reason "…"',
+        f"  risk {approval.risk} · requested by {approval.requested_by}"
+        f" · expires {relative(approval.expires_at)}",
+        f"  {who_can_decide(approval, deciders)} decides:",
     ]
+    if signed is not None:
+        lines += [
+            f"    in the inbox: {signed.inbox_url} (APPROVER_AUTH=signed), or from the CLI:",
+            f"    {cli} login --tenant {signed.tenant} --as {user}",
+        ]
+    lines.append(f"    {cli} approve {workflow_id} {approval.call_id} --as {user}")
+    lines.append(f'    {cli} reject {workflow_id} {approval.call_id} --as {user} --reason "…"')
+    return lines
 
 
 def question_lines(workflow_id: str, question: PendingQuestion, user: str) -> list[str]:
@@ -49,8 +65,24 @@ def question_lines(workflow_id: str, question: PendingQuestion, user: str) -> li
     ]
 
 
-def waiting_lines(workflow_id: str, status: StatusView, user: str) -> list[str]:
-    lines = [line for a in status.pending_approvals for line in approval_lines(workflow_id, a)]
+@dataclass(frozen=True)
+class SignedHint:
+    """APPROVER_AUTH=signed: where reviewers decide and which tenant they log in to."""
+
+    inbox_url: str
+    tenant: str
+
+
+def waiting_lines(
+    workflow_id: str,
+    status: StatusView,
+    user: str,
+    deciders: Callable[[PendingApproval], Sequence[str]] = lambda _: (),
+    signed: SignedHint | None = None,
+) -> list[str]:
+    lines = [
+        line for a in status.pending_approvals for line in approval_lines(workflow_id, a, deciders(a), signed)
+    ]
     lines += [line for q in status.pending_questions for line in question_lines(workflow_id, q, user)]
     return lines
 

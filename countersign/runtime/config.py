@@ -113,7 +113,8 @@ def load_settings(env: dict[str, str] | None = None) -> Settings:
         "smtp_sender": env.get("SMTP_SENDER"),
         "email_delivery_delay_s": env.get("EMAIL_DELIVERY_DELAY_S"),
         "max_cached_workflows": env.get("WORKER_MAX_CACHED_WORKFLOWS"),
-        "approver_auth": auth_mode,
+        # the deployment's mode: what this process was told, else the running embedded stack's
+        "approver_auth": auth_mode or stack.get("approver_auth", ""),
         "auth_configured": "true" if auth_mode else None,
         "proof_public_key": env.get("COUNTERSIGN_PROOF_PUBLIC_KEY"),
         "proof_private_key": env.get("COUNTERSIGN_PROOF_PRIVATE_KEY"),

@@ -60,6 +60,9 @@ INBOX = web.AppKey("inbox", Inbox)
 OIDC = web.AppKey("oidc", OidcProvider)
 TRUSTED_PROXIES = web.AppKey("trusted_proxies", frozenset[str])
 SECURE_COOKIES = web.AppKey("secure_cookies", bool)
+# The Temporal Web UI's address of a conversation, without its id ("" when not known): the page
+# links each conversation id there.
+WORKFLOW_URL = web.AppKey("workflow_url", str)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 _templates = jinja2.Environment(
@@ -342,9 +345,16 @@ async def page(request: web.Request) -> web.Response:
     reviewer = claims.reviewer if claims else None
     oidc = request.app.get(OIDC)
     html = _templates.get_template("inbox.html").render(
-        reviewer=reviewer, oidc_name=oidc.config.name if oidc else None
+        reviewer=reviewer,
+        oidc_name=oidc.config.name if oidc else None,
+        workflow_url=request.app[WORKFLOW_URL],
     )
     return web.Response(text=html, content_type="text/html")
+
+
+async def favicon(request: web.Request) -> web.StreamResponse:
+    """Browsers ask for /favicon.ico on their own: the page's icon, not a 404 in every log."""
+    raise web.HTTPMovedPermanently("/static/favicon.svg")
 
 
 # --- login through the OIDC provider (countersign.server.oidc) ------------------------------------
@@ -404,11 +414,13 @@ def create_app(
     oidc: OidcConfig | None = None,
     trusted_proxies: frozenset[str] = frozenset(),
     secure_cookies: bool = False,
+    workflow_url: str = "",
 ) -> web.Application:
     app = web.Application(middlewares=[errors_and_auth], client_max_size=MAX_BODY)
     app[INBOX] = inbox
     app[TRUSTED_PROXIES] = trusted_proxies
     app[SECURE_COOKIES] = secure_cookies
+    app[WORKFLOW_URL] = workflow_url
     if oidc is not None:
         app[OIDC] = OidcProvider(oidc)
         app.router.add_get("/auth/oidc/login", oidc_login)
@@ -420,6 +432,7 @@ def create_app(
 
     app.on_shutdown.append(close_watcher)
     app.router.add_get("/", page)
+    app.router.add_get("/favicon.ico", favicon)
     app.router.add_static("/static/", HERE / "static")
     app.router.add_post("/api/login", login)
     app.router.add_post("/api/logout", logout)
@@ -462,6 +475,7 @@ async def running_inbox(
             oidc,
             trusted_proxies,
             settings.cookie_secure,
+            settings.workflow_url(""),
         ),
         shutdown_timeout=1.0,
     )
