@@ -32,8 +32,8 @@ def dev() -> None:
 def up() -> None:
     """Start what is not running yet (each env override replaces its component); idempotent.
 
-    COUNTERSIGN_AUTH (or APPROVER_AUTH) and COUNTERSIGN_METRICS_PORT set the worker's and inbox's modes; asking for
-    another mode than the running ones' is refused (`dev down` first)."""
+    COUNTERSIGN_AUTH (or APPROVER_AUTH) and COUNTERSIGN_METRICS_PORT set the worker's and inbox's
+    modes; asking for another mode than the running ones' is refused (`dev down` first)."""
     plan = _plan()
     run(stack.up(plan, click.echo))
     running = running_modes(plan)
