@@ -20,6 +20,7 @@ from temporalio.exceptions import ApplicationError
 from countersign.bounds import storable
 from countersign.chat import ChatMessage, ToolCall, Usage
 from countersign.conversation import StatusView, TurnResult, TurnStop
+from countersign.db.events import publish_message
 from countersign.db.schema import ConversationMessage, TenantTokenBudget
 from countersign.store import SUMMARY_NAME, AppendMessages, RepliedTurn, StoredMessage, tool_message
 from countersign.tooling import StoredResult, ToolInvocation, ToolResult
@@ -77,9 +78,18 @@ async def store_tool_result(
     transaction (with the call's audit row), and answer with the envelope workflow history keeps.
     Idempotent: a retry, or a second attempt of the call, finds the row and changes nothing."""
     stored, envelope = tool_message(invocation, result)
-    row = row_of(invocation.workflow_id, invocation.caller.tenant_id, stored)
-    await session.execute(insert(ConversationMessage).values(**row).on_conflict_do_nothing())
+    await insert_message(session, row_of(invocation.workflow_id, invocation.caller.tenant_id, stored))
     return envelope
+
+
+async def insert_message(session: AsyncSession, row: dict[str, Any]) -> None:
+    """Insert a message once, and the events it means for the conversation's readers with it (a
+    retried write inserts nothing and tells nobody twice)."""
+    inserted = await session.scalar(
+        insert(ConversationMessage).values(**row).on_conflict_do_nothing().returning(ConversationMessage.seq)
+    )
+    if inserted is not None:
+        await publish_message(session, row)
 
 
 class ConversationStore:
@@ -103,8 +113,7 @@ class ConversationStore:
                     if earlier is not None and earlier != stored.seq:
                         refused.append(stored.seq)
                         continue
-                row = row_of(batch.workflow_id, batch.tenant_id, stored, usage)
-                await session.execute(insert(ConversationMessage).values(**row).on_conflict_do_nothing())
+                await insert_message(session, row_of(batch.workflow_id, batch.tenant_id, stored, usage))
         return refused
 
     async def load(self, workflow_id: str, seqs: list[int] | None = None) -> list[ChatMessage]:
