@@ -21,6 +21,7 @@ from temporalio.exceptions import ApplicationError
 from activities.attempts import attempt_key, record_once
 from activities.tools import validate
 from countersign.approvals import DecisionRecord, Verdict, approver_refusal
+from countersign.db.events import publish
 from countersign.db.schema import ApprovalDecision, Notification, User, UserRole
 from countersign.mcp.catalog import argument_errors
 from countersign.proofs import Binding, ProofVerifier, check_proof
@@ -111,6 +112,22 @@ class ApprovalActivities:
                 }
 
             row = await record_once(session, ApprovalDecision, ApprovalDecision.attempt_key, key, attempt)
+            if row.accepted:
+                state = "approved" if row.decision == "approve" else "rejected"
+                decided = {
+                    "call_id": row.call_id,
+                    "tool": row.tool,
+                    "state": state,
+                    "decided_by": row.approver,
+                }
+                await publish(
+                    session,
+                    record.workflow_id,
+                    record.tenant_id,
+                    "approval",
+                    decided,
+                    f"approval:{row.call_id}:decided",
+                )
             return self._verdict(row, record)
 
     def _verdict(self, row: ApprovalDecision, record: DecisionRecord) -> Verdict:

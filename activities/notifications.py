@@ -27,6 +27,7 @@ from temporalio.exceptions import ApplicationError
 from activities.email import message_id
 from activities.heartbeat import heartbeats
 from countersign.approvals import APPROVER_ROLES, FOUR_EYES
+from countersign.db.events import publish
 from countersign.db.schema import NotificationOutbox, Tenant, User, UserRole
 from countersign.tooling import Risk
 
@@ -110,10 +111,12 @@ class NotificationActivities:
                 .order_by(User.id)
             )
             rows: list[dict[str, Any]] = []
+            told: list[str] = []
             for user_id, address in people:
                 own = notice.risk in FOUR_EYES and user_id == notice.requested_by
                 if own and notice.kind != "escalation":
                     continue  # may not decide their own call: not asked to
+                told.append(user_id)
                 rows.append(
                     {"idempotency_key": f"{key}:email:{user_id}", "channel": "email", "recipient": address}
                 )
@@ -122,6 +125,7 @@ class NotificationActivities:
                 payload = {"text": f"*{subject}*\n{text}", "kind": notice.kind, "link": link}
                 rows.append({"idempotency_key": f"{key}:webhook", "channel": "webhook", "recipient": url,
                              "payload": payload})  # fmt: skip
+            await self._tell_requester(session, notice, told)
             for row in rows:
                 await session.execute(
                     insert(NotificationOutbox)
@@ -136,6 +140,19 @@ class NotificationActivities:
                 .order_by(NotificationOutbox.id)
             )
             return list(queued)
+
+    @staticmethod
+    async def _tell_requester(session: AsyncSession, notice: ApprovalNotice, reviewers: list[str]) -> None:
+        """The conversation's readers learn that the call waits (for whom, until when) or expired."""
+        if notice.kind == "reminder":
+            return
+        state = "pending" if notice.kind == "request" else "expired"
+        data: dict[str, Any] = {"call_id": notice.call_id, "tool": notice.tool, "state": state}
+        data["risk"] = notice.risk
+        if state == "pending":
+            data |= {"may_decide": reviewers, "expires_at": notice.expires_at.isoformat()}
+        key = f"approval:{notice.call_id}:{state}"
+        await publish(session, notice.workflow_id, notice.tenant_id, "approval", data, key)
 
     async def _deliver(self, row_id: int) -> str | None:
         """Send one queued notice; None when the server or receiver accepted it (it is then `sent`)."""

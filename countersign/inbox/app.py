@@ -27,6 +27,7 @@ from temporalio.service import RPCError
 from countersign.config import Settings
 from countersign.db.engine import create_engine, session_factory
 from countersign.inbox.auth import SESSION_TTL, Reviewer, SessionClaims
+from countersign.inbox.conversation_events import ConversationEvents, resume_point, stream_events
 from countersign.inbox.oidc import CALLBACK_PATH, FLOW_TTL, OidcConfig, OidcProvider, OidcRefused, open_flow
 from countersign.inbox.service import (
     AlwaysAllowRequest,
@@ -180,6 +181,7 @@ class Watcher:
 
 
 WATCHER = web.AppKey("watcher", Watcher)
+EVENTS = web.AppKey("conversation_events", ConversationEvents)
 
 
 async def events(request: web.Request) -> web.StreamResponse:
@@ -218,6 +220,35 @@ async def stream_approvals(
             except TimeoutError:
                 await response.write(b": keep-alive\n\n")
                 changed_now = False
+
+
+async def conversation_events(request: web.Request) -> web.StreamResponse:
+    """A conversation's events (countersign.inbox.conversation_events), for those who may read it."""
+    reviewer, workflow_id = request[REVIEWER], request.match_info["workflow_id"]
+    inbox, events = request.app[INBOX], request.app[EVENTS]
+    if not await events.may_read(reviewer, await inbox.roles(reviewer), workflow_id):
+        raise InboxError(404, f"no conversation {workflow_id}")
+    with events.opened(reviewer):
+        response = web.StreamResponse(
+            headers={
+                "Content-Type": "text/event-stream",
+                "Cache-Control": "no-cache",
+                "X-Accel-Buffering": "no",
+            }
+        )
+        await response.prepare(request)
+        claims = request[SESSION]
+        with contextlib.suppress(ConnectionResetError):  # the reader went away
+            await stream_events(
+                response,
+                events,
+                inbox.client,
+                workflow_id,
+                resume_point(request),
+                lambda: inbox.live(claims),
+                lambda: request.transport is None or request.transport.is_closing(),
+            )
+    return response
 
 
 # --- the JSON API --------------------------------------------------------------------------------
@@ -375,10 +406,14 @@ async def oidc_callback(request: web.Request) -> web.Response:
 
 
 def create_app(
-    inbox: Inbox, oidc: OidcConfig | None = None, trusted_proxies: frozenset[str] = frozenset()
+    inbox: Inbox,
+    readers: ConversationEvents,
+    oidc: OidcConfig | None = None,
+    trusted_proxies: frozenset[str] = frozenset(),
 ) -> web.Application:
     app = web.Application(middlewares=[errors_and_auth], client_max_size=MAX_BODY)
     app[INBOX] = inbox
+    app[EVENTS] = readers
     app[TRUSTED_PROXIES] = trusted_proxies
     if oidc is not None:
         app[OIDC] = OidcProvider(oidc)
@@ -388,6 +423,7 @@ def create_app(
 
     async def close_watcher(app: web.Application) -> None:
         await app[WATCHER].close()
+        await app[EVENTS].feed.close()
 
     app.on_shutdown.append(close_watcher)
     app.router.add_get("/", page)
@@ -401,6 +437,7 @@ def create_app(
     app.router.add_post("/api/approvals/batch", decide_batch)
     app.router.add_post("/api/approvals/{workflow_id}/{call_id}", decide)
     app.router.add_post("/api/approvals/{workflow_id}/{call_id}/always-allow", always_allow)
+    app.router.add_get("/api/conversations/{workflow_id}/events", conversation_events)
     app.router.add_post("/api/conversations/{workflow_id}/{action}", conversation_action)
     return app
 
@@ -421,9 +458,11 @@ async def running_inbox(
         raise RuntimeError("inbox: no DATABASE_URL: run `python starter.py dev up` or set DATABASE_URL")
     client = client or await connect(settings)
     engine = create_engine(settings.database_url)
+    sessions = session_factory(engine)
     runner = web.AppRunner(
         create_app(
-            Inbox(client, session_factory(engine), load_private_key(settings.proof_private_key)),
+            Inbox(client, sessions, load_private_key(settings.proof_private_key)),
+            ConversationEvents(sessions, settings.database_url),
             oidc,
             trusted_proxies,
         ),
