@@ -6,15 +6,17 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 import aiohttp
 
-from countersign.inbox.conversation_events import MAX_STREAMS_PER_PERSON
-from countersign.sse import ServerEvent, server_events
+from countersign.client.sse import ServerEvent, server_events
+from countersign.server.conversation_events import MAX_STREAMS_PER_PERSON
 from tests.fixtures.inbox import SignedStack
+from tests.fixtures.updates import execute_update
 from workflows.agent import AgentWorkflow
 
-REVIEWED = [
+REVIEWED: list[dict[str, Any]] = [
     {
         "when": {"user_contains": "qualify"},
         "reply": {
@@ -79,7 +81,7 @@ async def test_alice_follows_her_conversation_through_an_approval(signed_agent: 
     assert rest[-1].data["reply"] == "[scripted model] Jane Doe is now qualified."
     every = waiting + rest
     ids = [e.id for e in every]
-    assert None not in ids and ids == sorted(ids)
+    assert None not in ids and ids == sorted(i or 0 for i in ids)
     # resumed after the approval request: exactly what followed it, nothing twice
     async with events(stack, handle.id, alice, last_id=waiting[-1].id) as response:
         again = await asyncio.wait_for(read_until(response, "turn"), 30)
@@ -90,7 +92,7 @@ async def test_only_those_who_may_read_it_see_a_conversation(signed_agent: Signe
     stack = signed_agent
     stack.agent.script({"reply": {"content": "hello"}})
     handle = await stack.agent.start("hi", user="alice")
-    await handle.execute_update(AgentWorkflow.wait_turn, 1)
+    await execute_update(handle, AgentWorkflow.wait_turn, 1)
     for user, tenant in (("bob", "acme"), ("dave", "globex")):
         token = await stack.login(user, tenant)
         async with events(stack, handle.id, token) as response:

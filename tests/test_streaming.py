@@ -15,11 +15,13 @@ from aiohttp import web
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from activities.model import Streamed
+from countersign.core.contract import AnswerSignal
 from countersign.db.engine import session_factory
 from countersign.db.events import Event, EventLog, streamed_text
 from countersign.scripted_model.server import Fault, ScriptedModelServer
 from tests.fixtures.agent import AgentHarness
 from tests.fixtures.scripted_model import rules
+from tests.fixtures.updates import execute_update
 from workflows.agent import AgentWorkflow
 
 LONG = "one two three four five six seven eight nine ten"
@@ -156,7 +158,7 @@ async def test_a_turn_streams_its_text_and_a_retry_resets_it(
     agent.script({"reply": {"content": LONG}})
     agent.model.inject(Fault(cut_after_chunks=4))  # the first attempt loses its connection mid-reply
     handle = await agent.start("hello")
-    turn = await handle.execute_update(AgentWorkflow.wait_turn, 1)
+    turn = await execute_update(handle, AgentWorkflow.wait_turn, 1)
     assert turn is not None and turn.reply == f"[scripted model] {LONG}"
     events = await events_of(db_engine, handle.id)
     deltas = [e.data for e in events if e.kind == "delta"]
@@ -192,8 +194,8 @@ async def test_tool_calls_results_and_questions_are_events(
         if any(e.kind == "question" for e in await events_of(db_engine, handle.id)):
             break
         await asyncio.sleep(0.05)
-    await handle.signal(AgentWorkflow.answer, {"call_id": "c2", "user_id": "alice", "text": "Jane Doe"})
-    turn = await handle.execute_update(AgentWorkflow.wait_turn, 1)
+    await handle.signal(AgentWorkflow.answer, AnswerSignal(call_id="c2", user_id="alice", text="Jane Doe"))
+    turn = await execute_update(handle, AgentWorkflow.wait_turn, 1)
     assert turn is not None and turn.reply == "[scripted model] Thanks"
     kinds = [
         (e.kind, e.data.get("call_id")) for e in await events_of(db_engine, handle.id) if e.kind != "delta"

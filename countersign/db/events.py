@@ -22,10 +22,11 @@ from sqlalchemy import func, select
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from countersign.core.contract import TurnStop
 from countersign.db.schema import ConversationEvent, ConversationMessage
 
 CHANNEL = "conversation_events"
-TURN_STOPS = ("limit_reached", "error")  # the `name` of a turn's closing note (see activities.store)
+TURN_STOPS: tuple[TurnStop, ...] = ("limit_reached", "error")  # a turn's closing note names how it stopped
 QUESTION_TOOL = "ask_human"
 ARGS_SHOWN = 2000  # a tool call's arguments in an event, at most (the transcript has them whole)
 

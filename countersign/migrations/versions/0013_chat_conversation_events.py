@@ -35,7 +35,8 @@ def upgrade() -> None:
         sa.Column("key", sa.Text(), nullable=True),
         sa.Column("created_at", sa.DateTime(timezone=True), server_default=sa.text("now()"), nullable=False),
         sa.CheckConstraint(
-            "kind IN ('delta', 'tool_call', 'tool_result', 'approval', 'question', 'rollback', 'turn', 'ended')",
+            "kind IN ('delta', 'tool_call', 'tool_result', 'approval', 'question', 'rollback', 'turn', "
+            "'ended')",
             name="ck_conversation_events_kind",
         ),
         sa.ForeignKeyConstraint(

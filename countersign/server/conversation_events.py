@@ -28,10 +28,10 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError
 
-from activities.store import ConversationStore
 from countersign.db.events import CHANNEL, EventLog
-from countersign.inbox.auth import Reviewer
-from countersign.inbox.service import InboxError
+from countersign.db.messages import ConversationStore
+from countersign.server.auth import Reviewer
+from countersign.server.service import InboxError
 
 MAX_STREAMS_PER_PERSON = 8
 KEEPALIVE_S = 15.0

@@ -1,0 +1,232 @@
+"""The conversation store in PostgreSQL (`conversation_messages`): append messages, load what a model
+call sends, rebuild a turn's reply, count a tenant's tokens of the day.
+
+Appends are idempotent: the workflow allocates sequence numbers, so a retried append of the same
+(workflow id, seq) changes nothing. A user message's id is unique per conversation: appending a
+redelivered one (same id, another seq) is refused and reported, so the workflow answers it once.
+Shared by the store and model activities and by the client side (transcripts of ended conversations).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import func, select
+from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from temporalio.exceptions import ApplicationError
+
+from countersign.core.bounds import storable
+from countersign.core.calls import StoredResult, ToolInvocation, ToolResult
+from countersign.core.contract import StatusView, TurnResult, TurnStop
+from countersign.core.envelopes import AppendMessages, StoredMessage, tool_message
+from countersign.core.messages import ChatMessage, ToolCall, Usage
+from countersign.db.events import TURN_STOPS, publish_message
+from countersign.db.schema import ConversationMessage, TenantTokenBudget
+
+
+def message_of(row: ConversationMessage) -> ChatMessage:
+    return ChatMessage(
+        role=row.role,
+        content=row.content,
+        tool_calls=[ToolCall.model_validate(c) for c in row.tool_calls or []],
+        tool_call_id=row.tool_call_id,
+        name=row.name,
+    )
+
+
+def row_of(
+    workflow_id: str, tenant_id: str, stored: StoredMessage, usage: Usage | None = None
+) -> dict[str, Any]:
+    m = stored.message
+
+    def text(value: str | None) -> str | None:  # a model may send NUL, which PostgreSQL cannot hold
+        return storable(value) if value is not None else None
+
+    calls = [
+        {k: text(v) if isinstance(v, str) else v for k, v in c.model_dump(exclude_none=True).items()}
+        for c in m.tool_calls
+    ]
+    return {
+        "workflow_id": workflow_id,
+        "seq": stored.seq,
+        "tenant_id": tenant_id,
+        "role": m.role,
+        "content": text(m.content),
+        "tool_calls": calls or None,
+        "tool_call_id": text(m.tool_call_id),
+        "name": text(m.name),
+        "message_id": stored.message_id,
+        "prompt_tokens": usage.prompt_tokens if usage else 0,
+        "completion_tokens": usage.completion_tokens if usage else 0,
+    }
+
+
+async def store_tool_result(
+    session: AsyncSession, invocation: ToolInvocation, result: ToolResult
+) -> StoredResult:
+    """Store a call's result as its tool message at `invocation.store_seq`, in the caller's
+    transaction (with the call's audit row), and answer with the envelope workflow history keeps.
+    Idempotent: a retry, or a second attempt of the call, finds the row and changes nothing."""
+    stored, envelope = tool_message(invocation, result)
+    await insert_message(session, row_of(invocation.workflow_id, invocation.caller.tenant_id, stored))
+    return envelope
+
+
+async def insert_message(session: AsyncSession, row: dict[str, Any]) -> None:
+    """Insert a message once, and the events it means for the conversation's readers with it (a
+    retried write inserts nothing and tells nobody twice)."""
+    inserted = await session.scalar(
+        insert(ConversationMessage).values(**row).on_conflict_do_nothing().returning(ConversationMessage.seq)
+    )
+    if inserted is not None:
+        await publish_message(session, row)
+
+
+class ConversationStore:
+    """Reads and writes `conversation_messages`; shared by the store, model and CLI sides."""
+
+    def __init__(self, sessions: async_sessionmaker[AsyncSession]) -> None:
+        self.sessions = sessions
+
+    async def append(self, batch: AppendMessages, usage: Usage | None = None) -> list[int]:
+        """Append `batch`; the seqs refused because their message id was stored at another seq."""
+        refused: list[int] = []
+        async with self.sessions() as session, session.begin():
+            for stored in batch.messages:
+                if stored.message_id is not None:
+                    earlier = await session.scalar(
+                        select(ConversationMessage.seq).where(
+                            ConversationMessage.workflow_id == batch.workflow_id,
+                            ConversationMessage.message_id == stored.message_id,
+                        )
+                    )
+                    if earlier is not None and earlier != stored.seq:
+                        refused.append(stored.seq)
+                        continue
+                await insert_message(session, row_of(batch.workflow_id, batch.tenant_id, stored, usage))
+        return refused
+
+    async def load(self, workflow_id: str, seqs: list[int] | None = None) -> list[ChatMessage]:
+        """The messages `seqs` in the order given (the summary comes before the window although
+        it is stored later), or all of them in sequence order."""
+        if seqs is not None:
+            by_seq = await self.at(workflow_id, seqs)
+            return [by_seq[s] for s in seqs if s in by_seq]
+        query = select(ConversationMessage).where(ConversationMessage.workflow_id == workflow_id)
+        async with self.sessions() as session:
+            rows = list(await session.scalars(query.order_by(ConversationMessage.seq)))
+        return [message_of(r) for r in rows]
+
+    async def at(self, workflow_id: str, seqs: list[int]) -> dict[int, ChatMessage]:
+        """The stored messages among `seqs`, by sequence number."""
+        query = select(ConversationMessage).where(
+            ConversationMessage.workflow_id == workflow_id, ConversationMessage.seq.in_(seqs)
+        )
+        async with self.sessions() as session:
+            return {r.seq: message_of(r) for r in await session.scalars(query)}
+
+    async def reply_at(self, workflow_id: str, seq: int) -> tuple[ChatMessage, Usage] | None:
+        """A model reply stored earlier at `seq` (a retried model call answers with it, once)."""
+        async with self.sessions() as session:
+            row = await session.get(ConversationMessage, (workflow_id, seq))
+        if row is None:
+            return None
+        return message_of(row), Usage(
+            prompt_tokens=row.prompt_tokens, completion_tokens=row.completion_tokens, model_calls=1
+        )
+
+    async def turn_reply(self, workflow_id: str, message_id: str, turn: int) -> TurnResult | None:
+        """The turn that answered the user message `message_id`, rebuilt from what it stored: its
+        reply is the last assistant message before the next user message, its usage that of its
+        model replies and tool results. None when the message is not stored."""
+        async with self.sessions() as session:
+            asked = await session.scalar(
+                select(ConversationMessage.seq).where(
+                    ConversationMessage.workflow_id == workflow_id,
+                    ConversationMessage.message_id == message_id,
+                )
+            )
+            if asked is None:
+                return None
+            mine = ConversationMessage.workflow_id == workflow_id
+            after = await session.scalar(
+                select(func.min(ConversationMessage.seq)).where(
+                    mine, ConversationMessage.seq > asked, ConversationMessage.role == "user"
+                )
+            )
+            within = [mine, ConversationMessage.seq > asked]
+            within += [ConversationMessage.seq < after] if after is not None else []
+            query = select(ConversationMessage).where(*within).order_by(ConversationMessage.seq)
+            turn_rows = list(await session.scalars(query))
+        replies = [r for r in turn_rows if r.role == "assistant"]
+        last = replies[-1] if replies else None
+        stop: TurnStop = "completed"
+        if last is not None and last.name in TURN_STOPS:
+            stop = "limit_reached" if last.name == "limit_reached" else "error"
+        model = [r for r in replies if r.name not in TURN_STOPS]
+        usage = Usage(
+            prompt_tokens=sum(r.prompt_tokens for r in model),
+            completion_tokens=sum(r.completion_tokens for r in model),
+            model_calls=len(model),
+            tool_calls=sum(r.role == "tool" for r in turn_rows),
+        )
+        return TurnResult(turn=turn, reply=last.content if last else None, stop=stop, usage=usage)
+
+    async def owner(self, workflow_id: str) -> tuple[str, str] | None:
+        """The conversation's tenant and user (the author of its user messages), if stored."""
+        query = (
+            select(ConversationMessage.tenant_id, ConversationMessage.name)
+            .where(ConversationMessage.workflow_id == workflow_id, ConversationMessage.role == "user")
+            .order_by(ConversationMessage.seq)
+            .limit(1)
+        )
+        async with self.sessions() as session:
+            row = (await session.execute(query)).first()
+        return (row[0], row[1]) if row is not None and row[1] else None
+
+    async def status(self, workflow_id: str) -> StatusView | None:
+        """What the store says of a conversation whose history is gone (past the namespace's
+        retention): ended, its turns (user messages) and its model usage. None: not in the store."""
+        tokens = ConversationMessage.prompt_tokens + ConversationMessage.completion_tokens
+        query = select(
+            func.min(ConversationMessage.tenant_id),
+            func.count().filter(ConversationMessage.role == "user"),
+            func.coalesce(func.sum(ConversationMessage.prompt_tokens), 0),
+            func.coalesce(func.sum(ConversationMessage.completion_tokens), 0),
+            func.count().filter(tokens > 0),
+        ).where(ConversationMessage.workflow_id == workflow_id)
+        async with self.sessions() as session:
+            tenant, turns, prompt, completion, calls = (await session.execute(query)).one()
+        if tenant is None:
+            return None
+        usage = Usage(prompt_tokens=prompt, completion_tokens=completion, model_calls=calls)
+        return StatusView(state="ended", turn=turns, usage=usage, tenant_id=tenant)
+
+    async def tokens_today(self, tenant_id: str) -> tuple[int, int | None]:
+        """The tenant's model tokens since 00:00 UTC, and its budget per day (None: unbounded)."""
+        midnight = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+        async with self.sessions() as session:
+            used = await session.scalar(
+                select(
+                    func.coalesce(
+                        func.sum(ConversationMessage.prompt_tokens + ConversationMessage.completion_tokens), 0
+                    )
+                ).where(
+                    ConversationMessage.tenant_id == tenant_id, ConversationMessage.created_at >= midnight
+                )
+            )
+            budget = await session.get(TenantTokenBudget, tenant_id)
+        return int(used or 0), budget.tokens_per_day if budget else None
+
+    async def check_tenant_budget(self, tenant_id: str) -> None:
+        """Refuse a model call once the tenant spent its tokens of the day: LIMIT_REACHED, no retry."""
+        used, budget = await self.tokens_today(tenant_id)
+        if budget is not None and used >= budget:
+            raise ApplicationError(
+                f"LIMIT_REACHED: tenant {tenant_id} used {used} model tokens today, its budget is "
+                f"{budget} per day (tenant_token_budgets)",
+                type="LimitReached",
+                non_retryable=True,
+            )
