@@ -51,6 +51,16 @@ async def events(
         yield response
 
 
+async def start(stack: SignedStack, token: str, message: str) -> str:
+    """A conversation of the token's person, started through the conversation API."""
+    status, body = await stack.call(
+        "POST", "/api/conversations", token, {"agent": "lead-qualifier", "message": message}
+    )
+    assert status == 201, body
+    stack.agent.track(body["workflow_id"])
+    return str(body["workflow_id"])
+
+
 async def read_until(response: aiohttp.ClientResponse, kind: str) -> list[ServerEvent]:
     seen = []
     async for event in server_events(response):
@@ -63,16 +73,16 @@ async def read_until(response: aiohttp.ClientResponse, kind: str) -> list[Server
 async def test_alice_follows_her_conversation_through_an_approval(signed_agent: SignedStack) -> None:
     stack = signed_agent
     stack.agent.script(*REVIEWED)
-    handle = await stack.agent.start("please qualify jane", user="alice")
     alice, bob = await stack.login("alice"), await stack.login("bob")
-    async with events(stack, handle.id, alice) as response:
+    workflow_id = await start(stack, alice, "please qualify jane")
+    async with events(stack, workflow_id, alice) as response:
         assert response.status == 200 and response.headers["Content-Type"] == "text/event-stream"
         waiting = await asyncio.wait_for(read_until(response, "approval"), 30)
         assert [e.kind for e in waiting].count("delta") >= 1
         assert next(e.data for e in waiting if e.kind == "tool_call")["tool"] == "update_lead_status"
         pending = waiting[-1].data
         assert pending["state"] == "pending" and "bob" in pending["may_decide"] and pending["expires_at"]
-        status, _ = await stack.call("POST", f"/api/approvals/{handle.id}/c1", bob, {"decision": "approve"})
+        status, _ = await stack.call("POST", f"/api/approvals/{workflow_id}/c1", bob, {"decision": "approve"})
         assert status == 200
         rest = await asyncio.wait_for(read_until(response, "turn"), 30)
     decided = next(e.data for e in rest if e.kind == "approval")
@@ -83,7 +93,7 @@ async def test_alice_follows_her_conversation_through_an_approval(signed_agent: 
     ids = [e.id for e in every]
     assert None not in ids and ids == sorted(i or 0 for i in ids)
     # resumed after the approval request: exactly what followed it, nothing twice
-    async with events(stack, handle.id, alice, last_id=waiting[-1].id) as response:
+    async with events(stack, workflow_id, alice, last_id=waiting[-1].id) as response:
         again = await asyncio.wait_for(read_until(response, "turn"), 30)
     assert [e.id for e in again] == [e.id for e in rest]
 
@@ -91,18 +101,18 @@ async def test_alice_follows_her_conversation_through_an_approval(signed_agent: 
 async def test_only_those_who_may_read_it_see_a_conversation(signed_agent: SignedStack) -> None:
     stack = signed_agent
     stack.agent.script({"reply": {"content": "hello"}})
-    handle = await stack.agent.start("hi", user="alice")
-    await execute_update(handle, AgentWorkflow.wait_turn, 1)
+    workflow_id = await start(stack, await stack.login("alice"), "hi")
+    await execute_update(stack.agent.client.get_workflow_handle(workflow_id), AgentWorkflow.wait_turn, 1)
     for user, tenant in (("bob", "acme"), ("dave", "globex")):
         token = await stack.login(user, tenant)
-        async with events(stack, handle.id, token) as response:
+        async with events(stack, workflow_id, token) as response:
             assert response.status == 404, user
-    async with events(stack, handle.id, await stack.login("carol")) as response:  # an admin of acme
+    async with events(stack, workflow_id, await stack.login("carol")) as response:  # an admin of acme
         assert response.status == 200
         assert (await asyncio.wait_for(read_until(response, "turn"), 10))[-1].data["turn"] == 1
     async with (
         aiohttp.ClientSession() as http,
-        http.get(f"{stack.url}/api/conversations/{handle.id}/events") as r,
+        http.get(f"{stack.url}/api/conversations/{workflow_id}/events") as r,
     ):
         assert r.status == 401
 
@@ -110,9 +120,9 @@ async def test_only_those_who_may_read_it_see_a_conversation(signed_agent: Signe
 async def test_open_streams_are_bounded_per_person(signed_agent: SignedStack) -> None:
     stack = signed_agent
     stack.agent.script({"reply": {"content": "hello"}})
-    handle = await stack.agent.start("hi", user="alice")
     alice = await stack.login("alice")
-    url, headers = f"{stack.url}/api/conversations/{handle.id}/events", {"Authorization": f"Bearer {alice}"}
+    workflow_id = await start(stack, alice, "hi")
+    url, headers = f"{stack.url}/api/conversations/{workflow_id}/events", {"Authorization": f"Bearer {alice}"}
     async with aiohttp.ClientSession() as http:
         opened = [await http.get(url, headers=headers) for _ in range(MAX_STREAMS_PER_PERSON)]
         assert [r.status for r in opened] == [200] * MAX_STREAMS_PER_PERSON

@@ -148,11 +148,30 @@ def inbox() -> None:
     """The reviewers' inbox: pending approvals, proven decisions (web app and JSON API)."""
 
 
+PORT_OPTION = click.option(
+    "--port", type=click.IntRange(0, 65535), help="Default: COUNTERSIGN_INBOX_PORT or 8300."
+)
+HOST_OPTION = click.option("--host", default="127.0.0.1", show_default=True)
+
+
+@cli.command("server")
+@PORT_OPTION
+@HOST_OPTION
+def server(port: int | None, host: str) -> None:
+    """Serve the Countersign server (the front door: conversation API, chat, inbox) until Ctrl-C
+    or SIGTERM; with OIDC login when COUNTERSIGN_OIDC_ISSUER is set."""
+    serve_forever(port, host)
+
+
 @inbox.command()
-@click.option("--port", type=click.IntRange(0, 65535), help="Default: COUNTERSIGN_INBOX_PORT or 8300.")
-@click.option("--host", default="127.0.0.1", show_default=True)
+@PORT_OPTION
+@HOST_OPTION
 def serve(port: int | None, host: str) -> None:
-    """Serve the inbox until Ctrl-C or SIGTERM (with OIDC login when COUNTERSIGN_OIDC_ISSUER is set)."""
+    """The same server as `server` (its older name)."""
+    serve_forever(port, host)
+
+
+def serve_forever(port: int | None, host: str) -> None:
     settings = load_settings()
     try:
         oidc = OidcConfig.from_env()
@@ -171,7 +190,7 @@ def serve(port: int | None, host: str) -> None:
         bound = settings.inbox_port if port is None else port
         async with running_inbox(settings, host, bound, oidc=oidc, trusted_proxies=proxies) as url:
             sso = f", single sign-on: {oidc.issuer}" if oidc else ""
-            click.echo(f"inbox serving on {url} (APPROVER_AUTH={settings.approver_auth}{sso})", err=True)
+            click.echo(f"server serving on {url} (COUNTERSIGN_AUTH={settings.approver_auth}{sso})", err=True)
             await stop.wait()
 
     run(body())

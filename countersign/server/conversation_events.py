@@ -9,9 +9,9 @@ names it; a stream also reads on every keep-alive, so a lost NOTIFY delays an ev
 `ended` is the one event not written by an activity: the stream sends it when Temporal says the
 conversation's workflow has closed (checked after each turn and on every keep-alive), then closes.
 
-Only the conversation's user (the author of its messages, from the database) and the tenant's
-admins may read it; anyone else gets 404, as for a conversation that does not exist. Each person
-has at most MAX_STREAMS_PER_PERSON open streams (429 beyond).
+Those who may read the conversation's transcript may read its events (the `conversations` row
+says whose it is); anyone else gets 404, as for a conversation that does not exist. Each person has
+at most MAX_STREAMS_PER_PERSON open streams (429 beyond).
 """
 
 from __future__ import annotations
@@ -29,13 +29,10 @@ from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError
 
 from countersign.db.events import CHANNEL, EventLog
-from countersign.db.messages import ConversationStore
-from countersign.server.auth import Reviewer
 from countersign.server.service import InboxError
 
 MAX_STREAMS_PER_PERSON = 8
 KEEPALIVE_S = 15.0
-OWNER_TRIES = 50  # 5 s: a conversation just started may not have stored its first message yet
 
 
 class Feed:
@@ -79,19 +76,17 @@ class Feed:
 
 
 class ConversationEvents:
-    """What the events route needs: the log, the store (who owns a conversation), the feed, and
-    the open streams per person (bounded)."""
+    """What the events route needs: the log, the feed, and the open streams per person (bounded)."""
 
     def __init__(self, sessions: async_sessionmaker[AsyncSession], database_url: str) -> None:
         self.log = EventLog(sessions)
-        self.store = ConversationStore(sessions)
         self.feed = Feed(database_url)
         self.limit = MAX_STREAMS_PER_PERSON
         self._open: Counter[tuple[str, str]] = Counter()
 
     @contextlib.contextmanager
-    def opened(self, reviewer: Reviewer) -> Iterator[None]:
-        person = (reviewer.tenant_id, reviewer.user_id)
+    def opened(self, tenant_id: str, user_id: str) -> Iterator[None]:
+        person = (tenant_id, user_id)
         if self._open[person] >= self.limit:
             raise InboxError(429, f"at most {self.limit} open event streams per person", retry_after_s=5)
         self._open[person] += 1
@@ -99,16 +94,6 @@ class ConversationEvents:
             yield
         finally:
             self._open[person] -= 1
-
-    async def may_read(self, reviewer: Reviewer, roles: list[str], workflow_id: str) -> bool:
-        """Whether the caller may read the conversation: its user, or an admin of its tenant."""
-        for _ in range(OWNER_TRIES):
-            if (owner := await self.store.owner(workflow_id)) is not None:
-                break
-            await asyncio.sleep(0.1)
-        if owner is None or owner[0] != reviewer.tenant_id:
-            return False
-        return owner[1] == reviewer.user_id or "admin" in roles
 
 
 def resume_point(request: web.Request) -> int:
