@@ -81,9 +81,12 @@ def result_ok(content: str | None) -> bool:
 
 async def publish_message(session: AsyncSession, row: dict[str, Any]) -> None:
     """The events of a message the store has just inserted (a `conversation_messages` row's values):
-    an assistant's tool calls (and the questions among them), a tool's result, or the reply that
-    ends a turn."""
+    the user's message, an assistant's tool calls (and the questions among them), a tool's result,
+    or the reply that ends a turn."""
     workflow_id, tenant_id = row["workflow_id"], row["tenant_id"]
+    if row["role"] == "user":
+        said = {"text": row["content"], "user": row["name"]}
+        await publish(session, workflow_id, tenant_id, "message", said, f"message:{row['seq']}")
     if row["role"] == "tool" and row["tool_call_id"]:
         call_id = row["tool_call_id"]
         data = {"call_id": call_id, "tool": row["name"], "ok": result_ok(row["content"])}

@@ -623,7 +623,17 @@ class ConversationMessage(Base):
     created_at: Mapped[datetime] = created_at()
 
 
-EVENT_KINDS = ("delta", "tool_call", "tool_result", "approval", "question", "rollback", "turn", "ended")
+EVENT_KINDS = (
+    "message",
+    "delta",
+    "tool_call",
+    "tool_result",
+    "approval",
+    "question",
+    "rollback",
+    "turn",
+    "ended",
+)
 
 
 class ConversationEvent(Base):

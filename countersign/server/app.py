@@ -29,7 +29,7 @@ from countersign.db.engine import create_engine, session_factory
 from countersign.identity import tokens
 from countersign.identity.proofs import load_private_key
 from countersign.runtime.config import Settings
-from countersign.server import agent_tools
+from countersign.server import agent_tools, chat
 from countersign.server.auth import SESSION_TTL, Reviewer, SessionClaims
 from countersign.server.conversation_events import ConversationEvents, resume_point, stream_events
 from countersign.server.door import CALLER, REQUESTERS, add_routes, on_conversation, recorded
@@ -380,6 +380,16 @@ async def page(request: web.Request) -> web.Response:
     return web.Response(text=html, content_type="text/html")
 
 
+async def chat_page(request: web.Request) -> web.Response:
+    """The requesters' page (static/chat.js draws conversations from their events stream)."""
+    claims = await session_of(request)
+    oidc = request.app.get(OIDC)
+    html = _templates.get_template("chat.html").render(
+        person=claims.reviewer if claims else None, oidc_name=oidc.config.name if oidc else None
+    )
+    return web.Response(text=html, content_type="text/html")
+
+
 # --- login through the OIDC provider (countersign.server.oidc) ------------------------------------
 
 
@@ -470,6 +480,8 @@ def create_app(
     agent_tools.add_routes(app, requesters.sessions)
     app.router.add_post("/api/conversations/{workflow_id}/answer", answer_by_body)
     app.router.add_get("/api/conversations/{workflow_id}/events", conversation_events)
+    app.router.add_get("/chat", chat_page)
+    chat.add_routes(app)
     return app
 
 

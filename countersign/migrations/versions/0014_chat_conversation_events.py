@@ -4,10 +4,10 @@ Revision ID: 0014
 Revises: 0013
 Create Date: 2026-11-25
 
-`conversation_events` holds the model's text as it streams (`delta`), tool calls and results,
-approvals, questions, rollbacks and turns, written by the activities outside workflow history; the
-bigserial `id` is the events stream's `Last-Event-ID`. Readers are woken by NOTIFY on channel
-`conversation_events`.
+`conversation_events` holds the user's messages, the model's text as it streams (`delta`), tool
+calls and results, approvals, questions, rollbacks and turns, written by the activities outside
+workflow history; the bigserial `id` is the events stream's `Last-Event-ID`. Readers are woken
+by NOTIFY on channel `conversation_events`.
 
 Written by hand and frozen, like 0001.
 """
@@ -35,8 +35,8 @@ def upgrade() -> None:
         sa.Column("key", sa.Text(), nullable=True),
         sa.Column("created_at", sa.DateTime(timezone=True), server_default=sa.text("now()"), nullable=False),
         sa.CheckConstraint(
-            "kind IN ('delta', 'tool_call', 'tool_result', 'approval', 'question', 'rollback', 'turn', "
-            "'ended')",
+            "kind IN ('message', 'delta', 'tool_call', 'tool_result', 'approval', 'question', 'rollback', "
+            "'turn', 'ended')",
             name="ck_conversation_events_kind",
         ),
         sa.ForeignKeyConstraint(
