@@ -52,7 +52,9 @@ let current = null; // {id, source, replies: Map(seq -> {node, attempt}), steps:
 
 function timeLeft(iso) {
   const s = Math.max(0, Math.round((new Date(iso) - Date.now()) / 1000));
-  return `${Math.floor(s / 60)}:${String(s % 60).padStart(2, "0")}`;
+  const [h, m, sec] = [Math.floor(s / 3600), Math.floor((s % 3600) / 60), s % 60];
+  const pad = (n) => String(n).padStart(2, "0");
+  return h ? `${h} h ${pad(m)} min` : `${m}:${pad(sec)}`;
 }
 
 function setBusy(busy, why) {
