@@ -1,15 +1,17 @@
 """`starter.py chat`: talk to an agent interactively and watch it work.
 
-Each line you type is a message; while the turn runs, the chat follows the `transcript` and `status`
-queries (every POLL_S, only then) and prints what is new: tool calls with their arguments, results,
-approvals and questions, which you can answer inline. The reply itself arrives through the
-`wait_reply` (or `wait_turn`) update, awaited alongside. Ctrl-C or a closed stdin only detach the
-display: the conversation is a workflow and goes on without it.
+Each line you type is a message; while the turn runs, the chat reads the conversation's events as
+they are written (countersign.db.events): the model's text as it streams, and at each other event
+what is new in the `transcript` and `status` queries: tool calls with their arguments, results,
+approvals and questions, which you can answer inline (without a database: it looks every POLL_S).
+The reply itself arrives through the `wait_reply` (or `wait_turn`) update, awaited alongside.
+Ctrl-C or a closed stdin only detach the display: the conversation is a workflow and goes on.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import sys
 import uuid
@@ -23,7 +25,14 @@ from temporalio.client import Client, WorkflowHandle
 
 from countersign.cli.app import cli, run
 from countersign.cli.approvals import decide
-from countersign.cli.conversations import connected, parse_limits, query_status, query_transcript, wait_turn
+from countersign.cli.conversations import (
+    connected,
+    events_seen,
+    parse_limits,
+    query_status,
+    query_transcript,
+    wait_turn,
+)
 from countersign.cli.inbox import inbox_request, load_session, signed_mode
 from countersign.cli.records import with_session
 from countersign.cli.ux import command
@@ -55,10 +64,11 @@ from countersign.core.contract import (
 )
 from countersign.core.messages import ChatMessage
 from countersign.core.saga import RollbackRequest
-from countersign.db import schema
+from countersign.db import events, schema
 from countersign.runtime.config import SCRIPTED_LABEL, Settings
 
-POLL_S = 0.25  # how often a running turn is looked at; nothing polls between turns
+POLL_S = 0.25  # without a database: how often a running turn is looked at
+LAST_EVENTS_S = 2.0  # how long a turn that has ended is given for its last events to be read
 HELP = """\
 Type a message to send it. While the agent works you see its tool calls, results, approvals and questions.
   /status                    state, usage, pending approvals and questions
@@ -201,6 +211,9 @@ class Chat:
         self.pending: dict[str, PendingApproval] = {}  # approvals seen pending, until their decision is shown
         self.roles: list[str] | None = None  # the person's roles in the tenant, read when first needed
         self.ended = False
+        self.after = 0  # the latest conversation event read
+        self.streaming: int | None = None  # the model call (its reply's seq) whose text is being shown
+        self.streamed: dict[int, str] = {}  # the text each model call streamed
 
     @property
     def workflow_id(self) -> str:
@@ -245,6 +258,7 @@ class Chat:
             self.ended = True
             return
         message = SubmitMessage(user_id=self.user, text=text, message_id=uuid.uuid4().hex)
+        self.after = await events_seen(self.settings, self.handle.id)
         await self.handle.signal("submit_message", message)
         await self.follow(wait_reply(self.client, self.handle.id, message.message_id or ""))
 
@@ -256,6 +270,7 @@ class Chat:
         )
         click.echo(render_transcript(messages, scripted=False))
         self.last_shown = messages[-1] if messages else None
+        self.after = await events_seen(self.settings, workflow_id)
         if status.state == "ended":
             click.echo(f"conversation {workflow_id} has ended")
             self.ended = True
@@ -268,9 +283,14 @@ class Chat:
         """Show the turn's progress until `reply` (the update that answers when it ends) returns."""
         waiting = asyncio.ensure_future(reply)
         try:
-            while not waiting.done():
-                await self.show_progress()
-                await asyncio.wait({waiting}, timeout=POLL_S)
+            if self.settings.database_url:
+                await self.show_progress()  # what already waits (a question, an approval) is asked now
+                await self.follow_events(waiting, self.settings.database_url)
+            else:  # no database to read the events from: look at the status now and then
+                while not waiting.done():
+                    await self.show_progress()
+                    await asyncio.wait({waiting}, timeout=POLL_S)
+            self.end_streaming()
             await self.show_progress()
         finally:
             waiting.cancel()  # only our wait: the workflow does not notice
@@ -281,6 +301,56 @@ class Chat:
         else:
             click.echo(turn_footer(turn))
 
+    async def follow_events(self, waiting: asyncio.Future[TurnResult | None], database_url: str) -> None:
+        """Read the conversation's events as they are written: text is shown as it streams; any
+        other event (a call, a result, an approval, a question) shows what is new and asks what
+        is to be asked. Nothing is polled."""
+        stream = events.follow(database_url, self.workflow_id, self.after)
+        upcoming = asyncio.ensure_future(anext(stream))
+        ended = False  # the latest event read ends the turn (or the conversation)
+        try:
+            while True:
+                pending: set[asyncio.Future[Any]] = {upcoming} if waiting.done() else {waiting, upcoming}
+                # once the turn has ended, its last events are already written: read them, briefly
+                await asyncio.wait(pending, timeout=LAST_EVENTS_S if waiting.done() else None,
+                                   return_when=asyncio.FIRST_COMPLETED)  # fmt: skip
+                if waiting.done() and (ended or not upcoming.done()):
+                    return
+                if not upcoming.done():
+                    continue
+                event = upcoming.result()
+                self.after = event.id
+                if event.kind == "delta":
+                    self.show_delta(event.data)
+                else:
+                    self.end_streaming()
+                    await self.show_progress()
+                ended = event.kind in ("turn", "ended")
+                upcoming = asyncio.ensure_future(anext(stream))
+        finally:
+            upcoming.cancel()
+            with contextlib.suppress(BaseException):
+                await upcoming
+            await stream.aclose()
+
+    def show_delta(self, data: dict[str, Any]) -> None:
+        seq, text = int(data.get("seq", -1)), str(data.get("text", ""))
+        if data.get("reset") and self.streaming is not None:
+            click.echo("\n  (the model call was retried)")
+            self.streaming = None
+        if self.streaming != seq:
+            self.end_streaming()
+            click.echo("agent> ", nl=False)
+            self.streaming, self.streamed[seq] = seq, ""
+        click.echo(text, nl=False)
+        self.streamed[seq] += text
+        self.thinking_shown = False
+
+    def end_streaming(self) -> None:
+        if self.streaming is not None:
+            click.echo("")
+            self.streaming = None
+
     async def show_progress(self) -> None:
         assert self.handle is not None
         # Status first, then the transcript: state only moves forward, so the transcript then holds
@@ -290,6 +360,8 @@ class Chat:
         await self.show_decided(status)  # before the results they let through
         shown = await with_stored_results(self.settings, self.handle.id, unseen(messages, self.last_shown))
         for message in shown:
+            if message.role == "assistant" and message.content in self.streamed.values():
+                message = message.model_copy(update={"content": None})  # shown as it streamed
             text = render_message(message) if message.role != "user" else None  # the person typed it
             if text:
                 click.echo(text)

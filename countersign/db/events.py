@@ -14,12 +14,17 @@ call (`seq`) and attempt it belongs to, so a reader never shows two attempts' te
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
+from collections.abc import AsyncGenerator
 from typing import Any
 
+import asyncpg
 from pydantic import BaseModel
 from sqlalchemy import func, select
 from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from countersign.core.contract import TurnStop
@@ -89,7 +94,7 @@ async def publish_message(session: AsyncSession, row: dict[str, Any]) -> None:
         await publish(session, workflow_id, tenant_id, "message", said, f"message:{row['seq']}")
     if row["role"] == "tool" and row["tool_call_id"]:
         call_id = row["tool_call_id"]
-        data = {"call_id": call_id, "tool": row["name"], "ok": result_ok(row["content"])}
+        data = {"call_id": call_id, "tool": row["name"], "ok": result_ok(row["content"]), "seq": row["seq"]}
         await publish(session, workflow_id, tenant_id, "tool_result", data, f"tool_result:{call_id}")
     if row["role"] != "assistant":
         return
@@ -153,3 +158,54 @@ class EventLog:
         async with self.sessions() as session:
             rows = (await session.execute(query)).all()
         return [Event(id=i, kind=k, data=d) for i, k, d in rows]
+
+
+def listen_dsn(database_url: str) -> str:
+    """The plain libpq URL of a SQLAlchemy one (`postgresql+asyncpg://…`), for an asyncpg LISTEN."""
+    return make_url(database_url).set(drivername="postgresql").render_as_string(hide_password=False)
+
+
+async def follow(
+    database_url: str, workflow_id: str, after: int = 0, idle_s: float = 15.0
+) -> AsyncGenerator[Event]:
+    """A conversation's events after `after`, as they are written, for as long as the caller reads:
+    one connection that LISTENs and reads (the CLI's view; the server shares one per process). A
+    lost NOTIFY delays an event by at most `idle_s`, it never drops one."""
+    connection = await asyncpg.connect(listen_dsn(database_url))
+    woken: asyncio.Queue[None] = asyncio.Queue(maxsize=1)
+
+    def notified(_connection: object, _pid: int, _channel: str, payload: str) -> None:
+        if payload == workflow_id:
+            with contextlib.suppress(asyncio.QueueFull):
+                woken.put_nowait(None)
+
+    try:
+        await connection.add_listener(CHANNEL, notified)
+        while True:
+            rows = await connection.fetch(
+                "SELECT id, kind, data::text FROM conversation_events WHERE workflow_id = $1 AND id > $2"
+                " ORDER BY id LIMIT 500",
+                workflow_id,
+                after,
+            )
+            for row in rows:
+                after = row["id"]
+                yield Event(id=row["id"], kind=row["kind"], data=json.loads(row["data"]))
+            if not rows:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(woken.get(), idle_s)
+    finally:
+        await connection.close()
+
+
+async def last_id(database_url: str, workflow_id: str) -> int:
+    """The id of the conversation's latest event (0: none): where a reader that has shown the
+    transcript so far starts following."""
+    connection = await asyncpg.connect(listen_dsn(database_url))
+    try:
+        found = await connection.fetchval(
+            "SELECT coalesce(max(id), 0) FROM conversation_events WHERE workflow_id = $1", workflow_id
+        )
+    finally:
+        await connection.close()
+    return int(found)

@@ -23,12 +23,11 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 
 import asyncpg
 from aiohttp import web
-from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError
 
-from countersign.db.events import CHANNEL, EventLog
+from countersign.db.events import CHANNEL, EventLog, listen_dsn
 from countersign.server.service import InboxError
 
 MAX_STREAMS_PER_PERSON = 8
@@ -39,7 +38,7 @@ class Feed:
     """One LISTEN connection per process; `watch(workflow_id)` gives a queue woken per NOTIFY."""
 
     def __init__(self, database_url: str) -> None:
-        self._dsn = make_url(database_url).set(drivername="postgresql").render_as_string(hide_password=False)
+        self._dsn = listen_dsn(database_url)
         self._connection: asyncpg.Connection | None = None
         self._lock = asyncio.Lock()
         self._watchers: defaultdict[str, set[asyncio.Queue[None]]] = defaultdict(set)
