@@ -32,6 +32,9 @@ from countersign.db.schema import NotificationOutbox, Tenant, User, UserRole
 WEBHOOK_TIMEOUT_S = 10
 NOTICE_HEADER = "X-Countersign-Notice"  # on every notice email: request, reminder or escalation
 ARGS_SHOWN = 500
+NO_MAIL_SERVER = (
+    "no mail server configured: set SMTP_HOST (`dev up` runs a mail catcher, `mail list` reads it)"
+)
 
 
 def recipients_roles(notice: ApprovalNotice) -> frozenset[str]:
@@ -66,10 +69,13 @@ class NotificationActivities:
         sender: str,
         *,
         timeout: float = 30.0,
+        smtp_configured: bool = True,
     ) -> None:
         self._sessions = sessions
         self._inbox_url = inbox_url.rstrip("/")
         self._smtp = (smtp_host, smtp_port, sender, timeout)
+        self._smtp_configured = smtp_configured
+        self._said_unconfigured = False
 
     @activity.defn(name="notify_approval")
     @heartbeats
@@ -148,6 +154,9 @@ class NotificationActivities:
             channel, recipient, subject, body, payload, key = (
                 row.channel, row.recipient, row.subject, row.body, row.payload, row.idempotency_key
             )  # fmt: skip
+        if channel == "email" and not self._smtp_configured:
+            await self._undeliverable(row_id, NO_MAIL_SERVER)
+            return None  # not a failure to retry: nothing will have changed in an hour
         try:
             if channel == "email":
                 await self._send_email(recipient, subject, body, key)
@@ -164,6 +173,19 @@ class NotificationActivities:
                 update(NotificationOutbox).where(NotificationOutbox.id == row_id).values(**values)
             )
         return error
+
+    async def _undeliverable(self, row_id: int, why: str) -> None:
+        """Leave the notice queued with the reason on its row (operators see it), say so in the log
+        once per worker, and do not retry."""
+        if not self._said_unconfigured:
+            activity.logger.warning("reviewers' notices by email are not sent: %s", why)
+            self._said_unconfigured = True
+        async with self._sessions() as session, session.begin():
+            await session.execute(
+                update(NotificationOutbox)
+                .where(NotificationOutbox.id == row_id, NotificationOutbox.error.is_(None))
+                .values(attempts=NotificationOutbox.attempts + 1, error=why)
+            )
 
     async def _send_email(self, to: str, subject: str, body: str, key: str) -> None:
         host, port, sender, timeout = self._smtp

@@ -190,6 +190,7 @@ def test_status_and_down_never_touch_a_pid_that_is_not_the_recorded_process(tmp_
         "postgres": ("stopped", None),
         "temporal": ("stopped", None),
         "model": ("external", None),
+        "mail": ("stopped", None),
         "worker": ("stopped", None),
         "inbox": ("stopped", None),
     }
@@ -317,7 +318,7 @@ async def test_up_status_reuse_down_and_resume(stack_env: dict[str, str]) -> Non
     await asyncio.to_thread(temporal_db_without_search_attributes, data_dir / "temporal.db")
 
     first = await ok(env, "dev", "up")
-    assert first.count(" started ") == 5, first
+    assert first.count(" started ") == 6, first
     status = json.loads(await ok(env, "dev", "status", "--json"))
     assert status["temporal_address"] == f"127.0.0.1:{env['COUNTERSIGN_TEMPORAL_PORT']}"
     assert status["namespace"] == "default"
@@ -339,10 +340,12 @@ async def test_up_status_reuse_down_and_resume(stack_env: dict[str, str]) -> Non
         SEARCH_ATTRIBUTES, keyword
     )
     assert "running" in await ok(env, "dev", "status")
+    assert status["components"]["mail"]["address"] == f"127.0.0.1:{env['COUNTERSIGN_MAIL_PORT']}"
+    assert "no mail caught yet" in await ok(env, "mail", "list")
 
     pids = recorded_pids(env)
     second = await ok(env, "dev", "up")
-    assert second.count(" reused ") == 5, second
+    assert second.count(" reused ") == 6, second
     assert recorded_pids(env) == pids
 
     assert "stopped" in await ok(env, "dev", "down")
@@ -354,7 +357,7 @@ async def test_up_status_reuse_down_and_resume(stack_env: dict[str, str]) -> Non
     assert (data_dir / "temporal.db").exists() and (data_dir / "postgres" / "pgdata" / "PG_VERSION").exists()
 
     resumed = await ok(env, "dev", "up")  # on the persisted SQLite file and cluster
-    assert resumed.count(" started ") == 5, resumed
+    assert resumed.count(" started ") == 6, resumed
     assert SEARCH_ATTRIBUTES <= set(await registered_search_attributes(status["temporal_address"]))
     await ok(env, "dev", "down")
 

@@ -1,10 +1,12 @@
 """`dev up` / `dev down` / `dev status`: the embedded stack, one component after the other.
 
 Components, in start order: PostgreSQL, the Temporal dev server, the scripted model server, a
-worker. Each one whose env variable is set (DATABASE_URL, TEMPORAL_ADDRESS, LLM_BASE_URL) is used
-as it is and never started nor stopped. `up` writes `stack.json` after every component, so the
-worker (which reads its settings from there) finds every address, and a failed `up` leaves a record
-`down` can clean up from. `down` stops only processes recorded as ours and keeps the data.
+mail catcher (countersign.devstack.mail: notices and agents' emails are kept, to be read with
+`starter.py mail list`), a worker, the server. Each one whose env variable is set (DATABASE_URL,
+TEMPORAL_ADDRESS, LLM_BASE_URL, SMTP_HOST) is used as it is and never started nor stopped. `up`
+writes `stack.json` after every component, so the worker (which reads its settings from there)
+finds every address, and a failed `up` leaves a record `down` can clean up from. `down` stops
+only processes recorded as ours and keeps the data.
 """
 
 from __future__ import annotations
@@ -29,16 +31,22 @@ from countersign.devstack.temporal import DevServerConfig, start_dev_server, wai
 from countersign.runtime.config import PROJECT_ROOT
 from countersign.runtime.ports import port_open
 
-COMPONENTS = ("postgres", "temporal", "model", "worker", "inbox")
+COMPONENTS = ("postgres", "temporal", "model", "mail", "worker", "inbox")
 HOST = "127.0.0.1"
 # The env variable that points a component at an existing service (CONTRACT.md).
-OVERRIDES = {"postgres": "DATABASE_URL", "temporal": "TEMPORAL_ADDRESS", "model": "LLM_BASE_URL"}
+OVERRIDES = {
+    "postgres": "DATABASE_URL",
+    "temporal": "TEMPORAL_ADDRESS",
+    "model": "LLM_BASE_URL",
+    "mail": "SMTP_HOST",
+}
 DEFAULT_PORTS = {
     "COUNTERSIGN_PG_PORT": 55432,
     "COUNTERSIGN_TEMPORAL_PORT": 7233,
     "COUNTERSIGN_UI_PORT": 8233,
     "COUNTERSIGN_MODEL_PORT": 8400,
     "COUNTERSIGN_INBOX_PORT": 8300,
+    "COUNTERSIGN_MAIL_PORT": 8025,
 }
 DEFAULT_SCENARIO = PROJECT_ROOT / "countersign" / "scenarios"  # one file per agent
 STARTUP_TIMEOUT_S = 60.0
@@ -108,9 +116,14 @@ class StackPlan:
             "postgres": self.database_url,
             "temporal": self.temporal_address,
             "model": self.llm_base_url,
+            "mail": self.smtp_address,
             "worker": f"task queue {self.task_queue!r}",
             "inbox": self.inbox_url,
         }[component]
+
+    @property
+    def smtp_address(self) -> str:
+        return self.external.get("mail") or f"{HOST}:{self.ports['COUNTERSIGN_MAIL_PORT']}"
 
     @property
     def inbox_url(self) -> str:
@@ -121,6 +134,7 @@ class StackPlan:
             "postgres": ["COUNTERSIGN_PG_PORT"],
             "temporal": ["COUNTERSIGN_TEMPORAL_PORT", "COUNTERSIGN_UI_PORT"],
             "model": ["COUNTERSIGN_MODEL_PORT"],
+            "mail": ["COUNTERSIGN_MAIL_PORT"],
             "worker": [],
             "inbox": ["COUNTERSIGN_INBOX_PORT"],
         }[component]
@@ -139,6 +153,8 @@ class StackPlan:
             "database_url": self.database_url,
             "llm_base_url": self.llm_base_url,
             "ui_url": self.ui_url,
+            "smtp_host": self.smtp_address.rpartition(":")[0] if "mail" not in self.external else "",
+            "smtp_port": self.smtp_address.rpartition(":")[2] if "mail" not in self.external else "",
         }
 
 
@@ -203,6 +219,7 @@ async def up(plan: StackPlan, echo: Echo) -> None:
         "postgres": _postgres,
         "temporal": _temporal,
         "model": _model,
+        "mail": _mail,
         "worker": _worker,
         "inbox": _inbox,
     }
@@ -317,6 +334,23 @@ def _scenario_changed(running: ProcessRecord, wanted: str) -> bool:
     with contextlib.suppress(OSError):
         return any(f.stat().st_mtime > (running.create_time or 0) for f in [path, *files])
     return True
+
+
+async def _mail(plan: StackPlan, previous: ProcessRecord | None) -> tuple[ProcessRecord, str]:
+    """The mail catcher (`starter.py mail serve`), unless SMTP_HOST names a mail server to use."""
+    if "mail" in plan.external:
+        return processes.external(plan.smtp_address), EXTERNAL
+    port = plan.ports["COUNTERSIGN_MAIL_PORT"]
+    cmd = [sys.executable, str(PROJECT_ROOT / "starter.py"), "mail", "serve", "--port", str(port)]
+    record, outcome = _reuse_or_spawn(
+        "mail",
+        plan,
+        previous,
+        lambda: processes.spawn(cmd, plan.smtp_address, plan.log("mail"), PROJECT_ROOT),
+    )
+    with _stop_on_failure(record, outcome):
+        await _wait_listening(record, port, "the mail catcher")
+    return record, outcome
 
 
 async def _worker(plan: StackPlan, previous: ProcessRecord | None) -> tuple[ProcessRecord, str]:

@@ -67,6 +67,12 @@ class Settings(BaseModel):
         return self.llm_model == SCRIPTED_MODEL_NAME
 
     @property
+    def smtp_configured(self) -> bool:
+        """Whether a mail server was named (SMTP_HOST, or the stack's mail catcher): without one,
+        reviewers' notices by email are recorded as undeliverable once, not retried for an hour."""
+        return "smtp_host" in self.model_fields_set
+
+    @property
     def inbox_url(self) -> str:
         return self.inbox_public_url or f"http://127.0.0.1:{self.inbox_port}"
 
@@ -102,8 +108,8 @@ def load_settings(env: dict[str, str] | None = None) -> Settings:
         "llm_model": env.get("LLM_MODEL") or ("gpt-4o-mini" if env.get("LLM_BASE_URL") else None),
         "scenario": env.get("SCENARIO"),
         "ui_url": pick("TEMPORAL_UI_URL", "ui_url"),
-        "smtp_host": env.get("SMTP_HOST"),
-        "smtp_port": env.get("SMTP_PORT"),
+        "smtp_host": pick("SMTP_HOST", "smtp_host"),
+        "smtp_port": pick("SMTP_PORT", "smtp_port"),
         "smtp_sender": env.get("SMTP_SENDER"),
         "email_delivery_delay_s": env.get("EMAIL_DELIVERY_DELAY_S"),
         "max_cached_workflows": env.get("WORKER_MAX_CACHED_WORKFLOWS"),
