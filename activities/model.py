@@ -21,7 +21,8 @@ from typing import Any
 import httpx
 import openai
 from openai.types import CompletionUsage
-from openai.types.chat import ChatCompletionChunk
+from openai.types.chat import ChatCompletion, ChatCompletionChunk
+from openai.types.chat.chat_completion_chunk import Choice, ChoiceDelta
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
@@ -164,6 +165,34 @@ class Streamed:
         )
 
 
+def as_chunk(completion: object) -> ChatCompletionChunk:
+    """A whole completion as the single chunk that carries all of it (its message as the delta).
+    The client does not validate bodies: another shape (`[]`, `null`, a choice without a message)
+    fails here as a bad response, not as an AttributeError."""
+    if not isinstance(completion, ChatCompletion) or not completion.choices:
+        raise ValueError("completion has no choices")
+    choices = []
+    for choice in completion.choices:
+        if choice.message is None:
+            raise ValueError("completion choice has no message")
+        message = choice.message
+        calls = [
+            {"index": i, "id": c.id, "type": c.type, "function": c.function.model_dump()}
+            for i, c in enumerate(message.tool_calls or [])
+            if c.type == "function"
+        ]
+        delta = ChoiceDelta.model_validate(
+            {"role": "assistant", "content": message.content, "tool_calls": calls or None}
+        )
+        choices.append(
+            Choice.model_construct(index=choice.index, delta=delta, finish_reason=choice.finish_reason)
+        )
+    return ChatCompletionChunk.model_construct(
+        id=completion.id, object="chat.completion.chunk", created=completion.created, model=completion.model,
+        choices=choices, usage=completion.usage,
+    )  # fmt: skip
+
+
 class DeltaPublisher:
     """Publishes a model call's text to the conversation's readers as it streams, a few chunks at a
     time (at most one event per `FLUSH_S`), tagged with the model call (`seq`, where its reply is
@@ -224,6 +253,7 @@ class ModelActivities:
                 "no model configured: set LLM_BASE_URL (and LLM_MODEL), or run `starter.py dev up`"
             )
         self._model = settings.llm_model
+        self._stream = settings.llm_stream
         self._store = store
         self._client = openai.AsyncOpenAI(
             base_url=settings.llm_base_url, api_key=settings.llm_api_key, max_retries=0, timeout=110.0
@@ -301,12 +331,9 @@ class ModelActivities:
     ) -> ModelReply:
         # The request is built as plain JSON (the same shape the scripted model and any
         # OpenAI-compatible server read) rather than the client's TypedDicts.
-        body: dict[str, Any] = {
-            "model": self._model,
-            "messages": [m.to_openai() for m in messages],
-            "stream": True,
-            "stream_options": {"include_usage": True},
-        }
+        body: dict[str, Any] = {"model": self._model, "messages": [m.to_openai() for m in messages]}
+        if self._stream:
+            body |= {"stream": True, "stream_options": {"include_usage": True}}
         if tools:
             body |= {"tools": tools, "parallel_tool_calls": True}
         if max_tokens is not None:
@@ -320,7 +347,7 @@ class ModelActivities:
                 str(exc), type="ModelCircuitOpen", next_retry_delay=timedelta(seconds=exc.retry_after)
             ) from exc
         try:
-            reply = await self._stream(body, deltas)
+            reply = await (self._streamed(body, deltas) if self._stream else self._whole(body))
         except (openai.OpenAIError, httpx.HTTPError, ValueError) as exc:
             (self.breaker.failure if endpoint_failed(exc) else self.breaker.success)()
             raise classify(exc) from exc
@@ -330,7 +357,14 @@ class ModelActivities:
         self.breaker.success()
         return reply
 
-    async def _stream(self, body: dict[str, Any], deltas: DeltaPublisher | None) -> ModelReply:
+    async def _whole(self, body: dict[str, Any]) -> ModelReply:
+        """The reply in one response (LLM_STREAM=false): read as the one chunk of a stream."""
+        completion = await self._client.chat.completions.create(**body)
+        streamed = Streamed()
+        streamed.add(as_chunk(completion))
+        return streamed.reply()
+
+    async def _streamed(self, body: dict[str, Any], deltas: DeltaPublisher | None) -> ModelReply:
         """The streamed reply, its text published as it arrives; heartbeats come from @heartbeats."""
         streamed = Streamed()
         stream = await self._client.chat.completions.create(**body)

@@ -13,13 +13,14 @@ import openai
 import pytest_asyncio
 from aiohttp import web
 from sqlalchemy.ext.asyncio import AsyncEngine
+from temporalio.testing import WorkflowEnvironment
 
 from activities.model import Streamed
 from countersign.core.contract import AnswerSignal
 from countersign.db.engine import session_factory
 from countersign.db.events import Event, EventLog, streamed_text
 from countersign.scripted_model.server import Fault, ScriptedModelServer
-from tests.fixtures.agent import AgentHarness
+from tests.fixtures.agent import AgentHarness, running_agent
 from tests.fixtures.scripted_model import rules
 from tests.fixtures.updates import execute_update
 from workflows.agent import AgentWorkflow
@@ -201,6 +202,7 @@ async def test_tool_calls_results_and_questions_are_events(
         (e.kind, e.data.get("call_id")) for e in await events_of(db_engine, handle.id) if e.kind != "delta"
     ]
     assert kinds == [
+        ("message", None),
         ("tool_call", "c1"),
         ("tool_result", "c1"),
         ("tool_call", "c2"),
@@ -208,3 +210,28 @@ async def test_tool_calls_results_and_questions_are_events(
         ("tool_result", "c2"),
         ("turn", None),
     ]
+
+
+async def test_with_streaming_off_a_reply_is_asked_whole_and_no_text_is_published(
+    temporal_env: WorkflowEnvironment,
+    database_url: str,
+    db_engine: AsyncEngine,
+    scripted_model: ScriptedModelServer,
+) -> None:
+    """LLM_STREAM=false: for an endpoint that cannot stream (and the benchmark's baseline)."""
+    async with running_agent(
+        temporal_env, database_url, db_engine, scripted_model, overrides={"llm_stream": False}
+    ) as agent:
+        agent.script(
+            {
+                "when": {"user_contains": "find"},
+                "reply": {"tool_calls": [{"name": "search_leads", "arguments": {"query": "jane"}}]},
+            },
+            {"when": {"after_tool": "search_leads"}, "reply": {"content": LONG}},
+        )
+        handle = await agent.start("find jane")
+        turn = await execute_update(handle, AgentWorkflow.wait_turn, 1)
+        assert turn is not None and turn.reply == f"[scripted model] {LONG}"
+    assert not any(r.get("stream") for r in scripted_model.requests)
+    kinds = [e.kind for e in await events_of(db_engine, handle.id)]
+    assert "delta" not in kinds and kinds.count("turn") == 1 and "tool_result" in kinds
