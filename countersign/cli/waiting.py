@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
+import sys
 from collections.abc import Awaitable, Iterator
 from typing import Any
 
@@ -90,7 +91,8 @@ async def follow(
     person. Ctrl-C (`interrupted`) says what still runs and exits with EXIT_INTERRUPTED.
 
     With the database, the conversation's events (after `after`) are read as they are written:
-    the model's text is shown as it arrives (on stderr: stdout keeps the reply alone, for scripts),
+    the model's text is shown as it arrives (on stderr, when it is a terminal: stdout keeps the
+    reply alone, for scripts),
     and the status is asked only when an event says that a call waits for a person. Without it,
     the status is looked at every POLL_S."""
     waiting = asyncio.ensure_future(reply)
@@ -130,8 +132,10 @@ async def watch(database_url: str | None, workflow_id: str, after: int) -> int:
     """Show the model's text as it streams, until an event says a person is waited for (an
     approval requested, a question): the id of that event."""
     assert database_url is not None
-    streaming = False
+    streaming, shown = False, sys.stderr.isatty()  # a person's terminal; a script reads the reply alone
     async for event in events.follow(database_url, workflow_id, after):
+        if event.kind == "delta" and not shown:
+            continue
         if event.kind == "delta":
             if event.data.get("reset") and streaming:
                 click.echo("\n(the model call was retried)", err=True)

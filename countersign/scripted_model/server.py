@@ -186,6 +186,8 @@ class ScriptedModelServer:
             reply = choose_reply(scenario, chat.messages)
         answer = completion(reply, chat.model, chat.messages)
         if not chat.stream:
+            # a model writes a whole reply as long as it streams it: the chunks' time, all at once
+            await asyncio.sleep(self.chunk_delay_s * (len(chunks_of(answer, False)) - 1))
             return web.json_response(answer)
         chunks = [json.dumps(c, ensure_ascii=False) for c in chunks_of(answer, include_usage)]
         return await self._stream(request, chunks, fault.cut_after_chunks if fault is not None else None)
