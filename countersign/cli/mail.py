@@ -9,7 +9,6 @@ import signal
 import click
 
 from countersign.cli.app import cli, print_json, run
-from countersign.devstack.mail import catching, caught
 from countersign.runtime.config import DATA_DIR
 
 DEFAULT_PORT = 8025
@@ -32,6 +31,8 @@ def serve(port: int, host: str) -> None:
 
 
 async def _serve(host: str, port: int) -> None:
+    from countersign.devstack.mail import catching  # aiosmtpd: only this command needs it
+
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -48,6 +49,8 @@ async def _serve(host: str, port: int) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def list_mail(as_json: bool) -> None:
     """What the catcher kept, oldest first: number, kind (a notice's, or email), to, subject."""
+    from countersign.devstack.mail import caught
+
     kept = [c.summary() for c in caught(MAILBOX)]
     if as_json:
         print_json(kept)
@@ -62,6 +65,8 @@ def list_mail(as_json: bool) -> None:
 @click.argument("number", type=int)
 def show(number: int) -> None:
     """One caught message, headers and text."""
+    from countersign.devstack.mail import caught
+
     kept = caught(MAILBOX)
     if not 1 <= number <= len(kept):
         raise click.ClickException(f"no caught mail number {number} ({len(kept)} kept)")
