@@ -129,10 +129,11 @@ async def main() -> None:
     configure_logging()
     log = get_logger("countersign.worker")
     settings = load_settings()
-    if not settings.database_url:
+    database_url = settings.database_url
+    if not database_url:
         raise SystemExit("worker: no DATABASE_URL: run `python starter.py dev up` or set DATABASE_URL")
     # the deployment's mode, not this process's: a worker configured otherwise refuses to start
-    recorded = await deployment_mode(settings.database_url)
+    recorded = await deployment_mode(database_url)
     try:
         mode = settle(settings.approver_auth if settings.auth_configured else None, recorded)
     except ModeMismatch as err:
@@ -140,7 +141,7 @@ async def main() -> None:
     settings = settings.model_copy(update={"approver_auth": mode})
     metrics = WorkerMetrics.from_env()  # COUNTERSIGN_METRICS_PORT
     client = await connect(settings, metrics.runtime if metrics else None)
-    engine = create_engine(settings.database_url)
+    engine = create_engine(database_url)
     mcp_pool = McpPool()
     try:
         worker = build_worker(

@@ -245,7 +245,7 @@ def test_a_mail_catcher_profile_receives_what_the_worker_delivers() -> None:
     assert catcher["profiles"] == ["mail"]
     assert catcher["image"].startswith("axllent/mailpit:")
     assert port == "1025"  # mailpit's SMTP port; its web inbox is 8025
-    assert "8025:8025" in catcher["ports"]
+    assert "127.0.0.1:8025:8025" in catcher["ports"]
 
 
 def test_the_build_context_leaves_out_the_virtualenv_and_the_data() -> None:

@@ -6,20 +6,36 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import uuid
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from typing import Any
 
 import aiohttp
+import pytest
 from sqlalchemy import delete, select
 from sqlalchemy.ext.asyncio import AsyncEngine
+from temporalio.client import WorkflowFailureError, WorkflowUpdateFailedError
+from temporalio.exceptions import ApplicationError, CancelledError
 
+from countersign.client.handles import wait_reply
+from countersign.core.contract import ConversationResult, StartConversation, SubmitMessage
 from countersign.db.engine import session_factory
-from countersign.db.schema import ApiToken, Conversation, RequesterAction
+from countersign.db.schema import (
+    ApiToken,
+    Compensation,
+    Conversation,
+    InputAudit,
+    ProofCheck,
+    RequesterAction,
+)
 from countersign.identity import tokens
 from countersign.server.app import running_inbox
 from countersign.server.requesters import ApiRate
 from tests.fixtures.inbox import SignedStack
+from tests.test_approvals import ECHO_RESULT, lead_status, pending, qualify
+from tests.test_approvals import jane_is_new as jane_is_new
+from tests.test_replay import replayer
 from workflows.agent import AgentWorkflow
 
 ASK = {
@@ -28,6 +44,7 @@ ASK = {
 }
 THANKS = {"when": {"after_tool": "ask_human"}, "reply": {"content": "thanks"}}
 HELLO = {"when": {"user_contains": "hello"}, "reply": {"content": "hi there"}}
+HI = "[scripted model] hi there"
 
 
 async def until(check: Any, what: str) -> Any:
@@ -60,7 +77,7 @@ async def test_a_person_starts_answers_sends_reads_and_ends_through_the_server(
     )
     assert code == 201, body
     wf = body["workflow_id"]
-    handle = agent.client.get_workflow_handle(wf)
+    handle = agent.client.get_workflow_handle(wf, result_type=ConversationResult)
     agent.track(wf)
 
     async def asked() -> Any:
@@ -82,7 +99,7 @@ async def test_a_person_starts_answers_sends_reads_and_ends_through_the_server(
     code, reply = await stack.call(
         "GET", f"/api/conversations/{wf}/reply?message_id={body['message_id']}", alice
     )
-    assert (code, reply["state"], reply["turn"]["reply"]) == (200, "replied", "hi there"), reply
+    assert (code, reply["state"], reply["turn"]["reply"]) == (200, "replied", HI), reply
     code, messages = await stack.call("GET", f"/api/conversations/{wf}/transcript", alice)
     assert code == 200
     assert [m["content"] for m in messages if m["role"] == "user"] == ["ask me", "hello"]
@@ -179,7 +196,7 @@ async def test_an_api_token_acts_only_for_its_users_in_its_tenant_and_stops_when
         wf = body["workflow_id"]
         stack.agent.track(wf)
         code, body = await stack.call("GET", f"/api/conversations/{wf}/reply?turn=1", acme_token)
-        assert (code, body["state"], body["turn"]["reply"]) == (200, "replied", "hi there"), body
+        assert (code, body["state"], body["turn"]["reply"]) == (200, "replied", HI), body
         code, body = await stack.call(
             "POST", f"/api/conversations/{wf}/messages", acme_token, {"text": "hello"}
         )
@@ -261,3 +278,88 @@ async def test_a_keyed_conversation_is_its_first_users(signed_agent: SignedStack
     assert reply["state"] == "replied", reply
     assert (await stack.call("POST", "/api/conversations", carol, body))[0] == 409
     assert (await stack.call("POST", "/api/conversations", alice, {**body, "key": "bad key!"}))[0] == 422
+
+
+async def proof_checks(engine: AsyncEngine, workflow_id: str) -> list[Any]:
+    async with engine.connect() as conn:
+        query = select(ProofCheck).where(ProofCheck.workflow_id == workflow_id).order_by(ProofCheck.id)
+        return list(await conn.execute(query))
+
+
+async def test_a_raw_temporal_start_or_message_is_refused_and_recorded_in_signed_mode(
+    signed_agent: SignedStack, db_engine: AsyncEngine
+) -> None:
+    """Anyone who reaches Temporal is no one: a start or a message without the server's proof is
+    refused on the record (answers, rollbacks and ends: tests/test_inbox_forgery.py)."""
+    stack, agent = signed_agent, signed_agent.agent
+    agent.script(HELLO)
+    raw = StartConversation(tenant_id="acme", user_id="alice", agent="lead-qualifier", message="hello")
+    handle = await agent.client.start_workflow(
+        AgentWorkflow.run, raw, id=f"test-raw-{uuid.uuid4()}", task_queue=agent.settings.task_queue
+    )
+    agent.track(handle.id)
+    with pytest.raises(WorkflowFailureError) as failed:
+        await handle.result()
+    assert isinstance(failed.value.cause, ApplicationError)
+    assert failed.value.cause.type == "UnprovenStart" and "no proof" in failed.value.cause.message
+    [check] = await proof_checks(db_engine, handle.id)
+    assert (check.action, check.accepted, check.actor) == ("start", False, "alice")
+    async with db_engine.connect() as conn:
+        audited = list(await conn.execute(select(InputAudit).where(InputAudit.workflow_id == handle.id)))
+    assert [(a.action, a.accepted) for a in audited] == [("start", False)]
+
+    # a message from Temporal directly, to a conversation the server started: refused, recorded
+    alice = await stack.login("alice")
+    code, started = await stack.call("POST", "/api/conversations", alice, {"agent": "lead-qualifier"})
+    assert code == 201, started
+    wf = started["workflow_id"]
+    agent.track(wf)
+    conversation = agent.client.get_workflow_handle(wf)
+    await conversation.signal(
+        AgentWorkflow.submit_message, SubmitMessage(user_id="alice", text="hello", message_id="m1")
+    )
+    with pytest.raises(WorkflowUpdateFailedError):
+        await wait_reply(agent.client, wf, "m1")
+
+    async def refused_message() -> Any:
+        return [c for c in await proof_checks(db_engine, wf) if c.action == "message"]
+
+    [check] = await until(refused_message, "the message's check is recorded")
+    assert (check.accepted, "no proof" in check.reason) == (False, True)
+    assert (await conversation.query(AgentWorkflow.status)).turn == 0
+    # the same through the server counts, and the start was proven
+    code, sent = await stack.call("POST", f"/api/conversations/{wf}/messages", alice, {"text": "hello"})
+    assert code == 202, sent
+    code, reply = await stack.call(
+        "GET", f"/api/conversations/{wf}/reply?message_id={sent['message_id']}", alice
+    )
+    assert (reply["state"], reply["turn"]["reply"]) == ("replied", HI), reply
+    accepted = [(c.action, c.subject) for c in await proof_checks(db_engine, wf) if c.accepted]
+    assert accepted == [("start", "alice"), ("message", "alice")]
+
+
+async def test_a_cancel_stops_the_conversation_and_leaves_approved_effects_in_place(
+    signed_agent: SignedStack, db_engine: AsyncEngine, jane_is_new: None
+) -> None:
+    stack, agent = signed_agent, signed_agent.agent
+    agent.script(qualify(), ECHO_RESULT)
+    handle = await agent.start("qualify jane")
+    await pending(handle)
+    bob = await stack.login("bob")
+    code, body = await stack.call("POST", f"/api/approvals/{handle.id}/c1", bob, {"decision": "approve"})
+    assert code == 200, body
+
+    async def idle() -> Any:
+        return (await handle.query(AgentWorkflow.status)).state == "idle"
+
+    await until(idle, "the approved call ran and the turn ended")
+    assert await lead_status(db_engine, "acme") == "qualified"
+    await handle.cancel()
+    with pytest.raises(WorkflowFailureError) as failed:
+        await handle.result()
+    assert isinstance(failed.value.cause, CancelledError)
+    assert await lead_status(db_engine, "acme") == "qualified"  # bob's approved change stays
+    async with db_engine.connect() as conn:
+        undone = list(await conn.execute(select(Compensation).where(Compensation.workflow_id == handle.id)))
+    assert undone == []
+    await replayer().replay_workflow(await handle.fetch_history())

@@ -151,6 +151,10 @@ TRANSCRIPT_KEPT = 200
 
 # Patch id: conversations started since proofs existed check `answer` and `end` (check_action_proof).
 PROVEN_SIGNALS = "proven-signals"
+# Patch id: conversations started since the front door prove who asked: the start and each message
+# count only when check_action_proof accepts them (signed mode), and a Temporal cancel stops the
+# conversation without compensating what it did (only rollbacks accepted before it still run).
+FRONT_DOOR = "front-door"
 # Patch id: conversations started since then notify reviewers (email, webhook) of each approval.
 APPROVAL_NOTICES = "approval-notices"
 NOTICE_TIMEOUT = timedelta(seconds=60)
@@ -232,6 +236,9 @@ class AgentWorkflow:
         # resolves the local activity at once does not look for it (a nondeterminism error).
         self._notify_reviewers = workflow.patched(APPROVAL_NOTICES)
         self._proof_checked_signals = workflow.patched(PROVEN_SIGNALS)
+        self._front_door = workflow.patched(FRONT_DOOR)
+        self._message_tickets = 0  # messages whose proof is being checked, in arrival order
+        self._messages_admitted = 0
         self._undelivered: list[int] = []  # queued emails whose delivery has not finished
         if carried and carried.outbox:
             self._deliveries.append(asyncio.create_task(self._deliver_after(0, carried.outbox)))
@@ -269,6 +276,8 @@ class AgentWorkflow:
         start = self._start
         self._stored = workflow.patched(MESSAGE_STORE)
         self._results_stored = self._results_stored and self._stored
+        if start.carried is None and self._front_door:  # a continued run: the seal vouches for it
+            await self._prove_start(start)
         if start.carried is None or workflow.patched(HOSTILE_INPUT):
             await self._verify_carried(start)
             context = await self._load_context(start)
@@ -283,10 +292,14 @@ class AgentWorkflow:
         try:
             await self._converse(context, start)
         except asyncio.CancelledError:
-            # Cancelling a conversation undoes everything it did; shielded so the cancellation
-            # itself cannot interrupt the compensations.
-            undo = self._saga.to_undo("conversation", self._turn)
-            await asyncio.shield(asyncio.ensure_future(self._compensate(context, undo, "workflow cancelled")))
+            # Shielded, so that the cancellation itself cannot interrupt what runs here.
+            if self._front_door:  # a cancel stops the conversation; it is not an (unproven) undo
+                await asyncio.shield(asyncio.ensure_future(self._run_rollbacks(context)))
+            else:  # conversations from before: a cancel undid everything they did
+                undo = self._saga.to_undo("conversation", self._turn)
+                await asyncio.shield(
+                    asyncio.ensure_future(self._compensate(context, undo, "workflow cancelled"))
+                )
             raise
         self._ended_by = self._ended_by or "ended"
         self._refresh_state()
@@ -332,6 +345,18 @@ class AgentWorkflow:
                 or self._turns_this_run() >= self._limits.max_turns_per_run
             ):
                 await self._continue_as_new(context)
+
+    async def _prove_start(self, start: StartConversation) -> None:
+        """In signed mode, only the server starts a conversation, for the person it authenticated:
+        a start without its proof fails once, on the record (`proof_checks`, `input_audit`)."""
+        refusal = await self._proof_refusal(
+            "start", start.user_id, start.proof, agent=start.agent, content=start.proof_content()
+        )
+        if refusal:
+            await self._refuse("start", start.user_id, refusal)
+            raise ApplicationError(
+                f"the start was refused: {refusal}", type="UnprovenStart", non_retryable=True
+            )
 
     async def _continue_as_new(self, context: ConversationContext) -> None:
         self._continuing = True  # lets waiting updates return, so the handlers can finish
@@ -1287,6 +1312,8 @@ class AgentWorkflow:
             return
         if refusal is None and self._ended_by is None and len(self._inbox) >= MAX_INBOX:
             refusal = f"{MAX_INBOX} messages already wait for their turn; send this one later"
+        if refusal is None and self._front_door:
+            refusal = await self._message_proof_refusal(message)
         if refusal is not None:
             if message.message_id:  # its sender may be waiting for the reply: tell them why not
                 self._refused_messages[message.message_id] = refusal
@@ -1317,27 +1344,57 @@ class AgentWorkflow:
     async def _proven(
         self, action: Literal["answer", "end"], actor: str, proof: str | None, **bound: str
     ) -> bool:
-        """Whether a proof shows `actor` may take `action` (in APPROVER_AUTH=names mode, always);
-        a refusal is recorded by the activity and logged. Conversations started before proofs
-        existed take the action as they did."""
+        """Whether a proof shows `actor` may take `action` (in names mode, always). Conversations
+        started before proofs existed take the action as they did."""
         if not self._proof_checked_signals:
             return True
-        refusal: str = await self._bookkeeping(
-            "check_action_proof",
-            ProofRequest(
-                tenant_id=self._start.tenant_id,
-                workflow_id=workflow.info().workflow_id,
-                action=action,
-                actor=actor,
-                proof=proof,
-                **bound,
-            ),
-            f"check {actor}'s proof for {action}",
-            str,
+        return not await self._proof_refusal(action, actor, proof, **bound)
+
+    async def _proof_refusal(
+        self,
+        action: Literal["answer", "end", "start", "message"],
+        actor: str,
+        proof: str | None,
+        **bound: Any,
+    ) -> str:
+        """ "" when a proof shows `actor` may take `action` (names mode: always), else why not;
+        recorded by the activity, logged here. A check that cannot reach the database refuses."""
+        request = ProofRequest(
+            tenant_id=self._start.tenant_id,
+            workflow_id=workflow.info().workflow_id,
+            action=action,
+            actor=actor,
+            proof=proof,
+            **bound,
         )
+        try:
+            refusal: str = await self._bookkeeping(
+                "check_action_proof", request, f"check {actor}'s proof for {action}", str
+            )
+        except ActivityError as err:
+            workflow.logger.error("%s by %s could not be checked: %s", action, actor, err.cause or err)
+            refusal = "the proof check could not reach the database"
         if refusal:
             workflow.logger.warning("%s by %s refused: %s", action, actor, refusal)
-        return not refusal
+        return refusal
+
+    async def _message_proof_refusal(self, message: SubmitMessage) -> str | None:
+        """The message's proof check; messages are admitted in the order they arrived, whichever
+        check finishes first."""
+        ticket = self._message_tickets
+        self._message_tickets += 1
+        try:
+            refusal = await self._proof_refusal(
+                "message",
+                message.user_id,
+                message.proof,
+                message_id=message.message_id or "",
+                text=message.text,
+            )
+        finally:
+            await workflow.wait_condition(lambda: self._messages_admitted == ticket)
+            self._messages_admitted += 1
+        return refusal or None
 
     @workflow.signal(name="approve")
     async def approve(self, signal: ApproveSignal | Unreadable) -> None:

@@ -1,8 +1,8 @@
-"""Commands: `inbox serve` (the reviewers' web app) and `login` (a session for the CLI).
+"""Commands: `server` (`inbox serve`: the front door) and `login` (a session for the CLI).
 
-With APPROVER_AUTH=signed, `approve`, `reject`, `answer` and `rollback` decide through the inbox
-with the session `login` keeps: the inbox authenticated the person and issues the proof; a bare
-`--as NAME` proves nothing.
+In signed mode every command that acts on a conversation goes through the server with the session
+`login` keeps (countersign.cli.door, and `approve` / `reject` here): the server authenticated the
+person and issues the proof; a bare `--as NAME` proves nothing.
 """
 
 from __future__ import annotations
@@ -94,7 +94,9 @@ class SessionEnded(click.ClickException):
     "--inbox", "inbox_url", help="The inbox's URL (default: http://127.0.0.1:COUNTERSIGN_INBOX_PORT)."
 )
 def login(tenant: str, user: str, password: str | None, inbox_url: str | None) -> None:
-    """Log in to the inbox and keep the session for approve / reject / answer / rollback."""
+    """Log in to the server and keep the session: for requesters (in signed mode start, send, chat,
+    answer, rollback, end, status, transcript and audit go through the server with it) and for
+    reviewers (approve, reject)."""
     secret = password if password is not None else click.prompt("Password", hide_input=True)
     url = (inbox_url or load_settings().inbox_url).rstrip("/")
 

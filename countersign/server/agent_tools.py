@@ -143,11 +143,12 @@ async def replace_tools(request: web.Request) -> web.Response:
             400, f"list every tool of {agent} once: {', '.join(sorted(before)) or 'it has none'}"
         )
     changes = {tool: tier for tool, tier in wanted.items() if tier != before[tool]}
-    refused = {
-        tool: reason
-        for tool, tier in changes.items()
-        if (declared := risk_and_default(tool)) and (reason := tier_refusal(declared[0], tier))
-    }
+    refused: dict[str, str] = {}
+    for tool, tier in changes.items():
+        declared = risk_and_default(tool)
+        why = tier_refusal(declared[0], tier) if declared else None
+        if why is not None:
+            refused[tool] = why
     async with sessions.begin() as session:  # every attempt recorded: the refused alone, or all
         for tool in refused or changes:
             await change_tenant_tier(

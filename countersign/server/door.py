@@ -80,6 +80,7 @@ async def start(request: web.Request) -> web.Response:
     async with recorded(request, "start") as record:
         requesters, caller = request.app[REQUESTERS], request[CALLER]
         body = await parse(request, StartBody)
+        record.user_id = body.user_id  # as claimed, until checked
         record.user_id = requesters.requester_of(caller, body)
         await requesters.admit(caller, record.user_id)
         started = await requesters.start(caller, record.user_id, body)
