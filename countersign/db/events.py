@@ -1,8 +1,9 @@
 """Conversation events: what a conversation's readers (the chat page, the CLI) are told as it happens.
 
 Written outside workflow history, in `conversation_events`, by the activities that make things
-happen: the model call (text deltas as they stream), the store (tool calls, questions, results and
-turns, from the messages it stores, in the same transaction), the approval activities (a call waits,
+happen: the model call (text deltas as they stream), the store (messages, tool calls, results and
+turns, from the messages it stores, in the same transaction), the argument check (a question, as
+it is asked), the approval activities (a call waits,
 is decided, expires), the compensations (rollbacks). Each write ends with a NOTIFY on `CHANNEL`
 (payload: the workflow id), delivered at commit, which wakes the server's readers; they read rows
 after the last id they sent, so a reader that reconnects with `Last-Event-ID` misses nothing.
@@ -86,8 +87,8 @@ def result_ok(content: str | None) -> bool:
 
 async def publish_message(session: AsyncSession, row: dict[str, Any]) -> None:
     """The events of a message the store has just inserted (a `conversation_messages` row's values):
-    the user's message, an assistant's tool calls (and the questions among them), a tool's result,
-    or the reply that ends a turn."""
+    the user's message, an assistant's tool calls, a tool's result, or the reply that ends a turn.
+    (A question is told by the activity that checks it, when it is asked: activities.tools.)"""
     workflow_id, tenant_id = row["workflow_id"], row["tenant_id"]
     if row["role"] == "user":
         said = {"text": row["content"], "user": row["name"]}
@@ -103,9 +104,6 @@ async def publish_message(session: AsyncSession, row: dict[str, Any]) -> None:
         args = arguments_of(str(call.get("arguments") or ""))
         data = {"call_id": call_id, "tool": tool, "args": args, "seq": row["seq"]}
         await publish(session, workflow_id, tenant_id, "tool_call", data, f"tool_call:{call_id}")
-        if tool == QUESTION_TOOL and isinstance(args, dict) and isinstance(args.get("question"), str):
-            asked = {"call_id": call_id, "question": args["question"]}
-            await publish(session, workflow_id, tenant_id, "question", asked, f"question:{call_id}")
     if not row["tool_calls"]:
         turn = await session.scalar(
             select(func.count()).where(
