@@ -5,16 +5,20 @@ through it; `tokens` creates, lists and revokes API tokens."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import sys
 from pathlib import Path
 
 import aiohttp
 import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from countersign.runtime.config import PROJECT_ROOT
 from tests.fixtures.inbox import SignedStack
 from tests.test_approvals import ECHO_RESULT, qualify
 from tests.test_approvals import jane_is_new as jane_is_new
+from tests.test_chat import QUALIFY, ChatProcess
 from tests.test_inbox_cli import starter
 
 pytestmark = pytest.mark.devserver
@@ -117,3 +121,39 @@ async def test_tokens_are_created_once_listed_without_secrets_and_revoked(
     assert await status_with_token() == 404  # accepted as a caller; no such conversation
     assert "revoked token cli-bot (globex)" in (await cli("tokens", "revoke", "cli-bot"))[0]
     assert await status_with_token() == 401
+
+
+async def test_chat_goes_through_the_server_in_signed_mode(
+    signed_dev_agent: SignedStack, tmp_path: Path, jane_is_new: None
+) -> None:
+    stack = signed_dev_agent
+    stack.agent.script(*QUALIFY)
+    env = {
+        **stack.agent.cli_env(tmp_path),
+        "COUNTERSIGN_AUTH": "signed",
+        "COUNTERSIGN_SESSION_FILE": str(tmp_path / "session.json"),
+        "TEMPORAL_ADDRESS": "127.0.0.1:1",  # the chat needs no Temporal in signed mode
+    }
+    login = await starter(
+        env, "login", "--tenant", "acme", "--as", "alice", "--password", "alice-dev", "--inbox", stack.url
+    )
+    assert login.returncode == 0, login.stderr
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "starter.py", "chat",
+        "--tenant", "acme", "--user", "alice", "--agent", "lead-qualifier",
+        cwd=PROJECT_ROOT, env=env,
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+    )  # fmt: skip
+    chat = ChatProcess(process)
+    chat.send("Please qualify Jane Doe")
+    workflow_id = (await chat.until(r"conversation (conv-acme-\w+)"))[1]
+    stack.agent.track(workflow_id)
+    await chat.until(r"waiting for a decision: .*\n")  # alice (sales) may not approve her high-risk call
+    bob = await stack.login("bob")
+    code, body = await stack.call("POST", f"/api/approvals/{workflow_id}/c1", bob, {"decision": "approve"})
+    assert code == 200, body
+    await chat.until(r"agent> .*Done: Jane Doe is qualified\.")
+    output = await chat.finish("/status", "/end")
+    assert "✓ approved c1: update_lead_status by bob" in output
+    assert f"{workflow_id}: idle" in output and f"ended conversation {workflow_id}" in output
+    await stack.agent.client.get_workflow_handle(workflow_id).result()  # ended by /end, with its proof

@@ -363,3 +363,30 @@ async def test_a_cancel_stops_the_conversation_and_leaves_approved_effects_in_pl
         undone = list(await conn.execute(select(Compensation).where(Compensation.workflow_id == handle.id)))
     assert undone == []
     await replayer().replay_workflow(await handle.fetch_history())
+
+
+async def test_under_tls_the_session_cookie_is_secure_and_me_says_which_mode_runs(
+    signed_agent: SignedStack,
+) -> None:
+    stack = signed_agent
+    settings = stack.agent.settings.model_copy(
+        update={"proof_private_key": stack.keys.private, "cookie_secure": True}
+    )
+    login = {"tenant_id": "acme", "user_id": "alice", "password": "alice-dev"}
+    async with (
+        running_inbox(settings, "127.0.0.1", 0, client=stack.agent.client) as url,
+        aiohttp.ClientSession() as http,
+        http.post(url + "/api/login", json=login) as response,
+    ):
+        cookie = response.headers["Set-Cookie"]
+        token = (await response.json())["token"]
+    assert "Secure" in cookie and "HttpOnly" in cookie and "SameSite=Strict" in cookie
+    assert "Secure" not in (await stack_cookie(stack))
+    code, me = await stack.call("GET", "/api/me", token)
+    assert code == 200 and me["auth_mode"] in ("signed", "names")  # the deployment's, from PostgreSQL
+
+
+async def stack_cookie(stack: SignedStack) -> str:
+    login = {"tenant_id": "acme", "user_id": "alice", "password": "alice-dev"}
+    async with aiohttp.ClientSession() as http, http.post(stack.url + "/api/login", json=login) as response:
+        return response.headers["Set-Cookie"]

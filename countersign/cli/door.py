@@ -12,10 +12,9 @@ import click
 from pydantic import ValidationError
 
 from countersign.cli.inbox import InboxSession, inbox_request, load_session, session_file, signed_mode
-from countersign.core.contract import Limits, StatusView, TurnResult
+from countersign.core.contract import Limits, Reply, StatusView, TurnResult
 from countersign.core.messages import ChatMessage
 from countersign.core.saga import SagaEntry
-from countersign.server.requesters import Reply
 
 REPLY_WAIT_S = 30  # each `GET …/reply` holds this long; the CLI asks again while the turn runs
 

@@ -212,3 +212,12 @@ class StatusView(BaseModel):
     last_error: str | None = None
     compensation_failures: list[str] = Field(default_factory=list)
     policy: ContextPolicy | None = None  # the context window and token budget (message store on)
+
+
+class Reply(BaseModel):
+    """What the server's `GET /api/conversations/{wf}/reply` answers: the turn's result, what it
+    waits for (a person), that it still runs (ask again), or that the conversation ended."""
+
+    state: Literal["replied", "waiting", "running", "ended"]
+    turn: TurnResult | None = None
+    status: StatusView | None = None

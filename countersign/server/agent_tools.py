@@ -130,12 +130,15 @@ async def replace_tools(request: web.Request) -> web.Response:
             else f"invalid request: {err.errors()[0]['msg']}"
         )
         raise InboxError(400, reason) from None
-    agent = request.match_info["agent"]
+    agent, caller = request.match_info["agent"], request[CALLER]
+    if caller.person is None:
+        raise InboxError(403, "an API token cannot change tools")
+    tenant, person = caller.tenant_id, caller.person
+    if body.tenantId is not None and body.tenantId != tenant:
+        raise InboxError(403, f"{person} may change the tools of {tenant} only, not of {body.tenantId}")
     sessions = request.app[AGENT_TOOLS]
     async with sessions() as session:
-        tenant, admin = await admin_of(request, session)
-        if body.tenantId is not None and body.tenantId != tenant:
-            raise InboxError(403, f"{admin} is an admin of {tenant}, not of {body.tenantId}")
+        is_admin = ADMIN_ROLE in (await roles_of(session, tenant, person) or [])
         before = {row["toolName"]: row["permissionStatus"] for row in await current(session, tenant, agent)}
     wanted = {t.toolName: t.permissionStatus for t in body.tools}
     if len(wanted) != len(body.tools) or wanted.keys() != before.keys():
@@ -147,6 +150,8 @@ async def replace_tools(request: web.Request) -> web.Response:
     for tool, tier in changes.items():
         declared = risk_and_default(tool)
         why = tier_refusal(declared[0], tier) if declared else None
+        if not is_admin:
+            why = f"only an admin of {tenant} may change its tiers"
         if why is not None:
             refused[tool] = why
     async with sessions.begin() as session:  # every attempt recorded: the refused alone, or all
@@ -157,7 +162,7 @@ async def replace_tools(request: web.Request) -> web.Response:
                 agent=agent,
                 tool=tool,
                 tier=changes[tool],
-                changed_by=admin,
+                changed_by=person,
                 via="inbox",
             )
     if refused:

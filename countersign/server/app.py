@@ -27,6 +27,7 @@ from temporalio.service import RPCError
 from countersign.client.temporal_client import connect
 from countersign.db.engine import create_engine, session_factory
 from countersign.identity import tokens
+from countersign.identity.mode import recorded_mode
 from countersign.identity.proofs import load_private_key
 from countersign.runtime.config import Settings
 from countersign.server import agent_tools, chat
@@ -310,7 +311,9 @@ async def logout(request: web.Request) -> web.Response:
 async def me(request: web.Request) -> web.Response:
     reviewer = request[REVIEWER]
     roles = await request.app[INBOX].roles(reviewer)
-    return web.json_response({**reviewer.model_dump(), "roles": roles})
+    async with request.app[REQUESTERS].sessions() as session:  # which mode runs: the deployment's
+        mode = await recorded_mode(session) or "names"
+    return web.json_response({**reviewer.model_dump(), "roles": roles, "auth_mode": mode})
 
 
 async def approvals(request: web.Request) -> web.Response:

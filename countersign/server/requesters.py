@@ -28,7 +28,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
-from temporalio.client import Client, WorkflowHandle
+from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
@@ -40,6 +40,7 @@ from countersign.core.contract import (
     AnswerSignal,
     EndConversation,
     Limits,
+    Reply,
     StartConversation,
     StatusView,
     SubmitMessage,
@@ -73,8 +74,9 @@ class ApiRate:
     """Requests per second and burst, per person and per token (COUNTERSIGN_API_RATE_PER_S,
     COUNTERSIGN_API_RATE_BURST)."""
 
-    per_s: float = 5.0
-    burst: float = 60.0
+    # a chat polls a running turn's status and transcript four times a second (cli/chat.py)
+    per_s: float = 20.0
+    burst: float = 120.0
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> ApiRate:
@@ -144,14 +146,6 @@ class Started(BaseModel):
     message_id: str | None = None  # a keyed conversation's message (wait for its reply with it)
 
 
-class Reply(BaseModel):
-    """What `GET …/reply` answers: the turn's result, or what it waits for, or that it still runs."""
-
-    state: Literal["replied", "waiting", "running", "ended"]
-    turn: TurnResult | None = None
-    status: StatusView | None = None
-
-
 # --- the service -----------------------------------------------------------------------------------
 
 
@@ -180,7 +174,8 @@ class Requesters:
 
     async def admit(self, caller: Caller, user_id: str) -> None:
         """Take a request from the person's bucket (and the token's): 429 when either is empty."""
-        keys = [f"api:user:{user_id}"] + ([f"api:token:{caller.token.id}"] if caller.token else [])
+        # the token's first: a token that floods is refused before it drains its users' buckets
+        keys = ([f"api:token:{caller.token.id}"] if caller.token else []) + [f"api:user:{user_id}"]
         async with self.sessions.begin() as session:
             for key in keys:
                 wait_s = await ratelimit.take(
@@ -428,7 +423,10 @@ class Requesters:
             while True:
                 await asyncio.wait({waiting}, timeout=POLL_S)
                 if waiting.done():
-                    if waiting.exception() is not None:
+                    failed = waiting.exception()
+                    if isinstance(failed, WorkflowUpdateFailedError):  # the message was refused
+                        raise InboxError(409, str(failed.cause or failed))
+                    if failed is not None:
                         return Reply(state="ended", status=await self.status(row))
                     result: TurnResult | None = waiting.result()
                     return Reply(state="replied", turn=result) if result else Reply(state="ended")
