@@ -68,6 +68,8 @@ def test_defaults_are_the_contract_addresses(tmp_path: Path) -> None:
         "database_url": "postgresql+asyncpg://postgres@127.0.0.1:55432/countersign",
         "llm_base_url": "http://127.0.0.1:8400/v1",
         "ui_url": "http://127.0.0.1:8233",
+        "smtp_host": "127.0.0.1",
+        "smtp_port": "8025",
     }
     assert plan.external == {}
     assert plan.scenario.endswith("countersign/scenarios")
@@ -112,6 +114,8 @@ def test_contract_variables_replace_components(tmp_path: Path) -> None:
         "database_url": "postgresql+asyncpg://app@db/prod",
         "llm_base_url": "https://llm.example/v1",
         "ui_url": "http://temporal.internal:8233",
+        "smtp_host": "127.0.0.1",  # the stack's mail catcher (SMTP_HOST unset)
+        "smtp_port": "8025",
     }
     assert plan.scenario == "/s.yaml"
     assert make_plan(tmp_path, TEMPORAL_ADDRESS="t:7233", TEMPORAL_UI_URL="https://ui").ui_url == "https://ui"
