@@ -159,3 +159,19 @@ async def test_reattach_answers_a_question_inline_and_ends(dev_agent: AgentHarne
     assert "agent> [scripted model] Jane Doe it is." in output
     assert f"ended conversation {handle.id}" in output
     assert (await handle.result()).ended_by == "end by alice"
+
+
+async def test_chat_shows_the_reply_as_it_streams(dev_agent: AgentHarness, tmp_path: Path) -> None:
+    """The text arrives a few words at a time (the conversation's events, not a poll of the
+    transcript): part of it is on screen while the rest is still being written."""
+    dev_agent.script({"reply": {"content": "one two three four five six seven eight nine ten"}})
+    dev_agent.model.chunk_delay_s = 0.3
+    chat = await ChatProcess.start(
+        dev_agent, tmp_path, "--tenant", "acme", "--user", "alice", "--agent", "lead-qualifier"
+    )
+    chat.send("count for me")
+    await chat.until(r"agent> \[scripted model\] one two")
+    assert "ten" not in chat.output.split("agent> ")[-1], chat.output
+    output = await chat.finish("/quit")
+    assert "agent> [scripted model] one two three four five six seven eight nine ten\n" in output
+    assert output.count("one two three") == 1, "streamed once, not printed again from the transcript"

@@ -69,6 +69,8 @@ def test_defaults_are_the_contract_addresses(tmp_path: Path) -> None:
         "llm_base_url": "http://127.0.0.1:8400/v1",
         "ui_url": "http://127.0.0.1:8233",
         "approver_auth": "names",
+        "smtp_host": "127.0.0.1",
+        "smtp_port": "8025",
     }
     assert plan.external == {}
     assert plan.scenario.endswith("countersign/scenarios")
@@ -114,6 +116,8 @@ def test_contract_variables_replace_components(tmp_path: Path) -> None:
         "llm_base_url": "https://llm.example/v1",
         "ui_url": "http://temporal.internal:8233",
         "approver_auth": "names",
+        "smtp_host": "127.0.0.1",  # the stack's mail catcher (SMTP_HOST unset)
+        "smtp_port": "8025",
     }
     assert plan.scenario == "/s.yaml"
     assert make_plan(tmp_path, TEMPORAL_ADDRESS="t:7233", TEMPORAL_UI_URL="https://ui").ui_url == "https://ui"
@@ -220,6 +224,7 @@ def test_status_and_down_never_touch_a_pid_that_is_not_the_recorded_process(tmp_
         "postgres": ("stopped", None),
         "temporal": ("stopped", None),
         "model": ("external", None),
+        "mail": ("stopped", None),
         "worker": ("stopped", None),
         "inbox": ("stopped", None),
     }
@@ -347,7 +352,7 @@ async def test_up_status_reuse_down_and_resume(stack_env: dict[str, str]) -> Non
     await asyncio.to_thread(temporal_db_without_search_attributes, data_dir / "temporal.db")
 
     first = await ok(env, "dev", "up")
-    assert first.count(" started ") == 5, first
+    assert first.count(" started ") == 6, first
     status = json.loads(await ok(env, "dev", "status", "--json"))
     assert status["temporal_address"] == f"127.0.0.1:{env['COUNTERSIGN_TEMPORAL_PORT']}"
     assert status["namespace"] == "default"
@@ -371,10 +376,12 @@ async def test_up_status_reuse_down_and_resume(stack_env: dict[str, str]) -> Non
         SEARCH_ATTRIBUTES, keyword
     )
     assert "running" in await ok(env, "dev", "status")
+    assert status["components"]["mail"]["address"] == f"127.0.0.1:{env['COUNTERSIGN_MAIL_PORT']}"
+    assert "no mail caught yet" in await ok(env, "mail", "list")
 
     pids = recorded_pids(env)
     second = await ok(env, "dev", "up")
-    assert second.count(" reused ") == 5, second
+    assert second.count(" reused ") == 6, second
     assert recorded_pids(env) == pids
 
     assert "stopped" in await ok(env, "dev", "down")
@@ -386,7 +393,7 @@ async def test_up_status_reuse_down_and_resume(stack_env: dict[str, str]) -> Non
     assert (data_dir / "temporal.db").exists() and (data_dir / "postgres" / "pgdata" / "PG_VERSION").exists()
 
     resumed = await ok(env, "dev", "up")  # on the persisted SQLite file and cluster
-    assert resumed.count(" started ") == 5, resumed
+    assert resumed.count(" started ") == 6, resumed
     assert SEARCH_ATTRIBUTES <= set(await registered_search_attributes(status["temporal_address"]))
     await ok(env, "dev", "down")
 

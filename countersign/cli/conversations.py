@@ -50,6 +50,7 @@ from countersign.core.envelopes import describe_policy
 from countersign.core.messages import ChatMessage
 from countersign.core.saga import RollbackRequest, SagaEntry
 from countersign.core.summaries import usage_line
+from countersign.db import events
 from countersign.db.engine import create_engine
 from countersign.db.schema import RollbackRecord, UserRole
 from countersign.runtime.config import Settings, load_settings
@@ -94,6 +95,11 @@ async def query_status(handle: WorkflowHandle[Any, Any]) -> StatusView:
 async def query_transcript(handle: WorkflowHandle[Any, Any]) -> list[ChatMessage]:
     messages: list[ChatMessage] = await handle.query("transcript", result_type=list[ChatMessage])
     return messages
+
+
+async def events_seen(settings: Settings, workflow_id: str) -> int:
+    """The conversation's latest event id (0 without a database): a reply is followed after it."""
+    return await events.last_id(settings.database_url, workflow_id) if settings.database_url else 0
 
 
 async def connected() -> tuple[Client, Settings]:
@@ -175,7 +181,8 @@ def start(
             if not as_json:
                 click.echo(handle.id)  # at once: the turn may take a while, or wait for a person
             try:
-                outcome = await follow(handle, wait_turn(handle, 1), interrupted) if wait else None
+                reply = wait_turn(handle, 1)
+                outcome = await follow(handle, reply, interrupted, settings.database_url) if wait else None
             except Exception:
                 await handle.result()  # a conversation that failed to start says why (unknown user, ...)
                 raise
@@ -318,6 +325,7 @@ def send(
             start = checked(lambda: StartConversation(tenant_id=tenant, user_id=user, agent=agent))
             handle = await send_keyed(client, settings, start, key, message)
             target_id = handle.id
+            seen = await events_seen(settings, target_id)  # this turn's first text may precede it
         else:
             assert workflow_id is not None
             target_id = workflow_id
@@ -328,6 +336,7 @@ def send(
                 raise click.ClickException(
                     f"conversation {workflow_id} is {current.user_id}'s: {user} may not write to it"
                 )
+            seen = await events_seen(settings, workflow_id)
             await client.get_workflow_handle(workflow_id).signal("submit_message", message)
         with ctrl_c() as interrupted:
             click.echo(f"conversation {target_id}", err=True)
@@ -335,7 +344,9 @@ def send(
                 return
             reply = wait_reply(client, target_id, message.message_id or "")
             try:
-                outcome = await follow(client.get_workflow_handle(target_id), reply, interrupted)
+                outcome = await follow(
+                    client.get_workflow_handle(target_id), reply, interrupted, settings.database_url, seen
+                )
             except WorkflowUpdateFailedError as err:  # refused (another user's conversation, a full inbox)
                 raise click.ClickException(reason(err)) from err
         await show_outcome(target_id, outcome, user, client, settings)

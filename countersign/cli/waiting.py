@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
+import sys
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -20,8 +21,9 @@ from temporalio.client import WorkflowExecutionStatus, WorkflowHandle
 from countersign.cli.ux import EXIT_INTERRUPTED, command, reason, relative
 from countersign.core.approvals import APPROVER_ROLES, FOUR_EYES
 from countersign.core.contract import PendingApproval, PendingQuestion, StatusView, TurnResult
+from countersign.db import events
 
-POLL_S = 0.5  # how often the status is looked at while the reply is awaited
+POLL_S = 0.5  # without the database: how often the status is looked at while the reply is awaited
 
 
 def who_can_decide(approval: PendingApproval, deciders: Sequence[str] = ()) -> str:
@@ -111,15 +113,28 @@ def ctrl_c() -> Iterator[asyncio.Event]:
 
 
 async def follow(
-    handle: WorkflowHandle[Any, Any], reply: Awaitable[TurnResult | None], interrupted: asyncio.Event
+    handle: WorkflowHandle[Any, Any],
+    reply: Awaitable[TurnResult | None],
+    interrupted: asyncio.Event,
+    database_url: str | None = None,
+    after: int = 0,
 ) -> TurnResult | StatusView | None:
     """The turn's result (None: the conversation ended first), or its status once it waits for a
-    person. Ctrl-C (`interrupted`) says what still runs and exits with EXIT_INTERRUPTED."""
+    person. Ctrl-C (`interrupted`) says what still runs and exits with EXIT_INTERRUPTED.
+
+    With the database, the conversation's events (after `after`) are read as they are written:
+    the model's text is shown as it arrives (on stderr, when it is a terminal: stdout keeps the
+    reply alone, for scripts),
+    and the status is asked only when an event says that a call waits for a person. Without it,
+    the status is looked at every POLL_S."""
     waiting = asyncio.ensure_future(reply)
+    watched = asyncio.ensure_future(watch(database_url, handle.id, after)) if database_url else None
     try:
         while True:
             stop = asyncio.ensure_future(interrupted.wait())
-            await asyncio.wait({waiting, stop}, timeout=POLL_S, return_when=asyncio.FIRST_COMPLETED)
+            tasks = {waiting, stop} | ({watched} if watched else set())
+            timeout = None if watched else POLL_S
+            await asyncio.wait(tasks, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
             stop.cancel()
             if interrupted.is_set():
                 click.echo(
@@ -135,7 +150,33 @@ async def follow(
             status: StatusView = await handle.query("status", result_type=StatusView)
             if status.pending_approvals or status.pending_questions:
                 return status
+            if watched is not None and database_url is not None:  # not waiting after all: read on
+                watched = asyncio.ensure_future(watch(database_url, handle.id, watched.result()))
     finally:
-        waiting.cancel()  # only our wait: the workflow does not notice
-        with contextlib.suppress(BaseException):
-            await waiting
+        for task in (waiting, watched):
+            if task is not None:
+                task.cancel()  # only our wait: the workflow does not notice
+                with contextlib.suppress(BaseException):
+                    await task
+
+
+async def watch(database_url: str | None, workflow_id: str, after: int) -> int:
+    """Show the model's text as it streams, until an event says a person is waited for (an
+    approval requested, a question): the id of that event."""
+    assert database_url is not None
+    streaming, shown = False, sys.stderr.isatty()  # a person's terminal; a script reads the reply alone
+    async for event in events.follow(database_url, workflow_id, after):
+        if event.kind == "delta" and not shown:
+            continue
+        if event.kind == "delta":
+            if event.data.get("reset") and streaming:
+                click.echo("\n(the model call was retried)", err=True)
+            click.echo(str(event.data.get("text", "")), nl=False, err=True)
+            streaming = streaming or bool(event.data.get("text"))
+            continue
+        if streaming:
+            click.echo("", err=True)
+            streaming = False
+        if event.kind == "question" or (event.kind == "approval" and event.data.get("state") == "pending"):
+            return int(event.id)
+    return after

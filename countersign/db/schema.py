@@ -623,6 +623,44 @@ class ConversationMessage(Base):
     created_at: Mapped[datetime] = created_at()
 
 
+EVENT_KINDS = (
+    "message",
+    "delta",
+    "tool_call",
+    "tool_result",
+    "approval",
+    "question",
+    "rollback",
+    "turn",
+    "ended",
+)
+
+
+class ConversationEvent(Base):
+    """What a conversation's readers are told as it happens (the chat page, the CLI): the model's
+    text as it streams, tool calls and results, approvals, questions, rollbacks, turns. Written by
+    the activities that make these things happen, outside workflow history; `id` orders them and is
+    the events stream's `Last-Event-ID`. `key` makes an event written by a retried activity land
+    once (deltas have none: a new attempt announces itself instead). A NOTIFY on channel
+    `conversation_events` (payload: the workflow id) wakes the readers.
+    """
+
+    __tablename__ = "conversation_events"
+    __table_args__ = (
+        UniqueConstraint("workflow_id", "key"),
+        Index(None, "workflow_id", "id"),
+        one_of("kind", EVENT_KINDS),
+    )
+
+    id: Mapped[int] = identity_pk()
+    workflow_id: Mapped[str]
+    tenant_id: Mapped[str] = tenant_column(indexed=False)
+    kind: Mapped[str]
+    data: Mapped[dict[str, Any]] = mapped_column(JSONB)
+    key: Mapped[str | None]
+    created_at: Mapped[datetime] = created_at()
+
+
 class ContextPolicy(Base):
     """What of a conversation the agent's model sees and may spend: a window by messages and by
     (estimated) tokens, a running summary of what falls out, a token budget per conversation.

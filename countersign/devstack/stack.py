@@ -1,13 +1,15 @@
 """`dev up` / `dev down` / `dev status`: the embedded stack, one component after the other.
 
 Components, in start order: PostgreSQL, the Temporal dev server, the scripted model server, a
-worker, the inbox. Each one whose env variable is set (DATABASE_URL, TEMPORAL_ADDRESS, LLM_BASE_URL)
-is used as it is and never started nor stopped. `up` writes `stack.json` after every component, so
-the worker (which reads its settings from there) finds every address, and a failed `up` leaves a
-record `down` can clean up from. `down` stops only processes recorded as ours and keeps the data.
+mail catcher (countersign.devstack.mail: notices and agents' emails are kept, to be read with
+`starter.py mail list`), a worker, the server. Each one whose env variable is set (DATABASE_URL,
+TEMPORAL_ADDRESS, LLM_BASE_URL, SMTP_HOST) is used as it is and never started nor stopped. `up`
+writes `stack.json` after every component, so the worker (which reads its settings from there)
+finds every address, and a failed `up` leaves a record `down` can clean up from. `down` stops
+only processes recorded as ours and keeps the data.
 
-The stack file also records the modes the worker and the inbox were started in (APPROVER_AUTH, the
-worker's COUNTERSIGN_METRICS_PORT): they hold for the running processes whatever the calling shell
+The stack file also records the modes the worker and the inbox were started in (COUNTERSIGN_AUTH,
+the worker's COUNTERSIGN_METRICS_PORT): they hold for the running processes whatever the calling shell
 says, so `dev status` reports them, CLI commands follow them, and a `dev up` asking for another
 mode while those processes run is refused (reusing them would silently keep the old one).
 """
@@ -35,16 +37,22 @@ from countersign.devstack.temporal import DevServerConfig, start_dev_server, wai
 from countersign.runtime.config import PROJECT_ROOT
 from countersign.runtime.ports import port_open
 
-COMPONENTS = ("postgres", "temporal", "model", "worker", "inbox")
+COMPONENTS = ("postgres", "temporal", "model", "mail", "worker", "inbox")
 HOST = "127.0.0.1"
 # The env variable that points a component at an existing service (CONTRACT.md).
-OVERRIDES = {"postgres": "DATABASE_URL", "temporal": "TEMPORAL_ADDRESS", "model": "LLM_BASE_URL"}
+OVERRIDES = {
+    "postgres": "DATABASE_URL",
+    "temporal": "TEMPORAL_ADDRESS",
+    "model": "LLM_BASE_URL",
+    "mail": "SMTP_HOST",
+}
 DEFAULT_PORTS = {
     "COUNTERSIGN_PG_PORT": 55432,
     "COUNTERSIGN_TEMPORAL_PORT": 7233,
     "COUNTERSIGN_UI_PORT": 8233,
     "COUNTERSIGN_MODEL_PORT": 8400,
     "COUNTERSIGN_INBOX_PORT": 8300,
+    "COUNTERSIGN_MAIL_PORT": 8025,
 }
 # Not one of the stack's listening ports unless set: the worker's Prometheus endpoint.
 METRICS_PORT_DEFAULT = 9464
@@ -118,9 +126,14 @@ class StackPlan:
             "postgres": self.database_url,
             "temporal": self.temporal_address,
             "model": self.llm_base_url,
+            "mail": self.smtp_address,
             "worker": f"task queue {self.task_queue!r}",
             "inbox": self.inbox_url,
         }[component]
+
+    @property
+    def smtp_address(self) -> str:
+        return self.external.get("mail") or f"{HOST}:{self.ports['COUNTERSIGN_MAIL_PORT']}"
 
     @property
     def inbox_url(self) -> str:
@@ -131,6 +144,7 @@ class StackPlan:
             "postgres": ["COUNTERSIGN_PG_PORT"],
             "temporal": ["COUNTERSIGN_TEMPORAL_PORT", "COUNTERSIGN_UI_PORT"],
             "model": ["COUNTERSIGN_MODEL_PORT"],
+            "mail": ["COUNTERSIGN_MAIL_PORT"],
             "worker": [],
             "inbox": ["COUNTERSIGN_INBOX_PORT"],
         }[component]
@@ -157,11 +171,14 @@ class StackPlan:
             "llm_base_url": self.llm_base_url,
             "ui_url": self.ui_url,
             **modes,
+            "smtp_host": self.smtp_address.rpartition(":")[0] if "mail" not in self.external else "",
+            "smtp_port": self.smtp_address.rpartition(":")[2] if "mail" not in self.external else "",
         }
 
     def child_env(self, component: str) -> dict[str, str]:
         """The environment of the worker or the inbox: the caller's, with the stack's modes."""
-        env = {**os.environ, "APPROVER_AUTH": self.approver_auth or "names"}
+        mode = self.approver_auth or "names"
+        env = {**os.environ, "COUNTERSIGN_AUTH": mode, "APPROVER_AUTH": mode}
         env.pop("COUNTERSIGN_METRICS_PORT", None)
         if component == "worker" and self.metrics_port:
             env["COUNTERSIGN_METRICS_PORT"] = str(self.metrics_port)
@@ -276,6 +293,7 @@ async def up(plan: StackPlan, echo: Echo) -> None:
         "postgres": _postgres,
         "temporal": _temporal,
         "model": _model,
+        "mail": _mail,
         "worker": _worker,
         "inbox": _inbox,
     }
@@ -390,6 +408,23 @@ def _scenario_changed(running: ProcessRecord, wanted: str) -> bool:
     with contextlib.suppress(OSError):
         return any(f.stat().st_mtime > (running.create_time or 0) for f in [path, *files])
     return True
+
+
+async def _mail(plan: StackPlan, previous: ProcessRecord | None) -> tuple[ProcessRecord, str]:
+    """The mail catcher (`starter.py mail serve`), unless SMTP_HOST names a mail server to use."""
+    if "mail" in plan.external:
+        return processes.external(plan.smtp_address), EXTERNAL
+    port = plan.ports["COUNTERSIGN_MAIL_PORT"]
+    cmd = [sys.executable, str(PROJECT_ROOT / "starter.py"), "mail", "serve", "--port", str(port)]
+    record, outcome = _reuse_or_spawn(
+        "mail",
+        plan,
+        previous,
+        lambda: processes.spawn(cmd, plan.smtp_address, plan.log("mail"), PROJECT_ROOT),
+    )
+    with _stop_on_failure(record, outcome):
+        await _wait_listening(record, port, "the mail catcher")
+    return record, outcome
 
 
 async def _worker(plan: StackPlan, previous: ProcessRecord | None) -> tuple[ProcessRecord, str]:

@@ -30,8 +30,9 @@ from countersign.identity import tokens
 from countersign.identity.mode import recorded_mode
 from countersign.identity.proofs import load_private_key
 from countersign.runtime.config import Settings
-from countersign.server import agent_tools
+from countersign.server import agent_tools, chat
 from countersign.server.auth import SESSION_TTL, Reviewer, SessionClaims
+from countersign.server.conversation_events import ConversationEvents, resume_point, stream_events
 from countersign.server.door import CALLER, REQUESTERS, add_routes, on_conversation, recorded
 from countersign.server.oidc import CALLBACK_PATH, FLOW_TTL, OidcConfig, OidcProvider, OidcRefused, open_flow
 from countersign.server.requesters import AnswerBody, ApiRate, Caller, Requesters
@@ -54,6 +55,7 @@ MAX_BODY = 256 * 1024
 # with an open inbox, shared by its reviewers), and how often an idle stream sends a keep-alive.
 POLL_INTERVAL_S = 0.25
 KEEPALIVE_S = 15.0
+SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 REVIEWER = web.RequestKey("reviewer", Reviewer)
 SESSION = web.RequestKey("session", SessionClaims)
 INBOX = web.AppKey("inbox", Inbox)
@@ -207,6 +209,7 @@ class Watcher:
 
 
 WATCHER = web.AppKey("watcher", Watcher)
+EVENTS = web.AppKey("conversation_events", ConversationEvents)
 
 
 async def events(request: web.Request) -> web.StreamResponse:
@@ -214,9 +217,7 @@ async def events(request: web.Request) -> web.StreamResponse:
     reviewer = request[REVIEWER]
     inbox, watcher = request.app[INBOX], request.app[WATCHER]
     roles = await inbox.roles(reviewer)
-    response = web.StreamResponse(
-        headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-    )
+    response = web.StreamResponse(headers=SSE_HEADERS)
     await response.prepare(request)
     with contextlib.suppress(ConnectionResetError):  # the reviewer closed the page
         await stream_approvals(response, watcher, inbox, request[SESSION], roles)
@@ -245,6 +246,41 @@ async def stream_approvals(
             except TimeoutError:
                 await response.write(b": keep-alive\n\n")
                 changed_now = False
+
+
+async def conversation_events(request: web.Request) -> web.StreamResponse:
+    """A conversation's events (countersign.server.conversation_events), for those who may read its
+    transcript (its user, a token acting for them, an admin of its tenant; 404 for anyone else)."""
+    requesters, caller, events = request.app[REQUESTERS], request[CALLER], request.app[EVENTS]
+    workflow_id = request.match_info["workflow_id"]
+    row = await requesters.conversation(caller, workflow_id, "transcript")
+    claims, bearer = request.get(SESSION), bearer_of(request)
+
+    async def live() -> bool:  # a logout, an expiry or a revoked token closes the stream
+        if claims is not None:
+            return await request.app[INBOX].live(claims)
+        return bearer is not None and await requesters.token_caller(bearer) is not None
+
+    with events.opened(caller.tenant_id, requesters.actor(caller, row)):
+        response = web.StreamResponse(
+            headers={
+                "Content-Type": "text/event-stream",
+                "Cache-Control": "no-cache",
+                "X-Accel-Buffering": "no",
+            }
+        )
+        await response.prepare(request)
+        with contextlib.suppress(ConnectionResetError):  # the reader went away
+            await stream_events(
+                response,
+                events,
+                requesters.client,
+                row.workflow_id,
+                resume_point(request),
+                live,
+                lambda: request.transport is None or request.transport.is_closing(),
+            )
+    return response
 
 
 # --- the JSON API --------------------------------------------------------------------------------
@@ -357,6 +393,16 @@ async def favicon(request: web.Request) -> web.StreamResponse:
     raise web.HTTPMovedPermanently("/static/favicon.svg")
 
 
+async def chat_page(request: web.Request) -> web.Response:
+    """The requesters' page (static/chat.js draws conversations from their events stream)."""
+    claims = await session_of(request)
+    oidc = request.app.get(OIDC)
+    html = _templates.get_template("chat.html").render(
+        person=claims.reviewer if claims else None, oidc_name=oidc.config.name if oidc else None
+    )
+    return web.Response(text=html, content_type="text/html")
+
+
 # --- login through the OIDC provider (countersign.server.oidc) ------------------------------------
 
 
@@ -411,6 +457,7 @@ async def oidc_callback(request: web.Request) -> web.Response:
 def create_app(
     inbox: Inbox,
     requesters: Requesters,
+    readers: ConversationEvents,
     oidc: OidcConfig | None = None,
     trusted_proxies: frozenset[str] = frozenset(),
     secure_cookies: bool = False,
@@ -418,6 +465,7 @@ def create_app(
 ) -> web.Application:
     app = web.Application(middlewares=[errors_and_auth], client_max_size=MAX_BODY)
     app[INBOX] = inbox
+    app[EVENTS] = readers
     app[TRUSTED_PROXIES] = trusted_proxies
     app[SECURE_COOKIES] = secure_cookies
     app[WORKFLOW_URL] = workflow_url
@@ -429,6 +477,7 @@ def create_app(
 
     async def close_watcher(app: web.Application) -> None:
         await app[WATCHER].close()
+        await app[EVENTS].feed.close()
 
     app.on_shutdown.append(close_watcher)
     app.router.add_get("/", page)
@@ -446,6 +495,9 @@ def create_app(
     add_routes(app, requesters)
     agent_tools.add_routes(app, requesters.sessions)
     app.router.add_post("/api/conversations/{workflow_id}/answer", answer_by_body)
+    app.router.add_get("/api/conversations/{workflow_id}/events", conversation_events)
+    app.router.add_get("/chat", chat_page)
+    chat.add_routes(app)
     return app
 
 
@@ -472,6 +524,7 @@ async def running_inbox(
         create_app(
             Inbox(client, sessions, key),
             Requesters(client, sessions, key, settings, rate),
+            ConversationEvents(sessions, settings.database_url),
             oidc,
             trusted_proxies,
             settings.cookie_secure,
