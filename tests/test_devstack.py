@@ -154,7 +154,7 @@ def test_the_running_stacks_modes_hold_and_another_is_refused(tmp_path: Path) ->
     # nothing of the stack runs: the environment decides
     fresh = stack.with_running_modes(make_plan(tmp_path, APPROVER_AUTH="signed"), recorded, {})
     assert (fresh.approver_auth, fresh.metrics_port) == ("signed", None)
-    with pytest.raises(stack.StackError, match="APPROVER_AUTH must be names or signed"):
+    with pytest.raises(stack.StackError, match=r"COUNTERSIGN_AUTH \(or APPROVER_AUTH\) must be names or signed"):
         make_plan(tmp_path, APPROVER_AUTH="yes")
 
 
@@ -369,7 +369,7 @@ async def test_up_status_reuse_down_and_resume(stack_env: dict[str, str]) -> Non
     assert inbox_url == f"http://127.0.0.1:{env['COUNTERSIGN_INBOX_PORT']}"
     # the mode of what runs: the deployment's, recorded in its database by `dev up`
     assert status["auth_mode"] == "names"
-    assert "COUNTERSIGN_AUTH=names (the deployment's" in await ok(env, "dev", "status")
+    assert "auth: COUNTERSIGN_AUTH=names (demo)" in await ok(env, "dev", "status")
     keyword = IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD
     attributes = await registered_search_attributes(status["temporal_address"])
     assert {name: attributes.get(name) for name in SEARCH_ATTRIBUTES} == dict.fromkeys(
