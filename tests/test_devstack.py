@@ -154,7 +154,9 @@ def test_the_running_stacks_modes_hold_and_another_is_refused(tmp_path: Path) ->
     # nothing of the stack runs: the environment decides
     fresh = stack.with_running_modes(make_plan(tmp_path, APPROVER_AUTH="signed"), recorded, {})
     assert (fresh.approver_auth, fresh.metrics_port) == ("signed", None)
-    with pytest.raises(stack.StackError, match=r"COUNTERSIGN_AUTH \(or APPROVER_AUTH\) must be names or signed"):
+    with pytest.raises(
+        stack.StackError, match=r"COUNTERSIGN_AUTH \(or APPROVER_AUTH\) must be names or signed"
+    ):
         make_plan(tmp_path, APPROVER_AUTH="yes")
 
 
