@@ -14,9 +14,11 @@ from countersign.cli import (  # noqa: F401  (each registers its commands)
     dev,
     health,
     inbox,
+    mail,
     mcp,
     model,
     records,
+    tokens,
 )
 from countersign.cli import stats as _stats  # noqa: F401  (registers `stats`)
 from countersign.cli.app import cli

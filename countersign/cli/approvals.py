@@ -15,8 +15,9 @@ from temporalio.client import Client, WorkflowUpdateFailedError
 
 from countersign.cli.app import cli, print_json, run
 from countersign.cli.conversations import connected, query_status
-from countersign.cli.inbox import InboxSession, inbox_request, load_session, signed_mode
-from countersign.cli.ux import reason
+from countersign.cli.door import door_as
+from countersign.cli.inbox import InboxSession, inbox_request, load_session, signed_hint, signed_mode
+from countersign.cli.ux import reason, relative
 from countersign.core.approvals import Approval, Decision
 from countersign.core.bounds import DuplicateKey, loads_strict
 from countersign.core.contract import AnswerSignal
@@ -58,7 +59,7 @@ async def decide(client: Client, workflow_id: str, decision: Decision) -> Approv
             "decide", decision, result_type=Approval
         )
     except WorkflowUpdateFailedError as err:
-        raise click.ClickException(reason(err)) from err
+        raise click.ClickException(signed_hint(reason(err), decision.approver, workflow_id)) from err
     return approval
 
 
@@ -101,7 +102,7 @@ def list_approvals(tenant: str | None, as_json: bool) -> None:
                 + "".join(f"    {line}\n" for line in argument_lines(r["args"]))
                 + "".join(f"    ⚠ {w}\n" for w in argument_warnings(r["args"]))
                 + f"    risk {r['risk']} · requested by {r['requested_by']} {age(r['requested_at'])} ago"
-                f" · expires {r['expires_at']}" + (f"\n    {r['hints']}" if r.get("hints") else "")
+                f" · expires {relative(r['expires_at'])}" + (f"\n    {r['hints']}" if r.get("hints") else "")
             )
 
     run(body())
@@ -131,7 +132,9 @@ def approve(
 
     async def body() -> None:
         if signed_mode():
-            return await approve_through_inbox(load_session(approver), workflow_id, call_id, reason, edited)
+            return await approve_through_inbox(
+                load_session(approver, workflow_id), workflow_id, call_id, reason, edited
+            )
         client, _ = await connected()
         ids = (
             [call_id]
@@ -165,7 +168,7 @@ def reject(workflow_id: str, call_id: str, approver: str, reason: str | None) ->
         if signed_mode():
             path = f"/api/approvals/{workflow_id}/{call_id}"
             decided = await inbox_request(
-                load_session(approver), "POST", path, {"decision": "reject", "reason": reason}
+                load_session(approver, workflow_id), "POST", path, {"decision": "reject", "reason": reason}
             )
             click.echo(f"rejected {call_id}: {decided['tool']} by {decided['decided_by']} (proven)")
             return
@@ -189,15 +192,18 @@ def answer(workflow_id: str, call_id: str, text: str, user: str) -> None:
     """Answer a question the agent asked (ask_human)."""
 
     async def body() -> None:
-        client, _ = await connected()
-        handle = client.get_workflow_handle(workflow_id)
-        status = await query_status(handle)
-        if call_id not in {q.call_id for q in status.pending_questions}:
-            raise click.ClickException(f"{workflow_id} has no open question {call_id}")
-        if signed_mode():
-            path = f"/api/conversations/{workflow_id}/answer"
-            await inbox_request(load_session(user), "POST", path, {"call_id": call_id, "text": text})
+        if signed_mode():  # the server sends it, with a proof that this person answered
+            door = door_as(user)
+            status = await door.status(workflow_id)
+            if call_id not in {q.call_id for q in status.pending_questions}:
+                raise click.ClickException(f"{workflow_id} has no open question {call_id}")
+            await door.answer(workflow_id, call_id, text)
         else:
+            client, _ = await connected()
+            handle = client.get_workflow_handle(workflow_id)
+            status = await query_status(handle)
+            if call_id not in {q.call_id for q in status.pending_questions}:
+                raise click.ClickException(f"{workflow_id} has no open question {call_id}")
             await handle.signal("answer", AnswerSignal(call_id=call_id, user_id=user, text=text))
         click.echo(f"answered {call_id}")
 

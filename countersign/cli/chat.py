@@ -1,64 +1,59 @@
 """`starter.py chat`: talk to an agent interactively and watch it work.
 
-Each line you type is a message; while the turn runs, the chat follows the `transcript` and `status`
-queries (every POLL_S, only then) and prints what is new: tool calls with their arguments, results,
-approvals and questions, which you can answer inline. The reply itself arrives through the
-`wait_reply` (or `wait_turn`) update, awaited alongside. Ctrl-C or a closed stdin only detach the
-display: the conversation is a workflow and goes on without it.
+Each line you type is a message; while the turn runs, the chat reads the conversation's events as
+they are written (countersign.db.events): the model's text as it streams, and at each other event
+what is new in the `transcript` and `status` queries: tool calls with their arguments, results,
+approvals and questions, which you can answer inline (without a database: it looks every POLL_S).
+The reply itself arrives through the `wait_reply` (or `wait_turn`) update, awaited alongside.
+Ctrl-C or a closed stdin only detach the display: the conversation is a workflow and goes on.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import sys
-import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import click
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
-from temporalio.client import Client, WorkflowHandle
 
 from countersign.cli.app import cli, run
-from countersign.cli.approvals import decide
-from countersign.cli.conversations import connected, parse_limits, query_status, query_transcript, wait_turn
-from countersign.cli.inbox import inbox_request, load_session, signed_mode
+from countersign.cli.chat_ports import ConversationPort, DoorPort, TemporalPort
+from countersign.cli.conversations import connected, parse_limits
+from countersign.cli.door import door_as
+from countersign.cli.inbox import signed_mode
 from countersign.cli.records import with_session
-from countersign.cli.ux import command
+from countersign.cli.ux import command, relative
 from countersign.cli.waiting import who_can_decide
-from countersign.client.ended import full_transcript, with_stored_results
 from countersign.client.handles import (
     render_message,
     render_status,
     render_transcript,
-    roll_back,
-    start_conversation,
-    wait_reply,
 )
 from countersign.core.approvals import (
-    Approval,
     Decision,
     DecisionKind,
     approver_refusal,
 )
 from countersign.core.contract import (
-    AnswerSignal,
-    EndConversation,
     PendingApproval,
     PendingQuestion,
     StartConversation,
     StatusView,
-    SubmitMessage,
     TurnResult,
 )
 from countersign.core.messages import ChatMessage
 from countersign.core.saga import RollbackRequest
-from countersign.db import schema
-from countersign.runtime.config import SCRIPTED_LABEL, Settings
+from countersign.core.summaries import usage_line
+from countersign.db import events, schema
+from countersign.runtime.config import SCRIPTED_LABEL, load_settings
 
-POLL_S = 0.25  # how often a running turn is looked at; nothing polls between turns
+POLL_S = 0.25  # without a database: how often a running turn is looked at
+LAST_EVENTS_S = 2.0  # how long a turn that has ended is given for its last events to be read
 HELP = """\
 Type a message to send it. While the agent works you see its tool calls, results, approvals and questions.
   /status                    state, usage, pending approvals and questions
@@ -156,7 +151,7 @@ def reattach(workflow_id: str) -> str:
 def turn_footer(turn: TurnResult) -> str:
     u = turn.usage
     stopped = f"turn stopped: {turn.stop} · " if turn.stop != "completed" else ""
-    return f"  ({stopped}{u.model_calls} model calls, {u.tool_calls} tool calls, {u.total_tokens} tokens)"
+    return f"  ({stopped}{usage_line(u.model_calls, u.tool_calls, u.total_tokens)})"
 
 
 async def roles_of(tenant_id: str, user: str) -> list[str] | None:
@@ -191,10 +186,19 @@ class Chat:
     """One person's chat with one conversation (started by the first message, or re-attached)."""
 
     def __init__(
-        self, client: Client, settings: Settings, lines: Lines, user: str, start: StartConversation | None
+        self,
+        port: ConversationPort,
+        lines: Lines,
+        user: str,
+        start: StartConversation | None,
+        database_url: str | None = None,
     ):
-        self.client, self.settings, self.lines, self.user, self.start = client, settings, lines, user, start
-        self.handle: WorkflowHandle[Any, Any] | None = None
+        self.port, self.lines, self.user, self.start = port, lines, user, start
+        self.database_url = database_url  # where the conversation's events are read (None: polled)
+        self.after = 0  # the latest conversation event read
+        self.streaming: int | None = None  # the model call (its reply's seq) whose text is being shown
+        self.streamed: dict[int, str] = {}  # the text each model call streamed
+        self.conversation: str | None = None  # its workflow id, once started or attached
         self.last_shown: ChatMessage | None = None
         self.thinking_shown = False
         self.asked: set[str] = set()  # approvals and questions already put to the person
@@ -204,7 +208,7 @@ class Chat:
 
     @property
     def workflow_id(self) -> str:
-        return self.handle.id if self.handle else "?"
+        return self.conversation or "?"
 
     # --- the loop ---------------------------------------------------------------------------
 
@@ -232,35 +236,39 @@ class Chat:
                 return
 
     async def say(self, text: str) -> None:
-        if self.handle is None:
+        if self.conversation is None:
             assert self.start is not None
-            self.handle = await start_conversation(
-                self.client, self.settings, self.start.model_copy(update={"message": text})
-            )
-            click.echo(f"conversation {self.handle.id} · Web UI {self.settings.workflow_url(self.handle.id)}")
-            await self.follow(wait_turn(self.handle, 1))
+            self.conversation = await self.port.start(self.start, text)
+            ui = self.port.ui_url(self.conversation)
+            click.echo(f"conversation {self.conversation}" + (f" · Web UI {ui}" if ui else ""))
+            await self.follow(self.port.reply(self.conversation, None, 1))
             return
-        if (await query_status(self.handle)).state == "ended":
+        if (await self.port.status(self.conversation)).state == "ended":
             click.echo(f"conversation {self.workflow_id} has ended")
             self.ended = True
             return
-        message = SubmitMessage(user_id=self.user, text=text, message_id=uuid.uuid4().hex)
-        await self.handle.signal("submit_message", message)
-        await self.follow(wait_reply(self.client, self.handle.id, message.message_id or ""))
+        self.after = await self.events_seen(self.conversation)
+        message_id = await self.port.send(self.conversation, self.user, text)
+        await self.follow(self.port.reply(self.conversation, message_id, None))
+
+    async def events_seen(self, workflow_id: str) -> int:
+        """The conversation's latest event id: what follows it is this turn's."""
+        return await events.last_id(self.database_url, workflow_id) if self.database_url else 0
 
     async def attach(self, workflow_id: str) -> None:
         """Show a running conversation so far, then follow the turn it is in, if any."""
-        self.handle = self.client.get_workflow_handle(workflow_id)
+        self.conversation = workflow_id
         messages, status = await asyncio.gather(
-            full_transcript(self.client, self.settings, workflow_id), query_status(self.handle)
+            self.port.full_transcript(workflow_id), self.port.status(workflow_id)
         )
         click.echo(render_transcript(messages, scripted=False))
         self.last_shown = messages[-1] if messages else None
+        self.after = await self.events_seen(workflow_id)
         if status.state == "ended":
             click.echo(f"conversation {workflow_id} has ended")
             self.ended = True
         elif status.state != "idle":
-            await self.follow(wait_turn(self.handle, status.turn))
+            await self.follow(self.port.reply(workflow_id, None, status.turn))
 
     # --- following a turn -------------------------------------------------------------------
 
@@ -268,9 +276,14 @@ class Chat:
         """Show the turn's progress until `reply` (the update that answers when it ends) returns."""
         waiting = asyncio.ensure_future(reply)
         try:
-            while not waiting.done():
-                await self.show_progress()
-                await asyncio.wait({waiting}, timeout=POLL_S)
+            if self.database_url:
+                await self.show_progress()  # what already waits (a question, an approval) is asked now
+                await self.follow_events(waiting, self.database_url)
+            else:  # no database to read the events from: look at the status now and then
+                while not waiting.done():
+                    await self.show_progress()
+                    await asyncio.wait({waiting}, timeout=POLL_S)
+            self.end_streaming()
             await self.show_progress()
         finally:
             waiting.cancel()  # only our wait: the workflow does not notice
@@ -281,15 +294,67 @@ class Chat:
         else:
             click.echo(turn_footer(turn))
 
+    async def follow_events(self, waiting: asyncio.Future[TurnResult | None], database_url: str) -> None:
+        """Read the conversation's events as they are written: text is shown as it streams; any
+        other event (a call, a result, an approval, a question) shows what is new and asks what
+        is to be asked. Nothing is polled."""
+        stream = events.follow(database_url, self.workflow_id, self.after)
+        upcoming = asyncio.ensure_future(anext(stream))
+        ended = False  # the latest event read ends the turn (or the conversation)
+        try:
+            while True:
+                pending: set[asyncio.Future[Any]] = {upcoming} if waiting.done() else {waiting, upcoming}
+                # once the turn has ended, its last events are already written: read them, briefly
+                await asyncio.wait(pending, timeout=LAST_EVENTS_S if waiting.done() else None,
+                                   return_when=asyncio.FIRST_COMPLETED)  # fmt: skip
+                if waiting.done() and (ended or not upcoming.done()):
+                    return
+                if not upcoming.done():
+                    continue
+                event = upcoming.result()
+                self.after = event.id
+                if event.kind == "delta":
+                    self.show_delta(event.data)
+                else:
+                    self.end_streaming()
+                    await self.show_progress()
+                ended = event.kind in ("turn", "ended")
+                upcoming = asyncio.ensure_future(anext(stream))
+        finally:
+            upcoming.cancel()
+            with contextlib.suppress(BaseException):
+                await upcoming
+            await stream.aclose()
+
+    def show_delta(self, data: dict[str, Any]) -> None:
+        seq, text = int(data.get("seq", -1)), str(data.get("text", ""))
+        if data.get("reset") and self.streaming is not None:
+            click.echo("\n  (the model call was retried)")
+            self.streaming = None
+        if self.streaming != seq:
+            self.end_streaming()
+            click.echo("agent> ", nl=False)
+            self.streaming, self.streamed[seq] = seq, ""
+        click.echo(text, nl=False)
+        self.streamed[seq] += text
+        self.thinking_shown = False
+
+    def end_streaming(self) -> None:
+        if self.streaming is not None:
+            click.echo("")
+            self.streaming = None
+
     async def show_progress(self) -> None:
-        assert self.handle is not None
+        assert self.conversation is not None
         # Status first, then the transcript: state only moves forward, so the transcript then holds
         # at least what led to the status (the call an approval is for is shown before its prompt).
-        status = await query_status(self.handle)
-        messages = await query_transcript(self.handle)
+        status = await self.port.status(self.conversation)
+        messages = await self.port.live_transcript(self.conversation)
         await self.show_decided(status)  # before the results they let through
-        shown = await with_stored_results(self.settings, self.handle.id, unseen(messages, self.last_shown))
+        shown = unseen(messages, self.last_shown)
         for message in shown:
+            if message.role == "assistant" and message.content in self.streamed.values():
+                message = message.model_copy(update={"content": None})  # shown as it streamed
             text = render_message(message) if message.role != "user" else None  # the person typed it
             if text:
                 click.echo(text)
@@ -344,7 +409,8 @@ class Chat:
         self.pending[approval.call_id] = approval
         click.echo(
             f"  ⏸ {approval.call_id} {approval.tool} {approval.args} needs approval"
-            f" (risk {approval.risk}, requested by {approval.requested_by}, expires {approval.expires_at})"
+            f" (risk {approval.risk}, requested by {approval.requested_by},"
+            f" expires {relative(approval.expires_at)})"
             + (f"\n    {approval.hints}" if approval.hints else "")
         )
         if not await self.may_decide(tenant_id, approval):
@@ -361,22 +427,13 @@ class Chat:
         await self.decide(kind, approval.call_id, reason.strip() or None, approval)
 
     async def ask_answer(self, question: PendingQuestion) -> None:
-        assert self.handle is not None
+        assert self.conversation is not None
         self.asked.add(question.call_id)
         click.echo(f"  ? {question.call_id} the agent asks: {question.question}")
         text = ""
         while not text:
             text = await self.ask_inline("  your answer: ")
-        if signed_mode():
-            path, body = (
-                f"/api/conversations/{self.workflow_id}/answer",
-                {"call_id": question.call_id, "text": text},
-            )
-            await inbox_request(load_session(self.user), "POST", path, body)
-            return
-        await self.handle.signal(
-            "answer", AnswerSignal(call_id=question.call_id, user_id=self.user, text=text)
-        )
+        await self.port.answer(self.conversation, self.user, question.call_id, text)
 
     # --- decisions --------------------------------------------------------------------------
 
@@ -385,17 +442,8 @@ class Chat:
     ) -> None:
         """Decide as the chat's user; a refusal is shown with who could decide instead."""
         decision = Decision(call_id=call_id, decision=kind, approver=self.user, reason=reason)
-        try:
-            if signed_mode():  # the inbox proves who decides, with this user's `login` session
-                path, body = (
-                    f"/api/approvals/{self.workflow_id}/{call_id}",
-                    {"decision": kind, "reason": reason},
-                )
-                recorded = Approval.model_validate(
-                    await inbox_request(load_session(self.user), "POST", path, body)
-                )
-            else:
-                recorded = await decide(self.client, self.workflow_id, decision)
+        try:  # signed mode: through the server, which proves who decides
+            recorded = await self.port.decide(self.workflow_id, decision)
         except click.ClickException as refused:
             click.echo(f"  ✗ {refused.message}")
             if approval is not None:
@@ -412,21 +460,21 @@ class Chat:
     # --- commands (each answers whether the chat goes on) -----------------------------------
 
     def started(self) -> bool:
-        if self.handle is None:
+        if self.conversation is None:
             click.echo("no conversation yet: type a message to start one")
-        return self.handle is not None
+        return self.conversation is not None
 
     async def show_status(self, _: str) -> bool:
         if self.started():
-            assert self.handle is not None
-            click.echo(render_status(self.handle.id, await query_status(self.handle)))
+            assert self.conversation is not None
+            click.echo(render_status(self.conversation, await self.port.status(self.conversation)))
         return True
 
     async def show_transcript(self, _: str) -> bool:
         if self.started():
-            assert self.handle is not None
-            messages = await full_transcript(self.client, self.settings, self.handle.id)
-            click.echo(render_transcript(messages, scripted=self.settings.scripted_model))
+            assert self.conversation is not None
+            messages = await self.port.full_transcript(self.conversation)
+            click.echo(render_transcript(messages, scripted=self.port.scripted))
         return True
 
     async def decide_command(self, kind: DecisionKind, rest: str) -> bool:
@@ -434,8 +482,8 @@ class Chat:
         if not call_id:
             click.echo(f"usage: /{kind} CALL_ID [reason]")
         elif self.started():
-            assert self.handle is not None
-            pending = {p.call_id: p for p in (await query_status(self.handle)).pending_approvals}
+            assert self.conversation is not None
+            pending = {p.call_id: p for p in (await self.port.status(self.conversation)).pending_approvals}
             await self.decide(kind, call_id, reason.strip() or None, pending.get(call_id))
         return True
 
@@ -451,16 +499,19 @@ class Chat:
                 "usage: /rollback [turn|conversation|call CALL_ID] (once the conversation has started)"
             )
             return True
-        assert self.handle is not None
+        assert self.conversation is not None
         request = RollbackRequest.model_validate(
             {"requested_by": self.user, "scope": scope, "call_id": call_id}
         )
         try:
-            entries = await roll_back(self.handle, request)
+            entries = await self.port.rollback(self.conversation, request)
         except TimeoutError as err:
             click.echo(str(err))
             return True
-        for e in entries or []:
+        if entries is None:  # through the server: it runs between turns
+            click.echo(f"rollback ({scope}) sent: it runs between turns")
+            return True
+        for e in entries:
             click.echo(f"↶ {e.call_id} {e.tool}: {e.state}{f' ({e.error})' if e.error else ''}")
         if not entries:
             click.echo("nothing to undo in that scope")
@@ -468,14 +519,14 @@ class Chat:
 
     async def end(self, _: str) -> bool:
         if self.started():
-            assert self.handle is not None
-            await self.handle.signal("end", EndConversation(requested_by=self.user))
-            click.echo(f"ended conversation {self.handle.id}")
+            assert self.conversation is not None
+            await self.port.end(self.conversation, self.user)
+            click.echo(f"ended conversation {self.conversation}")
         return False
 
     async def quit(self, _: str) -> bool:
-        if self.handle is not None:
-            click.echo(f"left conversation {self.handle.id}; it goes on. {reattach(self.handle.id)}")
+        if self.conversation is not None:
+            click.echo(f"left conversation {self.conversation}; it goes on. {reattach(self.conversation)}")
         return False
 
     async def help(self, _: str) -> bool:
@@ -484,24 +535,32 @@ class Chat:
 
 
 async def chat_session(start: StartConversation | None, workflow_id: str | None, user: str | None) -> None:
-    client, settings = await connected()
+    port: ConversationPort
+    database_url = load_settings().database_url  # the conversation's events are read there
+    if signed_mode():  # through the server, as the person logged in
+        if user is None:
+            raise click.ClickException("signed mode: give --user (who you logged in as)")
+        port = DoorPort(door_as(user, start.tenant_id if start else None))
+    else:
+        client, settings = await connected()
+        port = TemporalPort(client, settings)
     lines = Lines()
     lines.open()
-    if settings.scripted_model:
+    if port.scripted:
         click.echo(f"{SCRIPTED_LABEL} (no real LLM configured: replies come from a scenario file)")
     if workflow_id is not None:
-        user = user or conversation_user(await full_transcript(client, settings, workflow_id))
+        user = user or conversation_user(await port.full_transcript(workflow_id))
         if user is None:
             raise click.ClickException(f"cannot tell whose conversation {workflow_id} is: give --user")
     assert user is not None
-    session = Chat(client, settings, lines, user, start)
+    session = Chat(port, lines, user, start, database_url)
     click.echo("type a message; /help lists the commands")
     try:
         if workflow_id is not None:
             await session.attach(workflow_id)
         await session.repl()
     except (Detached, asyncio.CancelledError) as left:
-        if session.handle is not None:
+        if session.conversation is not None:
             click.echo(f"\ndetached; the conversation goes on. {reattach(session.workflow_id)}")
         if isinstance(left, asyncio.CancelledError):
             raise

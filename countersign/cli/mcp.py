@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
 from typing import Any
 
 import click
@@ -12,9 +14,10 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from countersign.cli.app import cli, print_json, run
 from countersign.cli.records import table, with_session
+from countersign.cli.ux import shown_path
 from countersign.db.schema import AgentProfile, McpServer, Tenant
 from countersign.mcp.catalog import ListedTool
-from countersign.mcp.servers import ServerConfig, clashes, remember_listing
+from countersign.mcp.servers import ServerConfig, clashes, executable, remember_listing
 
 
 @cli.group()
@@ -50,6 +53,13 @@ def add(
     except ValueError as err:
         raise click.ClickException(str(err)) from None
 
+    if server.command and executable(server.command[0]) is None:
+        here = Path(sys.executable).parent
+        raise click.ClickException(
+            f"{server.command[0]}: no such command in the project's environment ({shown_path(here)}) "
+            f"or on PATH, so no worker could start it: install it there (`{shown_path(here / 'pip')} install "
+            f"{server.command[0]}`), or give the command's full path; nothing was registered"
+        )
     listed = run(check(server))
 
     async def register(session: AsyncSession) -> None:
@@ -73,7 +83,8 @@ def add(
     )
     if isinstance(listed, str):
         click.echo(
-            f"warning: could not list its tools from here ({listed}); workers list them at conversation start"
+            f"warning: could not list its tools from here ({listed}); workers try again at each "
+            "conversation start (their environment may differ): `mcp list` shows what they found"
         )
         return
     run(with_session(lambda session: remember_listing(session, name, listed)))

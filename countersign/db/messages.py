@@ -22,9 +22,8 @@ from countersign.core.calls import StoredResult, ToolInvocation, ToolResult
 from countersign.core.contract import StatusView, TurnResult, TurnStop
 from countersign.core.envelopes import AppendMessages, StoredMessage, tool_message
 from countersign.core.messages import ChatMessage, ToolCall, Usage
+from countersign.db.events import TURN_STOPS, publish_message
 from countersign.db.schema import ConversationMessage, TenantTokenBudget
-
-TURN_STOPS: tuple[TurnStop, ...] = ("limit_reached", "error")  # a turn's note names how it stopped
 
 
 def message_of(row: ConversationMessage) -> ChatMessage:
@@ -71,9 +70,18 @@ async def store_tool_result(
     transaction (with the call's audit row), and answer with the envelope workflow history keeps.
     Idempotent: a retry, or a second attempt of the call, finds the row and changes nothing."""
     stored, envelope = tool_message(invocation, result)
-    row = row_of(invocation.workflow_id, invocation.caller.tenant_id, stored)
-    await session.execute(insert(ConversationMessage).values(**row).on_conflict_do_nothing())
+    await insert_message(session, row_of(invocation.workflow_id, invocation.caller.tenant_id, stored))
     return envelope
+
+
+async def insert_message(session: AsyncSession, row: dict[str, Any]) -> None:
+    """Insert a message once, and the events it means for the conversation's readers with it (a
+    retried write inserts nothing and tells nobody twice)."""
+    inserted = await session.scalar(
+        insert(ConversationMessage).values(**row).on_conflict_do_nothing().returning(ConversationMessage.seq)
+    )
+    if inserted is not None:
+        await publish_message(session, row)
 
 
 class ConversationStore:
@@ -97,8 +105,7 @@ class ConversationStore:
                     if earlier is not None and earlier != stored.seq:
                         refused.append(stored.seq)
                         continue
-                row = row_of(batch.workflow_id, batch.tenant_id, stored, usage)
-                await session.execute(insert(ConversationMessage).values(**row).on_conflict_do_nothing())
+                await insert_message(session, row_of(batch.workflow_id, batch.tenant_id, stored, usage))
         return refused
 
     async def load(self, workflow_id: str, seqs: list[int] | None = None) -> list[ChatMessage]:

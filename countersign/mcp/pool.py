@@ -32,7 +32,7 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.types import CONNECTION_CLOSED, REQUEST_TIMEOUT, UNSUPPORTED_PROTOCOL_VERSION
 
 from countersign.mcp.catalog import CallOutcome, ListedTool
-from countersign.mcp.servers import SecretMissing, ServerConfig
+from countersign.mcp.servers import SecretMissing, ServerConfig, executable
 from countersign.runtime.circuit import CircuitBreaker, CircuitOpen
 
 T = TypeVar("T")
@@ -97,7 +97,9 @@ class _Connection:
                     assert server.command
                     env = server.resolved(environ, server.env)
                     target = StdioServerParameters(
-                        command=server.command[0], args=server.command[1:], env=env or None
+                        command=executable(server.command[0]) or server.command[0],
+                        args=server.command[1:],
+                        env=env or None,
                     )
                 client = Client(
                     target, read_timeout_seconds=read_timeout_s, cache=None, message_handler=self._received

@@ -10,9 +10,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import shlex
+import shutil
+import sys
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, Field, field_validator, model_validator
@@ -20,6 +24,23 @@ from sqlalchemy import or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from countersign.db.schema import McpServer
+
+
+def executable(name: str) -> str | None:
+    """Where a stdio server's command is, the way a person expects it to be found: a path as
+    given; a bare name in the project's environment first (the directory of the Python running
+    this, e.g. `.venv/bin`, where `pip install` put `mcp-server-time`), then on PATH. None: nowhere.
+
+    The worker resolves it so too (its own environment, at connection time), so a server installed
+    into the project's virtualenv runs without that directory being on anybody's PATH.
+    """
+    if os.sep in name:
+        return name if os.access(name, os.X_OK) and Path(name).is_file() else None
+    local = Path(sys.executable).parent / name
+    if local.is_file() and os.access(local, os.X_OK):
+        return str(local)
+    return shutil.which(name)
+
 
 PREFIX = "mcp__"
 SEPARATOR = "__"

@@ -34,6 +34,9 @@ class Settings(BaseModel):
     llm_api_key: str = "scripted"
     llm_model: str = SCRIPTED_MODEL_NAME
     scenario: str | None = None
+    # Model replies are streamed (`stream=True`) and their text published to readers as it arrives;
+    # LLM_STREAM=false asks for whole replies (an endpoint that cannot stream; the benchmark's baseline).
+    llm_stream: bool = True
     ui_url: str = "http://127.0.0.1:8233"
     # Where deliver_email sends the outbox (a local catcher by default; a relay in production).
     smtp_host: str = "127.0.0.1"
@@ -47,13 +50,19 @@ class Settings(BaseModel):
     # out is rebuilt by replaying its history when it next has work (an approval, a message), which
     # costs milliseconds (docs/benchmark.md, section 4). Env: WORKER_MAX_CACHED_WORKFLOWS.
     max_cached_workflows: int = Field(250, ge=0)
-    # Who decided: `signed` (a proof the inbox issued counts) or `names` (a bare name is claimed, the
-    # demo's default). Keys: PEM text or a file path; unset, the embedded stack's pair in .data/.
+    # Who asked and who decided: `signed` (only a proof the server issued counts) or `names` (a bare
+    # name is claimed, the demo's default). COUNTERSIGN_AUTH, or its older name APPROVER_AUTH; the
+    # deployment's recorded mode wins (countersign.identity.mode): `auth_configured` says whether
+    # this process was given one. Keys: PEM text or a file path; unset, the embedded stack's pair.
     approver_auth: Literal["signed", "names"] = "names"
+    auth_configured: bool = False
     proof_public_key: str | None = None
     proof_private_key: str | None = None  # the inbox only: the worker can verify, never sign
     inbox_port: int = 8300
     inbox_public_url: str | None = None  # what notifications link to, when not http://127.0.0.1:PORT
+    # The server's cookies are `Secure` (sent over TLS only): set behind a TLS proxy; a request that
+    # arrived over TLS gets them anyway. Env: COUNTERSIGN_COOKIE_SECURE.
+    cookie_secure: bool = False
     # Worker Deployment Versioning (README, "Deploying a new build"): with a build id the worker
     # serves deployment `deployment_name` as that build, and a conversation stays on the build it
     # started on until it continues as new. Unset (the embedded stack, tests): an unversioned worker,
@@ -65,6 +74,12 @@ class Settings(BaseModel):
     def scripted_model(self) -> bool:
         """True when the model is the project's scripted server, not a real LLM endpoint."""
         return self.llm_model == SCRIPTED_MODEL_NAME
+
+    @property
+    def smtp_configured(self) -> bool:
+        """Whether a mail server was named (SMTP_HOST, or the stack's mail catcher): without one,
+        reviewers' notices by email are recorded as undeliverable once, not retried for an hour."""
+        return "smtp_host" in self.model_fields_set
 
     @property
     def inbox_url(self) -> str:
@@ -90,6 +105,7 @@ def load_settings(env: dict[str, str] | None = None) -> Settings:
     def pick(name: str, stack_key: str | None = None) -> str | None:
         return env.get(name) or (stack.get(stack_key) if stack_key else None)
 
+    auth_mode = (env.get("COUNTERSIGN_AUTH") or env.get("APPROVER_AUTH") or "").strip().lower()
     values: dict[str, str | None] = {
         "temporal_address": pick("TEMPORAL_ADDRESS", "temporal_address"),
         "namespace": env.get("TEMPORAL_NAMESPACE"),
@@ -100,17 +116,21 @@ def load_settings(env: dict[str, str] | None = None) -> Settings:
         # A real endpoint without LLM_MODEL gets a common default rather than the scripted model's name.
         "llm_model": env.get("LLM_MODEL") or ("gpt-4o-mini" if env.get("LLM_BASE_URL") else None),
         "scenario": env.get("SCENARIO"),
+        "llm_stream": env.get("LLM_STREAM"),
         "ui_url": pick("TEMPORAL_UI_URL", "ui_url"),
-        "smtp_host": env.get("SMTP_HOST"),
-        "smtp_port": env.get("SMTP_PORT"),
+        "smtp_host": pick("SMTP_HOST", "smtp_host"),
+        "smtp_port": pick("SMTP_PORT", "smtp_port"),
         "smtp_sender": env.get("SMTP_SENDER"),
         "email_delivery_delay_s": env.get("EMAIL_DELIVERY_DELAY_S"),
         "max_cached_workflows": env.get("WORKER_MAX_CACHED_WORKFLOWS"),
-        "approver_auth": (env.get("APPROVER_AUTH") or "").strip().lower(),
+        # the deployment's mode: what this process was told, else the running embedded stack's
+        "approver_auth": auth_mode or stack.get("approver_auth", ""),
+        "auth_configured": "true" if auth_mode else None,
         "proof_public_key": env.get("COUNTERSIGN_PROOF_PUBLIC_KEY"),
         "proof_private_key": env.get("COUNTERSIGN_PROOF_PRIVATE_KEY"),
         "inbox_port": env.get("COUNTERSIGN_INBOX_PORT"),
         "inbox_public_url": env.get("COUNTERSIGN_INBOX_URL"),
+        "cookie_secure": env.get("COUNTERSIGN_COOKIE_SECURE"),
         "build_id": env.get("COUNTERSIGN_BUILD_ID"),
         "deployment_name": env.get("COUNTERSIGN_DEPLOYMENT"),
     }
