@@ -34,6 +34,7 @@ from countersign.devstack import processes
 from countersign.devstack.postgres import EmbeddedPostgres, migrate_and_seed
 from countersign.devstack.processes import ProcessRecord
 from countersign.devstack.temporal import DevServerConfig, start_dev_server, wait_ready
+from countersign.identity.mode import deployment_mode
 from countersign.runtime.config import PROJECT_ROOT
 from countersign.runtime.ports import port_open
 
@@ -301,6 +302,10 @@ async def up(plan: StackPlan, echo: Echo) -> None:
         _check_not_replaced(name, records.get(name), plan)
         record, outcome = await step(plan, records.get(name))
         records[name] = record
+        if name == "postgres" and plan.approver_auth is None:
+            # not asked: the worker and the server run the deployment's mode (`dev up` asked for one
+            # records it there), so a worker is never started in a mode that it would refuse
+            plan = dataclasses.replace(plan, approver_auth=await deployment_mode(plan.database_url))
         write_stack(plan.stack_file, plan.settings(), records)
         pid = f"  pid {record.pid}" if record.pid else ""
         served = scenario_of(record) if name == "model" else None
