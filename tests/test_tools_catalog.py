@@ -202,6 +202,12 @@ async def test_create_task_resolves_people_and_projects_and_undoes(db_session: A
     assert await undo(ctx, "create_task", result | {"id": 10**12}, **raw) == "never_happened"
 
 
+async def test_create_task_sets_an_initial_status(db_session: AsyncSession) -> None:
+    result = await run(context(db_session), "create_task", title="Already running", status="in_progress")
+    assert result["status"] == "in_progress"
+    assert (await snapshot(db_session, schema.Task, result["id"]))["status"] == "in_progress"
+
+
 async def test_create_task_needs_an_unambiguous_assignee_of_the_tenant(db_session: AsyncSession) -> None:
     ctx = context(db_session)
     ambiguous = await call(ctx, "create_task", title="x", assignee="an")  # Alice Anders, Bob Brennan

@@ -221,6 +221,7 @@ class CreateTaskArgs(ToolArgs):
     due_date: date | None = Field(None, description="ISO date, YYYY-MM-DD")
     assignee: str | None = Field(None, description="Who does it: user id, display name or email")
     project: str | None = Field(None, description="The project it belongs to: its name or id")
+    status: TaskStatus = Field("open", description="Initial status; open unless said otherwise")
 
 
 class UpdateTaskArgs(ChangeArgs):
@@ -274,10 +275,12 @@ async def task_references(ctx: ToolContext, assignee: str | None, project: str |
 @answers_needs
 async def create_task(ctx: ToolContext, args: CreateTaskArgs) -> TaskView:
     """Create a task, optionally with a description, a due date (YYYY-MM-DD), an assignee (user id,
-    display name or email) and a project (name or id). It starts open and is created by the user."""
+    display name or email), a project (name or id) and an initial status (open unless given). It is
+    created by the user."""
     task = Task(
         tenant_id=ctx.tenant_id,
         title=args.title,
+        status=args.status,
         description=args.description or None,
         due_date=args.due_date,
         created_by=ctx.caller.user_id,
