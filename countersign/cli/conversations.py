@@ -6,7 +6,7 @@ import asyncio
 import json
 import sys
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import click
@@ -168,7 +168,14 @@ def start(
                 out["waiting"] = outcome.model_dump(mode="json")
             print_json(out)
         elif wait:
-            await show_outcome(workflow_id, outcome, user, client, settings or load_settings())
+            shown = settings or load_settings()
+
+            async def transcript() -> list[ChatMessage]:
+                if client is None:  # signed mode: through the server
+                    return await door_as(user).transcript(workflow_id)
+                return await full_transcript(client, shown, workflow_id)
+
+            await show_outcome(workflow_id, outcome, user, transcript, shown, client is None)
         if isinstance(outcome, StatusView):
             raise SystemExit(EXIT_WAITING)
 
@@ -200,19 +207,19 @@ async def show_outcome(
     workflow_id: str,
     outcome: TurnResult | StatusView | None,
     user: str,
-    client: Client | None,
+    transcript: Callable[[], Awaitable[list[ChatMessage]]],
     settings: Settings,
+    through_server: bool = False,
 ) -> None:
     """The turn's tool calls with a summary of each result, then the reply, or what the turn waits
-    for, who may decide it (by name) and the commands that let it go on. Through the server (no
-    Temporal client) the calls and the deciders' names are left out: the server's reply carries them
-    not."""
+    for, who may decide it (by name, from the database, unless the CLI goes through the server) and
+    the commands that let it go on."""
     if outcome is None:
         raise click.ClickException(f"conversation {workflow_id} ended before replying")
-    for line in await turn_calls(client, settings, workflow_id) if client is not None else []:
+    for line in turn_calls(await transcript()):
         click.echo(line)
     if isinstance(outcome, StatusView):
-        names = await deciders(settings, outcome) if client is not None else {}
+        names = {} if through_server else await deciders(settings, outcome)
         signed = (
             SignedHint(settings.inbox_url, outcome.tenant_id) if settings.approver_auth == "signed" else None
         )
@@ -223,9 +230,8 @@ async def show_outcome(
         click.echo(outcome.reply or "(no reply)")
 
 
-async def turn_calls(client: Client, settings: Settings, workflow_id: str) -> list[str]:
+def turn_calls(messages: list[ChatMessage]) -> list[str]:
     """The latest turn's tool calls and result summaries, as the transcript shows them."""
-    messages = await full_transcript(client, settings, workflow_id)
     last_user = max((i for i, m in enumerate(messages) if m.role == "user"), default=-1)
     turn = messages[last_user + 1 :]
     answered = {m.tool_call_id for m in turn if m.role == "tool"}  # a pending call is shown as waiting
@@ -312,7 +318,9 @@ def send(
         if no_wait:
             return
         outcome = await door.reply(target_id, message_id=message_id)
-        await show_outcome(target_id, outcome, user, None, load_settings())
+        await show_outcome(
+            target_id, outcome, user, lambda: door.transcript(target_id), load_settings(), True
+        )
         if isinstance(outcome, StatusView):
             raise SystemExit(EXIT_WAITING)
 
@@ -349,7 +357,9 @@ def send(
                 )
             except WorkflowUpdateFailedError as err:  # refused (another user's conversation, a full inbox)
                 raise click.ClickException(reason(err)) from err
-        await show_outcome(target_id, outcome, user, client, settings)
+        await show_outcome(
+            target_id, outcome, user, lambda: full_transcript(client, settings, target_id), settings
+        )
         if isinstance(outcome, StatusView):
             raise SystemExit(EXIT_WAITING)
 
