@@ -141,12 +141,10 @@ class ModelActivities:
         if stored is None:
             return await self._complete(request.messages, request.tools, request.max_tokens, request.agent)
         store = self._stored()
-        earlier = await store.reply_at(stored.workflow_id, stored.reply_seq)
-        if earlier is not None:  # a retry after the reply was stored: the model answered once
-            message, usage = earlier
-            return ModelReply(message=message, usage=usage)
-        await store.check_tenant_budget(stored.tenant_id)
-        messages = await store.load(stored.workflow_id, stored.seqs)
+        found = await store.model_input(stored)
+        if found.earlier is not None:  # a retry after the reply was stored: the model answered once
+            return found.earlier
+        messages = found.messages
         tools = [REGISTRY[n].spec().openai_tool() for n in stored.tool_names if n in REGISTRY]
         tools += stored.mcp_tools
         reply = await self._complete(messages, tools, request.max_tokens, request.agent)

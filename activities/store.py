@@ -8,6 +8,7 @@ redelivered one (same id, another seq) is refused and reported, so the workflow 
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -18,7 +19,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from countersign.bounds import storable
-from countersign.chat import ChatMessage, ToolCall, Usage
+from countersign.chat import ChatMessage, ModelReply, StoredInput, ToolCall, Usage
 from countersign.conversation import StatusView, TurnResult, TurnStop
 from countersign.db.schema import ConversationMessage, TenantTokenBudget
 from countersign.store import SUMMARY_NAME, AppendMessages, RepliedTurn, StoredMessage, tool_message
@@ -82,6 +83,42 @@ async def store_tool_result(
     return envelope
 
 
+@dataclass(frozen=True)
+class ModelInput:
+    """A stored model call's input: the reply an earlier attempt stored, or the messages to send."""
+
+    earlier: ModelReply | None = None
+    messages: list[ChatMessage] = field(default_factory=list)
+
+
+async def used_today(session: AsyncSession, tenant_id: str) -> int:
+    """The tenant's model tokens since 00:00 UTC (a sum over its messages of the day)."""
+    midnight = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+    tokens = func.sum(ConversationMessage.prompt_tokens + ConversationMessage.completion_tokens)
+    used = await session.scalar(
+        select(func.coalesce(tokens, 0)).where(
+            ConversationMessage.tenant_id == tenant_id, ConversationMessage.created_at >= midnight
+        )
+    )
+    return int(used or 0)
+
+
+async def refuse_over_budget(session: AsyncSession, tenant_id: str) -> None:
+    """LIMIT_REACHED (no retry) once the tenant spent its tokens of the day. The day's sum is only
+    computed for a tenant that has a budget: without one there is nothing to refuse."""
+    budget = await session.get(TenantTokenBudget, tenant_id)
+    if budget is None:
+        return
+    used = await used_today(session, tenant_id)
+    if used >= budget.tokens_per_day:
+        raise ApplicationError(
+            f"LIMIT_REACHED: tenant {tenant_id} used {used} model tokens today, its budget is "
+            f"{budget.tokens_per_day} per day (tenant_token_budgets)",
+            type="LimitReached",
+            non_retryable=True,
+        )
+
+
 class ConversationStore:
     """Reads and writes `conversation_messages`; shared by the store, model and CLI sides."""
 
@@ -126,15 +163,27 @@ class ConversationStore:
         async with self.sessions() as session:
             return {r.seq: message_of(r) for r in await session.scalars(query)}
 
-    async def reply_at(self, workflow_id: str, seq: int) -> tuple[ChatMessage, Usage] | None:
-        """A model reply stored earlier at `seq` (a retried model call answers with it, once)."""
-        async with self.sessions() as session:
-            row = await session.get(ConversationMessage, (workflow_id, seq))
-        if row is None:
-            return None
-        return message_of(row), Usage(
-            prompt_tokens=row.prompt_tokens, completion_tokens=row.completion_tokens, model_calls=1
+    async def model_input(self, stored: StoredInput) -> ModelInput:
+        """What a stored model call needs, read in one transaction: the reply an earlier attempt
+        stored at `stored.reply_seq` (a retried model call answers with it, once), else the
+        tenant's budget checked (LIMIT_REACHED when spent) and the messages `stored.seqs` in the
+        order given."""
+        query = select(ConversationMessage).where(
+            ConversationMessage.workflow_id == stored.workflow_id,
+            ConversationMessage.seq.in_([*stored.seqs, stored.reply_seq]),
         )
+        async with self.sessions() as session:
+            rows = {r.seq: r for r in await session.scalars(query)}
+            earlier = rows.pop(stored.reply_seq, None)
+            if earlier is not None:
+                usage = Usage(
+                    prompt_tokens=earlier.prompt_tokens,
+                    completion_tokens=earlier.completion_tokens,
+                    model_calls=1,
+                )
+                return ModelInput(earlier=ModelReply(message=message_of(earlier), usage=usage))
+            await refuse_over_budget(session, stored.tenant_id)
+        return ModelInput(messages=[message_of(rows[s]) for s in stored.seqs if s in rows])
 
     async def turn_reply(self, workflow_id: str, message_id: str, turn: int) -> TurnResult | None:
         """The turn that answered the user message `message_id`, rebuilt from what it stored: its
@@ -205,30 +254,15 @@ class ConversationStore:
 
     async def tokens_today(self, tenant_id: str) -> tuple[int, int | None]:
         """The tenant's model tokens since 00:00 UTC, and its budget per day (None: unbounded)."""
-        midnight = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
         async with self.sessions() as session:
-            used = await session.scalar(
-                select(
-                    func.coalesce(
-                        func.sum(ConversationMessage.prompt_tokens + ConversationMessage.completion_tokens), 0
-                    )
-                ).where(
-                    ConversationMessage.tenant_id == tenant_id, ConversationMessage.created_at >= midnight
-                )
-            )
+            used = await used_today(session, tenant_id)
             budget = await session.get(TenantTokenBudget, tenant_id)
-        return int(used or 0), budget.tokens_per_day if budget else None
+        return used, budget.tokens_per_day if budget else None
 
     async def check_tenant_budget(self, tenant_id: str) -> None:
         """Refuse a model call once the tenant spent its tokens of the day: LIMIT_REACHED, no retry."""
-        used, budget = await self.tokens_today(tenant_id)
-        if budget is not None and used >= budget:
-            raise ApplicationError(
-                f"LIMIT_REACHED: tenant {tenant_id} used {used} model tokens today, its budget is "
-                f"{budget} per day (tenant_token_budgets)",
-                type="LimitReached",
-                non_retryable=True,
-            )
+        async with self.sessions() as session:
+            await refuse_over_budget(session, tenant_id)
 
 
 class StoreActivities:
