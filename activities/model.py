@@ -14,6 +14,7 @@ is the request's fault means the endpoint answered: it counts as healthy.
 from __future__ import annotations
 
 import math
+import time
 from datetime import timedelta
 from typing import Any
 
@@ -28,6 +29,7 @@ from countersign.bounds import storable
 from countersign.chat import ChatMessage, ModelReply, ModelRequest, ToolCall, Usage, capped_reply, numbered
 from countersign.circuit import CircuitBreaker, CircuitOpen
 from countersign.config import AGENT_HEADER, Settings
+from countersign.observability.usage import elapsed_ms, model_call_row
 from countersign.store import AppendMessages, StoredMessage, Summarized, SummaryRequest, estimate_tokens
 from tools.registry import REGISTRY
 
@@ -137,6 +139,7 @@ class ModelActivities:
     @activity.defn(name="call_model")
     @heartbeats
     async def call_model(self, request: ModelRequest) -> ModelReply:
+        started = time.perf_counter()
         stored = request.stored
         if stored is None:
             return await self._complete(request.messages, request.tools, request.max_tokens, request.agent)
@@ -154,7 +157,8 @@ class ModelActivities:
             tenant_id=stored.tenant_id,
             messages=[StoredMessage(seq=stored.reply_seq, message=reply.message)],
         )
-        await store.append(batch, reply.usage)
+        row = model_call_row(request.caller, reply, elapsed_ms(started)) if request.caller else None
+        await store.append(batch, reply.usage, row)
         return reply
 
     @activity.defn(name="summarize_conversation")

@@ -21,7 +21,7 @@ from temporalio.exceptions import ApplicationError
 from countersign.bounds import storable
 from countersign.chat import ChatMessage, ModelReply, StoredInput, ToolCall, Usage
 from countersign.conversation import StatusView, TurnResult, TurnStop
-from countersign.db.schema import ConversationMessage, TenantTokenBudget
+from countersign.db.schema import ConversationMessage, ModelCall, TenantTokenBudget
 from countersign.store import SUMMARY_NAME, AppendMessages, RepliedTurn, StoredMessage, tool_message
 from countersign.tooling import StoredResult, ToolInvocation, ToolResult
 
@@ -125,10 +125,15 @@ class ConversationStore:
     def __init__(self, sessions: async_sessionmaker[AsyncSession]) -> None:
         self.sessions = sessions
 
-    async def append(self, batch: AppendMessages, usage: Usage | None = None) -> list[int]:
-        """Append `batch`; the seqs refused because their message id was stored at another seq."""
+    async def append(
+        self, batch: AppendMessages, usage: Usage | None = None, model_call: dict[str, Any] | None = None
+    ) -> list[int]:
+        """Append `batch`; the seqs refused because their message id was stored at another seq.
+        `model_call`: the usage audit's row of the reply appended, in the same transaction."""
         refused: list[int] = []
         async with self.sessions() as session, session.begin():
+            if model_call is not None:
+                await session.execute(insert(ModelCall).values(**model_call).on_conflict_do_nothing())
             for stored in batch.messages:
                 if stored.message_id is not None:
                     earlier = await session.scalar(
