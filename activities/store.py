@@ -21,7 +21,7 @@ from temporalio.exceptions import ApplicationError
 from countersign.bounds import storable
 from countersign.chat import ChatMessage, ModelReply, StoredInput, ToolCall, Usage
 from countersign.conversation import StatusView, TurnResult, TurnStop
-from countersign.db.schema import ConversationMessage, ModelCall, TenantTokenBudget
+from countersign.db.schema import ConversationMessage, ModelCall, TenantTokenBudget, ToolExecution
 from countersign.store import SUMMARY_NAME, AppendMessages, RepliedTurn, StoredMessage, tool_message
 from countersign.tooling import StoredResult, ToolInvocation, ToolResult
 
@@ -117,6 +117,24 @@ async def refuse_over_budget(session: AsyncSession, tenant_id: str) -> None:
             type="LimitReached",
             non_retryable=True,
         )
+
+
+async def audited_answer(
+    session: AsyncSession, invocation: ToolInvocation, result: ToolResult, audit: dict[str, Any]
+) -> ToolResult | StoredResult:
+    """Insert a call's audit row (`audit`: the `tool_executions` values) and, with
+    `invocation.store_seq`, its result as the tool message, in one statement of the caller's
+    transaction (the audit row's insert is a CTE of the message's); answer what
+    `store_tool_result` would. A second attempt of the call never gets here: it finds the audit row."""
+    audited = insert(ToolExecution).values(**audit)
+    if invocation.store_seq is None:
+        await session.execute(audited)
+        return result
+    stored, envelope = tool_message(invocation, result)
+    row = row_of(invocation.workflow_id, invocation.caller.tenant_id, stored)
+    message = insert(ConversationMessage).values(**row).on_conflict_do_nothing()
+    await session.execute(message.add_cte(audited.cte("audited")))
+    return envelope
 
 
 class ConversationStore:

@@ -22,7 +22,7 @@ from temporalio import activity
 
 from activities.failures import is_connection_error
 from activities.heartbeat import heartbeats
-from activities.store import store_tool_result
+from activities.store import audited_answer, store_tool_result
 from countersign.bounds import loads_bounded, storable
 from countersign.db.schema import SagaRecord, ToolExecution
 from countersign.guards import TruncationLimits, redact, sanitize
@@ -170,18 +170,15 @@ class ToolActivities:
                 return await result_or_envelope(session, invocation, result)
             await session.execute(select(func.pg_advisory_xact_lock(func.hashtextextended(key, 0))))
             recorded = await session.scalar(
-                select(ToolExecution).where(
+                select(ToolExecution.result).where(
                     ToolExecution.workflow_id == invocation.workflow_id,
                     ToolExecution.call_id == invocation.call_id,
                 )
             )
-            if recorded is not None and recorded.result is not None:
-                return await result_or_envelope(
-                    session, invocation, ToolResult.model_validate(recorded.result)
-                )
-            return await result_or_envelope(
-                session, invocation, await self._run(session, tool, invocation, key)
-            )
+            if recorded is not None:
+                return await result_or_envelope(session, invocation, ToolResult.model_validate(recorded))
+            result, audit = await self._run(session, tool, invocation, key)
+            return await audited_answer(session, invocation, result, audit)
 
     @activity.defn(name="check_arguments")
     async def check_arguments(self, invocation: ToolInvocation) -> ToolResult:
@@ -212,7 +209,8 @@ class ToolActivities:
 
     async def _run(
         self, session: AsyncSession, tool: Tool, invocation: ToolInvocation, key: str
-    ) -> ToolResult:
+    ) -> tuple[ToolResult, dict[str, Any]]:
+        """Run the call in `session`'s transaction: its result, and its audit row's values."""
         started = datetime.now(UTC)
         clock = time.perf_counter()
         outcome = "executed"
@@ -244,16 +242,13 @@ class ToolActivities:
             message = f"{tool.name} failed unexpectedly; the operators' log has details ({error_id})"
             result = ToolResult.failure("INTERNAL_ERROR", message)
         result = result.model_copy(update={"data": sanitize(result.data, self._limits)})
-        session.add(
-            ToolExecution(
-                **audit_row(invocation, result, outcome, risk=tool.risk, category=tool.category),
-                approved_by=invocation.approved_by,
-                idempotency_key=key,
-                started_at=started,
-                finished_at=datetime.now(UTC),
-                duration_ms=int((time.perf_counter() - clock) * 1000),
-            )
-        )
         if outcome == "executed" and tool.compensation is not None:
             session.add(saga_record(invocation))  # what a rollback after the conversation's end undoes
-        return result
+        audit = audit_row(invocation, result, outcome, risk=tool.risk, category=tool.category) | {
+            "approved_by": invocation.approved_by,
+            "idempotency_key": key,
+            "started_at": started,
+            "finished_at": datetime.now(UTC),
+            "duration_ms": int((time.perf_counter() - clock) * 1000),
+        }
+        return result, audit
