@@ -2,7 +2,7 @@
 
     .venv/bin/python -m bench.cost                   # bounded: about two minutes
     .venv/bin/python -m bench.cost --full            # the size and more rounds (about 6 min)
-    .venv/bin/python -m bench.cost --profile worker.svg   # py-spy flame graph of the worker at c=10
+    .venv/bin/python -m bench.cost --profile worker.svg   # py-spy flame graphs of both workers at c=10
 
 Both implementations run against the same dev server, PostgreSQL and scripted model, started by
 this script. **Steps**: single-turn conversations of K sequential `search_leads` calls, one
@@ -256,7 +256,8 @@ async def concurrent(
             for side in sides if round_ % 2 == 0 else sides[::-1]:
                 queue, pid = workers[side.name]
                 pids = {"worker": pid, **others}
-                with profiled(pid, profile if side.name == COUNTERSIGN and round_ == 0 else None):
+                out = profile.with_stem(f"{profile.stem}-{side.name.split()[0].lower()}") if profile else None
+                with profiled(pid, out if round_ == 0 else None):
                     row = await batch(side, queue, pids, sizes.concurrency, sizes.batch)
                 progress(f"round {round_ + 1} {side.name}: {row['tool_calls_per_s']} tool calls/s")
                 rows[side.name].append(row)
@@ -386,7 +387,12 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench.cost", description=__doc__.splitlines()[0])
     parser.add_argument("--full", action="store_true", help="more conversations and rounds (about 6 minutes)")
     parser.add_argument("--rounds", type=int, help="c=10 rounds of each implementation")
-    parser.add_argument("--profile", type=Path, help="py-spy output for the Countersign worker's first batch")
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        help="py-spy of each worker's first batch: PATH-countersign.svg and PATH-bare.svg (.svg: flame"
+        " graphs; another suffix: collapsed stacks)",
+    )
     parser.add_argument("--out", type=Path, default=Path("docs/benchmark-cost.json"))
     parser.add_argument("--markdown", type=Path, default=Path("docs/benchmark.md"))
     parser.add_argument("--no-markdown", action="store_true", help="only the JSON (and print the section)")
