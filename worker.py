@@ -26,20 +26,21 @@ from activities.notifications import NotificationActivities
 from activities.proofs import ProofActivities
 from activities.rollback import RollbackActivities
 from activities.saga import SagaActivities
-from activities.store import ConversationStore, StoreActivities
+from activities.store import StoreActivities
 from activities.tools import ToolActivities
-from countersign.config import Settings, load_settings
+from countersign.client.temporal_client import connect
 from countersign.db.engine import create_engine, session_factory
-from countersign.logs import ActivityLogContext, get_logger
-from countersign.logs import configure as configure_logging
+from countersign.db.messages import ConversationStore
+from countersign.db.ratelimit import RateLimits
+from countersign.identity.proofs import ProofVerifier
 from countersign.mcp.pool import McpPool
 from countersign.observability.metrics import CountersignMetrics, MetricsInterceptor, WorkerMetrics
 from countersign.observability.tracing import GenAiSpans
 from countersign.observability.usage import ModelCallAudit
-from countersign.payloads import data_converter
-from countersign.proofs import ProofVerifier
-from countersign.ratelimit import RateLimits
-from countersign.temporal_client import connect
+from countersign.runtime.config import Settings, load_settings
+from countersign.runtime.logs import ActivityLogContext, get_logger
+from countersign.runtime.logs import configure as configure_logging
+from countersign.runtime.payloads import data_converter
 from workflows.agent import AgentWorkflow
 from workflows.rollback import RollbackWorkflow
 
@@ -82,7 +83,7 @@ def build_worker(
         metrics.watch_breaker(email.breaker)
         observability.append(MetricsInterceptor(metrics))
     # Client input is untrusted: signals, updates and start inputs that do not decode reach their
-    # handler as `Unreadable` (countersign.payloads), whatever converter the caller's client has.
+    # handler as `Unreadable` (countersign.runtime.payloads), whatever converter the caller's client has.
     config = client.config()
     config["data_converter"] = data_converter
     client = Client(**config)

@@ -12,43 +12,19 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
-from pydantic import BaseModel
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.attempts import attempt_key, record_once
 from activities.tools import validate
-from countersign.approvals import DecisionRecord, Verdict, approver_refusal
-from countersign.db.schema import ApprovalDecision, Notification, User, UserRole
+from countersign.core.approvals import ApprovalReminder, DecisionRecord, Verdict, approver_refusal
+from countersign.db.attempts import attempt_key, record_once
+from countersign.db.people import roles_of
+from countersign.db.schema import ApprovalDecision, Notification
+from countersign.identity.proofs import Binding, ProofVerifier, check_proof
 from countersign.mcp.catalog import argument_errors
-from countersign.proofs import Binding, ProofVerifier, check_proof
 from tools.registry import REGISTRY, ToolFailure
-
-
-class ApprovalReminder(BaseModel):
-    tenant_id: str
-    workflow_id: str
-    call_id: str
-    tool: str
-    args: str
-    expires_at: datetime
-
-
-async def roles_of(session: AsyncSession, tenant_id: str, user_id: str) -> list[str] | None:
-    """The user's roles in the tenant, or None when they are not a user of it (one round trip: it
-    is on the way from a reviewer's click to the tool call, in the inbox and in record_decision)."""
-    rows = (
-        await session.execute(
-            select(User.id, UserRole.role)
-            .outerjoin(UserRole, (UserRole.tenant_id == User.tenant_id) & (UserRole.user_id == User.id))
-            .where(User.tenant_id == tenant_id, User.id == user_id)
-        )
-    ).all()
-    if not rows:
-        return None
-    return [role for _, role in rows if role is not None]
 
 
 class ApprovalActivities:

@@ -6,38 +6,17 @@ conversations that store tool results, the refusal the model reads is stored wit
 
 from __future__ import annotations
 
-from pydantic import BaseModel
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
 
-from activities.store import store_tool_result
 from activities.tools import audit_row
+from countersign.core.calls import UnexecutedCall, outcome_of
+from countersign.db.messages import store_tool_result
 from countersign.db.schema import ToolExecution
 from countersign.mcp.catalog import MCP_CATEGORY, MCP_RISK
 from countersign.mcp.servers import server_of
-from countersign.tooling import ErrorCode, ToolInvocation, ToolResult
 from tools.registry import REGISTRY
-
-OUTCOME_OF: dict[ErrorCode, str] = {
-    "UNKNOWN_TOOL": "invalid",
-    "VALIDATION_ERROR": "invalid",
-    "BLOCKED": "blocked",
-    "FORBIDDEN": "blocked",
-    "LIMIT_REACHED": "limit_reached",
-    "REJECTED": "rejected",
-    "EXPIRED": "expired",
-}
-
-
-class UnexecutedCall(BaseModel):
-    invocation: ToolInvocation
-    result: ToolResult  # the error envelope the model was given
-    reason: str | None = None  # who decided and why, for rejected and expired calls
-
-
-def outcome_of(result: ToolResult) -> str:
-    return OUTCOME_OF.get(result.error.code, "failed") if result.error else "failed"
 
 
 class AuditActivities:

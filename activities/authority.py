@@ -5,7 +5,7 @@ check once (attempt key, as activities/attempts.py explains) in `input_audit`. I
 where a client action's authority is decided; proof verification (issue 13) belongs here too.
 
 `seal_carried` / `verify_carried` MAC the state a conversation carries across continue-as-new, so
-that a client cannot start a conversation with state it invented (countersign/seal.py).
+that a client cannot start a conversation with state it invented (countersign/core/seal.py).
 """
 
 from __future__ import annotations
@@ -18,13 +18,13 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
 
-from activities.approvals import roles_of
-from activities.attempts import attempt_key, record_once
-from countersign.authority import ActionCheck, action_refusal
-from countersign.bounds import storable
-from countersign.config import DATA_DIR
+from countersign.core.authority import ActionCheck, action_refusal
+from countersign.core.bounds import storable
+from countersign.core.seal import SealCheck, SealRequest, mac, verify
+from countersign.db.attempts import attempt_key, record_once
+from countersign.db.people import roles_of
 from countersign.db.schema import InputAudit
-from countersign.seal import SealCheck, SealRequest, mac, verify
+from countersign.runtime.config import DATA_DIR
 
 KEY_ENV = "CARRIED_STATE_KEY"
 KEY_FILE = DATA_DIR / "carried-state.key"

@@ -13,13 +13,13 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.mcp import McpActivities
-from countersign.conversation import AgentLimits, AgentProfile, ConversationContext, StartConversation
+from countersign.core.calls import ToolSpec
+from countersign.core.contract import AgentLimits, AgentProfile, ConversationContext, StartConversation
+from countersign.core.envelopes import ContextPolicy
 from countersign.db import schema
 from countersign.mcp.servers import server_of
-from countersign.store import ContextPolicy
-from countersign.tiers import tenant_tiers
-from countersign.tooling import ToolSpec
 from tools.registry import REGISTRY
+from tools.tiers import tenant_tiers
 
 
 class ContextActivities:
@@ -59,7 +59,7 @@ class ContextActivities:
                     .order_by(schema.AgentToolPermission.tool)
                 )
             )
-            # the tenant's own tiers (countersign.tiers) replace the agent's, for this tenant only
+            # the tenant's own tiers (tools.tiers) replace the agent's, for this tenant only
             overrides = await tenant_tiers(session, start.tenant_id, start.agent)
         tiers = {p.tool: overrides[p.tool].tier if p.tool in overrides else p.tier for p in permissions}
         unknown_tools = [p.tool for p in permissions if p.tool not in REGISTRY and not server_of(p.tool)]

@@ -32,8 +32,8 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.heartbeat import heartbeats
-from countersign.circuit import CircuitBreaker, CircuitOpen
 from countersign.db.schema import EmailOutbox, Lead
+from countersign.runtime.circuit import CircuitBreaker, CircuitOpen
 
 FINAL_STATUSES = frozenset({"sent", "cancelled", "failed"})
 # The server refused this message for good (a recipient or the sender): retrying cannot help, and

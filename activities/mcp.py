@@ -30,13 +30,13 @@ from temporalio import activity
 
 from activities.heartbeat import heartbeats
 from activities.tools import audit_row, load_arguments, result_or_envelope
+from countersign.core.calls import McpCall, StoredResult, ToolInvocation, ToolResult, ToolSpec
+from countersign.core.guards import TruncationLimits, sanitize
+from countersign.db.ratelimit import RateLimits, take
 from countersign.db.schema import McpServer, ToolExecution
-from countersign.guards import TruncationLimits, sanitize
 from countersign.mcp.catalog import argument_errors, envelope_of, spec_of
 from countersign.mcp.pool import McpPool, McpRefused, McpUnavailable
 from countersign.mcp.servers import ServerConfig, remember_listing, servers_for
-from countersign.ratelimit import RateLimits, take
-from countersign.tooling import McpCall, StoredResult, ToolInvocation, ToolResult, ToolSpec
 from tools.registry import ToolFailure
 
 META_CALL_ID = "countersign/call_id"

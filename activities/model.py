@@ -4,7 +4,7 @@ The client's own retries are off (`max_retries=0`) so Temporal's retry policy is
 HTTP failures are mapped to what retrying can fix: 408/409/429/5xx and connection errors retry
 (honouring `retry-after`), other 4xx are the request's fault and fail at once with a clear message.
 
-The endpoint sits behind a circuit breaker, like the SMTP server (countersign/circuit.py): after
+The endpoint sits behind a circuit breaker, like the SMTP server (countersign/runtime/circuit.py): after
 `failure_threshold` consecutive failures (connection errors, timeouts, 408/409/429/5xx, unusable
 bodies) model calls fail fast with a retryable "ModelCircuitOpen" whose `next_retry_delay` is the
 rest of the cool-down, instead of each conversation hammering an endpoint that is down. A 4xx that
@@ -24,13 +24,28 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.heartbeat import heartbeats
-from activities.store import ConversationStore, summary_input, summary_message
-from countersign.bounds import storable
-from countersign.chat import ChatMessage, ModelReply, ModelRequest, ToolCall, Usage, capped_reply, numbered
-from countersign.circuit import CircuitBreaker, CircuitOpen
-from countersign.config import AGENT_HEADER, Settings
+from activities.store import summary_input, summary_message
+from countersign.core.bounds import storable
+from countersign.core.envelopes import (
+    AppendMessages,
+    StoredMessage,
+    Summarized,
+    SummaryRequest,
+    estimate_tokens,
+)
+from countersign.core.messages import (
+    ChatMessage,
+    ModelReply,
+    ModelRequest,
+    ToolCall,
+    Usage,
+    capped_reply,
+    numbered,
+)
+from countersign.db.messages import ConversationStore
 from countersign.observability.usage import elapsed_ms, model_call_row
-from countersign.store import AppendMessages, StoredMessage, Summarized, SummaryRequest, estimate_tokens
+from countersign.runtime.circuit import CircuitBreaker, CircuitOpen
+from countersign.runtime.config import AGENT_HEADER, Settings
 from tools.registry import REGISTRY
 
 RETRYABLE_STATUS = frozenset({408, 409, 429})

@@ -13,11 +13,10 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from email.message import EmailMessage
 from email.utils import format_datetime
-from typing import Any, Literal
+from typing import Any
 
 import aiohttp
 import aiosmtplib
-from pydantic import BaseModel
 from sqlalchemy import func, select, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
@@ -26,26 +25,12 @@ from temporalio.exceptions import ApplicationError
 
 from activities.email import message_id
 from activities.heartbeat import heartbeats
-from countersign.approvals import APPROVER_ROLES, FOUR_EYES
+from countersign.core.approvals import APPROVER_ROLES, FOUR_EYES, ApprovalNotice
 from countersign.db.schema import NotificationOutbox, Tenant, User, UserRole
-from countersign.tooling import Risk
 
-NoticeKind = Literal["request", "reminder", "escalation"]
 WEBHOOK_TIMEOUT_S = 10
 NOTICE_HEADER = "X-Countersign-Notice"  # on every notice email: request, reminder or escalation
 ARGS_SHOWN = 500
-
-
-class ApprovalNotice(BaseModel):
-    kind: NoticeKind
-    tenant_id: str
-    workflow_id: str
-    call_id: str
-    tool: str
-    args: str
-    risk: Risk
-    requested_by: str
-    expires_at: datetime
 
 
 def recipients_roles(notice: ApprovalNotice) -> frozenset[str]:

@@ -8,31 +8,24 @@ this activity first. Like those, a check is recorded once per invocation (`proof
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Literal
 
-from pydantic import BaseModel
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
 
-from activities.attempts import attempt_key
+from countersign.core.authority import ProofRequest
+from countersign.db.attempts import attempt_key
 from countersign.db.schema import ProofCheck
-from countersign.proofs import Binding, ProofVerifier, check_proof
+from countersign.identity.proofs import Binding, ProofVerifier, check_proof
 
 
-class ProofRequest(BaseModel):
-    tenant_id: str
-    workflow_id: str
-    action: Literal["answer", "end"]
-    actor: str
-    proof: str | None = None
-    call_id: str | None = None  # answer: the question's call
-    text: str | None = None  # answer: the exact text the proof binds
-
-    def binding(self) -> Binding:
-        if self.action == "answer":
-            return Binding.answer(self.tenant_id, self.workflow_id, self.call_id or "", self.text or "")
-        return Binding.end(self.tenant_id, self.workflow_id)
+def binding_of(request: ProofRequest) -> Binding:
+    """What a requester's proof must bind: the question's call and the exact answer, or the end."""
+    if request.action == "answer":
+        return Binding.answer(
+            request.tenant_id, request.workflow_id, request.call_id or "", request.text or ""
+        )
+    return Binding.end(request.tenant_id, request.workflow_id)
 
 
 class ProofActivities:
@@ -55,7 +48,7 @@ class ProofActivities:
                 session,
                 self._proofs,
                 request.proof,
-                request.binding(),
+                binding_of(request),
                 request.actor,
                 datetime.now(UTC),
                 key,

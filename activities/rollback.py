@@ -12,9 +12,9 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
 
 from activities.saga import FINAL_STATES
+from countersign.core.calls import CallerContext
+from countersign.core.saga import CompensationRequest, EndedRollback, Saga, SagaEntry
 from countersign.db.schema import Compensation, SagaRecord
-from countersign.saga import CompensationRequest, EndedRollback, Saga, SagaEntry
-from countersign.tooling import CallerContext
 
 
 class RollbackActivities:

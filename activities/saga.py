@@ -16,14 +16,14 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.approvals import roles_of
-from activities.attempts import attempt_key, record_once
 from activities.heartbeat import heartbeats
 from activities.tools import validate
-from countersign.authority import action_refusal
+from countersign.core.authority import action_refusal
+from countersign.core.saga import CompensationOutcome, CompensationRequest, RollbackAuthorization, undo_state
+from countersign.db.attempts import attempt_key, record_once
+from countersign.db.people import roles_of
 from countersign.db.schema import Compensation, RollbackRecord, ToolExecution
-from countersign.proofs import Binding, ProofVerifier, check_proof
-from countersign.saga import CompensationOutcome, CompensationRequest, RollbackAuthorization, undo_state
+from countersign.identity.proofs import Binding, ProofVerifier, check_proof
 from tools.registry import REGISTRY, ToolContext, ToolFailure
 
 FINAL_STATES = ("done", "skipped", "irreversible")

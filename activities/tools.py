@@ -22,12 +22,12 @@ from temporalio import activity
 
 from activities.failures import is_connection_error
 from activities.heartbeat import heartbeats
-from activities.store import audited_answer, store_tool_result
-from countersign.bounds import loads_bounded, storable
+from countersign.core.bounds import loads_bounded, storable
+from countersign.core.calls import StoredResult, ToolInvocation, ToolResult
+from countersign.core.guards import TruncationLimits, redact, sanitize
+from countersign.db.messages import audited_answer, store_tool_result
+from countersign.db.ratelimit import RateLimits, take
 from countersign.db.schema import SagaRecord, ToolExecution
-from countersign.guards import TruncationLimits, redact, sanitize
-from countersign.ratelimit import RateLimits, take
-from countersign.tooling import StoredResult, ToolInvocation, ToolResult
 from tools.registry import (
     IDENTITY_FIELDS,
     REGISTRY,

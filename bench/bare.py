@@ -29,8 +29,8 @@ with workflow.unsafe.imports_passed_through():
     import openai
     from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker, create_async_engine
 
-    from countersign.config import Settings, load_settings
-    from countersign.tooling import CallerContext
+    from countersign.core.calls import CallerContext
+    from countersign.runtime.config import Settings, load_settings
     from tools.registry import REGISTRY, ToolContext, parse_arguments
 
 WORKFLOW = "BareLoop"

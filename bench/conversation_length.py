@@ -30,7 +30,7 @@ from sqlalchemy import delete, insert
 
 from bench import stack
 from bench.sections import put_section
-from countersign.conversation import Limits, StartConversation, SubmitMessage
+from countersign.core.contract import Limits, StartConversation, SubmitMessage
 from countersign.db.schema import ContextPolicy, Task
 from countersign.scripted_model.scenario import Scenario
 from workflows.agent import AgentWorkflow

@@ -43,11 +43,11 @@ from bench.report import met, num, table
 from bench.scenario import STEPS_MESSAGE, bench_scenario
 from bench.sections import put_section
 from bench.stats import Summary
-from countersign.config import PROJECT_ROOT
+from countersign.core.policy import offered_tools
 from countersign.db.engine import session_factory
 from countersign.devstack.worker import WorkerProcess
-from countersign.logs import configure as configure_logging
-from countersign.policy import offered_tools
+from countersign.runtime.config import PROJECT_ROOT
+from countersign.runtime.logs import configure as configure_logging
 
 Json = dict[str, Any]
 MS = 1000.0

@@ -37,7 +37,7 @@ from temporalio.worker import ActivityInboundInterceptor, ExecuteActivityInput, 
 from activities.tools import ToolActivities
 from bench import stack
 from bench.sections import put_section
-from countersign.conversation import Limits, StartConversation, SubmitMessage
+from countersign.core.contract import Limits, StartConversation, SubmitMessage
 from countersign.db.engine import session_factory
 from countersign.scripted_model.scenario import Reply, Scenario, ScriptedCall
 from worker import build_worker

@@ -38,12 +38,12 @@ from bench.history import TASK_COMPLETED, TASK_STARTED, activity_runs, event_sec
 from bench.scenario import APPROVAL_STATUSES, approval_message, bench_scenario
 from bench.sections import put_section
 from bench.stats import Summary
-from countersign.approvals import Approval, Decision
-from countersign.conversation import Limits, StartConversation
-from countersign.conversations import start_conversation
+from countersign.client.handles import start_conversation
+from countersign.core.approvals import Approval, Decision
+from countersign.core.contract import Limits, StartConversation
 from countersign.db.schema import ToolExecution
-from countersign.inbox.app import running_inbox
-from countersign.proofs import Binding, load_private_key, mint_proof, pem_pair, verify_proof
+from countersign.identity.proofs import Binding, load_private_key, mint_proof, pem_pair, verify_proof
+from countersign.server.app import running_inbox
 from tests.fixtures.smtp import SmtpServer
 
 PROOF_ITERATIONS = 2000

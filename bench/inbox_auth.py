@@ -27,10 +27,10 @@ from temporalio.client import Client
 from bench import stack
 from bench.sections import put_section
 from bench.stats import Summary
-from countersign.config import Settings
-from countersign.inbox.app import running_inbox
-from countersign.inbox.throttle import ACCOUNT_FAILURES
-from countersign.proofs import pem_pair
+from countersign.identity.proofs import pem_pair
+from countersign.runtime.config import Settings
+from countersign.server.app import running_inbox
+from countersign.server.throttle import ACCOUNT_FAILURES
 
 
 async def timed(http: aiohttp.ClientSession, method: str, url: str, expect: int, **kwargs: Any) -> float:

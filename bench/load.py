@@ -43,9 +43,9 @@ from bench import stack, workloads
 from bench.report import num, table
 from bench.sections import put_section
 from bench.stats import percentile
-from countersign.bounds import MAX_TOKENS, MAX_TURN_S
-from countersign.conversation import Limits, StartConversation, SubmitMessage, TurnResult
-from countersign.logs import configure as configure_logging
+from countersign.core.bounds import MAX_TOKENS, MAX_TURN_S
+from countersign.core.contract import Limits, StartConversation, SubmitMessage, TurnResult
+from countersign.runtime.logs import configure as configure_logging
 from countersign.scripted_model.scenario import Scenario
 from workflows.agent import AgentWorkflow
 

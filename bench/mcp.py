@@ -23,9 +23,9 @@ from pathlib import Path
 import psutil
 
 from bench.sections import put_section
-from countersign.devstack.ports import free_port, wait_for_port
 from countersign.mcp.pool import McpPool
 from countersign.mcp.servers import ServerConfig
+from countersign.runtime.ports import free_port, wait_for_port
 
 
 async def one_call(pool: McpPool, server: ServerConfig, tool: str, args: dict[str, object]) -> float:

@@ -25,14 +25,14 @@ from sqlalchemy import text
 
 from bench.sections import put_section
 from bench.stats import Summary
+from countersign.core.calls import CallerContext, ToolInvocation, ToolResult
 from countersign.db.engine import create_engine, session_factory
-from countersign.devstack.ports import free_port
 from countersign.devstack.postgres import seeded_postgres
 from countersign.observability.metrics import CountersignMetrics
 from countersign.observability.stats import collect
 from countersign.observability.tracing import tool_attributes
 from countersign.observability.usage import insert_model_call
-from countersign.tooling import CallerContext, ToolInvocation, ToolResult
+from countersign.runtime.ports import free_port
 from tools.registry import REGISTRY
 
 OUTCOMES = ("executed", "failed", "invalid", "rejected", "expired", "blocked", "limit_reached")

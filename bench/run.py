@@ -34,9 +34,9 @@ from bench.report import render
 from bench.scenario import APPROVAL_STATUSES, PARALLEL_MESSAGE, STEPS_MESSAGE, bench_scenario
 from bench.sections import put_section
 from bench.stats import Summary
-from countersign.config import Settings
 from countersign.devstack.temporal import DYNAMIC_CONFIG, SQLITE_PRAGMAS
-from countersign.logs import configure as configure_logging
+from countersign.runtime.config import Settings
+from countersign.runtime.logs import configure as configure_logging
 
 Json = dict[str, Any]
 MS = 1000.0

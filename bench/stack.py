@@ -27,11 +27,11 @@ from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 import worker as worker_module
 from activities.tools import ToolActivities
 from bench.clock import ActivityClock
-from countersign.config import Settings
+from countersign.client.temporal_client import connect
 from countersign.db.engine import create_engine, session_factory
+from countersign.db.ratelimit import RateLimit, RateLimits
 from countersign.devstack import processes
 from countersign.devstack import worker as devstack_worker
-from countersign.devstack.ports import free_port
 from countersign.devstack.postgres import seeded_postgres
 from countersign.devstack.temporal import (
     DYNAMIC_CONFIG,
@@ -40,10 +40,10 @@ from countersign.devstack.temporal import (
     temporal_binary,
     wait_ready,
 )
-from countersign.ratelimit import RateLimit, RateLimits
+from countersign.runtime.config import Settings
+from countersign.runtime.ports import free_port
 from countersign.scripted_model.scenario import Scenario
 from countersign.scripted_model.server import ScriptedModelServer
-from countersign.temporal_client import connect
 from tools.registry import REGISTRY
 from workflows.agent import LOCAL_BOOKKEEPING
 

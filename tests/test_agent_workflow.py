@@ -10,8 +10,8 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 from temporalio.client import WorkflowUpdateStage
 
-from countersign.chat import ChatMessage
-from countersign.conversation import EndConversation, Limits, SubmitMessage, TurnResult
+from countersign.core.contract import EndConversation, Limits, SubmitMessage, TurnResult
+from countersign.core.messages import ChatMessage
 from countersign.db.schema import ToolExecution
 from tests.fixtures.agent import AgentHarness
 from tests.fixtures.updates import execute_update, start_update

@@ -11,9 +11,9 @@ from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 from temporalio.client import WorkflowHandle, WorkflowUpdateFailedError
 
-from countersign.approvals import ApproveSignal, Decision, RejectSignal
-from countersign.chat import ChatMessage
-from countersign.conversation import AnswerSignal, Limits, StatusView
+from countersign.core.approvals import ApproveSignal, Decision, RejectSignal
+from countersign.core.contract import AnswerSignal, Limits, StatusView
+from countersign.core.messages import ChatMessage
 from countersign.db.schema import ApprovalDecision, Lead, Notification, ToolExecution
 from tests.fixtures.agent import AgentHarness
 from tests.fixtures.updates import execute_update

@@ -14,13 +14,13 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.contrib.pydantic import pydantic_data_converter
 
-from countersign.config import Settings
-from countersign.conversation import StartConversation
+from countersign.core.contract import StartConversation
 from countersign.db.engine import session_factory
 from countersign.db.schema import Lead, ToolExecution
 from countersign.devstack.temporal import DevServerConfig, temporal_binary
+from countersign.runtime.config import Settings
+from countersign.runtime.search_attributes import AGENT_STATUS
 from countersign.scripted_model.server import ScriptedModelServer
-from countersign.search_attributes import AGENT_STATUS
 from tests.fixtures.scripted_model import scenario_from
 from tests.test_approvals import JANE, pending, qualify, reset_jane
 from worker import build_worker

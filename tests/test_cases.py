@@ -12,10 +12,10 @@ import pytest_asyncio
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
-from countersign.approvals import Decision
+from countersign.core.approvals import Decision
+from countersign.core.saga import RollbackRequest
 from countersign.db.schema import Case, ToolExecution
 from countersign.db.seed import seed
-from countersign.saga import RollbackRequest
 from countersign.scripted_model.scenario import load_scenario
 from tests.fixtures.agent import AgentHarness
 from tests.fixtures.updates import execute_update

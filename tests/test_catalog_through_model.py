@@ -12,10 +12,10 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 import tools
-from countersign.conversation import EndConversation, Limits
+from countersign.core.contract import EndConversation, Limits
+from countersign.core.policy import ASK_HUMAN
+from countersign.core.saga import RollbackRequest
 from countersign.db.schema import AgentProfile, AgentToolPermission, Lead, Notification
-from countersign.policy import ASK_HUMAN
-from countersign.saga import RollbackRequest
 from tests.fixtures.agent import AgentHarness
 from tests.fixtures.updates import execute_update
 from tests.test_approvals import JANE, reset_jane

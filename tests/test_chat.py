@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from countersign.approvals import Approval, Decision
 from countersign.cli.conversations import query_status
-from countersign.config import PROJECT_ROOT
+from countersign.core.approvals import Approval, Decision
+from countersign.runtime.config import PROJECT_ROOT
 from tests.fixtures.agent import AgentHarness
 
 pytestmark = pytest.mark.devserver

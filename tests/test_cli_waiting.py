@@ -17,8 +17,8 @@ import pytest
 from temporalio.client import Client, WorkflowExecutionStatus
 
 from countersign.cli.ux import EXIT_INTERRUPTED
-from countersign.config import PROJECT_ROOT
 from countersign.devstack.temporal import DevServerConfig
+from countersign.runtime.config import PROJECT_ROOT
 
 pytestmark = pytest.mark.devserver
 

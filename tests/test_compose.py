@@ -21,8 +21,8 @@ from temporalio import workflow
 from temporalio.client import Client
 from temporalio.worker import Worker
 
-from countersign.config import PROJECT_ROOT, SCRIPTED_MODEL_NAME
 from countersign.devstack.temporal import DevServerConfig, temporal_binary
+from countersign.runtime.config import PROJECT_ROOT, SCRIPTED_MODEL_NAME
 from countersign.scripted_model.scenario import load_scenarios
 
 COMPOSE = yaml.safe_load((PROJECT_ROOT / "docker-compose.yml").read_text())
@@ -33,9 +33,9 @@ OURS = (*BUILT, "seed", "model")  # the services running it
 ONE_SHOTS = {name for name, s in SERVICES.items() if s.get("restart") == "no"}
 # Where the code reads its environment: settings, logging, the worker's rate limits and metrics.
 ENV_READERS = (
-    "countersign/config.py",
-    "countersign/logs.py",
-    "countersign/ratelimit.py",
+    "countersign/runtime/config.py",
+    "countersign/runtime/logs.py",
+    "countersign/db/ratelimit.py",
     "countersign/observability/metrics.py",
 )
 REQUIRED_ENV = {"TEMPORAL_ADDRESS", "TEMPORAL_NAMESPACE", "TASK_QUEUE", "DATABASE_URL"} | {

@@ -56,11 +56,11 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from temporalio.client import WorkflowExecutionStatus, WorkflowHandle, WorkflowQueryFailedError
 from temporalio.service import RPCError
 
-from countersign.chat import ChatMessage
-from countersign.conversation import Limits
+from countersign.client.ended import with_stored_results
+from countersign.core.contract import Limits
+from countersign.core.messages import ChatMessage
 from countersign.db import schema, seed
 from countersign.db.schema import AgentProfile, AgentToolPermission, ToolExecution
-from countersign.ended import with_stored_results
 from countersign.scripted_model.scenario import Reply, ScriptedCall
 from countersign.scripted_model.server import Fault, completion
 from tests.fixtures.agent import AgentHarness

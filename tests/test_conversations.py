@@ -8,10 +8,10 @@ import uuid
 from sqlalchemy.ext.asyncio import AsyncEngine
 from temporalio.client import WorkflowExecutionStatus
 
-from activities.store import ConversationStore
-from countersign.conversation import Limits, StartConversation, SubmitMessage
-from countersign.conversations import keyed_workflow_id, send_keyed, wait_reply
+from countersign.client.handles import keyed_workflow_id, send_keyed, wait_reply
+from countersign.core.contract import Limits, StartConversation, SubmitMessage
 from countersign.db.engine import session_factory
+from countersign.db.messages import ConversationStore
 from tests.fixtures.agent import AgentHarness
 from workflows.agent import AgentWorkflow
 

@@ -4,7 +4,7 @@ Issue 12's class "tool errors retried for minutes or forever", where the error i
 NaN in the model's arguments made the audit row's insert fail on every attempt, and the tool call
 was retried for the database-outage tolerance (five minutes). Two parts close the class:
 
-- every JSON column is written through `countersign.bounds.dumps_storable` (countersign/db/engine.py):
+- every JSON column is written through `countersign.core.bounds.dumps_storable` (countersign/db/engine.py):
   any JSON value, whoever produced it, is stored (property below, against real PostgreSQL);
 - `activities.failures.DatabaseRefusals`: a statement the database refuses for good fails its
   activity once, as `DatabaseRefused` without SQL, while an unreachable database is still retried.
@@ -29,11 +29,11 @@ from temporalio.client import WorkflowExecutionStatus
 
 from activities.failures import refused_by_database
 from activities.tools import ToolActivities
-from countersign.bounds import dumps_storable, storable_json
+from countersign.core.bounds import dumps_storable, storable_json
+from countersign.core.calls import ToolInvocation, ToolResult
 from countersign.db.engine import create_engine, session_factory
 from countersign.db.schema import Task
 from countersign.scripted_model.server import ScriptedModelServer
-from countersign.tooling import ToolInvocation, ToolResult
 from tests.fixtures.agent import running_agent
 from tests.test_compromised_model import (  # noqa: F401 (a fixture)
     acme_restored,

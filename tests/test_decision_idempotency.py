@@ -20,7 +20,7 @@ from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
 from activities.approvals import ApprovalActivities
-from countersign.approvals import Decision, DecisionRecord, Verdict
+from countersign.core.approvals import Decision, DecisionRecord, Verdict
 from countersign.db.engine import session_factory
 from countersign.db.schema import ApprovalDecision, UserRole
 

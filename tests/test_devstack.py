@@ -20,11 +20,11 @@ from temporalio.api.enums.v1 import IndexedValueType
 from temporalio.api.operatorservice.v1 import ListSearchAttributesRequest
 from temporalio.client import Client
 
-from countersign.config import PROJECT_ROOT
 from countersign.devstack import processes, stack
-from countersign.devstack.ports import free_port, port_open, wait_for_port
 from countersign.devstack.processes import ProcessRecord
 from countersign.devstack.temporal import DevServerConfig, temporal_binary
+from countersign.runtime.config import PROJECT_ROOT
+from countersign.runtime.ports import free_port, port_open, wait_for_port
 
 SEARCH_ATTRIBUTES = {"AgentStatus", "TenantId", "AgentName"}
 # Variables that would replace embedded components or move the stack: never inherited by these tests.

@@ -20,10 +20,10 @@ from temporalio.exceptions import ApplicationError
 
 from activities.email import EmailActivities, message_id
 from activities.tools import validate
-from countersign.circuit import CircuitBreaker, CircuitOpen
+from countersign.core.calls import CallerContext
 from countersign.db.engine import session_factory
 from countersign.db.schema import EmailOutbox
-from countersign.tooling import CallerContext
+from countersign.runtime.circuit import CircuitBreaker, CircuitOpen
 from tests.fixtures.smtp import SmtpServer
 from tools import REGISTRY
 from tools.registry import ToolContext, ToolFailure

@@ -5,10 +5,10 @@ from __future__ import annotations
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from countersign.approvals import Decision
-from countersign.conversation import EndConversation
+from countersign.core.approvals import Decision
+from countersign.core.contract import EndConversation
+from countersign.core.saga import RollbackRequest
 from countersign.db.schema import EmailOutbox
-from countersign.saga import RollbackRequest
 from tests.fixtures.agent import AgentHarness
 from tests.fixtures.smtp import SmtpServer
 from tests.fixtures.updates import execute_update

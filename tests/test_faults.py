@@ -35,9 +35,9 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 from temporalio.client import WorkflowExecutionStatus
 
-from countersign.conversation import ConversationResult, EndConversation, Limits, TurnResult, TurnStop
+from countersign.core.contract import ConversationResult, EndConversation, Limits, TurnResult, TurnStop
+from countersign.core.saga import RollbackRequest
 from countersign.db.schema import Compensation, RollbackRecord, Task, ToolExecution
-from countersign.saga import RollbackRequest
 from countersign.scripted_model.scenario import Reply
 from countersign.scripted_model.server import Fault, completion
 from tests.fixtures.agent import AgentHarness

@@ -1,4 +1,4 @@
-"""countersign/guards.py on its own: truncation at 50 rows and 8,000 characters, every redaction rule,
+"""countersign/core/guards.py on its own: truncation at 50 rows and 8,000 characters, every redaction rule,
 and that no tool returning rows can be asked for more than the guard lets through."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from countersign.bounds import storable
-from countersign.guards import (
+from countersign.core.bounds import storable
+from countersign.core.guards import (
     MAX_CHARS,
     MAX_ROWS,
     REDACTED,

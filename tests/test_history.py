@@ -1,7 +1,7 @@
 """The continue-as-new trimming rule, as a pure function."""
 
-from countersign.chat import ChatMessage, ToolCall
-from countersign.history import trim_for_carry
+from countersign.core.history import trim_for_carry
+from countersign.core.messages import ChatMessage, ToolCall
 
 
 def turn(n: int, calls: int) -> list[ChatMessage]:

@@ -54,15 +54,15 @@ from temporalio.common import RawValue
 from temporalio.exceptions import ApplicationError
 
 from activities.tools import validate
-from countersign import history
-from countersign.chat import ChatMessage
-from countersign.config import PROJECT_ROOT
-from countersign.conversation import Limits, StartConversation, SubmitMessage
-from countersign.conversations import keyed_workflow_id, send_keyed, wait_reply
+from countersign.client.handles import keyed_workflow_id, send_keyed, wait_reply
+from countersign.core import history
+from countersign.core.calls import ToolSpec
+from countersign.core.contract import Limits, StartConversation, SubmitMessage
+from countersign.core.history import fit_for_model
+from countersign.core.messages import ChatMessage
 from countersign.db import seed
-from countersign.history import fit_for_model
 from countersign.mcp.catalog import argument_errors
-from countersign.tooling import ToolSpec
+from countersign.runtime.config import PROJECT_ROOT
 from tests.fixtures.agent import AgentHarness
 from tests.fixtures.mcp import McpSuite, check_ledger, web_specs
 from tests.test_compromised_model import (  # noqa: F401 (a fixture)

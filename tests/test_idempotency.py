@@ -17,10 +17,10 @@ from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
 
 from activities.tools import ToolActivities
+from countersign.core.calls import CallerContext, StoredResult, ToolInvocation, ToolResult
 from countersign.db.engine import session_factory
 from countersign.db.schema import Task, ToolExecution
 from countersign.scripted_model.server import ScriptedModelServer
-from countersign.tooling import CallerContext, StoredResult, ToolInvocation, ToolResult
 from tests.fixtures.agent import running_agent
 
 ALICE = CallerContext(tenant_id="acme", user_id="alice", roles=["sales"], agent="operations")

@@ -15,8 +15,8 @@ from sqlalchemy import delete, select
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from countersign.config import PROJECT_ROOT
 from countersign.db.schema import AgentProfile, ApprovalDecision, McpServer, ToolExecution
+from countersign.runtime.config import PROJECT_ROOT
 from tests.fixtures.inbox import SignedStack
 from tests.fixtures.mcp import HttpServer, http_config, register
 from tests.test_approvals import ECHO_RESULT, JANE, lead_status, qualify

@@ -13,8 +13,8 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from countersign.config import PROJECT_ROOT
 from countersign.db.schema import ApprovalDecision
+from countersign.runtime.config import PROJECT_ROOT
 from tests.fixtures.inbox import SignedStack
 from tests.test_approvals import ECHO_RESULT, pending, qualify
 from tests.test_approvals import jane_is_new as jane_is_new

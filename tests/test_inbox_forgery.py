@@ -15,11 +15,11 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 from temporalio.client import WorkflowHandle
 
-from countersign.approvals import ApproveSignal
-from countersign.conversation import AnswerSignal, EndConversation, StatusView
+from countersign.core.approvals import ApproveSignal
+from countersign.core.contract import AnswerSignal, EndConversation, StatusView
+from countersign.core.saga import RollbackRequest
 from countersign.db.schema import ApprovalDecision, ProofCheck, RollbackRecord, ToolExecution
-from countersign.proofs import Binding, load_private_key, mint_proof
-from countersign.saga import RollbackRequest
+from countersign.identity.proofs import Binding, load_private_key, mint_proof
 from tests.fixtures.inbox import SignedStack
 from tests.test_approvals import ECHO_RESULT, JANE, pending, qualify
 from tests.test_approvals import jane_is_new as jane_is_new

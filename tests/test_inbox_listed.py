@@ -16,9 +16,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from countersign.db.engine import session_factory
 from countersign.db.schema import ApprovalDecision, ToolExecution
-from countersign.inbox.auth import Reviewer
-from countersign.inbox.service import DecisionRequest, Inbox, InboxError, PendingItem
-from countersign.proofs import load_private_key
+from countersign.identity.proofs import load_private_key
+from countersign.server.auth import Reviewer
+from countersign.server.service import DecisionRequest, Inbox, InboxError, PendingItem
 from tests.fixtures.inbox import SignedStack
 from tests.test_approvals import ECHO_RESULT, JANE, qualify
 from tests.test_approvals import jane_is_new as jane_is_new

@@ -25,8 +25,8 @@ from temporalio.testing import WorkflowEnvironment
 
 from countersign.db.schema import InboxSession, LoginAttempt
 from countersign.devstack.temporal import DevServerConfig
-from countersign.inbox import app as inbox_app
-from countersign.inbox.oidc import OidcConfig, OidcProvider, OidcRefused
+from countersign.server import app as inbox_app
+from countersign.server.oidc import OidcConfig, OidcProvider, OidcRefused
 from tests.fixtures.inbox import AuthInbox, ProofKeys, auth_inbox_serving
 from tests.test_inbox_browser import ARTIFACTS, CHROMIUM_ARGS
 from tests.test_web_ui import chromium as chromium

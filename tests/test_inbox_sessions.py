@@ -19,12 +19,13 @@ from sqlalchemy import delete, insert, select, text, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 from temporalio.testing import WorkflowEnvironment
 
-from countersign.config import PROJECT_ROOT
+from countersign.db.people import hash_password
 from countersign.db.schema import InboxSession, LoginAttempt, User, UserRole
-from countersign.inbox import app as inbox_app
-from countersign.inbox.auth import Reviewer, hash_password, issue_session
-from countersign.inbox.throttle import ACCOUNT_FAILURES, CLIENT_FAILURES, LOCK_WAIT_S, WINDOW
-from countersign.proofs import load_private_key
+from countersign.identity.proofs import load_private_key
+from countersign.runtime.config import PROJECT_ROOT
+from countersign.server import app as inbox_app
+from countersign.server.auth import Reviewer, issue_session
+from countersign.server.throttle import ACCOUNT_FAILURES, CLIENT_FAILURES, LOCK_WAIT_S, WINDOW
 from tests.fixtures.inbox import AuthInbox, ProofKeys, auth_inbox_serving
 
 PASSWORD = "zed-secret-1"

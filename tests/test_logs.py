@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import pytest
 import structlog
 
-from countersign.logs import configure
+from countersign.runtime.logs import configure
 from tests.fixtures.agent import AgentHarness
 
 

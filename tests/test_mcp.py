@@ -24,15 +24,15 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncEngine
 from temporalio.client import WorkflowUpdateFailedError
 
-from countersign.approvals import Decision
-from countersign.conversation import EndConversation, Limits, SubmitMessage
+from countersign.core.approvals import Decision
+from countersign.core.contract import EndConversation, Limits, SubmitMessage
+from countersign.core.saga import RollbackRequest
 from countersign.db.schema import AgentProfile, ApprovalDecision, McpServer, ToolExecution
-from countersign.devstack.ports import free_port
+from countersign.identity.proofs import Binding, load_private_key, mint_proof
 from countersign.mcp.catalog import CallOutcome, ListedTool, argument_errors, envelope_of, spec_of
 from countersign.mcp.pool import McpPool, McpUnavailable
 from countersign.mcp.servers import ENV_KEY, ServerConfig, env_references, server_of, tool_name
-from countersign.proofs import Binding, load_private_key, mint_proof
-from countersign.saga import RollbackRequest
+from countersign.runtime.ports import free_port
 from tests.fixtures.agent import AgentHarness
 from tests.fixtures.inbox import SignedStack
 from tests.fixtures.mcp import BIN, HttpServer, http_config, register, time_server

@@ -8,9 +8,9 @@ from temporalio.exceptions import ApplicationError
 from temporalio.testing import ActivityEnvironment
 
 from activities.model import ModelActivities
-from countersign.chat import ChatMessage, ModelReply, ModelRequest
-from countersign.circuit import CircuitBreaker
-from countersign.config import Settings
+from countersign.core.messages import ChatMessage, ModelReply, ModelRequest
+from countersign.runtime.circuit import CircuitBreaker
+from countersign.runtime.config import Settings
 from countersign.scripted_model.server import Fault, ScriptedModelServer
 from tests.fixtures.scripted_model import scenario_from
 from tests.test_email import FakeClock

@@ -16,7 +16,9 @@ import openai
 import pytest
 
 from activities.model import classify, encodable, retry_after
-from countersign.chat import (
+from countersign.core.calls import ToolSpec
+from countersign.core.contract import EndConversation, TurnResult
+from countersign.core.messages import (
     KEPT_CHARS,
     MAX_ARGUMENTS_CHARS,
     MAX_REPLY_CHARS,
@@ -24,10 +26,8 @@ from countersign.chat import (
     ToolCall,
     capped_reply,
 )
-from countersign.conversation import EndConversation, TurnResult
-from countersign.policy import screen_call
+from countersign.core.policy import screen_call
 from countersign.scripted_model.server import Fault
-from countersign.tooling import ToolSpec
 from tests.fixtures.agent import AgentHarness
 from workflows.agent import AgentWorkflow
 

@@ -32,14 +32,14 @@ from temporalio.contrib.opentelemetry import TracingInterceptor
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
-from countersign.approvals import Decision
-from countersign.config import PROJECT_ROOT, Settings
-from countersign.conversation import StartConversation
+from countersign.core.approvals import Decision
+from countersign.core.contract import StartConversation
 from countersign.db.engine import session_factory
 from countersign.db.schema import ModelCall
-from countersign.devstack.ports import free_port
 from countersign.observability import tracing
 from countersign.observability.metrics import CountersignMetrics, WorkerMetrics
+from countersign.runtime.config import PROJECT_ROOT, Settings
+from countersign.runtime.ports import free_port
 from countersign.scripted_model.server import ScriptedModelServer
 from tests.fixtures.agent import AgentHarness
 from tests.fixtures.scripted_model import scenario_from

@@ -10,12 +10,12 @@ import pytest_asyncio
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
-from countersign.approvals import Decision
-from countersign.conversation import EndConversation
+from countersign.core.approvals import Decision
+from countersign.core.calls import queued_emails
+from countersign.core.contract import EndConversation
+from countersign.core.saga import RollbackRequest
 from countersign.db.schema import EmailDraft, EmailOutbox, Lead
 from countersign.db.seed import seed
-from countersign.saga import RollbackRequest
-from countersign.tooling import queued_emails
 from tests.fixtures.agent import AgentHarness
 from tests.fixtures.smtp import SmtpServer
 from tests.fixtures.updates import execute_update

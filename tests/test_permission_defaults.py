@@ -15,10 +15,10 @@ import pytest
 from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from countersign.conversation import AgentLimits, Limits
+from countersign.core.contract import AgentLimits, Limits
+from countersign.core.limits import within_agent_bounds
 from countersign.db import schema
 from countersign.db.seed import AGENTS, seed
-from countersign.limits import within_agent_bounds
 from tests.fixtures.agent import AgentHarness
 from tools.registry import REGISTRY, default_tier_for
 from workflows.agent import AgentWorkflow

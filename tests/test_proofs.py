@@ -10,8 +10,7 @@ import jwt
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from countersign.inbox.auth import Reviewer, issue_session, read_session
-from countersign.proofs import (
+from countersign.identity.proofs import (
     PROOF_TTL,
     Binding,
     ProofRefused,
@@ -21,6 +20,7 @@ from countersign.proofs import (
     mint_proof,
     verify_proof,
 )
+from countersign.server.auth import Reviewer, issue_session, read_session
 
 NOW = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
 KEY = Ed25519PrivateKey.generate()

@@ -16,11 +16,11 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from temporalio.testing import WorkflowEnvironment
 
 from activities.tools import ToolActivities
+from countersign.core.calls import CallerContext, ToolInvocation
 from countersign.db.engine import session_factory
+from countersign.db.ratelimit import RateLimit, RateLimits, refill, take
 from countersign.db.schema import RateLimitBucket, ToolExecution
-from countersign.ratelimit import RateLimit, RateLimits, refill, take
 from countersign.scripted_model.server import ScriptedModelServer
-from countersign.tooling import CallerContext, ToolInvocation
 from tests.fixtures.agent import running_agent
 
 T0 = datetime(2030, 1, 1, tzinfo=UTC)

@@ -15,7 +15,7 @@ import pytest
 from temporalio.client import WorkflowHistory
 from temporalio.worker import Replayer
 
-from countersign.payloads import data_converter
+from countersign.runtime.payloads import data_converter
 from tests.fixtures.agent import AgentHarness
 from tests.test_agent_workflow import FIND_JANE
 from workflows.agent import AgentWorkflow

@@ -12,9 +12,9 @@ from sqlalchemy import delete, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from activities.saga import SagaActivities
+from countersign.core.saga import RollbackAuthorization, RollbackRequest
 from countersign.db.engine import session_factory
 from countersign.db.schema import RollbackRecord
-from countersign.saga import RollbackAuthorization, RollbackRequest
 from tests.test_decision_idempotency import environment
 
 

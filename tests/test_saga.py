@@ -12,7 +12,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from temporalio.client import WorkflowFailureError
 
 from activities.saga import SagaActivities
-from countersign.conversation import EndConversation, SubmitMessage
+from countersign.core.calls import CallerContext
+from countersign.core.contract import EndConversation, SubmitMessage
+from countersign.core.saga import CompensationRequest, RollbackRequest
 from countersign.db.engine import session_factory
 from countersign.db.schema import (
     AgentProfile,
@@ -22,8 +24,6 @@ from countersign.db.schema import (
     Lead,
     RollbackRecord,
 )
-from countersign.saga import CompensationRequest, RollbackRequest
-from countersign.tooling import CallerContext
 from tests.fixtures.agent import AgentHarness
 from tests.fixtures.updates import execute_update
 from tests.test_approvals import reset_jane

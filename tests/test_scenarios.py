@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from countersign.config import PROJECT_ROOT
+from countersign.core.markdown import escape_markdown
 from countersign.db.seed import AGENTS
-from countersign.markdown import escape_markdown
+from countersign.runtime.config import PROJECT_ROOT
 from countersign.scripted_model.scenario import ScenarioError, load_scenarios, scenario_for
 from tests.fixtures.scripted_model import rules
 from tools import REGISTRY

@@ -16,7 +16,7 @@ from pydantic import ValidationError
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
-from countersign.conversation import EndConversation, SubmitMessage
+from countersign.core.contract import EndConversation, SubmitMessage
 from countersign.db import schema
 from tests.fixtures.agent import AgentHarness
 from tests.fixtures.smtp import SmtpServer

@@ -13,7 +13,7 @@ import openai
 import pytest
 import pytest_asyncio
 
-from countersign.config import SCRIPTED_MODEL_NAME
+from countersign.runtime.config import SCRIPTED_MODEL_NAME
 from countersign.scripted_model.scenario import Reply, ScenarioError, choose_reply, load_scenario
 from countersign.scripted_model.server import Fault, ScriptedModelServer
 from tests.fixtures.scripted_model import rules

@@ -17,9 +17,9 @@ import pytest_asyncio
 from sqlalchemy import delete, insert
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from countersign.config import PROJECT_ROOT
 from countersign.db.schema import ModelCall, Tenant, ToolExecution
 from countersign.observability.stats import parse_duration
+from countersign.runtime.config import PROJECT_ROOT
 
 AGENT = "lead-qualifier"
 OK = {"ok": True, "data": {}}

@@ -13,13 +13,13 @@ import pytest
 from sqlalchemy import delete, insert, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from activities.store import ConversationStore
-from countersign.conversation import Limits, SubmitMessage
-from countersign.conversations import render_transcript
+from countersign.client.ended import roll_back_ended, stored_transcript
+from countersign.client.handles import render_transcript
+from countersign.core.contract import Limits, SubmitMessage
+from countersign.core.saga import RollbackRequest
 from countersign.db.engine import session_factory
+from countersign.db.messages import ConversationStore
 from countersign.db.schema import AgentProfile, AgentToolPermission, ContextPolicy, TenantTokenBudget
-from countersign.ended import roll_back_ended, stored_transcript
-from countersign.saga import RollbackRequest
 from tests.fixtures.agent import AgentHarness
 from tests.fixtures.updates import execute_update
 from tests.test_saga import WRITES, clean, snapshot  # noqa: F401  (a fixture, used by name)

@@ -15,7 +15,7 @@ from temporalio.api.common.v1 import WorkflowExecution
 from temporalio.api.workflowservice.v1 import DeleteWorkflowExecutionRequest
 from temporalio.service import RPCError
 
-from countersign.config import PROJECT_ROOT, SCRIPTED_MODEL_NAME
+from countersign.runtime.config import PROJECT_ROOT, SCRIPTED_MODEL_NAME
 from tests.fixtures.agent import AgentHarness
 from tests.test_saga import WRITES, clean, snapshot  # noqa: F401  (a fixture, used by name)
 from tests.test_store import make_agent

@@ -15,13 +15,13 @@ from sqlalchemy import delete, insert
 from sqlalchemy.ext.asyncio import AsyncEngine
 from temporalio.api.history.v1 import HistoryEvent
 
-from activities.audit import AuditActivities, UnexecutedCall
-from activities.store import ConversationStore
-from countersign.conversation import Limits, SubmitMessage, TurnResult
+from activities.audit import AuditActivities
+from countersign.client.ended import full_transcript
+from countersign.core.calls import CallerContext, ToolInvocation, ToolResult, UnexecutedCall, stored_at
+from countersign.core.contract import Limits, SubmitMessage, TurnResult
 from countersign.db.engine import session_factory
+from countersign.db.messages import ConversationStore
 from countersign.db.schema import Task
-from countersign.ended import full_transcript
-from countersign.tooling import CallerContext, ToolInvocation, ToolResult, stored_at
 from tests.fixtures.agent import AgentHarness
 from tests.fixtures.updates import execute_update
 from workflows.agent import AgentWorkflow

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from countersign.chat import ChatMessage, ToolCall
-from countersign.store import (
+from countersign.core.envelopes import (
     ContextPolicy,
     Envelope,
     budget_refusal,
@@ -12,6 +11,7 @@ from countersign.store import (
     select_window,
     units,
 )
+from countersign.core.messages import ChatMessage, ToolCall
 
 
 def turn(first_seq: int, calls: int) -> list[Envelope]:

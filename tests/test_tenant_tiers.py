@@ -1,4 +1,4 @@
-"""An admin's "always allow this tool for this agent" (countersign/tiers.py) over the real inbox
+"""An admin's "always allow this tool for this agent" (tools/tiers.py) over the real inbox
 (HTTP, APPROVER_AUTH=signed, the dev server, PostgreSQL, the scripted model over HTTP), and an
 approver's edit kept beside the model's arguments in the audit."""
 
@@ -18,14 +18,14 @@ from playwright.async_api import Dialog, async_playwright
 from sqlalchemy import delete, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from countersign.config import PROJECT_ROOT
 from countersign.db.schema import AgentToolPermission, Task, TenantToolTier, TierChange, ToolExecution
-from countersign.tiers import tier_refusal
+from countersign.runtime.config import PROJECT_ROOT
 from tests.fixtures.inbox import SignedStack
 from tests.test_approvals import ECHO_RESULT, JANE, pending, qualify
 from tests.test_approvals import jane_is_new as jane_is_new
 from tests.test_inbox_browser import ARTIFACTS, CHROMIUM_ARGS, log_in
 from tests.test_web_ui import chromium as chromium
+from tools.tiers import tier_refusal
 
 TASK_TITLE = "Call Initech (tenant tier test)"  # removed afterwards: other tests count the seeded tasks
 CREATE_TASK = {

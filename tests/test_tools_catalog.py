@@ -16,8 +16,8 @@ from pydantic import BaseModel, ValidationError
 from sqlalchemy import delete, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
+from countersign.core.calls import CallerContext
 from countersign.db import schema
-from countersign.tooling import CallerContext
 from tools import REGISTRY
 from tools.registry import IDENTITY_FIELDS, Needs, ToolArgs, ToolContext, ToolFailure, parse_arguments
 

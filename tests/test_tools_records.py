@@ -16,10 +16,10 @@ from sqlalchemy import delete, func, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
 from activities.tools import ToolActivities, validate
+from countersign.core.calls import CallerContext, ToolInvocation, ToolResult
+from countersign.core.guards import sanitize
 from countersign.db.engine import session_factory
 from countersign.db.schema import Lead, Notification, Task, ToolExecution
-from countersign.guards import sanitize
-from countersign.tooling import CallerContext, ToolInvocation, ToolResult
 from tools import REGISTRY
 from tools.records import COLLECTIONS, NEVER_WRITABLE
 from tools.registry import ToolArgs, ToolContext, ToolFailure

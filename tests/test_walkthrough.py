@@ -28,9 +28,9 @@ from pathlib import Path
 
 import pytest
 
-from countersign.config import PROJECT_ROOT
-from countersign.devstack.ports import free_port
 from countersign.devstack.stack import DEFAULT_PORTS
+from countersign.runtime.config import PROJECT_ROOT
+from countersign.runtime.ports import free_port
 
 README = PROJECT_ROOT / "README.md"
 SECTION = "## Your first hour"

@@ -15,12 +15,12 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 from temporalio.api.sdk.v1 import WorkflowMetadata
 
-from countersign.approvals import Approval, Decision
 from countersign.cli.conversations import query_status
-from countersign.config import PROJECT_ROOT
-from countersign.conversation import StartConversation
-from countersign.conversations import start_conversation, static_summary
-from countersign.search_attributes import AGENT_NAME, AGENT_STATUS, TENANT_ID
+from countersign.client.handles import start_conversation, static_summary
+from countersign.core.approvals import Approval, Decision
+from countersign.core.contract import StartConversation
+from countersign.runtime.config import PROJECT_ROOT
+from countersign.runtime.search_attributes import AGENT_NAME, AGENT_STATUS, TENANT_ID
 from tests.fixtures.agent import AgentHarness
 from tests.test_chat import QUALIFY, STEP_TIMEOUT_S
 

@@ -15,8 +15,8 @@ from pydantic import BaseModel, Field
 from sqlalchemy import and_, func, or_, select
 from sqlalchemy.sql import Select
 
+from countersign.core.guards import MAX_ROWS
 from countersign.db.schema import Case, Contact
-from countersign.guards import MAX_ROWS
 from tools.registry import ToolArgs, ToolContext, UndoOutcome, compensates, tool
 from tools.resolve import (
     ChangeArgs,

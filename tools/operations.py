@@ -14,8 +14,8 @@ from typing import Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from sqlalchemy import ColumnElement, select
 
+from countersign.core.guards import MAX_ROWS
 from countersign.db.schema import CalendarEvent, Project, Task
-from countersign.guards import MAX_ROWS
 from tools.registry import ToolArgs, ToolContext, ToolFailure, UndoOutcome, compensates, tool
 from tools.resolve import (
     ChangeArgs,

@@ -49,6 +49,7 @@ from sqlalchemy.dialects.postgresql import REGCONFIG
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.sql.expression import cast as sql_cast
 
+from countersign.core.guards import MAX_ROWS
 from countersign.db.schema import (
     EVENT_STATUSES,
     LEAD_STATUSES,
@@ -63,7 +64,6 @@ from countersign.db.schema import (
     Project,
     Task,
 )
-from countersign.guards import MAX_ROWS
 from tools.registry import ToolArgs, ToolContext, ToolFailure, UndoOutcome, compensates, out_of_range, tool
 
 # --- the whitelist -----------------------------------------------------------------------------------

@@ -28,7 +28,7 @@ from typing import Any, Literal, Self, get_type_hints
 from pydantic import BaseModel, ConfigDict, model_validator
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from countersign.tooling import CallerContext, Category, ErrorCode, Risk, Tier, ToolSpec
+from countersign.core.calls import CallerContext, Category, ErrorCode, Risk, Tier, ToolSpec
 
 # Identity fields only the trusted caller may set; no arguments model may declare them.
 IDENTITY_FIELDS = frozenset({"tenant_id", "tenant", "user_id", "user", "roles", "role", "caller"})

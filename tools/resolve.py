@@ -42,7 +42,7 @@ R = TypeVar("R", bound=BaseModel)
 V = TypeVar("V", bound=BaseModel)
 
 MAX_CANDIDATES = 10
-# What `countersign.guards.sanitize` leaves in a recorded result it had to cut or redact: such a value
+# What `countersign.core.guards.sanitize` leaves in a recorded result it had to cut or redact: such a value
 # is not the original and must not be written back by an undo.
 UNFAITHFUL_MARKERS = ("[REDACTED]", "…[truncated ")
 

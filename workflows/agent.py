@@ -5,7 +5,7 @@ A turn is the tool-calling loop: call the model (an activity), run the tool call
 model answers in plain text or a limit stops the turn. Between turns the conversation waits for
 the next `submit_message`, an `end`, or its idle timeout.
 
-Everything the loop decides is delegated to pure functions (countersign.policy, countersign.limits);
+Everything the loop decides is delegated to pure functions (countersign.core.policy, countersign.core.limits);
 everything that touches the world is an activity, referenced by name so this module imports no I/O.
 """
 
@@ -22,33 +22,33 @@ from temporalio.exceptions import ActivityError, ApplicationError
 from temporalio.exceptions import TimeoutError as TemporalTimeoutError
 
 with workflow.unsafe.imports_passed_through():
-    from activities.approvals import ApprovalReminder
-    from activities.audit import UnexecutedCall
-    from activities.notifications import ApprovalNotice, NoticeKind
-    from activities.proofs import ProofRequest
-    from countersign.approvals import (
+    from countersign.core.approvals import (
         Approval,
+        ApprovalNotice,
+        ApprovalReminder,
         ApproveSignal,
         Decision,
         DecisionRecord,
+        NoticeKind,
         RejectSignal,
         Verdict,
         state_refusal,
     )
-    from countersign.authority import Action, ActionCheck
-    from countersign.authority import state_refusal as action_state_refusal
-    from countersign.bounds import Unreadable, loads_bounded
-    from countersign.chat import (
-        ChatMessage,
-        ModelCaller,
-        ModelReply,
-        ModelRequest,
-        StoredInput,
-        ToolCall,
-        Usage,
-        numbered,
+    from countersign.core.authority import Action, ActionCheck, ProofRequest
+    from countersign.core.authority import state_refusal as action_state_refusal
+    from countersign.core.bounds import Unreadable, loads_bounded
+    from countersign.core.calls import (
+        CallerContext,
+        McpCall,
+        StoredResult,
+        ToolInvocation,
+        ToolResult,
+        ToolSpec,
+        UnexecutedCall,
+        queued_emails,
+        result_for_model,
     )
-    from countersign.conversation import (
+    from countersign.core.contract import (
         WORKFLOW_TYPE,
         AgentState,
         AnswerSignal,
@@ -63,22 +63,7 @@ with workflow.unsafe.imports_passed_through():
         TurnResult,
         TurnStop,
     )
-    from countersign.history import CARRIED_BYTES, fit_for_model, history_full, trim_for_carry
-    from countersign.limits import before_model_call, tool_call_budget, within_agent_bounds
-    from countersign.markdown import escape_markdown
-    from countersign.observability.workflow_metrics import record_approval_wait, record_turn
-    from countersign.policy import offered_tools, screen_call
-    from countersign.saga import (
-        CompensationOutcome,
-        CompensationRequest,
-        RollbackAuthorization,
-        RollbackRequest,
-        Saga,
-        SagaEntry,
-    )
-    from countersign.seal import SealCheck, SealRequest, digest
-    from countersign.search_attributes import AGENT_NAME, AGENT_STATUS, TENANT_ID
-    from countersign.store import (
+    from countersign.core.envelopes import (
         PROMPT_SEQ,
         AppendMessages,
         Cursor,
@@ -94,16 +79,31 @@ with workflow.unsafe.imports_passed_through():
         stored_envelope,
         tool_message,
     )
-    from countersign.tooling import (
-        CallerContext,
-        McpCall,
-        StoredResult,
-        ToolInvocation,
-        ToolResult,
-        ToolSpec,
-        queued_emails,
-        result_for_model,
+    from countersign.core.history import CARRIED_BYTES, fit_for_model, history_full, trim_for_carry
+    from countersign.core.limits import before_model_call, tool_call_budget, within_agent_bounds
+    from countersign.core.markdown import escape_markdown
+    from countersign.core.messages import (
+        ChatMessage,
+        ModelCaller,
+        ModelReply,
+        ModelRequest,
+        StoredInput,
+        ToolCall,
+        Usage,
+        numbered,
     )
+    from countersign.core.policy import offered_tools, screen_call
+    from countersign.core.saga import (
+        CompensationOutcome,
+        CompensationRequest,
+        RollbackAuthorization,
+        RollbackRequest,
+        Saga,
+        SagaEntry,
+    )
+    from countersign.core.seal import SealCheck, SealRequest, digest
+    from countersign.observability.workflow_metrics import record_approval_wait, record_turn
+    from countersign.runtime.search_attributes import AGENT_NAME, AGENT_STATUS, TENANT_ID
 
 # Activities whose I/O is PostgreSQL retry without an attempt cap for up to DB_OUTAGE_TOLERANCE: a
 # database restart or failover delays a call, it does not fail it.
@@ -169,7 +169,7 @@ CallResult = ToolResult | StoredResult
 
 def call_summary(tool: str, arguments: str) -> str:
     """A one-line label for the Web UI: `get_lead jane.doe@example.com`. Never raises: the
-    arguments come from the model (bounded parsing, countersign.bounds)."""
+    arguments come from the model (bounded parsing, countersign.core.bounds)."""
     args, refusal = loads_bounded(arguments)
     if refusal is not None:
         values = "(invalid JSON arguments)"
@@ -1242,7 +1242,7 @@ class AgentWorkflow:
         )
 
     # Client input is untrusted (docs/security.md): a payload that does not decode arrives as
-    # `Unreadable` (countersign.payloads) and every refusal is recorded by `authorize_action`.
+    # `Unreadable` (countersign.runtime.payloads) and every refusal is recorded by `authorize_action`.
 
     async def _refuse(self, action: Action, actor: str | None, refusal: str, excerpt: str = "") -> None:
         """Record a refused client input (`input_audit`); it changes nothing else."""

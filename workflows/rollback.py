@@ -13,7 +13,8 @@ from typing import Any
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from countersign.saga import (
+    from countersign.core.contract import ROLLBACK_WORKFLOW_TYPE
+    from countersign.core.saga import (
         CompensationRequest,
         EndedRollback,
         RollbackAuthorization,
@@ -26,8 +27,6 @@ with workflow.unsafe.imports_passed_through():
         DB_RETRY,
         compensated,
     )
-
-ROLLBACK_WORKFLOW_TYPE = "ConversationRollback"
 
 
 async def db(activity: str, arg: object, result_type: type | None, summary: str) -> Any:

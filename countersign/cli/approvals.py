@@ -13,12 +13,12 @@ from typing import Any
 import click
 from temporalio.client import Client, WorkflowUpdateFailedError
 
-from countersign.approvals import Approval, Decision
 from countersign.cli.app import cli, print_json, run
 from countersign.cli.conversations import connected, query_status
 from countersign.cli.inbox import InboxSession, inbox_request, load_session, signed_mode
 from countersign.cli.ux import reason
-from countersign.conversation import AnswerSignal
+from countersign.core.approvals import Approval, Decision
+from countersign.core.contract import AnswerSignal
 
 
 def age(iso: str) -> str:

@@ -13,7 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from countersign.cli.app import print_json, run
 from countersign.cli.records import format_limits, permissions, table, with_session
-from countersign.conversation import AgentLimits
+from countersign.core.contract import AgentLimits
 from countersign.db.schema import AgentProfile, AgentToolPermission
 
 CATEGORY_ORDER = ("read", "write", "external")

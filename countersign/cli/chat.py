@@ -21,13 +21,6 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 from temporalio.client import Client, WorkflowHandle
 
-from countersign.approvals import (
-    Approval,
-    Decision,
-    DecisionKind,
-    approver_refusal,
-)
-from countersign.chat import ChatMessage
 from countersign.cli.app import cli, run
 from countersign.cli.approvals import decide
 from countersign.cli.conversations import connected, parse_limits, query_status, query_transcript, wait_turn
@@ -35,8 +28,22 @@ from countersign.cli.inbox import inbox_request, load_session, signed_mode
 from countersign.cli.records import with_session
 from countersign.cli.ux import command
 from countersign.cli.waiting import who_can_decide
-from countersign.config import SCRIPTED_LABEL, Settings
-from countersign.conversation import (
+from countersign.client.ended import full_transcript, with_stored_results
+from countersign.client.handles import (
+    render_message,
+    render_status,
+    render_transcript,
+    roll_back,
+    start_conversation,
+    wait_reply,
+)
+from countersign.core.approvals import (
+    Approval,
+    Decision,
+    DecisionKind,
+    approver_refusal,
+)
+from countersign.core.contract import (
     AnswerSignal,
     EndConversation,
     PendingApproval,
@@ -46,17 +53,10 @@ from countersign.conversation import (
     SubmitMessage,
     TurnResult,
 )
-from countersign.conversations import (
-    render_message,
-    render_status,
-    render_transcript,
-    roll_back,
-    start_conversation,
-    wait_reply,
-)
+from countersign.core.messages import ChatMessage
+from countersign.core.saga import RollbackRequest
 from countersign.db import schema
-from countersign.ended import full_transcript, with_stored_results
-from countersign.saga import RollbackRequest
+from countersign.runtime.config import SCRIPTED_LABEL, Settings
 
 POLL_S = 0.25  # how often a running turn is looked at; nothing polls between turns
 HELP = """\

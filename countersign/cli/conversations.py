@@ -13,13 +13,26 @@ import click
 from pydantic import ValidationError
 from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
 
-from countersign.chat import ChatMessage
 from countersign.cli.app import cli, print_json, run
 from countersign.cli.inbox import inbox_request, load_session, signed_mode
 from countersign.cli.ux import EXIT_WAITING, command, reason, temporal_settings
 from countersign.cli.waiting import ctrl_c, follow, waiting_lines
-from countersign.config import Settings
-from countersign.conversation import (
+from countersign.client.ended import (
+    conversation_status,
+    full_transcript,
+    has_ended,
+    roll_back_ended,
+    tokens_today,
+)
+from countersign.client.handles import (
+    render_transcript,
+    roll_back,
+    send_keyed,
+    start_conversation,
+    wait_reply,
+)
+from countersign.client.temporal_client import connect
+from countersign.core.contract import (
     EndConversation,
     Limits,
     StartConversation,
@@ -27,11 +40,10 @@ from countersign.conversation import (
     SubmitMessage,
     TurnResult,
 )
-from countersign.conversations import render_transcript, roll_back, send_keyed, start_conversation, wait_reply
-from countersign.ended import conversation_status, full_transcript, has_ended, roll_back_ended, tokens_today
-from countersign.saga import RollbackRequest
-from countersign.store import describe_policy
-from countersign.temporal_client import connect
+from countersign.core.envelopes import describe_policy
+from countersign.core.messages import ChatMessage
+from countersign.core.saga import RollbackRequest
+from countersign.runtime.config import Settings
 
 END_WAIT_S = 10.0  # `end` waits this long for the conversation to close before saying it is closing
 

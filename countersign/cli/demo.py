@@ -9,12 +9,12 @@ import click
 from countersign.cli.app import cli, run
 from countersign.cli.conversations import query_transcript
 from countersign.cli.ux import command
-from countersign.config import DATA_DIR, load_settings
-from countersign.conversation import ConversationResult, StartConversation
-from countersign.conversations import render_transcript, start_conversation
+from countersign.client.ended import with_stored_results
+from countersign.client.handles import render_transcript, start_conversation
+from countersign.client.temporal_client import connect
+from countersign.core.contract import ConversationResult, StartConversation
 from countersign.devstack import stack
-from countersign.ended import with_stored_results
-from countersign.temporal_client import connect
+from countersign.runtime.config import DATA_DIR, load_settings
 
 DEMO = StartConversation(
     tenant_id="acme",

@@ -8,8 +8,8 @@ import os
 import click
 
 from countersign.cli.app import cli, print_json, run
-from countersign.config import DATA_DIR, load_settings
 from countersign.devstack import stack
+from countersign.runtime.config import DATA_DIR, load_settings
 
 
 def _plan() -> stack.StackPlan:

@@ -19,13 +19,13 @@ from pydantic import BaseModel, ValidationError
 from sqlalchemy import Update, update
 
 from countersign.cli.app import cli, run
-from countersign.config import DATA_DIR, load_settings
 from countersign.db.engine import create_engine
+from countersign.db.people import hash_password
 from countersign.db.schema import Tenant, User
-from countersign.inbox.app import running_inbox
-from countersign.inbox.auth import hash_password
-from countersign.inbox.oidc import OidcConfig
-from countersign.proofs import ensure_key_pair
+from countersign.identity.proofs import ensure_key_pair
+from countersign.runtime.config import DATA_DIR, load_settings
+from countersign.server.app import running_inbox
+from countersign.server.oidc import OidcConfig
 
 REQUEST_TIMEOUT_S = 60
 

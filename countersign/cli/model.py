@@ -8,7 +8,7 @@ import signal
 import click
 
 from countersign.cli.app import cli, run
-from countersign.config import SCRIPTED_LABEL
+from countersign.runtime.config import SCRIPTED_LABEL
 from countersign.scripted_model.scenario import Scenario, ScenarioError, load_scenarios
 from countersign.scripted_model.server import ScriptedModelServer
 

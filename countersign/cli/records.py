@@ -12,13 +12,13 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from countersign.cli.app import cli, print_json, run
 from countersign.cli.ux import database_url
+from countersign.core.calls import Tier
+from countersign.core.envelopes import ContextPolicy, describe_policy
 from countersign.db import schema
 from countersign.db.engine import create_engine, session_factory
 from countersign.db.schema import TIERS, AgentProfile, AgentToolPermission, McpServer, ToolExecution
 from countersign.mcp.servers import server_of
-from countersign.store import ContextPolicy, describe_policy
-from countersign.tiers import change_tenant_tier, tenant_tiers
-from countersign.tooling import Tier
+from tools.tiers import change_tenant_tier, tenant_tiers
 
 T = TypeVar("T")
 AUDIT_COLUMNS = (
@@ -225,8 +225,8 @@ async def mcp_permissions(
 ) -> list[tuple[str, ...]]:
     """Rows for the agent's MCP tools as their servers last listed them, and for tiers set on
     tools no listing shows (yet, or any more); `own`: a tenant's own tiers, shown where set."""
+    from countersign.core.calls import McpTool
     from countersign.mcp.catalog import MCP_CATEGORY, MCP_DEFAULT_TIER, MCP_RISK
-    from countersign.tooling import McpTool
 
     own = own or {}
     tiers = {p.tool: own[p.tool].tier if p.tool in own else p.tier for p in permissions if server_of(p.tool)}

@@ -19,8 +19,8 @@ from temporalio.client import (
 from temporalio.exceptions import ActivityError, FailureError
 from temporalio.service import RPCError, RPCStatusCode
 
-from countersign.config import DATA_DIR, Settings, load_settings
 from countersign.devstack import stack
+from countersign.runtime.config import DATA_DIR, Settings, load_settings
 
 # `start --wait` / `send` exit with this when the turn waits for a person (an approval or an answer):
 # the conversation goes on, and the output names the command that lets it continue.

@@ -16,9 +16,9 @@ from typing import Any
 import click
 from temporalio.client import WorkflowExecutionStatus, WorkflowHandle
 
-from countersign.approvals import APPROVER_ROLES, FOUR_EYES
 from countersign.cli.ux import EXIT_INTERRUPTED, command, reason
-from countersign.conversation import PendingApproval, PendingQuestion, StatusView, TurnResult
+from countersign.core.approvals import APPROVER_ROLES, FOUR_EYES
+from countersign.core.contract import PendingApproval, PendingQuestion, StatusView, TurnResult
 
 POLL_S = 0.5  # how often the status is looked at while the reply is awaited
 

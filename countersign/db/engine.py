@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker, create_async_engine
 
-from countersign.bounds import dumps_storable
+from countersign.core.bounds import dumps_storable
 
 
 def create_engine(url: str, *, pool_size: int = 10, max_overflow: int = 10) -> AsyncEngine:

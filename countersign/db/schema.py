@@ -373,7 +373,7 @@ class AgentToolPermission(Base):
 
 class TenantToolTier(Base):
     """A tenant's own tier for one of an agent's tools (agents are shared by tenants): it replaces
-    the agent's tier in that tenant's conversation snapshots (countersign/tiers.py). Set by a tenant
+    the agent's tier in that tenant's conversation snapshots (tools/tiers.py). Set by a tenant
     admin (inbox) or an operator (`permissions set --tenant`); every attempt is in `tier_changes`."""
 
     __tablename__ = "tenant_tool_tiers"

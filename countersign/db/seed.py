@@ -21,7 +21,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from countersign.db import schema
 from countersign.db.engine import create_engine, session_factory
-from countersign.inbox.auth import set_dev_passwords
+from countersign.db.people import set_dev_passwords
 
 M = TypeVar("M", bound=schema.Base)
 
@@ -208,7 +208,7 @@ UNTRUSTED_DATA = (
 # compensable writes run unasked, as an operator would with `permissions set`.
 OPERATOR_ALLOWED = "always_allow"
 
-# name -> the agent's bounds on a turn (countersign/limits.py `within_agent_bounds`); seeded only
+# name -> the agent's bounds on a turn (countersign/core/limits.py `within_agent_bounds`); seeded only
 # while the agent has none, because operators own them afterwards (`permissions limits`).
 AGENT_LIMITS: dict[str, dict[str, float]] = {
     "admin-assistant": {"max_iterations": 7, "turn_timeout_s": 50},

@@ -19,7 +19,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from countersign.devstack.ports import port_open
+from countersign.runtime.ports import port_open
 
 DEFAULT_DB = "countersign"
 

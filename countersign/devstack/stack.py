@@ -22,12 +22,12 @@ from typing import Any
 
 import psutil
 
-from countersign.config import PROJECT_ROOT
 from countersign.devstack import processes
-from countersign.devstack.ports import port_open
 from countersign.devstack.postgres import EmbeddedPostgres, migrate_and_seed
 from countersign.devstack.processes import ProcessRecord
 from countersign.devstack.temporal import DevServerConfig, start_dev_server, wait_ready
+from countersign.runtime.config import PROJECT_ROOT
+from countersign.runtime.ports import port_open
 
 COMPONENTS = ("postgres", "temporal", "model", "worker", "inbox")
 HOST = "127.0.0.1"

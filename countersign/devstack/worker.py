@@ -26,9 +26,9 @@ from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from pathlib import Path
 
-from countersign.config import PROJECT_ROOT, Settings
 from countersign.devstack import processes
 from countersign.devstack.processes import ProcessRecord
+from countersign.runtime.config import PROJECT_ROOT, Settings
 
 WORKER_SCRIPT = PROJECT_ROOT / "worker.py"
 STARTED_LINE = "worker started"  # worker.py logs it once connected to Temporal and PostgreSQL

@@ -18,8 +18,8 @@ from typing import Any
 import jsonschema
 from pydantic import BaseModel, Field
 
+from countersign.core.calls import Category, McpTool, Risk, Tier, ToolResult, ToolSpec
 from countersign.mcp.servers import listing_hash, tool_name
-from countersign.tooling import Category, McpTool, Risk, Tier, ToolResult, ToolSpec
 
 MCP_RISK: Risk = "high"
 MCP_CATEGORY: Category = "external"

@@ -28,9 +28,9 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.types import CONNECTION_CLOSED, REQUEST_TIMEOUT, UNSUPPORTED_PROTOCOL_VERSION
 
-from countersign.circuit import CircuitBreaker, CircuitOpen
 from countersign.mcp.catalog import CallOutcome, ListedTool
 from countersign.mcp.servers import SecretMissing, ServerConfig
+from countersign.runtime.circuit import CircuitBreaker, CircuitOpen
 
 T = TypeVar("T")
 UNUSABLE = frozenset({CONNECTION_CLOSED, REQUEST_TIMEOUT, UNSUPPORTED_PROTOCOL_VERSION})

@@ -33,12 +33,11 @@ from temporalio import activity
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 from temporalio.worker import ActivityInboundInterceptor, ExecuteActivityInput, Interceptor
 
-from activities.audit import UnexecutedCall, outcome_of
-from countersign.chat import ModelReply, ModelRequest
-from countersign.circuit import CircuitBreaker
-from countersign.devstack.ports import free_port
+from countersign.core.calls import StoredResult, ToolInvocation, ToolResult, UnexecutedCall, outcome_of
+from countersign.core.messages import ModelReply, ModelRequest
 from countersign.observability.workflow_metrics import APPROVAL_WAIT, APPROVAL_WAIT_BUCKETS
-from countersign.tooling import StoredResult, ToolInvocation, ToolResult
+from countersign.runtime.circuit import CircuitBreaker
+from countersign.runtime.ports import free_port
 from tools.registry import REGISTRY
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"

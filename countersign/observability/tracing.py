@@ -32,10 +32,9 @@ from temporalio import activity
 from temporalio.contrib.opentelemetry import TracingInterceptor
 from temporalio.worker import ActivityInboundInterceptor, ExecuteActivityInput, Interceptor
 
-from activities.audit import UnexecutedCall, outcome_of
-from countersign.chat import ModelReply, ModelRequest
+from countersign.core.calls import StoredResult, ToolInvocation, ToolResult, UnexecutedCall, outcome_of
+from countersign.core.messages import ModelReply, ModelRequest
 from countersign.observability.metrics import executed_outcome
-from countersign.tooling import StoredResult, ToolInvocation, ToolResult
 
 ENDPOINT_ENV = "OTEL_EXPORTER_OTLP_ENDPOINT"
 TRACER_NAME = "countersign"

@@ -19,10 +19,10 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
 from temporalio.worker import ActivityInboundInterceptor, ExecuteActivityInput, Interceptor
 
-from activities.attempts import attempt_key
-from countersign.chat import ModelCaller, ModelReply, ModelRequest
+from countersign.core.messages import ModelCaller, ModelReply, ModelRequest
+from countersign.db.attempts import attempt_key
 from countersign.db.schema import ModelCall
-from countersign.logs import get_logger
+from countersign.runtime.logs import get_logger
 
 RECORD_TIMEOUT_S = 5.0
 

@@ -21,7 +21,7 @@ from typing import Any
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from countersign.config import AGENT_HEADER, SCRIPTED_LABEL, SCRIPTED_MODEL_NAME
+from countersign.runtime.config import AGENT_HEADER, SCRIPTED_LABEL, SCRIPTED_MODEL_NAME
 from countersign.scripted_model.scenario import Reply, Scenario, choose_reply, scenario_for, text_of
 
 NO_MATCH = f"{SCRIPTED_LABEL} no rule matched"

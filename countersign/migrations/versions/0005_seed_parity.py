@@ -5,7 +5,7 @@ Revises: 0004
 Create Date: 2026-11-23
 
 - `agent_profiles.limits`: the agent's bounds on a turn (`max_iterations`, `turn_timeout_s`, ...);
-  a conversation may ask for less, never more (countersign/limits.py `within_agent_bounds`).
+  a conversation may ask for less, never more (countersign/core/limits.py `within_agent_bounds`).
 - `cases`: the case-researcher agent's records, one tenant's each, the client contact by email.
 - `leads.score` (0-100) and `leads.last_engaged_at`, shown by the lead tools.
 - `email_drafts`: what `draft_email` stores (nothing leaves); `email_outbox.html_body` (sanitised

@@ -28,7 +28,7 @@ from sqlalchemy import ColumnElement, func, select, text
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from countersign.bounds import MAX_REASON_CHARS, cut, storable
+from countersign.core.bounds import MAX_REASON_CHARS, cut, storable
 from countersign.db.schema import LoginAttempt
 
 WINDOW = timedelta(minutes=15)

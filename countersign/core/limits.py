@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from countersign.chat import Usage
-from countersign.conversation import AgentLimits, Limits
+from countersign.core.contract import AgentLimits, Limits
+from countersign.core.messages import Usage
 
 MIN_MODEL_CALL_S = 0.001
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from countersign.chat import ChatMessage
+from countersign.core.messages import ChatMessage
 
 MAX_CARRIED_MESSAGES = 200
 

@@ -9,20 +9,21 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from countersign.bounds import Count, Identifier, Proof, Text, Tokens, TurnSeconds, WaitSeconds
-from countersign.chat import ChatMessage, Usage
-from countersign.saga import Saga
-from countersign.store import ContextPolicy, Cursor
-from countersign.tooling import Risk, ToolSpec
+from countersign.core.bounds import Count, Identifier, Proof, Text, Tokens, TurnSeconds, WaitSeconds
+from countersign.core.calls import Risk, ToolSpec
+from countersign.core.envelopes import ContextPolicy, Cursor
+from countersign.core.messages import ChatMessage, Usage
+from countersign.core.saga import Saga
 
 WORKFLOW_TYPE = "AgentWorkflow"
+ROLLBACK_WORKFLOW_TYPE = "ConversationRollback"  # compensations asked for after a conversation ended
 AgentState = Literal["running", "awaiting_approval", "awaiting_answer", "idle", "rolling_back", "ended"]
 
 
 class Limits(BaseModel):
     """Guards on one turn (iterations, tool calls, tokens, wall clock) and waits (approval, answer, idle).
 
-    Every value is finite and bounded (countersign.bounds): checked by the CLI, and again when the
+    Every value is finite and bounded (countersign.core.bounds): checked by the CLI, and again when the
     worker decodes the start input.
     """
 

@@ -39,9 +39,9 @@ from pydantic import BaseModel, Field, ValidationError
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from countersign.bounds import has_control
+from countersign.core.bounds import has_control
 from countersign.db.schema import User
-from countersign.inbox.auth import Reviewer
+from countersign.server.auth import Reviewer
 
 FLOW_AUDIENCE = "countersign-oidc-flow"
 FLOW_TTL = timedelta(minutes=10)

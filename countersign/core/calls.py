@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from countersign.bounds import loads_bounded
+from countersign.core.bounds import loads_bounded
 
 Risk = Literal["low", "medium", "high"]
 Category = Literal["read", "write", "external"]
@@ -239,3 +239,24 @@ def stored_at(content: str | None) -> int | None:
         return None
     seq = shown.get(STORED_AT) if isinstance(shown, dict) else None
     return seq if isinstance(seq, int) else None
+
+
+OUTCOME_OF: dict[ErrorCode, str] = {
+    "UNKNOWN_TOOL": "invalid",
+    "VALIDATION_ERROR": "invalid",
+    "BLOCKED": "blocked",
+    "FORBIDDEN": "blocked",
+    "LIMIT_REACHED": "limit_reached",
+    "REJECTED": "rejected",
+    "EXPIRED": "expired",
+}
+
+
+class UnexecutedCall(BaseModel):
+    invocation: ToolInvocation
+    result: ToolResult  # the error envelope the model was given
+    reason: str | None = None  # who decided and why, for rejected and expired calls
+
+
+def outcome_of(result: ToolResult) -> str:
+    return OUTCOME_OF.get(result.error.code, "failed") if result.error else "failed"

@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from countersign.bounds import storable
+from countersign.core.bounds import storable
 
 REDACTED = "[REDACTED]"
 # Keys whose values are secrets wherever they appear, matched as whole words of the key.

@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from countersign.chat import MAX_ARGUMENTS_CHARS, ToolCall
-from countersign.tooling import ToolResult, ToolSpec
+from countersign.core.calls import ToolResult, ToolSpec
+from countersign.core.messages import MAX_ARGUMENTS_CHARS, ToolCall
 
 ASK_HUMAN = "ask_human"  # handled by the workflow itself, never by an activity
 

@@ -14,7 +14,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
 DATA_DIR = Path(os.environ.get("COUNTERSIGN_DATA_DIR", PROJECT_ROOT / ".data"))
 STACK_FILE = DATA_DIR / "stack.json"
 

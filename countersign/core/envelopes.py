@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-from countersign.chat import ChatMessage, Role, Usage
-from countersign.tooling import StoredResult, ToolInvocation, ToolResult, queued_emails, result_for_model
+from countersign.core.calls import StoredResult, ToolInvocation, ToolResult, queued_emails, result_for_model
+from countersign.core.messages import ChatMessage, Role, Usage
 
 PROMPT_SEQ = 0  # the system prompt, stored when the conversation starts
 # Without a policy row the model sees at most this many messages (what continue-as-new used to carry).

@@ -24,11 +24,13 @@ from pydantic import BaseModel, ValidationError
 from temporalio.client import Client
 from temporalio.service import RPCError
 
-from countersign.config import Settings
+from countersign.client.temporal_client import connect
 from countersign.db.engine import create_engine, session_factory
-from countersign.inbox.auth import SESSION_TTL, Reviewer, SessionClaims
-from countersign.inbox.oidc import CALLBACK_PATH, FLOW_TTL, OidcConfig, OidcProvider, OidcRefused, open_flow
-from countersign.inbox.service import (
+from countersign.identity.proofs import load_private_key
+from countersign.runtime.config import Settings
+from countersign.server.auth import SESSION_TTL, Reviewer, SessionClaims
+from countersign.server.oidc import CALLBACK_PATH, FLOW_TTL, OidcConfig, OidcProvider, OidcRefused, open_flow
+from countersign.server.service import (
     AlwaysAllowRequest,
     BatchRequest,
     DecisionRequest,
@@ -37,8 +39,6 @@ from countersign.inbox.service import (
     LoginRequest,
     PendingItem,
 )
-from countersign.proofs import load_private_key
-from countersign.temporal_client import connect
 
 HERE = Path(__file__).resolve().parent
 COOKIE = "countersign_session"
@@ -324,7 +324,7 @@ async def page(request: web.Request) -> web.Response:
     return web.Response(text=html, content_type="text/html")
 
 
-# --- login through the OIDC provider (countersign.inbox.oidc) ------------------------------------
+# --- login through the OIDC provider (countersign.server.oidc) ------------------------------------
 
 
 def oidc_page(message: str, status: int, signed_in: bool = False) -> web.Response:

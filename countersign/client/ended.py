@@ -13,14 +13,13 @@ from typing import Any
 from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 
-from activities.store import ConversationStore
-from countersign.chat import ChatMessage
-from countersign.config import Settings
-from countersign.conversation import StartConversation, StatusView
+from countersign.core.calls import stored_at
+from countersign.core.contract import ROLLBACK_WORKFLOW_TYPE, StartConversation, StatusView
+from countersign.core.messages import ChatMessage
+from countersign.core.saga import EndedRollback, RollbackOutcome, RollbackRequest
 from countersign.db.engine import create_engine, session_factory
-from countersign.saga import EndedRollback, RollbackOutcome, RollbackRequest
-from countersign.tooling import stored_at
-from workflows.rollback import ROLLBACK_WORKFLOW_TYPE
+from countersign.db.messages import ConversationStore
+from countersign.runtime.config import Settings
 
 
 async def with_store(settings: Settings, work: Any) -> Any:

@@ -11,7 +11,7 @@ in activities/authority.py, the one place where proof verification (APPROVER_AUT
 | `answer`         | the conversation's user (the model asked *them*)     |
 | `end`            | the conversation's user, or an admin of its tenant   |
 | `rollback`       | the conversation's user, or an admin of its tenant   |
-| decisions        | countersign.approvals.approver_refusal (roles by risk, four-eyes) |
+| decisions        | countersign.core.approvals.approver_refusal (roles by risk, four-eyes) |
 
 Every refusal is recorded (`input_audit`, or `approval_decisions` / `rollback_requests`).
 """
@@ -75,3 +75,13 @@ class ActionCheck(BaseModel):
     conversation_user: str
     refusal: str | None = None
     excerpt: str = ""  # of an unreadable payload
+
+
+class ProofRequest(BaseModel):
+    tenant_id: str
+    workflow_id: str
+    action: Literal["answer", "end"]
+    actor: str
+    proof: str | None = None
+    call_id: str | None = None  # answer: the question's call
+    text: str | None = None  # answer: the exact text the proof binds

@@ -7,7 +7,7 @@ applies to conversations started afterwards: a running conversation keeps its sn
 already waiting still needs its own decision.
 
 Security rule: a high-risk tool is never made `always_allow` for a tenant. High risk is where the
-four-eyes rule holds (countersign.approvals.FOUR_EYES): a second person must look at each call. A
+four-eyes rule holds (countersign.core.approvals.FOUR_EYES): a second person must look at each call. A
 standing allow would let the requester run such calls with nobody looking, for the whole tenant,
 from one click; that is a change of policy, not a review decision, and stays with operators (the
 agent-wide `permissions set`). Low and medium risk tools may be allowed: any reviewer (medium) or
@@ -25,11 +25,11 @@ from sqlalchemy import func, select
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from countersign.approvals import FOUR_EYES
+from countersign.core.approvals import FOUR_EYES
+from countersign.core.calls import Risk, Tier
 from countersign.db.schema import AgentToolPermission, TenantToolTier, TierChange, UserRole
 from countersign.mcp.catalog import MCP_DEFAULT_TIER, MCP_RISK
 from countersign.mcp.servers import server_of
-from countersign.tooling import Risk, Tier
 from tools.registry import REGISTRY
 
 ADMIN_ROLE = "admin"

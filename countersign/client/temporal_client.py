@@ -1,4 +1,4 @@
-"""One way to reach Temporal: the pydantic data converter (countersign.payloads), so payloads stay
+"""One way to reach Temporal: the pydantic data converter (countersign.runtime.payloads), so payloads stay
 typed end to end."""
 
 from __future__ import annotations
@@ -6,9 +6,9 @@ from __future__ import annotations
 from temporalio.client import Client
 from temporalio.runtime import Runtime
 
-from countersign.config import Settings
 from countersign.observability import tracing
-from countersign.payloads import data_converter
+from countersign.runtime.config import Settings
+from countersign.runtime.payloads import data_converter
 
 
 async def connect(settings: Settings, runtime: Runtime | None = None) -> Client:

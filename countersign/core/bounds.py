@@ -178,7 +178,7 @@ def loads_bounded(text: str) -> tuple[Any, str | None]:
 class Unreadable(BaseModel):
     """A payload that did not decode as its handler's type (wrong types, a bound broken, not JSON).
 
-    Handlers declare `Model | Unreadable`: the worker's payload converter (countersign.payloads)
+    Handlers declare `Model | Unreadable`: the worker's payload converter (countersign.runtime.payloads)
     hands them this instead of dropping the signal, so the refusal is recorded, and a start input
     that cannot be read fails its workflow once with `unreadable` as the reason. `unreadable` is a
     field no real payload has, so a plain pydantic converter still decodes the real model.

@@ -35,8 +35,8 @@ from pydantic import BaseModel, ValidationError
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from countersign.config import DATA_DIR
 from countersign.db.schema import ProofCheck
+from countersign.runtime.config import DATA_DIR
 
 ApproverAuth = Literal["signed", "names"]
 ProofAction = Literal["approve", "reject", "answer", "rollback", "end"]

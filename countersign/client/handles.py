@@ -12,9 +12,7 @@ from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
 from temporalio.common import SearchAttributePair, TypedSearchAttributes
 from temporalio.exceptions import WorkflowAlreadyStartedError
 
-from countersign.chat import ChatMessage
-from countersign.config import SCRIPTED_LABEL, Settings
-from countersign.conversation import (
+from countersign.core.contract import (
     WORKFLOW_TYPE,
     ConversationResult,
     StartConversation,
@@ -22,10 +20,12 @@ from countersign.conversation import (
     SubmitMessage,
     TurnResult,
 )
-from countersign.markdown import escape_markdown
-from countersign.saga import RollbackRequest, Saga, SagaEntry
-from countersign.search_attributes import AGENT_NAME, AGENT_STATUS, TENANT_ID
-from countersign.store import SUMMARY_NAME
+from countersign.core.envelopes import SUMMARY_NAME
+from countersign.core.markdown import escape_markdown
+from countersign.core.messages import ChatMessage
+from countersign.core.saga import RollbackRequest, Saga, SagaEntry
+from countersign.runtime.config import SCRIPTED_LABEL, Settings
+from countersign.runtime.search_attributes import AGENT_NAME, AGENT_STATUS, TENANT_ID
 
 
 def new_workflow_id(tenant_id: str) -> str:

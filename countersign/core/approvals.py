@@ -11,9 +11,9 @@ from typing import Literal
 
 from pydantic import BaseModel
 
-from countersign.bounds import BoundedJson, Identifier, Proof, Reason
-from countersign.conversation import PendingApproval
-from countersign.tooling import Risk, ToolSpec
+from countersign.core.bounds import BoundedJson, Identifier, Proof, Reason
+from countersign.core.calls import Risk, ToolSpec
+from countersign.core.contract import PendingApproval
 
 ApprovalState = Literal["pending", "approved", "rejected", "expired"]
 DecisionKind = Literal["approve", "reject"]
@@ -144,3 +144,27 @@ def approver_refusal(
     if risk in FOUR_EYES and approver == requester:
         return f"{approver} requested this {risk}-risk call and may not approve it (four-eyes rule)"
     return None
+
+
+class ApprovalReminder(BaseModel):
+    tenant_id: str
+    workflow_id: str
+    call_id: str
+    tool: str
+    args: str
+    expires_at: datetime
+
+
+NoticeKind = Literal["request", "reminder", "escalation"]
+
+
+class ApprovalNotice(BaseModel):
+    kind: NoticeKind
+    tenant_id: str
+    workflow_id: str
+    call_id: str
+    tool: str
+    args: str
+    risk: Risk
+    requested_by: str
+    expires_at: datetime

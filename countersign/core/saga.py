@@ -11,8 +11,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from countersign.bounds import Identifier, Proof, Reason
-from countersign.tooling import CallerContext
+from countersign.core.bounds import Identifier, Proof, Reason
+from countersign.core.calls import CallerContext
 
 # registered: may be undone; done: undone (or already was); skipped: the forward step never took
 # effect; irreversible: cannot be undone (an email already delivered); failed: the compensation

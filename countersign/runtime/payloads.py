@@ -2,7 +2,7 @@
 
 The Python SDK drops a signal whose payload does not decode (a log line, nothing else), fails the
 workflow *task* (retried forever) when a start input does not decode, and rejects such an update.
-Handlers that declare `Model | Unreadable` (countersign.bounds) get an `Unreadable` instead, with
+Handlers that declare `Model | Unreadable` (countersign.core.bounds) get an `Unreadable` instead, with
 the reason: a signal is then refused on the record, and a start input fails its workflow once.
 """
 
@@ -18,7 +18,7 @@ from temporalio.api.common.v1 import Payload
 from temporalio.contrib.pydantic import PydanticPayloadConverter, pydantic_data_converter
 from temporalio.converter import DataConverter
 
-from countersign.bounds import Unreadable, cut, storable
+from countersign.core.bounds import Unreadable, cut, storable
 
 EXCERPT_CHARS = 500
 

@@ -1,6 +1,6 @@
 """Inbox sessions held server-side, so that they can end before their token expires.
 
-A session token is signed (countersign.inbox.auth) *and* names a row of `inbox_sessions` by its
+A session token is signed (countersign.server.auth) *and* names a row of `inbox_sessions` by its
 `jti`. The token counts only while that row:
 - exists: removing the user removes their sessions (ON DELETE CASCADE);
 - is not revoked: `POST /api/logout` revokes it;
@@ -23,7 +23,7 @@ from sqlalchemy import delete, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from countersign.db.schema import InboxSession, User
-from countersign.inbox.auth import SESSION_TTL, Reviewer, SessionClaims
+from countersign.server.auth import SESSION_TTL, Reviewer, SessionClaims
 
 LoginMethod = Literal["password", "oidc"]
 # Expired and revoked rows are kept this long (who was signed in when), then pruned at a login.

@@ -3,7 +3,7 @@ reviewer's decision (or answer, rollback, end) into a proof-carrying update or s
 
 Pending approvals come from Temporal itself (visibility on `AgentStatus` / `TenantId`, then each
 conversation's `status` query), so the inbox shows exactly what the workflows wait for, with no
-second copy to keep in step. Who may decide is the workflow's rule (countersign.approvals) on the
+second copy to keep in step. Who may decide is the workflow's rule (countersign.core.approvals) on the
 reviewer's roles from PostgreSQL; the worker checks it again, with the proof, where it records the
 decision.
 """
@@ -22,20 +22,20 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.service import RPCError, RPCStatusCode
 
-from activities.approvals import roles_of
-from countersign.approvals import Approval, Decision, approver_refusal
-from countersign.bounds import MAX_REASON_CHARS
-from countersign.chat import ChatMessage
-from countersign.conversation import AnswerSignal, EndConversation, PendingApproval, StatusView
+from countersign.core.approvals import Approval, Decision, approver_refusal
+from countersign.core.bounds import MAX_REASON_CHARS
+from countersign.core.calls import Risk
+from countersign.core.contract import AnswerSignal, EndConversation, PendingApproval, StatusView
+from countersign.core.messages import ChatMessage
+from countersign.core.saga import RollbackRequest, Scope
+from countersign.db.people import check_password, roles_of
 from countersign.db.schema import ApprovalDecision, ToolExecution
-from countersign.inbox import sessions, throttle
-from countersign.inbox.auth import Reviewer, SessionClaims, check_password, issue_session, read_session
-from countersign.inbox.oidc import Flow, OidcConfig, OidcRefused, reviewer_for, seal_flow
-from countersign.proofs import Binding, mint_proof
-from countersign.saga import RollbackRequest, Scope
-from countersign.tiers import change_tenant_tier
-from countersign.tooling import Risk
+from countersign.identity.proofs import Binding, mint_proof
+from countersign.server import sessions, throttle
+from countersign.server.auth import Reviewer, SessionClaims, issue_session, read_session
+from countersign.server.oidc import Flow, OidcConfig, OidcRefused, reviewer_for, seal_flow
 from tools.registry import REGISTRY
+from tools.tiers import change_tenant_tier
 
 MAX_ARGS_CHARS = 100_000
 LAST_MESSAGES = 4
@@ -147,7 +147,7 @@ class Inbox:
 
     async def login(self, request: LoginRequest, client: str) -> str:
         """A session token for a right password, unless `client` or the account is throttled
-        (countersign.inbox.throttle); every attempt is recorded in `login_attempts`."""
+        (countersign.server.throttle); every attempt is recorded in `login_attempts`."""
         tenant, user, now = request.tenant_id, request.user_id, datetime.now(UTC)
         refusal: InboxError | None = None
         async with self._sessions.begin() as session:
@@ -446,7 +446,7 @@ class Inbox:
 
     async def always_allow(self, reviewer: Reviewer, workflow_id: str, call_id: str) -> dict[str, Any]:
         """An admin's standing "always allow this tool for this agent" from a pending call: the
-        tenant's own tier (countersign.tiers), for conversations started afterwards. The agent and
+        tenant's own tier (tools.tiers), for conversations started afterwards. The agent and
         tool come from the conversation, the admin role and the risk rule from the database and the
         tool's declaration; the attempt is recorded either way. The pending call is not decided."""
         status = await self._status(reviewer, workflow_id)

@@ -1,0 +1,282 @@
+"""The conversation store in PostgreSQL (`conversation_messages`): append messages, load what a model
+call sends, rebuild a turn's reply, count a tenant's tokens of the day.
+
+Appends are idempotent: the workflow allocates sequence numbers, so a retried append of the same
+(workflow id, seq) changes nothing. A user message's id is unique per conversation: appending a
+redelivered one (same id, another seq) is refused and reported, so the workflow answers it once.
+Shared by the store and model activities and by the client side (transcripts of ended conversations).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import func, select
+from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from temporalio.exceptions import ApplicationError
+
+from countersign.core.bounds import storable
+from countersign.core.calls import StoredResult, ToolInvocation, ToolResult
+from countersign.core.contract import StatusView, TurnResult, TurnStop
+from countersign.core.envelopes import AppendMessages, StoredMessage, tool_message
+from countersign.core.messages import ChatMessage, ModelReply, StoredInput, ToolCall, Usage
+from countersign.db.schema import ConversationMessage, ModelCall, TenantTokenBudget, ToolExecution
+
+TURN_STOPS: tuple[TurnStop, ...] = ("limit_reached", "error")  # a turn's note names how it stopped
+
+
+def message_of(row: ConversationMessage) -> ChatMessage:
+    return ChatMessage(
+        role=row.role,
+        content=row.content,
+        tool_calls=[ToolCall.model_validate(c) for c in row.tool_calls or []],
+        tool_call_id=row.tool_call_id,
+        name=row.name,
+    )
+
+
+def row_of(
+    workflow_id: str, tenant_id: str, stored: StoredMessage, usage: Usage | None = None
+) -> dict[str, Any]:
+    m = stored.message
+
+    def text(value: str | None) -> str | None:  # a model may send NUL, which PostgreSQL cannot hold
+        return storable(value) if value is not None else None
+
+    calls = [
+        {k: text(v) if isinstance(v, str) else v for k, v in c.model_dump(exclude_none=True).items()}
+        for c in m.tool_calls
+    ]
+    return {
+        "workflow_id": workflow_id,
+        "seq": stored.seq,
+        "tenant_id": tenant_id,
+        "role": m.role,
+        "content": text(m.content),
+        "tool_calls": calls or None,
+        "tool_call_id": text(m.tool_call_id),
+        "name": text(m.name),
+        "message_id": stored.message_id,
+        "prompt_tokens": usage.prompt_tokens if usage else 0,
+        "completion_tokens": usage.completion_tokens if usage else 0,
+    }
+
+
+async def store_tool_result(
+    session: AsyncSession, invocation: ToolInvocation, result: ToolResult
+) -> StoredResult:
+    """Store a call's result as its tool message at `invocation.store_seq`, in the caller's
+    transaction (with the call's audit row), and answer with the envelope workflow history keeps.
+    Idempotent: a retry, or a second attempt of the call, finds the row and changes nothing."""
+    stored, envelope = tool_message(invocation, result)
+    row = row_of(invocation.workflow_id, invocation.caller.tenant_id, stored)
+    await session.execute(insert(ConversationMessage).values(**row).on_conflict_do_nothing())
+    return envelope
+
+
+@dataclass(frozen=True)
+class ModelInput:
+    """A stored model call's input: the reply an earlier attempt stored, or the messages to send."""
+
+    earlier: ModelReply | None = None
+    messages: list[ChatMessage] = field(default_factory=list)
+
+
+async def used_today(session: AsyncSession, tenant_id: str) -> int:
+    """The tenant's model tokens since 00:00 UTC (a sum over its messages of the day)."""
+    midnight = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+    tokens = func.sum(ConversationMessage.prompt_tokens + ConversationMessage.completion_tokens)
+    used = await session.scalar(
+        select(func.coalesce(tokens, 0)).where(
+            ConversationMessage.tenant_id == tenant_id, ConversationMessage.created_at >= midnight
+        )
+    )
+    return int(used or 0)
+
+
+async def refuse_over_budget(session: AsyncSession, tenant_id: str) -> None:
+    """LIMIT_REACHED (no retry) once the tenant spent its tokens of the day. The day's sum is only
+    computed for a tenant that has a budget: without one there is nothing to refuse."""
+    budget = await session.get(TenantTokenBudget, tenant_id)
+    if budget is None:
+        return
+    used = await used_today(session, tenant_id)
+    if used >= budget.tokens_per_day:
+        raise ApplicationError(
+            f"LIMIT_REACHED: tenant {tenant_id} used {used} model tokens today, its budget is "
+            f"{budget.tokens_per_day} per day (tenant_token_budgets)",
+            type="LimitReached",
+            non_retryable=True,
+        )
+
+
+async def audited_answer(
+    session: AsyncSession, invocation: ToolInvocation, result: ToolResult, audit: dict[str, Any]
+) -> ToolResult | StoredResult:
+    """Insert a call's audit row (`audit`: the `tool_executions` values) and, with
+    `invocation.store_seq`, its result as the tool message, in one statement of the caller's
+    transaction (the audit row's insert is a CTE of the message's); answer what
+    `store_tool_result` would. A second attempt of the call never gets here: it finds the audit row."""
+    audited = insert(ToolExecution).values(**audit)
+    if invocation.store_seq is None:
+        await session.execute(audited)
+        return result
+    stored, envelope = tool_message(invocation, result)
+    row = row_of(invocation.workflow_id, invocation.caller.tenant_id, stored)
+    message = insert(ConversationMessage).values(**row).on_conflict_do_nothing()
+    await session.execute(message.add_cte(audited.cte("audited")))
+    return envelope
+
+
+class ConversationStore:
+    """Reads and writes `conversation_messages`; shared by the store, model and CLI sides."""
+
+    def __init__(self, sessions: async_sessionmaker[AsyncSession]) -> None:
+        self.sessions = sessions
+
+    async def append(
+        self, batch: AppendMessages, usage: Usage | None = None, model_call: dict[str, Any] | None = None
+    ) -> list[int]:
+        """Append `batch`; the seqs refused because their message id was stored at another seq.
+        `model_call`: the usage audit's row of the reply appended, in the same transaction."""
+        refused: list[int] = []
+        async with self.sessions() as session, session.begin():
+            if model_call is not None:
+                await session.execute(insert(ModelCall).values(**model_call).on_conflict_do_nothing())
+            for stored in batch.messages:
+                if stored.message_id is not None:
+                    earlier = await session.scalar(
+                        select(ConversationMessage.seq).where(
+                            ConversationMessage.workflow_id == batch.workflow_id,
+                            ConversationMessage.message_id == stored.message_id,
+                        )
+                    )
+                    if earlier is not None and earlier != stored.seq:
+                        refused.append(stored.seq)
+                        continue
+                row = row_of(batch.workflow_id, batch.tenant_id, stored, usage)
+                await session.execute(insert(ConversationMessage).values(**row).on_conflict_do_nothing())
+        return refused
+
+    async def load(self, workflow_id: str, seqs: list[int] | None = None) -> list[ChatMessage]:
+        """The messages `seqs` in the order given (the summary comes before the window although
+        it is stored later), or all of them in sequence order."""
+        if seqs is not None:
+            by_seq = await self.at(workflow_id, seqs)
+            return [by_seq[s] for s in seqs if s in by_seq]
+        query = select(ConversationMessage).where(ConversationMessage.workflow_id == workflow_id)
+        async with self.sessions() as session:
+            rows = list(await session.scalars(query.order_by(ConversationMessage.seq)))
+        return [message_of(r) for r in rows]
+
+    async def at(self, workflow_id: str, seqs: list[int]) -> dict[int, ChatMessage]:
+        """The stored messages among `seqs`, by sequence number."""
+        query = select(ConversationMessage).where(
+            ConversationMessage.workflow_id == workflow_id, ConversationMessage.seq.in_(seqs)
+        )
+        async with self.sessions() as session:
+            return {r.seq: message_of(r) for r in await session.scalars(query)}
+
+    async def model_input(self, stored: StoredInput) -> ModelInput:
+        """What a stored model call needs, read in one transaction: the reply an earlier attempt
+        stored at `stored.reply_seq` (a retried model call answers with it, once), else the
+        tenant's budget checked (LIMIT_REACHED when spent) and the messages `stored.seqs` in the
+        order given."""
+        query = select(ConversationMessage).where(
+            ConversationMessage.workflow_id == stored.workflow_id,
+            ConversationMessage.seq.in_([*stored.seqs, stored.reply_seq]),
+        )
+        async with self.sessions() as session:
+            rows = {r.seq: r for r in await session.scalars(query)}
+            earlier = rows.pop(stored.reply_seq, None)
+            if earlier is not None:
+                usage = Usage(
+                    prompt_tokens=earlier.prompt_tokens,
+                    completion_tokens=earlier.completion_tokens,
+                    model_calls=1,
+                )
+                return ModelInput(earlier=ModelReply(message=message_of(earlier), usage=usage))
+            await refuse_over_budget(session, stored.tenant_id)
+        return ModelInput(messages=[message_of(rows[s]) for s in stored.seqs if s in rows])
+
+    async def turn_reply(self, workflow_id: str, message_id: str, turn: int) -> TurnResult | None:
+        """The turn that answered the user message `message_id`, rebuilt from what it stored: its
+        reply is the last assistant message before the next user message, its usage that of its
+        model replies and tool results. None when the message is not stored."""
+        async with self.sessions() as session:
+            asked = await session.scalar(
+                select(ConversationMessage.seq).where(
+                    ConversationMessage.workflow_id == workflow_id,
+                    ConversationMessage.message_id == message_id,
+                )
+            )
+            if asked is None:
+                return None
+            mine = ConversationMessage.workflow_id == workflow_id
+            after = await session.scalar(
+                select(func.min(ConversationMessage.seq)).where(
+                    mine, ConversationMessage.seq > asked, ConversationMessage.role == "user"
+                )
+            )
+            within = [mine, ConversationMessage.seq > asked]
+            within += [ConversationMessage.seq < after] if after is not None else []
+            query = select(ConversationMessage).where(*within).order_by(ConversationMessage.seq)
+            turn_rows = list(await session.scalars(query))
+        replies = [r for r in turn_rows if r.role == "assistant"]
+        last = replies[-1] if replies else None
+        stop: TurnStop = "completed"
+        if last is not None and last.name in TURN_STOPS:
+            stop = "limit_reached" if last.name == "limit_reached" else "error"
+        model = [r for r in replies if r.name not in TURN_STOPS]
+        usage = Usage(
+            prompt_tokens=sum(r.prompt_tokens for r in model),
+            completion_tokens=sum(r.completion_tokens for r in model),
+            model_calls=len(model),
+            tool_calls=sum(r.role == "tool" for r in turn_rows),
+        )
+        return TurnResult(turn=turn, reply=last.content if last else None, stop=stop, usage=usage)
+
+    async def owner(self, workflow_id: str) -> tuple[str, str] | None:
+        """The conversation's tenant and user (the author of its user messages), if stored."""
+        query = (
+            select(ConversationMessage.tenant_id, ConversationMessage.name)
+            .where(ConversationMessage.workflow_id == workflow_id, ConversationMessage.role == "user")
+            .order_by(ConversationMessage.seq)
+            .limit(1)
+        )
+        async with self.sessions() as session:
+            row = (await session.execute(query)).first()
+        return (row[0], row[1]) if row is not None and row[1] else None
+
+    async def status(self, workflow_id: str) -> StatusView | None:
+        """What the store says of a conversation whose history is gone (past the namespace's
+        retention): ended, its turns (user messages) and its model usage. None: not in the store."""
+        tokens = ConversationMessage.prompt_tokens + ConversationMessage.completion_tokens
+        query = select(
+            func.min(ConversationMessage.tenant_id),
+            func.count().filter(ConversationMessage.role == "user"),
+            func.coalesce(func.sum(ConversationMessage.prompt_tokens), 0),
+            func.coalesce(func.sum(ConversationMessage.completion_tokens), 0),
+            func.count().filter(tokens > 0),
+        ).where(ConversationMessage.workflow_id == workflow_id)
+        async with self.sessions() as session:
+            tenant, turns, prompt, completion, calls = (await session.execute(query)).one()
+        if tenant is None:
+            return None
+        usage = Usage(prompt_tokens=prompt, completion_tokens=completion, model_calls=calls)
+        return StatusView(state="ended", turn=turns, usage=usage, tenant_id=tenant)
+
+    async def tokens_today(self, tenant_id: str) -> tuple[int, int | None]:
+        """The tenant's model tokens since 00:00 UTC, and its budget per day (None: unbounded)."""
+        async with self.sessions() as session:
+            used = await used_today(session, tenant_id)
+            budget = await session.get(TenantTokenBudget, tenant_id)
+        return used, budget.tokens_per_day if budget else None
+
+    async def check_tenant_budget(self, tenant_id: str) -> None:
+        """Refuse a model call once the tenant spent its tokens of the day: LIMIT_REACHED, no retry."""
+        async with self.sessions() as session:
+            await refuse_over_budget(session, tenant_id)

@@ -1,0 +1,60 @@
+"""Who people are in a tenant: their roles (read by the worker's authority checks and the server) and
+their passwords (argon2id hashes: memory-hard, the OWASP recommendation)."""
+
+from __future__ import annotations
+
+import asyncio
+
+from argon2 import PasswordHasher
+from argon2.exceptions import InvalidHashError, VerificationError
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from countersign.db.schema import User, UserRole
+
+DEV_PASSWORD_SUFFIX = "-dev"
+_HASHER = PasswordHasher()
+# Verified against when the user does not exist, so a wrong user name costs as long as a wrong password.
+_DUMMY_HASH = _HASHER.hash("not a password")
+
+
+async def roles_of(session: AsyncSession, tenant_id: str, user_id: str) -> list[str] | None:
+    """The user's roles in the tenant, or None when they are not a user of it (one round trip: it
+    is on the way from a reviewer's click to the tool call, in the inbox and in record_decision)."""
+    rows = (
+        await session.execute(
+            select(User.id, UserRole.role)
+            .outerjoin(UserRole, (UserRole.tenant_id == User.tenant_id) & (UserRole.user_id == User.id))
+            .where(User.tenant_id == tenant_id, User.id == user_id)
+        )
+    ).all()
+    if not rows:
+        return None
+    return [role for _, role in rows if role is not None]
+
+
+def hash_password(password: str) -> str:
+    return _HASHER.hash(password)
+
+
+async def check_password(session: AsyncSession, tenant_id: str, user_id: str, password: str) -> bool:
+    stored = await session.scalar(
+        select(User.password_hash).where(User.tenant_id == tenant_id, User.id == user_id)
+    )
+
+    def verify() -> bool:
+        try:
+            return _HASHER.verify(stored or _DUMMY_HASH, password) and stored is not None
+        except (VerificationError, InvalidHashError):
+            return False
+
+    # argon2 takes a few hundred ms of CPU by design (and releases the GIL): off the event loop, so
+    # other requests and open event streams are served meanwhile
+    return await asyncio.to_thread(verify)
+
+
+async def set_dev_passwords(session: AsyncSession) -> None:
+    """`<user>-dev` for every user who has no password yet (`db seed`); others are left alone."""
+    users = await session.scalars(select(User).where(User.password_hash.is_(None)))
+    for user in users:
+        user.password_hash = hash_password(user.id + DEV_PASSWORD_SUFFIX)
