@@ -141,11 +141,13 @@ class ConversationStore:
         self, batch: AppendMessages, usage: Usage | None = None, model_call: dict[str, Any] | None = None
     ) -> list[int]:
         """Append `batch`; the seqs refused because their message id was stored at another seq.
-        `model_call`: the usage audit's row of the reply appended, in the same transaction."""
+        `model_call`: the usage audit's row of the reply appended, in the same transaction.
+
+        Messages without an id (model replies, tool results) go in one statement, the usage row a
+        CTE of it: a model reply is stored in one round trip."""
         refused: list[int] = []
+        rows: list[dict[str, Any]] = []
         async with self.sessions() as session, session.begin():
-            if model_call is not None:
-                await session.execute(insert(ModelCall).values(**model_call).on_conflict_do_nothing())
             for stored in batch.messages:
                 if stored.message_id is not None:
                     earlier = await session.scalar(
@@ -157,8 +159,20 @@ class ConversationStore:
                     if earlier is not None and earlier != stored.seq:
                         refused.append(stored.seq)
                         continue
-                row = row_of(batch.workflow_id, batch.tenant_id, stored, usage)
-                await session.execute(insert(ConversationMessage).values(**row).on_conflict_do_nothing())
+                    row = row_of(batch.workflow_id, batch.tenant_id, stored, usage)
+                    await session.execute(insert(ConversationMessage).values(**row).on_conflict_do_nothing())
+                else:
+                    rows.append(row_of(batch.workflow_id, batch.tenant_id, stored, usage))
+            usage_row = (
+                insert(ModelCall).values(**model_call).on_conflict_do_nothing() if model_call else None
+            )
+            if rows:
+                statement = insert(ConversationMessage).values(rows).on_conflict_do_nothing()
+                await session.execute(
+                    statement.add_cte(usage_row.cte("usage")) if usage_row is not None else statement
+                )
+            elif usage_row is not None:
+                await session.execute(usage_row)
         return refused
 
     async def load(self, workflow_id: str, seqs: list[int] | None = None) -> list[ChatMessage]:
