@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import Select, func, select
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.exceptions import ApplicationError
@@ -97,17 +97,21 @@ async def used_today(session: AsyncSession, tenant_id: str) -> int:
     return int(used or 0)
 
 
-async def refuse_over_budget(session: AsyncSession, tenant_id: str) -> None:
-    """LIMIT_REACHED (no retry) once the tenant spent its tokens of the day. The day's sum is only
-    computed for a tenant that has a budget: without one there is nothing to refuse."""
-    budget = await session.get(TenantTokenBudget, tenant_id)
+def budget_of(tenant_id: str) -> Select[int]:
+    """The tenant's model tokens per day (no row: unbounded)."""
+    return select(TenantTokenBudget.tokens_per_day).where(TenantTokenBudget.tenant_id == tenant_id)
+
+
+async def refuse_over_budget(session: AsyncSession, tenant_id: str, budget: int | None) -> None:
+    """LIMIT_REACHED (no retry) once the tenant spent its `budget` of tokens of the day. The day's
+    sum is only computed for a tenant that has a budget: without one there is nothing to refuse."""
     if budget is None:
         return
     used = await used_today(session, tenant_id)
-    if used >= budget.tokens_per_day:
+    if used >= budget:
         raise ApplicationError(
             f"LIMIT_REACHED: tenant {tenant_id} used {used} model tokens today, its budget is "
-            f"{budget.tokens_per_day} per day (tenant_token_budgets)",
+            f"{budget} per day (tenant_token_budgets)",
             type="LimitReached",
             non_retryable=True,
         )
@@ -195,16 +199,17 @@ class ConversationStore:
             return {r.seq: message_of(r) for r in await session.scalars(query)}
 
     async def model_input(self, stored: StoredInput) -> ModelInput:
-        """What a stored model call needs, read in one transaction: the reply an earlier attempt
-        stored at `stored.reply_seq` (a retried model call answers with it, once), else the
-        tenant's budget checked (LIMIT_REACHED when spent) and the messages `stored.seqs` in the
-        order given."""
-        query = select(ConversationMessage).where(
+        """What a stored model call needs, in one statement: the reply an earlier attempt stored at
+        `stored.reply_seq` (a retried model call answers with it, once), else the tenant's budget
+        checked (LIMIT_REACHED when spent) and the messages `stored.seqs` in the order given. The
+        budget rides along each row as a scalar subquery."""
+        query = select(ConversationMessage, budget_of(stored.tenant_id).scalar_subquery()).where(
             ConversationMessage.workflow_id == stored.workflow_id,
             ConversationMessage.seq.in_([*stored.seqs, stored.reply_seq]),
         )
         async with self.sessions() as session:
-            rows = {r.seq: r for r in await session.scalars(query)}
+            found = (await session.execute(query)).all()
+            rows = {row.seq: row for row, _ in found}
             earlier = rows.pop(stored.reply_seq, None)
             if earlier is not None:
                 usage = Usage(
@@ -213,7 +218,8 @@ class ConversationStore:
                     model_calls=1,
                 )
                 return ModelInput(earlier=ModelReply(message=message_of(earlier), usage=usage))
-            await refuse_over_budget(session, stored.tenant_id)
+            budget = found[0][1] if found else await session.scalar(budget_of(stored.tenant_id))
+            await refuse_over_budget(session, stored.tenant_id, budget)
         return ModelInput(messages=[message_of(rows[s]) for s in stored.seqs if s in rows])
 
     async def turn_reply(self, workflow_id: str, message_id: str, turn: int) -> TurnResult | None:
@@ -293,4 +299,4 @@ class ConversationStore:
     async def check_tenant_budget(self, tenant_id: str) -> None:
         """Refuse a model call once the tenant spent its tokens of the day: LIMIT_REACHED, no retry."""
         async with self.sessions() as session:
-            await refuse_over_budget(session, tenant_id)
+            await refuse_over_budget(session, tenant_id, await session.scalar(budget_of(tenant_id)))
