@@ -13,6 +13,7 @@ is the request's fault means the endpoint answered: it counts as healthy.
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from datetime import timedelta
@@ -46,7 +47,7 @@ from countersign.db.messages import ConversationStore
 from countersign.observability.usage import elapsed_ms, model_call_row
 from countersign.runtime.circuit import CircuitBreaker, CircuitOpen
 from countersign.runtime.config import AGENT_HEADER, Settings
-from tools.registry import REGISTRY
+from tools.registry import REGISTRY, Tool
 
 RETRYABLE_STATUS = frozenset({408, 409, 429})
 
@@ -129,6 +130,14 @@ def endpoint_failed(exc: Exception) -> bool:
     return True
 
 
+@functools.cache
+def native_tool(tool: Tool) -> dict[str, Any]:
+    """The OpenAI definition of a registered tool, built once per tool: every stored model call
+    offers its tools by name, and building a `ToolSpec` validated the schema again each time.
+    Shared: do not mutate it (the client only reads it)."""
+    return tool.spec().openai_tool()
+
+
 class ModelActivities:
     """`store`: where conversations since the message store keep their messages (None: only
     requests that carry their messages are served)."""
@@ -163,7 +172,7 @@ class ModelActivities:
         if found.earlier is not None:  # a retry after the reply was stored: the model answered once
             return found.earlier
         messages = found.messages
-        tools = [REGISTRY[n].spec().openai_tool() for n in stored.tool_names if n in REGISTRY]
+        tools = [native_tool(REGISTRY[n]) for n in stored.tool_names if n in REGISTRY]
         tools += stored.mcp_tools
         reply = await self._complete(messages, tools, request.max_tokens, request.agent)
         reply.message = numbered(reply.message, stored.call_seq)
