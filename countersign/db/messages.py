@@ -208,6 +208,8 @@ class ConversationStore:
             ConversationMessage.seq.in_([*stored.seqs, stored.reply_seq]),
         )
         async with self.sessions() as session:
+            # reads only, usually the one statement: no BEGIN and ROLLBACK round trips around it
+            await session.connection(execution_options={"isolation_level": "AUTOCOMMIT"})
             found = (await session.execute(query)).all()
             rows = {row.seq: row for row, _ in found}
             earlier = rows.pop(stored.reply_seq, None)
