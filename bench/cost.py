@@ -212,7 +212,20 @@ def profiled(pid: int, out: Path | None) -> Iterator[None]:
         return
     spy = Path(sys.executable).with_name("py-spy")
     form = "flamegraph" if out.suffix == ".svg" else "raw"
-    command = [str(spy), "record", "--pid", str(pid), "--rate", "200", "--format", form, "-o", str(out)]
+    # --gil: only the thread holding the GIL, so a thread waiting for it is not counted where it waits
+    command = [
+        str(spy),
+        "record",
+        "--pid",
+        str(pid),
+        "--gil",
+        "--rate",
+        "200",
+        "--format",
+        form,
+        "-o",
+        str(out),
+    ]
     recorder = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     time.sleep(1.0)  # attached before the load starts
     try:
