@@ -409,12 +409,16 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--out", type=Path, default=Path("docs/benchmark-cost.json"))
     parser.add_argument("--markdown", type=Path, default=Path("docs/benchmark.md"))
     parser.add_argument("--no-markdown", action="store_true", help="only the JSON (and print the section)")
+    parser.add_argument("--render", action="store_true", help="only rewrite the markdown section from --out")
     return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> None:
     given = sys.argv[1:] if argv is None else argv
     args = parse(given)
+    if args.render:
+        put_section(args.markdown, "bench.cost", render(json.loads(args.out.read_text())))
+        return
     sizes = FULL if args.full else DEFAULT
     if args.rounds:
         sizes = Sizes(sizes.steps, sizes.conversations, args.rounds, sizes.batch, sizes.concurrency)
