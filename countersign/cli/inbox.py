@@ -24,8 +24,6 @@ from countersign.db.people import hash_password
 from countersign.db.schema import Tenant, User
 from countersign.identity.proofs import ensure_key_pair
 from countersign.runtime.config import DATA_DIR, load_settings
-from countersign.server.app import running_inbox
-from countersign.server.oidc import OidcConfig
 
 REQUEST_TIMEOUT_S = 60
 
@@ -153,6 +151,10 @@ def inbox() -> None:
 @click.option("--host", default="127.0.0.1", show_default=True)
 def serve(port: int | None, host: str) -> None:
     """Serve the inbox until Ctrl-C or SIGTERM (with OIDC login when COUNTERSIGN_OIDC_ISSUER is set)."""
+    # imported here: the server (aiohttp, jinja, authlib) costs every other command a second to start
+    from countersign.server.app import running_inbox
+    from countersign.server.oidc import OidcConfig
+
     settings = load_settings()
     try:
         oidc = OidcConfig.from_env()
