@@ -34,7 +34,8 @@ from pathlib import Path
 from typing import Any
 
 import psutil
-from sqlalchemy.ext.asyncio import async_sessionmaker, create_async_engine
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker, create_async_engine
 
 from activities.context import ContextActivities
 from bench import bare, stack, workloads
@@ -237,19 +238,38 @@ def profiled(pid: int, out: Path | None) -> Iterator[None]:
             progress(f"py-spy: {err.decode(errors='replace').strip()[-500:]}")
 
 
-async def batch(side: Side, queue: str, pids: dict[str, int], concurrency: int, count: int) -> Json:
+STATS_FLUSH_S = 1.5  # a backend reports its counts to pg_stat_database at most once a second
+
+
+async def transactions(engine: AsyncEngine) -> int:
+    """PostgreSQL's count of transactions in the database so far (this query's own included)."""
+    query = text(
+        "SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = current_database()"
+    )
+    async with engine.connect() as connection:
+        return int((await connection.execute(query)).scalar_one())
+
+
+async def batch(
+    side: Side, queue: str, pids: dict[str, int], concurrency: int, count: int, engine: AsyncEngine
+) -> Json:
     before = {k: stack.cpu_s(pid) for k, pid in pids.items()}
+    xacts = await transactions(engine)
 
     async def one() -> int:
         return (await side.converse(queue))[1]
 
     done = await workloads.throughput_of(one, concurrency, count)
     used = {k: stack.cpu_s(pid) - before[k] for k, pid in pids.items()}
+    await asyncio.sleep(STATS_FLUSH_S)
+    calls = max(done.tool_calls, 1)
     return {
         "tool_calls": done.tool_calls,
         "wall_s": round(done.wall_s, 3),
         "tool_calls_per_s": round(done.tool_calls_per_s, 2),
-        "cpu_ms_per_tool_call": {k: round(v * MS / max(done.tool_calls, 1), 2) for k, v in used.items()},
+        "cpu_ms_per_tool_call": {k: round(v * MS / calls, 2) for k, v in used.items()},
+        # the first query's transaction is counted by the second
+        "transactions_per_tool_call": round((await transactions(engine) - xacts - 1) / calls, 2),
     }
 
 
@@ -264,14 +284,14 @@ async def concurrent(
     rows: dict[str, list[Json]] = {side.name: [] for side in sides}
     async with worker_processes(parts, root) as workers:
         for side in sides:  # warm-up: imports, connection pools, sandbox caches
-            await batch(side, workers[side.name][0], {}, sizes.concurrency, sizes.concurrency)
+            await batch(side, workers[side.name][0], {}, sizes.concurrency, sizes.concurrency, parts.engine)
         for round_ in range(sizes.rounds):
             for side in sides if round_ % 2 == 0 else sides[::-1]:
                 queue, pid = workers[side.name]
                 pids = {"worker": pid, **others}
                 out = profile.with_stem(f"{profile.stem}-{side.name.split()[0].lower()}") if profile else None
                 with profiled(pid, out if round_ == 0 else None):
-                    row = await batch(side, queue, pids, sizes.concurrency, sizes.batch)
+                    row = await batch(side, queue, pids, sizes.concurrency, sizes.batch, parts.engine)
                 progress(f"round {round_ + 1} {side.name}: {row['tool_calls_per_s']} tool calls/s")
                 rows[side.name].append(row)
     return {name: {"batches": found, **medians(found)} for name, found in rows.items()}
@@ -281,6 +301,7 @@ def medians(batches: list[Json]) -> Json:
     parts = batches[0]["cpu_ms_per_tool_call"]
     return {
         "tool_calls_per_s": statistics.median(b["tool_calls_per_s"] for b in batches),
+        "transactions_per_tool_call": statistics.median(b["transactions_per_tool_call"] for b in batches),
         "cpu_ms_per_tool_call": {
             k: statistics.median(b["cpu_ms_per_tool_call"][k] for b in batches) for k in parts
         },
@@ -357,9 +378,10 @@ def render(r: Json) -> str:
     ]  # fmt: skip
     shared = ("Temporal dev server", "PostgreSQL")
     other = [
-        [name, *(num(r["concurrent"][name]["cpu_ms_per_tool_call"][k]) for k in shared)]
+        [name, *(num(r["concurrent"][name]["cpu_ms_per_tool_call"][k]) for k in shared),
+         num(r["concurrent"][name].get("transactions_per_tool_call"))]
         for name in (COUNTERSIGN, BARE)
-    ]
+    ]  # fmt: skip
     lines = [
         "## The cost of safety: Countersign against a bare Temporal loop (`python -m bench.cost`)",
         "",
@@ -388,9 +410,10 @@ def render(r: Json) -> str:
         "",
         *table(["target", "", "measured", ""], targets),
         "",
-        "CPU per tool call of the shared parts in the same batches (ms):",
+        "CPU per tool call of the shared parts in the same batches (ms), and PostgreSQL's transactions"
+        " per tool call (`pg_stat_database`; a statement outside a transaction counts as one):",
         "",
-        *table(["implementation", "Temporal dev server", "PostgreSQL"], other),
+        *table(["implementation", "Temporal dev server CPU", "PostgreSQL CPU", "transactions"], other),
         "",
     ]
     return "\n".join(lines)
