@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
 from sqlalchemy import Select, func, select
 from sqlalchemy.dialects.postgresql import insert
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, async_sessionmaker
 from temporalio.exceptions import ApplicationError
 
 from countersign.core.bounds import storable
@@ -28,7 +28,17 @@ from countersign.db.schema import ConversationMessage, ModelCall, TenantTokenBud
 TURN_STOPS: tuple[TurnStop, ...] = ("limit_reached", "error")  # a turn's note names how it stopped
 
 
-def message_of(row: ConversationMessage) -> ChatMessage:
+class MessageRow(Protocol):
+    """A `conversation_messages` row: the mapped object or a Core result row."""
+
+    role: str
+    content: str | None
+    tool_calls: list[dict[str, Any]] | None
+    tool_call_id: str | None
+    name: str | None
+
+
+def message_of(row: MessageRow) -> ChatMessage:
     return ChatMessage(
         role=row.role,
         content=row.content,
@@ -85,7 +95,7 @@ class ModelInput:
     messages: list[ChatMessage] = field(default_factory=list)
 
 
-async def used_today(session: AsyncSession, tenant_id: str) -> int:
+async def used_today(session: AsyncSession | AsyncConnection, tenant_id: str) -> int:
     """The tenant's model tokens since 00:00 UTC (a sum over its messages of the day)."""
     midnight = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
     tokens = func.sum(ConversationMessage.prompt_tokens + ConversationMessage.completion_tokens)
@@ -102,7 +112,9 @@ def budget_of(tenant_id: str) -> Select[int]:
     return select(TenantTokenBudget.tokens_per_day).where(TenantTokenBudget.tenant_id == tenant_id)
 
 
-async def refuse_over_budget(session: AsyncSession, tenant_id: str, budget: int | None) -> None:
+async def refuse_over_budget(
+    session: AsyncSession | AsyncConnection, tenant_id: str, budget: int | None
+) -> None:
     """LIMIT_REACHED (no retry) once the tenant spent its `budget` of tokens of the day. The day's
     sum is only computed for a tenant that has a budget: without one there is nothing to refuse."""
     if budget is None:
@@ -140,6 +152,11 @@ class ConversationStore:
 
     def __init__(self, sessions: async_sessionmaker[AsyncSession]) -> None:
         self.sessions = sessions
+        # the hot path of every model call (its input, its reply) runs on Core connections: no
+        # ORM session to set up, no objects to load
+        bind = sessions.kw.get("bind")
+        assert isinstance(bind, AsyncEngine), "a ConversationStore's sessions are bound to an engine"
+        self.engine = bind
 
     async def append(
         self, batch: AppendMessages, usage: Usage | None = None, model_call: dict[str, Any] | None = None
@@ -151,10 +168,10 @@ class ConversationStore:
         CTE of it: a model reply is stored in one round trip."""
         refused: list[int] = []
         rows: list[dict[str, Any]] = []
-        async with self.sessions() as session, session.begin():
+        async with self.engine.begin() as connection:
             for stored in batch.messages:
                 if stored.message_id is not None:
-                    earlier = await session.scalar(
+                    earlier = await connection.scalar(
                         select(ConversationMessage.seq).where(
                             ConversationMessage.workflow_id == batch.workflow_id,
                             ConversationMessage.message_id == stored.message_id,
@@ -164,7 +181,9 @@ class ConversationStore:
                         refused.append(stored.seq)
                         continue
                     row = row_of(batch.workflow_id, batch.tenant_id, stored, usage)
-                    await session.execute(insert(ConversationMessage).values(**row).on_conflict_do_nothing())
+                    await connection.execute(
+                        insert(ConversationMessage).values(**row).on_conflict_do_nothing()
+                    )
                 else:
                     rows.append(row_of(batch.workflow_id, batch.tenant_id, stored, usage))
             usage_row = (
@@ -172,11 +191,11 @@ class ConversationStore:
             )
             if rows:
                 statement = insert(ConversationMessage).values(rows).on_conflict_do_nothing()
-                await session.execute(
+                await connection.execute(
                     statement.add_cte(usage_row.cte("usage")) if usage_row is not None else statement
                 )
             elif usage_row is not None:
-                await session.execute(usage_row)
+                await connection.execute(usage_row)
         return refused
 
     async def load(self, workflow_id: str, seqs: list[int] | None = None) -> list[ChatMessage]:
@@ -203,15 +222,16 @@ class ConversationStore:
         `stored.reply_seq` (a retried model call answers with it, once), else the tenant's budget
         checked (LIMIT_REACHED when spent) and the messages `stored.seqs` in the order given. The
         budget rides along each row as a scalar subquery."""
-        query = select(ConversationMessage, budget_of(stored.tenant_id).scalar_subquery()).where(
+        budget = budget_of(stored.tenant_id).scalar_subquery().label("budget")
+        query = select(*ConversationMessage.__table__.columns, budget).where(
             ConversationMessage.workflow_id == stored.workflow_id,
             ConversationMessage.seq.in_([*stored.seqs, stored.reply_seq]),
         )
-        async with self.sessions() as session:
+        async with self.engine.connect() as connection:
             # reads only, usually the one statement: no BEGIN and ROLLBACK round trips around it
-            await session.connection(execution_options={"isolation_level": "AUTOCOMMIT"})
-            found = (await session.execute(query)).all()
-            rows = {row.seq: row for row, _ in found}
+            await connection.execution_options(isolation_level="AUTOCOMMIT")
+            found = (await connection.execute(query)).all()
+            rows = {row.seq: row for row in found}
             earlier = rows.pop(stored.reply_seq, None)
             if earlier is not None:
                 usage = Usage(
@@ -220,8 +240,8 @@ class ConversationStore:
                     model_calls=1,
                 )
                 return ModelInput(earlier=ModelReply(message=message_of(earlier), usage=usage))
-            budget = found[0][1] if found else await session.scalar(budget_of(stored.tenant_id))
-            await refuse_over_budget(session, stored.tenant_id, budget)
+            per_day = found[0].budget if found else await connection.scalar(budget_of(stored.tenant_id))
+            await refuse_over_budget(connection, stored.tenant_id, per_day)
         return ModelInput(messages=[message_of(rows[s]) for s in stored.seqs if s in rows])
 
     async def turn_reply(self, workflow_id: str, message_id: str, turn: int) -> TurnResult | None:
