@@ -45,6 +45,7 @@ class BareStart:
     system_prompt: str
     message: str
     tools: list[dict[str, Any]]  # the OpenAI tool definitions offered
+    max_calls: int = 0  # the turn ends after this many tool calls (0: when the model answers in text)
 
 
 @dataclass
@@ -94,6 +95,8 @@ class BareLoop:
                 )
                 messages.append({"role": "tool", "tool_call_id": call["id"], "content": content})
                 calls += 1
+                if calls == start.max_calls:
+                    return calls
 
 
 class BareActivities:

@@ -102,22 +102,24 @@ def countersign_side(parts: stack.Parts) -> Side:
     return Side(COUNTERSIGN, converse)
 
 
-async def bare_side(parts: stack.Parts) -> Side:
-    """The bare loop offered what the same agent offers, with its system prompt."""
-    start = workloads.conversation(STEPS_MESSAGE)
+async def bare_start(parts: stack.Parts, message: str, max_calls: int = 0) -> bare.BareStart:
+    """The bare loop's conversation of `message`, offered what the same agent offers, with its
+    system prompt."""
+    start = workloads.conversation(message)
     context = await ContextActivities(session_factory(parts.engine)).load_conversation_context(start)
-    client = bare.bare_client(parts.client)
     offered = [t.openai_tool() for t in offered_tools(context.tools)]
+    return bare.BareStart(
+        start.tenant_id, start.user_id, context.agent.system_prompt, message, offered, max_calls
+    )
+
+
+async def bare_side(parts: stack.Parts) -> Side:
+    start = await bare_start(parts, STEPS_MESSAGE)
+    client = bare.bare_client(parts.client)
 
     async def converse(task_queue: str) -> tuple[Any, int]:
         handle = await client.start_workflow(
-            bare.WORKFLOW,
-            bare.BareStart(
-                start.tenant_id, start.user_id, context.agent.system_prompt, STEPS_MESSAGE, offered
-            ),
-            id=f"bare-{uuid.uuid4()}",
-            task_queue=task_queue,
-            result_type=int,
+            bare.WORKFLOW, start, id=f"bare-{uuid.uuid4()}", task_queue=task_queue, result_type=int
         )
         return handle, await handle.result()
 

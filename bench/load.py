@@ -12,7 +12,7 @@ the call stored (its `model_calls` row, written in the reply's transaction) → 
 finished (`tool_executions.finished_at`). Success: turns that completed, tool calls executed. CPU:
 each process group's CPU seconds over the turns' wall time (cores busy; the machine has 2).
 
-**Long turn**: one turn of `--long` sequential tool calls on an in-process worker (its activities
+**Long turn**: one turn of `--long` sequential `get_lead` calls on an in-process worker (its activities
 timed, bench/clock.py), with nothing else running; step cost (model call scheduled → next one)
 around the 10th, 100th and 300th call, split into the activities' own time and orchestration.
 Writes docs/benchmark-load.json and the `bench.load` section of docs/benchmark.md.
@@ -39,7 +39,7 @@ from typing import Any
 import psutil
 from sqlalchemy import text
 
-from bench import stack, workloads
+from bench import bare, cost, stack, workloads
 from bench.report import num, table
 from bench.sections import put_section
 from bench.stats import percentile
@@ -54,6 +54,7 @@ MS = 1000.0
 LOAD_MESSAGE = "bench load: look Jane Doe up"
 LONG_MESSAGE = "bench long turn: look Jane Doe up, again and again"
 SEARCH = {"tool_calls": [{"name": "search_leads", "arguments": {"query": "Jane Doe"}}]}
+GET = {"tool_calls": [{"name": "get_lead", "arguments": {"lead": "jane.doe@example.com"}}]}
 CHECKPOINTS = (10, 100, 300)  # the long turn's step cost around these calls
 WINDOW = 10  # steps per checkpoint: the ten before it
 TURN_TIMEOUT_S = 60.0  # a reply later than this counts as a failed turn
@@ -77,19 +78,20 @@ def progress(message: str) -> None:
     print(f"[bench.load {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
-def scenario(long_turn: int) -> Scenario:
-    """A rule without `after_tool` matches only when the latest message is the user's."""
-    after = {"after_tool": "search_leads"}
-    rules: list[Json] = [{"when": {"user_contains": LONG_MESSAGE}, "reply": SEARCH}]
-    rules += [
-        {"when": {"user_contains": LONG_MESSAGE, "turn_calls": done, **after}, "reply": SEARCH}
-        for done in range(1, long_turn)
+def scenario() -> Scenario:
+    """Load turns: `search_leads`, then a text reply. The long turn: `get_lead` again and again,
+    whatever the model still sees of the turn (its window drops the user's message after 200
+    messages), until the turn's `max_tool_calls` ends it. A rule without `after_tool` matches
+    only when the latest message is the user's."""
+    rules: list[Json] = [
+        {"when": {"user_contains": LONG_MESSAGE}, "reply": GET},
+        {"when": {"after_tool": "get_lead"}, "reply": GET},
+        {"when": {"user_contains": LOAD_MESSAGE}, "reply": SEARCH},
+        {
+            "when": {"user_contains": LOAD_MESSAGE, "after_tool": "search_leads"},
+            "reply": {"content": "A lead."},
+        },
     ]
-    rules.append({"when": {"user_contains": LONG_MESSAGE, **after}, "reply": {"content": "All done."}})
-    rules.append({"when": {"user_contains": LOAD_MESSAGE}, "reply": SEARCH})
-    rules.append(
-        {"when": {"user_contains": LOAD_MESSAGE, **after}, "reply": {"content": "Jane Doe is a lead."}}
-    )
     return Scenario.model_validate({"name": "bench load", "rules": rules})
 
 
@@ -97,28 +99,52 @@ def scenario(long_turn: int) -> Scenario:
 
 
 async def long_turn(parts: stack.Parts, calls: int) -> Json:
+    """One turn of `calls` tool calls, Countersign's then the bare loop's, on in-process workers."""
     limits = Limits(
         max_iterations=calls + 1, max_tool_calls=calls, max_tokens=MAX_TOKENS, turn_timeout_s=MAX_TURN_S
     )
     start = workloads.conversation(LONG_MESSAGE).model_copy(update={"limits": limits})
-    async with stack.in_process_worker(parts, {}) as worker:
-        began = time.perf_counter()
-        handle = await parts.client.start_workflow(
-            AgentWorkflow.run, start, id=f"bench-long-{uuid.uuid4()}", task_queue=worker.settings.task_queue
-        )
-        result = await handle.result()
-        sample = await workloads.steps_sample(
-            handle, worker.clock, time.perf_counter() - began, result.usage.tool_calls
-        )
-    checkpoints = {}
-    for at in (c for c in CHECKPOINTS if c <= len(sample.steps)):
-        window = sample.steps[at - WINDOW : at]
-        checkpoints[str(at)] = {
+    bare_start = await cost.bare_start(parts, LONG_MESSAGE, max_calls=calls)
+    found: Json = {}
+    async with cost.in_process(parts) as queues:
+        for name, (queue, clock) in queues.items():
+            began = time.perf_counter()
+            if name == cost.COUNTERSIGN:
+                handle: Any = await parts.client.start_workflow(
+                    AgentWorkflow.run, start, id=f"bench-long-{uuid.uuid4()}", task_queue=queue
+                )
+                made = (await handle.result()).usage.tool_calls
+            else:
+                handle = await bare.bare_client(parts.client).start_workflow(
+                    bare.WORKFLOW,
+                    bare_start,
+                    id=f"bare-long-{uuid.uuid4()}",
+                    task_queue=queue,
+                    result_type=int,
+                )
+                made = await handle.result()
+            sample = await workloads.steps_sample(handle, clock, time.perf_counter() - began, made)
+            history = await handle.fetch_history()
+            found[name] = {
+                "tool_calls": sample.tool_calls,
+                "wall_s": round(sample.wall_s, 1),
+                "history_kb": round(sum(e.ByteSize() for e in history.events) / 1000, 1),
+                "checkpoints": checkpoints(sample),
+            }
+    return found
+
+
+def checkpoints(sample: workloads.StepsSample) -> Json:
+    """Medians of the WINDOW steps up to each checkpoint the turn reached."""
+    found = {}
+    for at in (c for c in CHECKPOINTS if c <= len(sample.steps) + 1):
+        window = sample.steps[max(0, at - 1 - WINDOW) : at - 1]
+        found[str(at)] = {
             "step_wall_ms": round(statistics.median(s.interval_s for s in window) * MS, 1),
             "own_ms": round(statistics.median(s.own_s for s in window) * MS, 1),
             "orchestration_ms": round(statistics.median(s.overhead_s for s in window) * MS, 1),
         }
-    return {"tool_calls": sample.tool_calls, "wall_s": round(sample.wall_s, 1), "checkpoints": checkpoints}
+    return found
 
 
 # --- the load ------------------------------------------------------------------------------------------
@@ -272,7 +298,7 @@ async def measure(sizes: Sizes, skip_long: bool) -> Json:
         async with (
             stack.postgres(root) as url,
             stack.temporal(root, "load", stack.ServerSetup()) as server,
-            stack.parts(url, server.config, scenario(sizes.long_turn)) as parts,
+            stack.parts(url, server.config, scenario()) as parts,
         ):
             result: Json = {}
             if not skip_long:
@@ -327,19 +353,25 @@ def render(r: Json) -> str:
         "",
     ]
     if "long_turn" in r:
-        long = r["long_turn"]
-        cps = long["checkpoints"]
+        turns = r["long_turn"]
+        rows = [
+            [name, at, num(c["step_wall_ms"]), num(c["own_ms"]), num(c["orchestration_ms"])]
+            for name, turn in turns.items()
+            for at, c in turn["checkpoints"].items()
+        ]
+        made = ", ".join(
+            f"{name} {t['tool_calls']} calls in {t['wall_s']} s, {t['history_kb']} KB of history"
+            for name, t in turns.items()
+        )
         lines += [
-            f"**Step cost inside one long turn**: one turn of {long['tool_calls']} sequential `search_leads`"
-            f" calls ({long['wall_s']} s), in-process worker, nothing else running; medians of the {WINDOW}"
-            " steps up to each call (model call scheduled → next model call scheduled).",
+            "**Step cost inside one long turn**: one turn of sequential `get_lead` calls on in-process"
+            f" workers, nothing else running ({made}); medians of the {WINDOW} steps before each call"
+            " (model call scheduled → next model call scheduled). Countersign's model sees at most 200"
+            " messages (the default window); the bare loop sends the whole transcript and keeps it in"
+            " workflow history.",
             "",
             *table(
-                ["up to call", "step wall ms", "activities' own ms", "orchestration ms"],
-                [
-                    [at, num(c["step_wall_ms"]), num(c["own_ms"]), num(c["orchestration_ms"])]
-                    for at, c in cps.items()
-                ],
+                ["implementation", "at call", "step wall ms", "activities' own ms", "orchestration ms"], rows
             ),
             "",
         ]
