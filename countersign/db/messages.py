@@ -165,10 +165,14 @@ class ConversationStore:
         `model_call`: the usage audit's row of the reply appended, in the same transaction.
 
         Messages without an id (model replies, tool results) go in one statement, the usage row a
-        CTE of it: a model reply is stored in one round trip."""
+        CTE of it. A batch of those alone is that one statement, atomic by itself: it runs without
+        BEGIN and COMMIT round trips around it (a model reply is stored in one round trip)."""
         refused: list[int] = []
         rows: list[dict[str, Any]] = []
-        async with self.engine.begin() as connection:
+        async with self.engine.connect() as connection:
+            if all(stored.message_id is None for stored in batch.messages):
+                await connection.execution_options(isolation_level="AUTOCOMMIT")
+            await connection.begin()
             for stored in batch.messages:
                 if stored.message_id is not None:
                     earlier = await connection.scalar(
@@ -196,6 +200,7 @@ class ConversationStore:
                 )
             elif usage_row is not None:
                 await connection.execute(usage_row)
+            await connection.commit()
         return refused
 
     async def load(self, workflow_id: str, seqs: list[int] | None = None) -> list[ChatMessage]:
