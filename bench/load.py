@@ -1,6 +1,6 @@
 """Load: many conversations active at once, turns arriving at a steady rate (issue 25).
 
-    .venv/bin/python -m bench.load            # bounded: 100 conversations, 2 workers, 40 s (~2 min)
+    .venv/bin/python -m bench.load            # bounded: 100 conversations, 2 workers, 40 s (~5 min)
     .venv/bin/python -m bench.load --full     # 1,000 conversations, 4 workers, 5 min of turns
 
 Parts as in bench.run (embedded PostgreSQL, the dev server as `dev up` runs it, the scripted model
