@@ -11,7 +11,8 @@ from collections.abc import Sequence
 
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
-from temporalio.worker import Interceptor, Worker
+from temporalio.common import VersioningBehavior, WorkerDeploymentVersion
+from temporalio.worker import Interceptor, Worker, WorkerDeploymentConfig
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from activities.approvals import ApprovalActivities
@@ -120,6 +121,23 @@ def build_worker(
         workflow_runner=SandboxedWorkflowRunner(
             restrictions=SandboxRestrictions.default.with_passthrough_modules(*PASSTHROUGH)
         ),
+        deployment_config=deployment_config(settings),
+    )
+
+
+def deployment_config(settings: Settings) -> WorkerDeploymentConfig | None:
+    """The worker's build in its Worker Deployment (COUNTERSIGN_BUILD_ID), or None: unversioned.
+
+    Its workflows are pinned: a run stays on the build that started it, and a conversation moves to
+    the deployment's current build when it continues as new (README, "Deploying a new build"). Set
+    here, not on the workflow definitions: a server refuses a versioning behavior from an
+    unversioned worker.
+    """
+    if settings.build_id is None:
+        return None
+    version = WorkerDeploymentVersion(deployment_name=settings.deployment_name, build_id=settings.build_id)
+    return WorkerDeploymentConfig(
+        version=version, use_worker_versioning=True, default_versioning_behavior=VersioningBehavior.PINNED
     )
 
 
@@ -150,6 +168,7 @@ async def main() -> None:
             model=settings.llm_model,
             approver_auth=settings.approver_auth,
             llm_base_url=settings.llm_base_url,
+            build=f"{settings.deployment_name}.{settings.build_id}" if settings.build_id else "unversioned",
         )
         await worker.run()
     finally:

@@ -45,7 +45,6 @@ from countersign.runtime.ports import free_port
 from countersign.scripted_model.scenario import Scenario
 from countersign.scripted_model.server import ScriptedModelServer
 from tools.registry import REGISTRY
-from workflows.agent import LOCAL_BOOKKEEPING
 
 RESERVED_PORTS = frozenset({7233, 8233, 8400, 55432})  # a developer's `dev up` may be using them
 # The per-tenant tool rate limit (10/s by default) would measure the limiter, not the orchestration.
@@ -123,14 +122,20 @@ def compiled_from_source(root: Path) -> Iterator[None]:
 @contextmanager
 def remote_activities() -> Iterator[None]:
     """The product as it was before local activities: every tool and all bookkeeping run as regular
-    activities (the registry says no tool is local; the LOCAL_BOOKKEEPING patch reports old code)."""
+    activities (the registry says no tool is local; the workflow's local bookkeeping calls are sent
+    to a task queue instead). Storing messages stays local, as it has been since it exists."""
     remote = {name: replace(tool, local=False) for name, tool in REGISTRY.items()}
-    real_patched = temporalio.workflow.patched
+    real_local = temporalio.workflow.execute_local_activity
 
-    def patched(patch_id: str) -> bool:
-        return False if patch_id == LOCAL_BOOKKEEPING else real_patched(patch_id)
+    def local_or_remote(activity: Any, *args: Any, **options: Any) -> Any:
+        if activity == "append_messages":
+            return real_local(activity, *args, **options)
+        return temporalio.workflow.execute_activity(activity, *args, **options)
 
-    with mock.patch.dict(REGISTRY, remote), mock.patch.object(temporalio.workflow, "patched", patched):
+    with (
+        mock.patch.dict(REGISTRY, remote),
+        mock.patch.object(temporalio.workflow, "execute_local_activity", local_or_remote),
+    ):
         yield
 
 

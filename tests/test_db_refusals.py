@@ -42,7 +42,7 @@ from tests.test_compromised_model import (  # noqa: F401 (a fixture)
     task_failures,
 )
 from tools.registry import Tool
-from workflows.agent import DB_OUTAGE_TOLERANCE
+from workflows.options import DB_OUTAGE_TOLERANCE
 
 PROBE = Table("json_probe", MetaData(), Column("id", Integer, primary_key=True), Column("v", JSONB))
 # Text with what jsonb refuses besides any other character: NUL and lone surrogates.

@@ -72,7 +72,7 @@ from tests.test_compromised_model import (  # noqa: F401 (a fixture)
     task_failures,
 )
 from tools.registry import REGISTRY, ToolFailure
-from workflows.agent import DB_OUTAGE_TOLERANCE
+from workflows.options import DB_OUTAGE_TOLERANCE
 
 EXAMPLES = int(os.environ.get("HOSTILE_EXAMPLES", "10"))
 LIMITS = Limits(max_tool_calls=4, approval_timeout_s=60, answer_timeout_s=60)

@@ -14,7 +14,7 @@ from countersign.scripted_model.scenario import ScenarioError, load_scenarios, s
 from tests.fixtures.scripted_model import rules
 from tools import REGISTRY
 from tools.registry import parse_arguments
-from workflows.agent import call_summary
+from workflows.rules import call_summary
 
 SHIPPED = load_scenarios(PROJECT_ROOT / "countersign" / "scenarios")
 

@@ -8,8 +8,6 @@ authorized and audited by `authorize_rollback`, each call undone at most once by
 
 from __future__ import annotations
 
-from typing import Any
-
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
@@ -21,32 +19,16 @@ with workflow.unsafe.imports_passed_through():
         RollbackOutcome,
         SagaEntry,
     )
-    from workflows.agent import (
-        BOOKKEEPING_TIMEOUT,
-        DB_OUTAGE_TOLERANCE,
-        DB_RETRY,
-        compensated,
-    )
 
-
-async def db(activity: str, arg: object, result_type: type | None, summary: str) -> Any:
-    """A PostgreSQL activity, retried through database outages like the conversation's."""
-    return await workflow.execute_activity(
-        activity,
-        arg,
-        result_type=result_type,
-        start_to_close_timeout=BOOKKEEPING_TIMEOUT,
-        schedule_to_close_timeout=DB_OUTAGE_TOLERANCE,
-        retry_policy=DB_RETRY,
-        summary=summary,
-    )
+from workflows.compensation import compensated
+from workflows.options import bookkeeping
 
 
 @workflow.defn(name=ROLLBACK_WORKFLOW_TYPE)
 class RollbackWorkflow:
     @workflow.run
     async def run(self, rollback: EndedRollback) -> RollbackOutcome:
-        refusal: str = await db(
+        refusal: str = await bookkeeping(
             "authorize_rollback",
             RollbackAuthorization(
                 tenant_id=rollback.tenant_id,
@@ -54,22 +36,27 @@ class RollbackWorkflow:
                 conversation_user=rollback.conversation_user,
                 request=rollback.request,
             ),
-            str,
             f"authorize rollback ({rollback.request.scope}) by {rollback.request.requested_by}",
+            str,
+            local=False,
         )
         if refusal:
             return RollbackOutcome(refused=refusal)
-        requests: list[CompensationRequest] = await db(
-            "load_saga_entries", rollback, list[CompensationRequest], f"saga of {rollback.workflow_id}"
+        requests: list[CompensationRequest] = await bookkeeping(
+            "load_saga_entries",
+            rollback,
+            f"saga of {rollback.workflow_id}",
+            list[CompensationRequest],
+            local=False,
         )
         entries: list[SagaEntry] = []
         for request in requests:  # newest first
             if not await compensated(request):
-                await db(
+                await bookkeeping(
                     "record_compensation_failure",
                     request,
-                    None,
                     f"record failed undo of {request.entry.call_id}",
+                    local=False,
                 )
             entries.append(request.entry)
         return RollbackOutcome(entries=entries)

@@ -156,9 +156,9 @@ class ToolInvocation(BaseModel):
     # The model's arguments when the approver edited them (`arguments` then holds the edit): the
     # audit keeps both (tool_executions.args and edited_args), and the model is told of the edit.
     model_arguments: str | None = None
-    # Conversations since the tool-results-stored patch: the sequence number at which the activity
-    # that produces the call's result stores it as a tool message (conversation store), answering
-    # with a `StoredResult`. None: the activity answers with the whole `ToolResult`.
+    # The sequence number at which the activity that produces the call's result stores it as a
+    # tool message (conversation store), answering with a `StoredResult`; AgentWorkflow always sets
+    # it. None (a call outside a conversation, e.g. the bench's in-process loop): the whole `ToolResult`.
     store_seq: int | None = None
 
     @property

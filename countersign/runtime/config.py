@@ -54,6 +54,12 @@ class Settings(BaseModel):
     proof_private_key: str | None = None  # the inbox only: the worker can verify, never sign
     inbox_port: int = 8300
     inbox_public_url: str | None = None  # what notifications link to, when not http://127.0.0.1:PORT
+    # Worker Deployment Versioning (README, "Deploying a new build"): with a build id the worker
+    # serves deployment `deployment_name` as that build, and a conversation stays on the build it
+    # started on until it continues as new. Unset (the embedded stack, tests): an unversioned worker,
+    # which runs every open conversation on its code.
+    build_id: str | None = Field(None, pattern=r"^[^.\s]+$")
+    deployment_name: str = Field("countersign", pattern=r"^[^.\s]+$")
 
     @property
     def scripted_model(self) -> bool:
@@ -105,5 +111,7 @@ def load_settings(env: dict[str, str] | None = None) -> Settings:
         "proof_private_key": env.get("COUNTERSIGN_PROOF_PRIVATE_KEY"),
         "inbox_port": env.get("COUNTERSIGN_INBOX_PORT"),
         "inbox_public_url": env.get("COUNTERSIGN_INBOX_URL"),
+        "build_id": env.get("COUNTERSIGN_BUILD_ID"),
+        "deployment_name": env.get("COUNTERSIGN_DEPLOYMENT"),
     }
     return Settings(**{k: v for k, v in values.items() if v})

@@ -1,0 +1,246 @@
+"""ApprovalGate: where a call waits for people, a reviewer's decision or the user's answer.
+
+A call that needs approval waits until a reviewer decides or it expires (reminding reviewers once
+before): fail closed, an expired call does not run. Reviewers hear of each request, reminder and
+escalation by email or webhook (`notify_approval`), sent in the background so a slow mail server
+never delays the conversation. Every decision, however it arrived (signal or update), is checked
+and recorded by `record_decision` before it counts. An `ask_human` call waits for the user's answer.
+Time spent waiting for people is kept off the turn's wall-clock budget.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable
+from datetime import datetime, timedelta
+
+from temporalio import workflow
+from temporalio.exceptions import ActivityError, ApplicationError
+
+with workflow.unsafe.imports_passed_through():
+    from countersign.core.approvals import (
+        Approval,
+        ApprovalNotice,
+        ApprovalReminder,
+        Decision,
+        DecisionRecord,
+        NoticeKind,
+        Verdict,
+        state_refusal,
+    )
+    from countersign.core.calls import ToolInvocation, ToolResult, ToolSpec
+    from countersign.core.contract import PendingQuestion
+    from countersign.observability.workflow_metrics import record_approval_wait
+
+from workflows.conversation import Conversation
+from workflows.options import DELIVERY_RETRY, HEARTBEAT_TIMEOUT, NOTICE_TIMEOUT, bookkeeping
+
+# How long a conversation that ends (or continues as new) waits for notices still being delivered;
+# an unreachable mail server or webhook then leaves them queued in the outboxes, for operators.
+NOTICE_GRACE = timedelta(seconds=2)
+
+
+class ApprovalGate:
+    def __init__(self, conversation: Conversation) -> None:
+        self.conversation = conversation
+        self.answers: dict[str, str] = {}  # call id -> the user's answer to its question
+        self.human_wait_s = 0.0  # time this turn spent waiting for people
+        self._deciding: set[str] = set()  # calls whose decision is being recorded
+        self._notices: list[asyncio.Task[None]] = []  # reviewers' notifications still being sent
+
+    # --- approvals ----------------------------------------------------------------------------
+
+    async def approval(self, invocation: ToolInvocation, spec: ToolSpec) -> Approval:
+        """Ask reviewers to approve `invocation`; answers once it is approved, rejected or expired."""
+        conversation = self.conversation
+        assert conversation.context is not None
+        policy, now = conversation.context.approval, workflow.now()
+        timeout = timedelta(seconds=policy.timeout_for(spec.risk, conversation.limits.approval_timeout_s))
+        approval = Approval(
+            call_id=invocation.call_id,
+            tool=spec.name,
+            args=invocation.arguments,
+            risk=spec.risk,
+            requested_by=conversation.context.user_id,
+            requested_at=now,
+            expires_at=now + timeout,
+            hints=spec.mcp.hints() if spec.mcp else None,
+        )
+        conversation.approvals[approval.call_id] = approval
+        self._notify(approval, "request")
+        await self._wait_for_people(self._await_decision(approval, timedelta(seconds=policy.reminder_lead_s)))
+        record_approval_wait(spec.risk, approval.state, (workflow.now() - now).total_seconds())
+        return approval
+
+    async def _await_decision(self, approval: Approval, reminder_lead: timedelta) -> None:
+        """Wait for a decision until expiry, reminding reviewers once before it. Fail closed:
+        at expiry the call is marked expired, unless a decision already in flight accepts it."""
+        remind_at = approval.expires_at - reminder_lead
+        if remind_at > workflow.now() and not await self._decided_by(remind_at, approval, "reminder"):
+            await bookkeeping(
+                "send_approval_reminder",
+                ApprovalReminder(
+                    tenant_id=self.conversation.start.tenant_id,
+                    workflow_id=self.conversation.workflow_id,
+                    call_id=approval.call_id,
+                    tool=approval.tool,
+                    args=approval.args,
+                    expires_at=approval.expires_at,
+                ),
+                f"remind reviewers: {approval.tool} ({approval.call_id}) expires soon",
+                local=False,
+            )
+            self._notify(approval, "reminder")
+        if not await self._decided_by(approval.expires_at, approval, "expires"):
+            await workflow.wait_condition(lambda: approval.call_id not in self._deciding)
+            if approval.state == "pending":
+                approval.state = "expired"
+                self._notify(approval, "escalation")
+
+    async def _decided_by(self, moment: datetime, approval: Approval, label: str) -> bool:
+        try:
+            await workflow.wait_condition(
+                lambda: approval.state != "pending",
+                timeout=max(moment - workflow.now(), timedelta(0)),
+                timeout_summary=f"approval {approval.call_id} ({approval.tool}) {label}",
+            )
+        except TimeoutError:
+            return False
+        return True
+
+    async def decide(self, decision: Decision) -> Approval:
+        """Apply one decision, whichever way it arrived. Refusals raise and are audited too."""
+        # one decision at a time per call: a second waits for the first, then meets its outcome
+        await workflow.wait_condition(lambda: decision.call_id not in self._deciding)
+        conversation = self.conversation
+        approval = conversation.approvals.get(decision.call_id)
+        refusal = state_refusal(approval, decision, workflow.now())
+        if approval is not None and refusal is None:
+            self._deciding.add(decision.call_id)
+        try:
+            verdict: Verdict = await bookkeeping(
+                "record_decision",
+                DecisionRecord(
+                    tenant_id=conversation.start.tenant_id,
+                    workflow_id=conversation.workflow_id,
+                    tool=approval.tool if approval else "?",
+                    risk=approval.risk if approval else "high",
+                    requested_by=approval.requested_by if approval else conversation.start.user_id,
+                    decision=decision,
+                    refusal=refusal,
+                    args=approval.args if approval else None,
+                    mcp_spec=conversation.mcp_spec(approval.tool) if approval else None,
+                ),
+                f"{decision.decision} {decision.call_id} by {decision.approver}",
+                Verdict,
+            )
+        finally:
+            self._deciding.discard(decision.call_id)
+        if not verdict.accepted or approval is None:
+            raise ApplicationError(
+                f"decision refused: {verdict.reason}", type="DecisionRefused", non_retryable=True
+            )
+        approval.state = "approved" if decision.decision == "approve" else "rejected"
+        approval.decided_by, approval.reason, approval.edited_args = (
+            decision.approver,
+            decision.reason,
+            verdict.args,
+        )
+        return approval
+
+    # --- reviewers' notices ---------------------------------------------------------------------
+
+    def _notify(self, approval: Approval, kind: NoticeKind) -> None:
+        """Tell reviewers (email, webhook) in the background: a slow mail server never delays the
+        approval. Sent before the conversation ends or continues as new (`notices_sent`)."""
+        notice = ApprovalNotice(
+            kind=kind,
+            tenant_id=self.conversation.start.tenant_id,
+            workflow_id=self.conversation.workflow_id,
+            call_id=approval.call_id,
+            tool=approval.tool,
+            args=approval.args,
+            risk=approval.risk,
+            requested_by=approval.requested_by,
+            expires_at=approval.expires_at,
+        )
+
+        async def send() -> None:
+            try:
+                await workflow.execute_activity(
+                    "notify_approval",
+                    notice,
+                    start_to_close_timeout=NOTICE_TIMEOUT,
+                    heartbeat_timeout=HEARTBEAT_TIMEOUT,
+                    retry_policy=DELIVERY_RETRY,
+                    summary=f"notify reviewers: {kind} {approval.tool} ({approval.call_id})",
+                )
+            except ActivityError as err:  # stays queued in the outboxes, visible to operators
+                workflow.logger.error(
+                    "%s notice of %s not delivered: %s", kind, approval.call_id, err.cause or err
+                )
+
+        self._notices.append(asyncio.create_task(send()))
+
+    async def notices_sent(self) -> None:
+        """Wait (up to NOTICE_GRACE) for the notices still being delivered."""
+        if not self._notices:
+            return
+        try:
+            await workflow.wait_condition(
+                lambda: all(task.done() for task in self._notices),
+                timeout=NOTICE_GRACE,
+                timeout_summary="notices still being delivered",
+            )
+        except TimeoutError:
+            workflow.logger.warning("ended with reviewers' notices still queued in the outboxes")
+
+    # --- questions (`ask_human`) ----------------------------------------------------------------
+
+    def open_question(self, call_id: str) -> bool:
+        return call_id in self.conversation.questions and call_id not in self.answers
+
+    async def answer_to(self, call_id: str, question: str) -> ToolResult:
+        """Ask the user `question`; their answer, or EXPIRED when none came before answer_timeout_s."""
+        questions = self.conversation.questions
+        now = workflow.now()
+        expires = now + timedelta(seconds=self.conversation.limits.answer_timeout_s)
+        questions[call_id] = PendingQuestion(
+            call_id=call_id, question=question, asked_at=now.isoformat(), expires_at=expires.isoformat()
+        )
+
+        async def answered() -> None:
+            try:
+                await workflow.wait_condition(
+                    lambda: call_id in self.answers,
+                    timeout=expires - now,
+                    timeout_summary=f"question {call_id} expires",
+                )
+            except TimeoutError:
+                pass
+            finally:
+                del questions[call_id]
+
+        await self._wait_for_people(answered())
+        if call_id not in self.answers:
+            return ToolResult.failure("EXPIRED", f"the user did not answer before {expires.isoformat()}")
+        return ToolResult.success({"answer": self.answers[call_id]})
+
+    # --- the wait itself --------------------------------------------------------------------------
+
+    async def _wait_for_people(self, waiting: Awaitable[None]) -> None:
+        """Await a human, with the wait kept off the turn's wall-clock budget and shown in state."""
+        started = workflow.now()
+        self.conversation.refresh_state()
+        # Not a `finally`: when a worker evicts the conversation from its cache, the coroutine is
+        # closed (GeneratorExit), and no workflow call may run then.
+        try:
+            await waiting
+        except (Exception, asyncio.CancelledError):
+            self._waited_since(started)
+            raise
+        self._waited_since(started)
+
+    def _waited_since(self, started: datetime) -> None:
+        self.human_wait_s += (workflow.now() - started).total_seconds()
+        self.conversation.refresh_state()

@@ -1,0 +1,196 @@
+"""ToolCalls: one batch of the model's tool calls, each screened, checked, approved or asked, and run.
+
+A call the model asks for is never trusted: the pure policy (countersign.core.policy.screen_call)
+refuses unknown, blocked and forbidden tools; its arguments are validated by an activity
+(`check_arguments`, `check_mcp_arguments`); a call that needs approval waits at the ApprovalGate.
+Every call that does not run is audited (`record_unexecuted_call`), and every result, run or
+refused, is stored as the tool message at the sequence number allocated for it when the model
+asked: workflow history carries only its envelope (`StoredResult`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from temporalio import workflow
+from temporalio.exceptions import ActivityError
+
+with workflow.unsafe.imports_passed_through():
+    from countersign.core.calls import (
+        McpCall,
+        StoredResult,
+        ToolInvocation,
+        ToolResult,
+        ToolSpec,
+        UnexecutedCall,
+    )
+    from countersign.core.envelopes import tool_message
+    from countersign.core.messages import ToolCall
+    from countersign.core.policy import screen_call
+
+from workflows.approvals import ApprovalGate
+from workflows.conversation import Conversation
+from workflows.emails import EmailOutbox
+from workflows.messages import MessageStore
+from workflows.options import (
+    DB_OUTAGE_TOLERANCE,
+    DB_RETRY,
+    HEARTBEAT_TIMEOUT,
+    TOOL_CALL_TIMEOUT,
+    bookkeeping,
+)
+from workflows.rules import call_summary, execution_failure
+
+
+class ToolCalls:
+    def __init__(
+        self, conversation: Conversation, store: MessageStore, gate: ApprovalGate, outbox: EmailOutbox
+    ) -> None:
+        self.conversation = conversation
+        self.store = store
+        self.gate = gate
+        self.outbox = outbox
+
+    async def run(self, calls: list[ToolCall], budget: int) -> list[StoredResult]:
+        """Run a batch concurrently; results in call order. Calls past `budget` are refused."""
+        # allocated in call order before any call runs: each result is stored where it belongs
+        seqs = [self.store.next_seq() for _ in calls]
+        return await asyncio.gather(
+            *(
+                self._handle(call, i < budget, seq)
+                for i, (call, seq) in enumerate(zip(calls, seqs, strict=True))
+            )
+        )
+
+    async def _handle(self, call: ToolCall, within_budget: bool, seq: int) -> StoredResult:
+        """Screen, check, approve or ask, and run one call; `seq`: where its result is stored."""
+        conversation = self.conversation
+        assert conversation.context is not None
+        invocation = self._invocation(call, seq)
+        if not within_budget:
+            limit = ToolResult.failure(
+                "LIMIT_REACHED", f"max_tool_calls ({conversation.limits.max_tool_calls}) reached"
+            )
+            return await self._unexecuted(invocation, limit)
+        tools = {t.name: t for t in conversation.context.tools}
+        screening = screen_call(call, tools, conversation.context.roles)
+        if screening.refusal is not None:
+            return await self._unexecuted(invocation, screening.refusal)
+        if screening.action == "run":
+            return await self._execute(invocation)
+        checked = await self._check_arguments(invocation)
+        if not checked.ok:
+            return await self._unexecuted(invocation, checked)
+        if screening.action == "ask_human":
+            return await self._ask_human(invocation, str(checked.data["question"]))
+        assert screening.spec is not None
+        return await self._run_after_approval(invocation, screening.spec)
+
+    def _invocation(self, call: ToolCall, seq: int) -> ToolInvocation:
+        info = workflow.info()
+        return ToolInvocation(
+            caller=self.conversation.caller(),
+            workflow_id=info.workflow_id,
+            run_id=info.run_id,
+            call_id=call.id,
+            tool=call.name,
+            arguments=call.arguments,
+            turn=self.conversation.turn,
+            store_seq=seq,
+        )
+
+    async def _unexecuted(
+        self, invocation: ToolInvocation, result: ToolResult, reason: str | None = None
+    ) -> StoredResult:
+        """Audit a call that did not run and store its result with the audit row (a local activity:
+        its input, the result, is not recorded in history); the model gets the envelope."""
+        await bookkeeping(
+            "record_unexecuted_call",
+            UnexecutedCall(invocation=invocation, result=result, reason=reason),
+            f"audit {invocation.tool} ({result.error.code if result.error else 'not run'})",
+        )
+        return tool_message(invocation, result)[1]
+
+    async def _check_arguments(self, invocation: ToolInvocation) -> ToolResult:
+        spec = self.conversation.mcp_spec(invocation.tool)
+        summary = f"validate {invocation.tool} arguments"
+        checked: ToolResult = await (
+            bookkeeping("check_mcp_arguments", McpCall(invocation=invocation, spec=spec), summary, ToolResult)
+            if spec is not None
+            else bookkeeping("check_arguments", invocation, summary, ToolResult)
+        )
+        return checked
+
+    async def _run_after_approval(self, invocation: ToolInvocation, spec: ToolSpec) -> StoredResult:
+        approval = await self.gate.approval(invocation, spec)
+        if approval.state == "approved":
+            # the model is told of an approver's edit by the tool activity that stores the result
+            edit = {"model_arguments": invocation.arguments} if approval.edited_args is not None else {}
+            approved = invocation.model_copy(
+                update={
+                    "arguments": approval.edited_args or invocation.arguments,
+                    "approved_by": approval.decided_by,
+                    **edit,
+                }
+            )
+            return await self._execute(approved)
+        if approval.state == "rejected":
+            why = f": {approval.reason}" if approval.reason else ""
+            refusal = ToolResult.failure("REJECTED", f"{approval.decided_by} rejected {spec.name}{why}")
+            return await self._unexecuted(invocation, refusal, f"rejected by {approval.decided_by}{why}")
+        expired = ToolResult.failure(
+            "EXPIRED", f"nobody decided on {spec.name} before {approval.expires_at.isoformat()}"
+        )
+        return await self._unexecuted(invocation, expired, "no decision before expiry")
+
+    async def _ask_human(self, invocation: ToolInvocation, question: str) -> StoredResult:
+        answer = await self.gate.answer_to(invocation.call_id, question)
+        if not answer.ok:
+            return await self._unexecuted(invocation, answer)
+        message, stored = tool_message(invocation, answer)  # the answer arrived by signal: stored here
+        await self.store.append([message])
+        return stored
+
+    async def _execute(self, invocation: ToolInvocation) -> StoredResult:
+        spec = self.conversation.spec(invocation.tool)
+        entry = None
+        # before the forward step: a commit that then times out is undone too. An MCP call is
+        # registered too, so that a rollback reports it (irreversible: it declares no compensation).
+        if spec is not None and (spec.compensable or spec.mcp is not None):
+            entry = self.conversation.saga.register(
+                invocation.call_id, invocation.tool, self.conversation.turn, invocation.arguments
+            )
+        options: dict[str, Any] = {
+            "result_type": StoredResult,
+            "start_to_close_timeout": TOOL_CALL_TIMEOUT,
+            "schedule_to_close_timeout": DB_OUTAGE_TOLERANCE,
+            "retry_policy": DB_RETRY,
+            "summary": call_summary(invocation.tool, invocation.arguments),
+            # on cancellation, learn how the step ended before compensating it
+            "cancellation_type": workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+        }
+        try:
+            result: StoredResult = await (
+                workflow.execute_local_activity("execute_tool", invocation, **options)
+                if spec is not None and spec.local
+                else workflow.execute_activity(
+                    "execute_mcp_tool",
+                    McpCall(invocation=invocation, spec=spec),
+                    heartbeat_timeout=HEARTBEAT_TIMEOUT,
+                    **options,
+                )
+                if spec is not None and spec.mcp is not None
+                else workflow.execute_activity(
+                    "execute_tool", invocation, heartbeat_timeout=HEARTBEAT_TIMEOUT, **options
+                )
+            )
+        except ActivityError as err:  # audited, said without internals (a row already written stays)
+            failure = ToolResult.failure(
+                "INTERNAL_ERROR", f"{invocation.tool} {execution_failure(err)}; it did not run"
+            )
+            return await self._unexecuted(invocation, failure)
+        # a compensation reads the result from the call's audit row; emails wait for the undo window
+        if entry is not None and result.ok:
+            self.outbox.queued.extend(result.outbox)
+        return result
