@@ -38,6 +38,7 @@ from typing import Any
 
 import psutil
 from sqlalchemy import text
+from temporalio.client import WorkflowUpdateRPCTimeoutOrCancelledError
 
 from bench import bare, cost, stack, workloads
 from bench.report import num, table
@@ -165,9 +166,12 @@ async def one_turn(parts: stack.Parts, workflow_id: str) -> Turn:
             await handle.signal(AgentWorkflow.submit_message, message)
             reply: TurnResult | None = None
             while reply is None:  # None: the run continued as new; ask the next one
-                reply = await parts.client.get_workflow_handle(workflow_id).execute_update(
-                    "wait_reply", message.message_id, result_type=TurnResult
-                )
+                try:
+                    reply = await parts.client.get_workflow_handle(workflow_id).execute_update(
+                        "wait_reply", message.message_id, result_type=TurnResult
+                    )
+                except WorkflowUpdateRPCTimeoutOrCancelledError:  # the server's long poll ended
+                    continue
     except TimeoutError:
         return Turn(time.perf_counter() - began, "timeout")
     return Turn(time.perf_counter() - began, reply.stop)
