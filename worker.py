@@ -33,6 +33,7 @@ from countersign.client.temporal_client import connect
 from countersign.db.engine import create_engine, session_factory
 from countersign.db.messages import ConversationStore
 from countersign.db.ratelimit import RateLimits
+from countersign.identity.mode import ModeMismatch, deployment_mode, settle
 from countersign.identity.proofs import ProofVerifier
 from countersign.mcp.pool import McpPool
 from countersign.observability.metrics import CountersignMetrics, MetricsInterceptor, WorkerMetrics
@@ -145,11 +146,19 @@ async def main() -> None:
     configure_logging()
     log = get_logger("countersign.worker")
     settings = load_settings()
-    if not settings.database_url:
+    database_url = settings.database_url
+    if not database_url:
         raise SystemExit("worker: no DATABASE_URL: run `python starter.py dev up` or set DATABASE_URL")
+    # the deployment's mode, not this process's: a worker configured otherwise refuses to start
+    recorded = await deployment_mode(database_url)
+    try:
+        mode = settle(settings.approver_auth if settings.auth_configured else None, recorded)
+    except ModeMismatch as err:
+        raise SystemExit(f"worker: {err}") from None
+    settings = settings.model_copy(update={"approver_auth": mode})
     metrics = WorkerMetrics.from_env()  # COUNTERSIGN_METRICS_PORT
     client = await connect(settings, metrics.runtime if metrics else None)
-    engine = create_engine(settings.database_url)
+    engine = create_engine(database_url)
     mcp_pool = McpPool()
     try:
         worker = build_worker(

@@ -1,8 +1,9 @@
-"""Proof checks for the actions that have no activity of their own: `answer` and `end`.
+"""Proof checks for the actions that have no activity of their own: a start, a message, an
+`answer` and an `end`.
 
 Decisions and rollbacks check their proof inside `record_decision` / `authorize_rollback`, in the
-transaction that records them; these two signals only change workflow state, so the workflow asks
-this activity first. Like those, a check is recorded once per invocation (`proof_checks`).
+transaction that records them; these only change workflow state, so the workflow asks this
+activity first. Like those, a check is recorded once per invocation (`proof_checks`).
 """
 
 from __future__ import annotations
@@ -20,12 +21,18 @@ from countersign.identity.proofs import Binding, ProofVerifier, check_proof
 
 
 def binding_of(request: ProofRequest) -> Binding:
-    """What a requester's proof must bind: the question's call and the exact answer, or the end."""
-    if request.action == "answer":
-        return Binding.answer(
-            request.tenant_id, request.workflow_id, request.call_id or "", request.text or ""
-        )
-    return Binding.end(request.tenant_id, request.workflow_id)
+    """What a requester's proof must bind: the agent and what the start asks; the message's id and
+    exact text; the question's call and the exact answer; or the end."""
+    tenant, workflow_id = request.tenant_id, request.workflow_id
+    match request.action:
+        case "start":
+            return Binding.start(tenant, workflow_id, request.agent or "", request.content or {})
+        case "message":
+            return Binding.message(tenant, workflow_id, request.message_id or "", request.text or "")
+        case "answer":
+            return Binding.answer(tenant, workflow_id, request.call_id or "", request.text or "")
+        case "end":
+            return Binding.end(tenant, workflow_id)
 
 
 class ProofActivities:

@@ -38,9 +38,9 @@ from bench.history import TASK_COMPLETED, TASK_STARTED, activity_runs, event_sec
 from bench.scenario import APPROVAL_STATUSES, approval_message, bench_scenario
 from bench.sections import put_section
 from bench.stats import Summary
-from countersign.client.handles import start_conversation
+from countersign.client.handles import new_workflow_id, start_options
 from countersign.core.approvals import Approval, Decision
-from countersign.core.contract import Limits, StartConversation
+from countersign.core.contract import WORKFLOW_TYPE, Limits, StartConversation
 from countersign.db.schema import ToolExecution
 from countersign.identity.proofs import Binding, load_private_key, mint_proof, pem_pair, verify_proof
 from countersign.server.app import running_inbox
@@ -187,7 +187,13 @@ async def _measure(parts: stack.Parts, url: str, samples: int, signing: Ed25519P
                 limits=Limits(),
             )
             asked = time.perf_counter()
-            handle = await start_conversation(parts.client, parts.settings, start)
+            # signed mode: the start carries the proof the server would mint for alice
+            workflow_id = new_workflow_id("acme")
+            binding = Binding.start("acme", workflow_id, start.agent, start.proof_content())
+            start.proof = mint_proof(signing, "alice", binding, datetime.now(UTC))
+            handle = await parts.client.start_workflow(
+                WORKFLOW_TYPE, start, id=workflow_id, **start_options(parts.settings, start)
+            )
             async for listed in stream:
                 if any(item["workflow_id"] == handle.id for item in listed):
                     if through_inbox:

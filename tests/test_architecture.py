@@ -30,7 +30,7 @@ ALLOWED: dict[str, set[str]] = {
     "countersign.observability": BELOW_TOOLS | {"tools"},
     "activities": BELOW_SURFACES,
     "countersign.client": BELOW_SURFACES,
-    "countersign.devstack": {CORE, RUNTIME, DB},
+    "countersign.devstack": {CORE, RUNTIME, DB, "countersign.identity"},
     "countersign.scripted_model": {CORE, RUNTIME},
     "countersign.server": BELOW_SURFACES | {"countersign.client"},
     "countersign.cli": BELOW_SURFACES

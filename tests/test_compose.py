@@ -80,9 +80,35 @@ def test_environment_names_are_the_ones_the_code_reads() -> None:
         assert env <= known, f"{name} sets names nothing reads: {env - known}"
 
 
-def test_ports_and_healthchecks() -> None:
-    assert "7233:7233" in SERVICES["temporal"]["ports"]
-    assert "8233:8080" in SERVICES["temporal-ui"]["ports"]
+def published(service: str) -> list[str]:
+    return [str(p) for p in SERVICES[service].get("ports", [])]
+
+
+def test_only_the_tls_proxy_is_public_and_temporal_stays_inside() -> None:
+    """The server is the one public door, behind TLS; Temporal, its UI and the metrics are not
+    published, or only on 127.0.0.1 (docs/security.md)."""
+    public = {
+        name: ports
+        for name in SERVICES
+        if (ports := [p for p in published(name) if not p.startswith("127.0.0.1:")])
+    }
+    assert public == {"proxy": ["443:443", "80:80"]}, public
+    assert published("temporal") == [] and published("worker") == [] and published("inbox") == []
+    assert published("temporal-ui") == ["127.0.0.1:8233:8080"]
+    assert SERVICES["temporal-ui"]["environment"]["TEMPORAL_DISABLE_WRITE_ACTIONS"] == "true"
+    caddyfile = (PROJECT_ROOT / "deploy" / "Caddyfile").read_text()
+    assert "reverse_proxy inbox:8300" in caddyfile and "{$COUNTERSIGN_DOMAIN" in caddyfile
+    assert "./deploy/Caddyfile:/etc/caddy/Caddyfile:ro" in SERVICES["proxy"]["volumes"]
+    server = SERVICES["inbox"]
+    assert server["command"] == ["python", "starter.py", "server", "--host", "0.0.0.0"]
+    assert server["environment"]["COUNTERSIGN_COOKIE_SECURE"] == "1"
+    assert server["environment"]["COUNTERSIGN_INBOX_URL"].startswith("https://")
+    # signed mode, recorded by the migration for every worker
+    assert SERVICES["migrate"]["environment"]["COUNTERSIGN_AUTH"] == "signed"
+    assert "APPROVER_AUTH" not in SERVICES["worker"]["environment"]
+
+
+def test_healthchecks() -> None:
     long_running = set(SERVICES) - ONE_SHOTS
     assert all("healthcheck" in SERVICES[name] for name in long_running), long_running
     assert all(SERVICES[name].get("restart") == "unless-stopped" for name in long_running)
@@ -219,7 +245,7 @@ def test_a_mail_catcher_profile_receives_what_the_worker_delivers() -> None:
     assert catcher["profiles"] == ["mail"]
     assert catcher["image"].startswith("axllent/mailpit:")
     assert port == "1025"  # mailpit's SMTP port; its web inbox is 8025
-    assert "8025:8025" in catcher["ports"]
+    assert "127.0.0.1:8025:8025" in catcher["ports"]
 
 
 def test_the_build_context_leaves_out_the_virtualenv_and_the_data() -> None:

@@ -332,7 +332,9 @@ async def test_up_status_reuse_down_and_resume(stack_env: dict[str, str]) -> Non
     assert status["approver_auth"] == "names"  # the embedded stack's demo default, labelled
     inbox_url = status["components"]["inbox"]["address"]
     assert inbox_url == f"http://127.0.0.1:{env['COUNTERSIGN_INBOX_PORT']}"
-    assert "APPROVER_AUTH=names" in await ok(env, "dev", "status")
+    # the mode of what runs: the deployment's, recorded in its database by `dev up`
+    assert status["auth_mode"] == "names"
+    assert "COUNTERSIGN_AUTH=names (the deployment's" in await ok(env, "dev", "status")
     keyword = IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD
     attributes = await registered_search_attributes(status["temporal_address"])
     assert {name: attributes.get(name) for name in SEARCH_ATTRIBUTES} == dict.fromkeys(

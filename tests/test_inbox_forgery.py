@@ -16,7 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from temporalio.client import WorkflowHandle
 
 from countersign.core.approvals import ApproveSignal
-from countersign.core.contract import AnswerSignal, EndConversation, StatusView
+from countersign.core.contract import AnswerSignal, ConversationResult, EndConversation, StatusView
 from countersign.core.saga import RollbackRequest
 from countersign.db.schema import ApprovalDecision, ProofCheck, RollbackRecord, ToolExecution
 from countersign.identity.proofs import Binding, load_private_key, mint_proof
@@ -131,9 +131,8 @@ async def test_every_forged_decision_is_refused_recorded_and_the_call_keeps_wait
     assert "already used (replay)" in (rows[-1].reason or "")
     await still_waiting(handle)
     recorded = await checks(db_engine, wf)
-    assert (
-        sum(1 for c in recorded if c.accepted) == 3
-    )  # alice's, erin's (refused later by the rules) and bob's
+    # alice's, erin's (refused later by the rules) and bob's; and the start's (the harness, as the server)
+    assert [c.action for c in recorded if c.accepted] == ["start", "approve", "approve", "approve"]
     assert all(c.reason for c in recorded if not c.accepted)
 
     # Through the inbox: alice (logged in) may not approve her own call; erin sees no such conversation.
@@ -175,7 +174,13 @@ async def test_answer_and_end_need_a_proof_in_signed_mode(
 ) -> None:
     agent = signed_agent.agent
     agent.script(ASK, {"when": {"after_tool": "ask_human"}, "reply": {"content": "thanks"}})
-    handle = await agent.start("ask me", user="alice")
+    alice = await signed_agent.login("alice")
+    code, started = await signed_agent.call(
+        "POST", "/api/conversations", alice, {"agent": "lead-qualifier", "message": "ask me"}
+    )
+    assert code == 201, started
+    agent.track(started["workflow_id"])
+    handle = agent.client.get_workflow_handle(started["workflow_id"], result_type=ConversationResult)
     for _ in range(200):
         status = await handle.query(AgentWorkflow.status)
         if status.pending_questions:
@@ -183,11 +188,11 @@ async def test_answer_and_end_need_a_proof_in_signed_mode(
         await asyncio_sleep()
     await handle.signal(AgentWorkflow.answer, AnswerSignal(call_id="c1", user_id="alice", text="Jane"))
     await handle.signal(AgentWorkflow.end, EndConversation(requested_by="alice"))
-    for _ in range(200):
-        if len(await checks(db_engine, handle.id)) == 2:
+    for _ in range(200):  # the start's (accepted: the server's proof), then these two
+        if len(await checks(db_engine, handle.id)) == 3:
             break
         await asyncio_sleep()
-    refused = await checks(db_engine, handle.id)
+    refused = [c for c in await checks(db_engine, handle.id) if c.action != "start"]
     assert [(c.action, c.accepted, "no proof" in c.reason) for c in refused] == [
         ("answer", False, True),
         ("end", False, True),
@@ -195,7 +200,6 @@ async def test_answer_and_end_need_a_proof_in_signed_mode(
     status = await handle.query(AgentWorkflow.status)
     assert status.state == "awaiting_answer" and status.pending_questions
 
-    alice = await signed_agent.login("alice")
     code, body = await signed_agent.call(
         "POST", f"/api/conversations/{handle.id}/answer", alice, {"call_id": "c1", "text": "Jane"}
     )

@@ -218,9 +218,11 @@ async def test_only_the_user_or_an_admin_may_roll_back(
     await handle.result()
 
 
-async def test_cancelling_the_conversation_compensates(
+async def test_cancelling_the_conversation_stops_it_and_undoes_nothing(
     agent: AgentHarness, db_engine: AsyncEngine, clean: None
 ) -> None:
+    """A Temporal cancel is an operator's stop, not an undo (docs/security.md): an undo is a
+    `rollback`, authorized and recorded."""
     handle = await after_one_write(agent, db_engine, WRITES[0])
     async with db_engine.connect() as conn:
         status = select(Lead.status).where(Lead.tenant_id == "acme", Lead.email == JANE)
@@ -229,7 +231,7 @@ async def test_cancelling_the_conversation_compensates(
     with pytest.raises(WorkflowFailureError):
         await handle.result()
     async with db_engine.connect() as conn:
-        assert (await conn.execute(status)).scalar() == "new"
+        assert (await conn.execute(status)).scalar() == "contacted"
 
 
 async def test_atomic_turn_undoes_earlier_writes_when_one_fails(

@@ -103,6 +103,12 @@ class AgentWorkflow(Handlers):
                 non_retryable=True,
             )
         conversation = self.conversation
+        if conversation.start.carried is None:  # a continued run: its seal vouches for it
+            refusal = await self.authority.start_refusal(conversation.start)
+            if refusal:
+                raise ApplicationError(
+                    f"the start was refused: {refusal}", type="UnprovenStart", non_retryable=True
+                )
         await self._verify_carried(conversation.start)
         context = await self._load_context(conversation.start)
         workflow.upsert_search_attributes(
@@ -111,10 +117,9 @@ class AgentWorkflow(Handlers):
         try:
             await self._converse()
         except asyncio.CancelledError:
-            # Cancelling a conversation undoes everything it did; shielded so the cancellation
-            # itself cannot interrupt the compensations.
-            undo = conversation.saga.to_undo("conversation", conversation.turn)
-            await asyncio.shield(asyncio.ensure_future(self.rollbacks.compensate(undo, "workflow cancelled")))
+            # A cancel stops the conversation; it is not an (unproven) undo: what was approved
+            # stays. Rollbacks accepted before it still run, shielded from the cancellation.
+            await asyncio.shield(asyncio.ensure_future(self.rollbacks.run_requested()))
             raise
         conversation.ended_by = conversation.ended_by or "ended"
         conversation.refresh_state()

@@ -1,16 +1,16 @@
 """Authority: whether a client's signal may act, asked of the database and recorded either way.
 
 Client input is untrusted (docs/security.md). A payload that does not decode arrives as
-`Unreadable` (countersign.runtime.payloads); who may take an action is answered by `authorize_action` from
-the database, never from the payload; in APPROVER_AUTH=signed a proof minted by the server for that
-person and action is checked by `check_action_proof`. Every refusal is recorded (`input_audit`) and
-changes nothing else. A check that cannot reach the database refuses: fail closed, never a failed
-workflow.
+`Unreadable` (countersign.runtime.payloads); who may take an action is answered by
+`authorize_action` from the database, never from the payload; in signed mode a proof minted by the
+server for that person and action is checked by `check_action_proof`: a start, a message, an
+answer, an end. Every refusal is recorded (`input_audit`, `proof_checks`) and changes nothing
+else. A check that cannot reach the database refuses: fail closed, never a failed workflow.
 """
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from temporalio import workflow
 from temporalio.exceptions import ActivityError
@@ -18,6 +18,7 @@ from temporalio.exceptions import ActivityError
 with workflow.unsafe.imports_passed_through():
     from countersign.core.authority import Action, ActionCheck, ProofRequest
     from countersign.core.bounds import Unreadable
+    from countersign.core.contract import StartConversation, SubmitMessage
 
 from workflows.conversation import Conversation
 from workflows.options import bookkeeping
@@ -26,6 +27,8 @@ from workflows.options import bookkeeping
 class Authority:
     def __init__(self, conversation: Conversation) -> None:
         self.conversation = conversation
+        self._message_tickets = 0  # messages whose proof is being checked, in arrival order
+        self._messages_admitted = 0
 
     async def refuse(self, action: Action, actor: str | None, refusal: str, excerpt: str = "") -> None:
         """Record a refused client input; it changes nothing else."""
@@ -58,21 +61,62 @@ class Authority:
     async def proven(
         self, action: Literal["answer", "end"], actor: str, proof: str | None, **bound: str
     ) -> bool:
-        """Whether a proof shows `actor` may take `action` (in APPROVER_AUTH=names mode, always);
-        a refusal is recorded by the activity and logged."""
-        refusal: str = await bookkeeping(
-            "check_action_proof",
-            ProofRequest(
-                tenant_id=self.conversation.start.tenant_id,
-                workflow_id=self.conversation.workflow_id,
-                action=action,
-                actor=actor,
-                proof=proof,
-                **bound,
-            ),
-            f"check {actor}'s proof for {action}",
-            str,
+        """Whether a proof shows `actor` may take `action` (in names mode, always)."""
+        return not await self.proof_refusal(action, actor, proof, **bound)
+
+    async def proof_refusal(
+        self,
+        action: Literal["answer", "end", "start", "message"],
+        actor: str,
+        proof: str | None,
+        **bound: Any,
+    ) -> str:
+        """ "" when a proof the server minted shows `actor` may take `action` (names mode: always),
+        else why not; recorded by the activity (`proof_checks`), logged here."""
+        request = ProofRequest(
+            tenant_id=self.conversation.start.tenant_id,
+            workflow_id=self.conversation.workflow_id,
+            action=action,
+            actor=actor,
+            proof=proof,
+            **bound,
         )
+        try:
+            refusal: str = await bookkeeping(
+                "check_action_proof", request, f"check {actor}'s proof for {action}", str
+            )
+        except ActivityError as err:
+            workflow.logger.error("%s by %s could not be checked: %s", action, actor, err.cause or err)
+            refusal = "the proof check could not reach the database"
         if refusal:
             workflow.logger.warning("%s by %s refused: %s", action, actor, refusal)
-        return not refusal
+        return refusal
+
+    async def message_refusal(self, message: SubmitMessage) -> str | None:
+        """The message's proof check; messages are admitted in the order they arrived, whichever
+        check finishes first."""
+        ticket = self._message_tickets
+        self._message_tickets += 1
+        try:
+            refusal = await self.proof_refusal(
+                "message",
+                message.user_id,
+                message.proof,
+                message_id=message.message_id or "",
+                text=message.text,
+            )
+        finally:
+            await workflow.wait_condition(lambda: self._messages_admitted == ticket)
+            self._messages_admitted += 1
+        return refusal or None
+
+    async def start_refusal(self, start: StartConversation) -> str:
+        """In signed mode only the server starts a conversation, for the person it authenticated:
+        the start's proof binds the agent and what the start asks. A refusal is also recorded in
+        `input_audit`."""
+        refusal = await self.proof_refusal(
+            "start", start.user_id, start.proof, agent=start.agent, content=start.proof_content()
+        )
+        if refusal:
+            await self.refuse("start", start.user_id, refusal)
+        return refusal

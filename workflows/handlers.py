@@ -61,7 +61,7 @@ class Handlers:
         ):
             workflow.logger.warning("message %s was delivered before: answered once", message.message_id)
             return
-        refusal = refusal or conversation.inbox_refusal()
+        refusal = refusal or conversation.inbox_refusal() or await self.authority.message_refusal(message)
         if refusal is not None:
             if message.message_id:  # its sender may be waiting for the reply: tell them why not
                 self.store.refuse(message.message_id, refusal)

@@ -17,6 +17,7 @@ from countersign.cli import (  # noqa: F401  (each registers its commands)
     mcp,
     model,
     records,
+    tokens,
 )
 from countersign.cli import stats as _stats  # noqa: F401  (registers `stats`)
 from countersign.cli.app import cli

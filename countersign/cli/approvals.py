@@ -15,6 +15,7 @@ from temporalio.client import Client, WorkflowUpdateFailedError
 
 from countersign.cli.app import cli, print_json, run
 from countersign.cli.conversations import connected, query_status
+from countersign.cli.door import door_as
 from countersign.cli.inbox import InboxSession, inbox_request, load_session, signed_mode
 from countersign.cli.ux import reason
 from countersign.core.approvals import Approval, Decision
@@ -183,15 +184,18 @@ def answer(workflow_id: str, call_id: str, text: str, user: str) -> None:
     """Answer a question the agent asked (ask_human)."""
 
     async def body() -> None:
-        client, _ = await connected()
-        handle = client.get_workflow_handle(workflow_id)
-        status = await query_status(handle)
-        if call_id not in {q.call_id for q in status.pending_questions}:
-            raise click.ClickException(f"{workflow_id} has no open question {call_id}")
-        if signed_mode():
-            path = f"/api/conversations/{workflow_id}/answer"
-            await inbox_request(load_session(user), "POST", path, {"call_id": call_id, "text": text})
+        if signed_mode():  # the server sends it, with a proof that this person answered
+            door = door_as(user)
+            status = await door.status(workflow_id)
+            if call_id not in {q.call_id for q in status.pending_questions}:
+                raise click.ClickException(f"{workflow_id} has no open question {call_id}")
+            await door.answer(workflow_id, call_id, text)
         else:
+            client, _ = await connected()
+            handle = client.get_workflow_handle(workflow_id)
+            status = await query_status(handle)
+            if call_id not in {q.call_id for q in status.pending_questions}:
+                raise click.ClickException(f"{workflow_id} has no open question {call_id}")
             await handle.signal("answer", AnswerSignal(call_id=call_id, user_id=user, text=text))
         click.echo(f"answered {call_id}")
 

@@ -12,51 +12,41 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
-import uuid
 from collections.abc import Awaitable, Callable
-from typing import Any
 
 import click
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
-from temporalio.client import Client, WorkflowHandle
 
 from countersign.cli.app import cli, run
-from countersign.cli.approvals import decide
-from countersign.cli.conversations import connected, parse_limits, query_status, query_transcript, wait_turn
-from countersign.cli.inbox import inbox_request, load_session, signed_mode
+from countersign.cli.chat_ports import ConversationPort, DoorPort, TemporalPort
+from countersign.cli.conversations import connected, parse_limits
+from countersign.cli.door import door_as
+from countersign.cli.inbox import signed_mode
 from countersign.cli.records import with_session
 from countersign.cli.ux import command
 from countersign.cli.waiting import who_can_decide
-from countersign.client.ended import full_transcript, with_stored_results
 from countersign.client.handles import (
     render_message,
     render_status,
     render_transcript,
-    roll_back,
-    start_conversation,
-    wait_reply,
 )
 from countersign.core.approvals import (
-    Approval,
     Decision,
     DecisionKind,
     approver_refusal,
 )
 from countersign.core.contract import (
-    AnswerSignal,
-    EndConversation,
     PendingApproval,
     PendingQuestion,
     StartConversation,
     StatusView,
-    SubmitMessage,
     TurnResult,
 )
 from countersign.core.messages import ChatMessage
 from countersign.core.saga import RollbackRequest
 from countersign.db import schema
-from countersign.runtime.config import SCRIPTED_LABEL, Settings
+from countersign.runtime.config import SCRIPTED_LABEL
 
 POLL_S = 0.25  # how often a running turn is looked at; nothing polls between turns
 HELP = """\
@@ -190,11 +180,9 @@ async def decision_of(workflow_id: str, call_id: str) -> schema.ApprovalDecision
 class Chat:
     """One person's chat with one conversation (started by the first message, or re-attached)."""
 
-    def __init__(
-        self, client: Client, settings: Settings, lines: Lines, user: str, start: StartConversation | None
-    ):
-        self.client, self.settings, self.lines, self.user, self.start = client, settings, lines, user, start
-        self.handle: WorkflowHandle[Any, Any] | None = None
+    def __init__(self, port: ConversationPort, lines: Lines, user: str, start: StartConversation | None):
+        self.port, self.lines, self.user, self.start = port, lines, user, start
+        self.conversation: str | None = None  # its workflow id, once started or attached
         self.last_shown: ChatMessage | None = None
         self.thinking_shown = False
         self.asked: set[str] = set()  # approvals and questions already put to the person
@@ -204,7 +192,7 @@ class Chat:
 
     @property
     def workflow_id(self) -> str:
-        return self.handle.id if self.handle else "?"
+        return self.conversation or "?"
 
     # --- the loop ---------------------------------------------------------------------------
 
@@ -232,27 +220,25 @@ class Chat:
                 return
 
     async def say(self, text: str) -> None:
-        if self.handle is None:
+        if self.conversation is None:
             assert self.start is not None
-            self.handle = await start_conversation(
-                self.client, self.settings, self.start.model_copy(update={"message": text})
-            )
-            click.echo(f"conversation {self.handle.id} · Web UI {self.settings.workflow_url(self.handle.id)}")
-            await self.follow(wait_turn(self.handle, 1))
+            self.conversation = await self.port.start(self.start, text)
+            ui = self.port.ui_url(self.conversation)
+            click.echo(f"conversation {self.conversation}" + (f" · Web UI {ui}" if ui else ""))
+            await self.follow(self.port.reply(self.conversation, None, 1))
             return
-        if (await query_status(self.handle)).state == "ended":
+        if (await self.port.status(self.conversation)).state == "ended":
             click.echo(f"conversation {self.workflow_id} has ended")
             self.ended = True
             return
-        message = SubmitMessage(user_id=self.user, text=text, message_id=uuid.uuid4().hex)
-        await self.handle.signal("submit_message", message)
-        await self.follow(wait_reply(self.client, self.handle.id, message.message_id or ""))
+        message_id = await self.port.send(self.conversation, self.user, text)
+        await self.follow(self.port.reply(self.conversation, message_id, None))
 
     async def attach(self, workflow_id: str) -> None:
         """Show a running conversation so far, then follow the turn it is in, if any."""
-        self.handle = self.client.get_workflow_handle(workflow_id)
+        self.conversation = workflow_id
         messages, status = await asyncio.gather(
-            full_transcript(self.client, self.settings, workflow_id), query_status(self.handle)
+            self.port.full_transcript(workflow_id), self.port.status(workflow_id)
         )
         click.echo(render_transcript(messages, scripted=False))
         self.last_shown = messages[-1] if messages else None
@@ -260,7 +246,7 @@ class Chat:
             click.echo(f"conversation {workflow_id} has ended")
             self.ended = True
         elif status.state != "idle":
-            await self.follow(wait_turn(self.handle, status.turn))
+            await self.follow(self.port.reply(workflow_id, None, status.turn))
 
     # --- following a turn -------------------------------------------------------------------
 
@@ -282,13 +268,13 @@ class Chat:
             click.echo(turn_footer(turn))
 
     async def show_progress(self) -> None:
-        assert self.handle is not None
+        assert self.conversation is not None
         # Status first, then the transcript: state only moves forward, so the transcript then holds
         # at least what led to the status (the call an approval is for is shown before its prompt).
-        status = await query_status(self.handle)
-        messages = await query_transcript(self.handle)
+        status = await self.port.status(self.conversation)
+        messages = await self.port.live_transcript(self.conversation)
         await self.show_decided(status)  # before the results they let through
-        shown = await with_stored_results(self.settings, self.handle.id, unseen(messages, self.last_shown))
+        shown = unseen(messages, self.last_shown)
         for message in shown:
             text = render_message(message) if message.role != "user" else None  # the person typed it
             if text:
@@ -361,22 +347,13 @@ class Chat:
         await self.decide(kind, approval.call_id, reason.strip() or None, approval)
 
     async def ask_answer(self, question: PendingQuestion) -> None:
-        assert self.handle is not None
+        assert self.conversation is not None
         self.asked.add(question.call_id)
         click.echo(f"  ? {question.call_id} the agent asks: {question.question}")
         text = ""
         while not text:
             text = await self.ask_inline("  your answer: ")
-        if signed_mode():
-            path, body = (
-                f"/api/conversations/{self.workflow_id}/answer",
-                {"call_id": question.call_id, "text": text},
-            )
-            await inbox_request(load_session(self.user), "POST", path, body)
-            return
-        await self.handle.signal(
-            "answer", AnswerSignal(call_id=question.call_id, user_id=self.user, text=text)
-        )
+        await self.port.answer(self.conversation, self.user, question.call_id, text)
 
     # --- decisions --------------------------------------------------------------------------
 
@@ -385,17 +362,8 @@ class Chat:
     ) -> None:
         """Decide as the chat's user; a refusal is shown with who could decide instead."""
         decision = Decision(call_id=call_id, decision=kind, approver=self.user, reason=reason)
-        try:
-            if signed_mode():  # the inbox proves who decides, with this user's `login` session
-                path, body = (
-                    f"/api/approvals/{self.workflow_id}/{call_id}",
-                    {"decision": kind, "reason": reason},
-                )
-                recorded = Approval.model_validate(
-                    await inbox_request(load_session(self.user), "POST", path, body)
-                )
-            else:
-                recorded = await decide(self.client, self.workflow_id, decision)
+        try:  # signed mode: through the server, which proves who decides
+            recorded = await self.port.decide(self.workflow_id, decision)
         except click.ClickException as refused:
             click.echo(f"  ✗ {refused.message}")
             if approval is not None:
@@ -412,21 +380,21 @@ class Chat:
     # --- commands (each answers whether the chat goes on) -----------------------------------
 
     def started(self) -> bool:
-        if self.handle is None:
+        if self.conversation is None:
             click.echo("no conversation yet: type a message to start one")
-        return self.handle is not None
+        return self.conversation is not None
 
     async def show_status(self, _: str) -> bool:
         if self.started():
-            assert self.handle is not None
-            click.echo(render_status(self.handle.id, await query_status(self.handle)))
+            assert self.conversation is not None
+            click.echo(render_status(self.conversation, await self.port.status(self.conversation)))
         return True
 
     async def show_transcript(self, _: str) -> bool:
         if self.started():
-            assert self.handle is not None
-            messages = await full_transcript(self.client, self.settings, self.handle.id)
-            click.echo(render_transcript(messages, scripted=self.settings.scripted_model))
+            assert self.conversation is not None
+            messages = await self.port.full_transcript(self.conversation)
+            click.echo(render_transcript(messages, scripted=self.port.scripted))
         return True
 
     async def decide_command(self, kind: DecisionKind, rest: str) -> bool:
@@ -434,8 +402,8 @@ class Chat:
         if not call_id:
             click.echo(f"usage: /{kind} CALL_ID [reason]")
         elif self.started():
-            assert self.handle is not None
-            pending = {p.call_id: p for p in (await query_status(self.handle)).pending_approvals}
+            assert self.conversation is not None
+            pending = {p.call_id: p for p in (await self.port.status(self.conversation)).pending_approvals}
             await self.decide(kind, call_id, reason.strip() or None, pending.get(call_id))
         return True
 
@@ -451,16 +419,19 @@ class Chat:
                 "usage: /rollback [turn|conversation|call CALL_ID] (once the conversation has started)"
             )
             return True
-        assert self.handle is not None
+        assert self.conversation is not None
         request = RollbackRequest.model_validate(
             {"requested_by": self.user, "scope": scope, "call_id": call_id}
         )
         try:
-            entries = await roll_back(self.handle, request)
+            entries = await self.port.rollback(self.conversation, request)
         except TimeoutError as err:
             click.echo(str(err))
             return True
-        for e in entries or []:
+        if entries is None:  # through the server: it runs between turns
+            click.echo(f"rollback ({scope}) sent: it runs between turns")
+            return True
+        for e in entries:
             click.echo(f"↶ {e.call_id} {e.tool}: {e.state}{f' ({e.error})' if e.error else ''}")
         if not entries:
             click.echo("nothing to undo in that scope")
@@ -468,14 +439,14 @@ class Chat:
 
     async def end(self, _: str) -> bool:
         if self.started():
-            assert self.handle is not None
-            await self.handle.signal("end", EndConversation(requested_by=self.user))
-            click.echo(f"ended conversation {self.handle.id}")
+            assert self.conversation is not None
+            await self.port.end(self.conversation, self.user)
+            click.echo(f"ended conversation {self.conversation}")
         return False
 
     async def quit(self, _: str) -> bool:
-        if self.handle is not None:
-            click.echo(f"left conversation {self.handle.id}; it goes on. {reattach(self.handle.id)}")
+        if self.conversation is not None:
+            click.echo(f"left conversation {self.conversation}; it goes on. {reattach(self.conversation)}")
         return False
 
     async def help(self, _: str) -> bool:
@@ -484,24 +455,31 @@ class Chat:
 
 
 async def chat_session(start: StartConversation | None, workflow_id: str | None, user: str | None) -> None:
-    client, settings = await connected()
+    port: ConversationPort
+    if signed_mode():  # through the server, as the person logged in
+        if user is None:
+            raise click.ClickException("signed mode: give --user (who you logged in as)")
+        port = DoorPort(door_as(user, start.tenant_id if start else None))
+    else:
+        client, settings = await connected()
+        port = TemporalPort(client, settings)
     lines = Lines()
     lines.open()
-    if settings.scripted_model:
+    if port.scripted:
         click.echo(f"{SCRIPTED_LABEL} (no real LLM configured: replies come from a scenario file)")
     if workflow_id is not None:
-        user = user or conversation_user(await full_transcript(client, settings, workflow_id))
+        user = user or conversation_user(await port.full_transcript(workflow_id))
         if user is None:
             raise click.ClickException(f"cannot tell whose conversation {workflow_id} is: give --user")
     assert user is not None
-    session = Chat(client, settings, lines, user, start)
+    session = Chat(port, lines, user, start)
     click.echo("type a message; /help lists the commands")
     try:
         if workflow_id is not None:
             await session.attach(workflow_id)
         await session.repl()
     except (Detached, asyncio.CancelledError) as left:
-        if session.handle is not None:
+        if session.conversation is not None:
             click.echo(f"\ndetached; the conversation goes on. {reattach(session.workflow_id)}")
         if isinstance(left, asyncio.CancelledError):
             raise

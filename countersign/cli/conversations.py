@@ -14,7 +14,8 @@ from pydantic import ValidationError
 from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
 
 from countersign.cli.app import cli, print_json, run
-from countersign.cli.inbox import inbox_request, load_session, signed_mode
+from countersign.cli.door import door_as, reading_door
+from countersign.cli.inbox import signed_mode
 from countersign.cli.ux import EXIT_WAITING, command, reason, temporal_settings
 from countersign.cli.waiting import ctrl_c, follow, waiting_lines
 from countersign.client.ended import (
@@ -42,7 +43,7 @@ from countersign.core.contract import (
 )
 from countersign.core.envelopes import describe_policy
 from countersign.core.messages import ChatMessage
-from countersign.core.saga import RollbackRequest
+from countersign.core.saga import RollbackRequest, SagaEntry
 from countersign.runtime.config import Settings
 
 END_WAIT_S = 10.0  # `end` waits this long for the conversation to close before saying it is closing
@@ -130,7 +131,29 @@ def start(
         )
     )
 
+    async def through_door() -> None:
+        door = door_as(user, tenant)
+        workflow_id, _ = await door.start(agent, message, conversation.limits, single_turn)
+        if not as_json:
+            click.echo(workflow_id)
+        outcome = await door.reply(workflow_id, turn=1) if wait else None
+        finish(workflow_id, outcome, {"workflow_id": workflow_id})
+
+    def finish(workflow_id: str, outcome: TurnResult | StatusView | None, out: dict[str, Any]) -> None:
+        if as_json:
+            if isinstance(outcome, TurnResult):
+                out["turn"] = outcome.model_dump(mode="json")
+            elif isinstance(outcome, StatusView):
+                out["waiting"] = outcome.model_dump(mode="json")
+            print_json(out)
+        elif wait:
+            show_outcome(workflow_id, outcome, user)
+        if isinstance(outcome, StatusView):
+            raise SystemExit(EXIT_WAITING)
+
     async def body() -> None:
+        if signed_mode():  # the server starts it, with a proof that this person asked
+            return await through_door()
         client, settings = await connected()
         handle = await start_conversation(client, settings, conversation)
         with ctrl_c() as interrupted:
@@ -141,21 +164,12 @@ def start(
             except Exception:
                 await handle.result()  # a conversation that failed to start says why (unknown user, ...)
                 raise
-        if as_json:
-            out: dict[str, Any] = {
-                "workflow_id": handle.id,
-                "run_id": handle.result_run_id,
-                "ui_url": settings.workflow_url(handle.id),
-            }
-            if isinstance(outcome, TurnResult):
-                out["turn"] = outcome.model_dump(mode="json")
-            elif isinstance(outcome, StatusView):
-                out["waiting"] = outcome.model_dump(mode="json")
-            print_json(out)
-        elif wait:
-            show_outcome(handle.id, outcome, user)
-        if isinstance(outcome, StatusView):
-            raise SystemExit(EXIT_WAITING)
+        out = {
+            "workflow_id": handle.id,
+            "run_id": handle.result_run_id,
+            "ui_url": settings.workflow_url(handle.id),
+        }
+        finish(handle.id, outcome, out)
 
     run(body())
 
@@ -200,7 +214,28 @@ def send(
         raise click.UsageError("give WF TEXT, or --conversation KEY with TEXT")
     message = checked(lambda: SubmitMessage(user_id=user, text=text, message_id=uuid.uuid4().hex))
 
+    async def through_door() -> None:
+        door = door_as(user, tenant)
+        if key is not None:
+            assert agent is not None
+            target_id, message_id = await door.start(agent, message.text, key=key)
+        else:
+            assert workflow_id is not None
+            target_id, message_id = (
+                workflow_id,
+                await door.send(workflow_id, message.text, message.message_id),
+            )
+        click.echo(f"conversation {target_id}", err=True)
+        if no_wait:
+            return
+        outcome = await door.reply(target_id, message_id=message_id)
+        show_outcome(target_id, outcome, user)
+        if isinstance(outcome, StatusView):
+            raise SystemExit(EXIT_WAITING)
+
     async def body() -> None:
+        if signed_mode():  # the server delivers it, with a proof that this person wrote it
+            return await through_door()
         client, settings = await connected()
         if key is not None:
             assert tenant and agent
@@ -241,9 +276,14 @@ def status(workflow_id: str, as_json: bool) -> None:
     """Show a conversation's state, turn, pending approvals, usage and limits."""
 
     async def body() -> None:
-        client, settings = await connected()
-        view = await conversation_status(client, settings, workflow_id)
-        used, budget = await tokens_today(settings, view.tenant_id) if settings.database_url else (0, None)
+        used, budget = 0, None
+        if door := reading_door():
+            view = await door.status(workflow_id)
+        else:
+            client, settings = await connected()
+            view = await conversation_status(client, settings, workflow_id)
+            if settings.database_url:
+                used, budget = await tokens_today(settings, view.tenant_id)
         if as_json:
             print_json(
                 view.model_dump(mode="json") | {"tenant_tokens_today": used, "tenant_tokens_per_day": budget}
@@ -275,13 +315,16 @@ def transcript(workflow_id: str, as_json: bool) -> None:
     """Print what was said in a conversation, tool calls and results included."""
 
     async def body() -> None:
-        client, settings = await connected()
-        messages = await full_transcript(client, settings, workflow_id)
+        if door := reading_door():
+            messages, scripted = await door.transcript(workflow_id), False
+        else:
+            client, settings = await connected()
+            messages, scripted = await full_transcript(client, settings, workflow_id), settings.scripted_model
         if as_json:
             json.dump([m.model_dump(mode="json") for m in messages], sys.stdout, indent=2)
             sys.stdout.write("\n")
             return
-        click.echo(render_transcript(messages, scripted=settings.scripted_model))
+        click.echo(render_transcript(messages, scripted=scripted))
 
     run(body())
 
@@ -306,27 +349,38 @@ def rollback(
         {"requested_by": requested_by, "scope": scope, "call_id": call_id, "reason": reason}
     )
 
+    async def through_door() -> list[SagaEntry] | None:
+        """The server sends it with a proof for this person and scope (or, the conversation
+        having ended, runs it); a running conversation undoes it between turns."""
+        door = door_as(requested_by)
+        entries = await door.rollback(workflow_id, scope, call_id, reason)
+        if entries is None:
+            click.echo(
+                f"rollback ({scope}) of {workflow_id} sent: it runs between turns; "
+                f"`{command()} audit --workflow {workflow_id}` shows what was undone"
+            )
+        return entries
+
     async def body() -> None:
+        if signed_mode():
+            entries = await through_door()
+            if entries is None:
+                return
+        else:
+            entries = await directly()
+        if not entries:
+            click.echo("nothing to undo in that scope")
+        for e in entries:
+            click.echo(f"{e.call_id} {e.tool}: {e.state}{f' ({e.error})' if e.error else ''}")
+
+    async def directly() -> list[SagaEntry]:
         client, settings = await connected()
         if await has_ended(client, workflow_id):  # takes no signal: a short workflow undoes it
             outcome = await roll_back_ended(client, settings, workflow_id, request)
             if outcome.refused:
                 raise click.ClickException(f"rollback refused: {outcome.refused}")
-            entries = outcome.entries
-        else:
-            via_inbox = None
-            if signed_mode():  # the inbox sends it, with a proof for this person and scope
-                session, path = load_session(requested_by), f"/api/conversations/{workflow_id}/rollback"
-                body = request.model_dump(include={"scope", "call_id", "reason"})
-
-                async def via_inbox() -> None:
-                    await inbox_request(session, "POST", path, body)
-
-            entries = await roll_back(client.get_workflow_handle(workflow_id), request, send=via_inbox)
-        if not entries:
-            click.echo("nothing to undo in that scope")
-        for e in entries:
-            click.echo(f"{e.call_id} {e.tool}: {e.state}{f' ({e.error})' if e.error else ''}")
+            return outcome.entries
+        return await roll_back(client.get_workflow_handle(workflow_id), request)
 
     run(body())
 
@@ -337,7 +391,19 @@ def rollback(
 def end(workflow_id: str, requested_by: str) -> None:
     """End a conversation. A turn in progress finishes first; what the agent did stays done."""
 
+    async def through_door() -> None:
+        door = door_as(requested_by)
+        await door.end(workflow_id)
+        for _ in range(int(END_WAIT_S / 0.2)):
+            if (await door.status(workflow_id)).state == "ended":
+                click.echo(f"ended conversation {workflow_id}")
+                return
+            await asyncio.sleep(0.2)
+        click.echo(f"ending {workflow_id}: it finishes its current turn first (`status` shows it)")
+
     async def body() -> None:
+        if signed_mode():  # the server sends it with a proof that this person ended it
+            return await through_door()
         client, _ = await connected()
         handle = client.get_workflow_handle(workflow_id)
         if (await query_status(handle)).state == "ended":

@@ -11,6 +11,8 @@ from countersign.cli.app import cli, run
 from countersign.cli.ux import database_url
 from countersign.db import migrate
 from countersign.db.seed import seed as load_seed
+from countersign.identity.mode import record_deployment_mode
+from countersign.runtime.config import load_settings
 
 
 def shown(url: str) -> str:
@@ -24,10 +26,14 @@ def db() -> None:
 
 @db.command()
 def upgrade() -> None:
-    """Apply the migrations to DATABASE_URL, up to the latest."""
+    """Apply the migrations to DATABASE_URL, up to the latest; record the deployment's mode
+    (COUNTERSIGN_AUTH or APPROVER_AUTH when set, else keep the recorded one)."""
     url = database_url()
     run(asyncio.to_thread(migrate.upgrade, url))
     click.echo(f"database {shown(url)} is at revision {migrate.head_revision()}")
+    settings = load_settings()
+    mode = run(record_deployment_mode(url, settings.approver_auth if settings.auth_configured else None))
+    click.echo(f"the deployment runs COUNTERSIGN_AUTH={mode}: every worker reads it when it starts")
 
 
 @db.command()

@@ -9,6 +9,7 @@ import click
 
 from countersign.cli.app import cli, print_json, run
 from countersign.devstack import stack
+from countersign.identity.mode import deployment_mode
 from countersign.runtime.config import DATA_DIR, load_settings
 
 
@@ -43,6 +44,7 @@ def status(as_json: bool) -> None:
     plan = _plan()
     components = stack.status(plan)
     scenario = _scenario(plan, components)
+    mode = run(running_mode())
     if as_json:
         settings = load_settings()
         print_json(
@@ -54,7 +56,8 @@ def status(as_json: bool) -> None:
                 "llm_base_url": settings.llm_base_url,
                 "ui_url": settings.ui_url,
                 "scenario": scenario,
-                "approver_auth": settings.approver_auth,
+                "approver_auth": mode,
+                "auth_mode": mode,
                 "components": {c.name: c.to_json() for c in components},
             }
         )
@@ -66,7 +69,7 @@ def status(as_json: bool) -> None:
         click.echo("  ".join([*(cell.ljust(w) for cell, w in zip(row, widths, strict=False)), row[-1]]))
     if scenario:
         click.echo(f"scripted model scenario: {scenario}")
-    click.echo(approver_auth_line(load_settings().approver_auth))
+    click.echo(approver_auth_line(mode))
 
 
 def _scenario(plan: stack.StackPlan, components: list[stack.ComponentStatus]) -> str | None:
@@ -79,10 +82,28 @@ def _scenario(plan: stack.StackPlan, components: list[stack.ComponentStatus]) ->
     return (stack.scenario_of(running) if running else None) or plan.scenario
 
 
+async def running_mode() -> str:
+    """The mode of what runs: the deployment's, recorded in its database (the environment's when
+    the database cannot be read: not started yet)."""
+    settings = load_settings()
+    if settings.database_url:
+        try:
+            recorded = await asyncio.wait_for(deployment_mode(settings.database_url), 5)
+        except Exception:  # not running: say what the next start would use
+            recorded = None
+        if recorded:
+            return recorded
+    return settings.approver_auth
+
+
 def approver_auth_line(mode: str) -> str:
     if mode == "signed":
-        return "approvals: APPROVER_AUTH=signed: decisions count only with a proof from the inbox"
+        return (
+            "auth: COUNTERSIGN_AUTH=signed (the deployment's): starts, messages, answers, rollbacks, "
+            "ends and decisions count only with a proof the server minted"
+        )
     return (
-        "approvals: APPROVER_AUTH=names (demo): a bare approver name counts; decisions are recorded "
-        "as claimed, not proven. Set APPROVER_AUTH=signed to require proofs."
+        "auth: COUNTERSIGN_AUTH=names (the deployment's; demo): a bare name counts for requesters and "
+        "approvers; actions are recorded as claimed, not proven. Set COUNTERSIGN_AUTH=signed and run "
+        "`db upgrade` to require proofs."
     )

@@ -1,8 +1,8 @@
-"""Commands: `inbox serve` (the reviewers' web app) and `login` (a session for the CLI).
+"""Commands: `server` (`inbox serve`: the front door) and `login` (a session for the CLI).
 
-With APPROVER_AUTH=signed, `approve`, `reject`, `answer` and `rollback` decide through the inbox
-with the session `login` keeps: the inbox authenticated the person and issues the proof; a bare
-`--as NAME` proves nothing.
+In signed mode every command that acts on a conversation goes through the server with the session
+`login` keeps (countersign.cli.door, and `approve` / `reject` here): the server authenticated the
+person and issues the proof; a bare `--as NAME` proves nothing.
 """
 
 from __future__ import annotations
@@ -94,7 +94,9 @@ class SessionEnded(click.ClickException):
     "--inbox", "inbox_url", help="The inbox's URL (default: http://127.0.0.1:COUNTERSIGN_INBOX_PORT)."
 )
 def login(tenant: str, user: str, password: str | None, inbox_url: str | None) -> None:
-    """Log in to the inbox and keep the session for approve / reject / answer / rollback."""
+    """Log in to the server and keep the session: for requesters (in signed mode start, send, chat,
+    answer, rollback, end, status, transcript and audit go through the server with it) and for
+    reviewers (approve, reject)."""
     secret = password if password is not None else click.prompt("Password", hide_input=True)
     url = (inbox_url or load_settings().inbox_url).rstrip("/")
 
@@ -146,11 +148,30 @@ def inbox() -> None:
     """The reviewers' inbox: pending approvals, proven decisions (web app and JSON API)."""
 
 
+PORT_OPTION = click.option(
+    "--port", type=click.IntRange(0, 65535), help="Default: COUNTERSIGN_INBOX_PORT or 8300."
+)
+HOST_OPTION = click.option("--host", default="127.0.0.1", show_default=True)
+
+
+@cli.command("server")
+@PORT_OPTION
+@HOST_OPTION
+def server(port: int | None, host: str) -> None:
+    """Serve the Countersign server (the front door: conversation API, chat, inbox) until Ctrl-C
+    or SIGTERM; with OIDC login when COUNTERSIGN_OIDC_ISSUER is set."""
+    serve_forever(port, host)
+
+
 @inbox.command()
-@click.option("--port", type=click.IntRange(0, 65535), help="Default: COUNTERSIGN_INBOX_PORT or 8300.")
-@click.option("--host", default="127.0.0.1", show_default=True)
+@PORT_OPTION
+@HOST_OPTION
 def serve(port: int | None, host: str) -> None:
-    """Serve the inbox until Ctrl-C or SIGTERM (with OIDC login when COUNTERSIGN_OIDC_ISSUER is set)."""
+    """The same server as `server` (its older name)."""
+    serve_forever(port, host)
+
+
+def serve_forever(port: int | None, host: str) -> None:
     # imported here: the server (aiohttp, jinja, authlib) costs every other command a second to start
     from countersign.server.app import running_inbox
     from countersign.server.oidc import OidcConfig
@@ -173,7 +194,7 @@ def serve(port: int | None, host: str) -> None:
         bound = settings.inbox_port if port is None else port
         async with running_inbox(settings, host, bound, oidc=oidc, trusted_proxies=proxies) as url:
             sso = f", single sign-on: {oidc.issuer}" if oidc else ""
-            click.echo(f"inbox serving on {url} (APPROVER_AUTH={settings.approver_auth}{sso})", err=True)
+            click.echo(f"server serving on {url} (COUNTERSIGN_AUTH={settings.approver_auth}{sso})", err=True)
             await stop.wait()
 
     run(body())

@@ -11,12 +11,14 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from countersign.cli.app import cli, print_json, run
+from countersign.cli.door import reading_door
 from countersign.cli.ux import database_url
 from countersign.core.calls import Tier
 from countersign.core.envelopes import ContextPolicy, describe_policy
 from countersign.db import schema
+from countersign.db.audit import audit_rows
 from countersign.db.engine import create_engine, session_factory
-from countersign.db.schema import TIERS, AgentProfile, AgentToolPermission, McpServer, ToolExecution
+from countersign.db.schema import TIERS, AgentProfile, AgentToolPermission, McpServer
 from countersign.mcp.servers import server_of
 from tools.tiers import change_tenant_tier, tenant_tiers
 
@@ -67,22 +69,10 @@ def audit(workflow_id: str | None, tenant: str | None, limit: int, as_json: bool
     """Every tool call: what ran, who approved it, what nobody answered, what was rolled back."""
 
     async def rows(session: AsyncSession) -> list[dict[str, Any]]:
-        query = select(ToolExecution).order_by(ToolExecution.id.desc()).limit(limit)
-        if workflow_id:
-            query = query.where(ToolExecution.workflow_id == workflow_id)
-        if tenant:
-            query = query.where(ToolExecution.tenant_id == tenant)
-        found = (await session.scalars(query)).all()
-        return [
-            {
-                **{c.name: getattr(r, c.name) for c in ToolExecution.__table__.columns},
-                # `args` are the model's; an approver who edited them approved `edited_args`
-                "edited_by": r.approved_by if r.edited_args is not None else None,
-            }
-            for r in reversed(found)
-        ]
+        return await audit_rows(session, workflow_id, tenant, limit)
 
-    found = run(with_session(rows))
+    door = reading_door() if workflow_id else None  # signed mode: one conversation's, through the server
+    found = run(door.audit(workflow_id) if door and workflow_id else with_session(rows))
     if as_json:
         print_json(found)
     elif not found:
@@ -90,7 +80,7 @@ def audit(workflow_id: str | None, tenant: str | None, limit: int, as_json: bool
     else:
         cells = [AUDIT_COLUMNS] + [
             tuple(
-                r[c].strftime("%Y-%m-%d %H:%M:%S")
+                str(r[c])[:19]  # a datetime, or its str() from the server
                 if c == "created_at"
                 else str(r[c] if r[c] is not None else "-")
                 for c in AUDIT_COLUMNS

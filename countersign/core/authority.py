@@ -18,7 +18,7 @@ Every refusal is recorded (`input_audit`, or `approval_decisions` / `rollback_re
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel
 
@@ -80,8 +80,11 @@ class ActionCheck(BaseModel):
 class ProofRequest(BaseModel):
     tenant_id: str
     workflow_id: str
-    action: Literal["answer", "end"]
+    action: Literal["answer", "end", "start", "message"]
     actor: str
     proof: str | None = None
     call_id: str | None = None  # answer: the question's call
-    text: str | None = None  # answer: the exact text the proof binds
+    text: str | None = None  # answer, message: the exact text the proof binds
+    message_id: str | None = None  # message: its id
+    agent: str | None = None  # start: the agent
+    content: dict[str, Any] | None = None  # start: what it asks (StartConversation.proof_content)

@@ -96,6 +96,7 @@ class SubmitMessage(BaseModel):
     user_id: Identifier
     text: Text
     message_id: Identifier | None = None  # set by clients that want to wait for this message's reply
+    proof: Proof | None = None  # signed mode: the server's proof for exactly this message
 
 
 class CarriedState(BaseModel):
@@ -130,6 +131,15 @@ class StartConversation(BaseModel):
     limits: Limits = Field(default_factory=Limits)
     carried: CarriedState | None = None  # set only by continue-as-new
     seal: str | None = None  # the worker's MAC over `carried`, bound to the workflow id
+    proof: Proof | None = None  # signed mode: the server's proof that the user started exactly this
+
+    def proof_content(self) -> dict[str, Any]:
+        """What a start's proof binds besides tenant, user, agent and workflow id: what it asks."""
+        return {
+            "message": self.message,
+            "single_turn": self.single_turn,
+            "limits": self.limits.model_dump(mode="json"),
+        }
 
 
 TurnStop = Literal["completed", "limit_reached", "error"]
@@ -202,3 +212,12 @@ class StatusView(BaseModel):
     last_error: str | None = None
     compensation_failures: list[str] = Field(default_factory=list)
     policy: ContextPolicy | None = None  # the context window and token budget (message store on)
+
+
+class Reply(BaseModel):
+    """What the server's `GET /api/conversations/{wf}/reply` answers: the turn's result, what it
+    waits for (a person), that it still runs (ask again), or that the conversation ended."""
+
+    state: Literal["replied", "waiting", "running", "ended"]
+    turn: TurnResult | None = None
+    status: StatusView | None = None

@@ -775,3 +775,82 @@ class LoginAttempt(Base):
     outcome: Mapped[str]
     reason: Mapped[str | None]
     created_at: Mapped[datetime] = created_at()
+
+
+# --- the front door: conversations the server started, API tokens, requesters' actions -----------
+
+REQUEST_VIAS = ("session", "token")
+AUTH_MODES = ("signed", "names")
+
+
+class Conversation(Base):
+    """Whose conversation a workflow id is: written by the server when it starts one (before
+    Temporal sees the start), so that every later request is checked against this row, never against
+    what a query of the workflow claims. `proven`: the start carried a proof the server minted
+    (signed mode). `auth_mode` is the deployment's mode when it started."""
+
+    __tablename__ = "conversations"
+    __table_args__ = (
+        user_fk("user_id"),
+        Index(None, "tenant_id", "user_id", "created_at"),
+        one_of("started_via", REQUEST_VIAS),
+        one_of("auth_mode", AUTH_MODES),
+    )
+
+    workflow_id: Mapped[str] = mapped_column(primary_key=True)
+    tenant_id: Mapped[str] = tenant_column(indexed=False)
+    user_id: Mapped[str]
+    agent: Mapped[str]
+    key: Mapped[str | None]  # a keyed conversation's key (`send --conversation KEY`)
+    started_via: Mapped[str]
+    token_name: Mapped[str | None]  # the API token that started it, if one did
+    auth_mode: Mapped[str]
+    created_at: Mapped[datetime] = created_at()
+
+
+class ApiToken(Base):
+    """A machine client's credential: scoped to one tenant and the users it may act for (`act_as`).
+    Only the SHA-256 of its 32-byte random secret is kept; the secret is shown once, at creation."""
+
+    __tablename__ = "api_tokens"
+    __table_args__ = (UniqueConstraint("tenant_id", "name"),)
+
+    id: Mapped[int] = identity_pk()
+    tenant_id: Mapped[str] = tenant_column(indexed=False)
+    name: Mapped[str]
+    secret_sha256: Mapped[str] = mapped_column(unique=True)
+    act_as: Mapped[list[str]]
+    created_at: Mapped[datetime] = created_at()
+    revoked_at: Mapped[datetime | None]
+    last_used_at: Mapped[datetime | None]
+
+
+class RequesterAction(Base):
+    """Every request to the conversation API, accepted or refused: who asked (the person, or the
+    token and the user it acted for), what, on which conversation, and the answer's status.
+    `tenant_id` has no foreign key: a refused request may name anything."""
+
+    __tablename__ = "requester_actions"
+    __table_args__ = (Index(None, "tenant_id", "created_at"), Index(None, "token_id", "created_at"))
+
+    id: Mapped[int] = identity_pk()
+    tenant_id: Mapped[str]
+    user_id: Mapped[str]
+    via: Mapped[str]
+    token_id: Mapped[int | None] = mapped_column(BigInteger)
+    action: Mapped[str]  # start, message, answer, rollback, end, status, transcript, audit
+    workflow_id: Mapped[str | None]
+    status: Mapped[int]
+    reason: Mapped[str | None]
+    created_at: Mapped[datetime] = created_at()
+
+
+class DeploymentSetting(Base):
+    """Settings that belong to the deployment, not to one process: `auth_mode` (signed or names),
+    which every worker reads at start and refuses to run against (countersign.identity.mode)."""
+
+    __tablename__ = "deployment_settings"
+
+    name: Mapped[str] = mapped_column(primary_key=True)
+    value: Mapped[str]
+    set_at: Mapped[datetime] = updated_at()

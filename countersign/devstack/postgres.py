@@ -122,10 +122,15 @@ class EmbeddedPostgres:
 
 
 async def migrate_and_seed(database_url: str) -> None:
-    """Apply the migrations and load the seed data (both idempotent)."""
-    from countersign.db import migrate, seed  # the database layer is not needed to run a server
+    """Apply the migrations, record the deployment's mode (the environment's, when it names one)
+    and load the seed data (all idempotent)."""
+    from countersign.db import migrate, seed
+    from countersign.identity.mode import record_deployment_mode
+    from countersign.runtime.config import load_settings  # the database layer is not needed to run a server
 
     await asyncio.to_thread(migrate.upgrade, database_url)
+    settings = load_settings()
+    await record_deployment_mode(database_url, settings.approver_auth if settings.auth_configured else None)
     await seed.seed(database_url)
 
 

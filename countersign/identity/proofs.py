@@ -1,8 +1,9 @@
 """Proofs: who decided, shown by a signature instead of claimed by a name.
 
-In `APPROVER_AUTH=signed` mode a decision (approve, reject), an answer, a rollback and an end count
-only with a proof: an Ed25519-signed JWT that the inbox issues to the person it authenticated, for
-exactly one action. Its claims bind it to the tenant, the person (`sub`), the conversation (`wf`),
+In signed mode (COUNTERSIGN_AUTH, or APPROVER_AUTH) a decision (approve, reject), a start, a
+message, an answer, a rollback and an end count only with a proof: an Ed25519-signed JWT that the
+server issues to the person it authenticated (or to the user an API token acts for), for exactly
+one action. Its claims bind it to the tenant, the person (`sub`), the conversation (`wf`),
 the action (`act`), what it acts on (`tgt`: a call id, `conversation`, a rollback scope) and the
 SHA-256 of the canonical JSON of the exact arguments (`args`: edited ones included). It lives
 PROOF_TTL and is spent once: its id (`jti`) is recorded in PostgreSQL (`proof_checks`) where it is
@@ -39,7 +40,8 @@ from countersign.db.schema import ProofCheck
 from countersign.runtime.config import DATA_DIR
 
 ApproverAuth = Literal["signed", "names"]
-ProofAction = Literal["approve", "reject", "answer", "rollback", "end"]
+# Decisions (reviewers) and requesters' actions: a start and a message too (the front door).
+ProofAction = Literal["approve", "reject", "answer", "rollback", "end", "start", "message"]
 
 PROOF_TTL = timedelta(minutes=2)
 PROOF_AUDIENCE = "countersign-proof"
@@ -79,7 +81,9 @@ class Binding(BaseModel):
     tenant_id: str
     workflow_id: str
     action: ProofAction
-    target: str  # the call id; `conversation` for end; `<scope>:<call id>` for a rollback
+    # the call id; `conversation` for end; `<scope>:<call id>` for a rollback; the agent for a
+    # start; the message id for a message
+    target: str
     args_sha256: str
 
     @classmethod
@@ -118,6 +122,29 @@ class Binding(BaseModel):
             action="rollback",
             target=f"{scope}:{call_id or ''}",
             args_sha256=args_digest({}),
+        )
+
+    @classmethod
+    def start(cls, tenant_id: str, workflow_id: str, agent: str, content: Mapping[str, Any]) -> Binding:
+        """A conversation's start, by the person the proof is issued to (its user): bound to the
+        agent and to what the start carries (first message, limits), so none of it can be swapped."""
+        return cls(
+            tenant_id=tenant_id,
+            workflow_id=workflow_id,
+            action="start",
+            target=agent,
+            args_sha256=args_digest(content),
+        )
+
+    @classmethod
+    def message(cls, tenant_id: str, workflow_id: str, message_id: str, text: str) -> Binding:
+        """One message (by its id) with exactly this text."""
+        return cls(
+            tenant_id=tenant_id,
+            workflow_id=workflow_id,
+            action="message",
+            target=message_id,
+            args_sha256=args_digest({"text": text}),
         )
 
     @classmethod

@@ -47,13 +47,19 @@ class Settings(BaseModel):
     # out is rebuilt by replaying its history when it next has work (an approval, a message), which
     # costs milliseconds (docs/benchmark.md, section 4). Env: WORKER_MAX_CACHED_WORKFLOWS.
     max_cached_workflows: int = Field(250, ge=0)
-    # Who decided: `signed` (a proof the inbox issued counts) or `names` (a bare name is claimed, the
-    # demo's default). Keys: PEM text or a file path; unset, the embedded stack's pair in .data/.
+    # Who asked and who decided: `signed` (only a proof the server issued counts) or `names` (a bare
+    # name is claimed, the demo's default). COUNTERSIGN_AUTH, or its older name APPROVER_AUTH; the
+    # deployment's recorded mode wins (countersign.identity.mode): `auth_configured` says whether
+    # this process was given one. Keys: PEM text or a file path; unset, the embedded stack's pair.
     approver_auth: Literal["signed", "names"] = "names"
+    auth_configured: bool = False
     proof_public_key: str | None = None
     proof_private_key: str | None = None  # the inbox only: the worker can verify, never sign
     inbox_port: int = 8300
     inbox_public_url: str | None = None  # what notifications link to, when not http://127.0.0.1:PORT
+    # The server's cookies are `Secure` (sent over TLS only): set behind a TLS proxy; a request that
+    # arrived over TLS gets them anyway. Env: COUNTERSIGN_COOKIE_SECURE.
+    cookie_secure: bool = False
     # Worker Deployment Versioning (README, "Deploying a new build"): with a build id the worker
     # serves deployment `deployment_name` as that build, and a conversation stays on the build it
     # started on until it continues as new. Unset (the embedded stack, tests): an unversioned worker,
@@ -90,6 +96,7 @@ def load_settings(env: dict[str, str] | None = None) -> Settings:
     def pick(name: str, stack_key: str | None = None) -> str | None:
         return env.get(name) or (stack.get(stack_key) if stack_key else None)
 
+    auth_mode = (env.get("COUNTERSIGN_AUTH") or env.get("APPROVER_AUTH") or "").strip().lower()
     values: dict[str, str | None] = {
         "temporal_address": pick("TEMPORAL_ADDRESS", "temporal_address"),
         "namespace": env.get("TEMPORAL_NAMESPACE"),
@@ -106,11 +113,13 @@ def load_settings(env: dict[str, str] | None = None) -> Settings:
         "smtp_sender": env.get("SMTP_SENDER"),
         "email_delivery_delay_s": env.get("EMAIL_DELIVERY_DELAY_S"),
         "max_cached_workflows": env.get("WORKER_MAX_CACHED_WORKFLOWS"),
-        "approver_auth": (env.get("APPROVER_AUTH") or "").strip().lower(),
+        "approver_auth": auth_mode,
+        "auth_configured": "true" if auth_mode else None,
         "proof_public_key": env.get("COUNTERSIGN_PROOF_PUBLIC_KEY"),
         "proof_private_key": env.get("COUNTERSIGN_PROOF_PRIVATE_KEY"),
         "inbox_port": env.get("COUNTERSIGN_INBOX_PORT"),
         "inbox_public_url": env.get("COUNTERSIGN_INBOX_URL"),
+        "cookie_secure": env.get("COUNTERSIGN_COOKIE_SECURE"),
         "build_id": env.get("COUNTERSIGN_BUILD_ID"),
         "deployment_name": env.get("COUNTERSIGN_DEPLOYMENT"),
     }

@@ -15,7 +15,7 @@ import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import aiohttp
 import jinja2
@@ -26,12 +26,18 @@ from temporalio.service import RPCError
 
 from countersign.client.temporal_client import connect
 from countersign.db.engine import create_engine, session_factory
+from countersign.identity import tokens
+from countersign.identity.mode import recorded_mode
 from countersign.identity.proofs import load_private_key
 from countersign.runtime.config import Settings
+from countersign.server import agent_tools
 from countersign.server.auth import SESSION_TTL, Reviewer, SessionClaims
+from countersign.server.door import CALLER, REQUESTERS, add_routes, on_conversation, recorded
 from countersign.server.oidc import CALLBACK_PATH, FLOW_TTL, OidcConfig, OidcProvider, OidcRefused, open_flow
+from countersign.server.requesters import AnswerBody, ApiRate, Caller, Requesters
 from countersign.server.service import (
     AlwaysAllowRequest,
+    AnswerRequest,
     BatchRequest,
     DecisionRequest,
     Inbox,
@@ -53,6 +59,7 @@ SESSION = web.RequestKey("session", SessionClaims)
 INBOX = web.AppKey("inbox", Inbox)
 OIDC = web.AppKey("oidc", OidcProvider)
 TRUSTED_PROXIES = web.AppKey("trusted_proxies", frozenset[str])
+SECURE_COOKIES = web.AppKey("secure_cookies", bool)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 _templates = jinja2.Environment(
@@ -76,11 +83,17 @@ async def body_of(request: web.Request, model: type[BaseModel]) -> Any:
         raise InboxError(400, f"invalid request: {where}: {first['msg']}") from None
 
 
-async def session_of(request: web.Request) -> SessionClaims | None:
-    """The caller's live session (bearer token, else the cookie), or None."""
+def bearer_of(request: web.Request) -> str | None:
+    """The bearer token (an API token or a session token), else the page's session cookie."""
     header = request.headers.get("Authorization", "")
     token = header[7:] if header.lower().startswith("bearer ") else request.cookies.get(COOKIE)
-    if not token or len(token) > 4096:
+    return token if token and len(token) <= 4096 else None
+
+
+async def session_of(request: web.Request) -> SessionClaims | None:
+    """The caller's live session (bearer token, else the cookie), or None."""
+    token = bearer_of(request)
+    if not token or tokens.looks_like_token(token):
         return None
     return await request.app[INBOX].session_of(token)
 
@@ -101,13 +114,24 @@ def client_of(request: web.Request) -> str:
 
 @web.middleware
 async def errors_and_auth(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """API calls other than login need a session; InboxError becomes its JSON error."""
+    """API calls other than login need a session, or an API token for the conversation API;
+    InboxError becomes its JSON error."""
     try:
         if request.path.startswith("/api/") and request.path != "/api/login":
+            bearer = bearer_of(request)
+            if bearer is not None and tokens.looks_like_token(bearer):
+                caller = await request.app[REQUESTERS].token_caller(bearer)
+                if caller is None:
+                    return error(401, "unknown or revoked API token")
+                if not request.path.startswith("/api/conversations"):
+                    return error(403, "an API token calls the conversation API only")
+                request[CALLER] = caller
+                return await handler(request)
             claims = await session_of(request)
             if claims is None:
                 return error(401, "log in first (POST /api/login)")
             request[SESSION], request[REVIEWER] = claims, claims.reviewer
+            request[CALLER] = Caller(tenant_id=claims.reviewer.tenant_id, person=claims.reviewer.user_id)
         return await handler(request)
     except InboxError as err:
         return error(err.status, str(err), err.retry_after_s)
@@ -227,14 +251,17 @@ async def login(request: web.Request) -> web.Response:
     credentials: LoginRequest = await body_of(request, LoginRequest)
     token = await request.app[INBOX].login(credentials, client_of(request))
     response = web.json_response({"token": token})
-    set_session_cookie(response, token)
+    set_session_cookie(request, response, token)
     return response
 
 
-def set_session_cookie(response: web.StreamResponse, token: str) -> None:
+def set_session_cookie(request: web.Request, response: web.StreamResponse, token: str) -> None:
+    """HttpOnly, SameSite=Strict; `Secure` under TLS (the request's, or a TLS proxy's:
+    COUNTERSIGN_COOKIE_SECURE)."""
     response.set_cookie(
-        COOKIE, token, httponly=True, samesite="Strict", max_age=int(SESSION_TTL.total_seconds()), path="/"
-    )
+        COOKIE, token, httponly=True, samesite="Strict", max_age=int(SESSION_TTL.total_seconds()), path="/",
+        secure=request.secure or request.app[SECURE_COOKIES],
+    )  # fmt: skip
 
 
 async def logout(request: web.Request) -> web.Response:
@@ -248,7 +275,9 @@ async def logout(request: web.Request) -> web.Response:
 async def me(request: web.Request) -> web.Response:
     reviewer = request[REVIEWER]
     roles = await request.app[INBOX].roles(reviewer)
-    return web.json_response({**reviewer.model_dump(), "roles": roles})
+    async with request.app[REQUESTERS].sessions() as session:  # which mode runs: the deployment's
+        mode = await recorded_mode(session) or "names"
+    return web.json_response({**reviewer.model_dump(), "roles": roles, "auth_mode": mode})
 
 
 async def approvals(request: web.Request) -> web.Response:
@@ -294,21 +323,15 @@ async def history(request: web.Request) -> web.Response:
     return web.json_response(await request.app[INBOX].history(request[REVIEWER]))
 
 
-async def conversation_action(request: web.Request) -> web.Response:
-    action: Literal["answer", "rollback", "end"]
-    match request.match_info["action"]:
-        case "answer" | "rollback" | "end" as named:
-            action = named
-        case other:
-            raise InboxError(404, f"no action {other!r} (answer, rollback, end)")
-    if request.content_type != "application/json":
-        raise InboxError(415, "send JSON (Content-Type: application/json)")
-    try:
-        body = json.loads(await request.read() or b"{}")
-        await request.app[INBOX].act(request[REVIEWER], request.match_info["workflow_id"], action, body)
-    except (ValidationError, json.JSONDecodeError) as err:
-        raise InboxError(400, f"invalid request: {str(err).splitlines()[0]}") from None
-    return web.json_response({"sent": action}, status=202)
+async def answer_by_body(request: web.Request) -> web.Response:
+    """The inbox's older spelling of an answer (`POST …/answer {"call_id", "text"}`), kept working:
+    the same as `POST …/answers/{call_id}`."""
+    body: AnswerRequest = await body_of(request, AnswerRequest)
+    async with recorded(request, "answer") as record:
+        requesters, caller, row = await on_conversation(request, "answer", record)
+        await requesters.answer(caller, row, body.call_id, AnswerBody(text=body.text))
+        record.status = 202
+    return web.json_response({"sent": "answer"}, status=202)
 
 
 # --- the page ------------------------------------------------------------------------------------
@@ -344,6 +367,7 @@ async def oidc_login(request: web.Request) -> web.StreamResponse:
     response.set_cookie(
         FLOW_COOKIE, request.app[INBOX].seal_flow(flow),
         httponly=True, samesite="Lax", max_age=int(FLOW_TTL.total_seconds()), path=CALLBACK_PATH,
+        secure=request.secure or request.app[SECURE_COOKIES],
     )  # fmt: skip
     return response
 
@@ -369,17 +393,22 @@ async def oidc_callback(request: web.Request) -> web.Response:
         # a page, not a redirect: the session cookie is SameSite=Strict, and a browser does not
         # send it on a redirect chain that began at the provider's (cross-site) page
         response = oidc_page("Signed in.", 200, signed_in=True)
-        set_session_cookie(response, token)
+        set_session_cookie(request, response, token)
     response.del_cookie(FLOW_COOKIE, path=CALLBACK_PATH)
     return response
 
 
 def create_app(
-    inbox: Inbox, oidc: OidcConfig | None = None, trusted_proxies: frozenset[str] = frozenset()
+    inbox: Inbox,
+    requesters: Requesters,
+    oidc: OidcConfig | None = None,
+    trusted_proxies: frozenset[str] = frozenset(),
+    secure_cookies: bool = False,
 ) -> web.Application:
     app = web.Application(middlewares=[errors_and_auth], client_max_size=MAX_BODY)
     app[INBOX] = inbox
     app[TRUSTED_PROXIES] = trusted_proxies
+    app[SECURE_COOKIES] = secure_cookies
     if oidc is not None:
         app[OIDC] = OidcProvider(oidc)
         app.router.add_get("/auth/oidc/login", oidc_login)
@@ -401,7 +430,9 @@ def create_app(
     app.router.add_post("/api/approvals/batch", decide_batch)
     app.router.add_post("/api/approvals/{workflow_id}/{call_id}", decide)
     app.router.add_post("/api/approvals/{workflow_id}/{call_id}/always-allow", always_allow)
-    app.router.add_post("/api/conversations/{workflow_id}/{action}", conversation_action)
+    add_routes(app, requesters)
+    agent_tools.add_routes(app, requesters.sessions)
+    app.router.add_post("/api/conversations/{workflow_id}/answer", answer_by_body)
     return app
 
 
@@ -413,19 +444,24 @@ async def running_inbox(
     client: Client | None = None,
     oidc: OidcConfig | None = None,
     trusted_proxies: frozenset[str] = frozenset(),
+    rate: ApiRate | None = None,
 ) -> AsyncIterator[str]:
-    """The inbox of `settings` (Temporal, or `client`; PostgreSQL; the proof signing key) served on
+    """The server of `settings` (Temporal, or `client`; PostgreSQL; the proof signing key) served on
     host:port (0: a free port), with login through `oidc` when given, taking client addresses from
-    X-Forwarded-For when the peer is one of `trusted_proxies`; yields its base URL."""
+    X-Forwarded-For when the peer is one of `trusted_proxies`, limiting each person's and token's
+    conversation requests to `rate` (default: the environment's); yields its base URL."""
     if not settings.database_url:
         raise RuntimeError("inbox: no DATABASE_URL: run `python starter.py dev up` or set DATABASE_URL")
     client = client or await connect(settings)
     engine = create_engine(settings.database_url)
+    sessions, key = session_factory(engine), load_private_key(settings.proof_private_key)
     runner = web.AppRunner(
         create_app(
-            Inbox(client, session_factory(engine), load_private_key(settings.proof_private_key)),
+            Inbox(client, sessions, key),
+            Requesters(client, sessions, key, settings, rate),
             oidc,
             trusted_proxies,
+            settings.cookie_secure,
         ),
         shutdown_timeout=1.0,
     )

@@ -25,9 +25,8 @@ from temporalio.service import RPCError, RPCStatusCode
 from countersign.core.approvals import Approval, Decision, approver_refusal
 from countersign.core.bounds import MAX_REASON_CHARS
 from countersign.core.calls import Risk
-from countersign.core.contract import AnswerSignal, EndConversation, PendingApproval, StatusView
+from countersign.core.contract import PendingApproval, StatusView
 from countersign.core.messages import ChatMessage
-from countersign.core.saga import RollbackRequest, Scope
 from countersign.db.people import check_password, roles_of
 from countersign.db.schema import ApprovalDecision, ToolExecution
 from countersign.identity.proofs import Binding, mint_proof
@@ -85,12 +84,6 @@ class AlwaysAllowRequest(BaseModel, extra="forbid"):
 class AnswerRequest(BaseModel, extra="forbid"):
     call_id: str = Field(min_length=1, max_length=100)
     text: str = Field(min_length=1, max_length=10_000)
-
-
-class RollbackBody(BaseModel, extra="forbid"):
-    scope: Scope = "turn"
-    call_id: str | None = Field(None, max_length=100)
-    reason: str | None = Field(None, max_length=MAX_REASON_CHARS)
 
 
 # --- what the inbox shows ------------------------------------------------------------------------
@@ -410,39 +403,6 @@ class Inbox:
                 raise
             raise await self._not_pending(workflow_id, call_id) from None
         return approval
-
-    async def act(
-        self, reviewer: Reviewer, workflow_id: str, action: Literal["answer", "rollback", "end"], body: Any
-    ) -> None:
-        """Send `answer`, `rollback` or `end` with a proof for exactly that action. These are
-        signals: the worker verifies and audits them (a refusal is recorded, not answered)."""
-        await self._status(reviewer, workflow_id)
-        now, user, tenant = datetime.now(UTC), reviewer.user_id, reviewer.tenant_id
-        handle = self.client.get_workflow_handle(workflow_id)
-        if action == "answer":
-            answer = AnswerRequest.model_validate(body)
-            proof = mint_proof(
-                self._key, user, Binding.answer(tenant, workflow_id, answer.call_id, answer.text), now
-            )
-            await handle.signal(
-                "answer", AnswerSignal(call_id=answer.call_id, user_id=user, text=answer.text, proof=proof)
-            )
-        elif action == "rollback":
-            rb = RollbackBody.model_validate(body)
-            if rb.scope == "call" and not rb.call_id:
-                raise InboxError(400, "a rollback of scope call needs a call_id")
-            proof = mint_proof(
-                self._key, user, Binding.rollback(tenant, workflow_id, rb.scope, rb.call_id), now
-            )
-            await handle.signal(
-                "rollback",
-                RollbackRequest(
-                    requested_by=user, scope=rb.scope, call_id=rb.call_id, reason=rb.reason, proof=proof
-                ),
-            )
-        else:
-            proof = mint_proof(self._key, user, Binding.end(tenant, workflow_id), now)
-            await handle.signal("end", EndConversation(requested_by=user, proof=proof))
 
     async def always_allow(self, reviewer: Reviewer, workflow_id: str, call_id: str) -> dict[str, Any]:
         """An admin's standing "always allow this tool for this agent" from a pending call: the

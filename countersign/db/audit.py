@@ -1,0 +1,50 @@
+"""The audit as people read it: one row per tool call (`tool_executions`), with who asked for the
+conversation and whether that was proven (a start proof the worker accepted, `proof_checks`), and
+whether the decision on it was proven (`approval_decisions.proven`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import exists, select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from countersign.db.schema import ApprovalDecision, ProofCheck, ToolExecution
+
+
+async def audit_rows(
+    session: AsyncSession, workflow_id: str | None = None, tenant_id: str | None = None, limit: int = 100
+) -> list[dict[str, Any]]:
+    """The latest `limit` calls (of one conversation, or one tenant), oldest first."""
+    start_proven = exists().where(
+        ProofCheck.workflow_id == ToolExecution.workflow_id,
+        ProofCheck.action == "start",
+        ProofCheck.accepted,
+    )
+    decision_proven = exists().where(
+        ApprovalDecision.workflow_id == ToolExecution.workflow_id,
+        ApprovalDecision.call_id == ToolExecution.call_id,
+        ApprovalDecision.accepted,
+        ApprovalDecision.proven,
+    )
+    query = (
+        select(ToolExecution, start_proven.label("request_proven"), decision_proven.label("decision_proven"))
+        .order_by(ToolExecution.id.desc())
+        .limit(limit)
+    )
+    if workflow_id:
+        query = query.where(ToolExecution.workflow_id == workflow_id)
+    if tenant_id:
+        query = query.where(ToolExecution.tenant_id == tenant_id)
+    found = (await session.execute(query)).all()
+    return [
+        {
+            **{c.name: getattr(r, c.name) for c in ToolExecution.__table__.columns},
+            # `args` are the model's; an approver who edited them approved `edited_args`
+            "edited_by": r.approved_by if r.edited_args is not None else None,
+            "requested_by": r.user_id,
+            "request_proven": request_proven,
+            "decision_proven": decided_proven if r.approved_by else None,
+        }
+        for r, request_proven, decided_proven in reversed(found)
+    ]

@@ -1,0 +1,172 @@
+"""The conversation API over HTTP (CONTRACT.md, "The front door"); the work is in
+countersign.server.requesters. Every request is recorded there, refused ones included."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from aiohttp import web
+from pydantic import BaseModel, ValidationError
+from temporalio.service import RPCError
+
+from countersign.server.requesters import (
+    AnswerBody,
+    Caller,
+    MessageBody,
+    RequesterActionName,
+    Requesters,
+    RollbackBody,
+    StartBody,
+)
+from countersign.server.service import InboxError
+
+CALLER = web.RequestKey("caller", Caller)
+REQUESTERS = web.AppKey("requesters", Requesters)
+M = TypeVar("M", bound=BaseModel)
+
+
+async def parse(request: web.Request, model: type[M]) -> M:
+    """The body as `model`: 415 unless JSON (a cross-site form cannot send it), 422 when invalid."""
+    if request.content_type != "application/json":
+        raise InboxError(415, "send JSON (Content-Type: application/json)")
+    try:
+        return model.model_validate_json(await request.read() or b"{}")
+    except ValidationError as err:
+        first = err.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "body"
+        raise InboxError(422, f"invalid request: {where}: {first['msg']}") from None
+
+
+@dataclass
+class Record:
+    workflow_id: str | None = None
+    user_id: str | None = None
+    status: int = 200
+
+
+@contextlib.asynccontextmanager
+async def recorded(request: web.Request, action: RequesterActionName) -> AsyncIterator[Record]:
+    """One `requester_actions` row for the request, with the status it was answered."""
+    requesters, caller = request.app[REQUESTERS], request[CALLER]
+    record = Record(workflow_id=request.match_info.get("workflow_id"))
+    try:
+        yield record
+    except InboxError as err:
+        await requesters.record(caller, record.user_id, action, record.workflow_id, err.status, str(err))
+        raise
+    except RPCError as err:
+        await requesters.record(caller, record.user_id, action, record.workflow_id, 503, err.message)
+        raise
+    await requesters.record(caller, record.user_id, action, record.workflow_id, record.status)
+
+
+async def on_conversation(
+    request: web.Request, action: RequesterActionName, record: Record
+) -> tuple[Requesters, Caller, Any]:
+    """The service, the caller and the conversation's row, once the caller may take `action` on it
+    and their bucket has room."""
+    requesters, caller = request.app[REQUESTERS], request[CALLER]
+    row = await requesters.conversation(caller, request.match_info["workflow_id"], action)
+    record.user_id = requesters.actor(caller, row)
+    await requesters.admit(caller, record.user_id)
+    return requesters, caller, row
+
+
+async def start(request: web.Request) -> web.Response:
+    async with recorded(request, "start") as record:
+        requesters, caller = request.app[REQUESTERS], request[CALLER]
+        body = await parse(request, StartBody)
+        record.user_id = body.user_id  # as claimed, until checked
+        record.user_id = requesters.requester_of(caller, body)
+        await requesters.admit(caller, record.user_id)
+        started = await requesters.start(caller, record.user_id, body)
+        record.workflow_id, record.status = started.workflow_id, 201
+    return web.json_response(started.model_dump(exclude_none=True), status=201)
+
+
+async def send(request: web.Request) -> web.Response:
+    async with recorded(request, "message") as record:
+        requesters, _, row = await on_conversation(request, "message", record)
+        message_id = await requesters.send(row, await parse(request, MessageBody))
+        record.status = 202
+    return web.json_response({"message_id": message_id}, status=202)
+
+
+async def status(request: web.Request) -> web.Response:
+    async with recorded(request, "status") as record:
+        requesters, _, row = await on_conversation(request, "status", record)
+        view = await requesters.status(row)
+    return web.json_response(view.model_dump(mode="json"))
+
+
+async def transcript(request: web.Request) -> web.Response:
+    async with recorded(request, "transcript") as record:
+        requesters, _, row = await on_conversation(request, "transcript", record)
+        messages = await requesters.transcript(row)
+    return web.json_response([m.model_dump(mode="json") for m in messages])
+
+
+async def audit(request: web.Request) -> web.Response:
+    """The conversation's tool calls as `audit --workflow WF --json` prints them."""
+    async with recorded(request, "audit") as record:
+        requesters, _, row = await on_conversation(request, "audit", record)
+        rows = await requesters.audit(row)
+    return web.json_response(rows, dumps=lambda v: json.dumps(v, default=str))
+
+
+async def reply(request: web.Request) -> web.Response:
+    """Not in the contract's table: the CLI's wait for a turn (`?message_id=` or `?turn=`, and
+    `wait` seconds, at most 50), so that it needs nothing but the server."""
+    async with recorded(request, "reply") as record:
+        requesters, _, row = await on_conversation(request, "reply", record)
+        query = request.query
+        try:
+            turn = int(query["turn"]) if "turn" in query else None
+            wait_s = float(query.get("wait", "30"))
+        except ValueError:
+            raise InboxError(422, "turn is a number, wait a number of seconds") from None
+        answer = await requesters.reply(row, query.get("message_id"), turn, wait_s)
+    return web.json_response(answer.model_dump(mode="json"))
+
+
+async def answer(request: web.Request) -> web.Response:
+    async with recorded(request, "answer") as record:
+        requesters, caller, row = await on_conversation(request, "answer", record)
+        body = await parse(request, AnswerBody)
+        await requesters.answer(caller, row, request.match_info["call_id"], body)
+        record.status = 202
+    return web.json_response({"sent": "answer"}, status=202)
+
+
+async def rollback(request: web.Request) -> web.Response:
+    async with recorded(request, "rollback") as record:
+        requesters, caller, row = await on_conversation(request, "rollback", record)
+        entries = await requesters.rollback(caller, row, await parse(request, RollbackBody))
+        record.status = 202
+    undone = None if entries is None else [e.model_dump(mode="json") for e in entries]
+    return web.json_response({"sent": "rollback", "entries": undone}, status=202)
+
+
+async def end(request: web.Request) -> web.Response:
+    async with recorded(request, "end") as record:
+        requesters, caller, row = await on_conversation(request, "end", record)
+        await requesters.end(caller, row)
+        record.status = 202
+    return web.json_response({"sent": "end"}, status=202)
+
+
+def add_routes(app: web.Application, requesters: Requesters) -> None:
+    app[REQUESTERS] = requesters
+    app.router.add_post("/api/conversations", start)
+    app.router.add_get("/api/conversations/{workflow_id}", status)
+    app.router.add_post("/api/conversations/{workflow_id}/messages", send)
+    app.router.add_get("/api/conversations/{workflow_id}/transcript", transcript)
+    app.router.add_get("/api/conversations/{workflow_id}/reply", reply)
+    app.router.add_get("/api/conversations/{workflow_id}/audit", audit)
+    app.router.add_post("/api/conversations/{workflow_id}/answers/{call_id}", answer)
+    app.router.add_post("/api/conversations/{workflow_id}/rollback", rollback)
+    app.router.add_post("/api/conversations/{workflow_id}/end", end)
