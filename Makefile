@@ -8,7 +8,8 @@ STAMP  := $(VENV)/.installed-stamp
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+	@echo "installing Countersign and its dependencies into $(VENV) (a few minutes on a fresh machine)"
+	$(PY) -m pip install --disable-pip-version-check --progress-bar on -e '.[dev]'
 	@# bytecode for the workflow sandbox, which imports the workflow module afresh for every run
 	@# (and compiles it from source each time when PYTHONDONTWRITEBYTECODE=1 and no .pyc exists)
 	$(PY) -m compileall -q countersign workflows activities tools worker.py starter.py

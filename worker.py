@@ -78,8 +78,9 @@ def build_worker(
     authority = AuthorityActivities(sessions)
     email = EmailActivities(sessions, settings.smtp_host, settings.smtp_port, settings.smtp_sender)
     notifications = NotificationActivities(
-        sessions, settings.inbox_url, settings.smtp_host, settings.smtp_port, settings.smtp_sender
-    )
+        sessions, settings.inbox_url, settings.smtp_host, settings.smtp_port, settings.smtp_sender,
+        smtp_configured=settings.smtp_configured,
+    )  # fmt: skip
     observability: list[Interceptor] = [ModelCallAudit(sessions), GenAiSpans(settings.llm_model)]
     if metrics is not None:
         metrics.watch_breaker(email.breaker)

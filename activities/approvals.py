@@ -20,6 +20,7 @@ from temporalio.exceptions import ApplicationError
 from activities.tools import validate
 from countersign.core.approvals import ApprovalReminder, DecisionRecord, Verdict, approver_refusal
 from countersign.db.attempts import attempt_key, record_once
+from countersign.db.events import publish
 from countersign.db.people import roles_of
 from countersign.db.schema import ApprovalDecision, Notification
 from countersign.identity.proofs import Binding, ProofVerifier, check_proof
@@ -87,6 +88,22 @@ class ApprovalActivities:
                 }
 
             row = await record_once(session, ApprovalDecision, ApprovalDecision.attempt_key, key, attempt)
+            if row.accepted:
+                state = "approved" if row.decision == "approve" else "rejected"
+                decided = {
+                    "call_id": row.call_id,
+                    "tool": row.tool,
+                    "state": state,
+                    "decided_by": row.approver,
+                }
+                await publish(
+                    session,
+                    record.workflow_id,
+                    record.tenant_id,
+                    "approval",
+                    decided,
+                    f"approval:{row.call_id}:decided",
+                )
             return self._verdict(row, record)
 
     def _verdict(self, row: ApprovalDecision, record: DecisionRecord) -> Verdict:

@@ -7,7 +7,10 @@
   key in the request's `_meta` (`countersign/call_id`, for servers that deduplicate), passes the
   result through the common redaction and truncation, and writes the `tool_executions` row.
   A server that is down, slow or refusing gives an error envelope at once: never a retry loop.
-- `specs_for` (called by `load_conversation_context`) lists an agent's MCP tools for the snapshot.
+- `specs_for` (called by `load_conversation_context`) lists an agent's MCP tools for the snapshot;
+  a flat name two tools would share (`mcp__x___foo`: server `x`'s `_foo` and server `x_`'s `foo`,
+  or one server listing a name twice) is offered for neither, loudly: a tool's identity is its
+  (server, tool), and the snapshot's one spec per name is what every later step looks up.
 
 Exactly-once is weaker than for native tools, whose effect commits with its audit row: an MCP
 server's effect is outside our transaction. An attempt that finds the call's audit row returns it;
@@ -35,8 +38,8 @@ from countersign.core.guards import TruncationLimits, sanitize
 from countersign.db.ratelimit import RateLimits, take
 from countersign.db.schema import McpServer, ToolExecution
 from countersign.mcp.catalog import argument_errors, envelope_of, spec_of
-from countersign.mcp.pool import McpPool, McpRefused, McpUnavailable
-from countersign.mcp.servers import ServerConfig, remember_listing, servers_for
+from countersign.mcp.pool import McpOutcomeUnknown, McpPool, McpRefused, McpUnavailable
+from countersign.mcp.servers import ServerConfig, clashes, remember_listing, servers_for, tool_name
 from tools.registry import ToolFailure
 
 META_CALL_ID = "countersign/call_id"
@@ -63,12 +66,27 @@ class McpActivities:
         async with self._sessions() as session:
             servers = await servers_for(session, agent, tenant_id)
         listings = await asyncio.gather(*(self._pool.list_tools(s) for s in servers), return_exceptions=True)
+        listed_by = [
+            (server.name, listed.name)
+            for server, listing in zip(servers, listings, strict=True)
+            if not isinstance(listing, BaseException)
+            for listed in listing
+        ]
+        shared = clashes(listed_by)
+        for name, owners in shared.items():
+            activity.logger.error(
+                "MCP tool name %s is shared by %s: none of them is offered (rename a server)",
+                name,
+                ", ".join(f"{server}/{tool}" for server, tool in owners),
+            )
         specs: list[ToolSpec] = []
         for server, listing in zip(servers, listings, strict=True):
             if isinstance(listing, BaseException):
                 activity.logger.warning("MCP server %s left out of the catalog: %s", server.name, listing)
                 continue
             for listed in listing:
+                if tool_name(server.name, listed.name) in shared:
+                    continue
                 spec = spec_of(server.name, listed, None)
                 if spec is None:
                     activity.logger.warning("MCP tool %s/%s cannot be offered", server.name, listed.name)
@@ -87,6 +105,11 @@ class McpActivities:
             arguments = validated(call)
         except ToolFailure as failure:
             return ToolResult.failure(failure.code, failure.message)
+        except Exception:  # the schema check itself broke: refuse now, never retried, never asked
+            activity.logger.exception("checking %s arguments failed", call.spec.name)
+            return ToolResult.failure(
+                "INTERNAL_ERROR", f"the arguments of {call.spec.name} could not be checked"
+            )
         return ToolResult.success(arguments)
 
     # --- the call -----------------------------------------------------------------------------
@@ -110,13 +133,15 @@ class McpActivities:
                 server: ServerConfig | None = await self._server(session, call)
             except ToolFailure as refused:
                 server, result = None, ToolResult.failure(refused.code, refused.message)
+        unknown = False
         if server is not None:
             try:
                 result = await self._call(server, call, key)
             except ToolFailure as failure:
                 result = ToolResult.failure(failure.code, failure.message)
+                unknown = isinstance(failure, OutcomeUnknown)
         result = result.model_copy(update={"data": sanitize(result.data, self._limits)})
-        return await self._audit(call, result, key, started, clock)
+        return await self._audit(call, result, key, started, clock, unknown=unknown)
 
     async def _take_token(self, session: AsyncSession, inv: ToolInvocation, now: datetime) -> None:
         """The tenant's rate limit for the tool, as for native tools: RATE_LIMITED when spent."""
@@ -159,6 +184,12 @@ class McpActivities:
                     "it was not called (a new conversation sees the current version)",
                 )
             outcome = await self._pool.call_tool(server, ref.tool, arguments, {META_CALL_ID: key})
+        except McpOutcomeUnknown as lost:
+            raise OutcomeUnknown(
+                "INTERNAL_ERROR",
+                f"{lost}; {call.spec.name} was sent and may have run: its outcome is unknown. "
+                "Check its effect before calling it again",
+            ) from lost
         except McpUnavailable as down:
             raise ToolFailure("INTERNAL_ERROR", f"{down}; {call.spec.name} was not completed") from down
         except McpRefused as refused:
@@ -174,11 +205,26 @@ class McpActivities:
         return ToolResult.model_validate(row) if row is not None else None
 
     async def _audit(
-        self, call: McpCall, result: ToolResult, key: str, started: datetime, clock: float
+        self,
+        call: McpCall,
+        result: ToolResult,
+        key: str,
+        started: datetime,
+        clock: float,
+        *,
+        unknown: bool = False,
     ) -> ToolResult | StoredResult:
         inv, spec = call.invocation, call.spec
         code = result.error.code if result.error else None
-        outcome = "executed" if result.ok else "invalid" if code == "VALIDATION_ERROR" else "failed"
+        outcome = (
+            "unknown"
+            if unknown
+            else "executed"
+            if result.ok
+            else "invalid"
+            if code == "VALIDATION_ERROR"
+            else "failed"
+        )
         row = audit_row(inv, result, outcome, risk=spec.risk, category=spec.category) | {
             "approved_by": inv.approved_by,
             "idempotency_key": key,
@@ -193,6 +239,10 @@ class McpActivities:
             if inserted is None:  # a concurrent attempt of the same call recorded first: its answer holds
                 result = await self._recorded(session, inv) or result
             return await result_or_envelope(session, inv, result)
+
+
+class OutcomeUnknown(ToolFailure):
+    """The call was sent and no usable answer came: audited as `unknown`, not as not done."""
 
 
 def validated(call: McpCall) -> dict[str, Any]:

@@ -19,8 +19,11 @@ import time
 from datetime import timedelta
 from typing import Any
 
+import httpx
 import openai
-from openai.types.chat import ChatCompletion
+from openai.types import CompletionUsage
+from openai.types.chat import ChatCompletion, ChatCompletionChunk
+from openai.types.chat.chat_completion_chunk import Choice, ChoiceDelta
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
@@ -43,6 +46,7 @@ from countersign.core.messages import (
     capped_reply,
     numbered,
 )
+from countersign.db.events import EventLog
 from countersign.db.messages import ConversationStore
 from countersign.observability.usage import elapsed_ms, model_call_row
 from countersign.runtime.circuit import CircuitBreaker, CircuitOpen
@@ -79,7 +83,7 @@ def classify(exc: Exception) -> ApplicationError:
             non_retryable=not retryable,
             next_retry_delay=retry_after(exc) if retryable else None,
         )
-    if isinstance(exc, openai.APIConnectionError | openai.APITimeoutError):
+    if isinstance(exc, openai.APIConnectionError | openai.APITimeoutError | httpx.HTTPError):
         return ApplicationError(f"model endpoint unreachable: {exc}", type="ModelUnreachable")
     return ApplicationError(f"model answered something unusable: {exc}", type="ModelBadResponse")
 
@@ -91,35 +95,168 @@ def encodable(text: str) -> str:
     return storable(text)
 
 
-def to_reply(completion: ChatCompletion) -> ModelReply:
-    # The client does not validate bodies: JSON of another shape (`[]`, `null`, a choice without a
-    # message) arrives here as is, and must fail as a bad response, not as an AttributeError.
+class Streamed:
+    """A streamed completion put together chunk by chunk, as a real server may send it: the text in
+    pieces, each tool call's id and name first and its arguments in pieces (joined by `index`), the
+    finish reason, and usage in a last chunk whose choice list is empty (or no usage at all). The
+    client does not validate chunks: anything of another shape is read defensively, and a stream
+    that never carried a choice fails as a bad response."""
+
+    def __init__(self) -> None:
+        self.text: list[str] = []
+        self.calls: dict[int, dict[str, Any]] = {}
+        self.finish_reason: str | None = None
+        self.model = ""
+        self.usage: CompletionUsage | None = None
+        self.choices_seen = False
+
+    def add(self, chunk: ChatCompletionChunk) -> str:
+        """Take one chunk in; the text it adds (for the readers)."""
+        if not isinstance(chunk, ChatCompletionChunk):
+            raise ValueError(f"stream chunk is not a completion chunk: {type(chunk).__name__}")
+        self.model = chunk.model if isinstance(chunk.model, str) else self.model
+        if isinstance(chunk.usage, CompletionUsage):
+            self.usage = chunk.usage
+        added = ""
+        for choice in chunk.choices if isinstance(chunk.choices, list) else []:
+            if getattr(choice, "index", 0) != 0:
+                continue  # n > 1 was never asked for: only the first choice is the reply
+            self.choices_seen = True
+            self.finish_reason = choice.finish_reason or self.finish_reason
+            delta = choice.delta
+            if delta is None:
+                continue
+            if isinstance(delta.content, str):
+                added += delta.content
+            for call in delta.tool_calls or []:
+                slot = self.calls.setdefault(
+                    call.index, {"id": "", "type": "function", "name": "", "arguments": ""}
+                )
+                slot["id"] = call.id or slot["id"]
+                slot["type"] = call.type or slot["type"]
+                if call.function is not None:
+                    slot["name"] += call.function.name or ""
+                    slot["arguments"] += call.function.arguments or ""
+        self.text.append(added)
+        return added
+
+    def reply(self) -> ModelReply:
+        if not self.choices_seen:
+            raise ValueError("completion has no choices")
+        content = "".join(self.text)
+        calls = [
+            ToolCall.capped(c["id"], encodable(c["name"]), encodable(c["arguments"] or "{}"))
+            for _, c in sorted(self.calls.items())
+            if c["type"] == "function"
+        ]
+        has_text = content != "" or not calls
+        usage = self.usage
+        return bounded(
+            ModelReply(
+                message=ChatMessage(
+                    role="assistant",
+                    content=capped_reply(encodable(content)) if has_text else None,
+                    tool_calls=calls,
+                ),
+                usage=Usage(
+                    prompt_tokens=usage.prompt_tokens if usage else 0,
+                    completion_tokens=usage.completion_tokens if usage else 0,
+                    model_calls=1,
+                ),
+                finish_reason=self.finish_reason,
+                model=self.model,
+            )
+        )
+
+
+def as_chunk(completion: object) -> ChatCompletionChunk:
+    """A whole completion as the single chunk that carries all of it (its message as the delta).
+    The client does not validate bodies: another shape (`[]`, `null`, a choice without a message)
+    fails here as a bad response, not as an AttributeError."""
     if not isinstance(completion, ChatCompletion) or not completion.choices:
         raise ValueError("completion has no choices")
-    choice = completion.choices[0]
-    if choice.message is None:
-        raise ValueError("completion choice has no message")
-    calls = [
-        ToolCall.capped(c.id, encodable(c.function.name), encodable(c.function.arguments or "{}"))
-        for c in choice.message.tool_calls or []
-        if c.type == "function"
-    ]
-    usage = completion.usage
-    return ModelReply(
-        message=ChatMessage(
-            role="assistant",
-            content=capped_reply(encodable(choice.message.content))
-            if choice.message.content is not None
-            else None,
-            tool_calls=calls,
-        ),
-        usage=Usage(
-            prompt_tokens=usage.prompt_tokens if usage else 0,
-            completion_tokens=usage.completion_tokens if usage else 0,
-            model_calls=1,
-        ),
-        finish_reason=choice.finish_reason,
-        model=completion.model,
+    choices = []
+    for choice in completion.choices:
+        if choice.message is None:
+            raise ValueError("completion choice has no message")
+        message = choice.message
+        calls = [
+            {"index": i, "id": c.id, "type": c.type, "function": c.function.model_dump()}
+            for i, c in enumerate(message.tool_calls or [])
+            if c.type == "function"
+        ]
+        delta = ChoiceDelta.model_validate(
+            {"role": "assistant", "content": message.content, "tool_calls": calls or None}
+        )
+        choices.append(
+            Choice.model_construct(index=choice.index, delta=delta, finish_reason=choice.finish_reason)
+        )
+    return ChatCompletionChunk.model_construct(
+        id=completion.id, object="chat.completion.chunk", created=completion.created, model=completion.model,
+        choices=choices, usage=completion.usage,
+    )  # fmt: skip
+
+
+class DeltaPublisher:
+    """Publishes a model call's text to the conversation's readers as it streams, a few chunks at a
+    time (at most one event per `FLUSH_S`), tagged with the model call (`seq`, where its reply is
+    stored) and the attempt. A retried attempt first says `reset`: what earlier attempts showed is
+    void. Nothing here may fail the model call: a delta that cannot be written is dropped (the reply
+    itself is stored, and the turn's events carry it)."""
+
+    FLUSH_S = 0.05
+
+    def __init__(self, events: EventLog, workflow_id: str, tenant_id: str, seq: int, attempt: int) -> None:
+        self._events, self._workflow, self._tenant = events, workflow_id, tenant_id
+        self._tag = {"seq": seq, "attempt": attempt}
+        self._pending = ""
+        self._last = 0.0
+
+    async def start(self) -> None:
+        if self._tag["attempt"] > 1:
+            await self._write({"text": "", "reset": True, **self._tag})
+
+    async def add(self, text: str) -> None:
+        self._pending += text
+        if self._pending and time.monotonic() - self._last >= self.FLUSH_S:
+            await self.flush()
+
+    async def flush(self) -> None:
+        if self._pending:
+            text, self._pending = self._pending, ""
+            await self._write({"text": text, **self._tag})
+        self._last = time.monotonic()
+
+    async def _write(self, data: dict[str, Any]) -> None:
+        try:
+            await self._events.publish(self._workflow, self._tenant, "delta", data)
+        except Exception:  # the database briefly unreachable: readers get the whole reply at the end
+            activity.logger.warning("a text delta of %s was not published", self._workflow, exc_info=True)
+
+
+# What one reply may weigh in workflow history: Temporal refuses a payload over 2 MB (TMPRL1103) and
+# fails the workflow task, and with it the turn, its usage uncounted. Half of that leaves room for
+# the activity's envelope.
+MAX_REPLY_BYTES = 1_000_000
+REPLY_TOO_LARGE = "reply_too_large"
+
+
+def bounded(reply: ModelReply) -> ModelReply:
+    """`reply`, or, when it weighs more than MAX_REPLY_BYTES (many tool calls of capped arguments,
+    a capped content of 4-byte characters), a reply that says so and calls nothing, with the same
+    usage: the turn ends with the reason, and the tokens the model spent are counted."""
+    size = len(reply.message.model_dump_json().encode("utf-8", "replace"))
+    if size <= MAX_REPLY_BYTES:
+        return reply
+    said = (
+        f"[error: the model replied {size} bytes ({len(reply.message.tool_calls or [])} tool calls), "
+        f"over the {MAX_REPLY_BYTES}-byte bound; none of it was used and this turn ends]"
+    )
+    return reply.model_copy(
+        update={
+            "message": ChatMessage(role="assistant", content=said, tool_calls=[]),
+            "finish_reason": REPLY_TOO_LARGE,
+        }
     )
 
 
@@ -154,6 +291,7 @@ class ModelActivities:
                 "no model configured: set LLM_BASE_URL (and LLM_MODEL), or run `starter.py dev up`"
             )
         self._model = settings.llm_model
+        self._stream = settings.llm_stream
         self._store = store
         self._client = openai.AsyncOpenAI(
             base_url=settings.llm_base_url, api_key=settings.llm_api_key, max_retries=0, timeout=110.0
@@ -168,13 +306,23 @@ class ModelActivities:
         if stored is None:
             return await self._complete(request.messages, request.tools, request.max_tokens, request.agent)
         store = self._stored()
+        deltas = DeltaPublisher(
+            EventLog(store.sessions),
+            stored.workflow_id,
+            stored.tenant_id,
+            stored.reply_seq,
+            activity.info().attempt,
+        )
+        await deltas.start()
         found = await store.model_input(stored)
         if found.earlier is not None:  # a retry after the reply was stored: the model answered once
+            await deltas.add(found.earlier.message.content or "")
+            await deltas.flush()
             return found.earlier
         messages = found.messages
         tools = [native_tool(REGISTRY[n]) for n in stored.tool_names if n in REGISTRY]
         tools += stored.mcp_tools
-        reply = await self._complete(messages, tools, request.max_tokens, request.agent)
+        reply = await self._complete(messages, tools, request.max_tokens, request.agent, deltas)
         reply.message = numbered(reply.message, stored.call_seq)
         batch = AppendMessages(
             workflow_id=stored.workflow_id,
@@ -212,11 +360,18 @@ class ModelActivities:
         return self._store
 
     async def _complete(
-        self, messages: list[ChatMessage], tools: list[dict[str, Any]], max_tokens: int | None, agent: str
+        self,
+        messages: list[ChatMessage],
+        tools: list[dict[str, Any]],
+        max_tokens: int | None,
+        agent: str,
+        deltas: DeltaPublisher | None = None,
     ) -> ModelReply:
         # The request is built as plain JSON (the same shape the scripted model and any
         # OpenAI-compatible server read) rather than the client's TypedDicts.
         body: dict[str, Any] = {"model": self._model, "messages": [m.to_openai() for m in messages]}
+        if self._stream:
+            body |= {"stream": True, "stream_options": {"include_usage": True}}
         if tools:
             body |= {"tools": tools, "parallel_tool_calls": True}
         if max_tokens is not None:
@@ -230,8 +385,8 @@ class ModelActivities:
                 str(exc), type="ModelCircuitOpen", next_retry_delay=timedelta(seconds=exc.retry_after)
             ) from exc
         try:
-            reply = to_reply(await self._client.chat.completions.create(**body))
-        except (openai.OpenAIError, ValueError) as exc:
+            reply = await (self._streamed(body, deltas) if self._stream else self._whole(body))
+        except (openai.OpenAIError, httpx.HTTPError, ValueError) as exc:
             (self.breaker.failure if endpoint_failed(exc) else self.breaker.success)()
             raise classify(exc) from exc
         except BaseException:  # cancelled: no verdict on the endpoint
@@ -239,3 +394,23 @@ class ModelActivities:
             raise
         self.breaker.success()
         return reply
+
+    async def _whole(self, body: dict[str, Any]) -> ModelReply:
+        """The reply in one response (LLM_STREAM=false): read as the one chunk of a stream."""
+        completion = await self._client.chat.completions.create(**body)
+        streamed = Streamed()
+        streamed.add(as_chunk(completion))
+        return streamed.reply()
+
+    async def _streamed(self, body: dict[str, Any], deltas: DeltaPublisher | None) -> ModelReply:
+        """The streamed reply, its text published as it arrives; heartbeats come from @heartbeats."""
+        streamed = Streamed()
+        stream = await self._client.chat.completions.create(**body)
+        async with stream:
+            async for chunk in stream:
+                text = streamed.add(chunk)
+                if deltas is not None and text:
+                    await deltas.add(text)
+        if deltas is not None:
+            await deltas.flush()
+        return streamed.reply()

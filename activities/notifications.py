@@ -26,11 +26,17 @@ from temporalio.exceptions import ApplicationError
 from activities.email import message_id
 from activities.heartbeat import heartbeats
 from countersign.core.approvals import APPROVER_ROLES, FOUR_EYES, ApprovalNotice
+from countersign.core.shown import argument_lines, argument_warnings
+from countersign.db.events import publish
 from countersign.db.schema import NotificationOutbox, Tenant, User, UserRole
 
 WEBHOOK_TIMEOUT_S = 10
 NOTICE_HEADER = "X-Countersign-Notice"  # on every notice email: request, reminder or escalation
-ARGS_SHOWN = 500
+ARGS_SHOWN = 500  # characters of one argument's line
+ARG_LINES_SHOWN = 20
+NO_MAIL_SERVER = (
+    "no mail server configured: set SMTP_HOST (`dev up` runs a mail catcher, `mail list` reads it)"
+)
 
 
 def recipients_roles(notice: ApprovalNotice) -> frozenset[str]:
@@ -51,7 +57,9 @@ def wording(notice: ApprovalNotice, link: str) -> tuple[str, str]:
         if notice.kind == "escalation"
         else f"waits for a decision until {notice.expires_at.isoformat()}"
     )
-    text = f"{what} {state}.\nArguments: {notice.args[:ARGS_SHOWN]}\nOpen it: {link}"
+    lines = "\n".join(f"  {line[:ARGS_SHOWN]}" for line in argument_lines(notice.args)[:ARG_LINES_SHOWN])
+    warnings = "".join(f"Check: {w}\n" for w in argument_warnings(notice.args))
+    text = f"{what} {state}.\nArguments:\n{lines}\n{warnings}Open it: {link}"
     return subject, text
 
 
@@ -65,10 +73,13 @@ class NotificationActivities:
         sender: str,
         *,
         timeout: float = 30.0,
+        smtp_configured: bool = True,
     ) -> None:
         self._sessions = sessions
         self._inbox_url = inbox_url.rstrip("/")
         self._smtp = (smtp_host, smtp_port, sender, timeout)
+        self._smtp_configured = smtp_configured
+        self._said_unconfigured = False
 
     @activity.defn(name="notify_approval")
     @heartbeats
@@ -95,10 +106,12 @@ class NotificationActivities:
                 .order_by(User.id)
             )
             rows: list[dict[str, Any]] = []
+            told: list[str] = []
             for user_id, address in people:
                 own = notice.risk in FOUR_EYES and user_id == notice.requested_by
                 if own and notice.kind != "escalation":
                     continue  # may not decide their own call: not asked to
+                told.append(user_id)
                 rows.append(
                     {"idempotency_key": f"{key}:email:{user_id}", "channel": "email", "recipient": address}
                 )
@@ -107,6 +120,7 @@ class NotificationActivities:
                 payload = {"text": f"*{subject}*\n{text}", "kind": notice.kind, "link": link}
                 rows.append({"idempotency_key": f"{key}:webhook", "channel": "webhook", "recipient": url,
                              "payload": payload})  # fmt: skip
+            await self._tell_requester(session, notice, told)
             for row in rows:
                 await session.execute(
                     insert(NotificationOutbox)
@@ -116,11 +130,26 @@ class NotificationActivities:
             queued = await session.scalars(
                 select(NotificationOutbox.id)
                 .where(
-                    NotificationOutbox.idempotency_key.like(f"{key}:%"), NotificationOutbox.status == "queued"
+                    # the key's own `_` and `%` are literal (autoescape): another call's rows never match
+                    NotificationOutbox.idempotency_key.startswith(f"{key}:", autoescape=True),
+                    NotificationOutbox.status == "queued",
                 )
                 .order_by(NotificationOutbox.id)
             )
             return list(queued)
+
+    @staticmethod
+    async def _tell_requester(session: AsyncSession, notice: ApprovalNotice, reviewers: list[str]) -> None:
+        """The conversation's readers learn that the call waits (for whom, until when) or expired."""
+        if notice.kind == "reminder":
+            return
+        state = "pending" if notice.kind == "request" else "expired"
+        data: dict[str, Any] = {"call_id": notice.call_id, "tool": notice.tool, "state": state}
+        data["risk"] = notice.risk
+        if state == "pending":
+            data |= {"may_decide": reviewers, "expires_at": notice.expires_at.isoformat()}
+        key = f"approval:{notice.call_id}:{state}"
+        await publish(session, notice.workflow_id, notice.tenant_id, "approval", data, key)
 
     async def _deliver(self, row_id: int) -> str | None:
         """Send one queued notice; None when the server or receiver accepted it (it is then `sent`)."""
@@ -131,6 +160,9 @@ class NotificationActivities:
             channel, recipient, subject, body, payload, key = (
                 row.channel, row.recipient, row.subject, row.body, row.payload, row.idempotency_key
             )  # fmt: skip
+        if channel == "email" and not self._smtp_configured:
+            await self._undeliverable(row_id, NO_MAIL_SERVER)
+            return None  # not a failure to retry: nothing will have changed in an hour
         try:
             if channel == "email":
                 await self._send_email(recipient, subject, body, key)
@@ -147,6 +179,19 @@ class NotificationActivities:
                 update(NotificationOutbox).where(NotificationOutbox.id == row_id).values(**values)
             )
         return error
+
+    async def _undeliverable(self, row_id: int, why: str) -> None:
+        """Leave the notice queued with the reason on its row (operators see it), say so in the log
+        once per worker, and do not retry."""
+        if not self._said_unconfigured:
+            activity.logger.warning("reviewers' notices by email are not sent: %s", why)
+            self._said_unconfigured = True
+        async with self._sessions() as session, session.begin():
+            await session.execute(
+                update(NotificationOutbox)
+                .where(NotificationOutbox.id == row_id, NotificationOutbox.error.is_(None))
+                .values(attempts=NotificationOutbox.attempts + 1, error=why)
+            )
 
     async def _send_email(self, to: str, subject: str, body: str, key: str) -> None:
         host, port, sender, timeout = self._smtp

@@ -21,12 +21,21 @@ from activities.tools import validate
 from countersign.core.authority import action_refusal
 from countersign.core.saga import CompensationOutcome, CompensationRequest, RollbackAuthorization, undo_state
 from countersign.db.attempts import attempt_key, record_once
+from countersign.db.events import publish
 from countersign.db.people import roles_of
 from countersign.db.schema import Compensation, RollbackRecord, ToolExecution
 from countersign.identity.proofs import Binding, ProofVerifier, check_proof
 from tools.registry import REGISTRY, ToolContext, ToolFailure
 
 FINAL_STATES = ("done", "skipped", "irreversible")
+
+
+async def told(session: AsyncSession, request: CompensationRequest, state: str) -> None:
+    """The conversation's readers learn how undoing a call ended (once per call and state)."""
+    entry = request.entry
+    undone = {"call_id": entry.call_id, "tool": entry.tool, "state": state}
+    key = f"rollback:{entry.call_id}:{state}"
+    await publish(session, request.workflow_id, request.caller.tenant_id, "rollback", undone, key)
 
 
 class SagaActivities:
@@ -42,6 +51,8 @@ class SagaActivities:
         entry = request.entry
         tool = REGISTRY.get(entry.tool)
         if tool is None or tool.compensation is None:
+            async with self._sessions() as session, session.begin():
+                await told(session, request, "irreversible")
             return CompensationOutcome(state="irreversible", detail=f"{entry.tool} declares no compensation")
         async with self._sessions() as session, session.begin():
             key = f"{request.workflow_id}:{entry.call_id}:undo"
@@ -87,6 +98,7 @@ class SagaActivities:
                     ) from refusal
             state = undo_state(outcome)
             await self._record(session, request, state, None)
+            await told(session, request, state)
             if state == "done":
                 await session.execute(
                     update(ToolExecution)
@@ -102,6 +114,7 @@ class SagaActivities:
     async def record_compensation_failure(self, request: CompensationRequest) -> None:
         async with self._sessions() as session, session.begin():
             await self._record(session, request, "failed", request.entry.error)
+            await told(session, request, "failed")
 
     @staticmethod
     async def _record(

@@ -22,9 +22,10 @@ from temporalio import activity
 
 from activities.failures import is_connection_error
 from activities.heartbeat import heartbeats
-from countersign.core.bounds import loads_bounded, storable
+from countersign.core.bounds import loads_bounded, storable, unstorable_refusal
 from countersign.core.calls import StoredResult, ToolInvocation, ToolResult
 from countersign.core.guards import TruncationLimits, redact, sanitize
+from countersign.db.events import QUESTION_TOOL, publish
 from countersign.db.messages import audited_answer, store_tool_result
 from countersign.db.ratelimit import RateLimits, take
 from countersign.db.schema import SagaRecord, ToolExecution
@@ -52,25 +53,15 @@ def validation_message(err: ValidationError) -> str:
     return "; ".join(parts)
 
 
-def has_nul(value: Any) -> bool:
-    """Whether a NUL character hides anywhere in a JSON value (PostgreSQL text cannot hold one)."""
-    if isinstance(value, str):
-        return "\x00" in value
-    if isinstance(value, dict):
-        return any(has_nul(k) or has_nul(v) for k, v in value.items())
-    if isinstance(value, list):
-        return any(has_nul(v) for v in value)
-    return False
-
-
 def load_arguments(raw: str) -> dict[str, Any]:
     value, refusal = loads_bounded(raw or "{}")
     if refusal is not None:
         raise ToolFailure("VALIDATION_ERROR", f"arguments refused: {refusal}")
     if not isinstance(value, dict):
         raise ToolFailure("VALIDATION_ERROR", "arguments must be a JSON object")
-    if has_nul(value):
-        raise ToolFailure("VALIDATION_ERROR", "arguments may not contain NUL characters (U+0000)")
+    unstorable = unstorable_refusal(value)
+    if unstorable is not None:
+        raise ToolFailure("VALIDATION_ERROR", f"arguments {unstorable}")
     return value
 
 
@@ -185,17 +176,27 @@ class ToolActivities:
         """Validate a call's arguments before a human is asked to approve it.
 
         Answers `{"ok": true, "data": <normalized arguments>}` or the VALIDATION_ERROR envelope.
+        An `ask_human` call whose question checks is asked next: its readers are told here (the
+        `question` event), when the workflow is about to wait for the answer, not before.
         """
         tool = REGISTRY.get(invocation.tool)
         if tool is None:
             return ToolResult.failure("UNKNOWN_TOOL", f"no tool named {invocation.tool!r}")
         try:
-            return ToolResult.success(validate(tool, invocation.arguments).model_dump(mode="json"))
+            checked = ToolResult.success(validate(tool, invocation.arguments).model_dump(mode="json"))
         except ToolFailure as failure:
             return ToolResult.failure(failure.code, failure.message)
         except Exception:  # a bug in a validator: refuse now (never retried, never sent to a reviewer)
             activity.logger.exception("checking %s arguments failed", tool.name)
             return ToolResult.failure("INTERNAL_ERROR", f"the arguments of {tool.name} could not be checked")
+        if tool.name == QUESTION_TOOL and isinstance(checked.data, dict):
+            asked = {"call_id": invocation.call_id, "question": str(checked.data.get("question", ""))}
+            async with self._sessions() as session, session.begin():
+                await publish(
+                    session, invocation.workflow_id, invocation.caller.tenant_id, "question", asked,
+                    f"question:{invocation.call_id}",
+                )  # fmt: skip
+        return checked
 
     async def _take_token(self, session: AsyncSession, tenant_id: str, tool: str, now: datetime) -> None:
         """Raise RATE_LIMITED, telling the model when to try again, when the bucket is empty."""

@@ -94,7 +94,7 @@ async def test_an_ambiguous_title_answers_needs_with_the_candidates(db_session: 
 @pytest_asyncio.fixture
 async def reseeded(database_url: str) -> AsyncIterator[None]:
     yield
-    await seed(database_url)  # the flow committed: put the seeded case back
+    await seed(database_url, reset=True)  # the flow committed: put the seeded case back
 
 
 async def case_status(engine: AsyncEngine) -> str:

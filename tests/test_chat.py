@@ -94,9 +94,9 @@ async def test_chat_shows_tool_calls_results_and_reply(dev_agent: AgentHarness, 
 
     assert "[scripted model]" in output
     assert '→ search_leads({"query": "Jane Doe"}) [c1]' in output
-    assert "← search_leads [c1] {" in output and "jane.doe@example.com" in output
+    assert "← search_leads [c1] ok:" in output and "jane.doe@example.com" in output
     assert "agent> [scripted model] Jane Doe is a new lead." in output
-    assert "(2 model calls, 1 tool calls" in output
+    assert "(2 model calls, 1 tool call," in output
     workflow_id = re.search(r"conversation (conv-acme-\w+)", output)
     assert workflow_id and f"{workflow_id[1]}: idle · turn 1" in output  # /status
     assert f"chat --workflow {workflow_id[1]}" in output  # /quit leaves it running
@@ -159,3 +159,19 @@ async def test_reattach_answers_a_question_inline_and_ends(dev_agent: AgentHarne
     assert "agent> [scripted model] Jane Doe it is." in output
     assert f"ended conversation {handle.id}" in output
     assert (await handle.result()).ended_by == "end by alice"
+
+
+async def test_chat_shows_the_reply_as_it_streams(dev_agent: AgentHarness, tmp_path: Path) -> None:
+    """The text arrives a few words at a time (the conversation's events, not a poll of the
+    transcript): part of it is on screen while the rest is still being written."""
+    dev_agent.script({"reply": {"content": "one two three four five six seven eight nine ten"}})
+    dev_agent.model.chunk_delay_s = 0.3
+    chat = await ChatProcess.start(
+        dev_agent, tmp_path, "--tenant", "acme", "--user", "alice", "--agent", "lead-qualifier"
+    )
+    chat.send("count for me")
+    await chat.until(r"agent> \[scripted model\] one two")
+    assert "ten" not in chat.output.split("agent> ")[-1], chat.output
+    output = await chat.finish("/quit")
+    assert "agent> [scripted model] one two three four five six seven eight nine ten\n" in output
+    assert output.count("one two three") == 1, "streamed once, not printed again from the transcript"

@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
-from sqlalchemy import Connection, func, select, text, update
+from sqlalchemy import Connection, delete, func, select, text, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
@@ -61,7 +61,7 @@ async def snapshot(engine: AsyncEngine) -> dict[str, list[tuple[Any, ...]]]:
 
 
 async def test_seed_twice_changes_nothing(database_url: str, db_engine: AsyncEngine) -> None:
-    await seed(database_url)  # back to the seed values, whatever earlier tests changed
+    await seed(database_url, reset=True)  # back to the seed values, whatever earlier tests changed
     before = await snapshot(db_engine)
     await seed(database_url)
     assert await snapshot(db_engine) == before
@@ -80,6 +80,28 @@ async def test_seed_keeps_a_tier_an_operator_changed(database_url: str, db_engin
     finally:
         async with db_engine.begin() as conn:
             await conn.execute(update(permission).where(row).values(tier=None))
+
+
+async def test_seed_fills_what_is_missing_and_reset_puts_values_back(
+    database_url: str, db_engine: AsyncEngine
+) -> None:
+    """`dev up` seeds on every start: a lead an approved call changed stays changed until an
+    explicit `db seed --reset`; a seeded row someone deleted comes back either way."""
+    lead = schema.Lead
+    jane = (lead.tenant_id == "acme") & (lead.email == "jane.doe@example.com")
+    li = (lead.tenant_id == "acme") & (lead.email == "li.wei@hooli.example")
+    async with db_engine.begin() as conn:
+        await conn.execute(update(lead).where(jane).values(status="qualified"))
+        await conn.execute(delete(lead).where(li))
+    try:
+        await seed(database_url)
+        async with db_engine.connect() as conn:
+            assert await conn.scalar(select(lead.status).where(jane)) == "qualified"
+            assert await conn.scalar(select(lead.status).where(li)) == "disqualified"
+    finally:
+        await seed(database_url, reset=True)
+    async with db_engine.connect() as conn:
+        assert await conn.scalar(select(lead.status).where(jane)) == "new"
 
 
 async def test_both_tenants_have_jane_doe_as_lead_and_contact(db_session: AsyncSession) -> None:

@@ -68,6 +68,9 @@ def test_defaults_are_the_contract_addresses(tmp_path: Path) -> None:
         "database_url": "postgresql+asyncpg://postgres@127.0.0.1:55432/countersign",
         "llm_base_url": "http://127.0.0.1:8400/v1",
         "ui_url": "http://127.0.0.1:8233",
+        "approver_auth": "names",
+        "smtp_host": "127.0.0.1",
+        "smtp_port": "8025",
     }
     assert plan.external == {}
     assert plan.scenario.endswith("countersign/scenarios")
@@ -112,6 +115,9 @@ def test_contract_variables_replace_components(tmp_path: Path) -> None:
         "database_url": "postgresql+asyncpg://app@db/prod",
         "llm_base_url": "https://llm.example/v1",
         "ui_url": "http://temporal.internal:8233",
+        "approver_auth": "names",
+        "smtp_host": "127.0.0.1",  # the stack's mail catcher (SMTP_HOST unset)
+        "smtp_port": "8025",
     }
     assert plan.scenario == "/s.yaml"
     assert make_plan(tmp_path, TEMPORAL_ADDRESS="t:7233", TEMPORAL_UI_URL="https://ui").ui_url == "https://ui"
@@ -122,6 +128,36 @@ def test_empty_variables_count_as_unset(tmp_path: Path) -> None:
         make_plan(tmp_path, TEMPORAL_ADDRESS="", COUNTERSIGN_PG_PORT="").settings()
         == make_plan(tmp_path).settings()
     )
+
+
+def this_process() -> ProcessRecord:
+    """A live process `dev up` would take for one it started (this test's own)."""
+    me = psutil.Process()
+    return record(pid=me.pid, cmd=tuple(me.cmdline()), create_time=me.create_time())
+
+
+def test_the_running_stacks_modes_hold_and_another_is_refused(tmp_path: Path) -> None:
+    """`APPROVER_AUTH=signed dev up` on a names-mode stack would reuse its worker and inbox in
+    names mode, silently: refused with the fix; unset, the running modes are kept (and recorded)."""
+    worker = {"worker": this_process()}
+    recorded = {"approver_auth": "names", "metrics_port": "9464"}
+    with pytest.raises(stack.StackError, match=r"started with APPROVER_AUTH=names.*`dev down`"):
+        stack.with_running_modes(make_plan(tmp_path, APPROVER_AUTH="signed"), recorded, worker)
+    with pytest.raises(stack.StackError, match="COUNTERSIGN_METRICS_PORT=9464"):
+        stack.with_running_modes(make_plan(tmp_path, COUNTERSIGN_METRICS_PORT="9000"), recorded, worker)
+    kept = stack.with_running_modes(make_plan(tmp_path), {**recorded, "approver_auth": "signed"}, worker)
+    assert (kept.approver_auth, kept.metrics_url) == ("signed", "http://127.0.0.1:9464/metrics")
+    assert kept.settings()["approver_auth"] == "signed" and kept.settings()["metrics_port"] == "9464"
+    assert kept.child_env("worker")["COUNTERSIGN_METRICS_PORT"] == "9464"
+    assert "COUNTERSIGN_METRICS_PORT" not in kept.child_env("inbox")
+    assert kept.child_env("inbox")["APPROVER_AUTH"] == "signed"
+    # nothing of the stack runs: the environment decides
+    fresh = stack.with_running_modes(make_plan(tmp_path, APPROVER_AUTH="signed"), recorded, {})
+    assert (fresh.approver_auth, fresh.metrics_port) == ("signed", None)
+    with pytest.raises(
+        stack.StackError, match=r"COUNTERSIGN_AUTH \(or APPROVER_AUTH\) must be names or signed"
+    ):
+        make_plan(tmp_path, APPROVER_AUTH="yes")
 
 
 @pytest.mark.parametrize("value", ["abc", "0", "70000", "-1"])
@@ -190,6 +226,7 @@ def test_status_and_down_never_touch_a_pid_that_is_not_the_recorded_process(tmp_
         "postgres": ("stopped", None),
         "temporal": ("stopped", None),
         "model": ("external", None),
+        "mail": ("stopped", None),
         "worker": ("stopped", None),
         "inbox": ("stopped", None),
     }
@@ -317,7 +354,7 @@ async def test_up_status_reuse_down_and_resume(stack_env: dict[str, str]) -> Non
     await asyncio.to_thread(temporal_db_without_search_attributes, data_dir / "temporal.db")
 
     first = await ok(env, "dev", "up")
-    assert first.count(" started ") == 5, first
+    assert first.count(" started ") == 6, first
     status = json.loads(await ok(env, "dev", "status", "--json"))
     assert status["temporal_address"] == f"127.0.0.1:{env['COUNTERSIGN_TEMPORAL_PORT']}"
     assert status["namespace"] == "default"
@@ -334,17 +371,19 @@ async def test_up_status_reuse_down_and_resume(stack_env: dict[str, str]) -> Non
     assert inbox_url == f"http://127.0.0.1:{env['COUNTERSIGN_INBOX_PORT']}"
     # the mode of what runs: the deployment's, recorded in its database by `dev up`
     assert status["auth_mode"] == "names"
-    assert "COUNTERSIGN_AUTH=names (the deployment's" in await ok(env, "dev", "status")
+    assert "auth: COUNTERSIGN_AUTH=names (demo)" in await ok(env, "dev", "status")
     keyword = IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD
     attributes = await registered_search_attributes(status["temporal_address"])
     assert {name: attributes.get(name) for name in SEARCH_ATTRIBUTES} == dict.fromkeys(
         SEARCH_ATTRIBUTES, keyword
     )
     assert "running" in await ok(env, "dev", "status")
+    assert status["components"]["mail"]["address"] == f"127.0.0.1:{env['COUNTERSIGN_MAIL_PORT']}"
+    assert "no mail caught yet" in await ok(env, "mail", "list")
 
     pids = recorded_pids(env)
     second = await ok(env, "dev", "up")
-    assert second.count(" reused ") == 5, second
+    assert second.count(" reused ") == 6, second
     assert recorded_pids(env) == pids
 
     assert "stopped" in await ok(env, "dev", "down")
@@ -356,7 +395,7 @@ async def test_up_status_reuse_down_and_resume(stack_env: dict[str, str]) -> Non
     assert (data_dir / "temporal.db").exists() and (data_dir / "postgres" / "pgdata" / "PG_VERSION").exists()
 
     resumed = await ok(env, "dev", "up")  # on the persisted SQLite file and cluster
-    assert resumed.count(" started ") == 5, resumed
+    assert resumed.count(" started ") == 6, resumed
     assert SEARCH_ATTRIBUTES <= set(await registered_search_attributes(status["temporal_address"]))
     await ok(env, "dev", "down")
 

@@ -390,3 +390,33 @@ async def stack_cookie(stack: SignedStack) -> str:
     login = {"tenant_id": "acme", "user_id": "alice", "password": "alice-dev"}
     async with aiohttp.ClientSession() as http, http.post(stack.url + "/api/login", json=login) as response:
         return response.headers["Set-Cookie"]
+
+
+async def test_a_body_naming_a_key_twice_is_refused_and_starts_nothing(
+    signed_agent: SignedStack, db_engine: AsyncEngine
+) -> None:
+    """The door parses its bodies as strictly as the inbox does: a key twice is a 400 with why,
+    never resolved to the last value (issue 26, class 3)."""
+    stack = signed_agent
+    alice = await stack.login("alice")
+    body = b'{"agent": "lead-qualifier", "message": "hello", "message": "ask me"}'
+    async with (
+        aiohttp.ClientSession() as http,
+        http.post(
+            stack.url + "/api/conversations",
+            data=body,
+            headers={"Authorization": f"Bearer {alice}", "Content-Type": "application/json"},
+        ) as response,
+    ):
+        assert response.status == 400, await response.text()
+        assert "more than once" in (await response.json())["error"]
+    async with db_engine.connect() as conn:
+        refused = (
+            await conn.execute(
+                select(RequesterAction.status, RequesterAction.reason, RequesterAction.workflow_id)
+                .where(RequesterAction.action == "start", RequesterAction.status == 400)
+                .order_by(RequesterAction.id.desc())
+                .limit(1)
+            )
+        ).one()
+    assert "more than once" in (refused.reason or "") and refused.workflow_id is None, refused

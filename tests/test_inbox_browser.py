@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from typing import Any
 
 import pytest
 from playwright.async_api import Page, async_playwright
@@ -60,8 +61,8 @@ async def test_bob_edits_and_approves_alices_request_live_in_the_inbox(
         card = page.locator(f'li[data-key="{handle.id}/c1"]')
         await card.wait_for(timeout=15_000)  # arrives over server-sent events: no reload
         appeared_s = time.monotonic() - asked
-        raw = json.loads(await card.locator(".raw-args").text_content() or "")
-        assert raw == {"lead": JANE, "new_status": "qualified", "reason": "budget confirmed"}
+        lines = (await card.locator(".raw-args").text_content() or "").splitlines()
+        assert lines == [f"lead: {json.dumps(JANE)}", 'new_status: "qualified"', 'reason: "budget confirmed"']
         assert "requested by alice" in (await card.text_content() or "")
         await page.screenshot(path=ARTIFACTS / "inbox-pending.png", full_page=True)
 
@@ -143,3 +144,49 @@ async def test_bob_edits_an_mcp_call_in_the_form_built_from_the_servers_schema(
         async with db_engine.begin() as conn:
             await conn.execute(delete(McpServer).where(McpServer.agents.contains([agent])))
             await conn.execute(delete(AgentProfile).where(AgentProfile.name == agent))
+
+
+async def test_a_rejection_needs_a_reason_and_a_confirmation_and_says_so_near_the_cards(
+    signed_dev_agent: SignedStack, db_engine: AsyncEngine, chromium: str, jane_is_new: None
+) -> None:
+    """Reject on one click with no reason was too easy: the page asks for a reason, then confirms;
+    the outcome shows under the list's heading; descriptions' `code` renders as code; the
+    conversation id links to the Web UI; the favicon is served."""
+    stack = signed_dev_agent
+    stack.agent.script(qualify("budget confirmed"), ECHO_RESULT)
+    async with async_playwright() as p:
+        browser = await p.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
+        page = await browser.new_page(viewport={"width": 1280, "height": 1000})
+        assert (await page.goto(stack.url + "/favicon.ico") or pytest.fail("no response")).ok
+        await log_in(page, stack.url, "bob")
+        handle = await stack.agent.start("qualify jane", user="alice", single_turn=True)
+        card = page.locator(f'li[data-key="{handle.id}/c1"]')
+        await card.wait_for()
+        assert await card.locator(f'a[href$="/workflows/{handle.id}"]').count() == 1
+        dialogs: list[str] = []
+
+        async def answer(dialog: Any) -> None:
+            dialogs.append(dialog.message)
+            await (dialog.dismiss() if len(dialogs) == 1 else dialog.accept())
+
+        page.on("dialog", answer)
+        await card.get_by_role("button", name="Reject").click()
+        assert "Give a reason" in (await card.locator(".error").text_content() or "") and not dialogs
+        await card.get_by_label("Your reason for this decision").fill("not yet: call her first")
+        await card.get_by_role("button", name="Reject").click()  # dismissed: nothing is decided
+        assert len(dialogs) == 1 and "not yet: call her first" in dialogs[0]
+        assert await card.is_visible()
+        await card.get_by_role("button", name="Reject").click()
+        await page.wait_for_function("document.querySelector('#status').textContent.startsWith('rejected')")
+        status_y = (await page.locator("#status").bounding_box() or {"y": 1e9})["y"]
+        history_y = (await page.locator("#history").bounding_box() or {"y": 0})["y"]
+        assert status_y < history_y  # next to the list, not below the decided table
+        await browser.close()
+    await handle.result()
+    async with db_engine.connect() as conn:
+        decisions = list(
+            await conn.execute(select(ApprovalDecision).where(ApprovalDecision.workflow_id == handle.id))
+        )
+    assert [(d.decision, d.reason, d.proven) for d in decisions] == [
+        ("reject", "not yet: call her first", True)
+    ]

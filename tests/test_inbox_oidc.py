@@ -167,6 +167,23 @@ async def test_a_user_signs_in_through_the_provider(
     assert (await browser.me())[0] == 401
 
 
+async def test_a_public_client_the_provider_refuses_is_told_what_to_set(
+    provider: str, temporal_env: WorkflowEnvironment, database_url: str, db_engine: AsyncEngine,
+    proof_keys: ProofKeys,
+) -> None:  # fmt: skip
+    """Without a secret the inbox is a public client (PKCE alone, token auth `none`); the mock, like
+    some real providers, accepts only confidential clients: the refusal says what to set."""
+    await identity(provider, "bob-public", email="bob@acme.example", countersign_tenant="acme")
+    public = config(provider, client_secret=None)
+    async with (
+        auth_inbox_serving(temporal_env.client, database_url, db_engine, proof_keys, public) as inbox,
+        aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True)) as http,
+    ):
+        status, page = await Browser(http, inbox).sign_in("bob-public")
+    assert status == 403, page
+    assert "invalid_client" in page and "public client" in page and "COUNTERSIGN_OIDC_CLIENT_SECRET" in page
+
+
 async def test_a_tampered_state_is_refused(provider: str, browser: Browser, db_engine: AsyncEngine) -> None:
     await identity(provider, "bob-sso", email="bob@acme.example", countersign_tenant="acme")
     callback = await browser.sign_in_at_provider(await browser.start(), "bob-sso")

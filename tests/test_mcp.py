@@ -469,14 +469,19 @@ async def test_cli_adds_lists_sets_shows_and_removes_servers(
             "add",
             "clock",
             "--command",
-            f"{BIN / 'mcp-server-time'}",
+            "mcp-server-time",  # bare: found in the project's environment, whatever PATH says
             "--agent",
             agent,
             "--tenant",
             "acme",
         )
         assert added.returncode == 0, added.stderr
-        assert "mcp__clock__get_current_time" in added.stdout
+        assert "mcp__clock__get_current_time" in added.stdout and "warning" not in added.stdout
+        missing = starter(
+            database_url, "mcp", "add", "gone", "--command", "mcp-server-nope", "--agent", agent
+        )
+        assert missing.returncode != 0 and "no such command" in missing.stderr, missing.stderr
+        assert "pip install mcp-server-nope" in missing.stderr and "nothing was registered" in missing.stderr
         listed = json.loads(starter(database_url, "mcp", "list", "--json").stdout)
         (clock,) = [s for s in listed if s["name"] == "clock"]
         assert (

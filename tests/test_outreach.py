@@ -111,7 +111,7 @@ async def test_send_email_to_contact_resolves_the_name_or_asks(db_session: Async
 @pytest_asyncio.fixture
 async def reseeded(database_url: str) -> AsyncIterator[None]:
     yield
-    await seed(database_url)  # delivery stamped a lead's last engagement: put the seed back
+    await seed(database_url, reset=True)  # delivery stamped a lead's last engagement: put the seed back
 
 
 async def delivered_to(engine: AsyncEngine, workflow_id: str) -> tuple[str, str | None]:

@@ -345,7 +345,6 @@ async def test_models_lists_the_scripted_model(client: openai.AsyncOpenAI) -> No
         (b'{"model": "m"}', "messages: Field required"),
         (b'{"model": "m", "messages": []}', "messages: List should have at least 1 item"),
         (b'{"model": "m", "messages": [{"content": "x"}]}', "message 0 has no string `role`"),
-        (b'{"model": "m", "messages": [{"role": "user", "content": "x"}], "stream": true}', "not supported"),
     ],
 )
 async def test_malformed_request_is_an_openai_style_400(
@@ -363,8 +362,8 @@ async def test_malformed_request_is_an_openai_style_400(
 
 
 async def test_malformed_request_through_the_client(client: openai.AsyncOpenAI) -> None:
-    with pytest.raises(openai.BadRequestError, match="not supported"):
-        await complete(client, [user("hi")], stream=True)
+    with pytest.raises(openai.BadRequestError, match="at least 1 item"):
+        await complete(client, [])
 
 
 async def test_unknown_path_is_a_json_404(client: openai.AsyncOpenAI) -> None:

@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 import pytest_asyncio
 from sqlalchemy import delete, insert
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
 from countersign.db.schema import ModelCall, Tenant, ToolExecution
-from countersign.observability.stats import parse_duration
+from countersign.observability.stats import collect, parse_duration, render
 from countersign.runtime.config import PROJECT_ROOT
 
 AGENT = "lead-qualifier"
@@ -129,7 +129,7 @@ async def test_stats_summarise_the_audit_per_tool_and_agent(
     assert tools["update_lead_status"] == {
         "tool": "update_lead_status",
         "calls": 3,
-        "success_rate": 0.3333,
+        "success_rate": 1.0,  # the rejected and the expired call are reviewers', not the tool's
         "needs_rate": 0.0,
         "mean_ms": 50.0,
         "p95_ms": 50.0,
@@ -148,6 +148,7 @@ async def test_stats_summarise_the_audit_per_tool_and_agent(
             "approvals_approved": 1,
             "approvals_rejected": 1,
             "approvals_expired": 1,
+            "approvals_pending": None,  # no Temporal to ask
         }
     ]
 
@@ -177,3 +178,15 @@ def test_bad_durations_are_refused(text: str) -> None:
 async def test_a_bad_since_is_a_usage_error(database_url: str, tmp_path: Path) -> None:
     code, out = await stats(database_url, tmp_path, "--since", "yesterday")
     assert code == 2 and "--since" in out and "not a duration" in out, out
+
+
+async def test_pending_approvals_count_among_the_requested(
+    known_audit: str, db_session: AsyncSession
+) -> None:
+    """A call waiting for a reviewer has no audit row yet: `stats` adds what Temporal says waits."""
+    result = await collect(db_session, datetime.now(UTC) - timedelta(days=1), known_audit, {AGENT: 2})
+    (agent,) = result.agents
+    assert (agent.approvals_requested, agent.approvals_pending) == (3, 2)
+    header, row = render(result)[1]
+    assert dict(zip(header, row, strict=True))["APPROVALS"] == "5"
+    assert dict(zip(header, row, strict=True))["PENDING"] == "2"

@@ -1,11 +1,15 @@
-"""The README's walk-through ("Your first hour"), run as typed from a fresh checkout.
+"""The README's walk-throughs, run as typed from a fresh checkout.
 
-Every ```console block of that section is a script: `$ ` lines are commands, the lines below them
-their output. The test copies the project's files (what a clone of the next commit holds) to a
-temporary directory, runs each command there with bash, and compares the output line by line.
-Workflow ids, times, ages and pids may differ; an id the README uses in a later command stands for
-the one the run printed. `echo $?` prints the previous command's exit status. The stack runs on
-free ports; the output is compared as if on the default ones.
+Every ```console block of the sections in SECTIONS ("Your first hour", signed mode, single sign-on,
+MCP servers, metrics) is a script: `$ ` lines are commands, the lines below them their output. The
+test copies the project's files (what a clone of the next commit holds) to a temporary directory,
+runs each command there with bash, in README order, and compares the output line by line.
+Workflow ids, times, relative times, ages and pids may differ; an id the README uses in a later
+command stands for the one the run printed. `echo $?` prints the previous command's exit status.
+A command ending in `&` runs in the background (stopped at the end). The stack and the ports the
+README names (the mock identity provider's, a second inbox's, the metrics port) are moved to free
+ports; the output is compared as if on the README's. After the single sign-on block, the test
+signs in as bob through the mock provider as a browser would (the one step a console cannot show).
 
 Knobs: WALKTHROUGH_VENV=reuse (default) gives the checkout a virtualenv that uses this one's
 packages, so `make` has nothing to install; `fresh` lets `make demo` create and install one from
@@ -15,12 +19,19 @@ instead of comparing (then review the diff).
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import re
+import signal
 import subprocess
 import sys
 import sysconfig
 import tempfile
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
 import venv
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -30,10 +41,20 @@ import pytest
 
 from countersign.devstack.stack import DEFAULT_PORTS
 from countersign.runtime.config import PROJECT_ROOT
-from countersign.runtime.ports import free_port
+from countersign.runtime.ports import free_port, port_open
 
 README = PROJECT_ROOT / "README.md"
-SECTION = "## Your first hour"
+# The sections whose ```console blocks run (each up to the next heading of its level or higher).
+SECTIONS = (
+    "## Your first hour",
+    "#### Proven decisions, step by step",
+    "#### Single sign-on with the mock provider",
+    "### MCP servers",
+    "### Metrics",
+)
+SSO_SECTION = "#### Single sign-on with the mock provider"
+# Ports the README types (mock provider, a second inbox, the worker's metrics): moved like the stack's.
+TYPED_PORTS = (9400, 8301, 9464)
 COMMAND_TIMEOUT_S = 300  # `make demo` on a loaded machine; the others take seconds
 # What the stack and the CLI read from the environment: the walk-through runs with none of it set.
 CLEARED = {"TEMPORAL_ADDRESS", "TEMPORAL_NAMESPACE", "TASK_QUEUE", "DATABASE_URL", "LLM_BASE_URL"}
@@ -58,6 +79,8 @@ VARYING = {
     "time": r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:\+00:00|Z)?",
     "pid": r"pid \d+",
     "age": r"\d+[hm]\d{2}[ms]",
+    "relative": r"in \d+ (?:s|min|h|d)(?: \d+ (?:min|h))?|\d+ (?:s|min|h|d)(?: \d+ (?:min|h))? ago",
+    "weekday": r"(?:Mon|Tues|Wednes|Thurs|Fri|Satur|Sun)day",
     "elided": r"…",
 }
 SPLIT = re.compile("|".join(f"(?P<{name}>{pattern})" for name, pattern in VARYING.items()))
@@ -74,25 +97,37 @@ class Block:
     start: int  # line index of the first line inside the fence
     end: int  # line index of the closing fence
     steps: list[Step]
+    section: str
 
 
 def walkthrough_blocks(lines: list[str]) -> list[Block]:
-    begin = lines.index(SECTION)
-    finish = next((i for i in range(begin + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
-    blocks, i = [], begin
-    while i < finish:
-        if lines[i] == "```console":
-            end = lines.index("```", i + 1)
-            steps: list[Step] = []
-            for line in lines[i + 1 : end]:
-                if line.startswith("$ "):
-                    steps.append(Step(line[2:]))
-                else:
-                    steps[-1].expected.append(line)
-            blocks.append(Block(i + 1, end, steps))
-            i = end
-        i += 1
-    return blocks
+    """The console blocks of SECTIONS, in README order."""
+    blocks = []
+    for section in SECTIONS:
+        begin = lines.index(section)
+        level = len(section.split(" ")[0])
+        heading = re.compile(rf"^#{{1,{level}}} ")
+        fenced = False
+        finish = len(lines)
+        for i in range(begin + 1, len(lines)):
+            fenced ^= lines[i].startswith("```")
+            if not fenced and heading.match(lines[i]):
+                finish = i
+                break
+        i = begin
+        while i < finish:
+            if lines[i] == "```console":
+                end = lines.index("```", i + 1)
+                steps: list[Step] = []
+                for line in lines[i + 1 : end]:
+                    if line.startswith("$ "):
+                        steps.append(Step(line[2:]))
+                    else:
+                        steps[-1].expected.append(line)
+                blocks.append(Block(i + 1, end, steps, section))
+                i = end
+            i += 1
+    return sorted(blocks, key=lambda b: b.start)
 
 
 class Ids:
@@ -128,7 +163,7 @@ class Ids:
             elif kind == "elided":
                 parts.append(".*")
             else:
-                parts.append(VARYING[kind or ""])
+                parts.append(f"(?:{VARYING[kind or '']})")
             last = m.end()
         parts.append(re.escape(expected[last:]))
         return re.compile("".join(parts)), new_ids
@@ -182,13 +217,28 @@ def reuse_virtualenv(root: Path) -> None:
         f"#!{bin_dir / 'python'}\nimport sys\nfrom countersign.cli import main\nsys.exit(main())\n"
     )
     (bin_dir / "countersign").chmod(0o755)
-    (bin_dir / "temporal").symlink_to(Path(sys.executable).parent / "temporal")
+    for script in ("temporal", "mcp-server-time", "oidc-provider-mock"):  # what `make` installs
+        (bin_dir / script).symlink_to(Path(sys.executable).parent / script)
     (env / ".installed-stamp").touch()  # newer than the copied pyproject.toml: nothing to install
 
 
-def run_step(command: str, cwd: Path, env: dict[str, str], previous: int) -> tuple[int, str]:
+def run_step(
+    command: str, cwd: Path, env: dict[str, str], previous: int, background: list[subprocess.Popen[bytes]]
+) -> tuple[int, str]:
     if command == "echo $?":
         return 0, f"{previous}\n"
+    if command.endswith("&"):  # a server the reader leaves running: its own session, stopped at the end
+        background.append(
+            subprocess.Popen(
+                ["bash", "-c", command[:-1]],
+                cwd=cwd,
+                env=env,
+                start_new_session=True,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+        )
+        return 0, ""
     done = subprocess.run(
         ["bash", "-c", command],
         cwd=cwd,
@@ -201,10 +251,59 @@ def run_step(command: str, cwd: Path, env: dict[str, str], previous: int) -> tup
     return done.returncode, done.stdout
 
 
-def as_default_ports(output: str, ports: dict[str, int]) -> str:
+def as_default_ports(output: str, ports: dict[str, int], typed: dict[int, int]) -> str:
     for name, port in ports.items():
         output = output.replace(f":{port}", f":{DEFAULT_PORTS[name]}")
+    for readme_port, port in typed.items():
+        output = re.sub(rf"\b{port}\b", str(readme_port), output)
     return output
+
+
+def on_free_ports(command: str, typed: dict[int, int]) -> str:
+    """A command as typed, with the README's fixed ports moved to the run's free ones."""
+    for readme_port, port in typed.items():
+        command = re.sub(rf"\b{readme_port}\b", str(port), command)
+    return command
+
+
+def wait_for_port(port: int, timeout_s: float = 60) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not port_open("127.0.0.1", port):
+        assert time.monotonic() < deadline, f"nothing listens on {port} after {timeout_s:.0f} s"
+        time.sleep(0.2)
+
+
+def sign_in_with_the_mock_provider(inbox: int, sub: str) -> dict[str, object]:
+    """What a person does in the browser after the README's single sign-on block: open the inbox,
+    click "Sign in with Mock IdP", type the user at the provider; /api/me then says who they are."""
+    wait_for_port(inbox)
+    opener = urllib.request.build_opener(NoRedirect, urllib.request.HTTPCookieProcessor())
+    page = opener.open(f"http://127.0.0.1:{inbox}/").read().decode()
+    assert "Sign in with Mock IdP" in page, page
+    authorize = redirect_of(opener, urllib.request.Request(f"http://127.0.0.1:{inbox}/auth/oidc/login"))
+    form = urllib.parse.urlencode({"sub": sub}).encode()
+    callback = redirect_of(opener, urllib.request.Request(authorize, data=form))
+    try:
+        landing = opener.open(callback).read().decode()
+    except urllib.error.HTTPError as refused:
+        raise AssertionError(f"sign-in refused: {refused.read().decode()}") from refused
+    assert "Signed in." in landing, landing
+    me: dict[str, object] = json.loads(opener.open(f"http://127.0.0.1:{inbox}/api/me").read())
+    return me
+
+
+class NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args: object, **kwargs: object) -> None:
+        return None
+
+
+def redirect_of(opener: urllib.request.OpenerDirector, request: urllib.request.Request) -> str:
+    try:
+        opener.open(request)
+    except urllib.error.HTTPError as redirect:
+        assert redirect.code in (302, 303), redirect.read().decode()
+        return str(redirect.headers["Location"])
+    raise AssertionError(f"{request.full_url} did not redirect")
 
 
 @pytest.fixture
@@ -215,13 +314,15 @@ def clone_dir() -> Iterator[Path]:
         yield Path(parent) / "countersign"
 
 
-@pytest.mark.timeout(900)
+@pytest.mark.timeout(1800)
 def test_the_readme_walkthrough_works_as_typed(clone_dir: Path) -> None:
     root = clone_dir
     checkout(root)
     if os.environ.get("WALKTHROUGH_VENV", "reuse") == "reuse":
         reuse_virtualenv(root)
     ports = {name: free_port() for name in DEFAULT_PORTS}
+    typed = {port: free_port() for port in TYPED_PORTS}
+    background: list[subprocess.Popen[bytes]] = []
     env = {k: v for k, v in os.environ.items() if k not in CLEARED and not k.startswith("VIRTUAL_ENV")}
     env |= {name: str(port) for name, port in ports.items()}
     env["PYTHONDONTWRITEBYTECODE"] = "1"
@@ -233,8 +334,9 @@ def test_the_readme_walkthrough_works_as_typed(clone_dir: Path) -> None:
             written: list[str] = []
             for step in block.steps:
                 command = ids.command(step.command)
-                status, output = run_step(command, root, env, status)
-                got = as_default_ports(output, ports).rstrip("\n").split("\n")
+                status, output = run_step(on_free_ports(command, typed), root, env, status, background)
+                got = as_default_ports(output, ports, typed).rstrip("\n").split("\n")
+                got = [] if got == [""] else got
                 if command.startswith("make ") and step.expected:  # make may install first
                     first = ids.line_pattern(step.expected[0])[0]
                     got = got[next((i for i, g in enumerate(got) if first.fullmatch(g)), 0) :]
@@ -245,7 +347,14 @@ def test_the_readme_walkthrough_works_as_typed(clone_dir: Path) -> None:
                 problem = ids.match(step.expected, got)
                 assert problem is None, f"`{step.command}`: {problem}\n--- output:\n{output}"
             recorded[block.start] = (block.end, written)
+            if block.section == SSO_SECTION:
+                me = sign_in_with_the_mock_provider(typed[8301], "bob")
+                assert (me["tenant_id"], me["user_id"]) == ("acme", "bob"), me
     finally:
+        for process in background:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGTERM)
+            process.wait(timeout=30)
         subprocess.run(
             [root / ".venv" / "bin" / "countersign", "dev", "down"], cwd=root, env=env, check=False
         )

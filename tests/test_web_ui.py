@@ -96,7 +96,12 @@ async def test_web_ui_renders_summary_and_details(
     assert attributes.get(AGENT_STATUS) == "awaiting_approval"
     assert await described.static_summary() == static_summary(start)
     metadata = await handle.query("__temporal_workflow_metadata", result_type=WorkflowMetadata)
-    assert "awaiting approval: `c1` update_lead_status jane.doe@example.com" in metadata.current_details
+    details = metadata.current_details
+    # each argument named and apart, not the values run together
+    assert (
+        "awaiting approval: `c1` `update_lead_status` · lead: jane.doe@example.com · new\\_status: qualified"
+        in details
+    )
 
     # The page of a running workflow keeps a history long-poll open, so Chromium's virtual time never
     # runs out: render it once the conversation is over (bob approves; single_turn ends it).

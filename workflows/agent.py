@@ -299,7 +299,7 @@ class AgentWorkflow(Handlers):
             ran = Usage(tool_calls=min(budget, len(results)))
             turn, conversation.usage = turn.plus(ran), conversation.usage.plus(ran)
             self.store.keep_results(calls, results)
-            failed = failed_write({t.name: t for t in context.tools}, calls, results)
+            failed = failed_write(conversation.tools(), calls, results)
             if failed and context.agent.atomic_turns:
                 undo = conversation.saga.to_undo("turn", conversation.turn)
                 await self.rollbacks.compensate(undo, f"atomic turn: {failed} failed")

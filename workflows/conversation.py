@@ -106,9 +106,14 @@ class Conversation:
             return f"{MAX_INBOX} messages already wait for their turn; send this one later"
         return None
 
+    def tools(self) -> dict[str, ToolSpec]:
+        """The agent's snapshotted specs by name: the one lookup screening, the argument check, the
+        card and execution all use (a tool is its (server, tool); the snapshot has one spec a name)."""
+        return {t.name: t for t in self.context.tools} if self.context else {}
+
     def spec(self, tool: str) -> ToolSpec | None:
         """The agent's snapshotted spec of `tool` (None for a tool it does not have)."""
-        return next((t for t in self.context.tools if t.name == tool), None) if self.context else None
+        return self.tools().get(tool)
 
     def mcp_spec(self, tool: str) -> ToolSpec | None:
         """The snapshotted spec of an MCP tool (its input schema checks an approver's edits), else None."""

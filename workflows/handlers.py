@@ -110,6 +110,12 @@ class Handlers:
             return await self.authority.refuse(
                 "rollback", request.requested_by, "a rollback of scope call needs a call_id"
             )
+        if request.scope == "call" and not self.conversation.saga.knows(request.call_id or ""):
+            return await self.authority.refuse(
+                "rollback",
+                request.requested_by,
+                f"no call {request.call_id!r} this conversation can undo (only its writes can be)",
+            )
         await self.rollbacks.request(request)
 
     # --- reviewers' decisions -----------------------------------------------------------------

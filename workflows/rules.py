@@ -11,11 +11,12 @@ from temporalio.exceptions import TimeoutError as TemporalTimeoutError
 
 with workflow.unsafe.imports_passed_through():
     from countersign.core.approvals import Approval
-    from countersign.core.bounds import loads_bounded
+    from countersign.core.bounds import loads_bounded, storable
     from countersign.core.calls import StoredResult, ToolSpec
     from countersign.core.contract import AgentState, ConversationContext, PendingQuestion, TurnStop
     from countersign.core.markdown import escape_markdown
     from countersign.core.messages import ToolCall, Usage
+    from countersign.core.summaries import usage_line
 
 # A write whose result carries one of these failed for good (not a refusal, a question or a limit).
 FAILED_WRITE_CODES = frozenset({"INTERNAL_ERROR", "CONFLICT", "NOT_FOUND"})
@@ -31,7 +32,8 @@ def call_summary(tool: str, arguments: str) -> str:
         values = (
             " ".join(str(v)[:200] for v in args.values() if v is not None) if isinstance(args, dict) else ""
         )
-    return f"{tool} {escape_markdown(values[:200])}"[:400].strip()
+    # encodable: a lone surrogate from the model's `"\\ud800"` would fail every workflow task
+    return storable(f"{tool} {escape_markdown(values[:200])}"[:400].strip())
 
 
 def error_text(err: ActivityError) -> str:
@@ -70,6 +72,18 @@ def failed_write(
     return None
 
 
+def call_details(tool: str, arguments: str) -> str:
+    """A pending call's arguments for the Web UI's details, each named and apart:
+    `update_lead_status` · lead: jane.doe@example.com · new_status: qualified. Never raises."""
+    args, refusal = loads_bounded(arguments)
+    if refusal is not None or not isinstance(args, dict):
+        return f"`{tool}` (arguments not a JSON object)"
+    named = [
+        f"{escape_markdown(str(k)[:60])}: {escape_markdown(str(v)[:120])}" for k, v in list(args.items())[:12]
+    ]
+    return " · ".join([f"`{tool}`", *named])[:800]
+
+
 def status_details(
     state: AgentState,
     turn: int,
@@ -82,10 +96,10 @@ def status_details(
     who = f"{context.tenant_id}/{context.user_id} · agent {context.agent.name}" if context else ""
     head = (
         f"**{state}** · turn {turn} · {who}\n\n"
-        f"usage: {usage.total_tokens} tokens, {usage.model_calls} model calls, {usage.tool_calls} tool calls"
+        f"usage: {usage_line(usage.model_calls, usage.tool_calls, usage.total_tokens)}"
     )
     waiting = [
-        f"- awaiting approval: `{a.call_id}` {call_summary(a.tool, a.args)} "
+        f"- awaiting approval: `{a.call_id}` {call_details(a.tool, a.args)} "
         f"(risk {a.risk}, expires {a.expires_at:%Y-%m-%d %H:%M} UTC)" + (f" · {a.hints}" if a.hints else "")
         for a in approvals
         if a.state == "pending"

@@ -73,8 +73,7 @@ class ToolCalls:
                 "LIMIT_REACHED", f"max_tool_calls ({conversation.limits.max_tool_calls}) reached"
             )
             return await self._unexecuted(invocation, limit)
-        tools = {t.name: t for t in conversation.context.tools}
-        screening = screen_call(call, tools, conversation.context.roles)
+        screening = screen_call(call, conversation.tools(), conversation.context.roles)
         if screening.refusal is not None:
             return await self._unexecuted(invocation, screening.refusal)
         if screening.action == "run":

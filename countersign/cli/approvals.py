@@ -16,10 +16,12 @@ from temporalio.client import Client, WorkflowUpdateFailedError
 from countersign.cli.app import cli, print_json, run
 from countersign.cli.conversations import connected, query_status
 from countersign.cli.door import door_as
-from countersign.cli.inbox import InboxSession, inbox_request, load_session, signed_mode
-from countersign.cli.ux import reason
+from countersign.cli.inbox import InboxSession, inbox_request, load_session, signed_hint, signed_mode
+from countersign.cli.ux import reason, relative
 from countersign.core.approvals import Approval, Decision
+from countersign.core.bounds import DuplicateKey, loads_strict
 from countersign.core.contract import AnswerSignal
+from countersign.core.shown import argument_lines, argument_warnings
 
 
 def age(iso: str) -> str:
@@ -57,7 +59,7 @@ async def decide(client: Client, workflow_id: str, decision: Decision) -> Approv
             "decide", decision, result_type=Approval
         )
     except WorkflowUpdateFailedError as err:
-        raise click.ClickException(reason(err)) from err
+        raise click.ClickException(signed_hint(reason(err), decision.approver, workflow_id)) from err
     return approval
 
 
@@ -65,7 +67,9 @@ def parse_args(text: str | None) -> dict[str, object] | None:
     if text is None:
         return None
     try:
-        value = json.loads(text)
+        value = loads_strict(text)
+    except DuplicateKey as err:
+        raise click.BadParameter(f"--args: {err}") from err
     except json.JSONDecodeError as err:
         raise click.BadParameter(f"--args is not JSON: {err.msg}") from err
     if not isinstance(value, dict):
@@ -94,9 +98,11 @@ def list_approvals(tenant: str | None, as_json: bool) -> None:
             click.echo("nothing pending")
         for r in rows:
             click.echo(
-                f"{r['workflow_id']}  {r['call_id']}  {r['tool']} {r['args']}\n"
-                f"    risk {r['risk']} · requested by {r['requested_by']} {age(r['requested_at'])} ago"
-                f" · expires {r['expires_at']}" + (f"\n    {r['hints']}" if r.get("hints") else "")
+                f"{r['workflow_id']}  {r['call_id']}  {r['tool']}\n"
+                + "".join(f"    {line}\n" for line in argument_lines(r["args"]))
+                + "".join(f"    ⚠ {w}\n" for w in argument_warnings(r["args"]))
+                + f"    risk {r['risk']} · requested by {r['requested_by']} {age(r['requested_at'])} ago"
+                f" · expires {relative(r['expires_at'])}" + (f"\n    {r['hints']}" if r.get("hints") else "")
             )
 
     run(body())
@@ -126,7 +132,9 @@ def approve(
 
     async def body() -> None:
         if signed_mode():
-            return await approve_through_inbox(load_session(approver), workflow_id, call_id, reason, edited)
+            return await approve_through_inbox(
+                load_session(approver, workflow_id), workflow_id, call_id, reason, edited
+            )
         client, _ = await connected()
         ids = (
             [call_id]
@@ -160,7 +168,7 @@ def reject(workflow_id: str, call_id: str, approver: str, reason: str | None) ->
         if signed_mode():
             path = f"/api/approvals/{workflow_id}/{call_id}"
             decided = await inbox_request(
-                load_session(approver), "POST", path, {"decision": "reject", "reason": reason}
+                load_session(approver, workflow_id), "POST", path, {"decision": "reject", "reason": reason}
             )
             click.echo(f"rejected {call_id}: {decided['tool']} by {decided['decided_by']} (proven)")
             return

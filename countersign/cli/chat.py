@@ -1,18 +1,21 @@
 """`starter.py chat`: talk to an agent interactively and watch it work.
 
-Each line you type is a message; while the turn runs, the chat follows the `transcript` and `status`
-queries (every POLL_S, only then) and prints what is new: tool calls with their arguments, results,
-approvals and questions, which you can answer inline. The reply itself arrives through the
-`wait_reply` (or `wait_turn`) update, awaited alongside. Ctrl-C or a closed stdin only detach the
-display: the conversation is a workflow and goes on without it.
+Each line you type is a message; while the turn runs, the chat reads the conversation's events as
+they are written (countersign.db.events): the model's text as it streams, and at each other event
+what is new in the `transcript` and `status` queries: tool calls with their arguments, results,
+approvals and questions, which you can answer inline (without a database: it looks every POLL_S).
+The reply itself arrives through the `wait_reply` (or `wait_turn`) update, awaited alongside.
+Ctrl-C or a closed stdin only detach the display: the conversation is a workflow and goes on.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import sys
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import click
 from sqlalchemy import select
@@ -24,7 +27,7 @@ from countersign.cli.conversations import connected, parse_limits
 from countersign.cli.door import door_as
 from countersign.cli.inbox import signed_mode
 from countersign.cli.records import with_session
-from countersign.cli.ux import command
+from countersign.cli.ux import command, relative
 from countersign.cli.waiting import who_can_decide
 from countersign.client.handles import (
     render_message,
@@ -45,10 +48,12 @@ from countersign.core.contract import (
 )
 from countersign.core.messages import ChatMessage
 from countersign.core.saga import RollbackRequest
-from countersign.db import schema
-from countersign.runtime.config import SCRIPTED_LABEL
+from countersign.core.summaries import usage_line
+from countersign.db import events, schema
+from countersign.runtime.config import SCRIPTED_LABEL, load_settings
 
-POLL_S = 0.25  # how often a running turn is looked at; nothing polls between turns
+POLL_S = 0.25  # without a database: how often a running turn is looked at
+LAST_EVENTS_S = 2.0  # how long a turn that has ended is given for its last events to be read
 HELP = """\
 Type a message to send it. While the agent works you see its tool calls, results, approvals and questions.
   /status                    state, usage, pending approvals and questions
@@ -146,7 +151,7 @@ def reattach(workflow_id: str) -> str:
 def turn_footer(turn: TurnResult) -> str:
     u = turn.usage
     stopped = f"turn stopped: {turn.stop} · " if turn.stop != "completed" else ""
-    return f"  ({stopped}{u.model_calls} model calls, {u.tool_calls} tool calls, {u.total_tokens} tokens)"
+    return f"  ({stopped}{usage_line(u.model_calls, u.tool_calls, u.total_tokens)})"
 
 
 async def roles_of(tenant_id: str, user: str) -> list[str] | None:
@@ -180,8 +185,19 @@ async def decision_of(workflow_id: str, call_id: str) -> schema.ApprovalDecision
 class Chat:
     """One person's chat with one conversation (started by the first message, or re-attached)."""
 
-    def __init__(self, port: ConversationPort, lines: Lines, user: str, start: StartConversation | None):
+    def __init__(
+        self,
+        port: ConversationPort,
+        lines: Lines,
+        user: str,
+        start: StartConversation | None,
+        database_url: str | None = None,
+    ):
         self.port, self.lines, self.user, self.start = port, lines, user, start
+        self.database_url = database_url  # where the conversation's events are read (None: polled)
+        self.after = 0  # the latest conversation event read
+        self.streaming: int | None = None  # the model call (its reply's seq) whose text is being shown
+        self.streamed: dict[int, str] = {}  # the text each model call streamed
         self.conversation: str | None = None  # its workflow id, once started or attached
         self.last_shown: ChatMessage | None = None
         self.thinking_shown = False
@@ -231,8 +247,13 @@ class Chat:
             click.echo(f"conversation {self.workflow_id} has ended")
             self.ended = True
             return
+        self.after = await self.events_seen(self.conversation)
         message_id = await self.port.send(self.conversation, self.user, text)
         await self.follow(self.port.reply(self.conversation, message_id, None))
+
+    async def events_seen(self, workflow_id: str) -> int:
+        """The conversation's latest event id: what follows it is this turn's."""
+        return await events.last_id(self.database_url, workflow_id) if self.database_url else 0
 
     async def attach(self, workflow_id: str) -> None:
         """Show a running conversation so far, then follow the turn it is in, if any."""
@@ -242,6 +263,7 @@ class Chat:
         )
         click.echo(render_transcript(messages, scripted=False))
         self.last_shown = messages[-1] if messages else None
+        self.after = await self.events_seen(workflow_id)
         if status.state == "ended":
             click.echo(f"conversation {workflow_id} has ended")
             self.ended = True
@@ -254,9 +276,14 @@ class Chat:
         """Show the turn's progress until `reply` (the update that answers when it ends) returns."""
         waiting = asyncio.ensure_future(reply)
         try:
-            while not waiting.done():
-                await self.show_progress()
-                await asyncio.wait({waiting}, timeout=POLL_S)
+            if self.database_url:
+                await self.show_progress()  # what already waits (a question, an approval) is asked now
+                await self.follow_events(waiting, self.database_url)
+            else:  # no database to read the events from: look at the status now and then
+                while not waiting.done():
+                    await self.show_progress()
+                    await asyncio.wait({waiting}, timeout=POLL_S)
+            self.end_streaming()
             await self.show_progress()
         finally:
             waiting.cancel()  # only our wait: the workflow does not notice
@@ -267,6 +294,56 @@ class Chat:
         else:
             click.echo(turn_footer(turn))
 
+    async def follow_events(self, waiting: asyncio.Future[TurnResult | None], database_url: str) -> None:
+        """Read the conversation's events as they are written: text is shown as it streams; any
+        other event (a call, a result, an approval, a question) shows what is new and asks what
+        is to be asked. Nothing is polled."""
+        stream = events.follow(database_url, self.workflow_id, self.after)
+        upcoming = asyncio.ensure_future(anext(stream))
+        ended = False  # the latest event read ends the turn (or the conversation)
+        try:
+            while True:
+                pending: set[asyncio.Future[Any]] = {upcoming} if waiting.done() else {waiting, upcoming}
+                # once the turn has ended, its last events are already written: read them, briefly
+                await asyncio.wait(pending, timeout=LAST_EVENTS_S if waiting.done() else None,
+                                   return_when=asyncio.FIRST_COMPLETED)  # fmt: skip
+                if waiting.done() and (ended or not upcoming.done()):
+                    return
+                if not upcoming.done():
+                    continue
+                event = upcoming.result()
+                self.after = event.id
+                if event.kind == "delta":
+                    self.show_delta(event.data)
+                else:
+                    self.end_streaming()
+                    await self.show_progress()
+                ended = event.kind in ("turn", "ended")
+                upcoming = asyncio.ensure_future(anext(stream))
+        finally:
+            upcoming.cancel()
+            with contextlib.suppress(BaseException):
+                await upcoming
+            await stream.aclose()
+
+    def show_delta(self, data: dict[str, Any]) -> None:
+        seq, text = int(data.get("seq", -1)), str(data.get("text", ""))
+        if data.get("reset") and self.streaming is not None:
+            click.echo("\n  (the model call was retried)")
+            self.streaming = None
+        if self.streaming != seq:
+            self.end_streaming()
+            click.echo("agent> ", nl=False)
+            self.streaming, self.streamed[seq] = seq, ""
+        click.echo(text, nl=False)
+        self.streamed[seq] += text
+        self.thinking_shown = False
+
+    def end_streaming(self) -> None:
+        if self.streaming is not None:
+            click.echo("")
+            self.streaming = None
+
     async def show_progress(self) -> None:
         assert self.conversation is not None
         # Status first, then the transcript: state only moves forward, so the transcript then holds
@@ -276,6 +353,8 @@ class Chat:
         await self.show_decided(status)  # before the results they let through
         shown = unseen(messages, self.last_shown)
         for message in shown:
+            if message.role == "assistant" and message.content in self.streamed.values():
+                message = message.model_copy(update={"content": None})  # shown as it streamed
             text = render_message(message) if message.role != "user" else None  # the person typed it
             if text:
                 click.echo(text)
@@ -330,7 +409,8 @@ class Chat:
         self.pending[approval.call_id] = approval
         click.echo(
             f"  ⏸ {approval.call_id} {approval.tool} {approval.args} needs approval"
-            f" (risk {approval.risk}, requested by {approval.requested_by}, expires {approval.expires_at})"
+            f" (risk {approval.risk}, requested by {approval.requested_by},"
+            f" expires {relative(approval.expires_at)})"
             + (f"\n    {approval.hints}" if approval.hints else "")
         )
         if not await self.may_decide(tenant_id, approval):
@@ -456,6 +536,7 @@ class Chat:
 
 async def chat_session(start: StartConversation | None, workflow_id: str | None, user: str | None) -> None:
     port: ConversationPort
+    database_url = load_settings().database_url  # the conversation's events are read there
     if signed_mode():  # through the server, as the person logged in
         if user is None:
             raise click.ClickException("signed mode: give --user (who you logged in as)")
@@ -472,7 +553,7 @@ async def chat_session(start: StartConversation | None, workflow_id: str | None,
         if user is None:
             raise click.ClickException(f"cannot tell whose conversation {workflow_id} is: give --user")
     assert user is not None
-    session = Chat(port, lines, user, start)
+    session = Chat(port, lines, user, start, database_url)
     click.echo("type a message; /help lists the commands")
     try:
         if workflow_id is not None:

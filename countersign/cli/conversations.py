@@ -11,13 +11,15 @@ from typing import Any, TypeVar
 
 import click
 from pydantic import ValidationError
+from sqlalchemy import select
+from sqlalchemy.exc import SQLAlchemyError
 from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
 
 from countersign.cli.app import cli, print_json, run
 from countersign.cli.door import door_as, reading_door
-from countersign.cli.inbox import signed_mode
-from countersign.cli.ux import EXIT_WAITING, command, reason, temporal_settings
-from countersign.cli.waiting import ctrl_c, follow, waiting_lines
+from countersign.cli.inbox import signed_hint, signed_mode
+from countersign.cli.ux import EXIT_WAITING, command, reason, relative, temporal_settings
+from countersign.cli.waiting import SignedHint, ctrl_c, follow, waiting_lines
 from countersign.client.ended import (
     conversation_status,
     full_transcript,
@@ -26,6 +28,7 @@ from countersign.client.ended import (
     tokens_today,
 )
 from countersign.client.handles import (
+    render_message,
     render_transcript,
     roll_back,
     send_keyed,
@@ -33,7 +36,9 @@ from countersign.client.handles import (
     wait_reply,
 )
 from countersign.client.temporal_client import connect
+from countersign.core.approvals import APPROVER_ROLES, FOUR_EYES
 from countersign.core.contract import (
+    WORKFLOW_TYPE,
     EndConversation,
     Limits,
     StartConversation,
@@ -44,7 +49,12 @@ from countersign.core.contract import (
 from countersign.core.envelopes import describe_policy
 from countersign.core.messages import ChatMessage
 from countersign.core.saga import RollbackRequest, SagaEntry
-from countersign.runtime.config import Settings
+from countersign.core.summaries import usage_line
+from countersign.db import events
+from countersign.db.engine import create_engine
+from countersign.db.schema import RollbackRecord, UserRole
+from countersign.runtime.config import Settings, load_settings
+from countersign.runtime.search_attributes import AGENT_NAME, AGENT_STATUS, TENANT_ID
 
 END_WAIT_S = 10.0  # `end` waits this long for the conversation to close before saying it is closing
 
@@ -85,6 +95,11 @@ async def query_status(handle: WorkflowHandle[Any, Any]) -> StatusView:
 async def query_transcript(handle: WorkflowHandle[Any, Any]) -> list[ChatMessage]:
     messages: list[ChatMessage] = await handle.query("transcript", result_type=list[ChatMessage])
     return messages
+
+
+async def events_seen(settings: Settings, workflow_id: str) -> int:
+    """The conversation's latest event id (0 without a database): a reply is followed after it."""
+    return await events.last_id(settings.database_url, workflow_id) if settings.database_url else 0
 
 
 async def connected() -> tuple[Client, Settings]:
@@ -137,9 +152,15 @@ def start(
         if not as_json:
             click.echo(workflow_id)
         outcome = await door.reply(workflow_id, turn=1) if wait else None
-        finish(workflow_id, outcome, {"workflow_id": workflow_id})
+        await finish(workflow_id, outcome, {"workflow_id": workflow_id})
 
-    def finish(workflow_id: str, outcome: TurnResult | StatusView | None, out: dict[str, Any]) -> None:
+    async def finish(
+        workflow_id: str,
+        outcome: TurnResult | StatusView | None,
+        out: dict[str, Any],
+        client: Client | None = None,
+        settings: Settings | None = None,
+    ) -> None:
         if as_json:
             if isinstance(outcome, TurnResult):
                 out["turn"] = outcome.model_dump(mode="json")
@@ -147,7 +168,7 @@ def start(
                 out["waiting"] = outcome.model_dump(mode="json")
             print_json(out)
         elif wait:
-            show_outcome(workflow_id, outcome, user)
+            await show_outcome(workflow_id, outcome, user, client, settings or load_settings())
         if isinstance(outcome, StatusView):
             raise SystemExit(EXIT_WAITING)
 
@@ -160,7 +181,8 @@ def start(
             if not as_json:
                 click.echo(handle.id)  # at once: the turn may take a while, or wait for a person
             try:
-                outcome = await follow(handle, wait_turn(handle, 1), interrupted) if wait else None
+                reply = wait_turn(handle, 1)
+                outcome = await follow(handle, reply, interrupted, settings.database_url) if wait else None
             except Exception:
                 await handle.result()  # a conversation that failed to start says why (unknown user, ...)
                 raise
@@ -169,21 +191,82 @@ def start(
             "run_id": handle.result_run_id,
             "ui_url": settings.workflow_url(handle.id),
         }
-        finish(handle.id, outcome, out)
+        await finish(handle.id, outcome, out, client, settings)
 
     run(body())
 
 
-def show_outcome(workflow_id: str, outcome: TurnResult | StatusView | None, user: str) -> None:
-    """The reply, or what the turn waits for and the commands that let it go on."""
+async def show_outcome(
+    workflow_id: str,
+    outcome: TurnResult | StatusView | None,
+    user: str,
+    client: Client | None,
+    settings: Settings,
+) -> None:
+    """The turn's tool calls with a summary of each result, then the reply, or what the turn waits
+    for, who may decide it (by name) and the commands that let it go on. Through the server (no
+    Temporal client) the calls and the deciders' names are left out: the server's reply carries them
+    not."""
     if outcome is None:
         raise click.ClickException(f"conversation {workflow_id} ended before replying")
+    for line in await turn_calls(client, settings, workflow_id) if client is not None else []:
+        click.echo(line)
     if isinstance(outcome, StatusView):
-        for line in waiting_lines(workflow_id, outcome, user):
+        names = await deciders(settings, outcome) if client is not None else {}
+        signed = (
+            SignedHint(settings.inbox_url, outcome.tenant_id) if settings.approver_auth == "signed" else None
+        )
+        for line in waiting_lines(workflow_id, outcome, user, lambda a: names.get(a.call_id, ()), signed):
             click.echo(line)
         click.echo(f"the reply follows the decision: `{command()} transcript {workflow_id}` shows it")
     else:
         click.echo(outcome.reply or "(no reply)")
+
+
+async def turn_calls(client: Client, settings: Settings, workflow_id: str) -> list[str]:
+    """The latest turn's tool calls and result summaries, as the transcript shows them."""
+    messages = await full_transcript(client, settings, workflow_id)
+    last_user = max((i for i, m in enumerate(messages) if m.role == "user"), default=-1)
+    turn = messages[last_user + 1 :]
+    answered = {m.tool_call_id for m in turn if m.role == "tool"}  # a pending call is shown as waiting
+    lines = []
+    for message in turn:
+        if message.role == "assistant":
+            lines += [f"  → {c.name}({c.arguments}) [{c.id}]" for c in message.tool_calls if c.id in answered]
+        elif message.role == "tool":
+            lines.append(render_message(message) or "")
+    return lines
+
+
+async def deciders(settings: Settings, status: StatusView) -> dict[str, list[str]]:
+    """Per pending call, the users of the tenant whose decision the workflow would accept (by role
+    and the four-eyes rule); empty when the database is not reachable (the roles still say who)."""
+    if not settings.database_url or not status.pending_approvals:
+        return {}
+    engine = create_engine(settings.database_url)
+    try:
+        async with engine.connect() as conn:
+            rows = (
+                await conn.execute(
+                    select(UserRole.user_id, UserRole.role)
+                    .where(UserRole.tenant_id == status.tenant_id)
+                    .order_by(UserRole.user_id)
+                )
+            ).all()
+    except (OSError, SQLAlchemyError):
+        return {}
+    finally:
+        await engine.dispose()
+    return {
+        a.call_id: list(
+            dict.fromkeys(
+                user
+                for user, role in rows
+                if role in APPROVER_ROLES[a.risk] and not (a.risk in FOUR_EYES and user == a.requested_by)
+            )
+        )
+        for a in status.pending_approvals
+    }
 
 
 @cli.command()
@@ -229,7 +312,7 @@ def send(
         if no_wait:
             return
         outcome = await door.reply(target_id, message_id=message_id)
-        show_outcome(target_id, outcome, user)
+        await show_outcome(target_id, outcome, user, None, load_settings())
         if isinstance(outcome, StatusView):
             raise SystemExit(EXIT_WAITING)
 
@@ -242,6 +325,7 @@ def send(
             start = checked(lambda: StartConversation(tenant_id=tenant, user_id=user, agent=agent))
             handle = await send_keyed(client, settings, start, key, message)
             target_id = handle.id
+            seen = await events_seen(settings, target_id)  # this turn's first text may precede it
         else:
             assert workflow_id is not None
             target_id = workflow_id
@@ -252,6 +336,7 @@ def send(
                 raise click.ClickException(
                     f"conversation {workflow_id} is {current.user_id}'s: {user} may not write to it"
                 )
+            seen = await events_seen(settings, workflow_id)
             await client.get_workflow_handle(workflow_id).signal("submit_message", message)
         with ctrl_c() as interrupted:
             click.echo(f"conversation {target_id}", err=True)
@@ -259,10 +344,12 @@ def send(
                 return
             reply = wait_reply(client, target_id, message.message_id or "")
             try:
-                outcome = await follow(client.get_workflow_handle(target_id), reply, interrupted)
+                outcome = await follow(
+                    client.get_workflow_handle(target_id), reply, interrupted, settings.database_url, seen
+                )
             except WorkflowUpdateFailedError as err:  # refused (another user's conversation, a full inbox)
                 raise click.ClickException(reason(err)) from err
-        show_outcome(target_id, outcome, user)
+        await show_outcome(target_id, outcome, user, client, settings)
         if isinstance(outcome, StatusView):
             raise SystemExit(EXIT_WAITING)
 
@@ -291,7 +378,7 @@ def status(workflow_id: str, as_json: bool) -> None:
             return
         u = view.usage
         click.echo(f"{workflow_id}: {view.state} · turn {view.turn} · {view.tenant_id} · agent {view.agent}")
-        click.echo(f"usage: {u.total_tokens} tokens, {u.model_calls} model calls, {u.tool_calls} tool calls")
+        click.echo(f"usage: {usage_line(u.model_calls, u.tool_calls, u.total_tokens)}")
         if view.policy is not None:
             click.echo(describe_policy(view.policy))
         click.echo(
@@ -380,9 +467,35 @@ def rollback(
             if outcome.refused:
                 raise click.ClickException(f"rollback refused: {outcome.refused}")
             return outcome.entries
-        return await roll_back(client.get_workflow_handle(workflow_id), request)
+        try:
+            return await roll_back(client.get_workflow_handle(workflow_id), request)
+        except TimeoutError as err:
+            raise click.ClickException(await rollback_refusal(settings, workflow_id) or str(err)) from err
 
     run(body())
+
+
+async def rollback_refusal(settings: Settings, workflow_id: str) -> str | None:
+    """Why the conversation's latest rollback request was refused, as recorded, with how to fix a
+    missing proof; None when the latest one was not refused (a turn is still running)."""
+    if not settings.database_url:
+        return None
+    engine = create_engine(settings.database_url)
+    try:
+        async with engine.connect() as conn:
+            row = (
+                await conn.execute(
+                    select(RollbackRecord.accepted, RollbackRecord.reason, RollbackRecord.requested_by)
+                    .where(RollbackRecord.workflow_id == workflow_id)
+                    .order_by(RollbackRecord.id.desc())
+                    .limit(1)
+                )
+            ).first()
+    finally:
+        await engine.dispose()
+    if row is None or row.accepted:
+        return None
+    return "rollback refused: " + signed_hint(row.reason or "not allowed", row.requested_by, workflow_id)
 
 
 @cli.command()
@@ -415,5 +528,56 @@ def end(workflow_id: str, requested_by: str) -> None:
             click.echo(f"ending {workflow_id}: it finishes its current turn first (`status` shows it)")
             return
         click.echo(f"ended conversation {workflow_id}")
+
+    run(body())
+
+
+@cli.group()
+def conversations() -> None:
+    """Conversations across tenants (the Web UI's workflow list, from the terminal)."""
+
+
+@conversations.command("list")
+@click.option("--tenant", help="Only this tenant's conversations.")
+@click.option("--agent", help="Only this agent's.")
+@click.option("--all", "include_closed", is_flag=True, help="Ended ones too (default: running only).")
+@click.option("--limit", type=click.IntRange(1, 1000), default=50, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def list_conversations(
+    tenant: str | None, agent: str | None, include_closed: bool, limit: int, as_json: bool
+) -> None:
+    """List conversations, newest first: id, agent state, agent, when started."""
+
+    async def body() -> None:
+        client, _ = await connected()
+        clauses = [f"WorkflowType = '{WORKFLOW_TYPE}'"]
+        clauses += [] if include_closed else ["ExecutionStatus = 'Running'"]
+        clauses += [f"TenantId = '{tenant}'"] if tenant else []
+        clauses += [f"AgentName = '{agent}'"] if agent else []
+        rows: list[dict[str, Any]] = []
+        async for execution in client.list_workflows(" AND ".join(clauses), limit=limit):
+            attributes = execution.typed_search_attributes
+            rows.append(
+                {
+                    "workflow_id": execution.id,
+                    "tenant_id": attributes.get(TENANT_ID),
+                    "agent": attributes.get(AGENT_NAME),
+                    "state": attributes.get(AGENT_STATUS),
+                    "status": execution.status.name if execution.status else None,
+                    "started_at": execution.start_time.isoformat(),
+                    "closed_at": execution.close_time.isoformat() if execution.close_time else None,
+                }
+            )
+        if as_json:
+            print_json(rows)
+            return
+        if not rows:
+            click.echo("no conversations" if include_closed else "none running (--all: ended too)")
+        for r in rows:
+            click.echo(
+                f"{r['workflow_id']}  {r['state'] or '-'}  {r['agent'] or '-'}"
+                f"  started {relative(r['started_at'])}"
+                + ("" if r["status"] == "RUNNING" else f"  ({str(r['status']).lower()})")
+            )
 
     run(body())

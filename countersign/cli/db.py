@@ -37,8 +37,15 @@ def upgrade() -> None:
 
 
 @db.command()
-def seed() -> None:
-    """Load the seed data (tenants, users, business data, agents) into DATABASE_URL."""
+@click.option(
+    "--reset",
+    is_flag=True,
+    help="Also set the seeded rows back to their seed values (the demo's leads, tasks, cases, …).",
+)
+def seed(reset: bool) -> None:
+    """Load the seed data (tenants, users, business data, agents) into DATABASE_URL: what is missing,
+    or with --reset, everything back as seeded (rows added since and the audit stay)."""
     url = database_url()
-    run(load_seed(url))
-    click.echo(f"seeded tenants acme and globex, and the agents, into {shown(url)}")
+    run(load_seed(url, reset=reset))
+    done = "reset" if reset else "seeded (missing rows only)"
+    click.echo(f"{done}: tenants acme and globex, and the agents, in {shown(url)}")

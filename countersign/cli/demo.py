@@ -13,6 +13,7 @@ from countersign.client.ended import with_stored_results
 from countersign.client.handles import render_transcript, start_conversation
 from countersign.client.temporal_client import connect
 from countersign.core.contract import ConversationResult, StartConversation
+from countersign.core.summaries import usage_line
 from countersign.devstack import stack
 from countersign.runtime.config import DATA_DIR, load_settings
 
@@ -39,7 +40,7 @@ def demo() -> None:
         messages = await with_stored_results(settings, handle.id, await query_transcript(handle))
         click.echo(render_transcript(messages, scripted=settings.scripted_model))
         u = result.usage
-        click.echo(f"\n{u.model_calls} model calls, {u.tool_calls} tool calls, {u.total_tokens} tokens")
+        click.echo("\n" + usage_line(u.model_calls, u.tool_calls, u.total_tokens))
         click.echo(f"workflow id: {handle.id}")
         click.echo(f"Web UI:      {settings.workflow_url(handle.id)}")
         click.echo(f"The stack keeps running; `{command()} dev down` stops it.")

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
+from pathlib import Path
 
 import click
 
 from countersign.cli.app import cli, print_json, run
+from countersign.cli.ux import command, shown_path
 from countersign.devstack import stack
 from countersign.identity.mode import deployment_mode
 from countersign.runtime.config import DATA_DIR, load_settings
@@ -27,8 +30,15 @@ def dev() -> None:
 
 @dev.command()
 def up() -> None:
-    """Start what is not running yet (each env override replaces its component); idempotent."""
-    run(stack.up(_plan(), click.echo))
+    """Start what is not running yet (each env override replaces its component); idempotent.
+
+    COUNTERSIGN_AUTH (or APPROVER_AUTH) and COUNTERSIGN_METRICS_PORT set the worker's and inbox's
+    modes; asking for another mode than the running ones' is refused (`dev down` first)."""
+    plan = _plan()
+    run(stack.up(plan, click.echo))
+    running = running_modes(plan)
+    for line in mode_lines(plan, running, run(running_mode(running))):
+        click.echo(line)
 
 
 @dev.command()
@@ -44,7 +54,8 @@ def status(as_json: bool) -> None:
     plan = _plan()
     components = stack.status(plan)
     scenario = _scenario(plan, components)
-    mode = run(running_mode())
+    running = running_modes(plan)
+    mode = run(running_mode(running))
     if as_json:
         settings = load_settings()
         print_json(
@@ -58,18 +69,23 @@ def status(as_json: bool) -> None:
                 "scenario": scenario,
                 "approver_auth": mode,
                 "auth_mode": mode,
+                "metrics_url": running.metrics_url if running else None,
                 "components": {c.name: c.to_json() for c in components},
             }
         )
         return
     rows = [("component", "state", "pid", "address", "log")]
-    rows += [(c.name, c.state, str(c.pid or "-"), c.address, c.log or "-") for c in components]
+    rows += [
+        (c.name, c.state, str(c.pid or "-"), c.address, shown_path(Path(c.log)) if c.log else "-")
+        for c in components
+    ]
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]) - 1)]
     for row in rows:
         click.echo("  ".join([*(cell.ljust(w) for cell, w in zip(row, widths, strict=False)), row[-1]]))
     if scenario:
-        click.echo(f"scripted model scenario: {scenario}")
-    click.echo(approver_auth_line(mode))
+        click.echo(f"scripted model scenario: {shown_path(Path(scenario))}")
+    for line in mode_lines(plan, running, mode):
+        click.echo(line)
 
 
 def _scenario(plan: stack.StackPlan, components: list[stack.ComponentStatus]) -> str | None:
@@ -82,28 +98,55 @@ def _scenario(plan: stack.StackPlan, components: list[stack.ComponentStatus]) ->
     return (stack.scenario_of(running) if running else None) or plan.scenario
 
 
-async def running_mode() -> str:
-    """The mode of what runs: the deployment's, recorded in its database (the environment's when
-    the database cannot be read: not started yet)."""
+async def running_mode(running: stack.StackPlan | None) -> str:
+    """The mode of what runs: the deployment's, recorded in its database; else what the running
+    stack's processes were started with; else what the next start would use."""
     settings = load_settings()
     if settings.database_url:
         try:
             recorded = await asyncio.wait_for(deployment_mode(settings.database_url), 5)
-        except Exception:  # not running: say what the next start would use
+        except Exception:  # not running: fall back to the stack file, then the environment
             recorded = None
         if recorded:
             return recorded
-    return settings.approver_auth
+    return (running.approver_auth if running else None) or settings.approver_auth or "names"
+
+
+def running_modes(plan: stack.StackPlan) -> stack.StackPlan | None:
+    """The plan with the modes of the stack's running worker and inbox, None when neither runs."""
+    recorded, records = stack.read_stack(plan.stack_file)
+    live = [c.name for c in stack.status(plan) if c.name in ("worker", "inbox") and c.state == "running"]
+    if not live:
+        return None
+    asked_nothing = dataclasses.replace(plan, approver_auth=None, metrics_port=None)
+    return stack.with_running_modes(asked_nothing, recorded, records)
+
+
+def mode_lines(plan: stack.StackPlan, running: stack.StackPlan | None, mode: str) -> list[str]:
+    """How the running stack decides who acts and where its worker serves metrics, and a warning
+    when this shell asks for another mode."""
+    if running is None:
+        return [f"auth: not running (`dev up` starts it with COUNTERSIGN_AUTH={plan.approver_auth or mode})"]
+    lines = [approver_auth_line(mode)]
+    if running.metrics_url:
+        lines.append(f"metrics: the worker serves {running.metrics_url}")
+    if plan.approver_auth not in (None, mode):
+        lines.append(
+            f"warning: this shell sets COUNTERSIGN_AUTH={plan.approver_auth} but the stack runs with "
+            f"{mode}: CLI commands from this shell will be refused; unset it, or `{command()} dev down` "
+            f"and `COUNTERSIGN_AUTH={plan.approver_auth} {command()} dev up`"
+        )
+    return lines
 
 
 def approver_auth_line(mode: str) -> str:
     if mode == "signed":
         return (
-            "auth: COUNTERSIGN_AUTH=signed (the deployment's): starts, messages, answers, rollbacks, "
-            "ends and decisions count only with a proof the server minted"
+            "auth: COUNTERSIGN_AUTH=signed: starts, messages, answers, rollbacks, ends and decisions "
+            "count only with a proof the server minted "
+            f"(log in first: `{command()} login --tenant TENANT --as USER`)"
         )
     return (
-        "auth: COUNTERSIGN_AUTH=names (the deployment's; demo): a bare name counts for requesters and "
-        "approvers; actions are recorded as claimed, not proven. Set COUNTERSIGN_AUTH=signed and run "
-        "`db upgrade` to require proofs."
+        "auth: COUNTERSIGN_AUTH=names (demo): a bare name counts for requesters and approvers; actions "
+        "are recorded as claimed, not proven. For proofs: `dev down`, then `COUNTERSIGN_AUTH=signed dev up`."
     )

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import signal
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ from pydantic import BaseModel, ValidationError
 from sqlalchemy import Update, update
 
 from countersign.cli.app import cli, run
+from countersign.cli.ux import command, shown_path
 from countersign.db.engine import create_engine
 from countersign.db.people import hash_password
 from countersign.db.schema import Tenant, User
@@ -40,21 +42,47 @@ def session_file() -> Path:
     return Path(os.environ.get("COUNTERSIGN_SESSION_FILE") or DATA_DIR / "inbox-session.json")
 
 
-def load_session(acting_as: str) -> InboxSession:
-    """The CLI's inbox session, which must be `acting_as`'s."""
+def tenant_of(workflow_id: str | None) -> str:
+    """The tenant a conversation id names (`conv-acme-…`), for the hints below; else `TENANT`."""
+    found = re.fullmatch(r"conv-(.+)-[0-9a-f]{12}", workflow_id or "")
+    return found.group(1) if found else "TENANT"
+
+
+def login_hint(tenant: str, user: str) -> str:
+    prompted = f"password prompted; a seeded user's is {user}-dev"
+    return f"`{command()} login --tenant {tenant} --as {user}` ({prompted})"
+
+
+def load_session(acting_as: str, workflow_id: str | None = None) -> InboxSession:
+    """The CLI's inbox session, which must be `acting_as`'s (the conversation names the tenant
+    the hint logs in to)."""
     path = session_file()
+    tenant = tenant_of(workflow_id)
     try:
         session = InboxSession.model_validate_json(path.read_text())
     except (FileNotFoundError, ValidationError):
         raise click.ClickException(
-            f"APPROVER_AUTH=signed: log in first: python starter.py login --tenant T --as {acting_as}"
+            "this stack runs APPROVER_AUTH=signed: a decision counts only with a proof the inbox issues "
+            f"to the person it authenticated; log in first: {login_hint(tenant, acting_as)}"
         ) from None
     if session.user_id != acting_as:
         raise click.ClickException(
             f"logged in as {session.user_id} ({session.tenant_id}), not {acting_as}: "
-            f"python starter.py login --tenant T --as {acting_as}"
+            f"{login_hint(session.tenant_id if tenant == 'TENANT' else tenant, acting_as)}"
         )
     return session
+
+
+def signed_hint(refusal: str, user: str, workflow_id: str) -> str:
+    """A refusal for want of a proof, with how to get one: the worker runs APPROVER_AUTH=signed
+    while this shell does not (it set APPROVER_AUTH=names, or the worker is not the embedded one)."""
+    if "no proof" not in refusal:
+        return refusal
+    return (
+        f"{refusal}. The worker runs APPROVER_AUTH=signed: log in with "
+        f"{login_hint(tenant_of(workflow_id), user)}, then run the command again with "
+        "APPROVER_AUTH=signed (or unset, on the embedded stack)"
+    )
 
 
 def signed_mode() -> bool:
@@ -73,8 +101,7 @@ async def inbox_request(session: InboxSession, method: str, path: str, body: Any
         if response.status == 401 and session.token:
             raise SessionEnded(
                 f"inbox: the session of {session.user_id} ({session.tenant_id}) has ended (logged out, "
-                f"password changed or expired): python starter.py login --tenant {session.tenant_id} "
-                f"--as {session.user_id}"
+                f"password changed or expired): {login_hint(session.tenant_id, session.user_id)}"
             )
         if response.status >= 400:
             reason = data.get("error") if isinstance(data, dict) else None
@@ -113,7 +140,7 @@ def login(tenant: str, user: str, password: str | None, inbox_url: str | None) -
         path.touch(mode=0o600)
         session = InboxSession(inbox_url=url, tenant_id=tenant, user_id=user, token=answer["token"])
         path.write_text(session.model_dump_json())
-        click.echo(f"logged in to {url} as {user} ({tenant}); session kept in {path}")
+        click.echo(f"logged in to {url} as {user} ({tenant}); session kept in {shown_path(path)}")
 
     run(body())
 
@@ -234,7 +261,7 @@ async def rows_updated(statement: Update) -> int:
     """Run one UPDATE against DATABASE_URL (or the embedded stack's); how many rows it changed."""
     settings = load_settings()
     if not settings.database_url:
-        raise click.ClickException("no DATABASE_URL: run `python starter.py dev up` or set DATABASE_URL")
+        raise click.ClickException(f"no DATABASE_URL: run `{command()} dev up` or set DATABASE_URL")
     engine = create_engine(settings.database_url)
     try:
         async with engine.begin() as conn:

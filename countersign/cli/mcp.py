@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
 from typing import Any
 
 import click
@@ -12,9 +14,10 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from countersign.cli.app import cli, print_json, run
 from countersign.cli.records import table, with_session
+from countersign.cli.ux import shown_path
 from countersign.db.schema import AgentProfile, McpServer, Tenant
 from countersign.mcp.catalog import ListedTool
-from countersign.mcp.servers import ServerConfig, remember_listing
+from countersign.mcp.servers import ServerConfig, clashes, executable, remember_listing
 
 
 @cli.group()
@@ -41,7 +44,8 @@ def add(
     env: tuple[str, ...],
     headers: tuple[str, ...],
 ) -> None:
-    """Register (or re-register) an MCP server for agents, then list its tools once as a check."""
+    """Register (or re-register) an MCP server for agents after listing its tools once as a check;
+    refused when one of its tools' names would be another tool's too."""
     try:
         server = ServerConfig.of_command_line(name, command, url, agents, tenant, env, headers)
     except ValidationError as err:
@@ -49,12 +53,23 @@ def add(
     except ValueError as err:
         raise click.ClickException(str(err)) from None
 
+    if server.command and executable(server.command[0]) is None:
+        here = Path(sys.executable).parent
+        raise click.ClickException(
+            f"{server.command[0]}: no such command in the project's environment ({shown_path(here)}) "
+            f"or on PATH, so no worker could start it: install it there (`{shown_path(here / 'pip')} install "
+            f"{server.command[0]}`), or give the command's full path; nothing was registered"
+        )
+    listed = run(check(server))
+
     async def register(session: AsyncSession) -> None:
         for agent in server.agents:
             if await session.get(AgentProfile, agent) is None:
                 raise click.ClickException(f"no agent named {agent!r}")
         if server.tenant_id and await session.get(Tenant, server.tenant_id) is None:
             raise click.ClickException(f"no tenant named {server.tenant_id!r}")
+        if not isinstance(listed, str):
+            await refuse_clashes(session, server, listed)
         values = server.model_dump()
         await session.execute(
             insert(McpServer)
@@ -66,16 +81,38 @@ def add(
     click.echo(
         f"registered MCP server {name} ({server.transport}: {server.target()}) for {', '.join(agents)}"
     )
-    listed = run(check(server))
     if isinstance(listed, str):
         click.echo(
-            f"warning: could not list its tools from here ({listed}); workers list them at conversation start"
+            f"warning: could not list its tools from here ({listed}); workers try again at each "
+            "conversation start (their environment may differ): `mcp list` shows what they found"
         )
         return
     run(with_session(lambda session: remember_listing(session, name, listed)))
     for tool in listed:
         click.echo(f"  mcp__{name}__{tool.name}")
     click.echo("tier needs_approval for each until `permissions set AGENT mcp__NAME__TOOL TIER`")
+
+
+async def refuse_clashes(session: AsyncSession, server: ServerConfig, listed: list[ListedTool]) -> None:
+    """Refuse a server whose tools would share a flat name with each other or with a tool of
+    another server the same agents get (from its last listing): one name, two tools, is a
+    name whose tier, card and execution could each pick a different tool."""
+    others = await session.scalars(select(McpServer).where(McpServer.name != server.name))
+    tools = [(server.name, t.name) for t in listed] + [
+        (row.name, str(t.get("name")))
+        for row in others
+        if set(row.agents) & set(server.agents)
+        and (row.tenant_id is None or server.tenant_id is None or row.tenant_id == server.tenant_id)
+        for t in row.tools or []
+    ]
+    shared = clashes(tools)
+    if shared:
+        raise click.ClickException(
+            "refused: tool names would be shared, so none could be offered: "
+            + "; ".join(
+                f"{name} ({', '.join(f'{s}/{t}' for s, t in owners)})" for name, owners in shared.items()
+            )
+        )
 
 
 async def check(server: ServerConfig) -> list[ListedTool] | str:

@@ -2,14 +2,35 @@
 
 from __future__ import annotations
 
+import asyncio
+from collections import Counter
 from datetime import UTC, datetime
 
 import click
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from countersign.cli.app import cli, print_json, run
+from countersign.cli.approvals import pending_approvals
 from countersign.cli.records import table, with_session
+from countersign.cli.ux import stack_down
+from countersign.client.temporal_client import connect
 from countersign.observability.stats import Stats, collect, parse_duration, render
+from countersign.runtime.config import load_settings
+
+PENDING_TIMEOUT_S = 10.0
+
+
+async def pending_by_agent(tenant: str | None) -> dict[str, int] | None:
+    """Approvals waiting now, per agent, from the running conversations; None when Temporal is
+    not there to ask (the audit holds only decided calls)."""
+    if stack_down("temporal", "TEMPORAL_ADDRESS"):
+        return None
+    try:
+        client = await asyncio.wait_for(connect(load_settings()), PENDING_TIMEOUT_S)
+        rows = await asyncio.wait_for(pending_approvals(client, tenant), PENDING_TIMEOUT_S)
+    except (OSError, RuntimeError, TimeoutError):
+        return None
+    return dict(Counter(str(r["agent"]) for r in rows))
 
 
 @cli.command()
@@ -18,7 +39,8 @@ from countersign.observability.stats import Stats, collect, parse_duration, rend
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 def stats(tenant: str | None, since: str, as_json: bool) -> None:
     """Per tool: calls, success rate, mean and p95 duration, needs rate, outcomes, error codes.
-    Per agent: turns, tokens, tool calls, approvals requested / approved / rejected / expired."""
+    Per agent: turns, tokens, tool calls, approvals requested (pending included) / pending /
+    approved / rejected / expired. SUCCESS leaves out calls a reviewer rejected or let expire."""
     try:
         window = parse_duration(since)
     except ValueError as exc:
@@ -26,7 +48,7 @@ def stats(tenant: str | None, since: str, as_json: bool) -> None:
     start = datetime.now(UTC) - window
 
     async def summary(session: AsyncSession) -> Stats:
-        return await collect(session, start, tenant)
+        return await collect(session, start, tenant, await pending_by_agent(tenant))
 
     result = run(with_session(summary))
     if as_json:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 
 import click
@@ -34,20 +35,41 @@ def command() -> str:
     `countersign` (on PATH) or `.venv/bin/python starter.py`."""
     argv0 = Path(sys.argv[0])
     if argv0.name == "starter.py":
-        return f"{_shown(Path(sys.executable))} {_shown(argv0)}"
+        return f"{shown_path(Path(sys.executable))} {shown_path(argv0)}"
     found = shutil.which(argv0.name)
     if found and Path(found).resolve() == argv0.resolve():
         return argv0.name
-    return _shown(argv0)
+    return shown_path(argv0)
 
 
-def _shown(path: Path) -> str:
+def shown_path(path: Path) -> str:
     """`path` relative to the working directory when it is inside it, else absolute."""
     absolute = Path(os.path.abspath(path))
     try:
         return str(absolute.relative_to(Path.cwd()))
     except ValueError:
         return str(absolute)
+
+
+def relative(iso: str, now: datetime | None = None) -> str:
+    """An ISO time as a person reads it next to now: `in 23 h 59 min`, `4 min ago`, `in 12 s`."""
+    try:
+        moment = datetime.fromisoformat(iso.replace("Z", "+00:00"))
+    except ValueError:
+        return iso
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    seconds = int((moment - (now or datetime.now(UTC))).total_seconds())
+    left = abs(seconds)
+    if left < 60:
+        text = f"{left} s"
+    elif left < 3600:
+        text = f"{left // 60} min"
+    elif left < 86400:
+        text = f"{left // 3600} h {left % 3600 // 60} min" if left % 3600 >= 60 else f"{left // 3600} h"
+    else:
+        text = f"{left // 86400} d {left % 86400 // 3600} h"
+    return f"in {text}" if seconds >= 0 else f"{text} ago"
 
 
 def reason(exc: BaseException) -> str:

@@ -10,36 +10,54 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
-from collections.abc import Awaitable, Iterator
+import sys
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import click
 from temporalio.client import WorkflowExecutionStatus, WorkflowHandle
 
-from countersign.cli.ux import EXIT_INTERRUPTED, command, reason
+from countersign.cli.ux import EXIT_INTERRUPTED, command, reason, relative
 from countersign.core.approvals import APPROVER_ROLES, FOUR_EYES
 from countersign.core.contract import PendingApproval, PendingQuestion, StatusView, TurnResult
+from countersign.db import events
 
-POLL_S = 0.5  # how often the status is looked at while the reply is awaited
+POLL_S = 0.5  # without the database: how often the status is looked at while the reply is awaited
 
 
-def who_can_decide(approval: PendingApproval) -> str:
-    """`a reviewer or admin other than alice`: who the workflow will accept a decision from."""
+def who_can_decide(approval: PendingApproval, deciders: Sequence[str] = ()) -> str:
+    """`a user with role admin or reviewer other than alice (bob, carol)`: who the workflow will
+    accept a decision from; `deciders` names them when the caller looked them up."""
     roles = " or ".join(sorted(APPROVER_ROLES[approval.risk]))
     other = f" other than {approval.requested_by}" if approval.risk in FOUR_EYES else ""
-    return f"a user with role {roles}{other}"
+    named = f" ({', '.join(deciders)})" if deciders else ""
+    return f"a user with role {roles}{other}{named}"
 
 
-def approval_lines(workflow_id: str, approval: PendingApproval) -> list[str]:
-    """A pending call and the commands that decide it."""
+def approval_lines(
+    workflow_id: str,
+    approval: PendingApproval,
+    deciders: Sequence[str] = (),
+    signed: SignedHint | None = None,
+) -> list[str]:
+    """A pending call and the commands that decide it (in signed mode: log in, then decide)."""
     cli = command()
-    return [
+    user = deciders[0] if deciders else "USER"
+    lines = [
         f"waiting for approval: {approval.call_id} {approval.tool} {approval.args}",
-        f"  risk {approval.risk} · requested by {approval.requested_by} · expires {approval.expires_at}",
-        f"  {who_can_decide(approval)} decides:",
-        f"    {cli} approve {workflow_id} {approval.call_id} --as USER",
-        f'    {cli} reject {workflow_id} {approval.call_id} --as USER --reason "…"',
+        f"  risk {approval.risk} · requested by {approval.requested_by}"
+        f" · expires {relative(approval.expires_at)}",
+        f"  {who_can_decide(approval, deciders)} decides:",
     ]
+    if signed is not None:
+        lines += [
+            f"    in the inbox: {signed.inbox_url} (APPROVER_AUTH=signed), or from the CLI:",
+            f"    {cli} login --tenant {signed.tenant} --as {user}",
+        ]
+    lines.append(f"    {cli} approve {workflow_id} {approval.call_id} --as {user}")
+    lines.append(f'    {cli} reject {workflow_id} {approval.call_id} --as {user} --reason "…"')
+    return lines
 
 
 def question_lines(workflow_id: str, question: PendingQuestion, user: str) -> list[str]:
@@ -49,8 +67,24 @@ def question_lines(workflow_id: str, question: PendingQuestion, user: str) -> li
     ]
 
 
-def waiting_lines(workflow_id: str, status: StatusView, user: str) -> list[str]:
-    lines = [line for a in status.pending_approvals for line in approval_lines(workflow_id, a)]
+@dataclass(frozen=True)
+class SignedHint:
+    """APPROVER_AUTH=signed: where reviewers decide and which tenant they log in to."""
+
+    inbox_url: str
+    tenant: str
+
+
+def waiting_lines(
+    workflow_id: str,
+    status: StatusView,
+    user: str,
+    deciders: Callable[[PendingApproval], Sequence[str]] = lambda _: (),
+    signed: SignedHint | None = None,
+) -> list[str]:
+    lines = [
+        line for a in status.pending_approvals for line in approval_lines(workflow_id, a, deciders(a), signed)
+    ]
     lines += [line for q in status.pending_questions for line in question_lines(workflow_id, q, user)]
     return lines
 
@@ -79,15 +113,28 @@ def ctrl_c() -> Iterator[asyncio.Event]:
 
 
 async def follow(
-    handle: WorkflowHandle[Any, Any], reply: Awaitable[TurnResult | None], interrupted: asyncio.Event
+    handle: WorkflowHandle[Any, Any],
+    reply: Awaitable[TurnResult | None],
+    interrupted: asyncio.Event,
+    database_url: str | None = None,
+    after: int = 0,
 ) -> TurnResult | StatusView | None:
     """The turn's result (None: the conversation ended first), or its status once it waits for a
-    person. Ctrl-C (`interrupted`) says what still runs and exits with EXIT_INTERRUPTED."""
+    person. Ctrl-C (`interrupted`) says what still runs and exits with EXIT_INTERRUPTED.
+
+    With the database, the conversation's events (after `after`) are read as they are written:
+    the model's text is shown as it arrives (on stderr, when it is a terminal: stdout keeps the
+    reply alone, for scripts),
+    and the status is asked only when an event says that a call waits for a person. Without it,
+    the status is looked at every POLL_S."""
     waiting = asyncio.ensure_future(reply)
+    watched = asyncio.ensure_future(watch(database_url, handle.id, after)) if database_url else None
     try:
         while True:
             stop = asyncio.ensure_future(interrupted.wait())
-            await asyncio.wait({waiting, stop}, timeout=POLL_S, return_when=asyncio.FIRST_COMPLETED)
+            tasks = {waiting, stop} | ({watched} if watched else set())
+            timeout = None if watched else POLL_S
+            await asyncio.wait(tasks, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
             stop.cancel()
             if interrupted.is_set():
                 click.echo(
@@ -103,7 +150,33 @@ async def follow(
             status: StatusView = await handle.query("status", result_type=StatusView)
             if status.pending_approvals or status.pending_questions:
                 return status
+            if watched is not None and database_url is not None:  # not waiting after all: read on
+                watched = asyncio.ensure_future(watch(database_url, handle.id, watched.result()))
     finally:
-        waiting.cancel()  # only our wait: the workflow does not notice
-        with contextlib.suppress(BaseException):
-            await waiting
+        for task in (waiting, watched):
+            if task is not None:
+                task.cancel()  # only our wait: the workflow does not notice
+                with contextlib.suppress(BaseException):
+                    await task
+
+
+async def watch(database_url: str | None, workflow_id: str, after: int) -> int:
+    """Show the model's text as it streams, until an event says a person is waited for (an
+    approval requested, a question): the id of that event."""
+    assert database_url is not None
+    streaming, shown = False, sys.stderr.isatty()  # a person's terminal; a script reads the reply alone
+    async for event in events.follow(database_url, workflow_id, after):
+        if event.kind == "delta" and not shown:
+            continue
+        if event.kind == "delta":
+            if event.data.get("reset") and streaming:
+                click.echo("\n(the model call was retried)", err=True)
+            click.echo(str(event.data.get("text", "")), nl=False, err=True)
+            streaming = streaming or bool(event.data.get("text"))
+            continue
+        if streaming:
+            click.echo("", err=True)
+            streaming = False
+        if event.kind == "question" or (event.kind == "approval" and event.data.get("state") == "pending"):
+            return int(event.id)
+    return after

@@ -24,6 +24,7 @@ from countersign.core.envelopes import SUMMARY_NAME
 from countersign.core.markdown import escape_markdown
 from countersign.core.messages import ChatMessage
 from countersign.core.saga import RollbackRequest, Saga, SagaEntry
+from countersign.core.summaries import summarize_result, usage_line
 from countersign.runtime.config import SCRIPTED_LABEL, Settings
 from countersign.runtime.search_attributes import AGENT_NAME, AGENT_STATUS, TENANT_ID
 
@@ -118,7 +119,7 @@ def render_message(message: ChatMessage) -> str | None:
     if message.role == "user":
         return f"{message.name or 'user'}> {message.content}"
     if message.role == "tool":
-        return f"  ← {message.name} [{message.tool_call_id}] {message.content}"
+        return f"  ← {message.name} [{message.tool_call_id}] {summarize_result(message.content or '')}"
     lines = [f"agent> {message.content}"] if message.content else []
     lines += [f"  → {c.name}({c.arguments}) [{c.id}]" for c in message.tool_calls]
     return "\n".join(lines)
@@ -136,7 +137,7 @@ def render_status(workflow_id: str, view: StatusView) -> str:
     u = view.usage
     lines = [
         f"{workflow_id}: {view.state} · turn {view.turn} · {view.tenant_id} · agent {view.agent}",
-        f"usage: {u.total_tokens} tokens, {u.model_calls} model calls, {u.tool_calls} tool calls",
+        f"usage: {usage_line(u.model_calls, u.tool_calls, u.total_tokens)}",
     ]
     lines += [
         f"pending approval {p.call_id}: {p.tool} {p.args} (risk {p.risk}, expires {p.expires_at})"

@@ -8,9 +8,10 @@ signal and update payloads, the CLI and the model's replies (see docs/security.m
 - `Text` / `Reason`: free text (messages, answers, reasons). Made storable (NUL and lone surrogates
   become U+FFFD, which PostgreSQL and payloads can hold) and cut at a size, with a marker saying so.
 - Numbers in `Limits`: finite, non-negative, under sensible maxima (`Seconds`, `Count`).
-- JSON from outside (edited arguments, the model's arguments): `loads_bounded` and `BoundedJson`
-  bound depth and size before anything parses it further; `storable_json` is what any JSON becomes
-  in the database.
+- JSON from outside (edited arguments, the model's arguments, every client payload): `loads_bounded`
+  and `BoundedJson` bound depth and size before anything parses it further, and `loads_strict`
+  refuses an object that names a key twice (parsers disagree on which one counts: a reviewer shown
+  the first `to` would approve the last); `storable_json` is what any JSON becomes in the database.
 
 Everything here is pure and raises only pydantic `ValidationError`s (or returns a refusal string).
 """
@@ -40,6 +41,7 @@ MAX_TOKENS = 100_000_000
 
 # NUL (PostgreSQL text cannot hold it) and lone surrogates (UTF-8 cannot encode them).
 UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def storable(text: str) -> str:
@@ -64,6 +66,42 @@ def storable_json(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [storable_json(v) for v in value]
     return value
+
+
+def encodable(value: Any) -> Any:
+    """`value` (a pydantic model, JSON-like data, ...) with every lone surrogate in a string or key
+    replaced by U+FFFD: what UTF-8, and so every Temporal payload and protobuf string, can carry.
+    A model becomes its `model_dump()`. NUL and NaN stay (a JSON payload holds them)."""
+    if isinstance(value, BaseModel):
+        return encodable(value.model_dump())
+    if isinstance(value, str):
+        return SURROGATE.sub("\ufffd", value)
+    if isinstance(value, dict):
+        return {encodable(k): encodable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [encodable(v) for v in value]
+    return value
+
+
+def unstorable_refusal(value: Any) -> str | None:
+    """Why a decoded JSON value from outside may not be used, or None: a NUL (PostgreSQL cannot
+    hold it) or a lone surrogate (no UTF-8 text can: not the MCP server's request, not a payload)
+    in any string or key. Refused, not replaced: arguments name things, and a changed name is
+    another thing. Iterative, like `json_depth_refusal`."""
+    stack = [value]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, str):
+            if "\x00" in node:
+                return "may not contain NUL characters (U+0000)"
+            if SURROGATE.search(node):
+                return "may not contain lone surrogates (U+D800-U+DFFF), which no UTF-8 text can hold"
+        elif isinstance(node, dict):
+            stack.extend(node.keys())
+            stack.extend(node.values())
+        elif isinstance(node, list):
+            stack.extend(node)
+    return None
 
 
 # In JSON text with ASCII escapes: a NUL or a surrogate (a pair too: the slow path keeps it as is).
@@ -118,6 +156,7 @@ Proof = Annotated[
 Text = Annotated[str, _text(MAX_TEXT_CHARS)]
 Reason = Annotated[str, _text(MAX_REASON_CHARS)]
 Count = Annotated[int, Field(ge=0, le=MAX_COUNT)]
+PositiveCount = Annotated[int, Field(ge=1, le=MAX_COUNT)]  # model calls or turns: 0 would do nothing
 Tokens = Annotated[int, Field(ge=1, le=MAX_TOKENS)]
 # At least a second: a timer or activity timeout that rounds to zero is an error in workflow code.
 TurnSeconds = Annotated[float, Field(ge=1, le=MAX_TURN_S, allow_inf_nan=False)]
@@ -164,13 +203,37 @@ def json_text_refusal(
     return f"nested deeper than {depth} levels" if deepest > depth else None
 
 
+class DuplicateKey(ValueError):
+    """A JSON object names the same key twice."""
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    value = dict(pairs)
+    if len(value) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise DuplicateKey(f"the key {storable(key)[:100]!r} appears more than once in one object")
+            seen.add(key)
+    return value
+
+
+def loads_strict(text: str | bytes) -> Any:
+    """`json.loads`, refusing an object with a key twice (`DuplicateKey`, a `ValueError`): the one
+    parse of JSON from outside, so what a person is shown and what runs are the same value."""
+    return json.loads(text, object_pairs_hook=_unique_keys)
+
+
 def loads_bounded(text: str) -> tuple[Any, str | None]:
-    """(value, None) for bounded, valid JSON text, else (None, why not). Never raises."""
+    """(value, None) for bounded, valid JSON text with no key twice in an object, else (None, why
+    not). Never raises."""
     refusal = json_text_refusal(text)
     if refusal is not None:
         return None, refusal
     try:
-        return json.loads(text), None
+        return loads_strict(text), None
+    except DuplicateKey as exc:
+        return None, str(exc)
     except (ValueError, RecursionError) as exc:
         return None, f"not valid JSON ({exc})"
 
@@ -195,8 +258,8 @@ def _bounded_json(value: dict[str, object]) -> dict[str, object]:
         size = len(encoded.encode("utf-8", "replace"))
         if size > MAX_JSON_BYTES:
             refusal = f"{size} bytes, more than the {MAX_JSON_BYTES}-byte limit"
-        elif "\\u0000" in encoded:  # PostgreSQL's jsonb cannot hold it: the audit row would fail
-            refusal = "may not contain NUL characters (U+0000)"
+        else:  # NUL: the audit row would fail; a lone surrogate: no server or payload can carry it
+            refusal = unstorable_refusal(value)
     if refusal is not None:
         raise ValueError(refusal)
     return value

@@ -9,7 +9,16 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from countersign.core.bounds import Count, Identifier, Proof, Text, Tokens, TurnSeconds, WaitSeconds
+from countersign.core.bounds import (
+    Count,
+    Identifier,
+    PositiveCount,
+    Proof,
+    Text,
+    Tokens,
+    TurnSeconds,
+    WaitSeconds,
+)
 from countersign.core.calls import Risk, ToolSpec
 from countersign.core.envelopes import ContextPolicy, Cursor
 from countersign.core.messages import ChatMessage, Usage
@@ -29,7 +38,7 @@ class Limits(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    max_iterations: Count = Field(8, ge=1)  # model calls per turn
+    max_iterations: PositiveCount = 8  # model calls per turn
     max_tool_calls: Count = 20  # tool calls per turn
     max_tokens: Tokens = 50_000  # prompt + completion tokens per turn
     turn_timeout_s: TurnSeconds = 300.0
@@ -37,7 +46,7 @@ class Limits(BaseModel):
     answer_timeout_s: WaitSeconds = 86_400.0
     idle_timeout_s: WaitSeconds = 86_400.0
     # A run continues-as-new when the SDK suggests it, or after this many turns, whichever is first.
-    max_turns_per_run: Count = Field(100, ge=1)
+    max_turns_per_run: PositiveCount = 100
 
 
 class AgentLimits(BaseModel):

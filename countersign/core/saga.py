@@ -49,6 +49,11 @@ class Saga(BaseModel):
 
         return [e for e in reversed(self.entries) if e.state == "registered" and wanted(e)]
 
+    def knows(self, call_id: str) -> bool:
+        """Whether `call_id` is a write of this conversation (undone or not): what a rollback of
+        scope "call" may name; any other id names nothing to undo."""
+        return any(e.call_id == call_id for e in self.entries)
+
     def failures(self) -> list[str]:
         return [f"{e.call_id} {e.tool}: {e.error}" for e in self.entries if e.state == "failed"]
 

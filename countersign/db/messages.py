@@ -23,9 +23,8 @@ from countersign.core.calls import StoredResult, ToolInvocation, ToolResult
 from countersign.core.contract import StatusView, TurnResult, TurnStop
 from countersign.core.envelopes import AppendMessages, StoredMessage, tool_message
 from countersign.core.messages import ChatMessage, ModelReply, StoredInput, ToolCall, Usage
+from countersign.db.events import TURN_STOPS, publish_message
 from countersign.db.schema import ConversationMessage, ModelCall, TenantTokenBudget, ToolExecution
-
-TURN_STOPS: tuple[TurnStop, ...] = ("limit_reached", "error")  # a turn's note names how it stopped
 
 
 class MessageRow(Protocol):
@@ -82,8 +81,7 @@ async def store_tool_result(
     transaction (with the call's audit row), and answer with the envelope workflow history keeps.
     Idempotent: a retry, or a second attempt of the call, finds the row and changes nothing."""
     stored, envelope = tool_message(invocation, result)
-    row = row_of(invocation.workflow_id, invocation.caller.tenant_id, stored)
-    await session.execute(insert(ConversationMessage).values(**row).on_conflict_do_nothing())
+    await insert_message(session, row_of(invocation.workflow_id, invocation.caller.tenant_id, stored))
     return envelope
 
 
@@ -143,8 +141,22 @@ async def audited_answer(
     stored, envelope = tool_message(invocation, result)
     row = row_of(invocation.workflow_id, invocation.caller.tenant_id, stored)
     message = insert(ConversationMessage).values(**row).on_conflict_do_nothing()
-    await session.execute(message.add_cte(audited.cte("audited")))
+    inserted = await session.scalar(
+        message.add_cte(audited.cte("audited")).returning(ConversationMessage.seq)
+    )
+    if inserted is not None:
+        await publish_message(session, row)
     return envelope
+
+
+async def insert_message(session: AsyncSession | AsyncConnection, row: dict[str, Any]) -> None:
+    """Insert a message once, and the events it means for the conversation's readers with it (a
+    retried write inserts nothing and tells nobody twice)."""
+    inserted = await session.scalar(
+        insert(ConversationMessage).values(**row).on_conflict_do_nothing().returning(ConversationMessage.seq)
+    )
+    if inserted is not None:
+        await publish_message(session, row)
 
 
 class ConversationStore:
@@ -165,13 +177,11 @@ class ConversationStore:
         `model_call`: the usage audit's row of the reply appended, in the same transaction.
 
         Messages without an id (model replies, tool results) go in one statement, the usage row a
-        CTE of it. A batch of those alone is that one statement, atomic by itself: it runs without
-        BEGIN and COMMIT round trips around it (a model reply is stored in one round trip)."""
+        CTE of it; it returns the rows it inserted, whose events (db.events) are written in the same
+        transaction, so a retried append inserts nothing and tells nobody twice."""
         refused: list[int] = []
         rows: list[dict[str, Any]] = []
         async with self.engine.connect() as connection:
-            if all(stored.message_id is None for stored in batch.messages):
-                await connection.execution_options(isolation_level="AUTOCOMMIT")
             await connection.begin()
             for stored in batch.messages:
                 if stored.message_id is not None:
@@ -184,9 +194,8 @@ class ConversationStore:
                     if earlier is not None and earlier != stored.seq:
                         refused.append(stored.seq)
                         continue
-                    row = row_of(batch.workflow_id, batch.tenant_id, stored, usage)
-                    await connection.execute(
-                        insert(ConversationMessage).values(**row).on_conflict_do_nothing()
+                    await insert_message(
+                        connection, row_of(batch.workflow_id, batch.tenant_id, stored, usage)
                     )
                 else:
                     rows.append(row_of(batch.workflow_id, batch.tenant_id, stored, usage))
@@ -194,10 +203,18 @@ class ConversationStore:
                 insert(ModelCall).values(**model_call).on_conflict_do_nothing() if model_call else None
             )
             if rows:
-                statement = insert(ConversationMessage).values(rows).on_conflict_do_nothing()
-                await connection.execute(
-                    statement.add_cte(usage_row.cte("usage")) if usage_row is not None else statement
+                statement = (
+                    insert(ConversationMessage)
+                    .values(rows)
+                    .on_conflict_do_nothing()
+                    .returning(ConversationMessage.seq)
                 )
+                if usage_row is not None:
+                    statement = statement.add_cte(usage_row.cte("usage"))
+                inserted = set((await connection.scalars(statement)).all())
+                for row in rows:  # the events of the rows this attempt inserted, in seq order
+                    if row["seq"] in inserted:
+                        await publish_message(connection, row)
             elif usage_row is not None:
                 await connection.execute(usage_row)
             await connection.commit()

@@ -51,7 +51,18 @@ NOTICE_CHANNELS = ("email", "webhook")
 TIERS = ("always_allow", "needs_approval", "blocked")
 RISKS = ("low", "medium", "high")
 CATEGORIES = ("read", "write", "external")
-OUTCOMES = ("executed", "failed", "rejected", "expired", "refused", "blocked", "invalid", "limit_reached")
+# "unknown": an MCP call was sent and no usable answer came; the server may have run it.
+OUTCOMES = (
+    "executed",
+    "failed",
+    "rejected",
+    "expired",
+    "refused",
+    "blocked",
+    "invalid",
+    "limit_reached",
+    "unknown",
+)
 DECISIONS = ("approve", "reject")
 COMPENSATION_STATES = ("pending", "done", "failed", "irreversible", "skipped")
 ROLLBACK_SCOPES = ("turn", "conversation", "call")
@@ -620,6 +631,44 @@ class ConversationMessage(Base):
     message_id: Mapped[str | None]
     prompt_tokens: Mapped[int] = mapped_column(server_default=text("0"))
     completion_tokens: Mapped[int] = mapped_column(server_default=text("0"))
+    created_at: Mapped[datetime] = created_at()
+
+
+EVENT_KINDS = (
+    "message",
+    "delta",
+    "tool_call",
+    "tool_result",
+    "approval",
+    "question",
+    "rollback",
+    "turn",
+    "ended",
+)
+
+
+class ConversationEvent(Base):
+    """What a conversation's readers are told as it happens (the chat page, the CLI): the model's
+    text as it streams, tool calls and results, approvals, questions, rollbacks, turns. Written by
+    the activities that make these things happen, outside workflow history; `id` orders them and is
+    the events stream's `Last-Event-ID`. `key` makes an event written by a retried activity land
+    once (deltas have none: a new attempt announces itself instead). A NOTIFY on channel
+    `conversation_events` (payload: the workflow id) wakes the readers.
+    """
+
+    __tablename__ = "conversation_events"
+    __table_args__ = (
+        UniqueConstraint("workflow_id", "key"),
+        Index(None, "workflow_id", "id"),
+        one_of("kind", EVENT_KINDS),
+    )
+
+    id: Mapped[int] = identity_pk()
+    workflow_id: Mapped[str]
+    tenant_id: Mapped[str] = tenant_column(indexed=False)
+    kind: Mapped[str]
+    data: Mapped[dict[str, Any]] = mapped_column(JSONB)
+    key: Mapped[str | None]
     created_at: Mapped[datetime] = created_at()
 
 

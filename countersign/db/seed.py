@@ -1,9 +1,11 @@
 """The seed data of CONTRACT.md ("Seed data"): two tenants, their people and business data, the agents.
 
-`seed()` is idempotent. Rows are matched on natural keys (slugs, emails, names, titles) and their
-seeded columns are set to the values below: running it twice changes nothing, and running it after a
-demo puts the seeded rows back as they were. Two kinds of rows are only inserted when absent, because
-operators own them afterwards: user roles, and agent tool permissions (`permissions set` changes tiers).
+`seed()` is idempotent. Rows are matched on natural keys (slugs, emails, names, titles). By default
+only what is missing is inserted: `dev up` and `demo` seed on every start, and a lead an approved
+call qualified stays qualified (the audit says the change ran; the data must agree). With
+`reset=True` (`db seed --reset`) the seeded columns are set back to the values below as well.
+Two kinds of rows are only inserted when absent even then, because operators own them afterwards:
+user roles, and agent tool permissions (`permissions set` changes tiers).
 
 Both tenants hold a lead and a contact `jane.doe@example.com` (so a leak between tenants is visible),
 acme has two contacts named "Sam Lee" (so ambiguity can be tested), and one acme lead's notes carry a
@@ -359,8 +361,11 @@ AGENTS: dict[str, tuple[str, str, dict[str, str | None]]] = {
 }
 
 
-async def upsert(session: AsyncSession, model: type[M], key: tuple[str, ...], **values: Any) -> M:
-    """Find the row of `model` matching `values` on the `key` columns and set `values` on it, or insert it.
+async def upsert(
+    session: AsyncSession, model: type[M], key: tuple[str, ...], *, reset: bool, **values: Any
+) -> M:
+    """Find the row of `model` matching `values` on the `key` columns, or insert it; with `reset`, set
+    `values` on the row found.
 
     The ORM only writes columns whose value changed, so re-seeding unchanged rows issues no UPDATE and
     leaves `updated_at` alone. Tables without a unique natural key (tasks, events) match the oldest row.
@@ -370,22 +375,23 @@ async def upsert(session: AsyncSession, model: type[M], key: tuple[str, ...], **
     if row is None:
         row = model(**values)
         session.add(row)
-    else:
+    elif reset:
         for name, value in values.items():
             setattr(row, name, value)
     return row
 
 
-async def _load(session: AsyncSession) -> None:
+async def _load(session: AsyncSession, reset: bool) -> None:
     # Serialize concurrent seeds: the find-then-insert of `upsert` is not atomic on its own.
     await session.execute(select(func.pg_advisory_xact_lock(func.hashtext("countersign:seed"))))
     for tenant_id, name in TENANTS.items():
-        await upsert(session, schema.Tenant, ("id",), id=tenant_id, name=name)
+        await upsert(session, schema.Tenant, ("id",), reset=reset, id=tenant_id, name=name)
     for tenant_id, user_id, display_name, _ in USERS:
         await upsert(
             session,
             schema.User,
             ("tenant_id", "id"),
+            reset=reset,
             tenant_id=tenant_id,
             id=user_id,
             display_name=display_name,
@@ -402,6 +408,7 @@ async def _load(session: AsyncSession) -> None:
             session,
             schema.Lead,
             ("tenant_id", "email"),
+            reset=reset,
             tenant_id=tenant_id,
             email=email,
             name=name,
@@ -418,6 +425,7 @@ async def _load(session: AsyncSession) -> None:
             session,
             schema.Contact,
             ("tenant_id", "email"),
+            reset=reset,
             tenant_id=tenant_id,
             name=name,
             email=email,
@@ -430,6 +438,7 @@ async def _load(session: AsyncSession) -> None:
             session,
             schema.Project,
             ("tenant_id", "name"),
+            reset=reset,
             tenant_id=tenant_id,
             name=name,
             description=description,
@@ -446,6 +455,7 @@ async def _load(session: AsyncSession) -> None:
             session,
             schema.Task,
             ("tenant_id", "title"),
+            reset=reset,
             tenant_id=tenant_id,
             title=title,
             description=description,
@@ -460,6 +470,7 @@ async def _load(session: AsyncSession) -> None:
             session,
             schema.CalendarEvent,
             ("tenant_id", "title", "starts_at"),
+            reset=reset,
             tenant_id=tenant_id,
             title=title,
             description=description,
@@ -475,6 +486,7 @@ async def _load(session: AsyncSession) -> None:
             session,
             schema.Case,
             ("tenant_id", "title"),
+            reset=reset,
             tenant_id=tenant_id,
             title=title,
             status=status,
@@ -486,6 +498,7 @@ async def _load(session: AsyncSession) -> None:
             session,
             schema.Notification,
             ("tenant_id", "kind", "message"),
+            reset=reset,
             tenant_id=tenant_id,
             user_id=user_id,
             kind=kind,
@@ -497,7 +510,13 @@ async def _load(session: AsyncSession) -> None:
 
     for name, (description, prompt, _) in AGENTS.items():
         await upsert(
-            session, schema.AgentProfile, ("name",), name=name, description=description, system_prompt=prompt
+            session,
+            schema.AgentProfile,
+            ("name",),
+            reset=reset,
+            name=name,
+            description=description,
+            system_prompt=prompt,
         )
     await session.flush()
     for name, limits in AGENT_LIMITS.items():
@@ -528,11 +547,12 @@ async def _load(session: AsyncSession) -> None:
     )
 
 
-async def seed(database_url: str) -> None:
-    """Load the seed data into `database_url` in one transaction. Idempotent."""
+async def seed(database_url: str, *, reset: bool = False) -> None:
+    """Load the seed data into `database_url` in one transaction: what is missing, or with `reset`
+    also the seeded values of rows that exist. Idempotent."""
     engine = create_engine(database_url, pool_size=1, max_overflow=0)
     try:
         async with session_factory(engine)() as session, session.begin():
-            await _load(session)
+            await _load(session, reset)
     finally:
         await engine.dispose()

@@ -101,13 +101,17 @@ def adopt(pid: int, address: str, log: Path | None) -> ProcessRecord:
     )
 
 
-def spawn(cmd: Sequence[str], address: str, log: Path, cwd: Path) -> ProcessRecord:
-    """Start `cmd` detached from this process (its own session), appending its output to `log`."""
+def spawn(
+    cmd: Sequence[str], address: str, log: Path, cwd: Path, env: Mapping[str, str] | None = None
+) -> ProcessRecord:
+    """Start `cmd` detached from this process (its own session), appending its output to `log`;
+    `env` replaces the inherited environment."""
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("ab") as out:
         child = subprocess.Popen(
             list(cmd),
             cwd=cwd,
+            env=None if env is None else dict(env),
             stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=subprocess.STDOUT,

@@ -1,16 +1,24 @@
 """`dev up` / `dev down` / `dev status`: the embedded stack, one component after the other.
 
 Components, in start order: PostgreSQL, the Temporal dev server, the scripted model server, a
-worker. Each one whose env variable is set (DATABASE_URL, TEMPORAL_ADDRESS, LLM_BASE_URL) is used
-as it is and never started nor stopped. `up` writes `stack.json` after every component, so the
-worker (which reads its settings from there) finds every address, and a failed `up` leaves a record
-`down` can clean up from. `down` stops only processes recorded as ours and keeps the data.
+mail catcher (countersign.devstack.mail: notices and agents' emails are kept, to be read with
+`starter.py mail list`), a worker, the server. Each one whose env variable is set (DATABASE_URL,
+TEMPORAL_ADDRESS, LLM_BASE_URL, SMTP_HOST) is used as it is and never started nor stopped. `up`
+writes `stack.json` after every component, so the worker (which reads its settings from there)
+finds every address, and a failed `up` leaves a record `down` can clean up from. `down` stops
+only processes recorded as ours and keeps the data.
+
+The stack file also records the modes the worker and the inbox were started in (COUNTERSIGN_AUTH,
+the worker's COUNTERSIGN_METRICS_PORT): they hold for the running processes whatever the calling shell
+says, so `dev status` reports them, CLI commands follow them, and a `dev up` asking for another
+mode while those processes run is refused (reusing them would silently keep the old one).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 import os
 import sys
@@ -26,20 +34,29 @@ from countersign.devstack import processes
 from countersign.devstack.postgres import EmbeddedPostgres, migrate_and_seed
 from countersign.devstack.processes import ProcessRecord
 from countersign.devstack.temporal import DevServerConfig, start_dev_server, wait_ready
+from countersign.identity.mode import deployment_mode
 from countersign.runtime.config import PROJECT_ROOT
 from countersign.runtime.ports import port_open
 
-COMPONENTS = ("postgres", "temporal", "model", "worker", "inbox")
+COMPONENTS = ("postgres", "temporal", "model", "mail", "worker", "inbox")
 HOST = "127.0.0.1"
 # The env variable that points a component at an existing service (CONTRACT.md).
-OVERRIDES = {"postgres": "DATABASE_URL", "temporal": "TEMPORAL_ADDRESS", "model": "LLM_BASE_URL"}
+OVERRIDES = {
+    "postgres": "DATABASE_URL",
+    "temporal": "TEMPORAL_ADDRESS",
+    "model": "LLM_BASE_URL",
+    "mail": "SMTP_HOST",
+}
 DEFAULT_PORTS = {
     "COUNTERSIGN_PG_PORT": 55432,
     "COUNTERSIGN_TEMPORAL_PORT": 7233,
     "COUNTERSIGN_UI_PORT": 8233,
     "COUNTERSIGN_MODEL_PORT": 8400,
     "COUNTERSIGN_INBOX_PORT": 8300,
+    "COUNTERSIGN_MAIL_PORT": 8025,
 }
+# Not one of the stack's listening ports unless set: the worker's Prometheus endpoint.
+METRICS_PORT_DEFAULT = 9464
 DEFAULT_SCENARIO = PROJECT_ROOT / "countersign" / "scenarios"  # one file per agent
 STARTUP_TIMEOUT_S = 60.0
 EXTERNAL_TIMEOUT_S = 10.0
@@ -65,6 +82,8 @@ class StackPlan:
     scenario: str
     external: Mapping[str, str]  # component -> address of the service that replaces it
     ui_url_override: str | None = None
+    approver_auth: str | None = None  # APPROVER_AUTH as asked (None: the running stack's, else names)
+    metrics_port: int | None = None  # COUNTERSIGN_METRICS_PORT of the worker, as asked
 
     @property
     def stack_file(self) -> Path:
@@ -108,9 +127,14 @@ class StackPlan:
             "postgres": self.database_url,
             "temporal": self.temporal_address,
             "model": self.llm_base_url,
+            "mail": self.smtp_address,
             "worker": f"task queue {self.task_queue!r}",
             "inbox": self.inbox_url,
         }[component]
+
+    @property
+    def smtp_address(self) -> str:
+        return self.external.get("mail") or f"{HOST}:{self.ports['COUNTERSIGN_MAIL_PORT']}"
 
     @property
     def inbox_url(self) -> str:
@@ -121,6 +145,7 @@ class StackPlan:
             "postgres": ["COUNTERSIGN_PG_PORT"],
             "temporal": ["COUNTERSIGN_TEMPORAL_PORT", "COUNTERSIGN_UI_PORT"],
             "model": ["COUNTERSIGN_MODEL_PORT"],
+            "mail": ["COUNTERSIGN_MAIL_PORT"],
             "worker": [],
             "inbox": ["COUNTERSIGN_INBOX_PORT"],
         }[component]
@@ -130,8 +155,15 @@ class StackPlan:
             return self.postgres().pgdata / "server.log"
         return self.data_dir / "logs" / f"{component}.log"
 
+    @property
+    def metrics_url(self) -> str | None:
+        return f"http://{HOST}:{self.metrics_port}/metrics" if self.metrics_port else None
+
     def settings(self) -> dict[str, str]:
-        """The stack file's addresses (what `config.load_settings` falls back to)."""
+        """The stack file's addresses and modes (what `config.load_settings` falls back to)."""
+        modes = {"approver_auth": self.approver_auth or "names"}
+        if self.metrics_port:
+            modes["metrics_port"] = str(self.metrics_port)
         return {
             "temporal_address": self.temporal_address,
             "namespace": self.namespace,
@@ -139,17 +171,34 @@ class StackPlan:
             "database_url": self.database_url,
             "llm_base_url": self.llm_base_url,
             "ui_url": self.ui_url,
+            **modes,
+            "smtp_host": self.smtp_address.rpartition(":")[0] if "mail" not in self.external else "",
+            "smtp_port": self.smtp_address.rpartition(":")[2] if "mail" not in self.external else "",
         }
+
+    def child_env(self, component: str) -> dict[str, str]:
+        """The environment of the worker or the inbox: the caller's, with the stack's modes."""
+        mode = self.approver_auth or "names"
+        env = {**os.environ, "COUNTERSIGN_AUTH": mode, "APPROVER_AUTH": mode}
+        env.pop("COUNTERSIGN_METRICS_PORT", None)
+        if component == "worker" and self.metrics_port:
+            env["COUNTERSIGN_METRICS_PORT"] = str(self.metrics_port)
+        return env
 
 
 def _port(env: Mapping[str, str], name: str) -> int:
-    value = env.get(name) or str(DEFAULT_PORTS[name])
+    value = (env.get(name) or "").strip() or str(DEFAULT_PORTS.get(name, METRICS_PORT_DEFAULT))
     if not value.isdigit() or not 0 < int(value) < 65536:
         raise StackError(f"{name} must be a TCP port number, not {value!r}")
     return int(value)
 
 
 def plan_from_env(env: Mapping[str, str], data_dir: Path) -> StackPlan:
+    asked = env.get("COUNTERSIGN_AUTH") or env.get("APPROVER_AUTH") or ""  # APPROVER_AUTH: the old name
+    approver_auth = asked.strip().lower() or None
+    if approver_auth not in (None, "names", "signed"):
+        raise StackError(f"COUNTERSIGN_AUTH (or APPROVER_AUTH) must be names or signed, not {asked!r}")
+    metrics = env.get("COUNTERSIGN_METRICS_PORT", "").strip()
     return StackPlan(
         data_dir=data_dir,
         namespace=env.get("TEMPORAL_NAMESPACE") or "default",
@@ -158,7 +207,48 @@ def plan_from_env(env: Mapping[str, str], data_dir: Path) -> StackPlan:
         scenario=env.get("SCENARIO") or str(DEFAULT_SCENARIO),
         external={component: env[var] for component, var in OVERRIDES.items() if env.get(var)},
         ui_url_override=env.get("TEMPORAL_UI_URL") or None,
+        approver_auth=approver_auth,
+        metrics_port=_port(env, "COUNTERSIGN_METRICS_PORT") if metrics else None,
     )
+
+
+def with_running_modes(
+    plan: StackPlan, recorded: Mapping[str, Any], records: Mapping[str, ProcessRecord]
+) -> StackPlan:
+    """`plan` with the modes of the worker and inbox that already run, which `up` reuses.
+
+    A mode the environment does not ask for is the running processes' one; a mode it asks for that
+    differs from theirs is refused (they would be reused in their old mode, silently).
+    """
+
+    def running(*names: str) -> str:
+        return ", ".join(
+            f"{name} pid {records[name].pid}"
+            for name in names
+            if name in records and records[name].started_by_us and processes.is_running(records[name])
+        )
+
+    def refused(holders: str, was: str, variable: str) -> StackError:
+        return StackError(
+            f"the running stack ({holders}) was started with {was}; {variable} asks for another: "
+            "stop it first (`dev down`, the data stays), then `dev up` again"
+        )
+
+    approver_auth, metrics_port = plan.approver_auth, plan.metrics_port
+    if holders := running("worker", "inbox"):
+        was = str(recorded.get("approver_auth") or "names")
+        if approver_auth not in (None, was):
+            raise refused(holders, f"APPROVER_AUTH={was}", "APPROVER_AUTH")
+        approver_auth = was
+    if holders := running("worker"):
+        port = str(recorded.get("metrics_port") or "")
+        was_port = int(port) if port.isdigit() else None
+        if metrics_port not in (None, was_port):
+            raise refused(
+                holders, f"COUNTERSIGN_METRICS_PORT={was_port or '(unset)'}", "COUNTERSIGN_METRICS_PORT"
+            )
+        metrics_port = was_port
+    return dataclasses.replace(plan, approver_auth=approver_auth, metrics_port=metrics_port)
 
 
 # -- the stack file -------------------------------------------------------------------------------
@@ -198,11 +288,13 @@ Step = Callable[[StackPlan, ProcessRecord | None], Awaitable[tuple[ProcessRecord
 
 async def up(plan: StackPlan, echo: Echo) -> None:
     plan.data_dir.mkdir(parents=True, exist_ok=True)
-    _, records = read_stack(plan.stack_file)
+    recorded, records = read_stack(plan.stack_file)
+    plan = with_running_modes(plan, recorded, records)
     steps: dict[str, Step] = {
         "postgres": _postgres,
         "temporal": _temporal,
         "model": _model,
+        "mail": _mail,
         "worker": _worker,
         "inbox": _inbox,
     }
@@ -210,6 +302,10 @@ async def up(plan: StackPlan, echo: Echo) -> None:
         _check_not_replaced(name, records.get(name), plan)
         record, outcome = await step(plan, records.get(name))
         records[name] = record
+        if name == "postgres" and plan.approver_auth is None:
+            # not asked: the worker and the server run the deployment's mode (`dev up` asked for one
+            # records it there), so a worker is never started in a mode that it would refuse
+            plan = dataclasses.replace(plan, approver_auth=await deployment_mode(plan.database_url))
         write_stack(plan.stack_file, plan.settings(), records)
         pid = f"  pid {record.pid}" if record.pid else ""
         served = scenario_of(record) if name == "model" else None
@@ -319,13 +415,37 @@ def _scenario_changed(running: ProcessRecord, wanted: str) -> bool:
     return True
 
 
+async def _mail(plan: StackPlan, previous: ProcessRecord | None) -> tuple[ProcessRecord, str]:
+    """The mail catcher (`starter.py mail serve`), unless SMTP_HOST names a mail server to use."""
+    if "mail" in plan.external:
+        return processes.external(plan.smtp_address), EXTERNAL
+    port = plan.ports["COUNTERSIGN_MAIL_PORT"]
+    cmd = [sys.executable, str(PROJECT_ROOT / "starter.py"), "mail", "serve", "--port", str(port)]
+    record, outcome = _reuse_or_spawn(
+        "mail",
+        plan,
+        previous,
+        lambda: processes.spawn(cmd, plan.smtp_address, plan.log("mail"), PROJECT_ROOT),
+    )
+    with _stop_on_failure(record, outcome):
+        await _wait_listening(record, port, "the mail catcher")
+    return record, outcome
+
+
 async def _worker(plan: StackPlan, previous: ProcessRecord | None) -> tuple[ProcessRecord, str]:
     log = plan.log("worker")
     offset = log.stat().st_size if log.exists() else 0
     cmd = [sys.executable, str(PROJECT_ROOT / "worker.py")]
-    record, outcome = _reuse_or_spawn(
-        "worker", plan, previous, lambda: processes.spawn(cmd, plan.address("worker"), log, PROJECT_ROOT)
-    )
+
+    def spawn() -> ProcessRecord:
+        if plan.metrics_port and port_open(HOST, plan.metrics_port):
+            raise StackError(
+                f"worker: metrics port {plan.metrics_port} is taken by another process "
+                "(free it or set COUNTERSIGN_METRICS_PORT to another port)"
+            )
+        return processes.spawn(cmd, plan.address("worker"), log, PROJECT_ROOT, plan.child_env("worker"))
+
+    record, outcome = _reuse_or_spawn("worker", plan, previous, spawn)
     if outcome == STARTED:
         with _stop_on_failure(record, outcome):
             await _wait_worker(record, log, offset)
@@ -340,7 +460,9 @@ async def _inbox(plan: StackPlan, previous: ProcessRecord | None) -> tuple[Proce
         "inbox",
         plan,
         previous,
-        lambda: processes.spawn(cmd, plan.inbox_url, plan.log("inbox"), PROJECT_ROOT),
+        lambda: processes.spawn(
+            cmd, plan.inbox_url, plan.log("inbox"), PROJECT_ROOT, plan.child_env("inbox")
+        ),
     )
     with _stop_on_failure(record, outcome):
         await _wait_listening(record, port, "the inbox")

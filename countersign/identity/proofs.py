@@ -36,6 +36,7 @@ from pydantic import BaseModel, ValidationError
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from countersign.core.bounds import loads_strict
 from countersign.db.schema import ProofCheck
 from countersign.runtime.config import DATA_DIR
 
@@ -63,15 +64,17 @@ def canonical_json(value: Any) -> str:
 
 def args_digest(arguments: str | Mapping[str, Any] | None) -> str:
     """SHA-256 (hex) of the canonical JSON of arguments given as JSON text or as a mapping.
-    Text that is not JSON is hashed as it is: it can then only match itself."""
+    Text that is not strict JSON (not JSON, a key twice, nested past the parser) is hashed as it
+    is: it can then only match itself. Never raises: a lone surrogate is hashed as its code point
+    (`surrogatepass`), so an approval of such arguments can still be decided, or refused."""
     if isinstance(arguments, str):
         try:
-            value: Any = json.loads(arguments)
-        except json.JSONDecodeError:
-            return hashlib.sha256(arguments.encode()).hexdigest()
+            value: Any = loads_strict(arguments)
+        except (ValueError, RecursionError):
+            return hashlib.sha256(arguments.encode("utf-8", "surrogatepass")).hexdigest()
     else:
         value = dict(arguments) if arguments is not None else {}
-    return hashlib.sha256(canonical_json(value).encode()).hexdigest()
+    return hashlib.sha256(canonical_json(value).encode("utf-8", "surrogatepass")).hexdigest()
 
 
 class Binding(BaseModel):

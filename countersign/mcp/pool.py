@@ -11,8 +11,11 @@ task that holds it open until the pool retires it.
 Failures are sorted in two: a JSON-RPC error *answer* (unknown tool, invalid params) proves the
 connection works and becomes `McpRefused`; anything else (spawn failure, refused connection,
 timeout, closed stream, a missing secret) retires the connection, counts against the server's
-breaker, and becomes `McpUnavailable`. Neither is retried here: the activity turns both into an
-error envelope, so a server that is down never holds a turn for longer than one timeout.
+breaker, and becomes `McpUnavailable` (`McpOutcomeUnknown` once a call was sent: it may have run).
+An answer the SDK cannot read (it drops it, and the call would wait out its timeout) or more than
+MAX_NOTIFICATIONS_PER_CALL notifications fail the calls in flight at once. Nothing is retried
+here: the activity turns each into an error envelope, so a server that is down never holds a turn
+for longer than one timeout.
 """
 
 from __future__ import annotations
@@ -29,12 +32,13 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.types import CONNECTION_CLOSED, REQUEST_TIMEOUT, UNSUPPORTED_PROTOCOL_VERSION
 
 from countersign.mcp.catalog import CallOutcome, ListedTool
-from countersign.mcp.servers import SecretMissing, ServerConfig
+from countersign.mcp.servers import SecretMissing, ServerConfig, executable
 from countersign.runtime.circuit import CircuitBreaker, CircuitOpen
 
 T = TypeVar("T")
 UNUSABLE = frozenset({CONNECTION_CLOSED, REQUEST_TIMEOUT, UNSUPPORTED_PROTOCOL_VERSION})
 MAX_PAGES = 20  # of a tools/list answer
+MAX_NOTIFICATIONS_PER_CALL = 1_000  # progress and log messages; a server past it is flooding
 
 
 class McpUnavailable(Exception):
@@ -43,6 +47,16 @@ class McpUnavailable(Exception):
 
 class McpRefused(Exception):
     """The server answered with a JSON-RPC error (an unknown tool, invalid params, ...)."""
+
+
+class McpOutcomeUnknown(McpUnavailable):
+    """A call was sent and no usable answer came (unreadable, flooded out, timed out, the
+    connection lost): the server may have run it."""
+
+
+class McpDropped(Exception):
+    """The connection received what the SDK cannot read (its answer is dropped, and the call would
+    wait out its timeout), or more notifications than a call may bring."""
 
 
 def leaf(err: BaseException) -> BaseException:
@@ -64,6 +78,8 @@ class _Connection:
 
     def __init__(self, server: ServerConfig, environ: Mapping[str, str], read_timeout_s: float) -> None:
         self.fingerprint = server.fingerprint()
+        self._calls: set[asyncio.Future[None]] = set()  # failed at once when the connection drops one
+        self._notices = 0  # notifications since the calls in flight began
         self._ready: asyncio.Future[Client] = asyncio.get_running_loop().create_future()
         self._stop = asyncio.Event()
         self._owner = asyncio.create_task(self._own(server, environ, read_timeout_s))
@@ -81,14 +97,61 @@ class _Connection:
                     assert server.command
                     env = server.resolved(environ, server.env)
                     target = StdioServerParameters(
-                        command=server.command[0], args=server.command[1:], env=env or None
+                        command=executable(server.command[0]) or server.command[0],
+                        args=server.command[1:],
+                        env=env or None,
                     )
-                client = Client(target, read_timeout_seconds=read_timeout_s, cache=None)
+                client = Client(
+                    target, read_timeout_seconds=read_timeout_s, cache=None, message_handler=self._received
+                )
                 self._ready.set_result(await stack.enter_async_context(client))
                 await self._stop.wait()
         except BaseException as err:  # reported to whoever waits for the connection
             if not self._ready.done():
                 self._ready.set_exception(err)
+
+    async def _received(self, message: Exception | object) -> None:
+        """The SDK's hook for notifications and for what it could not read: a message it could not
+        read may be a call's answer, which it drops; so every call in flight fails now."""
+        if isinstance(message, Exception):
+            self._abort(McpDropped(f"its answer could not be read ({reason(message).splitlines()[0][:200]})"))
+            return
+        self._notices += 1
+        if self._calls and self._notices > MAX_NOTIFICATIONS_PER_CALL * len(self._calls):
+            self._abort(
+                McpDropped(f"it sent more than {MAX_NOTIFICATIONS_PER_CALL} notifications for one call")
+            )
+
+    def _abort(self, error: McpDropped) -> None:
+        for call in self._calls:
+            if not call.done():
+                call.set_exception(error)
+
+    async def guarded(self, op: Awaitable[T], timeout_s: float) -> T:
+        """`op`'s result, or McpDropped as soon as the connection drops a message or floods."""
+        if not self._calls:
+            self._notices = 0
+        dropped: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._calls.add(dropped)
+        task = asyncio.ensure_future(op)
+        try:
+            racing: set[asyncio.Future[Any]] = {task, dropped}
+            done, _ = await asyncio.wait(racing, timeout=timeout_s, return_when=asyncio.FIRST_COMPLETED)
+            if task in done:
+                return task.result()
+            if dropped in done:
+                dropped.result()  # raises McpDropped
+            raise TimeoutError
+        finally:
+            self._calls.discard(dropped)
+            if not dropped.done():
+                dropped.cancel()
+            elif not dropped.cancelled():
+                dropped.exception()  # retrieved
+            if not task.done():
+                task.cancel()
+                with contextlib.suppress(BaseException):
+                    await task
 
     async def client(self, timeout_s: float) -> Client:
         return await asyncio.wait_for(asyncio.shield(self._ready), timeout_s)
@@ -173,7 +236,7 @@ class McpPool:
                 is_error=bool(result.is_error), structured=result.structured_content, texts=texts, other=other
             )
 
-        return await self._use(server, call, self.call_timeout_s)
+        return await self._use(server, call, self.call_timeout_s, effects=True)
 
     async def _use(
         self,
@@ -182,7 +245,10 @@ class McpPool:
         timeout_s: float,
         *,
         retry_stale: bool = False,
+        effects: bool = False,
     ) -> T:
+        """`op` on the server's connection; with `effects` (a tool call), a failure once the call
+        was sent is McpOutcomeUnknown: the server may have run it."""
         breaker = self.breaker(server.name)
         known = self._connections.get(server.name)
         reused = known is not None and known.fingerprint == server.fingerprint()
@@ -190,10 +256,12 @@ class McpPool:
             breaker.allow()
         except CircuitOpen as err:
             raise McpUnavailable(f"MCP server {server.name!r} is unavailable ({err})") from err
+        sent = False
         try:
             connection = await self._connection(server)
             client = await connection.client(self.connect_timeout_s)
-            result = await asyncio.wait_for(op(client), timeout_s + 5)  # the SDK's own timeout is first
+            sent = True
+            result = await connection.guarded(op(client), timeout_s + 5)  # the SDK's own timeout is first
         except MCPError as err:
             if err.code not in UNUSABLE:
                 breaker.success()
@@ -216,6 +284,10 @@ class McpPool:
             await self._retire(server.name)
             return await self._use(server, op, timeout_s)
         await self._fail(server.name, breaker)
+        if effects and sent:
+            raise McpOutcomeUnknown(
+                f"MCP server {server.name!r} gave no usable answer ({reason(failure)})"[:500]
+            ) from failure
         raise McpUnavailable(
             f"MCP server {server.name!r} is unavailable ({reason(failure)})"[:500]
         ) from failure

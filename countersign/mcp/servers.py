@@ -10,9 +10,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import shlex
+import shutil
+import sys
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, Field, field_validator, model_validator
@@ -20,6 +24,23 @@ from sqlalchemy import or_, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from countersign.db.schema import McpServer
+
+
+def executable(name: str) -> str | None:
+    """Where a stdio server's command is, the way a person expects it to be found: a path as
+    given; a bare name in the project's environment first (the directory of the Python running
+    this, e.g. `.venv/bin`, where `pip install` put `mcp-server-time`), then on PATH. None: nowhere.
+
+    The worker resolves it so too (its own environment, at connection time), so a server installed
+    into the project's virtualenv runs without that directory being on anybody's PATH.
+    """
+    if os.sep in name:
+        return name if os.access(name, os.X_OK) and Path(name).is_file() else None
+    local = Path(sys.executable).parent / name
+    if local.is_file() and os.access(local, os.X_OK):
+        return str(local)
+    return shutil.which(name)
+
 
 PREFIX = "mcp__"
 SEPARATOR = "__"
@@ -44,6 +65,15 @@ def tool_name(server: str, tool: str) -> str | None:
     """`mcp__SERVER__TOOL`, or None when that is no valid function name (too long, odd characters)."""
     name = f"{PREFIX}{server}{SEPARATOR}{tool}"
     return name if TOOL_NAME.match(name) else None
+
+
+def clashes(tools: Sequence[tuple[str, str]]) -> dict[str, list[tuple[str, str]]]:
+    """The flat names two or more of `tools` ((server, tool) pairs) would share, with who shares
+    each: such a name means no one tool, so it is never offered (and `mcp add` refuses it)."""
+    by_name: dict[str, list[tuple[str, str]]] = {}
+    for server, tool in tools:
+        by_name.setdefault(f"{PREFIX}{server}{SEPARATOR}{tool}", []).append((server, tool))
+    return {name: owners for name, owners in by_name.items() if len(owners) > 1}
 
 
 def server_of(name: str) -> str | None:
@@ -120,6 +150,11 @@ class ServerConfig(BaseModel):
     ) -> ServerConfig:
         if (command is None) == (url is None):
             raise ValueError("give exactly one of --command and --url")
+        if name.endswith("_"):
+            raise ValueError(
+                f"a server name may not end with '_': {PREFIX}{name}{SEPARATOR}foo would also be "
+                f"server {name[:-1]!r}'s tool '_foo' (one name, two tools)"
+            )
         return cls(
             name=name,
             transport="stdio" if command else "http",

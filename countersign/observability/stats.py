@@ -1,10 +1,13 @@
 """`starter.py stats`: the audit summarised per tool and per agent, over a recent window.
 
-Per tool (from `tool_executions`): calls, success rate (ran and answered ok), mean and p95 duration
+Per tool (from `tool_executions`): calls, success rate (ran and answered ok, of the calls no
+reviewer rejected and no approval expired: a person's "no" is not the tool failing), mean and p95 duration
 of the calls that ran, `needs` rate (the tool asked for clarification), outcomes and error codes.
 Per agent: turns, model calls and tokens (from `model_calls`), tool calls, and approvals requested,
 approved, rejected and expired (a call that needed approval is audited with `approved_by` when
-approved, or with outcome `rejected` / `expired`).
+approved, or with outcome `rejected` / `expired`); a call still waiting has no audit row yet, so
+`stats` adds the pending ones from the running conversations (`approvals_pending`) when Temporal
+answers.
 
 Everything is aggregated in PostgreSQL: the command reads a few rows per tool, however large the
 audit.
@@ -25,9 +28,10 @@ from countersign.db.schema import ModelCall, ToolExecution
 
 UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 MAX_SINCE = timedelta(days=3660)
+PEOPLE_SAID_NO = ("rejected", "expired")  # outcomes that are a reviewer's decision, not the tool's
 AGENT_HEADER = (
     *("AGENT", "TURNS", "MODEL_CALLS", "TOKENS_IN", "TOKENS_OUT", "TOOL_CALLS"),
-    *("APPROVALS", "APPROVED", "REJECTED", "EXPIRED"),
+    *("APPROVALS", "PENDING", "APPROVED", "REJECTED", "EXPIRED"),
 )
 
 
@@ -46,7 +50,7 @@ def parse_duration(text: str) -> timedelta:
 class ToolStats:
     tool: str
     calls: int
-    success_rate: float
+    success_rate: float | None  # None: every call was rejected or expired, none could succeed
     needs_rate: float
     mean_ms: float | None  # of the calls that ran (executed, failed, invalid)
     p95_ms: float | None
@@ -66,6 +70,7 @@ class AgentStats:
     approvals_approved: int = 0
     approvals_rejected: int = 0
     approvals_expired: int = 0
+    approvals_pending: int | None = None  # waiting now (from Temporal; None when not asked)
 
 
 @dataclass
@@ -83,7 +88,10 @@ def _count(condition: ColumnElement[bool]) -> ColumnElement[int]:
     return func.count().filter(condition)
 
 
-async def collect(session: AsyncSession, since: datetime, tenant: str | None = None) -> Stats:
+async def collect(
+    session: AsyncSession, since: datetime, tenant: str | None = None, pending: dict[str, int] | None = None
+) -> Stats:
+    """The summary; `pending` counts the approvals waiting now per agent (None: unknown)."""
     te = ToolExecution
     window = [te.created_at >= since, *([te.tenant_id == tenant] if tenant else [])]
     ok = te.result["ok"].as_boolean()
@@ -94,6 +102,7 @@ async def collect(session: AsyncSession, since: datetime, tenant: str | None = N
             te.tool,
             func.count(),
             _count(and_(te.outcome == "executed", ok)),
+            _count(te.outcome.not_in(PEOPLE_SAID_NO)),
             _count(needs),
             func.avg(te.duration_ms),
             func.percentile_cont(0.95).within_group(te.duration_ms),
@@ -102,11 +111,11 @@ async def collect(session: AsyncSession, since: datetime, tenant: str | None = N
         .group_by(te.tool)
         .order_by(te.tool)
     ):
-        tool, calls, succeeded, needing, mean, p95 = row
+        tool, calls, succeeded, could, needing, mean, p95 = row
         tools[tool] = ToolStats(
             tool=tool,
             calls=calls,
-            success_rate=round(succeeded / calls, 4),
+            success_rate=round(succeeded / could, 4) if could else None,
             needs_rate=round(needing / calls, 4),
             mean_ms=round(float(mean), 1) if mean is not None else None,
             p95_ms=round(float(p95), 1) if p95 is not None else None,
@@ -158,6 +167,11 @@ async def collect(session: AsyncSession, since: datetime, tenant: str | None = N
         stats = agents.setdefault(agent, AgentStats(agent=agent))
         stats.turns, stats.model_calls = turns, calls
         stats.prompt_tokens, stats.completion_tokens = prompt, completion
+    for agent, waiting in (pending or {}).items():
+        agents.setdefault(agent, AgentStats(agent=agent)).approvals_pending = waiting
+    if pending is not None:
+        for stats in agents.values():
+            stats.approvals_pending = stats.approvals_pending or 0
     return Stats(
         since=since,
         tenant=tenant,
@@ -183,7 +197,7 @@ def render(stats: Stats) -> list[list[tuple[str, ...]]]:
         (
             t.tool,
             str(t.calls),
-            f"{t.success_rate:.0%}",
+            "-" if t.success_rate is None else f"{t.success_rate:.0%}",
             f"{t.needs_rate:.0%}",
             _ms(t.mean_ms),
             _ms(t.p95_ms),
@@ -201,7 +215,8 @@ def render(stats: Stats) -> list[list[tuple[str, ...]]]:
             str(a.prompt_tokens),
             str(a.completion_tokens),
             str(a.tool_calls),
-            str(a.approvals_requested),
+            str(a.approvals_requested + (a.approvals_pending or 0)),
+            "?" if a.approvals_pending is None else str(a.approvals_pending),
             str(a.approvals_approved),
             str(a.approvals_rejected),
             str(a.approvals_expired),

@@ -34,6 +34,9 @@ class Settings(BaseModel):
     llm_api_key: str = "scripted"
     llm_model: str = SCRIPTED_MODEL_NAME
     scenario: str | None = None
+    # Model replies are streamed (`stream=True`) and their text published to readers as it arrives;
+    # LLM_STREAM=false asks for whole replies (an endpoint that cannot stream; the benchmark's baseline).
+    llm_stream: bool = True
     ui_url: str = "http://127.0.0.1:8233"
     # Where deliver_email sends the outbox (a local catcher by default; a relay in production).
     smtp_host: str = "127.0.0.1"
@@ -73,6 +76,12 @@ class Settings(BaseModel):
         return self.llm_model == SCRIPTED_MODEL_NAME
 
     @property
+    def smtp_configured(self) -> bool:
+        """Whether a mail server was named (SMTP_HOST, or the stack's mail catcher): without one,
+        reviewers' notices by email are recorded as undeliverable once, not retried for an hour."""
+        return "smtp_host" in self.model_fields_set
+
+    @property
     def inbox_url(self) -> str:
         return self.inbox_public_url or f"http://127.0.0.1:{self.inbox_port}"
 
@@ -107,13 +116,15 @@ def load_settings(env: dict[str, str] | None = None) -> Settings:
         # A real endpoint without LLM_MODEL gets a common default rather than the scripted model's name.
         "llm_model": env.get("LLM_MODEL") or ("gpt-4o-mini" if env.get("LLM_BASE_URL") else None),
         "scenario": env.get("SCENARIO"),
+        "llm_stream": env.get("LLM_STREAM"),
         "ui_url": pick("TEMPORAL_UI_URL", "ui_url"),
-        "smtp_host": env.get("SMTP_HOST"),
-        "smtp_port": env.get("SMTP_PORT"),
+        "smtp_host": pick("SMTP_HOST", "smtp_host"),
+        "smtp_port": pick("SMTP_PORT", "smtp_port"),
         "smtp_sender": env.get("SMTP_SENDER"),
         "email_delivery_delay_s": env.get("EMAIL_DELIVERY_DELAY_S"),
         "max_cached_workflows": env.get("WORKER_MAX_CACHED_WORKFLOWS"),
-        "approver_auth": auth_mode,
+        # the deployment's mode: what this process was told, else the running embedded stack's
+        "approver_auth": auth_mode or stack.get("approver_auth", ""),
         "auth_configured": "true" if auth_mode else None,
         "proof_public_key": env.get("COUNTERSIGN_PROOF_PUBLIC_KEY"),
         "proof_private_key": env.get("COUNTERSIGN_PROOF_PRIVATE_KEY"),

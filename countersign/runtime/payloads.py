@@ -3,7 +3,8 @@
 The Python SDK drops a signal whose payload does not decode (a log line, nothing else), fails the
 workflow *task* (retried forever) when a start input does not decode, and rejects such an update.
 Handlers that declare `Model | Unreadable` (countersign.core.bounds) get an `Unreadable` instead, with
-the reason: a signal is then refused on the record, and a start input fails its workflow once.
+the reason: a signal is then refused on the record, and a start input fails its workflow once. Such
+a payload with a key twice in one object is unreadable too.
 """
 
 from __future__ import annotations
@@ -15,10 +16,12 @@ from typing import Any, Union, get_args, get_origin
 
 from pydantic import ValidationError
 from temporalio.api.common.v1 import Payload
+from temporalio.api.failure.v1 import Failure
 from temporalio.contrib.pydantic import PydanticPayloadConverter, pydantic_data_converter
-from temporalio.converter import DataConverter
+from temporalio.converter import DataConverter, DefaultFailureConverter, PayloadConverter
+from temporalio.exceptions import ApplicationError, FailureError
 
-from countersign.core.bounds import Unreadable, cut, storable
+from countersign.core.bounds import DuplicateKey, Unreadable, cut, encodable, loads_strict, storable
 
 EXCERPT_CHARS = 500
 
@@ -45,8 +48,38 @@ def why(exc: BaseException) -> str:
     return cut(storable(text), 2_000)
 
 
+def refuse_duplicate_keys(payload: Payload) -> None:
+    """Raise `DuplicateKey` when a JSON payload names a key twice in an object (pydantic would keep
+    the last: an edit's `to` could differ from what its sender's own parser read)."""
+    if payload.metadata.get("encoding") != b"json/plain":
+        return
+    try:
+        loads_strict(payload.data)
+    except DuplicateKey:
+        raise
+    except (ValueError, RecursionError):
+        return  # not JSON, or nested past the parser: pydantic's decoding says why
+
+
 class LenientPydanticPayloadConverter(PydanticPayloadConverter):
-    """Decodes `Model | Unreadable` hints as `Model`, or as `Unreadable` when that fails."""
+    """Decodes `Model | Unreadable` hints as `Model`, or as `Unreadable` when that fails; encodes
+    every value, a lone surrogate in any string included.
+
+    Everything workflow code hands to Temporal passes here (activity and local activity inputs and
+    results, summaries, details, query and update results, signals, markers): a lone surrogate from
+    outside (`"\\ud800"` in the model's arguments, an MCP server's text) made the encoding raise,
+    and with it every workflow task, forever. Such a value is encoded with U+FFFD in place of each
+    lone surrogate; a value that encodes is never touched (the fallback only runs after a failure).
+    """
+
+    def to_payloads(self, values: Sequence[Any]) -> list[Payload]:
+        try:
+            return super().to_payloads(values)
+        except Exception as exc:
+            try:
+                return super().to_payloads([encodable(v) for v in values])
+            except Exception:
+                raise exc from None
 
     def from_payloads(self, payloads: Sequence[Payload], type_hints: list[type] | None = None) -> list[Any]:
         if not type_hints or len(type_hints) != len(payloads):
@@ -58,6 +91,7 @@ class LenientPydanticPayloadConverter(PydanticPayloadConverter):
                 values += super().from_payloads([payload], [hint])
                 continue
             try:
+                refuse_duplicate_keys(payload)
                 values += super().from_payloads([payload], [real])
             except Exception as exc:  # whatever the decoder raises, the handler refuses on the record
                 excerpt = payload.data[:EXCERPT_CHARS].decode("utf-8", "replace")
@@ -65,6 +99,29 @@ class LenientPydanticPayloadConverter(PydanticPayloadConverter):
         return values
 
 
+class EncodableFailureConverter(DefaultFailureConverter):
+    """Encodes an error whose message holds a lone surrogate (a protobuf string cannot) with
+    U+FFFD in its place: an error quoting outside text must fail its call, not the workflow task."""
+
+    def to_failure(
+        self, exception: BaseException, payload_converter: PayloadConverter, failure: Failure
+    ) -> None:
+        try:
+            super().to_failure(exception, payload_converter, failure)
+        except UnicodeEncodeError:
+            failure.Clear()
+            message = exception.message if isinstance(exception, FailureError) else str(exception)
+            error = ApplicationError(
+                encodable(message),
+                type=exception.type if isinstance(exception, ApplicationError) else type(exception).__name__,
+                non_retryable=isinstance(exception, ApplicationError) and exception.non_retryable,
+            )
+            error.__cause__ = exception.__cause__
+            super().to_failure(error, payload_converter, failure)
+
+
 data_converter: DataConverter = dataclasses.replace(
-    pydantic_data_converter, payload_converter_class=LenientPydanticPayloadConverter
+    pydantic_data_converter,
+    payload_converter_class=LenientPydanticPayloadConverter,
+    failure_converter_class=EncodableFailureConverter,
 )

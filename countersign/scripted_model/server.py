@@ -3,7 +3,12 @@ client talks to unchanged, so the demo and the tests exercise the same model pat
 
 Replies come from the scenario (`choose_reply`); every text the server writes says `[scripted model]`.
 Faults can be queued (`inject`) to provoke the failures a real endpoint has: rate limits, 5xx, slow
-answers, broken JSON.
+answers, broken JSON, a stream cut short.
+
+`"stream": true` is answered as a real OpenAI server does: server-sent `chat.completion.chunk`s (the
+text a few words at a time, each tool call's arguments split across chunks), a usage chunk with an
+empty choice list when `stream_options.include_usage` asks for it, then `data: [DONE]`.
+`chunk_delay_s` spaces the chunks, so that a reader can watch a reply arrive in parts.
 """
 
 from __future__ import annotations
@@ -46,6 +51,7 @@ class Fault:
     delay_s: float = 0.0
     raw_body: str | None = None
     message: str = "injected fault"
+    cut_after_chunks: int | None = None  # a streamed answer: close the connection after this many chunks
 
     def __post_init__(self) -> None:
         if self.raw_body is None and self.status is not None and not 400 <= self.status <= 599:
@@ -60,6 +66,7 @@ class ChatRequest(BaseModel):
     model: str
     messages: list[dict[str, Any]] = Field(min_length=1)
     stream: bool = False
+    stream_options: dict[str, Any] | None = None
 
     @field_validator("messages")
     @classmethod
@@ -85,9 +92,15 @@ class ScriptedModelServer:
     """
 
     def __init__(
-        self, scenario: Scenario | Sequence[Scenario], host: str = "127.0.0.1", port: int = 0
+        self,
+        scenario: Scenario | Sequence[Scenario],
+        host: str = "127.0.0.1",
+        port: int = 0,
+        *,
+        chunk_delay_s: float = 0.0,
     ) -> None:
         self.host = host
+        self.chunk_delay_s = chunk_delay_s
         self.requests: list[dict[str, Any]] = []
         self._scenarios = [scenario] if isinstance(scenario, Scenario) else list(scenario)
         self._port = port
@@ -150,11 +163,18 @@ class ScriptedModelServer:
     ) -> None:
         await self.stop()
 
-    async def _chat_completions(self, request: web.Request) -> web.Response:
+    async def _chat_completions(self, request: web.Request) -> web.StreamResponse:
         chat, body = parse_request(await request.read())
         self.requests.append(body)
-        if self._faults:
-            faulty = await _apply(self._faults.popleft())
+        include_usage = bool((chat.stream_options or {}).get("include_usage"))
+        fault = self._faults.popleft() if self._faults else None
+        if fault is not None:
+            if fault.raw_body is not None and chat.stream and (fault.status or 200) == 200:
+                await asyncio.sleep(fault.delay_s)
+                return await self._stream(
+                    request, raw_stream(fault.raw_body, include_usage), fault.cut_after_chunks
+                )
+            faulty = await _apply(fault)
             if faulty is not None:
                 return faulty
         agent = request.headers.get(AGENT_HEADER)
@@ -164,7 +184,43 @@ class ScriptedModelServer:
             reply: Reply | None = Reply(content=f"no scenario for agent {agent!r} (scripted agents: {known})")
         else:
             reply = choose_reply(scenario, chat.messages)
-        return web.json_response(completion(reply, chat.model, chat.messages))
+        answer = completion(reply, chat.model, chat.messages)
+        if not chat.stream:
+            # a model writes a whole reply as long as it streams it: the chunks' time, all at once
+            await asyncio.sleep(self.chunk_delay_s * (len(chunks_of(answer, False)) - 1))
+            return web.json_response(answer)
+        chunks = [json.dumps(c, ensure_ascii=False) for c in chunks_of(answer, include_usage)]
+        return await self._stream(request, chunks, fault.cut_after_chunks if fault is not None else None)
+
+    async def _stream(
+        self, request: web.Request, chunks: list[str], cut_after: int | None
+    ) -> web.StreamResponse:
+        """Send `chunks` as server-sent `data:` lines, then `[DONE]`; with `cut_after`, the
+        connection is closed after that many chunks instead (no `[DONE]`), as when it is lost."""
+        response = web.StreamResponse(
+            headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+        )
+        await response.prepare(request)
+        for i, chunk in enumerate(chunks):
+            if cut_after is not None and i >= cut_after:
+                if request.transport is not None:
+                    request.transport.close()
+                return response
+            if i and self.chunk_delay_s > 0:
+                await asyncio.sleep(self.chunk_delay_s)
+            await response.write(f"data: {chunk}\n\n".encode())
+        await response.write(b"data: [DONE]\n\n")
+        await response.write_eof()
+        return response
+
+
+def raw_stream(raw: str, include_usage: bool) -> list[str]:
+    """A `raw_body` fault for a streaming request: a completion body is streamed as its chunks
+    would be; anything else (broken JSON, another shape) is sent as one `data:` line, verbatim."""
+    try:
+        return [json.dumps(c, ensure_ascii=False) for c in chunks_of(json.loads(raw), include_usage)]
+    except (ValueError, KeyError, IndexError, TypeError, AttributeError):
+        return [raw.replace("\n", " ")]
 
 
 def parse_request(raw: bytes) -> tuple[ChatRequest, dict[str, Any]]:
@@ -181,8 +237,6 @@ def parse_request(raw: bytes) -> tuple[ChatRequest, dict[str, Any]]:
         error = exc.errors()[0]
         where = ".".join(str(part) for part in error["loc"])
         raise RequestError(f"invalid request: {where}: {error['msg']}", "invalid_request") from exc
-    if chat.stream:
-        raise RequestError("streaming is not supported: send `stream: false`", "stream_not_supported")
     return chat, body
 
 
@@ -218,6 +272,47 @@ def completion(reply: Reply | None, model: str, messages: list[dict[str, Any]]) 
             "total_tokens": prompt_tokens + completion_tokens,
         },
     }
+
+
+def chunks_of(answer: dict[str, Any], include_usage: bool) -> list[dict[str, Any]]:
+    """The `chat.completion.chunk`s a streaming OpenAI server sends for `answer`: the role, the text
+    a few words at a time, each tool call's id and name, then its arguments in pieces (so a reader
+    must join them by index), the finish reason, and the usage (with no choices) when asked for."""
+    choice = answer["choices"][0]
+    message = choice["message"]
+    head = {"id": answer["id"], "object": "chat.completion.chunk", "created": answer["created"]}
+    head["model"] = answer["model"]
+
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+        return {**head, "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}]}
+
+    chunks = [chunk({"role": "assistant", "content": ""})]
+    chunks += [chunk({"content": piece}) for piece in pieces(message["content"] or "", words=2)]
+    for index, call in enumerate(message.get("tool_calls") or []):
+        function = call["function"]
+        opening = {"index": index, "id": call["id"], "type": "function"}
+        chunks.append(
+            chunk({"tool_calls": [opening | {"function": {"name": function["name"], "arguments": ""}}]})
+        )
+        for piece in pieces(function["arguments"], words=1):
+            chunks.append(chunk({"tool_calls": [{"index": index, "function": {"arguments": piece}}]}))
+    chunks.append(chunk({}, choice["finish_reason"]))
+    if include_usage:
+        chunks.append({**head, "choices": [], "usage": answer["usage"]})
+    return chunks
+
+
+def pieces(text: str, words: int) -> list[str]:
+    """`text` cut after every `words` spaces, each piece keeping its spaces: joined, they are `text`."""
+    parts = text.split(" ")
+    return (
+        [
+            " ".join(parts[i : i + words]) + (" " if i + words < len(parts) else "")
+            for i in range(0, len(parts), words)
+        ]
+        if text
+        else []
+    )
 
 
 def labelled(text: str) -> str:

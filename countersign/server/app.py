@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,8 +30,9 @@ from countersign.identity import tokens
 from countersign.identity.mode import recorded_mode
 from countersign.identity.proofs import load_private_key
 from countersign.runtime.config import Settings
-from countersign.server import agent_tools
+from countersign.server import agent_tools, chat
 from countersign.server.auth import SESSION_TTL, Reviewer, SessionClaims
+from countersign.server.conversation_events import ConversationEvents, resume_point, stream_events
 from countersign.server.door import CALLER, REQUESTERS, add_routes, on_conversation, recorded
 from countersign.server.oidc import CALLBACK_PATH, FLOW_TTL, OidcConfig, OidcProvider, OidcRefused, open_flow
 from countersign.server.requesters import AnswerBody, ApiRate, Caller, Requesters
@@ -44,6 +45,7 @@ from countersign.server.service import (
     InboxError,
     LoginRequest,
     PendingItem,
+    refuse_keys_twice,
 )
 
 HERE = Path(__file__).resolve().parent
@@ -54,12 +56,17 @@ MAX_BODY = 256 * 1024
 # with an open inbox, shared by its reviewers), and how often an idle stream sends a keep-alive.
 POLL_INTERVAL_S = 0.25
 KEEPALIVE_S = 15.0
+MAX_STREAMS_PER_SESSION = 8  # a reviewer's tabs; each stream holds a connection open
+SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 REVIEWER = web.RequestKey("reviewer", Reviewer)
 SESSION = web.RequestKey("session", SessionClaims)
 INBOX = web.AppKey("inbox", Inbox)
 OIDC = web.AppKey("oidc", OidcProvider)
 TRUSTED_PROXIES = web.AppKey("trusted_proxies", frozenset[str])
 SECURE_COOKIES = web.AppKey("secure_cookies", bool)
+# The Temporal Web UI's address of a conversation, without its id ("" when not known): the page
+# links each conversation id there.
+WORKFLOW_URL = web.AppKey("workflow_url", str)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 _templates = jinja2.Environment(
@@ -75,8 +82,10 @@ def error(status: int, message: str, retry_after_s: int | None = None) -> web.Re
 async def body_of(request: web.Request, model: type[BaseModel]) -> Any:
     if request.content_type != "application/json":
         raise InboxError(415, "send JSON (Content-Type: application/json)")
+    raw = await request.read()
+    refuse_keys_twice(raw)
     try:
-        return model.model_validate_json(await request.read())
+        return model.model_validate_json(raw)
     except ValidationError as err:
         first = err.errors()[0]
         where = ".".join(str(p) for p in first["loc"]) or "body"
@@ -149,6 +158,9 @@ class TenantFeed:
     items: dict[str, PendingItem] = field(default_factory=dict)
     listeners: set[asyncio.Queue[None]] = field(default_factory=set)
     task: asyncio.Task[None] | None = None
+    # Held while the first stream loads the list and starts the loop: streams opened together wait
+    # for it instead of each starting a loop of their own (all but the last ran forever).
+    starting: asyncio.Lock = field(default_factory=asyncio.Lock)
 
 
 class Watcher:
@@ -158,6 +170,25 @@ class Watcher:
     def __init__(self, inbox: Inbox) -> None:
         self._inbox = inbox
         self._feeds: dict[str, TenantFeed] = {}
+        self._streams: dict[str, int] = {}  # open streams per session
+        self.loops = 0  # poll loops running now: one per tenant with an open stream, never more
+
+    @contextlib.contextmanager
+    def stream_of(self, session_id: str) -> Iterator[None]:
+        """Count one open stream of a session; InboxError 429 past MAX_STREAMS_PER_SESSION."""
+        if self._streams.get(session_id, 0) >= MAX_STREAMS_PER_SESSION:
+            raise InboxError(
+                429,
+                f"at most {MAX_STREAMS_PER_SESSION} live streams per session; close a tab",
+                retry_after_s=5,
+            )
+        self._streams[session_id] = self._streams.get(session_id, 0) + 1
+        try:
+            yield
+        finally:
+            self._streams[session_id] -= 1
+            if not self._streams[session_id]:
+                del self._streams[session_id]
 
     def current(self, tenant_id: str) -> list[PendingItem]:
         feed = self._feeds.get(tenant_id)
@@ -173,18 +204,28 @@ class Watcher:
         feed = self._feeds.setdefault(tenant_id, TenantFeed())
         queue: asyncio.Queue[None] = asyncio.Queue(maxsize=1)
         feed.listeners.add(queue)
-        if feed.task is None:
-            feed.items = {i.key: i for i in await self._inbox.tenant_pending(tenant_id)}
-            feed.task = asyncio.create_task(self._poll(tenant_id, feed))
         try:
+            async with feed.starting:
+                if feed.task is None:
+                    feed.items = {i.key: i for i in await self._inbox.tenant_pending(tenant_id)}
+                    feed.task = asyncio.create_task(self._poll(tenant_id, feed))
             yield queue
         finally:
             feed.listeners.discard(queue)
-            if not feed.listeners and feed.task is not None:
-                feed.task.cancel()
-                self._feeds.pop(tenant_id, None)
+            if not feed.listeners:
+                if feed.task is not None:
+                    feed.task.cancel()
+                if self._feeds.get(tenant_id) is feed:
+                    del self._feeds[tenant_id]
 
     async def _poll(self, tenant_id: str, feed: TenantFeed) -> None:
+        self.loops += 1
+        try:
+            await self._polling(tenant_id, feed)
+        finally:
+            self.loops -= 1
+
+    async def _polling(self, tenant_id: str, feed: TenantFeed) -> None:
         while True:
             await asyncio.sleep(POLL_INTERVAL_S)
             try:
@@ -204,6 +245,7 @@ class Watcher:
 
 
 WATCHER = web.AppKey("watcher", Watcher)
+EVENTS = web.AppKey("conversation_events", ConversationEvents)
 
 
 async def events(request: web.Request) -> web.StreamResponse:
@@ -211,12 +253,11 @@ async def events(request: web.Request) -> web.StreamResponse:
     reviewer = request[REVIEWER]
     inbox, watcher = request.app[INBOX], request.app[WATCHER]
     roles = await inbox.roles(reviewer)
-    response = web.StreamResponse(
-        headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-    )
-    await response.prepare(request)
-    with contextlib.suppress(ConnectionResetError):  # the reviewer closed the page
-        await stream_approvals(response, watcher, inbox, request[SESSION], roles)
+    response = web.StreamResponse(headers=SSE_HEADERS)
+    with watcher.stream_of(request[SESSION].session_id):
+        await response.prepare(request)
+        with contextlib.suppress(ConnectionResetError):  # the reviewer closed the page
+            await stream_approvals(response, watcher, inbox, request[SESSION], roles)
     return response
 
 
@@ -242,6 +283,41 @@ async def stream_approvals(
             except TimeoutError:
                 await response.write(b": keep-alive\n\n")
                 changed_now = False
+
+
+async def conversation_events(request: web.Request) -> web.StreamResponse:
+    """A conversation's events (countersign.server.conversation_events), for those who may read its
+    transcript (its user, a token acting for them, an admin of its tenant; 404 for anyone else)."""
+    requesters, caller, events = request.app[REQUESTERS], request[CALLER], request.app[EVENTS]
+    workflow_id = request.match_info["workflow_id"]
+    row = await requesters.conversation(caller, workflow_id, "transcript")
+    claims, bearer = request.get(SESSION), bearer_of(request)
+
+    async def live() -> bool:  # a logout, an expiry or a revoked token closes the stream
+        if claims is not None:
+            return await request.app[INBOX].live(claims)
+        return bearer is not None and await requesters.token_caller(bearer) is not None
+
+    with events.opened(caller.tenant_id, requesters.actor(caller, row)):
+        response = web.StreamResponse(
+            headers={
+                "Content-Type": "text/event-stream",
+                "Cache-Control": "no-cache",
+                "X-Accel-Buffering": "no",
+            }
+        )
+        await response.prepare(request)
+        with contextlib.suppress(ConnectionResetError):  # the reader went away
+            await stream_events(
+                response,
+                events,
+                requesters.client,
+                row.workflow_id,
+                resume_point(request),
+                live,
+                lambda: request.transport is None or request.transport.is_closing(),
+            )
+    return response
 
 
 # --- the JSON API --------------------------------------------------------------------------------
@@ -342,7 +418,24 @@ async def page(request: web.Request) -> web.Response:
     reviewer = claims.reviewer if claims else None
     oidc = request.app.get(OIDC)
     html = _templates.get_template("inbox.html").render(
-        reviewer=reviewer, oidc_name=oidc.config.name if oidc else None
+        reviewer=reviewer,
+        oidc_name=oidc.config.name if oidc else None,
+        workflow_url=request.app[WORKFLOW_URL],
+    )
+    return web.Response(text=html, content_type="text/html")
+
+
+async def favicon(request: web.Request) -> web.StreamResponse:
+    """Browsers ask for /favicon.ico on their own: the page's icon, not a 404 in every log."""
+    raise web.HTTPMovedPermanently("/static/favicon.svg")
+
+
+async def chat_page(request: web.Request) -> web.Response:
+    """The requesters' page (static/chat.js draws conversations from their events stream)."""
+    claims = await session_of(request)
+    oidc = request.app.get(OIDC)
+    html = _templates.get_template("chat.html").render(
+        person=claims.reviewer if claims else None, oidc_name=oidc.config.name if oidc else None
     )
     return web.Response(text=html, content_type="text/html")
 
@@ -401,14 +494,18 @@ async def oidc_callback(request: web.Request) -> web.Response:
 def create_app(
     inbox: Inbox,
     requesters: Requesters,
+    readers: ConversationEvents,
     oidc: OidcConfig | None = None,
     trusted_proxies: frozenset[str] = frozenset(),
     secure_cookies: bool = False,
+    workflow_url: str = "",
 ) -> web.Application:
     app = web.Application(middlewares=[errors_and_auth], client_max_size=MAX_BODY)
     app[INBOX] = inbox
+    app[EVENTS] = readers
     app[TRUSTED_PROXIES] = trusted_proxies
     app[SECURE_COOKIES] = secure_cookies
+    app[WORKFLOW_URL] = workflow_url
     if oidc is not None:
         app[OIDC] = OidcProvider(oidc)
         app.router.add_get("/auth/oidc/login", oidc_login)
@@ -417,9 +514,11 @@ def create_app(
 
     async def close_watcher(app: web.Application) -> None:
         await app[WATCHER].close()
+        await app[EVENTS].feed.close()
 
     app.on_shutdown.append(close_watcher)
     app.router.add_get("/", page)
+    app.router.add_get("/favicon.ico", favicon)
     app.router.add_static("/static/", HERE / "static")
     app.router.add_post("/api/login", login)
     app.router.add_post("/api/logout", logout)
@@ -433,6 +532,9 @@ def create_app(
     add_routes(app, requesters)
     agent_tools.add_routes(app, requesters.sessions)
     app.router.add_post("/api/conversations/{workflow_id}/answer", answer_by_body)
+    app.router.add_get("/api/conversations/{workflow_id}/events", conversation_events)
+    app.router.add_get("/chat", chat_page)
+    chat.add_routes(app)
     return app
 
 
@@ -459,9 +561,11 @@ async def running_inbox(
         create_app(
             Inbox(client, sessions, key),
             Requesters(client, sessions, key, settings, rate),
+            ConversationEvents(sessions, settings.database_url),
             oidc,
             trusted_proxies,
             settings.cookie_secure,
+            settings.workflow_url(""),
         ),
         shutdown_timeout=1.0,
     )

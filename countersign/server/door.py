@@ -22,7 +22,7 @@ from countersign.server.requesters import (
     RollbackBody,
     StartBody,
 )
-from countersign.server.service import InboxError
+from countersign.server.service import InboxError, refuse_keys_twice
 
 CALLER = web.RequestKey("caller", Caller)
 REQUESTERS = web.AppKey("requesters", Requesters)
@@ -33,8 +33,10 @@ async def parse(request: web.Request, model: type[M]) -> M:
     """The body as `model`: 415 unless JSON (a cross-site form cannot send it), 422 when invalid."""
     if request.content_type != "application/json":
         raise InboxError(415, "send JSON (Content-Type: application/json)")
+    raw = await request.read() or b"{}"
+    refuse_keys_twice(raw)
     try:
-        return model.model_validate_json(await request.read() or b"{}")
+        return model.model_validate_json(raw)
     except ValidationError as err:
         first = err.errors()[0]
         where = ".".join(str(p) for p in first["loc"]) or "body"

@@ -215,7 +215,13 @@ class OidcProvider:
             data = await response.json(content_type=None)
         if not isinstance(data, dict) or response.status != 200:
             error = data.get("error") if isinstance(data, dict) else None
-            raise OidcRefused(f"the provider refused the code: {error or f'HTTP {response.status}'}")
+            public = (
+                " (this inbox signs in as a public client, PKCE without a secret, which this provider "
+                "does not accept: register a confidential client and set COUNTERSIGN_OIDC_CLIENT_SECRET)"
+                if error == "invalid_client" and not self.config.client_secret
+                else ""
+            )
+            raise OidcRefused(f"the provider refused the code: {error or f'HTTP {response.status}'}{public}")
         return data
 
     async def verify_id_token(self, id_token: str, nonce: str, access_token: object = None) -> dict[str, Any]:

@@ -23,10 +23,11 @@ from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from countersign.core.approvals import Approval, Decision, approver_refusal
-from countersign.core.bounds import MAX_REASON_CHARS
+from countersign.core.bounds import MAX_REASON_CHARS, DuplicateKey, loads_strict
 from countersign.core.calls import Risk
 from countersign.core.contract import PendingApproval, StatusView
 from countersign.core.messages import ChatMessage
+from countersign.core.shown import argument_lines, argument_warnings
 from countersign.db.people import check_password, roles_of
 from countersign.db.schema import ApprovalDecision, ToolExecution
 from countersign.identity.proofs import Binding, mint_proof
@@ -47,6 +48,17 @@ class InboxError(Exception):
         super().__init__(message)
         self.status = status
         self.retry_after_s = retry_after_s
+
+
+def refuse_keys_twice(raw: bytes) -> None:
+    """InboxError 400 when the body's JSON names a key twice in one object: refused, never resolved
+    one way here and another elsewhere. Anything else wrong with it is for the body's model to say."""
+    try:
+        loads_strict(raw)
+    except DuplicateKey as err:
+        raise InboxError(400, f"invalid request: {err}") from None
+    except (ValueError, RecursionError):
+        pass  # not JSON (or nested past the parser): the model's validation says why
 
 
 # --- what clients send (validated at the edge) -------------------------------------------------
@@ -95,7 +107,7 @@ class PendingItem(BaseModel):
     workflow_id: str
     call_id: str
     tool: str
-    args: str  # exactly as the tool will receive it, unless the reviewer edits it
+    args: str  # the model's JSON text (a key twice was refused before anyone was asked)
     risk: Risk
     requested_by: str
     requested_at: str
@@ -105,6 +117,10 @@ class PendingItem(BaseModel):
     schema_: dict[str, Any] = Field(default_factory=dict, alias="schema")
     hints: str | None = None  # an MCP server's claims about the tool: shown, never trusted
     last_messages: list[dict[str, str]] = Field(default_factory=list)
+    # What the card shows: the parsed arguments one key per line, hidden characters made visible,
+    # and what could deceive a reader (look-alikes, bidi) flagged (countersign.core.shown).
+    arg_lines: list[str] = Field(default_factory=list)
+    warnings: list[str] = Field(default_factory=list)
 
     @property
     def key(self) -> str:
@@ -254,6 +270,8 @@ class Inbox:
                         description=tool.description if tool else pending.description or "",
                         schema=tool.spec().parameters if tool else pending.parameters or {},
                         last_messages=context,
+                        arg_lines=argument_lines(pending.args),
+                        warnings=argument_warnings(pending.args),
                         **pending.model_dump(exclude={"description", "parameters"}),
                     )
                 )

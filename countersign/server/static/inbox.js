@@ -1,5 +1,6 @@
 // The inbox page: plain JS, no build step. Pending approvals arrive over server-sent events
-// (/api/events); each card shows the raw arguments exactly as the tool will receive them and a form
+// (/api/events); each card shows the parsed arguments one key per line (hidden characters made
+// visible, look-alikes and bidi flagged by the server) and a form
 // generated from the tool's JSON schema to edit them (the worker validates the edit again).
 "use strict";
 
@@ -28,7 +29,27 @@ async function api(method, path, body) {
   return data;
 }
 
-function say(text) { const s = $("#status"); if (s) s.textContent = text; }
+// The outcome of an action, right under the list's heading (where the decided card was), not
+// below the history.
+function say(text) {
+  const s = $("#status");
+  if (!s) return;
+  s.textContent = text;
+  s.scrollIntoView({ block: "nearest" });
+}
+
+// Text with `code` spans (tool descriptions are markdown): backticks become <code>, the rest
+// stays text (never HTML).
+function withCode(text) {
+  const node = el("span");
+  String(text || "").split("`").forEach((part, i) => node.append(i % 2 ? el("code", { text: part }) : part));
+  return node;
+}
+
+function conversationLink(workflowId) {
+  const base = $("main").dataset.workflowUrl;
+  return base ? el("a", { href: base + encodeURIComponent(workflowId), target: "_blank", rel: "noopener", text: workflowId }) : workflowId;
+}
 
 // --- login -----------------------------------------------------------------------------------
 const loginForm = $("#login");
@@ -94,7 +115,7 @@ function argField(id, name, schema, value, optional) {
   input.dataset.kind = type.type || "json";
   if (nullable(schema)) input.dataset.nullable = "1";
   if (optional) input.dataset.optional = "1";
-  const help = schema.description ? el("span", { class: "muted", text: ` ${schema.description}` }) : "";
+  const help = schema.description ? el("span", { class: "muted" }, withCode(schema.description)) : "";
   return el("p", {}, label, input, help);
 }
 
@@ -134,7 +155,7 @@ function card(item) {
   for (const [name, prop] of Object.entries(schema.properties || {})) {
     fields.append(argField(`${id}-arg-${name}`, name, prop, args[name], !required.has(name)));
   }
-  const reason = el("input", { id: `${id}-reason`, name: "reason" });
+  const reason = el("input", { id: `${id}-reason`, name: "decision-reason", placeholder: "why (the agent is told; required to reject)" });
   const approve = el("button", { type: "button", "data-action": "approve", text: "Approve" });
   const approveEdited = el("button", { type: "button", "data-action": "approve-edited", text: "Approve with these arguments" });
   const reject = el("button", { type: "button", "data-action": "reject", text: "Reject" });
@@ -148,14 +169,19 @@ function card(item) {
       el("input", { type: "checkbox", class: "select", "aria-label": `Select ${item.tool} ${item.call_id}`, "data-key": key }),
       ` ${item.tool} `, el("small", { text: `risk ${item.risk}` })),
     el("p", { class: "muted" },
-      `requested by ${item.requested_by} · agent ${item.agent} · conversation ${item.workflow_id} · call ${item.call_id} · `, expires),
-    el("p", { text: item.description }),
+      `requested by ${item.requested_by} · agent ${item.agent} · conversation `, conversationLink(item.workflow_id),
+      ` · call ${item.call_id} · `, expires),
+    el("p", {}, withCode(item.description)),
     item.hints ? el("p", { class: "hints", text: item.hints }) : "",
     messages,
-    el("p", {}, el("strong", { text: "Raw arguments, exactly as the tool will receive them:" })),
-    el("pre", { class: "raw-args", text: item.args }),
+    el("p", {}, el("strong", { text: "Arguments, one per line, as the tool will receive them:" })),
+    el("pre", { class: "raw-args", text: (item.arg_lines || []).join("\n") }),
+    (item.warnings || []).length
+      ? el("ul", { class: "warnings", role: "alert", "aria-label": "Check these arguments" },
+          ...item.warnings.map((w) => el("li", { text: `⚠ ${w}` })))
+      : "",
     el("details", {}, el("summary", { text: "Edit arguments" }), fields, approveEdited),
-    el("p", {}, el("label", { for: reason.id, text: "Reason" }), reason),
+    el("p", { class: "decision" }, el("label", { for: reason.id, text: "Your reason for this decision" }), reason),
     el("p", {}, approve, reject),
     el("p", { class: "error", role: "alert" }),
   );
@@ -164,7 +190,7 @@ function card(item) {
     try {
       if (edited) body.args = readArgs(fields);
       const result = await api("POST", `/api/approvals/${encodeURIComponent(item.workflow_id)}/${encodeURIComponent(item.call_id)}`, body);
-      say(`${result.state} ${item.tool} (${item.call_id}) as ${result.decided_by}`);
+      say(`${result.state} ${item.tool} (${item.call_id}) in ${item.workflow_id} as ${result.decided_by}`);
       removeCard(key);
       loadHistory();
     } catch (err) {
@@ -174,7 +200,14 @@ function card(item) {
   if (item.risk !== "high") me.then((who) => { if (who.roles.includes("admin")) node.append(standingAllow(item, node)); });
   approve.addEventListener("click", () => decide("approve", false));
   approveEdited.addEventListener("click", () => decide("approve", true));
-  reject.addEventListener("click", () => decide("reject", false));
+  reject.addEventListener("click", () => {
+    if (!reason.value.trim()) {
+      $(".error", node).textContent = "Give a reason to reject: the agent is told why.";
+      reason.focus();
+      return;
+    }
+    if (confirm(`Reject ${item.tool} (${item.call_id})? The agent is told: ${reason.value.trim()}`)) decide("reject", false);
+  });
   return node;
 }
 
@@ -232,11 +265,11 @@ async function loadHistory() {
   const body = $("#history tbody");
   body.replaceChildren(...rows.map((r) => el("tr", {},
     el("td", { text: new Date(r.at).toLocaleString() }),
-    el("td", { text: `${r.workflow_id} / ${r.call_id}` }),
+    el("td", {}, conversationLink(r.workflow_id), ` / ${r.call_id}`),
     el("td", { text: r.tool }),
     el("td", { text: `${r.decision}${r.accepted ? "" : " (refused)"}` },
       ...(r.edited_args ? [el("div", { class: "edit", text: `edited arguments: ${JSON.stringify(r.edited_args)}${r.model_args ? ` (the model asked for ${JSON.stringify(r.model_args)})` : ""}` })] : [])),
-    el("td", { text: `${r.approver} ${r.proven ? "(proven)" : "(claimed)"}` }),
+    el("td", { text: `${r.approver} ${r.proven ? "(proven)" : "(claimed)"}`, title: r.proven ? "the inbox authenticated this person and the worker checked its proof" : "a name given without proof (names mode)" }),
     el("td", { text: r.reason || "" }),
   )));
 }
@@ -263,6 +296,11 @@ if ($("#pending")) {
         return { workflow_id, call_id };
       });
       if (!items.length) { say("select calls first"); return; }
+      const batchReason = $("#batch-reason").value.trim();
+      if (button.dataset.batch === "reject") {
+        if (!batchReason) { say("give a reason to reject the selected: the agent is told why"); $("#batch-reason").focus(); return; }
+        if (!confirm(`Reject ${items.length} selected call(s)? The agents are told: ${batchReason}`)) return;
+      }
       try {
         const results = await api("POST", "/api/approvals/batch", { decision: button.dataset.batch, reason: $("#batch-reason").value || null, items });
         for (const r of results) if (r.status === 200) removeCard(`${r.workflow_id}/${r.call_id}`);

@@ -1,0 +1,117 @@
+"""How a call's arguments are shown to a person who decides on them (inbox card, notices, CLI).
+
+A reviewer reads the *parsed* arguments, one key per line, in the one spelling the tool receives
+(a key twice is refused before anyone is asked: `bounds.loads_strict`), with what could deceive a
+reader made visible:
+
+- invisible and direction-changing characters (zero-width, bidi overrides and isolates, soft
+  hyphen, other format and control characters) are written as `⟨U+202E⟩` and flagged;
+- an email address, URL or identifier (a value with no spaces and a digit or one of `@./:_+-`) that
+  holds non-ASCII characters is flagged, naming each such character (`U+0430 CYRILLIC SMALL LETTER
+  A`), and one word written in two scripts (Latin and Cyrillic, ...) is flagged wherever it is.
+
+Pure: the same lines and warnings wherever they are shown.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import unicodedata
+from typing import Any
+
+from countersign.core.bounds import loads_bounded
+
+MAX_LINE_CHARS = 2_000
+MAX_WARNINGS = 20
+# What changes how text reads without showing itself: format (Cf: zero-width, bidi controls, soft
+# hyphen), control (Cc, newline and tab included: a value's lines are its own), surrogates (Cs),
+# private use (Co), line and paragraph separators.
+HIDDEN_CATEGORIES = frozenset({"Cf", "Cc", "Cs", "Co", "Zl", "Zp"})
+# A value with no spaces and one of these names something (an address, a domain, a file, an id).
+NAMES_SOMETHING = re.compile(r"[0-9@./:_+-]")
+ADDRESS = re.compile(r"^[^\s@]+@[^\s@]+$|^[a-zA-Z][a-zA-Z0-9+.-]*://|^www\.", re.IGNORECASE)
+
+
+def is_hidden(char: str) -> bool:
+    return unicodedata.category(char) in HIDDEN_CATEGORIES
+
+
+def visible(text: str) -> str:
+    """`text` with each hidden character written as `⟨U+XXXX⟩`."""
+    return "".join(f"⟨U+{ord(c):04X}⟩" if is_hidden(c) else c for c in text)
+
+
+def script_of(char: str) -> str | None:
+    """The script of a letter, from its Unicode name (LATIN, CYRILLIC, GREEK, ...), else None."""
+    if not char.isalpha():
+        return None
+    name = unicodedata.name(char, "")
+    return name.split(" ", 1)[0] if name else None
+
+
+def described(char: str) -> str:
+    return f"{char} U+{ord(char):04X} {unicodedata.name(char, 'UNNAMED')}"
+
+
+def string_warnings(where: str, text: str) -> list[str]:
+    """What in one string (a key or a value) could deceive its reader."""
+    warnings: list[str] = []
+    hidden = sorted({f"U+{ord(c):04X}" for c in text if is_hidden(c) and c not in "\n\t"})
+    if hidden:
+        warnings.append(f"{where}: invisible or direction-changing characters {', '.join(hidden[:5])}")
+    odd = [c for c in dict.fromkeys(text) if not c.isascii() and not is_hidden(c)]
+    stripped = text.strip()
+    if odd and stripped and not any(c.isspace() for c in stripped) and NAMES_SOMETHING.search(stripped):
+        kind = (
+            "an email address"
+            if "@" in stripped
+            else "a URL"
+            if ADDRESS.search(stripped)
+            else "an identifier"
+        )
+        warnings.append(f"{where}: non-ASCII characters in {kind}: {'; '.join(map(described, odd[:3]))}")
+    for word in re.findall(r"\w+", text):
+        scripts = sorted({s for s in map(script_of, word) if s is not None})
+        if len(scripts) > 1:
+            warnings.append(f"{where}: {visible(word)[:60]!r} mixes scripts ({', '.join(scripts)})")
+            break
+    return warnings
+
+
+def _walk(where: str, value: Any, out: list[str]) -> None:
+    if isinstance(value, str):
+        out.extend(string_warnings(where, value))
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            path = f"{where}.{key}" if where else str(key)
+            out.extend(string_warnings(f"key {visible(path)!r}", str(key)))
+            _walk(visible(path), item, out)
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            _walk(f"{where}[{i}]", item, out)
+
+
+def argument_warnings(arguments: str) -> list[str]:
+    """What a reviewer must be told about `arguments` (JSON text) before deciding."""
+    value, refusal = loads_bounded(arguments or "{}")
+    if refusal is not None:
+        return [f"the arguments are refused: {refusal}"]
+    found: list[str] = []
+    _walk("", value, found)
+    unique = list(dict.fromkeys(found))
+    more = len(unique) - MAX_WARNINGS
+    return unique[:MAX_WARNINGS] + ([f"... and {more} more"] if more > 0 else [])
+
+
+def argument_lines(arguments: str) -> list[str]:
+    """The parsed arguments, one key per line (`key: <JSON value>`), hidden characters visible."""
+    value, refusal = loads_bounded(arguments or "{}")
+    if refusal is not None or not isinstance(value, dict):
+        return [
+            visible(f"(not a JSON object: {refusal or type(value).__name__}) {arguments}")[:MAX_LINE_CHARS]
+        ]
+    return [
+        visible(f"{key}: {json.dumps(item, ensure_ascii=False)}")[:MAX_LINE_CHARS]
+        for key, item in value.items()
+    ]

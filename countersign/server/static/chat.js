@@ -1,0 +1,285 @@
+// The chat page: plain JS, no build step. A conversation is drawn from its events stream
+// (/api/conversations/{id}/events, server-sent events), from the first event on: the model's text
+// as it streams, tool calls as steps with their results, approvals waiting (for whom, until when)
+// and decided (by whom), questions answered in place, rollbacks, turns. Every text from the
+// server goes through textContent, never innerHTML.
+"use strict";
+
+const $ = (sel, root = document) => root.querySelector(sel);
+
+function el(tag, attrs = {}, ...children) {
+  const node = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs)) {
+    if (v === null || v === undefined || v === false) continue;
+    if (k === "text") node.textContent = v;
+    else node.setAttribute(k, v === true ? "" : v);
+  }
+  for (const child of children) node.append(child);
+  return node;
+}
+
+async function api(method, path, body) {
+  const response = await fetch(path, {
+    method,
+    headers: body === undefined ? {} : { "Content-Type": "application/json" },
+    body: body === undefined ? undefined : JSON.stringify(body),
+    credentials: "same-origin",
+  });
+  const data = await response.json().catch(() => ({}));
+  if (!response.ok) throw new Error(data.error || `HTTP ${response.status}`);
+  return data;
+}
+
+function say(text) { $("#status").textContent = text; }
+
+// --- login -----------------------------------------------------------------------------------
+const loginForm = $("#login");
+if (loginForm) {
+  loginForm.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    try {
+      await api("POST", "/api/login", Object.fromEntries(new FormData(loginForm).entries()));
+      location.reload();
+    } catch (err) {
+      $("#login-error").textContent = err.message;
+    }
+  });
+  $("#tenant").focus();
+}
+
+// --- one conversation ------------------------------------------------------------------------
+let current = null; // {id, source, replies: Map(seq -> {node, attempt}), steps: Map(call_id -> node)}
+
+function timeLeft(iso) {
+  const s = Math.max(0, Math.round((new Date(iso) - Date.now()) / 1000));
+  const [h, m, sec] = [Math.floor(s / 3600), Math.floor((s % 3600) / 60), s % 60];
+  const pad = (n) => String(n).padStart(2, "0");
+  return h ? `${h} h ${pad(m)} min` : `${m}:${pad(sec)}`;
+}
+
+function setBusy(busy, why) {
+  $("#send").disabled = busy;
+  $("#state").textContent = why || "";
+}
+
+function add(node) {
+  $("#log").append(node);
+  node.scrollIntoView({ block: "nearest" });
+  return node;
+}
+
+function replyNode(seq) {
+  let reply = current.replies.get(seq);
+  if (!reply) {
+    reply = { node: add(el("li", { class: "assistant streaming", "data-seq": seq })), attempt: 0 };
+    current.replies.set(seq, reply);
+  }
+  return reply;
+}
+
+function stepNode(callId) {
+  return current.steps.get(callId);
+}
+
+function setOutcome(step, text, cls) {
+  step.classList.remove("waiting", "done", "failed");
+  if (cls) step.classList.add(cls);
+  $(".outcome", step).textContent = text;
+}
+
+const handlers = {
+  message(data) {
+    add(el("li", { class: "user", text: data.text }));
+    setBusy(true, "The agent is working…");
+  },
+  delta(data) {
+    const reply = replyNode(data.seq);
+    if (data.reset || data.attempt > reply.attempt) reply.node.textContent = ""; // a new attempt: drop the old text
+    if (data.attempt < reply.attempt) return;
+    reply.attempt = data.attempt;
+    reply.node.append(document.createTextNode(data.text));
+  },
+  tool_call(data) {
+    const reply = current.replies.get(data.seq);
+    if (reply) {
+      reply.node.classList.remove("streaming");
+      if (!reply.node.textContent) reply.node.remove();
+    }
+    const args = typeof data.args === "string" ? data.args : JSON.stringify(data.args, null, 1);
+    const step = add(el("li", { class: "step", "data-call": data.call_id },
+      el("h3", { text: `Step ${data.call_id}: ${data.tool}` }),
+      el("pre", { class: "args", text: args }),
+      el("p", { class: "outcome", "aria-live": "polite", text: "running…" }),
+      el("p", { class: "actions" })));
+    current.steps.set(data.call_id, step);
+  },
+  approval(data) {
+    const step = stepNode(data.call_id);
+    if (!step) return;
+    if (data.state === "pending") {
+      const who = (data.may_decide || []).join(", ") || "a reviewer";
+      setOutcome(step, `Waiting for a reviewer (${who} may decide)`, "waiting");
+      const countdown = el("span", { class: "countdown", "data-expires": data.expires_at, text: timeLeft(data.expires_at) });
+      $(".outcome", step).append(" · expires in ", countdown);
+      setBusy(true, `Waiting for ${who}`);
+      say(`${data.tool} waits for a reviewer: ${who} may decide`);
+    } else if (data.state === "expired") {
+      setOutcome(step, "Nobody decided in time: not run", "failed");
+    } else {
+      const outcome = `${data.state} by ${data.decided_by}`;
+      setOutcome(step, outcome, data.state === "approved" ? "done" : "failed");
+      setBusy(true, "The agent is working…");
+      say(`${data.tool} ${outcome}`);
+    }
+  },
+  question(data) {
+    const step = stepNode(data.call_id);
+    if (!step) return;
+    setOutcome(step, "The agent asks you:", "waiting");
+    const id = `answer-${data.call_id}`;
+    const form = el("form", { class: "answer" },
+      el("label", { for: id, text: data.question }),
+      el("input", { id, name: "text", required: true, autocomplete: "off" }),
+      el("button", { type: "submit", text: "Answer" }));
+    form.addEventListener("submit", async (event) => {
+      event.preventDefault();
+      try {
+        await api("POST", `/api/conversations/${encodeURIComponent(current.id)}/answers/${encodeURIComponent(data.call_id)}`,
+          { text: $("input", form).value });
+        form.replaceWith(el("p", { class: "note", text: `You answered: ${$("input", form).value}` }));
+        setBusy(true, "The agent is working…");
+      } catch (err) { say(err.message); }
+    });
+    $(".actions", step).append(form);
+    setBusy(true, "The agent asks you a question");
+    say(`The agent asks: ${data.question}`);
+    $("input", form).focus();
+  },
+  tool_result(data) {
+    const step = stepNode(data.call_id);
+    if (!step) return;
+    const decided = step.classList.contains("done") ? `${$(".outcome", step).textContent}; ` : "";
+    setOutcome(step, `${decided}${data.ok ? "done" : "did not succeed"}`, data.ok ? "done" : "failed");
+    $(".answer", step)?.remove();
+    if (data.ok && data.tool !== "ask_human") {
+      const undo = el("button", { type: "button", text: `Undo ${data.call_id}` });
+      undo.addEventListener("click", () => rollback("call", data.call_id));
+      $(".actions", step).append(undo);
+    }
+  },
+  rollback(data) {
+    const step = stepNode(data.call_id);
+    const text = `Undo of ${data.call_id} (${data.tool}): ${data.state}`;
+    if (step) $(".actions", step).replaceChildren(el("p", { class: "note", text }));
+    else add(el("li", { class: "note", text }));
+    say(text);
+  },
+  turn(data) {
+    const reply = replyNode(data.seq);
+    reply.node.textContent = data.reply || "";
+    reply.node.classList.remove("streaming");
+    if (data.stop !== "completed") reply.node.classList.add("note");
+    $("#undo-bar").hidden = false;
+    setBusy(false, `Turn ${data.turn} done`);
+    say(`The agent replied: ${data.reply || ""}`);
+  },
+  ended() {
+    add(el("li", { class: "note", text: "The conversation has ended." }));
+    setBusy(true, "Ended");
+    $("#message").disabled = true;
+    current.source.close();
+  },
+};
+
+function open(id, title) {
+  if (current) current.source.close();
+  $("#log").replaceChildren();
+  $("#talk-title").textContent = title || id;
+  $("#new-only").hidden = true;
+  $("#message").disabled = false;
+  $("#undo-bar").hidden = true;
+  for (const b of document.querySelectorAll("#conversations button")) b.setAttribute("aria-current", String(b.dataset.id === id));
+  // EventSource resumes by itself after a dropped connection, sending the last id it saw
+  const source = new EventSource(`/api/conversations/${encodeURIComponent(id)}/events`);
+  current = { id, source, replies: new Map(), steps: new Map() };
+  for (const [name, handle] of Object.entries(handlers)) {
+    source.addEventListener(name, (event) => { if (current && current.source === source) handle(JSON.parse(event.data)); });
+  }
+  source.addEventListener("error", async () => {
+    if (source.readyState === EventSource.CLOSED && (await fetch("/api/me")).status === 401) location.reload();
+  });
+}
+
+async function rollback(scope, callId) {
+  try {
+    await api("POST", `/api/conversations/${encodeURIComponent(current.id)}/rollback`, { scope, call_id: callId || null });
+    say(`Undo requested (${scope})`);
+  } catch (err) { say(err.message); }
+}
+
+function startNew() {
+  if (current) current.source.close();
+  current = null;
+  $("#log").replaceChildren();
+  $("#talk-title").textContent = "New conversation";
+  $("#new-only").hidden = false;
+  $("#message").disabled = false;
+  $("#undo-bar").hidden = true;
+  setBusy(false, "");
+  $("#agent").focus();
+}
+
+async function loadConversations() {
+  const list = await api("GET", "/api/conversations");
+  $("#conversations").replaceChildren(...list.map((c) => {
+    const label = `${c.agent}${c.key ? ` · ${c.key}` : ""} · ${new Date(c.created_at).toLocaleString()}`;
+    const button = el("button", { type: "button", "data-id": c.workflow_id, text: label,
+      "aria-current": String(current !== null && current.id === c.workflow_id) });
+    button.addEventListener("click", () => open(c.workflow_id, label));
+    return el("li", {}, button);
+  }));
+}
+
+async function send() {
+  const text = $("#message").value.trim();
+  if (!text) return;
+  setBusy(true, "Sending…");
+  try {
+    if (current) {
+      await api("POST", `/api/conversations/${encodeURIComponent(current.id)}/messages`, { text });
+    } else {
+      const body = { agent: $("#agent").value, message: text };
+      if ($("#key").value.trim()) body.key = $("#key").value.trim();
+      const started = await api("POST", "/api/conversations", body);
+      open(started.workflow_id, `${body.agent}${body.key ? ` · ${body.key}` : ""}`);
+      loadConversations();
+    }
+    $("#message").value = "";
+  } catch (err) {
+    setBusy(false, "");
+    say(err.message);
+  }
+}
+
+if ($("#compose")) {
+  $("#compose").addEventListener("submit", (event) => { event.preventDefault(); send(); });
+  $("#message").addEventListener("keydown", (event) => {
+    if (event.key === "Enter" && !event.shiftKey) { event.preventDefault(); send(); }
+  });
+  $("#new").addEventListener("click", startNew);
+  $("#undo-turn").addEventListener("click", () => rollback("turn"));
+  $("#undo-all").addEventListener("click", () => rollback("conversation"));
+  $("#end").addEventListener("click", async () => {
+    try { await api("POST", `/api/conversations/${encodeURIComponent(current.id)}/end`, {}); say("End requested"); }
+    catch (err) { say(err.message); }
+  });
+  $("#logout").addEventListener("click", async () => { await api("POST", "/api/logout", {}); location.reload(); });
+  setInterval(() => {
+    for (const span of document.querySelectorAll("[data-expires]")) span.textContent = timeLeft(span.dataset.expires);
+  }, 1000);
+  api("GET", "/api/agents").then((agents) => {
+    $("#agent").replaceChildren(...agents.map((a) => el("option", { value: a.name, text: a.description ? `${a.name}: ${a.description}` : a.name })));
+  }).catch((err) => say(err.message));
+  loadConversations().catch((err) => say(err.message));
+  $("#message").focus();
+}
