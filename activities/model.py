@@ -13,6 +13,7 @@ is the request's fault means the endpoint answered: it counts as healthy.
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from datetime import timedelta
@@ -47,9 +48,10 @@ from countersign.core.messages import (
 )
 from countersign.db.events import EventLog
 from countersign.db.messages import ConversationStore
+from countersign.observability.usage import elapsed_ms, model_call_row
 from countersign.runtime.circuit import CircuitBreaker, CircuitOpen
 from countersign.runtime.config import AGENT_HEADER, Settings
-from tools.registry import REGISTRY
+from tools.registry import REGISTRY, Tool
 
 RETRYABLE_STATUS = frozenset({408, 409, 429})
 
@@ -265,6 +267,14 @@ def endpoint_failed(exc: Exception) -> bool:
     return True
 
 
+@functools.cache
+def native_tool(tool: Tool) -> dict[str, Any]:
+    """The OpenAI definition of a registered tool, built once per tool: every stored model call
+    offers its tools by name, and building a `ToolSpec` validated the schema again each time.
+    Shared: do not mutate it (the client only reads it)."""
+    return tool.spec().openai_tool()
+
+
 class ModelActivities:
     """`store`: where conversations since the message store keep their messages (None: only
     requests that carry their messages are served)."""
@@ -291,6 +301,7 @@ class ModelActivities:
     @activity.defn(name="call_model")
     @heartbeats
     async def call_model(self, request: ModelRequest) -> ModelReply:
+        started = time.perf_counter()
         stored = request.stored
         if stored is None:
             return await self._complete(request.messages, request.tools, request.max_tokens, request.agent)
@@ -303,15 +314,13 @@ class ModelActivities:
             activity.info().attempt,
         )
         await deltas.start()
-        earlier = await store.reply_at(stored.workflow_id, stored.reply_seq)
-        if earlier is not None:  # a retry after the reply was stored: the model answered once
-            message, usage = earlier
-            await deltas.add(message.content or "")
+        found = await store.model_input(stored)
+        if found.earlier is not None:  # a retry after the reply was stored: the model answered once
+            await deltas.add(found.earlier.message.content or "")
             await deltas.flush()
-            return ModelReply(message=message, usage=usage)
-        await store.check_tenant_budget(stored.tenant_id)
-        messages = await store.load(stored.workflow_id, stored.seqs)
-        tools = [REGISTRY[n].spec().openai_tool() for n in stored.tool_names if n in REGISTRY]
+            return found.earlier
+        messages = found.messages
+        tools = [native_tool(REGISTRY[n]) for n in stored.tool_names if n in REGISTRY]
         tools += stored.mcp_tools
         reply = await self._complete(messages, tools, request.max_tokens, request.agent, deltas)
         reply.message = numbered(reply.message, stored.call_seq)
@@ -320,7 +329,8 @@ class ModelActivities:
             tenant_id=stored.tenant_id,
             messages=[StoredMessage(seq=stored.reply_seq, message=reply.message)],
         )
-        await store.append(batch, reply.usage)
+        row = model_call_row(request.caller, reply, elapsed_ms(started)) if request.caller else None
+        await store.append(batch, reply.usage, row)
         return reply
 
     @activity.defn(name="summarize_conversation")

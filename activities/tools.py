@@ -26,7 +26,7 @@ from countersign.core.bounds import loads_bounded, storable, unstorable_refusal
 from countersign.core.calls import StoredResult, ToolInvocation, ToolResult
 from countersign.core.guards import TruncationLimits, redact, sanitize
 from countersign.db.events import QUESTION_TOOL, publish
-from countersign.db.messages import store_tool_result
+from countersign.db.messages import audited_answer, store_tool_result
 from countersign.db.ratelimit import RateLimits, take
 from countersign.db.schema import SagaRecord, ToolExecution
 from tools.registry import (
@@ -161,18 +161,15 @@ class ToolActivities:
                 return await result_or_envelope(session, invocation, result)
             await session.execute(select(func.pg_advisory_xact_lock(func.hashtextextended(key, 0))))
             recorded = await session.scalar(
-                select(ToolExecution).where(
+                select(ToolExecution.result).where(
                     ToolExecution.workflow_id == invocation.workflow_id,
                     ToolExecution.call_id == invocation.call_id,
                 )
             )
-            if recorded is not None and recorded.result is not None:
-                return await result_or_envelope(
-                    session, invocation, ToolResult.model_validate(recorded.result)
-                )
-            return await result_or_envelope(
-                session, invocation, await self._run(session, tool, invocation, key)
-            )
+            if recorded is not None:
+                return await result_or_envelope(session, invocation, ToolResult.model_validate(recorded))
+            result, audit = await self._run(session, tool, invocation, key)
+            return await audited_answer(session, invocation, result, audit)
 
     @activity.defn(name="check_arguments")
     async def check_arguments(self, invocation: ToolInvocation) -> ToolResult:
@@ -213,7 +210,8 @@ class ToolActivities:
 
     async def _run(
         self, session: AsyncSession, tool: Tool, invocation: ToolInvocation, key: str
-    ) -> ToolResult:
+    ) -> tuple[ToolResult, dict[str, Any]]:
+        """Run the call in `session`'s transaction: its result, and its audit row's values."""
         started = datetime.now(UTC)
         clock = time.perf_counter()
         outcome = "executed"
@@ -245,16 +243,13 @@ class ToolActivities:
             message = f"{tool.name} failed unexpectedly; the operators' log has details ({error_id})"
             result = ToolResult.failure("INTERNAL_ERROR", message)
         result = result.model_copy(update={"data": sanitize(result.data, self._limits)})
-        session.add(
-            ToolExecution(
-                **audit_row(invocation, result, outcome, risk=tool.risk, category=tool.category),
-                approved_by=invocation.approved_by,
-                idempotency_key=key,
-                started_at=started,
-                finished_at=datetime.now(UTC),
-                duration_ms=int((time.perf_counter() - clock) * 1000),
-            )
-        )
         if outcome == "executed" and tool.compensation is not None:
             session.add(saga_record(invocation))  # what a rollback after the conversation's end undoes
-        return result
+        audit = audit_row(invocation, result, outcome, risk=tool.risk, category=tool.category) | {
+            "approved_by": invocation.approved_by,
+            "idempotency_key": key,
+            "started_at": started,
+            "finished_at": datetime.now(UTC),
+            "duration_ms": int((time.perf_counter() - clock) * 1000),
+        }
+        return result, audit

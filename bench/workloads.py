@@ -6,14 +6,16 @@ import asyncio
 import itertools
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Literal, TypeVar
+from typing import Any, Literal, TypeVar
 
 from temporalio.client import WorkflowHandle
 
 from activities.context import ContextActivities
 from activities.model import ModelActivities
 from activities.tools import ToolActivities
+from bench.clock import ActivityClock
 from bench.history import ActivityRun, Step, StepParts, activity_runs, first_started, step_parts, steps
 from bench.scenario import STEPS_MESSAGE, WAIT_MESSAGE, approval_message
 from bench.stack import UNLIMITED, Parts
@@ -67,19 +69,26 @@ async def steps_conversation(parts: Parts) -> StepsSample:
     began = time.perf_counter()
     handle = await start(parts, STEPS_MESSAGE)
     result = await handle.result()
-    wall = time.perf_counter() - began
+    return await steps_sample(handle, parts.clock, time.perf_counter() - began, result.usage.tool_calls)
+
+
+async def steps_sample(
+    handle: WorkflowHandle[Any, Any], clock: ActivityClock, wall_s: float, tool_calls: int
+) -> StepsSample:
+    """The steps of a finished conversation (any workflow whose activities are named `call_model`
+    and `execute_tool`), from its history and the worker's clock of its activities."""
     history = await handle.fetch_history()
 
     def own_s(run: ActivityRun) -> float:
-        return parts.clock.of(handle.id, run.activity_id)
+        return clock.of(handle.id, run.activity_id)
 
     betweens = steps(activity_runs(history.events))
     return StepsSample(
-        wall,
+        wall_s,
         [between.step(own_s) for between in betweens],
         [step_parts(history.events, between, own_s) for between in betweens],
         len(history.events),
-        result.usage.tool_calls,
+        tool_calls,
     )
 
 
@@ -100,11 +109,22 @@ class Throughput:
 
 async def throughput(parts: Parts, concurrency: int, conversations: int, message: str) -> Throughput:
     """`conversations` conversations of `message`, `concurrency` of them in flight at any time."""
+
+    async def one() -> int:
+        return (await (await start(parts, message)).result()).usage.tool_calls
+
+    return await throughput_of(one, concurrency, conversations)
+
+
+async def throughput_of(
+    conversation: Callable[[], Awaitable[int]], concurrency: int, conversations: int
+) -> Throughput:
+    """`conversations` runs of `conversation` (which answers its tool calls), `concurrency` at a time."""
     gate = asyncio.Semaphore(concurrency)
 
     async def one() -> int:
         async with gate:
-            return (await (await start(parts, message)).result()).usage.tool_calls
+            return await conversation()
 
     began = time.perf_counter()
     calls = await asyncio.gather(*(one() for _ in range(conversations)))

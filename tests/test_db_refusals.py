@@ -163,7 +163,7 @@ class RefusedAudit(ToolActivities):
 
     async def _run(
         self, session: AsyncSession, tool: Tool, invocation: ToolInvocation, key: str
-    ) -> ToolResult:
+    ) -> tuple[ToolResult, dict[str, Any]]:
         RefusedAudit.attempts += 1
         return await super()._run(session, tool, invocation.model_copy(update={"turn": 2**40}), key)
 

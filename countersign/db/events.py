@@ -26,7 +26,7 @@ from pydantic import BaseModel
 from sqlalchemy import func, select
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.engine import make_url
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession, async_sessionmaker
 
 from countersign.core.contract import TurnStop
 from countersign.db.schema import ConversationEvent, ConversationMessage
@@ -48,7 +48,7 @@ class Event(BaseModel):
 
 
 async def publish(
-    session: AsyncSession,
+    session: AsyncSession | AsyncConnection,
     workflow_id: str,
     tenant_id: str,
     kind: str,
@@ -85,7 +85,7 @@ def result_ok(content: str | None) -> bool:
     return isinstance(parsed, dict) and parsed.get("ok") is True
 
 
-async def publish_message(session: AsyncSession, row: dict[str, Any]) -> None:
+async def publish_message(session: AsyncSession | AsyncConnection, row: dict[str, Any]) -> None:
     """The events of a message the store has just inserted (a `conversation_messages` row's values):
     the user's message, an assistant's tool calls, a tool's result, or the reply that ends a turn.
     (A question is told by the activity that checks it, when it is asked: activities.tools.)"""

@@ -9,24 +9,35 @@ Shared by the store and model activities and by the client side (transcripts of 
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
-from sqlalchemy import func, select
+from sqlalchemy import Select, func, select
 from sqlalchemy.dialects.postgresql import insert
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, async_sessionmaker
 from temporalio.exceptions import ApplicationError
 
 from countersign.core.bounds import storable
 from countersign.core.calls import StoredResult, ToolInvocation, ToolResult
 from countersign.core.contract import StatusView, TurnResult, TurnStop
 from countersign.core.envelopes import AppendMessages, StoredMessage, tool_message
-from countersign.core.messages import ChatMessage, ToolCall, Usage
+from countersign.core.messages import ChatMessage, ModelReply, StoredInput, ToolCall, Usage
 from countersign.db.events import TURN_STOPS, publish_message
-from countersign.db.schema import ConversationMessage, TenantTokenBudget
+from countersign.db.schema import ConversationMessage, ModelCall, TenantTokenBudget, ToolExecution
 
 
-def message_of(row: ConversationMessage) -> ChatMessage:
+class MessageRow(Protocol):
+    """A `conversation_messages` row: the mapped object or a Core result row."""
+
+    role: str
+    content: str | None
+    tool_calls: list[dict[str, Any]] | None
+    tool_call_id: str | None
+    name: str | None
+
+
+def message_of(row: MessageRow) -> ChatMessage:
     return ChatMessage(
         role=row.role,
         content=row.content,
@@ -74,7 +85,71 @@ async def store_tool_result(
     return envelope
 
 
-async def insert_message(session: AsyncSession, row: dict[str, Any]) -> None:
+@dataclass(frozen=True)
+class ModelInput:
+    """A stored model call's input: the reply an earlier attempt stored, or the messages to send."""
+
+    earlier: ModelReply | None = None
+    messages: list[ChatMessage] = field(default_factory=list)
+
+
+async def used_today(session: AsyncSession | AsyncConnection, tenant_id: str) -> int:
+    """The tenant's model tokens since 00:00 UTC (a sum over its messages of the day)."""
+    midnight = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+    tokens = func.sum(ConversationMessage.prompt_tokens + ConversationMessage.completion_tokens)
+    used = await session.scalar(
+        select(func.coalesce(tokens, 0)).where(
+            ConversationMessage.tenant_id == tenant_id, ConversationMessage.created_at >= midnight
+        )
+    )
+    return int(used or 0)
+
+
+def budget_of(tenant_id: str) -> Select[int]:
+    """The tenant's model tokens per day (no row: unbounded)."""
+    return select(TenantTokenBudget.tokens_per_day).where(TenantTokenBudget.tenant_id == tenant_id)
+
+
+async def refuse_over_budget(
+    session: AsyncSession | AsyncConnection, tenant_id: str, budget: int | None
+) -> None:
+    """LIMIT_REACHED (no retry) once the tenant spent its `budget` of tokens of the day. The day's
+    sum is only computed for a tenant that has a budget: without one there is nothing to refuse."""
+    if budget is None:
+        return
+    used = await used_today(session, tenant_id)
+    if used >= budget:
+        raise ApplicationError(
+            f"LIMIT_REACHED: tenant {tenant_id} used {used} model tokens today, its budget is "
+            f"{budget} per day (tenant_token_budgets)",
+            type="LimitReached",
+            non_retryable=True,
+        )
+
+
+async def audited_answer(
+    session: AsyncSession, invocation: ToolInvocation, result: ToolResult, audit: dict[str, Any]
+) -> ToolResult | StoredResult:
+    """Insert a call's audit row (`audit`: the `tool_executions` values) and, with
+    `invocation.store_seq`, its result as the tool message, in one statement of the caller's
+    transaction (the audit row's insert is a CTE of the message's); answer what
+    `store_tool_result` would. A second attempt of the call never gets here: it finds the audit row."""
+    audited = insert(ToolExecution).values(**audit)
+    if invocation.store_seq is None:
+        await session.execute(audited)
+        return result
+    stored, envelope = tool_message(invocation, result)
+    row = row_of(invocation.workflow_id, invocation.caller.tenant_id, stored)
+    message = insert(ConversationMessage).values(**row).on_conflict_do_nothing()
+    inserted = await session.scalar(
+        message.add_cte(audited.cte("audited")).returning(ConversationMessage.seq)
+    )
+    if inserted is not None:
+        await publish_message(session, row)
+    return envelope
+
+
+async def insert_message(session: AsyncSession | AsyncConnection, row: dict[str, Any]) -> None:
     """Insert a message once, and the events it means for the conversation's readers with it (a
     retried write inserts nothing and tells nobody twice)."""
     inserted = await session.scalar(
@@ -89,14 +164,28 @@ class ConversationStore:
 
     def __init__(self, sessions: async_sessionmaker[AsyncSession]) -> None:
         self.sessions = sessions
+        # the hot path of every model call (its input, its reply) runs on Core connections: no
+        # ORM session to set up, no objects to load
+        bind = sessions.kw.get("bind")
+        assert isinstance(bind, AsyncEngine), "a ConversationStore's sessions are bound to an engine"
+        self.engine = bind
 
-    async def append(self, batch: AppendMessages, usage: Usage | None = None) -> list[int]:
-        """Append `batch`; the seqs refused because their message id was stored at another seq."""
+    async def append(
+        self, batch: AppendMessages, usage: Usage | None = None, model_call: dict[str, Any] | None = None
+    ) -> list[int]:
+        """Append `batch`; the seqs refused because their message id was stored at another seq.
+        `model_call`: the usage audit's row of the reply appended, in the same transaction.
+
+        Messages without an id (model replies, tool results) go in one statement, the usage row a
+        CTE of it; it returns the rows it inserted, whose events (db.events) are written in the same
+        transaction, so a retried append inserts nothing and tells nobody twice."""
         refused: list[int] = []
-        async with self.sessions() as session, session.begin():
+        rows: list[dict[str, Any]] = []
+        async with self.engine.connect() as connection:
+            await connection.begin()
             for stored in batch.messages:
                 if stored.message_id is not None:
-                    earlier = await session.scalar(
+                    earlier = await connection.scalar(
                         select(ConversationMessage.seq).where(
                             ConversationMessage.workflow_id == batch.workflow_id,
                             ConversationMessage.message_id == stored.message_id,
@@ -105,7 +194,30 @@ class ConversationStore:
                     if earlier is not None and earlier != stored.seq:
                         refused.append(stored.seq)
                         continue
-                await insert_message(session, row_of(batch.workflow_id, batch.tenant_id, stored, usage))
+                    await insert_message(
+                        connection, row_of(batch.workflow_id, batch.tenant_id, stored, usage)
+                    )
+                else:
+                    rows.append(row_of(batch.workflow_id, batch.tenant_id, stored, usage))
+            usage_row = (
+                insert(ModelCall).values(**model_call).on_conflict_do_nothing() if model_call else None
+            )
+            if rows:
+                statement = (
+                    insert(ConversationMessage)
+                    .values(rows)
+                    .on_conflict_do_nothing()
+                    .returning(ConversationMessage.seq)
+                )
+                if usage_row is not None:
+                    statement = statement.add_cte(usage_row.cte("usage"))
+                inserted = set((await connection.scalars(statement)).all())
+                for row in rows:  # the events of the rows this attempt inserted, in seq order
+                    if row["seq"] in inserted:
+                        await publish_message(connection, row)
+            elif usage_row is not None:
+                await connection.execute(usage_row)
+            await connection.commit()
         return refused
 
     async def load(self, workflow_id: str, seqs: list[int] | None = None) -> list[ChatMessage]:
@@ -127,15 +239,32 @@ class ConversationStore:
         async with self.sessions() as session:
             return {r.seq: message_of(r) for r in await session.scalars(query)}
 
-    async def reply_at(self, workflow_id: str, seq: int) -> tuple[ChatMessage, Usage] | None:
-        """A model reply stored earlier at `seq` (a retried model call answers with it, once)."""
-        async with self.sessions() as session:
-            row = await session.get(ConversationMessage, (workflow_id, seq))
-        if row is None:
-            return None
-        return message_of(row), Usage(
-            prompt_tokens=row.prompt_tokens, completion_tokens=row.completion_tokens, model_calls=1
+    async def model_input(self, stored: StoredInput) -> ModelInput:
+        """What a stored model call needs, in one statement: the reply an earlier attempt stored at
+        `stored.reply_seq` (a retried model call answers with it, once), else the tenant's budget
+        checked (LIMIT_REACHED when spent) and the messages `stored.seqs` in the order given. The
+        budget rides along each row as a scalar subquery."""
+        budget = budget_of(stored.tenant_id).scalar_subquery().label("budget")
+        query = select(*ConversationMessage.__table__.columns, budget).where(
+            ConversationMessage.workflow_id == stored.workflow_id,
+            ConversationMessage.seq.in_([*stored.seqs, stored.reply_seq]),
         )
+        async with self.engine.connect() as connection:
+            # reads only, usually the one statement: no BEGIN and ROLLBACK round trips around it
+            await connection.execution_options(isolation_level="AUTOCOMMIT")
+            found = (await connection.execute(query)).all()
+            rows = {row.seq: row for row in found}
+            earlier = rows.pop(stored.reply_seq, None)
+            if earlier is not None:
+                usage = Usage(
+                    prompt_tokens=earlier.prompt_tokens,
+                    completion_tokens=earlier.completion_tokens,
+                    model_calls=1,
+                )
+                return ModelInput(earlier=ModelReply(message=message_of(earlier), usage=usage))
+            per_day = found[0].budget if found else await connection.scalar(budget_of(stored.tenant_id))
+            await refuse_over_budget(connection, stored.tenant_id, per_day)
+        return ModelInput(messages=[message_of(rows[s]) for s in stored.seqs if s in rows])
 
     async def turn_reply(self, workflow_id: str, message_id: str, turn: int) -> TurnResult | None:
         """The turn that answered the user message `message_id`, rebuilt from what it stored: its
@@ -206,27 +335,12 @@ class ConversationStore:
 
     async def tokens_today(self, tenant_id: str) -> tuple[int, int | None]:
         """The tenant's model tokens since 00:00 UTC, and its budget per day (None: unbounded)."""
-        midnight = datetime.now(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
         async with self.sessions() as session:
-            used = await session.scalar(
-                select(
-                    func.coalesce(
-                        func.sum(ConversationMessage.prompt_tokens + ConversationMessage.completion_tokens), 0
-                    )
-                ).where(
-                    ConversationMessage.tenant_id == tenant_id, ConversationMessage.created_at >= midnight
-                )
-            )
+            used = await used_today(session, tenant_id)
             budget = await session.get(TenantTokenBudget, tenant_id)
-        return int(used or 0), budget.tokens_per_day if budget else None
+        return used, budget.tokens_per_day if budget else None
 
     async def check_tenant_budget(self, tenant_id: str) -> None:
         """Refuse a model call once the tenant spent its tokens of the day: LIMIT_REACHED, no retry."""
-        used, budget = await self.tokens_today(tenant_id)
-        if budget is not None and used >= budget:
-            raise ApplicationError(
-                f"LIMIT_REACHED: tenant {tenant_id} used {used} model tokens today, its budget is "
-                f"{budget} per day (tenant_token_budgets)",
-                type="LimitReached",
-                non_retryable=True,
-            )
+        async with self.sessions() as session:
+            await refuse_over_budget(session, tenant_id, await session.scalar(budget_of(tenant_id)))

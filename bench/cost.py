@@ -1,0 +1,469 @@
+"""The cost of safety (issue 25): Countersign's step against the bare loop's, in one interleaved run.
+
+    .venv/bin/python -m bench.cost                   # bounded: about two minutes
+    .venv/bin/python -m bench.cost --full            # the issue's size and more rounds (about 6 min)
+    .venv/bin/python -m bench.cost --profile worker.svg   # py-spy flame graphs of both workers at c=10
+
+Both implementations run against the same dev server, PostgreSQL and scripted model, started by
+this script. **Steps**: single-turn conversations of K sequential `search_leads` calls, one
+Countersign conversation then one bare loop conversation, on in-process workers whose activities
+are timed by the same interceptor (bench/clock.py). **Concurrency 10**: each implementation's
+worker as its own process (`python worker.py`, `python -m bench.bare`); rounds alternate a batch of
+Countersign conversations and a batch of bare ones, and each batch reports tool calls per second
+and the CPU its worker process used per tool call. Every figure compared is a ratio within the run;
+the medians over rounds are quoted. The markdown section is `bench.cost` of docs/benchmark.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import psutil
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker, create_async_engine
+
+from activities.context import ContextActivities
+from bench import bare, stack, workloads
+from bench.clock import ActivityClock
+from bench.report import met, num, table
+from bench.scenario import STEPS_MESSAGE, bench_scenario
+from bench.sections import put_section
+from bench.stats import Summary
+from countersign.core.policy import offered_tools
+from countersign.db.engine import session_factory
+from countersign.devstack.worker import WorkerProcess
+from countersign.runtime.config import PROJECT_ROOT
+from countersign.runtime.logs import configure as configure_logging
+
+Json = dict[str, Any]
+MS = 1000.0
+COUNTERSIGN, BARE = "Countersign", "bare loop"
+TARGET_STEP = 1.2  # step wall p50, at most this times the bare loop's
+TARGET_CPU = 1.3  # worker CPU per tool call, at most this times the bare loop's
+TARGET_RATE = 0.8  # tool calls per second at c=10, at least this times the bare loop's
+TARGET_ORCHESTRATION_MS = 10.0  # the long goal
+
+
+@dataclass(frozen=True)
+class Sizes:
+    steps: int  # sequential tool calls per conversation (K)
+    conversations: int  # step conversations of each implementation, interleaved
+    rounds: int  # c=10 batches of each implementation, alternated
+    batch: int  # conversations per batch
+    concurrency: int = 10
+
+
+DEFAULT = Sizes(steps=5, conversations=20, rounds=3, batch=30)
+FULL = Sizes(steps=5, conversations=60, rounds=7, batch=50)
+
+
+def progress(message: str) -> None:
+    print(f"[bench.cost {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+# --- the two implementations ---------------------------------------------------------------------
+
+
+@dataclass
+class Side:
+    """One implementation as the workloads drive it: run a steps conversation (its handle and tool
+    calls) on a task queue."""
+
+    name: str
+    converse: Callable[[str], Awaitable[tuple[Any, int]]]
+
+
+def countersign_side(parts: stack.Parts) -> Side:
+    async def converse(task_queue: str) -> tuple[Any, int]:
+        sub = stack.Parts(
+            parts.client,
+            parts.settings.model_copy(update={"task_queue": task_queue}),
+            parts.engine,
+            parts.model,
+        )
+        handle = await workloads.start(sub, STEPS_MESSAGE)
+        return handle, (await handle.result()).usage.tool_calls
+
+    return Side(COUNTERSIGN, converse)
+
+
+async def bare_start(parts: stack.Parts, message: str, max_calls: int = 0) -> bare.BareStart:
+    """The bare loop's conversation of `message`, offered what the same agent offers, with its
+    system prompt."""
+    start = workloads.conversation(message)
+    context = await ContextActivities(session_factory(parts.engine)).load_conversation_context(start)
+    offered = [t.openai_tool() for t in offered_tools(context.tools)]
+    return bare.BareStart(
+        start.tenant_id, start.user_id, context.agent.system_prompt, message, offered, max_calls
+    )
+
+
+async def bare_side(parts: stack.Parts) -> Side:
+    start = await bare_start(parts, STEPS_MESSAGE)
+    client = bare.bare_client(parts.client)
+
+    async def converse(task_queue: str) -> tuple[Any, int]:
+        handle = await client.start_workflow(
+            bare.WORKFLOW, start, id=f"bare-{uuid.uuid4()}", task_queue=task_queue, result_type=int
+        )
+        return handle, await handle.result()
+
+    return Side(BARE, converse)
+
+
+# --- steps, in-process workers ---------------------------------------------------------------------
+
+
+@asynccontextmanager
+async def in_process(parts: stack.Parts) -> AsyncIterator[dict[str, tuple[str, ActivityClock]]]:
+    """Both workers in this process, each on a fresh task queue with its activities timed."""
+    engine = create_async_engine(parts.settings.database_url or "")
+    try:
+        async with stack.in_process_worker(parts, {}) as product:
+            queue = f"bench-bare-{time.monotonic_ns()}"
+            clock = ActivityClock()
+            settings = parts.settings.model_copy(update={"task_queue": queue})
+            async with bare.build_worker(parts.client, settings, async_sessionmaker(engine), [clock]):
+                yield {
+                    COUNTERSIGN: (product.settings.task_queue, product.clock),
+                    BARE: (queue, clock),
+                }
+    finally:
+        await engine.dispose()
+
+
+def step_summary(samples: list[workloads.StepsSample]) -> Json:
+    all_steps = [s for sample in samples for s in sample.steps]
+    wall = Summary.of([s.interval_s * MS for s in all_steps])
+    own = Summary.of([s.own_s * MS for s in all_steps])
+    orchestration = Summary.of([s.overhead_s * MS for s in all_steps])
+    return {
+        "steps": len(all_steps),
+        "step_wall_ms": asdict(wall),
+        "own_ms": asdict(own),
+        "orchestration_ms": asdict(orchestration),
+        "events_per_step": statistics.mean(s.events for s in all_steps) if all_steps else 0,
+    }
+
+
+async def steps(parts: stack.Parts, sides: list[Side], count: int) -> Json:
+    samples: dict[str, list[workloads.StepsSample]] = {side.name: [] for side in sides}
+    async with in_process(parts) as queues:
+        for _ in range(count):
+            for side in sides:  # interleaved: one of each, in turn
+                queue, clock = queues[side.name]
+                began = time.perf_counter()
+                handle, calls = await side.converse(queue)
+                wall = time.perf_counter() - began
+                samples[side.name].append(await workloads.steps_sample(handle, clock, wall, calls))
+    return {name: step_summary(found) for name, found in samples.items()}
+
+
+# --- concurrency 10, worker processes --------------------------------------------------------------
+
+
+class BareWorkerProcess(WorkerProcess):
+    """`python -m bench.bare` as WorkerProcess runs `python worker.py`."""
+
+    def _spawn(self) -> subprocess.Popen[bytes]:
+        with self.log.open("ab") as out:
+            return subprocess.Popen(
+                [sys.executable, "-m", "bench.bare"],
+                cwd=PROJECT_ROOT,
+                env=self._env,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+
+
+@asynccontextmanager
+async def worker_processes(parts: stack.Parts, root: Path) -> AsyncIterator[dict[str, tuple[str, int]]]:
+    """One worker process of each implementation, each on its own task queue: (queue, pid)."""
+    found: dict[str, tuple[str, int]] = {}
+    async with AsyncExitStack() as scope:
+        for name, kind in ((COUNTERSIGN, WorkerProcess), (BARE, BareWorkerProcess)):
+            queue = f"bench-cost-{name.split()[0].lower()}-{time.monotonic_ns()}"
+            settings = parts.settings.model_copy(update={"task_queue": queue})
+            process = kind(settings, root / queue, stack.UNLIMITED_ENV)
+            scope.callback(process.stop)
+            found[name] = (queue, await process.start())
+        yield found
+
+
+@contextmanager
+def profiled(pid: int, out: Path | None) -> Iterator[None]:
+    """py-spy sampling `pid` for the block: a flame graph (.svg) or collapsed stacks (other)."""
+    if out is None:
+        yield
+        return
+    spy = Path(sys.executable).with_name("py-spy")
+    form = "flamegraph" if out.suffix == ".svg" else "raw"
+    # --gil: only the thread holding the GIL, so a thread waiting for it is not counted where it waits
+    command = [
+        str(spy),
+        "record",
+        "--pid",
+        str(pid),
+        "--gil",
+        "--rate",
+        "200",
+        "--format",
+        form,
+        "-o",
+        str(out),
+    ]
+    recorder = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    time.sleep(1.0)  # attached before the load starts
+    try:
+        yield
+    finally:
+        recorder.send_signal(signal.SIGINT)
+        _, err = recorder.communicate(timeout=120)
+        if recorder.returncode:
+            progress(f"py-spy: {err.decode(errors='replace').strip()[-500:]}")
+
+
+STATS_FLUSH_S = 1.5  # a backend reports its counts to pg_stat_database at most once a second
+
+
+async def transactions(engine: AsyncEngine) -> int:
+    """PostgreSQL's count of transactions in the database so far (this query's own included)."""
+    query = text(
+        "SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = current_database()"
+    )
+    async with engine.connect() as connection:
+        return int((await connection.execute(query)).scalar_one())
+
+
+async def batch(
+    side: Side, queue: str, pids: dict[str, int], concurrency: int, count: int, engine: AsyncEngine
+) -> Json:
+    before = {k: stack.cpu_s(pid) for k, pid in pids.items()}
+    xacts = await transactions(engine)
+
+    async def one() -> int:
+        return (await side.converse(queue))[1]
+
+    done = await workloads.throughput_of(one, concurrency, count)
+    used = {k: stack.cpu_s(pid) - before[k] for k, pid in pids.items()}
+    await asyncio.sleep(STATS_FLUSH_S)
+    calls = max(done.tool_calls, 1)
+    return {
+        "tool_calls": done.tool_calls,
+        "wall_s": round(done.wall_s, 3),
+        "tool_calls_per_s": round(done.tool_calls_per_s, 2),
+        "cpu_ms_per_tool_call": {k: round(v * MS / calls, 2) for k, v in used.items()},
+        # the first query's transaction is counted by the second
+        "transactions_per_tool_call": round((await transactions(engine) - xacts - 1) / calls, 2),
+    }
+
+
+async def concurrent(
+    parts: stack.Parts,
+    sides: list[Side],
+    sizes: Sizes,
+    root: Path,
+    others: dict[str, int],
+    profile: Path | None,
+) -> Json:
+    rows: dict[str, list[Json]] = {side.name: [] for side in sides}
+    async with worker_processes(parts, root) as workers:
+        for side in sides:  # warm-up: imports, connection pools, sandbox caches
+            await batch(side, workers[side.name][0], {}, sizes.concurrency, sizes.concurrency, parts.engine)
+        for round_ in range(sizes.rounds):
+            for side in sides if round_ % 2 == 0 else sides[::-1]:
+                queue, pid = workers[side.name]
+                pids = {"worker": pid, **others}
+                out = profile.with_stem(f"{profile.stem}-{side.name.split()[0].lower()}") if profile else None
+                with profiled(pid, out if round_ == 0 else None):
+                    row = await batch(side, queue, pids, sizes.concurrency, sizes.batch, parts.engine)
+                progress(f"round {round_ + 1} {side.name}: {row['tool_calls_per_s']} tool calls/s")
+                rows[side.name].append(row)
+    return {name: {"batches": found, **medians(found)} for name, found in rows.items()}
+
+
+def medians(batches: list[Json]) -> Json:
+    parts = batches[0]["cpu_ms_per_tool_call"]
+    return {
+        "tool_calls_per_s": statistics.median(b["tool_calls_per_s"] for b in batches),
+        "transactions_per_tool_call": statistics.median(b["transactions_per_tool_call"] for b in batches),
+        "cpu_ms_per_tool_call": {
+            k: statistics.median(b["cpu_ms_per_tool_call"][k] for b in batches) for k in parts
+        },
+    }
+
+
+# --- the run ---------------------------------------------------------------------------------------
+
+
+async def measure(sizes: Sizes, profile: Path | None) -> Json:
+    began = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="countersign-cost-") as tmp:
+        root = Path(tmp)
+        progress(f"starting PostgreSQL and the dev server in {root}")
+        async with (
+            stack.postgres(root) as url,
+            stack.temporal(root, "cost", stack.ServerSetup()) as server,
+            stack.parts(url, server.config, bench_scenario(sizes.steps)) as parts,
+        ):
+            sides = [countersign_side(parts), await bare_side(parts)]
+            progress(f"steps: {sizes.conversations} conversations of each, interleaved")
+            stepped = await steps(parts, sides, sizes.conversations)
+            progress(f"concurrency {sizes.concurrency}: {sizes.rounds} rounds of {sizes.batch} conversations")
+            others = {"Temporal dev server": server.pid, "PostgreSQL": stack.postmaster_pid(root)}
+            rates = await concurrent(parts, sides, sizes, root, others, profile)
+    return {
+        "steps": stepped,
+        "concurrent": rates,
+        "sizes": asdict(sizes),
+        "duration_s": round(time.perf_counter() - began, 1),
+    }
+
+
+def ratios(r: Json) -> Json:
+    cs, base = r["steps"][COUNTERSIGN], r["steps"][BARE]
+    ccs, cbase = r["concurrent"][COUNTERSIGN], r["concurrent"][BARE]
+    return {
+        "step_wall": cs["step_wall_ms"]["p50"] / base["step_wall_ms"]["p50"],
+        "worker_cpu": ccs["cpu_ms_per_tool_call"]["worker"] / cbase["cpu_ms_per_tool_call"]["worker"],
+        "tool_calls_per_s": ccs["tool_calls_per_s"] / cbase["tool_calls_per_s"],
+    }
+
+
+def render(r: Json) -> str:
+    sizes, host = r["sizes"], r["machine"]
+    rows = []
+    for name in (COUNTERSIGN, BARE):
+        s, c = r["steps"][name], r["concurrent"][name]
+        rows.append(
+            [name, num(s["step_wall_ms"]["p50"]), num(s["own_ms"]["p50"]), num(s["orchestration_ms"]["p50"]),
+             num(c["tool_calls_per_s"]), num(c["cpu_ms_per_tool_call"]["worker"])]
+        )  # fmt: skip
+    q = ratios(r)
+    orchestration = r["steps"][COUNTERSIGN]["orchestration_ms"]["p50"]
+    rows.append(
+        [
+            "ratio",
+            f"{q['step_wall']:.2f} x",
+            "",
+            "",
+            f"{q['tool_calls_per_s']:.2f} x",
+            f"{q['worker_cpu']:.2f} x",
+        ]
+    )
+    step, cpu, rate = q["step_wall"], q["worker_cpu"], q["tool_calls_per_s"]
+    targets = [
+        ["step wall p50", f"≤ {TARGET_STEP} x bare", f"{step:.2f} x", met(step <= TARGET_STEP)],
+        ["worker CPU per tool call", f"≤ {TARGET_CPU} x bare", f"{cpu:.2f} x", met(cpu <= TARGET_CPU)],
+        [f"tool calls/s at c={sizes['concurrency']}", f"≥ {TARGET_RATE} x bare", f"{rate:.2f} x",
+         met(rate >= TARGET_RATE)],
+        ["orchestration per step (long goal)", f"≤ {TARGET_ORCHESTRATION_MS:g} ms",
+         f"{num(orchestration)} ms",
+         met(orchestration <= TARGET_ORCHESTRATION_MS)],
+    ]  # fmt: skip
+    shared = ("Temporal dev server", "PostgreSQL")
+    other = [
+        [name, *(num(r["concurrent"][name]["cpu_ms_per_tool_call"][k]) for k in shared),
+         num(r["concurrent"][name].get("transactions_per_tool_call"))]
+        for name in (COUNTERSIGN, BARE)
+    ]  # fmt: skip
+    lines = [
+        "## The cost of safety: Countersign against a bare Temporal loop (`python -m bench.cost`)",
+        "",
+        f"Produced by `{r['command']}` ({r['duration_s']} s). Load average {host['load_average_at_start']} at"
+        f" the start, {host['load_average_at_end']} at the end (2 cores shared with other engineers' test"
+        " runs): compare the ratios, not the absolute times.",
+        "",
+        f"Steps: {sizes['conversations']} conversations of each of {sizes['steps']} sequential `search_leads`"
+        " calls, interleaved, on in-process workers; p50 over their steps (model call scheduled → next model"
+        " call scheduled). Own time: the model call's and the tool's activity functions (bench/clock.py);"
+        f" orchestration: the rest. Concurrency {sizes['concurrency']}: {sizes['rounds']} rounds of"
+        f" {sizes['batch']} conversations of each, alternated, each implementation's worker in its own"
+        " process; medians over the rounds.",
+        "",
+        *table(
+            [
+                "implementation",
+                "step wall p50 ms",
+                "of which activities' own time",
+                "orchestration",
+                f"tool calls/s at c={sizes['concurrency']}",
+                "worker CPU ms per tool call",
+            ],
+            rows,
+        ),
+        "",
+        *table(["target", "", "measured", ""], targets),
+        "",
+        "CPU per tool call of the shared parts in the same batches (ms), and PostgreSQL's transactions"
+        " per tool call (`pg_stat_database`; a statement outside a transaction counts as one):",
+        "",
+        *table(["implementation", "Temporal dev server CPU", "PostgreSQL CPU", "transactions"], other),
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench.cost", description=__doc__.splitlines()[0])
+    parser.add_argument("--full", action="store_true", help="more conversations and rounds (about 6 minutes)")
+    parser.add_argument("--rounds", type=int, help="c=10 rounds of each implementation")
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        help="py-spy of each worker's first batch: PATH-countersign.svg and PATH-bare.svg (.svg: flame"
+        " graphs; another suffix: collapsed stacks)",
+    )
+    parser.add_argument("--out", type=Path, default=Path("docs/benchmark-cost.json"))
+    parser.add_argument("--markdown", type=Path, default=Path("docs/benchmark.md"))
+    parser.add_argument("--no-markdown", action="store_true", help="only the JSON (and print the section)")
+    parser.add_argument("--render", action="store_true", help="only rewrite the markdown section from --out")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    given = sys.argv[1:] if argv is None else argv
+    args = parse(given)
+    if args.render:
+        put_section(args.markdown, "bench.cost", render(json.loads(args.out.read_text())))
+        return
+    sizes = FULL if args.full else DEFAULT
+    if args.rounds:
+        sizes = Sizes(sizes.steps, sizes.conversations, args.rounds, sizes.batch, sizes.concurrency)
+    configure_logging("WARNING")
+    load = [round(x, 2) for x in psutil.getloadavg()]
+    results = asyncio.run(measure(sizes, args.profile))
+    results["machine"] = {
+        "load_average_at_start": load,
+        "load_average_at_end": [round(x, 2) for x in os.getloadavg()],
+    }
+    results["command"] = " ".join([".venv/bin/python -m bench.cost", *given])
+    results["ratios"] = ratios(results)
+    args.out.write_text(json.dumps(results, indent=2) + "\n")
+    text = render(results)
+    if args.no_markdown:
+        print(text)
+    else:
+        put_section(args.markdown, "bench.cost", text)
+    progress(f"ratios: {json.dumps({k: round(v, 2) for k, v in results['ratios'].items()})}")
+
+
+if __name__ == "__main__":
+    main()
