@@ -20,7 +20,6 @@ from typing import Any
 import aiohttp
 import jinja2
 from aiohttp import web
-from pydantic import BaseModel, ValidationError
 from temporalio.client import Client
 from temporalio.service import RPCError
 
@@ -33,7 +32,7 @@ from countersign.runtime.config import Settings
 from countersign.server import agent_tools, chat
 from countersign.server.auth import SESSION_TTL, Reviewer, SessionClaims
 from countersign.server.conversation_events import ConversationEvents, resume_point, stream_events
-from countersign.server.door import CALLER, REQUESTERS, add_routes, on_conversation, recorded
+from countersign.server.door import CALLER, REQUESTERS, add_routes, on_conversation, parse, recorded
 from countersign.server.oidc import CALLBACK_PATH, FLOW_TTL, OidcConfig, OidcProvider, OidcRefused, open_flow
 from countersign.server.requesters import AnswerBody, ApiRate, Caller, Requesters
 from countersign.server.service import (
@@ -45,7 +44,6 @@ from countersign.server.service import (
     InboxError,
     LoginRequest,
     PendingItem,
-    refuse_keys_twice,
 )
 
 HERE = Path(__file__).resolve().parent
@@ -77,19 +75,6 @@ _templates = jinja2.Environment(
 def error(status: int, message: str, retry_after_s: int | None = None) -> web.Response:
     headers = {"Retry-After": str(retry_after_s)} if retry_after_s is not None else None
     return web.json_response({"error": message}, status=status, headers=headers)
-
-
-async def body_of(request: web.Request, model: type[BaseModel]) -> Any:
-    if request.content_type != "application/json":
-        raise InboxError(415, "send JSON (Content-Type: application/json)")
-    raw = await request.read()
-    refuse_keys_twice(raw)
-    try:
-        return model.model_validate_json(raw)
-    except ValidationError as err:
-        first = err.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or "body"
-        raise InboxError(400, f"invalid request: {where}: {first['msg']}") from None
 
 
 def bearer_of(request: web.Request) -> str | None:
@@ -324,7 +309,7 @@ async def conversation_events(request: web.Request) -> web.StreamResponse:
 
 
 async def login(request: web.Request) -> web.Response:
-    credentials: LoginRequest = await body_of(request, LoginRequest)
+    credentials: LoginRequest = await parse(request, LoginRequest, invalid=400)
     token = await request.app[INBOX].login(credentials, client_of(request))
     response = web.json_response({"token": token})
     set_session_cookie(request, response, token)
@@ -362,7 +347,7 @@ async def approvals(request: web.Request) -> web.Response:
 
 
 async def decide(request: web.Request) -> web.Response:
-    body: DecisionRequest = await body_of(request, DecisionRequest)
+    body: DecisionRequest = await parse(request, DecisionRequest, invalid=400)
     reviewer, match = request[REVIEWER], request.match_info
     known = request.app[WATCHER].listed(reviewer.tenant_id, match["workflow_id"], match["call_id"])
     approval = await request.app[INBOX].decide(reviewer, match["workflow_id"], match["call_id"], body, known)
@@ -372,7 +357,7 @@ async def decide(request: web.Request) -> web.Response:
 async def decide_batch(request: web.Request) -> web.Response:
     """Decide several calls, across conversations; each item answers on its own (one refusal does
     not undo the others)."""
-    body: BatchRequest = await body_of(request, BatchRequest)
+    body: BatchRequest = await parse(request, BatchRequest, invalid=400)
     inbox, reviewer = request.app[INBOX], request[REVIEWER]
     results = []
     for item in body.items:
@@ -388,7 +373,7 @@ async def decide_batch(request: web.Request) -> web.Response:
 
 async def always_allow(request: web.Request) -> web.Response:
     """An admin's "always allow this tool for this agent", from a pending call (see Inbox.always_allow)."""
-    await body_of(request, AlwaysAllowRequest)
+    await parse(request, AlwaysAllowRequest, invalid=400)
     change = await request.app[INBOX].always_allow(
         request[REVIEWER], request.match_info["workflow_id"], request.match_info["call_id"]
     )
@@ -402,7 +387,7 @@ async def history(request: web.Request) -> web.Response:
 async def answer_by_body(request: web.Request) -> web.Response:
     """The inbox's older spelling of an answer (`POST …/answer {"call_id", "text"}`), kept working:
     the same as `POST …/answers/{call_id}`."""
-    body: AnswerRequest = await body_of(request, AnswerRequest)
+    body: AnswerRequest = await parse(request, AnswerRequest, invalid=400)
     async with recorded(request, "answer") as record:
         requesters, caller, row = await on_conversation(request, "answer", record)
         await requesters.answer(caller, row, body.call_id, AnswerBody(text=body.text))

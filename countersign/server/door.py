@@ -29,8 +29,9 @@ REQUESTERS = web.AppKey("requesters", Requesters)
 M = TypeVar("M", bound=BaseModel)
 
 
-async def parse(request: web.Request, model: type[M]) -> M:
-    """The body as `model`: 415 unless JSON (a cross-site form cannot send it), 422 when invalid."""
+async def parse(request: web.Request, model: type[M], invalid: int = 422) -> M:
+    """The body as `model`: 415 unless JSON (a cross-site form cannot send it), 400 for a key named
+    twice, `invalid` (the conversation API's 422; the inbox's older routes answer 400) when invalid."""
     if request.content_type != "application/json":
         raise InboxError(415, "send JSON (Content-Type: application/json)")
     raw = await request.read() or b"{}"
@@ -40,7 +41,7 @@ async def parse(request: web.Request, model: type[M]) -> M:
     except ValidationError as err:
         first = err.errors()[0]
         where = ".".join(str(p) for p in first["loc"]) or "body"
-        raise InboxError(422, f"invalid request: {where}: {first['msg']}") from None
+        raise InboxError(invalid, f"invalid request: {where}: {first['msg']}") from None
 
 
 @dataclass

@@ -4,31 +4,6 @@
 // generated from the tool's JSON schema to edit them (the worker validates the edit again).
 "use strict";
 
-const $ = (sel, root = document) => root.querySelector(sel);
-
-function el(tag, attrs = {}, ...children) {
-  const node = document.createElement(tag);
-  for (const [k, v] of Object.entries(attrs)) {
-    if (v === null || v === undefined || v === false) continue;
-    if (k === "text") node.textContent = v;
-    else node.setAttribute(k, v === true ? "" : v);
-  }
-  for (const child of children) node.append(child);
-  return node;
-}
-
-async function api(method, path, body) {
-  const response = await fetch(path, {
-    method,
-    headers: body === undefined ? {} : { "Content-Type": "application/json" },
-    body: body === undefined ? undefined : JSON.stringify(body),
-    credentials: "same-origin",
-  });
-  const data = await response.json().catch(() => ({}));
-  if (!response.ok) throw new Error(data.error || `HTTP ${response.status}`);
-  return data;
-}
-
 // The outcome of an action, right under the list's heading (where the decided card was), not
 // below the history.
 function say(text) {
