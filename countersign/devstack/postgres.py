@@ -102,7 +102,11 @@ class EmbeddedPostgres:
             )
         if not self.is_running():
             log = self.pgdata / "server.log"
-            options = f"-h {self.host} -p {self.port} -k {self.pgdata} -c max_connections=200 -c fsync=off"
+            # TCP only: a Unix socket in the data directory fails to start PostgreSQL once its path passes
+            # 107 bytes (a deep checkout, a test's temporary directory); nothing here connects through one
+            options = (
+                f"-h {self.host} -p {self.port} -c unix_socket_directories= -c max_connections=200 -c fsync=off"
+            )
             self._run(
                 ["pg_ctl", "-D", str(self.pgdata), "-w", "-t", "60", "-o", options, "-l", str(log), "start"],
                 user,
