@@ -104,9 +104,8 @@ class EmbeddedPostgres:
             log = self.pgdata / "server.log"
             # TCP only: a Unix socket in the data directory fails to start PostgreSQL once its path passes
             # 107 bytes (a deep checkout, a test's temporary directory); nothing here connects through one
-            options = (
-                f"-h {self.host} -p {self.port} -c unix_socket_directories= -c max_connections=200 -c fsync=off"
-            )
+            listen = f"-h {self.host} -p {self.port} -c unix_socket_directories="
+            options = f"{listen} -c max_connections=200 -c fsync=off"
             self._run(
                 ["pg_ctl", "-D", str(self.pgdata), "-w", "-t", "60", "-o", options, "-l", str(log), "start"],
                 user,
