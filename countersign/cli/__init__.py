@@ -17,6 +17,7 @@ from countersign.cli import (  # noqa: F401  (each registers its commands)
     mail,
     mcp,
     model,
+    notifications,
     records,
     tokens,
 )
