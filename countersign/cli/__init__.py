@@ -19,6 +19,7 @@ from countersign.cli import (  # noqa: F401  (each registers its commands)
     model,
     records,
     tokens,
+    users,
 )
 from countersign.cli import stats as _stats  # noqa: F401  (registers `stats`)
 from countersign.cli.app import cli

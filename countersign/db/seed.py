@@ -417,8 +417,8 @@ async def _load(session: AsyncSession, reset: bool) -> None:
         for scope in SCOPES
     ]
     await session.execute(insert(schema.UserScope).values(grants).on_conflict_do_nothing())
-    limits = [{"tenant_id": t, "tool": "*", **TENANT_RATE_LIMITS} for t in TENANTS]
-    await session.execute(insert(schema.TenantRateLimit).values(limits).on_conflict_do_nothing())
+    rate_limits = [{"tenant_id": t, "tool": "*", **TENANT_RATE_LIMITS} for t in TENANTS]
+    await session.execute(insert(schema.TenantRateLimit).values(rate_limits).on_conflict_do_nothing())
 
     for tenant_id, email, name, company, status, source, owner, notes in LEADS:
         await upsert(
