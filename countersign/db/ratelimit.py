@@ -13,7 +13,7 @@ The limits are the tenant's (`tenant_rate_limits`: for the tool, else for `*`), 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from sqlalchemy import select, update
@@ -121,6 +121,70 @@ def refill(tokens: float, last: datetime, now: datetime, rate_per_s: float, burs
     return min(burst, tokens + elapsed * rate_per_s)
 
 
+@dataclass(frozen=True)
+class Bucket:
+    """A bucket as read under its row lock, refilled to `now` (`tokens`) with the limit it has."""
+
+    user_id: str
+    limit: RateLimit
+    tokens: float
+    updated_at: datetime
+
+
+async def _locked(
+    session: AsyncSession, tenant_id: str, tool: str, limits: dict[str, RateLimit], now: datetime
+) -> dict[str, Bucket]:
+    """Create the buckets of `limits` (user id -> limit; "" the tenant's) if needed, lock their rows
+    in `limits`' order and read them, in one round trip: the no-op DO UPDATE takes each row lock (as
+    SELECT ... FOR UPDATE would) and RETURNING gives the rows as they were."""
+    statement = insert(RateLimitBucket).values(
+        [
+            {"tenant_id": tenant_id, "tool": tool, "user_id": who, "tokens": limit.burst, "updated_at": now}
+            for who, limit in limits.items()
+        ]
+    )
+    rows = await session.execute(
+        statement.on_conflict_do_update(
+            index_elements=[RateLimitBucket.tenant_id, RateLimitBucket.tool, RateLimitBucket.user_id],
+            set_={"tool": statement.excluded.tool},
+        ).returning(RateLimitBucket.user_id, RateLimitBucket.tokens, RateLimitBucket.updated_at)
+    )
+    return {
+        row.user_id: Bucket(
+            row.user_id,
+            limits[row.user_id],
+            refill(row.tokens, row.updated_at, now, limits[row.user_id].per_s, limits[row.user_id].burst),
+            max(row.updated_at, now),
+        )
+        for row in rows
+    }
+
+
+async def _store(session: AsyncSession, tenant_id: str, tool: str, buckets: list[Bucket]) -> None:
+    await session.execute(
+        update(RateLimitBucket),
+        [
+            {
+                "tenant_id": tenant_id,
+                "tool": tool,
+                "user_id": b.user_id,
+                "tokens": b.tokens,
+                "updated_at": b.updated_at,
+            }
+            for b in buckets
+        ],
+    )
+
+
+def _wait(bucket: Bucket) -> float:
+    """The seconds until `bucket` holds a token again."""
+    return (1 - bucket.tokens) / bucket.limit.per_s
+
+
+def _taken(bucket: Bucket) -> Bucket:
+    return replace(bucket, tokens=bucket.tokens - 1)
+
+
 async def take(
     session: AsyncSession,
     tenant_id: str,
@@ -136,32 +200,10 @@ async def take(
     Returns None when the call may proceed, else the seconds until a token will be available. The row
     stays locked until the transaction ends, and a rolled-back transaction gives its token back.
     """
-    key = (
-        RateLimitBucket.tenant_id == tenant_id,
-        RateLimitBucket.tool == tool,
-        RateLimitBucket.user_id == user_id,
-    )
-    # One round trip creates the bucket if needed, locks its row and reads it: the no-op DO UPDATE
-    # takes the row lock (as SELECT ... FOR UPDATE would) and RETURNING gives the row as it was.
-    statement = insert(RateLimitBucket).values(
-        tenant_id=tenant_id, tool=tool, user_id=user_id, tokens=burst, updated_at=now
-    )
-    bucket = (
-        await session.execute(
-            statement.on_conflict_do_update(
-                index_elements=[RateLimitBucket.tenant_id, RateLimitBucket.tool, RateLimitBucket.user_id],
-                set_={"tool": statement.excluded.tool},
-            ).returning(RateLimitBucket.tokens, RateLimitBucket.updated_at)
-        )
-    ).one()
-    tokens = refill(bucket.tokens, bucket.updated_at, now, rate_per_s, burst)
-    allowed = tokens >= 1
-    await session.execute(
-        update(RateLimitBucket)
-        .where(*key)
-        .values(tokens=tokens - 1 if allowed else tokens, updated_at=max(bucket.updated_at, now))
-    )
-    return None if allowed else (1 - tokens) / rate_per_s
+    bucket = (await _locked(session, tenant_id, tool, {user_id: RateLimit(rate_per_s, burst)}, now))[user_id]
+    allowed = bucket.tokens >= 1
+    await _store(session, tenant_id, tool, [_taken(bucket) if allowed else bucket])
+    return None if allowed else _wait(bucket)
 
 
 @dataclass(frozen=True)
@@ -176,26 +218,21 @@ class Spent:
 async def take_call(
     session: AsyncSession, tenant_id: str, user_id: str, tool: str, limits: CallLimits, now: datetime
 ) -> Spent | None:
-    """Take a token from the user's bucket, then from the tenant's; None when the call may run.
+    """Take a token from the user's bucket and one from the tenant's; None when the call may run.
 
-    The user's comes first, so that a user over their own limit takes nothing from what the tenant's
-    other users share; a call the tenant's bucket refuses gives the user's token back (its row is
-    still locked by this transaction). Every call locks the two rows in the same order, so
+    A call either takes from both or from neither: a user over their own limit takes nothing from
+    what the tenant's users share, and a call the tenant's bucket refuses keeps the user's token.
+    Two round trips whatever the outcome; every call locks the user's row before the tenant's, so
     concurrent calls cannot deadlock.
     """
-    wait = await take(session, tenant_id, tool, limits.user.per_s, limits.user.burst, now, user_id)
-    if wait is not None:
-        return Spent("user", limits.user, wait)
-    wait = await take(session, tenant_id, tool, limits.tenant.per_s, limits.tenant.burst, now)
-    if wait is not None:
-        await session.execute(
-            update(RateLimitBucket)
-            .where(
-                RateLimitBucket.tenant_id == tenant_id,
-                RateLimitBucket.tool == tool,
-                RateLimitBucket.user_id == user_id,
-            )
-            .values(tokens=RateLimitBucket.tokens + 1)
-        )
-        return Spent("tenant", limits.tenant, wait)
-    return None
+    buckets = await _locked(session, tenant_id, tool, {user_id: limits.user, "": limits.tenant}, now)
+    user, tenant = buckets[user_id], buckets[""]
+    spent = (
+        Spent("user", user.limit, _wait(user))
+        if user.tokens < 1
+        else Spent("tenant", tenant.limit, _wait(tenant))
+        if tenant.tokens < 1
+        else None
+    )
+    await _store(session, tenant_id, tool, [user, tenant] if spent else [_taken(user), _taken(tenant)])
+    return spent
