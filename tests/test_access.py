@@ -293,7 +293,7 @@ async def test_one_user_spending_their_limit_does_not_block_another(
     (result,) = await searches(agent, other, 1)
     assert result["ok"], "the flooder's refused call took nothing from the tenant's bucket"
 
-    # the tenant's three are spent now: the workspace's limit, said so, and the user keeps their token
+    # the tenant's three are spent now: the workspace's limit, said so, and the user's token is kept
     (result,) = await searches(agent, other, 1)
     assert result["error"]["code"] == "RATE_LIMITED"
     assert "the workspace's limit, shared by all its users" in result["error"]["message"]
@@ -305,7 +305,7 @@ async def test_one_user_spending_their_limit_does_not_block_another(
                 RateLimitBucket.user_id == other,
             )
         )
-    assert tokens == pytest.approx(1.0, abs=0.01), "the tenant's refusal gave the user's token back"
+    assert tokens == pytest.approx(1.0, abs=0.01), "a call the tenant refused took nothing from the user"
 
 
 def test_the_worker_limits_and_the_seeded_ones() -> None:
