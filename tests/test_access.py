@@ -44,6 +44,8 @@ from countersign.runtime.config import PROJECT_ROOT
 from tests.fixtures.agent import AgentHarness
 from tests.fixtures.updates import execute_update
 from tests.test_approvals import ECHO_RESULT, JANE, pending, qualify
+from tools.registry import ToolContext, ToolFailure
+from tools.resolve import NeedsInput, resolve_person, resolve_user
 from workflows.agent import AgentWorkflow
 
 NewUser = Callable[..., Awaitable[str]]
@@ -201,6 +203,29 @@ async def test_no_reviewer_is_asked_for_a_user_who_can_no_longer_act(
     assert removed.error is not None and "nobody-here is no longer a user in acme" in removed.error.message
     await set_active(db_engine, user, active=True)
     assert (await tools.check_arguments(call(user))).ok
+
+
+async def test_a_deactivated_user_is_nobody_a_tool_can_name(
+    db_engine: AsyncEngine, new_user: NewUser
+) -> None:
+    """Not a meeting's counterpart, nor an assignee: tools resolve only active users."""
+    user = await new_user()
+    async with session_factory(db_engine)() as session:
+        ctx = ToolContext(
+            caller=CallerContext(tenant_id="acme", user_id="alice", roles=["sales"], agent="scheduler"),
+            session=session,
+            workflow_id="wf",
+            call_id="c1",
+            now=datetime.now(UTC),
+        )
+        assert (await resolve_person(ctx, user, field="with")).user_id == user
+        await access.set_active(session, "acme", user, False, datetime.now(UTC))
+        with pytest.raises(ToolFailure, match="nobody named"):
+            await resolve_person(ctx, user, field="with")
+        with pytest.raises(NeedsInput) as offered:
+            await resolve_user(ctx, user, field="assignee")
+        assert user not in json.dumps(offered.value.needs.candidates)
+        await session.rollback()
 
 
 # --- scopes -----------------------------------------------------------------------------------------
