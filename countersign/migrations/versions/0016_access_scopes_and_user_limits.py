@@ -1,6 +1,6 @@
 """Who may act: deactivated users, per-user scopes, per-user and per-tenant rate limits (issue 24).
 
-Revision ID: 0019
+Revision ID: 0016
 Revises: 0015
 Create Date: 2026-11-25
 
@@ -19,7 +19,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0019"
+revision: str = "0016"
 down_revision: str | None = "0015"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
@@ -50,7 +50,7 @@ def upgrade() -> None:
     scopes = ", ".join(f"('{s}')" for s in SCOPES)
     op.execute(
         "INSERT INTO user_scopes (tenant_id, user_id, scope, granted_by) "
-        "SELECT u.tenant_id, u.id, s.scope, 'migration 0019' "
+        "SELECT u.tenant_id, u.id, s.scope, 'migration 0016' "
         f"FROM users u CROSS JOIN (VALUES {scopes}) AS s(scope)"
     )
     op.add_column("rate_limit_buckets", sa.Column("user_id", sa.Text(), server_default="", nullable=False))
