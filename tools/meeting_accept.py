@@ -13,9 +13,9 @@ from __future__ import annotations
 from pydantic import Field
 from sqlalchemy import select
 
-from countersign.db.schema import MeetingSession
+from countersign.db.schema import MeetingSession, User
 from tools.registry import Needs, ToolArgs, ToolContext, ToolFailure, compensates, tool
-from tools.resolve import NeedsInput, answers_needs, needs, resolve_caller
+from tools.resolve import NeedsInput, Person, answers_needs, needs, resolve_caller
 from tools.scheduling import (
     MAX_SLOTS,
     BookedMeeting,
@@ -23,7 +23,6 @@ from tools.scheduling import (
     cancel_booking,
     proposed_start,
     still_open,
-    user_person,
 )
 
 
@@ -65,7 +64,7 @@ async def addressed_session(ctx: ToolContext, session_id: int | None) -> Meeting
     return rows[0]
 
 
-@tool(risk="medium", category="external")
+@tool(risk="medium", category="external", scopes=("calendar:availability", "calendar:book"))
 @answers_needs
 async def accept_meeting(ctx: ToolContext, args: AcceptMeetingArgs) -> BookedMeeting:
     """Accept a meeting someone proposed to the user: book proposed time `selection` of `session`
@@ -73,13 +72,14 @@ async def accept_meeting(ctx: ToolContext, args: AcceptMeetingArgs) -> BookedMee
     again (CONFLICT if taken meanwhile), both people get an invite by email, the proposal's
     notification is resolved and the requester is notified. Accept only the time the user chose."""
     session = await addressed_session(ctx, args.session)
-    requester = await user_person(ctx, session.requested_by)
+    user = await ctx.session.get(User, (ctx.tenant_id, session.requested_by))
+    requester = Person.of_user(user) if user is not None and user.deactivated_at is None else None
     who = requester.name if requester else session.requested_by
     still_open(session, ctx.now, f"ask {who} to propose again")
     if args.selection is None:
         raise NeedsInput(Needs(fields={"selection": True}, candidates=[describe(session)]))
     if requester is None:
-        raise ToolFailure("NOT_FOUND", f"the user who proposed session {session.id} is no longer here")
+        raise ToolFailure("NOT_FOUND", f"the user who proposed session {session.id} is no longer active here")
     start = proposed_start(session, args.selection)
     return await book(ctx, requester, await resolve_caller(ctx), start, session.duration_minutes, session)
 
