@@ -203,6 +203,12 @@ async def test_accept_needs_a_session_when_several_are_open_and_refuses_an_expir
     # another tenant's user finds nothing
     dave = context(db_session, tenant="globex", user="dave", agent="scheduler")
     assert (await failure(dave, "accept_meeting", session=first["session"], selection=1)).code == "NOT_FOUND"
+    # a requester deactivated since cannot be booked with
+    alice = await db_session.get(schema.User, ("acme", "alice"))
+    assert alice is not None
+    alice.deactivated_at = NOW
+    gone = await failure(bob(db_session), "accept_meeting", session=first["session"], selection=1)
+    assert gone.code == "NOT_FOUND" and "no longer active" in gone.message
 
 
 # --- notifications, scoped to the user -------------------------------------------------------------
