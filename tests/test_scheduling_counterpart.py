@@ -12,6 +12,7 @@ import asyncio
 import json
 import os
 import sys
+import uuid
 from dataclasses import replace
 from typing import Any
 
@@ -23,6 +24,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 from countersign.core.contract import EndConversation, SubmitMessage
 from countersign.db import schema
 from countersign.runtime.config import PROJECT_ROOT
+from countersign.scripted_model.scenario import load_scenario
 from tests.fixtures.agent import AgentHarness
 from tests.fixtures.smtp import SmtpServer
 from tests.fixtures.updates import execute_update
@@ -381,3 +383,32 @@ async def test_alice_proposes_and_bob_accepts_through_his_own_agent(
         ("bob@acme.example", "Invitation: Roadmap"),
         ("bob@acme.example", "Meeting request from Alice Anders: Roadmap"),
     ]
+
+
+async def test_the_shipped_scheduler_script_shows_bobs_notifications_and_accepts(
+    agent: AgentHarness, db_engine: AsyncEngine, smtp_server: SmtpServer, scratch: list[str]
+) -> None:
+    """countersign/scenarios/scheduler.yaml, as `make demo`'s scripted model serves it."""
+    async with AsyncSession(db_engine, expire_on_commit=False) as session, session.begin():
+        alice = replace(context(session, agent="scheduler"), workflow_id=f"wf-{uuid.uuid4()}")
+        proposed = await propose(alice)
+    agent.model.set_scenario(load_scenario(PROJECT_ROOT / "countersign" / "scenarios" / "scheduler.yaml"))
+    bobs = await agent.start("show my notifications", user="bob", agent="scheduler")
+    first = await execute_update(bobs, AgentWorkflow.wait_turn, 1)
+    assert first is not None and (first.reply or "").startswith("[scripted model] Your open notifications")
+    await bobs.signal(
+        AgentWorkflow.submit_message, SubmitMessage(user_id="bob", text="accept the first time")
+    )
+    second = await execute_update(bobs, AgentWorkflow.wait_turn, 2)
+    assert second is not None and (second.reply or "").startswith("[scripted model] Booked (above)"), second
+    booked = tool_data(await agent.transcript(bobs), "accept_meeting")
+    assert (
+        booked["session"] == proposed["session"] and booked["starts_at"] == proposed["slots"][0]["starts_at"]
+    )
+    async with db_engine.connect() as conn:
+        status = await conn.scalar(
+            select(schema.Notification.status).where(schema.Notification.id == proposed["notification_id"])
+        )
+    assert status == "resolved"
+    await bobs.signal(AgentWorkflow.end, EndConversation(requested_by="bob"))
+    await bobs.result()
