@@ -6,9 +6,11 @@ from datetime import datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
-from sqlalchemy import or_, select
+from sqlalchemy import delete, func, or_, select
 
-from countersign.db.schema import Lead
+from countersign.core.leadscore import LeadScore
+from countersign.db.leads import current_score, record_lead_event, rescore
+from countersign.db.schema import Lead, LeadEvent
 from tools.registry import ToolArgs, ToolContext, ToolFailure, UndoOutcome, compensates, record_id, tool
 from tools.resolve import locked_row, restore_fields, same_text, saved
 
@@ -122,6 +124,14 @@ async def update_lead_status(ctx: ToolContext, args: UpdateLeadStatusArgs) -> Le
     if previous != args.new_status:
         lead.status = args.new_status
         lead = await saved(ctx, lead)
+        await record_lead_event(
+            ctx.session,
+            lead,
+            "status_changed",
+            ctx.caller.user_id,
+            note=args.reason,
+            previous_status=previous,
+        )
     return LeadStatusChange(
         lead=LeadView.of(lead),
         previous_status=previous,
@@ -144,4 +154,89 @@ async def restore_lead_status(
     lead = await locked_row(ctx, Lead, result["lead"]["id"])
     if lead is None:
         return "irreversible"
-    return restore_fields(lead, {"status": result["previous_status"]}, {"status": result["new_status"]})
+    outcome = restore_fields(lead, {"status": result["previous_status"]}, {"status": result["new_status"]})
+    if outcome == "undone":  # the change never happened: its history row goes too, and the score follows
+        latest = await ctx.session.scalar(
+            select(func.max(LeadEvent.id)).where(
+                LeadEvent.tenant_id == ctx.tenant_id,
+                LeadEvent.lead_id == lead.id,
+                LeadEvent.kind == "status_changed",
+                LeadEvent.previous_status == result["previous_status"],
+                LeadEvent.status == result["new_status"],
+            )
+        )
+        if latest is not None:
+            await ctx.session.execute(delete(LeadEvent).where(LeadEvent.id == latest))
+        await rescore(ctx.session, lead)
+    return outcome
+
+
+class ScorePartView(BaseModel):
+    name: str
+    points: int
+    why: str
+
+
+class LeadScoreView(BaseModel):
+    lead_id: int
+    email: str
+    status: str
+    score: int  # 0-100: the parts' sum, held within 0-100
+    parts: list[ScorePartView]
+
+
+def score_view(lead: Lead, scored: LeadScore) -> LeadScoreView:
+    return LeadScoreView(
+        lead_id=lead.id,
+        email=lead.email,
+        status=lead.status,
+        score=scored.score,
+        parts=[ScorePartView(name=p.name, points=p.points, why=p.why) for p in scored.parts],
+    )
+
+
+@tool(risk="low", category="read")
+async def get_lead_score(ctx: ToolContext, args: GetLeadArgs) -> LeadScoreView:
+    """A lead's score (0-100) with the parts that make it up: source, company, emails delivered,
+    replies, meetings booked, status and status history. Use it to rank and qualify leads, and quote
+    the parts that decide."""
+    lead = await find_lead(ctx, args.lead)
+    return score_view(lead, await current_score(ctx.session, lead))
+
+
+class RecordReplyArgs(ToolArgs):
+    lead: str = Field(min_length=1, max_length=320, description="The lead's email address, or its numeric id")
+    summary: str = Field(min_length=1, max_length=500, description="What the lead answered, in one sentence")
+
+
+class RecordedReply(LeadScoreView):
+    event_id: int
+
+
+@tool(risk="low", category="write")
+async def record_lead_reply(ctx: ToolContext, args: RecordReplyArgs) -> RecordedReply:
+    """Record that a lead answered (an email reply, say, as the user reports it); the lead's score
+    and last engagement are updated and the new score returned with its parts."""
+    lead = await find_lead(ctx, args.lead, lock=True)
+    event, scored = await record_lead_event(
+        ctx.session, lead, "email_answered", ctx.caller.user_id, note=args.summary
+    )
+    return RecordedReply(**score_view(lead, scored).model_dump(), event_id=event.id)
+
+
+@compensates(record_lead_reply)
+async def forget_lead_reply(
+    ctx: ToolContext, args: RecordReplyArgs, result: dict[str, Any] | None
+) -> UndoOutcome:
+    """Delete the recorded reply (nothing left the building) and rescore the lead."""
+    if result is None:
+        return "never_happened"
+    deleted = await ctx.session.scalar(
+        delete(LeadEvent)
+        .where(LeadEvent.id == int(result["event_id"]), LeadEvent.tenant_id == ctx.tenant_id)
+        .returning(LeadEvent.lead_id)
+    )
+    lead = await locked_row(ctx, Lead, deleted) if deleted is not None else None
+    if lead is not None:
+        await rescore(ctx.session, lead)
+    return "undone" if deleted is not None else "already_undone"
