@@ -3,8 +3,14 @@ edited and sent again; calendar event types. Tools called directly on the seeded
 
 from __future__ import annotations
 
+import asyncio
+import json
+import os
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from dataclasses import replace
+from pathlib import Path
 
 import pytest_asyncio
 from sqlalchemy import delete, select
@@ -14,6 +20,7 @@ from countersign.core.approvals import Decision
 from countersign.db.engine import session_factory
 from countersign.db.leads import rescore
 from countersign.db.schema import EmailDraft, EmailOutbox, Lead, LeadEvent
+from countersign.runtime.config import PROJECT_ROOT
 from tests.fixtures.agent import AgentHarness
 from tests.fixtures.smtp import SmtpServer
 from tests.fixtures.updates import execute_update
@@ -229,3 +236,36 @@ async def test_the_qualifier_reads_the_score_and_sends_a_saved_draft_after_appro
         assert draft is not None and draft.sent_outbox_id is not None
         outbox = await session.get(EmailOutbox, draft.sent_outbox_id)
         assert outbox is not None and outbox.status == "sent"
+
+
+async def starter(database_url: str, data_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "DATABASE_URL": database_url, "COUNTERSIGN_DATA_DIR": str(data_dir)}
+    return await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, str(PROJECT_ROOT / "starter.py"), *args],
+        cwd=PROJECT_ROOT, env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+
+
+async def test_a_person_reads_the_score_and_lists_reads_and_edits_drafts_from_the_cli(
+    database_url: str, nina_committed: tuple[int, int], tmp_path: Path
+) -> None:
+    _, draft_id = nina_committed
+    scored = await starter(database_url, tmp_path, "leads", "score", NINA, "--tenant", "acme")
+    assert scored.returncode == 0, scored.stderr
+    assert f"{NINA} (new): 25/100" in scored.stdout and "source: website" in scored.stdout
+    assert (
+        await starter(database_url, tmp_path, "leads", "score", NINA, "--tenant", "globex")
+    ).returncode == 1
+
+    listed = await starter(database_url, tmp_path, "drafts", "list", "--tenant", "acme", "--json")
+    assert draft_id in [d["draft_id"] for d in json.loads(listed.stdout)]
+    edit = ("drafts", "edit", str(draft_id), "--tenant", "acme")
+    edited = await starter(database_url, tmp_path, *edit, "--body", "Edited by hand")
+    assert edited.returncode == 0 and "Edited by hand" in edited.stdout, edited.stderr
+    shown = await starter(database_url, tmp_path, "drafts", "show", str(draft_id), "--tenant", "acme")
+    assert "Edited by hand" in shown.stdout and "not sent" in shown.stdout
+    misdirected = await starter(database_url, tmp_path, *edit, "--to", "x@evil.example")
+    assert misdirected.returncode == 1 and "the lead's own address" in misdirected.stderr
+    other = await starter(database_url, tmp_path, "drafts", "show", str(draft_id), "--tenant", "globex")
+    assert other.returncode == 1 and "NOT_FOUND" in other.stderr

@@ -66,6 +66,28 @@ class DraftList(BaseModel):
     count: int
 
 
+class ListDraftsArgs(ToolArgs):
+    state: DraftState = Field("unsent", description="unsent (default), sent or all")
+    limit: int = Field(20, ge=1, le=MAX_ROWS, description="Most rows to return")
+
+
+class DraftArgs(ToolArgs):
+    draft: int = Field(ge=1, description="The draft's id (draft_id)")
+
+
+class UpdateDraftArgs(ChangeArgs):
+    target: ClassVar[str] = "draft"
+    draft: int = Field(ge=1, description="The draft's id (draft_id)")
+    to: EmailStr | None = Field(None, description="New recipient (a draft about a lead stays the lead's)")
+    subject: str | None = Field(
+        None, min_length=1, max_length=200, pattern=r"^[^\r\n]*$", description="One line"
+    )
+    body: str | None = Field(None, min_length=1, max_length=20_000, description="Plain text")
+    html_body: str | None = Field(
+        None, max_length=100_000, description="HTML version; an empty string clears it"
+    )
+
+
 async def drafts_of(session: AsyncSession, tenant_id: str, state: DraftState, limit: int) -> DraftList:
     """The tenant's drafts, newest first (the CLI's `drafts list` and the tool)."""
     query = select(EmailDraft).where(EmailDraft.tenant_id == tenant_id)
@@ -91,9 +113,13 @@ async def draft_of(session: AsyncSession, tenant_id: str, draft_id: int, *, lock
 
 
 async def edit_draft(
-    session: AsyncSession, draft: EmailDraft, wanted: dict[str, Any]
+    session: AsyncSession, draft: EmailDraft, args: UpdateDraftArgs
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Apply the changes to an unsent draft; an email about a lead must stay addressed to that lead."""
+    """Apply the changes to an unsent draft (the tool's, and the CLI's `drafts edit`); an email about
+    a lead must stay addressed to that lead. Returns (previous, changed) values."""
+    wanted = args.provided("subject", "body", "html_body")
+    if args.to is not None:
+        wanted["to_address"] = str(args.to)
     if draft.sent_outbox_id is not None:
         raise ToolFailure("CONFLICT", f"draft {draft.id} was already sent (email {draft.sent_outbox_id})")
     if "html_body" in wanted:
@@ -107,28 +133,6 @@ async def edit_draft(
     await session.flush()
     await session.refresh(draft)
     return previous, changed
-
-
-class ListDraftsArgs(ToolArgs):
-    state: DraftState = Field("unsent", description="unsent (default), sent or all")
-    limit: int = Field(20, ge=1, le=MAX_ROWS, description="Most rows to return")
-
-
-class DraftArgs(ToolArgs):
-    draft: int = Field(ge=1, description="The draft's id (draft_id)")
-
-
-class UpdateDraftArgs(ChangeArgs):
-    target: ClassVar[str] = "draft"
-    draft: int = Field(ge=1, description="The draft's id (draft_id)")
-    to: EmailStr | None = Field(None, description="New recipient (a draft about a lead stays the lead's)")
-    subject: str | None = Field(
-        None, min_length=1, max_length=200, pattern=r"^[^\r\n]*$", description="One line"
-    )
-    body: str | None = Field(None, min_length=1, max_length=20_000, description="Plain text")
-    html_body: str | None = Field(
-        None, max_length=100_000, description="HTML version; an empty string clears it"
-    )
 
 
 @tool(risk="low", category="read")
@@ -147,11 +151,8 @@ async def get_draft(ctx: ToolContext, args: DraftArgs) -> DraftDetail:
 async def update_draft(ctx: ToolContext, args: UpdateDraftArgs) -> Updated[DraftDetail]:
     """Edit an unsent draft: recipient, subject, body or HTML. Nothing is sent; the result lists the
     previous and new values."""
-    wanted = args.provided("subject", "body", "html_body")
-    if args.to is not None:
-        wanted["to_address"] = str(args.to)
     draft = await draft_of(ctx.session, ctx.tenant_id, args.draft, lock=True)
-    previous, changed = await edit_draft(ctx.session, draft, wanted)
+    previous, changed = await edit_draft(ctx.session, draft, args)
     return Updated[DraftDetail](record=DraftDetail.of(draft), previous=previous, changed=changed)
 
 

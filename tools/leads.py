@@ -7,6 +7,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 from sqlalchemy import delete, func, or_, select
+from sqlalchemy.ext.asyncio import AsyncSession
 
 from countersign.core.leadscore import LeadScore
 from countersign.db.leads import current_score, record_lead_event, rescore
@@ -74,20 +75,25 @@ class LeadStatusChange(BaseModel):
     changed: bool  # False when the lead already had `new_status`
 
 
-async def find_lead(ctx: ToolContext, ref: str, *, lock: bool = False) -> Lead:
-    """Resolve an email or id to one of the caller's tenant's leads, or fail with NOT_FOUND.
+async def lead_by_ref(session: AsyncSession, tenant_id: str, ref: str, *, lock: bool = False) -> Lead:
+    """Resolve an email or id to one of the tenant's leads, or fail with NOT_FOUND (the CLI's too).
 
     `lock` takes the row for the rest of the transaction (before reading a value the call will change).
     """
-    query = select(Lead).where(Lead.tenant_id == ctx.tenant_id)
+    query = select(Lead).where(Lead.tenant_id == tenant_id)
     number = record_id(ref)
     query = query.where(Lead.id == number) if number is not None else query.where(same_text(Lead.email, ref))
     if lock:
         query = query.with_for_update()
-    lead = (await ctx.session.execute(query)).scalar_one_or_none()
+    lead = (await session.execute(query)).scalar_one_or_none()
     if lead is None:
         raise ToolFailure("NOT_FOUND", f"no lead {ref!r} in this workspace")
     return lead
+
+
+async def find_lead(ctx: ToolContext, ref: str, *, lock: bool = False) -> Lead:
+    """The caller's tenant's lead by email or id (`lead_by_ref`)."""
+    return await lead_by_ref(ctx.session, ctx.tenant_id, ref, lock=lock)
 
 
 @tool(risk="low", category="read")

@@ -14,6 +14,7 @@ from countersign.cli import (  # noqa: F401  (each registers its commands)
     dev,
     health,
     inbox,
+    leads,
     mail,
     mcp,
     model,
