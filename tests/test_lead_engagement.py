@@ -12,20 +12,23 @@ from collections.abc import AsyncIterator
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
 import pytest_asyncio
-from sqlalchemy import delete, select
+from pydantic import ValidationError
+from sqlalchemy import delete, select, update
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
 from countersign.core.approvals import Decision
 from countersign.db.engine import session_factory
 from countersign.db.leads import rescore
-from countersign.db.schema import EmailDraft, EmailOutbox, Lead, LeadEvent
+from countersign.db.schema import CalendarEvent, EmailDraft, EmailOutbox, Lead, LeadEvent
 from countersign.runtime.config import PROJECT_ROOT
 from tests.fixtures.agent import AgentHarness
 from tests.fixtures.smtp import SmtpServer
 from tests.fixtures.updates import execute_update
 from tests.test_approvals import JANE, pending
-from tests.test_tools_catalog import context, failure, run, undo
+from tests.test_tools_catalog import args_of, context, failure, run, undo
 from tools.registry import ToolContext
 from workflows.agent import AgentWorkflow
 
@@ -134,6 +137,13 @@ async def test_meetings_booked_count_by_type_and_cancelling_one_uncounts_it(
     assert await score_of(db_session, NINA) == 25
     default = await run(replace(ctx, call_id="c4"), "create_event", title="Sync", **when)
     assert default["type"] == "meeting"
+    with pytest.raises(ValidationError, match="type"):
+        args_of("create_event", title="Party", type="party", **when)
+    with pytest.raises(IntegrityError, match="ck_calendar_events_type"):  # and the database agrees
+        async with db_session.begin_nested():
+            await db_session.execute(
+                update(CalendarEvent).where(CalendarEvent.id == demo["id"]).values(type="x")
+            )
 
 
 async def test_a_draft_is_listed_read_edited_and_sent_once(db_session: AsyncSession) -> None:
