@@ -1,4 +1,5 @@
-"""Lead tools: search, read and qualify the tenant's leads. Every query is scoped to the caller's tenant."""
+"""Lead tools: search, read, score and qualify the tenant's leads, and record their replies. Every query
+is scoped to the caller's tenant; the score's rules are countersign/core/leadscore.py."""
 
 from __future__ import annotations
 
@@ -234,7 +235,8 @@ async def record_lead_reply(ctx: ToolContext, args: RecordReplyArgs) -> Recorded
 async def forget_lead_reply(
     ctx: ToolContext, args: RecordReplyArgs, result: dict[str, Any] | None
 ) -> UndoOutcome:
-    """Delete the recorded reply (nothing left the building) and rescore the lead."""
+    """Delete the recorded reply (nothing left the building) and rescore the lead. Its
+    `last_engaged_at` keeps the stamp: the previous one is not kept, and a later contact may own it."""
     if result is None:
         return "never_happened"
     deleted = await ctx.session.scalar(
