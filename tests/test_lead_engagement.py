@@ -25,8 +25,10 @@ from countersign.db.leads import rescore
 from countersign.db.schema import CalendarEvent, EmailDraft, EmailOutbox, Lead, LeadEvent
 from countersign.runtime.config import PROJECT_ROOT
 from tests.fixtures.agent import AgentHarness
+from tests.fixtures.inbox import AuthInbox
 from tests.fixtures.smtp import SmtpServer
 from tests.fixtures.updates import execute_update
+from tests.test_agent_tools_api import token
 from tests.test_approvals import JANE, pending
 from tests.test_tools_catalog import args_of, context, failure, run, undo
 from tools.registry import ToolContext
@@ -279,3 +281,33 @@ async def test_a_person_reads_the_score_and_lists_reads_and_edits_drafts_from_th
     assert misdirected.returncode == 1 and "the lead's own address" in misdirected.stderr
     other = await starter(database_url, tmp_path, "drafts", "show", str(draft_id), "--tenant", "globex")
     assert other.returncode == 1 and "NOT_FOUND" in other.stderr
+
+
+async def test_a_person_lists_reads_and_edits_drafts_through_the_server(
+    auth_inbox: AuthInbox, nina_committed: tuple[int, int]
+) -> None:
+    """The inbox's session, the tenant's drafts only, the same checks as update_draft; no send route."""
+    _, draft_id = nina_committed
+    alice = await token(auth_inbox, "alice")
+    path = f"/api/drafts/{draft_id}"
+    status, listed, _ = await auth_inbox.call("GET", "/api/drafts", alice)
+    assert status == 200 and draft_id in [d["draft_id"] for d in listed["drafts"]]
+    status, edited, _ = await auth_inbox.call("PATCH", path, alice, {"subject": "Next week?"})
+    assert status == 200 and edited["subject"] == "Next week?", edited
+    status, shown, _ = await auth_inbox.call("GET", path, alice)
+    assert (status, shown["subject"], shown["sent_outbox_id"]) == (200, "Next week?", None)
+    assert (await auth_inbox.call("PATCH", path, alice, {"to": "x@evil.example"}))[0] == 400
+    assert (await auth_inbox.call("PATCH", path, alice, {}))[0] == 400
+    assert (await auth_inbox.call("PATCH", path, alice, {"subject": "a\nBcc: x@evil.example"}))[0] == 400
+    assert (await auth_inbox.call("PATCH", path, alice, {"status": "sent"}))[0] == 400  # unknown key
+    assert (await auth_inbox.call("GET", "/api/drafts?state=nope", alice))[0] == 400
+    assert (await auth_inbox.call("POST", path + "/send", alice, {}))[0] in (404, 405)
+    dave = await token(auth_inbox, "dave", "globex")
+    assert (await auth_inbox.call("GET", path, dave))[0] == 404
+    assert (await auth_inbox.call("PATCH", path, dave, {"subject": "mine now"}))[0] == 404
+    assert (await auth_inbox.call("GET", "/api/drafts", None))[0] == 401
+    async with session_factory(auth_inbox.engine)() as session, session.begin():
+        draft = await session.get(EmailDraft, draft_id)
+        assert draft is not None
+        draft.sent_outbox_id = 1  # as send_draft leaves it
+    assert (await auth_inbox.call("PATCH", path, alice, {"subject": "late"}))[0] == 409

@@ -75,9 +75,9 @@ class DraftArgs(ToolArgs):
     draft: int = Field(ge=1, description="The draft's id (draft_id)")
 
 
-class UpdateDraftArgs(ChangeArgs):
-    target: ClassVar[str] = "draft"
-    draft: int = Field(ge=1, description="The draft's id (draft_id)")
+class DraftChanges(ToolArgs):
+    """What an edit may change (the tool's arguments; the server's `PATCH /api/drafts/{id}` body)."""
+
     to: EmailStr | None = Field(None, description="New recipient (a draft about a lead stays the lead's)")
     subject: str | None = Field(
         None, min_length=1, max_length=200, pattern=r"^[^\r\n]*$", description="One line"
@@ -86,6 +86,11 @@ class UpdateDraftArgs(ChangeArgs):
     html_body: str | None = Field(
         None, max_length=100_000, description="HTML version; an empty string clears it"
     )
+
+
+class UpdateDraftArgs(ChangeArgs, DraftChanges):
+    target: ClassVar[str] = "draft"
+    draft: int = Field(ge=1, description="The draft's id (draft_id)")
 
 
 async def drafts_of(session: AsyncSession, tenant_id: str, state: DraftState, limit: int) -> DraftList:
