@@ -38,6 +38,7 @@ COMMANDS: dict[str, tuple[str, ...]] = {
     "mcp": ("mcp",),
     "model": ("model",),
     "permissions": ("records", "catalog"),
+    "rate-limits": ("users",),
     "reject": ("approvals",),
     "rollback": ("conversations",),
     "send": ("conversations",),
@@ -47,6 +48,7 @@ COMMANDS: dict[str, tuple[str, ...]] = {
     "status": ("conversations",),
     "tokens": ("tokens",),
     "transcript": ("conversations",),
+    "users": ("users",),
 }
 
 

@@ -1,7 +1,7 @@
 """Lead scores from engagement, drafts kept for later, and calendar event types (issue 24).
 
 Revision ID: 0020
-Revises: 0015
+Revises: 0016
 Create Date: 2026-11-25
 
 `lead_events` keeps what happened to a lead that no other table keeps (its status changes and the
@@ -17,7 +17,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0020"
-down_revision: str | None = "0015"
+down_revision: str | None = "0016"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
