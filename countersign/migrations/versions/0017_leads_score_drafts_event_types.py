@@ -1,6 +1,6 @@
 """Lead scores from engagement, drafts kept for later, and calendar event types (issue 24).
 
-Revision ID: 0020
+Revision ID: 0017
 Revises: 0016
 Create Date: 2026-11-25
 
@@ -16,7 +16,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0020"
+revision: str = "0017"
 down_revision: str | None = "0016"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
