@@ -28,6 +28,7 @@ from typing import Annotated, Any
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 from sqlalchemy import ColumnElement, delete, func, or_, select
 
+from countersign.db.leads import rescore_attendees
 from countersign.db.notifications import RESOLUTION_FIELDS, mark_resolved
 from countersign.db.schema import CalendarEvent, MeetingSession, Notification, User
 from tools.email import EmailContent, cancel_queued_email, queued_once
@@ -660,6 +661,7 @@ async def book(
     if session is not None:
         session.status, session.event_id = "confirmed", event.id
         resolved = await resolve_proposal(ctx, session)
+    await rescore_attendees(ctx.session, ctx.tenant_id, event.attendees)
     other_tz = session.counterpart_tz if session else await zone_of(ctx, other, None)
     readers = [(organiser, await zone_of(ctx, organiser, None)), (other, other_tz)]
     booker = next((p for p, _ in readers if p.user_id == ctx.caller.user_id), organiser)
@@ -714,6 +716,7 @@ async def cancel_booking(ctx: ToolContext, args: Any, result: dict[str, Any] | N
     outcome = await cancel_created(ctx, CalendarEvent, result)
     if result is None:
         return outcome
+    await rescore_attendees(ctx.session, ctx.tenant_id, result.get("attendees", []))
     if result.get("session") is not None and outcome == "undone":
         session = await locked_row(ctx, MeetingSession, result["session"])
         if session is not None and session.status == "confirmed" and session.event_id == result.get("id"):

@@ -1,7 +1,7 @@
 """A scheduling session keeps the window its proposals were picked in (issue 24).
 
 Revision ID: 0018
-Revises: 0016
+Revises: 0017
 Create Date: 2026-11-25
 
 schedule_meeting refuses a second proposal to the same counterpart while a session of the same
@@ -15,7 +15,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0018"
-down_revision: str | None = "0016"
+down_revision: str | None = "0017"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
