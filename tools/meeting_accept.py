@@ -28,7 +28,10 @@ from tools.scheduling import (
 
 class AcceptMeetingArgs(ToolArgs):
     session: int | None = Field(
-        None, ge=1, description="The proposal's session (see list_notifications); omit when only one is open"
+        None,
+        ge=1,
+        description="The proposal's session; leave it out when only one is open (with several, the "
+        "answer lists them)",
     )
     selection: int | None = Field(
         None, ge=1, le=MAX_SLOTS, description="Which of its proposed times (its number, from 1)"
@@ -68,7 +71,8 @@ async def addressed_session(ctx: ToolContext, session_id: int | None) -> Meeting
 @answers_needs
 async def accept_meeting(ctx: ToolContext, args: AcceptMeetingArgs) -> BookedMeeting:
     """Accept a meeting someone proposed to the user: book proposed time `selection` of `session`
-    (list_notifications shows the proposals addressed to the user). Both calendars are checked
+    (list_notifications shows the proposals addressed to the user; without a selection, or with
+    several open and no session, this answers `needs` listing them). Both calendars are checked
     again (CONFLICT if taken meanwhile), both people get an invite by email, the proposal's
     notification is resolved and the requester is notified. Accept only the time the user chose."""
     session = await addressed_session(ctx, args.session)

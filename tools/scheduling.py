@@ -723,9 +723,9 @@ async def cancel_booking(ctx: ToolContext, args: Any, result: dict[str, Any] | N
             session.status, session.event_id = "open", None
         mark = result.get("resolved_notification")
         notification = await locked_row(ctx, Notification, mark["id"]) if mark else None
-        if notification is not None:
+        if mark and notification is not None:  # reopened only while still resolved by this booking
             previous = {"status": "open", "resolved_at": None, "resolved_by": None}
-            changed = {name: mark[name] for name in RESOLUTION_FIELDS} if mark else {}
+            changed = {name: mark[name] for name in RESOLUTION_FIELDS}
             restore_fields(notification, previous, changed, together=[RESOLUTION_FIELDS])
     if outcome == "undone" and result.get("notified") is not None:
         await ctx.session.execute(
