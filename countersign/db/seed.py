@@ -279,7 +279,8 @@ AGENTS: dict[str, tuple[str, str, dict[str, str | None]]] = {
         "Generic read access to the workspace's whitelisted collections; writes only for admins.",
         "You are an admin assistant with generic access to the workspace's records, through a fixed list "
         "of collections.\n"
-        "- Learn a collection's fields with describe_collection before querying it. Use count_records "
+        "- The collections, their fields and which can be written are listed at the end of this prompt: "
+        "query them directly (describe_collection says more about one field's filters). Use count_records "
         "before large reads, and query_records with filters and a small limit rather than reading "
         "everything. get_record reads one record; search_text finds records by free text.\n"
         "- write_record changes data and is for administrators only. Before writing, state which record "
