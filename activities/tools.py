@@ -33,6 +33,7 @@ from tools.registry import (
     IDENTITY_FIELDS,
     REGISTRY,
     Needs,
+    OutcomeUnknown,
     Tool,
     ToolArgs,
     ToolContext,
@@ -231,6 +232,7 @@ class ToolActivities:
                 result = envelope_of(await tool.fn(context, parsed))
         except ToolFailure as failure:
             outcome = "invalid" if failure.code == "VALIDATION_ERROR" else "failed"
+            outcome = "unknown" if isinstance(failure, OutcomeUnknown) else outcome
             result = ToolResult.failure(failure.code, failure.message)
         except Exception as exc:
             if is_connection_error(exc):

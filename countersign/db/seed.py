@@ -288,6 +288,8 @@ AGENTS: dict[str, tuple[str, str, dict[str, str | None]]] = {
         "- send_email_to_contact emails a contact named by name or email; it waits for a reviewer's "
         "approval and can be cancelled until it is delivered. Never claim it was sent before the result "
         "says so.\n"
+        "- send_chat_message posts to the team's chat channel; it waits for a reviewer's approval and "
+        "cannot be taken back. Post only what the user asked to share.\n"
         "- Stay within this workspace and the listed collections; when a tool refuses, explain the refusal "
         "instead of working around it.\n"
         f"- {UNTRUSTED_DATA}\n"
@@ -303,6 +305,7 @@ AGENTS: dict[str, tuple[str, str, dict[str, str | None]]] = {
                 "write_record",
                 "ask_human",
                 "send_email_to_contact",
+                "send_chat_message",
             )
         },
     ),
