@@ -217,6 +217,11 @@ class DeltaPublisher:
         if self._tag["attempt"] > 1:
             await self._write({"text": "", "reset": True, **self._tag})
 
+    async def void(self) -> None:
+        """Readers drop what this call showed (a reset, as for a retried attempt)."""
+        self._pending = ""
+        await self._write({"text": "", "reset": True, **self._tag})
+
     async def add(self, text: str) -> None:
         self._pending += text
         if self._pending and time.monotonic() - self._last >= self.FLUSH_S:
@@ -330,11 +335,12 @@ class ModelActivities:
             await deltas.flush()
             return found.earlier
         messages = found.messages
-        if stored.direct:  # small talk: no schemas, no streaming of what may be the marker
+        if stored.direct:  # small talk: no schemas
             messages = with_direct_note(messages)
-            reply = await self._complete(messages, [], request.max_tokens, request.agent)
+            reply = await self._complete(messages, [], request.max_tokens, request.agent, deltas)
             if wants_tools(reply.message):  # stored as the marker: the turn asks again with tools
                 reply.message = marker()
+                await deltas.void()  # readers drop the marker's streamed text
         else:
             tools = [native_tool(REGISTRY[n]) for n in stored.tool_names if n in REGISTRY]
             tools += stored.mcp_tools

@@ -18,11 +18,14 @@ from activities.model import native_tool
 from countersign.core.direct import DIRECT_NOTE, NEED_TOOLS, conversational, marker, wants_tools
 from countersign.core.messages import ChatMessage, ToolCall
 from countersign.db.engine import session_factory
+from countersign.db.events import streamed_text
 from countersign.db.messages import ConversationStore
 from countersign.db.seed import AGENTS
 from countersign.runtime.config import SCRIPTED_MODEL_NAME
-from countersign.scripted_model.server import ScriptedModelServer
+from countersign.scripted_model.scenario import Reply
+from countersign.scripted_model.server import Fault, ScriptedModelServer, completion
 from tests.fixtures.agent import AgentHarness
+from tests.test_streaming import events_of
 from tools import REGISTRY
 
 
@@ -79,11 +82,15 @@ async def test_a_task_gets_the_tools_at_once(agent: AgentHarness) -> None:
     assert "count_records" in offered(request) and request["messages"][-1]["role"] == "user"
 
 
+@pytest.mark.parametrize("asks", ["by_marker", "by_tool_call"])
 async def test_the_model_asking_for_a_tool_gets_them_in_the_same_turn(
-    agent: AgentHarness, db_engine: AsyncEngine
+    agent: AgentHarness, db_engine: AsyncEngine, asks: str
 ) -> None:
-    """A message the rule takes for small talk, a model that wants a tool: the turn asks again with
-    the tools, runs the call and answers; the user's message is answered once, nothing lost."""
+    """A message the rule takes for small talk, a model that wants a tool (it answers the marker,
+    or calls a tool it was not offered): the turn asks again with the tools, runs the call and
+    answers; the user's message is answered once, nothing lost."""
+    if asks == "by_marker":  # the first (direct) request is answered NEED_TOOLS, streamed
+        agent.model.inject(Fault(raw_body=json.dumps(completion(Reply(content=NEED_TOOLS), "m", []))))
     agent.script(
         {"when": {"after_tool": "count_records"}, "reply": {"content": "Here is the count of cases."}},
         {
@@ -106,6 +113,9 @@ async def test_the_model_asking_for_a_tool_gets_them_in_the_same_turn(
     stored = await ConversationStore(session_factory(db_engine)).load(handle.id)
     assert [m.content for m in stored if m.role == "user"] == ["hello there"]
     assert [m.name for m in stored if m.content == NEED_TOOLS] == ["needs_tools"]  # kept, marked
+    events = await events_of(db_engine, handle.id)
+    assert [e.data["reply"] for e in events if e.kind == "turn"] == [result.last_reply]  # one end
+    assert NEED_TOOLS not in "".join(streamed_text(events).values())  # its streamed text voided
 
 
 async def test_tokens_saved_by_a_direct_greeting(
