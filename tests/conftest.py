@@ -9,4 +9,5 @@ pytest_plugins = [
     "tests.fixtures.smtp",
     "tests.fixtures.inbox",
     "tests.fixtures.mcp",
+    "tests.fixtures.chat",
 ]

@@ -4,18 +4,15 @@ workflow with the scripted model and a reviewer's approval."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import uuid
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 import pytest_asyncio
-from aiohttp import web
-from sqlalchemy import delete, insert, select
+from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 import tools.chat
@@ -23,76 +20,22 @@ from activities.tools import ToolActivities
 from countersign.core.approvals import Decision
 from countersign.core.calls import CallerContext, ToolInvocation, ToolResult
 from countersign.db.engine import session_factory
-from countersign.db.schema import ChatChannel, ChatPost, ToolExecution
+from countersign.db.schema import ChatPost, ToolExecution
 from tests.fixtures.agent import AgentHarness
+from tests.fixtures.chat import TOKEN, Receiver, acme_channel
 from tests.fixtures.updates import execute_update
 from tests.test_approvals import pending
 from tools.registry import REGISTRY, OutcomeUnknown, ToolContext, ToolFailure, parse_arguments
 from workflows.agent import AgentWorkflow
 
-TOKEN = "123456:SECRET-bot-token"
-HOOK = "/services/T000/B000/SECRETHOOK"
-
-
-@dataclass
-class Receiver:
-    """A chat API on localhost: records each post; `answer` says how it answers the next ones."""
-
-    base_url: str = ""
-    posts: list[dict[str, Any]] = field(default_factory=list)
-    answer: str = "ok"  # ok | error | hang
-
-    async def handle(self, request: web.Request) -> web.StreamResponse:
-        self.posts.append(
-            {
-                "path": request.path,
-                "json": await request.json(),
-                "key": request.headers.get("Idempotency-Key"),
-            }
-        )
-        if self.answer == "error":
-            return web.Response(status=500, text=f"internal error at {request.path}")
-        if self.answer == "hang":
-            await asyncio.sleep(5)
-        if request.path.startswith("/bot"):
-            return web.json_response({"ok": True, "result": {"message_id": 1000 + len(self.posts)}})
-        return web.Response(text="ok")
-
-
-@pytest_asyncio.fixture
-async def receiver() -> AsyncIterator[Receiver]:
-    chat = Receiver()
-    app = web.Application()
-    app.router.add_post(f"/bot{TOKEN}/sendMessage", chat.handle)
-    app.router.add_post(HOOK, chat.handle)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    chat.base_url = f"http://127.0.0.1:{port}"
-    yield chat
-    await runner.cleanup()
-
 
 @pytest_asyncio.fixture(params=["telegram", "slack"])
 async def channel(
-    request: pytest.FixtureRequest, db_engine: AsyncEngine, receiver: Receiver
+    request: pytest.FixtureRequest, db_engine: AsyncEngine, chat_receiver: Receiver
 ) -> AsyncIterator[str]:
     """acme's channel on the receiver; every post and audit row of acme's chat removed afterwards."""
-    kind: str = request.param
-    values: dict[str, Any] = (
-        {"endpoint": receiver.base_url, "bot_token": TOKEN, "chat_id": "-100200", "name": "Sales group"}
-        if kind == "telegram"
-        else {"endpoint": f"{receiver.base_url}{HOOK}", "name": "#sales"}
-    )
-    async with db_engine.begin() as conn:
-        await conn.execute(insert(ChatChannel).values(tenant_id="acme", kind=kind, **values))
-    yield kind
-    async with db_engine.begin() as conn:
-        await conn.execute(delete(ChatChannel).where(ChatChannel.tenant_id == "acme"))
-        await conn.execute(delete(ChatPost).where(ChatPost.tenant_id == "acme"))
-        await conn.execute(delete(ToolExecution).where(ToolExecution.tool == "send_chat_message"))
+    async with acme_channel(db_engine, chat_receiver, request.param):
+        yield request.param
 
 
 def invocation(text: str = "Q3 pipeline: 2 new leads") -> ToolInvocation:
@@ -138,14 +81,14 @@ def test_declared_high_risk_external_and_approval_gated() -> None:
 
 
 async def test_posts_once_to_the_tenants_channel_and_audits_no_secret(
-    db_engine: AsyncEngine, receiver: Receiver, channel: str
+    db_engine: AsyncEngine, chat_receiver: Receiver, channel: str
 ) -> None:
     activities = ToolActivities(session_factory(db_engine))
     inv = invocation()
     first = await activities.execute_tool(inv)
     again = await activities.execute_tool(inv)  # a retried activity: the recorded result, no post
     assert isinstance(first, ToolResult) and first.ok and again == first
-    (sent,) = receiver.posts
+    (sent,) = chat_receiver.posts
     assert sent["key"] == f"{inv.workflow_id}:c1"
     if channel == "telegram":
         assert sent["json"] == {"chat_id": "-100200", "text": "Q3 pipeline: 2 new leads"}
@@ -160,7 +103,7 @@ async def test_posts_once_to_the_tenants_channel_and_audits_no_secret(
 
 
 async def test_an_attempt_after_a_lost_commit_does_not_post_again(
-    db_engine: AsyncEngine, receiver: Receiver, channel: str
+    db_engine: AsyncEngine, chat_receiver: Receiver, channel: str
 ) -> None:
     """The worker posted and died before the tool's transaction committed: the retried activity
     finds the committed claim and answers the post it made, without posting."""
@@ -175,13 +118,13 @@ async def test_an_attempt_after_a_lost_commit_does_not_post_again(
     retried = await ToolActivities(sessions).execute_tool(inv)
     assert isinstance(retried, ToolResult) and retried.ok
     assert retried.data == crashed.model_dump(mode="json")
-    assert len(receiver.posts) == 1
+    assert len(chat_receiver.posts) == 1
 
 
 async def test_a_refusing_channel_fails_the_call_without_naming_its_address(
-    db_engine: AsyncEngine, receiver: Receiver, channel: str
+    db_engine: AsyncEngine, chat_receiver: Receiver, channel: str
 ) -> None:
-    receiver.answer = "error"
+    chat_receiver.answer = "error"
     inv = invocation()
     result = await ToolActivities(session_factory(db_engine)).execute_tool(inv)
     assert isinstance(result, ToolResult) and result.error is not None
@@ -194,23 +137,23 @@ async def test_a_refusing_channel_fails_the_call_without_naming_its_address(
 
 
 async def test_a_lost_answer_is_an_unknown_outcome_never_posted_again(
-    db_engine: AsyncEngine, receiver: Receiver, channel: str, monkeypatch: pytest.MonkeyPatch
+    db_engine: AsyncEngine, chat_receiver: Receiver, channel: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(tools.chat, "POST_TIMEOUT_S", 0.3)
-    receiver.answer = "hang"
+    chat_receiver.answer = "hang"
     inv = invocation()
     result = await ToolActivities(session_factory(db_engine)).execute_tool(inv)
     assert isinstance(result, ToolResult) and result.error is not None
     assert "may have been posted" in result.error.message
     assert (await audit_of(db_engine, inv)).outcome == "unknown"
-    receiver.answer = "ok"
+    chat_receiver.answer = "ok"
     async with session_factory(db_engine)() as session, session.begin():  # an attempt whose commit was lost
         ctx = ToolContext(inv.caller, session, inv.workflow_id, inv.call_id, datetime.now(UTC))
         with pytest.raises(OutcomeUnknown):
             await REGISTRY["send_chat_message"].fn(
                 ctx, parse_arguments(REGISTRY["send_chat_message"], {"text": "x"})
             )
-    assert len(receiver.posts) == 1
+    assert len(chat_receiver.posts) == 1
     (post,) = await posts_of(db_engine, inv)
     assert post.status == "sending"
 
@@ -227,10 +170,10 @@ async def test_a_tenant_without_a_channel_is_told_so(db_engine: AsyncEngine) -> 
 
 
 async def test_the_admin_assistant_posts_after_a_reviewer_approves(
-    agent: AgentHarness, db_engine: AsyncEngine, receiver: Receiver, channel: str
+    agent: AgentHarness, db_engine: AsyncEngine, chat_receiver: Receiver, channel: str
 ) -> None:
     """End to end: the seeded admin assistant, the scripted model over HTTP, the workflow's
-    approval gate, the tool activity, the receiver."""
+    approval gate, the tool activity, the chat_receiver."""
     agent.script(
         {
             "when": {"user_contains": "tell the team"},
@@ -241,13 +184,13 @@ async def test_the_admin_assistant_posts_after_a_reviewer_approves(
     handle = await agent.start("tell the team Initech signed", agent="admin-assistant", single_turn=True)
     (waiting,) = (await pending(handle)).pending_approvals
     assert waiting.tool == "send_chat_message" and waiting.risk == "high"
-    assert receiver.posts == [], "nothing is posted before a decision"
+    assert chat_receiver.posts == [], "nothing is posted before a decision"
     await execute_update(
         handle, AgentWorkflow.decide, Decision(call_id=waiting.call_id, decision="approve", approver="bob")
     )
     result = await handle.result()
     assert (result.last_reply or "").endswith("Posted to the team channel.")
-    (sent,) = receiver.posts
+    (sent,) = chat_receiver.posts
     assert sent["json"]["text"] == "Initech signed" and sent["key"] == f"{handle.id}:{waiting.call_id}"
     async with session_factory(db_engine)() as session:
         row = await session.scalar(select(ToolExecution).where(ToolExecution.workflow_id == handle.id))
