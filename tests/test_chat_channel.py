@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
-from sqlalchemy import select
+from sqlalchemy import delete, insert, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 import tools.chat
@@ -20,7 +20,7 @@ from activities.tools import ToolActivities
 from countersign.core.approvals import Decision
 from countersign.core.calls import CallerContext, ToolInvocation, ToolResult
 from countersign.db.engine import session_factory
-from countersign.db.schema import ChatPost, ToolExecution
+from countersign.db.schema import ChatChannel, ChatPost, ToolExecution
 from tests.fixtures.agent import AgentHarness
 from tests.fixtures.chat import TOKEN, Receiver, acme_channel
 from tests.fixtures.updates import execute_update
@@ -196,3 +196,25 @@ async def test_the_admin_assistant_posts_after_a_reviewer_approves(
         row = await session.scalar(select(ToolExecution).where(ToolExecution.workflow_id == handle.id))
     assert row is not None and (row.outcome, row.approved_by) == ("executed", "bob")
     no_secret_in(row.args, row.result)
+
+
+@pytest.mark.parametrize("endpoint", ["http://127.0.0.1:9", "ftp://chat.example/x", "http://[::1"])
+async def test_an_endpoint_that_cannot_be_reached_posts_nothing_and_shows_no_address(
+    db_engine: AsyncEngine, endpoint: str
+) -> None:
+    async with db_engine.begin() as conn:
+        await conn.execute(
+            insert(ChatChannel).values(tenant_id="acme", kind="slack", endpoint=endpoint, name="#sales")
+        )
+    try:
+        inv = invocation()
+        result = await ToolActivities(session_factory(db_engine)).execute_tool(inv)
+        assert isinstance(result, ToolResult) and result.error is not None
+        assert result.error.message == "the slack channel could not be reached; nothing was posted"
+        assert [p.status for p in await posts_of(db_engine, inv)] == ["failed"]
+        assert (await audit_of(db_engine, inv)).outcome == "failed"
+    finally:
+        async with db_engine.begin() as conn:
+            await conn.execute(delete(ChatChannel).where(ChatChannel.tenant_id == "acme"))
+            await conn.execute(delete(ChatPost).where(ChatPost.tenant_id == "acme"))
+            await conn.execute(delete(ToolExecution).where(ToolExecution.workflow_id == inv.workflow_id))

@@ -32,6 +32,8 @@ from tools.registry import OutcomeUnknown, ToolArgs, ToolContext, ToolFailure, t
 POST_TIMEOUT_S = 10.0
 MAX_CHAT_TEXT = 4_000  # under Telegram's 4,096; Slack takes more
 IDEMPOTENCY_HEADER = "Idempotency-Key"
+# Failures before any byte of the request was sent (a misconfigured endpoint among them)
+NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.UnsupportedProtocol, httpx.InvalidURL)
 
 
 class SendChatMessageArgs(ToolArgs):
@@ -125,7 +127,7 @@ async def post(channel: ChatChannel, text: str, key: str) -> str | None:
     try:
         async with httpx.AsyncClient(timeout=POST_TIMEOUT_S) as http:
             response = await http.post(url, json=body, headers={IDEMPOTENCY_HEADER: key})
-    except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+    except NOT_SENT as exc:  # nothing left this process: a plain failure (the message says no URL)
         raise ToolFailure(
             "INTERNAL_ERROR", f"the {channel.kind} channel could not be reached; nothing was posted"
         ) from exc
