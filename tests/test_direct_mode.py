@@ -27,6 +27,7 @@ from countersign.scripted_model.server import Fault, ScriptedModelServer, comple
 from tests.fixtures.agent import AgentHarness
 from tests.test_streaming import events_of
 from tools import REGISTRY
+from tools.records import schema_map
 
 
 @pytest.mark.parametrize(
@@ -80,6 +81,7 @@ async def test_a_task_gets_the_tools_at_once(agent: AgentHarness) -> None:
     await agent.converse("How many new leads are there?", agent="admin-assistant")
     (request,) = agent.model.requests[before:]
     assert "count_records" in offered(request) and request["messages"][-1]["role"] == "user"
+    assert schema_map() in request["messages"][0]["content"]  # the map rides in the system prompt
 
 
 @pytest.mark.parametrize("asks", ["by_marker", "by_tool_call"])
