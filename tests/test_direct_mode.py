@@ -15,7 +15,7 @@ import pytest
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from activities.model import native_tool
-from countersign.core.direct import DIRECT_NOTE, NEED_TOOLS, conversational, marker, wants_tools
+from countersign.core.direct import DIRECT_NOTE, NEED_TOOLS, conversational, is_marker, marker, wants_tools
 from countersign.core.messages import ChatMessage, ToolCall
 from countersign.db.engine import session_factory
 from countersign.db.events import streamed_text
@@ -52,7 +52,8 @@ def test_what_asks_for_the_tools() -> None:
     assert wants_tools(ChatMessage(role="assistant", content=NEED_TOOLS))
     assert wants_tools(ChatMessage(role="assistant", content=f"[scripted model] {NEED_TOOLS}."))
     assert wants_tools(ChatMessage(role="assistant", tool_calls=[ToolCall(id="c1", name="count_records")]))
-    assert wants_tools(marker())
+    assert wants_tools(marker()) and is_marker(marker())
+    assert not is_marker(ChatMessage(role="assistant", content=NEED_TOOLS))  # only the activity marks
     assert not wants_tools(ChatMessage(role="assistant", content="Hello! How can I help?"))
     assert not wants_tools(ChatMessage(role="assistant", content=f"I could say {NEED_TOOLS} " * 3))
 

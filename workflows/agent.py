@@ -39,7 +39,7 @@ with workflow.unsafe.imports_passed_through():
         TurnResult,
         TurnStop,
     )
-    from countersign.core.direct import conversational, wants_tools
+    from countersign.core.direct import conversational, is_marker
     from countersign.core.envelopes import budget_refusal
     from countersign.core.history import history_full
     from countersign.core.limits import before_model_call, tool_call_budget, within_agent_bounds
@@ -293,10 +293,9 @@ class AgentWorkflow(Handlers):
                 return await self._end_turn(turn, *turn_failure("model call", err))
             turn = turn.plus(reply.usage)
             conversation.usage = conversation.usage.plus(reply.usage)
-            if direct:
-                direct = False
-                if wants_tools(reply.message):
-                    continue
+            direct = False
+            if is_marker(reply.message):  # the direct call's reply asks for the tools: ask again
+                continue
             calls = reply.message.tool_calls
             if not calls:
                 return await self._end_turn(turn, "completed", reply.message.content)
@@ -351,7 +350,7 @@ class AgentWorkflow(Handlers):
             summary=f"model call (turn {conversation.turn}, {len(seqs)} messages)",
         )
         conversation.call_seq += len(reply.message.tool_calls)
-        if not (direct and wants_tools(reply.message)):
+        if not is_marker(reply.message):
             self.store.record(reply.message, seq=reply_seq)
         return reply
 

@@ -52,6 +52,12 @@ def marker() -> ChatMessage:
     return ChatMessage(role="assistant", content=NEED_TOOLS, name=MARKER_NAME)
 
 
+def is_marker(message: ChatMessage) -> bool:
+    """Whether a model call's (recorded) reply is the marker. The workflow decides on this, not on
+    the rule: a history replays the same way whatever a later build's `SMALL_TALK` says."""
+    return message.role == "assistant" and message.name == MARKER_NAME and not message.tool_calls
+
+
 def wants_tools(message: ChatMessage) -> bool:
     """Whether a reply to a direct request asks for the tools after all: a tool call it was not
     offered, or the marker (allowing what a model adds around it: a period, a label)."""
