@@ -270,7 +270,7 @@ def proposal_email(caller: Person, session: MeetingSession, slots: Sequence[Slot
     return EmailContent(subject=subject[:200], body=body)
 
 
-@tool(risk="medium", category="external")
+@tool(risk="medium", category="external", scopes=("calendar:availability", "calendar:propose"))
 @answers_needs
 async def schedule_meeting(ctx: ToolContext, args: ScheduleMeetingArgs) -> MeetingProposal:
     """Open a scheduling negotiation with `with` (a contact's name or email, or a user): up to 5
@@ -539,7 +539,7 @@ def invite(caller: Person, other: Person, event: CalendarEvent, zone_of_reader: 
     )
 
 
-@tool(risk="medium", category="external")
+@tool(risk="medium", category="external", scopes=("calendar:availability", "calendar:book"))
 @answers_needs
 async def confirm_meeting(ctx: ToolContext, args: ConfirmMeetingArgs) -> BookedMeeting:
     """Book a meeting and email an invite to both people: proposal `selection` of a schedule_meeting

@@ -36,6 +36,7 @@ COMMANDS: dict[str, tuple[str, ...]] = {
     "mcp": ("mcp",),
     "model": ("model",),
     "permissions": ("records", "catalog"),
+    "rate-limits": ("users",),
     "reject": ("approvals",),
     "rollback": ("conversations",),
     "send": ("conversations",),
@@ -45,6 +46,7 @@ COMMANDS: dict[str, tuple[str, ...]] = {
     "status": ("conversations",),
     "tokens": ("tokens",),
     "transcript": ("conversations",),
+    "users": ("users",),
 }
 
 

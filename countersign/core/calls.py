@@ -30,6 +30,8 @@ ErrorCode = Literal[
     "RATE_LIMITED",
     "LIMIT_REACHED",
     "INTERNAL_ERROR",
+    "SCOPES_MISSING",  # the conversation's user lacks a grant the tool needs (countersign/core/access.py)
+    "CONNECTION_INACTIVE",  # the conversation's user was removed or deactivated since it started
 ]
 
 
@@ -249,6 +251,8 @@ OUTCOME_OF: dict[ErrorCode, str] = {
     "LIMIT_REACHED": "limit_reached",
     "REJECTED": "rejected",
     "EXPIRED": "expired",
+    "SCOPES_MISSING": "refused",
+    "CONNECTION_INACTIVE": "refused",
 }
 
 

@@ -21,6 +21,7 @@ from sqlalchemy import func, select, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from countersign.core.access import SCOPES
 from countersign.db import schema
 from countersign.db.engine import create_engine, session_factory
 from countersign.db.people import set_dev_passwords
@@ -45,6 +46,13 @@ USERS = [
 
 # (tenant, user) -> IANA zone of the user's business hours; the others work in UTC
 USER_TZ = {("globex", "dave"): "Europe/London", ("globex", "erin"): "America/New_York"}
+# Every seeded user holds every calendar scope, so the scheduler works out of the box; `users revoke`
+# takes one away (and re-seeding grants it again, as it restores any seeded row that is missing).
+SEED_GRANTER = "seed"
+# Each tenant's tool-call limits for every tool (`*`): (per second, burst) of the tenant's shared
+# bucket and of each user's. A user may spend half of the tenant's: one user cannot starve the
+# others. Seeded while the tenant has none (operators own them afterwards: `users rate-limit`).
+TENANT_RATE_LIMITS = {"per_s": 10.0, "burst": 20.0, "user_per_s": 5.0, "user_burst": 10.0}
 
 # (tenant, email, name, company, status, source, owner, notes)
 LEADS = [
@@ -401,11 +409,20 @@ async def _load(session: AsyncSession, reset: bool) -> None:
             display_name=display_name,
             email=f"{user_id}@{tenant_id}.example",
             tz=USER_TZ.get((tenant_id, user_id), "UTC"),
+            deactivated_at=None,  # with --reset, a deactivated seeded user is active again
         )
     await session.flush()
     user_roles = [{"tenant_id": t, "user_id": u, "role": r} for t, u, _, roles in USERS for r in roles]
     await session.execute(insert(schema.UserRole).values(user_roles).on_conflict_do_nothing())
     await set_dev_passwords(session)
+    grants = [
+        {"tenant_id": t, "user_id": u, "scope": scope, "granted_by": SEED_GRANTER}
+        for t, u, _, _ in USERS
+        for scope in SCOPES
+    ]
+    await session.execute(insert(schema.UserScope).values(grants).on_conflict_do_nothing())
+    rate_limits = [{"tenant_id": t, "tool": "*", **TENANT_RATE_LIMITS} for t in TENANTS]
+    await session.execute(insert(schema.TenantRateLimit).values(rate_limits).on_conflict_do_nothing())
 
     for tenant_id, email, name, company, status, source, owner, notes in LEADS:
         await upsert(
