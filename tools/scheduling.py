@@ -28,6 +28,7 @@ from typing import Annotated, Any
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 from sqlalchemy import delete, func, or_, select
 
+from countersign.db.leads import rescore_attendees
 from countersign.db.schema import CalendarEvent, MeetingSession, Notification, User
 from tools.email import EmailContent, cancel_queued_email, queued_once
 from tools.operations import EventView
@@ -576,6 +577,7 @@ async def confirm_meeting(ctx: ToolContext, args: ConfirmMeetingArgs) -> BookedM
     )
     if session is not None:
         session.status, session.event_id = "confirmed", event.id
+    await rescore_attendees(ctx.session, ctx.tenant_id, event.attendees)
     other_tz = session.counterpart_tz if session else await zone_of(ctx, other, None)
     readers = [(caller, await zone_of(ctx, caller, None)), (other, other_tz)]
     invited, outbox_ids = [], []
@@ -603,6 +605,7 @@ async def cancel_confirmed_meeting(
     outcome = await cancel_created(ctx, CalendarEvent, result)
     if result is None:
         return outcome
+    await rescore_attendees(ctx.session, ctx.tenant_id, result.get("attendees", []))
     if result.get("session") is not None and outcome == "undone":
         session = await locked_row(ctx, MeetingSession, result["session"])
         if session is not None and session.status == "confirmed" and session.event_id == result.get("id"):

@@ -181,7 +181,9 @@ class McpCall(BaseModel):
 # Tools whose results name queued outbox rows the workflow delivers after the turn's undo window
 # (`outbox_id` with status "queued", or `outbox_ids`). Named, not inferred from a result's shape:
 # an MCP tool's result may say anything.
-QUEUES_EMAIL = frozenset({"send_email", "send_email_to_contact", "schedule_meeting", "confirm_meeting"})
+QUEUES_EMAIL = frozenset(
+    {"send_email", "send_email_to_contact", "send_draft", "schedule_meeting", "confirm_meeting"}
+)
 
 
 def queued_emails(tool: str, data: dict[str, Any]) -> list[int]:

@@ -70,6 +70,9 @@ COMPENSATION_STATES = ("pending", "done", "failed", "irreversible", "skipped")
 ROLLBACK_SCOPES = ("turn", "conversation", "call")
 CASE_STATUSES = ("open", "in_progress", "on_hold", "closed")
 MEETING_SESSION_STATUSES = ("open", "confirmed", "cancelled")
+EVENT_TYPES = ("meeting", "call", "demo", "deadline", "reminder", "other")
+# What a lead_events row records; emails delivered and meetings booked are read from their own tables.
+LEAD_EVENT_KINDS = ("status_changed", "email_answered")
 
 # Deterministic constraint names: the migration spells the same names, and later migrations can drop them.
 NAMING_CONVENTION = {
@@ -214,8 +217,28 @@ class Lead(Base):
     owner_user_id: Mapped[str | None]
     created_at: Mapped[datetime] = created_at()
     updated_at: Mapped[datetime] = updated_at()
-    score: Mapped[int | None]  # 0-100, how promising the lead looks
+    score: Mapped[int | None]  # 0-100, computed by countersign/db/leads.py `rescore`
     last_engaged_at: Mapped[datetime | None]  # the latest contact either way (an email, a call)
+
+
+class LeadEvent(Base):
+    """What happened to a lead that no other table keeps: its status changes and its replies."""
+
+    __tablename__ = "lead_events"
+    __table_args__ = (
+        one_of("kind", LEAD_EVENT_KINDS),
+        Index("ix_lead_events_tenant_id_lead_id", "tenant_id", "lead_id"),
+    )
+
+    id: Mapped[int] = identity_pk()
+    tenant_id: Mapped[str] = tenant_column(indexed=False)
+    lead_id: Mapped[int] = mapped_column(BigInteger, ForeignKey("leads.id", ondelete="CASCADE"))
+    kind: Mapped[str]
+    previous_status: Mapped[str | None]  # status_changed: from
+    status: Mapped[str | None]  # status_changed: to
+    note: Mapped[str | None]  # the reason, or what the reply said
+    created_by: Mapped[str]
+    created_at: Mapped[datetime] = created_at()
 
 
 class Case(Base):
@@ -280,6 +303,7 @@ class CalendarEvent(Base):
     __table_args__ = (
         one_of("status", EVENT_STATUSES),
         CheckConstraint("ends_at >= starts_at", name="ends_after_start"),
+        one_of("type", EVENT_TYPES),
         user_fk("owner_user_id"),
     )
 
@@ -295,6 +319,7 @@ class CalendarEvent(Base):
     status: Mapped[str] = mapped_column(server_default="confirmed")
     created_at: Mapped[datetime] = created_at()
     updated_at: Mapped[datetime] = updated_at()
+    type: Mapped[str] = mapped_column(server_default="meeting")
 
 
 class EmailOutbox(Base):
@@ -333,6 +358,8 @@ class EmailDraft(Base):
     html_body: Mapped[str | None]
     lead_id: Mapped[int | None] = mapped_column(BigInteger)
     created_at: Mapped[datetime] = created_at()
+    updated_at: Mapped[datetime] = updated_at()
+    sent_outbox_id: Mapped[int | None] = mapped_column(BigInteger)  # the outbox row `send_draft` queued
 
 
 class Notification(Base):

@@ -1,7 +1,7 @@
 """A tenant's chat channel and the posts of send_chat_message (issue 24).
 
 Revision ID: 0021
-Revises: 0016
+Revises: 0017
 Create Date: 2026-11-25
 
 `chat_channels` holds one Telegram-bot-API-compatible endpoint or Slack-compatible incoming webhook
@@ -15,7 +15,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0021"
-down_revision: str | None = "0016"
+down_revision: str | None = "0017"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
