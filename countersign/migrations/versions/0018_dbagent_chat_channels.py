@@ -1,6 +1,6 @@
 """A tenant's chat channel and the posts of send_chat_message (issue 24).
 
-Revision ID: 0021
+Revision ID: 0018
 Revises: 0017
 Create Date: 2026-11-25
 
@@ -14,7 +14,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0021"
+revision: str = "0018"
 down_revision: str | None = "0017"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
