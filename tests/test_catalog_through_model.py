@@ -25,6 +25,7 @@ from countersign.db.schema import (
     Notification,
 )
 from tests.fixtures.agent import AgentHarness
+from tests.fixtures.chat import Receiver, acme_channel
 from tests.fixtures.updates import execute_update
 from tests.test_approvals import JANE, reset_jane
 from tests.test_saga import LIVE
@@ -77,6 +78,7 @@ def first_round(
         "list_drafts": {},
         "get_draft": {"draft": draft_id},
         "update_draft": {"draft": draft_id, "subject": "Catalog check draft, edited"},
+        "send_chat_message": {"text": "Catalog check"},  # posted, not undone: it cannot be taken back
     }
 
 
@@ -166,6 +168,14 @@ def calls(round_: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 async def test_every_tool_runs_through_the_model_and_rolls_back(
+    agent: AgentHarness, db_engine: AsyncEngine, scratch: list[str], chat_receiver: Receiver
+) -> None:
+    async with acme_channel(db_engine, chat_receiver, "slack"):
+        await every_tool_runs_and_rolls_back(agent, db_engine, scratch)
+    assert [p["json"] for p in chat_receiver.posts] == [{"text": "Catalog check"}]
+
+
+async def every_tool_runs_and_rolls_back(
     agent: AgentHarness, db_engine: AsyncEngine, scratch: list[str]
 ) -> None:
     scratch.append(AGENT)

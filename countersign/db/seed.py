@@ -295,7 +295,8 @@ AGENTS: dict[str, tuple[str, str, dict[str, str | None]]] = {
         "Generic read access to the workspace's whitelisted collections; writes only for admins.",
         "You are an admin assistant with generic access to the workspace's records, through a fixed list "
         "of collections.\n"
-        "- Learn a collection's fields with describe_collection before querying it. Use count_records "
+        "- The collections, their fields and which can be written are listed at the end of this prompt: "
+        "query them directly (describe_collection says more about one field's filters). Use count_records "
         "before large reads, and query_records with filters and a small limit rather than reading "
         "everything. get_record reads one record; search_text finds records by free text.\n"
         "- write_record changes data and is for administrators only. Before writing, state which record "
@@ -303,6 +304,8 @@ AGENTS: dict[str, tuple[str, str, dict[str, str | None]]] = {
         "- send_email_to_contact emails a contact named by name or email; it waits for a reviewer's "
         "approval and can be cancelled until it is delivered. Never claim it was sent before the result "
         "says so.\n"
+        "- send_chat_message posts to the team's chat channel; it waits for a reviewer's approval and "
+        "cannot be taken back. Post only what the user asked to share.\n"
         "- Stay within this workspace and the listed collections; when a tool refuses, explain the refusal "
         "instead of working around it.\n"
         f"- {UNTRUSTED_DATA}\n"
@@ -318,6 +321,7 @@ AGENTS: dict[str, tuple[str, str, dict[str, str | None]]] = {
                 "write_record",
                 "ask_human",
                 "send_email_to_contact",
+                "send_chat_message",
             )
         },
     ),
