@@ -396,6 +396,10 @@ class MeetingSession(Base):
     counterpart_tz: Mapped[str]
     title: Mapped[str | None]
     duration_minutes: Mapped[int]
+    # the window the proposals were picked in: a second proposal to the same counterpart whose window
+    # overlaps it while this session is open is refused (CONFLICT)
+    window_start: Mapped[datetime]
+    window_end: Mapped[datetime]
     proposals: Mapped[list[dict[str, Any]]] = mapped_column(JSONB())
     status: Mapped[str] = mapped_column(server_default="open")
     expires_at: Mapped[datetime]
