@@ -7,14 +7,16 @@ import json
 from typing import Any
 
 import pytest
-from sqlalchemy import select, update
+from sqlalchemy import delete, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 from temporalio.client import WorkflowHandle, WorkflowUpdateFailedError
 
 from countersign.core.approvals import ApproveSignal, Decision, RejectSignal
 from countersign.core.contract import AnswerSignal, Limits, StatusView
 from countersign.core.messages import ChatMessage
-from countersign.db.schema import ApprovalDecision, Lead, Notification, ToolExecution
+from countersign.db.engine import session_factory
+from countersign.db.leads import rescore
+from countersign.db.schema import ApprovalDecision, Lead, LeadEvent, Notification, ToolExecution
 from tests.fixtures.agent import AgentHarness
 from tests.fixtures.updates import execute_update
 from workflows.agent import AgentWorkflow
@@ -51,8 +53,14 @@ async def lead_status(engine: AsyncEngine, tenant: str) -> str:
 
 
 async def reset_jane(engine: AsyncEngine) -> None:
-    async with engine.begin() as conn:
-        await conn.execute(update(Lead).where(Lead.email == JANE).values(status="new"))
+    """Jane as seeded: new, with no status history, and the score those facts give (other test
+    files share this database and read her score)."""
+    async with session_factory(engine)() as session, session.begin():
+        await session.execute(update(Lead).where(Lead.email == JANE).values(status="new"))
+        janes = select(Lead.id).where(Lead.email == JANE)
+        await session.execute(delete(LeadEvent).where(LeadEvent.lead_id.in_(janes)))
+        for lead in await session.scalars(select(Lead).where(Lead.email == JANE)):
+            await rescore(session, lead)
 
 
 async def audit(engine: AsyncEngine, workflow_id: str) -> list[Any]:

@@ -93,7 +93,7 @@ SECOND_ROUND = {
 }
 
 STATE = {
-    "leads": "SELECT id, status, score FROM leads WHERE tenant_id = 'acme' ORDER BY id",
+    "leads": "SELECT id, status, score, last_engaged_at FROM leads WHERE tenant_id = 'acme' ORDER BY id",
     "tasks": f"SELECT id, title, status FROM tasks WHERE {LIVE}",
     "projects": f"SELECT id, name, status FROM projects WHERE {LIVE}",
     "events": f"SELECT id, title, status FROM calendar_events WHERE {LIVE}",

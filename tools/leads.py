@@ -14,7 +14,7 @@ from countersign.core.leadscore import LeadScore
 from countersign.db.leads import current_score, record_lead_event, rescore
 from countersign.db.schema import Lead, LeadEvent
 from tools.registry import ToolArgs, ToolContext, ToolFailure, UndoOutcome, compensates, record_id, tool
-from tools.resolve import locked_row, restore_fields, same_text, saved
+from tools.resolve import as_json, locked_row, restore_fields, same_text, saved
 
 LeadStatus = Literal["new", "contacted", "qualified", "disqualified", "converted"]
 
@@ -218,6 +218,9 @@ class RecordReplyArgs(ToolArgs):
 
 class RecordedReply(LeadScoreView):
     event_id: int
+    # the lead's last engagement before and after (as JSON), so the undo can put it back
+    previous: dict[str, Any]
+    changed: dict[str, Any]
 
 
 @tool(risk="low", category="write")
@@ -225,18 +228,22 @@ async def record_lead_reply(ctx: ToolContext, args: RecordReplyArgs) -> Recorded
     """Record that a lead answered (an email reply, say, as the user reports it); the lead's score
     and last engagement are updated and the new score returned with its parts."""
     lead = await find_lead(ctx, args.lead, lock=True)
+    previous = {"last_engaged_at": as_json(lead.last_engaged_at)}
     event, scored = await record_lead_event(
         ctx.session, lead, "email_answered", ctx.caller.user_id, note=args.summary
     )
-    return RecordedReply(**score_view(lead, scored).model_dump(), event_id=event.id)
+    changed = {"last_engaged_at": as_json(lead.last_engaged_at)}
+    return RecordedReply(
+        **score_view(lead, scored).model_dump(), event_id=event.id, previous=previous, changed=changed
+    )
 
 
 @compensates(record_lead_reply)
 async def forget_lead_reply(
     ctx: ToolContext, args: RecordReplyArgs, result: dict[str, Any] | None
 ) -> UndoOutcome:
-    """Delete the recorded reply (nothing left the building) and rescore the lead. Its
-    `last_engaged_at` keeps the stamp: the previous one is not kept, and a later contact may own it."""
+    """Delete the recorded reply (nothing left the building), put the lead's previous
+    `last_engaged_at` back unless a later contact stamped it since, and rescore the lead."""
     if result is None:
         return "never_happened"
     deleted = await ctx.session.scalar(
@@ -245,6 +252,8 @@ async def forget_lead_reply(
         .returning(LeadEvent.lead_id)
     )
     lead = await locked_row(ctx, Lead, deleted) if deleted is not None else None
-    if lead is not None:
-        await rescore(ctx.session, lead)
-    return "undone" if deleted is not None else "already_undone"
+    if lead is None:
+        return "already_undone"
+    restore_fields(lead, result["previous"], result["changed"])  # a later contact's stamp stays
+    await rescore(ctx.session, lead)
+    return "undone"

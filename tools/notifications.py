@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from countersign.core.guards import MAX_ROWS
 from countersign.db.notifications import (
     RESOLUTION_FIELDS,
     mark_resolved,
@@ -52,7 +53,7 @@ class NotificationView(BaseModel):
 
 class ListNotificationsArgs(ToolArgs):
     status: Literal["open", "resolved", "all"] = Field("open", description="Which ones")
-    limit: int = Field(20, ge=1, le=100, description="At most this many, newest first")
+    limit: int = Field(20, ge=1, le=MAX_ROWS, description="At most this many, newest first")
 
 
 class NotificationList(BaseModel):
