@@ -117,6 +117,7 @@ def build_worker(
             authority.authorize_action,
             authority.seal_carried,
             authority.verify_carried,
+            authority.register_conversation,
         ],
         interceptors=[ActivityLogContext(), DatabaseRefusals(), *observability, *interceptors],
         max_cached_workflows=settings.max_cached_workflows,

@@ -99,6 +99,7 @@ class ApprovalActivities:
                 await publish(
                     session,
                     record.workflow_id,
+                    record.conversation_id,
                     record.tenant_id,
                     "approval",
                     decided,
@@ -169,6 +170,7 @@ class ApprovalActivities:
             sent = await session.scalar(
                 select(Notification.id).where(
                     Notification.workflow_id == reminder.workflow_id,
+                    Notification.conversation_id == reminder.conversation_id,
                     Notification.call_id == reminder.call_id,
                     Notification.kind == "approval_reminder",
                 )
@@ -184,6 +186,7 @@ class ApprovalActivities:
                             f"(call {reminder.call_id}); it expires at {reminder.expires_at.isoformat()}"
                         ),
                         workflow_id=reminder.workflow_id,
+                        conversation_id=reminder.conversation_id,
                         call_id=reminder.call_id,
                     )
                 )

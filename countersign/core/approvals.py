@@ -96,6 +96,7 @@ class DecisionRecord(BaseModel):
 
     tenant_id: str
     workflow_id: str
+    conversation_id: str = ""  # the conversation instance (countersign.db.schema.Conversation)
     tool: str
     risk: Risk
     requested_by: str
@@ -149,6 +150,7 @@ def approver_refusal(
 class ApprovalReminder(BaseModel):
     tenant_id: str
     workflow_id: str
+    conversation_id: str = ""  # the conversation instance (countersign.db.schema.Conversation)
     call_id: str
     tool: str
     args: str
@@ -162,6 +164,7 @@ class ApprovalNotice(BaseModel):
     kind: NoticeKind
     tenant_id: str
     workflow_id: str
+    conversation_id: str = ""  # the conversation instance (countersign.db.schema.Conversation)
     call_id: str
     tool: str
     args: str

@@ -10,8 +10,9 @@ rows keyed by workflow id alone were then served to the new conversation. The fr
 `conversations` row of a workflow id names the instance now under it (`conversation_id`, the first
 run's id; "" for conversations from before, None until the first run registers), and may be written
 by a worker for a start that bypassed the server (`started_via` "worker"); the stored rows carry
-the instance (`conversation_id`, "" on rows written before) and their keys include it. `spent_seals` makes a carried-state seal count once.
-`approval_requests` is what the inbox lists and binds proofs to: what the real worker recorded.
+the instance (`conversation_id`, "" on rows written before) and their keys include it.
+`spent_seals` makes a carried-state seal count once. `approval_requests` is what the inbox lists
+and binds proofs to: what the real worker recorded.
 
 Written by hand and frozen, like 0001.
 """
@@ -60,12 +61,12 @@ def upgrade() -> None:
     for table in ("tool_executions", "compensations"):
         op.drop_constraint(f"uq_{table}_workflow_id_call_id", table, type_="unique")
         op.create_unique_constraint(
-            f"uq_{table}_workflow_id_conversation_id_call_id", table, ["workflow_id", "conversation_id", "call_id"]
+            f"uq_{table}_workflow_id_conversation_id_call_id",
+            table,
+            ["workflow_id", "conversation_id", "call_id"],
         )
 
-    op.drop_constraint(
-        "uq_conversation_events_workflow_id_key", "conversation_events", type_="unique"
-    )
+    op.drop_constraint("uq_conversation_events_workflow_id_key", "conversation_events", type_="unique")
     op.create_unique_constraint(
         "uq_conversation_events_workflow_id_conversation_id_key",
         "conversation_events",
@@ -121,7 +122,9 @@ def upgrade() -> None:
         "approval_requests",
         ["tenant_id", "state", "expires_at"],
     )
-    op.create_index("ix_approval_requests_workflow_id_call_id", "approval_requests", ["workflow_id", "call_id"])
+    op.create_index(
+        "ix_approval_requests_workflow_id_call_id", "approval_requests", ["workflow_id", "call_id"]
+    )
 
 
 def downgrade() -> None:
@@ -143,10 +146,14 @@ def downgrade() -> None:
     op.drop_constraint("pk_saga_entries", "saga_entries", type_="primary")
     op.create_primary_key("pk_saga_entries", "saga_entries", ["workflow_id", "call_id"])
     op.drop_constraint(
-        "uq_conversation_messages_workflow_id_conversation_id_message_id", "conversation_messages", type_="unique"
+        "uq_conversation_messages_workflow_id_conversation_id_message_id",
+        "conversation_messages",
+        type_="unique",
     )
     op.create_unique_constraint(
-        "uq_conversation_messages_workflow_id_message_id", "conversation_messages", ["workflow_id", "message_id"]
+        "uq_conversation_messages_workflow_id_message_id",
+        "conversation_messages",
+        ["workflow_id", "message_id"],
     )
     op.drop_constraint("pk_conversation_messages", "conversation_messages", type_="primary")
     op.create_primary_key("pk_conversation_messages", "conversation_messages", ["workflow_id", "seq"])
