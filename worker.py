@@ -105,6 +105,7 @@ def build_worker(
             audit.record_unexecuted_call,
             approvals.record_decision,
             approvals.send_approval_reminder,
+            approvals.record_approval_request,
             saga.compensate_call,
             saga.record_compensation_failure,
             saga.authorize_rollback,

@@ -25,8 +25,8 @@ from countersign.core.bounds import storable
 from countersign.core.seal import ConversationInstance, SealCheck, SealRequest, mac, verify
 from countersign.db.attempts import attempt_key, record_once
 from countersign.db.people import roles_of
-from countersign.identity.mode import recorded_mode
 from countersign.db.schema import Conversation, InputAudit, SpentSeal
+from countersign.identity.mode import recorded_mode
 from countersign.runtime.config import DATA_DIR
 
 KEY_ENV = "CARRIED_STATE_KEY"

@@ -80,7 +80,6 @@ class ActionCheck(BaseModel):
 class ProofRequest(BaseModel):
     tenant_id: str
     workflow_id: str
-    conversation_id: str = ""  # the conversation instance (countersign.db.schema.Conversation)
     action: Literal["answer", "end", "start", "message"]
     actor: str
     proof: str | None = None

@@ -278,6 +278,23 @@ class ConversationStore:
         async with self.sessions() as session:
             return {r.seq: message_of(r) for r in await session.scalars(query)}
 
+    async def last_said(self, workflow_id: str, conversation_id: str, count: int) -> list[ChatMessage]:
+        """The latest `count` user and assistant messages with text, oldest first."""
+        query = (
+            select(ConversationMessage)
+            .where(
+                *of(workflow_id, conversation_id),
+                ConversationMessage.role.in_(("user", "assistant")),
+                ConversationMessage.content.is_not(None),
+                ConversationMessage.content != "",
+            )
+            .order_by(ConversationMessage.seq.desc())
+            .limit(count)
+        )
+        async with self.sessions() as session:
+            rows = list(await session.scalars(query))
+        return [message_of(r) for r in reversed(rows)]
+
     async def model_input(self, stored: StoredInput) -> ModelInput:
         """What a stored model call needs, in one statement: the reply an earlier attempt stored at
         `stored.reply_seq` (a retried model call answers with it, once), else the tenant's budget
