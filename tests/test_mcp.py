@@ -24,7 +24,7 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncEngine
 from temporalio.client import WorkflowUpdateFailedError
 
-from countersign.core.approvals import Decision
+from countersign.core.approvals import Decision, PendingCall
 from countersign.core.contract import EndConversation, Limits, SubmitMessage
 from countersign.core.saga import RollbackRequest
 from countersign.db.schema import AgentProfile, ApprovalDecision, McpServer, ToolExecution
@@ -566,7 +566,7 @@ async def test_a_reviewer_edits_an_mcp_call_in_the_inbox_and_the_proof_binds_the
 
         edited = {**asked, "target_timezone": "Europe/Paris"}
         key = load_private_key(stack.keys.private)
-        as_asked = Binding.decision("acme", handle.id, "approve", "c1", item["args"])
+        as_asked = Binding.decision(PendingCall.model_validate(item), "approve", item["args"])
         with pytest.raises(WorkflowUpdateFailedError) as unbound:
             await execute_update(
                 handle,

@@ -29,6 +29,7 @@ from countersign.core.bounds import MAX_REASON_CHARS, DuplicateKey, loads_strict
 from countersign.core.calls import Risk
 from countersign.core.messages import ChatMessage
 from countersign.core.shown import argument_lines, argument_warnings
+from countersign.db.instances import current_instance
 from countersign.db.messages import ConversationStore
 from countersign.db.people import check_password, roles_of
 from countersign.db.schema import ApprovalDecision, ApprovalRequest, ToolExecution
@@ -321,6 +322,7 @@ class Inbox:
                 .outerjoin(
                     ToolExecution,
                     (ToolExecution.workflow_id == ApprovalDecision.workflow_id)
+                    & (ToolExecution.conversation_id == ApprovalDecision.conversation_id)
                     & (ToolExecution.call_id == ApprovalDecision.call_id)
                     & ApprovalDecision.accepted,
                 )
@@ -366,17 +368,22 @@ class Inbox:
         return item_of(row, []) if row is not None else None
 
     async def _not_pending(self, workflow_id: str, call_id: str) -> InboxError:
+        """404, or 409 when the call of the conversation its workflow id names now was decided or ran."""
+        instance = current_instance(workflow_id)
         async with self._sessions() as session:
             decided = await session.scalar(
                 select(ApprovalDecision.id).where(
                     ApprovalDecision.workflow_id == workflow_id,
+                    ApprovalDecision.conversation_id == instance,
                     ApprovalDecision.call_id == call_id,
                     ApprovalDecision.accepted,
                 )
             )
             executed = await session.scalar(
                 select(ToolExecution.outcome).where(
-                    ToolExecution.workflow_id == workflow_id, ToolExecution.call_id == call_id
+                    ToolExecution.workflow_id == workflow_id,
+                    ToolExecution.conversation_id == instance,
+                    ToolExecution.call_id == call_id,
                 )
             )
         if decided is not None or executed is not None:
