@@ -11,8 +11,9 @@ which no stored row carries); a workflow id without a row is a conversation from
 
 from __future__ import annotations
 
-from sqlalchemy import ScalarSelect, func, select
+from sqlalchemy import ColumnElement, func, select
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
+from sqlalchemy.orm import InstrumentedAttribute
 
 from countersign.db.schema import Conversation
 
@@ -23,16 +24,17 @@ CURRENT_INSTANCE_SQL = (
 )
 
 
-def current_instance(workflow_id: str) -> ScalarSelect[str]:
-    """The instance `workflow_id` names now, as a scalar subquery (for statements that filter by it)."""
-    return select(
-        func.coalesce(
-            select(func.coalesce(Conversation.conversation_id, PENDING))
-            .where(Conversation.workflow_id == workflow_id)
-            .scalar_subquery(),
-            "",
-        )
-    ).scalar_subquery()
+def current_instance(
+    workflow_id: str | ColumnElement[str] | InstrumentedAttribute[str],
+) -> ColumnElement[str]:
+    """The instance `workflow_id` (a value, or a column of the rows filtered) names now, as an
+    expression (a correlated subquery) for statements that filter by it."""
+    named = (
+        select(func.coalesce(Conversation.conversation_id, PENDING))
+        .where(Conversation.workflow_id == workflow_id)
+        .scalar_subquery()
+    )
+    return func.coalesce(named, "")
 
 
 async def instance_of(session: AsyncSession | AsyncConnection, workflow_id: str) -> str:

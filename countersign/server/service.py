@@ -276,10 +276,11 @@ class Inbox:
     async def tenant_pending(
         self, tenant_id: str, known: dict[str, PendingItem] | None = None
     ) -> list[PendingItem]:
-        """Every pending, unexpired approval of the tenant, as the real worker recorded it in
-        `approval_requests` (never a `status` query's answer: any worker polling the task queue
-        could give one). Items in `known` (by key) are reused as they are: only a new request is
-        asked for its conversation's latest messages."""
+        """Every pending, unexpired approval of the tenant's conversations (the instance each
+        workflow id names now), as the real worker recorded it in `approval_requests` (never a
+        `status` query's answer: any worker polling the task queue could give one). Items in
+        `known` (by key) are reused as they are: only a new request is asked for its
+        conversation's latest messages."""
         known = known or {}
         async with self._sessions() as session:
             rows = list(
@@ -287,6 +288,7 @@ class Inbox:
                     select(ApprovalRequest)
                     .where(
                         ApprovalRequest.tenant_id == tenant_id,
+                        ApprovalRequest.conversation_id == current_instance(ApprovalRequest.workflow_id),
                         ApprovalRequest.state == "pending",
                         ApprovalRequest.expires_at > func.now(),
                     )
@@ -350,20 +352,18 @@ class Inbox:
     # --- deciding ------------------------------------------------------------------------------
 
     async def _recorded(self, reviewer: Reviewer, workflow_id: str, call_id: str) -> PendingItem | None:
-        """The pending call as the worker recorded it (`approval_requests`), in the reviewer's
-        tenant; None when no such request waits."""
+        """The pending call as the worker recorded it (`approval_requests`) in the conversation its
+        workflow id names now, in the reviewer's tenant; None when no such request waits."""
         async with self._sessions() as session:
             row = await session.scalar(
-                select(ApprovalRequest)
-                .where(
+                select(ApprovalRequest).where(
                     ApprovalRequest.tenant_id == reviewer.tenant_id,
                     ApprovalRequest.workflow_id == workflow_id,
+                    ApprovalRequest.conversation_id == current_instance(workflow_id),
                     ApprovalRequest.call_id == call_id,
                     ApprovalRequest.state == "pending",
                     ApprovalRequest.expires_at > func.now(),
                 )
-                .order_by(ApprovalRequest.requested_at.desc())
-                .limit(1)
             )
         return item_of(row, []) if row is not None else None
 
