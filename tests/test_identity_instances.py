@@ -30,9 +30,11 @@ from countersign.client.handles import keyed_workflow_id, send_keyed
 from countersign.core.contract import Limits, StartConversation, SubmitMessage
 from countersign.core.seal import SealCheck, SealRequest
 from countersign.db.engine import session_factory
+from countersign.db.events import EventLog
 from countersign.db.messages import ConversationStore
 from countersign.db.schema import Conversation, ConversationEvent, ModelCall, ToolExecution
 from tests.fixtures.agent import AgentHarness
+from tests.fixtures.inbox import SignedStack
 from workflows.agent import AgentWorkflow
 
 PROPERTY = settings(
@@ -120,6 +122,9 @@ async def test_a_workflow_id_started_again_inherits_nothing(
         assert (row.conversation_id, row.tenant_id, row.user_id) == (instance, tenant, user)
         # every instance's events are its own (the readers by workflow id read the row's instance)
         assert [d["user"] for c, d in events if c == instance] == [user]
+        # and a reader by workflow id (the chat page, the CLI) is told only this instance's events
+        told = await EventLog(session_factory(db_engine)).after(workflow_id, 0)
+        assert [e.data["user"] for e in told if e.kind == "message"] == [user]
     rows = await executions(db_engine, workflow_id)
     assert [(r.conversation_id, r.call_id, r.tenant_id, r.user_id, r.outcome) for r in rows] == [
         (instance, "c1", tenant, user, "executed")
@@ -252,3 +257,34 @@ async def test_a_real_carried_state_replayed_under_its_workflow_id_is_refused(
     cause = failed.value.cause
     assert isinstance(cause, ApplicationError) and cause.type == "ForgedCarriedState", cause
     assert "presented to instance" in cause.message or "does not verify" in cause.message
+
+
+@pytest.mark.security
+async def test_through_the_server_a_key_whose_conversation_ended_starts_afresh(
+    signed_agent: SignedStack,
+) -> None:
+    """The front door: alice's keyed conversation ended; her next message on the key starts a new
+    conversation (the same workflow id, a new instance) that shows and answers none of the old one;
+    another user of the tenant is refused the key (409)."""
+    stack = signed_agent
+    stack.agent.script(LOOK_UP_JANE, FOUND, {"reply": {"content": "hello alice"}})
+    alice, bob = await stack.login("alice"), await stack.login("bob")
+    key = f"telegram_{uuid.uuid4().hex[:8]}"
+    said: list[Any] = []
+    for text in ("tell me about jane", "hello, who am I talking to?"):
+        body = {"agent": "lead-qualifier", "message": text, "key": key, "single_turn": True}
+        code, started = await stack.call("POST", "/api/conversations", alice, body)
+        assert code == 201, started
+        workflow_id = started["workflow_id"]
+        stack.agent.track(workflow_id)
+        await stack.agent.client.get_workflow_handle(workflow_id).result()
+        code, said = await stack.call("GET", f"/api/conversations/{workflow_id}/transcript", alice)
+        assert code == 200, said
+    assert [(m["role"], m["content"]) for m in said if m["role"] != "system"] == [
+        ("user", "hello, who am I talking to?"),
+        ("assistant", "[scripted model] hello alice"),
+    ]
+    code, audit = await stack.call("GET", f"/api/conversations/{workflow_id}/audit", alice)
+    assert code == 200 and audit == [], audit  # the first conversation's get_lead is not this one's
+    body = {"agent": "lead-qualifier", "message": "hello", "key": key}
+    assert (await stack.call("POST", "/api/conversations", bob, body))[0] == 409
