@@ -27,6 +27,7 @@ from temporalio.common import SearchAttributePair, TypedSearchAttributes
 from temporalio.worker import Worker
 
 from countersign.core.approvals import Decision, PendingCall
+from countersign.core.messages import ChatMessage
 from countersign.core.contract import (
     WORKFLOW_TYPE,
     ConversationResult,
@@ -201,6 +202,10 @@ class FakeConversation:
     async def run(self, start: StartConversation) -> None:
         workflow.upsert_search_attributes([AGENT_STATUS.value_set("awaiting_approval")])
         await workflow.wait_condition(lambda: False)
+
+    @workflow.query
+    def transcript(self) -> list[ChatMessage]:
+        return []
 
     @workflow.query
     def status(self) -> StatusView:
