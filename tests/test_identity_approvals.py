@@ -27,7 +27,6 @@ from temporalio.common import SearchAttributePair, TypedSearchAttributes
 from temporalio.worker import Worker
 
 from countersign.core.approvals import Decision, PendingCall
-from countersign.core.messages import ChatMessage
 from countersign.core.contract import (
     WORKFLOW_TYPE,
     ConversationResult,
@@ -35,6 +34,7 @@ from countersign.core.contract import (
     StartConversation,
     StatusView,
 )
+from countersign.core.messages import ChatMessage
 from countersign.db.schema import ApprovalDecision, ApprovalRequest
 from countersign.identity.proofs import Binding, mint_proof
 from countersign.runtime.search_attributes import AGENT_STATUS, TENANT_ID
