@@ -39,6 +39,7 @@ with workflow.unsafe.imports_passed_through():
         TurnResult,
         TurnStop,
     )
+    from countersign.core.direct import conversational, is_marker
     from countersign.core.envelopes import budget_refusal
     from countersign.core.history import history_full
     from countersign.core.limits import before_model_call, tool_call_budget, within_agent_bounds
@@ -202,7 +203,7 @@ class AgentWorkflow(Handlers):
             message = conversation.inbox.pop(0)
             if not await self.store.accept(message):
                 continue
-            await self._run_turn()
+            await self._run_turn(direct=conversational(message.text))
             if message.message_id and conversation.last_turn is not None:
                 self.store.replied(message.message_id, conversation.last_turn)
             if conversation.start.single_turn:
@@ -271,20 +272,21 @@ class AgentWorkflow(Handlers):
 
     # --- one turn ---------------------------------------------------------------------------
 
-    async def _run_turn(self) -> None:
+    async def _run_turn(self, direct: bool) -> None:
         conversation = self.conversation
         conversation.turn += 1
         conversation.in_turn, self.gate.human_wait_s = True, 0.0
         conversation.refresh_state()
         try:
-            await self._turn_loop()
+            await self._turn_loop(direct)
         finally:
             conversation.in_turn = False
         assert conversation.context is not None
         self.outbox.deliver_turn(conversation.context.email_delivery_delay_s)
 
-    async def _turn_loop(self) -> None:
-        """Model, tools, model, … until a plain answer or a limit."""
+    async def _turn_loop(self, direct: bool) -> None:
+        """Model, tools, model, … until a plain answer or a limit. `direct`: the first call goes
+        without tools (countersign.core.direct); if the model wants them, it is asked again with them."""
         conversation = self.conversation
         context = conversation.context
         assert context is not None
@@ -298,12 +300,15 @@ class AgentWorkflow(Handlers):
                 return await self._end_turn(turn, "limit_reached", f"LIMIT_REACHED: {stop}.")
             try:
                 reply = await self._call_model(
-                    timedelta(seconds=conversation.limits.turn_timeout_s - elapsed)
+                    timedelta(seconds=conversation.limits.turn_timeout_s - elapsed), direct
                 )
             except ActivityError as err:
                 return await self._end_turn(turn, *turn_failure("model call", err))
             turn = turn.plus(reply.usage)
             conversation.usage = conversation.usage.plus(reply.usage)
+            direct = False
+            if is_marker(reply.message):  # the direct call's reply asks for the tools: ask again
+                continue
             calls = reply.message.tool_calls
             if not calls:
                 return await self._end_turn(turn, "completed", reply.message.content)
@@ -325,9 +330,10 @@ class AgentWorkflow(Handlers):
                     turn, "limit_reached", f"LIMIT_REACHED: the turn reached max_tool_calls ({limit})."
                 )
 
-    async def _call_model(self, remaining: timedelta) -> ModelReply:
+    async def _call_model(self, remaining: timedelta, direct: bool) -> ModelReply:
         """The model call: its input is sequence numbers and tool names; the activity reads the
-        messages from the store and stores the reply (its tool calls numbered from `call_seq`)."""
+        messages from the store and stores the reply (its tool calls numbered from `call_seq`).
+        A direct call offers no tools; its reply asking for them stays out of the window."""
         conversation = self.conversation
         assert conversation.context is not None
         offered = offered_tools(conversation.context.tools)
@@ -340,8 +346,9 @@ class AgentWorkflow(Handlers):
             seqs=seqs,
             reply_seq=reply_seq,
             call_seq=conversation.call_seq,
-            tool_names=[t.name for t in offered if t.mcp is None],
-            mcp_tools=[t.openai_tool() for t in offered if t.mcp is not None],
+            tool_names=[] if direct else [t.name for t in offered if t.mcp is None],
+            mcp_tools=[] if direct else [t.openai_tool() for t in offered if t.mcp is not None],
+            direct=direct,
         )
         caller = ModelCaller(
             tenant_id=conversation.start.tenant_id, agent=conversation.start.agent, turn=conversation.turn
@@ -357,7 +364,8 @@ class AgentWorkflow(Handlers):
             summary=f"model call (turn {conversation.turn}, {len(seqs)} messages)",
         )
         conversation.call_seq += len(reply.message.tool_calls)
-        self.store.record(reply.message, seq=reply_seq)
+        if not is_marker(reply.message):
+            self.store.record(reply.message, seq=reply_seq)
         return reply
 
     async def _end_turn(self, usage: Usage, stop: TurnStop, reply: str | None) -> None:

@@ -107,7 +107,7 @@ def tenant_column(*, indexed: bool = True) -> MappedColumn[str]:
 def conversation_column(*, primary_key: bool = False) -> MappedColumn[str]:
     """The conversation instance a row belongs to (`conversations.conversation_id`: its first run's
     id, the same across continue-as-new); "" on rows written before instances existed (migration
-    0018). A workflow id names a conversation only while it runs: a closed one's id can be started
+    0020). A workflow id names a conversation only while it runs: a closed one's id can be started
     again, and the new conversation is another instance that reads none of these rows."""
     return mapped_column(server_default="", primary_key=primary_key)
 
@@ -405,6 +405,10 @@ class MeetingSession(Base):
     counterpart_tz: Mapped[str]
     title: Mapped[str | None]
     duration_minutes: Mapped[int]
+    # the window the proposals were picked in: a second proposal to the same counterpart whose window
+    # overlaps it while this session is open is refused (CONFLICT)
+    window_start: Mapped[datetime]
+    window_end: Mapped[datetime]
     proposals: Mapped[list[dict[str, Any]]] = mapped_column(JSONB())
     status: Mapped[str] = mapped_column(server_default="open")
     expires_at: Mapped[datetime]
@@ -1004,7 +1008,7 @@ class DeploymentSetting(Base):
     set_at: Mapped[datetime] = updated_at()
 
 
-# --- spent seals, recorded approval requests (0018) ----------------------------------------------
+# --- spent seals, recorded approval requests (0020) ----------------------------------------------
 
 APPROVAL_REQUEST_STATES = ("pending", "approved", "rejected", "expired")
 
@@ -1059,3 +1063,48 @@ class ApprovalRequest(Base):
     state: Mapped[str] = mapped_column(server_default="pending")
     decided_by: Mapped[str | None]
     closed_at: Mapped[datetime | None]
+
+
+# --- the tenant's chat channel (send_chat_message) --------------------------------------------------
+
+CHAT_KINDS = ("telegram", "slack")
+CHAT_POST_STATUSES = ("sending", "sent", "failed")
+
+
+class ChatChannel(Base):
+    """A tenant's chat channel for `send_chat_message`: a Telegram-bot-API-compatible endpoint
+    (`endpoint` is the API's base URL, `bot_token` and `chat_id` say which bot posts where) or a
+    Slack-compatible incoming webhook (`endpoint` is the webhook URL, itself the secret). Set by an
+    operator in the database; no tool reads this row back to the model, and no log or audit row
+    carries the endpoint or the token."""
+
+    __tablename__ = "chat_channels"
+    __table_args__ = (one_of("kind", CHAT_KINDS),)
+
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"), primary_key=True)
+    kind: Mapped[str]
+    endpoint: Mapped[str]
+    bot_token: Mapped[str | None]  # telegram only
+    chat_id: Mapped[str | None]  # telegram only
+    name: Mapped[str]  # what the model and reviewers are told ("#sales", "Sales group")
+    created_at: Mapped[datetime] = created_at()
+
+
+class ChatPost(Base):
+    """One post of `send_chat_message`, claimed (`sending`) and committed before the request goes
+    out, keyed by the call's idempotency key: a retried attempt finds the claim and never posts a
+    second time (a claim still `sending` is an outcome it cannot know, and says so)."""
+
+    __tablename__ = "chat_posts"
+    __table_args__ = (one_of("status", CHAT_POST_STATUSES),)
+
+    id: Mapped[int] = identity_pk()
+    tenant_id: Mapped[str] = tenant_column()
+    idempotency_key: Mapped[str] = mapped_column(unique=True)
+    kind: Mapped[str]
+    text: Mapped[str]
+    status: Mapped[str] = mapped_column(server_default="sending")
+    remote_id: Mapped[str | None]  # the channel's message id, when it gives one
+    error: Mapped[str | None]
+    created_at: Mapped[datetime] = created_at()
+    sent_at: Mapped[datetime | None]

@@ -1,8 +1,8 @@
 """Conversation instances: stored rows belong to one instance, seals are spent once, approvals are
 recorded by the worker.
 
-Revision ID: 0018
-Revises: 0017
+Revision ID: 0020
+Revises: 0019
 Create Date: 2026-11-25
 
 A workflow id names a conversation only while it runs: Temporal starts a closed one's id again, and
@@ -23,8 +23,8 @@ import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects import postgresql
 
-revision: str = "0018"
-down_revision: str | None = "0017"
+revision: str = "0020"
+down_revision: str | None = "0019"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
