@@ -12,18 +12,25 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import select
+from sqlalchemy import func, select, update
+from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.tools import validate
-from countersign.core.approvals import ApprovalReminder, DecisionRecord, Verdict, approver_refusal
+from countersign.core.approvals import (
+    ApprovalReminder,
+    DecisionRecord,
+    RecordedApproval,
+    Verdict,
+    approver_refusal,
+)
 from countersign.db.attempts import attempt_key, record_once
 from countersign.db.events import publish
 from countersign.db.people import roles_of
-from countersign.db.schema import ApprovalDecision, Notification
-from countersign.identity.proofs import Binding, ProofVerifier, check_proof
+from countersign.db.schema import ApprovalDecision, ApprovalRequest, Notification
+from countersign.identity.proofs import Binding, ProofVerifier, args_digest, check_proof
 from countersign.mcp.catalog import argument_errors
 from tools.registry import REGISTRY, ToolFailure
 
@@ -57,10 +64,8 @@ class ApprovalActivities:
                         self._proofs,
                         decision.proof,
                         Binding.decision(
-                            record.tenant_id,
-                            record.workflow_id,
+                            record.pending_call(),
                             decision.decision,
-                            decision.call_id,
                             decision.args if decision.args is not None else record.args,
                         ),
                         decision.approver,
@@ -74,9 +79,14 @@ class ApprovalActivities:
                     )
                 if refusal is None and decision.args is not None:
                     refusal = self._edited(record, decision.args)[1]
+                if refusal is None:
+                    await self._close(
+                        session, record, "approved" if decision.decision == "approve" else "rejected"
+                    )
                 return {
                     "tenant_id": record.tenant_id,
                     "workflow_id": record.workflow_id,
+                    "conversation_id": record.conversation_id,
                     "call_id": decision.call_id,
                     "tool": record.tool,
                     "approver": decision.approver,
@@ -99,12 +109,40 @@ class ApprovalActivities:
                 await publish(
                     session,
                     record.workflow_id,
+                    record.conversation_id,
                     record.tenant_id,
                     "approval",
                     decided,
                     f"approval:{row.call_id}:decided",
                 )
             return self._verdict(row, record)
+
+    @staticmethod
+    async def _close(session: AsyncSession, record: DecisionRecord, state: str) -> None:
+        """The recorded request is decided: reviewers no longer see it."""
+        await session.execute(
+            update(ApprovalRequest)
+            .where(
+                ApprovalRequest.conversation_id == record.conversation_id,
+                ApprovalRequest.call_id == record.decision.call_id,
+            )
+            .values(state=state, decided_by=record.decision.approver, closed_at=func.now())
+        )
+
+    @activity.defn(name="record_approval_request")
+    async def record_approval_request(self, request: RecordedApproval) -> None:
+        """Write what reviewers are shown and what their proofs will bind: the call as this worker's
+        conversation holds it (once: a retry changes nothing)."""
+        async with self._sessions() as session, session.begin():
+            await session.execute(
+                insert(ApprovalRequest)
+                .values(
+                    **request.model_dump(exclude={"parameters"}),
+                    parameters=request.parameters,
+                    args_sha256=args_digest(request.args),
+                )
+                .on_conflict_do_nothing()
+            )
 
     def _verdict(self, row: ApprovalDecision, record: DecisionRecord) -> Verdict:
         """The verdict a recorded attempt stands for; the same on every run of the attempt.
@@ -169,6 +207,7 @@ class ApprovalActivities:
             sent = await session.scalar(
                 select(Notification.id).where(
                     Notification.workflow_id == reminder.workflow_id,
+                    Notification.conversation_id == reminder.conversation_id,
                     Notification.call_id == reminder.call_id,
                     Notification.kind == "approval_reminder",
                 )
@@ -184,6 +223,7 @@ class ApprovalActivities:
                             f"(call {reminder.call_id}); it expires at {reminder.expires_at.isoformat()}"
                         ),
                         workflow_id=reminder.workflow_id,
+                        conversation_id=reminder.conversation_id,
                         call_id=reminder.call_id,
                     )
                 )

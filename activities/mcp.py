@@ -125,7 +125,7 @@ class McpActivities:
         """The call's result; with `store_seq`, stored as its tool message with its audit row
         (one transaction), answered with the small `StoredResult` (see `result_or_envelope`)."""
         inv = call.invocation
-        key = f"{inv.workflow_id}:{inv.call_id}"
+        key = inv.key
         started = datetime.now(UTC)
         clock = time.perf_counter()
         async with self._sessions() as session, session.begin():
@@ -194,7 +194,9 @@ class McpActivities:
     async def _recorded(self, session: AsyncSession, inv: ToolInvocation) -> ToolResult | None:
         row = await session.scalar(
             select(ToolExecution.result).where(
-                ToolExecution.workflow_id == inv.workflow_id, ToolExecution.call_id == inv.call_id
+                ToolExecution.workflow_id == inv.workflow_id,
+                ToolExecution.conversation_id == inv.conversation_id,
+                ToolExecution.call_id == inv.call_id,
             )
         )
         return ToolResult.model_validate(row) if row is not None else None

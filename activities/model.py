@@ -42,6 +42,7 @@ from countersign.core.messages import (
     ChatMessage,
     ModelReply,
     ModelRequest,
+    StoredInput,
     ToolCall,
     Usage,
     capped_reply,
@@ -207,9 +208,9 @@ class DeltaPublisher:
 
     FLUSH_S = 0.05
 
-    def __init__(self, events: EventLog, workflow_id: str, tenant_id: str, seq: int, attempt: int) -> None:
-        self._events, self._workflow, self._tenant = events, workflow_id, tenant_id
-        self._tag = {"seq": seq, "attempt": attempt}
+    def __init__(self, events: EventLog, stored: StoredInput, attempt: int) -> None:
+        self._events, self._stored = events, stored
+        self._tag = {"seq": stored.reply_seq, "attempt": attempt}
         self._pending = ""
         self._last = 0.0
 
@@ -235,9 +236,14 @@ class DeltaPublisher:
 
     async def _write(self, data: dict[str, Any]) -> None:
         try:
-            await self._events.publish(self._workflow, self._tenant, "delta", data)
+            stored = self._stored
+            await self._events.publish(
+                stored.workflow_id, stored.conversation_id, stored.tenant_id, "delta", data
+            )
         except Exception:  # the database briefly unreachable: readers get the whole reply at the end
-            activity.logger.warning("a text delta of %s was not published", self._workflow, exc_info=True)
+            activity.logger.warning(
+                "a text delta of %s was not published", self._stored.workflow_id, exc_info=True
+            )
 
 
 # What one reply may weigh in workflow history: Temporal refuses a payload over 2 MB (TMPRL1103) and
@@ -321,13 +327,7 @@ class ModelActivities:
         if stored is None:
             return await self._complete(request.messages, request.tools, request.max_tokens, request.agent)
         store = self._stored()
-        deltas = DeltaPublisher(
-            EventLog(store.sessions),
-            stored.workflow_id,
-            stored.tenant_id,
-            stored.reply_seq,
-            activity.info().attempt,
-        )
+        deltas = DeltaPublisher(EventLog(store.sessions), stored, activity.info().attempt)
         await deltas.start()
         found = await store.model_input(stored)
         if found.earlier is not None:  # a retry after the reply was stored: the model answered once
@@ -348,6 +348,7 @@ class ModelActivities:
         reply.message = numbered(reply.message, stored.call_seq)
         batch = AppendMessages(
             workflow_id=stored.workflow_id,
+            conversation_id=stored.conversation_id,
             tenant_id=stored.tenant_id,
             messages=[StoredMessage(seq=stored.reply_seq, message=reply.message)],
         )
@@ -362,12 +363,14 @@ class ModelActivities:
         stored at `request.seq` as a system message the transcript shows."""
         store = self._stored()
         await store.check_tenant_budget(request.tenant_id)
-        previous = await store.load(request.workflow_id, [request.previous]) if request.previous else []
-        folded = await store.load(request.workflow_id, request.seqs)
+        instance = request.workflow_id, request.conversation_id
+        previous = await store.load(*instance, [request.previous]) if request.previous else []
+        folded = await store.load(*instance, request.seqs)
         reply = await self._complete(summary_input(previous, folded), [], None, request.agent)
         summary = summary_message(reply.message.content or "")
         batch = AppendMessages(
             workflow_id=request.workflow_id,
+            conversation_id=request.conversation_id,
             tenant_id=request.tenant_id,
             messages=[StoredMessage(seq=request.seq, message=summary)],
         )

@@ -26,6 +26,7 @@ from temporalio.exceptions import ApplicationError
 from activities.email import message_id
 from activities.heartbeat import heartbeats
 from countersign.core.approvals import APPROVER_ROLES, FOUR_EYES, ApprovalNotice
+from countersign.core.calls import call_key
 from countersign.core.shown import argument_lines, argument_warnings
 from countersign.db.events import publish
 from countersign.db.schema import NotificationOutbox, Tenant, User, UserRole
@@ -94,7 +95,7 @@ class NotificationActivities:
 
     async def _queue(self, notice: ApprovalNotice) -> list[int]:
         """Queue every message of this notice once (idempotency keys); the ids still to deliver."""
-        key = f"notice:{notice.workflow_id}:{notice.call_id}:{notice.kind}"
+        key = f"notice:{call_key(notice.workflow_id, notice.conversation_id, notice.call_id)}:{notice.kind}"
         link = f"{self._inbox_url}/#{notice.workflow_id}/{notice.call_id}"
         subject, text = wording(notice, link)
         async with self._sessions() as session, session.begin():
@@ -149,7 +150,8 @@ class NotificationActivities:
         if state == "pending":
             data |= {"may_decide": reviewers, "expires_at": notice.expires_at.isoformat()}
         key = f"approval:{notice.call_id}:{state}"
-        await publish(session, notice.workflow_id, notice.tenant_id, "approval", data, key)
+        instance = notice.workflow_id, notice.conversation_id
+        await publish(session, *instance, notice.tenant_id, "approval", data, key)
 
     async def _deliver(self, row_id: int) -> str | None:
         """Send one queued notice; None when the server or receiver accepted it (it is then `sent`)."""

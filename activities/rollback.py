@@ -29,6 +29,7 @@ class RollbackActivities:
                 await session.scalars(
                     select(SagaRecord).where(
                         SagaRecord.workflow_id == rollback.workflow_id,
+                        SagaRecord.conversation_id == rollback.conversation_id,
                         SagaRecord.tenant_id == rollback.tenant_id,
                     )
                 )
@@ -37,7 +38,9 @@ class RollbackActivities:
             finished = set(
                 await session.scalars(
                     select(Compensation.call_id).where(
-                        Compensation.workflow_id == rollback.workflow_id, Compensation.state.in_(FINAL_STATES)
+                        Compensation.workflow_id == rollback.workflow_id,
+                        Compensation.conversation_id == rollback.conversation_id,
+                        Compensation.state.in_(FINAL_STATES),
                     )
                 )
             )
@@ -57,6 +60,11 @@ class RollbackActivities:
         latest = max((r.turn for r in rows), default=0)
         request = rollback.request
         return [
-            CompensationRequest(caller=callers[e.call_id], workflow_id=rollback.workflow_id, entry=e)
+            CompensationRequest(
+                caller=callers[e.call_id],
+                workflow_id=rollback.workflow_id,
+                conversation_id=rollback.conversation_id,
+                entry=e,
+            )
             for e in saga.to_undo(request.scope, latest, request.call_id)
         ]

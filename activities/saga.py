@@ -19,6 +19,7 @@ from temporalio.exceptions import ApplicationError
 from activities.heartbeat import heartbeats
 from activities.tools import validate
 from countersign.core.authority import action_refusal
+from countersign.core.calls import call_key
 from countersign.core.saga import CompensationOutcome, CompensationRequest, RollbackAuthorization, undo_state
 from countersign.db.attempts import attempt_key, record_once
 from countersign.db.events import publish
@@ -35,7 +36,8 @@ async def told(session: AsyncSession, request: CompensationRequest, state: str) 
     entry = request.entry
     undone = {"call_id": entry.call_id, "tool": entry.tool, "state": state}
     key = f"rollback:{entry.call_id}:{state}"
-    await publish(session, request.workflow_id, request.caller.tenant_id, "rollback", undone, key)
+    instance = request.workflow_id, request.conversation_id
+    await publish(session, *instance, request.caller.tenant_id, "rollback", undone, key)
 
 
 class SagaActivities:
@@ -55,11 +57,13 @@ class SagaActivities:
                 await told(session, request, "irreversible")
             return CompensationOutcome(state="irreversible", detail=f"{entry.tool} declares no compensation")
         async with self._sessions() as session, session.begin():
-            key = f"{request.workflow_id}:{entry.call_id}:undo"
+            key = f"{call_key(request.workflow_id, request.conversation_id, entry.call_id)}:undo"
             await session.execute(select(func.pg_advisory_xact_lock(func.hashtextextended(key, 0))))
             done = await session.scalar(
                 select(Compensation).where(
-                    Compensation.workflow_id == request.workflow_id, Compensation.call_id == entry.call_id
+                    Compensation.workflow_id == request.workflow_id,
+                    Compensation.conversation_id == request.conversation_id,
+                    Compensation.call_id == entry.call_id,
                 )
             )
             if done is not None and done.state in FINAL_STATES:
@@ -67,6 +71,7 @@ class SagaActivities:
             executed = await session.scalar(
                 select(ToolExecution).where(
                     ToolExecution.workflow_id == request.workflow_id,
+                    ToolExecution.conversation_id == request.conversation_id,
                     ToolExecution.call_id == entry.call_id,
                     ToolExecution.outcome == "executed",
                 )
@@ -82,6 +87,7 @@ class SagaActivities:
                     workflow_id=request.workflow_id,
                     call_id=entry.call_id,
                     now=datetime.now(UTC),
+                    conversation_id=request.conversation_id,
                 )
                 try:
                     args = validate(tool, entry.arguments)
@@ -104,6 +110,7 @@ class SagaActivities:
                     update(ToolExecution)
                     .where(
                         ToolExecution.workflow_id == request.workflow_id,
+                        ToolExecution.conversation_id == request.conversation_id,
                         ToolExecution.call_id == entry.call_id,
                     )
                     .values(rolled_back=True, rolled_back_at=func.now())
@@ -128,12 +135,13 @@ class SagaActivities:
             .values(
                 tenant_id=request.caller.tenant_id,
                 workflow_id=request.workflow_id,
+                conversation_id=request.conversation_id,
                 call_id=request.entry.call_id,
                 tool=request.entry.tool,
                 compensation=compensation,
                 **values,
             )
-            .on_conflict_do_update(index_elements=["workflow_id", "call_id"], set_=values)
+            .on_conflict_do_update(index_elements=["workflow_id", "conversation_id", "call_id"], set_=values)
         )
 
     @activity.defn(name="authorize_rollback")

@@ -29,7 +29,9 @@ class StoreActivities:
     async def load_turn_reply(self, replied: RepliedTurn) -> TurnResult:
         """`wait_reply` for a message an earlier run answered: the reply from the store (none
         when the store does not hold the message)."""
-        found = await self._store.turn_reply(replied.workflow_id, replied.message_id, replied.turn)
+        found = await self._store.turn_reply(
+            replied.workflow_id, replied.conversation_id, replied.message_id, replied.turn
+        )
         return found or TurnResult(turn=replied.turn, reply=None, stop="completed", usage=Usage())
 
 

@@ -87,6 +87,7 @@ def audit_row(
         "agent": inv.caller.agent,
         "user_id": inv.caller.user_id,
         "workflow_id": inv.workflow_id,
+        "conversation_id": inv.conversation_id,
         "run_id": inv.run_id,
         "call_id": inv.call_id,
         "turn": inv.turn,
@@ -127,6 +128,7 @@ def saga_record(invocation: ToolInvocation) -> SagaRecord:
     """The saga entry of a compensable call that executed (see activities/rollback.py)."""
     return SagaRecord(
         workflow_id=invocation.workflow_id,
+        conversation_id=invocation.conversation_id,
         call_id=invocation.call_id,
         tenant_id=invocation.caller.tenant_id,
         caller=invocation.caller.model_dump(mode="json"),
@@ -163,7 +165,7 @@ class ToolActivities:
         """The call's result; with `invocation.store_seq`, stored as its tool message in the
         transaction of its effect and audit row, and answered with the small `StoredResult`."""
         tool = REGISTRY.get(invocation.tool)
-        key = f"{invocation.workflow_id}:{invocation.call_id}"
+        key = invocation.key
         async with self._sessions() as session, session.begin():
             if tool is None:  # the workflow screens calls first; this is the defence in depth
                 result = ToolResult.failure("UNKNOWN_TOOL", f"no tool named {invocation.tool!r}")
@@ -172,6 +174,7 @@ class ToolActivities:
             recorded = await session.scalar(
                 select(ToolExecution.result).where(
                     ToolExecution.workflow_id == invocation.workflow_id,
+                    ToolExecution.conversation_id == invocation.conversation_id,
                     ToolExecution.call_id == invocation.call_id,
                 )
             )
@@ -208,7 +211,8 @@ class ToolActivities:
             asked = {"call_id": invocation.call_id, "question": str(checked.data.get("question", ""))}
             async with self._sessions() as session, session.begin():
                 await publish(
-                    session, invocation.workflow_id, invocation.caller.tenant_id, "question", asked,
+                    session, invocation.workflow_id, invocation.conversation_id, invocation.caller.tenant_id,
+                    "question", asked,
                     f"question:{invocation.call_id}",
                 )  # fmt: skip
         return checked
@@ -229,6 +233,7 @@ class ToolActivities:
                 workflow_id=invocation.workflow_id,
                 call_id=invocation.call_id,
                 now=started,
+                conversation_id=invocation.conversation_id,
             )
             async with (
                 session.begin_nested()

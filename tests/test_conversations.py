@@ -66,7 +66,7 @@ async def test_turns_continue_as_new_carrying_state(agent: AgentHarness, db_engi
     status = await latest.query(AgentWorkflow.status)
     assert status.turn == 3 and status.usage.model_calls == 3 and status.limits.max_turns_per_run == 2
     # the run carried a cursor, not the transcript: the whole conversation is in the store
-    transcript = await ConversationStore(session_factory(db_engine)).load(handles[0].id)
+    transcript = await ConversationStore(session_factory(db_engine)).latest(handles[0].id)
     assert transcript[0].role == "system"
     assert [m.content for m in transcript if m.role == "user"] == ["one", "two", "three"]
     assert [m.content for m in await latest.query(AgentWorkflow.transcript) if m.role == "user"] == ["three"]

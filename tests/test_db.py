@@ -232,7 +232,7 @@ EXECUTION = "('acme', 'lead-qualifier', 'alice', 'wf-1', 'run-1', 'call-1', 'get
         ("UPDATE agent_tool_permissions SET tier = 'sometimes'", "ck_agent_tool_permissions_tier"),
         (
             f"{INSERT_EXECUTION} VALUES {EXECUTION % 'executed'}, {EXECUTION % 'executed'}",
-            "uq_tool_executions_workflow_id_call_id",
+            "uq_tool_executions_workflow_id_conversation_id_call_id",
         ),
         (
             f"{INSERT_EXECUTION} VALUES {EXECUTION % 'ok'}",
@@ -246,7 +246,7 @@ EXECUTION = "('acme', 'lead-qualifier', 'alice', 'wf-1', 'run-1', 'call-1', 'get
         (
             "INSERT INTO compensations (tenant_id, workflow_id, call_id, tool, compensation)"
             " VALUES ('acme', 'wf', 'c', 't', 'undo'), ('acme', 'wf', 'c', 't', 'undo')",
-            "uq_compensations_workflow_id_call_id",
+            "uq_compensations_workflow_id_conversation_id_call_id",
         ),
     ],
 )

@@ -6,8 +6,10 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from countersign.core.approvals import Decision
+from countersign.core.calls import call_key
 from countersign.core.contract import EndConversation
 from countersign.core.saga import RollbackRequest
+from countersign.db.instances import instance_of
 from countersign.db.schema import EmailOutbox
 from tests.fixtures.agent import AgentHarness
 from tests.fixtures.smtp import SmtpServer
@@ -28,7 +30,7 @@ RULES = (
 
 async def outbox_status(engine: AsyncEngine, workflow_id: str) -> str:
     async with engine.connect() as conn:
-        key = f"{workflow_id}:c1"
+        key = call_key(workflow_id, await instance_of(conn, workflow_id), "c1")
         return (
             await conn.execute(select(EmailOutbox.status).where(EmailOutbox.idempotency_key == key))
         ).scalar_one()

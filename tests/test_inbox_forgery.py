@@ -15,10 +15,10 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 from temporalio.client import WorkflowHandle
 
-from countersign.core.approvals import ApproveSignal
+from countersign.core.approvals import ApproveSignal, PendingCall
 from countersign.core.contract import AnswerSignal, ConversationResult, EndConversation, StatusView
 from countersign.core.saga import RollbackRequest
-from countersign.db.schema import ApprovalDecision, ProofCheck, RollbackRecord, ToolExecution
+from countersign.db.schema import ApprovalDecision, ApprovalRequest, ProofCheck, RollbackRecord, ToolExecution
 from countersign.identity.proofs import Binding, load_private_key, mint_proof
 from tests.fixtures.inbox import SignedStack
 from tests.test_approvals import ECHO_RESULT, JANE, pending, qualify
@@ -40,6 +40,19 @@ async def decisions(engine: AsyncEngine, workflow_id: str) -> list[ApprovalDecis
             .order_by(ApprovalDecision.id)
         )
         return list(rows)  # type: ignore[arg-type]
+
+
+async def recorded_call(engine: AsyncEngine, workflow_id: str, call_id: str) -> PendingCall:
+    """The pending call as the worker recorded it for reviewers (what the inbox binds proofs to)."""
+    async with engine.connect() as conn:
+        row = (
+            await conn.execute(
+                select(ApprovalRequest).where(
+                    ApprovalRequest.workflow_id == workflow_id, ApprovalRequest.call_id == call_id
+                )
+            )
+        ).one()
+    return PendingCall.model_validate(row._asdict())
 
 
 async def checks(engine: AsyncEngine, workflow_id: str) -> list[Any]:
@@ -68,7 +81,8 @@ async def test_every_forged_decision_is_refused_recorded_and_the_call_keeps_wait
     handle = await agent.start("qualify jane", single_turn=True)
     args = (await pending(handle)).pending_approvals[0].args
     wf, now = handle.id, datetime.now(UTC)
-    approve = Binding.decision("acme", wf, "approve", "c1", args)
+    call = await recorded_call(db_engine, wf, "c1")
+    approve = Binding.decision(call, "approve", args)
 
     def signed(user: str, binding: Binding, at: datetime = now, with_key: Ed25519PrivateKey = key) -> str:
         return mint_proof(with_key, user, binding, at)
@@ -79,18 +93,23 @@ async def test_every_forged_decision_is_refused_recorded_and_the_call_keeps_wait
     def by_bob(binding: Binding = approve, **kwargs: Any) -> ApproveSignal:
         return ApproveSignal(call_id="c1", approver="bob", proof=signed("bob", binding, **kwargs))
 
-    def bound(tenant: str = "acme", action: Any = "approve", call: str = "c1", to: Any = args) -> Binding:
-        return Binding.decision(tenant, wf, action, call, to)
+    def bound(action: Any = "approve", to: Any = args, **other: str) -> Binding:
+        return Binding.decision(call.model_copy(update=other), action, to)
 
     converted = {"lead": JANE, "new_status": "converted", "reason": "x"}
     forgeries: list[tuple[ApproveSignal, str]] = [
         (ApproveSignal(call_id="c1", approver="bob"), "no proof"),
         (ApproveSignal(call_id="c1", approver="bob", proof="garbage"), "invalid proof"),
         (by_bob(with_key=Ed25519PrivateKey.generate()), "Signature verification failed"),
-        (by_bob(bound(call="c2")), "another target 'c2'"),
+        (by_bob(bound(call_id="c2")), "another target 'c2'"),
         (by_bob(bound(to=converted)), "another arguments"),
         (by_bob(bound(action="reject")), "another action 'reject'"),
-        (by_bob(bound(tenant="globex")), "another tenant 'globex'"),
+        (by_bob(bound(tenant_id="globex")), "another tenant 'globex'"),
+        # issue 26, class 2: what the reviewer saw must be the conversation's own pending call
+        (by_bob(bound(tool="get_lead")), "another tool 'get_lead'"),
+        (by_bob(bound(risk="low")), "another risk 'low'"),
+        (by_bob(bound(nonce="another-nonce")), "another approval nonce"),
+        (by_bob(bound(conversation_id="another-run")), "another conversation instance"),
         (by_bob(at=now - timedelta(minutes=10)), "expired"),
         (as_("bob", signed("carol", approve)), "issued to 'carol', not 'bob'"),
         # a real proof, but alice (sales) requested this high-risk call: the rules hold with proofs too
@@ -118,7 +137,7 @@ async def test_every_forged_decision_is_refused_recorded_and_the_call_keeps_wait
     # A proof spent on a decision that was refused for another reason cannot be used again: bob's
     # proof for invalid edited arguments is accepted as a proof, the edit is refused, the replay too.
     bad_edit = {"lead": JANE, "new_status": "bogus", "reason": "x"}
-    proof = signed("bob", Binding.decision("acme", wf, "approve", "c1", bad_edit))
+    proof = signed("bob", Binding.decision(call, "approve", bad_edit))
     replayed = ApproveSignal(call_id="c1", approver="bob", args=bad_edit, proof=proof)
     for _ in range(2):
         await handle.signal(AgentWorkflow.approve, replayed)

@@ -24,7 +24,7 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncEngine
 from temporalio.client import WorkflowUpdateFailedError
 
-from countersign.core.approvals import Decision
+from countersign.core.approvals import Decision, PendingCall
 from countersign.core.contract import EndConversation, Limits, SubmitMessage
 from countersign.core.saga import RollbackRequest
 from countersign.db.schema import AgentProfile, ApprovalDecision, McpServer, ToolExecution
@@ -151,7 +151,9 @@ async def test_time_server_runs_an_allowed_read_and_audits_it(
         "high",
         "external",
     )
-    assert row.idempotency_key == f"{handle.id}:c1" and row.args == {"timezone": "Europe/Paris"}
+    # the call's key names the conversation instance: a new conversation under this id is not this one
+    key = f"{handle.id}:{handle.first_execution_run_id}:c1"
+    assert row.idempotency_key == key and row.args == {"timezone": "Europe/Paris"}
 
 
 async def test_invalid_and_extra_arguments_are_refused_before_approval(
@@ -370,7 +372,8 @@ async def test_http_server_gets_the_call_id_and_the_secret_header_and_results_ar
     assert (await handle.result()).last_reply == "[scripted model] done"
     got = results(await harness.transcript(handle))
     echoed = got["c1"]["data"]["result"]
-    assert echoed["text"] == "hi" and echoed["meta"]["countersign/call_id"] == f"{handle.id}:c1"
+    key = f"{handle.id}:{handle.first_execution_run_id}:c1"  # the call's key names the instance
+    assert echoed["text"] == "hi" and echoed["meta"]["countersign/call_id"] == key
     assert echoed["authorization"] == "[REDACTED]"  # the server got it; the model, history, audit do not
     assert len(json.dumps(got["c2"])) < 10_000 and "truncated" in json.dumps(got["c2"])
     assert "sk-abcdef" not in json.dumps(got["c3"]) and "[REDACTED]" in json.dumps(got["c3"])
@@ -566,7 +569,7 @@ async def test_a_reviewer_edits_an_mcp_call_in_the_inbox_and_the_proof_binds_the
 
         edited = {**asked, "target_timezone": "Europe/Paris"}
         key = load_private_key(stack.keys.private)
-        as_asked = Binding.decision("acme", handle.id, "approve", "c1", item["args"])
+        as_asked = Binding.decision(PendingCall.model_validate(item), "approve", item["args"])
         with pytest.raises(WorkflowUpdateFailedError) as unbound:
             await execute_update(
                 handle,

@@ -11,9 +11,10 @@ from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
 from countersign.core.approvals import Decision
-from countersign.core.calls import queued_emails
+from countersign.core.calls import call_key, queued_emails
 from countersign.core.contract import EndConversation
 from countersign.core.saga import RollbackRequest
+from countersign.db.instances import instance_of
 from countersign.db.schema import EmailDraft, EmailOutbox, Lead
 from countersign.db.seed import seed
 from tests.fixtures.agent import AgentHarness
@@ -119,11 +120,10 @@ async def reseeded(database_url: str) -> AsyncIterator[None]:
 
 async def delivered_to(engine: AsyncEngine, workflow_id: str) -> tuple[str, str | None]:
     async with engine.connect() as conn:
+        key = call_key(workflow_id, await instance_of(conn, workflow_id), "c1")
         row = (
             await conn.execute(
-                select(EmailOutbox.status, EmailOutbox.html_body).where(
-                    EmailOutbox.idempotency_key == f"{workflow_id}:c1"
-                )
+                select(EmailOutbox.status, EmailOutbox.html_body).where(EmailOutbox.idempotency_key == key)
             )
         ).one()
     return row.status, row.html_body

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any, Literal
 
 import jwt
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from countersign.core.approvals import PendingCall
 from countersign.identity.proofs import (
     PROOF_TTL,
     Binding,
@@ -25,7 +27,20 @@ from countersign.server.auth import Reviewer, issue_session, read_session
 NOW = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
 KEY = Ed25519PrivateKey.generate()
 ARGS = '{"lead": "jane.doe@example.com", "new_status": "qualified", "reason": "Budget confirmed"}'
-BOUND = Binding.decision("acme", "conv-1", "approve", "c1", ARGS)
+CALL = PendingCall(
+    tenant_id="acme",
+    workflow_id="conv-1",
+    conversation_id="run-1",
+    call_id="c1",
+    tool="update_lead_status",
+    risk="high",
+    nonce="n-1",
+)
+BOUND = Binding.decision(CALL, "approve", ARGS)
+
+
+def decision(kind: Literal["approve", "reject"] = "approve", args: Any = ARGS, **other: str) -> Binding:
+    return Binding.decision(CALL.model_copy(update=other), kind, args)
 
 
 def test_a_proof_for_exactly_the_decision_verifies() -> None:
@@ -49,11 +64,15 @@ def test_the_arguments_hash_ignores_spelling_not_content() -> None:
 @pytest.mark.parametrize(
     ("bound_to", "reason"),
     [
-        (Binding.decision("globex", "conv-1", "approve", "c1", ARGS), "another tenant"),
-        (Binding.decision("acme", "conv-2", "approve", "c1", ARGS), "another conversation"),
-        (Binding.decision("acme", "conv-1", "reject", "c1", ARGS), "another action"),
-        (Binding.decision("acme", "conv-1", "approve", "c2", ARGS), "another target"),
-        (Binding.decision("acme", "conv-1", "approve", "c1", {"lead": "x"}), "another arguments"),
+        (decision(tenant_id="globex"), "another tenant"),
+        (decision(workflow_id="conv-2"), "another conversation"),
+        (decision(conversation_id="run-2"), "another conversation instance"),
+        (decision("reject"), "another action"),
+        (decision(call_id="c2"), "another target"),
+        (decision(tool="get_lead"), "another tool"),
+        (decision(risk="low"), "another risk"),
+        (decision(nonce="n-2"), "another approval nonce"),
+        (decision(args={"lead": "x"}), "another arguments"),
         (Binding.answer("acme", "conv-1", "c1", "yes"), "another action"),
         (Binding.end("acme", "conv-1"), "another action"),
     ],

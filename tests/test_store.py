@@ -88,7 +88,7 @@ async def test_history_carries_no_message_bodies(
         if e.activity_task_scheduled_event_attributes.activity_type.name == "call_model"
     ]
     assert len(inputs) == 6 and all(b"lorem" not in i and len(i) < 600 for i in inputs)
-    stored = await ConversationStore(session_factory(db_engine)).load(handle.id)
+    stored = await ConversationStore(session_factory(db_engine)).latest(handle.id)
     assert stored[0].role == "system" and [m.role for m in stored].count("user") == 3
     assert any(m.role == "tool" and m.name == "create_task" for m in stored)
     # the model got the whole conversation, loaded from the store
@@ -181,7 +181,7 @@ async def test_a_redelivered_message_is_answered_once_across_continue_as_new(
     assert len(agent.model.requests) == 2
     replied = await execute_update(latest, AgentWorkflow.wait_reply, "fixed-id")
     assert replied is not None and replied.turn == 1
-    stored = await ConversationStore(session_factory(db_engine)).load(handle.id)
+    stored = await ConversationStore(session_factory(db_engine)).latest(handle.id)
     assert [m.content for m in stored if m.role == "user"] == ["msg1", "msg2"]
 
 

@@ -84,7 +84,7 @@ async def test_a_big_tool_result_stays_out_of_history_but_reaches_the_model_and_
     assert result.last_reply == "[scripted model] I read the tasks."  # result_contains matched
 
     # the store holds the whole result, where the workflow allocated it: right after the call
-    stored = await ConversationStore(session_factory(db_engine)).load(handle.id)
+    stored = await ConversationStore(session_factory(db_engine)).latest(handle.id)
     tools = [m for m in stored if m.role == "tool"]
     assert [(m.tool_call_id, m.name) for m in tools] == [("c1", "no_such_tool"), ("c2", "query_records")]
     assert json.loads(tools[0].content or "")["error"]["code"] == "UNKNOWN_TOOL"
@@ -200,6 +200,8 @@ async def test_a_refusal_of_a_name_postgresql_cannot_hold_is_stored_with_its_aud
     audit = AuditActivities(session_factory(db_engine))
     for _ in range(2):  # a retry changes nothing
         await audit.record_unexecuted_call(UnexecutedCall(invocation=invocation, result=refusal))
-    stored = await ConversationStore(session_factory(db_engine)).load(invocation.workflow_id)
+    stored = await ConversationStore(session_factory(db_engine)).load(
+        invocation.workflow_id, invocation.conversation_id
+    )
     assert [(m.role, m.name, m.tool_call_id) for m in stored] == [("tool", "get\ufffdlead", "c1")]
     assert json.loads(stored[0].content or "")["error"]["code"] == "UNKNOWN_TOOL"

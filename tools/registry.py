@@ -29,7 +29,7 @@ from pydantic import BaseModel, ConfigDict, model_validator
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from countersign.core.access import Scope
-from countersign.core.calls import CallerContext, Category, ErrorCode, Risk, Tier, ToolSpec
+from countersign.core.calls import CallerContext, Category, ErrorCode, Risk, Tier, ToolSpec, call_key
 
 # Identity fields only the trusted caller may set; no arguments model may declare them.
 IDENTITY_FIELDS = frozenset({"tenant_id", "tenant", "user_id", "user", "roles", "role", "caller"})
@@ -114,6 +114,7 @@ class ToolContext:
     workflow_id: str
     call_id: str
     now: datetime
+    conversation_id: str = ""
 
     @property
     def tenant_id(self) -> str:
@@ -121,8 +122,9 @@ class ToolContext:
 
     @property
     def idempotency_key(self) -> str:
-        """Stable across activity retries of the same call: workflow id + call id."""
-        return f"{self.workflow_id}:{self.call_id}"
+        """Stable across activity retries of the same call, and unique across conversation
+        instances: workflow id, instance, call id (calls.call_key)."""
+        return call_key(self.workflow_id, self.conversation_id, self.call_id)
 
 
 ToolFn = Callable[[ToolContext, Any], Awaitable[BaseModel]]

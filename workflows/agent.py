@@ -141,11 +141,10 @@ class AgentWorkflow(Handlers):
         if start.carried is None:
             return
         check = SealCheck(
-            tenant_id=start.tenant_id,
-            user_id=start.user_id,
-            workflow_id=workflow.info().workflow_id,
+            **self.conversation.instance().model_dump(),
             digest=digest(start.carried),
             seal=start.seal,
+            run_instance=workflow.info().first_execution_run_id,
         )
         refusal: str = await bookkeeping("verify_carried", check, "verify the carried state", str)
         if refusal:
@@ -171,8 +170,21 @@ class AgentWorkflow(Handlers):
             raise
         self.conversation.context = context
         self.conversation.limits = within_agent_bounds(self.conversation.limits, context.agent_limits)
+        await self._register()
         await self.store.store_prompt(context.agent.system_prompt)
         return context
+
+    async def _register(self) -> None:
+        """Make the workflow id's row name this instance (first run), or check that it does and is
+        this tenant's, user's and agent's (every later run), before anything is stored or read."""
+        instance = self.conversation.instance()
+        refusal: str = await bookkeeping(
+            "register_conversation", instance, "register the conversation instance", str
+        )
+        if refusal:
+            raise ApplicationError(
+                f"the start input was refused: {refusal}", type="ForgedCarriedState", non_retryable=True
+            )
 
     async def _converse(self) -> None:
         """Between turns: run what rollbacks were asked for, then the next message's turn."""
@@ -239,10 +251,11 @@ class AgentWorkflow(Handlers):
             inbox=conversation.inbox,
             saga=conversation.saga,
             outbox=self.outbox.undelivered,
+            conversation_id=conversation.conversation_id,
         )
         seal: str = await bookkeeping(
             "seal_carried",
-            SealRequest(workflow_id=workflow.info().workflow_id, digest=digest(carried)),
+            SealRequest(**conversation.instance().model_dump(), digest=digest(carried)),
             "seal the carried state",
             str,
         )
@@ -328,6 +341,7 @@ class AgentWorkflow(Handlers):
         reply_seq = self.store.next_seq()
         request = StoredInput(
             workflow_id=workflow.info().workflow_id,
+            conversation_id=conversation.conversation_id,
             tenant_id=conversation.context.tenant_id,
             seqs=seqs,
             reply_seq=reply_seq,

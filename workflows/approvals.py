@@ -25,6 +25,7 @@ with workflow.unsafe.imports_passed_through():
         Decision,
         DecisionRecord,
         NoticeKind,
+        RecordedApproval,
         Verdict,
         state_refusal,
     )
@@ -65,12 +66,35 @@ class ApprovalGate:
             requested_at=now,
             expires_at=now + timeout,
             hints=spec.mcp.hints() if spec.mcp else None,
+            nonce=str(workflow.uuid4()),
         )
         conversation.approvals[approval.call_id] = approval
+        await self._record_request(approval, spec)
         self._notify(approval, "request")
         await self._wait_for_people(self._await_decision(approval, timedelta(seconds=policy.reminder_lead_s)))
         record_approval_wait(spec.risk, approval.state, (workflow.now() - now).total_seconds())
         return approval
+
+    async def _record_request(self, approval: Approval, spec: ToolSpec) -> None:
+        """Write the request where reviewers see it (`approval_requests`), before anyone is told:
+        the inbox lists what this worker recorded, never what a query answers."""
+        conversation = self.conversation
+        assert conversation.context is not None
+        await bookkeeping(
+            "record_approval_request",
+            RecordedApproval(
+                **conversation.pending_call(approval).model_dump(),
+                agent=conversation.context.agent.name,
+                args=approval.args,
+                requested_by=approval.requested_by,
+                requested_at=approval.requested_at,
+                expires_at=approval.expires_at,
+                hints=approval.hints,
+                description=spec.description if spec.mcp else None,
+                parameters=spec.parameters if spec.mcp else None,
+            ),
+            f"record the approval request of {approval.tool} ({approval.call_id})",
+        )
 
     async def _await_decision(self, approval: Approval, reminder_lead: timedelta) -> None:
         """Wait for a decision until expiry, reminding reviewers once before it. Fail closed:
@@ -82,6 +106,7 @@ class ApprovalGate:
                 ApprovalReminder(
                     tenant_id=self.conversation.start.tenant_id,
                     workflow_id=self.conversation.workflow_id,
+                    conversation_id=self.conversation.conversation_id,
                     call_id=approval.call_id,
                     tool=approval.tool,
                     args=approval.args,
@@ -123,6 +148,7 @@ class ApprovalGate:
                 DecisionRecord(
                     tenant_id=conversation.start.tenant_id,
                     workflow_id=conversation.workflow_id,
+                    conversation_id=conversation.conversation_id,
                     tool=approval.tool if approval else "?",
                     risk=approval.risk if approval else "high",
                     requested_by=approval.requested_by if approval else conversation.start.user_id,
@@ -130,6 +156,7 @@ class ApprovalGate:
                     refusal=refusal,
                     args=approval.args if approval else None,
                     mcp_spec=conversation.mcp_spec(approval.tool) if approval else None,
+                    nonce=approval.nonce if approval else "",
                 ),
                 f"{decision.decision} {decision.call_id} by {decision.approver}",
                 Verdict,
@@ -157,6 +184,7 @@ class ApprovalGate:
             kind=kind,
             tenant_id=self.conversation.start.tenant_id,
             workflow_id=self.conversation.workflow_id,
+            conversation_id=self.conversation.conversation_id,
             call_id=approval.call_id,
             tool=approval.tool,
             args=approval.args,

@@ -87,6 +87,7 @@ class Rollbacks:
                 RollbackAuthorization(
                     tenant_id=conversation.start.tenant_id,
                     workflow_id=conversation.workflow_id,
+                    conversation_id=conversation.conversation_id,
                     conversation_user=conversation.start.user_id,
                     request=request,
                 ),
@@ -122,7 +123,12 @@ class Rollbacks:
         conversation.refresh_state()
         caller = conversation.caller()
         for entry in entries:
-            request = CompensationRequest(caller=caller, workflow_id=conversation.workflow_id, entry=entry)
+            request = CompensationRequest(
+                caller=caller,
+                workflow_id=conversation.workflow_id,
+                conversation_id=conversation.conversation_id,
+                entry=entry,
+            )
             if not await compensated(request):
                 await record_failure(request)
         conversation.rolling_back = False

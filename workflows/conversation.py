@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
-    from countersign.core.approvals import Approval
+    from countersign.core.approvals import Approval, PendingCall
     from countersign.core.calls import CallerContext, ToolSpec
     from countersign.core.contract import (
         AgentState,
@@ -24,6 +24,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from countersign.core.messages import Usage
     from countersign.core.saga import Saga
+    from countersign.core.seal import ConversationInstance
     from countersign.runtime.search_attributes import AGENT_STATUS
 
 from workflows.rules import status_details
@@ -44,6 +45,10 @@ class Conversation:
     call_seq: int  # tool calls numbered so far (`c1`, `c2`, …), across runs
     inbox: list[SubmitMessage]
     saga: Saga
+    # The conversation instance every stored row and every read names: the first run's id (given
+    # by Temporal, the same across continue-as-new; a new start under this workflow id is another
+    # instance, which inherits nothing), carried sealed.
+    conversation_id: str
     context: ConversationContext | None = None  # loaded from the database at the start of each run
     state: AgentState = "running"
     in_turn: bool = False
@@ -69,6 +74,7 @@ class Conversation:
             call_seq=carried.call_seq if carried else 0,
             inbox=list(carried.inbox) if carried else [],
             saga=carried.saga if carried else Saga(),
+            conversation_id=carried.conversation_id if carried else workflow.info().first_execution_run_id,
         )
         if start.message and not carried:
             conversation.inbox.append(SubmitMessage(user_id=start.user_id, text=start.message))
@@ -77,6 +83,28 @@ class Conversation:
     @property
     def workflow_id(self) -> str:
         return workflow.info().workflow_id
+
+    def instance(self) -> ConversationInstance:
+        """Whose conversation this instance is, under which workflow id (registered, sealed)."""
+        return ConversationInstance(
+            conversation_id=self.conversation_id,
+            workflow_id=self.workflow_id,
+            tenant_id=self.start.tenant_id,
+            user_id=self.start.user_id,
+            agent=self.start.agent,
+        )
+
+    def pending_call(self, approval: Approval) -> PendingCall:
+        """A pending approval as the worker records it and a decision's proof binds it."""
+        return PendingCall(
+            tenant_id=self.start.tenant_id,
+            workflow_id=self.workflow_id,
+            conversation_id=self.conversation_id,
+            call_id=approval.call_id,
+            tool=approval.tool,
+            risk=approval.risk,
+            nonce=approval.nonce,
+        )
 
     def current_state(self) -> AgentState:
         if self.rolling_back:

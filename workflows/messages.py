@@ -93,6 +93,7 @@ class MessageStore:
         assert self.conversation.context is not None  # loaded before anything is stored
         batch = AppendMessages(
             workflow_id=self.conversation.workflow_id,
+            conversation_id=self.conversation.conversation_id,
             tenant_id=self.conversation.context.tenant_id,
             messages=messages,
         )
@@ -158,6 +159,7 @@ class MessageStore:
         seq = self.next_seq()
         request = SummaryRequest(
             workflow_id=self.conversation.workflow_id,
+            conversation_id=self.conversation.conversation_id,
             tenant_id=context.tenant_id,
             seq=seq,
             previous=self.cursor.summary_seq,
@@ -205,7 +207,12 @@ class MessageStore:
     async def _earlier_reply(self, message_id: str, turn: int) -> TurnResult:
         """The turn an earlier run answered `message_id` with, read from the conversation store once
         per run (then kept with this run's replies)."""
-        replied = RepliedTurn(workflow_id=self.conversation.workflow_id, message_id=message_id, turn=turn)
+        replied = RepliedTurn(
+            workflow_id=self.conversation.workflow_id,
+            conversation_id=self.conversation.conversation_id,
+            message_id=message_id,
+            turn=turn,
+        )
         try:
             result: TurnResult = await bookkeeping(
                 "load_turn_reply", replied, f"load the reply to message {message_id}", TurnResult

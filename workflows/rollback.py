@@ -33,6 +33,7 @@ class RollbackWorkflow:
             RollbackAuthorization(
                 tenant_id=rollback.tenant_id,
                 workflow_id=rollback.workflow_id,
+                conversation_id=rollback.conversation_id,
                 conversation_user=rollback.conversation_user,
                 request=rollback.request,
             ),

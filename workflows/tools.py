@@ -91,6 +91,7 @@ class ToolCalls:
         return ToolInvocation(
             caller=self.conversation.caller(),
             workflow_id=info.workflow_id,
+            conversation_id=self.conversation.conversation_id,
             run_id=info.run_id,
             call_id=call.id,
             tool=call.name,

@@ -50,6 +50,7 @@ from countersign.core.messages import ChatMessage
 from countersign.core.saga import RollbackRequest
 from countersign.core.summaries import usage_line
 from countersign.db import events, schema
+from countersign.db.instances import current_instance
 from countersign.runtime.config import SCRIPTED_LABEL, load_settings
 
 POLL_S = 0.25  # without a database: how often a running turn is looked at
@@ -174,6 +175,7 @@ async def decision_of(workflow_id: str, call_id: str) -> schema.ApprovalDecision
     async def read(session: AsyncSession) -> schema.ApprovalDecision | None:
         query = select(schema.ApprovalDecision).where(
             schema.ApprovalDecision.workflow_id == workflow_id,
+            schema.ApprovalDecision.conversation_id == current_instance(workflow_id),
             schema.ApprovalDecision.call_id == call_id,
             schema.ApprovalDecision.accepted.is_(True),
         )

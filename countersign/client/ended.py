@@ -33,8 +33,9 @@ async def with_store(settings: Settings, work: Any) -> Any:
 
 
 async def stored_transcript(settings: Settings, workflow_id: str) -> list[ChatMessage]:
-    """Every message of the conversation, all runs, in order (empty for one from before the store)."""
-    messages: list[ChatMessage] = await with_store(settings, lambda s: s.load(workflow_id))
+    """Every message of the conversation (the latest instance under `workflow_id`), all runs, in
+    order (empty for one from before the store)."""
+    messages: list[ChatMessage] = await with_store(settings, lambda s: s.latest(workflow_id))
     return messages
 
 
@@ -47,7 +48,11 @@ async def with_stored_results(
     seqs = [seq for m in messages if m.role == "tool" and (seq := stored_at(m.content)) is not None]
     if not seqs or not settings.database_url:
         return messages
-    stored: dict[int, ChatMessage] = await with_store(settings, lambda s: s.at(workflow_id, seqs))
+
+    async def read(store: ConversationStore) -> dict[int, ChatMessage]:
+        return await store.at(workflow_id, await store.latest_instance(workflow_id), seqs)
+
+    stored: dict[int, ChatMessage] = await with_store(settings, read)
     return [stored.get(stored_at(m.content) or -1, m) if m.role == "tool" else m for m in messages]
 
 
@@ -73,7 +78,7 @@ async def conversation_status(client: Client, settings: Settings, workflow_id: s
     except RPCError as err:
         if err.status != RPCStatusCode.NOT_FOUND or not settings.database_url:
             raise
-        stored: StatusView | None = await with_store(settings, lambda s: s.status(workflow_id))
+        stored: StatusView | None = await with_store(settings, lambda s: s.latest_status(workflow_id))
         if stored is None:
             raise
         return stored
@@ -114,7 +119,7 @@ async def owner(client: Client, settings: Settings, workflow_id: str) -> tuple[s
     except RPCError as err:
         if err.status != RPCStatusCode.NOT_FOUND or not settings.database_url:
             raise
-        stored: tuple[str, str] | None = await with_store(settings, lambda s: s.owner(workflow_id))
+        stored: tuple[str, str] | None = await with_store(settings, lambda s: s.latest_owner(workflow_id))
         if stored is None:
             raise LookupError(f"no conversation {workflow_id} in Temporal or in the store") from err
         return stored
@@ -125,8 +130,15 @@ async def roll_back_ended(
 ) -> RollbackOutcome:
     """Run `request` on an ended conversation through a ConversationRollback workflow."""
     tenant_id, user_id = await owner(client, settings, workflow_id)
+    instance: str = (
+        await with_store(settings, lambda s: s.latest_instance(workflow_id)) if settings.database_url else ""
+    )
     rollback = EndedRollback(
-        tenant_id=tenant_id, workflow_id=workflow_id, conversation_user=user_id, request=request
+        tenant_id=tenant_id,
+        workflow_id=workflow_id,
+        conversation_id=instance,
+        conversation_user=user_id,
+        request=request,
     )
     outcome: RollbackOutcome = await client.execute_workflow(
         ROLLBACK_WORKFLOW_TYPE,

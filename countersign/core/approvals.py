@@ -7,7 +7,7 @@ applies to high risk. Anything the rules cannot confirm is refused: fail closed.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel
 
@@ -40,6 +40,9 @@ class Approval(BaseModel):
     reason: str | None = None
     edited_args: str | None = None  # what the approver changed the arguments to, validated
     hints: str | None = None  # an MCP server's own claims about the tool, for reviewers (never authority)
+    # Drawn by the conversation (workflow.uuid4()) for this approval: a decision's proof names it, so
+    # a proof is for this request of this call, never for another instance's call of the same id.
+    nonce: str = ""
 
     def pending_view(self, mcp_spec: ToolSpec | None = None) -> PendingApproval:
         """What reviewers see; for an MCP tool (`mcp_spec`, from the snapshot) its description and
@@ -90,12 +93,26 @@ class RejectSignal(BaseModel):
         return Decision(decision="reject", **self.model_dump())
 
 
+class PendingCall(BaseModel):
+    """A call waiting for a decision, as the worker recorded it (`approval_requests`; the workflow's
+    own pending approval): what a decision's proof binds (countersign.identity.proofs.Binding)."""
+
+    tenant_id: str
+    workflow_id: str
+    conversation_id: str
+    call_id: str
+    tool: str
+    risk: Risk
+    nonce: str
+
+
 class DecisionRecord(BaseModel):
     """What the decision activity verifies and audits. `refusal` is set when the workflow already
     refused the decision from its own state (unknown call, already decided, expired)."""
 
     tenant_id: str
     workflow_id: str
+    conversation_id: str = ""  # the conversation instance (countersign.db.schema.Conversation)
     tool: str
     risk: Risk
     requested_by: str
@@ -104,6 +121,32 @@ class DecisionRecord(BaseModel):
     args: str | None = None  # the pending call's arguments (JSON text): what an unedited proof binds
     # An MCP tool as the conversation snapshotted it: edited arguments are checked against its schema.
     mcp_spec: ToolSpec | None = None
+    nonce: str = ""  # the pending approval's (Approval.nonce)
+
+    def pending_call(self) -> PendingCall:
+        """The call as the conversation itself holds it: what the decision's proof must name."""
+        return PendingCall(
+            tenant_id=self.tenant_id,
+            workflow_id=self.workflow_id,
+            conversation_id=self.conversation_id,
+            call_id=self.decision.call_id,
+            tool=self.tool,
+            risk=self.risk,
+            nonce=self.nonce,
+        )
+
+
+class RecordedApproval(PendingCall):
+    """An approval request as the worker writes it to `approval_requests`: what reviewers see."""
+
+    agent: str
+    args: str
+    requested_by: str
+    requested_at: datetime
+    expires_at: datetime
+    hints: str | None = None
+    description: str | None = None  # an MCP tool's, from the conversation's snapshot
+    parameters: dict[str, Any] | None = None
 
 
 class Verdict(BaseModel):
@@ -149,6 +192,7 @@ def approver_refusal(
 class ApprovalReminder(BaseModel):
     tenant_id: str
     workflow_id: str
+    conversation_id: str = ""  # the conversation instance (countersign.db.schema.Conversation)
     call_id: str
     tool: str
     args: str
@@ -162,6 +206,7 @@ class ApprovalNotice(BaseModel):
     kind: NoticeKind
     tenant_id: str
     workflow_id: str
+    conversation_id: str = ""  # the conversation instance (countersign.db.schema.Conversation)
     call_id: str
     tool: str
     args: str

@@ -146,9 +146,18 @@ class CallerContext(BaseModel):
     agent: str
 
 
+def call_key(workflow_id: str, conversation_id: str, call_id: str) -> str:
+    """A call's key in idempotency keys and locks: `workflow:instance:call` (`workflow:call` for a
+    conversation from before instances, whose rows and keys are spelled that way). Call ids restart
+    at c1 in every instance: without the instance, a conversation started again under a closed
+    one's workflow id was handed the old one's results and emails."""
+    return f"{workflow_id}:{conversation_id}:{call_id}" if conversation_id else f"{workflow_id}:{call_id}"
+
+
 class ToolInvocation(BaseModel):
     caller: CallerContext
     workflow_id: str
+    conversation_id: str = ""  # the conversation instance (countersign.db.schema.Conversation)
     run_id: str
     call_id: str
     tool: str
@@ -162,6 +171,10 @@ class ToolInvocation(BaseModel):
     # tool message (conversation store), answering with a `StoredResult`; AgentWorkflow always sets
     # it. None (a call outside a conversation, e.g. the bench's in-process loop): the whole `ToolResult`.
     store_seq: int | None = None
+
+    @property
+    def key(self) -> str:
+        return call_key(self.workflow_id, self.conversation_id, self.call_id)
 
     @property
     def arguments_edited(self) -> bool:

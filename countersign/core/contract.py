@@ -125,6 +125,9 @@ class CarriedState(BaseModel):
     saga: Saga = Field(default_factory=Saga)
     outbox: list[int] = Field(default_factory=list)  # queued emails not delivered yet
     cursor: Cursor | None = None  # conversations since the message store: `messages` stays empty
+    # The conversation instance (its first run's id): every stored row and read names it, and the
+    # seal binds it. "" in state carried before instances, which no seal of today verifies.
+    conversation_id: str = ""
 
 
 class StartConversation(BaseModel):

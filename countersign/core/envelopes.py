@@ -67,6 +67,7 @@ class StoredMessage(BaseModel):
 
 class AppendMessages(BaseModel):
     workflow_id: str
+    conversation_id: str = ""  # the conversation instance (countersign.db.schema.Conversation)
     tenant_id: str
     messages: list[StoredMessage]
 
@@ -76,6 +77,7 @@ class RepliedTurn(BaseModel):
     read back from the store."""
 
     workflow_id: str
+    conversation_id: str = ""  # the conversation instance (countersign.db.schema.Conversation)
     message_id: str
     turn: int
 
@@ -84,6 +86,7 @@ class SummaryRequest(BaseModel):
     """Fold the messages `seqs` (and the previous summary, if any) into a new summary at `seq`."""
 
     workflow_id: str
+    conversation_id: str = ""  # the conversation instance (countersign.db.schema.Conversation)
     tenant_id: str
     seq: int
     previous: int | None

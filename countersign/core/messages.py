@@ -101,6 +101,7 @@ class StoredInput(BaseModel):
     numbers the workflow chose, where to store the reply, and the tools offered by name."""
 
     workflow_id: str
+    conversation_id: str = ""  # the conversation instance (countersign.db.schema.Conversation)
     tenant_id: str
     seqs: list[int]
     reply_seq: int

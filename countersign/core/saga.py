@@ -71,6 +71,7 @@ class RollbackRequest(BaseModel):
 class CompensationRequest(BaseModel):
     caller: CallerContext
     workflow_id: str
+    conversation_id: str = ""  # the conversation instance (countersign.db.schema.Conversation)
     entry: SagaEntry
 
 
@@ -82,6 +83,7 @@ class CompensationOutcome(BaseModel):
 class RollbackAuthorization(BaseModel):
     tenant_id: str
     workflow_id: str
+    conversation_id: str = ""  # the conversation instance (countersign.db.schema.Conversation)
     conversation_user: str
     request: RollbackRequest
 
@@ -99,6 +101,7 @@ class EndedRollback(BaseModel):
 
     tenant_id: str
     workflow_id: str
+    conversation_id: str = ""  # the conversation instance (countersign.db.schema.Conversation)
     conversation_user: str
     request: RollbackRequest
 

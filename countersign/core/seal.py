@@ -1,9 +1,13 @@
 """Sealing the state a conversation carries across continue-as-new (pure).
 
 The workflow computes `digest(carried)` (SHA-256 of its canonical JSON: deterministic, no I/O); an
-activity MACs it with the worker's secret, bound to the workflow id, before continue-as-new; the
-next run's first activity checks the MAC. A client that starts a conversation with `carried` set
-cannot produce a valid seal, so invented state (a saga, usage, messages, call ids) is refused.
+activity MACs it with the worker's secret before continue-as-new, bound to whose conversation it is
+(tenant, user, agent), the workflow id and the conversation instance (the first run's id, the same
+across continue-as-new); the next run's first activity checks the MAC and spends the seal
+(`spent_seals`: a seal counts for one run). A client that starts a conversation with `carried` set
+cannot produce a valid seal, so invented state (a saga, usage, messages, call ids) is refused; nor
+can it reuse a real one: under another tenant, user or agent, under a new instance started with the
+same workflow id, or a second time.
 Generic over CarriedState: whatever it holds is sealed whole.
 """
 
@@ -15,18 +19,29 @@ import json
 
 from pydantic import BaseModel
 
+SEAL_VERSION = "countersign-carried-v2"
 
-class SealRequest(BaseModel):
+
+class ConversationInstance(BaseModel):
+    """Whose conversation an instance is: recorded by its first run (`conversations`), checked by
+    every later one, and bound into every seal."""
+
+    conversation_id: str
     workflow_id: str
-    digest: str
-
-
-class SealCheck(BaseModel):
     tenant_id: str
     user_id: str
-    workflow_id: str
+    agent: str
+
+
+class SealRequest(ConversationInstance):
     digest: str
+
+
+class SealCheck(SealRequest):
     seal: str | None
+    # The instance this run belongs to (the server's first run id, "" for a conversation from before
+    # instances): the carried state must have been sealed for it.
+    run_instance: str
 
 
 def digest(state: BaseModel) -> str:
@@ -34,15 +49,32 @@ def digest(state: BaseModel) -> str:
     return hashlib.sha256(canonical.encode("utf-8", "replace")).hexdigest()
 
 
-def mac(key: bytes, workflow_id: str, state_digest: str) -> str:
-    message = f"countersign-carried-v1\n{workflow_id}\n{state_digest}".encode("utf-8", "replace")
-    return hmac.new(key, message, hashlib.sha256).hexdigest()
+def mac(key: bytes, request: SealRequest) -> str:
+    fields = (
+        SEAL_VERSION,
+        request.tenant_id,
+        request.user_id,
+        request.agent,
+        request.workflow_id,
+        request.conversation_id,
+        request.digest,
+    )
+    return hmac.new(key, "\n".join(fields).encode("utf-8", "replace"), hashlib.sha256).hexdigest()
 
 
 def verify(key: bytes, check: SealCheck) -> str:
-    """ "" when `check.seal` is the MAC of this workflow id and digest, else why not."""
+    """ "" when `check.seal` is the MAC this deployment made for exactly this conversation (tenant,
+    user, agent, workflow id, instance) and state, else why not. Spending it is the database's part."""
     if not check.seal:
         return "carried state without a seal: only the conversation itself may carry state"
-    if not hmac.compare_digest(check.seal, mac(key, check.workflow_id, check.digest)):
-        return "carried state whose seal does not verify (forged, altered, or from another workflow)"
+    if check.conversation_id != check.run_instance:
+        return (
+            f"carried state of conversation instance {check.conversation_id!r} presented to instance "
+            f"{check.run_instance!r}: a conversation started again under a workflow id inherits nothing"
+        )
+    if not hmac.compare_digest(check.seal, mac(key, check)):
+        return (
+            "carried state whose seal does not verify (forged, altered, or sealed for another tenant, "
+            "user, agent, workflow or conversation instance)"
+        )
     return ""

@@ -9,13 +9,15 @@ from typing import Any
 from sqlalchemy import exists, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from countersign.db.instances import current_instance
 from countersign.db.schema import ApprovalDecision, ProofCheck, ToolExecution
 
 
 async def audit_rows(
     session: AsyncSession, workflow_id: str | None = None, tenant_id: str | None = None, limit: int = 100
 ) -> list[dict[str, Any]]:
-    """The latest `limit` calls (of one conversation, or one tenant), oldest first."""
+    """The latest `limit` calls (of one conversation: the instance its workflow id names now, see
+    db.instances; or of one tenant), oldest first."""
     start_proven = exists().where(
         ProofCheck.workflow_id == ToolExecution.workflow_id,
         ProofCheck.action == "start",
@@ -23,6 +25,7 @@ async def audit_rows(
     )
     decision_proven = exists().where(
         ApprovalDecision.workflow_id == ToolExecution.workflow_id,
+        ApprovalDecision.conversation_id == ToolExecution.conversation_id,
         ApprovalDecision.call_id == ToolExecution.call_id,
         ApprovalDecision.accepted,
         ApprovalDecision.proven,
@@ -33,7 +36,10 @@ async def audit_rows(
         .limit(limit)
     )
     if workflow_id:
-        query = query.where(ToolExecution.workflow_id == workflow_id)
+        query = query.where(
+            ToolExecution.workflow_id == workflow_id,
+            ToolExecution.conversation_id == current_instance(workflow_id),
+        )
     if tenant_id:
         query = query.where(ToolExecution.tenant_id == tenant_id)
     found = (await session.execute(query)).all()

@@ -30,6 +30,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession, async_sessionm
 
 from countersign.core.contract import TurnStop
 from countersign.core.direct import MARKER_NAME
+from countersign.db.instances import CURRENT_INSTANCE_SQL, current_instance
 from countersign.db.schema import ConversationEvent, ConversationMessage
 
 CHANNEL = "conversation_events"
@@ -51,6 +52,7 @@ class Event(BaseModel):
 async def publish(
     session: AsyncSession | AsyncConnection,
     workflow_id: str,
+    conversation_id: str,
     tenant_id: str,
     kind: str,
     data: dict[str, Any],
@@ -60,7 +62,14 @@ async def publish(
     event with this `key` was written before (a retried activity)."""
     inserted = await session.scalar(
         insert(ConversationEvent)
-        .values(workflow_id=workflow_id, tenant_id=tenant_id, kind=kind, data=data, key=key)
+        .values(
+            workflow_id=workflow_id,
+            conversation_id=conversation_id,
+            tenant_id=tenant_id,
+            kind=kind,
+            data=data,
+            key=key,
+        )
         .on_conflict_do_nothing()
         .returning(ConversationEvent.id)
     )
@@ -90,30 +99,32 @@ async def publish_message(session: AsyncSession | AsyncConnection, row: dict[str
     """The events of a message the store has just inserted (a `conversation_messages` row's values):
     the user's message, an assistant's tool calls, a tool's result, or the reply that ends a turn.
     (A question is told by the activity that checks it, when it is asked: activities.tools.)"""
-    workflow_id, tenant_id = row["workflow_id"], row["tenant_id"]
+    tenant_id, instance = row["tenant_id"], (row["workflow_id"], row["conversation_id"])
     if row["role"] == "user":
         said = {"text": row["content"], "user": row["name"]}
-        await publish(session, workflow_id, tenant_id, "message", said, f"message:{row['seq']}")
+        await publish(session, *instance, tenant_id, "message", said, f"message:{row['seq']}")
     if row["role"] == "tool" and row["tool_call_id"]:
         call_id = row["tool_call_id"]
         data = {"call_id": call_id, "tool": row["name"], "ok": result_ok(row["content"]), "seq": row["seq"]}
-        await publish(session, workflow_id, tenant_id, "tool_result", data, f"tool_result:{call_id}")
+        await publish(session, *instance, tenant_id, "tool_result", data, f"tool_result:{call_id}")
     if row["role"] != "assistant" or row["name"] == MARKER_NAME:  # direct mode's marker: the turn goes on
         return
     for call in row["tool_calls"] or []:
         call_id, tool = str(call.get("id", "")), str(call.get("name", ""))
         args = arguments_of(str(call.get("arguments") or ""))
         data = {"call_id": call_id, "tool": tool, "args": args, "seq": row["seq"]}
-        await publish(session, workflow_id, tenant_id, "tool_call", data, f"tool_call:{call_id}")
+        await publish(session, *instance, tenant_id, "tool_call", data, f"tool_call:{call_id}")
     if not row["tool_calls"]:
         turn = await session.scalar(
             select(func.count()).where(
-                ConversationMessage.workflow_id == workflow_id, ConversationMessage.role == "user"
+                ConversationMessage.workflow_id == instance[0],
+                ConversationMessage.conversation_id == instance[1],
+                ConversationMessage.role == "user",
             )
         )
         stop = row["name"] if row["name"] in TURN_STOPS else "completed"
         data = {"turn": turn, "reply": row["content"], "stop": stop, "seq": row["seq"]}
-        await publish(session, workflow_id, tenant_id, "turn", data, f"turn:{row['seq']}")
+        await publish(session, *instance, tenant_id, "turn", data, f"turn:{row['seq']}")
 
 
 def streamed_text(events: list[Event]) -> dict[int, str]:
@@ -141,16 +152,27 @@ class EventLog:
         self.sessions = sessions
 
     async def publish(
-        self, workflow_id: str, tenant_id: str, kind: str, data: dict[str, Any], key: str | None = None
+        self,
+        workflow_id: str,
+        conversation_id: str,
+        tenant_id: str,
+        kind: str,
+        data: dict[str, Any],
+        key: str | None = None,
     ) -> int | None:
         async with self.sessions() as session, session.begin():
-            return await publish(session, workflow_id, tenant_id, kind, data, key)
+            return await publish(session, workflow_id, conversation_id, tenant_id, kind, data, key)
 
     async def after(self, workflow_id: str, last_id: int, limit: int = 500) -> list[Event]:
-        """The conversation's events after `last_id`, oldest first."""
+        """The events of the conversation instance `workflow_id` names now after `last_id`, oldest
+        first (none of an earlier conversation under the same id: db.instances)."""
         query = (
             select(ConversationEvent.id, ConversationEvent.kind, ConversationEvent.data)
-            .where(ConversationEvent.workflow_id == workflow_id, ConversationEvent.id > last_id)
+            .where(
+                ConversationEvent.workflow_id == workflow_id,
+                ConversationEvent.conversation_id == current_instance(workflow_id),
+                ConversationEvent.id > last_id,
+            )
             .order_by(ConversationEvent.id)
             .limit(limit)
         )
@@ -182,8 +204,8 @@ async def follow(
         await connection.add_listener(CHANNEL, notified)
         while True:
             rows = await connection.fetch(
-                "SELECT id, kind, data::text FROM conversation_events WHERE workflow_id = $1 AND id > $2"
-                " ORDER BY id LIMIT 500",
+                "SELECT id, kind, data::text FROM conversation_events WHERE workflow_id = $1"
+                f" AND conversation_id = {CURRENT_INSTANCE_SQL} AND id > $2 ORDER BY id LIMIT 500",
                 workflow_id,
                 after,
             )
@@ -203,7 +225,9 @@ async def last_id(database_url: str, workflow_id: str) -> int:
     connection = await asyncpg.connect(listen_dsn(database_url))
     try:
         found = await connection.fetchval(
-            "SELECT coalesce(max(id), 0) FROM conversation_events WHERE workflow_id = $1", workflow_id
+            "SELECT coalesce(max(id), 0) FROM conversation_events WHERE workflow_id = $1"
+            f" AND conversation_id = {CURRENT_INSTANCE_SQL}",
+            workflow_id,
         )
     finally:
         await connection.close()

@@ -2,8 +2,11 @@
 call sends, rebuild a turn's reply, count a tenant's tokens of the day.
 
 Appends are idempotent: the workflow allocates sequence numbers, so a retried append of the same
-(workflow id, seq) changes nothing. A user message's id is unique per conversation: appending a
-redelivered one (same id, another seq) is refused and reported, so the workflow answers it once.
+(workflow id, instance, seq) changes nothing. Every row belongs to one conversation instance
+(`conversation_id`, db.instances) and every read names it: a conversation started again under a
+closed one's workflow id reads nothing of the old one. A user message's id is unique per
+conversation: appending a redelivered one (same id, another seq) is refused and reported, so the
+workflow answers it once.
 Shared by the store and model activities and by the client side (transcripts of ended conversations).
 """
 
@@ -13,7 +16,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from sqlalchemy import Select, func, select
+from sqlalchemy import ColumnElement, Select, func, select
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, async_sessionmaker
 from temporalio.exceptions import ApplicationError
@@ -24,7 +27,22 @@ from countersign.core.contract import StatusView, TurnResult, TurnStop
 from countersign.core.envelopes import AppendMessages, StoredMessage, tool_message
 from countersign.core.messages import ChatMessage, ModelReply, StoredInput, ToolCall, Usage
 from countersign.db.events import TURN_STOPS, publish_message
-from countersign.db.schema import ConversationMessage, ModelCall, TenantTokenBudget, ToolExecution
+from countersign.db.instances import instance_of
+from countersign.db.schema import (
+    Conversation,
+    ConversationMessage,
+    ModelCall,
+    TenantTokenBudget,
+    ToolExecution,
+)
+
+
+def of(workflow_id: str, conversation_id: str) -> tuple[ColumnElement[bool], ColumnElement[bool]]:
+    """The rows of one conversation instance: its workflow id and its instance, always both."""
+    return (
+        ConversationMessage.workflow_id == workflow_id,
+        ConversationMessage.conversation_id == conversation_id,
+    )
 
 
 class MessageRow(Protocol):
@@ -48,7 +66,11 @@ def message_of(row: MessageRow) -> ChatMessage:
 
 
 def row_of(
-    workflow_id: str, tenant_id: str, stored: StoredMessage, usage: Usage | None = None
+    workflow_id: str,
+    conversation_id: str,
+    tenant_id: str,
+    stored: StoredMessage,
+    usage: Usage | None = None,
 ) -> dict[str, Any]:
     m = stored.message
 
@@ -61,6 +83,7 @@ def row_of(
     ]
     return {
         "workflow_id": workflow_id,
+        "conversation_id": conversation_id,
         "seq": stored.seq,
         "tenant_id": tenant_id,
         "role": m.role,
@@ -81,7 +104,8 @@ async def store_tool_result(
     transaction (with the call's audit row), and answer with the envelope workflow history keeps.
     Idempotent: a retry, or a second attempt of the call, finds the row and changes nothing."""
     stored, envelope = tool_message(invocation, result)
-    await insert_message(session, row_of(invocation.workflow_id, invocation.caller.tenant_id, stored))
+    row = row_of(invocation.workflow_id, invocation.conversation_id, invocation.caller.tenant_id, stored)
+    await insert_message(session, row)
     return envelope
 
 
@@ -139,7 +163,7 @@ async def audited_answer(
         await session.execute(audited)
         return result
     stored, envelope = tool_message(invocation, result)
-    row = row_of(invocation.workflow_id, invocation.caller.tenant_id, stored)
+    row = row_of(invocation.workflow_id, invocation.conversation_id, invocation.caller.tenant_id, stored)
     message = insert(ConversationMessage).values(**row).on_conflict_do_nothing()
     inserted = await session.scalar(
         message.add_cte(audited.cte("audited")).returning(ConversationMessage.seq)
@@ -188,6 +212,7 @@ class ConversationStore:
                     earlier = await connection.scalar(
                         select(ConversationMessage.seq).where(
                             ConversationMessage.workflow_id == batch.workflow_id,
+                            ConversationMessage.conversation_id == batch.conversation_id,
                             ConversationMessage.message_id == stored.message_id,
                         )
                     )
@@ -195,10 +220,13 @@ class ConversationStore:
                         refused.append(stored.seq)
                         continue
                     await insert_message(
-                        connection, row_of(batch.workflow_id, batch.tenant_id, stored, usage)
+                        connection,
+                        row_of(batch.workflow_id, batch.conversation_id, batch.tenant_id, stored, usage),
                     )
                 else:
-                    rows.append(row_of(batch.workflow_id, batch.tenant_id, stored, usage))
+                    rows.append(
+                        row_of(batch.workflow_id, batch.conversation_id, batch.tenant_id, stored, usage)
+                    )
             usage_row = (
                 insert(ModelCall).values(**model_call).on_conflict_do_nothing() if model_call else None
             )
@@ -220,24 +248,52 @@ class ConversationStore:
             await connection.commit()
         return refused
 
-    async def load(self, workflow_id: str, seqs: list[int] | None = None) -> list[ChatMessage]:
+    async def latest_instance(self, workflow_id: str) -> str:
+        """The instance a client means by a workflow id: the one it names now (db.instances)."""
+        async with self.sessions() as session:
+            return await instance_of(session, workflow_id)
+
+    async def latest(self, workflow_id: str) -> list[ChatMessage]:
+        """Every message of the latest instance under `workflow_id`, in order (for clients)."""
+        return await self.load(workflow_id, await self.latest_instance(workflow_id))
+
+    async def load(
+        self, workflow_id: str, conversation_id: str, seqs: list[int] | None = None
+    ) -> list[ChatMessage]:
         """The messages `seqs` in the order given (the summary comes before the window although
         it is stored later), or all of them in sequence order."""
         if seqs is not None:
-            by_seq = await self.at(workflow_id, seqs)
+            by_seq = await self.at(workflow_id, conversation_id, seqs)
             return [by_seq[s] for s in seqs if s in by_seq]
-        query = select(ConversationMessage).where(ConversationMessage.workflow_id == workflow_id)
+        query = select(ConversationMessage).where(*of(workflow_id, conversation_id))
         async with self.sessions() as session:
             rows = list(await session.scalars(query.order_by(ConversationMessage.seq)))
         return [message_of(r) for r in rows]
 
-    async def at(self, workflow_id: str, seqs: list[int]) -> dict[int, ChatMessage]:
+    async def at(self, workflow_id: str, conversation_id: str, seqs: list[int]) -> dict[int, ChatMessage]:
         """The stored messages among `seqs`, by sequence number."""
         query = select(ConversationMessage).where(
-            ConversationMessage.workflow_id == workflow_id, ConversationMessage.seq.in_(seqs)
+            *of(workflow_id, conversation_id), ConversationMessage.seq.in_(seqs)
         )
         async with self.sessions() as session:
             return {r.seq: message_of(r) for r in await session.scalars(query)}
+
+    async def last_said(self, workflow_id: str, conversation_id: str, count: int) -> list[ChatMessage]:
+        """The latest `count` user and assistant messages with text, oldest first."""
+        query = (
+            select(ConversationMessage)
+            .where(
+                *of(workflow_id, conversation_id),
+                ConversationMessage.role.in_(("user", "assistant")),
+                ConversationMessage.content.is_not(None),
+                ConversationMessage.content != "",
+            )
+            .order_by(ConversationMessage.seq.desc())
+            .limit(count)
+        )
+        async with self.sessions() as session:
+            rows = list(await session.scalars(query))
+        return [message_of(r) for r in reversed(rows)]
 
     async def model_input(self, stored: StoredInput) -> ModelInput:
         """What a stored model call needs, in one statement: the reply an earlier attempt stored at
@@ -246,7 +302,7 @@ class ConversationStore:
         budget rides along each row as a scalar subquery."""
         budget = budget_of(stored.tenant_id).scalar_subquery().label("budget")
         query = select(*ConversationMessage.__table__.columns, budget).where(
-            ConversationMessage.workflow_id == stored.workflow_id,
+            *of(stored.workflow_id, stored.conversation_id),
             ConversationMessage.seq.in_([*stored.seqs, stored.reply_seq]),
         )
         async with self.engine.connect() as connection:
@@ -266,26 +322,27 @@ class ConversationStore:
             await refuse_over_budget(connection, stored.tenant_id, per_day)
         return ModelInput(messages=[message_of(rows[s]) for s in stored.seqs if s in rows])
 
-    async def turn_reply(self, workflow_id: str, message_id: str, turn: int) -> TurnResult | None:
+    async def turn_reply(
+        self, workflow_id: str, conversation_id: str, message_id: str, turn: int
+    ) -> TurnResult | None:
         """The turn that answered the user message `message_id`, rebuilt from what it stored: its
         reply is the last assistant message before the next user message, its usage that of its
         model replies and tool results. None when the message is not stored."""
         async with self.sessions() as session:
             asked = await session.scalar(
                 select(ConversationMessage.seq).where(
-                    ConversationMessage.workflow_id == workflow_id,
-                    ConversationMessage.message_id == message_id,
+                    *of(workflow_id, conversation_id), ConversationMessage.message_id == message_id
                 )
             )
             if asked is None:
                 return None
-            mine = ConversationMessage.workflow_id == workflow_id
+            mine = of(workflow_id, conversation_id)
             after = await session.scalar(
                 select(func.min(ConversationMessage.seq)).where(
-                    mine, ConversationMessage.seq > asked, ConversationMessage.role == "user"
+                    *mine, ConversationMessage.seq > asked, ConversationMessage.role == "user"
                 )
             )
-            within = [mine, ConversationMessage.seq > asked]
+            within = [*mine, ConversationMessage.seq > asked]
             within += [ConversationMessage.seq < after] if after is not None else []
             query = select(ConversationMessage).where(*within).order_by(ConversationMessage.seq)
             turn_rows = list(await session.scalars(query))
@@ -303,11 +360,20 @@ class ConversationStore:
         )
         return TurnResult(turn=turn, reply=last.content if last else None, stop=stop, usage=usage)
 
-    async def owner(self, workflow_id: str) -> tuple[str, str] | None:
+    async def latest_owner(self, workflow_id: str) -> tuple[str, str] | None:
+        """The tenant and user of the instance `workflow_id` names now, as recorded in its row (for
+        a conversation from before instances, the author of its first user message)."""
+        async with self.sessions() as session:
+            row = await session.get(Conversation, workflow_id)
+        if row is not None:
+            return row.tenant_id, row.user_id
+        return await self.owner(workflow_id, "")
+
+    async def owner(self, workflow_id: str, conversation_id: str) -> tuple[str, str] | None:
         """The conversation's tenant and user (the author of its user messages), if stored."""
         query = (
             select(ConversationMessage.tenant_id, ConversationMessage.name)
-            .where(ConversationMessage.workflow_id == workflow_id, ConversationMessage.role == "user")
+            .where(*of(workflow_id, conversation_id), ConversationMessage.role == "user")
             .order_by(ConversationMessage.seq)
             .limit(1)
         )
@@ -315,7 +381,10 @@ class ConversationStore:
             row = (await session.execute(query)).first()
         return (row[0], row[1]) if row is not None and row[1] else None
 
-    async def status(self, workflow_id: str) -> StatusView | None:
+    async def latest_status(self, workflow_id: str) -> StatusView | None:
+        return await self.status(workflow_id, await self.latest_instance(workflow_id))
+
+    async def status(self, workflow_id: str, conversation_id: str) -> StatusView | None:
         """What the store says of a conversation whose history is gone (past the namespace's
         retention): ended, its turns (user messages) and its model usage. None: not in the store."""
         tokens = ConversationMessage.prompt_tokens + ConversationMessage.completion_tokens
@@ -325,7 +394,7 @@ class ConversationStore:
             func.coalesce(func.sum(ConversationMessage.prompt_tokens), 0),
             func.coalesce(func.sum(ConversationMessage.completion_tokens), 0),
             func.count().filter(tokens > 0),
-        ).where(ConversationMessage.workflow_id == workflow_id)
+        ).where(*of(workflow_id, conversation_id))
         async with self.sessions() as session:
             tenant, turns, prompt, completion, calls = (await session.execute(query)).one()
         if tenant is None:

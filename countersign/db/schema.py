@@ -104,6 +104,14 @@ def tenant_column(*, indexed: bool = True) -> MappedColumn[str]:
     return mapped_column(ForeignKey("tenants.id"), index=indexed)
 
 
+def conversation_column(*, primary_key: bool = False) -> MappedColumn[str]:
+    """The conversation instance a row belongs to (`conversations.conversation_id`: its first run's
+    id, the same across continue-as-new); "" on rows written before instances existed (migration
+    0020). A workflow id names a conversation only while it runs: a closed one's id can be started
+    again, and the new conversation is another instance that reads none of these rows."""
+    return mapped_column(server_default="", primary_key=primary_key)
+
+
 def created_at() -> MappedColumn[datetime]:
     return mapped_column(server_default=func.now())
 
@@ -373,6 +381,7 @@ class Notification(Base):
     message: Mapped[str]
     status: Mapped[str] = mapped_column(server_default="open")
     workflow_id: Mapped[str | None]
+    conversation_id: Mapped[str] = conversation_column()
     call_id: Mapped[str | None]
     created_at: Mapped[datetime] = created_at()
     resolved_at: Mapped[datetime | None]
@@ -486,7 +495,8 @@ class ToolExecution(Base):
 
     __tablename__ = "tool_executions"
     __table_args__ = (
-        UniqueConstraint("workflow_id", "call_id"),  # also serves lookups by workflow_id
+        # also serves lookups by workflow_id
+        UniqueConstraint("workflow_id", "conversation_id", "call_id"),
         Index(None, "tenant_id", "created_at"),
         Index(None, "tool", "created_at"),  # per-tool statistics over a time range
         one_of("outcome", OUTCOMES),
@@ -499,6 +509,7 @@ class ToolExecution(Base):
     agent: Mapped[str]
     user_id: Mapped[str]
     workflow_id: Mapped[str]
+    conversation_id: Mapped[str] = conversation_column()
     run_id: Mapped[str]
     call_id: Mapped[str]
     turn: Mapped[int] = mapped_column(server_default=text("0"))
@@ -534,6 +545,7 @@ class ApprovalDecision(Base):
     id: Mapped[int] = identity_pk()
     tenant_id: Mapped[str] = tenant_column()
     workflow_id: Mapped[str]
+    conversation_id: Mapped[str] = conversation_column()
     call_id: Mapped[str]
     tool: Mapped[str]
     approver: Mapped[str]
@@ -551,11 +563,15 @@ class Compensation(Base):
     """One compensation run per tool call: undoing it happens at most once."""
 
     __tablename__ = "compensations"
-    __table_args__ = (UniqueConstraint("workflow_id", "call_id"), one_of("state", COMPENSATION_STATES))
+    __table_args__ = (
+        UniqueConstraint("workflow_id", "conversation_id", "call_id"),
+        one_of("state", COMPENSATION_STATES),
+    )
 
     id: Mapped[int] = identity_pk()
     tenant_id: Mapped[str] = tenant_column()
     workflow_id: Mapped[str]
+    conversation_id: Mapped[str] = conversation_column()
     call_id: Mapped[str]
     tool: Mapped[str]
     compensation: Mapped[str]  # the compensating activity's name
@@ -690,12 +706,13 @@ class ConversationMessage(Base):
 
     __tablename__ = "conversation_messages"
     __table_args__ = (
-        UniqueConstraint("workflow_id", "message_id"),
+        UniqueConstraint("workflow_id", "conversation_id", "message_id"),
         Index(None, "tenant_id", "created_at"),
         one_of("role", MESSAGE_ROLES),
     )
 
     workflow_id: Mapped[str] = mapped_column(primary_key=True)
+    conversation_id: Mapped[str] = conversation_column(primary_key=True)
     seq: Mapped[int] = mapped_column(primary_key=True)
     tenant_id: Mapped[str] = tenant_column(indexed=False)
     role: Mapped[str]
@@ -733,13 +750,14 @@ class ConversationEvent(Base):
 
     __tablename__ = "conversation_events"
     __table_args__ = (
-        UniqueConstraint("workflow_id", "key"),
+        UniqueConstraint("workflow_id", "conversation_id", "key"),
         Index(None, "workflow_id", "id"),
         one_of("kind", EVENT_KINDS),
     )
 
     id: Mapped[int] = identity_pk()
     workflow_id: Mapped[str]
+    conversation_id: Mapped[str] = conversation_column()
     tenant_id: Mapped[str] = tenant_column(indexed=False)
     kind: Mapped[str]
     data: Mapped[dict[str, Any]] = mapped_column(JSONB)
@@ -779,6 +797,7 @@ class SagaRecord(Base):
     __tablename__ = "saga_entries"
 
     workflow_id: Mapped[str] = mapped_column(primary_key=True)
+    conversation_id: Mapped[str] = conversation_column(primary_key=True)
     call_id: Mapped[str] = mapped_column(primary_key=True)
     tenant_id: Mapped[str] = tenant_column()
     caller: Mapped[dict[str, Any]]
@@ -903,7 +922,7 @@ class LoginAttempt(Base):
 
 # --- the front door: conversations the server started, API tokens, requesters' actions -----------
 
-REQUEST_VIAS = ("session", "token")
+REQUEST_VIAS = ("session", "token", "worker")
 AUTH_MODES = ("signed", "names")
 
 
@@ -911,7 +930,15 @@ class Conversation(Base):
     """Whose conversation a workflow id is: written by the server when it starts one (before
     Temporal sees the start), so that every later request is checked against this row, never against
     what a query of the workflow claims. `proven`: the start carried a proof the server minted
-    (signed mode). `auth_mode` is the deployment's mode when it started."""
+    (signed mode). `auth_mode` is the deployment's mode when it started.
+
+    `conversation_id` is the conversation instance now under the workflow id: its first run's id
+    (given by Temporal, the same across continue-as-new), written by that run before it stores or
+    reads anything (`register_conversation`; a start that bypassed the server gets its row there,
+    `started_via` "worker"). Every stored row of the conversation carries it and every read names it:
+    a keyed conversation that ended is followed by a new instance under the same workflow id, and
+    this row then names the new one, with its owner. "" for a conversation from before instances;
+    None until the first run registers."""
 
     __tablename__ = "conversations"
     __table_args__ = (
@@ -930,6 +957,7 @@ class Conversation(Base):
     token_name: Mapped[str | None]  # the API token that started it, if one did
     auth_mode: Mapped[str]
     created_at: Mapped[datetime] = created_at()
+    conversation_id: Mapped[str | None]
 
 
 class ApiToken(Base):
@@ -978,6 +1006,63 @@ class DeploymentSetting(Base):
     name: Mapped[str] = mapped_column(primary_key=True)
     value: Mapped[str]
     set_at: Mapped[datetime] = updated_at()
+
+
+# --- spent seals, recorded approval requests (0020) ----------------------------------------------
+
+APPROVAL_REQUEST_STATES = ("pending", "approved", "rejected", "expired")
+
+
+class SpentSeal(Base):
+    """A carried-state seal a run was started with: a seal counts for the one run that used it
+    first (`run_id`); any other run presenting it is refused as a replay."""
+
+    __tablename__ = "spent_seals"
+
+    seal: Mapped[str] = mapped_column(primary_key=True)
+    tenant_id: Mapped[str]  # no foreign key: a refused start may name a tenant that does not exist
+    workflow_id: Mapped[str]
+    conversation_id: Mapped[str]
+    run_id: Mapped[str]
+    created_at: Mapped[datetime] = created_at()
+
+
+class ApprovalRequest(Base):
+    """An approval the real worker recorded: what reviewers are shown, and what their proofs bind.
+
+    Written by an activity when the conversation asks for the approval (never from a query's
+    answer, which any worker polling the task queue could give), closed when it is decided or
+    expires. `nonce` is the conversation's own (workflow.uuid4()) for this approval: a proof names
+    it, with the tool, the risk, the instance and the arguments' digest.
+    """
+
+    __tablename__ = "approval_requests"
+    __table_args__ = (
+        Index(None, "tenant_id", "state", "expires_at"),
+        Index(None, "workflow_id", "call_id"),
+        one_of("state", APPROVAL_REQUEST_STATES),
+        one_of("risk", RISKS),
+    )
+
+    conversation_id: Mapped[str] = mapped_column(primary_key=True)
+    call_id: Mapped[str] = mapped_column(primary_key=True)
+    workflow_id: Mapped[str]
+    tenant_id: Mapped[str] = tenant_column(indexed=False)
+    agent: Mapped[str]
+    tool: Mapped[str]
+    risk: Mapped[str]
+    args: Mapped[str]  # the exact JSON text the tool would receive
+    args_sha256: Mapped[str]
+    nonce: Mapped[str]
+    requested_by: Mapped[str]
+    requested_at: Mapped[datetime]
+    expires_at: Mapped[datetime]
+    hints: Mapped[str | None]
+    description: Mapped[str | None]  # an MCP tool's, from the conversation's snapshot
+    parameters: Mapped[dict[str, Any] | None]  # an MCP tool's input schema, from the snapshot
+    state: Mapped[str] = mapped_column(server_default="pending")
+    decided_by: Mapped[str | None]
+    closed_at: Mapped[datetime | None]
 
 
 # --- the tenant's chat channel (send_chat_message) --------------------------------------------------

@@ -5,7 +5,11 @@ message, an answer, a rollback and an end count only with a proof: an Ed25519-si
 server issues to the person it authenticated (or to the user an API token acts for), for exactly
 one action. Its claims bind it to the tenant, the person (`sub`), the conversation (`wf`),
 the action (`act`), what it acts on (`tgt`: a call id, `conversation`, a rollback scope) and the
-SHA-256 of the canonical JSON of the exact arguments (`args`: edited ones included). It lives
+SHA-256 of the canonical JSON of the exact arguments (`args`: edited ones included). A decision's
+proof also names the conversation instance (`conv`: a workflow id started again is another
+conversation), the tool, its risk and the nonce the conversation drew for that approval (`tool`,
+`risk`, `nonce`), as the worker recorded them in `approval_requests`: the reviewer approved exactly
+that call, and the workflow checks them against its own pending call. It lives
 PROOF_TTL and is spent once: its id (`jti`) is recorded in PostgreSQL (`proof_checks`) where it is
 accepted, and a second use is refused as a replay.
 
@@ -36,6 +40,7 @@ from pydantic import BaseModel, ValidationError
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from countersign.core.approvals import PendingCall
 from countersign.core.bounds import loads_strict
 from countersign.db.schema import ProofCheck
 from countersign.runtime.config import DATA_DIR
@@ -83,28 +88,37 @@ class Binding(BaseModel):
 
     tenant_id: str
     workflow_id: str
+    # a decision: the conversation instance (db.instances), the pending call's tool, its risk and
+    # the approval's nonce, as the worker recorded them (requesters' proofs bind the workflow id)
+    conversation_id: str = ""
     action: ProofAction
     # the call id; `conversation` for end; `<scope>:<call id>` for a rollback; the agent for a
     # start; the message id for a message
     target: str
     args_sha256: str
+    tool: str = ""
+    risk: str = ""
+    nonce: str = ""
 
     @classmethod
     def decision(
         cls,
-        tenant_id: str,
-        workflow_id: str,
+        call: PendingCall,
         decision: Literal["approve", "reject"],
-        call_id: str,
         arguments: str | Mapping[str, Any] | None,
     ) -> Binding:
-        """A decision on a pending call, bound to the arguments the tool will run with."""
+        """A decision on a pending call, bound to the call as the worker recorded it and to the
+        arguments the tool will run with (the call's own, or the approver's edit)."""
         return cls(
-            tenant_id=tenant_id,
-            workflow_id=workflow_id,
+            tenant_id=call.tenant_id,
+            workflow_id=call.workflow_id,
+            conversation_id=call.conversation_id,
             action=decision,
-            target=call_id,
+            target=call.call_id,
             args_sha256=args_digest(arguments),
+            tool=call.tool,
+            risk=call.risk,
+            nonce=call.nonce,
         )
 
     @classmethod
@@ -167,9 +181,13 @@ class ProofClaims(BaseModel):
     sub: str
     tenant: str
     wf: str
+    conv: str = ""
     act: ProofAction
     tgt: str
     args: str
+    tool: str = ""
+    risk: str = ""
+    nonce: str = ""
     iat: int
     exp: int
     jti: str
@@ -191,9 +209,13 @@ def mint_proof(
         sub=user_id,
         tenant=binding.tenant_id,
         wf=binding.workflow_id,
+        conv=binding.conversation_id,
         act=binding.action,
         tgt=binding.target,
         args=binding.args_sha256,
+        tool=binding.tool,
+        risk=binding.risk,
+        nonce=binding.nonce,
         iat=int(now.timestamp()),
         exp=int((now + ttl).timestamp()),
         jti=uuid.uuid4().hex,
@@ -230,8 +252,12 @@ def verify_proof(key: Ed25519PublicKey, token: str | None, expected: Binding, no
         for what, got, want in (
             ("tenant", claims.tenant, expected.tenant_id),
             ("conversation", claims.wf, expected.workflow_id),
+            ("conversation instance", claims.conv, expected.conversation_id),
             ("action", claims.act, expected.action),
             ("target", claims.tgt, expected.target),
+            ("tool", claims.tool, expected.tool),
+            ("risk", claims.risk, expected.risk),
+            ("approval nonce", claims.nonce, expected.nonce),
         )
         if got != want
     ]

@@ -390,7 +390,7 @@ class Requesters:
     async def transcript(self, row: Conversation) -> list[ChatMessage]:
         """Every message, all runs, from the conversation store; a conversation with nothing stored
         yet answers its `transcript` query."""
-        stored = await self._store.load(row.workflow_id)
+        stored = await self._store.latest(row.workflow_id)
         if stored:
             return stored
         try:

@@ -1,11 +1,13 @@
 """What the inbox does, apart from HTTP: find the approvals a reviewer may decide, and turn a
 reviewer's decision (or answer, rollback, end) into a proof-carrying update or signal.
 
-Pending approvals come from Temporal itself (visibility on `AgentStatus` / `TenantId`, then each
-conversation's `status` query), so the inbox shows exactly what the workflows wait for, with no
-second copy to keep in step. Who may decide is the workflow's rule (countersign.core.approvals) on the
-reviewer's roles from PostgreSQL; the worker checks it again, with the proof, where it records the
-decision.
+Pending approvals are what the real worker recorded (`approval_requests`, written by an activity
+when a conversation asks, closed when it is decided or expires), never what a `status` query
+answers: any worker that polls a conversation's task queue could answer a query. A decision's proof
+binds the call as recorded (tenant, conversation instance, tool, risk, the approval's nonce, the
+arguments), and the workflow checks it against its own pending call. Who may decide is the
+workflow's rule (countersign.core.approvals) on the reviewer's roles from PostgreSQL; the worker
+checks it again, with the proof, where it records the decision.
 """
 
 from __future__ import annotations
@@ -17,19 +19,20 @@ from typing import Any, Literal
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from pydantic import BaseModel, Field
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client, WorkflowUpdateFailedError
 from temporalio.service import RPCError, RPCStatusCode
 
-from countersign.core.approvals import Approval, Decision, approver_refusal
+from countersign.core.approvals import Approval, Decision, PendingCall, approver_refusal
 from countersign.core.bounds import MAX_REASON_CHARS, DuplicateKey, loads_strict
 from countersign.core.calls import Risk
-from countersign.core.contract import PendingApproval, StatusView
 from countersign.core.messages import ChatMessage
 from countersign.core.shown import argument_lines, argument_warnings
+from countersign.db.instances import current_instance
+from countersign.db.messages import ConversationStore
 from countersign.db.people import check_password, roles_of
-from countersign.db.schema import ApprovalDecision, ToolExecution
+from countersign.db.schema import ApprovalDecision, ApprovalRequest, ToolExecution
 from countersign.identity.proofs import Binding, mint_proof
 from countersign.server import sessions, throttle
 from countersign.server.auth import Reviewer, SessionClaims, issue_session, read_session
@@ -102,7 +105,8 @@ class AnswerRequest(BaseModel, extra="forbid"):
 
 
 class PendingItem(BaseModel):
-    """One pending approval (the contract's fields first), with what a reviewer needs to decide."""
+    """One pending approval (the contract's fields first), with what a reviewer needs to decide,
+    and what the worker recorded of it that a proof binds (tenant, instance, nonce)."""
 
     workflow_id: str
     call_id: str
@@ -112,6 +116,9 @@ class PendingItem(BaseModel):
     requested_by: str
     requested_at: str
     expires_at: str
+    tenant_id: str = ""
+    conversation_id: str = ""
+    nonce: str = ""
     agent: str = ""
     description: str = ""
     schema_: dict[str, Any] = Field(default_factory=dict, alias="schema")
@@ -128,6 +135,35 @@ class PendingItem(BaseModel):
 
     def as_json(self) -> dict[str, Any]:
         return self.model_dump(by_alias=True)
+
+    def pending_call(self) -> PendingCall:
+        return PendingCall.model_validate(self.model_dump())
+
+
+def item_of(row: ApprovalRequest, said: list[dict[str, str]]) -> PendingItem:
+    """A recorded approval request as reviewers see it (a native tool's description and schema
+    from this registry, an MCP tool's from the conversation's snapshot, as recorded)."""
+    tool = REGISTRY.get(row.tool)
+    return PendingItem(
+        workflow_id=row.workflow_id,
+        call_id=row.call_id,
+        tool=row.tool,
+        args=row.args,
+        risk=row.risk,  # a CHECK constraint holds it to the Risk values
+        requested_by=row.requested_by,
+        requested_at=row.requested_at.isoformat(),
+        expires_at=row.expires_at.isoformat(),
+        tenant_id=row.tenant_id,
+        conversation_id=row.conversation_id,
+        nonce=row.nonce,
+        agent=row.agent,
+        description=tool.description if tool else row.description or "",
+        schema=tool.spec().parameters if tool else row.parameters or {},
+        hints=row.hints,
+        last_messages=said,
+        arg_lines=argument_lines(row.args),
+        warnings=argument_warnings(row.args),
+    )
 
 
 def last_messages(messages: list[ChatMessage]) -> list[dict[str, str]]:
@@ -149,6 +185,7 @@ class Inbox:
     ) -> None:
         self.client = client
         self._sessions = sessions
+        self._store = ConversationStore(sessions)
         self._key = signing_key
         self.public_key = signing_key.public_key()
 
@@ -239,43 +276,34 @@ class Inbox:
     async def tenant_pending(
         self, tenant_id: str, known: dict[str, PendingItem] | None = None
     ) -> list[PendingItem]:
-        """Every pending approval of the tenant's running conversations. Items in `known` (by key)
-        are reused as they are: only a conversation with a new pending call is asked its transcript."""
+        """Every pending, unexpired approval of the tenant's conversations (the instance each
+        workflow id names now), as the real worker recorded it in `approval_requests` (never a
+        `status` query's answer: any worker polling the task queue could give one). Items in
+        `known` (by key) are reused as they are: only a new request is asked for its
+        conversation's latest messages."""
         known = known or {}
-        query = (
-            "AgentStatus = 'awaiting_approval' AND ExecutionStatus = 'Running' "
-            f"AND TenantId = {json.dumps(tenant_id)}"
-        )
-        items: list[PendingItem] = []
-        async for execution in self.client.list_workflows(query):
-            handle = self.client.get_workflow_handle(execution.id)
-            try:
-                status = await handle.query("status", result_type=StatusView)
-                keys = [f"{execution.id}/{p.call_id}" for p in status.pending_approvals]
-                if status.tenant_id != tenant_id or not keys:
-                    continue
-                if all(key in known for key in keys):
-                    items += [known[key] for key in keys]
-                    continue
-                transcript = await handle.query("transcript", result_type=list[ChatMessage])
-            except RPCError:  # ended between the listing and the query
-                continue
-            context = last_messages(transcript)
-            for pending in status.pending_approvals:
-                tool = REGISTRY.get(pending.tool)  # an MCP tool's come from the conversation's snapshot
-                items.append(
-                    PendingItem(
-                        workflow_id=execution.id,
-                        agent=status.agent,
-                        description=tool.description if tool else pending.description or "",
-                        schema=tool.spec().parameters if tool else pending.parameters or {},
-                        last_messages=context,
-                        arg_lines=argument_lines(pending.args),
-                        warnings=argument_warnings(pending.args),
-                        **pending.model_dump(exclude={"description", "parameters"}),
+        async with self._sessions() as session:
+            rows = list(
+                await session.scalars(
+                    select(ApprovalRequest)
+                    .where(
+                        ApprovalRequest.tenant_id == tenant_id,
+                        ApprovalRequest.conversation_id == current_instance(ApprovalRequest.workflow_id),
+                        ApprovalRequest.state == "pending",
+                        ApprovalRequest.expires_at > func.now(),
                     )
+                    .order_by(ApprovalRequest.expires_at)
                 )
-        return sorted(items, key=lambda i: i.expires_at)
+            )
+        items: list[PendingItem] = []
+        for row in rows:
+            key = f"{row.workflow_id}/{row.call_id}"
+            if key in known and known[key].nonce == row.nonce:
+                items.append(known[key])
+                continue
+            said = await self._store.last_said(row.workflow_id, row.conversation_id, LAST_MESSAGES)
+            items.append(item_of(row, last_messages(said)))
+        return items
 
     @staticmethod
     def may_decide(item: PendingItem, reviewer: Reviewer, roles: list[str]) -> bool:
@@ -296,6 +324,7 @@ class Inbox:
                 .outerjoin(
                     ToolExecution,
                     (ToolExecution.workflow_id == ApprovalDecision.workflow_id)
+                    & (ToolExecution.conversation_id == ApprovalDecision.conversation_id)
                     & (ToolExecution.call_id == ApprovalDecision.call_id)
                     & ApprovalDecision.accepted,
                 )
@@ -322,31 +351,39 @@ class Inbox:
 
     # --- deciding ------------------------------------------------------------------------------
 
-    async def _status(self, reviewer: Reviewer, workflow_id: str) -> StatusView:
-        """The conversation's status; 404 when it does not exist or belongs to another tenant."""
-        try:
-            handle = self.client.get_workflow_handle(workflow_id)
-            status: StatusView = await handle.query("status", result_type=StatusView)
-        except RPCError as err:
-            if err.status in (RPCStatusCode.NOT_FOUND, RPCStatusCode.INVALID_ARGUMENT):
-                raise InboxError(404, f"no conversation {workflow_id}") from None
-            raise
-        if status.tenant_id != reviewer.tenant_id:
-            raise InboxError(404, f"no conversation {workflow_id}")
-        return status
+    async def _recorded(self, reviewer: Reviewer, workflow_id: str, call_id: str) -> PendingItem | None:
+        """The pending call as the worker recorded it (`approval_requests`) in the conversation its
+        workflow id names now, in the reviewer's tenant; None when no such request waits."""
+        async with self._sessions() as session:
+            row = await session.scalar(
+                select(ApprovalRequest).where(
+                    ApprovalRequest.tenant_id == reviewer.tenant_id,
+                    ApprovalRequest.workflow_id == workflow_id,
+                    ApprovalRequest.conversation_id == current_instance(workflow_id),
+                    ApprovalRequest.call_id == call_id,
+                    ApprovalRequest.state == "pending",
+                    ApprovalRequest.expires_at > func.now(),
+                )
+            )
+        return item_of(row, []) if row is not None else None
 
     async def _not_pending(self, workflow_id: str, call_id: str) -> InboxError:
+        """404, or 409 when the call of the conversation its workflow id names now was decided or ran."""
+        instance = current_instance(workflow_id)
         async with self._sessions() as session:
             decided = await session.scalar(
                 select(ApprovalDecision.id).where(
                     ApprovalDecision.workflow_id == workflow_id,
+                    ApprovalDecision.conversation_id == instance,
                     ApprovalDecision.call_id == call_id,
                     ApprovalDecision.accepted,
                 )
             )
             executed = await session.scalar(
                 select(ToolExecution.outcome).where(
-                    ToolExecution.workflow_id == workflow_id, ToolExecution.call_id == call_id
+                    ToolExecution.workflow_id == workflow_id,
+                    ToolExecution.conversation_id == instance,
+                    ToolExecution.call_id == call_id,
                 )
             )
         if decided is not None or executed is not None:
@@ -364,24 +401,24 @@ class Inbox:
         """Check what the inbox can (tenant, pending, role, four-eyes), mint a proof bound to exactly
         this decision and these arguments, and send it through the `decide` update.
 
-        `known`: the call as the tenant's open events stream last listed it (app.Watcher). A pending
-        call's tool, arguments, risk and requester never change, so the inbox can bind the proof to
-        them without asking the conversation again (a query costs a round trip through the worker,
-        a fifth of the click-to-execution time); whether it is still pending is the workflow's to
-        say where it records the decision, as it always is (a stale item gets 409 from there)."""
+        The call is the one the real worker recorded (`approval_requests`): tool, risk, instance,
+        nonce and arguments, all of which the proof binds, and which the workflow checks against
+        its own pending call. `known`: that record as the tenant's open events stream last listed
+        it (app.Watcher); a recorded request never changes, so it is not read again. Whether it is
+        still pending is the workflow's to say where it records the decision, as it always is (a
+        stale item gets 409 from there)."""
         if request.args is not None and request.decision != "approve":
             raise InboxError(400, "edited arguments come only with an approval")
         if request.args is not None and len(json.dumps(request.args)) > MAX_ARGS_CHARS:
             raise InboxError(400, f"edited arguments longer than {MAX_ARGS_CHARS} characters")
-        pending: PendingApproval | PendingItem | None
+        pending: PendingItem | None
         if known is not None and (known.workflow_id, known.call_id) == (workflow_id, call_id):
             pending, roles = known, await self.roles(reviewer)
         else:
-            # the conversation's state (a query answered by its worker) and the reviewer's roles
-            # (PostgreSQL) are independent: ask both at once
-            status, roles = await asyncio.gather(self._status(reviewer, workflow_id), self.roles(reviewer))
-            pending = next((p for p in status.pending_approvals if p.call_id == call_id), None)
-        if pending is None:
+            pending, roles = await asyncio.gather(
+                self._recorded(reviewer, workflow_id, call_id), self.roles(reviewer)
+            )
+        if pending is None or pending.tenant_id != reviewer.tenant_id:
             raise await self._not_pending(workflow_id, call_id)
         refusal = approver_refusal(
             request.decision,
@@ -393,10 +430,8 @@ class Inbox:
         if refusal is not None:
             raise InboxError(403, refusal)
         binding = Binding.decision(
-            reviewer.tenant_id,
-            workflow_id,
+            pending.pending_call(),
             request.decision,
-            call_id,
             request.args if request.args is not None else pending.args,
         )
         decision = Decision(
@@ -427,15 +462,14 @@ class Inbox:
         tenant's own tier (tools.tiers), for conversations started afterwards. The agent and
         tool come from the conversation, the admin role and the risk rule from the database and the
         tool's declaration; the attempt is recorded either way. The pending call is not decided."""
-        status = await self._status(reviewer, workflow_id)
-        pending = next((p for p in status.pending_approvals if p.call_id == call_id), None)
+        pending = await self._recorded(reviewer, workflow_id, call_id)
         if pending is None:
             raise await self._not_pending(workflow_id, call_id)
         async with self._sessions() as session, session.begin():
             change = await change_tenant_tier(
                 session,
                 tenant_id=reviewer.tenant_id,
-                agent=status.agent,
+                agent=pending.agent,
                 tool=pending.tool,
                 tier="always_allow",
                 changed_by=reviewer.user_id,
