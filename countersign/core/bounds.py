@@ -37,6 +37,17 @@ MAX_TURN_S = 86_400.0
 MAX_WAIT_S = 366 * 86_400.0
 MAX_COUNT = 10_000  # iterations, tool calls, turns per run
 MAX_TOKENS = 100_000_000
+# What one payload (a signal, an update, an activity's input or result, a start input) may weigh.
+# The Temporal server is configured to refuse anything heavier (`SERVER_LIMITS`: the embedded dev
+# server and compose's deploy/dynamicconfig.yaml) before it reaches history: a flood of oversized
+# signals is refused at the door, not recorded. Countersign's own payloads stay under it: a signal
+# is at most a 32 000-character text, a model reply at most activities/model.py's MAX_REPLY_BYTES.
+MAX_PAYLOAD_BYTES = 1_048_576
+# The Temporal server's dynamic config keys that enforce MAX_PAYLOAD_BYTES (warn at half).
+SERVER_LIMITS: dict[str, int] = {
+    "limit.blobSize.error": MAX_PAYLOAD_BYTES,
+    "limit.blobSize.warn": MAX_PAYLOAD_BYTES // 2,
+}
 
 
 # NUL (PostgreSQL text cannot hold it) and lone surrogates (UTF-8 cannot encode them).

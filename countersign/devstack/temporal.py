@@ -18,6 +18,7 @@ from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
 from temporalio.client import Client
 from temporalio.service import RPCError
 
+from countersign.core.bounds import SERVER_LIMITS
 from countersign.devstack import processes
 from countersign.devstack.processes import ProcessRecord
 from countersign.runtime.search_attributes import ALL, ensure_registered
@@ -26,7 +27,13 @@ from countersign.runtime.search_attributes import ALL, ensure_registered
 # - the transfer queue's default poll rate (20/s) throttles how fast the server hands out tasks;
 # - eager activity execution hands an activity scheduled by a workflow task straight back to the
 #   worker that completed it, skipping a trip through the task queue.
-DYNAMIC_CONFIG = ("history.transferProcessorMaxPollRPS=1000", "system.enableActivityEagerExecution=true")
+# And the payload limit (countersign.core.bounds.SERVER_LIMITS): a payload over Countersign's bound is
+# refused by the server, so a flood of oversized signals never reaches a conversation's history.
+DYNAMIC_CONFIG = (
+    "history.transferProcessorMaxPollRPS=1000",
+    "system.enableActivityEagerExecution=true",
+    *(f"{key}={value}" for key, value in SERVER_LIMITS.items()),
+)
 # Write-ahead logging: every commit still waits for its fsync (synchronous=FULL, the default), but
 # appends to one log instead of rewriting pages through a rollback journal.
 SQLITE_PRAGMAS = ("journal_mode=wal",)
