@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -171,7 +172,7 @@ async def test_a_flood_in_every_waiting_state_is_refused_audited_and_the_convers
     assert await task_failures(agent, handle) == 0
 
 
-def expiry_timer_fires_at(events: list[Any]) -> list[datetime]:
+def expiry_timer_fires_at(events: Sequence[Any]) -> list[datetime]:
     """When each timer of a run was set to fire (its start plus its duration)."""
     return [
         e.event_time.ToDatetime() + e.timer_started_event_attributes.start_to_fire_timeout.ToTimedelta()
@@ -193,7 +194,7 @@ async def test_a_carried_approval_reminds_and_expires_at_its_original_times(
     events = (await current.fetch_history()).events
     expires = datetime.fromisoformat(call.expires_at).replace(tzinfo=None)
     fires = expiry_timer_fires_at(events)
-    # the carried run's timers end at the original deadline (the reminder's at it less the lead): not restarted
+    # the carried run's timers end by the original deadline (the reminder's before it): not restarted
     assert fires and max(fires) <= expires + timedelta(seconds=1), (fires, expires)
     await handle.result()  # the time-skipping server jumps to the deadline
     (row,) = await audit(db_engine, handle.id)
