@@ -18,12 +18,13 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(VENV)/bin/countersign demo
 
-# TEST_WORKERS: pytest-xdist workers, one test file each at a time (0 runs in this process).
+# TEST_WORKERS: pytest-xdist workers, one test file each at a time (0 runs in this process), the
+# slowest files first (tests/conftest.py's SLOW_FILES).
 # --basetemp: pytest makes its default temp root (/tmp/pytest-of-USER) private again whenever a worker
 # starts, which locks the embedded PostgreSQL's system user out of data directories under it.
 TEST_WORKERS ?= 2
 test: $(STAMP)
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --basetemp=.pytest-tmp
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --basetemp=.pytest-tmp
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .

@@ -39,6 +39,8 @@ class ContextActivities:
             user = await session.get(schema.User, (start.tenant_id, start.user_id))
             if user is None:
                 raise unknown(f"no user {start.user_id!r} in tenant {start.tenant_id!r}")
+            if user.deactivated_at is not None:
+                raise unknown(f"user {start.user_id!r} is deactivated in tenant {start.tenant_id!r}")
             profile = await session.get(schema.AgentProfile, start.agent)
             if profile is None:
                 raise unknown(f"no agent named {start.agent!r}")

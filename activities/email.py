@@ -32,6 +32,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.heartbeat import heartbeats
+from countersign.db.leads import rescore_ids
 from countersign.db.schema import EmailOutbox, Lead
 from countersign.runtime.circuit import CircuitBreaker, CircuitOpen
 
@@ -169,9 +170,11 @@ class EmailActivities:
             )
             row = finished.one_or_none()
             if status == "sent" and row is not None and row.lead_id is not None:
-                # An email about a lead that left the building is the lead's latest engagement.
+                # An email about a lead that left the building is the lead's latest engagement, and
+                # counts in its score (recomputed in this transaction, with the row now 'sent').
                 await session.execute(
                     update(Lead)
                     .where(Lead.id == row.lead_id, Lead.tenant_id == row.tenant_id)
                     .values(last_engaged_at=func.now())
                 )
+                await rescore_ids(session, row.tenant_id, [row.lead_id])

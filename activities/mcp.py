@@ -21,7 +21,6 @@ the same `_meta` key.
 from __future__ import annotations
 
 import asyncio
-import math
 import time
 from datetime import UTC, datetime
 from typing import Any
@@ -31,11 +30,12 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
 
+from activities.access import admit, check_standing
 from activities.heartbeat import heartbeats
-from activities.tools import audit_row, load_arguments, result_or_envelope
+from activities.tools import audit_row, failure_outcome, load_arguments, result_or_envelope
 from countersign.core.calls import McpCall, StoredResult, ToolInvocation, ToolResult, ToolSpec
 from countersign.core.guards import TruncationLimits, sanitize
-from countersign.db.ratelimit import RateLimits, take
+from countersign.db.ratelimit import RateLimits
 from countersign.db.schema import McpServer, ToolExecution
 from countersign.mcp.catalog import argument_errors, envelope_of, spec_of
 from countersign.mcp.pool import McpOutcomeUnknown, McpPool, McpRefused, McpUnavailable
@@ -100,7 +100,7 @@ class McpActivities:
 
     @activity.defn(name="check_mcp_arguments")
     async def check_mcp_arguments(self, call: McpCall) -> ToolResult:
-        """`{"ok": true, "data": <arguments>}` or the VALIDATION_ERROR envelope."""
+        """`{"ok": true, "data": <arguments>}`, the VALIDATION_ERROR envelope or the access gate's refusal."""
         try:
             arguments = validated(call)
         except ToolFailure as failure:
@@ -110,6 +110,11 @@ class McpActivities:
             return ToolResult.failure(
                 "INTERNAL_ERROR", f"the arguments of {call.spec.name} could not be checked"
             )
+        async with self._sessions() as session:
+            try:  # as for native tools: nobody approves a call for a user who can no longer act
+                await check_standing(session, call.invocation.caller, call.spec.name, ())
+            except ToolFailure as refused:
+                return ToolResult.failure(refused.code, refused.message)
         return ToolResult.success(arguments)
 
     # --- the call -----------------------------------------------------------------------------
@@ -129,7 +134,7 @@ class McpActivities:
             if recorded is not None:
                 return await result_or_envelope(session, inv, recorded)
             try:
-                await self._take_token(session, inv, started)
+                await admit(session, inv.caller, inv.tool, (), self._rate_limits, started)
                 server: ServerConfig | None = await self._server(session, call)
             except ToolFailure as refused:
                 server, result = None, ToolResult.failure(refused.code, refused.message)
@@ -142,16 +147,6 @@ class McpActivities:
                 unknown = isinstance(failure, OutcomeUnknown)
         result = result.model_copy(update={"data": sanitize(result.data, self._limits)})
         return await self._audit(call, result, key, started, clock, unknown=unknown)
-
-    async def _take_token(self, session: AsyncSession, inv: ToolInvocation, now: datetime) -> None:
-        """The tenant's rate limit for the tool, as for native tools: RATE_LIMITED when spent."""
-        limit = self._rate_limits.of(inv.tool)
-        wait = await take(session, inv.caller.tenant_id, inv.tool, limit.per_s, limit.burst, now)
-        if wait is not None:
-            raise ToolFailure(
-                "RATE_LIMITED",
-                f"{inv.tool} is called too often (limit {limit.per_s:g}/s); retry in {math.ceil(wait)} s",
-            )
 
     async def _server(self, session: AsyncSession, call: McpCall) -> ServerConfig:
         """The server as registered now: still there, still for this agent and tenant."""
@@ -216,15 +211,7 @@ class McpActivities:
     ) -> ToolResult | StoredResult:
         inv, spec = call.invocation, call.spec
         code = result.error.code if result.error else None
-        outcome = (
-            "unknown"
-            if unknown
-            else "executed"
-            if result.ok
-            else "invalid"
-            if code == "VALIDATION_ERROR"
-            else "failed"
-        )
+        outcome = "unknown" if unknown else "executed" if result.ok else failure_outcome(code)
         row = audit_row(inv, result, outcome, risk=spec.risk, category=spec.category) | {
             "approved_by": inv.approved_by,
             "idempotency_key": key,

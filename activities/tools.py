@@ -6,11 +6,12 @@ attempt that finds the row returns the recorded result instead of acting again: 
 commit (worker crash, lost completion, timeout) changes nothing twice. A call that runs also takes a
 token from its tenant's rate limit bucket for the tool, in the same transaction: a retry that finds
 its recorded result takes none, and a call over the limit is audited as failed with RATE_LIMITED.
+Before any of it, the access gate (activities/access.py) checks again that the conversation's user is
+still an active user with the scopes the tool needs: refused calls are audited as refused.
 """
 
 from __future__ import annotations
 
-import math
 import time
 from datetime import UTC, datetime
 from typing import Any
@@ -20,14 +21,15 @@ from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
 
+from activities.access import REFUSED, admit, check_standing
 from activities.failures import is_connection_error
 from activities.heartbeat import heartbeats
 from countersign.core.bounds import loads_bounded, storable, unstorable_refusal
-from countersign.core.calls import StoredResult, ToolInvocation, ToolResult
+from countersign.core.calls import ErrorCode, StoredResult, ToolInvocation, ToolResult
 from countersign.core.guards import TruncationLimits, redact, sanitize
 from countersign.db.events import QUESTION_TOOL, publish
 from countersign.db.messages import audited_answer, store_tool_result
-from countersign.db.ratelimit import RateLimits, take
+from countersign.db.ratelimit import RateLimits
 from countersign.db.schema import SagaRecord, ToolExecution
 from tools.registry import (
     IDENTITY_FIELDS,
@@ -96,6 +98,12 @@ def audit_row(
         "outcome": outcome,
         "error": storable(result.error.message) if result.error else None,
     }
+
+
+def failure_outcome(code: ErrorCode | None) -> str:
+    """The audit outcome of a call that ran into an error: its arguments were invalid, the access
+    gate refused it, or it failed."""
+    return "invalid" if code == "VALIDATION_ERROR" else "refused" if code in REFUSED else "failed"
 
 
 def validate(tool: Tool, raw: str) -> ToolArgs:
@@ -175,7 +183,8 @@ class ToolActivities:
     async def check_arguments(self, invocation: ToolInvocation) -> ToolResult:
         """Validate a call's arguments before a human is asked to approve it.
 
-        Answers `{"ok": true, "data": <normalized arguments>}` or the VALIDATION_ERROR envelope.
+        Answers `{"ok": true, "data": <normalized arguments>}`, the VALIDATION_ERROR envelope, or the
+        access gate's refusal (the user deactivated, a scope missing: activities/access.py).
         An `ask_human` call whose question checks is asked next: its readers are told here (the
         `question` event), when the workflow is about to wait for the answer, not before.
         """
@@ -189,6 +198,11 @@ class ToolActivities:
         except Exception:  # a bug in a validator: refuse now (never retried, never sent to a reviewer)
             activity.logger.exception("checking %s arguments failed", tool.name)
             return ToolResult.failure("INTERNAL_ERROR", f"the arguments of {tool.name} could not be checked")
+        async with self._sessions() as session:
+            try:  # nobody is asked to approve, or to answer, for a user who can no longer act
+                await check_standing(session, invocation.caller, tool.name, tool.scopes)
+            except ToolFailure as refused:
+                return ToolResult.failure(refused.code, refused.message)
         if tool.name == QUESTION_TOOL and isinstance(checked.data, dict):
             asked = {"call_id": invocation.call_id, "question": str(checked.data.get("question", ""))}
             async with self._sessions() as session, session.begin():
@@ -198,16 +212,6 @@ class ToolActivities:
                 )  # fmt: skip
         return checked
 
-    async def _take_token(self, session: AsyncSession, tenant_id: str, tool: str, now: datetime) -> None:
-        """Raise RATE_LIMITED, telling the model when to try again, when the bucket is empty."""
-        limit = self._rate_limits.of(tool)
-        wait = await take(session, tenant_id, tool, limit.per_s, limit.burst, now)
-        if wait is not None:
-            raise ToolFailure(
-                "RATE_LIMITED",
-                f"{tool} is called too often (limit {limit.per_s:g}/s); retry in {math.ceil(wait)} s",
-            )
-
     async def _run(
         self, session: AsyncSession, tool: Tool, invocation: ToolInvocation, key: str
     ) -> tuple[ToolResult, dict[str, Any]]:
@@ -216,7 +220,7 @@ class ToolActivities:
         clock = time.perf_counter()
         outcome = "executed"
         try:
-            await self._take_token(session, invocation.caller.tenant_id, tool.name, started)
+            await admit(session, invocation.caller, tool.name, tool.scopes, self._rate_limits, started)
             parsed = validate(tool, invocation.arguments)
             context = ToolContext(
                 caller=invocation.caller,
@@ -230,7 +234,7 @@ class ToolActivities:
             ):  # a failing tool's partial writes roll back; the audit row stays
                 result = envelope_of(await tool.fn(context, parsed))
         except ToolFailure as failure:
-            outcome = "invalid" if failure.code == "VALIDATION_ERROR" else "failed"
+            outcome = failure_outcome(failure.code)
             result = ToolResult.failure(failure.code, failure.message)
         except Exception as exc:
             if is_connection_error(exc):

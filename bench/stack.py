@@ -29,7 +29,7 @@ from activities.tools import ToolActivities
 from bench.clock import ActivityClock
 from countersign.client.temporal_client import connect
 from countersign.db.engine import create_engine, session_factory
-from countersign.db.ratelimit import RateLimit, RateLimits
+from countersign.db.ratelimit import UNLIMITED, UNLIMITED_ENV
 from countersign.devstack import processes
 from countersign.devstack import worker as devstack_worker
 from countersign.devstack.postgres import seeded_postgres
@@ -47,9 +47,8 @@ from countersign.scripted_model.server import ScriptedModelServer
 from tools.registry import REGISTRY
 
 RESERVED_PORTS = frozenset({7233, 8233, 8400, 55432})  # a developer's `dev up` may be using them
-# The per-tenant tool rate limit (10/s by default) would measure the limiter, not the orchestration.
-UNLIMITED = RateLimits(RateLimit(per_s=1e6, burst=1e6))
-UNLIMITED_ENV = {"RATE_LIMIT_PER_S": "1000000", "RATE_LIMIT_BURST": "1000000"}  # the same, for a subprocess
+# Workers run UNLIMITED (imported above): the tool rate limits (10/s a tenant, 5/s a user, by default)
+# would measure the limiter, not the orchestration.
 
 
 def bench_port() -> int:

@@ -1,5 +1,7 @@
 """Fixtures come from plugin modules, one per real part: PostgreSQL, Temporal, the scripted model."""
 
+import pytest
+
 pytest_plugins = [
     "tests.fixtures.postgres",
     "tests.fixtures.temporal",
@@ -10,3 +12,25 @@ pytest_plugins = [
     "tests.fixtures.inbox",
     "tests.fixtures.mcp",
 ]
+
+# The files that take a minute or more on two cores, slowest first (per-file sums of `--durations`).
+# `make test` hands whole files to pytest-xdist workers in collection order (--no-loadscope-reorder;
+# xdist's own order puts files with many tests first, so a long one-test file like the walk-through
+# started last and was the run's tail). Started first, they overlap with everything else.
+SLOW_FILES = (
+    "test_walkthrough.py",
+    "test_faults.py",
+    "test_devstack.py",
+    "test_cli_door.py",
+    "test_inbox_sessions.py",
+    "test_mcp.py",
+    "test_chat.py",
+    "test_what_runs.py",
+    "test_hostile_input.py",
+    "test_store_cli.py",
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    rank = {name: i for i, name in enumerate(SLOW_FILES)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(SLOW_FILES)))  # stable: files stay whole

@@ -7,7 +7,7 @@ import asyncio
 import json
 from typing import Any
 
-from sqlalchemy import select, text
+from sqlalchemy import delete, select, text
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -15,7 +15,7 @@ import tools
 from countersign.core.contract import EndConversation, Limits
 from countersign.core.policy import ASK_HUMAN
 from countersign.core.saga import RollbackRequest
-from countersign.db.schema import AgentProfile, AgentToolPermission, Lead, Notification
+from countersign.db.schema import AgentProfile, AgentToolPermission, EmailDraft, Lead, Notification
 from tests.fixtures.agent import AgentHarness
 from tests.fixtures.updates import execute_update
 from tests.test_approvals import JANE, reset_jane
@@ -25,7 +25,8 @@ from workflows.agent import AgentWorkflow
 AGENT = "catalog-test"
 
 
-def first_round(lead_id: int, notification_id: int) -> dict[str, dict[str, Any]]:
+def first_round(lead_id: int, notification_id: int, draft_id: int) -> dict[str, dict[str, Any]]:
+    """The calls of one model message (they may run together: what depends on one is in SECOND_ROUND)."""
     return {
         "search_leads": {"query": "Jane"},
         "get_lead": {"lead": JANE},
@@ -59,7 +60,16 @@ def first_round(lead_id: int, notification_id: int) -> dict[str, dict[str, Any]]
         "update_case": {"case": "Initech security review", "status": "closed"},
         "draft_email": {"to": JANE, "subject": "Draft check", "body": "Draft", "lead": JANE},
         "send_email_to_contact": {"contact": "Priya Nair", "subject": "Catalog check", "body": "Hello"},
+        "get_lead_score": {"lead": JANE},
+        "record_lead_reply": {"lead": JANE, "summary": "Catalog check reply"},
+        "list_drafts": {},
+        "get_draft": {"draft": draft_id},
+        "update_draft": {"draft": draft_id, "subject": "Catalog check draft, edited"},
     }
+
+
+def second_round(draft_id: int) -> dict[str, dict[str, Any]]:
+    return {**SECOND_ROUND, "send_draft": {"draft": draft_id}}  # after update_draft edited it
 
 
 SECOND_ROUND = {
@@ -69,13 +79,13 @@ SECOND_ROUND = {
 }
 
 STATE = {
-    "leads": "SELECT id, status FROM leads WHERE tenant_id = 'acme' ORDER BY id",
+    "leads": "SELECT id, status, score FROM leads WHERE tenant_id = 'acme' ORDER BY id",
     "tasks": f"SELECT id, title, status FROM tasks WHERE {LIVE}",
     "projects": f"SELECT id, name, status FROM projects WHERE {LIVE}",
     "events": f"SELECT id, title, status FROM calendar_events WHERE {LIVE}",
     "notifications": "SELECT id, status FROM notifications WHERE tenant_id = 'acme' ORDER BY id",
     "cases": "SELECT id, status, notes FROM cases WHERE tenant_id = 'acme' ORDER BY id",
-    "drafts": "SELECT id FROM email_drafts WHERE tenant_id = 'acme'",
+    "drafts": "SELECT id, subject, sent_outbox_id FROM email_drafts WHERE tenant_id = 'acme'",
     "sessions": "SELECT id FROM meeting_sessions WHERE tenant_id = 'acme' AND status <> 'cancelled'",
     "outbox": "SELECT id FROM email_outbox WHERE tenant_id = 'acme' AND status IN ('queued', 'sent')",
 }
@@ -86,8 +96,9 @@ async def state(engine: AsyncEngine) -> dict[str, list[Any]]:
         return {k: sorted(tuple(r) for r in await conn.execute(text(q))) for k, q in STATE.items()}
 
 
-async def catalog_agent(engine: AsyncEngine) -> tuple[int, int]:
-    """An agent with every tool but ask_human, all always_allow; and ids the model will name."""
+async def catalog_agent(engine: AsyncEngine) -> tuple[int, int, int]:
+    """An agent with every tool but ask_human, all always_allow; and ids the model will name (a
+    notification and a saved draft of the test's own)."""
     async with engine.begin() as conn:
         await conn.execute(
             insert(AgentProfile)
@@ -105,7 +116,15 @@ async def catalog_agent(engine: AsyncEngine) -> tuple[int, int]:
             tenant_id="acme", user_id="carol", kind="test", message="Catalog check notification"
         )
         notification_id = (await conn.execute(notification.returning(Notification.id))).scalar_one()
-    return lead_id, notification_id
+        draft = insert(EmailDraft).values(
+            tenant_id="acme", idempotency_key=f"{AGENT}-draft", created_by="carol", to_address=JANE,
+            subject="Catalog check draft", body="Saved for later",
+        ).on_conflict_do_nothing()  # fmt: skip
+        await conn.execute(draft)
+        draft_id = (
+            await conn.execute(select(EmailDraft.id).where(EmailDraft.idempotency_key == f"{AGENT}-draft"))
+        ).scalar_one()
+    return lead_id, notification_id, draft_id
 
 
 def calls(round_: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
@@ -117,19 +136,17 @@ async def test_every_tool_runs_through_the_model_and_rolls_back(
 ) -> None:
     scratch.append(AGENT)
     await reset_jane(db_engine)
-    lead_id, notification_id = await catalog_agent(db_engine)
-    first = first_round(lead_id, notification_id)
-    assert set(first) | set(SECOND_ROUND) | {ASK_HUMAN} == set(tools.REGISTRY), (
-        "a tool is missing from this test"
-    )
+    lead_id, notification_id, draft_id = await catalog_agent(db_engine)
+    first, second = first_round(lead_id, notification_id, draft_id), second_round(draft_id)
+    assert set(first) | set(second) | {ASK_HUMAN} == set(tools.REGISTRY), "a tool is missing from this test"
     agent.script(
         {"when": {"user_contains": "everything"}, "reply": {"tool_calls": calls(first)}},
-        {"when": {"after_tool": list(first)[-1]}, "reply": {"tool_calls": calls(SECOND_ROUND)}},
-        {"when": {"after_tool": "update_event"}, "reply": {"content": "checked"}},
+        {"when": {"after_tool": list(first)[-1]}, "reply": {"tool_calls": calls(second)}},
+        {"when": {"after_tool": list(second)[-1]}, "reply": {"content": "checked"}},
     )
     before = await state(db_engine)
     # carol is an admin: write_record is hers
-    handle = await agent.start("run everything", user="carol", agent=AGENT, limits=Limits(max_tool_calls=30))
+    handle = await agent.start("run everything", user="carol", agent=AGENT, limits=Limits(max_tool_calls=40))
     turn = await execute_update(handle, AgentWorkflow.wait_turn, 1)
     assert turn is not None and turn.reply == "[scripted model] checked"
 
@@ -137,7 +154,7 @@ async def test_every_tool_runs_through_the_model_and_rolls_back(
     results = {m.name: json.loads(m.content or "") for m in transcript if m.role == "tool"}
     failed = {name: r for name, r in results.items() if not r["ok"]}
     assert not failed, failed
-    assert set(results) == set(first) | set(SECOND_ROUND)
+    assert set(results) == set(first) | set(second)
 
     await handle.signal(AgentWorkflow.rollback, RollbackRequest(requested_by="carol", scope="conversation"))
     for _ in range(300):
@@ -159,10 +176,14 @@ async def test_every_tool_runs_through_the_model_and_rolls_back(
             "update_case",
             "draft_email",
             "send_email_to_contact",
-            *SECOND_ROUND,
+            "record_lead_reply",
+            "update_draft",
+            *second,
         ],
         "done",
     )
     assert await state(db_engine) == before
     await handle.signal(AgentWorkflow.end, EndConversation(requested_by="carol"))
     await handle.result()
+    async with db_engine.begin() as conn:
+        await conn.execute(delete(EmailDraft).where(EmailDraft.id == draft_id))

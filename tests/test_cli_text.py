@@ -3,14 +3,19 @@ who may decide, and where a stdio MCP server's command is found."""
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
+import pkgutil
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
+import click
 import pytest
 
+import countersign.cli
+from countersign.cli.app import COMMANDS, cli
 from countersign.cli.inbox import tenant_of
 from countersign.cli.ux import relative
 from countersign.cli.waiting import SignedHint, approval_lines, who_can_decide
@@ -142,3 +147,17 @@ def test_the_web_uis_details_name_each_argument() -> None:
     )
     assert shown == "`update_lead_status` · lead: jane · new\\_status: qualified · reason: per \\[t\\]"
     assert call_details("x", "[1]") == "`x` (arguments not a JSON object)"
+
+
+def test_each_command_is_found_in_the_modules_the_cli_names() -> None:
+    """The CLI imports a command's modules only when it runs (COMMANDS): a command a module
+    registers must be named there, under that module, or `countersign` would not know it."""
+    for module in pkgutil.iter_modules(countersign.cli.__path__):
+        importlib.import_module(f"countersign.cli.{module.name}")
+    defined: dict[str, set[str]] = {}
+    for name, command in cli.commands.items():
+        commands = [command, *(command.commands.values() if isinstance(command, click.Group) else [])]
+        defined[name] = {c.callback.__module__.rsplit(".", 1)[1] for c in commands if c.callback}
+    assert set(COMMANDS) == set(defined)
+    for name, modules in defined.items():
+        assert modules <= set(COMMANDS[name]), name

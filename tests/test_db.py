@@ -146,6 +146,12 @@ async def test_agents_have_their_tools_and_seeded_tiers(db_session: AsyncSession
         "search_contacts": None,
         "ask_human": None,
         "draft_email": "always_allow",
+        "get_lead_score": None,
+        "record_lead_reply": "always_allow",
+        "list_drafts": None,
+        "get_draft": None,
+        "update_draft": "always_allow",
+        "send_draft": "needs_approval",
     }
     assert set(tools["operations"]) >= {"list_tasks", "create_task", "create_event", "update_project"}
     assert set(tools["admin-assistant"]) >= {"query_records", "describe_collection", "write_record"}

@@ -190,3 +190,57 @@ async def test_a_rejection_needs_a_reason_and_a_confirmation_and_says_so_near_th
     assert [(d.decision, d.reason, d.proven) for d in decisions] == [
         ("reject", "not yet: call her first", True)
     ]
+
+
+async def test_the_batch_buttons_ask_first_then_decide_the_selected_cards_together(
+    signed_dev_agent: SignedStack, db_engine: AsyncEngine, chromium: str, jane_is_new: None
+) -> None:
+    """Bob selects two conversations' calls: "Reject selected" wants a reason and a confirmation (he
+    dismisses it: nothing is decided), "Approve selected" decides both at once with his reason; both
+    cards leave the page and each decision is recorded as proven, with the reason."""
+    stack = signed_dev_agent
+    stack.agent.script(qualify("budget confirmed"), ECHO_RESULT)
+    async with async_playwright() as p:
+        browser = await p.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
+        page = await browser.new_page(viewport={"width": 1280, "height": 1000})
+        await log_in(page, stack.url, "bob")
+        handles = [await stack.agent.start("qualify jane", user="alice", single_turn=True) for _ in range(2)]
+        cards = [page.locator(f'li[data-key="{h.id}/c1"]') for h in handles]
+        for card in cards:
+            await card.wait_for(timeout=15_000)
+        dialogs: list[str] = []
+
+        async def dismiss(dialog: Any) -> None:
+            dialogs.append(dialog.message)
+            await dialog.dismiss()
+
+        page.on("dialog", dismiss)
+        status = page.locator("#status")
+        await page.get_by_role("button", name="Approve selected").click()
+        assert (await status.text_content() or "").startswith("select calls first")
+        for card in cards:
+            await card.locator("input.select").check()
+        await page.get_by_role("button", name="Reject selected").click()
+        assert "give a reason" in (await status.text_content() or "") and not dialogs
+        await page.get_by_label("Reason for the selected").fill("checked with the team")
+        await page.get_by_role("button", name="Reject selected").click()  # dismissed: nothing decided
+        assert len(dialogs) == 1 and "Reject 2 selected" in dialogs[0]
+        assert all([await card.is_visible() for card in cards])
+        await page.get_by_role("button", name="Approve selected").click()
+        for card in cards:
+            await card.wait_for(state="detached", timeout=15_000)
+        assert (await status.text_content() or "").startswith("2 decided")
+        await page.screenshot(path=ARTIFACTS / "inbox-batch.png", full_page=True)
+        await browser.close()
+    for handle in handles:
+        await handle.result()
+    async with db_engine.connect() as conn:
+        decisions = list(
+            await conn.execute(
+                select(ApprovalDecision).where(ApprovalDecision.workflow_id.in_([h.id for h in handles]))
+            )
+        )
+    assert (
+        sorted((d.decision, d.approver, d.reason, d.proven) for d in decisions)
+        == [("approve", "bob", "checked with the team", True)] * 2
+    )

@@ -15,7 +15,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 import pytest_asyncio
-from sqlalchemy import delete, insert, select, text, update
+from sqlalchemy import delete, func, insert, select, text, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 from temporalio.testing import WorkflowEnvironment
 
@@ -104,6 +104,16 @@ async def test_removing_the_user_ends_their_sessions(auth_inbox: AuthInbox, zed:
         left = await conn.scalar(text("SELECT count(*) FROM inbox_sessions WHERE user_id = 'zed'"))
     assert left == 0  # ON DELETE CASCADE
     assert await me(auth_inbox, token) == 401
+
+
+async def test_deactivating_the_user_ends_their_sessions_and_logins(auth_inbox: AuthInbox, zed: str) -> None:
+    token = await login(auth_inbox)
+    async with auth_inbox.engine.begin() as conn:
+        await conn.execute(
+            update(User).where(User.tenant_id == "acme", User.id == "zed").values(deactivated_at=func.now())
+        )
+    assert await me(auth_inbox, token) == 401
+    assert (await auth_inbox.login("zed", PASSWORD))[0] == 401
 
 
 async def test_an_expired_session_is_refused_though_its_token_is_not(auth_inbox: AuthInbox, zed: str) -> None:

@@ -89,9 +89,12 @@ async def test_draft_email_stores_a_draft_and_sends_nothing(db_session: AsyncSes
 async def test_lead_tools_show_score_and_last_engagement(db_session: AsyncSession) -> None:
     ctx = context(db_session, agent="lead-qualifier")
     maria = await run(ctx, "get_lead", lead="maria.garcia@umbrella.example")
-    assert maria["score"] == 85 and maria["last_engaged_at"] == "2026-12-02T11:00:00Z"
+    # computed from the facts (other tests' emails and changes count too): the score tool agrees
+    scored = await run(ctx, "get_lead_score", lead="maria.garcia@umbrella.example")
+    assert maria["score"] == scored["score"] >= 45 and maria["last_engaged_at"] == "2026-12-02T11:00:00Z"
     found = await run(ctx, "search_leads", query="Jane")
-    assert [(lead["score"], lead["last_engaged_at"]) for lead in found["leads"]] == [(None, None)]
+    jane = await run(ctx, "get_lead_score", lead=JANE)
+    assert [(lead["score"], lead["last_engaged_at"]) for lead in found["leads"]] == [(jane["score"], None)]
 
 
 async def test_send_email_to_contact_resolves_the_name_or_asks(db_session: AsyncSession) -> None:

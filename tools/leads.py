@@ -1,4 +1,5 @@
-"""Lead tools: search, read and qualify the tenant's leads. Every query is scoped to the caller's tenant."""
+"""Lead tools: search, read, score and qualify the tenant's leads, and record their replies. Every query
+is scoped to the caller's tenant; the score's rules are countersign/core/leadscore.py."""
 
 from __future__ import annotations
 
@@ -6,9 +7,12 @@ from datetime import datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
-from sqlalchemy import or_, select
+from sqlalchemy import delete, func, or_, select
+from sqlalchemy.ext.asyncio import AsyncSession
 
-from countersign.db.schema import Lead
+from countersign.core.leadscore import LeadScore
+from countersign.db.leads import current_score, record_lead_event, rescore
+from countersign.db.schema import Lead, LeadEvent
 from tools.registry import ToolArgs, ToolContext, ToolFailure, UndoOutcome, compensates, record_id, tool
 from tools.resolve import locked_row, restore_fields, same_text, saved
 
@@ -72,20 +76,25 @@ class LeadStatusChange(BaseModel):
     changed: bool  # False when the lead already had `new_status`
 
 
-async def find_lead(ctx: ToolContext, ref: str, *, lock: bool = False) -> Lead:
-    """Resolve an email or id to one of the caller's tenant's leads, or fail with NOT_FOUND.
+async def lead_by_ref(session: AsyncSession, tenant_id: str, ref: str, *, lock: bool = False) -> Lead:
+    """Resolve an email or id to one of the tenant's leads, or fail with NOT_FOUND (the CLI's too).
 
     `lock` takes the row for the rest of the transaction (before reading a value the call will change).
     """
-    query = select(Lead).where(Lead.tenant_id == ctx.tenant_id)
+    query = select(Lead).where(Lead.tenant_id == tenant_id)
     number = record_id(ref)
     query = query.where(Lead.id == number) if number is not None else query.where(same_text(Lead.email, ref))
     if lock:
         query = query.with_for_update()
-    lead = (await ctx.session.execute(query)).scalar_one_or_none()
+    lead = (await session.execute(query)).scalar_one_or_none()
     if lead is None:
         raise ToolFailure("NOT_FOUND", f"no lead {ref!r} in this workspace")
     return lead
+
+
+async def find_lead(ctx: ToolContext, ref: str, *, lock: bool = False) -> Lead:
+    """The caller's tenant's lead by email or id (`lead_by_ref`)."""
+    return await lead_by_ref(ctx.session, ctx.tenant_id, ref, lock=lock)
 
 
 @tool(risk="low", category="read")
@@ -122,6 +131,14 @@ async def update_lead_status(ctx: ToolContext, args: UpdateLeadStatusArgs) -> Le
     if previous != args.new_status:
         lead.status = args.new_status
         lead = await saved(ctx, lead)
+        await record_lead_event(
+            ctx.session,
+            lead,
+            "status_changed",
+            ctx.caller.user_id,
+            note=args.reason,
+            previous_status=previous,
+        )
     return LeadStatusChange(
         lead=LeadView.of(lead),
         previous_status=previous,
@@ -144,4 +161,90 @@ async def restore_lead_status(
     lead = await locked_row(ctx, Lead, result["lead"]["id"])
     if lead is None:
         return "irreversible"
-    return restore_fields(lead, {"status": result["previous_status"]}, {"status": result["new_status"]})
+    outcome = restore_fields(lead, {"status": result["previous_status"]}, {"status": result["new_status"]})
+    if outcome == "undone":  # the change never happened: its history row goes too, and the score follows
+        latest = await ctx.session.scalar(
+            select(func.max(LeadEvent.id)).where(
+                LeadEvent.tenant_id == ctx.tenant_id,
+                LeadEvent.lead_id == lead.id,
+                LeadEvent.kind == "status_changed",
+                LeadEvent.previous_status == result["previous_status"],
+                LeadEvent.status == result["new_status"],
+            )
+        )
+        if latest is not None:
+            await ctx.session.execute(delete(LeadEvent).where(LeadEvent.id == latest))
+        await rescore(ctx.session, lead)
+    return outcome
+
+
+class ScorePartView(BaseModel):
+    name: str
+    points: int
+    why: str
+
+
+class LeadScoreView(BaseModel):
+    lead_id: int
+    email: str
+    status: str
+    score: int  # 0-100: the parts' sum, held within 0-100
+    parts: list[ScorePartView]
+
+
+def score_view(lead: Lead, scored: LeadScore) -> LeadScoreView:
+    return LeadScoreView(
+        lead_id=lead.id,
+        email=lead.email,
+        status=lead.status,
+        score=scored.score,
+        parts=[ScorePartView(name=p.name, points=p.points, why=p.why) for p in scored.parts],
+    )
+
+
+@tool(risk="low", category="read")
+async def get_lead_score(ctx: ToolContext, args: GetLeadArgs) -> LeadScoreView:
+    """A lead's score (0-100) with the parts that make it up: source, company, emails delivered,
+    replies, meetings booked, status and status history. Use it to rank and qualify leads, and quote
+    the parts that decide."""
+    lead = await find_lead(ctx, args.lead)
+    return score_view(lead, await current_score(ctx.session, lead))
+
+
+class RecordReplyArgs(ToolArgs):
+    lead: str = Field(min_length=1, max_length=320, description="The lead's email address, or its numeric id")
+    summary: str = Field(min_length=1, max_length=500, description="What the lead answered, in one sentence")
+
+
+class RecordedReply(LeadScoreView):
+    event_id: int
+
+
+@tool(risk="low", category="write")
+async def record_lead_reply(ctx: ToolContext, args: RecordReplyArgs) -> RecordedReply:
+    """Record that a lead answered (an email reply, say, as the user reports it); the lead's score
+    and last engagement are updated and the new score returned with its parts."""
+    lead = await find_lead(ctx, args.lead, lock=True)
+    event, scored = await record_lead_event(
+        ctx.session, lead, "email_answered", ctx.caller.user_id, note=args.summary
+    )
+    return RecordedReply(**score_view(lead, scored).model_dump(), event_id=event.id)
+
+
+@compensates(record_lead_reply)
+async def forget_lead_reply(
+    ctx: ToolContext, args: RecordReplyArgs, result: dict[str, Any] | None
+) -> UndoOutcome:
+    """Delete the recorded reply (nothing left the building) and rescore the lead. Its
+    `last_engaged_at` keeps the stamp: the previous one is not kept, and a later contact may own it."""
+    if result is None:
+        return "never_happened"
+    deleted = await ctx.session.scalar(
+        delete(LeadEvent)
+        .where(LeadEvent.id == int(result["event_id"]), LeadEvent.tenant_id == ctx.tenant_id)
+        .returning(LeadEvent.lead_id)
+    )
+    lead = await locked_row(ctx, Lead, deleted) if deleted is not None else None
+    if lead is not None:
+        await rescore(ctx.session, lead)
+    return "undone" if deleted is not None else "already_undone"

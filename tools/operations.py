@@ -15,6 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from sqlalchemy import ColumnElement, select
 
 from countersign.core.guards import MAX_ROWS
+from countersign.db.leads import rescore_attendees
 from countersign.db.schema import CalendarEvent, Project, Task
 from tools.registry import ToolArgs, ToolContext, ToolFailure, UndoOutcome, compensates, tool
 from tools.resolve import (
@@ -39,6 +40,7 @@ from tools.resolve import (
 TaskStatus = Literal["open", "in_progress", "done", "cancelled"]
 ProjectStatus = Literal["planned", "active", "on_hold", "done", "cancelled"]
 EventStatus = Literal["tentative", "confirmed", "cancelled"]
+EventType = Literal["meeting", "call", "demo", "deadline", "reminder", "other"]  # schema.EVENT_TYPES
 
 TITLE = Field(min_length=1, max_length=200)
 DESCRIPTION_HELP = "Free text; an empty string clears it"
@@ -98,6 +100,7 @@ class EventView(BaseModel):
     location: str | None
     owner: str | None
     status: str
+    type: str = "meeting"
 
     @classmethod
     def of(cls, event: CalendarEvent) -> EventView:
@@ -111,6 +114,7 @@ class EventView(BaseModel):
             location=event.location,
             owner=event.owner_user_id,
             status=event.status,
+            type=event.type,
         )
 
 
@@ -420,6 +424,7 @@ class CreateEventArgs(ToolArgs):
     )
     location: str | None = Field(None, max_length=200, description="Room, address or 'Video call'")
     description: str | None = Field(None, max_length=2000, description="Agenda or notes")
+    type: EventType = Field("meeting", description="meeting, call, demo, deadline, reminder or other")
 
     @model_validator(mode="after")
     def _ends_after_start(self) -> CreateEventArgs:
@@ -440,6 +445,7 @@ class UpdateEventArgs(ChangeArgs):
     location: str | None = Field(None, max_length=200, description="Free text; an empty string clears it")
     description: str | None = Field(None, max_length=2000, description=DESCRIPTION_HELP)
     status: EventStatus | None = Field(None, description="tentative, confirmed or cancelled")
+    type: EventType | None = Field(None, description="meeting, call, demo, deadline, reminder or other")
 
 
 async def attendee_handles(ctx: ToolContext, refs: Sequence[str]) -> list[str]:
@@ -470,8 +476,9 @@ async def list_events(ctx: ToolContext, args: ListEventsArgs) -> EventList:
 @answers_needs
 async def create_event(ctx: ToolContext, args: CreateEventArgs) -> EventView:
     """Put a confirmed event on the calendar, owned by the user. Times are ISO date-times with a time
-    zone; attendees are user ids, names or emails (outside emails are invited as written). This does
-    not check for conflicts: look at list_events first."""
+    zone; attendees are user ids, names or emails (outside emails are invited as written); `type` is
+    meeting (the default), call, demo, deadline, reminder or other. This does not check for conflicts:
+    look at list_events first."""
     event = CalendarEvent(
         tenant_id=ctx.tenant_id,
         title=args.title,
@@ -482,31 +489,38 @@ async def create_event(ctx: ToolContext, args: CreateEventArgs) -> EventView:
         location=args.location or None,
         owner_user_id=ctx.caller.user_id,
         status="confirmed",
+        type=args.type,
     )
-    return EventView.of(await saved(ctx, event))
+    event = await saved(ctx, event)
+    await rescore_attendees(ctx.session, ctx.tenant_id, event.attendees)
+    return EventView.of(event)
 
 
 @compensates(create_event)
 async def cancel_created_event(
     ctx: ToolContext, args: CreateEventArgs, result: dict[str, Any] | None
 ) -> UndoOutcome:
-    return await cancel_created(ctx, CalendarEvent, result)
+    outcome = await cancel_created(ctx, CalendarEvent, result)
+    await rescore_attendees(ctx.session, ctx.tenant_id, (result or {}).get("attendees", []))
+    return outcome
 
 
 @tool(risk="medium", category="write")
 @answers_needs
 async def update_event(ctx: ToolContext, args: UpdateEventArgs) -> Updated[EventView]:
     """Change a calendar event, named by its id or exact title: title, start or end (ISO date-times
-    with a time zone), the full attendee list, location, description or status (tentative, confirmed,
-    cancelled). Only the fields given change; the result lists their previous and new values."""
-    wanted = args.provided("title", "starts_at", "ends_at", "location", "description", "status")
+    with a time zone), the full attendee list, location, description, status (tentative, confirmed,
+    cancelled) or type. Only the fields given change; the result lists their previous and new values."""
+    wanted = args.provided("title", "starts_at", "ends_at", "location", "description", "status", "type")
     if args.attendees is not None:
         wanted["attendees"] = await attendee_handles(ctx, args.attendees)
     event = await find_event(ctx, args.event, lock=True)
     if wanted.get("ends_at", event.ends_at) <= wanted.get("starts_at", event.starts_at):
         raise ToolFailure("VALIDATION_ERROR", "the event would end before it starts")
+    before = list(event.attendees)
     previous, changed = apply_changes(event, wanted)
     event = await saved(ctx, event)
+    await rescore_attendees(ctx.session, ctx.tenant_id, [*before, *event.attendees])
     return Updated[EventView](record=EventView.of(event), previous=previous, changed=changed)
 
 
@@ -514,4 +528,11 @@ async def update_event(ctx: ToolContext, args: UpdateEventArgs) -> Updated[Event
 async def restore_updated_event(
     ctx: ToolContext, args: UpdateEventArgs, result: dict[str, Any] | None
 ) -> UndoOutcome:
-    return await undo_update(ctx, CalendarEvent, result, together=[{"starts_at", "ends_at"}])
+    outcome = await undo_update(ctx, CalendarEvent, result, together=[{"starts_at", "ends_at"}])
+    if result is not None:  # the leads among the attendees it had and has (autoflush shows the undo)
+        attendees = [
+            *result.get("record", {}).get("attendees", []),
+            *result.get("previous", {}).get("attendees", []),
+        ]
+        await rescore_attendees(ctx.session, ctx.tenant_id, attendees)
+    return outcome

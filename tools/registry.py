@@ -28,6 +28,7 @@ from typing import Any, Literal, Self, get_type_hints
 from pydantic import BaseModel, ConfigDict, model_validator
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from countersign.core.access import Scope
 from countersign.core.calls import CallerContext, Category, ErrorCode, Risk, Tier, ToolSpec
 
 # Identity fields only the trusted caller may set; no arguments model may declare them.
@@ -144,6 +145,8 @@ class Tool:
     local: bool
     fn: ToolFn = field(repr=False)
     compensation: CompensationFn | None = field(default=None, repr=False)
+    # the grants the conversation's user must hold for it to run (activities/access.py)
+    scopes: tuple[Scope, ...] = ()
 
     def spec(self, tier: Tier | None = None) -> ToolSpec:
         return ToolSpec(
@@ -175,8 +178,11 @@ def tool(
     tier: Tier | None = None,
     roles: tuple[str, ...] = (),
     local: bool | None = None,
+    scopes: tuple[Scope, ...] = (),
 ) -> Callable[[ToolFn], ToolFn]:
     """Declare a tool. See the module docstring.
+
+    `scopes` are the grants the conversation's user must hold (`user_scopes`) for the tool to run.
 
     `local` (default: reads) runs the tool as a local activity. It suits short, idempotent calls
     whose only I/O is this process's PostgreSQL: a retry re-runs them, and they hold the
@@ -208,6 +214,7 @@ def tool(
             required_roles=roles,
             local=category == "read" if local is None else local,
             fn=fn,
+            scopes=scopes,
         )
         return fn
 

@@ -197,9 +197,13 @@ def contact_candidate(contact: Contact) -> dict[str, Any]:
     return {"kind": "contact", "name": contact.name, "email": contact.email, "company": contact.company}
 
 
+# A deactivated user (`users deactivate`) is nobody a tool can name: not a counterpart, assignee or owner.
+ACTIVE_USER = User.deactivated_at.is_(None)
+
+
 async def match_users(ctx: ToolContext, ref: str) -> list[User]:
     exact = or_(User.id == ref, same_text(User.email, ref), same_text(User.display_name, ref))
-    return await match_first(ctx, User, exact, containing(User.display_name, ref))
+    return await match_first(ctx, User, ACTIVE_USER & exact, ACTIVE_USER & containing(User.display_name, ref))
 
 
 async def match_contacts(ctx: ToolContext, ref: str) -> list[Contact]:
@@ -213,7 +217,11 @@ async def resolve_user(ctx: ToolContext, ref: str, *, field: str) -> User:
     if len(users) == 1:
         return users[0]
     if not users:  # offer the tenant's people, so the model can ask "which of these?"
-        users = list((await ctx.session.scalars(select(User).where(User.tenant_id == ctx.tenant_id))).all())
+        users = list(
+            (
+                await ctx.session.scalars(select(User).where(User.tenant_id == ctx.tenant_id, ACTIVE_USER))
+            ).all()
+        )
     raise needs(field, [user_candidate(user) for user in users])
 
 

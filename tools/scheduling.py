@@ -28,6 +28,7 @@ from typing import Annotated, Any
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 from sqlalchemy import delete, func, or_, select
 
+from countersign.db.leads import rescore_attendees
 from countersign.db.schema import CalendarEvent, MeetingSession, Notification, User
 from tools.email import EmailContent, cancel_queued_email, queued_once
 from tools.operations import EventView
@@ -270,7 +271,7 @@ def proposal_email(caller: Person, session: MeetingSession, slots: Sequence[Slot
     return EmailContent(subject=subject[:200], body=body)
 
 
-@tool(risk="medium", category="external")
+@tool(risk="medium", category="external", scopes=("calendar:availability", "calendar:propose"))
 @answers_needs
 async def schedule_meeting(ctx: ToolContext, args: ScheduleMeetingArgs) -> MeetingProposal:
     """Open a scheduling negotiation with `with` (a contact's name or email, or a user): up to 5
@@ -539,7 +540,7 @@ def invite(caller: Person, other: Person, event: CalendarEvent, zone_of_reader: 
     )
 
 
-@tool(risk="medium", category="external")
+@tool(risk="medium", category="external", scopes=("calendar:availability", "calendar:book"))
 @answers_needs
 async def confirm_meeting(ctx: ToolContext, args: ConfirmMeetingArgs) -> BookedMeeting:
     """Book a meeting and email an invite to both people: proposal `selection` of a schedule_meeting
@@ -576,6 +577,7 @@ async def confirm_meeting(ctx: ToolContext, args: ConfirmMeetingArgs) -> BookedM
     )
     if session is not None:
         session.status, session.event_id = "confirmed", event.id
+    await rescore_attendees(ctx.session, ctx.tenant_id, event.attendees)
     other_tz = session.counterpart_tz if session else await zone_of(ctx, other, None)
     readers = [(caller, await zone_of(ctx, caller, None)), (other, other_tz)]
     invited, outbox_ids = [], []
@@ -603,6 +605,7 @@ async def cancel_confirmed_meeting(
     outcome = await cancel_created(ctx, CalendarEvent, result)
     if result is None:
         return outcome
+    await rescore_attendees(ctx.session, ctx.tenant_id, result.get("attendees", []))
     if result.get("session") is not None and outcome == "undone":
         session = await locked_row(ctx, MeetingSession, result["session"])
         if session is not None and session.status == "confirmed" and session.event_id == result.get("id"):

@@ -4,26 +4,8 @@ import os
 import sys
 import warnings
 
-from countersign.cli import (  # noqa: F401  (each registers its commands)
-    approvals,
-    catalog,
-    chat,
-    conversations,
-    db,
-    demo,
-    dev,
-    health,
-    inbox,
-    mail,
-    mcp,
-    model,
-    records,
-    tokens,
-)
-from countersign.cli import stats as _stats  # noqa: F401  (registers `stats`)
 from countersign.cli.app import cli
 from countersign.cli.ux import command
-from countersign.observability import tracing
 
 
 def main() -> None:
@@ -37,7 +19,9 @@ def main() -> None:
         code = done.code if isinstance(done.code, int) else (0 if done.code is None else 1)
         if isinstance(done.code, str):
             print(done.code, file=sys.stderr)
-    tracing.shutdown()  # export the command's spans before the hard exit below
+    tracing = sys.modules.get("countersign.observability.tracing")
+    if tracing is not None:  # imported by a command that traces: export its spans before the hard exit
+        tracing.shutdown()
     sys.stdout.flush()
     sys.stderr.flush()
     # Everything is written and every connection closed by now. Skipping interpreter finalization

@@ -1,6 +1,8 @@
 """What the CLI tells a person: how to run it again, one-line reasons, whether the embedded stack is up.
 
-Kept apart from the commands so every command words these the same way.
+Kept apart from the commands so every command words these the same way. Light to import (the
+scripted model and the mail catcher are CLI commands too): Temporal's client and the stack are
+imported by the two functions that need them.
 """
 
 from __future__ import annotations
@@ -12,15 +14,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import click
-from temporalio.client import (
-    WorkflowFailureError,
-    WorkflowUpdateFailedError,
-    WorkflowUpdateRPCTimeoutOrCancelledError,
-)
-from temporalio.exceptions import ActivityError, FailureError
-from temporalio.service import RPCError, RPCStatusCode
 
-from countersign.devstack import stack
 from countersign.runtime.config import DATA_DIR, Settings, load_settings
 
 # `start --wait` / `send` exit with this when the turn waits for a person (an approval or an answer):
@@ -74,6 +68,14 @@ def relative(iso: str, now: datetime | None = None) -> str:
 
 def reason(exc: BaseException) -> str:
     """One line a person can act on, without the SDK's class names."""
+    from temporalio.client import (
+        WorkflowFailureError,
+        WorkflowUpdateFailedError,
+        WorkflowUpdateRPCTimeoutOrCancelledError,
+    )
+    from temporalio.exceptions import ActivityError, FailureError
+    from temporalio.service import RPCError, RPCStatusCode
+
     if isinstance(exc, WorkflowFailureError):
         return reason(exc.cause) if exc.cause is not None else "the conversation failed"
     if isinstance(exc, WorkflowUpdateFailedError):
@@ -105,6 +107,8 @@ def stack_down(component: str, env_var: str) -> str | None:
     """
     if os.environ.get(env_var):
         return None
+    from countersign.devstack import stack
+
     plan = stack.plan_from_env(os.environ, DATA_DIR)
     state = next(c for c in stack.status(plan) if c.name == component)
     if state.state in ("running", "external"):

@@ -30,6 +30,8 @@ ErrorCode = Literal[
     "RATE_LIMITED",
     "LIMIT_REACHED",
     "INTERNAL_ERROR",
+    "SCOPES_MISSING",  # the conversation's user lacks a grant the tool needs (countersign/core/access.py)
+    "CONNECTION_INACTIVE",  # the conversation's user was removed or deactivated since it started
 ]
 
 
@@ -179,7 +181,9 @@ class McpCall(BaseModel):
 # Tools whose results name queued outbox rows the workflow delivers after the turn's undo window
 # (`outbox_id` with status "queued", or `outbox_ids`). Named, not inferred from a result's shape:
 # an MCP tool's result may say anything.
-QUEUES_EMAIL = frozenset({"send_email", "send_email_to_contact", "schedule_meeting", "confirm_meeting"})
+QUEUES_EMAIL = frozenset(
+    {"send_email", "send_email_to_contact", "send_draft", "schedule_meeting", "confirm_meeting"}
+)
 
 
 def queued_emails(tool: str, data: dict[str, Any]) -> list[int]:
@@ -249,6 +253,8 @@ OUTCOME_OF: dict[ErrorCode, str] = {
     "LIMIT_REACHED": "limit_reached",
     "REJECTED": "rejected",
     "EXPIRED": "expired",
+    "SCOPES_MISSING": "refused",
+    "CONNECTION_INACTIVE": "refused",
 }
 
 

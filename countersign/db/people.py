@@ -18,13 +18,14 @@ _HASHER = PasswordHasher()
 
 
 async def roles_of(session: AsyncSession, tenant_id: str, user_id: str) -> list[str] | None:
-    """The user's roles in the tenant, or None when they are not a user of it (one round trip: it
-    is on the way from a reviewer's click to the tool call, in the inbox and in record_decision)."""
+    """The user's roles in the tenant, or None when they are not a user of it, or were deactivated
+    (one round trip: it is on the way from a reviewer's click to the tool call, in the inbox and in
+    record_decision). A deactivated user therefore cannot decide, send messages, end or roll back."""
     rows = (
         await session.execute(
             select(User.id, UserRole.role)
             .outerjoin(UserRole, (UserRole.tenant_id == User.tenant_id) & (UserRole.user_id == User.id))
-            .where(User.tenant_id == tenant_id, User.id == user_id)
+            .where(User.tenant_id == tenant_id, User.id == user_id, User.deactivated_at.is_(None))
         )
     ).all()
     if not rows:
@@ -44,8 +45,10 @@ def hash_password(password: str) -> str:
 
 
 async def check_password(session: AsyncSession, tenant_id: str, user_id: str, password: str) -> bool:
-    stored = await session.scalar(
-        select(User.password_hash).where(User.tenant_id == tenant_id, User.id == user_id)
+    stored = await session.scalar(  # a deactivated user cannot log in
+        select(User.password_hash).where(
+            User.tenant_id == tenant_id, User.id == user_id, User.deactivated_at.is_(None)
+        )
     )
 
     def verify() -> bool:

@@ -40,6 +40,8 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, MappedColumn, mapped_column
 
+from countersign.core.access import SCOPES
+
 LEAD_STATUSES = ("new", "contacted", "qualified", "disqualified", "converted")
 PROJECT_STATUSES = ("planned", "active", "on_hold", "done", "cancelled")
 TASK_STATUSES = ("open", "in_progress", "done", "cancelled")
@@ -68,6 +70,9 @@ COMPENSATION_STATES = ("pending", "done", "failed", "irreversible", "skipped")
 ROLLBACK_SCOPES = ("turn", "conversation", "call")
 CASE_STATUSES = ("open", "in_progress", "on_hold", "closed")
 MEETING_SESSION_STATUSES = ("open", "confirmed", "cancelled")
+EVENT_TYPES = ("meeting", "call", "demo", "deadline", "reminder", "other")
+# What a lead_events row records; emails delivered and meetings booked are read from their own tables.
+LEAD_EVENT_KINDS = ("status_changed", "email_answered")
 
 # Deterministic constraint names: the migration spells the same names, and later migrations can drop them.
 NAMING_CONVENTION = {
@@ -141,6 +146,9 @@ class User(Base):
     created_at: Mapped[datetime] = created_at()
     tz: Mapped[str] = mapped_column(server_default="UTC")  # IANA zone: the user's business hours
     password_hash: Mapped[str | None]  # argon2id; None: cannot log in to the inbox with a password
+    # Set: the user can no longer log in, decide, send messages, or have a conversation act for them
+    # (checked at each tool call: countersign/core/access.py). Kept, not deleted: the audit names them.
+    deactivated_at: Mapped[datetime | None]
 
 
 class UserRole(Base):
@@ -152,6 +160,23 @@ class UserRole(Base):
     tenant_id: Mapped[str] = mapped_column(primary_key=True)
     user_id: Mapped[str] = mapped_column(primary_key=True)
     role: Mapped[str] = mapped_column(primary_key=True)
+
+
+class UserScope(Base):
+    """A grant to a user (countersign/core/access.py `SCOPES`): a tool that needs a scope runs
+    only for a user who holds it (`SCOPES_MISSING` otherwise). Granted and revoked with `users grant`."""
+
+    __tablename__ = "user_scopes"
+    __table_args__ = (
+        ForeignKeyConstraint(["tenant_id", "user_id"], ["users.tenant_id", "users.id"], ondelete="CASCADE"),
+        one_of("scope", SCOPES),
+    )
+
+    tenant_id: Mapped[str] = mapped_column(primary_key=True)
+    user_id: Mapped[str] = mapped_column(primary_key=True)
+    scope: Mapped[str] = mapped_column(primary_key=True)
+    granted_by: Mapped[str]
+    granted_at: Mapped[datetime] = created_at()
 
 
 # --- business data the tools act on ----------------------------------------------------------------
@@ -192,8 +217,28 @@ class Lead(Base):
     owner_user_id: Mapped[str | None]
     created_at: Mapped[datetime] = created_at()
     updated_at: Mapped[datetime] = updated_at()
-    score: Mapped[int | None]  # 0-100, how promising the lead looks
+    score: Mapped[int | None]  # 0-100, computed by countersign/db/leads.py `rescore`
     last_engaged_at: Mapped[datetime | None]  # the latest contact either way (an email, a call)
+
+
+class LeadEvent(Base):
+    """What happened to a lead that no other table keeps: its status changes and its replies."""
+
+    __tablename__ = "lead_events"
+    __table_args__ = (
+        one_of("kind", LEAD_EVENT_KINDS),
+        Index("ix_lead_events_tenant_id_lead_id", "tenant_id", "lead_id"),
+    )
+
+    id: Mapped[int] = identity_pk()
+    tenant_id: Mapped[str] = tenant_column(indexed=False)
+    lead_id: Mapped[int] = mapped_column(BigInteger, ForeignKey("leads.id", ondelete="CASCADE"))
+    kind: Mapped[str]
+    previous_status: Mapped[str | None]  # status_changed: from
+    status: Mapped[str | None]  # status_changed: to
+    note: Mapped[str | None]  # the reason, or what the reply said
+    created_by: Mapped[str]
+    created_at: Mapped[datetime] = created_at()
 
 
 class Case(Base):
@@ -258,6 +303,7 @@ class CalendarEvent(Base):
     __table_args__ = (
         one_of("status", EVENT_STATUSES),
         CheckConstraint("ends_at >= starts_at", name="ends_after_start"),
+        one_of("type", EVENT_TYPES),
         user_fk("owner_user_id"),
     )
 
@@ -273,6 +319,7 @@ class CalendarEvent(Base):
     status: Mapped[str] = mapped_column(server_default="confirmed")
     created_at: Mapped[datetime] = created_at()
     updated_at: Mapped[datetime] = updated_at()
+    type: Mapped[str] = mapped_column(server_default="meeting")
 
 
 class EmailOutbox(Base):
@@ -311,6 +358,8 @@ class EmailDraft(Base):
     html_body: Mapped[str | None]
     lead_id: Mapped[int | None] = mapped_column(BigInteger)
     created_at: Mapped[datetime] = created_at()
+    updated_at: Mapped[datetime] = updated_at()
+    sent_outbox_id: Mapped[int | None] = mapped_column(BigInteger)  # the outbox row `send_draft` queued
 
 
 class Notification(Base):
@@ -513,14 +562,36 @@ class Compensation(Base):
 
 
 class RateLimitBucket(Base):
-    """A token bucket per tenant and tool, refilled lazily from `updated_at` under a row lock."""
+    """A token bucket per tenant and tool, and per user of it (`user_id`; "" is the tenant's own
+    bucket), refilled lazily from `updated_at` under a row lock."""
 
     __tablename__ = "rate_limit_buckets"
 
     tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"), primary_key=True)
     tool: Mapped[str] = mapped_column(primary_key=True)
+    user_id: Mapped[str] = mapped_column(primary_key=True, server_default="")
     tokens: Mapped[float]
     updated_at: Mapped[datetime] = mapped_column(server_default=func.now())
+
+
+class TenantRateLimit(Base):
+    """A tenant's tool-call rate limits (countersign/db/ratelimit.py): for one tool, or `*` for
+    every tool without its own row; the tenant's shared bucket and each user's own. No row: the
+    worker's limits (`RATE_LIMIT_*`). Seeded for the demo tenants; set with `users rate-limit`."""
+
+    __tablename__ = "tenant_rate_limits"
+    __table_args__ = (
+        CheckConstraint("per_s > 0 AND burst >= 1", name="tenant_limit"),
+        CheckConstraint("user_per_s > 0 AND user_burst >= 1", name="user_limit"),
+    )
+
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"), primary_key=True)
+    tool: Mapped[str] = mapped_column(primary_key=True)
+    per_s: Mapped[float]
+    burst: Mapped[float]
+    user_per_s: Mapped[float]
+    user_burst: Mapped[float]
+    updated_at: Mapped[datetime] = updated_at()
 
 
 class RollbackRecord(Base):

@@ -21,8 +21,10 @@ from sqlalchemy import func, select, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from countersign.core.access import SCOPES
 from countersign.db import schema
 from countersign.db.engine import create_engine, session_factory
+from countersign.db.leads import rescore_all
 from countersign.db.people import set_dev_passwords
 
 M = TypeVar("M", bound=schema.Base)
@@ -45,6 +47,13 @@ USERS = [
 
 # (tenant, user) -> IANA zone of the user's business hours; the others work in UTC
 USER_TZ = {("globex", "dave"): "Europe/London", ("globex", "erin"): "America/New_York"}
+# Every seeded user holds every calendar scope, so the scheduler works out of the box; `users revoke`
+# takes one away (and re-seeding grants it again, as it restores any seeded row that is missing).
+SEED_GRANTER = "seed"
+# Each tenant's tool-call limits for every tool (`*`): (per second, burst) of the tenant's shared
+# bucket and of each user's. A user may spend half of the tenant's: one user cannot starve the
+# others. Seeded while the tenant has none (operators own them afterwards: `users rate-limit`).
+TENANT_RATE_LIMITS = {"per_s": 10.0, "burst": 20.0, "user_per_s": 5.0, "user_burst": 10.0}
 
 # (tenant, email, name, company, status, source, owner, notes)
 LEADS = [
@@ -148,34 +157,32 @@ def at(day: int, hour: int, minute: int = 0) -> datetime:
     return datetime(2026, 12, day, hour, minute, tzinfo=UTC)
 
 
-# (tenant, email) -> (score 0-100, last engagement); leads not listed have neither
+# (tenant, email) -> the last engagement; the scores are computed from the seed (countersign/db/leads.py)
 LEAD_ENGAGEMENT = {
-    ("acme", "john.smith@initech.example"): (55, at(1, 15, 30)),
-    ("acme", "maria.garcia@umbrella.example"): (85, at(2, 11)),
-    ("acme", "li.wei@hooli.example"): (10, None),
-    ("globex", "hank.scorpio@cypresscreek.example"): (80, at(1, 17)),
-    ("globex", "olivia.park@vandelay.example"): (40, None),
-    ("globex", "raj.patel@wonka.example"): (95, at(2, 9)),
+    ("acme", "john.smith@initech.example"): at(1, 15, 30),
+    ("acme", "maria.garcia@umbrella.example"): at(2, 11),
+    ("globex", "hank.scorpio@cypresscreek.example"): at(1, 17),
+    ("globex", "raj.patel@wonka.example"): at(2, 9),
 }
 
-# (tenant, title, description, starts, ends, attendees, location, owner, status)
+# (tenant, title, description, starts, ends, attendees, location, owner, status, type)
 EVENTS = [
     ("acme", "Intro call with Initech", "Demo for John Smith.", at(3, 15), at(3, 15, 30),
-     ["alice", "john.smith@initech.example"], "Video call", "alice", "confirmed"),
+     ["alice", "john.smith@initech.example"], "Video call", "alice", "confirmed", "call"),
     ("acme", "Website relaunch standup", None, at(7, 9), at(7, 9, 15), ["alice", "bob", "carol"], "Room 2",
-     "carol", "confirmed"),
+     "carol", "confirmed", "meeting"),
     ("acme", "Pricing review", "Final pricing before launch.", at(9, 14), at(9, 15), ["bob", "carol"],
-     "Room 1", "bob", "tentative"),
+     "Room 1", "bob", "tentative", "meeting"),
     ("acme", "Quarterly planning", None, at(15, 10), at(15, 12), ["alice", "bob", "carol"], "Board room",
-     "carol", "confirmed"),
+     "carol", "confirmed", "meeting"),
     ("globex", "Warehouse site visit", "Walk the pilot line.", at(4, 13), at(4, 16), ["dave"], "Springfield",
-     "dave", "confirmed"),
+     "dave", "confirmed", "other"),
     ("globex", "Portal kickoff", None, at(8, 10), at(8, 11), ["dave", "erin"], "Video call", "erin",
-     "confirmed"),
+     "confirmed", "meeting"),
     ("globex", "Call with Cypress Creek", "Expansion plans.", at(10, 17), at(10, 17, 30),
-     ["dave", "hank.scorpio@cypresscreek.example"], "Phone", "dave", "tentative"),
+     ["dave", "hank.scorpio@cypresscreek.example"], "Phone", "dave", "tentative", "call"),
     ("globex", "Year-end review", None, at(17, 14), at(17, 15, 30), ["dave", "erin"], "Board room", "erin",
-     "confirmed"),
+     "confirmed", "meeting"),
 ]  # fmt: skip
 
 # (tenant, user, kind, message)
@@ -225,14 +232,17 @@ AGENTS: dict[str, tuple[str, str, dict[str, str | None]]] = {
         "- Find leads with search_leads (name, email or company) and read one with get_lead before acting "
         "on it. Never guess an email address: when a search returns several matches, list them and ask "
         "which one is meant. search_contacts finds the people behind a lead.\n"
-        "- Qualify on what the record says (company, source, notes) and give a one-line reason for any "
-        "status you suggest.\n"
+        "- Qualify with the lead's score: get_lead_score gives it (0-100) with its parts (source, "
+        "company, emails delivered, replies, meetings booked, status and its history). Rank leads by it, "
+        "quote the parts that decide, and read the notes too; give a one-line reason for any status you "
+        "suggest. When the user says a lead answered, record it with record_lead_reply.\n"
         "- update_lead_status and send_email wait for a reviewer's approval. Give a clear reason, tell the "
         "user the action is awaiting approval, and never claim it happened before the tool result says so. "
         "If it is rejected, accept the decision and report it.\n"
         "- Emails are short, professional and specific to the lead; send them only to the lead's own "
         "address (pass the lead as `lead`) and only when the user asked for outreach. draft_email saves "
-        "one for the user to review instead: nothing is sent.\n"
+        "one for the user to review instead: nothing is sent. list_drafts and get_draft find drafts again, "
+        "update_draft edits one, and send_draft sends one (it waits for approval, like send_email).\n"
         f"- {UNTRUSTED_DATA}\n"
         "- Use ask_human when only the user can answer.\n"
         "Reply concisely: what you found, what you did, what is pending.",
@@ -244,6 +254,12 @@ AGENTS: dict[str, tuple[str, str, dict[str, str | None]]] = {
             "search_contacts": None,
             "ask_human": None,
             "draft_email": OPERATOR_ALLOWED,  # stores a draft for a person: nothing leaves
+            "get_lead_score": None,
+            "record_lead_reply": OPERATOR_ALLOWED,  # a fact the user reports; undone by deleting it
+            "list_drafts": None,
+            "get_draft": None,
+            "update_draft": OPERATOR_ALLOWED,  # edits a draft: nothing leaves
+            "send_draft": "needs_approval",
         },
     ),
     "operations": (
@@ -397,11 +413,20 @@ async def _load(session: AsyncSession, reset: bool) -> None:
             display_name=display_name,
             email=f"{user_id}@{tenant_id}.example",
             tz=USER_TZ.get((tenant_id, user_id), "UTC"),
+            deactivated_at=None,  # with --reset, a deactivated seeded user is active again
         )
     await session.flush()
     user_roles = [{"tenant_id": t, "user_id": u, "role": r} for t, u, _, roles in USERS for r in roles]
     await session.execute(insert(schema.UserRole).values(user_roles).on_conflict_do_nothing())
     await set_dev_passwords(session)
+    grants = [
+        {"tenant_id": t, "user_id": u, "scope": scope, "granted_by": SEED_GRANTER}
+        for t, u, _, _ in USERS
+        for scope in SCOPES
+    ]
+    await session.execute(insert(schema.UserScope).values(grants).on_conflict_do_nothing())
+    rate_limits = [{"tenant_id": t, "tool": "*", **TENANT_RATE_LIMITS} for t in TENANTS]
+    await session.execute(insert(schema.TenantRateLimit).values(rate_limits).on_conflict_do_nothing())
 
     for tenant_id, email, name, company, status, source, owner, notes in LEADS:
         await upsert(
@@ -417,8 +442,7 @@ async def _load(session: AsyncSession, reset: bool) -> None:
             source=source,
             owner_user_id=owner,
             notes=notes,
-            score=LEAD_ENGAGEMENT.get((tenant_id, email), (None, None))[0],
-            last_engaged_at=LEAD_ENGAGEMENT.get((tenant_id, email), (None, None))[1],
+            last_engaged_at=LEAD_ENGAGEMENT.get((tenant_id, email)),
         )
     for tenant_id, name, email, phone, company, notes in CONTACTS:
         await upsert(
@@ -465,7 +489,7 @@ async def _load(session: AsyncSession, reset: bool) -> None:
             project_id=project_ids[tenant_id, project] if project else None,
             created_by=created_by,
         )
-    for tenant_id, title, description, starts, ends, attendees, location, owner, status in EVENTS:
+    for tenant_id, title, description, starts, ends, attendees, location, owner, status, kind in EVENTS:
         await upsert(
             session,
             schema.CalendarEvent,
@@ -480,7 +504,9 @@ async def _load(session: AsyncSession, reset: bool) -> None:
             location=location,
             owner_user_id=owner,
             status=status,
+            type=kind,
         )
+    await rescore_all(session)  # from the leads and the meetings booked with them, just written
     for tenant_id, title, status, contact_email, notes in CASES:
         await upsert(
             session,

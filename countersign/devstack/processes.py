@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import subprocess
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -142,12 +143,35 @@ def stop(record: ProcessRecord, timeout_s: float = 10) -> bool:
     for p in procs:
         with contextlib.suppress(psutil.NoSuchProcess):
             p.terminate()
-    _, alive = psutil.wait_procs(procs, timeout=timeout_s)
+    alive = wait_exited(procs, timeout_s)
     for p in alive:
         with contextlib.suppress(psutil.NoSuchProcess):
             p.kill()
-    psutil.wait_procs(alive, timeout=5)
+    wait_exited(alive, 5)
     return True
+
+
+def wait_exited(procs: Sequence[psutil.Process], timeout_s: float) -> list[psutil.Process]:
+    """Wait until each process has exited; return those still running after `timeout_s`.
+
+    A process that has exited but was not reaped (a zombie) counts as exited. The stack's processes
+    outlive the `dev up` that started them, so their parent is init; where init does not reap (some
+    containers and VMs) they stay zombies, and `psutil.wait_procs` waits out its back-off on each.
+    """
+    deadline = time.monotonic() + timeout_s
+    alive = list(procs)
+    while True:
+        alive = [p for p in alive if _running(p)]
+        if not alive or time.monotonic() >= deadline:
+            return alive
+        time.sleep(0.05)
+
+
+def _running(proc: psutil.Process) -> bool:
+    try:
+        return proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
 
 
 def log_tail(log: str | None, lines: int = 3) -> str:

@@ -29,7 +29,7 @@ from countersign.identity import tokens
 from countersign.identity.mode import recorded_mode
 from countersign.identity.proofs import load_private_key
 from countersign.runtime.config import Settings
-from countersign.server import agent_tools, chat
+from countersign.server import agent_tools, chat, drafts
 from countersign.server.auth import SESSION_TTL, Reviewer, SessionClaims
 from countersign.server.conversation_events import ConversationEvents, resume_point, stream_events
 from countersign.server.door import CALLER, REQUESTERS, add_routes, on_conversation, parse, recorded
@@ -516,6 +516,7 @@ def create_app(
     app.router.add_post("/api/approvals/{workflow_id}/{call_id}/always-allow", always_allow)
     add_routes(app, requesters)
     agent_tools.add_routes(app, requesters.sessions)
+    drafts.add_routes(app)
     app.router.add_post("/api/conversations/{workflow_id}/answer", answer_by_body)
     app.router.add_get("/api/conversations/{workflow_id}/events", conversation_events)
     app.router.add_get("/chat", chat_page)

@@ -3,6 +3,7 @@
 A session token is signed (countersign.server.auth) *and* names a row of `inbox_sessions` by its
 `jti`. The token counts only while that row:
 - exists: removing the user removes their sessions (ON DELETE CASCADE);
+- belongs to an active user: `users deactivate` ends their sessions at their next request;
 - is not revoked: `POST /api/logout` revokes it;
 - has not expired: SESSION_TTL, the same as the token's own `exp`;
 - carries the `credential_tag` of the user's current password hash: changing (or clearing) the
@@ -67,6 +68,7 @@ async def live_reviewer(session: AsyncSession, claims: SessionClaims, now: datet
                 InboxSession.id == claims.session_id,
                 InboxSession.revoked_at.is_(None),
                 InboxSession.expires_at > now,
+                User.deactivated_at.is_(None),  # a deactivated user's sessions end with `users deactivate`
             )
         )
     ).one_or_none()

@@ -1,0 +1,209 @@
+"""Drafts kept for later: list, read, edit and send what `draft_email` stored.
+
+A person reaches the same functions through `countersign drafts` (list, show, edit); sending a draft is
+`send_draft`, which queues it through send_email's outbox, so it waits for approval and the undo
+window like any email the agent sends: there is no second way out.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, ClassVar, Literal
+
+from pydantic import BaseModel, EmailStr, Field
+from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from countersign.core.guards import MAX_ROWS
+from countersign.db.schema import EmailDraft, EmailOutbox, Lead
+from tools.email import EmailContent, QueuedEmail, cancel_queued_email, queued_once, sanitized_html
+from tools.registry import ToolArgs, ToolContext, ToolFailure, UndoOutcome, compensates, tool
+from tools.resolve import ChangeArgs, Updated, apply_changes, locked_row, restore_fields, saved
+
+DraftState = Literal["unsent", "sent", "all"]
+
+
+class DraftDetail(BaseModel):
+    draft_id: int
+    to: str
+    subject: str
+    body: str
+    html_body: str | None
+    lead_id: int | None
+    created_by: str
+    created_at: datetime
+    updated_at: datetime
+    sent_outbox_id: int | None  # the email send_draft queued from it; None: not sent
+
+    @classmethod
+    def of(cls, draft: EmailDraft) -> DraftDetail:
+        return cls(
+            draft_id=draft.id,
+            to=draft.to_address,
+            subject=draft.subject,
+            body=draft.body,
+            html_body=draft.html_body,
+            lead_id=draft.lead_id,
+            created_by=draft.created_by,
+            created_at=draft.created_at,
+            updated_at=draft.updated_at,
+            sent_outbox_id=draft.sent_outbox_id,
+        )
+
+
+class DraftSummary(BaseModel):
+    draft_id: int
+    to: str
+    subject: str
+    lead_id: int | None
+    created_by: str
+    updated_at: datetime
+    sent_outbox_id: int | None
+
+
+class DraftList(BaseModel):
+    drafts: list[DraftSummary]
+    count: int
+
+
+class ListDraftsArgs(ToolArgs):
+    state: DraftState = Field("unsent", description="unsent (default), sent or all")
+    limit: int = Field(20, ge=1, le=MAX_ROWS, description="Most rows to return")
+
+
+class DraftArgs(ToolArgs):
+    draft: int = Field(ge=1, description="The draft's id (draft_id)")
+
+
+class DraftChanges(ToolArgs):
+    """What an edit may change (the tool's arguments; the server's `PATCH /api/drafts/{id}` body)."""
+
+    to: EmailStr | None = Field(None, description="New recipient (a draft about a lead stays the lead's)")
+    subject: str | None = Field(
+        None, min_length=1, max_length=200, pattern=r"^[^\r\n]*$", description="One line"
+    )
+    body: str | None = Field(None, min_length=1, max_length=20_000, description="Plain text")
+    html_body: str | None = Field(
+        None, max_length=100_000, description="HTML version; an empty string clears it"
+    )
+
+
+class UpdateDraftArgs(ChangeArgs, DraftChanges):
+    target: ClassVar[str] = "draft"
+    draft: int = Field(ge=1, description="The draft's id (draft_id)")
+
+
+async def drafts_of(session: AsyncSession, tenant_id: str, state: DraftState, limit: int) -> DraftList:
+    """The tenant's drafts, newest first (the CLI's `drafts list` and the tool)."""
+    query = select(EmailDraft).where(EmailDraft.tenant_id == tenant_id)
+    if state != "all":
+        sent = EmailDraft.sent_outbox_id.is_not(None)
+        query = query.where(sent if state == "sent" else ~sent)
+    rows = await session.scalars(
+        query.order_by(EmailDraft.updated_at.desc(), EmailDraft.id.desc()).limit(limit)
+    )
+    drafts = [
+        DraftSummary(**DraftDetail.of(d).model_dump(exclude={"body", "html_body", "created_at"}))
+        for d in rows
+    ]
+    return DraftList(drafts=drafts, count=len(drafts))
+
+
+async def draft_of(session: AsyncSession, tenant_id: str, draft_id: int, *, lock: bool = False) -> EmailDraft:
+    query = select(EmailDraft).where(EmailDraft.tenant_id == tenant_id, EmailDraft.id == draft_id)
+    draft = (await session.execute(query.with_for_update() if lock else query)).scalar_one_or_none()
+    if draft is None:
+        raise ToolFailure("NOT_FOUND", f"no draft {draft_id} in this workspace")
+    return draft
+
+
+async def edit_draft(
+    session: AsyncSession, draft: EmailDraft, args: UpdateDraftArgs
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Apply the changes to an unsent draft (the tool's, and the CLI's `drafts edit`); an email about
+    a lead must stay addressed to that lead. Returns (previous, changed) values."""
+    wanted = args.provided("subject", "body", "html_body")
+    if args.to is not None:
+        wanted["to_address"] = str(args.to)
+    if draft.sent_outbox_id is not None:
+        raise ToolFailure("CONFLICT", f"draft {draft.id} was already sent (email {draft.sent_outbox_id})")
+    if "html_body" in wanted:
+        wanted["html_body"] = sanitized_html(wanted["html_body"])
+    to = wanted.get("to_address", draft.to_address)
+    if draft.lead_id is not None:
+        lead = await session.get(Lead, draft.lead_id)
+        if lead is not None and lead.email.lower() != to.lower():
+            raise ToolFailure("VALIDATION_ERROR", f"`to` must be the lead's own address ({lead.email})")
+    previous, changed = apply_changes(draft, wanted)
+    await session.flush()
+    await session.refresh(draft)
+    return previous, changed
+
+
+@tool(risk="low", category="read")
+async def list_drafts(ctx: ToolContext, args: ListDraftsArgs) -> DraftList:
+    """List the workspace's email drafts, newest first: unsent ones by default (state: sent, all)."""
+    return await drafts_of(ctx.session, ctx.tenant_id, args.state, args.limit)
+
+
+@tool(risk="low", category="read")
+async def get_draft(ctx: ToolContext, args: DraftArgs) -> DraftDetail:
+    """Read one draft by id: recipient, subject, body, HTML, lead, and whether it was sent."""
+    return DraftDetail.of(await draft_of(ctx.session, ctx.tenant_id, args.draft))
+
+
+@tool(risk="low", category="write")
+async def update_draft(ctx: ToolContext, args: UpdateDraftArgs) -> Updated[DraftDetail]:
+    """Edit an unsent draft: recipient, subject, body or HTML. Nothing is sent; the result lists the
+    previous and new values."""
+    draft = await draft_of(ctx.session, ctx.tenant_id, args.draft, lock=True)
+    previous, changed = await edit_draft(ctx.session, draft, args)
+    return Updated[DraftDetail](record=DraftDetail.of(draft), previous=previous, changed=changed)
+
+
+@compensates(update_draft)
+async def restore_draft(
+    ctx: ToolContext, args: UpdateDraftArgs, result: dict[str, Any] | None
+) -> UndoOutcome:
+    """Put the fields back, unless the draft was edited again or sent since."""
+    if result is None or not result.get("changed"):
+        return "never_happened"
+    draft = await locked_row(ctx, EmailDraft, result["record"]["draft_id"])
+    if draft is None or draft.sent_outbox_id is not None:
+        return "irreversible"
+    return restore_fields(draft, result.get("previous", {}), result["changed"])
+
+
+class SentDraft(QueuedEmail):
+    draft_id: int
+    to: str
+
+
+@tool(risk="high", category="external")
+async def send_draft(ctx: ToolContext, args: DraftArgs) -> SentDraft:
+    """Send a saved draft by id, as send_email would: it waits for approval, is queued and delivered
+    after the turn, and can be cancelled until then. A draft is sent once."""
+    draft = await draft_of(ctx.session, ctx.tenant_id, args.draft, lock=True)
+    if draft.sent_outbox_id is not None:
+        # a retry of this very call finds its own email (queued_once); any other call is refused
+        key = await ctx.session.scalar(
+            select(EmailOutbox.idempotency_key).where(EmailOutbox.id == draft.sent_outbox_id)
+        )
+        if key != ctx.idempotency_key:
+            raise ToolFailure("CONFLICT", f"draft {draft.id} was already sent (email {draft.sent_outbox_id})")
+    content = EmailContent(subject=draft.subject, body=draft.body, html_body=draft.html_body)
+    queued = await queued_once(ctx, draft.to_address, content, draft.lead_id)
+    draft.sent_outbox_id = queued.outbox_id
+    await saved(ctx, draft)
+    return SentDraft(**queued.model_dump(), draft_id=draft.id, to=draft.to_address)
+
+
+@compensates(send_draft)
+async def cancel_sent_draft(ctx: ToolContext, args: DraftArgs, result: dict[str, Any] | None) -> UndoOutcome:
+    """Cancel the queued email, as send_email's undo does; a cancelled one leaves the draft unsent."""
+    outcome = await cancel_queued_email(ctx, result)
+    if result is not None and outcome == "undone":
+        draft = await locked_row(ctx, EmailDraft, result["draft_id"])
+        if draft is not None and draft.sent_outbox_id == result["outbox_id"]:
+            draft.sent_outbox_id = None
+    return outcome
