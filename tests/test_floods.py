@@ -17,7 +17,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
-from hypothesis import given
+from hypothesis import Phase, example, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -110,12 +110,8 @@ async def waiting(handle: WorkflowHandle[Any, Any], what: str) -> StatusView:
 
 async def task_failures(agent: AgentHarness, handle: WorkflowHandle[Any, Any]) -> int:
     """Failed workflow tasks in the first run and the current one."""
-    runs = [handle, latest(agent, handle)]
-    return sum(
-        e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED
-        for run in runs
-        for e in (await run.fetch_history()).events
-    )
+    histories = [await run.fetch_history() for run in (handle, latest(agent, handle))]
+    return sum(e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED for h in histories for e in h.events)
 
 
 @pytest.fixture
@@ -125,7 +121,13 @@ def small_history_budget(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.mark.security
-@PROPERTY
+@settings(PROPERTY, phases=[Phase.explicit, Phase.generate])  # each example is a conversation: no shrinking
+@example(
+    state="approval",
+    flood=[("end", {"requested_by": "dave"}), ("approve", {"call_id": "c1", "approver": "alice"})],
+)
+@example(state="question", flood=[("answer", {"call_id": "c1", "user_id": "mallory", "text": "x" * 40_000})])
+@example(state="idle", flood=[("submit_message", {"user_id": "mallory", "text": "y" * 40_000})])
 @given(state=st.sampled_from(["idle", "approval", "question"]), flood=st.lists(refused_signal(), max_size=12))
 async def test_a_flood_in_every_waiting_state_is_refused_audited_and_the_conversation_goes_on(
     agent: AgentHarness,
