@@ -18,6 +18,7 @@ from countersign.core.contract import AgentLimits, AgentProfile, ConversationCon
 from countersign.core.envelopes import ContextPolicy
 from countersign.db import schema
 from countersign.mcp.servers import server_of
+from tools.records import RECORD_TOOLS, schema_map
 from tools.registry import REGISTRY
 from tools.tiers import tenant_tiers
 
@@ -74,6 +75,8 @@ class ContextActivities:
             f"You act for {user.display_name} (user id {user.id}, roles: {', '.join(roles) or 'none'}) "
             f"in the workspace {start.tenant_id!r}. Only use the tools you are given; results come as JSON."
         )
+        if RECORD_TOOLS & {p.tool for p in permissions}:  # the map, not an iteration per collection
+            prompt += f"\n\n{schema_map()}"
         return ConversationContext(
             tenant_id=start.tenant_id,
             user_id=start.user_id,

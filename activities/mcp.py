@@ -40,7 +40,7 @@ from countersign.db.schema import McpServer, ToolExecution
 from countersign.mcp.catalog import argument_errors, envelope_of, spec_of
 from countersign.mcp.pool import McpOutcomeUnknown, McpPool, McpRefused, McpUnavailable
 from countersign.mcp.servers import ServerConfig, clashes, remember_listing, servers_for, tool_name
-from tools.registry import ToolFailure
+from tools.registry import OutcomeUnknown, ToolFailure
 
 META_CALL_ID = "countersign/call_id"
 
@@ -226,10 +226,6 @@ class McpActivities:
             if inserted is None:  # a concurrent attempt of the same call recorded first: its answer holds
                 result = await self._recorded(session, inv) or result
             return await result_or_envelope(session, inv, result)
-
-
-class OutcomeUnknown(ToolFailure):
-    """The call was sent and no usable answer came: audited as `unknown`, not as not done."""
 
 
 def validated(call: McpCall) -> dict[str, Any]:

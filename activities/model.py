@@ -30,6 +30,7 @@ from temporalio.exceptions import ApplicationError
 from activities.heartbeat import heartbeats
 from activities.store import summary_input, summary_message
 from countersign.core.bounds import storable
+from countersign.core.direct import DIRECT_NOTE, marker, wants_tools
 from countersign.core.envelopes import (
     AppendMessages,
     StoredMessage,
@@ -216,6 +217,11 @@ class DeltaPublisher:
         if self._tag["attempt"] > 1:
             await self._write({"text": "", "reset": True, **self._tag})
 
+    async def void(self) -> None:
+        """Readers drop what this call showed (a reset, as for a retried attempt)."""
+        self._pending = ""
+        await self._write({"text": "", "reset": True, **self._tag})
+
     async def add(self, text: str) -> None:
         self._pending += text
         if self._pending and time.monotonic() - self._last >= self.FLUSH_S:
@@ -265,6 +271,15 @@ def endpoint_failed(exc: Exception) -> bool:
     if isinstance(exc, openai.APIStatusError):
         return exc.status_code in RETRYABLE_STATUS or exc.status_code >= 500
     return True
+
+
+def with_direct_note(messages: list[ChatMessage]) -> list[ChatMessage]:
+    """The messages with direct mode's note at the end of the system prompt (the user's message
+    stays the last one, where a model looks for what to answer)."""
+    if messages and messages[0].role == "system":
+        prompt = messages[0].model_copy(update={"content": f"{messages[0].content or ''}\n\n{DIRECT_NOTE}"})
+        return [prompt, *messages[1:]]
+    return [ChatMessage(role="system", content=DIRECT_NOTE), *messages]
 
 
 @functools.cache
@@ -320,9 +335,16 @@ class ModelActivities:
             await deltas.flush()
             return found.earlier
         messages = found.messages
-        tools = [native_tool(REGISTRY[n]) for n in stored.tool_names if n in REGISTRY]
-        tools += stored.mcp_tools
-        reply = await self._complete(messages, tools, request.max_tokens, request.agent, deltas)
+        if stored.direct:  # small talk: no schemas
+            messages = with_direct_note(messages)
+            reply = await self._complete(messages, [], request.max_tokens, request.agent, deltas)
+            if wants_tools(reply.message):  # stored as the marker: the turn asks again with tools
+                reply.message = marker()
+                await deltas.void()  # readers drop the marker's streamed text
+        else:
+            tools = [native_tool(REGISTRY[n]) for n in stored.tool_names if n in REGISTRY]
+            tools += stored.mcp_tools
+            reply = await self._complete(messages, tools, request.max_tokens, request.agent, deltas)
         reply.message = numbered(reply.message, stored.call_seq)
         batch = AppendMessages(
             workflow_id=stored.workflow_id,

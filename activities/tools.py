@@ -35,6 +35,7 @@ from tools.registry import (
     IDENTITY_FIELDS,
     REGISTRY,
     Needs,
+    OutcomeUnknown,
     Tool,
     ToolArgs,
     ToolContext,
@@ -235,6 +236,7 @@ class ToolActivities:
                 result = envelope_of(await tool.fn(context, parsed))
         except ToolFailure as failure:
             outcome = failure_outcome(failure.code)
+            outcome = "unknown" if isinstance(failure, OutcomeUnknown) else outcome
             result = ToolResult.failure(failure.code, failure.message)
         except Exception as exc:
             if is_connection_error(exc):

@@ -46,6 +46,7 @@ from bench.sections import put_section
 from bench.stats import Summary
 from countersign.core.policy import offered_tools
 from countersign.db.engine import session_factory
+from countersign.db.ratelimit import UNLIMITED_ENV
 from countersign.devstack.worker import WorkerProcess
 from countersign.runtime.config import PROJECT_ROOT
 from countersign.runtime.logs import configure as configure_logging
@@ -201,7 +202,7 @@ async def worker_processes(parts: stack.Parts, root: Path) -> AsyncIterator[dict
         for name, kind in ((COUNTERSIGN, WorkerProcess), (BARE, BareWorkerProcess)):
             queue = f"bench-cost-{name.split()[0].lower()}-{time.monotonic_ns()}"
             settings = parts.settings.model_copy(update={"task_queue": queue})
-            process = kind(settings, root / queue, stack.UNLIMITED_ENV)
+            process = kind(settings, root / queue, UNLIMITED_ENV)
             scope.callback(process.stop)
             found[name] = (queue, await process.start())
         yield found

@@ -39,6 +39,7 @@ from bench import stack
 from bench.sections import put_section
 from countersign.core.contract import Limits, StartConversation, SubmitMessage
 from countersign.db.engine import session_factory
+from countersign.db.ratelimit import UNLIMITED
 from countersign.scripted_model.scenario import Reply, Scenario, ScriptedCall
 from worker import build_worker
 
@@ -198,7 +199,7 @@ async def measure(runs: int) -> list[tuple[str, list[float], int]]:
             attempts = Attempts()
             settings = parts.settings.model_copy(update={"task_queue": f"hostile-{uuid.uuid4()}"})
             sessions = session_factory(parts.engine)
-            tools = ToolActivities(sessions, rate_limits=stack.UNLIMITED)
+            tools = ToolActivities(sessions, rate_limits=UNLIMITED)
             async with build_worker(parts.client, settings, sessions, tools, [attempts]):
                 running = stack.Parts(parts.client, settings, parts.engine, parts.model)
                 for label, case in cases:

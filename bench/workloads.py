@@ -18,13 +18,14 @@ from activities.tools import ToolActivities
 from bench.clock import ActivityClock
 from bench.history import ActivityRun, Step, StepParts, activity_runs, first_started, step_parts, steps
 from bench.scenario import STEPS_MESSAGE, WAIT_MESSAGE, approval_message
-from bench.stack import UNLIMITED, Parts
+from bench.stack import Parts
 from countersign.core.approvals import Approval, ApproveSignal, Decision
 from countersign.core.calls import CallerContext, ToolInvocation, ToolResult
 from countersign.core.contract import ConversationContext, ConversationResult, StartConversation, StatusView
 from countersign.core.messages import ChatMessage, ModelRequest
 from countersign.core.policy import offered_tools
 from countersign.db.engine import session_factory
+from countersign.db.ratelimit import UNLIMITED
 from workflows.agent import AgentWorkflow
 
 TENANT, REQUESTER, APPROVER, AGENT = "acme", "alice", "bob", "lead-qualifier"

@@ -11,6 +11,7 @@ pytest_plugins = [
     "tests.fixtures.smtp",
     "tests.fixtures.inbox",
     "tests.fixtures.mcp",
+    "tests.fixtures.chat",
 ]
 
 # The files that take a minute or more on two cores, slowest first (per-file sums of `--durations`).

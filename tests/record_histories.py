@@ -66,6 +66,21 @@ async def test_lead_lookup_local_reads(agent: AgentHarness) -> None:
     await write(agent.client, "lead_lookup_local_reads", handle.id)
 
 
+async def test_direct_mode_asks_again_with_tools(agent: AgentHarness) -> None:
+    """Direct mode: small talk goes without tools; the model calls one anyway, so the turn asks
+    again with the tools (the marker stays out of the window), runs the read and answers."""
+    agent.script(
+        {"when": {"after_tool": "search_leads"}, "reply": {"content": "Jane is new."}},
+        {
+            "when": {"user_contains": "hello"},
+            "reply": {"tool_calls": [{"name": "search_leads", "arguments": {"query": "jane"}}]},
+        },
+    )
+    handle = await agent.start("hello there", single_turn=True)
+    await handle.result()
+    await write(agent.client, "direct_mode_asks_again", handle.id)
+
+
 async def test_approved_status_change(agent: AgentHarness, db_engine: AsyncEngine) -> None:
     """A high-risk write waits for a reviewer (notice sent), is approved by `decide`, then runs."""
     await reset_jane(db_engine)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import delete, select, text
@@ -15,8 +16,16 @@ import tools
 from countersign.core.contract import EndConversation, Limits
 from countersign.core.policy import ASK_HUMAN
 from countersign.core.saga import RollbackRequest
-from countersign.db.schema import AgentProfile, AgentToolPermission, EmailDraft, Lead, Notification
+from countersign.db.schema import (
+    AgentProfile,
+    AgentToolPermission,
+    EmailDraft,
+    Lead,
+    MeetingSession,
+    Notification,
+)
 from tests.fixtures.agent import AgentHarness
+from tests.fixtures.chat import Receiver, acme_channel
 from tests.fixtures.updates import execute_update
 from tests.test_approvals import JANE, reset_jane
 from tests.test_saga import LIVE
@@ -25,7 +34,9 @@ from workflows.agent import AgentWorkflow
 AGENT = "catalog-test"
 
 
-def first_round(lead_id: int, notification_id: int, draft_id: int) -> dict[str, dict[str, Any]]:
+def first_round(
+    lead_id: int, notification_id: int, draft_id: int, session_id: int
+) -> dict[str, dict[str, Any]]:
     """The calls of one model message (they may run together: what depends on one is in SECOND_ROUND)."""
     return {
         "search_leads": {"query": "Jane"},
@@ -54,6 +65,8 @@ def first_round(lead_id: int, notification_id: int, draft_id: int) -> dict[str, 
         },
         "schedule_meeting": {"with": "bob", "duration_minutes": 30},
         "confirm_meeting": {"with": "bob", "starts_at": "2026-12-23T15:00:00Z", "duration_minutes": 30},
+        "accept_meeting": {"session": session_id, "selection": 1},
+        "list_notifications": {"status": "all"},
         "resolve_notification": {"notification": str(notification_id)},
         "search_cases": {"query": "Initech"},
         "get_case": {"case": "Initech security review"},
@@ -65,6 +78,7 @@ def first_round(lead_id: int, notification_id: int, draft_id: int) -> dict[str, 
         "list_drafts": {},
         "get_draft": {"draft": draft_id},
         "update_draft": {"draft": draft_id, "subject": "Catalog check draft, edited"},
+        "send_chat_message": {"text": "Catalog check"},  # posted, not undone: it cannot be taken back
     }
 
 
@@ -96,9 +110,10 @@ async def state(engine: AsyncEngine) -> dict[str, list[Any]]:
         return {k: sorted(tuple(r) for r in await conn.execute(text(q))) for k, q in STATE.items()}
 
 
-async def catalog_agent(engine: AsyncEngine) -> tuple[int, int, int]:
+async def catalog_agent(engine: AsyncEngine) -> tuple[int, int, int, int]:
     """An agent with every tool but ask_human, all always_allow; and ids the model will name (a
-    notification and a saved draft of the test's own)."""
+    notification and a saved draft of the test's own, and alice's proposal to carol with its own
+    notification)."""
     async with engine.begin() as conn:
         await conn.execute(
             insert(AgentProfile)
@@ -124,7 +139,28 @@ async def catalog_agent(engine: AsyncEngine) -> tuple[int, int, int]:
         draft_id = (
             await conn.execute(select(EmailDraft.id).where(EmailDraft.idempotency_key == f"{AGENT}-draft"))
         ).scalar_one()
-    return lead_id, notification_id, draft_id
+        proposal = insert(Notification).values(
+            tenant_id="acme", user_id="carol", kind="meeting_proposal", message="Catalog check proposal"
+        )
+        proposal_id = (await conn.execute(proposal.returning(Notification.id))).scalar_one()
+        slot = {"index": 1, "starts_at": "2026-12-24T10:00:00+00:00", "ends_at": "2026-12-24T10:30:00+00:00"}
+        session = insert(MeetingSession).values(
+            tenant_id="acme",
+            idempotency_key=f"{AGENT}:proposal",
+            requested_by="alice",
+            counterpart_name="Carol",
+            counterpart_email="carol@acme.example",
+            counterpart_user_id="carol",
+            counterpart_tz="UTC",
+            duration_minutes=30,
+            window_start=datetime(2026, 12, 24, tzinfo=UTC),
+            window_end=datetime(2026, 12, 25, tzinfo=UTC),
+            proposals=[slot | {"time_zone": "UTC", "counterpart_local": "Thu", "user_local": "Thu"}],
+            expires_at=datetime(2030, 1, 1, tzinfo=UTC),
+            notification_id=proposal_id,
+        )
+        session_id = (await conn.execute(session.returning(MeetingSession.id))).scalar_one()
+    return lead_id, notification_id, draft_id, session_id
 
 
 def calls(round_: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
@@ -132,12 +168,20 @@ def calls(round_: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 async def test_every_tool_runs_through_the_model_and_rolls_back(
+    agent: AgentHarness, db_engine: AsyncEngine, scratch: list[str], chat_receiver: Receiver
+) -> None:
+    async with acme_channel(db_engine, chat_receiver, "slack"):
+        await every_tool_runs_and_rolls_back(agent, db_engine, scratch)
+    assert [p["json"] for p in chat_receiver.posts] == [{"text": "Catalog check"}]
+
+
+async def every_tool_runs_and_rolls_back(
     agent: AgentHarness, db_engine: AsyncEngine, scratch: list[str]
 ) -> None:
     scratch.append(AGENT)
     await reset_jane(db_engine)
-    lead_id, notification_id, draft_id = await catalog_agent(db_engine)
-    first, second = first_round(lead_id, notification_id, draft_id), second_round(draft_id)
+    lead_id, notification_id, draft_id, session_id = await catalog_agent(db_engine)
+    first, second = first_round(lead_id, notification_id, draft_id, session_id), second_round(draft_id)
     assert set(first) | set(second) | {ASK_HUMAN} == set(tools.REGISTRY), "a tool is missing from this test"
     agent.script(
         {"when": {"user_contains": "everything"}, "reply": {"tool_calls": calls(first)}},
@@ -172,6 +216,7 @@ async def test_every_tool_runs_through_the_model_and_rolls_back(
             "write_record",
             "schedule_meeting",
             "confirm_meeting",
+            "accept_meeting",
             "resolve_notification",
             "update_case",
             "draft_email",

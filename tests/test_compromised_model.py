@@ -585,13 +585,13 @@ async def test_nul_in_model_arguments_is_audited_not_fatal(
         ("search_leads", {"query": "a\x00"}),
     ]
     script_turn(agent, calls)
-    handle = await agent.start("hi", single_turn=True, limits=LIMITS)
+    handle = await agent.start("check these calls", single_turn=True, limits=LIMITS)
     await handle.result()
     assert {r.call_id for r in await audit_rows(db_engine, handle.id)} == {"c1", "c2"}
     # Its second find: a NUL in a tool's name (or unescaped in its arguments) made the model call
     # fail (PostgreSQL stores the reply), so the calls were neither answered nor audited.
     script_turn(agent, [("get_lead\x00", {}), ("search_leads", '{"query": "a\x00"}')])
-    handle = await agent.start("hi", single_turn=True, limits=LIMITS)
+    handle = await agent.start("check these calls", single_turn=True, limits=LIMITS)
     await handle.result()
     rows = await audit_rows(db_engine, handle.id)
     assert sorted((r.call_id, r.outcome) for r in rows) == [("c1", "invalid"), ("c2", "executed")], rows

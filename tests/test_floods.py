@@ -33,6 +33,7 @@ from countersign.core.contract import AnswerSignal, StartConversation, StatusVie
 from countersign.db.schema import Notification
 from countersign.devstack.temporal import DevServerConfig
 from tests.fixtures.agent import AgentHarness
+from tests.fixtures.updates import execute_update
 from tests.test_approvals import ECHO_RESULT, audit, lead_status, qualify, reset_jane
 from tests.test_hostile_input import PROPERTY, ask, eventually, raw, records
 from workflows.agent import AgentWorkflow
@@ -156,8 +157,8 @@ async def test_a_flood_in_every_waiting_state_is_refused_audited_and_the_convers
         after = await waiting(current, "pending_approvals")
         assert after.pending_approvals == before.pending_approvals  # same call, same deadline
         (call,) = after.pending_approvals
-        await current.execute_update(
-            AgentWorkflow.decide, Decision(call_id=call.call_id, decision="approve", approver="bob")
+        await execute_update(
+            current, AgentWorkflow.decide, Decision(call_id=call.call_id, decision="approve", approver="bob")
         )
         assert (await handle.result()).last_reply == "[scripted model] done"
         assert await lead_status(db_engine, "acme") == "qualified"

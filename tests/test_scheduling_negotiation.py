@@ -142,6 +142,15 @@ async def test_confirm_a_selection_books_it_invites_both_and_closes_the_session(
     assert all(i.subject == "Invitation: Pricing" and i.status == "queued" for i in invites)
     session = await db_session.get(schema.MeetingSession, proposed["session"])
     assert session is not None and (session.status, session.event_id) == ("confirmed", booked["id"])
+    # the booking answered bob's proposal notification, and tells him who booked what
+    proposal_note = await db_session.get(schema.Notification, proposed["notification_id"])
+    assert proposal_note is not None and (proposal_note.status, proposal_note.resolved_by) == (
+        "resolved",
+        "alice",
+    )
+    told = await db_session.get(schema.Notification, booked["notified"])
+    assert told is not None and (told.user_id, told.kind) == ("bob", "meeting_booked")
+    assert told.message.startswith("Alice Anders booked 'Pricing': Mon 2026-12-07")
 
     again = await failure(
         replace(ctx, call_id="call-3"), "confirm_meeting", session=proposed["session"], selection=1
@@ -155,6 +164,8 @@ async def test_confirm_a_selection_books_it_invites_both_and_closes_the_session(
     assert (await db_session.get(schema.CalendarEvent, booked["id"])).status == "cancelled"  # type: ignore[union-attr]
     assert [i.status for i in await outbox(db_session, booked["outbox_ids"])] == ["cancelled", "cancelled"]
     assert (session.status, session.event_id) == ("open", None)
+    assert (proposal_note.status, proposal_note.resolved_by) == ("open", None)
+    assert await db_session.get(schema.Notification, booked["notified"]) is None
 
 
 async def test_confirm_a_custom_time_rechecks_both_calendars(db_session: AsyncSession) -> None:
@@ -226,7 +237,6 @@ def test_confirm_arguments_name_the_time_one_way() -> None:
         {"session": 1, "selection": 1, "starts_at": "2026-12-07T10:00:00Z"},
         {"session": 1, "selection": 1, "with": "bob"},
         {"selection": 1, "with": "bob", "starts_at": "2026-12-07T10:00:00Z", "duration_minutes": 30},
-        {"with": "bob", "starts_at": "2026-12-07T10:00:00Z"},
         {"session": 1, "selection": 6},
     ):
         with pytest.raises(ValidationError):

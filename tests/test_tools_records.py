@@ -21,7 +21,7 @@ from countersign.core.guards import sanitize
 from countersign.db.engine import session_factory
 from countersign.db.schema import Lead, Notification, Task, ToolExecution
 from tools import REGISTRY
-from tools.records import COLLECTIONS, NEVER_WRITABLE
+from tools.records import COLLECTIONS, NEVER_WRITABLE, WRITABLE_COLLECTIONS
 from tools.registry import ToolArgs, ToolContext, ToolFailure
 
 
@@ -110,7 +110,7 @@ async def test_describe_collection_never_exposes_tenant_nor_writes_keys(
     fields = {f["name"]: f for f in info["fields"]}
     assert "tenant_id" not in fields and "id" in fields
     writable = {name for name, f in fields.items() if f["writable"]}
-    assert writable and not writable & NEVER_WRITABLE
+    assert bool(writable) == (collection in WRITABLE_COLLECTIONS) and not writable & NEVER_WRITABLE
     assert all(f["filter_ops"] for f in fields.values())
 
 
@@ -139,7 +139,7 @@ def test_internal_columns_are_not_exposed() -> None:
     [
         ("query_records", {"collection": "users"}, "collection"),
         ("query_records", {"collection": "tool_executions"}, "collection"),
-        ("get_record", {"collection": "email_outbox", "id": 1}, "collection"),
+        ("get_record", {"collection": "api_tokens", "id": 1}, "collection"),
         (
             "query_records",
             {"collection": "leads", "filters": [where("tenant_id", "eq", "globex")]},

@@ -1,12 +1,18 @@
 """Generic record tools for the admin-assistant: read any whitelisted collection, and (admins) write.
 
 `COLLECTIONS` is the whole whitelist, in one place: which tables the model may name, and for each the
-fields it sees, may write and may search. A collection or field name is only ever a key into that map,
-never text put into SQL: queries are SQLAlchemy Core built from the ORM tables, values are bound
-parameters coerced to their column's type, and every statement is scoped to the caller's tenant.
-`tenant_id` and internal columns are in no list, so they can be neither read, filtered, ordered nor
-written. Names and values are checked while the arguments are validated, so a bad call fails with
-VALIDATION_ERROR before a reviewer is ever asked to approve it.
+fields it sees, may write and may search. The read list and the write list are apart, as the design's
+read/write whitelist: every collection is readable, only `WRITABLE_COLLECTIONS` (the business records
+people keep by hand) can be written, and a write to a read-only one is refused while the arguments
+are validated, naming the collections that can be written. Internal tables (approvals, proofs, audit,
+people, tokens, conversations, permissions) are in neither list: no tool can name them.
+
+A collection or field name is only ever a key into that map, never text put into SQL: queries are
+SQLAlchemy Core built from the ORM tables, values are bound parameters coerced to their column's
+type, and every statement is scoped to the caller's tenant. `tenant_id` and internal columns are in
+no list, so they can be neither read, filtered, ordered nor written. Names and values are checked
+while the arguments are validated, so a bad call fails with VALIDATION_ERROR before a reviewer is
+ever asked to approve it.
 
 write_record returns what it changed (`written`) and, for an update, what was there before
 (`previous`), with a checksum over both: its compensation restores exactly that, and only while the
@@ -16,6 +22,7 @@ truncated (a before-image with "[REDACTED]" in it must not be written back).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
@@ -51,15 +58,22 @@ from sqlalchemy.sql.expression import cast as sql_cast
 
 from countersign.core.guards import MAX_ROWS
 from countersign.db.schema import (
+    CASE_STATUSES,
+    EMAIL_STATUSES,
     EVENT_STATUSES,
     LEAD_STATUSES,
+    MEETING_SESSION_STATUSES,
     NOTIFICATION_STATUSES,
     PROJECT_STATUSES,
     TASK_STATUSES,
     Base,
     CalendarEvent,
+    Case,
     Contact,
+    EmailDraft,
+    EmailOutbox,
     Lead,
+    MeetingSession,
     Notification,
     Project,
     Task,
@@ -68,7 +82,9 @@ from tools.registry import ToolArgs, ToolContext, ToolFailure, UndoOutcome, comp
 
 # --- the whitelist -----------------------------------------------------------------------------------
 
-CollectionName = Literal["leads", "contacts", "tasks", "projects", "calendar_events", "notifications"]
+WritableCollection = Literal["leads", "contacts", "tasks", "projects", "calendar_events"]
+ReadOnlyCollection = Literal["cases", "notifications", "email_drafts", "email_outbox", "meeting_sessions"]
+CollectionName = Literal[WritableCollection, ReadOnlyCollection]
 FilterOp = Literal["eq", "ne", "lt", "lte", "gt", "gte", "contains", "in"]
 Kind = Literal["text", "integer", "number", "date", "datetime", "string_list"]
 
@@ -81,7 +97,7 @@ ADMIN_ROLE = "admin"
 class Collection:
     model: type[Base]
     fields: tuple[str, ...]  # what the model sees, in this order; `id` first
-    writable: tuple[str, ...]
+    writable: tuple[str, ...]  # empty for a read-only collection
     searchable: tuple[str, ...]  # text fields search_text looks in
     choices: Mapping[str, tuple[str, ...]]  # fields restricted to a set of values
     # Undoing a create: set `status` to this (rows others may reference, history worth keeping), or
@@ -159,14 +175,47 @@ COLLECTIONS: dict[CollectionName, Collection] = {
         choices={"status": EVENT_STATUSES},
         cancelled_status="cancelled",
     ),
+    # --- read only: records other tools (or people) own; the agent reads them, never writes them ---
+    "cases": Collection(  # update_case (approval, compensable) is the one way to change a case
+        Case,
+        fields=("id", "title", "status", "contact_email", "notes", "created_at", "updated_at"),
+        writable=(),
+        searchable=("title", "contact_email", "notes"),
+        choices={"status": CASE_STATUSES},
+    ),
     "notifications": Collection(  # workflow_id / call_id are internal links to the raising call
         Notification,
         fields=("id", "user_id", "kind", "message", "status", "created_at", "resolved_at", "resolved_by"),
-        writable=("user_id", "kind", "message", "status", "resolved_at", "resolved_by"),
+        writable=(),
         searchable=("kind", "message"),
         choices={"status": NOTIFICATION_STATUSES},
     ),
+    "email_drafts": Collection(  # idempotency_key is internal
+        EmailDraft,
+        fields=("id", "created_by", "to_address", "subject", "body", "lead_id", "created_at"),
+        writable=(),
+        searchable=("to_address", "subject", "body"),
+        choices={},
+    ),
+    "email_outbox": Collection(  # what was sent or queued; errors and attempts are the operator's
+        EmailOutbox,
+        fields=("id", "to_address", "subject", "body", "status", "lead_id", "created_at", "sent_at"),
+        writable=(),
+        searchable=("to_address", "subject", "body"),
+        choices={"status": EMAIL_STATUSES},
+    ),
+    "meeting_sessions": Collection(  # proposals (JSON slots) are read through the scheduler's tools
+        MeetingSession,
+        fields=("id", "requested_by", "counterpart_name", "counterpart_email", "title", "duration_minutes",
+                "status", "expires_at", "event_id", "created_at"),
+        writable=(),
+        searchable=("counterpart_name", "counterpart_email", "title"),
+        choices={"status": MEETING_SESSION_STATUSES},
+    ),
 }  # fmt: skip
+
+WRITABLE_COLLECTIONS: tuple[WritableCollection, ...] = get_args(WritableCollection)
+READ_ONLY_COLLECTIONS: tuple[ReadOnlyCollection, ...] = get_args(ReadOnlyCollection)
 
 # The names any collection exposes, as an enum in the schemas; which apply is checked per collection.
 FIELD_NAMES: JsonDict = {"enum": [*sorted({name for c in COLLECTIONS.values() for name in c.fields})]}
@@ -199,9 +248,11 @@ def kind_of(column: Column[Any]) -> Kind:
 
 def check_whitelist() -> None:
     """Refuse, at import, a whitelist that would expose or write what it must not."""
-    if set(get_args(CollectionName)) != set(COLLECTIONS):
-        raise TypeError("CollectionName and COLLECTIONS list different collections")
+    if set(WRITABLE_COLLECTIONS) | set(READ_ONLY_COLLECTIONS) != set(COLLECTIONS):
+        raise TypeError("the read and write lists and COLLECTIONS name different collections")
     for name, c in COLLECTIONS.items():
+        if bool(c.writable) != (name in WRITABLE_COLLECTIONS):
+            raise TypeError(f"{name}: writable fields exactly when it is in the write list")
         unknown = set(c.fields) - set(c.table.c.keys())
         bad_writes = (set(c.writable) - set(c.fields)) | (set(c.writable) & NEVER_WRITABLE)
         bad_search = {f for f in c.searchable if f not in c.fields or c.kind(f) != "text"}
@@ -212,6 +263,51 @@ def check_whitelist() -> None:
 
 
 check_whitelist()
+
+
+# --- the schema map in the prompt ------------------------------------------------------------------
+
+# The record tools whose agent gets the schema map in its prompt (load_conversation_context).
+RECORD_TOOLS = frozenset(
+    {"query_records", "get_record", "count_records", "describe_collection", "search_text"}
+)
+# The design spends about 2,000 tokens on its schema map; ours must stay under that (tested).
+SCHEMA_MAP_TOKENS = 2_000
+SHORT_KIND: dict[Kind, str] = {
+    "text": "text",
+    "integer": "int",
+    "number": "num",
+    "date": "date",
+    "datetime": "time",
+    "string_list": "list",
+}
+
+
+def field_line(c: Collection, name: str, required: tuple[str, ...]) -> str:
+    """One field as the map shows it: `name:kind`, `!` when a create needs it, `^` when a writable
+    collection's field cannot be written, `=a|b` its choices."""
+    mark = "!" if name in required else "^" if c.writable and name not in c.writable else ""
+    choices = f"={'|'.join(c.choices[name])}" if name in c.choices else ""
+    return f"{name}:{SHORT_KIND[c.kind(name)]}{mark}{choices}"
+
+
+@functools.cache
+def schema_map() -> str:
+    """Every whitelisted collection with its fields, types, choices and whether it can be written:
+    what describe_collection would answer, in one compact text for the system prompt, so the model
+    spends no iteration on learning the schema. Generated from COLLECTIONS, so it cannot drift from
+    what the tools accept; deterministic (the whitelist's order), the same for every conversation."""
+    lines = [
+        "Collections you can read (fields as name:type; `!` = needed to create; `^` = never written; "
+        "a=b|c = allowed values; time = ISO 8601, UTC by default; date = YYYY-MM-DD). write_record "
+        "writes only the collections marked WRITABLE; no need to call describe_collection for these:"
+    ]
+    for name, c in COLLECTIONS.items():
+        required = c.required_on_create()
+        access = "WRITABLE" if c.writable else "read-only"
+        fields = " ".join(field_line(c, f, required) for f in c.fields)
+        lines.append(f"- {name} ({access}; search_text: {','.join(c.searchable)}): {fields}")
+    return "\n".join(lines)
 
 
 def known_field(collection: CollectionName, name: str, where: str) -> Collection:
@@ -439,9 +535,29 @@ class FieldValue(ToolArgs):
     value: Value = Field(description="The new value (dates YYYY-MM-DD, times ISO 8601, UTC by default)")
 
 
-class WriteRecordArgs(CollectionArgs):
+def write_refusal(collection: Any) -> str | None:
+    """Why write_record may not write `collection` (a read-only or unknown one), or None."""
+    if collection in WRITABLE_COLLECTIONS:
+        return None
+    writable = ", ".join(WRITABLE_COLLECTIONS)
+    if collection in READ_ONLY_COLLECTIONS:
+        return f"{collection} is read-only: it can be read, never written (write_record writes {writable})"
+    return f"{collection!r} is not a collection write_record writes (it writes {writable})"
+
+
+class WriteRecordArgs(ToolArgs):
+    collection: WritableCollection = Field(description="One of the collections that can be written")
     id: int | None = Field(None, ge=1, description="The record to update; omit to create one")
     values: list[FieldValue] = Field(min_length=1, max_length=30, description="Fields to set")
+
+    @field_validator("collection", mode="before")
+    @classmethod
+    def _writable_collection(cls, value: Any) -> Any:
+        """Name the read list's refusal instead of the schema's bare enum mismatch."""
+        refusal = write_refusal(value)
+        if refusal is not None:
+            raise ValueError(refusal)
+        return value
 
     @field_validator("values", mode="before")
     @classmethod

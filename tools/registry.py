@@ -94,6 +94,10 @@ class ToolFailure(Exception):
         self.message = message
 
 
+class OutcomeUnknown(ToolFailure):
+    """The call's effect was sent out and no usable answer came: audited as `unknown`, not as not done."""
+
+
 class Needs(BaseModel):
     """Returned by a tool that cannot proceed without more (or less ambiguous) input."""
 

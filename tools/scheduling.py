@@ -26,9 +26,10 @@ from datetime import UTC, date, datetime, time, timedelta
 from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
-from sqlalchemy import delete, func, or_, select
+from sqlalchemy import ColumnElement, delete, func, or_, select
 
 from countersign.db.leads import rescore_attendees
+from countersign.db.notifications import RESOLUTION_FIELDS, mark_resolved
 from countersign.db.schema import CalendarEvent, MeetingSession, Notification, User
 from tools.email import EmailContent, cancel_queued_email, queued_once
 from tools.operations import EventView
@@ -39,7 +40,6 @@ from tools.registry import (
     ToolFailure,
     UndoOutcome,
     compensates,
-    record_id,
     tool,
 )
 from tools.resolve import (
@@ -49,10 +49,8 @@ from tools.resolve import (
     answers_needs,
     belongs_to,
     cancel_created,
-    containing,
     locked_row,
     match_first,
-    needs,
     overlapping,
     resolve_caller,
     resolve_person,
@@ -68,7 +66,8 @@ MAX_SLOTS = 5
 SESSION_TTL = timedelta(minutes=30)
 
 WITH_HELP = "The counterpart: a contact's name or email, or a user's id, name or email"
-DURATION = Field(ge=15, le=480, description="Length of the meeting in minutes")
+MIN_MINUTES, MAX_MINUTES = 5, 240
+DURATION_HELP = f"Length of the meeting in minutes, {MIN_MINUTES}-{MAX_MINUTES}"
 
 
 @functools.cache
@@ -158,6 +157,14 @@ async def busy_times(
     return [(start, end) for start, end in rows]
 
 
+async def lock_calendars(ctx: ToolContext, people: Sequence[Person]) -> None:
+    """Serialize bookings and proposals per person until this transaction ends; sorted keys keep
+    the lock order fixed, so two calls never deadlock."""
+    for key in sorted({person.key for person in people}):
+        name = f"countersign:calendar:{ctx.tenant_id}:{key}"
+        await ctx.session.execute(select(func.pg_advisory_xact_lock(func.hashtextextended(name, 0))))
+
+
 async def both_parties(ctx: ToolContext, counterpart: str) -> tuple[Person, Person]:
     """The caller and the counterpart they named, who must be someone else."""
     caller = await resolve_caller(ctx)
@@ -181,8 +188,10 @@ async def zone_of(ctx: ToolContext, person: Person, hint: str | None) -> str:
 class ScheduleMeetingArgs(ToolArgs):
     model_config = ConfigDict(serialize_by_alias=True)
 
-    counterpart: str = Field(alias="with", min_length=1, max_length=320, description=WITH_HELP)
-    duration_minutes: int = DURATION
+    # Both optional in the schema: a request that leaves one out answers `needs`, so the model asks
+    # the user instead of inventing a length or a person (a VALIDATION_ERROR invites a guess).
+    counterpart: str | None = Field(None, alias="with", min_length=1, max_length=320, description=WITH_HELP)
+    duration_minutes: int | None = Field(None, ge=MIN_MINUTES, le=MAX_MINUTES, description=DURATION_HELP)
     window_start: UtcDatetime | None = Field(None, description="Earliest start, ISO date-time (default: now)")
     window_end: UtcDatetime | None = Field(
         None, description="Latest end, ISO date-time (default: the end of the fifth business day)"
@@ -279,8 +288,12 @@ async def schedule_meeting(ctx: ToolContext, args: ScheduleMeetingArgs) -> Meeti
     (a contact's from `tz_hint`, else UTC) and the window (default: the next 5 business days). The
     counterpart is notified and emailed the proposals. Books nothing: confirm_meeting books one
     with the returned `session` within 30 minutes."""
+    ask_for_missing({"with": args.counterpart, "duration_minutes": args.duration_minutes})
+    assert args.counterpart is not None and args.duration_minutes is not None
     caller, other = await both_parties(ctx, args.counterpart)
     start, end = proposal_window(ctx, args)
+    await lock_calendars(ctx, [caller, other])  # two proposals at once: the second sees the first
+    await refuse_duplicate(ctx, other, start, end)
     user_tz, other_tz = await zone_of(ctx, caller, None), await zone_of(ctx, other, args.tz_hint)
     zones = [zoneinfo.ZoneInfo(user_tz), zoneinfo.ZoneInfo(other_tz)]
     length = timedelta(minutes=args.duration_minutes)
@@ -314,7 +327,7 @@ async def schedule_meeting(ctx: ToolContext, args: ScheduleMeetingArgs) -> Meeti
     )
     if not slots:
         return proposal
-    session = await open_session(ctx, caller, other, other_tz, args, slots)
+    session = await open_session(ctx, caller, other, other_tz, args, (start, end), slots)
     return proposal.model_copy(
         update={
             "session": session.id,
@@ -326,12 +339,54 @@ async def schedule_meeting(ctx: ToolContext, args: ScheduleMeetingArgs) -> Meeti
     )
 
 
+def ask_for_missing(values: dict[str, object]) -> None:
+    """Stop with `needs` naming every argument the user has yet to give."""
+    missing = {name: True for name, value in values.items() if value is None}
+    if missing:
+        raise NeedsInput(Needs(fields=missing))
+
+
+def same_counterpart(person: Person) -> ColumnElement[bool]:
+    if person.user_id is not None:
+        return MeetingSession.counterpart_user_id == person.user_id
+    return func.lower(MeetingSession.counterpart_email) == (person.email or "").lower()
+
+
+async def refuse_duplicate(ctx: ToolContext, other: Person, start: datetime, end: datetime) -> None:
+    """CONFLICT naming the caller's session with the same counterpart that is still open and whose
+    window overlaps [start, end): the counterpart would get two competing sets of proposals. A retry
+    of this very call finds its own session instead (same idempotency key), so it is not refused."""
+    duplicate = await ctx.session.scalar(
+        select(MeetingSession)
+        .where(
+            MeetingSession.tenant_id == ctx.tenant_id,
+            MeetingSession.requested_by == ctx.caller.user_id,
+            MeetingSession.status == "open",
+            MeetingSession.expires_at > ctx.now,
+            MeetingSession.idempotency_key != ctx.idempotency_key,
+            same_counterpart(other),
+            MeetingSession.window_start < end,
+            MeetingSession.window_end > start,
+        )
+        .order_by(MeetingSession.id)
+        .limit(1)
+    )
+    if duplicate is not None:
+        raise ToolFailure(
+            "CONFLICT",
+            f"session {duplicate.id} with {duplicate.counterpart_name} is still open until "
+            f"{duplicate.expires_at.isoformat()} for an overlapping window: confirm one of its "
+            f"proposals with confirm_meeting (session {duplicate.id}) instead of proposing again",
+        )
+
+
 async def open_session(
     ctx: ToolContext,
     caller: Person,
     other: Person,
     other_tz: str,
     args: ScheduleMeetingArgs,
+    window: tuple[datetime, datetime],
     slots: list[Slot],
 ) -> MeetingSession:
     """Store the negotiation (once per call) and the counterpart's notification."""
@@ -345,7 +400,8 @@ async def open_session(
         ctx,
         Notification(
             tenant_id=ctx.tenant_id,
-            user_id=other.user_id,  # a contact has no inbox here: the row is the workspace's record
+            # a contact has no inbox here: the requester's own record of the open request
+            user_id=other.user_id or ctx.caller.user_id,
             kind="meeting_proposal",
             message=f"{caller.name} proposed {len(slots)} times to meet {other.name}"
             + (f" about {args.title}" if args.title else "")
@@ -365,7 +421,9 @@ async def open_session(
             counterpart_user_id=other.user_id,
             counterpart_tz=other_tz,
             title=args.title,
-            duration_minutes=args.duration_minutes,
+            duration_minutes=(slots[0].ends_at - slots[0].starts_at) // timedelta(minutes=1),
+            window_start=window[0],
+            window_end=window[1],
             proposals=[slot.model_dump(mode="json") for slot in slots],
             expires_at=ctx.now + SESSION_TTL,
             notification_id=notification.id,
@@ -431,7 +489,7 @@ class ConfirmMeetingArgs(ToolArgs):
         "a selection; without a session, the time agreed with `with`)",
     )
     duration_minutes: int | None = Field(
-        None, ge=15, le=480, description="Length in minutes (default: the session's)"
+        None, ge=MIN_MINUTES, le=MAX_MINUTES, description=f"{DURATION_HELP} (default: the session's)"
     )
     title: str | None = Field(None, max_length=200, description="Title (default: 'Meeting: <user> / <them>')")
 
@@ -442,13 +500,20 @@ class ConfirmMeetingArgs(ToolArgs):
                 raise ValueError("with a session, give either selection or starts_at")
             if self.counterpart is not None:
                 raise ValueError("with a session, the counterpart is the session's: leave `with` out")
-        elif self.counterpart is None or self.starts_at is None or self.duration_minutes is None:
-            raise ValueError(
-                "give a session (and a selection or starts_at), or `with`, starts_at and duration"
-            )
+        elif self.counterpart is None or self.starts_at is None:
+            raise ValueError("give a session (and a selection or starts_at), or `with` and starts_at")
         elif self.selection is not None:
             raise ValueError("selection needs a session")
         return self
+
+
+class ResolvedMark(BaseModel):
+    """A notification a booking resolved, as it set it: what its undo puts back, if still so."""
+
+    id: int
+    status: str
+    resolved_at: datetime | None
+    resolved_by: str | None
 
 
 class BookedMeeting(EventView):
@@ -456,13 +521,27 @@ class BookedMeeting(EventView):
     invited: list[str]  # the emails an invite went to
     outbox_ids: list[int]  # the invites, queued until the turn's undo window ends
     delivery: str  # "queued"
+    resolved_notification: ResolvedMark | None  # the session's proposal, resolved by this booking
+    notified: int | None  # the `meeting_booked` notification of the user who did not book
 
 
-async def lock_calendars(ctx: ToolContext, people: Sequence[Person]) -> None:
-    """Serialize bookings per person until this transaction ends; sorted keys keep lock order fixed."""
-    for key in sorted({person.key for person in people}):
-        name = f"countersign:calendar:{ctx.tenant_id}:{key}"
-        await ctx.session.execute(select(func.pg_advisory_xact_lock(func.hashtextextended(name, 0))))
+def still_open(session: MeetingSession, now: datetime, next_step: str) -> MeetingSession:
+    """The session when it can still be booked; CONFLICT when booked, `needs` when over."""
+    if session.status == "confirmed":
+        raise ToolFailure("CONFLICT", f"session {session.id} is already booked (event {session.event_id})")
+    if session.status == "cancelled" or session.expires_at <= now:
+        state = (
+            "was cancelled"
+            if session.status == "cancelled"
+            else f"expired at {session.expires_at.isoformat()}"
+        )
+        raise NeedsInput(
+            Needs(
+                fields={"session": True},
+                candidates=[{"session": session.id, "state": state, "next": next_step}],
+            )
+        )
+    return session
 
 
 async def open_session_for(ctx: ToolContext, session_id: int) -> MeetingSession:
@@ -475,37 +554,27 @@ async def open_session_for(ctx: ToolContext, session_id: int) -> MeetingSession:
     )
     if not rows:
         raise ToolFailure("NOT_FOUND", f"no scheduling session {session_id} of yours in this workspace")
-    session = rows[0]
-    if session.status == "confirmed":
-        raise ToolFailure("CONFLICT", f"session {session_id} is already booked (event {session.event_id})")
-    if session.status == "cancelled" or session.expires_at <= ctx.now:
-        state = (
-            "was cancelled"
-            if session.status == "cancelled"
-            else f"expired at {session.expires_at.isoformat()}"
-        )
-        raise NeedsInput(
-            Needs(
-                fields={"session": True},
-                candidates=[
-                    {
-                        "session": session.id,
-                        "state": state,
-                        "next": "propose again with schedule_meeting: calendars may have changed",
-                    }
-                ],
-            )
-        )
-    return session
+    return still_open(rows[0], ctx.now, "propose again with schedule_meeting: calendars may have changed")
+
+
+async def user_person(ctx: ToolContext, user_id: str) -> Person | None:
+    user = await ctx.session.get(User, (ctx.tenant_id, user_id))
+    return Person.of_user(user) if user is not None else None
 
 
 async def session_counterpart(ctx: ToolContext, session: MeetingSession) -> Person:
     if session.counterpart_user_id is not None:
-        user = await ctx.session.get(User, (ctx.tenant_id, session.counterpart_user_id))
-        if user is not None:
-            return Person.of_user(user)
+        person = await user_person(ctx, session.counterpart_user_id)
+        if person is not None:
+            return person
     email = session.counterpart_email.lower()
     return Person(f"email:{email}", session.counterpart_name, session.counterpart_email, None, (email,))
+
+
+def proposed_start(session: MeetingSession, selection: int) -> datetime:
+    if selection > len(session.proposals):
+        raise ToolFailure("VALIDATION_ERROR", f"session {session.id} has {len(session.proposals)} proposals")
+    return datetime.fromisoformat(session.proposals[selection - 1]["starts_at"])
 
 
 async def meeting_parties(
@@ -513,47 +582,60 @@ async def meeting_parties(
 ) -> tuple[Person, Person, datetime, int, MeetingSession | None]:
     """Who meets when, from the session (a selection or a custom start) or from `with` and starts_at."""
     if args.session is None:
-        assert (
-            args.counterpart is not None and args.starts_at is not None and args.duration_minutes is not None
-        )
+        assert args.counterpart is not None and args.starts_at is not None
+        ask_for_missing({"duration_minutes": args.duration_minutes})
+        assert args.duration_minutes is not None
         caller, other = await both_parties(ctx, args.counterpart)
         return caller, other, args.starts_at, args.duration_minutes, None
     session = await open_session_for(ctx, args.session)
     duration = args.duration_minutes or session.duration_minutes
-    if args.selection is not None:
-        if args.selection > len(session.proposals):
-            raise ToolFailure(
-                "VALIDATION_ERROR", f"session {session.id} has {len(session.proposals)} proposals"
-            )
-        start = datetime.fromisoformat(session.proposals[args.selection - 1]["starts_at"])
-    else:
-        assert args.starts_at is not None
-        start = args.starts_at
+    start = args.starts_at if args.selection is None else proposed_start(session, args.selection)
+    assert start is not None
     return await resolve_caller(ctx), await session_counterpart(ctx, session), start, duration, session
 
 
-def invite(caller: Person, other: Person, event: CalendarEvent, zone_of_reader: str) -> EmailContent:
+def invite(organiser: Person, other: Person, booker: Person, event: CalendarEvent, zone: str) -> EmailContent:
     return EmailContent(
         subject=f"Invitation: {event.title}"[:200],
-        body=f"{event.title}\n{local_span(event.starts_at, event.ends_at, zone_of_reader)}\n"
-        f"Attendees: {caller.name}, {other.name}\nBooked by {caller.name} through Countersign.",
+        body=f"{event.title}\n{local_span(event.starts_at, event.ends_at, zone)}\n"
+        f"Attendees: {organiser.name}, {other.name}\nBooked by {booker.name} through Countersign.",
     )
 
 
-@tool(risk="medium", category="external", scopes=("calendar:availability", "calendar:book"))
-@answers_needs
-async def confirm_meeting(ctx: ToolContext, args: ConfirmMeetingArgs) -> BookedMeeting:
-    """Book a meeting and email an invite to both people: proposal `selection` of a schedule_meeting
-    `session`, or a custom `starts_at` with that session; or, without a session, `with` at
-    `starts_at` for `duration_minutes`. Both calendars are checked again under a lock: CONFLICT if
-    either is no longer free (propose again). An expired session (30 minutes) answers `needs`.
-    Only confirm a time the counterpart agreed to."""
-    caller, other, start, duration, session = await meeting_parties(ctx, args)
+async def resolve_proposal(ctx: ToolContext, session: MeetingSession) -> ResolvedMark | None:
+    """Close the session's proposal notification: the booking answered it."""
+    if session.notification_id is None:
+        return None
+    notification = await locked_row(ctx, Notification, session.notification_id)
+    if notification is None or not mark_resolved(notification, ctx.caller.user_id, ctx.now):
+        return None
+    return ResolvedMark(
+        id=notification.id,
+        status=notification.status,
+        resolved_at=notification.resolved_at,
+        resolved_by=notification.resolved_by,
+    )
+
+
+async def book(
+    ctx: ToolContext,
+    organiser: Person,
+    other: Person,
+    start: datetime,
+    duration: int,
+    session: MeetingSession | None,
+    title: str | None = None,
+) -> BookedMeeting:
+    """Book `organiser` and `other` at `start` for `duration` minutes, whichever of them calls.
+
+    Both calendars are locked and checked again, both get an invite by email, the session (if any) is
+    confirmed and its proposal notification resolved, and the one who did not book, when a user, gets
+    a `meeting_booked` notification."""
     end = start + timedelta(minutes=duration)
     if start < ctx.now:
         raise ToolFailure("VALIDATION_ERROR", "starts_at is in the past")
-    await lock_calendars(ctx, [caller, other])
-    clashes = await busy_times(ctx, [caller, other], start, end)
+    await lock_calendars(ctx, [organiser, other])
+    clashes = await busy_times(ctx, [organiser, other], start, end)
     if clashes:
         first = min(clashes)
         raise ToolFailure(
@@ -565,43 +647,72 @@ async def confirm_meeting(ctx: ToolContext, args: ConfirmMeetingArgs) -> BookedM
         ctx,
         CalendarEvent(
             tenant_id=ctx.tenant_id,
-            title=args.title
+            title=title
             or (session.title if session else None)
-            or f"Meeting: {caller.name} / {other.name}",
+            or f"Meeting: {organiser.name} / {other.name}",
             starts_at=start,
             ends_at=end,
-            attendees=[caller.attendee(), other.attendee()],
-            owner_user_id=caller.user_id,
+            attendees=[organiser.attendee(), other.attendee()],
+            owner_user_id=organiser.user_id,
             status="confirmed",
         ),
     )
+    resolved = None
     if session is not None:
         session.status, session.event_id = "confirmed", event.id
+        resolved = await resolve_proposal(ctx, session)
     await rescore_attendees(ctx.session, ctx.tenant_id, event.attendees)
     other_tz = session.counterpart_tz if session else await zone_of(ctx, other, None)
-    readers = [(caller, await zone_of(ctx, caller, None)), (other, other_tz)]
+    readers = [(organiser, await zone_of(ctx, organiser, None)), (other, other_tz)]
+    booker = next((p for p, _ in readers if p.user_id == ctx.caller.user_id), organiser)
     invited, outbox_ids = [], []
     for n, (person, zone) in enumerate(readers):
         if person.email:
             key = f"{ctx.idempotency_key}:invite:{n}"
-            queued = await queued_once(ctx, person.email, invite(caller, other, event, zone), key=key)
+            content = invite(organiser, other, booker, event, zone)
             invited.append(person.email)
-            outbox_ids.append(queued.outbox_id)
+            outbox_ids.append((await queued_once(ctx, person.email, content, key=key)).outbox_id)
+    told = next(((p, z) for p, z in readers if p.user_id is not None and p.key != booker.key), None)
+    notified = None
+    if told is not None:
+        notice = Notification(
+            tenant_id=ctx.tenant_id,
+            user_id=told[0].user_id,
+            kind="meeting_booked",
+            message=f"{booker.name} booked {event.title!r}: "
+            f"{local_span(event.starts_at, event.ends_at, told[1])}, with {organiser.name} and {other.name}",
+            workflow_id=ctx.workflow_id,
+            call_id=ctx.call_id,
+        )
+        notified = (await saved(ctx, notice)).id
     return BookedMeeting(
         **EventView.of(event).model_dump(),
         session=session.id if session else None,
         invited=invited,
         outbox_ids=outbox_ids,
         delivery="queued",
+        resolved_notification=resolved,
+        notified=notified,
     )
 
 
-@compensates(confirm_meeting)
-async def cancel_confirmed_meeting(
-    ctx: ToolContext, args: ConfirmMeetingArgs, result: dict[str, Any] | None
-) -> UndoOutcome:
+@tool(risk="medium", category="external", scopes=("calendar:availability", "calendar:book"))
+@answers_needs
+async def confirm_meeting(ctx: ToolContext, args: ConfirmMeetingArgs) -> BookedMeeting:
+    """Book a meeting and email an invite to both people: proposal `selection` of a schedule_meeting
+    `session`, or a custom `starts_at` with that session; or, without a session, `with` at
+    `starts_at` for `duration_minutes`. Both calendars are checked again under a lock: CONFLICT if
+    either is no longer free (propose again). An expired session (30 minutes) answers `needs`.
+    Only confirm a time the counterpart agreed to. The counterpart's proposal notification is
+    resolved, and a counterpart who is a user is notified of the booking."""
+    caller, other, start, duration, session = await meeting_parties(ctx, args)
+    return await book(ctx, caller, other, start, duration, session, args.title)
+
+
+async def cancel_booking(ctx: ToolContext, args: Any, result: dict[str, Any] | None) -> UndoOutcome:
     """Cancel the booked event (kept, marked cancelled) unless someone changed its status since,
-    cancel the invites still queued, and reopen the session it came from."""
+    cancel the invites still queued, reopen the session it came from and its proposal notification
+    (unless someone changed it since), and withdraw the booking's notification."""
     outcome = await cancel_created(ctx, CalendarEvent, result)
     if result is None:
         return outcome
@@ -610,81 +721,20 @@ async def cancel_confirmed_meeting(
         session = await locked_row(ctx, MeetingSession, result["session"])
         if session is not None and session.status == "confirmed" and session.event_id == result.get("id"):
             session.status, session.event_id = "open", None
+        mark = result.get("resolved_notification")
+        notification = await locked_row(ctx, Notification, mark["id"]) if mark else None
+        if mark and notification is not None:  # reopened only while still resolved by this booking
+            previous = {"status": "open", "resolved_at": None, "resolved_by": None}
+            changed = {name: mark[name] for name in RESOLUTION_FIELDS}
+            restore_fields(notification, previous, changed, together=[RESOLUTION_FIELDS])
+    if outcome == "undone" and result.get("notified") is not None:
+        await ctx.session.execute(
+            delete(Notification).where(
+                Notification.id == result["notified"], Notification.tenant_id == ctx.tenant_id
+            )
+        )
     emails = [await cancel_queued_email(ctx, {"outbox_id": i}) for i in result.get("outbox_ids", [])]
     return "irreversible" if "irreversible" in emails and outcome == "undone" else outcome
 
 
-# --- resolve_notification --------------------------------------------------------------------------
-
-RESOLUTION_FIELDS = {"status", "resolved_at", "resolved_by"}
-
-
-class ResolveNotificationArgs(ToolArgs):
-    notification: str = Field(
-        min_length=1, max_length=200, description="The notification's id, or words from its message"
-    )
-    resolution: str | None = Field(None, max_length=500, description="What was done about it")
-
-
-class NotificationView(BaseModel):
-    id: int
-    kind: str
-    message: str
-    status: str
-    resolved_at: datetime | None
-    resolved_by: str | None
-    resolution: str | None
-    changed: bool  # False when it was already resolved
-
-
-async def find_notification(ctx: ToolContext, ref: str) -> Notification:
-    """A notification for the user (or for everyone in the tenant): by id, or by text among open ones."""
-    visible = or_(Notification.user_id == ctx.caller.user_id, Notification.user_id.is_(None))
-    number = record_id(ref)
-    by_id = [visible & (Notification.id == number)] if number is not None else []
-    by_text = visible & (Notification.status == "open") & containing(Notification.message, ref)
-    rows = await match_first(ctx, Notification, *by_id, by_text, lock=True)
-    if not rows:
-        raise ToolFailure("NOT_FOUND", f"no notification {ref!r} for this user")
-    if len(rows) > 1:
-        raise needs("notification", [{"id": n.id, "kind": n.kind, "message": n.message[:160]} for n in rows])
-    return rows[0]
-
-
-@tool(risk="low", category="write")
-@answers_needs
-async def resolve_notification(ctx: ToolContext, args: ResolveNotificationArgs) -> NotificationView:
-    """Mark one of the user's open notifications resolved, named by its id or by words from its
-    message, with an optional note on what was done. An already resolved one is left as it is."""
-    notification = await find_notification(ctx, args.notification)
-    changed = notification.status == "open"
-    if changed:
-        notification.status = "resolved"
-        notification.resolved_at = ctx.now
-        notification.resolved_by = ctx.caller.user_id
-        notification = await saved(ctx, notification)
-    return NotificationView(
-        id=notification.id,
-        kind=notification.kind,
-        message=notification.message,
-        status=notification.status,
-        resolved_at=notification.resolved_at,
-        resolved_by=notification.resolved_by,
-        resolution=args.resolution,
-        changed=changed,
-    )
-
-
-@compensates(resolve_notification)
-async def reopen_notification(
-    ctx: ToolContext, args: ResolveNotificationArgs, result: dict[str, Any] | None
-) -> UndoOutcome:
-    """Reopen the notification, only while it is still resolved by this very call."""
-    if result is None or not result.get("changed"):
-        return "never_happened"
-    notification = await locked_row(ctx, Notification, result["id"])
-    if notification is None:
-        return "irreversible"
-    previous = {"status": "open", "resolved_at": None, "resolved_by": None}
-    changed = {name: result[name] for name in RESOLUTION_FIELDS}
-    return restore_fields(notification, previous, changed, together=[RESOLUTION_FIELDS])
+compensates(confirm_meeting)(cancel_booking)

@@ -40,6 +40,7 @@ with workflow.unsafe.imports_passed_through():
         TurnStop,
         WaitingTurn,
     )
+    from countersign.core.direct import conversational, is_marker
     from countersign.core.envelopes import budget_refusal
     from countersign.core.history import continue_suggested
     from countersign.core.limits import before_model_call, tool_call_budget, within_agent_bounds
@@ -200,7 +201,7 @@ class AgentWorkflow(Handlers):
             message = conversation.inbox.pop(0)
             if not await self.store.accept(message):
                 continue
-            await self._turn_for(message.message_id)
+            await self._turn_for(message.message_id, direct=conversational(message.text))
             if conversation.start.single_turn:
                 conversation.ended_by = "single_turn"
                 return
@@ -267,18 +268,20 @@ class AgentWorkflow(Handlers):
 
     # --- one turn ---------------------------------------------------------------------------
 
-    async def _turn_for(self, message_id: str | None, waiting: WaitingTurn | None = None) -> None:
+    async def _turn_for(
+        self, message_id: str | None, waiting: WaitingTurn | None = None, direct: bool = False
+    ) -> None:
         """Run the turn for a message (or finish the one `waiting`), and say it replied; continue
         as new mid-turn when history grew while the turn waited for people (`Parked`)."""
         try:
-            await self._run_turn(waiting)
+            await self._run_turn(waiting, direct)
         except Parked as parked:
             emails = {"message_id": message_id, "emails": self.outbox.queued}
             await self._continue_as_new(parked.waiting.model_copy(update=emails))
         if message_id and self.conversation.last_turn is not None:
             self.store.replied(message_id, self.conversation.last_turn)
 
-    async def _run_turn(self, waiting: WaitingTurn | None = None) -> None:
+    async def _run_turn(self, waiting: WaitingTurn | None, direct: bool) -> None:
         conversation = self.conversation
         if waiting is None:  # a carried turn was counted by the run that started it
             conversation.turn += 1
@@ -287,15 +290,16 @@ class AgentWorkflow(Handlers):
         if waiting is not None:  # emails it queued before: delivered after it, as any turn's
             self.outbox.queued.extend(waiting.emails)
         try:
-            await self._turn_loop(waiting)
+            await self._turn_loop(waiting, direct)
         finally:
             conversation.in_turn = False
         assert conversation.context is not None
         self.outbox.deliver_turn(conversation.context.email_delivery_delay_s)
 
-    async def _turn_loop(self, waiting: WaitingTurn | None = None) -> None:
+    async def _turn_loop(self, waiting: WaitingTurn | None, direct: bool) -> None:
         """Model, tools, model, … until a plain answer or a limit; a carried turn starts with its
-        waiting batch."""
+        waiting batch. `direct`: the first call goes without tools (countersign.core.direct); if
+        the model wants them, it is asked again with them."""
         conversation = self.conversation
         context = conversation.context
         assert context is not None
@@ -310,12 +314,15 @@ class AgentWorkflow(Handlers):
                     return await self._end_turn(turn, "limit_reached", f"LIMIT_REACHED: {stop}.")
                 try:
                     reply = await self._call_model(
-                        timedelta(seconds=conversation.limits.turn_timeout_s - elapsed)
+                        timedelta(seconds=conversation.limits.turn_timeout_s - elapsed), direct
                     )
                 except ActivityError as err:
                     return await self._end_turn(turn, *turn_failure("model call", err))
                 turn = turn.plus(reply.usage)
                 conversation.usage = conversation.usage.plus(reply.usage)
+                direct = False
+                if is_marker(reply.message):  # the direct call's reply asks for the tools: ask again
+                    continue
                 calls = reply.message.tool_calls
                 if not calls:
                     return await self._end_turn(turn, "completed", reply.message.content)
@@ -345,9 +352,10 @@ class AgentWorkflow(Handlers):
                     turn, "limit_reached", f"LIMIT_REACHED: the turn reached max_tool_calls ({limit})."
                 )
 
-    async def _call_model(self, remaining: timedelta) -> ModelReply:
+    async def _call_model(self, remaining: timedelta, direct: bool) -> ModelReply:
         """The model call: its input is sequence numbers and tool names; the activity reads the
-        messages from the store and stores the reply (its tool calls numbered from `call_seq`)."""
+        messages from the store and stores the reply (its tool calls numbered from `call_seq`).
+        A direct call offers no tools; its reply asking for them stays out of the window."""
         conversation = self.conversation
         assert conversation.context is not None
         offered = offered_tools(conversation.context.tools)
@@ -359,8 +367,9 @@ class AgentWorkflow(Handlers):
             seqs=seqs,
             reply_seq=reply_seq,
             call_seq=conversation.call_seq,
-            tool_names=[t.name for t in offered if t.mcp is None],
-            mcp_tools=[t.openai_tool() for t in offered if t.mcp is not None],
+            tool_names=[] if direct else [t.name for t in offered if t.mcp is None],
+            mcp_tools=[] if direct else [t.openai_tool() for t in offered if t.mcp is not None],
+            direct=direct,
         )
         caller = ModelCaller(
             tenant_id=conversation.start.tenant_id, agent=conversation.start.agent, turn=conversation.turn
@@ -376,7 +385,8 @@ class AgentWorkflow(Handlers):
             summary=f"model call (turn {conversation.turn}, {len(seqs)} messages)",
         )
         conversation.call_seq += len(reply.message.tool_calls)
-        self.store.record(reply.message, seq=reply_seq)
+        if not is_marker(reply.message):
+            self.store.record(reply.message, seq=reply_seq)
         return reply
 
     async def _end_turn(self, usage: Usage, stop: TurnStop, reply: str | None) -> None:

@@ -37,6 +37,7 @@ COMMANDS: dict[str, tuple[str, ...]] = {
     "mail": ("mail",),
     "mcp": ("mcp",),
     "model": ("model",),
+    "notifications": ("notifications",),
     "permissions": ("records", "catalog"),
     "rate-limits": ("users",),
     "reject": ("approvals",),

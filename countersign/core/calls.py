@@ -182,7 +182,14 @@ class McpCall(BaseModel):
 # (`outbox_id` with status "queued", or `outbox_ids`). Named, not inferred from a result's shape:
 # an MCP tool's result may say anything.
 QUEUES_EMAIL = frozenset(
-    {"send_email", "send_email_to_contact", "send_draft", "schedule_meeting", "confirm_meeting"}
+    {
+        "send_email",
+        "send_email_to_contact",
+        "send_draft",
+        "schedule_meeting",
+        "confirm_meeting",
+        "accept_meeting",
+    }
 )
 
 

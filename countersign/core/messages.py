@@ -108,6 +108,8 @@ class StoredInput(BaseModel):
     tool_names: list[str] = Field(default_factory=list)  # native tools: the worker has their schemas
     # MCP tools' definitions as offered: their schemas come from the snapshot, not from this worker
     mcp_tools: list[dict[str, Any]] = Field(default_factory=list)
+    # Direct mode (countersign.core.direct): no tools, and the model told how to ask for them
+    direct: bool = False
 
 
 def numbered(message: ChatMessage, after: int) -> ChatMessage:

@@ -29,6 +29,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession, async_sessionmaker
 
 from countersign.core.contract import TurnStop
+from countersign.core.direct import MARKER_NAME
 from countersign.db.schema import ConversationEvent, ConversationMessage
 
 CHANNEL = "conversation_events"
@@ -97,7 +98,7 @@ async def publish_message(session: AsyncSession | AsyncConnection, row: dict[str
         call_id = row["tool_call_id"]
         data = {"call_id": call_id, "tool": row["name"], "ok": result_ok(row["content"]), "seq": row["seq"]}
         await publish(session, workflow_id, tenant_id, "tool_result", data, f"tool_result:{call_id}")
-    if row["role"] != "assistant":
+    if row["role"] != "assistant" or row["name"] == MARKER_NAME:  # direct mode's marker: the turn goes on
         return
     for call in row["tool_calls"] or []:
         call_id, tool = str(call.get("id", "")), str(call.get("name", ""))

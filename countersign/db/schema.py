@@ -396,6 +396,10 @@ class MeetingSession(Base):
     counterpart_tz: Mapped[str]
     title: Mapped[str | None]
     duration_minutes: Mapped[int]
+    # the window the proposals were picked in: a second proposal to the same counterpart whose window
+    # overlaps it while this session is open is refused (CONFLICT)
+    window_start: Mapped[datetime]
+    window_end: Mapped[datetime]
     proposals: Mapped[list[dict[str, Any]]] = mapped_column(JSONB())
     status: Mapped[str] = mapped_column(server_default="open")
     expires_at: Mapped[datetime]
@@ -974,3 +978,48 @@ class DeploymentSetting(Base):
     name: Mapped[str] = mapped_column(primary_key=True)
     value: Mapped[str]
     set_at: Mapped[datetime] = updated_at()
+
+
+# --- the tenant's chat channel (send_chat_message) --------------------------------------------------
+
+CHAT_KINDS = ("telegram", "slack")
+CHAT_POST_STATUSES = ("sending", "sent", "failed")
+
+
+class ChatChannel(Base):
+    """A tenant's chat channel for `send_chat_message`: a Telegram-bot-API-compatible endpoint
+    (`endpoint` is the API's base URL, `bot_token` and `chat_id` say which bot posts where) or a
+    Slack-compatible incoming webhook (`endpoint` is the webhook URL, itself the secret). Set by an
+    operator in the database; no tool reads this row back to the model, and no log or audit row
+    carries the endpoint or the token."""
+
+    __tablename__ = "chat_channels"
+    __table_args__ = (one_of("kind", CHAT_KINDS),)
+
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"), primary_key=True)
+    kind: Mapped[str]
+    endpoint: Mapped[str]
+    bot_token: Mapped[str | None]  # telegram only
+    chat_id: Mapped[str | None]  # telegram only
+    name: Mapped[str]  # what the model and reviewers are told ("#sales", "Sales group")
+    created_at: Mapped[datetime] = created_at()
+
+
+class ChatPost(Base):
+    """One post of `send_chat_message`, claimed (`sending`) and committed before the request goes
+    out, keyed by the call's idempotency key: a retried attempt finds the claim and never posts a
+    second time (a claim still `sending` is an outcome it cannot know, and says so)."""
+
+    __tablename__ = "chat_posts"
+    __table_args__ = (one_of("status", CHAT_POST_STATUSES),)
+
+    id: Mapped[int] = identity_pk()
+    tenant_id: Mapped[str] = tenant_column()
+    idempotency_key: Mapped[str] = mapped_column(unique=True)
+    kind: Mapped[str]
+    text: Mapped[str]
+    status: Mapped[str] = mapped_column(server_default="sending")
+    remote_id: Mapped[str | None]  # the channel's message id, when it gives one
+    error: Mapped[str | None]
+    created_at: Mapped[datetime] = created_at()
+    sent_at: Mapped[datetime | None]

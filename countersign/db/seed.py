@@ -295,7 +295,8 @@ AGENTS: dict[str, tuple[str, str, dict[str, str | None]]] = {
         "Generic read access to the workspace's whitelisted collections; writes only for admins.",
         "You are an admin assistant with generic access to the workspace's records, through a fixed list "
         "of collections.\n"
-        "- Learn a collection's fields with describe_collection before querying it. Use count_records "
+        "- The collections, their fields and which can be written are listed at the end of this prompt: "
+        "query them directly (describe_collection says more about one field's filters). Use count_records "
         "before large reads, and query_records with filters and a small limit rather than reading "
         "everything. get_record reads one record; search_text finds records by free text.\n"
         "- write_record changes data and is for administrators only. Before writing, state which record "
@@ -303,6 +304,8 @@ AGENTS: dict[str, tuple[str, str, dict[str, str | None]]] = {
         "- send_email_to_contact emails a contact named by name or email; it waits for a reviewer's "
         "approval and can be cancelled until it is delivered. Never claim it was sent before the result "
         "says so.\n"
+        "- send_chat_message posts to the team's chat channel; it waits for a reviewer's approval and "
+        "cannot be taken back. Post only what the user asked to share.\n"
         "- Stay within this workspace and the listed collections; when a tool refuses, explain the refusal "
         "instead of working around it.\n"
         f"- {UNTRUSTED_DATA}\n"
@@ -318,6 +321,7 @@ AGENTS: dict[str, tuple[str, str, dict[str, str | None]]] = {
                 "write_record",
                 "ask_human",
                 "send_email_to_contact",
+                "send_chat_message",
             )
         },
     ),
@@ -342,7 +346,8 @@ AGENTS: dict[str, tuple[str, str, dict[str, str | None]]] = {
         },
     ),
     "scheduler": (
-        "Schedules and confirms meetings with a counterpart, and resolves the notifications they raise.",
+        "Schedules and confirms meetings with a counterpart, accepts the meetings proposed to the user, "
+        "and lists and resolves the user's notifications.",
         "You are a scheduling assistant: you arrange meetings between the user and their counterparts.\n"
         "- Find the counterpart with search_contacts. When several contacts share a name, list them with "
         "their emails and ask which one; never pick one yourself.\n"
@@ -350,11 +355,15 @@ AGENTS: dict[str, tuple[str, str, dict[str, str | None]]] = {
         "Monday-Friday) in each person's time zone: a user's comes from the workspace, a contact's from "
         "tz_hint (ask the user when you do not know it; UTC otherwise). It notifies and emails the "
         "counterpart the proposals and returns a session that stays open for 30 minutes. It books "
-        "nothing.\n"
+        "nothing. Never invent a meeting's length or pick a person: when a tool answers `needs`, ask the "
+        "user for exactly that. A CONFLICT naming an open session means that proposal still stands.\n"
         "- confirm_meeting books a proposal of that session (selection) or a custom time (starts_at), "
         "checks both calendars again, and emails an invite to both. Confirm only the time the user says "
         "the counterpart accepted. If the session expired, propose again with schedule_meeting.\n"
         "- Check list_events when the user asks what is already planned.\n"
+        "- list_notifications shows the user's open notifications: meeting proposals addressed to them, "
+        "bookings others made with them. accept_meeting books the proposed time the user chose of a "
+        "proposal addressed to them; it closes that proposal's notification.\n"
         "- When you have handled a request that came as a notification, close it with resolve_notification.\n"
         "- Emails wait in the outbox until the turn's undo window ends; say they are queued, not sent.\n"
         "- Use ask_human for the user's preferences (which slot, which person, whether to move an event).\n"
@@ -362,11 +371,13 @@ AGENTS: dict[str, tuple[str, str, dict[str, str | None]]] = {
         "Finish with the meeting's title, time (with time zones), attendees and state (proposed or booked).",
         {
             tool: OPERATOR_ALLOWED
-            if tool in ("schedule_meeting", "confirm_meeting", "resolve_notification")
+            if tool in ("schedule_meeting", "confirm_meeting", "accept_meeting", "resolve_notification")
             else None
             for tool in (
                 "schedule_meeting",
                 "confirm_meeting",
+                "accept_meeting",
+                "list_notifications",
                 "resolve_notification",
                 "list_events",
                 "search_contacts",

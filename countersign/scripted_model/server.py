@@ -67,6 +67,7 @@ class ChatRequest(BaseModel):
     messages: list[dict[str, Any]] = Field(min_length=1)
     stream: bool = False
     stream_options: dict[str, Any] | None = None
+    tools: list[Any] | None = None
 
     @field_validator("messages")
     @classmethod
@@ -184,7 +185,7 @@ class ScriptedModelServer:
             reply: Reply | None = Reply(content=f"no scenario for agent {agent!r} (scripted agents: {known})")
         else:
             reply = choose_reply(scenario, chat.messages)
-        answer = completion(reply, chat.model, chat.messages)
+        answer = completion(reply, chat.model, chat.messages, chat.tools)
         if not chat.stream:
             # a model writes a whole reply as long as it streams it: the chunks' time, all at once
             await asyncio.sleep(self.chunk_delay_s * (len(chunks_of(answer, False)) - 1))
@@ -240,8 +241,11 @@ def parse_request(raw: bytes) -> tuple[ChatRequest, dict[str, Any]]:
     return chat, body
 
 
-def completion(reply: Reply | None, model: str, messages: list[dict[str, Any]]) -> dict[str, Any]:
-    """A `chat.completion` object answering with `reply` (None: the no-match message)."""
+def completion(
+    reply: Reply | None, model: str, messages: list[dict[str, Any]], tools: list[Any] | None = None
+) -> dict[str, Any]:
+    """A `chat.completion` object answering with `reply` (None: the no-match message). Its prompt
+    tokens count the tools' definitions too, as a real model's do."""
     if reply is None:
         content: str | None = NO_MATCH
         calls: list[dict[str, Any]] = []
@@ -251,7 +255,8 @@ def completion(reply: Reply | None, model: str, messages: list[dict[str, Any]]) 
     message: dict[str, Any] = {"role": "assistant", "content": content}
     if calls:
         message["tool_calls"] = calls
-    prompt_tokens = sum(_message_words(m) for m in messages)
+    tool_words = len(json.dumps(tools).split()) if tools else 0
+    prompt_tokens = sum(_message_words(m) for m in messages) + tool_words
     completion_tokens = _message_words(message)
     return {
         "id": f"chatcmpl-{next(_ids)}",

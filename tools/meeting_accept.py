@@ -1,0 +1,91 @@
+"""accept_meeting: the counterpart of a proposal, when they are a user, books one of its slots
+through their own agent, in their own conversation.
+
+The session stays the requester's (only they may confirm_meeting it, or undo the proposal); this
+tool reads only sessions addressed to the caller (`counterpart_user_id`), so a user can never book
+someone else's proposal. The booking is the same as the requester's confirm_meeting
+(tools/scheduling.py `book`): both calendars re-checked under the lock, an invite to both, the
+proposal notification resolved, and the requester told by a `meeting_booked` notification.
+"""
+
+from __future__ import annotations
+
+from pydantic import Field
+from sqlalchemy import select
+
+from countersign.db.schema import MeetingSession, User
+from tools.registry import Needs, ToolArgs, ToolContext, ToolFailure, compensates, tool
+from tools.resolve import NeedsInput, Person, answers_needs, needs, resolve_caller
+from tools.scheduling import (
+    MAX_SLOTS,
+    BookedMeeting,
+    book,
+    cancel_booking,
+    proposed_start,
+    still_open,
+)
+
+
+class AcceptMeetingArgs(ToolArgs):
+    session: int | None = Field(
+        None,
+        ge=1,
+        description="The proposal's session; leave it out when only one is open (with several, the "
+        "answer lists them)",
+    )
+    selection: int | None = Field(
+        None, ge=1, le=MAX_SLOTS, description="Which of its proposed times (its number, from 1)"
+    )
+
+
+def describe(session: MeetingSession) -> dict[str, object]:
+    return {
+        "session": session.id,
+        "from": session.requested_by,
+        "title": session.title,
+        "proposals": [f"{p['index']}. {p['counterpart_local']}" for p in session.proposals],
+    }
+
+
+async def addressed_session(ctx: ToolContext, session_id: int | None) -> MeetingSession:
+    """The proposal addressed to the caller, locked: the one named, else the only one still open."""
+    query = select(MeetingSession).where(
+        MeetingSession.tenant_id == ctx.tenant_id,
+        MeetingSession.counterpart_user_id == ctx.caller.user_id,
+    )
+    if session_id is not None:
+        found = await ctx.session.scalar(query.where(MeetingSession.id == session_id).with_for_update())
+        if found is None:
+            raise ToolFailure("NOT_FOUND", f"no meeting proposal {session_id} addressed to you")
+        return found
+    open_now = query.where(MeetingSession.status == "open", MeetingSession.expires_at > ctx.now)
+    rows = list((await ctx.session.scalars(open_now.order_by(MeetingSession.id).with_for_update())).all())
+    if not rows:
+        raise ToolFailure("NOT_FOUND", "no open meeting proposal is addressed to you")
+    if len(rows) > 1:
+        raise needs("session", [describe(row) for row in rows])
+    return rows[0]
+
+
+@tool(risk="medium", category="external", scopes=("calendar:availability", "calendar:book"))
+@answers_needs
+async def accept_meeting(ctx: ToolContext, args: AcceptMeetingArgs) -> BookedMeeting:
+    """Accept a meeting someone proposed to the user: book proposed time `selection` of `session`
+    (list_notifications shows the proposals addressed to the user; without a selection, or with
+    several open and no session, this answers `needs` listing them). Both calendars are checked
+    again (CONFLICT if taken meanwhile), both people get an invite by email, the proposal's
+    notification is resolved and the requester is notified. Accept only the time the user chose."""
+    session = await addressed_session(ctx, args.session)
+    user = await ctx.session.get(User, (ctx.tenant_id, session.requested_by))
+    requester = Person.of_user(user) if user is not None and user.deactivated_at is None else None
+    who = requester.name if requester else session.requested_by
+    still_open(session, ctx.now, f"ask {who} to propose again")
+    if args.selection is None:
+        raise NeedsInput(Needs(fields={"selection": True}, candidates=[describe(session)]))
+    if requester is None:
+        raise ToolFailure("NOT_FOUND", f"the user who proposed session {session.id} is no longer active here")
+    start = proposed_start(session, args.selection)
+    return await book(ctx, requester, await resolve_caller(ctx), start, session.duration_minutes, session)
+
+
+compensates(accept_meeting)(cancel_booking)
