@@ -246,9 +246,9 @@ class DeltaPublisher:
             )
 
 
-# What one reply may weigh in workflow history: Temporal refuses a payload over 2 MB (TMPRL1103) and
-# fails the workflow task, and with it the turn, its usage uncounted. Half of that leaves room for
-# the activity's envelope.
+# What one reply may weigh in workflow history: the server refuses a payload over MAX_PAYLOAD_BYTES
+# (1 MiB, countersign.core.bounds; TMPRL1103) and fails the workflow task, and with it the turn, its
+# usage uncounted. The rest leaves room for the activity's envelope.
 MAX_REPLY_BYTES = 1_000_000
 REPLY_TOO_LARGE = "reply_too_large"
 

@@ -39,9 +39,9 @@ from bench.scenario import APPROVAL_STATUSES, approval_message, bench_scenario
 from bench.sections import put_section
 from bench.stats import Summary
 from countersign.client.handles import new_workflow_id, start_options
-from countersign.core.approvals import Approval, Decision
+from countersign.core.approvals import Approval, Decision, PendingCall
 from countersign.core.contract import WORKFLOW_TYPE, Limits, StartConversation
-from countersign.db.schema import ToolExecution
+from countersign.db.schema import ApprovalRequest, ToolExecution
 from countersign.identity.proofs import Binding, load_private_key, mint_proof, pem_pair, verify_proof
 from countersign.server.app import running_inbox
 from tests.fixtures.smtp import SmtpServer
@@ -97,7 +97,16 @@ def proof_cost(iterations: int = PROOF_ITERATIONS) -> dict[str, float]:
     """Microseconds of CPU per mint and per verify (process time, one core)."""
     key = load_private_key(pem_pair()[0])
     verifying = key.public_key()
-    binding = Binding.decision("acme", "conv-1", "approve", "c1", '{"lead": "jane.doe@example.com"}')
+    call = PendingCall(
+        tenant_id="acme",
+        workflow_id="conv-1",
+        conversation_id="run-1",
+        call_id="c1",
+        tool="update_lead_status",
+        risk="high",
+        nonce="n-1",
+    )
+    binding = Binding.decision(call, "approve", '{"lead": "jane.doe@example.com"}')
     now = datetime.now(UTC)
     started = time.process_time()
     tokens = [mint_proof(key, "bob", binding, now) for _ in range(iterations)]
@@ -209,7 +218,17 @@ async def _measure(parts: stack.Parts, url: str, samples: int, signing: Ed25519P
                     assert response.status == 200, await response.text()
                 decide_ms.append((time.perf_counter() - sent) * 1000)
             else:  # the `decide` update with a proof, straight to Temporal: the inbox's reference
-                binding = Binding.decision("acme", handle.id, "approve", "c1", args)
+                async with parts.engine.connect() as conn:  # the call as the worker recorded it
+                    recorded = (
+                        await conn.execute(
+                            select(ApprovalRequest).where(
+                                ApprovalRequest.workflow_id == handle.id, ApprovalRequest.call_id == "c1"
+                            )
+                        )
+                    ).one()
+                binding = Binding.decision(
+                    PendingCall.model_validate(recorded, from_attributes=True), "approve", args
+                )
                 proof = mint_proof(signing, "bob", binding, decided_at)
                 decision = Decision(call_id="c1", decision="approve", approver="bob", proof=proof)
                 await handle.execute_update("decide", decision, result_type=Approval)

@@ -21,6 +21,7 @@ from temporalio import workflow
 from temporalio.client import Client
 from temporalio.worker import Worker
 
+from countersign.core.bounds import MAX_PAYLOAD_BYTES, SERVER_LIMITS
 from countersign.devstack.temporal import DevServerConfig, temporal_binary
 from countersign.runtime.config import PROJECT_ROOT, SCRIPTED_MODEL_NAME
 from countersign.scripted_model.scenario import load_scenarios
@@ -154,6 +155,15 @@ def test_dynamic_config_is_mounted_and_speeds_up_dispatch() -> None:
     assert config["history.transferProcessorMaxPollRPS"][0]["value"] >= 1000
     assert config["system.enableActivityEagerExecution"][0]["value"] is True
     assert target.endswith(SERVICES["temporal"]["environment"]["DYNAMIC_CONFIG_FILE_PATH"])
+
+
+def test_the_server_refuses_payloads_over_countersigns_bound_in_compose_and_the_dev_stack() -> None:
+    """One bound (MAX_PAYLOAD_BYTES) everywhere: compose's dynamic config, the embedded dev server."""
+    config = yaml.safe_load((PROJECT_ROOT / "deploy/dynamicconfig.yaml").read_text())
+    assert SERVER_LIMITS["limit.blobSize.error"] == MAX_PAYLOAD_BYTES
+    for key, value in SERVER_LIMITS.items():
+        assert config[key] == [{"value": value}], key
+        assert f"{key}={value}" in DevServerConfig(port=1, ui_port=2, db_file=Path("x")).dynamic_config
 
 
 def test_prometheus_scrapes_the_worker_metrics_port_and_grafana_loads_the_dashboard() -> None:

@@ -113,7 +113,9 @@ async def test_the_model_asking_for_a_tool_gets_them_in_the_same_turn(
     assert all(m.get("content") != NEED_TOOLS for m in with_tools["messages"])  # not in the window
     window = await agent.transcript(handle)
     assert [m.role for m in window] == ["system", "user", "assistant", "tool", "assistant"]
-    stored = await ConversationStore(session_factory(db_engine)).load(handle.id)
+    stored = await ConversationStore(session_factory(db_engine)).load(
+        handle.id, handle.first_execution_run_id or ""
+    )
     assert [m.content for m in stored if m.role == "user"] == ["hello there"]
     assert [m.name for m in stored if m.content == NEED_TOOLS] == ["needs_tools"]  # kept, marked
     events = await events_of(db_engine, handle.id)

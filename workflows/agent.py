@@ -38,10 +38,11 @@ with workflow.unsafe.imports_passed_through():
         StartConversation,
         TurnResult,
         TurnStop,
+        WaitingTurn,
     )
     from countersign.core.direct import conversational, is_marker
     from countersign.core.envelopes import budget_refusal
-    from countersign.core.history import history_full
+    from countersign.core.history import continue_suggested
     from countersign.core.limits import before_model_call, tool_call_budget, within_agent_bounds
     from countersign.core.messages import (
         ChatMessage,
@@ -73,7 +74,7 @@ from workflows.options import (
     bookkeeping,
 )
 from workflows.rules import failed_write, turn_failure
-from workflows.tools import ToolCalls
+from workflows.tools import Parked, ToolCalls
 
 
 @workflow.defn(name=WORKFLOW_TYPE)
@@ -91,7 +92,9 @@ class AgentWorkflow(Handlers):
         self.gate = ApprovalGate(self.conversation)
         self.authority = Authority(self.conversation)
         self.rollbacks = Rollbacks(self.conversation, self.store)
-        self.tools = ToolCalls(self.conversation, self.store, self.gate, self.outbox)
+        self.tools = ToolCalls(
+            self.conversation, self.store, self.gate, self.outbox, lambda: bool(self.rollbacks.requested)
+        )
 
     # --- the conversation -------------------------------------------------------------------
 
@@ -187,8 +190,15 @@ class AgentWorkflow(Handlers):
             )
 
     async def _converse(self) -> None:
-        """Between turns: run what rollbacks were asked for, then the next message's turn."""
+        """Between turns: run what rollbacks were asked for, then the next message's turn (first,
+        the turn the previous run carried while it waited for people, if any)."""
         conversation = self.conversation
+        carried = conversation.start.carried
+        if carried is not None and carried.waiting is not None:
+            await self._turn_for(carried.waiting.message_id, carried.waiting)
+            if conversation.start.single_turn:
+                conversation.ended_by = "single_turn"
+                return
         while True:
             conversation.refresh_state()
             if not await self._next_message_arrives():
@@ -197,21 +207,18 @@ class AgentWorkflow(Handlers):
             if conversation.ended_by:
                 return
             if not conversation.inbox:
-                if history_full(workflow.info()):  # signals alone filled it: continue while idle
+                if continue_suggested(workflow.info()):  # signals alone filled it: continue while idle
                     await self._continue_as_new()
                 continue
             message = conversation.inbox.pop(0)
             if not await self.store.accept(message):
                 continue
-            await self._run_turn(direct=conversational(message.text))
-            if message.message_id and conversation.last_turn is not None:
-                self.store.replied(message.message_id, conversation.last_turn)
+            await self._turn_for(message.message_id, direct=conversational(message.text))
             if conversation.start.single_turn:
                 conversation.ended_by = "single_turn"
                 return
             if (
-                workflow.info().is_continue_as_new_suggested()
-                or history_full(workflow.info())
+                continue_suggested(workflow.info())
                 or conversation.turns_this_run() >= conversation.limits.max_turns_per_run
                 or workflow.info().is_target_worker_deployment_version_changed()  # a new build is current
             ):
@@ -225,7 +232,7 @@ class AgentWorkflow(Handlers):
                     bool(conversation.inbox)
                     or bool(self.rollbacks.requested)
                     or conversation.ended_by is not None
-                    or history_full(workflow.info())
+                    or continue_suggested(workflow.info())
                 ),
                 timeout=timedelta(seconds=conversation.limits.idle_timeout_s),
                 timeout_summary="idle timeout",
@@ -234,14 +241,15 @@ class AgentWorkflow(Handlers):
             return False
         return True
 
-    async def _continue_as_new(self) -> None:
-        """Carry the small state (counters, inbox, saga, cursor, undelivered emails), sealed: the
-        next run verifies the seal before it trusts any of it."""
+    async def _continue_as_new(self, waiting: WaitingTurn | None = None) -> None:
+        """Carry the small state (counters, inbox, saga, cursor, undelivered emails, a turn that
+        waits for people), sealed: the next run verifies the seal before it trusts any of it."""
         conversation = self.conversation
         conversation.continuing = True  # lets waiting updates return, so the handlers can finish
-        await workflow.wait_condition(workflow.all_handlers_finished)
+        await conversation.handlers_settled()
         await self.gate.notices_sent()
-        await self.rollbacks.run_requested()  # accepted during the turn: not carried, so run now
+        if waiting is None:  # mid-turn (`Parked`), none were: rollbacks run after the turn
+            await self.rollbacks.run_requested()  # accepted during the turn: not carried, so run now
         carried = CarriedState(
             messages=[],
             cursor=self.store.cursor,
@@ -252,6 +260,7 @@ class AgentWorkflow(Handlers):
             saga=conversation.saga,
             outbox=self.outbox.undelivered,
             conversation_id=conversation.conversation_id,
+            waiting=waiting,
         )
         seal: str = await bookkeeping(
             "seal_carried",
@@ -272,48 +281,74 @@ class AgentWorkflow(Handlers):
 
     # --- one turn ---------------------------------------------------------------------------
 
-    async def _run_turn(self, direct: bool) -> None:
+    async def _turn_for(
+        self, message_id: str | None, waiting: WaitingTurn | None = None, direct: bool = False
+    ) -> None:
+        """Run the turn for a message (or finish the one `waiting`), and say it replied; continue
+        as new mid-turn when history grew while the turn waited for people (`Parked`)."""
+        try:
+            await self._run_turn(waiting, direct)
+        except Parked as parked:
+            emails = {"message_id": message_id, "emails": self.outbox.queued}
+            await self._continue_as_new(parked.waiting.model_copy(update=emails))
+        if message_id and self.conversation.last_turn is not None:
+            self.store.replied(message_id, self.conversation.last_turn)
+
+    async def _run_turn(self, waiting: WaitingTurn | None, direct: bool) -> None:
         conversation = self.conversation
-        conversation.turn += 1
+        if waiting is None:  # a carried turn was counted by the run that started it
+            conversation.turn += 1
         conversation.in_turn, self.gate.human_wait_s = True, 0.0
         conversation.refresh_state()
+        if waiting is not None:  # emails it queued before: delivered after it, as any turn's
+            self.outbox.queued.extend(waiting.emails)
         try:
-            await self._turn_loop(direct)
+            await self._turn_loop(waiting, direct)
         finally:
             conversation.in_turn = False
         assert conversation.context is not None
         self.outbox.deliver_turn(conversation.context.email_delivery_delay_s)
 
-    async def _turn_loop(self, direct: bool) -> None:
-        """Model, tools, model, … until a plain answer or a limit. `direct`: the first call goes
-        without tools (countersign.core.direct); if the model wants them, it is asked again with them."""
+    async def _turn_loop(self, waiting: WaitingTurn | None, direct: bool) -> None:
+        """Model, tools, model, … until a plain answer or a limit; a carried turn starts with its
+        waiting batch. `direct`: the first call goes without tools (countersign.core.direct); if
+        the model wants them, it is asked again with them."""
         conversation = self.conversation
         context = conversation.context
         assert context is not None
-        started = workflow.now()
-        turn = Usage()
+        started = waiting.started if waiting and waiting.started else workflow.now()
+        turn = waiting.usage if waiting else Usage()
         while True:
-            elapsed = (workflow.now() - started).total_seconds() - self.gate.human_wait_s
-            stop = before_model_call(conversation.limits, turn, elapsed)
-            stop = stop or budget_refusal(context.policy, conversation.usage.total_tokens)
-            if stop:
-                return await self._end_turn(turn, "limit_reached", f"LIMIT_REACHED: {stop}.")
+            if waiting is None:
+                elapsed = (workflow.now() - started).total_seconds() - self.gate.human_wait_s
+                stop = before_model_call(conversation.limits, turn, elapsed)
+                stop = stop or budget_refusal(context.policy, conversation.usage.total_tokens)
+                if stop:
+                    return await self._end_turn(turn, "limit_reached", f"LIMIT_REACHED: {stop}.")
+                try:
+                    reply = await self._call_model(
+                        timedelta(seconds=conversation.limits.turn_timeout_s - elapsed), direct
+                    )
+                except ActivityError as err:
+                    return await self._end_turn(turn, *turn_failure("model call", err))
+                turn = turn.plus(reply.usage)
+                conversation.usage = conversation.usage.plus(reply.usage)
+                direct = False
+                if is_marker(reply.message):  # the direct call's reply asks for the tools: ask again
+                    continue
+                calls = reply.message.tool_calls
+                if not calls:
+                    return await self._end_turn(turn, "completed", reply.message.content)
+                budget = tool_call_budget(conversation.limits, turn)
+            else:
+                calls, budget = waiting.calls, waiting.budget
             try:
-                reply = await self._call_model(
-                    timedelta(seconds=conversation.limits.turn_timeout_s - elapsed), direct
-                )
-            except ActivityError as err:
-                return await self._end_turn(turn, *turn_failure("model call", err))
-            turn = turn.plus(reply.usage)
-            conversation.usage = conversation.usage.plus(reply.usage)
-            direct = False
-            if is_marker(reply.message):  # the direct call's reply asks for the tools: ask again
-                continue
-            calls = reply.message.tool_calls
-            if not calls:
-                return await self._end_turn(turn, "completed", reply.message.content)
-            budget = tool_call_budget(conversation.limits, turn)
-            results = await self.tools.run(calls, budget)
+                results = await (self.tools.resume(waiting) if waiting else self.tools.run(calls, budget))
+            except Parked as parked:  # what the next run needs to finish this turn
+                what = {"usage": turn, "started": started, "human_wait_s": self.gate.waited_s()}
+                parked.waiting = parked.waiting.model_copy(update=what)
+                raise
+            waiting = None
             ran = Usage(tool_calls=min(budget, len(results)))
             turn, conversation.usage = turn.plus(ran), conversation.usage.plus(ran)
             self.store.keep_results(calls, results)

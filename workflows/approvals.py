@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable
 from datetime import datetime, timedelta
+from typing import Any
 
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError
@@ -30,7 +31,7 @@ with workflow.unsafe.imports_passed_through():
         state_refusal,
     )
     from countersign.core.calls import ToolInvocation, ToolResult, ToolSpec
-    from countersign.core.contract import PendingQuestion
+    from countersign.core.contract import PendingQuestion, WaitingTurn
     from countersign.observability.workflow_metrics import record_approval_wait
 
 from workflows.conversation import Conversation
@@ -39,6 +40,7 @@ from workflows.options import DELIVERY_RETRY, HEARTBEAT_TIMEOUT, NOTICE_TIMEOUT,
 # How long a conversation that ends (or continues as new) waits for notices still being delivered;
 # an unreachable mail server or webhook then leaves them queued in the outboxes, for operators.
 NOTICE_GRACE = timedelta(seconds=2)
+CONTINUING = "the conversation is continuing as new (its approvals carried): send this again in a moment"
 
 
 class ApprovalGate:
@@ -47,6 +49,9 @@ class ApprovalGate:
         self.answers: dict[str, str] = {}  # call id -> the user's answer to its question
         self.human_wait_s = 0.0  # time this turn spent waiting for people
         self._deciding: set[str] = set()  # calls whose decision is being recorded
+        self._parked: set[str] = set()  # calls in a pure wait for people (no activity in flight)
+        self._resumed: set[str] = set()  # approvals carried from the previous run, still pending
+        self._waits: list[datetime] = []  # when each wait for people under way started
         self._notices: list[asyncio.Task[None]] = []  # reviewers' notifications still being sent
 
     # --- approvals ----------------------------------------------------------------------------
@@ -57,22 +62,27 @@ class ApprovalGate:
         assert conversation.context is not None
         policy, now = conversation.context.approval, workflow.now()
         timeout = timedelta(seconds=policy.timeout_for(spec.risk, conversation.limits.approval_timeout_s))
-        approval = Approval(
-            call_id=invocation.call_id,
-            tool=spec.name,
-            args=invocation.arguments,
-            risk=spec.risk,
-            requested_by=conversation.context.user_id,
-            requested_at=now,
-            expires_at=now + timeout,
-            hints=spec.mcp.hints() if spec.mcp else None,
-            nonce=str(workflow.uuid4()),
-        )
-        conversation.approvals[approval.call_id] = approval
-        await self._record_request(approval, spec)
-        self._notify(approval, "request")
+        if invocation.call_id in self._resumed:  # carried: its request was sent, its deadline stays
+            self._resumed.discard(invocation.call_id)
+            approval = conversation.approvals[invocation.call_id]
+        else:
+            approval = Approval(
+                call_id=invocation.call_id,
+                tool=spec.name,
+                args=invocation.arguments,
+                risk=spec.risk,
+                requested_by=conversation.context.user_id,
+                requested_at=now,
+                expires_at=now + timeout,
+                hints=spec.mcp.hints() if spec.mcp else None,
+                nonce=str(workflow.uuid4()),
+            )
+            conversation.approvals[approval.call_id] = approval
+            await self._record_request(approval, spec)
+            self._notify(approval, "request")
         await self._wait_for_people(self._await_decision(approval, timedelta(seconds=policy.reminder_lead_s)))
-        record_approval_wait(spec.risk, approval.state, (workflow.now() - now).total_seconds())
+        waited = (workflow.now() - approval.requested_at).total_seconds()
+        record_approval_wait(spec.risk, approval.state, waited)
         return approval
 
     async def _record_request(self, approval: Approval, spec: ToolSpec) -> None:
@@ -123,6 +133,7 @@ class ApprovalGate:
                 self._notify(approval, "escalation")
 
     async def _decided_by(self, moment: datetime, approval: Approval, label: str) -> bool:
+        self._parked.add(approval.call_id)
         try:
             await workflow.wait_condition(
                 lambda: approval.state != "pending",
@@ -131,6 +142,8 @@ class ApprovalGate:
             )
         except TimeoutError:
             return False
+        finally:
+            self._parked.discard(approval.call_id)
         return True
 
     async def decide(self, decision: Decision) -> Approval:
@@ -140,6 +153,8 @@ class ApprovalGate:
         conversation = self.conversation
         approval = conversation.approvals.get(decision.call_id)
         refusal = state_refusal(approval, decision, workflow.now())
+        if refusal is None and conversation.continuing:  # its approval is being carried, sealed
+            refusal = CONTINUING
         if approval is not None and refusal is None:
             self._deciding.add(decision.call_id)
         try:
@@ -229,24 +244,30 @@ class ApprovalGate:
         return call_id in self.conversation.questions and call_id not in self.answers
 
     async def answer_to(self, call_id: str, question: str) -> ToolResult:
-        """Ask the user `question`; their answer, or EXPIRED when none came before answer_timeout_s."""
+        """Ask the user `question`; their answer, or EXPIRED when none came before answer_timeout_s
+        (a question carried from the previous run keeps its deadline)."""
         questions = self.conversation.questions
         now = workflow.now()
-        expires = now + timedelta(seconds=self.conversation.limits.answer_timeout_s)
-        questions[call_id] = PendingQuestion(
-            call_id=call_id, question=question, asked_at=now.isoformat(), expires_at=expires.isoformat()
-        )
+        if call_id in questions:  # carried (`restore`): its deadline is the sealed one
+            expires = datetime.fromisoformat(questions[call_id].expires_at)
+        else:
+            expires = now + timedelta(seconds=self.conversation.limits.answer_timeout_s)
+            questions[call_id] = PendingQuestion(
+                call_id=call_id, question=question, asked_at=now.isoformat(), expires_at=expires.isoformat()
+            )
 
         async def answered() -> None:
+            self._parked.add(call_id)
             try:
                 await workflow.wait_condition(
                     lambda: call_id in self.answers,
-                    timeout=expires - now,
+                    timeout=max(expires - workflow.now(), timedelta(0)),
                     timeout_summary=f"question {call_id} expires",
                 )
             except TimeoutError:
                 pass
             finally:
+                self._parked.discard(call_id)
                 del questions[call_id]
 
         await self._wait_for_people(answered())
@@ -254,11 +275,44 @@ class ApprovalGate:
             return ToolResult.failure("EXPIRED", f"the user did not answer before {expires.isoformat()}")
         return ToolResult.success({"answer": self.answers[call_id]})
 
+    # --- continuing as new while people decide ------------------------------------------------
+
+    def parked(self) -> set[str]:
+        """The calls that only wait for people now: nothing of theirs is in flight or just decided."""
+        approvals, questions = self.conversation.approvals, self.conversation.questions
+        return {
+            c
+            for c in self._parked
+            if c not in self._deciding
+            and (
+                (c in approvals and approvals[c].state == "pending")
+                or (c in questions and c not in self.answers)
+            )
+        }
+
+    def waiting_on(self, call_ids: set[str]) -> dict[str, Any]:
+        """What the next run needs to wait for `call_ids` again: their approvals and questions."""
+        approvals, questions = self.conversation.approvals, self.conversation.questions
+        return {
+            "approvals": [approvals[c] for c in sorted(call_ids) if c in approvals],
+            "questions": [questions[c] for c in sorted(call_ids) if c in questions],
+        }
+
+    def restore(self, waiting: WaitingTurn) -> None:
+        """Take over the approvals and questions the previous run carried (sealed, verified)."""
+        for approval in waiting.approvals:
+            self.conversation.approvals[approval.call_id] = approval
+            self._resumed.add(approval.call_id)
+        for question in waiting.questions:
+            self.conversation.questions[question.call_id] = question
+        self.human_wait_s = waiting.human_wait_s
+
     # --- the wait itself --------------------------------------------------------------------------
 
     async def _wait_for_people(self, waiting: Awaitable[None]) -> None:
         """Await a human, with the wait kept off the turn's wall-clock budget and shown in state."""
         started = workflow.now()
+        self._waits.append(started)
         self.conversation.refresh_state()
         # Not a `finally`: when a worker evicts the conversation from its cache, the coroutine is
         # closed (GeneratorExit), and no workflow call may run then.
@@ -269,6 +323,12 @@ class ApprovalGate:
             raise
         self._waited_since(started)
 
+    def waited_s(self) -> float:
+        """The turn's time waiting for people so far, the waits under way included."""
+        now = workflow.now()
+        return self.human_wait_s + sum((now - started).total_seconds() for started in self._waits)
+
     def _waited_since(self, started: datetime) -> None:
+        self._waits.remove(started)
         self.human_wait_s += (workflow.now() - started).total_seconds()
         self.conversation.refresh_state()

@@ -7,6 +7,7 @@ its own bookkeeping; what more than one of them reads or changes lives here, in 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import timedelta
 
 from temporalio import workflow
 
@@ -32,6 +33,10 @@ from workflows.rules import status_details
 # Messages waiting for their turn; more are refused. They are carried across runs: with the
 # carried cursor they stay well under the 2 MB payload limit.
 MAX_INBOX = 8
+# How long a run that continues as new waits for the handlers in flight. A sustained flood of
+# signals always has one in flight (each refusal is audited by an activity): waiting for none would
+# let the flood keep the run from continuing until the server's history limit terminates it.
+HANDLER_GRACE = timedelta(seconds=5)
 
 
 @dataclass
@@ -127,6 +132,18 @@ class Conversation:
         workflow.set_current_details(
             status_details(state, self.turn, self.context, self.usage, approvals, questions)
         )
+
+    async def handlers_settled(self) -> None:
+        """Wait for the signal and update handlers in flight, up to HANDLER_GRACE; past it, the run
+        continues as new anyway (a refusal still being audited then may go unrecorded)."""
+        if workflow.all_handlers_finished():
+            return
+        try:
+            await workflow.wait_condition(
+                workflow.all_handlers_finished, timeout=HANDLER_GRACE, timeout_summary="handlers in flight"
+            )
+        except TimeoutError:
+            workflow.logger.warning("continuing as new with handlers in flight (a flood of signals?)")
 
     def inbox_refusal(self) -> str | None:
         """Why one more message cannot wait for its turn now, if it cannot."""

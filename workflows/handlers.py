@@ -26,7 +26,7 @@ with workflow.unsafe.imports_passed_through():
     from countersign.core.messages import ChatMessage
     from countersign.core.saga import RollbackRequest, Saga
 
-from workflows.approvals import ApprovalGate
+from workflows.approvals import CONTINUING, ApprovalGate
 from workflows.authority import Authority
 from workflows.compensation import Rollbacks
 from workflows.conversation import Conversation
@@ -76,6 +76,8 @@ class Handlers:
         refusal = action_state_refusal("answer", answer.user_id, self.conversation.start.user_id)
         if refusal is None and not self.gate.open_question(answer.call_id):
             refusal = f"no question {answer.call_id!r} waits for an answer"
+        if refusal is None and self.conversation.continuing:  # the question is being carried, sealed
+            refusal = CONTINUING
         if refusal is not None:
             return await self.authority.refuse("answer", answer.user_id, refusal)
         proven = await self.authority.proven(

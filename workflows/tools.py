@@ -11,6 +11,7 @@ asked: workflow history carries only its envelope (`StoredResult`).
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 from temporalio import workflow
@@ -25,7 +26,9 @@ with workflow.unsafe.imports_passed_through():
         ToolSpec,
         UnexecutedCall,
     )
+    from countersign.core.contract import WaitingTurn
     from countersign.core.envelopes import tool_message
+    from countersign.core.history import continue_suggested
     from countersign.core.messages import ToolCall
     from countersign.core.policy import screen_call
 
@@ -43,25 +46,106 @@ from workflows.options import (
 from workflows.rules import call_summary, execution_failure
 
 
+class Parked(Exception):  # not an error: the turn continues in the next run
+    """The batch waits for people and the run continues as new, carrying `waiting`."""
+
+    def __init__(self, waiting: WaitingTurn) -> None:
+        super().__init__("the turn continues as new while it waits for people")
+        self.waiting = waiting
+
+
+async def _done(result: StoredResult) -> StoredResult:
+    return result
+
+
 class ToolCalls:
     def __init__(
-        self, conversation: Conversation, store: MessageStore, gate: ApprovalGate, outbox: EmailOutbox
+        self,
+        conversation: Conversation,
+        store: MessageStore,
+        gate: ApprovalGate,
+        outbox: EmailOutbox,
+        rollbacks_requested: Callable[[], bool],
     ) -> None:
         self.conversation = conversation
         self.store = store
         self.gate = gate
         self.outbox = outbox
+        # a rollback accepted mid-turn runs after the turn, in this run: it is never carried
+        self.rollbacks_requested = rollbacks_requested
 
     async def run(self, calls: list[ToolCall], budget: int) -> list[StoredResult]:
-        """Run a batch concurrently; results in call order. Calls past `budget` are refused."""
+        """Run a batch concurrently; results in call order. Calls past `budget` are refused.
+
+        Raises `Parked` when the run must continue as new (its history grew, a flood of signals)
+        while every unfinished call waits for people: the next run resumes the batch (`resume`)."""
         # allocated in call order before any call runs: each result is stored where it belongs
         seqs = [self.store.next_seq() for _ in calls]
-        return await asyncio.gather(
-            *(
-                self._handle(call, i < budget, seq)
-                for i, (call, seq) in enumerate(zip(calls, seqs, strict=True))
-            )
+        batch = WaitingTurn(calls=calls, seqs=seqs, budget=budget, results=[None] * len(calls))
+        return await self._gather(
+            batch,
+            [self._handle(c, i < budget, seq) for i, (c, seq) in enumerate(zip(calls, seqs, strict=True))],
         )
+
+    async def resume(self, batch: WaitingTurn) -> list[StoredResult]:
+        """Finish a batch the previous run carried: its calls that waited for people wait again
+        (their deadlines unchanged), the finished ones keep their results."""
+        self.gate.restore(batch)
+        questions = {q.call_id: q for q in batch.questions}
+        handling: list[Coroutine[Any, Any, StoredResult]] = []
+        for call, seq, result in zip(batch.calls, batch.seqs, batch.results, strict=True):
+            invocation = self._invocation(call, seq)
+            handling.append(
+                _done(result)
+                if result is not None
+                else self._ask_human(invocation, questions[call.id].question)
+                if call.id in questions
+                else self._run_after_approval(invocation, self._spec_of(call.name))
+            )
+        return await self._gather(batch, handling)
+
+    async def _gather(
+        self, batch: WaitingTurn, handling: list[Coroutine[Any, Any, StoredResult]]
+    ) -> list[StoredResult]:
+        tasks = [asyncio.create_task(h) for h in handling]
+        while True:
+            await workflow.wait_condition(
+                lambda: all(t.done() for t in tasks) or self._parkable(batch, tasks)
+            )
+            if all(t.done() for t in tasks):
+                return [t.result() for t in tasks]
+            # settle what is in flight (handlers, notices), then look again: a decision may have landed
+            self.conversation.continuing = True
+            await self.conversation.handlers_settled()
+            await self.gate.notices_sent()
+            if self._parkable(batch, tasks):
+                raise Parked(self._waiting(batch, tasks))
+            self.conversation.continuing = False
+
+    def _parkable(self, batch: WaitingTurn, tasks: list[asyncio.Task[StoredResult]]) -> bool:
+        """Whether the run should, and can, continue as new mid-batch: its history is past the
+        budget, and every unfinished call only waits for people (no activity of it in flight)."""
+        unfinished = {c.id for c, t in zip(batch.calls, tasks, strict=True) if not t.done()}
+        return (
+            continue_suggested(workflow.info())
+            and unfinished <= self.gate.parked()
+            and self.conversation.authorizing == 0
+            and not self.rollbacks_requested()
+        )
+
+    def _waiting(self, batch: WaitingTurn, tasks: list[asyncio.Task[StoredResult]]) -> WaitingTurn:
+        waiting = {c.id for c, t in zip(batch.calls, tasks, strict=True) if not t.done()}
+        return batch.model_copy(
+            update={
+                "results": [t.result() if t.done() else None for t in tasks],
+                **self.gate.waiting_on(waiting),
+            }
+        )
+
+    def _spec_of(self, tool: str) -> ToolSpec:
+        spec = self.conversation.spec(tool)
+        assert spec is not None  # it was screened and waited for approval in the previous run
+        return spec
 
     async def _handle(self, call: ToolCall, within_budget: bool, seq: int) -> StoredResult:
         """Screen, check, approve or ask, and run one call; `seq`: where its result is stored."""

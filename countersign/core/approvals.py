@@ -7,13 +7,15 @@ applies to high risk. Anything the rules cannot confirm is refused: fail closed.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel
 
 from countersign.core.bounds import BoundedJson, Identifier, Proof, Reason
 from countersign.core.calls import Risk, ToolSpec
-from countersign.core.contract import PendingApproval
+
+if TYPE_CHECKING:  # contract imports Approval (a waiting turn carries its approvals)
+    from countersign.core.contract import PendingApproval
 
 ApprovalState = Literal["pending", "approved", "rejected", "expired"]
 DecisionKind = Literal["approve", "reject"]
@@ -47,6 +49,8 @@ class Approval(BaseModel):
     def pending_view(self, mcp_spec: ToolSpec | None = None) -> PendingApproval:
         """What reviewers see; for an MCP tool (`mcp_spec`, from the snapshot) its description and
         input schema too, from which the inbox builds its edit form (native ones are in the registry)."""
+        from countersign.core.contract import PendingApproval
+
         return PendingApproval(
             call_id=self.call_id,
             tool=self.tool,

@@ -31,21 +31,23 @@ MAX_REASON_CHARS = 2_000
 MAX_PROOF_CHARS = 4_096  # an Ed25519 JWT with its claims is under 1 000
 MAX_JSON_DEPTH = 32  # tool arguments are a few levels deep at most
 MAX_JSON_BYTES = 64_000  # as chat.MAX_ARGUMENTS_CHARS: the largest real arguments are ~20 000
-# The Temporal server's limit on one payload (a signal's or an update's input, an activity's result,
-# the carried state), configured to this value by the embedded stack and compose (dynamic config
-# `limit.blobSize.error`, countersign.devstack.temporal.DYNAMIC_CONFIG, deploy/dynamicconfig.yaml):
-# an oversized signal is refused by the server before it reaches history, an oversized update by
-# the worker's SDK before it is accepted (its payload never enters history either). The largest
-# payload Countersign makes itself is a model reply of MAX_REPLY_CHARS (256 000 characters, at most
-# 1 024 000 bytes of UTF-8); a client's largest is a message of MAX_TEXT_CHARS with a proof.
-MAX_PAYLOAD_BYTES = 1_048_576
-MAX_PAYLOAD_WARN_BYTES = 524_288
 # Timeouts: a day for a turn, a year for waits on people (beyond, timedelta and timers overflow
 # long before the server minds; nobody waits a year on an approval).
 MAX_TURN_S = 86_400.0
 MAX_WAIT_S = 366 * 86_400.0
 MAX_COUNT = 10_000  # iterations, tool calls, turns per run
 MAX_TOKENS = 100_000_000
+# What one payload (a signal, an update, an activity's input or result, a start input) may weigh.
+# The Temporal server is configured to refuse anything heavier (`SERVER_LIMITS`: the embedded dev
+# server and compose's deploy/dynamicconfig.yaml) before it reaches history: a flood of oversized
+# signals is refused at the door, not recorded. Countersign's own payloads stay under it: a signal
+# is at most a 32 000-character text, a model reply at most activities/model.py's MAX_REPLY_BYTES.
+MAX_PAYLOAD_BYTES = 1_048_576
+# The Temporal server's dynamic config keys that enforce MAX_PAYLOAD_BYTES (warn at half).
+SERVER_LIMITS: dict[str, int] = {
+    "limit.blobSize.error": MAX_PAYLOAD_BYTES,
+    "limit.blobSize.warn": MAX_PAYLOAD_BYTES // 2,
+}
 
 
 # NUL (PostgreSQL text cannot hold it) and lone surrogates (UTF-8 cannot encode them).

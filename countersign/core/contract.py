@@ -5,10 +5,12 @@ Names and keys are fixed by CONTRACT.md ("The workflow").
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from countersign.core.approvals import Approval
 from countersign.core.bounds import (
     Count,
     Identifier,
@@ -19,9 +21,9 @@ from countersign.core.bounds import (
     TurnSeconds,
     WaitSeconds,
 )
-from countersign.core.calls import Risk, ToolSpec
+from countersign.core.calls import Risk, StoredResult, ToolSpec
 from countersign.core.envelopes import ContextPolicy, Cursor
-from countersign.core.messages import ChatMessage, Usage
+from countersign.core.messages import ChatMessage, ToolCall, Usage
 from countersign.core.saga import Saga
 
 WORKFLOW_TYPE = "AgentWorkflow"
@@ -108,6 +110,28 @@ class SubmitMessage(BaseModel):
     proof: Proof | None = None  # signed mode: the server's proof for exactly this message
 
 
+class WaitingTurn(BaseModel):
+    """A turn that continued as new while its tool calls waited for people (workflows/tools.py).
+
+    Carried, sealed with the rest of CarriedState, when the run's history grew (a flood of signals)
+    while every unfinished call of the batch waited for a reviewer or the user's answer: the next
+    run waits for the same approvals and questions, their deadlines unchanged (`expires_at`, and the
+    reminder before it, sent only when its moment is still ahead), then finishes the batch and the turn.
+    """
+
+    calls: list[ToolCall]  # the batch the model asked for
+    seqs: list[int]  # where each call's result is stored
+    budget: int  # how many of them may run
+    results: list[StoredResult | None]  # the calls already finished, by position
+    approvals: list[Approval] = Field(default_factory=list)  # pending, as reviewers see them
+    questions: list[PendingQuestion] = Field(default_factory=list)
+    usage: Usage = Field(default_factory=Usage)  # the turn's so far
+    started: datetime | None = None  # when the turn started (its wall-clock budget)
+    human_wait_s: float = 0.0  # time it spent waiting for people, off that budget
+    message_id: str | None = None  # the message the turn answers
+    emails: list[int] = Field(default_factory=list)  # queued by the turn: delivered after it
+
+
 class CarriedState(BaseModel):
     """What a conversation carries into its next run when it continues-as-new.
 
@@ -128,6 +152,7 @@ class CarriedState(BaseModel):
     # The conversation instance (its first run's id): every stored row and read names it, and the
     # seal binds it. "" in state carried before instances, which no seal of today verifies.
     conversation_id: str = ""
+    waiting: WaitingTurn | None = None  # a turn that continued as new while it waited for people
 
 
 class StartConversation(BaseModel):

@@ -81,6 +81,7 @@ def fit_for_model(messages: list[ChatMessage], budget: int = MODEL_INPUT_BYTES) 
 class HistoryInfo(Protocol):
     def get_current_history_length(self) -> int: ...
     def get_current_history_size(self) -> int: ...
+    def is_continue_as_new_suggested(self) -> bool: ...
 
 
 def history_full(info: HistoryInfo) -> bool:
@@ -89,3 +90,10 @@ def history_full(info: HistoryInfo) -> bool:
         info.get_current_history_size() > HISTORY_BYTES_BUDGET
         or info.get_current_history_length() > HISTORY_EVENTS_BUDGET
     )
+
+
+def continue_suggested(info: HistoryInfo) -> bool:
+    """Whether the run should continue as new now: the server suggests it, or the budget is past.
+    Checked while the conversation waits too (for a message, a reviewer, an answer): a flood of
+    signals grows history with no turn to end."""
+    return info.is_continue_as_new_suggested() or history_full(info)

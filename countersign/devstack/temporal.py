@@ -18,7 +18,7 @@ from temporalio.api.workflowservice.v1 import DescribeNamespaceRequest
 from temporalio.client import Client
 from temporalio.service import RPCError
 
-from countersign.core.bounds import MAX_PAYLOAD_BYTES, MAX_PAYLOAD_WARN_BYTES
+from countersign.core.bounds import SERVER_LIMITS
 from countersign.devstack import processes
 from countersign.devstack.processes import ProcessRecord
 from countersign.runtime.search_attributes import ALL, ensure_registered
@@ -27,13 +27,12 @@ from countersign.runtime.search_attributes import ALL, ensure_registered
 # - the transfer queue's default poll rate (20/s) throttles how fast the server hands out tasks;
 # - eager activity execution hands an activity scheduled by a workflow task straight back to the
 #   worker that completed it, skipping a trip through the task queue.
-# - a payload larger than Countersign's own bound (countersign.core.bounds.MAX_PAYLOAD_BYTES) is
-#   refused by the server before it reaches a history: a flood of oversized signals costs nothing.
+# And the payload limit (countersign.core.bounds.SERVER_LIMITS): a payload over Countersign's bound is
+# refused by the server, so a flood of oversized signals never reaches a conversation's history.
 DYNAMIC_CONFIG = (
     "history.transferProcessorMaxPollRPS=1000",
     "system.enableActivityEagerExecution=true",
-    f"limit.blobSize.error={MAX_PAYLOAD_BYTES}",
-    f"limit.blobSize.warn={MAX_PAYLOAD_WARN_BYTES}",
+    *(f"{key}={value}" for key, value in SERVER_LIMITS.items()),
 )
 # Write-ahead logging: every commit still waits for its fsync (synchronous=FULL, the default), but
 # appends to one log instead of rewriting pages through a rollback journal.
