@@ -33,7 +33,7 @@ from temporalio import activity
 from activities.access import admit, check_standing
 from activities.heartbeat import heartbeats
 from activities.tools import audit_row, failure_outcome, load_arguments, result_or_envelope
-from countersign.core.calls import McpCall, StoredResult, ToolInvocation, ToolResult, ToolSpec
+from countersign.core.calls import McpCall, StoredResult, ToolInvocation, ToolResult, ToolSpec, lock_key
 from countersign.core.guards import TruncationLimits, sanitize
 from countersign.db.ratelimit import RateLimits
 from countersign.db.schema import McpServer, ToolExecution
@@ -129,7 +129,8 @@ class McpActivities:
         started = datetime.now(UTC)
         clock = time.perf_counter()
         async with self._sessions() as session, session.begin():
-            await session.execute(select(func.pg_advisory_xact_lock(func.hashtextextended(key, 0))))
+            lock = lock_key(inv.workflow_id, inv.call_id)
+            await session.execute(select(func.pg_advisory_xact_lock(func.hashtextextended(lock, 0))))
             recorded = await self._recorded(session, inv)
             if recorded is not None:
                 return await result_or_envelope(session, inv, recorded)

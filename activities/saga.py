@@ -19,7 +19,7 @@ from temporalio.exceptions import ApplicationError
 from activities.heartbeat import heartbeats
 from activities.tools import validate
 from countersign.core.authority import action_refusal
-from countersign.core.calls import call_key
+from countersign.core.calls import lock_key
 from countersign.core.saga import CompensationOutcome, CompensationRequest, RollbackAuthorization, undo_state
 from countersign.db.attempts import attempt_key, record_once
 from countersign.db.events import publish
@@ -57,7 +57,7 @@ class SagaActivities:
                 await told(session, request, "irreversible")
             return CompensationOutcome(state="irreversible", detail=f"{entry.tool} declares no compensation")
         async with self._sessions() as session, session.begin():
-            key = f"{call_key(request.workflow_id, request.conversation_id, entry.call_id)}:undo"
+            key = f"{lock_key(request.workflow_id, entry.call_id)}:undo"
             await session.execute(select(func.pg_advisory_xact_lock(func.hashtextextended(key, 0))))
             done = await session.scalar(
                 select(Compensation).where(

@@ -1,7 +1,8 @@
 """The tool activity: validate the model's arguments, run the tool, audit it, exactly once.
 
-One transaction holds the tool's effect and its audit row (`tool_executions`, unique per workflow id
-and call id). An advisory lock on that key serializes concurrent attempts of the same call, and an
+One transaction holds the tool's effect and its audit row (`tool_executions`, unique per workflow id,
+conversation instance and call id). An advisory lock (`lock_key`) serializes concurrent attempts of
+the same call, and an
 attempt that finds the row returns the recorded result instead of acting again: so a retry after a
 commit (worker crash, lost completion, timeout) changes nothing twice. A call that runs also takes a
 token from its tenant's rate limit bucket for the tool, in the same transaction: a retry that finds
@@ -25,7 +26,7 @@ from activities.access import REFUSED, admit, check_standing
 from activities.failures import is_connection_error
 from activities.heartbeat import heartbeats
 from countersign.core.bounds import loads_bounded, storable, unstorable_refusal
-from countersign.core.calls import ErrorCode, StoredResult, ToolInvocation, ToolResult
+from countersign.core.calls import ErrorCode, StoredResult, ToolInvocation, ToolResult, lock_key
 from countersign.core.guards import TruncationLimits, redact, sanitize
 from countersign.db.events import QUESTION_TOOL, publish
 from countersign.db.messages import audited_answer, store_tool_result
@@ -170,7 +171,8 @@ class ToolActivities:
             if tool is None:  # the workflow screens calls first; this is the defence in depth
                 result = ToolResult.failure("UNKNOWN_TOOL", f"no tool named {invocation.tool!r}")
                 return await result_or_envelope(session, invocation, result)
-            await session.execute(select(func.pg_advisory_xact_lock(func.hashtextextended(key, 0))))
+            lock = lock_key(invocation.workflow_id, invocation.call_id)
+            await session.execute(select(func.pg_advisory_xact_lock(func.hashtextextended(lock, 0))))
             recorded = await session.scalar(
                 select(ToolExecution.result).where(
                     ToolExecution.workflow_id == invocation.workflow_id,

@@ -31,6 +31,7 @@ from countersign.db import access
 from countersign.db.engine import session_factory
 from countersign.db.ratelimit import CallLimits, RateLimit, RateLimits, take_call
 from countersign.db.schema import (
+    Conversation,
     Lead,
     RateLimitBucket,
     TenantRateLimit,
@@ -80,6 +81,10 @@ async def new_user(db_engine: AsyncEngine) -> AsyncIterator[NewUser]:
     yield make
     async with db_engine.begin() as conn:
         await conn.execute(delete(RateLimitBucket).where(RateLimitBucket.user_id.in_(made)))
+        # the conversations they started name them (the audit of what those did stays)
+        await conn.execute(
+            delete(Conversation).where(Conversation.tenant_id == "acme", Conversation.user_id.in_(made))
+        )
         await conn.execute(delete(User).where(User.tenant_id == "acme", User.id.in_(made)))
 
 

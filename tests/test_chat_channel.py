@@ -18,7 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 import tools.chat
 from activities.tools import ToolActivities
 from countersign.core.approvals import Decision
-from countersign.core.calls import CallerContext, ToolInvocation, ToolResult
+from countersign.core.calls import CallerContext, ToolInvocation, ToolResult, call_key
 from countersign.db.engine import session_factory
 from countersign.db.schema import ChatChannel, ChatPost, ToolExecution
 from tests.fixtures.agent import AgentHarness
@@ -191,7 +191,9 @@ async def test_the_admin_assistant_posts_after_a_reviewer_approves(
     result = await handle.result()
     assert (result.last_reply or "").endswith("Posted to the team channel.")
     (sent,) = chat_receiver.posts
-    assert sent["json"]["text"] == "Initech signed" and sent["key"] == f"{handle.id}:{waiting.call_id}"
+    assert sent["json"]["text"] == "Initech signed" and sent["key"] == call_key(
+        handle.id, handle.first_execution_run_id or "", waiting.call_id
+    )
     async with session_factory(db_engine)() as session:
         row = await session.scalar(select(ToolExecution).where(ToolExecution.workflow_id == handle.id))
     assert row is not None and (row.outcome, row.approved_by) == ("executed", "bob")

@@ -293,7 +293,12 @@ async def test_a_compensation_retried_after_commit_changes_nothing_twice(
     (entry,) = (await handle.query(AgentWorkflow.saga)).entries
     activities = SagaActivities(session_factory(db_engine))
     caller = CallerContext(tenant_id="acme", user_id="alice", roles=["sales"], agent=name)
-    request = CompensationRequest(caller=caller, workflow_id=handle.id, entry=entry)
+    request = CompensationRequest(
+        caller=caller,
+        workflow_id=handle.id,
+        conversation_id=handle.first_execution_run_id or "",
+        entry=entry,
+    )
     first = await activities.compensate_call(request)
     async with db_engine.begin() as conn:  # a person changes the lead after the undo
         await conn.execute(

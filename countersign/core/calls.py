@@ -154,6 +154,17 @@ def call_key(workflow_id: str, conversation_id: str, call_id: str) -> str:
     return f"{workflow_id}:{conversation_id}:{call_id}" if conversation_id else f"{workflow_id}:{call_id}"
 
 
+def lock_key(workflow_id: str, call_id: str) -> str:
+    """The advisory lock that serializes attempts of a call: `workflow:call`, across instances.
+
+    Coarser than `call_key` on purpose: one run of a workflow id is open at a time, so all it adds
+    is ordering a closed run's straggling attempt against a new instance's call of the same id
+    (their rows and results stay apart, by `call_key`). And a key known before the conversation
+    starts lets an operator (or a fault test) hold a call in flight.
+    """
+    return f"{workflow_id}:{call_id}"
+
+
 class ToolInvocation(BaseModel):
     caller: CallerContext
     workflow_id: str
