@@ -15,6 +15,7 @@ from countersign.core.messages import ChatMessage
 from countersign.db.schema import ToolExecution
 from tests.fixtures.agent import AgentHarness
 from tests.fixtures.updates import execute_update, start_update
+from tests.test_approvals import jane_is_new as jane_is_new
 from workflows.agent import AgentWorkflow
 
 FIND_JANE = (
@@ -42,7 +43,9 @@ async def audit_rows(engine: AsyncEngine, workflow_id: str) -> list[ToolExecutio
         return list(rows)  # type: ignore[arg-type]
 
 
-async def test_one_turn_searches_reads_and_answers(agent: AgentHarness, db_engine: AsyncEngine) -> None:
+async def test_one_turn_searches_reads_and_answers(
+    agent: AgentHarness, db_engine: AsyncEngine, jane_is_new: None
+) -> None:
     agent.script(*FIND_JANE)
     handle = await agent.start("Find Jane Doe and tell me about her", single_turn=True)
     result = await handle.result()
