@@ -87,9 +87,13 @@ async def find_notification(ctx: ToolContext, ref: str) -> Notification:
     """A notification the user may see: by id, or by text among the open ones."""
     visible = visible_to(ctx.tenant_id, ctx.caller.user_id)
     number = record_id(ref)
-    by_id = [visible & (Notification.id == number)] if number is not None else []
-    by_text = visible & (Notification.status == "open") & containing(Notification.message, ref)
-    rows = await match_first(ctx, Notification, *by_id, by_text, lock=True)
+    # an id names one notification: never fall back to messages that happen to contain the number
+    wanted = (
+        visible & (Notification.id == number)
+        if number is not None
+        else visible & (Notification.status == "open") & containing(Notification.message, ref)
+    )
+    rows = await match_first(ctx, Notification, wanted, lock=True)
     if not rows:
         raise ToolFailure("NOT_FOUND", f"no notification {ref!r} for this user")
     if len(rows) > 1:
