@@ -25,9 +25,10 @@ from countersign.core.contract import AnswerSignal, EndConversation, Limits, Sub
 from countersign.core.saga import RollbackRequest
 from tests.fixtures.agent import AgentHarness
 from tests.fixtures.mcp import register, time_server
+from tests.fixtures.postgres import reset_jane
 from tests.fixtures.updates import execute_update
 from tests.test_agent_workflow import FIND_JANE
-from tests.test_approvals import ECHO_RESULT, pending, qualify, reset_jane
+from tests.test_approvals import ECHO_RESULT, pending, qualify
 from tests.test_hostile_input import raw
 from tests.test_saga import make_agent
 from workflows.agent import AgentWorkflow

@@ -43,8 +43,9 @@ from countersign.db.schema import (
 from countersign.db.seed import TENANT_RATE_LIMITS
 from countersign.runtime.config import PROJECT_ROOT
 from tests.fixtures.agent import AgentHarness
+from tests.fixtures.postgres import JANE
 from tests.fixtures.updates import execute_update
-from tests.test_approvals import ECHO_RESULT, JANE, pending, qualify
+from tests.test_approvals import ECHO_RESULT, pending, qualify
 from tools.registry import ToolContext, ToolFailure
 from tools.resolve import NeedsInput, resolve_person, resolve_user
 from workflows.agent import AgentWorkflow

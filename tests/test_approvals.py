@@ -7,21 +7,18 @@ import json
 from typing import Any
 
 import pytest
-from sqlalchemy import delete, select, update
+from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 from temporalio.client import WorkflowHandle, WorkflowUpdateFailedError
 
 from countersign.core.approvals import ApproveSignal, Decision, RejectSignal
 from countersign.core.contract import AnswerSignal, Limits, StatusView
 from countersign.core.messages import ChatMessage
-from countersign.db.engine import session_factory
-from countersign.db.leads import rescore
-from countersign.db.schema import ApprovalDecision, Lead, LeadEvent, Notification, ToolExecution
+from countersign.db.schema import ApprovalDecision, Lead, Notification, ToolExecution
 from tests.fixtures.agent import AgentHarness
+from tests.fixtures.postgres import JANE, reset_jane
 from tests.fixtures.updates import execute_update
 from workflows.agent import AgentWorkflow
-
-JANE = "jane.doe@example.com"
 
 
 def qualify(reason: str = "budget confirmed") -> dict[str, Any]:
@@ -50,17 +47,6 @@ async def lead_status(engine: AsyncEngine, tenant: str) -> str:
         return (
             await conn.execute(select(Lead.status).where(Lead.tenant_id == tenant, Lead.email == JANE))
         ).scalar_one()
-
-
-async def reset_jane(engine: AsyncEngine) -> None:
-    """Jane as seeded: new, with no status history, and the score those facts give (other test
-    files share this database and read her score)."""
-    async with session_factory(engine)() as session, session.begin():
-        await session.execute(update(Lead).where(Lead.email == JANE).values(status="new"))
-        janes = select(Lead.id).where(Lead.email == JANE)
-        await session.execute(delete(LeadEvent).where(LeadEvent.lead_id.in_(janes)))
-        for lead in await session.scalars(select(Lead).where(Lead.email == JANE)):
-            await rescore(session, lead)
 
 
 async def audit(engine: AsyncEngine, workflow_id: str) -> list[Any]:

@@ -26,8 +26,8 @@ from countersign.db.schema import (
 )
 from tests.fixtures.agent import AgentHarness
 from tests.fixtures.chat import Receiver, acme_channel
+from tests.fixtures.postgres import JANE, reset_jane
 from tests.fixtures.updates import execute_update
-from tests.test_approvals import JANE, reset_jane
 from tests.test_saga import LIVE
 from workflows.agent import AgentWorkflow
 

@@ -33,8 +33,9 @@ from countersign.core.contract import AnswerSignal, StartConversation, StatusVie
 from countersign.db.schema import Notification
 from countersign.devstack.temporal import DevServerConfig
 from tests.fixtures.agent import AgentHarness
+from tests.fixtures.postgres import reset_jane
 from tests.fixtures.updates import execute_update
-from tests.test_approvals import ECHO_RESULT, audit, lead_status, qualify, reset_jane
+from tests.test_approvals import ECHO_RESULT, audit, lead_status, qualify
 from tests.test_hostile_input import PROPERTY, ask, eventually, raw, records
 from workflows.agent import AgentWorkflow
 

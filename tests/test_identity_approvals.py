@@ -40,8 +40,9 @@ from countersign.identity.proofs import Binding, mint_proof
 from countersign.runtime.search_attributes import AGENT_STATUS, TENANT_ID
 from tests.fixtures.agent import AgentHarness
 from tests.fixtures.inbox import SignedStack
+from tests.fixtures.postgres import JANE
 from tests.fixtures.updates import execute_update
-from tests.test_approvals import ECHO_RESULT, JANE, pending, qualify
+from tests.test_approvals import ECHO_RESULT, pending, qualify
 from tests.test_approvals import jane_is_new as jane_is_new
 from workflows.agent import AgentWorkflow
 

@@ -20,7 +20,8 @@ from countersign.db.schema import AgentProfile, ApprovalDecision, McpServer, Too
 from countersign.runtime.config import PROJECT_ROOT
 from tests.fixtures.inbox import SignedStack
 from tests.fixtures.mcp import HttpServer, http_config, register
-from tests.test_approvals import ECHO_RESULT, JANE, lead_status, qualify
+from tests.fixtures.postgres import JANE
+from tests.test_approvals import ECHO_RESULT, lead_status, qualify
 from tests.test_approvals import jane_is_new as jane_is_new
 from tests.test_web_ui import chromium as chromium
 

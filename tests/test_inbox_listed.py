@@ -20,7 +20,8 @@ from countersign.identity.proofs import load_private_key
 from countersign.server.auth import Reviewer
 from countersign.server.service import DecisionRequest, Inbox, InboxError, PendingItem
 from tests.fixtures.inbox import SignedStack
-from tests.test_approvals import ECHO_RESULT, JANE, qualify
+from tests.fixtures.postgres import JANE
+from tests.test_approvals import ECHO_RESULT, qualify
 from tests.test_approvals import jane_is_new as jane_is_new
 
 pytestmark = pytest.mark.devserver

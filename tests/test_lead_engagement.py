@@ -26,10 +26,11 @@ from countersign.db.schema import CalendarEvent, EmailDraft, EmailOutbox, Lead, 
 from countersign.runtime.config import PROJECT_ROOT
 from tests.fixtures.agent import AgentHarness
 from tests.fixtures.inbox import AuthInbox
+from tests.fixtures.postgres import JANE
 from tests.fixtures.smtp import SmtpServer
 from tests.fixtures.updates import execute_update
 from tests.test_agent_tools_api import token
-from tests.test_approvals import JANE, pending
+from tests.test_approvals import pending
 from tests.test_tools_catalog import args_of, context, failure, run, undo
 from tools.registry import ToolContext
 from workflows.agent import AgentWorkflow

@@ -18,9 +18,10 @@ from countersign.db.instances import instance_of
 from countersign.db.schema import EmailDraft, EmailOutbox, Lead
 from countersign.db.seed import seed
 from tests.fixtures.agent import AgentHarness
+from tests.fixtures.postgres import JANE
 from tests.fixtures.smtp import SmtpServer
 from tests.fixtures.updates import execute_update
-from tests.test_approvals import JANE, pending
+from tests.test_approvals import pending
 from tests.test_saga import rolled_back
 from tests.test_tools_catalog import call, context, failure, run, undo
 from tools import REGISTRY

@@ -25,8 +25,8 @@ from countersign.db.schema import (
     RollbackRecord,
 )
 from tests.fixtures.agent import AgentHarness
+from tests.fixtures.postgres import reset_jane
 from tests.fixtures.updates import execute_update
-from tests.test_approvals import reset_jane
 from workflows.agent import AgentWorkflow
 
 AGENT = "saga-test"

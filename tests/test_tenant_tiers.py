@@ -21,7 +21,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from countersign.db.schema import AgentToolPermission, Task, TenantToolTier, TierChange, ToolExecution
 from countersign.runtime.config import PROJECT_ROOT
 from tests.fixtures.inbox import SignedStack
-from tests.test_approvals import ECHO_RESULT, JANE, pending, qualify
+from tests.fixtures.postgres import JANE
+from tests.test_approvals import ECHO_RESULT, pending, qualify
 from tests.test_approvals import jane_is_new as jane_is_new
 from tests.test_inbox_browser import ARTIFACTS, CHROMIUM_ARGS, log_in
 from tests.test_web_ui import chromium as chromium
