@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import signal
 import statistics
 import subprocess
@@ -33,7 +32,6 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-import psutil
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker, create_async_engine
 
@@ -42,7 +40,7 @@ from bench import bare, stack, workloads
 from bench.clock import ActivityClock
 from bench.report import met, num, table
 from bench.scenario import STEPS_MESSAGE, bench_scenario
-from bench.sections import put_section
+from bench.sections import put_section, recorded_run
 from bench.stats import Summary
 from countersign.core.policy import offered_tools
 from countersign.db.engine import session_factory
@@ -449,13 +447,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.rounds:
         sizes = Sizes(sizes.steps, sizes.conversations, args.rounds, sizes.batch, sizes.concurrency)
     configure_logging("WARNING")
-    load = [round(x, 2) for x in psutil.getloadavg()]
-    results = asyncio.run(measure(sizes, args.profile))
-    results["machine"] = {
-        "load_average_at_start": load,
-        "load_average_at_end": [round(x, 2) for x in os.getloadavg()],
-    }
-    results["command"] = " ".join([".venv/bin/python -m bench.cost", *given])
+    results = recorded_run("bench.cost", given, measure(sizes, args.profile))
     results["ratios"] = ratios(results)
     args.out.write_text(json.dumps(results, indent=2) + "\n")
     text = render(results)

@@ -42,7 +42,7 @@ from temporalio.client import WorkflowUpdateRPCTimeoutOrCancelledError
 
 from bench import bare, cost, stack, workloads
 from bench.report import num, table
-from bench.sections import put_section
+from bench.sections import put_section, recorded_run
 from bench.stats import percentile
 from countersign.core.bounds import MAX_TOKENS, MAX_TURN_S
 from countersign.core.contract import Limits, StartConversation, SubmitMessage, TurnResult
@@ -408,13 +408,7 @@ def main(argv: list[str] | None = None) -> None:
         long_turn=args.long or base.long_turn,
     )
     configure_logging("WARNING")
-    started = [round(x, 2) for x in psutil.getloadavg()]
-    results = asyncio.run(measure(sizes, args.skip_long))
-    results["machine"] = {
-        "load_average_at_start": started,
-        "load_average_at_end": [round(x, 2) for x in psutil.getloadavg()],
-    }
-    results["command"] = " ".join([".venv/bin/python -m bench.load", *given])
+    results = recorded_run("bench.load", given, measure(sizes, args.skip_long))
     args.out.write_text(json.dumps(results, indent=2) + "\n")
     put_section(args.markdown, "bench.load", render(results))
     progress(f"wrote {args.out} and {args.markdown}")

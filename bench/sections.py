@@ -9,7 +9,25 @@ first in the file), `bench.observability`, `bench.mcp`, `bench.conversation_leng
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Coroutine
 from pathlib import Path
+from typing import Any
+
+import psutil
+
+
+def recorded_run(module: str, given: list[str], run: Coroutine[Any, Any, dict[str, Any]]) -> dict[str, Any]:
+    """Run a benchmark and add what its section's header says: the load average at the start and
+    the end (this machine is shared: ratios within one run are what compare) and the command."""
+    started = [round(x, 2) for x in psutil.getloadavg()]
+    results = asyncio.run(run)
+    results["machine"] = {
+        "load_average_at_start": started,
+        "load_average_at_end": [round(x, 2) for x in psutil.getloadavg()],
+    }
+    results["command"] = " ".join([f".venv/bin/python -m {module}", *given])
+    return results
 
 
 def markers(name: str) -> tuple[str, str]:
