@@ -274,6 +274,27 @@ async def test_the_notifications_cli_lists_and_resolves_a_users_own(
             db_engine, "resolve", str(note_id), "--tenant", tenant, "--as", user
         )
         assert code != 0 and f"no notification {note_id}" in out
+    # in signed mode `--as` is a name nobody proved: the CLI refuses, and the notification stays open
+    async with db_engine.begin() as conn:
+        mode = (
+            await conn.execute(text("SELECT value FROM deployment_settings WHERE name = 'auth_mode'"))
+        ).scalar()
+        await conn.execute(
+            text(
+                "INSERT INTO deployment_settings (name, value) VALUES ('auth_mode', 'signed') "
+                "ON CONFLICT (name) DO UPDATE SET value = 'signed'"
+            )
+        )
+    try:
+        code, out = await notifications_cli(
+            db_engine, "resolve", str(note_id), "--tenant", "acme", "--as", "bob"
+        )
+    finally:
+        async with db_engine.begin() as conn:
+            restore = "UPDATE deployment_settings SET value = :mode WHERE name = 'auth_mode'"
+            forget = "DELETE FROM deployment_settings WHERE name = 'auth_mode'"
+            await conn.execute(text(restore if mode else forget), {"mode": mode} if mode else {})
+    assert code != 0 and "COUNTERSIGN_AUTH=signed" in out, out
     code, out = await notifications_cli(db_engine, "resolve", str(note_id), "--tenant", "acme", "--as", "bob")
     assert (code, out.strip()) == (0, f"notification {note_id} resolved")
     code, out = await notifications_cli(

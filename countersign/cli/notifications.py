@@ -14,6 +14,7 @@ from countersign.cli.app import cli, print_json, run
 from countersign.cli.records import table, with_session
 from countersign.db.notifications import StatusFilter, mark_resolved, notification_of, notifications_of
 from countersign.db.schema import Notification, User
+from countersign.identity.mode import recorded_mode
 
 
 def as_row(n: Notification) -> dict[str, Any]:
@@ -67,12 +68,17 @@ def list_notifications(tenant: str, user: str, status: StatusFilter, limit: int,
 @notifications.command("resolve")
 @click.argument("notification_id", type=click.IntRange(1))
 @click.option("--tenant", required=True)
-@click.option("--as", "user", required=True, help="The user resolving it: it must be theirs or tenant-wide.")
+@click.option("--as", "user", required=True, help="Who resolves it (names mode): theirs or tenant-wide.")
 @click.option("--json", "as_json", is_flag=True, help="Print the notification as JSON.")
 def resolve_notification(notification_id: int, tenant: str, user: str, as_json: bool) -> None:
     """Mark one of the user's notifications resolved (an already resolved one is left as it is)."""
 
     async def resolve(session: AsyncSession) -> tuple[dict[str, Any], bool]:
+        if await recorded_mode(session) == "signed":  # `--as` is a name nobody proved
+            raise click.ClickException(
+                "the deployment runs COUNTERSIGN_AUTH=signed: a notification is resolved by its user, "
+                "through their own conversation (the resolve_notification tool), not by a name given here"
+            )
         await require_user(session, tenant, user)
         found = await notification_of(session, tenant, user, notification_id)
         if found is None:
