@@ -302,6 +302,8 @@ async def test_a_person_lists_reads_and_edits_drafts_through_the_server(
     assert (await auth_inbox.call("PATCH", path, alice, {"subject": "a\nBcc: x@evil.example"}))[0] == 400
     assert (await auth_inbox.call("PATCH", path, alice, {"status": "sent"}))[0] == 400  # unknown key
     assert (await auth_inbox.call("GET", "/api/drafts?state=nope", alice))[0] == 400
+    assert (await auth_inbox.call("GET", "/api/drafts?limit=" + "9" * 5000, alice))[0] == 400  # not int()ed
+    assert (await auth_inbox.call("GET", "/api/drafts/" + "9" * 30, alice))[0] == 404  # past BIGINT
     assert (await auth_inbox.call("POST", path + "/send", alice, {}))[0] in (404, 405)
     dave = await token(auth_inbox, "dave", "globex")
     assert (await auth_inbox.call("GET", path, dave))[0] == 404

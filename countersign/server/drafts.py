@@ -25,7 +25,7 @@ from tools.drafts import (
     drafts_of,
     edit_draft,
 )
-from tools.registry import ToolFailure
+from tools.registry import ToolFailure, record_id
 
 STATES: dict[str, DraftState] = {"unsent": "unsent", "sent": "sent", "all": "all"}
 FAILURE_STATUS = {"NOT_FOUND": 404, "CONFLICT": 409}
@@ -37,15 +37,18 @@ def refused(failure: ToolFailure) -> InboxError:
 
 def draft_id_of(request: web.Request) -> int:
     raw = request.match_info["draft_id"]
-    if not (raw.isascii() and raw.isdigit() and len(raw) <= 18):
-        raise InboxError(404, f"no draft {raw!r}")
-    return int(raw)
+    draft_id = record_id(raw)
+    if draft_id is None:
+        raise InboxError(404, f"no draft {raw[:40]!r}")
+    return draft_id
 
 
 async def list_drafts(request: web.Request) -> web.Response:
     state = STATES.get(request.query.get("state", "unsent"))
     limit = request.query.get("limit", "50")
-    if state is None or not (limit.isascii() and limit.isdigit() and 1 <= int(limit) <= 100):
+    if state is None or not (
+        len(limit) <= 3 and limit.isascii() and limit.isdigit() and 1 <= int(limit) <= 100
+    ):
         raise InboxError(400, "state is unsent, sent or all; limit is 1-100")
     async with request.app[REQUESTERS].sessions() as session:
         found = await drafts_of(session, request[CALLER].tenant_id, state, int(limit))
