@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import sys
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime, timedelta
@@ -41,8 +39,8 @@ from countersign.db.schema import (
     UserScope,
 )
 from countersign.db.seed import TENANT_RATE_LIMITS
-from countersign.runtime.config import PROJECT_ROOT
 from tests.fixtures.agent import AgentHarness
+from tests.fixtures.cli import run_starter
 from tests.fixtures.postgres import JANE
 from tests.fixtures.updates import execute_update
 from tests.test_approvals import ECHO_RESULT, pending, qualify
@@ -403,13 +401,8 @@ async def test_a_flooding_user_never_empties_the_tenants_bucket_for_the_others(
 
 
 async def starter(database_url: str, *args: str) -> tuple[int, str]:
-    env = {**os.environ, "DATABASE_URL": database_url}
-    process = await asyncio.create_subprocess_exec(
-        sys.executable, "starter.py", *args, cwd=PROJECT_ROOT, env=env,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
-    )  # fmt: skip
-    out, _ = await asyncio.wait_for(process.communicate(), timeout=120)
-    return process.returncode or 0, out.decode()
+    done = await run_starter(*args, env={"DATABASE_URL": database_url})
+    return done.returncode, done.stdout + done.stderr
 
 
 async def test_an_operator_deactivates_grants_and_sets_limits_from_the_cli(

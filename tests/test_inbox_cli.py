@@ -3,10 +3,8 @@ with its session, as a subprocess against the real dev server, worker and inbox.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,7 +12,7 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from countersign.db.schema import ApprovalDecision
-from countersign.runtime.config import PROJECT_ROOT
+from tests.fixtures.cli import run_starter
 from tests.fixtures.inbox import SignedStack
 from tests.test_approvals import ECHO_RESULT, pending, qualify
 from tests.test_approvals import jane_is_new as jane_is_new
@@ -23,11 +21,7 @@ pytestmark = pytest.mark.devserver
 
 
 async def starter(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return await asyncio.to_thread(
-        subprocess.run,
-        [sys.executable, str(PROJECT_ROOT / "starter.py"), *args],
-        cwd=PROJECT_ROOT, env=env, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+    return await run_starter(*args, env=env)
 
 
 async def test_login_then_approve_goes_through_the_inbox_with_a_proof(

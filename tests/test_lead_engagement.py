@@ -3,11 +3,8 @@ edited and sent again; calendar event types. Tools called directly on the seeded
 
 from __future__ import annotations
 
-import asyncio
 import json
-import os
 import subprocess
-import sys
 from collections.abc import AsyncIterator
 from dataclasses import replace
 from pathlib import Path
@@ -23,8 +20,8 @@ from countersign.core.approvals import Decision
 from countersign.db.engine import session_factory
 from countersign.db.leads import rescore
 from countersign.db.schema import CalendarEvent, EmailDraft, EmailOutbox, Lead, LeadEvent
-from countersign.runtime.config import PROJECT_ROOT
 from tests.fixtures.agent import AgentHarness
+from tests.fixtures.cli import run_starter
 from tests.fixtures.inbox import AuthInbox
 from tests.fixtures.postgres import JANE
 from tests.fixtures.smtp import SmtpServer
@@ -252,12 +249,7 @@ async def test_the_qualifier_reads_the_score_and_sends_a_saved_draft_after_appro
 
 
 async def starter(database_url: str, data_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "DATABASE_URL": database_url, "COUNTERSIGN_DATA_DIR": str(data_dir)}
-    return await asyncio.to_thread(
-        subprocess.run,
-        [sys.executable, str(PROJECT_ROOT / "starter.py"), *args],
-        cwd=PROJECT_ROOT, env=env, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+    return await run_starter(*args, env={"DATABASE_URL": database_url, "COUNTERSIGN_DATA_DIR": str(data_dir)})
 
 
 async def test_a_person_reads_the_score_and_lists_reads_and_edits_drafts_from_the_cli(

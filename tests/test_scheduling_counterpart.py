@@ -8,10 +8,7 @@ the real workflow (time-skipping server, scripted model over HTTP via the openai
 
 from __future__ import annotations
 
-import asyncio
 import json
-import os
-import sys
 import uuid
 from dataclasses import replace
 from typing import Any
@@ -26,6 +23,7 @@ from countersign.db import schema
 from countersign.runtime.config import PROJECT_ROOT
 from countersign.scripted_model.scenario import load_scenario
 from tests.fixtures.agent import AgentHarness
+from tests.fixtures.cli import run_starter
 from tests.fixtures.smtp import SmtpServer
 from tests.fixtures.updates import execute_update
 from tests.test_scheduling_negotiation import MONDAY, propose, utc
@@ -240,14 +238,9 @@ async def test_a_user_sees_and_resolves_only_their_own_notifications(db_session:
 
 
 async def notifications_cli(engine: AsyncEngine, *args: str) -> tuple[int, str]:
-    env = {**os.environ, "DATABASE_URL": engine.url.render_as_string(hide_password=False)}
-    process = await asyncio.create_subprocess_exec(
-        sys.executable, "starter.py", "notifications", *args, cwd=PROJECT_ROOT, env=env,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
-    )  # fmt: skip
-    out, _ = await asyncio.wait_for(process.communicate(), timeout=120)
-    assert process.returncode is not None
-    return process.returncode, out.decode()
+    url = engine.url.render_as_string(hide_password=False)
+    done = await run_starter("notifications", *args, env={"DATABASE_URL": url})
+    return done.returncode, done.stdout + done.stderr
 
 
 async def test_the_notifications_cli_lists_and_resolves_a_users_own(

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,30 +13,15 @@ from temporalio.api.common.v1 import WorkflowExecution
 from temporalio.api.workflowservice.v1 import DeleteWorkflowExecutionRequest
 from temporalio.service import RPCError
 
-from countersign.runtime.config import PROJECT_ROOT, SCRIPTED_MODEL_NAME
 from tests.fixtures.agent import AgentHarness
+from tests.fixtures.cli import run_starter
 from tests.test_saga import WRITES, clean, snapshot  # noqa: F401  (a fixture, used by name)
 from tests.test_store import make_agent
 
 
 async def starter(harness: AgentHarness, data_dir: Path, *args: str) -> tuple[int, str]:
-    s = harness.settings
-    env = {
-        **os.environ,
-        "TEMPORAL_ADDRESS": s.temporal_address,
-        "TEMPORAL_NAMESPACE": s.namespace,
-        "TASK_QUEUE": s.task_queue,
-        "DATABASE_URL": s.database_url or "",
-        "LLM_BASE_URL": s.llm_base_url or "",
-        "LLM_MODEL": SCRIPTED_MODEL_NAME,
-        "COUNTERSIGN_DATA_DIR": str(data_dir),  # no stack.json from a running dev stack
-    }
-    process = await asyncio.create_subprocess_exec(
-        sys.executable, "starter.py", *args, cwd=PROJECT_ROOT, env=env,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
-    )  # fmt: skip
-    out, _ = await asyncio.wait_for(process.communicate(), timeout=120)
-    return process.returncode or 0, out.decode()
+    done = await run_starter(*args, env=harness.cli_env(data_dir))
+    return done.returncode, done.stdout + done.stderr
 
 
 @pytest.mark.usefixtures("clean")
