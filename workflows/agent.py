@@ -23,7 +23,7 @@ everything that touches the world is an activity, referenced by name.
 from __future__ import annotations
 
 import asyncio
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError
@@ -50,10 +50,11 @@ with workflow.unsafe.imports_passed_through():
         ModelReply,
         ModelRequest,
         StoredInput,
+        ToolCall,
         Usage,
     )
     from countersign.core.policy import offered_tools
-    from countersign.core.seal import SealCheck, SealRequest, digest
+    from countersign.core.seal import SealRequest, digest
     from countersign.observability.workflow_metrics import record_turn
     from countersign.runtime.search_attributes import AGENT_NAME, TENANT_ID
 
@@ -113,7 +114,7 @@ class AgentWorkflow(Handlers):
                 raise ApplicationError(
                     f"the start was refused: {refusal}", type="UnprovenStart", non_retryable=True
                 )
-        await self._verify_carried(conversation.start)
+        await self.authority.verify_carried(conversation.start)
         context = await self._load_context(conversation.start)
         workflow.upsert_search_attributes(
             [TENANT_ID.value_set(context.tenant_id), AGENT_NAME.value_set(context.agent.name)]
@@ -138,23 +139,6 @@ class AgentWorkflow(Handlers):
             ended_by=conversation.ended_by,
         )
 
-    async def _verify_carried(self, start: StartConversation) -> None:
-        """Fail the run once, on the record, when it was started with state it cannot prove the
-        conversation carried itself (a client's invention, or another workflow's)."""
-        if start.carried is None:
-            return
-        check = SealCheck(
-            **self.conversation.instance().model_dump(),
-            digest=digest(start.carried),
-            seal=start.seal,
-            run_instance=workflow.info().first_execution_run_id,
-        )
-        refusal: str = await bookkeeping("verify_carried", check, "verify the carried state", str)
-        if refusal:
-            raise ApplicationError(
-                f"the start input was refused: {refusal}", type="ForgedCarriedState", non_retryable=True
-            )
-
     async def _load_context(self, start: StartConversation) -> ConversationContext:
         """Who acts and what the agent may do, from the database, in every run: never carried."""
         try:
@@ -173,21 +157,9 @@ class AgentWorkflow(Handlers):
             raise
         self.conversation.context = context
         self.conversation.limits = within_agent_bounds(self.conversation.limits, context.agent_limits)
-        await self._register()
+        await self.authority.register()
         await self.store.store_prompt(context.agent.system_prompt)
         return context
-
-    async def _register(self) -> None:
-        """Make the workflow id's row name this instance (first run), or check that it does and is
-        this tenant's, user's and agent's (every later run), before anything is stored or read."""
-        instance = self.conversation.instance()
-        refusal: str = await bookkeeping(
-            "register_conversation", instance, "register the conversation instance", str
-        )
-        if refusal:
-            raise ApplicationError(
-                f"the start input was refused: {refusal}", type="ForgedCarriedState", non_retryable=True
-            )
 
     async def _converse(self) -> None:
         """Between turns: run what rollbacks were asked for, then the next message's turn (first,
@@ -320,26 +292,11 @@ class AgentWorkflow(Handlers):
         turn = waiting.usage if waiting else Usage()
         while True:
             if waiting is None:
-                elapsed = (workflow.now() - started).total_seconds() - self.gate.human_wait_s
-                stop = before_model_call(conversation.limits, turn, elapsed)
-                stop = stop or budget_refusal(context.policy, conversation.usage.total_tokens)
-                if stop:
-                    return await self._end_turn(turn, "limit_reached", f"LIMIT_REACHED: {stop}.")
-                try:
-                    reply = await self._call_model(
-                        timedelta(seconds=conversation.limits.turn_timeout_s - elapsed), direct
-                    )
-                except ActivityError as err:
-                    return await self._end_turn(turn, *turn_failure("model call", err))
-                turn = turn.plus(reply.usage)
-                conversation.usage = conversation.usage.plus(reply.usage)
+                asked = await self._ask_model(turn, started, direct)
+                if asked is None:  # the turn ended: an answer, a limit or a failed call
+                    return
+                turn, calls, budget = asked
                 direct = False
-                if is_marker(reply.message):  # the direct call's reply asks for the tools: ask again
-                    continue
-                calls = reply.message.tool_calls
-                if not calls:
-                    return await self._end_turn(turn, "completed", reply.message.content)
-                budget = tool_call_budget(conversation.limits, turn)
             else:
                 calls, budget = waiting.calls, waiting.budget
             try:
@@ -364,6 +321,39 @@ class AgentWorkflow(Handlers):
                 return await self._end_turn(
                     turn, "limit_reached", f"LIMIT_REACHED: the turn reached max_tool_calls ({limit})."
                 )
+
+    async def _ask_model(
+        self, turn: Usage, started: datetime, direct: bool
+    ) -> tuple[Usage, list[ToolCall], int] | None:
+        """Call the model until it asks for tools: the turn's usage with the calls, and how many may
+        run. A direct call's reply wanting tools asks again, with them. None when the turn ended
+        here: a plain answer, a limit, or a model call that failed."""
+        conversation = self.conversation
+        context = conversation.context
+        assert context is not None
+        while True:
+            elapsed = (workflow.now() - started).total_seconds() - self.gate.human_wait_s
+            stop = before_model_call(conversation.limits, turn, elapsed)
+            stop = stop or budget_refusal(context.policy, conversation.usage.total_tokens)
+            if stop:
+                await self._end_turn(turn, "limit_reached", f"LIMIT_REACHED: {stop}.")
+                return None
+            try:
+                reply = await self._call_model(
+                    timedelta(seconds=conversation.limits.turn_timeout_s - elapsed), direct
+                )
+            except ActivityError as err:
+                await self._end_turn(turn, *turn_failure("model call", err))
+                return None
+            turn = turn.plus(reply.usage)
+            conversation.usage = conversation.usage.plus(reply.usage)
+            direct = False
+            if is_marker(reply.message):  # the direct call's reply asks for the tools: ask again
+                continue
+            if not reply.message.tool_calls:
+                await self._end_turn(turn, "completed", reply.message.content)
+                return None
+            return turn, reply.message.tool_calls, tool_call_budget(conversation.limits, turn)
 
     async def _call_model(self, remaining: timedelta, direct: bool) -> ModelReply:
         """The model call: its input is sequence numbers and tool names; the activity reads the

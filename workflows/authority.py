@@ -1,4 +1,5 @@
-"""Authority: whether a client's signal may act, asked of the database and recorded either way.
+"""Authority: whether a client's signal may act, asked of the database and recorded either way;
+and whether a run's start is this conversation's (its carried state's seal, its instance).
 
 Client input is untrusted (docs/security.md). A payload that does not decode arrives as
 `Unreadable` (countersign.runtime.payloads); who may take an action is answered by
@@ -13,12 +14,13 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from temporalio import workflow
-from temporalio.exceptions import ActivityError
+from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from countersign.core.authority import Action, ActionCheck, ProofRequest
     from countersign.core.bounds import Unreadable
     from countersign.core.contract import StartConversation, SubmitMessage
+    from countersign.core.seal import SealCheck, digest
 
 from workflows.conversation import Conversation
 from workflows.options import bookkeeping
@@ -29,6 +31,27 @@ class Authority:
         self.conversation = conversation
         self._message_tickets = 0  # messages whose proof is being checked, in arrival order
         self._messages_admitted = 0
+
+    async def verify_carried(self, start: StartConversation) -> None:
+        """Fail the run once, on the record, when it was started with state it cannot prove the
+        conversation carried itself (a client's invention, or another workflow's)."""
+        if start.carried is None:
+            return
+        check = SealCheck(
+            **self.conversation.instance().model_dump(),
+            digest=digest(start.carried),
+            seal=start.seal,
+            run_instance=workflow.info().first_execution_run_id,
+        )
+        refuse_start(await bookkeeping("verify_carried", check, "verify the carried state", str))
+
+    async def register(self) -> None:
+        """Make the workflow id's row name this instance (first run), or check that it does and is
+        this tenant's, user's and agent's (every later run), before anything is stored or read."""
+        instance = self.conversation.instance()
+        refuse_start(
+            await bookkeeping("register_conversation", instance, "register the conversation instance", str)
+        )
 
     async def refuse(self, action: Action, actor: str | None, refusal: str, excerpt: str = "") -> None:
         """Record a refused client input; it changes nothing else."""
@@ -120,3 +143,11 @@ class Authority:
         if refusal:
             await self.refuse("start", start.user_id, refusal)
         return refusal
+
+
+def refuse_start(refusal: str) -> None:
+    """A start whose carried state or instance the database refused fails the run, once."""
+    if refusal:
+        raise ApplicationError(
+            f"the start input was refused: {refusal}", type="ForgedCarriedState", non_retryable=True
+        )
