@@ -1,4 +1,4 @@
-"""Conversations addressed by key, turns across continue-as-new, idle timeout."""
+"""Conversations addressed by key, turns across continue-as-new, an end that meets one, idle timeout."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from countersign.client.handles import keyed_workflow_id, send_keyed, wait_reply
 from countersign.core.contract import Limits, StartConversation, SubmitMessage
 from countersign.db.engine import session_factory
 from countersign.db.messages import ConversationStore
+from countersign.scripted_model.server import Fault
 from tests.fixtures.agent import AgentHarness
 from workflows.agent import AgentWorkflow
 
@@ -73,6 +74,24 @@ async def test_turns_continue_as_new_carrying_state(agent: AgentHarness, db_engi
     started = (await latest.fetch_history()).events[0].workflow_execution_started_event_attributes
     assert started.continued_execution_run_id, "the third turn ran in a continued run"
     assert (await latest.describe()).status == WorkflowExecutionStatus.RUNNING
+
+
+async def test_an_end_accepted_during_a_turn_after_which_the_run_would_continue_ends_it(
+    agent: AgentHarness,
+) -> None:
+    """The turn's end would continue the run as new (max_turns_per_run); the `end` accepted during
+    the turn is not dropped with the run: the conversation ends, and no next run starts."""
+    agent.script(*ECHO)
+    agent.model.inject(Fault(delay_s=2))  # the turn is still asking the model when the end lands
+    handle = await agent.start("one", limits=Limits(max_turns_per_run=1))
+    for _ in range(200):  # the turn has started (it is counted when it starts)
+        if (await handle.query(AgentWorkflow.status)).turn == 1:
+            break
+        await asyncio.sleep(0.05)
+    await handle.signal("end", {"requested_by": "alice"})
+    result = await asyncio.wait_for(handle.result(), timeout=60)
+    assert (result.ended_by, result.turns, result.last_reply) == ("end by alice", 1, "[scripted model] first")
+    assert (await handle.describe()).status == WorkflowExecutionStatus.COMPLETED  # not continued as new
 
 
 async def test_idle_conversation_ends_after_its_timeout(agent: AgentHarness) -> None:

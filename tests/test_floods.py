@@ -176,6 +176,28 @@ async def test_a_flood_in_every_waiting_state_is_refused_audited_and_the_convers
     assert await task_failures(agent, handle) == 0
 
 
+async def test_an_end_accepted_while_waiting_is_carried_and_ends_the_conversation_after_its_turn(
+    agent: AgentHarness, db_engine: AsyncEngine, small_history_budget: None
+) -> None:
+    """alice ends her conversation while its turn waits for a reviewer; a flood then continues the
+    run as new with the approval carried. The end is carried too: once bob decides, the turn
+    finishes and the conversation ends (it does not wait for a next message)."""
+    await reset_jane(db_engine)
+    agent.script(qualify(), ECHO_RESULT)
+    handle = await agent.start("qualify jane")
+    (call,) = (await waiting(handle, "pending_approvals")).pending_approvals
+    await handle.signal("end", {"requested_by": "alice"})
+    await flood_until_continued(agent, handle, [])
+    current = latest(agent, handle)
+    assert (await waiting(current, "pending_approvals")).pending_approvals == [call]
+    await execute_update(
+        current, AgentWorkflow.decide, Decision(call_id=call.call_id, decision="approve", approver="bob")
+    )
+    result = await asyncio.wait_for(handle.result(), timeout=60)
+    assert (result.ended_by, result.last_reply) == ("end by alice", "[scripted model] done")
+    assert await lead_status(db_engine, "acme") == "qualified"
+
+
 def expiry_timer_fires_at(events: Sequence[Any]) -> list[datetime]:
     """When each timer of a run was set to fire (its start plus its duration)."""
     return [

@@ -215,11 +215,18 @@ class AgentWorkflow(Handlers):
 
     async def _continue_as_new(self, waiting: WaitingTurn | None = None) -> None:
         """Carry the small state (counters, inbox, saga, cursor, undelivered emails, a turn that
-        waits for people), sealed: the next run verifies the seal before it trusts any of it."""
+        waits for people), sealed: the next run verifies the seal before it trusts any of it.
+
+        An `end` accepted before (during the turn, or while its handler settles here) is never
+        dropped: between turns this run does not continue, it returns and the conversation ends;
+        mid-turn the end is carried, and the next run ends once it has finished the turn."""
         conversation = self.conversation
         conversation.continuing = True  # lets waiting updates return, so the handlers can finish
         await conversation.handlers_settled()
         await self.gate.notices_sent()
+        if waiting is None and conversation.ended_by is not None:
+            conversation.continuing = False
+            return
         if waiting is None:  # mid-turn (`Parked`), none were: rollbacks run after the turn
             await self.rollbacks.run_requested()  # accepted during the turn: not carried, so run now
         carried = CarriedState(
@@ -233,6 +240,7 @@ class AgentWorkflow(Handlers):
             outbox=self.outbox.undelivered,
             conversation_id=conversation.conversation_id,
             waiting=waiting,
+            ended_by=conversation.ended_by,
         )
         seal: str = await bookkeeping(
             "seal_carried",

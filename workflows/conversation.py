@@ -80,6 +80,7 @@ class Conversation:
             inbox=list(carried.inbox) if carried else [],
             saga=carried.saga if carried else Saga(),
             conversation_id=carried.conversation_id if carried else workflow.info().first_execution_run_id,
+            ended_by=carried.ended_by if carried else None,
         )
         if start.message and not carried:
             conversation.inbox.append(SubmitMessage(user_id=start.user_id, text=start.message))

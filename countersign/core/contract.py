@@ -153,6 +153,8 @@ class CarriedState(BaseModel):
     # seal binds it. "" in state carried before instances, which no seal of today verifies.
     conversation_id: str = ""
     waiting: WaitingTurn | None = None  # a turn that continued as new while it waited for people
+    # An `end` accepted while the turn waited for people: the next run finishes that turn, then ends.
+    ended_by: str | None = None
 
 
 class StartConversation(BaseModel):

@@ -45,7 +45,11 @@ class SealCheck(SealRequest):
 
 
 def digest(state: BaseModel) -> str:
-    canonical = json.dumps(state.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+    """The state's canonical digest. Fields at their defaults are left out, so a field a later build
+    adds (with a default) does not change the digest of state an earlier build sealed: a
+    conversation continuing onto a new build still verifies."""
+    dumped = state.model_dump(mode="json", exclude_defaults=True)
+    canonical = json.dumps(dumped, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode("utf-8", "replace")).hexdigest()
 
 
