@@ -16,7 +16,7 @@ import pytest
 
 import countersign.cli
 from countersign.cli.app import COMMANDS, cli
-from countersign.cli.inbox import tenant_of
+from countersign.cli.session import tenant_of
 from countersign.cli.ux import relative
 from countersign.cli.waiting import SignedHint, approval_lines, who_can_decide
 from countersign.core.contract import PendingApproval

@@ -16,7 +16,7 @@ from temporalio.client import Client, WorkflowUpdateFailedError
 from countersign.cli.app import cli, print_json, run
 from countersign.cli.conversations import connected, query_status
 from countersign.cli.door import door_as
-from countersign.cli.inbox import InboxSession, inbox_request, load_session, signed_hint, signed_mode
+from countersign.cli.session import InboxSession, inbox_request, load_session, signed_hint, signed_mode
 from countersign.cli.ux import reason, relative
 from countersign.core.approvals import Approval, Decision
 from countersign.core.bounds import DuplicateKey, loads_strict

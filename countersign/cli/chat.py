@@ -25,8 +25,8 @@ from countersign.cli.app import cli, run
 from countersign.cli.chat_ports import ConversationPort, DoorPort, TemporalPort
 from countersign.cli.conversations import connected, parse_limits
 from countersign.cli.door import door_as
-from countersign.cli.inbox import signed_mode
 from countersign.cli.records import with_session
+from countersign.cli.session import signed_mode
 from countersign.cli.ux import command, relative
 from countersign.cli.waiting import who_can_decide
 from countersign.client.handles import (

@@ -14,7 +14,7 @@ from temporalio.client import Client
 from countersign.cli.approvals import decide
 from countersign.cli.conversations import query_status, query_transcript, wait_turn
 from countersign.cli.door import Door
-from countersign.cli.inbox import inbox_request
+from countersign.cli.session import inbox_request
 from countersign.client.ended import full_transcript, with_stored_results
 from countersign.client.handles import roll_back, start_conversation, wait_reply
 from countersign.core.approvals import Approval, Decision

@@ -17,7 +17,7 @@ from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
 
 from countersign.cli.app import cli, print_json, run
 from countersign.cli.door import door_as, reading_door
-from countersign.cli.inbox import signed_hint, signed_mode
+from countersign.cli.session import signed_hint, signed_mode
 from countersign.cli.ux import EXIT_WAITING, command, reason, relative, temporal_settings
 from countersign.cli.waiting import SignedHint, ctrl_c, follow, waiting_lines
 from countersign.client.ended import (

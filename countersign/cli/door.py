@@ -11,7 +11,7 @@ from urllib.parse import quote
 import click
 from pydantic import ValidationError
 
-from countersign.cli.inbox import InboxSession, inbox_request, load_session, session_file, signed_mode
+from countersign.cli.session import InboxSession, inbox_request, load_session, session_file, signed_mode
 from countersign.core.contract import Limits, Reply, StatusView, TurnResult
 from countersign.core.messages import ChatMessage
 from countersign.core.saga import SagaEntry

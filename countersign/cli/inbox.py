@@ -1,116 +1,30 @@
 """Commands: `server` (`inbox serve`: the front door) and `login` (a session for the CLI).
 
 In signed mode every command that acts on a conversation goes through the server with the session
-`login` keeps (countersign.cli.door, and `approve` / `reject` here): the server authenticated the
-person and issues the proof; a bare `--as NAME` proves nothing.
+`login` keeps (countersign.cli.session; countersign.cli.door and `approve` / `reject` use it): the
+server authenticated the person and issues the proof; a bare `--as NAME` proves nothing.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
-import re
 import signal
 from pathlib import Path
-from typing import Any
 
 import aiohttp
 import click
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 from sqlalchemy import Update, update
 
 from countersign.cli.app import cli, run
+from countersign.cli.session import InboxSession, SessionEnded, inbox_request, session_file
 from countersign.cli.ux import command, shown_path
 from countersign.db.engine import create_engine
 from countersign.db.people import hash_password
 from countersign.db.schema import Tenant, User
 from countersign.identity.proofs import ensure_key_pair
-from countersign.runtime.config import DATA_DIR, load_settings
-
-REQUEST_TIMEOUT_S = 60
-
-
-class InboxSession(BaseModel):
-    inbox_url: str
-    tenant_id: str
-    user_id: str
-    token: str
-
-
-def session_file() -> Path:
-    """COUNTERSIGN_SESSION_FILE, else `.data/inbox-session.json`."""
-    return Path(os.environ.get("COUNTERSIGN_SESSION_FILE") or DATA_DIR / "inbox-session.json")
-
-
-def tenant_of(workflow_id: str | None) -> str:
-    """The tenant a conversation id names (`conv-acme-…`), for the hints below; else `TENANT`."""
-    found = re.fullmatch(r"conv-(.+)-[0-9a-f]{12}", workflow_id or "")
-    return found.group(1) if found else "TENANT"
-
-
-def login_hint(tenant: str, user: str) -> str:
-    prompted = f"password prompted; a seeded user's is {user}-dev"
-    return f"`{command()} login --tenant {tenant} --as {user}` ({prompted})"
-
-
-def load_session(acting_as: str, workflow_id: str | None = None) -> InboxSession:
-    """The CLI's inbox session, which must be `acting_as`'s (the conversation names the tenant
-    the hint logs in to)."""
-    path = session_file()
-    tenant = tenant_of(workflow_id)
-    try:
-        session = InboxSession.model_validate_json(path.read_text())
-    except (FileNotFoundError, ValidationError):
-        raise click.ClickException(
-            "this stack runs APPROVER_AUTH=signed: a decision counts only with a proof the inbox issues "
-            f"to the person it authenticated; log in first: {login_hint(tenant, acting_as)}"
-        ) from None
-    if session.user_id != acting_as:
-        raise click.ClickException(
-            f"logged in as {session.user_id} ({session.tenant_id}), not {acting_as}: "
-            f"{login_hint(session.tenant_id if tenant == 'TENANT' else tenant, acting_as)}"
-        )
-    return session
-
-
-def signed_hint(refusal: str, user: str, workflow_id: str) -> str:
-    """A refusal for want of a proof, with how to get one: the worker runs APPROVER_AUTH=signed
-    while this shell does not (it set APPROVER_AUTH=names, or the worker is not the embedded one)."""
-    if "no proof" not in refusal:
-        return refusal
-    return (
-        f"{refusal}. The worker runs APPROVER_AUTH=signed: log in with "
-        f"{login_hint(tenant_of(workflow_id), user)}, then run the command again with "
-        "APPROVER_AUTH=signed (or unset, on the embedded stack)"
-    )
-
-
-def signed_mode() -> bool:
-    return load_settings().approver_auth == "signed"
-
-
-async def inbox_request(session: InboxSession, method: str, path: str, body: Any = None) -> Any:
-    """One inbox API call with the session; its `{"error"}` becomes the CLI's one-line reason."""
-    timeout = aiohttp.ClientTimeout(total=REQUEST_TIMEOUT_S)
-    headers = {"Authorization": f"Bearer {session.token}"}
-    async with (
-        aiohttp.ClientSession(timeout=timeout) as http,
-        http.request(method, session.inbox_url + path, json=body, headers=headers) as response,
-    ):
-        data = await response.json(content_type=None)
-        if response.status == 401 and session.token:
-            raise SessionEnded(
-                f"inbox: the session of {session.user_id} ({session.tenant_id}) has ended (logged out, "
-                f"password changed or expired): {login_hint(session.tenant_id, session.user_id)}"
-            )
-        if response.status >= 400:
-            reason = data.get("error") if isinstance(data, dict) else None
-            raise click.ClickException(f"inbox: {reason or f'HTTP {response.status}'}")
-        return data
-
-
-class SessionEnded(click.ClickException):
-    """The inbox no longer takes the CLI's session."""
+from countersign.runtime.config import load_settings
 
 
 @cli.command()

@@ -9,3 +9,5 @@
 - `usage`: the model-call audit (`model_calls`) that `stats` reads tokens and turns from.
 - `stats`: the per-tool and per-agent summary of the audit.
 """
+
+ENDPOINT_ENV = "OTEL_EXPORTER_OTLP_ENDPOINT"  # tracing is on when it is set (here so clients can ask cheaply)

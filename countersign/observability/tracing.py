@@ -34,9 +34,9 @@ from temporalio.worker import ActivityInboundInterceptor, ExecuteActivityInput, 
 
 from countersign.core.calls import StoredResult, ToolInvocation, ToolResult, UnexecutedCall, outcome_of
 from countersign.core.messages import ModelReply, ModelRequest
+from countersign.observability import ENDPOINT_ENV
 from countersign.observability.metrics import executed_outcome
 
-ENDPOINT_ENV = "OTEL_EXPORTER_OTLP_ENDPOINT"
 TRACER_NAME = "countersign"
 
 _provider: TracerProvider | None = None
