@@ -66,6 +66,32 @@ async def token_for(engine: AsyncEngine, tenant: str, name: str, *act_as: str) -
             await conn.execute(delete(ApiToken).where(ApiToken.name == name))
 
 
+async def test_the_reply_of_a_conversation_that_ended_before_it_was_asked_comes_from_the_store(
+    signed_agent: SignedStack,
+) -> None:
+    """A single-turn conversation can end before the CLI asks for its reply (the walk-through's
+    `start --single-turn --wait` in signed mode): the reply is the stored one, not "ended"."""
+    stack, agent = signed_agent, signed_agent.agent
+    agent.script(HELLO)
+    alice = await stack.login("alice")
+    code, body = await stack.call(
+        "POST",
+        "/api/conversations",
+        alice,
+        {"agent": "lead-qualifier", "message": "hello", "single_turn": True},
+    )
+    assert code == 201, body
+    wf = body["workflow_id"]
+    agent.track(wf)
+    handle = agent.client.get_workflow_handle(wf, result_type=ConversationResult)
+    assert (await handle.result()).ended_by == "single_turn"
+    code, reply = await stack.call("GET", f"/api/conversations/{wf}/reply?turn=1&wait=5", alice)
+    assert (code, reply["state"]) == (200, "replied"), reply
+    assert (reply["turn"]["reply"], reply["turn"]["turn"]) == (HI, 1), reply
+    code, reply = await stack.call("GET", f"/api/conversations/{wf}/reply?turn=2&wait=5", alice)
+    assert (code, reply["state"]) == (200, "ended"), reply
+
+
 async def test_a_person_starts_answers_sends_reads_and_ends_through_the_server(
     signed_agent: SignedStack, db_engine: AsyncEngine
 ) -> None:

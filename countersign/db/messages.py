@@ -328,21 +328,42 @@ class ConversationStore:
         """The turn that answered the user message `message_id`, rebuilt from what it stored: its
         reply is the last assistant message before the next user message, its usage that of its
         model replies and tool results. None when the message is not stored."""
+        asked = ConversationMessage.message_id == message_id
+        return await self._turn_after(workflow_id, conversation_id, asked, 0, turn)
+
+    async def ended_turn(
+        self, workflow_id: str, conversation_id: str, message_id: str | None, turn: int
+    ) -> TurnResult | None:
+        """For a conversation that has ended: the turn that answered `message_id` (or, without one,
+        the `turn`-th user message), as `turn_reply` rebuilds it; None when nothing answered it."""
+        if message_id is not None:
+            found = await self.turn_reply(workflow_id, conversation_id, message_id, turn)
+        else:
+            user = ConversationMessage.role == "user"
+            found = await self._turn_after(workflow_id, conversation_id, user, max(turn - 1, 0), turn)
+        return found if found is not None and (found.reply is not None or found.usage.model_calls) else None
+
+    async def _turn_after(
+        self, workflow_id: str, conversation_id: str, asked: ColumnElement[bool], skip: int, turn: int
+    ) -> TurnResult | None:
+        """The turn after the stored message `asked` selects (the first, past `skip` of them)."""
+        mine = of(workflow_id, conversation_id)
         async with self.sessions() as session:
-            asked = await session.scalar(
-                select(ConversationMessage.seq).where(
-                    *of(workflow_id, conversation_id), ConversationMessage.message_id == message_id
-                )
+            seq = await session.scalar(
+                select(ConversationMessage.seq)
+                .where(*mine, asked)
+                .order_by(ConversationMessage.seq)
+                .offset(skip)
+                .limit(1)
             )
-            if asked is None:
+            if seq is None:
                 return None
-            mine = of(workflow_id, conversation_id)
             after = await session.scalar(
                 select(func.min(ConversationMessage.seq)).where(
-                    *mine, ConversationMessage.seq > asked, ConversationMessage.role == "user"
+                    *mine, ConversationMessage.seq > seq, ConversationMessage.role == "user"
                 )
             )
-            within = [*mine, ConversationMessage.seq > asked]
+            within = [*mine, ConversationMessage.seq > seq]
             within += [ConversationMessage.seq < after] if after is not None else []
             query = select(ConversationMessage).where(*within).order_by(ConversationMessage.seq)
             turn_rows = list(await session.scalars(query))

@@ -403,6 +403,17 @@ class Requesters:
             raise
         return messages
 
+    async def _after_the_end(self, row: Conversation, message_id: str | None, turn: int | None) -> Reply:
+        """The reply once the workflow no longer answers the update: a single-turn conversation can
+        end before the CLI asks (its turn replied, stored); one that ended first has no reply; one
+        that continued as new meanwhile is still running (the caller asks again)."""
+        status = await self.status(row)
+        if status.state != "ended":
+            return Reply(state="running", status=status)
+        instance = row.conversation_id or await self._store.latest_instance(row.workflow_id)
+        stored = await self._store.ended_turn(row.workflow_id, instance, message_id, turn or 1)
+        return Reply(state="replied", turn=stored) if stored else Reply(state="ended", status=status)
+
     async def audit(self, row: Conversation) -> list[dict[str, Any]]:
         async with self.sessions() as session:
             return await audit_rows(session, row.workflow_id)
@@ -426,15 +437,15 @@ class Requesters:
                     failed = waiting.exception()
                     if isinstance(failed, WorkflowUpdateFailedError):  # the message was refused
                         raise InboxError(409, str(failed.cause or failed))
-                    if failed is not None:
-                        return Reply(state="ended", status=await self.status(row))
-                    result: TurnResult | None = waiting.result()
-                    return Reply(state="replied", turn=result) if result else Reply(state="ended")
+                    result: TurnResult | None = None if failed else waiting.result()
+                    if result is not None:
+                        return Reply(state="replied", turn=result)
+                    return await self._after_the_end(row, message_id, turn)
                 status = await self.status(row)
                 if status.pending_approvals or status.pending_questions:
                     return Reply(state="waiting", status=status)
                 if status.state == "ended":
-                    return Reply(state="ended", status=status)
+                    return await self._after_the_end(row, message_id, turn)
                 if asyncio.get_running_loop().time() > deadline:
                     return Reply(state="running", status=status)
         finally:
