@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
 from collections.abc import Sequence
 from datetime import datetime, timedelta
@@ -35,7 +36,8 @@ from countersign.devstack.temporal import DevServerConfig
 from tests.fixtures.agent import AgentHarness
 from tests.fixtures.postgres import reset_jane
 from tests.fixtures.updates import execute_update
-from tests.test_approvals import ECHO_RESULT, audit, lead_status, qualify
+from tests.test_approvals import ECHO_RESULT, audit, lead_status, pending, qualify
+from tests.test_approvals import jane_is_new as jane_is_new
 from tests.test_hostile_input import PROPERTY, ask, eventually, raw, records
 from workflows.agent import AgentWorkflow
 
@@ -263,3 +265,37 @@ async def test_the_dev_server_refuses_a_signal_over_countersigns_bound_before_hi
         assert len(signals) == 1 and signals[0].ByteSize() < MAX_PAYLOAD_BYTES
     finally:
         await handle.terminate()
+
+
+@pytest.mark.devserver
+async def test_an_update_over_the_bound_fails_its_caller_and_the_conversation_goes_on(
+    dev_agent: AgentHarness, db_engine: AsyncEngine, jane_is_new: None
+) -> None:
+    """The server does not bound an update's payload at its door (it does a signal's); the worker's
+    SDK then fails the workflow tasks that would accept or reject it, until the server gives the
+    update up (about 20 s on the dev server). What is measured: the caller gets an error, the
+    conversation answers again afterwards and its approval is still decided as usual."""
+    dev_agent.script(qualify(), ECHO_RESULT)
+    handle = await dev_agent.start("please qualify jane")
+    call = (await pending(handle)).pending_approvals[0]
+    heavy = {"call_id": call.call_id, "decision": "approve", "approver": "bob", "comment": "x" * 1_500_000}
+    with pytest.raises(RPCError):
+        await handle.execute_update("decide", heavy)
+    status = await until_answers(handle)
+    assert status.state == "awaiting_approval" and status.pending_approvals[0].call_id == call.call_id
+    decided = await execute_update(
+        handle, AgentWorkflow.decide, Decision(call_id=call.call_id, decision="approve", approver="bob")
+    )
+    assert decided.state == "approved"
+    turn = await execute_update(handle, AgentWorkflow.wait_turn, 1)
+    assert turn is not None and turn.reply == "[scripted model] done", turn
+    assert await lead_status(db_engine, "acme") == "qualified"
+
+
+async def until_answers(handle: WorkflowHandle[Any, Any]) -> StatusView:
+    """The status once the conversation answers queries again (at most a minute)."""
+    for _ in range(120):
+        with contextlib.suppress(RPCError):
+            return await handle.query(AgentWorkflow.status)
+        await asyncio.sleep(0.5)
+    raise AssertionError("the conversation never answered again")
