@@ -17,6 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from countersign.db.engine import session_factory
 from countersign.db.schema import ApprovalDecision, ToolExecution
 from countersign.identity.proofs import load_private_key
+from countersign.server import service
 from countersign.server.auth import Reviewer
 from countersign.server.service import DecisionRequest, Inbox, InboxError, PendingItem
 from tests.fixtures.inbox import SignedStack
@@ -88,3 +89,35 @@ async def test_a_listed_call_is_decided_once_with_the_listed_arguments(
     assert [(d.accepted, d.proven) for d in decisions] == [(True, True), (False, False)]
     assert "already approved" in (decisions[1].reason or "")
     assert [(e.outcome, e.edited_args) for e in executions] == [("executed", edited)]
+
+
+async def test_a_conversation_terminated_while_it_waits_is_no_longer_listed(
+    signed_dev_agent: SignedStack, jane_is_new: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No workflow code runs when an operator terminates a conversation, so its request stays
+    `pending` in `approval_requests`: the inbox asks Temporal (not a worker) which conversations
+    still run, and lists only their requests."""
+    monkeypatch.setattr(service, "LIVE_FOR_S", 0.2)
+    stack = signed_dev_agent
+    stack.agent.script(qualify(), ECHO_RESULT)
+    bob = await stack.login("bob")
+    handle = await stack.agent.start("qualify jane")
+
+    async def listed_ids() -> set[str]:
+        code, items = await stack.call("GET", "/api/approvals", bob)
+        assert code == 200, items
+        return {i["workflow_id"] for i in items}
+
+    for _ in range(100):
+        if handle.id in await listed_ids():
+            break
+        await asyncio.sleep(0.2)
+    else:
+        raise AssertionError("the request was never listed")
+    await handle.terminate(reason="an operator stopped it")
+    for _ in range(50):
+        if handle.id not in await listed_ids():
+            break
+        await asyncio.sleep(0.2)
+    else:
+        raise AssertionError("the terminated conversation's request is still listed")

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from datetime import UTC, datetime
 from typing import Any, Literal
 
@@ -21,7 +22,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from pydantic import BaseModel, Field
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
-from temporalio.client import Client, WorkflowUpdateFailedError
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowUpdateFailedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from countersign.core.approvals import Approval, Decision, PendingCall, approver_refusal
@@ -42,6 +43,7 @@ from tools.tiers import change_tenant_tier
 
 MAX_ARGS_CHARS = 100_000
 LAST_MESSAGES = 4
+LIVE_FOR_S = 5.0  # a conversation Temporal said runs is taken to run this long before it is asked again
 
 
 class InboxError(Exception):
@@ -188,6 +190,10 @@ class Inbox:
         self._store = ConversationStore(sessions)
         self._key = signing_key
         self.public_key = signing_key.public_key()
+        # conversations (workflow id, instance) Temporal said run, when; and those it said have
+        # closed, until their requests expire (a closed run never runs again)
+        self._running: dict[tuple[str, str], float] = {}
+        self._closed: dict[tuple[str, str], datetime] = {}
 
     # --- identity ------------------------------------------------------------------------------
 
@@ -296,7 +302,7 @@ class Inbox:
                 )
             )
         items: list[PendingItem] = []
-        for row in rows:
+        for row in await self._of_running(rows):
             key = f"{row.workflow_id}/{row.call_id}"
             if key in known and known[key].nonce == row.nonce:
                 items.append(known[key])
@@ -304,6 +310,34 @@ class Inbox:
             said = await self._store.last_said(row.workflow_id, row.conversation_id, LAST_MESSAGES)
             items.append(item_of(row, last_messages(said)))
         return items
+
+    async def _of_running(self, rows: list[ApprovalRequest]) -> list[ApprovalRequest]:
+        """The requests whose conversation still runs. One terminated, failed or timed out while
+        it waited for a reviewer never closes its requests itself (no workflow code runs then):
+        Temporal's own record says which have closed (a describe, answered by the server, not by
+        any worker), asked at most every LIVE_FOR_S per conversation."""
+        now, clock = datetime.now(UTC), time.monotonic()
+        self._closed = {k: until for k, until in self._closed.items() if until > now}
+        for row in rows:
+            key = (row.workflow_id, row.conversation_id)
+            if key in self._closed or clock - self._running.get(key, -LIVE_FOR_S) < LIVE_FOR_S:
+                continue
+            if await self._runs(row.workflow_id):
+                self._running[key] = clock
+            else:
+                self._running.pop(key, None)
+                self._closed[key] = row.expires_at
+        self._running = {k: at for k, at in self._running.items() if clock - at < LIVE_FOR_S}
+        return [r for r in rows if (r.workflow_id, r.conversation_id) not in self._closed]
+
+    async def _runs(self, workflow_id: str) -> bool:
+        """Whether the latest run under `workflow_id` runs; when Temporal cannot say, it is listed
+        (a decision on it then fails and says why)."""
+        try:
+            described = await self.client.get_workflow_handle(workflow_id).describe()
+        except RPCError as err:
+            return err.status != RPCStatusCode.NOT_FOUND
+        return described.status == WorkflowExecutionStatus.RUNNING
 
     @staticmethod
     def may_decide(item: PendingItem, reviewer: Reviewer, roles: list[str]) -> bool:
