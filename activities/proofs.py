@@ -22,7 +22,7 @@ from countersign.identity.proofs import Binding, ProofVerifier, check_proof
 
 def binding_of(request: ProofRequest) -> Binding:
     """What a requester's proof must bind: the agent and what the start asks; the message's id and
-    exact text; the question's call and the exact answer; or the end."""
+    exact text; the question's call and the exact answer, in this instance; or this instance's end."""
     tenant, workflow_id = request.tenant_id, request.workflow_id
     match request.action:
         case "start":
@@ -30,9 +30,11 @@ def binding_of(request: ProofRequest) -> Binding:
         case "message":
             return Binding.message(tenant, workflow_id, request.message_id or "", request.text or "")
         case "answer":
-            return Binding.answer(tenant, workflow_id, request.call_id or "", request.text or "")
+            return Binding.answer(
+                tenant, workflow_id, request.conversation_id, request.call_id or "", request.text or ""
+            )
         case "end":
-            return Binding.end(tenant, workflow_id)
+            return Binding.end(tenant, workflow_id, request.conversation_id)
 
 
 class ProofActivities:

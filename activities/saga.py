@@ -158,7 +158,9 @@ class SagaActivities:
                     session,
                     self._proofs,
                     request.proof,
-                    Binding.rollback(auth.tenant_id, auth.workflow_id, request.scope, request.call_id),
+                    Binding.rollback(
+                        auth.tenant_id, auth.workflow_id, auth.conversation_id, request.scope, request.call_id
+                    ),
                     request.requested_by,
                     datetime.now(UTC),
                     key,

@@ -14,6 +14,7 @@ import asyncio
 import dataclasses
 import json
 import uuid
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -27,12 +28,13 @@ from temporalio.testing import ActivityEnvironment
 
 from activities.authority import AuthorityActivities
 from countersign.client.handles import keyed_workflow_id, send_keyed
-from countersign.core.contract import Limits, StartConversation, SubmitMessage
+from countersign.core.contract import EndConversation, Limits, StartConversation, SubmitMessage
 from countersign.core.seal import SealCheck, SealRequest
 from countersign.db.engine import session_factory
 from countersign.db.events import EventLog
 from countersign.db.messages import ConversationStore
-from countersign.db.schema import Conversation, ConversationEvent, ModelCall, ToolExecution
+from countersign.db.schema import Conversation, ConversationEvent, ModelCall, ProofCheck, ToolExecution
+from countersign.identity.proofs import Binding, load_private_key, mint_proof
 from tests.fixtures.agent import AgentHarness
 from tests.fixtures.inbox import SignedStack
 from workflows.agent import AgentWorkflow
@@ -288,3 +290,55 @@ async def test_through_the_server_a_key_whose_conversation_ended_starts_afresh(
     assert code == 200 and audit == [], audit  # the first conversation's get_lead is not this one's
     body = {"agent": "lead-qualifier", "message": "hello", "key": key}
     assert (await stack.call("POST", "/api/conversations", bob, body))[0] == 409
+
+
+async def test_an_end_proof_of_a_keys_ended_conversation_is_refused_by_the_next(
+    signed_agent: SignedStack, db_engine: AsyncEngine
+) -> None:
+    """Issue 26, class 2 for requesters: an end's proof names the instance it was issued for. One
+    issued for alice's first conversation on a key and never spent (harvested) is refused by the
+    next conversation under the same workflow id, on the record; the server's own end counts."""
+    stack = signed_agent
+    stack.agent.script({"reply": {"content": "hello alice"}})
+    alice = await stack.login("alice")
+    key = f"telegram_{uuid.uuid4().hex[:8]}"
+    instances: list[str] = []
+    for single_turn in (True, False):
+        body = {"agent": "lead-qualifier", "message": "hello", "key": key, "single_turn": single_turn}
+        code, started = await stack.call("POST", "/api/conversations", alice, body)
+        assert code == 201, started
+        workflow_id = started["workflow_id"]
+        stack.agent.track(workflow_id)
+        handle = stack.agent.client.get_workflow_handle(workflow_id)
+        if single_turn:
+            await handle.result()
+        else:
+            await handle.execute_update(AgentWorkflow.wait_turn, 1)
+        async with db_engine.connect() as conn:
+            row = await conn.scalar(
+                select(Conversation.conversation_id).where(Conversation.workflow_id == workflow_id)
+            )
+        instances.append(row or "")
+    first, second = instances
+    assert first and second and first != second
+    harvested = mint_proof(
+        load_private_key(stack.keys.private),
+        "alice",
+        Binding.end("acme", workflow_id, first),
+        datetime.now(UTC),
+    )
+    await handle.signal("end", EndConversation(requested_by="alice", proof=harvested))
+    async with db_engine.connect() as conn:
+        for _ in range(100):
+            reason = await conn.scalar(
+                select(ProofCheck.reason).where(
+                    ProofCheck.workflow_id == workflow_id, ProofCheck.action == "end", ~ProofCheck.accepted
+                )
+            )
+            if reason:
+                break
+            await asyncio.sleep(0.1)
+    assert reason and "conversation instance" in reason, reason
+    assert (await handle.query(AgentWorkflow.status)).state != "ended"
+    assert (await stack.call("POST", f"/api/conversations/{workflow_id}/end", alice))[0] == 202
+    assert (await handle.result())["ended_by"] == "end by alice"

@@ -10,6 +10,8 @@ from typing import Any, Literal
 import jwt
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from countersign.core.approvals import PendingCall
 from countersign.identity.proofs import (
@@ -73,14 +75,41 @@ def test_the_arguments_hash_ignores_spelling_not_content() -> None:
         (decision(risk="low"), "another risk"),
         (decision(nonce="n-2"), "another approval nonce"),
         (decision(args={"lead": "x"}), "another arguments"),
-        (Binding.answer("acme", "conv-1", "c1", "yes"), "another action"),
-        (Binding.end("acme", "conv-1"), "another action"),
+        (Binding.answer("acme", "conv-1", "run-1", "c1", "yes"), "another action"),
+        (Binding.end("acme", "conv-1", "run-1"), "another action"),
     ],
 )
 def test_a_proof_for_something_else_is_refused(bound_to: Binding, reason: str) -> None:
     token = mint_proof(KEY, "bob", bound_to, NOW)
     with pytest.raises(ProofRefused, match=reason):
         verify_proof(KEY.public_key(), token, BOUND, NOW)
+
+
+REQUESTER_BINDINGS: dict[str, Any] = {
+    "answer": lambda instance: Binding.answer("acme", "conv-1", instance, "c1", "Jane of acme"),
+    "rollback": lambda instance: Binding.rollback("acme", "conv-1", instance, "call", "c1"),
+    "end": lambda instance: Binding.end("acme", "conv-1", instance),
+}
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    action=st.sampled_from(sorted(REQUESTER_BINDINGS)),
+    issued_for=st.text(min_size=1, max_size=40),
+    presented_to=st.text(min_size=1, max_size=40),
+)
+def test_a_requesters_proof_names_its_conversation_instance(
+    action: str, issued_for: str, presented_to: str
+) -> None:
+    """An answer's, a rollback's or an end's proof counts only in the instance it was issued for:
+    a keyed conversation's next instance under the same workflow id does not take it (issue 26)."""
+    make = REQUESTER_BINDINGS[action]
+    token = mint_proof(KEY, "alice", make(issued_for), NOW)
+    if issued_for == presented_to:
+        verify_proof(KEY.public_key(), token, make(presented_to), NOW)
+        return
+    with pytest.raises(ProofRefused, match="another conversation instance"):
+        verify_proof(KEY.public_key(), token, make(presented_to), NOW)
 
 
 def test_an_expired_proof_is_refused() -> None:

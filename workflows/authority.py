@@ -99,6 +99,7 @@ class Authority:
         request = ProofRequest(
             tenant_id=self.conversation.start.tenant_id,
             workflow_id=self.conversation.workflow_id,
+            conversation_id=self.conversation.conversation_id,
             action=action,
             actor=actor,
             proof=proof,

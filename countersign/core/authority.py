@@ -80,6 +80,7 @@ class ActionCheck(BaseModel):
 class ProofRequest(BaseModel):
     tenant_id: str
     workflow_id: str
+    conversation_id: str = ""  # the instance an answer's or an end's proof must name
     action: Literal["answer", "end", "start", "message"]
     actor: str
     proof: str | None = None

@@ -88,8 +88,10 @@ class Binding(BaseModel):
 
     tenant_id: str
     workflow_id: str
-    # a decision: the conversation instance (db.instances), the pending call's tool, its risk and
-    # the approval's nonce, as the worker recorded them (requesters' proofs bind the workflow id)
+    # the conversation instance (db.instances): for a decision (with the pending call's tool, its
+    # risk and the approval's nonce, as the worker recorded them), an answer, a rollback and an end.
+    # A start and a message bind the workflow id: no instance exists before a start, and a keyed
+    # message may start the next one.
     conversation_id: str = ""
     action: ProofAction
     # the call id; `conversation` for end; `<scope>:<call id>` for a rollback; the agent for a
@@ -122,20 +124,26 @@ class Binding(BaseModel):
         )
 
     @classmethod
-    def answer(cls, tenant_id: str, workflow_id: str, call_id: str, text: str) -> Binding:
+    def answer(
+        cls, tenant_id: str, workflow_id: str, conversation_id: str, call_id: str, text: str
+    ) -> Binding:
         return cls(
             tenant_id=tenant_id,
             workflow_id=workflow_id,
+            conversation_id=conversation_id,
             action="answer",
             target=call_id,
             args_sha256=args_digest({"text": text}),
         )
 
     @classmethod
-    def rollback(cls, tenant_id: str, workflow_id: str, scope: str, call_id: str | None) -> Binding:
+    def rollback(
+        cls, tenant_id: str, workflow_id: str, conversation_id: str, scope: str, call_id: str | None
+    ) -> Binding:
         return cls(
             tenant_id=tenant_id,
             workflow_id=workflow_id,
+            conversation_id=conversation_id,
             action="rollback",
             target=f"{scope}:{call_id or ''}",
             args_sha256=args_digest({}),
@@ -165,10 +173,11 @@ class Binding(BaseModel):
         )
 
     @classmethod
-    def end(cls, tenant_id: str, workflow_id: str) -> Binding:
+    def end(cls, tenant_id: str, workflow_id: str, conversation_id: str) -> Binding:
         return cls(
             tenant_id=tenant_id,
             workflow_id=workflow_id,
+            conversation_id=conversation_id,
             action="end",
             target="conversation",
             args_sha256=args_digest({}),

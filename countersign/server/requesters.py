@@ -67,6 +67,7 @@ ADMIN = "admin"
 ADMIN_MAY: frozenset[str] = frozenset({"status", "transcript", "rollback", "end", "audit"})
 MAX_WAIT_S = 50.0  # the longest `GET …/reply` holds a request open
 POLL_S = 0.25
+INSTANCE_WAIT_S = 10.0  # how long an answer, rollback or end waits for a new conversation to register
 
 
 @dataclass(frozen=True)
@@ -339,7 +340,10 @@ class Requesters:
 
     async def answer(self, caller: Caller, row: Conversation, call_id: str, body: AnswerBody) -> None:
         user = self.actor(caller, row)
-        proof = self._proof(user, Binding.answer(row.tenant_id, row.workflow_id, call_id, body.text))
+        instance = await self._instance(row)
+        proof = self._proof(
+            user, Binding.answer(row.tenant_id, row.workflow_id, instance, call_id, body.text)
+        )
         await self._signal(
             row, "answer", AnswerSignal(call_id=call_id, user_id=user, text=body.text, proof=proof)
         )
@@ -350,7 +354,8 @@ class Requesters:
         if body.scope == "call" and not body.call_id:
             raise InboxError(422, "a rollback of scope call needs a call_id")
         user = self.actor(caller, row)
-        binding = Binding.rollback(row.tenant_id, row.workflow_id, body.scope, body.call_id)
+        instance = await self._instance(row)
+        binding = Binding.rollback(row.tenant_id, row.workflow_id, instance, body.scope, body.call_id)
         request = RollbackRequest(
             requested_by=user, scope=body.scope, call_id=body.call_id, reason=body.reason,
             proof=self._proof(user, binding),
@@ -365,8 +370,23 @@ class Requesters:
 
     async def end(self, caller: Caller, row: Conversation) -> None:
         user = self.actor(caller, row)
-        proof = self._proof(user, Binding.end(row.tenant_id, row.workflow_id))
+        proof = self._proof(user, Binding.end(row.tenant_id, row.workflow_id, await self._instance(row)))
         await self._signal(row, "end", EndConversation(requested_by=user, proof=proof))
+
+    async def _instance(self, row: Conversation) -> str:
+        """The conversation instance an answer's, rollback's or end's proof names: the one the row
+        names now. A conversation started a moment ago may not have registered it yet (its first
+        run does, before anything else): waited for, at most INSTANCE_WAIT_S."""
+        deadline = asyncio.get_running_loop().time() + INSTANCE_WAIT_S
+        while row.conversation_id is None:
+            if asyncio.get_running_loop().time() > deadline:
+                raise InboxError(
+                    409, f"conversation {row.workflow_id} has not started yet: try again in a moment"
+                )
+            await asyncio.sleep(0.1)
+            async with self.sessions() as session:
+                row = await session.get(Conversation, row.workflow_id) or row
+        return row.conversation_id
 
     async def _running(self, workflow_id: str) -> bool:
         try:
