@@ -5,7 +5,9 @@ activities it caused made.
     .venv/bin/python -m bench.hostile [--runs 5] [--markdown docs/benchmark.md]
 
 "Settled" means: a conversation whose model sent the arguments finished its single turn; a start
-input failed its workflow; a refused signal's row is in PostgreSQL. Writes the `bench.hostile`
+input failed its workflow; a refused signal's row is in PostgreSQL; a flood's refusals are all
+recorded and the approval it waited on still decides the turn; an oversized signal is refused by
+the server; after an oversized update the conversation answers again. Writes the `bench.hostile`
 section of docs/benchmark.md ("Hostile input"; bench/sections.py), leaving the rest of the file as
 it is, and prints it.
 """
@@ -14,9 +16,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import math
 import os
+import secrets
 import statistics
 import tempfile
 import time
@@ -30,14 +34,16 @@ from typing import Any
 from sqlalchemy import text
 from temporalio import activity
 from temporalio.api.common.v1 import Payload
-from temporalio.client import WorkflowFailureError
+from temporalio.client import WorkflowFailureError, WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.common import RawValue
+from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import ActivityInboundInterceptor, ExecuteActivityInput, Interceptor
 
 from activities.tools import ToolActivities
 from bench import stack
 from bench.sections import put_section
-from countersign.core.contract import Limits, StartConversation, SubmitMessage
+from countersign.core.bounds import MAX_PAYLOAD_BYTES
+from countersign.core.contract import Limits, StartConversation, StatusView, SubmitMessage
 from countersign.db.engine import session_factory
 from countersign.db.ratelimit import UNLIMITED
 from countersign.scripted_model.scenario import Reply, Scenario, ScriptedCall
@@ -182,11 +188,117 @@ async def settle_signal(parts: stack.Parts, signal: tuple[str, str]) -> tuple[fl
     return settled, handle.id
 
 
+FLOOD_SIGNALS, FLOOD_BYTES = 12, 900_000  # 10.8 MB: past the 10 MB at which a run continues as new
+QUALIFY = {
+    "when": {"user_contains": "qualify"},
+    "reply": {
+        "tool_calls": [
+            {
+                "name": "update_lead_status",
+                "arguments": {"lead": "jane.doe@example.com", "new_status": "contacted", "reason": "flood"},
+            }
+        ]
+    },
+}
+
+
+async def waiting_for_a_reviewer(parts: stack.Parts) -> WorkflowHandle[Any, Any]:
+    """A conversation whose turn waits for a reviewer's decision on call c1."""
+    rules = [QUALIFY, {"when": {"after_tool": "update_lead_status"}, "reply": {"content": "done"}}]
+    parts.model.set_scenario(Scenario.model_validate({"name": "flood", "rules": rules}))
+    start = StartConversation(
+        tenant_id="acme", user_id="alice", agent="lead-qualifier", message="qualify jane"
+    )
+    handle = await parts.client.start_workflow(
+        "AgentWorkflow", start, id=f"flood-{uuid.uuid4()}", task_queue=parts.settings.task_queue
+    )
+    for _ in range(600):
+        if (await handle.query("status", result_type=StatusView)).pending_approvals:
+            return handle
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"{handle.id} never asked for approval")
+
+
+async def settle_flood(parts: stack.Parts) -> tuple[float, str]:
+    """12 refused 900 KB messages (an outsider's) while the turn waits for a reviewer: settled
+    once every refusal is recorded and the approval, carried across continue-as-new, decides the
+    turn."""
+    handle = await waiting_for_a_reviewer(parts)
+    began = time.perf_counter()
+    for _ in range(FLOOD_SIGNALS):
+        noise = secrets.token_urlsafe(FLOOD_BYTES)[:FLOOD_BYTES]  # incompressible, as a real flood's
+        await handle.signal("submit_message", {"user_id": "mallory", "text": noise})
+    query = text("SELECT count(*) FROM input_audit WHERE workflow_id = :w")
+    while True:
+        async with parts.engine.connect() as conn:
+            if (await conn.execute(query, {"w": handle.id})).scalar_one() >= FLOOD_SIGNALS:
+                break
+        await asyncio.sleep(0.01)
+    decision = {"call_id": "c1", "decision": "approve", "approver": "bob"}
+    for _ in range(100):  # a decision that meets the run continuing as new is refused: sent again
+        try:
+            await handle.execute_update("decide", decision)
+            break
+        except WorkflowUpdateFailedError as refused:
+            assert "continuing as new" in str(refused.cause), refused.cause
+            await asyncio.sleep(0.1)
+    await handle.execute_update("wait_turn", 1)
+    settled = time.perf_counter() - began
+    latest = (await handle.describe()).run_id
+    assert latest != handle.first_execution_run_id, f"{handle.id} did not continue as new under the flood"
+    await handle.terminate("measured")
+    return settled, handle.id
+
+
+async def settle_oversized_signal(parts: stack.Parts) -> tuple[float, str]:
+    """A message of 1 MiB + 1 byte: settled when the server has refused it (INVALID_ARGUMENT)."""
+    handle = await waiting_for_a_reviewer(parts)
+    began = time.perf_counter()
+    try:
+        await handle.signal("submit_message", {"user_id": "mallory", "text": "x" * (MAX_PAYLOAD_BYTES + 1)})
+    except RPCError as refused:
+        assert refused.status == RPCStatusCode.INVALID_ARGUMENT, refused
+    else:
+        raise AssertionError("the server took a signal over the bound")
+    settled = time.perf_counter() - began
+    await handle.terminate("measured")
+    return settled, handle.id
+
+
+async def settle_oversized_update(parts: stack.Parts) -> tuple[float, str]:
+    """A `decide` of 1.5 MB: the server does not bound it and the worker's SDK fails the workflow
+    tasks that would take it until the server gives it up; settled when the conversation answers a
+    query again (its approval still pending)."""
+    handle = await waiting_for_a_reviewer(parts)
+    began = time.perf_counter()
+    heavy = {"call_id": "c1", "decision": "approve", "approver": "bob", "comment": "x" * 1_500_000}
+    with contextlib.suppress(RPCError):
+        await handle.execute_update("decide", heavy)
+    while True:
+        try:
+            status = await handle.query("status", result_type=StatusView)
+            break
+        except RPCError:
+            await asyncio.sleep(0.1)
+    assert status.pending_approvals, status
+    settled = time.perf_counter() - began
+    await handle.terminate("measured")
+    return settled, handle.id
+
+
 async def measure(runs: int) -> list[tuple[str, list[float], int]]:
     cases: list[tuple[str, Callable[[stack.Parts], Awaitable[tuple[float, str]]]]] = []
     cases += [(f"tool call: {k}", partial(settle_tool, tool=c)) for k, c in TOOL_CASES.items()]
     cases += [(f"start input: {k}", partial(settle_start, payload=c)) for k, c in START_CASES.items()]
     cases += [(f"signal: {k}", partial(settle_signal, signal=c)) for k, c in SIGNAL_CASES.items()]
+    cases += [
+        (
+            f"flood: {FLOOD_SIGNALS} refused {FLOOD_BYTES // 1000} KB messages while a reviewer is awaited",
+            settle_flood,
+        ),
+        ("a signal of 1 MiB + 1 byte", settle_oversized_signal),
+        ("an update (`decide`) of 1.5 MB", settle_oversized_update),
+    ]
     results = []
     with tempfile.TemporaryDirectory(prefix="countersign-hostile-") as tmp:
         root = Path(tmp)
@@ -232,8 +344,13 @@ the time-skipping server of `tests/test_hostile_input.py`, which would hide a re
 measures how long it takes to settle and the highest attempt any activity it caused reached
 (an interceptor in the worker reads `activity.info().attempt`, local activities included).
 Settled: the single-turn conversation whose model sent the arguments finished; the start input's
-workflow failed; the refused signal's row is in PostgreSQL. Measured on {os.cpu_count()} shared cores,
-load average {os.getloadavg()[0]:.1f} at the end, so the maxima are noisy.
+workflow failed; the refused signal's row is in PostgreSQL; the flood's refusals are all recorded
+and the approval it waited on, carried when the run continued as new, decided the turn (issue 26,
+class 5); the server refused the oversized signal; the conversation answers again after the
+oversized update (the server does not bound updates; docs/security.md). The flood is random text:
+the dev server counts a history's size compressed (12 messages of 900 KB of `x` counted 0.4 MB and
+never filled the 10 MB at which a run continues as new; random text counted 10.8 MB). Measured on
+{os.cpu_count()} shared cores, load average {os.getloadavg()[0]:.1f} at the end, so the maxima are noisy.
 
 | Hostile input ({runs} runs each, real dev server) | median | max | highest activity attempt |
 |---|---|---|---|
