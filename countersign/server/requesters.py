@@ -50,6 +50,7 @@ from countersign.core.messages import ChatMessage
 from countersign.core.saga import RollbackRequest, SagaEntry, Scope
 from countersign.db import ratelimit
 from countersign.db.audit import audit_rows
+from countersign.db.instances import PENDING
 from countersign.db.messages import ConversationStore
 from countersign.db.people import roles_of
 from countersign.db.schema import AgentProfile, Conversation, RequesterAction, User
@@ -375,18 +376,18 @@ class Requesters:
 
     async def _instance(self, row: Conversation) -> str:
         """The conversation instance an answer's, rollback's or end's proof names: the one the row
-        names now. A conversation started a moment ago may not have registered it yet (its first
-        run does, before anything else): waited for, at most INSTANCE_WAIT_S."""
+        names now (db.instances). A conversation started a moment ago may not have registered it
+        yet (its first run does, before anything else): waited for, at most INSTANCE_WAIT_S."""
         deadline = asyncio.get_running_loop().time() + INSTANCE_WAIT_S
-        while row.conversation_id is None:
+        instance = row.conversation_id
+        while instance is None or instance == PENDING:
             if asyncio.get_running_loop().time() > deadline:
                 raise InboxError(
                     409, f"conversation {row.workflow_id} has not started yet: try again in a moment"
                 )
             await asyncio.sleep(0.1)
-            async with self.sessions() as session:
-                row = await session.get(Conversation, row.workflow_id) or row
-        return row.conversation_id
+            instance = await self._store.latest_instance(row.workflow_id)
+        return instance
 
     async def _running(self, workflow_id: str) -> bool:
         try:
@@ -430,7 +431,7 @@ class Requesters:
         status = await self.status(row)
         if status.state != "ended":
             return Reply(state="running", status=status)
-        instance = row.conversation_id or await self._store.latest_instance(row.workflow_id)
+        instance = await self._store.latest_instance(row.workflow_id)
         stored = await self._store.ended_turn(row.workflow_id, instance, message_id, turn or 1)
         return Reply(state="replied", turn=stored) if stored else Reply(state="ended", status=status)
 
