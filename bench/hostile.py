@@ -229,11 +229,13 @@ async def settle_flood(parts: stack.Parts) -> tuple[float, str]:
         noise = secrets.token_urlsafe(FLOOD_BYTES)[:FLOOD_BYTES]  # incompressible, as a real flood's
         await handle.signal("submit_message", {"user_id": "mallory", "text": noise})
     query = text("SELECT count(*) FROM input_audit WHERE workflow_id = :w")
-    while True:
+    for _ in range(6000):  # a minute
         async with parts.engine.connect() as conn:
             if (await conn.execute(query, {"w": handle.id})).scalar_one() >= FLOOD_SIGNALS:
                 break
         await asyncio.sleep(0.01)
+    else:
+        raise AssertionError(f"{handle.id}: not every refusal of the flood was recorded")
     decision = {"call_id": "c1", "decision": "approve", "approver": "bob"}
     for _ in range(100):  # a decision that meets the run continuing as new is refused: sent again
         try:
@@ -242,6 +244,8 @@ async def settle_flood(parts: stack.Parts) -> tuple[float, str]:
         except WorkflowUpdateFailedError as refused:
             assert "continuing as new" in str(refused.cause), refused.cause
             await asyncio.sleep(0.1)
+    else:
+        raise AssertionError(f"{handle.id}: the decision was refused for 10 s")
     await handle.execute_update("wait_turn", 1)
     settled = time.perf_counter() - began
     latest = (await handle.describe()).run_id
@@ -274,12 +278,13 @@ async def settle_oversized_update(parts: stack.Parts) -> tuple[float, str]:
     heavy = {"call_id": "c1", "decision": "approve", "approver": "bob", "comment": "x" * 1_500_000}
     with contextlib.suppress(RPCError):
         await handle.execute_update("decide", heavy)
-    while True:
-        try:
+    for _ in range(1200):  # two minutes
+        with contextlib.suppress(RPCError):
             status = await handle.query("status", result_type=StatusView)
             break
-        except RPCError:
-            await asyncio.sleep(0.1)
+        await asyncio.sleep(0.1)
+    else:
+        raise AssertionError(f"{handle.id} never answered again after the oversized update")
     assert status.pending_approvals, status
     settled = time.perf_counter() - began
     await handle.terminate("measured")
