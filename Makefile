@@ -4,16 +4,20 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: demo test lint up down status bench clean
+.PHONY: demo test lint up down status bench clean bytecode
 
 $(STAMP): pyproject.toml
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@echo "installing Countersign and its dependencies into $(VENV) (a few minutes on a fresh machine)"
 	$(PY) -m pip install --disable-pip-version-check --progress-bar on -e '.[dev]'
-	@# bytecode for the workflow sandbox, which imports the workflow module afresh for every run
-	@# (and compiles it from source each time when PYTHONDONTWRITEBYTECODE=1 and no .pyc exists)
-	$(PY) -m compileall -q countersign workflows activities tools worker.py starter.py
+	@$(MAKE) --no-print-directory bytecode
 	@touch $(STAMP)
+
+# Bytecode for the workflow sandbox, which imports the workflow module afresh for every run (and
+# compiles it from source each time when PYTHONDONTWRITEBYTECODE=1 and no .pyc exists), and for
+# every CLI command. The README walk-through's borrowed virtualenv runs this too.
+bytecode:
+	$(PY) -m compileall -q countersign workflows activities tools worker.py starter.py
 
 demo: $(STAMP)
 	$(VENV)/bin/countersign demo
