@@ -90,6 +90,9 @@ async def test_the_reply_of_a_conversation_that_ended_before_it_was_asked_comes_
     assert (reply["turn"]["reply"], reply["turn"]["turn"]) == (HI, 1), reply
     code, reply = await stack.call("GET", f"/api/conversations/{wf}/reply?turn=2&wait=5", alice)
     assert (code, reply["state"]) == (200, "ended"), reply
+    for bad in ("turn=99999999999999999999", "turn=-1", "wait=nan", "wait=inf", "message_id=a%00b"):
+        code, refused = await stack.call("GET", f"/api/conversations/{wf}/reply?{bad}", alice)
+        assert code == 422 and "invalid request" in refused["error"], (bad, refused)
 
 
 async def test_a_person_starts_answers_sends_reads_and_ends_through_the_server(

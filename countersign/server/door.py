@@ -10,9 +10,10 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from aiohttp import web
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, Field, ValidationError
 from temporalio.service import RPCError
 
+from countersign.core.bounds import Identifier
 from countersign.server.requesters import (
     AnswerBody,
     Caller,
@@ -23,6 +24,8 @@ from countersign.server.requesters import (
     StartBody,
 )
 from countersign.server.service import InboxError, refuse_keys_twice
+
+MAX_TURN = 2**31 - 1  # past any conversation's turns, within what PostgreSQL takes as an OFFSET
 
 CALLER = web.RequestKey("caller", Caller)
 REQUESTERS = web.AppKey("requesters", Requesters)
@@ -39,9 +42,14 @@ async def parse(request: web.Request, model: type[M], invalid: int = 422) -> M:
     try:
         return model.model_validate_json(raw)
     except ValidationError as err:
-        first = err.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or "body"
-        raise InboxError(invalid, f"invalid request: {where}: {first['msg']}") from None
+        raise invalid_request(err, invalid) from None
+
+
+def invalid_request(err: ValidationError, status: int = 422) -> InboxError:
+    """The first thing wrong with a request, where it is."""
+    first = err.errors()[0]
+    where = ".".join(str(p) for p in first["loc"]) or "body"
+    return InboxError(status, f"invalid request: {where}: {first['msg']}")
 
 
 @dataclass
@@ -121,18 +129,25 @@ async def audit(request: web.Request) -> web.Response:
     return web.json_response(rows, dumps=lambda v: json.dumps(v, default=str))
 
 
+class ReplyQuery(BaseModel):
+    """`GET …/reply`'s query, bounded before it reaches Temporal or SQL (a turn past int64 would
+    fail the store's lookup; a NaN wait would never run out)."""
+
+    message_id: Identifier | None = None
+    turn: int | None = Field(None, ge=0, le=MAX_TURN)  # 0 reads as 1, as before
+    wait: float = Field(30.0, ge=0, allow_inf_nan=False)  # held at most MAX_WAIT_S (requesters.reply)
+
+
 async def reply(request: web.Request) -> web.Response:
     """Not in the contract's table: the CLI's wait for a turn (`?message_id=` or `?turn=`, and
     `wait` seconds, at most 50), so that it needs nothing but the server."""
     async with recorded(request, "reply") as record:
         requesters, _, row = await on_conversation(request, "reply", record)
-        query = request.query
         try:
-            turn = int(query["turn"]) if "turn" in query else None
-            wait_s = float(query.get("wait", "30"))
-        except ValueError:
-            raise InboxError(422, "turn is a number, wait a number of seconds") from None
-        answer = await requesters.reply(row, query.get("message_id"), turn, wait_s)
+            asked = ReplyQuery.model_validate(dict(request.query))
+        except ValidationError as err:
+            raise invalid_request(err) from None
+        answer = await requesters.reply(row, asked.message_id, asked.turn, asked.wait)
     return web.json_response(answer.model_dump(mode="json"))
 
 
