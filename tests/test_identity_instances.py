@@ -37,6 +37,7 @@ from countersign.db.schema import Conversation, ConversationEvent, ModelCall, Pr
 from countersign.identity.proofs import Binding, load_private_key, mint_proof
 from tests.fixtures.agent import AgentHarness
 from tests.fixtures.inbox import SignedStack
+from tests.fixtures.updates import execute_update
 from workflows.agent import AgentWorkflow
 
 PROPERTY = settings(
@@ -313,7 +314,7 @@ async def test_an_end_proof_of_a_keys_ended_conversation_is_refused_by_the_next(
         if single_turn:
             await handle.result()
         else:
-            await handle.execute_update(AgentWorkflow.wait_turn, 1)
+            await execute_update(handle, AgentWorkflow.wait_turn, 1)
         async with db_engine.connect() as conn:
             row = await conn.scalar(
                 select(Conversation.conversation_id).where(Conversation.workflow_id == workflow_id)
