@@ -17,9 +17,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from countersign.db.engine import session_factory
 from countersign.db.schema import ApprovalDecision, ToolExecution
 from countersign.identity.proofs import load_private_key
-from countersign.server import service
+from countersign.server import inbox as inbox_service
 from countersign.server.auth import Reviewer
-from countersign.server.service import DecisionRequest, Inbox, InboxError, PendingItem
+from countersign.server.inbox import DecisionRequest, Inbox, InboxError, PendingItem
 from tests.fixtures.inbox import SignedStack
 from tests.fixtures.postgres import JANE
 from tests.test_approvals import ECHO_RESULT, qualify
@@ -97,7 +97,7 @@ async def test_a_conversation_terminated_while_it_waits_is_no_longer_listed(
     """No workflow code runs when an operator terminates a conversation, so its request stays
     `pending` in `approval_requests`: the inbox asks Temporal (not a worker) which conversations
     still run, and lists only their requests."""
-    monkeypatch.setattr(service, "LIVE_FOR_S", 0.2)
+    monkeypatch.setattr(inbox_service, "LIVE_FOR_S", 0.2)
     stack = signed_dev_agent
     stack.agent.script(qualify(), ECHO_RESULT)
     bob = await stack.login("bob")

@@ -25,7 +25,7 @@ from countersign.db.people import roles_of
 from countersign.db.schema import AgentProfile, AgentToolPermission
 from countersign.mcp.servers import server_of
 from countersign.server.door import CALLER
-from countersign.server.service import InboxError, refuse_keys_twice
+from countersign.server.inbox import InboxError, refuse_keys_twice
 from tools.registry import REGISTRY
 from tools.tiers import ADMIN_ROLE, change_tenant_tier, risk_and_default, tenant_tiers, tier_refusal
 

@@ -35,7 +35,7 @@ from countersign.server.conversation_events import ConversationEvents, resume_po
 from countersign.server.door import CALLER, REQUESTERS, add_routes, on_conversation, parse, recorded
 from countersign.server.oidc import CALLBACK_PATH, FLOW_TTL, OidcConfig, OidcProvider, OidcRefused, open_flow
 from countersign.server.requesters import AnswerBody, ApiRate, Caller, Requesters
-from countersign.server.service import (
+from countersign.server.inbox import (
     AlwaysAllowRequest,
     AnswerRequest,
     BatchRequest,

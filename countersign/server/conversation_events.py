@@ -28,7 +28,7 @@ from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError
 
 from countersign.db.events import CHANNEL, EventLog, listen_dsn
-from countersign.server.service import InboxError
+from countersign.server.inbox import InboxError
 
 MAX_STREAMS_PER_PERSON = 8
 KEEPALIVE_S = 15.0

@@ -23,7 +23,7 @@ from countersign.server.requesters import (
     RollbackBody,
     StartBody,
 )
-from countersign.server.service import InboxError, refuse_keys_twice
+from countersign.server.inbox import InboxError, refuse_keys_twice
 
 MAX_TURN = 2**31 - 1  # past any conversation's turns, within what PostgreSQL takes as an OFFSET
 

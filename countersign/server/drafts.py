@@ -15,7 +15,7 @@ from aiohttp import web
 from pydantic import ValidationError
 
 from countersign.server.door import CALLER, REQUESTERS, parse
-from countersign.server.service import InboxError
+from countersign.server.inbox import InboxError
 from tools.drafts import (
     DraftChanges,
     DraftDetail,

@@ -58,7 +58,7 @@ from countersign.identity import tokens
 from countersign.identity.mode import recorded_mode
 from countersign.identity.proofs import Binding, mint_proof
 from countersign.runtime.config import Settings
-from countersign.server.service import InboxError
+from countersign.server.inbox import InboxError
 
 RequesterActionName = Literal[
     "start", "message", "answer", "rollback", "end", "status", "transcript", "reply", "audit"
