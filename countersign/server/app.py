@@ -32,19 +32,19 @@ from countersign.runtime.config import Settings
 from countersign.server import agent_tools, chat, drafts
 from countersign.server.auth import SESSION_TTL, Reviewer, SessionClaims
 from countersign.server.conversation_events import ConversationEvents, resume_point, stream_events
-from countersign.server.door import CALLER, REQUESTERS, add_routes, on_conversation, parse, recorded
-from countersign.server.oidc import CALLBACK_PATH, FLOW_TTL, OidcConfig, OidcProvider, OidcRefused, open_flow
-from countersign.server.requesters import AnswerBody, ApiRate, Caller, Requesters
+from countersign.server.door import CALLER, REQUESTERS, add_routes, on_conversation, recorded
+from countersign.server.http import HttpRefusal, error, parse
 from countersign.server.inbox import (
     AlwaysAllowRequest,
     AnswerRequest,
     BatchRequest,
     DecisionRequest,
     Inbox,
-    InboxError,
     LoginRequest,
     PendingItem,
 )
+from countersign.server.oidc import CALLBACK_PATH, FLOW_TTL, OidcConfig, OidcProvider, OidcRefused, open_flow
+from countersign.server.requesters import AnswerBody, ApiRate, Caller, Requesters
 
 HERE = Path(__file__).resolve().parent
 COOKIE = "countersign_session"
@@ -70,11 +70,6 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 _templates = jinja2.Environment(
     loader=jinja2.FileSystemLoader(HERE / "templates"), autoescape=True, enable_async=False
 )
-
-
-def error(status: int, message: str, retry_after_s: int | None = None) -> web.Response:
-    headers = {"Retry-After": str(retry_after_s)} if retry_after_s is not None else None
-    return web.json_response({"error": message}, status=status, headers=headers)
 
 
 def bearer_of(request: web.Request) -> str | None:
@@ -109,7 +104,7 @@ def client_of(request: web.Request) -> str:
 @web.middleware
 async def errors_and_auth(request: web.Request, handler: Handler) -> web.StreamResponse:
     """API calls other than login need a session, or an API token for the conversation API;
-    InboxError becomes its JSON error."""
+    HttpRefusal becomes its JSON error."""
     try:
         if request.path.startswith("/api/") and request.path != "/api/login":
             bearer = bearer_of(request)
@@ -127,7 +122,7 @@ async def errors_and_auth(request: web.Request, handler: Handler) -> web.StreamR
             request[SESSION], request[REVIEWER] = claims, claims.reviewer
             request[CALLER] = Caller(tenant_id=claims.reviewer.tenant_id, person=claims.reviewer.user_id)
         return await handler(request)
-    except InboxError as err:
+    except HttpRefusal as err:
         return error(err.status, str(err), err.retry_after_s)
     except web.HTTPRequestEntityTooLarge:
         return error(413, f"request body larger than {MAX_BODY} bytes")
@@ -160,9 +155,9 @@ class Watcher:
 
     @contextlib.contextmanager
     def stream_of(self, session_id: str) -> Iterator[None]:
-        """Count one open stream of a session; InboxError 429 past MAX_STREAMS_PER_SESSION."""
+        """Count one open stream of a session; HttpRefusal 429 past MAX_STREAMS_PER_SESSION."""
         if self._streams.get(session_id, 0) >= MAX_STREAMS_PER_SESSION:
-            raise InboxError(
+            raise HttpRefusal(
                 429,
                 f"at most {MAX_STREAMS_PER_SESSION} live streams per session; close a tab",
                 retry_after_s=5,
@@ -366,7 +361,7 @@ async def decide_batch(request: web.Request) -> web.Response:
             known = request.app[WATCHER].listed(reviewer.tenant_id, item.workflow_id, item.call_id)
             approval = await inbox.decide(reviewer, item.workflow_id, item.call_id, single, known)
             results.append({**item.model_dump(), "status": 200, "decision": approval.model_dump(mode="json")})
-        except InboxError as err:
+        except HttpRefusal as err:
             results.append({**item.model_dump(), "status": err.status, "error": str(err)})
     return web.json_response(results)
 

@@ -7,13 +7,14 @@ import contextlib
 import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 from aiohttp import web
 from pydantic import BaseModel, Field, ValidationError
 from temporalio.service import RPCError
 
 from countersign.core.bounds import Identifier
+from countersign.server.http import HttpRefusal, invalid_request, parse
 from countersign.server.requesters import (
     AnswerBody,
     Caller,
@@ -23,33 +24,11 @@ from countersign.server.requesters import (
     RollbackBody,
     StartBody,
 )
-from countersign.server.inbox import InboxError, refuse_keys_twice
 
 MAX_TURN = 2**31 - 1  # past any conversation's turns, within what PostgreSQL takes as an OFFSET
 
 CALLER = web.RequestKey("caller", Caller)
 REQUESTERS = web.AppKey("requesters", Requesters)
-M = TypeVar("M", bound=BaseModel)
-
-
-async def parse(request: web.Request, model: type[M], invalid: int = 422) -> M:
-    """The body as `model`: 415 unless JSON (a cross-site form cannot send it), 400 for a key named
-    twice, `invalid` (the conversation API's 422; the inbox's older routes answer 400) when invalid."""
-    if request.content_type != "application/json":
-        raise InboxError(415, "send JSON (Content-Type: application/json)")
-    raw = await request.read() or b"{}"
-    refuse_keys_twice(raw)
-    try:
-        return model.model_validate_json(raw)
-    except ValidationError as err:
-        raise invalid_request(err, invalid) from None
-
-
-def invalid_request(err: ValidationError, status: int = 422) -> InboxError:
-    """The first thing wrong with a request, where it is."""
-    first = err.errors()[0]
-    where = ".".join(str(p) for p in first["loc"]) or "body"
-    return InboxError(status, f"invalid request: {where}: {first['msg']}")
 
 
 @dataclass
@@ -66,7 +45,7 @@ async def recorded(request: web.Request, action: RequesterActionName) -> AsyncIt
     record = Record(workflow_id=request.match_info.get("workflow_id"))
     try:
         yield record
-    except InboxError as err:
+    except HttpRefusal as err:
         await requesters.record(caller, record.user_id, action, record.workflow_id, err.status, str(err))
         raise
     except RPCError as err:
