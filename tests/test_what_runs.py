@@ -52,8 +52,8 @@ from countersign.db.schema import McpServer
 from countersign.identity.proofs import args_digest
 from countersign.mcp.servers import SERVER_NAME, ServerConfig, clashes, server_of, tool_name
 from countersign.runtime.payloads import data_converter
-from countersign.server.app import MAX_STREAMS_PER_SESSION, Watcher
 from countersign.server.http import HttpRefusal
+from countersign.server.watcher import MAX_STREAMS_PER_SESSION, Watcher
 from tests.fixtures.agent import AgentHarness
 from tests.fixtures.mcp import (
     TOKEN,
