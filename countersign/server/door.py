@@ -14,9 +14,12 @@ from pydantic import BaseModel, Field, ValidationError
 from temporalio.service import RPCError
 
 from countersign.core.bounds import Identifier
-from countersign.server.http import HttpRefusal, invalid_request, parse
+from countersign.server import sessions
+from countersign.server.conversation_events import ConversationEvents, resume_point, stream_events
+from countersign.server.http import SESSION, SSE_HEADERS, HttpRefusal, bearer_of, invalid_request, parse
 from countersign.server.requesters import (
     AnswerBody,
+    AnswerRequest,
     Caller,
     MessageBody,
     RequesterActionName,
@@ -29,6 +32,7 @@ MAX_TURN = 2**31 - 1  # past any conversation's turns, within what PostgreSQL ta
 
 CALLER = web.RequestKey("caller", Caller)
 REQUESTERS = web.AppKey("requesters", Requesters)
+EVENTS = web.AppKey("conversation_events", ConversationEvents)
 
 
 @dataclass
@@ -156,8 +160,54 @@ async def end(request: web.Request) -> web.Response:
     return web.json_response({"sent": "end"}, status=202)
 
 
-def add_routes(app: web.Application, requesters: Requesters) -> None:
+async def answer_by_body(request: web.Request) -> web.Response:
+    """The inbox's older spelling of an answer (`POST …/answer {"call_id", "text"}`), kept working:
+    the same as `POST …/answers/{call_id}`."""
+    body: AnswerRequest = await parse(request, AnswerRequest, invalid=400)
+    async with recorded(request, "answer") as record:
+        requesters, caller, row = await on_conversation(request, "answer", record)
+        await requesters.answer(caller, row, body.call_id, AnswerBody(text=body.text))
+        record.status = 202
+    return web.json_response({"sent": "answer"}, status=202)
+
+
+async def conversation_events(request: web.Request) -> web.StreamResponse:
+    """A conversation's events (countersign.server.conversation_events), for those who may read its
+    transcript (its user, a token acting for them, an admin of its tenant; 404 for anyone else)."""
+    requesters, caller, events = request.app[REQUESTERS], request[CALLER], request.app[EVENTS]
+    workflow_id = request.match_info["workflow_id"]
+    row = await requesters.conversation(caller, workflow_id, "transcript")
+    claims, bearer = request.get(SESSION), bearer_of(request)
+
+    async def live() -> bool:  # a logout, an expiry or a revoked token closes the stream
+        if claims is not None:
+            return await sessions.is_live(requesters.sessions, claims)
+        return bearer is not None and await requesters.token_caller(bearer) is not None
+
+    with events.opened(caller.tenant_id, requesters.actor(caller, row)):
+        response = web.StreamResponse(headers=SSE_HEADERS)
+        await response.prepare(request)
+        with contextlib.suppress(ConnectionResetError):  # the reader went away
+            await stream_events(
+                response,
+                events,
+                requesters.client,
+                row.workflow_id,
+                resume_point(request),
+                live,
+                lambda: request.transport is None or request.transport.is_closing(),
+            )
+    return response
+
+
+def add_routes(app: web.Application, requesters: Requesters, readers: ConversationEvents) -> None:
     app[REQUESTERS] = requesters
+    app[EVENTS] = readers
+
+    async def close_feed(app: web.Application) -> None:
+        await app[EVENTS].feed.close()
+
+    app.on_shutdown.append(close_feed)
     app.router.add_post("/api/conversations", start)
     app.router.add_get("/api/conversations/{workflow_id}", status)
     app.router.add_post("/api/conversations/{workflow_id}/messages", send)
@@ -167,3 +217,5 @@ def add_routes(app: web.Application, requesters: Requesters) -> None:
     app.router.add_post("/api/conversations/{workflow_id}/answers/{call_id}", answer)
     app.router.add_post("/api/conversations/{workflow_id}/rollback", rollback)
     app.router.add_post("/api/conversations/{workflow_id}/end", end)
+    app.router.add_post("/api/conversations/{workflow_id}/answer", answer_by_body)
+    app.router.add_get("/api/conversations/{workflow_id}/events", conversation_events)

@@ -1,6 +1,7 @@
 """What both sides of the server share over HTTP: the one refusal type a handler raises
-(`HttpRefusal`, answered as `{"error": …}` by the app's middleware), the JSON error response, and
-the strict reading of a request body."""
+(`HttpRefusal`, answered as `{"error": …}` by the app's middleware), the JSON error response, the
+strict reading of a request body, who is signed in (the session the middleware found, from the
+bearer token or the page's cookie), and the headers of an events stream."""
 
 from __future__ import annotations
 
@@ -10,8 +11,14 @@ from aiohttp import web
 from pydantic import BaseModel, ValidationError
 
 from countersign.core.bounds import DuplicateKey, loads_strict
+from countersign.server.auth import Reviewer, SessionClaims
 
 M = TypeVar("M", bound=BaseModel)
+
+COOKIE = "countersign_session"
+SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+REVIEWER = web.RequestKey("reviewer", Reviewer)
+SESSION = web.RequestKey("session", SessionClaims)
 
 
 class HttpRefusal(Exception):
@@ -57,3 +64,10 @@ def invalid_request(err: ValidationError, status: int = 422) -> HttpRefusal:
     first = err.errors()[0]
     where = ".".join(str(p) for p in first["loc"]) or "body"
     return HttpRefusal(status, f"invalid request: {where}: {first['msg']}")
+
+
+def bearer_of(request: web.Request) -> str | None:
+    """The bearer token (an API token or a session token), else the page's session cookie."""
+    header = request.headers.get("Authorization", "")
+    token = header[7:] if header.lower().startswith("bearer ") else request.cookies.get(COOKIE)
+    return token if token and len(token) <= 4096 else None

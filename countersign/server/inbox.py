@@ -79,11 +79,6 @@ class AlwaysAllowRequest(BaseModel, extra="forbid"):
     confirm: Literal[True]
 
 
-class AnswerRequest(BaseModel, extra="forbid"):
-    call_id: str = Field(min_length=1, max_length=100)
-    text: str = Field(min_length=1, max_length=10_000)
-
-
 # --- what the inbox shows ------------------------------------------------------------------------
 
 
@@ -247,8 +242,7 @@ class Inbox:
         return claims if claims is not None and await self.live(claims) else None
 
     async def live(self, claims: SessionClaims) -> bool:
-        async with self._sessions() as session:
-            return await sessions.live_reviewer(session, claims, datetime.now(UTC)) is not None
+        return await sessions.is_live(self._sessions, claims)
 
     async def logout(self, claims: SessionClaims) -> None:
         async with self._sessions.begin() as session:

@@ -135,6 +135,13 @@ class AnswerBody(BaseModel):
     text: Text
 
 
+class AnswerRequest(BaseModel, extra="forbid"):
+    """The inbox's older spelling of an answer (`POST …/answer`): the call in the body, not the path."""
+
+    call_id: str = Field(min_length=1, max_length=100)
+    text: str = Field(min_length=1, max_length=10_000)
+
+
 class RollbackBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
