@@ -24,10 +24,9 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from countersign.cli.app import cli, run
 from countersign.cli.conversations import connected, parse_limits
 from countersign.cli.door import door_as
-from countersign.cli.records import with_session
 from countersign.cli.session import signed_mode
 from countersign.cli.stack_client import ConversationPort, DoorPort, TemporalPort
-from countersign.cli.ux import command, relative
+from countersign.cli.ux import command, relative, with_session
 from countersign.cli.waiting import who_can_decide
 from countersign.client.handles import (
     render_message,

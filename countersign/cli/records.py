@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any
 
 import click
 from sqlalchemy import select
@@ -12,17 +11,15 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from countersign.cli.app import cli, print_json, run
 from countersign.cli.door import reading_door
-from countersign.cli.ux import database_url
+from countersign.cli.ux import with_session
 from countersign.core.calls import Tier
 from countersign.core.envelopes import ContextPolicy, describe_policy
 from countersign.db import schema
 from countersign.db.audit import audit_rows
-from countersign.db.engine import create_engine, session_factory
 from countersign.db.schema import TIERS, AgentProfile, AgentToolPermission, McpServer
 from countersign.mcp.servers import server_of
 from tools.tiers import change_tenant_tier, tenant_tiers
 
-T = TypeVar("T")
 AUDIT_COLUMNS = (
     "created_at",
     "tenant_id",
@@ -33,15 +30,6 @@ AUDIT_COLUMNS = (
     "approved_by",
     "rolled_back",
 )
-
-
-async def with_session(work: Callable[[AsyncSession], Awaitable[T]]) -> T:
-    engine = create_engine(database_url(), pool_size=1, max_overflow=0)
-    try:
-        async with session_factory(engine)() as session, session.begin():
-            return await work(session)
-    finally:
-        await engine.dispose()
 
 
 async def require_agent(session: AsyncSession, agent: str) -> AgentProfile:
