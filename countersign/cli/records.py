@@ -10,7 +10,7 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from countersign.cli.app import cli, print_json, run
-from countersign.cli.door import reading_door
+from countersign.cli.conversation_client import conversation_client
 from countersign.cli.ux import with_session
 from countersign.core.calls import Tier
 from countersign.core.envelopes import ContextPolicy, describe_policy
@@ -56,11 +56,10 @@ def table(rows: list[tuple[str, ...]]) -> str:
 def audit(workflow_id: str | None, tenant: str | None, limit: int, as_json: bool) -> None:
     """Every tool call: what ran, who approved it, what nobody answered, what was rolled back."""
 
-    async def rows(session: AsyncSession) -> list[dict[str, Any]]:
-        return await audit_rows(session, workflow_id, tenant, limit)
-
-    door = reading_door() if workflow_id else None  # signed mode: one conversation's, through the server
-    found = run(door.audit(workflow_id) if door and workflow_id else with_session(rows))
+    if workflow_id:  # one conversation's, through its client (signed mode: the server's answer)
+        found = run(conversation_client().audit(workflow_id, tenant, limit))
+    else:
+        found = run(with_session(lambda session: audit_rows(session, None, tenant, limit)))
     if as_json:
         print_json(found)
     elif not found:
