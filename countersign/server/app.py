@@ -255,7 +255,7 @@ def create_app(
 
 
 @contextlib.asynccontextmanager
-async def running_inbox(
+async def running_server(
     settings: Settings,
     host: str,
     port: int,
