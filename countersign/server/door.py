@@ -1,5 +1,6 @@
-"""The conversation API over HTTP (CONTRACT.md, "The front door"); the work is in
-countersign.server.requesters. Every request is recorded there, refused ones included."""
+"""The requesters' side of the server: the conversation API over HTTP (CONTRACT.md, "The front
+door") and a conversation's events stream; the work is in countersign.server.requesters. Every API
+request is recorded there, refused ones included."""
 
 from __future__ import annotations
 
