@@ -13,6 +13,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.mcp import McpActivities
+from countersign.core.activity_refs import LOAD_CONVERSATION_CONTEXT
 from countersign.core.calls import ToolSpec
 from countersign.core.contract import AgentLimits, AgentProfile, ConversationContext, StartConversation
 from countersign.core.envelopes import ContextPolicy
@@ -34,7 +35,7 @@ class ContextActivities:
         self._email_delay = email_delivery_delay_s
         self._mcp = mcp  # MCP servers' tools join the snapshot as mcp__SERVER__TOOL
 
-    @activity.defn(name="load_conversation_context")
+    @activity.defn(name=LOAD_CONVERSATION_CONTEXT.name)
     async def load_conversation_context(self, start: StartConversation) -> ConversationContext:
         async with self._sessions() as session:
             user = await session.get(schema.User, (start.tenant_id, start.user_id))

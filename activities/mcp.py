@@ -33,6 +33,7 @@ from temporalio import activity
 from activities.access import admit, check_standing
 from activities.heartbeat import heartbeats
 from activities.tools import audit_row, failure_outcome, load_arguments, result_or_envelope
+from countersign.core.activity_refs import CHECK_MCP_ARGUMENTS, EXECUTE_MCP_TOOL
 from countersign.core.calls import McpCall, StoredResult, ToolInvocation, ToolResult, ToolSpec, lock_key
 from countersign.core.guards import TruncationLimits, sanitize
 from countersign.db.ratelimit import RateLimits
@@ -98,7 +99,7 @@ class McpActivities:
 
     # --- before approval ----------------------------------------------------------------------
 
-    @activity.defn(name="check_mcp_arguments")
+    @activity.defn(name=CHECK_MCP_ARGUMENTS.name)
     async def check_mcp_arguments(self, call: McpCall) -> ToolResult:
         """`{"ok": true, "data": <arguments>}`, the VALIDATION_ERROR envelope or the access gate's refusal."""
         try:
@@ -119,7 +120,7 @@ class McpActivities:
 
     # --- the call -----------------------------------------------------------------------------
 
-    @activity.defn(name="execute_mcp_tool")
+    @activity.defn(name=EXECUTE_MCP_TOOL.name)
     @heartbeats
     async def execute_mcp_tool(self, call: McpCall) -> ToolResult | StoredResult:
         """The call's result; with `store_seq`, stored as its tool message with its audit row

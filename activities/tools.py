@@ -25,6 +25,7 @@ from temporalio import activity
 from activities.access import REFUSED, admit, check_standing
 from activities.failures import is_connection_error
 from activities.heartbeat import heartbeats
+from countersign.core.activity_refs import CHECK_ARGUMENTS, EXECUTE_TOOL
 from countersign.core.bounds import loads_bounded, storable, unstorable_refusal
 from countersign.core.calls import ErrorCode, StoredResult, ToolInvocation, ToolResult, lock_key
 from countersign.core.guards import TruncationLimits, redact, sanitize
@@ -160,7 +161,7 @@ class ToolActivities:
         self._limits = limits or TruncationLimits()
         self._rate_limits = rate_limits or RateLimits()
 
-    @activity.defn(name="execute_tool")
+    @activity.defn(name=EXECUTE_TOOL.name)
     @heartbeats
     async def execute_tool(self, invocation: ToolInvocation) -> ToolResult | StoredResult:
         """The call's result; with `invocation.store_seq`, stored as its tool message in the
@@ -185,7 +186,7 @@ class ToolActivities:
             result, audit = await self._run(session, tool, invocation, key)
             return await audited_answer(session, invocation, result, audit)
 
-    @activity.defn(name="check_arguments")
+    @activity.defn(name=CHECK_ARGUMENTS.name)
     async def check_arguments(self, invocation: ToolInvocation) -> ToolResult:
         """Validate a call's arguments before a human is asked to approve it.
 

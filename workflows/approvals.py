@@ -19,6 +19,12 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
+    from countersign.core.activity_refs import (
+        NOTIFY_APPROVAL,
+        RECORD_APPROVAL_REQUEST,
+        RECORD_DECISION,
+        SEND_APPROVAL_REMINDER,
+    )
     from countersign.core.approvals import (
         Approval,
         ApprovalNotice,
@@ -27,7 +33,6 @@ with workflow.unsafe.imports_passed_through():
         DecisionRecord,
         NoticeKind,
         RecordedApproval,
-        Verdict,
         state_refusal,
     )
     from countersign.core.calls import ToolInvocation, ToolResult, ToolSpec
@@ -35,7 +40,7 @@ with workflow.unsafe.imports_passed_through():
     from countersign.observability.workflow_metrics import record_approval_wait
 
 from workflows.conversation import Conversation
-from workflows.options import DELIVERY_RETRY, HEARTBEAT_TIMEOUT, NOTICE_TIMEOUT, bookkeeping
+from workflows.options import DELIVERY_RETRY, HEARTBEAT_TIMEOUT, NOTICE_TIMEOUT, bookkeeping, execute
 
 # How long a conversation that ends (or continues as new) waits for notices still being delivered;
 # an unreachable mail server or webhook then leaves them queued in the outboxes, for operators.
@@ -91,7 +96,7 @@ class ApprovalGate:
         conversation = self.conversation
         assert conversation.context is not None
         await bookkeeping(
-            "record_approval_request",
+            RECORD_APPROVAL_REQUEST,
             RecordedApproval(
                 **conversation.pending_call(approval).model_dump(),
                 agent=conversation.context.agent.name,
@@ -112,7 +117,7 @@ class ApprovalGate:
         remind_at = approval.expires_at - reminder_lead
         if remind_at > workflow.now() and not await self._decided_by(remind_at, approval, "reminder"):
             await bookkeeping(
-                "send_approval_reminder",
+                SEND_APPROVAL_REMINDER,
                 ApprovalReminder(
                     tenant_id=self.conversation.start.tenant_id,
                     workflow_id=self.conversation.workflow_id,
@@ -158,8 +163,8 @@ class ApprovalGate:
         if approval is not None and refusal is None:
             self._deciding.add(decision.call_id)
         try:
-            verdict: Verdict = await bookkeeping(
-                "record_decision",
+            verdict = await bookkeeping(
+                RECORD_DECISION,
                 DecisionRecord(
                     tenant_id=conversation.start.tenant_id,
                     workflow_id=conversation.workflow_id,
@@ -174,7 +179,6 @@ class ApprovalGate:
                     nonce=approval.nonce if approval else "",
                 ),
                 f"{decision.decision} {decision.call_id} by {decision.approver}",
-                Verdict,
             )
         finally:
             self._deciding.discard(decision.call_id)
@@ -210,8 +214,8 @@ class ApprovalGate:
 
         async def send() -> None:
             try:
-                await workflow.execute_activity(
-                    "notify_approval",
+                await execute(
+                    NOTIFY_APPROVAL,
                     notice,
                     start_to_close_timeout=NOTICE_TIMEOUT,
                     heartbeat_timeout=HEARTBEAT_TIMEOUT,
