@@ -38,7 +38,7 @@ from countersign.core.calls import McpCall, StoredResult, ToolInvocation, ToolRe
 from countersign.core.guards import TruncationLimits, sanitize
 from countersign.db.ratelimit import RateLimits
 from countersign.db.schema import McpServer, ToolExecution
-from countersign.mcp.catalog import argument_errors, envelope_of, spec_of
+from countersign.mcp.catalog import argument_errors, mcp_result, spec_of
 from countersign.mcp.pool import McpOutcomeUnknown, McpPool, McpRefused, McpUnavailable
 from countersign.mcp.servers import ServerConfig, clashes, remember_listing, servers_for, tool_name
 from tools.registry import OutcomeUnknown, ToolFailure
@@ -191,7 +191,7 @@ class McpActivities:
             raise ToolFailure("INTERNAL_ERROR", f"{down}; {call.spec.name} was not completed") from down
         except McpRefused as refused:
             raise ToolFailure("INTERNAL_ERROR", str(refused)) from refused
-        return envelope_of(outcome, call.spec.name)
+        return mcp_result(outcome, call.spec.name)
 
     async def _recorded(self, session: AsyncSession, inv: ToolInvocation) -> ToolResult | None:
         row = await session.scalar(

@@ -120,7 +120,8 @@ def validate(tool: Tool, raw: str) -> ToolArgs:
         raise ToolFailure("VALIDATION_ERROR", f"arguments out of range ({type(err).__name__})") from err
 
 
-def envelope_of(output: BaseModel) -> ToolResult:
+def output_result(output: BaseModel) -> ToolResult:
+    """A native tool's output as the result the model reads: its data, or what it still needs."""
     if isinstance(output, Needs):
         return ToolResult(ok=False, needs=output.fields, data=output.candidates or None)
     return ToolResult.success(output.model_dump(mode="json"))
@@ -241,7 +242,7 @@ class ToolActivities:
             async with (
                 session.begin_nested()
             ):  # a failing tool's partial writes roll back; the audit row stays
-                result = envelope_of(await tool.fn(context, parsed))
+                result = output_result(await tool.fn(context, parsed))
         except ToolFailure as failure:
             outcome = failure_outcome(failure.code)
             outcome = "unknown" if isinstance(failure, OutcomeUnknown) else outcome

@@ -33,7 +33,7 @@ with workflow.unsafe.imports_passed_through():
         DecisionRecord,
         NoticeKind,
         RecordedApproval,
-        state_refusal,
+        decision_state_refusal,
     )
     from countersign.core.calls import ToolInvocation, ToolResult, ToolSpec
     from countersign.core.contract import PendingQuestion, WaitingTurn
@@ -157,7 +157,7 @@ class ApprovalGate:
         await workflow.wait_condition(lambda: decision.call_id not in self._deciding)
         conversation = self.conversation
         approval = conversation.approvals.get(decision.call_id)
-        refusal = state_refusal(approval, decision, workflow.now())
+        refusal = decision_state_refusal(approval, decision, workflow.now())
         if refusal is None and conversation.continuing:  # its approval is being carried, sealed
             refusal = CONTINUING
         if approval is not None and refusal is None:

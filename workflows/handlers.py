@@ -14,7 +14,7 @@ from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from countersign.core.approvals import Approval, ApproveSignal, Decision, RejectSignal
-    from countersign.core.authority import state_refusal as action_state_refusal
+    from countersign.core.authority import action_state_refusal
     from countersign.core.bounds import Unreadable
     from countersign.core.contract import (
         AnswerSignal,

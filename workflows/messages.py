@@ -27,7 +27,7 @@ with workflow.unsafe.imports_passed_through():
         RepliedTurn,
         StoredMessage,
         SummaryRequest,
-        envelope_of,
+        message_envelope,
         remember_answer,
         select_window,
         stored_envelope,
@@ -79,7 +79,7 @@ class MessageStore:
         """Give `message` the next sequence number (or `seq`, allocated by `next_seq` earlier) and
         keep its envelope (the body goes to the store through `append`, and to the transcript)."""
         seq = self.next_seq() if seq is None else seq
-        self.cursor.recent.append(envelope_of(seq, message, error))
+        self.cursor.recent.append(message_envelope(seq, message, error))
         self._keep_in_transcript(message)
         return StoredMessage(seq=seq, message=message)
 

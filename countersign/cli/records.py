@@ -13,7 +13,7 @@ from countersign.cli.app import cli, print_json, run
 from countersign.cli.conversation_client import conversation_client
 from countersign.cli.ux import with_session
 from countersign.core.calls import Tier
-from countersign.core.envelopes import ContextPolicy, describe_policy
+from countersign.core.envelopes import WindowPolicy, describe_policy
 from countersign.db import schema
 from countersign.db.audit import audit_rows
 from countersign.db.schema import TIERS, AgentProfile, AgentToolPermission, McpServer
@@ -125,9 +125,9 @@ def show_permissions(agent: str, tenant: str | None) -> None:
         click.echo(table([("tool", "tier", "source", "risk", "category", "hints"), *mcp_rows]))
     click.echo(f"limits (a conversation may ask for less, never more): {format_limits(limits)}")
 
-    async def policy(session: AsyncSession) -> ContextPolicy | None:
+    async def policy(session: AsyncSession) -> WindowPolicy | None:
         row = await session.get(schema.ContextPolicy, agent)
-        return ContextPolicy.model_validate(row, from_attributes=True) if row else None
+        return WindowPolicy.model_validate(row, from_attributes=True) if row else None
 
     click.echo(describe_policy(run(with_session(policy))))
 

@@ -159,7 +159,7 @@ class Verdict(BaseModel):
     args: str | None = None  # validated edited arguments, as JSON text
 
 
-def state_refusal(approval: Approval | None, decision: Decision, now: datetime) -> str | None:
+def decision_state_refusal(approval: Approval | None, decision: Decision, now: datetime) -> str | None:
     """Why the conversation's own state refuses a decision, or None."""
     if approval is None:
         return f"unknown call id {decision.call_id!r}: no approval was requested for it"

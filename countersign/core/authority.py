@@ -56,7 +56,7 @@ def action_refusal(
     return _refused(action, actor, conversation_user)
 
 
-def state_refusal(action: Action, actor: str, conversation_user: str) -> str | None:
+def action_state_refusal(action: Action, actor: str, conversation_user: str) -> str | None:
     """The refusal the workflow can decide from its own state, without the database: actions only
     the conversation's user may take, sent by someone else."""
     if action in OWNER_ONLY and actor != conversation_user:
