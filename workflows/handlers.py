@@ -19,6 +19,7 @@ with workflow.unsafe.imports_passed_through():
     from countersign.core.contract import (
         AnswerSignal,
         EndConversation,
+        PendingApproval,
         StatusView,
         SubmitMessage,
         TurnResult,
@@ -205,7 +206,7 @@ class Handlers:
             agent=start.agent,
             last_error=conversation.last_error,
             pending_approvals=[
-                a.pending_view(conversation.mcp_spec(a.tool))
+                PendingApproval.of(a, conversation.mcp_spec(a.tool))
                 for a in conversation.approvals.values()
                 if a.state == "pending"
             ],

@@ -7,15 +7,12 @@ applies to high risk. Anything the rules cannot confirm is refused: fail closed.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel
 
 from countersign.core.bounds import BoundedJson, Identifier, Proof, Reason
 from countersign.core.calls import Risk, ToolSpec
-
-if TYPE_CHECKING:  # contract imports Approval (a waiting turn carries its approvals)
-    from countersign.core.contract import PendingApproval
 
 ApprovalState = Literal["pending", "approved", "rejected", "expired"]
 DecisionKind = Literal["approve", "reject"]
@@ -45,24 +42,6 @@ class Approval(BaseModel):
     # Drawn by the conversation (workflow.uuid4()) for this approval: a decision's proof names it, so
     # a proof is for this request of this call, never for another instance's call of the same id.
     nonce: str = ""
-
-    def pending_view(self, mcp_spec: ToolSpec | None = None) -> PendingApproval:
-        """What reviewers see; for an MCP tool (`mcp_spec`, from the snapshot) its description and
-        input schema too, from which the inbox builds its edit form (native ones are in the registry)."""
-        from countersign.core.contract import PendingApproval
-
-        return PendingApproval(
-            call_id=self.call_id,
-            tool=self.tool,
-            args=self.args,
-            risk=self.risk,
-            requested_by=self.requested_by,
-            requested_at=self.requested_at.isoformat(),
-            expires_at=self.expires_at.isoformat(),
-            hints=self.hints,
-            description=mcp_spec.description if mcp_spec else None,
-            parameters=mcp_spec.parameters if mcp_spec else None,
-        )
 
 
 class Decision(BaseModel):

@@ -239,6 +239,24 @@ class PendingApproval(BaseModel):
     description: str | None = None  # an MCP tool's, from the snapshot (native ones: the registry)
     parameters: dict[str, Any] | None = None  # an MCP tool's input schema, from the snapshot
 
+    @staticmethod
+    def of(approval: Approval, mcp_spec: ToolSpec | None = None) -> PendingApproval:
+        """What reviewers see of `approval`; for an MCP tool (`mcp_spec`, from the snapshot) its
+        description and input schema too, from which the inbox builds its edit form (native ones are
+        in the registry)."""
+        return PendingApproval(
+            call_id=approval.call_id,
+            tool=approval.tool,
+            args=approval.args,
+            risk=approval.risk,
+            requested_by=approval.requested_by,
+            requested_at=approval.requested_at.isoformat(),
+            expires_at=approval.expires_at.isoformat(),
+            hints=approval.hints,
+            description=mcp_spec.description if mcp_spec else None,
+            parameters=mcp_spec.parameters if mcp_spec else None,
+        )
+
 
 class StatusView(BaseModel):
     state: AgentState
