@@ -372,10 +372,8 @@ class AgentWorkflow(Handlers):
         offered = offered_tools(conversation.context.tools)
         seqs = await self.store.model_seqs()
         reply_seq = self.store.next_seq()
-        request = StoredInput(
-            workflow_id=workflow.info().workflow_id,
-            conversation_id=conversation.conversation_id,
-            tenant_id=conversation.context.tenant_id,
+        request = StoredInput.at(
+            conversation.ref(),
             seqs=seqs,
             reply_seq=reply_seq,
             call_seq=conversation.call_seq,

@@ -118,10 +118,8 @@ class ApprovalGate:
         if remind_at > workflow.now() and not await self._decided_by(remind_at, approval, "reminder"):
             await bookkeeping(
                 SEND_APPROVAL_REMINDER,
-                ApprovalReminder(
-                    tenant_id=self.conversation.start.tenant_id,
-                    workflow_id=self.conversation.workflow_id,
-                    conversation_id=self.conversation.conversation_id,
+                ApprovalReminder.at(
+                    self.conversation.ref(),
                     call_id=approval.call_id,
                     tool=approval.tool,
                     args=approval.args,
@@ -165,10 +163,8 @@ class ApprovalGate:
         try:
             verdict = await bookkeeping(
                 RECORD_DECISION,
-                DecisionRecord(
-                    tenant_id=conversation.start.tenant_id,
-                    workflow_id=conversation.workflow_id,
-                    conversation_id=conversation.conversation_id,
+                DecisionRecord.at(
+                    conversation.ref(),
                     tool=approval.tool if approval else "?",
                     risk=approval.risk if approval else "high",
                     requested_by=approval.requested_by if approval else conversation.start.user_id,
@@ -199,11 +195,9 @@ class ApprovalGate:
     def _notify(self, approval: Approval, kind: NoticeKind) -> None:
         """Tell reviewers (email, webhook) in the background: a slow mail server never delays the
         approval. Sent before the conversation ends or continues as new (`notices_sent`)."""
-        notice = ApprovalNotice(
+        notice = ApprovalNotice.at(
+            self.conversation.ref(),
             kind=kind,
-            tenant_id=self.conversation.start.tenant_id,
-            workflow_id=self.conversation.workflow_id,
-            conversation_id=self.conversation.conversation_id,
             call_id=approval.call_id,
             tool=approval.tool,
             args=approval.args,

@@ -100,10 +100,8 @@ class Authority:
     ) -> str:
         """ "" when a proof the server minted shows `actor` may take `action` (names mode: always),
         else why not; recorded by the activity (`proof_checks`), logged here."""
-        request = ProofRequest(
-            tenant_id=self.conversation.start.tenant_id,
-            workflow_id=self.conversation.workflow_id,
-            conversation_id=self.conversation.conversation_id,
+        request = ProofRequest.at(
+            self.conversation.ref(),
             action=action,
             actor=actor,
             proof=proof,

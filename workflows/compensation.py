@@ -88,10 +88,8 @@ class Rollbacks:
         try:
             refusal = await bookkeeping(
                 AUTHORIZE_ROLLBACK,
-                RollbackAuthorization(
-                    tenant_id=conversation.start.tenant_id,
-                    workflow_id=conversation.workflow_id,
-                    conversation_id=conversation.conversation_id,
+                RollbackAuthorization.at(
+                    conversation.ref(),
                     conversation_user=conversation.start.user_id,
                     request=request,
                 ),

@@ -93,12 +93,7 @@ class MessageStore:
         """Store `messages`; the seqs refused as redelivered messages. A local activity: its input
         (the bodies) is not recorded in history, only its small result."""
         assert self.conversation.context is not None  # loaded before anything is stored
-        batch = AppendMessages(
-            workflow_id=self.conversation.workflow_id,
-            conversation_id=self.conversation.conversation_id,
-            tenant_id=self.conversation.context.tenant_id,
-            messages=messages,
-        )
+        batch = AppendMessages.at(self.conversation.ref(), messages=messages)
         return await execute_local(
             APPEND_MESSAGES,
             batch,
@@ -157,10 +152,8 @@ class MessageStore:
         context = self.conversation.context
         assert context is not None
         seq = self.next_seq()
-        request = SummaryRequest(
-            workflow_id=self.conversation.workflow_id,
-            conversation_id=self.conversation.conversation_id,
-            tenant_id=context.tenant_id,
+        request = SummaryRequest.at(
+            self.conversation.ref(),
             seq=seq,
             previous=self.cursor.summary_seq,
             seqs=[e.seq for e in dropped],

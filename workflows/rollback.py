@@ -34,10 +34,8 @@ class RollbackWorkflow:
     async def run(self, rollback: EndedRollback) -> RollbackOutcome:
         refusal = await bookkeeping(
             AUTHORIZE_ROLLBACK,
-            RollbackAuthorization(
-                tenant_id=rollback.tenant_id,
-                workflow_id=rollback.workflow_id,
-                conversation_id=rollback.conversation_id,
+            RollbackAuthorization.at(
+                rollback,
                 conversation_user=rollback.conversation_user,
                 request=rollback.request,
             ),

@@ -13,6 +13,7 @@ from pydantic import BaseModel
 
 from countersign.core.bounds import BoundedJson, Identifier, Proof, Reason
 from countersign.core.calls import Risk, ToolSpec
+from countersign.core.conversation_ref import ConversationRef
 
 ApprovalState = Literal["pending", "approved", "rejected", "expired"]
 DecisionKind = Literal["approve", "reject"]
@@ -76,26 +77,21 @@ class RejectSignal(BaseModel):
         return Decision(decision="reject", **self.model_dump())
 
 
-class PendingCall(BaseModel):
+class PendingCall(ConversationRef):
     """A call waiting for a decision, as the worker recorded it (`approval_requests`; the workflow's
     own pending approval): what a decision's proof binds (countersign.identity.proofs.Binding)."""
 
-    tenant_id: str
-    workflow_id: str
-    conversation_id: str
+    conversation_id: str  # always an instance: recorded since instances exist
     call_id: str
     tool: str
     risk: Risk
     nonce: str
 
 
-class DecisionRecord(BaseModel):
+class DecisionRecord(ConversationRef):
     """What the decision activity verifies and audits. `refusal` is set when the workflow already
     refused the decision from its own state (unknown call, already decided, expired)."""
 
-    tenant_id: str
-    workflow_id: str
-    conversation_id: str = ""  # the conversation instance (countersign.db.schema.Conversation)
     tool: str
     risk: Risk
     requested_by: str
@@ -108,14 +104,8 @@ class DecisionRecord(BaseModel):
 
     def pending_call(self) -> PendingCall:
         """The call as the conversation itself holds it: what the decision's proof must name."""
-        return PendingCall(
-            tenant_id=self.tenant_id,
-            workflow_id=self.workflow_id,
-            conversation_id=self.conversation_id,
-            call_id=self.decision.call_id,
-            tool=self.tool,
-            risk=self.risk,
-            nonce=self.nonce,
+        return PendingCall.at(
+            self, call_id=self.decision.call_id, tool=self.tool, risk=self.risk, nonce=self.nonce
         )
 
 
@@ -172,10 +162,7 @@ def approver_refusal(
     return None
 
 
-class ApprovalReminder(BaseModel):
-    tenant_id: str
-    workflow_id: str
-    conversation_id: str = ""  # the conversation instance (countersign.db.schema.Conversation)
+class ApprovalReminder(ConversationRef):
     call_id: str
     tool: str
     args: str
@@ -185,11 +172,8 @@ class ApprovalReminder(BaseModel):
 NoticeKind = Literal["request", "reminder", "escalation"]
 
 
-class ApprovalNotice(BaseModel):
+class ApprovalNotice(ConversationRef):
     kind: NoticeKind
-    tenant_id: str
-    workflow_id: str
-    conversation_id: str = ""  # the conversation instance (countersign.db.schema.Conversation)
     call_id: str
     tool: str
     args: str

@@ -16,6 +16,7 @@ from __future__ import annotations
 from pydantic import BaseModel, Field
 
 from countersign.core.calls import StoredResult, ToolInvocation, ToolResult, queued_emails, result_for_model
+from countersign.core.conversation_ref import ConversationRef
 from countersign.core.messages import ChatMessage, Role, Usage
 
 PROMPT_SEQ = 0  # the system prompt, stored when the conversation starts
@@ -66,10 +67,7 @@ class StoredMessage(BaseModel):
     message_id: str | None = None
 
 
-class AppendMessages(BaseModel):
-    workflow_id: str
-    conversation_id: str = ""  # the conversation instance (countersign.db.schema.Conversation)
-    tenant_id: str
+class AppendMessages(ConversationRef):
     messages: list[StoredMessage]
 
 
@@ -83,12 +81,9 @@ class RepliedTurn(BaseModel):
     turn: int
 
 
-class SummaryRequest(BaseModel):
+class SummaryRequest(ConversationRef):
     """Fold the messages `seqs` (and the previous summary, if any) into a new summary at `seq`."""
 
-    workflow_id: str
-    conversation_id: str = ""  # the conversation instance (countersign.db.schema.Conversation)
-    tenant_id: str
     seq: int
     previous: int | None
     seqs: list[int]

@@ -19,16 +19,16 @@ import json
 
 from pydantic import BaseModel
 
+from countersign.core.conversation_ref import ConversationRef
+
 SEAL_VERSION = "countersign-carried-v2"
 
 
-class ConversationInstance(BaseModel):
+class ConversationInstance(ConversationRef):
     """Whose conversation an instance is: recorded by its first run (`conversations`), checked by
     every later one, and bound into every seal."""
 
-    conversation_id: str
-    workflow_id: str
-    tenant_id: str
+    conversation_id: str  # always an instance: a seal binds it
     user_id: str
     agent: str
 
