@@ -27,6 +27,7 @@ from countersign.core.envelopes import AppendMessages, SummaryRequest
 from countersign.core.messages import StoredInput
 from countersign.core.saga import EndedRollback, RollbackAuthorization, RollbackRequest
 from countersign.core.seal import ConversationInstance, SealCheck, SealRequest
+from countersign.identity.proofs import Binding
 
 A = "conversation_id tenant_id workflow_id"  # the address
 T = "tenant_id workflow_id"  # what of it was required (before instances, no conversation_id)
@@ -67,6 +68,7 @@ PAYLOADS: dict[type[BaseModel], tuple[str, str]] = {
     SummaryRequest: (f"{A} agent previous seq seqs", f"{T} previous seq seqs"),
     ConversationInstance: (f"{A} agent user_id", f"{A} agent user_id"),
     SealRequest: (f"{A} agent digest user_id", f"{A} agent digest user_id"),
+    Binding: (f"{A} action args_sha256 nonce risk target tool", f"{T} action args_sha256 target"),
     SealCheck: (f"{A} agent digest run_instance seal user_id", f"{A} agent digest run_instance seal user_id"),
 }
 
