@@ -95,7 +95,9 @@ def test_a_payload_at_an_address_takes_only_the_address() -> None:
         "conversation_user": "alice",
         "request": request.model_dump(),
     }
-    assert auth.ref() == ConversationRef(tenant_id="acme", workflow_id="wf-1", conversation_id="run-1")
+    assert ConversationRef.at(auth) == ConversationRef(
+        tenant_id="acme", workflow_id="wf-1", conversation_id="run-1"
+    )
 
 
 def test_a_payload_recorded_before_instances_still_decodes() -> None:
@@ -114,4 +116,4 @@ def test_a_payload_recorded_before_instances_still_decodes() -> None:
         '{"tenant_id": "acme", "workflow_id": "wf-1", "call_id": "c1", "tool": "t", "args": "{}",'
         f' "expires_at": "{datetime(2026, 1, 1, tzinfo=UTC).isoformat()}"}}'
     )
-    assert reminder.ref() == ConversationRef(tenant_id="acme", workflow_id="wf-1")
+    assert ConversationRef.at(reminder) == ConversationRef(tenant_id="acme", workflow_id="wf-1")

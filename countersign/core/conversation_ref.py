@@ -32,7 +32,3 @@ class ConversationRef(BaseModel):
             conversation_id=ref.conversation_id,
             **fields,
         )
-
-    def ref(self) -> ConversationRef:
-        """The address alone, without the rest of this payload."""
-        return ConversationRef.at(self)
