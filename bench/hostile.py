@@ -345,7 +345,7 @@ def section(runs: int, results: list[tuple[str, list[float], int]]) -> str:
 
 `.venv/bin/python -m bench.hostile --runs {runs}` (a separate script: the main benchmark is unchanged)
 sends each class of hostile input to a conversation on the real dev server — real timers, unlike
-the time-skipping server of `tests/test_hostile_input.py`, which would hide a retry loop — and
+the time-skipping server of `tests/e2e/test_hostile_input.py`, which would hide a retry loop — and
 measures how long it takes to settle and the highest attempt any activity it caused reached
 (an interceptor in the worker reads `activity.info().attempt`, local activities included).
 Settled: the single-turn conversation whose model sent the arguments finished; the start input's

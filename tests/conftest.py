@@ -14,7 +14,8 @@ pytest_plugins = [
     "tests.fixtures.chat",
 ]
 
-# The files that take a minute or more on two cores, slowest first (per-file sums of `--durations`).
+# The files that take a minute or more on two cores, slowest first (per-file sums of `--durations`),
+# by file name (test file names are unique across the folders of tests/).
 # `make test` hands whole files to pytest-xdist workers in collection order (--no-loadscope-reorder;
 # xdist's own order puts files with many tests first, so a long one-test file like the walk-through
 # started last and was the run's tail). Started first, they overlap with everything else.

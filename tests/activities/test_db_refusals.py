@@ -34,13 +34,13 @@ from countersign.core.calls import ToolInvocation, ToolResult
 from countersign.db.engine import create_engine, session_factory
 from countersign.db.schema import Task
 from countersign.scripted_model.server import ScriptedModelServer
-from tests.fixtures.agent import running_agent
-from tests.test_compromised_model import (  # noqa: F401 (a fixture)
+from tests.e2e.test_compromised_model import (  # noqa: F401 (a fixture)
     acme_restored,
     audit_rows,
     script_turn,
     task_failures,
 )
+from tests.fixtures.agent import running_agent
 from tools.registry import Tool
 from workflows.options import DB_OUTAGE_TOLERANCE
 

@@ -12,8 +12,8 @@ from countersign.core.messages import ChatMessage, ModelReply, ModelRequest
 from countersign.runtime.circuit import CircuitBreaker
 from countersign.runtime.config import Settings
 from countersign.scripted_model.server import Fault, ScriptedModelServer
+from tests.activities.test_email import FakeClock
 from tests.fixtures.scripted_model import scenario_from
-from tests.test_email import FakeClock
 
 REQUEST = ModelRequest(messages=[ChatMessage(role="user", content="hello")])
 

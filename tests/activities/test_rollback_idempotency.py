@@ -15,7 +15,7 @@ from activities.saga import SagaActivities
 from countersign.core.saga import RollbackAuthorization, RollbackRequest
 from countersign.db.engine import session_factory
 from countersign.db.schema import RollbackRecord
-from tests.test_decision_idempotency import environment
+from tests.activities.test_decision_idempotency import environment
 
 
 @pytest.fixture

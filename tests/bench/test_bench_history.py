@@ -2,7 +2,7 @@
 
 The history is one recorded before 1.0 (tools and bookkeeping as local activities, before the
 message store): it reads the same as any, and its short list of activities keeps the checks plain.
-The replay fixtures of the current code are in tests/histories/.
+The replay fixtures of the current code are in tests/workflows/histories/.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from temporalio.client import WorkflowHistory
 
 from bench.history import ActivityRun, activity_runs, step_parts, steps
 
-RECORDED = Path(__file__).parent / "fixtures" / "histories" / "lead_lookup_before_1.0.json"
+RECORDED = Path(__file__).parents[1] / "fixtures" / "histories" / "lead_lookup_before_1.0.json"
 
 
 def history() -> WorkflowHistory:

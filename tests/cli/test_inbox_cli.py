@@ -14,8 +14,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from countersign.db.schema import ApprovalDecision
 from tests.fixtures.cli import run_starter
 from tests.fixtures.inbox import SignedStack
-from tests.test_approvals import ECHO_RESULT, pending, qualify
-from tests.test_approvals import jane_is_new as jane_is_new
+from tests.workflows.test_approvals import ECHO_RESULT, pending, qualify
+from tests.workflows.test_approvals import jane_is_new as jane_is_new
 
 pytestmark = pytest.mark.devserver
 

@@ -15,8 +15,8 @@ from temporalio.service import RPCError
 
 from tests.fixtures.agent import AgentHarness
 from tests.fixtures.cli import run_starter
-from tests.test_saga import WRITES, clean, snapshot  # noqa: F401  (a fixture, used by name)
-from tests.test_store import make_agent
+from tests.workflows.test_saga import WRITES, clean, snapshot  # noqa: F401  (a fixture, used by name)
+from tests.workflows.test_store import make_agent
 
 
 async def starter(harness: AgentHarness, data_dir: Path, *args: str) -> tuple[int, str]:

@@ -24,7 +24,7 @@ from countersign.scripted_model.server import ScriptedModelServer
 from tests.fixtures.agent import running_agent
 
 T0 = datetime(2030, 1, 1, tzinfo=UTC)
-# the worker's own limit, whatever acme's seeded one says (tests/test_access.py tests those)
+# the worker's own limit, whatever acme's seeded one says (tests/activities/test_access.py tests those)
 ONE_AT_A_TIME = RateLimits(per_tool={"search_leads": RateLimit(per_s=0.001, burst=2)}, tenant_settings=False)
 
 

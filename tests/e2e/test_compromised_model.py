@@ -23,7 +23,7 @@ the transcript, that:
 
 `make test` runs a few examples (`COMPROMISED_EXAMPLES`, default 15). For thousands of cases:
 
-    COMPROMISED_EXAMPLES=2000 .venv/bin/python -m pytest tests/test_compromised_model.py -q --timeout=0
+    COMPROMISED_EXAMPLES=2000 .venv/bin/python -m pytest tests/e2e/test_compromised_model.py -q --timeout=0
 
 (`--timeout=0`: at ~0.2 s an example, 2000 outlast pytest-timeout's 300 s per test.)
 

@@ -299,10 +299,11 @@ async def test_postgres_down_for_30_seconds_while_tools_run(tmp_path: Path) -> N
 
 # --- a misbehaving model ---------------------------------------------------------------------------
 #
-# tests/test_model_errors.py covers 429 (Retry-After), 5xx, truncated JSON and 4xx; tests/
-# test_agent_workflow.py and tests/test_compromised_model.py invalid arguments and unknown tools (up to
-# 50 KB). What is left is below, on the real dev server: the time-skipping server enforces no
-# payload limit (2 MB a payload), and whether something enormous fits is the point of most cases.
+# tests/activities/test_model_errors.py covers 429 (Retry-After), 5xx, truncated JSON and 4xx;
+# tests/workflows/test_agent_workflow.py and tests/e2e/test_compromised_model.py invalid arguments
+# and unknown tools (up to 50 KB). What is left is below, on the real dev server: the time-skipping
+# server enforces no payload limit (2 MB a payload), and whether something enormous fits is the
+# point of most cases.
 
 MB = 1_000_000
 JANE = "jane.doe@example.com"

@@ -24,7 +24,7 @@ the time-skipping Temporal server, the real worker, PostgreSQL, and the scripted
 No example may leave a failed workflow task in the history. `make test` runs a few examples of each
 property (`HOSTILE_EXAMPLES`, default 10) plus the pinned examples from the issue; for thousands:
 
-    HOSTILE_EXAMPLES=2000 .venv/bin/python -m pytest tests/test_hostile_input.py -q --timeout=0
+    HOSTILE_EXAMPLES=2000 .venv/bin/python -m pytest tests/e2e/test_hostile_input.py -q --timeout=0
 """
 
 from __future__ import annotations
@@ -63,14 +63,14 @@ from countersign.core.messages import ChatMessage
 from countersign.db import seed
 from countersign.mcp.catalog import argument_errors
 from countersign.runtime.config import PROJECT_ROOT
-from tests.fixtures.agent import AgentHarness
-from tests.fixtures.mcp import McpSuite, check_ledger, web_specs
-from tests.test_compromised_model import (  # noqa: F401 (a fixture)
+from tests.e2e.test_compromised_model import (  # noqa: F401 (a fixture)
     acme_restored,
     audit_rows,
     script_turn,
     task_failures,
 )
+from tests.fixtures.agent import AgentHarness
+from tests.fixtures.mcp import McpSuite, check_ledger, web_specs
 from tools.registry import REGISTRY, ToolFailure
 from workflows.options import DB_OUTAGE_TOLERANCE
 

@@ -21,8 +21,8 @@ from countersign.core.approvals import Approval, Decision
 from countersign.core.contract import StartConversation
 from countersign.runtime.config import PROJECT_ROOT
 from countersign.runtime.search_attributes import AGENT_NAME, AGENT_STATUS, TENANT_ID
+from tests.cli.test_chat import QUALIFY, STEP_TIMEOUT_S
 from tests.fixtures.agent import AgentHarness
-from tests.test_chat import QUALIFY, STEP_TIMEOUT_S
 
 pytestmark = pytest.mark.devserver
 

@@ -12,7 +12,7 @@ real worker, PostgreSQL, the scripted model over HTTP, the MCP test server over 
 6. Two servers whose tools would share a flat name: neither is offered, `mcp add` refuses it.
 7. Limits of 0, a model reply over the bound.
 
-    WHAT_RUNS_EXAMPLES=200 .venv/bin/python -m pytest tests/test_what_runs.py -q --timeout=0
+    WHAT_RUNS_EXAMPLES=200 .venv/bin/python -m pytest tests/e2e/test_what_runs.py -q --timeout=0
 """
 
 from __future__ import annotations
@@ -54,6 +54,13 @@ from countersign.mcp.servers import SERVER_NAME, ServerConfig, clashes, server_o
 from countersign.runtime.payloads import data_converter
 from countersign.server.http import HttpRefusal
 from countersign.server.watcher import MAX_STREAMS_PER_SESSION, Watcher
+from tests.e2e.test_compromised_model import (  # noqa: F401 (a fixture)
+    acme_restored,
+    audit_rows,
+    script_turn,
+    task_failures,
+)
+from tests.e2e.test_hostile_input import AGENT_OF, MCP_FIELDS, eventually
 from tests.fixtures.agent import AgentHarness
 from tests.fixtures.mcp import (
     TOKEN,
@@ -66,14 +73,7 @@ from tests.fixtures.mcp import (
     unregister,
 )
 from tests.fixtures.updates import execute_update
-from tests.test_compromised_model import (  # noqa: F401 (a fixture)
-    acme_restored,
-    audit_rows,
-    script_turn,
-    task_failures,
-)
-from tests.test_hostile_input import AGENT_OF, MCP_FIELDS, eventually
-from tests.test_saga import WRITES, clean, make_agent  # noqa: F401 (a fixture)
+from tests.workflows.test_saga import WRITES, clean, make_agent  # noqa: F401 (a fixture)
 from tools.registry import REGISTRY, ToolFailure
 from workflows.agent import AgentWorkflow
 

@@ -42,8 +42,8 @@ from tests.fixtures.agent import AgentHarness
 from tests.fixtures.inbox import SignedStack
 from tests.fixtures.postgres import JANE
 from tests.fixtures.updates import execute_update
-from tests.test_approvals import ECHO_RESULT, pending, qualify
-from tests.test_approvals import jane_is_new as jane_is_new
+from tests.workflows.test_approvals import ECHO_RESULT, pending, qualify
+from tests.workflows.test_approvals import jane_is_new as jane_is_new
 from workflows.agent import AgentWorkflow
 
 PROPERTY = settings(

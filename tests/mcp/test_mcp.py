@@ -37,8 +37,8 @@ from tests.fixtures.agent import AgentHarness
 from tests.fixtures.inbox import SignedStack
 from tests.fixtures.mcp import BIN, HttpServer, http_config, register, time_server
 from tests.fixtures.updates import execute_update
-from tests.test_approvals import pending
-from tests.test_saga import rolled_back
+from tests.workflows.test_approvals import pending
+from tests.workflows.test_saga import rolled_back
 from workflows.agent import AgentWorkflow
 
 # --- pure rules -------------------------------------------------------------------------------

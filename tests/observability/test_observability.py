@@ -45,8 +45,8 @@ from tests.fixtures.agent import AgentHarness
 from tests.fixtures.postgres import reset_jane
 from tests.fixtures.scripted_model import scenario_from
 from tests.fixtures.updates import execute_update
-from tests.test_agent_workflow import FIND_JANE
-from tests.test_approvals import ECHO_RESULT, pending, qualify
+from tests.workflows.test_agent_workflow import FIND_JANE
+from tests.workflows.test_approvals import ECHO_RESULT, pending, qualify
 from worker import build_worker
 from workflows.agent import AgentWorkflow
 

@@ -30,7 +30,7 @@ def test_every_seeded_agent_has_its_own_scenario() -> None:
 @pytest.mark.parametrize("scenario", SHIPPED, ids=lambda s: s.agent)
 def test_a_scenario_calls_only_its_agents_tools_with_valid_arguments(scenario) -> None:
     """MCP tools (`mcp__time__…`) are a registered server's, not the catalog's: the README's MCP
-    section registers `mcp-server-time` and `tests/test_walkthrough.py` runs that call."""
+    section registers `mcp-server-time` and `tests/e2e/test_walkthrough.py` runs that call."""
     _, _, native = AGENTS[scenario.agent]
     tools = {*native, *MCP_TOOLS.get(scenario.agent, ())}
     for rule in scenario.rules:

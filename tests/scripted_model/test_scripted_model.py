@@ -205,9 +205,7 @@ def test_load_error_for_a_missing_file(tmp_path: Path) -> None:
 
 
 def test_the_product_demo_scenario_loads() -> None:
-    scenario = load_scenario(
-        Path(__file__).parent.parent / "countersign" / "scenarios" / "lead-qualifier.yaml"
-    )
+    scenario = load_scenario(Path(__file__).parents[2] / "countersign" / "scenarios" / "lead-qualifier.yaml")
     assert scenario.rules
 
 

@@ -33,9 +33,9 @@ from countersign.identity import tokens
 from countersign.server.app import running_server
 from countersign.server.requesters import ApiRate
 from tests.fixtures.inbox import SignedStack
-from tests.test_approvals import ECHO_RESULT, lead_status, pending, qualify
-from tests.test_approvals import jane_is_new as jane_is_new
-from tests.test_replay import replayer
+from tests.workflows.test_approvals import ECHO_RESULT, lead_status, pending, qualify
+from tests.workflows.test_approvals import jane_is_new as jane_is_new
+from tests.workflows.test_replay import replayer
 from workflows.agent import AgentWorkflow
 
 ASK = {
@@ -319,7 +319,7 @@ async def test_a_raw_temporal_start_or_message_is_refused_and_recorded_in_signed
     signed_agent: SignedStack, db_engine: AsyncEngine
 ) -> None:
     """Anyone who reaches Temporal is no one: a start or a message without the server's proof is
-    refused on the record (answers, rollbacks and ends: tests/test_inbox_forgery.py)."""
+    refused on the record (answers, rollbacks and ends: tests/server/test_inbox_forgery.py)."""
     stack, agent = signed_agent, signed_agent.agent
     agent.script(HELLO)
     raw = StartConversation(tenant_id="acme", user_id="alice", agent="lead-qualifier", message="hello")

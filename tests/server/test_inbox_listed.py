@@ -23,8 +23,8 @@ from countersign.server.http import HttpRefusal
 from countersign.server.inbox import DecisionRequest, Inbox, PendingItem
 from tests.fixtures.inbox import SignedStack
 from tests.fixtures.postgres import JANE
-from tests.test_approvals import ECHO_RESULT, qualify
-from tests.test_approvals import jane_is_new as jane_is_new
+from tests.workflows.test_approvals import ECHO_RESULT, qualify
+from tests.workflows.test_approvals import jane_is_new as jane_is_new
 
 pytestmark = pytest.mark.devserver
 

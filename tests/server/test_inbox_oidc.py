@@ -27,9 +27,9 @@ from countersign.db.schema import InboxSession, LoginAttempt
 from countersign.devstack.temporal import DevServerConfig
 from countersign.server import watcher as approvals_watcher
 from countersign.server.oidc import OidcConfig, OidcProvider, OidcRefused
+from tests.e2e.test_inbox_browser import ARTIFACTS, CHROMIUM_ARGS
+from tests.e2e.test_web_ui import chromium as chromium
 from tests.fixtures.inbox import AuthInbox, ProofKeys, auth_inbox_serving
-from tests.test_inbox_browser import ARTIFACTS, CHROMIUM_ARGS
-from tests.test_web_ui import chromium as chromium
 
 with warnings.catch_warnings():  # the provider imports authlib.jose, which authlib deprecates
     warnings.simplefilter("ignore")

@@ -19,15 +19,15 @@ from countersign.db.seed import seed
 from countersign.scripted_model.scenario import load_scenario
 from tests.fixtures.agent import AgentHarness
 from tests.fixtures.updates import execute_update
-from tests.test_approvals import pending
-from tests.test_saga import rolled_back
-from tests.test_tools_catalog import call, context, failure, run, undo
+from tests.tools.test_tools_catalog import call, context, failure, run, undo
+from tests.workflows.test_approvals import pending
+from tests.workflows.test_saga import rolled_back
 from tools import REGISTRY
 from tools.registry import Needs
 from workflows.agent import AgentWorkflow
 
 INITECH = "Initech security review"
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_update_case_is_a_high_risk_compensable_write_that_needs_approval() -> None:

@@ -24,7 +24,7 @@ from countersign.db.schema import ChatChannel, ChatPost, ToolExecution
 from tests.fixtures.agent import AgentHarness
 from tests.fixtures.chat import TOKEN, Receiver, acme_channel
 from tests.fixtures.updates import execute_update
-from tests.test_approvals import pending
+from tests.workflows.test_approvals import pending
 from tools.registry import REGISTRY, OutcomeUnknown, ToolContext, ToolFailure, parse_arguments
 from workflows.agent import AgentWorkflow
 

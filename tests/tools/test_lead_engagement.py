@@ -26,9 +26,9 @@ from tests.fixtures.inbox import AuthInbox
 from tests.fixtures.postgres import JANE
 from tests.fixtures.smtp import SmtpServer
 from tests.fixtures.updates import execute_update
-from tests.test_agent_tools_api import token
-from tests.test_approvals import pending
-from tests.test_tools_catalog import args_of, context, failure, run, undo
+from tests.server.test_agent_tools_api import token
+from tests.tools.test_tools_catalog import args_of, context, failure, run, undo
+from tests.workflows.test_approvals import pending
 from tools.registry import ToolContext
 from workflows.agent import AgentWorkflow
 

@@ -21,9 +21,9 @@ from tests.fixtures.agent import AgentHarness
 from tests.fixtures.postgres import JANE
 from tests.fixtures.smtp import SmtpServer
 from tests.fixtures.updates import execute_update
-from tests.test_approvals import pending
-from tests.test_saga import rolled_back
-from tests.test_tools_catalog import call, context, failure, run, undo
+from tests.tools.test_tools_catalog import call, context, failure, run, undo
+from tests.workflows.test_approvals import pending
+from tests.workflows.test_saga import rolled_back
 from tools import REGISTRY
 from tools.registry import Needs
 from workflows.agent import AgentWorkflow

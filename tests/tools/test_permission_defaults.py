@@ -23,7 +23,7 @@ from tests.fixtures.agent import AgentHarness
 from tools.registry import REGISTRY, default_tier_for
 from workflows.agent import AgentWorkflow
 
-PROJECT_ROOT = Path(__file__).resolve().parent.parent
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 
 async def starter(database_url: str, *args: str) -> subprocess.CompletedProcess[str]:

@@ -26,8 +26,8 @@ from tests.fixtures.agent import AgentHarness
 from tests.fixtures.cli import run_starter
 from tests.fixtures.smtp import SmtpServer
 from tests.fixtures.updates import execute_update
-from tests.test_scheduling_negotiation import MONDAY, propose, utc
-from tests.test_tools_catalog import NOW, args_of, call, context, failure, run, undo
+from tests.tools.test_scheduling_negotiation import MONDAY, propose, utc
+from tests.tools.test_tools_catalog import NOW, args_of, call, context, failure, run, undo
 from tools.registry import Needs, ToolContext
 from workflows.agent import AgentWorkflow
 

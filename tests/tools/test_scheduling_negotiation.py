@@ -21,7 +21,7 @@ from countersign.db import schema
 from tests.fixtures.agent import AgentHarness
 from tests.fixtures.smtp import SmtpServer
 from tests.fixtures.updates import execute_update
-from tests.test_tools_catalog import NOW, args_of, call, context, failure, run, undo
+from tests.tools.test_tools_catalog import NOW, args_of, call, context, failure, run, undo
 from tools.registry import Needs, ToolContext
 from workflows.agent import AgentWorkflow
 

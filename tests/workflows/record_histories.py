@@ -1,13 +1,13 @@
-"""Records the replay fixtures in tests/histories/ from real runs of the current workflow code.
+"""Records the replay fixtures in tests/workflows/histories/ from real runs of the current workflow code.
 
 Not collected by `make test` (the name does not start with `test_`); run it when the workflow's
 commands change on purpose (before 1.0, or for a new build's fixtures, see README "Deploying a new
 build"):
 
-    .venv/bin/python -m pytest tests/record_histories.py -q
+    .venv/bin/python -m pytest tests/workflows/record_histories.py -q
 
 Each scenario runs a conversation through the real parts (time-skipping server, PostgreSQL, the
-scripted model over HTTP) and writes the histories of its runs; tests/test_replay.py replays them
+scripted model over HTTP) and writes the histories of its runs; tests/workflows/test_replay.py replays them
 and checks what each covers.
 """
 
@@ -23,14 +23,14 @@ from countersign.client.handles import wait_reply
 from countersign.core.approvals import Decision, RejectSignal
 from countersign.core.contract import AnswerSignal, EndConversation, Limits, SubmitMessage, TurnResult
 from countersign.core.saga import RollbackRequest
+from tests.e2e.test_hostile_input import raw
 from tests.fixtures.agent import AgentHarness
 from tests.fixtures.mcp import register, time_server
 from tests.fixtures.postgres import reset_jane
 from tests.fixtures.updates import execute_update
-from tests.test_agent_workflow import FIND_JANE
-from tests.test_approvals import ECHO_RESULT, pending, qualify
-from tests.test_hostile_input import raw
-from tests.test_saga import make_agent
+from tests.workflows.test_agent_workflow import FIND_JANE
+from tests.workflows.test_approvals import ECHO_RESULT, pending, qualify
+from tests.workflows.test_saga import make_agent
 from workflows.agent import AgentWorkflow
 
 HISTORIES = Path(__file__).parent / "histories"
@@ -38,7 +38,8 @@ JANE = "jane.doe@example.com"
 
 
 async def write(client: Client, name: str, workflow_id: str, run_id: str | None = None) -> None:
-    """Write the history of one run (the latest when `run_id` is None) as tests/histories/NAME.json."""
+    """Write the history of one run (the latest when `run_id` is None) as
+    tests/workflows/histories/NAME.json."""
     history = await client.get_workflow_handle(workflow_id, run_id=run_id).fetch_history()
     (HISTORIES / f"{name}.json").write_text(history.to_json() + "\n")
 

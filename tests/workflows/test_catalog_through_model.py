@@ -28,7 +28,7 @@ from tests.fixtures.agent import AgentHarness
 from tests.fixtures.chat import Receiver, acme_channel
 from tests.fixtures.postgres import JANE, reset_jane
 from tests.fixtures.updates import execute_update
-from tests.test_saga import LIVE
+from tests.workflows.test_saga import LIVE
 from workflows.agent import AgentWorkflow
 
 AGENT = "catalog-test"

@@ -32,7 +32,7 @@ from tests.fixtures.postgres import reset_jane
 from tests.fixtures.scripted_model import scenario_from
 from tests.fixtures.smtp import SmtpServer
 from tests.fixtures.updates import execute_update
-from tests.test_approvals import ECHO_RESULT, lead_status, pending, qualify
+from tests.workflows.test_approvals import ECHO_RESULT, lead_status, pending, qualify
 from worker import build_worker
 from workflows.agent import AgentWorkflow
 

@@ -24,8 +24,8 @@ from countersign.db.seed import AGENTS
 from countersign.runtime.config import SCRIPTED_MODEL_NAME
 from countersign.scripted_model.scenario import Reply
 from countersign.scripted_model.server import Fault, ScriptedModelServer, completion
+from tests.activities.test_streaming import events_of
 from tests.fixtures.agent import AgentHarness
-from tests.test_streaming import events_of
 from tools import REGISTRY
 from tools.records import schema_map
 

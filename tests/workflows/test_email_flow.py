@@ -14,8 +14,8 @@ from countersign.db.schema import EmailOutbox
 from tests.fixtures.agent import AgentHarness
 from tests.fixtures.smtp import SmtpServer
 from tests.fixtures.updates import execute_update
-from tests.test_approvals import pending
-from tests.test_saga import rolled_back
+from tests.workflows.test_approvals import pending
+from tests.workflows.test_saga import rolled_back
 from workflows.agent import AgentWorkflow
 
 SEND = {"to": "jane.doe@example.com", "subject": "Your demo", "body": "Tuesday works for us."}

@@ -2,8 +2,8 @@
 
 A change that alters the commands AgentWorkflow issues for an existing history breaks running
 conversations; these tests catch that before a deploy does (README, "Deploying a new build").
-The histories are recorded by tests/record_histories.py; one more from a running stack:
-    temporal workflow show --workflow-id WF --output json > tests/histories/NAME.json
+The histories are recorded by tests/workflows/record_histories.py; one more from a running stack:
+    temporal workflow show --workflow-id WF --output json > tests/workflows/histories/NAME.json
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from temporalio.worker import Replayer
 
 from countersign.runtime.payloads import data_converter
 from tests.fixtures.agent import AgentHarness
-from tests.test_agent_workflow import FIND_JANE
+from tests.workflows.test_agent_workflow import FIND_JANE
 from workflows.agent import AgentWorkflow
 
 HISTORIES_DIR = Path(__file__).parent / "histories"
@@ -38,7 +38,7 @@ async def test_recorded_history_replays(path: Path) -> None:
 
 
 def test_there_is_a_recorded_history() -> None:
-    assert HISTORIES, "tests/histories/ must hold at least one history recorded from a real run"
+    assert HISTORIES, "tests/workflows/histories/ must hold at least one history recorded from a real run"
 
 
 async def test_a_fresh_run_replays(agent: AgentHarness) -> None:

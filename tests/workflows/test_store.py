@@ -22,7 +22,7 @@ from countersign.db.messages import ConversationStore
 from countersign.db.schema import AgentProfile, AgentToolPermission, ContextPolicy, TenantTokenBudget
 from tests.fixtures.agent import AgentHarness
 from tests.fixtures.updates import execute_update
-from tests.test_saga import WRITES, clean, snapshot  # noqa: F401  (a fixture, used by name)
+from tests.workflows.test_saga import WRITES, clean, snapshot  # noqa: F401  (a fixture, used by name)
 from workflows.agent import AgentWorkflow
 
 AGENT = "store-test"
