@@ -16,7 +16,7 @@ from countersign.cli.ux import reason
 T = TypeVar("T")
 
 # Each top-level command, and the modules of `countersign.cli` that define it and its subcommands.
-# tests/test_cli_text.py checks this against what the modules register.
+# tests/cli/test_cli_text.py checks this against what the modules register.
 COMMANDS: dict[str, tuple[str, ...]] = {
     "answer": ("approvals",),
     "approvals": ("approvals",),

@@ -12,7 +12,7 @@ Conventions, so that every query a tool writes is tenant-scoped by construction:
 - Enumerations are TEXT with CHECK constraints: readable in operators' SQL, and adding a value is a
   one-line migration.
 
-The migration in `countersign/migrations/versions/` is hand-written; `tests/test_db.py` checks that it
+The migration in `countersign/migrations/versions/` is hand-written; `tests/db/test_db.py` checks that it
 and these models describe the same schema.
 """
 
