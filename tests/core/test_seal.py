@@ -1,4 +1,4 @@
-"""The carried state's digest (countersign.core.seal), a plain function tested without a server.
+"""The carried state's digest and seal (countersign.core.seal), plain functions tested without a server.
 
 The seal binds the digest, so the digest decides which state a next run accepts: any change of a
 carried value must change it, and a field a later build adds (with a default) must not change the
@@ -8,12 +8,13 @@ refused as forged.
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from countersign.core.contract import CarriedState
 from countersign.core.messages import Usage
-from countersign.core.seal import digest
+from countersign.core.seal import SealCheck, SealRequest, digest, mac, verify
 
 
 class NextBuildsCarriedState(CarriedState):
@@ -46,3 +47,62 @@ def test_states_that_differ_have_different_digests(
     first: tuple[int, int, str | None], second: tuple[int, int, str | None]
 ) -> None:
     assert (digest(carried(*first)) == digest(carried(*second))) == (first == second)
+
+
+# --- the seal: bound to whose conversation it is, and to this instance ----------------------------
+
+KEY = b"worker-secret"
+INSTANCE = {
+    "conversation_id": "run-1",
+    "workflow_id": "conv-acme-1",
+    "tenant_id": "acme",
+    "user_id": "alice",
+    "agent": "lead-qualifier",
+}
+
+
+def sealed(**changes: str) -> SealCheck:
+    request = SealRequest(**INSTANCE, digest=digest(carried(3, 5, None)))
+    return SealCheck(**request.model_dump(), seal=mac(KEY, request), run_instance="run-1").model_copy(
+        update=changes
+    )
+
+
+def test_a_seal_made_for_this_conversation_and_state_verifies() -> None:
+    assert verify(KEY, sealed()) == ""
+
+
+@pytest.mark.parametrize("seal", [None, ""])
+def test_carried_state_without_a_seal_is_refused(seal: str | None) -> None:
+    assert verify(KEY, sealed().model_copy(update={"seal": seal})) == (
+        "carried state without a seal: only the conversation itself may carry state"
+    )
+
+
+def test_a_seal_presented_to_another_instance_of_the_workflow_id_is_refused() -> None:
+    refusal = verify(KEY, sealed(run_instance="run-9"))
+    assert refusal.startswith("carried state of conversation instance 'run-1' presented to instance 'run-9'")
+
+
+@given(
+    field=st.sampled_from(["workflow_id", "tenant_id", "user_id", "agent", "digest"]),
+    value=st.text(min_size=1, max_size=12),
+)
+def test_a_seal_for_anything_else_does_not_verify(field: str, value: str) -> None:
+    check = sealed()
+    if getattr(check, field) != value:
+        assert verify(KEY, check.model_copy(update={field: value})).startswith(
+            "carried state whose seal does not verify"
+        )
+
+
+def test_a_seal_moved_to_another_instance_with_its_id_does_not_verify() -> None:
+    """Naming the new instance in the check is not enough: the MAC binds the one it was made for."""
+    assert verify(KEY, sealed(conversation_id="run-9", run_instance="run-9")) != ""
+
+
+def test_only_the_deployments_key_makes_a_seal() -> None:
+    assert verify(b"another-secret", sealed()) != ""
+    request = SealRequest(**INSTANCE, digest="0" * 64)
+    assert mac(KEY, request) != mac(b"another-secret", request)
+    assert len(mac(KEY, request)) == 64 and mac(KEY, request) == mac(KEY, request)

@@ -1,14 +1,24 @@
-"""The window and budget rules of the conversation store, as plain functions (no server)."""
+"""The window and budget rules of the conversation store, and the envelope a stored tool result
+leaves in the workflow, as plain functions (no server)."""
 
 from __future__ import annotations
 
+import json
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from countersign.core.calls import CallerContext, ToolInvocation, ToolResult, queued_emails
 from countersign.core.envelopes import (
     Envelope,
     WindowPolicy,
     budget_refusal,
+    describe_policy,
     message_envelope,
     remember_answer,
     select_window,
+    stored_envelope,
+    tool_message,
     units,
 )
 from countersign.core.messages import ChatMessage, ToolCall
@@ -84,3 +94,78 @@ def test_folding_into_the_summary_keeps_half_the_window() -> None:
     assert len(select_window(log, policy)) == 20
     assert [e.seq for e in select_window(log, policy, fold=True)] == list(range(12, 22))
     assert len(select_window(log, WindowPolicy(window_tokens=100), fold=True)) == 5
+
+
+# --- a tool result as the store keeps it and as the workflow's window counts it --------------------
+
+CALLER = CallerContext(tenant_id="acme", user_id="alice", roles=["sales"], agent="outreach")
+
+
+def invocation(tool: str, store_seq: int | None = 7, model_arguments: str | None = None) -> ToolInvocation:
+    return ToolInvocation(
+        caller=CALLER,
+        workflow_id="conv-1",
+        run_id="run-1",
+        call_id="c2",
+        tool=tool,
+        arguments='{"to": "jane@x"}',
+        model_arguments=model_arguments,
+        store_seq=store_seq,
+    )
+
+
+RESULTS = st.one_of(
+    st.builds(
+        ToolResult.success,
+        st.dictionaries(
+            st.sampled_from(["status", "outbox_id", "text"]), st.integers() | st.text(max_size=50)
+        ),
+    ),
+    st.builds(
+        ToolResult.failure,
+        st.sampled_from(["NOT_FOUND", "REJECTED", "VALIDATION_ERROR"]),
+        st.text(max_size=50),
+    ),
+    st.builds(lambda: ToolResult.needing(contact=True)),
+)
+
+
+@given(tool=st.sampled_from(["send_email", "get_lead"]), result=RESULTS, edited=st.booleans())
+def test_a_stored_results_envelope_is_the_one_its_message_would_have(
+    tool: str, result: ToolResult, edited: bool
+) -> None:
+    """The activity that stores a result and the workflow's own refusals count it alike."""
+    stored_message, stored = tool_message(invocation(tool, model_arguments="{}" if edited else None), result)
+    message = stored_message.message
+    assert stored_message.seq == stored.seq == 7
+    assert (message.role, message.tool_call_id, message.name) == ("tool", "c2", tool)
+    assert stored_envelope(stored) == message_envelope(7, message, error=result.code)
+    assert (stored.ok, stored.code) == (result.ok, result.code)
+    data = result.data if result.ok and isinstance(result.data, dict) else {}
+    assert stored.outbox == queued_emails(tool, data)
+
+
+def test_the_model_reads_of_an_approvers_edit_in_the_stored_message() -> None:
+    message, _ = tool_message(
+        invocation("send_email", model_arguments='{"to": "j@x"}'), ToolResult.success({"id": 1})
+    )
+    assert json.loads(message.message.content or "") == {
+        "ok": True,
+        "data": {"result": {"id": 1}, "arguments_edited_by_approver": {"to": "jane@x"}},
+    }
+
+
+def test_a_call_outside_a_conversation_has_no_place_in_the_store() -> None:
+    message, stored = tool_message(invocation("get_lead", store_seq=None), ToolResult.success({}))
+    assert message.seq == stored.seq == -1
+
+
+def test_the_policy_in_one_line() -> None:
+    assert describe_policy(None) == "context: last 200 messages (no context_policies row)"
+    assert describe_policy(WindowPolicy()) == "context: last 200 messages; budget per conversation: none"
+    assert describe_policy(
+        WindowPolicy(window_messages=20, window_tokens=4_000, summarize=True, conversation_tokens=90_000)
+    ) == (
+        "context: last 20 messages, at most 4000 tokens, running summary of what falls out; "
+        "budget per conversation: 90000 tokens"
+    )

@@ -1,0 +1,80 @@
+"""A tool result as one line a person reads (countersign.core.summaries), generic over every tool:
+the shapes the CLI's own examples (tests/cli/test_cli_text.py) do not show, and the bounds of a line."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from countersign.core.summaries import SHOWN_ITEMS, WIDTH, counted, summarize_result, usage_line
+
+
+def ok(data: object) -> str:
+    return json.dumps({"ok": True, "data": data})
+
+
+@pytest.mark.parametrize(
+    ("content", "line"),
+    [
+        (ok([{"name": f"L{i}"} for i in range(SHOWN_ITEMS + 2)]), "ok: L0; L1; L2; L3; L4, +2 more"),
+        (ok(["a", 1, None]), "ok: a; 1; None"),
+        (
+            ok({"tasks": [{"title": "Call", "status": "open", "due_date": "2026-12-04"}], "ids": [1]}),
+            "ok: 1 tasks: Call (open, 2026-12-04)",
+        ),
+        (
+            ok(
+                {
+                    "lead": {"name": "Jane", "status": "qualified"},
+                    "previous_status": "qualified",
+                    "new_status": "qualified",
+                }
+            ),
+            "ok: Jane (qualified)",  # nothing changed: no "was"
+        ),
+        (ok({"name": "Jane", "email": "jane@x", "status": "new"}), "ok: Jane (jane@x, new)"),
+        (ok({"email": "jane@x", "status": "new"}), "ok: jane@x (new)"),  # the label is not repeated
+        (ok({"text": "12:00 in Tokyo"}), "ok: 12:00 in Tokyo"),  # an MCP server's text content
+        (ok({}), "ok: {}"),
+        (ok(42), "ok: 42"),
+        (ok(None), "ok: null"),
+        (json.dumps({"ok": False, "error": "plain words"}), "error: plain words"),
+        (json.dumps({"ok": False, "needs": "a date"}), "needs a date"),
+        (json.dumps({"ok": False, "needs": {"contact": True, "date": True}}), "needs contact, date"),
+        (json.dumps({"ok": False, "needs": {"contact": True}, "candidates": "Sam"}), "needs contact"),
+        ('["not", "an", "envelope"]', '["not", "an", "envelope"]'),
+        ('{"data": 1}', '{"data": 1}'),
+        ("two\n\n  lines\tof text", "two lines of text"),
+    ],
+)
+def test_every_shape_reads_as_one_line(content: str, line: str) -> None:
+    assert summarize_result(content) == line
+
+
+def test_a_numbered_item_keeps_its_number() -> None:
+    assert summarize_result(ok([{"index": 2, "user_local": "Mon 10:00"}])) == "ok: 2. Mon 10:00"
+
+
+@given(st.builds(ok, st.lists(st.dictionaries(st.sampled_from(["name", "x"]), st.text()))))
+def test_a_summary_is_one_line_within_the_width(content: str) -> None:
+    line = summarize_result(content)
+    assert len(line) <= WIDTH and "\n" not in line
+    assert line == " ".join(line.split())  # no run of whitespace a terminal would show
+
+
+@given(st.text(max_size=500).filter(lambda text: not text.lstrip().startswith("{")))
+def test_text_that_is_no_envelope_is_shown_as_it_is_cut_at_the_width(text: str) -> None:
+    words = " ".join(text.split())
+    assert summarize_result(text) == (words if len(words) <= WIDTH else words[: WIDTH - 1] + "…")
+
+
+@pytest.mark.parametrize(("n", "text"), [(0, "0 tokens"), (1, "1 token"), (2, "2 tokens")])
+def test_a_count_is_singular_for_one_only(n: int, text: str) -> None:
+    assert counted(n, "token") == text
+
+
+def test_usage_reads_as_one_line() -> None:
+    assert usage_line(1, 0, 1) == "1 model call, 0 tool calls, 1 token"
