@@ -5,8 +5,8 @@ Workflow code may not import `activities/` (the sandbox and the layers forbid it
 activity through its reference here (`workflows/options.py`: `execute`, `execute_local`,
 `bookkeeping`), and mypy checks the argument and the result against the reference. Each definition in
 `activities/` takes its name from the same entry (`@activity.defn(name=CALL_MODEL.name)`);
-tests/test_activity_refs.py holds the list against what worker.py registers, and each entry's types
-against its definition's annotations.
+tests/activities/test_activity_refs.py holds the list against what worker.py registers, and each
+entry's types against its definition's annotations.
 
 A registered name is written into every workflow history that calls it: renaming one breaks the
 replay of running conversations.
