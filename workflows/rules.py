@@ -1,6 +1,7 @@
 """Pure rules of the conversation: labels, how a failure reads, which write failed.
 
-Plain functions over plain values (no workflow calls), tested without a server (tests/test_workflow_rules.py).
+Plain functions over plain values (no workflow calls), tested without a server
+(tests/workflows/test_workflow_rules.py).
 """
 
 from __future__ import annotations
