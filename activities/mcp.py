@@ -32,7 +32,7 @@ from temporalio import activity
 
 from activities.access import admit, check_standing
 from activities.heartbeat import heartbeats
-from activities.tools import audit_row, failure_outcome, load_arguments, result_or_envelope
+from activities.tools import audit_row, failure_outcome, result_or_envelope
 from countersign.core.activity_refs import CHECK_MCP_ARGUMENTS, EXECUTE_MCP_TOOL
 from countersign.core.calls import McpCall, StoredResult, ToolInvocation, ToolResult, ToolSpec, lock_key
 from countersign.core.guards import TruncationLimits, sanitize
@@ -41,6 +41,7 @@ from countersign.db.schema import McpServer, ToolExecution
 from countersign.mcp.catalog import argument_errors, mcp_result, spec_of
 from countersign.mcp.pool import McpOutcomeUnknown, McpPool, McpRefused, McpUnavailable
 from countersign.mcp.servers import ServerConfig, clashes, remember_listing, servers_for, tool_name
+from tools.arguments import load_arguments
 from tools.registry import OutcomeUnknown, ToolFailure
 
 META_CALL_ID = "countersign/call_id"

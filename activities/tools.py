@@ -17,7 +17,7 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
@@ -26,56 +26,15 @@ from activities.access import REFUSED, admit, check_standing
 from activities.failures import is_connection_error
 from activities.heartbeat import heartbeats
 from countersign.core.activity_refs import CHECK_ARGUMENTS, EXECUTE_TOOL
-from countersign.core.bounds import loads_bounded, storable, unstorable_refusal
+from countersign.core.bounds import storable
 from countersign.core.calls import ErrorCode, StoredResult, ToolInvocation, ToolResult, lock_key
 from countersign.core.guards import TruncationLimits, redact, sanitize
 from countersign.db.events import QUESTION_TOOL, publish
 from countersign.db.messages import audited_answer, store_tool_result
 from countersign.db.ratelimit import RateLimits
 from countersign.db.schema import SagaRecord, ToolExecution
-from tools.registry import (
-    IDENTITY_FIELDS,
-    REGISTRY,
-    Needs,
-    OutcomeUnknown,
-    Tool,
-    ToolArgs,
-    ToolContext,
-    ToolFailure,
-    parse_arguments,
-)
-
-
-def validation_message(err: ValidationError) -> str:
-    """A pydantic error as one line the model can act on."""
-    parts = []
-    for e in err.errors():
-        where = ".".join(str(p) for p in e["loc"]) or "arguments"
-        hint = ""
-        if e["type"] == "extra_forbidden" and str(e["loc"][-1]) in IDENTITY_FIELDS:
-            hint = " (tenant, user and roles come from the conversation, never from arguments)"
-        parts.append(f"{where}: {e['msg']}{hint}")
-    return "; ".join(parts)
-
-
-def load_arguments(raw: str) -> dict[str, Any]:
-    value, refusal = loads_bounded(raw or "{}")
-    if refusal is not None:
-        raise ToolFailure("VALIDATION_ERROR", f"arguments refused: {refusal}")
-    if not isinstance(value, dict):
-        raise ToolFailure("VALIDATION_ERROR", "arguments must be a JSON object")
-    unstorable = unstorable_refusal(value)
-    if unstorable is not None:
-        raise ToolFailure("VALIDATION_ERROR", f"arguments {unstorable}")
-    return value
-
-
-def load_arguments_or_raw(raw: str) -> dict[str, Any]:
-    """The arguments as a dict for the audit, even when they are not a JSON object."""
-    try:
-        return load_arguments(raw)
-    except ToolFailure:
-        return {"_raw": raw[:2000]}
+from tools.arguments import load_arguments_or_raw, validate
+from tools.registry import REGISTRY, Needs, OutcomeUnknown, Tool, ToolContext, ToolFailure
 
 
 def audit_row(
@@ -108,16 +67,6 @@ def failure_outcome(code: ErrorCode | None) -> str:
     """The audit outcome of a call that ran into an error: its arguments were invalid, the access
     gate refused it, or it failed."""
     return "invalid" if code == "VALIDATION_ERROR" else "refused" if code in REFUSED else "failed"
-
-
-def validate(tool: Tool, raw: str) -> ToolArgs:
-    """Parse and validate the model's (or an approver's) arguments, or raise VALIDATION_ERROR."""
-    try:
-        return parse_arguments(tool, load_arguments(raw))
-    except ValidationError as err:
-        raise ToolFailure("VALIDATION_ERROR", validation_message(err)) from err
-    except (ArithmeticError, RecursionError) as err:  # a validator met a value beyond its range
-        raise ToolFailure("VALIDATION_ERROR", f"arguments out of range ({type(err).__name__})") from err
 
 
 def output_result(output: BaseModel) -> ToolResult:

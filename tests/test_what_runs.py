@@ -41,7 +41,6 @@ from temporalio.common import RawValue
 from activities.mcp import McpActivities
 from activities.model import MAX_REPLY_BYTES
 from activities.notifications import wording
-from activities.tools import load_arguments
 from countersign.core.approvals import ApprovalNotice, Decision
 from countersign.core.bounds import Unreadable, loads_bounded
 from countersign.core.contract import EndConversation, Limits
@@ -74,6 +73,7 @@ from tests.test_compromised_model import (  # noqa: F401 (a fixture)
 )
 from tests.test_hostile_input import AGENT_OF, MCP_FIELDS, eventually
 from tests.test_saga import WRITES, clean, make_agent  # noqa: F401 (a fixture)
+from tools.arguments import load_arguments
 from tools.registry import REGISTRY, ToolFailure
 from workflows.agent import AgentWorkflow
 
