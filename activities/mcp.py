@@ -31,8 +31,9 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
 
 from activities.access import admit, check_standing
+from activities.audit import ran_audit_row
 from activities.heartbeat import heartbeats
-from activities.tools import audit_row, failure_outcome, result_or_envelope
+from activities.tools import result_or_envelope
 from countersign.core.activity_refs import CHECK_MCP_ARGUMENTS, EXECUTE_MCP_TOOL
 from countersign.core.calls import McpCall, StoredResult, ToolInvocation, ToolResult, ToolSpec, lock_key
 from countersign.core.guards import TruncationLimits, sanitize
@@ -149,7 +150,7 @@ class McpActivities:
                 result = ToolResult.failure(failure.code, failure.message)
                 unknown = isinstance(failure, OutcomeUnknown)
         result = result.model_copy(update={"data": sanitize(result.data, self._limits)})
-        return await self._audit(call, result, key, started, clock, unknown=unknown)
+        return await self._audit(call, result, started, clock, unknown=unknown)
 
     async def _server(self, session: AsyncSession, call: McpCall) -> ServerConfig:
         """The server as registered now: still there, still for this agent and tenant."""
@@ -208,22 +209,15 @@ class McpActivities:
         self,
         call: McpCall,
         result: ToolResult,
-        key: str,
         started: datetime,
         clock: float,
         *,
         unknown: bool = False,
     ) -> ToolResult | StoredResult:
         inv, spec = call.invocation, call.spec
-        code = result.error.code if result.error else None
-        outcome = "unknown" if unknown else "executed" if result.ok else failure_outcome(code)
-        row = audit_row(inv, result, outcome, risk=spec.risk, category=spec.category) | {
-            "approved_by": inv.approved_by,
-            "idempotency_key": key,
-            "started_at": started,
-            "finished_at": datetime.now(UTC),
-            "duration_ms": int((time.perf_counter() - clock) * 1000),
-        }
+        row = ran_audit_row(
+            inv, result, risk=spec.risk, category=spec.category, started=started, clock=clock, unknown=unknown
+        )
         async with self._sessions() as session, session.begin():
             inserted = await session.scalar(
                 insert(ToolExecution).values(**row).on_conflict_do_nothing().returning(ToolExecution.id)

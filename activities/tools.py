@@ -22,51 +22,19 @@ from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
 
-from activities.access import REFUSED, admit, check_standing
+from activities.access import admit, check_standing
+from activities.audit import ran_audit_row
 from activities.failures import is_connection_error
 from activities.heartbeat import heartbeats
 from countersign.core.activity_refs import CHECK_ARGUMENTS, EXECUTE_TOOL
-from countersign.core.bounds import storable
-from countersign.core.calls import ErrorCode, StoredResult, ToolInvocation, ToolResult, lock_key
-from countersign.core.guards import TruncationLimits, redact, sanitize
+from countersign.core.calls import StoredResult, ToolInvocation, ToolResult, lock_key
+from countersign.core.guards import TruncationLimits, sanitize
 from countersign.db.events import QUESTION_TOOL, publish
 from countersign.db.messages import audited_answer, store_tool_result
 from countersign.db.ratelimit import RateLimits
 from countersign.db.schema import SagaRecord, ToolExecution
-from tools.arguments import load_arguments_or_raw, validate
+from tools.arguments import validate
 from tools.registry import REGISTRY, Needs, OutcomeUnknown, Tool, ToolContext, ToolFailure
-
-
-def audit_row(
-    inv: ToolInvocation, result: ToolResult, outcome: str, *, risk: str | None, category: str | None
-) -> dict[str, Any]:
-    """The `tool_executions` columns every audited call has (native or MCP, run or not): who, where,
-    which call, what the model asked (redacted), what an approver's edit made of it, and what the
-    model was told (redacted)."""
-    return {
-        "tenant_id": inv.caller.tenant_id,
-        "agent": inv.caller.agent,
-        "user_id": inv.caller.user_id,
-        "workflow_id": inv.workflow_id,
-        "conversation_id": inv.conversation_id,
-        "run_id": inv.run_id,
-        "call_id": inv.call_id,
-        "turn": inv.turn,
-        "tool": storable(inv.tool[:200]),
-        "risk": risk,
-        "category": category,
-        "args": redact(load_arguments_or_raw(inv.model_arguments or inv.arguments)),
-        "edited_args": redact(load_arguments_or_raw(inv.arguments)) if inv.arguments_edited else None,
-        "result": redact(result.envelope()),
-        "outcome": outcome,
-        "error": storable(result.error.message) if result.error else None,
-    }
-
-
-def failure_outcome(code: ErrorCode | None) -> str:
-    """The audit outcome of a call that ran into an error: its arguments were invalid, the access
-    gate refused it, or it failed."""
-    return "invalid" if code == "VALIDATION_ERROR" else "refused" if code in REFUSED else "failed"
 
 
 def output_result(output: BaseModel) -> ToolResult:
@@ -117,7 +85,6 @@ class ToolActivities:
         """The call's result; with `invocation.store_seq`, stored as its tool message in the
         transaction of its effect and audit row, and answered with the small `StoredResult`."""
         tool = REGISTRY.get(invocation.tool)
-        key = invocation.key
         async with self._sessions() as session, session.begin():
             if tool is None:  # the workflow screens calls first; this is the defence in depth
                 result = ToolResult.failure("UNKNOWN_TOOL", f"no tool named {invocation.tool!r}")
@@ -133,7 +100,7 @@ class ToolActivities:
             )
             if recorded is not None:
                 return await result_or_envelope(session, invocation, ToolResult.model_validate(recorded))
-            result, audit = await self._run(session, tool, invocation, key)
+            result, audit = await self._run(session, tool, invocation)
             return await audited_answer(session, invocation, result, audit)
 
     @activity.defn(name=CHECK_ARGUMENTS.name)
@@ -171,12 +138,12 @@ class ToolActivities:
         return checked
 
     async def _run(
-        self, session: AsyncSession, tool: Tool, invocation: ToolInvocation, key: str
+        self, session: AsyncSession, tool: Tool, invocation: ToolInvocation
     ) -> tuple[ToolResult, dict[str, Any]]:
         """Run the call in `session`'s transaction: its result, and its audit row's values."""
         started = datetime.now(UTC)
         clock = time.perf_counter()
-        outcome = "executed"
+        unknown = False
         try:
             await admit(session, invocation.caller, tool.name, tool.scopes, self._rate_limits, started)
             parsed = validate(tool, invocation.arguments)
@@ -193,8 +160,7 @@ class ToolActivities:
             ):  # a failing tool's partial writes roll back; the audit row stays
                 result = output_result(await tool.fn(context, parsed))
         except ToolFailure as failure:
-            outcome = failure_outcome(failure.code)
-            outcome = "unknown" if isinstance(failure, OutcomeUnknown) else outcome
+            unknown = isinstance(failure, OutcomeUnknown)
             result = ToolResult.failure(failure.code, failure.message)
         except Exception as exc:
             if is_connection_error(exc):
@@ -203,17 +169,18 @@ class ToolActivities:
             # envelope now, with its audit row; the details (SQL, parameters) stay in the worker's log.
             error_id = f"{invocation.workflow_id}:{invocation.call_id}"
             activity.logger.exception("%s failed (%s)", tool.name, error_id)
-            outcome = "failed"
             message = f"{tool.name} failed unexpectedly; the operators' log has details ({error_id})"
             result = ToolResult.failure("INTERNAL_ERROR", message)
         result = result.model_copy(update={"data": sanitize(result.data, self._limits)})
-        if outcome == "executed" and tool.compensation is not None:
+        audit = ran_audit_row(
+            invocation,
+            result,
+            risk=tool.risk,
+            category=tool.category,
+            started=started,
+            clock=clock,
+            unknown=unknown,
+        )
+        if audit["outcome"] == "executed" and tool.compensation is not None:
             session.add(saga_record(invocation))  # what a rollback after the conversation's end undoes
-        audit = audit_row(invocation, result, outcome, risk=tool.risk, category=tool.category) | {
-            "approved_by": invocation.approved_by,
-            "idempotency_key": key,
-            "started_at": started,
-            "finished_at": datetime.now(UTC),
-            "duration_ms": int((time.perf_counter() - clock) * 1000),
-        }
         return result, audit
