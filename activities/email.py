@@ -35,7 +35,7 @@ from activities.heartbeat import heartbeats
 from countersign.core.activity_refs import DELIVER_EMAIL
 from countersign.db.leads import rescore_ids
 from countersign.db.schema import EmailOutbox, Lead
-from countersign.runtime.circuit import CircuitBreaker, CircuitOpen
+from countersign.runtime.circuit import CircuitBreaker
 
 FINAL_STATUSES = frozenset({"sent", "cancelled", "failed"})
 # The server refused this message for good (a recipient or the sender): retrying cannot help, and
@@ -95,16 +95,8 @@ class EmailActivities:
             status = await self._status(outbox_id)
             if status in FINAL_STATUSES:
                 return status
-            self._allow()
+            self.breaker.allow_or_retry("SmtpCircuitOpen")
             return await self._claim_and_send(outbox_id)
-
-    def _allow(self) -> None:
-        try:
-            self.breaker.allow()
-        except CircuitOpen as exc:
-            raise ApplicationError(
-                str(exc), type="SmtpCircuitOpen", next_retry_delay=timedelta(seconds=exc.retry_after)
-            ) from exc
 
     async def _claim_and_send(self, outbox_id: int) -> str:
         """Claim the row and send it; the breaker let this call through, so it must hear how it went."""

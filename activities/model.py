@@ -52,7 +52,7 @@ from countersign.core.messages import (
 from countersign.db.events import EventLog
 from countersign.db.messages import ConversationStore
 from countersign.observability.usage import elapsed_ms, model_call_row
-from countersign.runtime.circuit import CircuitBreaker, CircuitOpen
+from countersign.runtime.circuit import CircuitBreaker
 from countersign.runtime.config import AGENT_HEADER, Settings
 from tools.registry import REGISTRY, Tool
 
@@ -404,12 +404,7 @@ class ModelActivities:
             body["max_tokens"] = max_tokens
         if agent:
             body["extra_headers"] = {AGENT_HEADER: agent}
-        try:
-            self.breaker.allow()
-        except CircuitOpen as exc:
-            raise ApplicationError(
-                str(exc), type="ModelCircuitOpen", next_retry_delay=timedelta(seconds=exc.retry_after)
-            ) from exc
+        self.breaker.allow_or_retry("ModelCircuitOpen")
         try:
             reply = await (self._streamed(body, deltas) if self._stream else self._whole(body))
         except (openai.OpenAIError, httpx.HTTPError, ValueError) as exc:
