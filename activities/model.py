@@ -28,7 +28,6 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.heartbeat import heartbeats
-from activities.store import summary_input, summary_message
 from countersign.core.activity_refs import CALL_MODEL, SUMMARIZE_CONVERSATION
 from countersign.core.bounds import storable
 from countersign.core.direct import DIRECT_NOTE, marker, wants_tools
@@ -38,6 +37,8 @@ from countersign.core.envelopes import (
     Summarized,
     SummaryRequest,
     estimate_tokens,
+    summary_input,
+    summary_message,
 )
 from countersign.core.messages import (
     ChatMessage,
