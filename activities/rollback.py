@@ -11,10 +11,9 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
 
-from activities.saga import FINAL_STATES
 from countersign.core.activity_refs import LOAD_SAGA_ENTRIES
 from countersign.core.calls import CallerContext
-from countersign.core.saga import CompensationRequest, EndedRollback, Saga, SagaEntry
+from countersign.core.saga import FINAL_STATES, CompensationRequest, EndedRollback, Saga, SagaEntry
 from countersign.db.schema import Compensation, SagaRecord
 
 

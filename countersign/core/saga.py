@@ -19,6 +19,8 @@ from countersign.core.conversation_ref import ConversationRef
 # effect; irreversible: cannot be undone (an email already delivered); failed: the compensation
 # failed after its retries (see `error`), and is reported, never silently dropped.
 EntryState = Literal["registered", "done", "skipped", "irreversible", "failed"]
+# A compensation in one of these states is over: never run again (a failed one may be retried).
+FINAL_STATES: tuple[EntryState, ...] = ("done", "skipped", "irreversible")
 Scope = Literal["turn", "conversation", "call"]
 
 
