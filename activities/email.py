@@ -19,7 +19,6 @@ the cool-down, instead of each waiting for a connection timeout.
 
 from __future__ import annotations
 
-import hashlib
 from datetime import UTC, datetime, timedelta
 from email.message import EmailMessage
 from email.utils import format_datetime
@@ -33,6 +32,7 @@ from temporalio.exceptions import ApplicationError
 
 from activities.heartbeat import heartbeats
 from countersign.core.activity_refs import DELIVER_EMAIL
+from countersign.core.mail import message_id
 from countersign.db.leads import rescore_ids
 from countersign.db.schema import EmailOutbox, Lead
 from countersign.runtime.circuit import CircuitBreaker
@@ -41,12 +41,6 @@ FINAL_STATUSES = frozenset({"sent", "cancelled", "failed"})
 # The server refused this message for good (a recipient or the sender): retrying cannot help, and
 # the server answered, so it counts as healthy for the breaker.
 PERMANENT_REFUSALS = (aiosmtplib.SMTPRecipientsRefused, aiosmtplib.SMTPSenderRefused)
-
-
-def message_id(idempotency_key: str, sender: str) -> str:
-    """The same Message-ID for every delivery attempt of one tool call."""
-    domain = sender.rpartition("@")[2] or "countersign.local"
-    return f"<{hashlib.sha256(idempotency_key.encode()).hexdigest()[:32]}@{domain}>"
 
 
 def compose(row: Any, sender: str, now: datetime) -> EmailMessage:
