@@ -30,7 +30,7 @@ from countersign.core.activity_refs import CHECK_ARGUMENTS, EXECUTE_TOOL
 from countersign.core.calls import StoredResult, ToolInvocation, ToolResult, lock_key
 from countersign.core.guards import TruncationLimits, sanitize
 from countersign.db.events import QUESTION_TOOL, publish
-from countersign.db.messages import audited_answer, store_tool_result
+from countersign.db.messages import audited_answer, result_or_envelope
 from countersign.db.ratelimit import RateLimits
 from countersign.db.schema import SagaRecord, ToolExecution
 from tools.arguments import validate
@@ -56,16 +56,6 @@ def saga_record(invocation: ToolInvocation) -> SagaRecord:
         turn=invocation.turn,
         arguments=invocation.arguments,
     )
-
-
-async def result_or_envelope(
-    session: AsyncSession, invocation: ToolInvocation, result: ToolResult
-) -> ToolResult | StoredResult:
-    """What a tool activity answers: the result itself, or (`store_seq` set) the envelope of the
-    tool message stored in `session`'s transaction, so workflow history never holds the body."""
-    if invocation.store_seq is None:
-        return result
-    return await store_tool_result(session, invocation, result)
 
 
 class ToolActivities:

@@ -38,7 +38,6 @@ from temporalio.api.common.v1 import Payload
 from temporalio.client import WorkflowExecutionStatus, WorkflowUpdateFailedError
 from temporalio.common import RawValue
 
-from activities.mcp import McpActivities
 from activities.model import MAX_REPLY_BYTES
 from activities.notifications import wording
 from countersign.core.approvals import ApprovalNotice, Decision
@@ -50,6 +49,7 @@ from countersign.db.engine import session_factory
 from countersign.db.schema import McpServer
 from countersign.identity.proofs import args_digest
 from countersign.mcp.servers import SERVER_NAME, ServerConfig, clashes, server_of, tool_name
+from countersign.mcp.snapshot import mcp_specs
 from countersign.runtime.payloads import data_converter
 from countersign.server.http import HttpRefusal
 from countersign.server.watcher import MAX_STREAMS_PER_SESSION, Watcher
@@ -439,8 +439,8 @@ async def test_two_servers_sharing_a_tool_name_offer_neither_and_mcp_add_refuses
         await register(db_engine, legacy, wipe="always_allow")  # the tier is mcp__x___wipe's
         pool = make_pool()
         try:
-            activities = McpActivities(session_factory(db_engine), pool)
-            specs = await activities.specs_for(name, "acme", {"mcp__x___wipe": "always_allow"})
+            tiers: dict[str, str | None] = {"mcp__x___wipe": "always_allow"}
+            specs = await mcp_specs(session_factory(db_engine), pool, name, "acme", tiers)
         finally:
             await pool.close()
         offered = {s.name for s in specs}
