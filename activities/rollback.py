@@ -13,7 +13,7 @@ from temporalio import activity
 
 from countersign.core.activity_refs import LOAD_SAGA_ENTRIES
 from countersign.core.calls import CallerContext
-from countersign.core.saga import FINAL_STATES, CompensationRequest, EndedRollback, Saga, SagaEntry
+from countersign.core.saga import FINAL_STATES, CompensationRequest, RollbackAuthorization, Saga, SagaEntry
 from countersign.db.schema import Compensation, SagaRecord
 
 
@@ -22,7 +22,7 @@ class RollbackActivities:
         self._sessions = sessions
 
     @activity.defn(name=LOAD_SAGA_ENTRIES.name)
-    async def load_saga_entries(self, rollback: EndedRollback) -> list[CompensationRequest]:
+    async def load_saga_entries(self, rollback: RollbackAuthorization) -> list[CompensationRequest]:
         """What `rollback.request` undoes of the ended conversation, newest first."""
         async with self._sessions() as session:
             rows = list(

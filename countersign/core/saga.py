@@ -84,6 +84,9 @@ class CompensationOutcome(BaseModel):
 
 
 class RollbackAuthorization(ConversationRef):
+    """A rollback request with the conversation it is for: what `authorize_rollback` checks, and the
+    input of the short rollback workflow of a conversation that has ended (`load_saga_entries`)."""
+
     conversation_user: str
     request: RollbackRequest
 
@@ -94,13 +97,6 @@ UNDO_STATE: dict[str, EntryState] = {"undone": "done", "already_undone": "done",
 def undo_state(outcome: str) -> EntryState:
     """A compensation's UndoOutcome as the saga records it."""
     return UNDO_STATE.get(outcome, "irreversible")
-
-
-class EndedRollback(ConversationRef):
-    """A rollback of a conversation that has ended: the input of the short rollback workflow."""
-
-    conversation_user: str
-    request: RollbackRequest
 
 
 class RollbackOutcome(BaseModel):
