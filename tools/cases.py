@@ -17,9 +17,10 @@ from sqlalchemy.sql import Select
 
 from countersign.core.guards import MAX_ROWS
 from countersign.db.schema import Case, Contact
-from tools.registry import RowView, ToolArgs, ToolContext, UndoOutcome, compensates, tool
+from tools.registry import ToolArgs, ToolContext, UndoOutcome, compensates, tool
 from tools.resolve import (
     ChangeArgs,
+    RowView,
     Updated,
     answers_needs,
     apply_changes,

@@ -6,8 +6,8 @@ from pydantic import BaseModel, Field
 from sqlalchemy import or_, select
 
 from countersign.db.schema import Contact
-from tools.registry import RowView, ToolArgs, ToolContext, tool
-from tools.resolve import containing
+from tools.registry import ToolArgs, ToolContext, tool
+from tools.resolve import RowView, containing
 
 
 class ContactView(RowView):

@@ -17,8 +17,8 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from countersign.core.guards import MAX_ROWS
 from countersign.db.schema import EmailDraft, EmailOutbox, Lead
 from tools.email import EmailContent, QueuedEmail, cancel_queued_email, queued_once, sanitized_html
-from tools.registry import RowView, ToolArgs, ToolContext, ToolFailure, UndoOutcome, compensates, tool
-from tools.resolve import ChangeArgs, Updated, apply_changes, locked_row, restore_fields, saved
+from tools.registry import ToolArgs, ToolContext, ToolFailure, UndoOutcome, compensates, tool
+from tools.resolve import ChangeArgs, RowView, Updated, apply_changes, locked_row, restore_fields, saved
 
 DraftState = Literal["unsent", "sent", "all"]
 

@@ -13,17 +13,8 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from countersign.core.leadscore import LeadScore
 from countersign.db.leads import current_score, record_lead_event, rescore
 from countersign.db.schema import Lead, LeadEvent
-from tools.registry import (
-    RowView,
-    ToolArgs,
-    ToolContext,
-    ToolFailure,
-    UndoOutcome,
-    compensates,
-    record_id,
-    tool,
-)
-from tools.resolve import as_json, locked_row, restore_fields, same_text, saved
+from tools.registry import ToolArgs, ToolContext, ToolFailure, UndoOutcome, compensates, record_id, tool
+from tools.resolve import RowView, as_json, locked_row, restore_fields, same_text, saved
 
 LeadStatus = Literal["new", "contacted", "qualified", "disqualified", "converted"]
 

@@ -20,17 +20,17 @@ from countersign.db.notifications import (
     visible_to,
 )
 from countersign.db.schema import Notification
-from tools.registry import (
+from tools.registry import ToolArgs, ToolContext, ToolFailure, UndoOutcome, compensates, record_id, tool
+from tools.resolve import (
     RowView,
-    ToolArgs,
-    ToolContext,
-    ToolFailure,
-    UndoOutcome,
-    compensates,
-    record_id,
-    tool,
+    answers_needs,
+    containing,
+    locked_row,
+    match_first,
+    needs,
+    restore_fields,
+    saved,
 )
-from tools.resolve import answers_needs, containing, locked_row, match_first, needs, restore_fields, saved
 
 
 class NotificationView(RowView):

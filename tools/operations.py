@@ -17,9 +17,10 @@ from sqlalchemy import ColumnElement, select
 from countersign.core.guards import MAX_ROWS
 from countersign.db.leads import rescore_attendees
 from countersign.db.schema import CalendarEvent, Project, Task
-from tools.registry import RowView, ToolArgs, ToolContext, ToolFailure, UndoOutcome, compensates, tool
+from tools.registry import ToolArgs, ToolContext, ToolFailure, UndoOutcome, compensates, tool
 from tools.resolve import (
     ChangeArgs,
+    RowView,
     Updated,
     UtcDatetime,
     answers_needs,

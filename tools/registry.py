@@ -85,14 +85,6 @@ class ToolArgs(BaseModel):
         return self
 
 
-class RowView(BaseModel):
-    """Base of a result model read from a database row: `View.model_validate(row)` takes each field
-    from the row's attribute of its name, or of its `validation_alias` where the model's name is
-    not the column's (`owner` for `owner_user_id`); the name is accepted too."""
-
-    model_config = ConfigDict(from_attributes=True, validate_by_name=True)
-
-
 class ToolFailure(Exception):
     """Raised by a tool for an expected failure; becomes `{"ok": false, "error": {code, message}}`."""
 

@@ -35,7 +35,6 @@ from tools.email import EmailContent, cancel_queued_email, queued_once
 from tools.operations import EventView
 from tools.registry import (
     Needs,
-    RowView,
     ToolArgs,
     ToolContext,
     ToolFailure,
@@ -46,6 +45,7 @@ from tools.registry import (
 from tools.resolve import (
     NeedsInput,
     Person,
+    RowView,
     UtcDatetime,
     answers_needs,
     belongs_to,
