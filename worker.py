@@ -64,8 +64,9 @@ def build_worker(
     environment: RATE_LIMIT_PER_S, RATE_LIMIT_BURST); `interceptors` run inside the logging one;
     `metrics` is filled by the worker's activities (and watches its circuit breakers); `mcp_pool`
     holds the MCP connections (its owner closes it when the worker stops)."""
-    mcp = McpActivities(sessions, mcp_pool or McpPool(), rate_limits=RateLimits.from_env(os.environ))
-    context = ContextActivities(sessions, settings.email_delivery_delay_s, mcp)
+    mcp_pool = mcp_pool or McpPool()
+    mcp = McpActivities(sessions, mcp_pool, rate_limits=RateLimits.from_env(os.environ))
+    context = ContextActivities(sessions, settings.email_delivery_delay_s, mcp_pool)
     store = ConversationStore(sessions)
     model = ModelActivities(settings, store)
     stored = StoreActivities(store)

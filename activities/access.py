@@ -17,13 +17,10 @@ from datetime import datetime
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from countersign.core.access import Scope, inactive_refusal, missing_scopes, rate_refusal, scopes_refusal
-from countersign.core.calls import CallerContext, ErrorCode
+from countersign.core.calls import CallerContext
 from countersign.db.access import standing
 from countersign.db.ratelimit import RateLimits, take_call
 from tools.registry import ToolFailure
-
-# The gate's refusals, audited as `refused`: the call was never allowed to run.
-REFUSED: frozenset[ErrorCode] = frozenset({"CONNECTION_INACTIVE", "SCOPES_MISSING"})
 
 
 async def check_standing(

@@ -1,23 +1,86 @@
-"""Audit rows for tool calls that never ran: refused by policy, rejected, expired, over a limit.
+"""The audit row of a tool call (`tool_executions`), native or MCP, run or not: its one home.
 
-Executed calls are audited by the tool activity itself, in the transaction of their effect. In
-conversations that store tool results, the refusal the model reads is stored with its audit row.
+`audit_row` is what every row holds; `ran_audit_row` adds what a call its activity ran has (the
+approver, the idempotency key, the timing). The outcome comes from the one table in
+`countersign.core.calls` (`outcome_of`), which the metrics read as well.
+
+Executed calls are audited by their activity, in the transaction of their effect (activities/tools.py,
+activities/mcp.py). Calls that never ran (refused by policy, rejected, expired, over a limit) are
+audited here by `record_unexecuted_call`; in conversations that store tool results, the refusal the
+model reads is stored with its audit row.
+
+The shared home of the audit is the one module of activities/ that the other activity modules
+import (tests/test_architecture.py).
 """
 
 from __future__ import annotations
+
+import time
+from datetime import UTC, datetime
+from typing import Any
 
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
 
-from activities.tools import audit_row
 from countersign.core.activity_refs import RECORD_UNEXECUTED_CALL
-from countersign.core.calls import UnexecutedCall, outcome_of
+from countersign.core.bounds import storable
+from countersign.core.calls import ToolInvocation, ToolResult, UnexecutedCall, outcome_of
+from countersign.core.guards import redact
 from countersign.db.messages import store_tool_result
 from countersign.db.schema import ToolExecution
 from countersign.mcp.catalog import MCP_CATEGORY, MCP_RISK
 from countersign.mcp.servers import server_of
+from tools.arguments import load_arguments_or_raw
 from tools.registry import REGISTRY
+
+
+def audit_row(
+    inv: ToolInvocation, result: ToolResult, outcome: str, *, risk: str | None, category: str | None
+) -> dict[str, Any]:
+    """The `tool_executions` columns every audited call has (native or MCP, run or not): who, where,
+    which call, what the model asked (redacted), what an approver's edit made of it, and what the
+    model was told (redacted)."""
+    return {
+        "tenant_id": inv.caller.tenant_id,
+        "agent": inv.caller.agent,
+        "user_id": inv.caller.user_id,
+        "workflow_id": inv.workflow_id,
+        "conversation_id": inv.conversation_id,
+        "run_id": inv.run_id,
+        "call_id": inv.call_id,
+        "turn": inv.turn,
+        "tool": storable(inv.tool[:200]),
+        "risk": risk,
+        "category": category,
+        "args": redact(load_arguments_or_raw(inv.model_arguments or inv.arguments)),
+        "edited_args": redact(load_arguments_or_raw(inv.arguments)) if inv.arguments_edited else None,
+        "result": redact(result.envelope()),
+        "outcome": outcome,
+        "error": storable(result.error.message) if result.error else None,
+    }
+
+
+def ran_audit_row(
+    inv: ToolInvocation,
+    result: ToolResult,
+    *,
+    risk: str | None,
+    category: str | None,
+    started: datetime,
+    clock: float,
+    unknown: bool = False,
+) -> dict[str, Any]:
+    """The row of a call its activity ran, from `started` (and `time.perf_counter()` at `clock`)
+    until now: `unknown` when its effect was sent out and no usable answer came."""
+    outcome = "unknown" if unknown else outcome_of(result.code, ran=True)
+    return audit_row(inv, result, outcome, risk=risk, category=category) | {
+        "approved_by": inv.approved_by,
+        "idempotency_key": inv.key,
+        "started_at": started,
+        "finished_at": datetime.now(UTC),
+        "duration_ms": int((time.perf_counter() - clock) * 1000),
+    }
 
 
 class AuditActivities:
@@ -31,7 +94,7 @@ class AuditActivities:
         row = audit_row(
             inv,
             call.result,
-            outcome_of(call.result),
+            outcome_of(call.result.code, ran=False),
             risk=tool.risk if tool else MCP_RISK if server_of(inv.tool) else None,
             category=tool.category if tool else MCP_CATEGORY if server_of(inv.tool) else None,
         )

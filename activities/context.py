@@ -12,13 +12,14 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.mcp import McpActivities
 from countersign.core.activity_refs import LOAD_CONVERSATION_CONTEXT
 from countersign.core.calls import ToolSpec
 from countersign.core.contract import AgentLimits, AgentSnapshot, ConversationContext, StartConversation
 from countersign.core.envelopes import WindowPolicy
 from countersign.db import schema
+from countersign.mcp.pool import McpPool
 from countersign.mcp.servers import server_of
+from countersign.mcp.snapshot import mcp_specs
 from tools.records import RECORD_TOOLS, schema_map
 from tools.registry import REGISTRY
 from tools.tiers import tenant_tiers
@@ -29,11 +30,11 @@ class ContextActivities:
         self,
         sessions: async_sessionmaker[AsyncSession],
         email_delivery_delay_s: float = 60.0,
-        mcp: McpActivities | None = None,
+        mcp_pool: McpPool | None = None,
     ) -> None:
         self._sessions = sessions
         self._email_delay = email_delivery_delay_s
-        self._mcp = mcp  # MCP servers' tools join the snapshot as mcp__SERVER__TOOL
+        self._mcp_pool = mcp_pool  # MCP servers' tools join the snapshot as mcp__SERVER__TOOL
 
     @activity.defn(name=LOAD_CONVERSATION_CONTEXT.name)
     async def load_conversation_context(self, start: StartConversation) -> ConversationContext:
@@ -96,9 +97,9 @@ class ContextActivities:
         )
 
     async def _mcp_tools(self, start: StartConversation, tiers: dict[str, str | None]) -> list[ToolSpec]:
-        if self._mcp is None:
+        if self._mcp_pool is None:
             return []
-        return await self._mcp.specs_for(start.agent, start.tenant_id, tiers)
+        return await mcp_specs(self._sessions, self._mcp_pool, start.agent, start.tenant_id, tiers)
 
 
 def agent_limits(profile: schema.AgentProfile) -> AgentLimits:

@@ -19,7 +19,6 @@ the cool-down, instead of each waiting for a connection timeout.
 
 from __future__ import annotations
 
-import hashlib
 from datetime import UTC, datetime, timedelta
 from email.message import EmailMessage
 from email.utils import format_datetime
@@ -33,20 +32,15 @@ from temporalio.exceptions import ApplicationError
 
 from activities.heartbeat import heartbeats
 from countersign.core.activity_refs import DELIVER_EMAIL
+from countersign.core.mail import message_id
 from countersign.db.leads import rescore_ids
 from countersign.db.schema import EmailOutbox, Lead
-from countersign.runtime.circuit import CircuitBreaker, CircuitOpen
+from countersign.runtime.circuit import CircuitBreaker
 
 FINAL_STATUSES = frozenset({"sent", "cancelled", "failed"})
 # The server refused this message for good (a recipient or the sender): retrying cannot help, and
 # the server answered, so it counts as healthy for the breaker.
 PERMANENT_REFUSALS = (aiosmtplib.SMTPRecipientsRefused, aiosmtplib.SMTPSenderRefused)
-
-
-def message_id(idempotency_key: str, sender: str) -> str:
-    """The same Message-ID for every delivery attempt of one tool call."""
-    domain = sender.rpartition("@")[2] or "countersign.local"
-    return f"<{hashlib.sha256(idempotency_key.encode()).hexdigest()[:32]}@{domain}>"
 
 
 def compose(row: Any, sender: str, now: datetime) -> EmailMessage:
@@ -95,16 +89,8 @@ class EmailActivities:
             status = await self._status(outbox_id)
             if status in FINAL_STATUSES:
                 return status
-            self._allow()
+            self.breaker.allow_or_retry("SmtpCircuitOpen")
             return await self._claim_and_send(outbox_id)
-
-    def _allow(self) -> None:
-        try:
-            self.breaker.allow()
-        except CircuitOpen as exc:
-            raise ApplicationError(
-                str(exc), type="SmtpCircuitOpen", next_retry_delay=timedelta(seconds=exc.retry_after)
-            ) from exc
 
     async def _claim_and_send(self, outbox_id: int) -> str:
         """Claim the row and send it; the breaker let this call through, so it must hear how it went."""

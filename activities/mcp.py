@@ -7,10 +7,8 @@
   key in the request's `_meta` (`countersign/call_id`, for servers that deduplicate), passes the
   result through the common redaction and truncation, and writes the `tool_executions` row.
   A server that is down, slow or refusing gives an error envelope at once: never a retry loop.
-- `specs_for` (called by `load_conversation_context`) lists an agent's MCP tools for the snapshot;
-  a flat name two tools would share (`mcp__x___foo`: server `x`'s `_foo` and server `x_`'s `foo`,
-  or one server listing a name twice) is offered for neither, loudly: a tool's identity is its
-  (server, tool), and the snapshot's one spec per name is what every later step looks up.
+- What a conversation is offered (its snapshot) is listed by `load_conversation_context`, with
+  `countersign.mcp.snapshot.mcp_specs`.
 
 Exactly-once is weaker than for native tools, whose effect commits with its audit row: an MCP
 server's effect is outside our transaction. An attempt that finds the call's audit row returns it;
@@ -20,7 +18,6 @@ the same `_meta` key.
 
 from __future__ import annotations
 
-import asyncio
 import time
 from datetime import UTC, datetime
 from typing import Any
@@ -31,16 +28,18 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
 
 from activities.access import admit, check_standing
+from activities.audit import ran_audit_row
 from activities.heartbeat import heartbeats
-from activities.tools import audit_row, failure_outcome, load_arguments, result_or_envelope
 from countersign.core.activity_refs import CHECK_MCP_ARGUMENTS, EXECUTE_MCP_TOOL
-from countersign.core.calls import McpCall, StoredResult, ToolInvocation, ToolResult, ToolSpec, lock_key
+from countersign.core.calls import McpCall, StoredResult, ToolInvocation, ToolResult, lock_key
 from countersign.core.guards import TruncationLimits, sanitize
+from countersign.db.messages import result_or_envelope
 from countersign.db.ratelimit import RateLimits
 from countersign.db.schema import McpServer, ToolExecution
-from countersign.mcp.catalog import argument_errors, mcp_result, spec_of
+from countersign.mcp.catalog import argument_errors, mcp_result
 from countersign.mcp.pool import McpOutcomeUnknown, McpPool, McpRefused, McpUnavailable
-from countersign.mcp.servers import ServerConfig, clashes, remember_listing, servers_for, tool_name
+from countersign.mcp.servers import ServerConfig
+from tools.arguments import load_arguments
 from tools.registry import OutcomeUnknown, ToolFailure
 
 META_CALL_ID = "countersign/call_id"
@@ -58,44 +57,6 @@ class McpActivities:
         self._pool = pool
         self._limits = limits or TruncationLimits()
         self._rate_limits = rate_limits or RateLimits()
-
-    # --- the snapshot -------------------------------------------------------------------------
-
-    async def specs_for(self, agent: str, tenant_id: str, tiers: dict[str, str | None]) -> list[ToolSpec]:
-        """The agent's MCP tools with their tiers (`tiers`: the agent's permission rows). A server
-        that cannot be listed now contributes no tools (logged): the conversation still starts."""
-        async with self._sessions() as session:
-            servers = await servers_for(session, agent, tenant_id)
-        listings = await asyncio.gather(*(self._pool.list_tools(s) for s in servers), return_exceptions=True)
-        listed_by = [
-            (server.name, listed.name)
-            for server, listing in zip(servers, listings, strict=True)
-            if not isinstance(listing, BaseException)
-            for listed in listing
-        ]
-        shared = clashes(listed_by)
-        for name, owners in shared.items():
-            activity.logger.error(
-                "MCP tool name %s is shared by %s: none of them is offered (rename a server)",
-                name,
-                ", ".join(f"{server}/{tool}" for server, tool in owners),
-            )
-        specs: list[ToolSpec] = []
-        for server, listing in zip(servers, listings, strict=True):
-            if isinstance(listing, BaseException):
-                activity.logger.warning("MCP server %s left out of the catalog: %s", server.name, listing)
-                continue
-            for listed in listing:
-                if tool_name(server.name, listed.name) in shared:
-                    continue
-                spec = spec_of(server.name, listed, None)
-                if spec is None:
-                    activity.logger.warning("MCP tool %s/%s cannot be offered", server.name, listed.name)
-                    continue
-                specs.append(spec.model_copy(update={"tier": tiers.get(spec.name) or spec.tier}))
-            async with self._sessions() as session, session.begin():
-                await remember_listing(session, server.name, listing)
-        return specs
 
     # --- before approval ----------------------------------------------------------------------
 
@@ -148,7 +109,7 @@ class McpActivities:
                 result = ToolResult.failure(failure.code, failure.message)
                 unknown = isinstance(failure, OutcomeUnknown)
         result = result.model_copy(update={"data": sanitize(result.data, self._limits)})
-        return await self._audit(call, result, key, started, clock, unknown=unknown)
+        return await self._audit(call, result, started, clock, unknown=unknown)
 
     async def _server(self, session: AsyncSession, call: McpCall) -> ServerConfig:
         """The server as registered now: still there, still for this agent and tenant."""
@@ -207,22 +168,15 @@ class McpActivities:
         self,
         call: McpCall,
         result: ToolResult,
-        key: str,
         started: datetime,
         clock: float,
         *,
         unknown: bool = False,
     ) -> ToolResult | StoredResult:
         inv, spec = call.invocation, call.spec
-        code = result.error.code if result.error else None
-        outcome = "unknown" if unknown else "executed" if result.ok else failure_outcome(code)
-        row = audit_row(inv, result, outcome, risk=spec.risk, category=spec.category) | {
-            "approved_by": inv.approved_by,
-            "idempotency_key": key,
-            "started_at": started,
-            "finished_at": datetime.now(UTC),
-            "duration_ms": int((time.perf_counter() - clock) * 1000),
-        }
+        row = ran_audit_row(
+            inv, result, risk=spec.risk, category=spec.category, started=started, clock=clock, unknown=unknown
+        )
         async with self._sessions() as session, session.begin():
             inserted = await session.scalar(
                 insert(ToolExecution).values(**row).on_conflict_do_nothing().returning(ToolExecution.id)

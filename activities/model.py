@@ -28,7 +28,6 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.heartbeat import heartbeats
-from activities.store import summary_input, summary_message
 from countersign.core.activity_refs import CALL_MODEL, SUMMARIZE_CONVERSATION
 from countersign.core.bounds import storable
 from countersign.core.direct import DIRECT_NOTE, marker, wants_tools
@@ -38,6 +37,8 @@ from countersign.core.envelopes import (
     Summarized,
     SummaryRequest,
     estimate_tokens,
+    summary_input,
+    summary_message,
 )
 from countersign.core.messages import (
     ChatMessage,
@@ -52,7 +53,7 @@ from countersign.core.messages import (
 from countersign.db.events import EventLog
 from countersign.db.messages import ConversationStore
 from countersign.observability.usage import elapsed_ms, model_call_row
-from countersign.runtime.circuit import CircuitBreaker, CircuitOpen
+from countersign.runtime.circuit import CircuitBreaker
 from countersign.runtime.config import AGENT_HEADER, Settings
 from tools.registry import REGISTRY, Tool
 
@@ -404,12 +405,7 @@ class ModelActivities:
             body["max_tokens"] = max_tokens
         if agent:
             body["extra_headers"] = {AGENT_HEADER: agent}
-        try:
-            self.breaker.allow()
-        except CircuitOpen as exc:
-            raise ApplicationError(
-                str(exc), type="ModelCircuitOpen", next_retry_delay=timedelta(seconds=exc.retry_after)
-            ) from exc
+        self.breaker.allow_or_retry("ModelCircuitOpen")
         try:
             reply = await (self._streamed(body, deltas) if self._stream else self._whole(body))
         except (openai.OpenAIError, httpx.HTTPError, ValueError) as exc:

@@ -23,11 +23,11 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.email import message_id
 from activities.heartbeat import heartbeats
 from countersign.core.activity_refs import NOTIFY_APPROVAL
 from countersign.core.approvals import APPROVER_ROLES, FOUR_EYES, ApprovalNotice
 from countersign.core.calls import call_key
+from countersign.core.mail import message_id
 from countersign.core.shown import argument_lines, argument_warnings
 from countersign.db.events import publish
 from countersign.db.schema import NotificationOutbox, Tenant, User, UserRole

@@ -11,10 +11,9 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
 
-from activities.saga import FINAL_STATES
 from countersign.core.activity_refs import LOAD_SAGA_ENTRIES
 from countersign.core.calls import CallerContext
-from countersign.core.saga import CompensationRequest, EndedRollback, Saga, SagaEntry
+from countersign.core.saga import FINAL_STATES, CompensationRequest, RollbackAuthorization, Saga, SagaEntry
 from countersign.db.schema import Compensation, SagaRecord
 
 
@@ -23,7 +22,7 @@ class RollbackActivities:
         self._sessions = sessions
 
     @activity.defn(name=LOAD_SAGA_ENTRIES.name)
-    async def load_saga_entries(self, rollback: EndedRollback) -> list[CompensationRequest]:
+    async def load_saga_entries(self, rollback: RollbackAuthorization) -> list[CompensationRequest]:
         """What `rollback.request` undoes of the ended conversation, newest first."""
         async with self._sessions() as session:
             rows = list(

@@ -17,19 +17,23 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.heartbeat import heartbeats
-from activities.tools import validate
 from countersign.core.activity_refs import AUTHORIZE_ROLLBACK, COMPENSATE_CALL, RECORD_COMPENSATION_FAILURE
 from countersign.core.authority import action_refusal
 from countersign.core.calls import lock_key
-from countersign.core.saga import CompensationOutcome, CompensationRequest, RollbackAuthorization, undo_state
+from countersign.core.saga import (
+    FINAL_STATES,
+    CompensationOutcome,
+    CompensationRequest,
+    RollbackAuthorization,
+    undo_state,
+)
 from countersign.db.attempts import attempt_key, record_once
 from countersign.db.events import publish
 from countersign.db.people import roles_of
 from countersign.db.schema import Compensation, RollbackRecord, ToolExecution
 from countersign.identity.proofs import Binding, ProofVerifier, check_proof
+from tools.arguments import validate
 from tools.registry import REGISTRY, ToolContext, ToolFailure
-
-FINAL_STATES = ("done", "skipped", "irreversible")
 
 
 async def told(session: AsyncSession, request: CompensationRequest, state: str) -> None:

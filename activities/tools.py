@@ -17,107 +17,24 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
 
-from activities.access import REFUSED, admit, check_standing
+from activities.access import admit, check_standing
+from activities.audit import ran_audit_row
 from activities.failures import is_connection_error
 from activities.heartbeat import heartbeats
 from countersign.core.activity_refs import CHECK_ARGUMENTS, EXECUTE_TOOL
-from countersign.core.bounds import loads_bounded, storable, unstorable_refusal
-from countersign.core.calls import ErrorCode, StoredResult, ToolInvocation, ToolResult, lock_key
-from countersign.core.guards import TruncationLimits, redact, sanitize
+from countersign.core.calls import StoredResult, ToolInvocation, ToolResult, lock_key
+from countersign.core.guards import TruncationLimits, sanitize
 from countersign.db.events import QUESTION_TOOL, publish
-from countersign.db.messages import audited_answer, store_tool_result
+from countersign.db.messages import audited_answer, result_or_envelope
 from countersign.db.ratelimit import RateLimits
 from countersign.db.schema import SagaRecord, ToolExecution
-from tools.registry import (
-    IDENTITY_FIELDS,
-    REGISTRY,
-    Needs,
-    OutcomeUnknown,
-    Tool,
-    ToolArgs,
-    ToolContext,
-    ToolFailure,
-    parse_arguments,
-)
-
-
-def validation_message(err: ValidationError) -> str:
-    """A pydantic error as one line the model can act on."""
-    parts = []
-    for e in err.errors():
-        where = ".".join(str(p) for p in e["loc"]) or "arguments"
-        hint = ""
-        if e["type"] == "extra_forbidden" and str(e["loc"][-1]) in IDENTITY_FIELDS:
-            hint = " (tenant, user and roles come from the conversation, never from arguments)"
-        parts.append(f"{where}: {e['msg']}{hint}")
-    return "; ".join(parts)
-
-
-def load_arguments(raw: str) -> dict[str, Any]:
-    value, refusal = loads_bounded(raw or "{}")
-    if refusal is not None:
-        raise ToolFailure("VALIDATION_ERROR", f"arguments refused: {refusal}")
-    if not isinstance(value, dict):
-        raise ToolFailure("VALIDATION_ERROR", "arguments must be a JSON object")
-    unstorable = unstorable_refusal(value)
-    if unstorable is not None:
-        raise ToolFailure("VALIDATION_ERROR", f"arguments {unstorable}")
-    return value
-
-
-def load_arguments_or_raw(raw: str) -> dict[str, Any]:
-    """The arguments as a dict for the audit, even when they are not a JSON object."""
-    try:
-        return load_arguments(raw)
-    except ToolFailure:
-        return {"_raw": raw[:2000]}
-
-
-def audit_row(
-    inv: ToolInvocation, result: ToolResult, outcome: str, *, risk: str | None, category: str | None
-) -> dict[str, Any]:
-    """The `tool_executions` columns every audited call has (native or MCP, run or not): who, where,
-    which call, what the model asked (redacted), what an approver's edit made of it, and what the
-    model was told (redacted)."""
-    return {
-        "tenant_id": inv.caller.tenant_id,
-        "agent": inv.caller.agent,
-        "user_id": inv.caller.user_id,
-        "workflow_id": inv.workflow_id,
-        "conversation_id": inv.conversation_id,
-        "run_id": inv.run_id,
-        "call_id": inv.call_id,
-        "turn": inv.turn,
-        "tool": storable(inv.tool[:200]),
-        "risk": risk,
-        "category": category,
-        "args": redact(load_arguments_or_raw(inv.model_arguments or inv.arguments)),
-        "edited_args": redact(load_arguments_or_raw(inv.arguments)) if inv.arguments_edited else None,
-        "result": redact(result.envelope()),
-        "outcome": outcome,
-        "error": storable(result.error.message) if result.error else None,
-    }
-
-
-def failure_outcome(code: ErrorCode | None) -> str:
-    """The audit outcome of a call that ran into an error: its arguments were invalid, the access
-    gate refused it, or it failed."""
-    return "invalid" if code == "VALIDATION_ERROR" else "refused" if code in REFUSED else "failed"
-
-
-def validate(tool: Tool, raw: str) -> ToolArgs:
-    """Parse and validate the model's (or an approver's) arguments, or raise VALIDATION_ERROR."""
-    try:
-        return parse_arguments(tool, load_arguments(raw))
-    except ValidationError as err:
-        raise ToolFailure("VALIDATION_ERROR", validation_message(err)) from err
-    except (ArithmeticError, RecursionError) as err:  # a validator met a value beyond its range
-        raise ToolFailure("VALIDATION_ERROR", f"arguments out of range ({type(err).__name__})") from err
+from tools.arguments import validate
+from tools.registry import REGISTRY, Needs, OutcomeUnknown, Tool, ToolContext, ToolFailure
 
 
 def output_result(output: BaseModel) -> ToolResult:
@@ -141,16 +58,6 @@ def saga_record(invocation: ToolInvocation) -> SagaRecord:
     )
 
 
-async def result_or_envelope(
-    session: AsyncSession, invocation: ToolInvocation, result: ToolResult
-) -> ToolResult | StoredResult:
-    """What a tool activity answers: the result itself, or (`store_seq` set) the envelope of the
-    tool message stored in `session`'s transaction, so workflow history never holds the body."""
-    if invocation.store_seq is None:
-        return result
-    return await store_tool_result(session, invocation, result)
-
-
 class ToolActivities:
     def __init__(
         self,
@@ -168,7 +75,6 @@ class ToolActivities:
         """The call's result; with `invocation.store_seq`, stored as its tool message in the
         transaction of its effect and audit row, and answered with the small `StoredResult`."""
         tool = REGISTRY.get(invocation.tool)
-        key = invocation.key
         async with self._sessions() as session, session.begin():
             if tool is None:  # the workflow screens calls first; this is the defence in depth
                 result = ToolResult.failure("UNKNOWN_TOOL", f"no tool named {invocation.tool!r}")
@@ -184,7 +90,7 @@ class ToolActivities:
             )
             if recorded is not None:
                 return await result_or_envelope(session, invocation, ToolResult.model_validate(recorded))
-            result, audit = await self._run(session, tool, invocation, key)
+            result, audit = await self._run(session, tool, invocation)
             return await audited_answer(session, invocation, result, audit)
 
     @activity.defn(name=CHECK_ARGUMENTS.name)
@@ -222,12 +128,12 @@ class ToolActivities:
         return checked
 
     async def _run(
-        self, session: AsyncSession, tool: Tool, invocation: ToolInvocation, key: str
+        self, session: AsyncSession, tool: Tool, invocation: ToolInvocation
     ) -> tuple[ToolResult, dict[str, Any]]:
         """Run the call in `session`'s transaction: its result, and its audit row's values."""
         started = datetime.now(UTC)
         clock = time.perf_counter()
-        outcome = "executed"
+        unknown = False
         try:
             await admit(session, invocation.caller, tool.name, tool.scopes, self._rate_limits, started)
             parsed = validate(tool, invocation.arguments)
@@ -244,8 +150,7 @@ class ToolActivities:
             ):  # a failing tool's partial writes roll back; the audit row stays
                 result = output_result(await tool.fn(context, parsed))
         except ToolFailure as failure:
-            outcome = failure_outcome(failure.code)
-            outcome = "unknown" if isinstance(failure, OutcomeUnknown) else outcome
+            unknown = isinstance(failure, OutcomeUnknown)
             result = ToolResult.failure(failure.code, failure.message)
         except Exception as exc:
             if is_connection_error(exc):
@@ -254,17 +159,18 @@ class ToolActivities:
             # envelope now, with its audit row; the details (SQL, parameters) stay in the worker's log.
             error_id = f"{invocation.workflow_id}:{invocation.call_id}"
             activity.logger.exception("%s failed (%s)", tool.name, error_id)
-            outcome = "failed"
             message = f"{tool.name} failed unexpectedly; the operators' log has details ({error_id})"
             result = ToolResult.failure("INTERNAL_ERROR", message)
         result = result.model_copy(update={"data": sanitize(result.data, self._limits)})
-        if outcome == "executed" and tool.compensation is not None:
+        audit = ran_audit_row(
+            invocation,
+            result,
+            risk=tool.risk,
+            category=tool.category,
+            started=started,
+            clock=clock,
+            unknown=unknown,
+        )
+        if audit["outcome"] == "executed" and tool.compensation is not None:
             session.add(saga_record(invocation))  # what a rollback after the conversation's end undoes
-        audit = audit_row(invocation, result, outcome, risk=tool.risk, category=tool.category) | {
-            "approved_by": invocation.approved_by,
-            "idempotency_key": key,
-            "started_at": started,
-            "finished_at": datetime.now(UTC),
-            "duration_ms": int((time.perf_counter() - clock) * 1000),
-        }
         return result, audit

@@ -31,7 +31,8 @@ with workflow.unsafe.imports_passed_through():
 
     from countersign.core.calls import CallerContext
     from countersign.runtime.config import Settings, load_settings
-    from tools.registry import REGISTRY, ToolContext, parse_arguments
+    from tools.arguments import parse_arguments
+    from tools.registry import REGISTRY, ToolContext
 
 WORKFLOW = "BareLoop"
 STARTED_LINE = "worker started"  # what the devstack's worker process waits for in the log

@@ -1,8 +1,10 @@
 """The layers of docs/architecture.md, checked from the code's own imports: no layer reaches up.
 
 Each package may import only the packages listed for it (and itself). Workflow code may import only the
-pure core and the two workflow-safe modules named below, never activities, tools or storage. The
-table in docs/architecture.md says the same, checked below.
+pure core and the two workflow-safe modules named below, never activities, tools or storage. Within
+activities/, an activity module imports no other activity module: only the helpers that define no
+activity (the access gate, `@heartbeats`, the failure classes) and the audit row's home, audit.py.
+The table in docs/architecture.md says the same, checked below.
 """
 
 from __future__ import annotations
@@ -40,6 +42,8 @@ ALLOWED: dict[str, set[str]] = {
 }
 WORKFLOW_SAFE = {"countersign.runtime.search_attributes", "countersign.observability.workflow_metrics"}
 OURS = {"countersign", "activities", "workflows", "tools", "worker", "starter"}
+# The one activity module the others import: every audited tool call's row is written from there.
+AUDIT_HOME = "activities.audit"
 
 
 def package_of(module: str) -> str:
@@ -79,6 +83,32 @@ def test_workflow_code_imports_only_the_pure_core() -> None:
         for path in sources("workflows")
         for module in imports(path)
         if package_of(module) not in {CORE, "workflows"} and module not in WORKFLOW_SAFE
+    }
+    assert not reaching, sorted(reaching)
+
+
+def defines_activities(path: Path) -> bool:
+    """Whether a module declares an activity (`@activity.defn`, with or without a name)."""
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            for decorator in node.decorator_list:
+                target = decorator.func if isinstance(decorator, ast.Call) else decorator
+                if ast.unparse(target) == "activity.defn":
+                    return True
+    return False
+
+
+def test_an_activity_module_imports_no_other_activity_module() -> None:
+    """Activities share code through the layers below them (core, db, tools, ...), the helpers of
+    activities/ that declare no activity, and AUDIT_HOME; never by reaching into another's module."""
+    modules = {f"activities.{path.stem}": path for path in sources("activities") if path.stem != "__init__"}
+    activity_modules = {name for name, path in modules.items() if defines_activities(path)}
+    assert {AUDIT_HOME, "activities.tools", "activities.mcp"} <= activity_modules  # the rule sees them
+    reaching = {
+        f"{name} imports {module}"
+        for name in sorted(activity_modules)
+        for module in imports(modules[name])
+        if module in activity_modules - {name, AUDIT_HOME}
     }
     assert not reaching, sorted(reaching)
 

@@ -20,6 +20,7 @@ from countersign.db.schema import Case, Contact
 from tools.registry import ToolArgs, ToolContext, UndoOutcome, compensates, tool
 from tools.resolve import (
     ChangeArgs,
+    RowView,
     Updated,
     answers_needs,
     apply_changes,
@@ -33,40 +34,27 @@ CaseStatus = Literal["open", "in_progress", "on_hold", "closed"]
 CASE_HELP = "The case's exact title, or its id"
 
 
-class ClientView(BaseModel):
+class ClientView(RowView):
     name: str
     email: str | None
     company: str | None
     phone: str | None
 
 
-class CaseView(BaseModel):
+class CaseView(RowView):
     id: int
     title: str
     status: str
-    client_email: str | None
-    client: ClientView | None  # None when no contact of the workspace has that email
+    client_email: str | None = Field(validation_alias="contact_email")
+    client: ClientView | None = None  # None when no contact of the workspace has that email
     notes: str | None
     updated_at: datetime
 
     @classmethod
     def of(cls, case: Case, contact: Contact | None) -> CaseView:
-        client = (
-            None
-            if contact is None
-            else ClientView(
-                name=contact.name, email=contact.email, company=contact.company, phone=contact.phone
-            )
-        )
-        return cls(
-            id=case.id,
-            title=case.title,
-            status=case.status,
-            client_email=case.contact_email,
-            client=client,
-            notes=case.notes,
-            updated_at=case.updated_at,
-        )
+        """The case with its client: the workspace's contact of its email, if there is one."""
+        client = ClientView.model_validate(contact) if contact is not None else None
+        return cls.model_validate(case).model_copy(update={"client": client})
 
 
 class CaseList(BaseModel):

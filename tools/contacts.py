@@ -7,27 +7,16 @@ from sqlalchemy import or_, select
 
 from countersign.db.schema import Contact
 from tools.registry import ToolArgs, ToolContext, tool
-from tools.resolve import containing
+from tools.resolve import RowView, containing
 
 
-class ContactView(BaseModel):
+class ContactView(RowView):
     id: int
     name: str
     email: str | None
     phone: str | None
     company: str | None
     notes: str | None
-
-    @classmethod
-    def of(cls, contact: Contact) -> ContactView:
-        return cls(
-            id=contact.id,
-            name=contact.name,
-            email=contact.email,
-            phone=contact.phone,
-            company=contact.company,
-            notes=contact.notes,
-        )
 
 
 class ContactList(BaseModel):
@@ -59,5 +48,5 @@ async def search_contacts(ctx: ToolContext, args: SearchContactsArgs) -> Contact
         .order_by(Contact.name, Contact.id)
         .limit(args.limit)
     )
-    contacts = [ContactView.of(contact) for contact in rows]
+    contacts = [ContactView.model_validate(contact) for contact in rows]
     return ContactList(contacts=contacts, count=len(contacts))

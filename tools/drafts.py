@@ -18,14 +18,14 @@ from countersign.core.guards import MAX_ROWS
 from countersign.db.schema import EmailDraft, EmailOutbox, Lead
 from tools.email import EmailContent, QueuedEmail, cancel_queued_email, queued_once, sanitized_html
 from tools.registry import ToolArgs, ToolContext, ToolFailure, UndoOutcome, compensates, tool
-from tools.resolve import ChangeArgs, Updated, apply_changes, locked_row, restore_fields, saved
+from tools.resolve import ChangeArgs, RowView, Updated, apply_changes, locked_row, restore_fields, saved
 
 DraftState = Literal["unsent", "sent", "all"]
 
 
-class DraftDetail(BaseModel):
-    draft_id: int
-    to: str
+class DraftDetail(RowView):
+    draft_id: int = Field(validation_alias="id")
+    to: str = Field(validation_alias="to_address")
     subject: str
     body: str
     html_body: str | None
@@ -34,21 +34,6 @@ class DraftDetail(BaseModel):
     created_at: datetime
     updated_at: datetime
     sent_outbox_id: int | None  # the email send_draft queued from it; None: not sent
-
-    @classmethod
-    def of(cls, draft: EmailDraft) -> DraftDetail:
-        return cls(
-            draft_id=draft.id,
-            to=draft.to_address,
-            subject=draft.subject,
-            body=draft.body,
-            html_body=draft.html_body,
-            lead_id=draft.lead_id,
-            created_by=draft.created_by,
-            created_at=draft.created_at,
-            updated_at=draft.updated_at,
-            sent_outbox_id=draft.sent_outbox_id,
-        )
 
 
 class DraftSummary(BaseModel):
@@ -103,7 +88,7 @@ async def drafts_of(session: AsyncSession, tenant_id: str, state: DraftState, li
         query.order_by(EmailDraft.updated_at.desc(), EmailDraft.id.desc()).limit(limit)
     )
     drafts = [
-        DraftSummary(**DraftDetail.of(d).model_dump(exclude={"body", "html_body", "created_at"}))
+        DraftSummary(**DraftDetail.model_validate(d).model_dump(exclude={"body", "html_body", "created_at"}))
         for d in rows
     ]
     return DraftList(drafts=drafts, count=len(drafts))
@@ -149,7 +134,7 @@ async def list_drafts(ctx: ToolContext, args: ListDraftsArgs) -> DraftList:
 @tool(risk="low", category="read")
 async def get_draft(ctx: ToolContext, args: DraftArgs) -> DraftDetail:
     """Read one draft by id: recipient, subject, body, HTML, lead, and whether it was sent."""
-    return DraftDetail.of(await draft_of(ctx.session, ctx.tenant_id, args.draft))
+    return DraftDetail.model_validate(await draft_of(ctx.session, ctx.tenant_id, args.draft))
 
 
 @tool(risk="low", category="write")
@@ -158,7 +143,7 @@ async def update_draft(ctx: ToolContext, args: UpdateDraftArgs) -> Updated[Draft
     previous and new values."""
     draft = await draft_of(ctx.session, ctx.tenant_id, args.draft, lock=True)
     previous, changed = await edit_draft(ctx.session, draft, args)
-    return Updated[DraftDetail](record=DraftDetail.of(draft), previous=previous, changed=changed)
+    return Updated[DraftDetail](record=DraftDetail.model_validate(draft), previous=previous, changed=changed)
 
 
 @compensates(update_draft)

@@ -14,39 +14,23 @@ from countersign.core.leadscore import LeadScore
 from countersign.db.leads import current_score, record_lead_event, rescore
 from countersign.db.schema import Lead, LeadEvent
 from tools.registry import ToolArgs, ToolContext, ToolFailure, UndoOutcome, compensates, record_id, tool
-from tools.resolve import as_json, locked_row, restore_fields, same_text, saved
+from tools.resolve import RowView, as_json, locked_row, restore_fields, same_text, saved
 
 LeadStatus = Literal["new", "contacted", "qualified", "disqualified", "converted"]
 
 
-class LeadView(BaseModel):
+class LeadView(RowView):
     id: int
     email: str
     name: str
     company: str | None
     status: str
     source: str | None
-    owner: str | None
+    owner: str | None = Field(validation_alias="owner_user_id")
     notes: str | None
     updated_at: datetime
     score: int | None = None  # 0-100, how promising the lead looks
     last_engaged_at: datetime | None = None  # the latest contact (an email delivered about it, say)
-
-    @classmethod
-    def of(cls, lead: Lead) -> LeadView:
-        return cls(
-            id=lead.id,
-            email=lead.email,
-            name=lead.name,
-            company=lead.company,
-            status=lead.status,
-            source=lead.source,
-            owner=lead.owner_user_id,
-            notes=lead.notes,
-            updated_at=lead.updated_at,
-            score=lead.score,
-            last_engaged_at=lead.last_engaged_at,
-        )
 
 
 class LeadList(BaseModel):
@@ -108,7 +92,7 @@ async def search_leads(ctx: ToolContext, args: SearchLeadsArgs) -> LeadList:
         .order_by(Lead.updated_at.desc(), Lead.id)
         .limit(args.limit)
     )
-    leads = [LeadView.of(lead) for lead in rows.scalars()]
+    leads = [LeadView.model_validate(lead) for lead in rows.scalars()]
     return LeadList(leads=leads, count=len(leads))
 
 
@@ -116,7 +100,7 @@ async def search_leads(ctx: ToolContext, args: SearchLeadsArgs) -> LeadList:
 async def get_lead(ctx: ToolContext, args: GetLeadArgs) -> LeadView:
     """Get one lead by email address or id, with its status, owner, notes, score (0-100) and last
     engagement."""
-    return LeadView.of(await find_lead(ctx, args.lead))
+    return LeadView.model_validate(await find_lead(ctx, args.lead))
 
 
 @tool(risk="high", category="write")
@@ -140,7 +124,7 @@ async def update_lead_status(ctx: ToolContext, args: UpdateLeadStatusArgs) -> Le
             previous_status=previous,
         )
     return LeadStatusChange(
-        lead=LeadView.of(lead),
+        lead=LeadView.model_validate(lead),
         previous_status=previous,
         new_status=args.new_status,
         changed=previous != args.new_status,

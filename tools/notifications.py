@@ -21,10 +21,19 @@ from countersign.db.notifications import (
 )
 from countersign.db.schema import Notification
 from tools.registry import ToolArgs, ToolContext, ToolFailure, UndoOutcome, compensates, record_id, tool
-from tools.resolve import answers_needs, containing, locked_row, match_first, needs, restore_fields, saved
+from tools.resolve import (
+    RowView,
+    answers_needs,
+    containing,
+    locked_row,
+    match_first,
+    needs,
+    restore_fields,
+    saved,
+)
 
 
-class NotificationView(BaseModel):
+class NotificationView(RowView):
     id: int
     kind: str  # meeting_proposal, meeting_booked, approval_reminder
     message: str
@@ -33,19 +42,6 @@ class NotificationView(BaseModel):
     resolved_at: datetime | None
     resolved_by: str | None
     workflow_id: str | None  # the conversation that raised it
-
-    @classmethod
-    def of(cls, row: Notification) -> NotificationView:
-        return cls(
-            id=row.id,
-            kind=row.kind,
-            message=row.message,
-            status=row.status,
-            created_at=row.created_at,
-            resolved_at=row.resolved_at,
-            resolved_by=row.resolved_by,
-            workflow_id=row.workflow_id,
-        )
 
 
 # --- list_notifications ----------------------------------------------------------------------------
@@ -65,7 +61,7 @@ async def list_notifications(ctx: ToolContext, args: ListNotificationsArgs) -> N
     """The user's notifications, newest first (default: the open ones): meeting proposals addressed
     to them (accept one with accept_meeting), bookings others made with them, approval reminders."""
     rows = await notifications_of(ctx.session, ctx.tenant_id, ctx.caller.user_id, args.status, args.limit)
-    return NotificationList(notifications=[NotificationView.of(row) for row in rows])
+    return NotificationList(notifications=[NotificationView.model_validate(row) for row in rows])
 
 
 # --- resolve_notification --------------------------------------------------------------------------
@@ -111,7 +107,9 @@ async def resolve_notification(ctx: ToolContext, args: ResolveNotificationArgs) 
     if changed:
         notification = await saved(ctx, notification)
     return ResolvedNotification(
-        **NotificationView.of(notification).model_dump(), resolution=args.resolution, changed=changed
+        **NotificationView.model_validate(notification).model_dump(),
+        resolution=args.resolution,
+        changed=changed,
     )
 
 

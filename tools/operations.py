@@ -20,6 +20,7 @@ from countersign.db.schema import CalendarEvent, Project, Task
 from tools.registry import ToolArgs, ToolContext, ToolFailure, UndoOutcome, compensates, tool
 from tools.resolve import (
     ChangeArgs,
+    RowView,
     Updated,
     UtcDatetime,
     answers_needs,
@@ -65,24 +66,13 @@ class TaskList(BaseModel):
     count: int
 
 
-class ProjectView(BaseModel):
+class ProjectView(RowView):
     id: int
     name: str
     description: str | None
     status: str
-    owner: str | None
+    owner: str | None = Field(validation_alias="owner_user_id")
     due_date: date | None
-
-    @classmethod
-    def of(cls, project: Project) -> ProjectView:
-        return cls(
-            id=project.id,
-            name=project.name,
-            description=project.description,
-            status=project.status,
-            owner=project.owner_user_id,
-            due_date=project.due_date,
-        )
 
 
 class ProjectList(BaseModel):
@@ -90,7 +80,7 @@ class ProjectList(BaseModel):
     count: int
 
 
-class EventView(BaseModel):
+class EventView(RowView):
     id: int
     title: str
     description: str | None
@@ -98,24 +88,9 @@ class EventView(BaseModel):
     ends_at: datetime
     attendees: list[str]  # user ids and emails
     location: str | None
-    owner: str | None
+    owner: str | None = Field(validation_alias="owner_user_id")
     status: str
     type: str = "meeting"
-
-    @classmethod
-    def of(cls, event: CalendarEvent) -> EventView:
-        return cls(
-            id=event.id,
-            title=event.title,
-            description=event.description,
-            starts_at=event.starts_at,
-            ends_at=event.ends_at,
-            attendees=list(event.attendees),
-            location=event.location,
-            owner=event.owner_user_id,
-            status=event.status,
-            type=event.type,
-        )
 
 
 class EventList(BaseModel):
@@ -352,7 +327,7 @@ async def list_projects(ctx: ToolContext, args: ListProjectsArgs) -> ProjectList
     if args.status is not None:
         query = query.where(Project.status == args.status)
     rows = await ctx.session.scalars(query.order_by(Project.name, Project.id).limit(args.limit))
-    projects = [ProjectView.of(project) for project in rows]
+    projects = [ProjectView.model_validate(project) for project in rows]
     return ProjectList(projects=projects, count=len(projects))
 
 
@@ -368,7 +343,7 @@ async def create_project(ctx: ToolContext, args: CreateProjectArgs) -> ProjectVi
         due_date=args.due_date,
         owner_user_id=ctx.caller.user_id,
     )
-    return ProjectView.of(await saved(ctx, project))
+    return ProjectView.model_validate(await saved(ctx, project))
 
 
 @compensates(create_project)
@@ -389,7 +364,9 @@ async def update_project(ctx: ToolContext, args: UpdateProjectArgs) -> Updated[P
         await ensure_project_name_free(ctx, args.name)
     previous, changed = apply_changes(project, args.provided("status", "description", "due_date", "name"))
     project = await saved(ctx, project)
-    return Updated[ProjectView](record=ProjectView.of(project), previous=previous, changed=changed)
+    return Updated[ProjectView](
+        record=ProjectView.model_validate(project), previous=previous, changed=changed
+    )
 
 
 @compensates(update_project)
@@ -468,7 +445,7 @@ async def list_events(ctx: ToolContext, args: ListEventsArgs) -> EventList:
     rows = await ctx.session.scalars(
         query.order_by(CalendarEvent.starts_at, CalendarEvent.id).limit(args.limit)
     )
-    events = [EventView.of(event) for event in rows]
+    events = [EventView.model_validate(event) for event in rows]
     return EventList(events=events, count=len(events))
 
 
@@ -493,7 +470,7 @@ async def create_event(ctx: ToolContext, args: CreateEventArgs) -> EventView:
     )
     event = await saved(ctx, event)
     await rescore_attendees(ctx.session, ctx.tenant_id, event.attendees)
-    return EventView.of(event)
+    return EventView.model_validate(event)
 
 
 @compensates(create_event)
@@ -521,7 +498,7 @@ async def update_event(ctx: ToolContext, args: UpdateEventArgs) -> Updated[Event
     previous, changed = apply_changes(event, wanted)
     event = await saved(ctx, event)
     await rescore_attendees(ctx.session, ctx.tenant_id, [*before, *event.attendees])
-    return Updated[EventView](record=EventView.of(event), previous=previous, changed=changed)
+    return Updated[EventView](record=EventView.model_validate(event), previous=previous, changed=changed)
 
 
 @compensates(update_event)

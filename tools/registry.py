@@ -251,8 +251,9 @@ def strict_schema(model: type[BaseModel]) -> dict[str, Any]:
     """The JSON schema of an arguments model in OpenAI strict mode (shared: do not mutate it).
 
     Strict mode wants every property listed in `required` and `additionalProperties: false` on every
-    object; a field with a default therefore becomes nullable, and `parse_arguments` maps a null back
-    to the default. Titles and defaults are dropped (noise to the model; defaults go in descriptions).
+    object; a field with a default therefore becomes nullable, and `parse_arguments`
+    (tools/arguments.py) maps a null back to the default. Titles and defaults are dropped (noise to
+    the model; defaults go in descriptions).
     """
     schema = copy.deepcopy(model.model_json_schema())
 
@@ -279,17 +280,3 @@ def strict_schema(model: type[BaseModel]) -> dict[str, Any]:
 
     fix(schema)
     return schema
-
-
-def parse_arguments(tool: Tool, raw: dict[str, Any]) -> ToolArgs:
-    """Validate raw arguments; a null for a defaulted field means "use the default" (strict mode)."""
-    cleaned = {
-        k: v
-        for k, v in raw.items()
-        if not (
-            v is None
-            and k in tool.args_model.model_fields
-            and not tool.args_model.model_fields[k].is_required()
-        )
-    }
-    return tool.args_model.model_validate(cleaned)

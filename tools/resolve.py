@@ -1,4 +1,5 @@
-"""Shared helpers of the catalog tools: resolving human identifiers, typed arguments, recorded changes.
+"""Shared helpers of the catalog tools: resolving human identifiers, typed arguments, views of rows,
+recorded changes.
 
 Resolution. The model names things the way people do (an email, a display name, a title); these
 helpers turn a name into one row of the caller's tenant, or stop the call:
@@ -26,7 +27,7 @@ from datetime import UTC, date, datetime
 from typing import Annotated, Any, ClassVar, Generic, TypeVar, cast
 
 import structlog
-from pydantic import AfterValidator, BaseModel, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, model_validator
 from pydantic_core import to_jsonable_python
 from sqlalchemy import ColumnElement, Date, DateTime, and_, func, or_, select
 from sqlalchemy.orm import InstrumentedAttribute
@@ -315,7 +316,15 @@ def overlapping(start: datetime | None, end: datetime | None) -> ColumnElement[b
     return and_(*clauses)
 
 
-# --- recorded changes and their undo ----------------------------------------------------------------
+# --- records as tools answer with them, changes and their undo -------------------------------------
+
+
+class RowView(BaseModel):
+    """Base of a result model read from a database row: `View.model_validate(row)` takes each field
+    from the row's attribute of its name, or of its `validation_alias` where the model's name is
+    not the column's (`owner` for `owner_user_id`); the name is accepted too."""
+
+    model_config = ConfigDict(from_attributes=True, validate_by_name=True)
 
 
 def as_json(value: Any) -> Any:

@@ -45,6 +45,7 @@ from tools.registry import (
 from tools.resolve import (
     NeedsInput,
     Person,
+    RowView,
     UtcDatetime,
     answers_needs,
     belongs_to,
@@ -211,14 +212,10 @@ class ScheduleMeetingArgs(ToolArgs):
         return self
 
 
-class PersonView(BaseModel):
+class PersonView(RowView):
     name: str
     email: str | None
     user_id: str | None
-
-    @classmethod
-    def of(cls, person: Person) -> PersonView:
-        return cls(name=person.name, email=person.email, user_id=person.user_id)
 
 
 class Slot(BaseModel):
@@ -313,7 +310,7 @@ async def schedule_meeting(ctx: ToolContext, args: ScheduleMeetingArgs) -> Meeti
     proposal = MeetingProposal(
         session=None,
         expires_at=None,
-        counterpart=PersonView.of(other),
+        counterpart=PersonView.model_validate(other),
         title=args.title,
         duration_minutes=args.duration_minutes,
         window_start=start,
@@ -686,7 +683,7 @@ async def book(
         )
         notified = (await saved(ctx, notice)).id
     return BookedMeeting(
-        **EventView.of(event).model_dump(),
+        **EventView.model_validate(event).model_dump(),
         session=session.id if session else None,
         invited=invited,
         outbox_ids=outbox_ids,

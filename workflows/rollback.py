@@ -18,7 +18,6 @@ with workflow.unsafe.imports_passed_through():
     )
     from countersign.core.contract import ROLLBACK_WORKFLOW_TYPE
     from countersign.core.saga import (
-        EndedRollback,
         RollbackAuthorization,
         RollbackOutcome,
         SagaEntry,
@@ -31,14 +30,10 @@ from workflows.options import bookkeeping
 @workflow.defn(name=ROLLBACK_WORKFLOW_TYPE)
 class RollbackWorkflow:
     @workflow.run
-    async def run(self, rollback: EndedRollback) -> RollbackOutcome:
+    async def run(self, rollback: RollbackAuthorization) -> RollbackOutcome:
         refusal = await bookkeeping(
             AUTHORIZE_ROLLBACK,
-            RollbackAuthorization.at(
-                rollback,
-                conversation_user=rollback.conversation_user,
-                request=rollback.request,
-            ),
+            rollback,
             f"authorize rollback ({rollback.request.scope}) by {rollback.request.requested_by}",
             local=False,
         )

@@ -99,7 +99,8 @@ def show(draft_id: int, tenant: str, as_json: bool) -> None:
 
     async def read(session: AsyncSession) -> dict[str, Any]:
         try:
-            return DraftDetail.of(await draft_of(session, tenant, draft_id)).model_dump(mode="json")
+            draft = await draft_of(session, tenant, draft_id)
+            return DraftDetail.model_validate(draft).model_dump(mode="json")
         except ToolFailure as exc:
             raise failing(exc) from exc
 
@@ -133,7 +134,7 @@ def edit(
             await edit_draft(session, draft, args)
         except ToolFailure as exc:
             raise failing(exc) from exc
-        return DraftDetail.of(draft).model_dump(mode="json")
+        return DraftDetail.model_validate(draft).model_dump(mode="json")
 
     view = run(with_session(change))
     if as_json:

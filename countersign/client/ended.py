@@ -16,7 +16,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from countersign.core.calls import stored_at
 from countersign.core.contract import ROLLBACK_WORKFLOW_TYPE, StartConversation, StatusView
 from countersign.core.messages import ChatMessage
-from countersign.core.saga import EndedRollback, RollbackOutcome, RollbackRequest
+from countersign.core.saga import RollbackAuthorization, RollbackOutcome, RollbackRequest
 from countersign.db.engine import create_engine, session_factory
 from countersign.db.messages import ConversationStore
 from countersign.runtime.config import Settings
@@ -133,7 +133,7 @@ async def roll_back_ended(
     instance: str = (
         await with_store(settings, lambda s: s.latest_instance(workflow_id)) if settings.database_url else ""
     )
-    rollback = EndedRollback(
+    rollback = RollbackAuthorization(
         tenant_id=tenant_id,
         workflow_id=workflow_id,
         conversation_id=instance,

@@ -32,7 +32,6 @@ from countersign.core.messages import ModelReply, ModelRequest
 from countersign.core.saga import (
     CompensationOutcome,
     CompensationRequest,
-    EndedRollback,
     RollbackAuthorization,
 )
 from countersign.core.seal import ConversationInstance, SealCheck, SealRequest
@@ -117,8 +116,8 @@ COMPENSATE_CALL: ActivityRef[CompensationRequest, CompensationOutcome] = Activit
 RECORD_COMPENSATION_FAILURE: ActivityRef[CompensationRequest, None] = ActivityRef(
     "record_compensation_failure", CompensationRequest, NONE
 )
-LOAD_SAGA_ENTRIES: ActivityRef[EndedRollback, list[CompensationRequest]] = ActivityRef(
-    "load_saga_entries", EndedRollback, list[CompensationRequest]
+LOAD_SAGA_ENTRIES: ActivityRef[RollbackAuthorization, list[CompensationRequest]] = ActivityRef(
+    "load_saga_entries", RollbackAuthorization, list[CompensationRequest]
 )  # an ended conversation's writes a rollback undoes, newest first
 
 ACTIVITIES: tuple[ActivityRef[Any, Any], ...] = (

@@ -276,6 +276,11 @@ def stored_at(content: str | None) -> int | None:
     return seq if isinstance(seq, int) else None
 
 
+# The audit outcome (`tool_executions.outcome`) of a call whose result carries an error, by its code.
+# A call stopped before its activity (`record_unexecuted_call`) may meet any of them. A call its
+# activity ran has only the checks made before the tool to speak for it, its arguments (`invalid`)
+# and the access gate (`refused`): whatever the tool itself answers has `failed` (a tool refusing
+# with FORBIDDEN failed; policy did not block it).
 OUTCOME_OF: dict[ErrorCode, str] = {
     "UNKNOWN_TOOL": "invalid",
     "VALIDATION_ERROR": "invalid",
@@ -287,13 +292,20 @@ OUTCOME_OF: dict[ErrorCode, str] = {
     "SCOPES_MISSING": "refused",
     "CONNECTION_INACTIVE": "refused",
 }
+BEFORE_THE_TOOL = frozenset({"invalid", "refused"})
+
+
+def outcome_of(code: ErrorCode | None, *, ran: bool) -> str:
+    """The audit outcome of a call whose result has error `code` (None: no error), `ran` by its
+    activity or stopped before it. One table for the audit rows and the metrics that count them;
+    an activity that cannot know whether its call took effect records `unknown` instead."""
+    if code is None:
+        return "executed" if ran else "failed"
+    outcome = OUTCOME_OF.get(code, "failed")
+    return outcome if not ran or outcome in BEFORE_THE_TOOL else "failed"
 
 
 class UnexecutedCall(BaseModel):
     invocation: ToolInvocation
     result: ToolResult  # the error envelope the model was given
     reason: str | None = None  # who decided and why, for rejected and expired calls
-
-
-def outcome_of(result: ToolResult) -> str:
-    return OUTCOME_OF.get(result.error.code, "failed") if result.error else "failed"

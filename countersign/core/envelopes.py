@@ -210,3 +210,28 @@ def describe_policy(policy: WindowPolicy | None) -> str:
     summary = ", running summary of what falls out" if policy.summarize else ""
     budget = policy.conversation_tokens
     return f"context: {window}{summary}; budget per conversation: {f'{budget} tokens' if budget else 'none'}"
+
+
+# --- the running summary: messages that fall out of the window fold into it -------------------
+
+SUMMARY_PROMPT = (
+    "Summarize the conversation below for the assistant that continues it: the user's goals, facts "
+    "found (with record names and ids), decisions made and what is still open. Be brief and factual; "
+    "it replaces these messages in the assistant's context."
+)
+
+
+def summary_message(text: str) -> ChatMessage:
+    return ChatMessage(
+        role="system", name=SUMMARY_NAME, content=f"Summary of the earlier conversation: {text}"
+    )
+
+
+def summary_input(previous: list[ChatMessage], folded: list[ChatMessage]) -> list[ChatMessage]:
+    """The summarizing model call's messages: the instruction, then what to fold, as plain text."""
+    lines = [f"{m.role}{f' ({m.name})' if m.name else ''}: {m.content or ''}" for m in previous + folded]
+    lines += [f"assistant called {c.name}({c.arguments})" for m in folded for c in m.tool_calls]
+    return [
+        ChatMessage(role="system", content=SUMMARY_PROMPT),
+        ChatMessage(role="user", content="\n".join(lines)),
+    ]

@@ -19,6 +19,8 @@ from countersign.core.conversation_ref import ConversationRef
 # effect; irreversible: cannot be undone (an email already delivered); failed: the compensation
 # failed after its retries (see `error`), and is reported, never silently dropped.
 EntryState = Literal["registered", "done", "skipped", "irreversible", "failed"]
+# A compensation in one of these states is over: never run again (a failed one may be retried).
+FINAL_STATES: tuple[EntryState, ...] = ("done", "skipped", "irreversible")
 Scope = Literal["turn", "conversation", "call"]
 
 
@@ -82,6 +84,9 @@ class CompensationOutcome(BaseModel):
 
 
 class RollbackAuthorization(ConversationRef):
+    """A rollback request with the conversation it is for: what `authorize_rollback` checks, and the
+    input of the short rollback workflow of a conversation that has ended (`load_saga_entries`)."""
+
     conversation_user: str
     request: RollbackRequest
 
@@ -92,13 +97,6 @@ UNDO_STATE: dict[str, EntryState] = {"undone": "done", "already_undone": "done",
 def undo_state(outcome: str) -> EntryState:
     """A compensation's UndoOutcome as the saga records it."""
     return UNDO_STATE.get(outcome, "irreversible")
-
-
-class EndedRollback(ConversationRef):
-    """A rollback of a conversation that has ended: the input of the short rollback workflow."""
-
-    conversation_user: str
-    request: RollbackRequest
 
 
 class RollbackOutcome(BaseModel):

@@ -109,6 +109,16 @@ async def store_tool_result(
     return envelope
 
 
+async def result_or_envelope(
+    session: AsyncSession, invocation: ToolInvocation, result: ToolResult
+) -> ToolResult | StoredResult:
+    """What a tool activity answers: the result itself, or (`store_seq` set) the envelope of the
+    tool message stored in `session`'s transaction, so workflow history never holds the body."""
+    if invocation.store_seq is None:
+        return result
+    return await store_tool_result(session, invocation, result)
+
+
 @dataclass(frozen=True)
 class ModelInput:
     """A stored model call's input: the reply an earlier attempt stored, or the messages to send."""

@@ -419,17 +419,9 @@ async def _mail(plan: StackPlan, previous: ProcessRecord | None) -> tuple[Proces
     """The mail catcher (`starter.py mail serve`), unless SMTP_HOST names a mail server to use."""
     if "mail" in plan.external:
         return processes.external(plan.smtp_address), EXTERNAL
-    port = plan.ports["COUNTERSIGN_MAIL_PORT"]
-    cmd = [sys.executable, str(PROJECT_ROOT / "starter.py"), "mail", "serve", "--port", str(port)]
-    record, outcome = _reuse_or_spawn(
-        "mail",
-        plan,
-        previous,
-        lambda: processes.spawn(cmd, plan.smtp_address, plan.log("mail"), PROJECT_ROOT),
+    return await _served(
+        plan, previous, "mail", "COUNTERSIGN_MAIL_PORT", plan.smtp_address, "the mail catcher"
     )
-    with _stop_on_failure(record, outcome):
-        await _wait_listening(record, port, "the mail catcher")
-    return record, outcome
 
 
 async def _worker(plan: StackPlan, previous: ProcessRecord | None) -> tuple[ProcessRecord, str]:
@@ -454,18 +446,35 @@ async def _worker(plan: StackPlan, previous: ProcessRecord | None) -> tuple[Proc
 
 async def _inbox(plan: StackPlan, previous: ProcessRecord | None) -> tuple[ProcessRecord, str]:
     """The reviewers' inbox (`starter.py inbox serve`); it reads the stack file like the worker."""
-    port = plan.ports["COUNTERSIGN_INBOX_PORT"]
-    cmd = [sys.executable, str(PROJECT_ROOT / "starter.py"), "inbox", "serve", "--port", str(port)]
-    record, outcome = _reuse_or_spawn(
-        "inbox",
+    return await _served(
         plan,
         previous,
-        lambda: processes.spawn(
-            cmd, plan.inbox_url, plan.log("inbox"), PROJECT_ROOT, plan.child_env("inbox")
-        ),
+        "inbox",
+        "COUNTERSIGN_INBOX_PORT",
+        plan.inbox_url,
+        "the inbox",
+        plan.child_env("inbox"),
+    )
+
+
+async def _served(
+    plan: StackPlan,
+    previous: ProcessRecord | None,
+    command: str,
+    port_name: str,
+    address: str,
+    what: str,
+    env: Mapping[str, str] | None = None,
+) -> tuple[ProcessRecord, str]:
+    """`starter.py COMMAND serve` on the plan's port `port_name` (the one still running from an earlier
+    `dev up` when it is ours), once it listens; `env` replaces the inherited environment."""
+    port = plan.ports[port_name]
+    cmd = [sys.executable, str(PROJECT_ROOT / "starter.py"), command, "serve", "--port", str(port)]
+    record, outcome = _reuse_or_spawn(
+        command, plan, previous, lambda: processes.spawn(cmd, address, plan.log(command), PROJECT_ROOT, env)
     )
     with _stop_on_failure(record, outcome):
-        await _wait_listening(record, port, "the inbox")
+        await _wait_listening(record, port, what)
     return record, outcome
 
 

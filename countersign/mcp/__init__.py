@@ -1,2 +1,3 @@
 """MCP servers' tools under Countersign's gates: registry (`servers`), pure catalog rules
-(`catalog`), and the worker's connection pool (`pool`). Only `pool` imports the MCP SDK."""
+(`catalog`), the worker's connection pool (`pool`), and what a conversation is offered
+(`snapshot`). Only `pool` imports the MCP SDK."""

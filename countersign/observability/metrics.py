@@ -56,13 +56,6 @@ def tool_label(name: str) -> str:
     return name if name in REGISTRY else "unknown"
 
 
-def executed_outcome(result: ToolResult | StoredResult) -> str:
-    """The audit outcome of a tool call that ran (as `execute_tool` writes it)."""
-    if result.code is None:
-        return "executed"
-    return "invalid" if result.code in ("VALIDATION_ERROR", "UNKNOWN_TOOL") else "failed"
-
-
 class _BreakerCollector(Collector):
     """`countersign_breaker_state{breaker, state}`: 1 for the state each breaker is in right now,
     read at scrape time (an open breaker turns half-open by the clock, with no call to notice)."""
@@ -93,8 +86,8 @@ class CountersignMetrics:
         tenant = ["tenant"] if tenant_label else []
         self.tool_calls = Counter(
             "countersign_tool_calls",
-            "Tool calls by tool and audit outcome (executed, failed, invalid, rejected, expired, "
-            "blocked, limit_reached)",
+            "Tool calls by tool and audit outcome (executed, failed, invalid, refused, rejected, "
+            "expired, blocked, limit_reached)",
             [*tenant, "tool", "outcome"],
             registry=self.registry,
         )
@@ -150,11 +143,13 @@ class CountersignMetrics:
         arg = args[0] if args else None
         if activity_type == "execute_tool" and isinstance(arg, ToolInvocation):
             if isinstance(result, ToolResult | StoredResult):
-                self.tool_call(arg.caller.tenant_id, arg.tool, executed_outcome(result), seconds)
+                self.tool_call(arg.caller.tenant_id, arg.tool, outcome_of(result.code, ran=True), seconds)
                 if result.needs is not None:
                     self.tool_needs.labels(*self._tenant(arg.caller.tenant_id), tool_label(arg.tool)).inc()
         elif activity_type == "record_unexecuted_call" and isinstance(arg, UnexecutedCall):
-            self.tool_call(arg.invocation.caller.tenant_id, arg.invocation.tool, outcome_of(arg.result))
+            self.tool_call(
+                arg.invocation.caller.tenant_id, arg.invocation.tool, outcome_of(arg.result.code, ran=False)
+            )
         elif activity_type == "call_model" and isinstance(arg, ModelRequest):
             self.model_call(arg, result if isinstance(result, ModelReply) else None, seconds)
 

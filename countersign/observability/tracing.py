@@ -35,7 +35,6 @@ from temporalio.worker import ActivityInboundInterceptor, ExecuteActivityInput, 
 from countersign.core.calls import StoredResult, ToolInvocation, ToolResult, UnexecutedCall, outcome_of
 from countersign.core.messages import ModelReply, ModelRequest
 from countersign.observability import ENDPOINT_ENV
-from countersign.observability.metrics import executed_outcome
 
 TRACER_NAME = "countersign"
 
@@ -115,7 +114,7 @@ class _Spans(ActivityInboundInterceptor):
             return await self._tool_call(input, arg)
         if activity_type == "record_unexecuted_call" and isinstance(arg, UnexecutedCall):
             call, result = arg.invocation, arg.result
-            attributes = tool_attributes(call) | result_attributes(result, outcome_of(result))
+            attributes = tool_attributes(call) | result_attributes(result, outcome_of(result.code, ran=False))
             with self._tracer.start_as_current_span(f"tool_call {call.tool}", attributes=attributes):
                 return await super().execute_activity(input)
         return await super().execute_activity(input)
@@ -151,7 +150,7 @@ class _Spans(ActivityInboundInterceptor):
         ) as span:
             result = await super().execute_activity(input)
             if isinstance(result, ToolResult | StoredResult):
-                outcome = executed_outcome(result)
+                outcome = outcome_of(result.code, ran=True)
                 span.set_attributes(result_attributes(result, outcome))
                 if outcome != "executed":
                     span.set_status(Status(StatusCode.ERROR, result.code))

@@ -1,11 +1,12 @@
-"""A small circuit breaker for one integration (the SMTP server): stop hammering what is down.
+"""A small circuit breaker for one integration (the SMTP server, the model): stop hammering what is down.
 
     closed ──N consecutive failures──▶ open ──cool-down elapsed──▶ half-open
       ▲                                 ▲                              │
       └────────── probe succeeds ───────┼──────── probe fails ─────────┘
 
 While open, `allow()` raises `CircuitOpen` at once with the time left, so a caller (a Temporal
-activity) can fail fast and ask to be retried exactly when a probe would be let through. Half-open
+activity) can fail fast and ask to be retried exactly when a probe would be let through: the
+activities call `allow_or_retry`, which says so as a retryable `ApplicationError`. Half-open
 lets a single probe through; concurrent callers are refused until it reports. The breaker is pure
 state plus an injectable clock: no I/O, no asyncio, so tests drive time by hand.
 
@@ -17,7 +18,10 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Literal
+
+from temporalio.exceptions import ApplicationError
 
 State = Literal["closed", "open", "half_open"]
 
@@ -73,6 +77,16 @@ class CircuitBreaker:
             if self._probing:
                 raise CircuitOpen(self.name, self.probe_wait)
             self._probing = True
+
+    def allow_or_retry(self, error_type: str) -> None:
+        """`allow()` for an activity: refused, it fails with the retryable `error_type` error whose
+        `next_retry_delay` is when a probe may go through."""
+        try:
+            self.allow()
+        except CircuitOpen as exc:
+            raise ApplicationError(
+                str(exc), type=error_type, next_retry_delay=timedelta(seconds=exc.retry_after)
+            ) from exc
 
     def success(self) -> None:
         self._failures = 0

@@ -61,7 +61,7 @@ async def get_draft(request: web.Request) -> web.Response:
             draft = await draft_of(session, request[CALLER].tenant_id, draft_id_of(request))
         except ToolFailure as failure:
             raise refused(failure) from None
-        return web.json_response(DraftDetail.of(draft).model_dump(mode="json"))
+        return web.json_response(DraftDetail.model_validate(draft).model_dump(mode="json"))
 
 
 async def edit(request: web.Request) -> web.Response:
@@ -77,7 +77,7 @@ async def edit(request: web.Request) -> web.Response:
             await edit_draft(session, draft, args)
         except ToolFailure as failure:
             raise refused(failure) from None
-        return web.json_response(DraftDetail.of(draft).model_dump(mode="json"))
+        return web.json_response(DraftDetail.model_validate(draft).model_dump(mode="json"))
 
 
 def add_routes(app: web.Application) -> None:

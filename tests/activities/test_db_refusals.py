@@ -162,10 +162,10 @@ class RefusedAudit(ToolActivities):
     attempts = 0
 
     async def _run(
-        self, session: AsyncSession, tool: Tool, invocation: ToolInvocation, key: str
+        self, session: AsyncSession, tool: Tool, invocation: ToolInvocation
     ) -> tuple[ToolResult, dict[str, Any]]:
         RefusedAudit.attempts += 1
-        return await super()._run(session, tool, invocation.model_copy(update={"turn": 2**40}), key)
+        return await super()._run(session, tool, invocation.model_copy(update={"turn": 2**40}))
 
 
 @pytest.mark.security

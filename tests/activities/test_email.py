@@ -18,14 +18,15 @@ from sqlalchemy import delete, func, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from temporalio.exceptions import ApplicationError
 
-from activities.email import EmailActivities, message_id
-from activities.tools import validate
+from activities.email import EmailActivities
 from countersign.core.calls import CallerContext
+from countersign.core.mail import message_id
 from countersign.db.engine import session_factory
 from countersign.db.schema import EmailOutbox
 from countersign.runtime.circuit import CircuitBreaker, CircuitOpen
 from tests.fixtures.smtp import SmtpServer
 from tools import REGISTRY
+from tools.arguments import validate
 from tools.registry import ToolContext, ToolFailure
 
 SENDER = "agent@countersign.test"

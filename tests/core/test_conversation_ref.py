@@ -25,7 +25,7 @@ from countersign.core.authority import ProofRequest
 from countersign.core.conversation_ref import ConversationRef
 from countersign.core.envelopes import AppendMessages, SummaryRequest
 from countersign.core.messages import StoredInput
-from countersign.core.saga import EndedRollback, RollbackAuthorization, RollbackRequest
+from countersign.core.saga import RollbackAuthorization, RollbackRequest
 from countersign.core.seal import ConversationInstance, SealCheck, SealRequest
 from countersign.identity.proofs import Binding
 
@@ -55,7 +55,6 @@ PAYLOADS: dict[type[BaseModel], tuple[str, str]] = {
         f"{A} conversation_user request",
         f"{T} conversation_user request",
     ),
-    EndedRollback: (f"{A} conversation_user request", f"{T} conversation_user request"),
     ProofRequest: (
         f"{A} action actor agent call_id content message_id proof text",
         f"{T} action actor",

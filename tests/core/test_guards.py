@@ -20,7 +20,8 @@ from countersign.core.guards import (
     sanitize,
     truncate,
 )
-from tools.registry import REGISTRY, parse_arguments
+from tools.arguments import parse_arguments
+from tools.registry import REGISTRY
 
 # --- truncation ------------------------------------------------------------------------------------
 

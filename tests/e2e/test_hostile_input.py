@@ -53,7 +53,6 @@ from temporalio.client import (
 from temporalio.common import RawValue
 from temporalio.exceptions import ApplicationError
 
-from activities.tools import validate
 from countersign.client.handles import keyed_workflow_id, send_keyed, wait_reply
 from countersign.core import history
 from countersign.core.calls import ToolSpec
@@ -71,6 +70,7 @@ from tests.e2e.test_compromised_model import (  # noqa: F401 (a fixture)
 )
 from tests.fixtures.agent import AgentHarness
 from tests.fixtures.mcp import McpSuite, check_ledger, web_specs
+from tools.arguments import validate
 from tools.registry import REGISTRY, ToolFailure
 from workflows.options import DB_OUTAGE_TOLERANCE
 

@@ -38,10 +38,8 @@ from temporalio.api.common.v1 import Payload
 from temporalio.client import WorkflowExecutionStatus, WorkflowUpdateFailedError
 from temporalio.common import RawValue
 
-from activities.mcp import McpActivities
 from activities.model import MAX_REPLY_BYTES
 from activities.notifications import wording
-from activities.tools import load_arguments
 from countersign.core.approvals import ApprovalNotice, Decision
 from countersign.core.bounds import Unreadable, loads_bounded
 from countersign.core.contract import EndConversation, Limits
@@ -51,6 +49,7 @@ from countersign.db.engine import session_factory
 from countersign.db.schema import McpServer
 from countersign.identity.proofs import args_digest
 from countersign.mcp.servers import SERVER_NAME, ServerConfig, clashes, server_of, tool_name
+from countersign.mcp.snapshot import mcp_specs
 from countersign.runtime.payloads import data_converter
 from countersign.server.http import HttpRefusal
 from countersign.server.watcher import MAX_STREAMS_PER_SESSION, Watcher
@@ -74,6 +73,7 @@ from tests.fixtures.mcp import (
 )
 from tests.fixtures.updates import execute_update
 from tests.workflows.test_saga import WRITES, clean, make_agent  # noqa: F401 (a fixture)
+from tools.arguments import load_arguments
 from tools.registry import REGISTRY, ToolFailure
 from workflows.agent import AgentWorkflow
 
@@ -439,8 +439,8 @@ async def test_two_servers_sharing_a_tool_name_offer_neither_and_mcp_add_refuses
         await register(db_engine, legacy, wipe="always_allow")  # the tier is mcp__x___wipe's
         pool = make_pool()
         try:
-            activities = McpActivities(session_factory(db_engine), pool)
-            specs = await activities.specs_for(name, "acme", {"mcp__x___wipe": "always_allow"})
+            tiers: dict[str, str | None] = {"mcp__x___wipe": "always_allow"}
+            specs = await mcp_specs(session_factory(db_engine), pool, name, "acme", tiers)
         finally:
             await pool.close()
         offered = {s.name for s in specs}

@@ -33,6 +33,7 @@ from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
 
 from countersign.core.approvals import Decision
+from countersign.core.calls import outcome_of
 from countersign.core.contract import StartConversation
 from countersign.db.engine import session_factory
 from countersign.db.schema import ModelCall
@@ -339,6 +340,18 @@ async def test_worker_process_serves_metrics_and_exports_traces_over_otlp(
             except TimeoutError:
                 worker.kill()
                 await worker.wait()
+
+
+def test_audit_rows_and_metrics_read_one_outcome_table() -> None:
+    """What the audit writes and the metrics count: a call the access gate refused is `refused`
+    whether it ran or was stopped; a tool's own FORBIDDEN `failed`, policy's `blocked`."""
+    assert outcome_of(None, ran=True) == "executed"
+    assert outcome_of("SCOPES_MISSING", ran=True) == outcome_of("SCOPES_MISSING", ran=False) == "refused"
+    assert outcome_of("VALIDATION_ERROR", ran=True) == outcome_of("UNKNOWN_TOOL", ran=False) == "invalid"
+    assert outcome_of("FORBIDDEN", ran=True) == "failed"
+    assert outcome_of("FORBIDDEN", ran=False) == "blocked"
+    assert outcome_of("REJECTED", ran=False) == "rejected"
+    assert outcome_of("NOT_FOUND", ran=True) == outcome_of("INTERNAL_ERROR", ran=False) == "failed"
 
 
 def test_labels_are_bounded_and_tenants_only_on_request() -> None:

@@ -13,7 +13,7 @@ from countersign.runtime.config import PROJECT_ROOT
 from countersign.scripted_model.scenario import ScenarioError, load_scenarios, scenario_for
 from tests.fixtures.scripted_model import rules
 from tools import REGISTRY
-from tools.registry import parse_arguments
+from tools.arguments import parse_arguments
 from workflows.rules import call_summary
 
 SHIPPED = load_scenarios(PROJECT_ROOT / "countersign" / "scenarios")

@@ -25,7 +25,8 @@ from tests.fixtures.agent import AgentHarness
 from tests.fixtures.chat import TOKEN, Receiver, acme_channel
 from tests.fixtures.updates import execute_update
 from tests.workflows.test_approvals import pending
-from tools.registry import REGISTRY, OutcomeUnknown, ToolContext, ToolFailure, parse_arguments
+from tools.arguments import parse_arguments
+from tools.registry import REGISTRY, OutcomeUnknown, ToolContext, ToolFailure
 from workflows.agent import AgentWorkflow
 
 

@@ -18,12 +18,12 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 from temporalio.testing import ActivityEnvironment
 
 from activities.context import ContextActivities
-from activities.tools import validate
 from countersign.core.calls import CallerContext
 from countersign.core.contract import StartConversation
 from countersign.db.engine import session_factory
 from countersign.db.schema import Base
 from tools import REGISTRY
+from tools.arguments import validate
 from tools.records import (
     COLLECTIONS,
     READ_ONLY_COLLECTIONS,

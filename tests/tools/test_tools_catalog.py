@@ -19,7 +19,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 from countersign.core.calls import CallerContext
 from countersign.db import schema
 from tools import REGISTRY
-from tools.registry import IDENTITY_FIELDS, Needs, ToolArgs, ToolContext, ToolFailure, parse_arguments
+from tools.arguments import parse_arguments
+from tools.registry import IDENTITY_FIELDS, Needs, ToolArgs, ToolContext, ToolFailure
 
 NOW = datetime(2026, 12, 7, 8, 0, tzinfo=UTC)  # a Monday, before business hours
 

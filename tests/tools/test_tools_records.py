@@ -15,12 +15,13 @@ import pytest
 from sqlalchemy import delete, func, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
-from activities.tools import ToolActivities, validate
+from activities.tools import ToolActivities
 from countersign.core.calls import CallerContext, ToolInvocation, ToolResult
 from countersign.core.guards import sanitize
 from countersign.db.engine import session_factory
 from countersign.db.schema import Lead, Notification, Task, ToolExecution
 from tools import REGISTRY
+from tools.arguments import validate
 from tools.records import COLLECTIONS, NEVER_WRITABLE, WRITABLE_COLLECTIONS
 from tools.registry import ToolArgs, ToolContext, ToolFailure
 
