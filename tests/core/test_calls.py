@@ -191,11 +191,18 @@ def test_any_other_content_names_no_stored_result(content: str | None) -> None:
 
 
 def test_each_refusal_has_its_outcome_and_anything_else_failed() -> None:
-    assert outcome_of(ToolResult.failure("VALIDATION_ERROR", "bad")) == "invalid"
-    assert outcome_of(ToolResult.failure("FORBIDDEN", "role")) == "blocked"
-    assert outcome_of(ToolResult.failure("CONNECTION_INACTIVE", "gone")) == "refused"
-    assert outcome_of(ToolResult.failure("INTERNAL_ERROR", "boom")) == "failed"
-    assert outcome_of(ToolResult.failure("NOT_FOUND", "none")) == "failed"
+    # stopped before the tool: the refusal's own outcome
+    assert outcome_of("VALIDATION_ERROR", ran=False) == "invalid"
+    assert outcome_of("FORBIDDEN", ran=False) == "blocked"
+    assert outcome_of("CONNECTION_INACTIVE", ran=False) == "refused"
+    assert outcome_of("INTERNAL_ERROR", ran=False) == "failed"
+    assert outcome_of(None, ran=False) == "failed"
+    # ran: only the checks made before the tool keep their outcome; the tool's own answer failed
+    assert outcome_of(None, ran=True) == "executed"
+    assert outcome_of("VALIDATION_ERROR", ran=True) == "invalid"
+    assert outcome_of("CONNECTION_INACTIVE", ran=True) == "refused"
+    assert outcome_of("FORBIDDEN", ran=True) == "failed"
+    assert outcome_of("NOT_FOUND", ran=True) == "failed"
     assert set(OUTCOME_OF.values()) == {
         "invalid",
         "blocked",
