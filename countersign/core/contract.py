@@ -60,13 +60,15 @@ class AgentLimits(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    max_iterations: int | None = Field(None, ge=1)
-    max_tool_calls: int | None = Field(None, ge=0)
-    max_tokens: int | None = Field(None, ge=1)
-    turn_timeout_s: float | None = Field(None, gt=0)
-    approval_timeout_s: float | None = Field(None, gt=0)
-    answer_timeout_s: float | None = Field(None, gt=0)
-    idle_timeout_s: float | None = Field(None, gt=0)
+    # The same bounds as `Limits`: `within_agent_bounds` caps with `model_copy`, which does not
+    # validate, so a bound Limits would refuse (a 0.5 s turn) must be refused here, where it is read.
+    max_iterations: PositiveCount | None = None
+    max_tool_calls: Count | None = None
+    max_tokens: Tokens | None = None
+    turn_timeout_s: TurnSeconds | None = None
+    approval_timeout_s: WaitSeconds | None = None
+    answer_timeout_s: WaitSeconds | None = None
+    idle_timeout_s: WaitSeconds | None = None
 
 
 class AgentSnapshot(BaseModel):

@@ -135,3 +135,21 @@ def test_an_approval_waits_for_the_conversations_timeout_else_its_risks() -> Non
     assert policy.timeout_for("high", None) == 7_200.0
     assert policy.timeout_for("low", 90.0) == 90.0
     assert ApprovalPolicy(timeout_s={}).timeout_for("medium", None) == 86_400.0
+
+
+@pytest.mark.parametrize(
+    "bound",
+    [{"turn_timeout_s": 0.5}, {"idle_timeout_s": 0.01}, {"approval_timeout_s": 0.2}, {"max_iterations": 0}],
+)
+def test_an_agent_bound_that_limits_would_refuse_is_refused_where_it_is_read(bound: dict[str, float]) -> None:
+    with pytest.raises(ValidationError):
+        AgentLimits.model_validate(bound)
+
+
+@given(
+    turn=st.floats(min_value=1, max_value=3_600),
+    idle=st.floats(min_value=1, max_value=86_400),
+)
+def test_capped_limits_are_limits_that_validate(turn: float, idle: float) -> None:
+    capped = within_agent_bounds(Limits(), AgentLimits(turn_timeout_s=turn, idle_timeout_s=idle))
+    assert Limits.model_validate(capped.model_dump()) == capped
