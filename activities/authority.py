@@ -80,7 +80,8 @@ class AuthorityActivities:
 
     @activity.defn(name="seal_carried")
     async def seal_carried(self, request: SealRequest) -> str:
-        return mac(self._key, request)
+        """The seal, bound to the run that asks for it: no two runs' seals are alike."""
+        return mac(self._key, request, activity.info().workflow_run_id)
 
     @activity.defn(name="verify_carried")
     async def verify_carried(self, check: SealCheck) -> str:

@@ -1,4 +1,4 @@
-"""The carried state's digest (countersign.core.seal), a plain function tested without a server.
+"""The carried state's digest and seal (countersign.core.seal), plain functions tested without a server.
 
 The seal binds the digest, so the digest decides which state a next run accepts: any change of a
 carried value must change it, and a field a later build adds (with a default) must not change the
@@ -8,12 +8,15 @@ refused as forged.
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+
 from hypothesis import given
 from hypothesis import strategies as st
 
 from countersign.core.contract import CarriedState
 from countersign.core.messages import Usage
-from countersign.core.seal import digest
+from countersign.core.seal import UNBOUND_SEAL_VERSION, SealCheck, SealRequest, digest, mac, verify
 
 
 class NextBuildsCarriedState(CarriedState):
@@ -46,3 +49,46 @@ def test_states_that_differ_have_different_digests(
     first: tuple[int, int, str | None], second: tuple[int, int, str | None]
 ) -> None:
     assert (digest(carried(*first)) == digest(carried(*second))) == (first == second)
+
+
+KEY = b"k" * 32
+INSTANCE = {
+    "conversation_id": "run-1",
+    "workflow_id": "conv-acme-1",
+    "tenant_id": "acme",
+    "user_id": "alice",
+    "agent": "lead-qualifier",
+}
+
+
+def check(seal: str, continued_from: str, state: CarriedState) -> SealCheck:
+    return SealCheck(
+        **INSTANCE, digest=digest(state), seal=seal, run_instance="run-1", continued_from=continued_from
+    )
+
+
+@given(runs=st.lists(st.uuids().map(str), min_size=2, max_size=10, unique=True))
+def test_the_same_state_sealed_by_successive_runs_never_repeats_a_seal(runs: list[str]) -> None:
+    """Refused inputs change nothing carried: an idle conversation continuing as new again and again
+    seals the same state each time. Each run's seal is its own, and verifies only for the run that
+    continued from it."""
+    state = carried(3, 4, None)
+    request = SealRequest(**INSTANCE, digest=digest(state))
+    seals = [mac(KEY, request, run) for run in runs]
+    assert len(set(seals)) == len(runs)
+    for sealer, seal in zip(runs, seals, strict=True):
+        assert verify(KEY, check(seal, sealer, state)) == ""
+        other = next(r for r in runs if r != sealer)
+        assert "does not verify" in verify(KEY, check(seal, other, state))
+        assert "does not verify" in verify(KEY, check(seal, "", state))  # a client's start
+
+
+def test_a_seal_an_earlier_build_made_without_its_run_still_verifies() -> None:
+    """A conversation sealed before seals named their run continues onto this build (its seal is
+    spent once, as any other)."""
+    state = carried(1, 0, None)
+    bound = ("tenant_id", "user_id", "agent", "workflow_id", "conversation_id")
+    fields = (UNBOUND_SEAL_VERSION, *(INSTANCE[k] for k in bound), digest(state))
+    old = hmac.new(KEY, "\n".join(fields).encode(), hashlib.sha256).hexdigest()
+    assert verify(KEY, check(old, "run-7", state)) == ""
+    assert "does not verify" in verify(KEY, check(old, "run-7", carried(2, 0, None)))

@@ -42,6 +42,7 @@ class Authority:
             digest=digest(start.carried),
             seal=start.seal,
             run_instance=workflow.info().first_execution_run_id,
+            continued_from=workflow.info().continued_run_id or "",
         )
         refuse_start(await bookkeeping("verify_carried", check, "verify the carried state", str))
 
