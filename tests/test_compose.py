@@ -23,8 +23,10 @@ from temporalio import workflow
 from temporalio.client import Client
 from temporalio.worker import Worker
 
+from countersign.core import history
 from countersign.core.bounds import MAX_PAYLOAD_BYTES, SERVER_LIMITS
 from countersign.devstack.temporal import DevServerConfig, temporal_binary
+from countersign.observability.workflow_metrics import HISTORY_BYTES, HISTORY_BYTES_BUCKETS
 from countersign.runtime.config import PROJECT_ROOT, SCRIPTED_MODEL_NAME
 from countersign.scripted_model.scenario import load_scenarios
 
@@ -487,3 +489,36 @@ def test_each_service_starts_as_its_images_user_with_keys_made_once_and_shared(h
         for value in host.environment(service).values():
             if value.startswith(str(host.root)):
                 assert host.run_as(service, ["cat", value], {}).returncode == 0, (service, value)
+
+
+def test_prometheus_alerts_on_a_history_that_did_not_continue_as_new() -> None:
+    """Issue 40: a burst that force-closes every workflow task keeps a run from continuing as new
+    until Temporal terminates it at 50 MB; the workflow measures its history at every signal
+    (`workflow_metrics.record_history`) and Prometheus loads a rule that fires past 20 MB."""
+    mounted = {
+        v.split(":")[1]: v.split(":")[0] for v in SERVICES["prometheus"]["volumes"] if v.startswith("./")
+    }
+    config = yaml.safe_load((PROJECT_ROOT / mounted["/etc/prometheus/prometheus.yml"]).read_text())
+    (rule_file,) = config["rule_files"]
+    rules = yaml.safe_load((PROJECT_ROOT / mounted[rule_file]).read_text())
+    (rule,) = [
+        r for g in rules["groups"] for r in g["rules"] if r["alert"] == "ConversationHistoryNearTemporalLimit"
+    ]
+    bound = re.search(rf'{HISTORY_BYTES}_bucket\{{le="(\d+)"\}}', rule["expr"])
+    assert bound and float(bound[1]) in HISTORY_BYTES_BUCKETS, rule["expr"]
+    assert f"{HISTORY_BYTES}_count" in rule["expr"]
+    assert (
+        history.HISTORY_BYTES_BUDGET < float(bound[1]) < 50_000_000
+    )  # past where a run continues, before the end
+
+
+def test_a_run_is_told_to_continue_as_new_before_the_server_refuses_its_signals() -> None:
+    """The per-run signal cap refuses a burst at the door only past the point where every run has
+    been told to continue as new (each signal adds at least one event), and Countersign's own
+    history budget is never below the server's suggestion."""
+    from countersign.core import bounds
+
+    assert bounds.MAX_SIGNALS_PER_RUN > bounds.SUGGEST_CONTINUE_EVENTS
+    assert history.HISTORY_EVENTS_BUDGET >= bounds.SUGGEST_CONTINUE_EVENTS
+    assert history.HISTORY_BYTES_BUDGET >= bounds.SUGGEST_CONTINUE_BYTES
+    assert bounds.MAX_SIGNALS_PER_RUN < 51_200  # the server's own end of a run
