@@ -19,6 +19,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.tools import validate
+from countersign.core.activity_refs import RECORD_APPROVAL_REQUEST, RECORD_DECISION, SEND_APPROVAL_REMINDER
 from countersign.core.approvals import (
     ApprovalReminder,
     DecisionRecord,
@@ -42,7 +43,7 @@ class ApprovalActivities:
         self._sessions = sessions
         self._proofs = proofs or ProofVerifier(mode="names")
 
-    @activity.defn(name="record_decision")
+    @activity.defn(name=RECORD_DECISION.name)
     async def record_decision(self, record: DecisionRecord) -> Verdict:
         """Verify the approver against the database, re-validate edited arguments, audit the attempt.
 
@@ -129,7 +130,7 @@ class ApprovalActivities:
             .values(state=state, decided_by=record.decision.approver, closed_at=func.now())
         )
 
-    @activity.defn(name="record_approval_request")
+    @activity.defn(name=RECORD_APPROVAL_REQUEST.name)
     async def record_approval_request(self, request: RecordedApproval) -> None:
         """Write what reviewers are shown and what their proofs will bind: the call as this worker's
         conversation holds it (once: a retry changes nothing)."""
@@ -200,7 +201,7 @@ class ApprovalActivities:
         except ToolFailure as failure:
             return None, f"edited arguments are invalid: {failure.message}"
 
-    @activity.defn(name="send_approval_reminder")
+    @activity.defn(name=SEND_APPROVAL_REMINDER.name)
     async def send_approval_reminder(self, reminder: ApprovalReminder) -> None:
         """A tenant-wide notification that a call still waits for a decision (once per call)."""
         async with self._sessions() as session, session.begin():

@@ -11,6 +11,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
 
 from activities.tools import audit_row
+from countersign.core.activity_refs import RECORD_UNEXECUTED_CALL
 from countersign.core.calls import UnexecutedCall, outcome_of
 from countersign.db.messages import store_tool_result
 from countersign.db.schema import ToolExecution
@@ -23,7 +24,7 @@ class AuditActivities:
     def __init__(self, sessions: async_sessionmaker[AsyncSession]) -> None:
         self._sessions = sessions
 
-    @activity.defn(name="record_unexecuted_call")
+    @activity.defn(name=RECORD_UNEXECUTED_CALL.name)
     async def record_unexecuted_call(self, call: UnexecutedCall) -> None:
         inv = call.invocation
         tool = REGISTRY.get(inv.tool)

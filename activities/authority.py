@@ -17,6 +17,12 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
 
+from countersign.core.activity_refs import (
+    AUTHORIZE_ACTION,
+    REGISTER_CONVERSATION,
+    SEAL_CARRIED,
+    VERIFY_CARRIED,
+)
 from countersign.core.authority import ActionCheck, action_refusal
 from countersign.core.bounds import storable
 from countersign.core.seal import ConversationInstance, SealCheck, SealRequest, mac, verify
@@ -32,7 +38,7 @@ class AuthorityActivities:
         self._sessions = sessions
         self._key = key or load_key()
 
-    @activity.defn(name="authorize_action")
+    @activity.defn(name=AUTHORIZE_ACTION.name)
     async def authorize_action(self, check: ActionCheck) -> str:
         """ "" when `check.actor` may take the action, else why not; recorded once either way."""
         async with self._sessions() as session, session.begin():
@@ -55,12 +61,12 @@ class AuthorityActivities:
             row = await record_once(session, InputAudit, InputAudit.attempt_key, attempt_key(), attempt)
             return "" if row.accepted else row.reason or "refused"
 
-    @activity.defn(name="seal_carried")
+    @activity.defn(name=SEAL_CARRIED.name)
     async def seal_carried(self, request: SealRequest) -> str:
         """The seal, bound to the run that asks for it: no two runs' seals are alike."""
         return mac(self._key, request, activity.info().workflow_run_id or "")
 
-    @activity.defn(name="verify_carried")
+    @activity.defn(name=VERIFY_CARRIED.name)
     async def verify_carried(self, check: SealCheck) -> str:
         """ "" when the seal is the one this deployment made for this conversation and state and no
         other run used it, else why not (recorded: a forged start is refused on the record). The
@@ -98,7 +104,7 @@ class AuthorityActivities:
             return f"carried state whose seal run {spent_by} already used (a replay)"
         return ""
 
-    @activity.defn(name="register_conversation")
+    @activity.defn(name=REGISTER_CONVERSATION.name)
     async def register_conversation(self, instance: ConversationInstance) -> str:
         """Make the workflow id's row name this instance (its first run), or check that it does
         (every later run): "" when it is this tenant's, user's and agent's conversation, else why not.

@@ -13,9 +13,10 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.mcp import McpActivities
+from countersign.core.activity_refs import LOAD_CONVERSATION_CONTEXT
 from countersign.core.calls import ToolSpec
-from countersign.core.contract import AgentLimits, AgentProfile, ConversationContext, StartConversation
-from countersign.core.envelopes import ContextPolicy
+from countersign.core.contract import AgentLimits, AgentSnapshot, ConversationContext, StartConversation
+from countersign.core.envelopes import WindowPolicy
 from countersign.db import schema
 from countersign.mcp.servers import server_of
 from tools.records import RECORD_TOOLS, schema_map
@@ -34,7 +35,7 @@ class ContextActivities:
         self._email_delay = email_delivery_delay_s
         self._mcp = mcp  # MCP servers' tools join the snapshot as mcp__SERVER__TOOL
 
-    @activity.defn(name="load_conversation_context")
+    @activity.defn(name=LOAD_CONVERSATION_CONTEXT.name)
     async def load_conversation_context(self, start: StartConversation) -> ConversationContext:
         async with self._sessions() as session:
             user = await session.get(schema.User, (start.tenant_id, start.user_id))
@@ -81,7 +82,7 @@ class ContextActivities:
             tenant_id=start.tenant_id,
             user_id=start.user_id,
             roles=roles,
-            agent=AgentProfile(
+            agent=AgentSnapshot(
                 name=profile.name,
                 description=profile.description or "",
                 system_prompt=prompt,
@@ -91,7 +92,7 @@ class ContextActivities:
             + await self._mcp_tools(start, {p.tool: tiers[p.tool] for p in permissions if server_of(p.tool)}),
             email_delivery_delay_s=self._email_delay,
             agent_limits=agent_limits(profile),
-            policy=ContextPolicy.model_validate(policy, from_attributes=True) if policy else ContextPolicy(),
+            policy=WindowPolicy.model_validate(policy, from_attributes=True) if policy else WindowPolicy(),
         )
 
     async def _mcp_tools(self, start: StartConversation, tiers: dict[str, str | None]) -> list[ToolSpec]:

@@ -32,6 +32,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.heartbeat import heartbeats
+from countersign.core.activity_refs import DELIVER_EMAIL
 from countersign.db.leads import rescore_ids
 from countersign.db.schema import EmailOutbox, Lead
 from countersign.runtime.circuit import CircuitBreaker, CircuitOpen
@@ -79,7 +80,7 @@ class EmailActivities:
         self._timeout = timeout
         self.breaker = breaker or CircuitBreaker("smtp", failure_threshold=5, cool_down=30.0)
 
-    @activity.defn(name="deliver_email")
+    @activity.defn(name=DELIVER_EMAIL.name)
     @heartbeats
     async def deliver_email(self, outbox_id: int) -> str:
         """Deliver outbox row `outbox_id`; returns its final status: sent, cancelled or failed."""

@@ -2,7 +2,7 @@
 workflow's heartbeat timeout (seconds) instead of the activity's start-to-close timeout (a model
 call may take two minutes; a retry should not wait that long after a crash).
 
-    @activity.defn(name="call_model")
+    @activity.defn(name=CALL_MODEL.name)
     @heartbeats
     async def call_model(self, request: ModelRequest) -> ModelReply: ...
 """

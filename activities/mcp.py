@@ -33,11 +33,12 @@ from temporalio import activity
 from activities.access import admit, check_standing
 from activities.heartbeat import heartbeats
 from activities.tools import audit_row, failure_outcome, load_arguments, result_or_envelope
+from countersign.core.activity_refs import CHECK_MCP_ARGUMENTS, EXECUTE_MCP_TOOL
 from countersign.core.calls import McpCall, StoredResult, ToolInvocation, ToolResult, ToolSpec, lock_key
 from countersign.core.guards import TruncationLimits, sanitize
 from countersign.db.ratelimit import RateLimits
 from countersign.db.schema import McpServer, ToolExecution
-from countersign.mcp.catalog import argument_errors, envelope_of, spec_of
+from countersign.mcp.catalog import argument_errors, mcp_result, spec_of
 from countersign.mcp.pool import McpOutcomeUnknown, McpPool, McpRefused, McpUnavailable
 from countersign.mcp.servers import ServerConfig, clashes, remember_listing, servers_for, tool_name
 from tools.registry import OutcomeUnknown, ToolFailure
@@ -98,7 +99,7 @@ class McpActivities:
 
     # --- before approval ----------------------------------------------------------------------
 
-    @activity.defn(name="check_mcp_arguments")
+    @activity.defn(name=CHECK_MCP_ARGUMENTS.name)
     async def check_mcp_arguments(self, call: McpCall) -> ToolResult:
         """`{"ok": true, "data": <arguments>}`, the VALIDATION_ERROR envelope or the access gate's refusal."""
         try:
@@ -119,7 +120,7 @@ class McpActivities:
 
     # --- the call -----------------------------------------------------------------------------
 
-    @activity.defn(name="execute_mcp_tool")
+    @activity.defn(name=EXECUTE_MCP_TOOL.name)
     @heartbeats
     async def execute_mcp_tool(self, call: McpCall) -> ToolResult | StoredResult:
         """The call's result; with `store_seq`, stored as its tool message with its audit row
@@ -190,7 +191,7 @@ class McpActivities:
             raise ToolFailure("INTERNAL_ERROR", f"{down}; {call.spec.name} was not completed") from down
         except McpRefused as refused:
             raise ToolFailure("INTERNAL_ERROR", str(refused)) from refused
-        return envelope_of(outcome, call.spec.name)
+        return mcp_result(outcome, call.spec.name)
 
     async def _recorded(self, session: AsyncSession, inv: ToolInvocation) -> ToolResult | None:
         row = await session.scalar(

@@ -29,6 +29,7 @@ from temporalio.exceptions import ApplicationError
 
 from activities.heartbeat import heartbeats
 from activities.store import summary_input, summary_message
+from countersign.core.activity_refs import CALL_MODEL, SUMMARIZE_CONVERSATION
 from countersign.core.bounds import storable
 from countersign.core.direct import DIRECT_NOTE, marker, wants_tools
 from countersign.core.envelopes import (
@@ -319,7 +320,7 @@ class ModelActivities:
         )
         self.breaker = breaker or CircuitBreaker("model", failure_threshold=5, cool_down=30.0)
 
-    @activity.defn(name="call_model")
+    @activity.defn(name=CALL_MODEL.name)
     @heartbeats
     async def call_model(self, request: ModelRequest) -> ModelReply:
         started = time.perf_counter()
@@ -356,7 +357,7 @@ class ModelActivities:
         await store.append(batch, reply.usage, row)
         return reply
 
-    @activity.defn(name="summarize_conversation")
+    @activity.defn(name=SUMMARIZE_CONVERSATION.name)
     @heartbeats
     async def summarize_conversation(self, request: SummaryRequest) -> Summarized:
         """Fold messages that fell out of the window (and the previous summary) into a new summary,

@@ -25,6 +25,7 @@ from temporalio.exceptions import ApplicationError
 
 from activities.email import message_id
 from activities.heartbeat import heartbeats
+from countersign.core.activity_refs import NOTIFY_APPROVAL
 from countersign.core.approvals import APPROVER_ROLES, FOUR_EYES, ApprovalNotice
 from countersign.core.calls import call_key
 from countersign.core.shown import argument_lines, argument_warnings
@@ -82,7 +83,7 @@ class NotificationActivities:
         self._smtp_configured = smtp_configured
         self._said_unconfigured = False
 
-    @activity.defn(name="notify_approval")
+    @activity.defn(name=NOTIFY_APPROVAL.name)
     @heartbeats
     async def notify_approval(self, notice: ApprovalNotice) -> None:
         failures = []

@@ -14,6 +14,7 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
 
+from countersign.core.activity_refs import CHECK_ACTION_PROOF
 from countersign.core.authority import ProofRequest
 from countersign.db.attempts import attempt_key
 from countersign.db.schema import ProofCheck
@@ -42,7 +43,7 @@ class ProofActivities:
         self._sessions = sessions
         self._proofs = proofs
 
-    @activity.defn(name="check_action_proof")
+    @activity.defn(name=CHECK_ACTION_PROOF.name)
     async def check_action_proof(self, request: ProofRequest) -> str:
         """ "" when the action counts (names mode: always), else why not, recorded. A re-run of the
         same invocation answers from the row its first run wrote."""

@@ -12,6 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
 
 from activities.saga import FINAL_STATES
+from countersign.core.activity_refs import LOAD_SAGA_ENTRIES
 from countersign.core.calls import CallerContext
 from countersign.core.saga import CompensationRequest, EndedRollback, Saga, SagaEntry
 from countersign.db.schema import Compensation, SagaRecord
@@ -21,7 +22,7 @@ class RollbackActivities:
     def __init__(self, sessions: async_sessionmaker[AsyncSession]) -> None:
         self._sessions = sessions
 
-    @activity.defn(name="load_saga_entries")
+    @activity.defn(name=LOAD_SAGA_ENTRIES.name)
     async def load_saga_entries(self, rollback: EndedRollback) -> list[CompensationRequest]:
         """What `rollback.request` undoes of the ended conversation, newest first."""
         async with self._sessions() as session:

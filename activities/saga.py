@@ -18,6 +18,7 @@ from temporalio.exceptions import ApplicationError
 
 from activities.heartbeat import heartbeats
 from activities.tools import validate
+from countersign.core.activity_refs import AUTHORIZE_ROLLBACK, COMPENSATE_CALL, RECORD_COMPENSATION_FAILURE
 from countersign.core.authority import action_refusal
 from countersign.core.calls import lock_key
 from countersign.core.saga import CompensationOutcome, CompensationRequest, RollbackAuthorization, undo_state
@@ -47,7 +48,7 @@ class SagaActivities:
         self._sessions = sessions
         self._proofs = proofs or ProofVerifier(mode="names")
 
-    @activity.defn(name="compensate_call")
+    @activity.defn(name=COMPENSATE_CALL.name)
     @heartbeats
     async def compensate_call(self, request: CompensationRequest) -> CompensationOutcome:
         entry = request.entry
@@ -117,7 +118,7 @@ class SagaActivities:
                 )
         return CompensationOutcome(state=state, detail=outcome)
 
-    @activity.defn(name="record_compensation_failure")
+    @activity.defn(name=RECORD_COMPENSATION_FAILURE.name)
     async def record_compensation_failure(self, request: CompensationRequest) -> None:
         async with self._sessions() as session, session.begin():
             await self._record(session, request, "failed", request.entry.error)
@@ -144,7 +145,7 @@ class SagaActivities:
             .on_conflict_do_update(index_elements=["workflow_id", "conversation_id", "call_id"], set_=values)
         )
 
-    @activity.defn(name="authorize_rollback")
+    @activity.defn(name=AUTHORIZE_ROLLBACK.name)
     async def authorize_rollback(self, auth: RollbackAuthorization) -> str:
         """ "" when the requester may roll back (the conversation's user, or an admin of the
         tenant), else why not. Every request is recorded either way, once: a retry of this

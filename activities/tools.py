@@ -25,6 +25,7 @@ from temporalio import activity
 from activities.access import REFUSED, admit, check_standing
 from activities.failures import is_connection_error
 from activities.heartbeat import heartbeats
+from countersign.core.activity_refs import CHECK_ARGUMENTS, EXECUTE_TOOL
 from countersign.core.bounds import loads_bounded, storable, unstorable_refusal
 from countersign.core.calls import ErrorCode, StoredResult, ToolInvocation, ToolResult, lock_key
 from countersign.core.guards import TruncationLimits, redact, sanitize
@@ -119,7 +120,8 @@ def validate(tool: Tool, raw: str) -> ToolArgs:
         raise ToolFailure("VALIDATION_ERROR", f"arguments out of range ({type(err).__name__})") from err
 
 
-def envelope_of(output: BaseModel) -> ToolResult:
+def output_result(output: BaseModel) -> ToolResult:
+    """A native tool's output as the result the model reads: its data, or what it still needs."""
     if isinstance(output, Needs):
         return ToolResult(ok=False, needs=output.fields, data=output.candidates or None)
     return ToolResult.success(output.model_dump(mode="json"))
@@ -160,7 +162,7 @@ class ToolActivities:
         self._limits = limits or TruncationLimits()
         self._rate_limits = rate_limits or RateLimits()
 
-    @activity.defn(name="execute_tool")
+    @activity.defn(name=EXECUTE_TOOL.name)
     @heartbeats
     async def execute_tool(self, invocation: ToolInvocation) -> ToolResult | StoredResult:
         """The call's result; with `invocation.store_seq`, stored as its tool message in the
@@ -185,7 +187,7 @@ class ToolActivities:
             result, audit = await self._run(session, tool, invocation, key)
             return await audited_answer(session, invocation, result, audit)
 
-    @activity.defn(name="check_arguments")
+    @activity.defn(name=CHECK_ARGUMENTS.name)
     async def check_arguments(self, invocation: ToolInvocation) -> ToolResult:
         """Validate a call's arguments before a human is asked to approve it.
 
@@ -240,7 +242,7 @@ class ToolActivities:
             async with (
                 session.begin_nested()
             ):  # a failing tool's partial writes roll back; the audit row stays
-                result = envelope_of(await tool.fn(context, parsed))
+                result = output_result(await tool.fn(context, parsed))
         except ToolFailure as failure:
             outcome = failure_outcome(failure.code)
             outcome = "unknown" if isinstance(failure, OutcomeUnknown) else outcome

@@ -43,7 +43,7 @@ from countersign.core.approvals import Approval, Decision, PendingCall
 from countersign.core.contract import WORKFLOW_TYPE, Limits, StartConversation
 from countersign.db.schema import ApprovalRequest, ToolExecution
 from countersign.identity.proofs import Binding, load_private_key, mint_proof, pem_pair, verify_proof
-from countersign.server.app import running_inbox
+from countersign.server.app import running_server
 from tests.fixtures.smtp import SmtpServer
 
 PROOF_ITERATIONS = 2000
@@ -166,7 +166,7 @@ async def _measure_on_parts(
         parts = stack.Parts(base.client, signed, base.engine, base.model)
         async with stack.in_process_worker(parts, {}) as running:
             settings = running.settings.model_copy(update={"proof_private_key": private})
-            async with running_inbox(settings, "127.0.0.1", 0, client=running.client) as url:
+            async with running_server(settings, "127.0.0.1", 0, client=running.client) as url:
                 return await _measure(running, url, samples, load_private_key(private))
 
 

@@ -29,7 +29,7 @@ from bench.sections import put_section
 from bench.stats import Summary
 from countersign.identity.proofs import pem_pair
 from countersign.runtime.config import Settings
-from countersign.server.app import running_inbox
+from countersign.server.app import running_server
 from countersign.server.throttle import ACCOUNT_FAILURES
 
 
@@ -50,7 +50,7 @@ async def measure(samples: int) -> dict[str, Any]:
             )
             client = await Client.connect("127.0.0.1:1", lazy=True)  # logins never ask Temporal
             async with (
-                running_inbox(settings, "127.0.0.1", 0, client=client) as url,
+                running_server(settings, "127.0.0.1", 0, client=client) as url,
                 aiohttp.ClientSession() as http,
             ):
                 login = url + "/api/login"

@@ -33,7 +33,7 @@ from bench import stack
 from bench.sections import put_section
 from bench.stats import Summary
 from countersign.scripted_model.scenario import Scenario
-from countersign.server.app import running_inbox
+from countersign.server.app import running_server
 
 CHUNK_DELAY_S = 0.05
 WORDS = 120  # the reply's length: a paragraph
@@ -86,7 +86,7 @@ async def measure(turns: int) -> dict[str, Any]:
                 parts = stack.Parts(base.client, settings, base.engine, base.model)
                 async with (
                     stack.in_process_worker(parts, {}) as running,
-                    running_inbox(running.settings, "127.0.0.1", 0, client=running.client) as url,
+                    running_server(running.settings, "127.0.0.1", 0, client=running.client) as url,
                     aiohttp.ClientSession() as http,
                 ):
                     login = {"tenant_id": "acme", "user_id": "alice", "password": "alice-dev"}

@@ -1,12 +1,14 @@
 """The layers of docs/architecture.md, checked from the code's own imports: no layer reaches up.
 
 Each package may import only the packages listed for it (and itself). Workflow code may import only the
-pure core and the two workflow-safe modules named below, never activities, tools or storage.
+pure core and the two workflow-safe modules named below, never activities, tools or storage. The
+table in docs/architecture.md says the same, checked below.
 """
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -84,3 +86,27 @@ def test_workflow_code_imports_only_the_pure_core() -> None:
 def test_no_loose_modules_in_countersign() -> None:
     loose = [p.name for p in (ROOT / "countersign").glob("*.py") if p.name != "__init__.py"]
     assert not loose, f"put these in the package they belong to (docs/architecture.md): {loose}"
+
+
+def documented_layers() -> dict[str, set[str]]:
+    """docs/architecture.md's package table: each package's row and the packages it may import."""
+    text = (ROOT / "docs" / "architecture.md").read_text()
+    table = text.split("## The packages, bottom to top", 1)[1].split("\n## ", 1)[0]
+    rows = [line.split(" | ") for line in table.splitlines() if line.startswith("| `")]
+    layers: dict[str, set[str]] = {}
+    for package, _holds, may_import in rows:
+        names = re.findall(r"`([\w./]+)`", package)
+        if names[0].endswith(".py"):  # the composition roots: anything
+            continue
+        (name,) = names
+        layers[name.strip("/").replace("/", ".")] = {
+            short if short == "tools" else f"countersign.{short}"
+            for short in re.findall(r"`([\w.]+)`", may_import)
+        }
+    return layers
+
+
+def test_the_documented_layers_are_the_checked_ones() -> None:
+    documented = documented_layers()
+    assert documented.pop("workflows") == {CORE} | WORKFLOW_SAFE
+    assert documented == ALLOWED

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from countersign.cli.conversations import query_status
+from countersign.cli.stack_client import query_status
 from countersign.core.approvals import Approval, Decision
 from countersign.runtime.config import PROJECT_ROOT
 from tests.fixtures.agent import AgentHarness

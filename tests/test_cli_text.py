@@ -3,6 +3,7 @@ who may decide, and where a stdio MCP server's command is found."""
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import json
 import os
@@ -17,8 +18,8 @@ import pytest
 import countersign.cli
 from countersign.cli.app import COMMANDS, cli
 from countersign.cli.session import tenant_of
-from countersign.cli.ux import relative
-from countersign.cli.waiting import SignedHint, approval_lines, who_can_decide
+from countersign.cli.ux import EXIT_INTERRUPTED, relative
+from countersign.cli.waiting import SignedHint, approval_lines, unless_interrupted, who_can_decide
 from countersign.core.contract import PendingApproval
 from countersign.core.summaries import counted, summarize_result, usage_line
 from countersign.mcp.servers import executable
@@ -161,3 +162,35 @@ def test_each_command_is_found_in_the_modules_the_cli_names() -> None:
     assert set(COMMANDS) == set(defined)
     for name, modules in defined.items():
         assert modules <= set(COMMANDS[name]), name
+
+
+def test_only_the_conversation_client_asks_which_mode_runs() -> None:
+    """A command says what it does once: where signed and names mode differ, the difference is in
+    the client `conversation_client()` chooses, not in a second body of the command."""
+    asking = {
+        path.name
+        for path in Path(countersign.cli.__path__[0]).glob("*.py")
+        for line in path.read_text().splitlines()
+        if "signed_mode()" in line and not line.startswith("def ")
+    }
+    assert asking == {"conversation_client.py"}
+
+
+async def test_ctrl_c_stops_a_wait_through_the_server_and_says_the_conversation_goes_on(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    reply: asyncio.Future[None] = asyncio.get_running_loop().create_future()  # the server never answers
+    interrupted = asyncio.Event()
+    asyncio.get_running_loop().call_later(0.05, interrupted.set)
+    with pytest.raises(SystemExit) as stopped:
+        await unless_interrupted("conv-acme-0123456789ab", reply, interrupted)
+    assert stopped.value.code == EXIT_INTERRUPTED
+    assert "conversation conv-acme-0123456789ab goes on without this display" in capsys.readouterr().err
+    assert reply.cancelled()  # only the display's wait: the conversation is not asked to stop
+
+
+async def test_a_wait_through_the_server_answers_when_no_ctrl_c_comes() -> None:
+    assert (
+        await unless_interrupted("conv-acme-0123456789ab", asyncio.sleep(0, "replied"), asyncio.Event())
+        == "replied"
+    )

@@ -30,7 +30,7 @@ from countersign.db.schema import (
     RequesterAction,
 )
 from countersign.identity import tokens
-from countersign.server.app import running_inbox
+from countersign.server.app import running_server
 from countersign.server.requesters import ApiRate
 from tests.fixtures.inbox import SignedStack
 from tests.test_approvals import ECHO_RESULT, lead_status, pending, qualify
@@ -267,7 +267,7 @@ async def test_a_flood_is_refused_at_the_server_before_temporal_sees_it(
     settings = stack.agent.settings.model_copy(update={"proof_private_key": stack.keys.private})
     async with (
         token_for(db_engine, "globex", "flood", "dave") as token,
-        running_inbox(
+        running_server(
             settings, "127.0.0.1", 0, client=stack.agent.client, rate=ApiRate(per_s=0.01, burst=3)
         ) as url,
         aiohttp.ClientSession() as http,
@@ -403,7 +403,7 @@ async def test_under_tls_the_session_cookie_is_secure_and_me_says_which_mode_run
     )
     login = {"tenant_id": "acme", "user_id": "alice", "password": "alice-dev"}
     async with (
-        running_inbox(settings, "127.0.0.1", 0, client=stack.agent.client) as url,
+        running_server(settings, "127.0.0.1", 0, client=stack.agent.client) as url,
         aiohttp.ClientSession() as http,
         http.post(url + "/api/login", json=login) as response,
     ):

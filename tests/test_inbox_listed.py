@@ -17,9 +17,10 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from countersign.db.engine import session_factory
 from countersign.db.schema import ApprovalDecision, ToolExecution
 from countersign.identity.proofs import load_private_key
-from countersign.server import service
+from countersign.server import inbox as inbox_service
 from countersign.server.auth import Reviewer
-from countersign.server.service import DecisionRequest, Inbox, InboxError, PendingItem
+from countersign.server.http import HttpRefusal
+from countersign.server.inbox import DecisionRequest, Inbox, PendingItem
 from tests.fixtures.inbox import SignedStack
 from tests.fixtures.postgres import JANE
 from tests.test_approvals import ECHO_RESULT, qualify
@@ -62,7 +63,7 @@ async def test_a_listed_call_is_decided_once_with_the_listed_arguments(
     stale = PendingItem.model_validate(next(i for i in items if i["workflow_id"] == handle.id))
     reviewer = Reviewer(tenant_id="acme", user_id="bob")
     inbox = Inbox(stack.agent.client, session_factory(db_engine), load_private_key(stack.keys.private))
-    with pytest.raises(InboxError) as again:
+    with pytest.raises(HttpRefusal) as again:
         await inbox.decide(
             Reviewer(tenant_id="acme", user_id="bob"),
             handle.id,
@@ -72,7 +73,7 @@ async def test_a_listed_call_is_decided_once_with_the_listed_arguments(
         )
     assert again.value.status == 409 and "already approved by bob" in str(again.value)
     await handle.result()
-    with pytest.raises(InboxError) as ended:  # the conversation has ended since it was listed
+    with pytest.raises(HttpRefusal) as ended:  # the conversation has ended since it was listed
         await inbox.decide(reviewer, handle.id, "c1", DecisionRequest(decision="approve"), stale)
     assert ended.value.status == 409 and "no longer pending" in str(ended.value)
     async with db_engine.connect() as conn:
@@ -97,7 +98,7 @@ async def test_a_conversation_terminated_while_it_waits_is_no_longer_listed(
     """No workflow code runs when an operator terminates a conversation, so its request stays
     `pending` in `approval_requests`: the inbox asks Temporal (not a worker) which conversations
     still run, and lists only their requests."""
-    monkeypatch.setattr(service, "LIVE_FOR_S", 0.2)
+    monkeypatch.setattr(inbox_service, "LIVE_FOR_S", 0.2)
     stack = signed_dev_agent
     stack.agent.script(qualify(), ECHO_RESULT)
     bob = await stack.login("bob")

@@ -25,7 +25,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from countersign.db.schema import InboxSession, LoginAttempt
 from countersign.devstack.temporal import DevServerConfig
-from countersign.server import app as inbox_app
+from countersign.server import watcher as approvals_watcher
 from countersign.server.oidc import OidcConfig, OidcProvider, OidcRefused
 from tests.fixtures.inbox import AuthInbox, ProofKeys, auth_inbox_serving
 from tests.test_inbox_browser import ARTIFACTS, CHROMIUM_ARGS
@@ -352,7 +352,7 @@ async def test_bob_signs_in_with_the_provider_in_the_browser_and_logs_out(
     """Headless Chromium: the login page's button, the provider's own form, back to the inbox
     signed in (the session cookie is SameSite=Strict: the callback answers a page, not a redirect).
     A session revoked elsewhere takes the open page back to the login form; so does "Log out"."""
-    monkeypatch.setattr(inbox_app, "KEEPALIVE_S", 0.3)
+    monkeypatch.setattr(approvals_watcher, "KEEPALIVE_S", 0.3)
     await identity(provider, "bob-sso", **BOB)
     client = await Client.connect(
         dev_server.address, namespace=dev_server.namespace, data_converter=pydantic_data_converter

@@ -23,7 +23,7 @@ from countersign.db.people import hash_password
 from countersign.db.schema import InboxSession, LoginAttempt, User, UserRole
 from countersign.identity.proofs import load_private_key
 from countersign.runtime.config import PROJECT_ROOT
-from countersign.server import app as inbox_app
+from countersign.server import watcher as approvals_watcher
 from countersign.server.auth import Reviewer, issue_session
 from countersign.server.throttle import ACCOUNT_FAILURES, CLIENT_FAILURES, LOCK_WAIT_S, WINDOW
 from tests.fixtures.inbox import AuthInbox, ProofKeys, auth_inbox_serving
@@ -155,7 +155,7 @@ async def test_the_events_stream_closes_when_the_session_is_revoked(
     auth_dev_inbox: AuthInbox, zed: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     auth_inbox = auth_dev_inbox
-    monkeypatch.setattr(inbox_app, "KEEPALIVE_S", 0.3)
+    monkeypatch.setattr(approvals_watcher, "KEEPALIVE_S", 0.3)
     token = await login(auth_inbox)
     headers = {"Authorization": f"Bearer {token}"}
     async with (

@@ -29,7 +29,7 @@ from countersign.core.contract import EndConversation, Limits, SubmitMessage
 from countersign.core.saga import RollbackRequest
 from countersign.db.schema import AgentProfile, ApprovalDecision, McpServer, ToolExecution
 from countersign.identity.proofs import Binding, load_private_key, mint_proof
-from countersign.mcp.catalog import CallOutcome, ListedTool, argument_errors, envelope_of, spec_of
+from countersign.mcp.catalog import CallOutcome, ListedTool, argument_errors, mcp_result, spec_of
 from countersign.mcp.pool import McpPool, McpUnavailable
 from countersign.mcp.servers import ENV_KEY, ServerConfig, env_references, server_of, tool_name
 from countersign.runtime.ports import free_port
@@ -100,11 +100,11 @@ def test_a_listed_tool_becomes_a_closed_needs_approval_spec() -> None:
 
 
 def test_results_become_envelopes() -> None:
-    assert envelope_of(CallOutcome(structured={"a": 1}), "t").envelope() == {
+    assert mcp_result(CallOutcome(structured={"a": 1}), "t").envelope() == {
         "ok": True,
         "data": {"result": {"a": 1}},
     }
-    failed = envelope_of(CallOutcome(is_error=True, texts=["boom"]), "t")
+    failed = mcp_result(CallOutcome(is_error=True, texts=["boom"]), "t")
     assert failed.error is not None and "boom" in failed.error.message
 
 

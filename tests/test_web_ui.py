@@ -15,7 +15,7 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 from temporalio.api.sdk.v1 import WorkflowMetadata
 
-from countersign.cli.conversations import query_status
+from countersign.cli.stack_client import query_status
 from countersign.client.handles import start_conversation, static_summary
 from countersign.core.approvals import Approval, Decision
 from countersign.core.contract import StartConversation

@@ -52,8 +52,8 @@ from countersign.db.schema import McpServer
 from countersign.identity.proofs import args_digest
 from countersign.mcp.servers import SERVER_NAME, ServerConfig, clashes, server_of, tool_name
 from countersign.runtime.payloads import data_converter
-from countersign.server.app import MAX_STREAMS_PER_SESSION, Watcher
-from countersign.server.service import InboxError
+from countersign.server.http import HttpRefusal
+from countersign.server.watcher import MAX_STREAMS_PER_SESSION, Watcher
 from tests.fixtures.agent import AgentHarness
 from tests.fixtures.mcp import (
     TOKEN,
@@ -550,7 +550,7 @@ def test_a_session_opens_a_bounded_number_of_streams() -> None:
     with contextlib.ExitStack() as open_streams:
         for _ in range(MAX_STREAMS_PER_SESSION):
             open_streams.enter_context(watcher.stream_of("s1"))
-        with pytest.raises(InboxError) as refused:
+        with pytest.raises(HttpRefusal) as refused:
             watcher.stream_of("s1").__enter__()
         assert refused.value.status == 429
         open_streams.enter_context(watcher.stream_of("s2"))  # another session is not counted with it

@@ -29,6 +29,7 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
+    from countersign.core.activity_refs import CALL_MODEL, LOAD_CONVERSATION_CONTEXT, SEAL_CARRIED
     from countersign.core.bounds import Unreadable
     from countersign.core.contract import (
         WORKFLOW_TYPE,
@@ -74,6 +75,7 @@ from workflows.options import (
     MODEL_RETRY,
     acting_for,
     bookkeeping,
+    execute,
 )
 from workflows.rules import failed_write, turn_failure
 from workflows.tools import Parked, ToolCalls
@@ -144,10 +146,9 @@ class AgentWorkflow(Handlers):
     async def _load_context(self, start: StartConversation) -> ConversationContext:
         """Who acts and what the agent may do, from the database, in every run: never carried."""
         try:
-            context: ConversationContext = await workflow.execute_activity(
-                "load_conversation_context",
+            context = await execute(
+                LOAD_CONVERSATION_CONTEXT,
                 start,
-                result_type=ConversationContext,
                 start_to_close_timeout=BOOKKEEPING_TIMEOUT,
                 schedule_to_close_timeout=DB_OUTAGE_TOLERANCE,
                 retry_policy=CONTEXT_RETRY,
@@ -244,11 +245,10 @@ class AgentWorkflow(Handlers):
             waiting=waiting,
             ended_by=conversation.ended_by,
         )
-        seal: str = await bookkeeping(
-            "seal_carried",
+        seal = await bookkeeping(
+            SEAL_CARRIED,
             SealRequest(**conversation.instance().model_dump(), digest=digest(carried)),
             "seal the carried state",
-            str,
         )
         # A versioned worker's conversation is pinned to its build (worker.py, README "Deploying a
         # new build"); its next run starts on the deployment's current build. State crosses builds
@@ -374,10 +374,8 @@ class AgentWorkflow(Handlers):
         offered = offered_tools(conversation.context.tools)
         seqs = await self.store.model_seqs()
         reply_seq = self.store.next_seq()
-        request = StoredInput(
-            workflow_id=workflow.info().workflow_id,
-            conversation_id=conversation.conversation_id,
-            tenant_id=conversation.context.tenant_id,
+        request = StoredInput.at(
+            conversation.ref(),
             seqs=seqs,
             reply_seq=reply_seq,
             call_seq=conversation.call_seq,
@@ -388,10 +386,9 @@ class AgentWorkflow(Handlers):
         caller = ModelCaller(
             tenant_id=conversation.start.tenant_id, agent=conversation.start.agent, turn=conversation.turn
         )
-        reply: ModelReply = await workflow.execute_activity(
-            "call_model",
+        reply = await execute(
+            CALL_MODEL,
             ModelRequest(stored=request, caller=caller, agent=conversation.start.agent),
-            result_type=ModelReply,
             start_to_close_timeout=min(MODEL_CALL_TIMEOUT, remaining),
             schedule_to_close_timeout=remaining,
             retry_policy=MODEL_RETRY,

@@ -19,6 +19,12 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
+    from countersign.core.activity_refs import (
+        NOTIFY_APPROVAL,
+        RECORD_APPROVAL_REQUEST,
+        RECORD_DECISION,
+        SEND_APPROVAL_REMINDER,
+    )
     from countersign.core.approvals import (
         Approval,
         ApprovalNotice,
@@ -27,15 +33,14 @@ with workflow.unsafe.imports_passed_through():
         DecisionRecord,
         NoticeKind,
         RecordedApproval,
-        Verdict,
-        state_refusal,
+        decision_state_refusal,
     )
     from countersign.core.calls import ToolInvocation, ToolResult, ToolSpec
     from countersign.core.contract import PendingQuestion, WaitingTurn
     from countersign.observability.workflow_metrics import record_approval_wait
 
 from workflows.conversation import Conversation
-from workflows.options import DELIVERY_RETRY, HEARTBEAT_TIMEOUT, NOTICE_TIMEOUT, bookkeeping
+from workflows.options import DELIVERY_RETRY, HEARTBEAT_TIMEOUT, NOTICE_TIMEOUT, bookkeeping, execute
 
 # How long a conversation that ends (or continues as new) waits for notices still being delivered;
 # an unreachable mail server or webhook then leaves them queued in the outboxes, for operators.
@@ -91,7 +96,7 @@ class ApprovalGate:
         conversation = self.conversation
         assert conversation.context is not None
         await bookkeeping(
-            "record_approval_request",
+            RECORD_APPROVAL_REQUEST,
             RecordedApproval(
                 **conversation.pending_call(approval).model_dump(),
                 agent=conversation.context.agent.name,
@@ -112,11 +117,9 @@ class ApprovalGate:
         remind_at = approval.expires_at - reminder_lead
         if remind_at > workflow.now() and not await self._decided_by(remind_at, approval, "reminder"):
             await bookkeeping(
-                "send_approval_reminder",
-                ApprovalReminder(
-                    tenant_id=self.conversation.start.tenant_id,
-                    workflow_id=self.conversation.workflow_id,
-                    conversation_id=self.conversation.conversation_id,
+                SEND_APPROVAL_REMINDER,
+                ApprovalReminder.at(
+                    self.conversation.ref(),
                     call_id=approval.call_id,
                     tool=approval.tool,
                     args=approval.args,
@@ -152,18 +155,16 @@ class ApprovalGate:
         await workflow.wait_condition(lambda: decision.call_id not in self._deciding)
         conversation = self.conversation
         approval = conversation.approvals.get(decision.call_id)
-        refusal = state_refusal(approval, decision, workflow.now())
+        refusal = decision_state_refusal(approval, decision, workflow.now())
         if refusal is None and conversation.continuing:  # its approval is being carried, sealed
             refusal = CONTINUING
         if approval is not None and refusal is None:
             self._deciding.add(decision.call_id)
         try:
-            verdict: Verdict = await bookkeeping(
-                "record_decision",
-                DecisionRecord(
-                    tenant_id=conversation.start.tenant_id,
-                    workflow_id=conversation.workflow_id,
-                    conversation_id=conversation.conversation_id,
+            verdict = await bookkeeping(
+                RECORD_DECISION,
+                DecisionRecord.at(
+                    conversation.ref(),
                     tool=approval.tool if approval else "?",
                     risk=approval.risk if approval else "high",
                     requested_by=approval.requested_by if approval else conversation.start.user_id,
@@ -174,7 +175,6 @@ class ApprovalGate:
                     nonce=approval.nonce if approval else "",
                 ),
                 f"{decision.decision} {decision.call_id} by {decision.approver}",
-                Verdict,
             )
         finally:
             self._deciding.discard(decision.call_id)
@@ -195,11 +195,9 @@ class ApprovalGate:
     def _notify(self, approval: Approval, kind: NoticeKind) -> None:
         """Tell reviewers (email, webhook) in the background: a slow mail server never delays the
         approval. Sent before the conversation ends or continues as new (`notices_sent`)."""
-        notice = ApprovalNotice(
+        notice = ApprovalNotice.at(
+            self.conversation.ref(),
             kind=kind,
-            tenant_id=self.conversation.start.tenant_id,
-            workflow_id=self.conversation.workflow_id,
-            conversation_id=self.conversation.conversation_id,
             call_id=approval.call_id,
             tool=approval.tool,
             args=approval.args,
@@ -210,8 +208,8 @@ class ApprovalGate:
 
         async def send() -> None:
             try:
-                await workflow.execute_activity(
-                    "notify_approval",
+                await execute(
+                    NOTIFY_APPROVAL,
                     notice,
                     start_to_close_timeout=NOTICE_TIMEOUT,
                     heartbeat_timeout=HEARTBEAT_TIMEOUT,

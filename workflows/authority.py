@@ -17,6 +17,12 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
+    from countersign.core.activity_refs import (
+        AUTHORIZE_ACTION,
+        CHECK_ACTION_PROOF,
+        REGISTER_CONVERSATION,
+        VERIFY_CARRIED,
+    )
     from countersign.core.authority import Action, ActionCheck, ProofRequest
     from countersign.core.bounds import Unreadable
     from countersign.core.contract import StartConversation, SubmitMessage
@@ -44,15 +50,13 @@ class Authority:
             run_instance=workflow.info().first_execution_run_id,
             continued_from=workflow.info().continued_run_id or "",
         )
-        refuse_start(await bookkeeping("verify_carried", check, "verify the carried state", str))
+        refuse_start(await bookkeeping(VERIFY_CARRIED, check, "verify the carried state"))
 
     async def register(self) -> None:
         """Make the workflow id's row name this instance (first run), or check that it does and is
         this tenant's, user's and agent's (every later run), before anything is stored or read."""
         instance = self.conversation.instance()
-        refuse_start(
-            await bookkeeping("register_conversation", instance, "register the conversation instance", str)
-        )
+        refuse_start(await bookkeeping(REGISTER_CONVERSATION, instance, "register the conversation instance"))
 
     async def refuse(self, action: Action, actor: str | None, refusal: str, excerpt: str = "") -> None:
         """Record a refused client input; it changes nothing else."""
@@ -76,7 +80,7 @@ class Authority:
             excerpt=excerpt,
         )
         try:
-            answer: str = await bookkeeping("authorize_action", check, f"authorize {action} by {actor}", str)
+            answer = await bookkeeping(AUTHORIZE_ACTION, check, f"authorize {action} by {actor}")
         except ActivityError as err:
             workflow.logger.error("%s by %s could not be checked: %s", action, actor, err.cause or err)
             return "the authority check could not reach the database"
@@ -97,19 +101,15 @@ class Authority:
     ) -> str:
         """ "" when a proof the server minted shows `actor` may take `action` (names mode: always),
         else why not; recorded by the activity (`proof_checks`), logged here."""
-        request = ProofRequest(
-            tenant_id=self.conversation.start.tenant_id,
-            workflow_id=self.conversation.workflow_id,
-            conversation_id=self.conversation.conversation_id,
+        request = ProofRequest.at(
+            self.conversation.ref(),
             action=action,
             actor=actor,
             proof=proof,
             **bound,
         )
         try:
-            refusal: str = await bookkeeping(
-                "check_action_proof", request, f"check {actor}'s proof for {action}", str
-            )
+            refusal = await bookkeeping(CHECK_ACTION_PROOF, request, f"check {actor}'s proof for {action}")
         except ActivityError as err:
             workflow.logger.error("%s by %s could not be checked: %s", action, actor, err.cause or err)
             refusal = "the proof check could not reach the database"

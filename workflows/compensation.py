@@ -14,9 +14,13 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
+    from countersign.core.activity_refs import (
+        AUTHORIZE_ROLLBACK,
+        COMPENSATE_CALL,
+        RECORD_COMPENSATION_FAILURE,
+    )
     from countersign.core.messages import ChatMessage
     from countersign.core.saga import (
-        CompensationOutcome,
         CompensationRequest,
         RollbackAuthorization,
         RollbackRequest,
@@ -31,6 +35,7 @@ from workflows.options import (
     HEARTBEAT_TIMEOUT,
     TOOL_CALL_TIMEOUT,
     bookkeeping,
+    execute,
 )
 from workflows.rules import call_summary, error_text
 
@@ -40,10 +45,9 @@ async def compensated(request: CompensationRequest) -> bool:
     then holds the error, for the failure record)."""
     entry = request.entry
     try:
-        outcome: CompensationOutcome = await workflow.execute_activity(
-            "compensate_call",
+        outcome = await execute(
+            COMPENSATE_CALL,
             request,
-            result_type=CompensationOutcome,
             start_to_close_timeout=TOOL_CALL_TIMEOUT,
             schedule_to_close_timeout=DB_OUTAGE_TOLERANCE,
             heartbeat_timeout=HEARTBEAT_TIMEOUT,
@@ -61,7 +65,7 @@ async def compensated(request: CompensationRequest) -> bool:
 async def record_failure(request: CompensationRequest) -> None:
     try:
         await bookkeeping(
-            "record_compensation_failure",
+            RECORD_COMPENSATION_FAILURE,
             request,
             f"record failed undo of {request.entry.call_id}",
             local=False,
@@ -82,17 +86,14 @@ class Rollbacks:
         conversation = self.conversation
         conversation.authorizing += 1
         try:
-            refusal: str = await bookkeeping(
-                "authorize_rollback",
-                RollbackAuthorization(
-                    tenant_id=conversation.start.tenant_id,
-                    workflow_id=conversation.workflow_id,
-                    conversation_id=conversation.conversation_id,
+            refusal = await bookkeeping(
+                AUTHORIZE_ROLLBACK,
+                RollbackAuthorization.at(
+                    conversation.ref(),
                     conversation_user=conversation.start.user_id,
                     request=request,
                 ),
                 f"authorize rollback ({request.scope}) by {request.requested_by}",
-                str,
                 local=False,
             )
             if refusal:

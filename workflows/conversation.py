@@ -23,6 +23,7 @@ with workflow.unsafe.imports_passed_through():
         SubmitMessage,
         TurnResult,
     )
+    from countersign.core.conversation_ref import ConversationRef
     from countersign.core.messages import Usage
     from countersign.core.saga import Saga
     from countersign.core.seal import ConversationInstance
@@ -91,22 +92,20 @@ class Conversation:
     def workflow_id(self) -> str:
         return workflow.info().workflow_id
 
+    def ref(self) -> ConversationRef:
+        """This conversation's address: every payload that names it is built `.at(conversation.ref())`."""
+        return ConversationRef(
+            tenant_id=self.start.tenant_id, workflow_id=self.workflow_id, conversation_id=self.conversation_id
+        )
+
     def instance(self) -> ConversationInstance:
         """Whose conversation this instance is, under which workflow id (registered, sealed)."""
-        return ConversationInstance(
-            conversation_id=self.conversation_id,
-            workflow_id=self.workflow_id,
-            tenant_id=self.start.tenant_id,
-            user_id=self.start.user_id,
-            agent=self.start.agent,
-        )
+        return ConversationInstance.at(self.ref(), user_id=self.start.user_id, agent=self.start.agent)
 
     def pending_call(self, approval: Approval) -> PendingCall:
         """A pending approval as the worker records it and a decision's proof binds it."""
-        return PendingCall(
-            tenant_id=self.start.tenant_id,
-            workflow_id=self.workflow_id,
-            conversation_id=self.conversation_id,
+        return PendingCall.at(
+            self.ref(),
             call_id=approval.call_id,
             tool=approval.tool,
             risk=approval.risk,

@@ -13,7 +13,10 @@ from datetime import timedelta
 from temporalio import workflow
 from temporalio.exceptions import ActivityError
 
-from workflows.options import DELIVERY_RETRY, HEARTBEAT_TIMEOUT
+with workflow.unsafe.imports_passed_through():
+    from countersign.core.activity_refs import DELIVER_EMAIL
+
+from workflows.options import DELIVERY_RETRY, HEARTBEAT_TIMEOUT, execute
 
 
 class EmailOutbox:
@@ -39,8 +42,8 @@ class EmailOutbox:
             await workflow.sleep(delay_s, summary=f"undo window of {len(queued)} email(s)")
         for outbox_id in queued:
             try:
-                await workflow.execute_activity(
-                    "deliver_email",
+                await execute(
+                    DELIVER_EMAIL,
                     outbox_id,
                     start_to_close_timeout=timedelta(seconds=60),
                     heartbeat_timeout=HEARTBEAT_TIMEOUT,

@@ -14,11 +14,12 @@ from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from countersign.core.approvals import Approval, ApproveSignal, Decision, RejectSignal
-    from countersign.core.authority import state_refusal as action_state_refusal
+    from countersign.core.authority import action_state_refusal
     from countersign.core.bounds import Unreadable
     from countersign.core.contract import (
         AnswerSignal,
         EndConversation,
+        PendingApproval,
         StatusView,
         SubmitMessage,
         TurnResult,
@@ -220,7 +221,7 @@ class Handlers:
             agent=start.agent,
             last_error=conversation.last_error,
             pending_approvals=[
-                a.pending_view(conversation.mcp_spec(a.tool))
+                PendingApproval.of(a, conversation.mcp_spec(a.tool))
                 for a in conversation.approvals.values()
                 if a.state == "pending"
             ],

@@ -16,6 +16,7 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
+    from countersign.core.activity_refs import APPEND_MESSAGES, LOAD_TURN_REPLY, SUMMARIZE_CONVERSATION
     from countersign.core.calls import StoredResult
     from countersign.core.contract import SubmitMessage, TurnResult
     from countersign.core.envelopes import (
@@ -25,9 +26,8 @@ with workflow.unsafe.imports_passed_through():
         Envelope,
         RepliedTurn,
         StoredMessage,
-        Summarized,
         SummaryRequest,
-        envelope_of,
+        message_envelope,
         remember_answer,
         select_window,
         stored_envelope,
@@ -43,6 +43,8 @@ from workflows.options import (
     MODEL_CALL_TIMEOUT,
     MODEL_RETRY,
     bookkeeping,
+    execute,
+    execute_local,
 )
 
 # Replies (and refusals) `wait_reply` answers from memory, by message id: the most recent ones.
@@ -77,7 +79,7 @@ class MessageStore:
         """Give `message` the next sequence number (or `seq`, allocated by `next_seq` earlier) and
         keep its envelope (the body goes to the store through `append`, and to the transcript)."""
         seq = self.next_seq() if seq is None else seq
-        self.cursor.recent.append(envelope_of(seq, message, error))
+        self.cursor.recent.append(message_envelope(seq, message, error))
         self._keep_in_transcript(message)
         return StoredMessage(seq=seq, message=message)
 
@@ -91,22 +93,15 @@ class MessageStore:
         """Store `messages`; the seqs refused as redelivered messages. A local activity: its input
         (the bodies) is not recorded in history, only its small result."""
         assert self.conversation.context is not None  # loaded before anything is stored
-        batch = AppendMessages(
-            workflow_id=self.conversation.workflow_id,
-            conversation_id=self.conversation.conversation_id,
-            tenant_id=self.conversation.context.tenant_id,
-            messages=messages,
-        )
-        refused: list[int] = await workflow.execute_local_activity(
-            "append_messages",
+        batch = AppendMessages.at(self.conversation.ref(), messages=messages)
+        return await execute_local(
+            APPEND_MESSAGES,
             batch,
-            result_type=list[int],
             start_to_close_timeout=BOOKKEEPING_TIMEOUT,
             schedule_to_close_timeout=DB_OUTAGE_TOLERANCE,
             retry_policy=DB_RETRY,
             summary=f"store {len(messages)} message(s) from seq {messages[0].seq}" if messages else "store",
         )
-        return refused
 
     async def note(self, message: ChatMessage) -> None:
         """Store one message the workflow itself writes (a turn's stop, a rollback's report)."""
@@ -157,20 +152,17 @@ class MessageStore:
         context = self.conversation.context
         assert context is not None
         seq = self.next_seq()
-        request = SummaryRequest(
-            workflow_id=self.conversation.workflow_id,
-            conversation_id=self.conversation.conversation_id,
-            tenant_id=context.tenant_id,
+        request = SummaryRequest.at(
+            self.conversation.ref(),
             seq=seq,
             previous=self.cursor.summary_seq,
             seqs=[e.seq for e in dropped],
             agent=context.agent.name,
         )
         try:
-            done: Summarized = await workflow.execute_activity(
-                "summarize_conversation",
+            done = await execute(
+                SUMMARIZE_CONVERSATION,
                 request,
-                result_type=Summarized,
                 start_to_close_timeout=MODEL_CALL_TIMEOUT,
                 retry_policy=MODEL_RETRY,
                 heartbeat_timeout=HEARTBEAT_TIMEOUT,
@@ -214,9 +206,7 @@ class MessageStore:
             turn=turn,
         )
         try:
-            result: TurnResult = await bookkeeping(
-                "load_turn_reply", replied, f"load the reply to message {message_id}", TurnResult
-            )
+            result = await bookkeeping(LOAD_TURN_REPLY, replied, f"load the reply to message {message_id}")
         except ActivityError as err:  # the store stayed out of reach: the turn, without its text
             workflow.logger.error("reply to %s not loaded: %s", message_id, err.cause or err)
             return TurnResult(turn=turn, reply=None, stop="completed", usage=Usage())

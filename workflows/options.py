@@ -1,6 +1,7 @@
-"""How the conversation calls its activities: timeouts, retry policies, and the bookkeeping call.
+"""How the conversation calls its activities: timeouts, retry policies, and the calls themselves.
 
-Activities are referenced by name, so no module of `workflows/` imports I/O.
+Activities are called through their references (countersign/core/activity_refs.py: name, input and
+result type), so no module of `workflows/` imports I/O, and mypy checks every argument and result.
 """
 
 from __future__ import annotations
@@ -8,10 +9,16 @@ from __future__ import annotations
 from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
+
+with workflow.unsafe.imports_passed_through():
+    from countersign.core.activity_refs import ActivityRef
+
+In = TypeVar("In")
+Out = TypeVar("Out")
 
 # Activities whose I/O is PostgreSQL retry without an attempt cap for up to DB_OUTAGE_TOLERANCE: a
 # database restart or failover delays a call, it does not fail it.
@@ -87,16 +94,25 @@ def _input() -> Input | None:
     return acting
 
 
-async def bookkeeping(
-    activity: str, arg: object, summary: str, result_type: type | None = None, *, local: bool = True
-) -> Any:
+async def execute(ref: ActivityRef[In, Out], arg: In, **options: Any) -> Out:
+    """Run `ref` as a regular activity (through a task queue) with `options`; its result as `ref` types it."""
+    result: Out = await workflow.execute_activity(ref.name, arg, result_type=ref.result, **options)
+    return result
+
+
+async def execute_local(ref: ActivityRef[In, Out], arg: In, **options: Any) -> Out:
+    """Run `ref` as a local activity (in the workflow task, recorded as a marker) with `options`."""
+    result: Out = await workflow.execute_local_activity(ref.name, arg, result_type=ref.result, **options)
+    return result
+
+
+async def bookkeeping(ref: ActivityRef[In, Out], arg: In, summary: str, *, local: bool = True) -> Out:
     """Short bookkeeping: argument checks (no I/O), audit rows, decision checks, reminders.
 
     The hot ones are local activities: run in the workflow task, recorded as markers, no round trip
     through a task queue. `local=False` for those that may wait on people or outside services.
     """
     options: dict[str, Any] = {
-        "result_type": result_type,
         "summary": summary,
         "start_to_close_timeout": BOOKKEEPING_TIMEOUT,
         "schedule_to_close_timeout": DB_OUTAGE_TOLERANCE,
@@ -106,5 +122,5 @@ async def bookkeeping(
         acting = _input()
         if acting is not None:
             options["activity_id"] = acting.next_activity_id()
-        return await workflow.execute_local_activity(activity, arg, **options)
-    return await workflow.execute_activity(activity, arg, **options)
+        return await execute_local(ref, arg, **options)
+    return await execute(ref, arg, **options)

@@ -11,9 +11,13 @@ from __future__ import annotations
 from temporalio import workflow
 
 with workflow.unsafe.imports_passed_through():
+    from countersign.core.activity_refs import (
+        AUTHORIZE_ROLLBACK,
+        LOAD_SAGA_ENTRIES,
+        RECORD_COMPENSATION_FAILURE,
+    )
     from countersign.core.contract import ROLLBACK_WORKFLOW_TYPE
     from countersign.core.saga import (
-        CompensationRequest,
         EndedRollback,
         RollbackAuthorization,
         RollbackOutcome,
@@ -28,33 +32,26 @@ from workflows.options import bookkeeping
 class RollbackWorkflow:
     @workflow.run
     async def run(self, rollback: EndedRollback) -> RollbackOutcome:
-        refusal: str = await bookkeeping(
-            "authorize_rollback",
-            RollbackAuthorization(
-                tenant_id=rollback.tenant_id,
-                workflow_id=rollback.workflow_id,
-                conversation_id=rollback.conversation_id,
+        refusal = await bookkeeping(
+            AUTHORIZE_ROLLBACK,
+            RollbackAuthorization.at(
+                rollback,
                 conversation_user=rollback.conversation_user,
                 request=rollback.request,
             ),
             f"authorize rollback ({rollback.request.scope}) by {rollback.request.requested_by}",
-            str,
             local=False,
         )
         if refusal:
             return RollbackOutcome(refused=refusal)
-        requests: list[CompensationRequest] = await bookkeeping(
-            "load_saga_entries",
-            rollback,
-            f"saga of {rollback.workflow_id}",
-            list[CompensationRequest],
-            local=False,
+        requests = await bookkeeping(
+            LOAD_SAGA_ENTRIES, rollback, f"saga of {rollback.workflow_id}", local=False
         )
         entries: list[SagaEntry] = []
         for request in requests:  # newest first
             if not await compensated(request):
                 await bookkeeping(
-                    "record_compensation_failure",
+                    RECORD_COMPENSATION_FAILURE,
                     request,
                     f"record failed undo of {request.entry.call_id}",
                     local=False,

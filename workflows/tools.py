@@ -18,6 +18,13 @@ from temporalio import workflow
 from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
+    from countersign.core.activity_refs import (
+        CHECK_ARGUMENTS,
+        CHECK_MCP_ARGUMENTS,
+        EXECUTE_MCP_TOOL,
+        EXECUTE_TOOL,
+        RECORD_UNEXECUTED_CALL,
+    )
     from countersign.core.calls import (
         McpCall,
         StoredResult,
@@ -42,6 +49,8 @@ from workflows.options import (
     HEARTBEAT_TIMEOUT,
     TOOL_CALL_TIMEOUT,
     bookkeeping,
+    execute,
+    execute_local,
 )
 from workflows.rules import call_summary, execution_failure
 
@@ -190,7 +199,7 @@ class ToolCalls:
         """Audit a call that did not run and store its result with the audit row (a local activity:
         its input, the result, is not recorded in history); the model gets the envelope."""
         await bookkeeping(
-            "record_unexecuted_call",
+            RECORD_UNEXECUTED_CALL,
             UnexecutedCall(invocation=invocation, result=result, reason=reason),
             f"audit {invocation.tool} ({result.error.code if result.error else 'not run'})",
         )
@@ -199,12 +208,9 @@ class ToolCalls:
     async def _check_arguments(self, invocation: ToolInvocation) -> ToolResult:
         spec = self.conversation.mcp_spec(invocation.tool)
         summary = f"validate {invocation.tool} arguments"
-        checked: ToolResult = await (
-            bookkeeping("check_mcp_arguments", McpCall(invocation=invocation, spec=spec), summary, ToolResult)
-            if spec is not None
-            else bookkeeping("check_arguments", invocation, summary, ToolResult)
-        )
-        return checked
+        if spec is not None:
+            return await bookkeeping(CHECK_MCP_ARGUMENTS, McpCall(invocation=invocation, spec=spec), summary)
+        return await bookkeeping(CHECK_ARGUMENTS, invocation, summary)
 
     async def _run_after_approval(self, invocation: ToolInvocation, spec: ToolSpec) -> StoredResult:
         approval = await self.gate.approval(invocation, spec)
@@ -246,7 +252,6 @@ class ToolCalls:
                 invocation.call_id, invocation.tool, self.conversation.turn, invocation.arguments
             )
         options: dict[str, Any] = {
-            "result_type": StoredResult,
             "start_to_close_timeout": TOOL_CALL_TIMEOUT,
             "schedule_to_close_timeout": DB_OUTAGE_TOLERANCE,
             "retry_policy": DB_RETRY,
@@ -255,20 +260,17 @@ class ToolCalls:
             "cancellation_type": workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
         }
         try:
-            result: StoredResult = await (
-                workflow.execute_local_activity("execute_tool", invocation, **options)
-                if spec is not None and spec.local
-                else workflow.execute_activity(
-                    "execute_mcp_tool",
-                    McpCall(invocation=invocation, spec=spec),
-                    heartbeat_timeout=HEARTBEAT_TIMEOUT,
-                    **options,
+            if spec is not None and spec.local:
+                result = await execute_local(EXECUTE_TOOL, invocation, **options)
+            elif spec is not None and spec.mcp is not None:
+                mcp_call = McpCall(invocation=invocation, spec=spec)
+                result = await execute(
+                    EXECUTE_MCP_TOOL, mcp_call, heartbeat_timeout=HEARTBEAT_TIMEOUT, **options
                 )
-                if spec is not None and spec.mcp is not None
-                else workflow.execute_activity(
-                    "execute_tool", invocation, heartbeat_timeout=HEARTBEAT_TIMEOUT, **options
+            else:
+                result = await execute(
+                    EXECUTE_TOOL, invocation, heartbeat_timeout=HEARTBEAT_TIMEOUT, **options
                 )
-            )
         except ActivityError as err:  # audited, said without internals (a row already written stays)
             failure = ToolResult.failure(
                 "INTERNAL_ERROR", f"{invocation.tool} {execution_failure(err)}; it did not run"

@@ -1,7 +1,8 @@
 """The reviewer's client: find pending approvals, decide them, answer questions.
 
-Decisions go through the `decide` update, so a refused decision (not allowed, already decided,
-expired, unknown call) exits non-zero with the workflow's reason.
+A decision goes through the conversation client (countersign.cli.conversation_client): in names
+mode the `decide` update, so a refused decision (not allowed, already decided, expired, unknown
+call) exits non-zero with the workflow's reason; in signed mode the server, which proves who decided.
 """
 
 from __future__ import annotations
@@ -11,16 +12,15 @@ from datetime import UTC, datetime
 from typing import Any
 
 import click
-from temporalio.client import Client, WorkflowUpdateFailedError
+from temporalio.client import Client
 
 from countersign.cli.app import cli, print_json, run
-from countersign.cli.conversations import connected, query_status
-from countersign.cli.door import door_as
-from countersign.cli.session import InboxSession, inbox_request, load_session, signed_hint, signed_mode
-from countersign.cli.ux import reason, relative
-from countersign.core.approvals import Approval, Decision
+from countersign.cli.conversation_client import ConversationClient, conversation_client
+from countersign.cli.conversations import connected
+from countersign.cli.stack_client import query_status
+from countersign.cli.ux import relative
+from countersign.core.approvals import Decision
 from countersign.core.bounds import DuplicateKey, loads_strict
-from countersign.core.contract import AnswerSignal
 from countersign.core.shown import argument_lines, argument_warnings
 
 
@@ -51,16 +51,6 @@ async def pending_approvals(client: Client, tenant: str | None) -> list[dict[str
             for p in status.pending_approvals
         ]
     return rows
-
-
-async def decide(client: Client, workflow_id: str, decision: Decision) -> Approval:
-    try:
-        approval: Approval = await client.get_workflow_handle(workflow_id).execute_update(
-            "decide", decision, result_type=Approval
-        )
-    except WorkflowUpdateFailedError as err:
-        raise click.ClickException(signed_hint(reason(err), decision.approver, workflow_id)) from err
-    return approval
 
 
 def parse_args(text: str | None) -> dict[str, object] | None:
@@ -131,27 +121,13 @@ def approve(
     edited = parse_args(args_json)
 
     async def body() -> None:
-        if signed_mode():
-            return await approve_through_inbox(
-                load_session(approver, workflow_id), workflow_id, call_id, reason, edited
-            )
-        client, _ = await connected()
-        ids = (
-            [call_id]
-            if call_id
-            else [
-                p.call_id
-                for p in (await query_status(client.get_workflow_handle(workflow_id))).pending_approvals
-            ]
-        )
-        if not ids:
-            raise click.ClickException(f"{workflow_id} has no pending approvals")
-        for cid in ids:
+        client = conversation_client(approver, workflow_id=workflow_id)  # signed: the server proves who
+        for cid in [call_id] if call_id else await client.approvable(workflow_id, approver):
             decision = Decision(
                 call_id=cid, decision="approve", approver=approver, reason=reason, args=edited
             )
-            approval = await decide(client, workflow_id, decision)
-            click.echo(f"approved {cid}: {approval.tool} by {approval.decided_by}")
+            approval = await client.decide(workflow_id, decision)
+            click.echo(f"approved {cid}: {approval.tool} by {approval.decided_by}{proven(client)}")
 
     run(body())
 
@@ -165,22 +141,16 @@ def reject(workflow_id: str, call_id: str, approver: str, reason: str | None) ->
     """Reject a pending call; the agent is told it was rejected, and why."""
 
     async def body() -> None:
-        if signed_mode():
-            path = f"/api/approvals/{workflow_id}/{call_id}"
-            decided = await inbox_request(
-                load_session(approver, workflow_id), "POST", path, {"decision": "reject", "reason": reason}
-            )
-            click.echo(f"rejected {call_id}: {decided['tool']} by {decided['decided_by']} (proven)")
-            return
-        client, _ = await connected()
-        approval = await decide(
-            client,
-            workflow_id,
-            Decision(call_id=call_id, decision="reject", approver=approver, reason=reason),
-        )
-        click.echo(f"rejected {call_id}: {approval.tool} by {approval.decided_by}")
+        client = conversation_client(approver, workflow_id=workflow_id)
+        decision = Decision(call_id=call_id, decision="reject", approver=approver, reason=reason)
+        approval = await client.decide(workflow_id, decision)
+        click.echo(f"rejected {call_id}: {approval.tool} by {approval.decided_by}{proven(client)}")
 
     run(body())
+
+
+def proven(client: ConversationClient) -> str:
+    return " (proven)" if client.proven else ""
 
 
 @cli.command()
@@ -192,40 +162,11 @@ def answer(workflow_id: str, call_id: str, text: str, user: str) -> None:
     """Answer a question the agent asked (ask_human)."""
 
     async def body() -> None:
-        if signed_mode():  # the server sends it, with a proof that this person answered
-            door = door_as(user)
-            status = await door.status(workflow_id)
-            if call_id not in {q.call_id for q in status.pending_questions}:
-                raise click.ClickException(f"{workflow_id} has no open question {call_id}")
-            await door.answer(workflow_id, call_id, text)
-        else:
-            client, _ = await connected()
-            handle = client.get_workflow_handle(workflow_id)
-            status = await query_status(handle)
-            if call_id not in {q.call_id for q in status.pending_questions}:
-                raise click.ClickException(f"{workflow_id} has no open question {call_id}")
-            await handle.signal("answer", AnswerSignal(call_id=call_id, user_id=user, text=text))
+        client = conversation_client(user)  # signed: the server sends it, proving who answered
+        status = await client.status(workflow_id)
+        if call_id not in {q.call_id for q in status.pending_questions}:
+            raise click.ClickException(f"{workflow_id} has no open question {call_id}")
+        await client.answer(workflow_id, call_id=call_id, user=user, text=text)
         click.echo(f"answered {call_id}")
 
     run(body())
-
-
-async def approve_through_inbox(
-    session: InboxSession,
-    workflow_id: str,
-    call_id: str | None,
-    reason: str | None,
-    edited: dict[str, object] | None,
-) -> None:
-    """APPROVER_AUTH=signed: approve through the inbox, which issues the proof for `session`'s person."""
-    if call_id:
-        ids = [call_id]
-    else:
-        pending = await inbox_request(session, "GET", "/api/approvals")
-        ids = [p["call_id"] for p in pending if p["workflow_id"] == workflow_id]
-        if not ids:
-            raise click.ClickException(f"{workflow_id} has nothing {session.user_id} may approve")
-    for cid in ids:
-        body = {"decision": "approve", "reason": reason, "args": edited}
-        decided = await inbox_request(session, "POST", f"/api/approvals/{workflow_id}/{cid}", body)
-        click.echo(f"approved {cid}: {decided['tool']} by {decided['decided_by']} (proven)")

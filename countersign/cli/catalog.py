@@ -12,7 +12,8 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from countersign.cli.app import print_json, run
-from countersign.cli.records import format_limits, permissions, table, with_session
+from countersign.cli.records import format_limits, permissions, table
+from countersign.cli.ux import with_session
 from countersign.core.contract import AgentLimits
 from countersign.db.schema import AgentProfile, AgentToolPermission
 

@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import os
 import sys
+import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -22,12 +23,9 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from countersign.cli.app import cli, run
-from countersign.cli.chat_ports import ConversationPort, DoorPort, TemporalPort
-from countersign.cli.conversations import connected, parse_limits
-from countersign.cli.door import door_as
-from countersign.cli.records import with_session
-from countersign.cli.session import signed_mode
-from countersign.cli.ux import command, relative
+from countersign.cli.conversation_client import ConversationClient, conversation_client
+from countersign.cli.conversations import parse_limits
+from countersign.cli.ux import command, relative, with_session
 from countersign.cli.waiting import who_can_decide
 from countersign.client.handles import (
     render_message,
@@ -44,6 +42,7 @@ from countersign.core.contract import (
     PendingQuestion,
     StartConversation,
     StatusView,
+    SubmitMessage,
     TurnResult,
 )
 from countersign.core.messages import ChatMessage
@@ -189,7 +188,7 @@ class Chat:
 
     def __init__(
         self,
-        port: ConversationPort,
+        port: ConversationClient,
         lines: Lines,
         user: str,
         start: StartConversation | None,
@@ -240,7 +239,8 @@ class Chat:
     async def say(self, text: str) -> None:
         if self.conversation is None:
             assert self.start is not None
-            self.conversation = await self.port.start(self.start, text)
+            started = await self.port.start(self.start.model_copy(update={"message": text}))
+            self.conversation = started.workflow_id
             ui = self.port.ui_url(self.conversation)
             click.echo(f"conversation {self.conversation}" + (f" · Web UI {ui}" if ui else ""))
             await self.follow(self.port.reply(self.conversation, None, 1))
@@ -250,8 +250,9 @@ class Chat:
             self.ended = True
             return
         self.after = await self.events_seen(self.conversation)
-        message_id = await self.port.send(self.conversation, self.user, text)
-        await self.follow(self.port.reply(self.conversation, message_id, None))
+        message = SubmitMessage(user_id=self.user, text=text, message_id=uuid.uuid4().hex)
+        sent = await self.port.send(self.conversation, message)
+        await self.follow(self.port.reply(self.conversation, sent.message_id, None))
 
     async def events_seen(self, workflow_id: str) -> int:
         """The conversation's latest event id: what follows it is this turn's."""
@@ -261,7 +262,7 @@ class Chat:
         """Show a running conversation so far, then follow the turn it is in, if any."""
         self.conversation = workflow_id
         messages, status = await asyncio.gather(
-            self.port.full_transcript(workflow_id), self.port.status(workflow_id)
+            self.port.transcript(workflow_id), self.port.status(workflow_id)
         )
         click.echo(render_transcript(messages, scripted=False))
         self.last_shown = messages[-1] if messages else None
@@ -475,7 +476,7 @@ class Chat:
     async def show_transcript(self, _: str) -> bool:
         if self.started():
             assert self.conversation is not None
-            messages = await self.port.full_transcript(self.conversation)
+            messages = await self.port.transcript(self.conversation)
             click.echo(render_transcript(messages, scripted=self.port.scripted))
         return True
 
@@ -537,21 +538,14 @@ class Chat:
 
 
 async def chat_session(start: StartConversation | None, workflow_id: str | None, user: str | None) -> None:
-    port: ConversationPort
     database_url = load_settings().database_url  # the conversation's events are read there
-    if signed_mode():  # through the server, as the person logged in
-        if user is None:
-            raise click.ClickException("signed mode: give --user (who you logged in as)")
-        port = DoorPort(door_as(user, start.tenant_id if start else None))
-    else:
-        client, settings = await connected()
-        port = TemporalPort(client, settings)
+    port = conversation_client(user, start.tenant_id if start else None)  # signed: as the person logged in
     lines = Lines()
     lines.open()
     if port.scripted:
         click.echo(f"{SCRIPTED_LABEL} (no real LLM configured: replies come from a scenario file)")
     if workflow_id is not None:
-        user = user or conversation_user(await port.full_transcript(workflow_id))
+        user = user or port.person or conversation_user(await port.transcript(workflow_id))
         if user is None:
             raise click.ClickException(f"cannot tell whose conversation {workflow_id} is: give --user")
     assert user is not None

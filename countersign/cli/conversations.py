@@ -2,44 +2,26 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import sys
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 import click
 from pydantic import ValidationError
 from sqlalchemy import select
-from sqlalchemy.exc import SQLAlchemyError
-from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
+from temporalio.client import Client
 
 from countersign.cli.app import cli, print_json, run
-from countersign.cli.door import door_as, reading_door
-from countersign.cli.session import signed_hint, signed_mode
-from countersign.cli.ux import EXIT_WAITING, command, reason, relative, temporal_settings
-from countersign.cli.waiting import SignedHint, ctrl_c, follow, waiting_lines
-from countersign.client.ended import (
-    conversation_status,
-    full_transcript,
-    has_ended,
-    roll_back_ended,
-    tokens_today,
-)
-from countersign.client.handles import (
-    render_message,
-    render_transcript,
-    roll_back,
-    send_keyed,
-    start_conversation,
-    wait_reply,
-)
+from countersign.cli.conversation_client import ConversationClient, conversation_client
+from countersign.cli.session import signed_hint
+from countersign.cli.ux import EXIT_WAITING, command, relative, temporal_settings
+from countersign.cli.waiting import SignedHint, ctrl_c, waiting_lines
+from countersign.client.handles import render_message, render_transcript
 from countersign.client.temporal_client import connect
-from countersign.core.approvals import APPROVER_ROLES, FOUR_EYES
 from countersign.core.contract import (
     WORKFLOW_TYPE,
-    EndConversation,
     Limits,
     StartConversation,
     StatusView,
@@ -48,11 +30,10 @@ from countersign.core.contract import (
 )
 from countersign.core.envelopes import describe_policy
 from countersign.core.messages import ChatMessage
-from countersign.core.saga import RollbackRequest, SagaEntry
+from countersign.core.saga import RollbackRequest
 from countersign.core.summaries import usage_line
-from countersign.db import events
 from countersign.db.engine import create_engine
-from countersign.db.schema import RollbackRecord, UserRole
+from countersign.db.schema import RollbackRecord
 from countersign.runtime.config import Settings, load_settings
 from countersign.runtime.search_attributes import AGENT_NAME, AGENT_STATUS, TENANT_ID
 
@@ -79,27 +60,6 @@ def parse_limits(text: str | None) -> Limits:
         raise click.BadParameter(
             f"invalid --limits: {err.errors()[0]['loc']}: {err.errors()[0]['msg']}"
         ) from err
-
-
-async def wait_turn(handle: WorkflowHandle[Any, Any], turn: int) -> TurnResult | None:
-    """Block until `turn` finishes, through the `wait_turn` update (no polling)."""
-    result: TurnResult | None = await handle.execute_update("wait_turn", turn, result_type=TurnResult | None)  # type: ignore[arg-type]
-    return result
-
-
-async def query_status(handle: WorkflowHandle[Any, Any]) -> StatusView:
-    status: StatusView = await handle.query("status", result_type=StatusView)
-    return status
-
-
-async def query_transcript(handle: WorkflowHandle[Any, Any]) -> list[ChatMessage]:
-    messages: list[ChatMessage] = await handle.query("transcript", result_type=list[ChatMessage])
-    return messages
-
-
-async def events_seen(settings: Settings, workflow_id: str) -> int:
-    """The conversation's latest event id (0 without a database): a reply is followed after it."""
-    return await events.last_id(settings.database_url, workflow_id) if settings.database_url else 0
 
 
 async def connected() -> tuple[Client, Settings]:
@@ -146,80 +106,40 @@ def start(
         )
     )
 
-    async def through_door() -> None:
-        door = door_as(user, tenant)
-        workflow_id, _ = await door.start(agent, message, conversation.limits, single_turn)
-        if not as_json:
-            click.echo(workflow_id)
-        outcome = await door.reply(workflow_id, turn=1) if wait else None
-        await finish(workflow_id, outcome, {"workflow_id": workflow_id})
-
-    async def finish(
-        workflow_id: str,
-        outcome: TurnResult | StatusView | None,
-        out: dict[str, Any],
-        client: Client | None = None,
-        settings: Settings | None = None,
-    ) -> None:
+    async def body() -> None:
+        client = conversation_client(user, tenant)  # signed: the server starts it, proving who asked
+        started = await client.start(conversation)
+        with ctrl_c() as interrupted:
+            if not as_json:
+                click.echo(started.workflow_id)  # at once: the turn may take a while, or wait for a person
+            outcome = await client.follow(started, interrupted) if wait else None
         if as_json:
+            out = dict(started.shown)
             if isinstance(outcome, TurnResult):
                 out["turn"] = outcome.model_dump(mode="json")
             elif isinstance(outcome, StatusView):
                 out["waiting"] = outcome.model_dump(mode="json")
             print_json(out)
         elif wait:
-            shown = settings or load_settings()
-
-            async def transcript() -> list[ChatMessage]:
-                if client is None:  # signed mode: through the server
-                    return await door_as(user).transcript(workflow_id)
-                return await full_transcript(client, shown, workflow_id)
-
-            await show_outcome(workflow_id, outcome, user, transcript, shown, client is None)
+            await show_outcome(started.workflow_id, outcome, user, client)
         if isinstance(outcome, StatusView):
             raise SystemExit(EXIT_WAITING)
-
-    async def body() -> None:
-        if signed_mode():  # the server starts it, with a proof that this person asked
-            return await through_door()
-        client, settings = await connected()
-        handle = await start_conversation(client, settings, conversation)
-        with ctrl_c() as interrupted:
-            if not as_json:
-                click.echo(handle.id)  # at once: the turn may take a while, or wait for a person
-            try:
-                reply = wait_turn(handle, 1)
-                outcome = await follow(handle, reply, interrupted, settings.database_url) if wait else None
-            except Exception:
-                await handle.result()  # a conversation that failed to start says why (unknown user, ...)
-                raise
-        out = {
-            "workflow_id": handle.id,
-            "run_id": handle.result_run_id,
-            "ui_url": settings.workflow_url(handle.id),
-        }
-        await finish(handle.id, outcome, out, client, settings)
 
     run(body())
 
 
 async def show_outcome(
-    workflow_id: str,
-    outcome: TurnResult | StatusView | None,
-    user: str,
-    transcript: Callable[[], Awaitable[list[ChatMessage]]],
-    settings: Settings,
-    through_server: bool = False,
+    workflow_id: str, outcome: TurnResult | StatusView | None, user: str, client: ConversationClient
 ) -> None:
     """The turn's tool calls with a summary of each result, then the reply, or what the turn waits
-    for, who may decide it (by name, from the database, unless the CLI goes through the server) and
-    the commands that let it go on."""
+    for, who may decide it (by name, where the client can tell) and the commands that let it go on."""
     if outcome is None:
         raise click.ClickException(f"conversation {workflow_id} ended before replying")
-    for line in turn_calls(await transcript()):
+    for line in turn_calls(await client.transcript(workflow_id)):
         click.echo(line)
     if isinstance(outcome, StatusView):
-        names = {} if through_server else await deciders(settings, outcome)
+        names = await client.deciders(outcome)
+        settings = load_settings()
         signed = (
             SignedHint(settings.inbox_url, outcome.tenant_id) if settings.approver_auth == "signed" else None
         )
@@ -242,37 +162,6 @@ def turn_calls(messages: list[ChatMessage]) -> list[str]:
         elif message.role == "tool":
             lines.append(render_message(message) or "")
     return lines
-
-
-async def deciders(settings: Settings, status: StatusView) -> dict[str, list[str]]:
-    """Per pending call, the users of the tenant whose decision the workflow would accept (by role
-    and the four-eyes rule); empty when the database is not reachable (the roles still say who)."""
-    if not settings.database_url or not status.pending_approvals:
-        return {}
-    engine = create_engine(settings.database_url)
-    try:
-        async with engine.connect() as conn:
-            rows = (
-                await conn.execute(
-                    select(UserRole.user_id, UserRole.role)
-                    .where(UserRole.tenant_id == status.tenant_id)
-                    .order_by(UserRole.user_id)
-                )
-            ).all()
-    except (OSError, SQLAlchemyError):
-        return {}
-    finally:
-        await engine.dispose()
-    return {
-        a.call_id: list(
-            dict.fromkeys(
-                user
-                for user, role in rows
-                if role in APPROVER_ROLES[a.risk] and not (a.risk in FOUR_EYES and user == a.requested_by)
-            )
-        )
-        for a in status.pending_approvals
-    }
 
 
 @cli.command()
@@ -303,63 +192,21 @@ def send(
         raise click.UsageError("give WF TEXT, or --conversation KEY with TEXT")
     message = checked(lambda: SubmitMessage(user_id=user, text=text, message_id=uuid.uuid4().hex))
 
-    async def through_door() -> None:
-        door = door_as(user, tenant)
-        if key is not None:
-            assert agent is not None
-            target_id, message_id = await door.start(agent, message.text, key=key)
-        else:
-            assert workflow_id is not None
-            target_id, message_id = (
-                workflow_id,
-                await door.send(workflow_id, message.text, message.message_id),
-            )
-        click.echo(f"conversation {target_id}", err=True)
-        if no_wait:
-            return
-        outcome = await door.reply(target_id, message_id=message_id)
-        await show_outcome(
-            target_id, outcome, user, lambda: door.transcript(target_id), load_settings(), True
-        )
-        if isinstance(outcome, StatusView):
-            raise SystemExit(EXIT_WAITING)
-
     async def body() -> None:
-        if signed_mode():  # the server delivers it, with a proof that this person wrote it
-            return await through_door()
-        client, settings = await connected()
+        client = conversation_client(user, tenant)  # signed: the server delivers it, proving who wrote it
         if key is not None:
             assert tenant and agent
-            start = checked(lambda: StartConversation(tenant_id=tenant, user_id=user, agent=agent))
-            handle = await send_keyed(client, settings, start, key, message)
-            target_id = handle.id
-            seen = await events_seen(settings, target_id)  # this turn's first text may precede it
+            keyed = checked(lambda: StartConversation(tenant_id=tenant, user_id=user, agent=agent))
+            sent = await client.send_keyed(keyed, key, message)
         else:
             assert workflow_id is not None
-            target_id = workflow_id
-            current = await query_status(client.get_workflow_handle(workflow_id))
-            if current.state == "ended":
-                raise click.ClickException(f"conversation {workflow_id} has ended")
-            if current.user_id and current.user_id != user:
-                raise click.ClickException(
-                    f"conversation {workflow_id} is {current.user_id}'s: {user} may not write to it"
-                )
-            seen = await events_seen(settings, workflow_id)
-            await client.get_workflow_handle(workflow_id).signal("submit_message", message)
+            sent = await client.send(workflow_id, message)
         with ctrl_c() as interrupted:
-            click.echo(f"conversation {target_id}", err=True)
+            click.echo(f"conversation {sent.workflow_id}", err=True)
             if no_wait:
                 return
-            reply = wait_reply(client, target_id, message.message_id or "")
-            try:
-                outcome = await follow(
-                    client.get_workflow_handle(target_id), reply, interrupted, settings.database_url, seen
-                )
-            except WorkflowUpdateFailedError as err:  # refused (another user's conversation, a full inbox)
-                raise click.ClickException(reason(err)) from err
-        await show_outcome(
-            target_id, outcome, user, lambda: full_transcript(client, settings, target_id), settings
-        )
+            outcome = await client.follow(sent, interrupted)
+        await show_outcome(sent.workflow_id, outcome, user, client)
         if isinstance(outcome, StatusView):
             raise SystemExit(EXIT_WAITING)
 
@@ -373,14 +220,9 @@ def status(workflow_id: str, as_json: bool) -> None:
     """Show a conversation's state, turn, pending approvals, usage and limits."""
 
     async def body() -> None:
-        used, budget = 0, None
-        if door := reading_door():
-            view = await door.status(workflow_id)
-        else:
-            client, settings = await connected()
-            view = await conversation_status(client, settings, workflow_id)
-            if settings.database_url:
-                used, budget = await tokens_today(settings, view.tenant_id)
+        client = conversation_client()
+        view = await client.status(workflow_id)
+        used, budget = await client.tokens_today(view.tenant_id)
         if as_json:
             print_json(
                 view.model_dump(mode="json") | {"tenant_tokens_today": used, "tenant_tokens_per_day": budget}
@@ -412,16 +254,13 @@ def transcript(workflow_id: str, as_json: bool) -> None:
     """Print what was said in a conversation, tool calls and results included."""
 
     async def body() -> None:
-        if door := reading_door():
-            messages, scripted = await door.transcript(workflow_id), False
-        else:
-            client, settings = await connected()
-            messages, scripted = await full_transcript(client, settings, workflow_id), settings.scripted_model
+        client = conversation_client()
+        messages = await client.transcript(workflow_id)
         if as_json:
             json.dump([m.model_dump(mode="json") for m in messages], sys.stdout, indent=2)
             sys.stdout.write("\n")
             return
-        click.echo(render_transcript(messages, scripted=scripted))
+        click.echo(render_transcript(messages, scripted=client.scripted))
 
     run(body())
 
@@ -446,41 +285,23 @@ def rollback(
         {"requested_by": requested_by, "scope": scope, "call_id": call_id, "reason": reason}
     )
 
-    async def through_door() -> list[SagaEntry] | None:
-        """The server sends it with a proof for this person and scope (or, the conversation
-        having ended, runs it); a running conversation undoes it between turns."""
-        door = door_as(requested_by)
-        entries = await door.rollback(workflow_id, scope, call_id, reason)
-        if entries is None:
+    async def body() -> None:
+        client = conversation_client(requested_by)  # signed: with a proof for this person and scope
+        try:
+            entries = await client.rollback(workflow_id, request)
+        except TimeoutError as err:
+            refusal = await rollback_refusal(load_settings(), workflow_id)
+            raise click.ClickException(refusal or str(err)) from err
+        if entries is None:  # sent to a running conversation: it undoes it between turns
             click.echo(
                 f"rollback ({scope}) of {workflow_id} sent: it runs between turns; "
                 f"`{command()} audit --workflow {workflow_id}` shows what was undone"
             )
-        return entries
-
-    async def body() -> None:
-        if signed_mode():
-            entries = await through_door()
-            if entries is None:
-                return
-        else:
-            entries = await directly()
+            return
         if not entries:
             click.echo("nothing to undo in that scope")
         for e in entries:
             click.echo(f"{e.call_id} {e.tool}: {e.state}{f' ({e.error})' if e.error else ''}")
-
-    async def directly() -> list[SagaEntry]:
-        client, settings = await connected()
-        if await has_ended(client, workflow_id):  # takes no signal: a short workflow undoes it
-            outcome = await roll_back_ended(client, settings, workflow_id, request)
-            if outcome.refused:
-                raise click.ClickException(f"rollback refused: {outcome.refused}")
-            return outcome.entries
-        try:
-            return await roll_back(client.get_workflow_handle(workflow_id), request)
-        except TimeoutError as err:
-            raise click.ClickException(await rollback_refusal(settings, workflow_id) or str(err)) from err
 
     run(body())
 
@@ -514,30 +335,13 @@ async def rollback_refusal(settings: Settings, workflow_id: str) -> str | None:
 def end(workflow_id: str, requested_by: str) -> None:
     """End a conversation. A turn in progress finishes first; what the agent did stays done."""
 
-    async def through_door() -> None:
-        door = door_as(requested_by)
-        await door.end(workflow_id)
-        for _ in range(int(END_WAIT_S / 0.2)):
-            if (await door.status(workflow_id)).state == "ended":
-                click.echo(f"ended conversation {workflow_id}")
-                return
-            await asyncio.sleep(0.2)
-        click.echo(f"ending {workflow_id}: it finishes its current turn first (`status` shows it)")
-
     async def body() -> None:
-        if signed_mode():  # the server sends it with a proof that this person ended it
-            return await through_door()
-        client, _ = await connected()
-        handle = client.get_workflow_handle(workflow_id)
-        if (await query_status(handle)).state == "ended":
-            raise click.ClickException(f"conversation {workflow_id} has already ended")
-        await handle.signal("end", EndConversation(requested_by=requested_by))
-        try:
-            await asyncio.wait_for(handle.result(), END_WAIT_S)
-        except TimeoutError:
+        client = conversation_client(requested_by)  # signed: with a proof that this person ended it
+        await client.end(workflow_id, requested_by)
+        if await client.ended(workflow_id, END_WAIT_S):
+            click.echo(f"ended conversation {workflow_id}")
+        else:
             click.echo(f"ending {workflow_id}: it finishes its current turn first (`status` shows it)")
-            return
-        click.echo(f"ended conversation {workflow_id}")
 
     run(body())
 

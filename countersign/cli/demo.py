@@ -7,7 +7,7 @@ import os
 import click
 
 from countersign.cli.app import cli, run
-from countersign.cli.conversations import query_transcript
+from countersign.cli.stack_client import query_transcript
 from countersign.cli.ux import command
 from countersign.client.ended import with_stored_results
 from countersign.client.handles import render_transcript, start_conversation

@@ -114,7 +114,7 @@ def serve(port: int | None, host: str) -> None:
 
 def serve_forever(port: int | None, host: str) -> None:
     # imported here: the server (aiohttp, jinja, authlib) costs every other command a second to start
-    from countersign.server.app import running_inbox
+    from countersign.server.app import running_server
     from countersign.server.oidc import OidcConfig
 
     settings = load_settings()
@@ -133,7 +133,7 @@ def serve_forever(port: int | None, host: str) -> None:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, stop.set)
         bound = settings.inbox_port if port is None else port
-        async with running_inbox(settings, host, bound, oidc=oidc, trusted_proxies=proxies) as url:
+        async with running_server(settings, host, bound, oidc=oidc, trusted_proxies=proxies) as url:
             sso = f", single sign-on: {oidc.issuer}" if oidc else ""
             click.echo(f"server serving on {url} (COUNTERSIGN_AUTH={settings.approver_auth}{sso})", err=True)
             await stop.wait()

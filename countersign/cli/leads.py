@@ -11,7 +11,8 @@ import click
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from countersign.cli.app import cli, print_json, run
-from countersign.cli.records import table, with_session
+from countersign.cli.records import table
+from countersign.cli.ux import with_session
 from countersign.db.leads import current_score
 from tools.drafts import DraftDetail, DraftState, UpdateDraftArgs, draft_of, drafts_of, edit_draft
 from tools.leads import lead_by_ref, score_view

@@ -13,8 +13,8 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from countersign.cli.app import cli, print_json, run
-from countersign.cli.records import table, with_session
-from countersign.cli.ux import shown_path
+from countersign.cli.records import table
+from countersign.cli.ux import shown_path, with_session
 from countersign.db.schema import AgentProfile, McpServer, Tenant
 from countersign.mcp.catalog import ListedTool
 from countersign.mcp.servers import ServerConfig, clashes, executable, remember_listing

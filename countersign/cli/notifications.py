@@ -11,7 +11,8 @@ import click
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from countersign.cli.app import cli, print_json, run
-from countersign.cli.records import table, with_session
+from countersign.cli.records import table
+from countersign.cli.ux import with_session
 from countersign.db.notifications import StatusFilter, mark_resolved, notification_of, notifications_of
 from countersign.db.schema import Notification, User
 from countersign.identity.mode import recorded_mode

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any
 
 import click
 from sqlalchemy import select
@@ -11,18 +10,16 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from countersign.cli.app import cli, print_json, run
-from countersign.cli.door import reading_door
-from countersign.cli.ux import database_url
+from countersign.cli.conversation_client import conversation_client
+from countersign.cli.ux import with_session
 from countersign.core.calls import Tier
-from countersign.core.envelopes import ContextPolicy, describe_policy
+from countersign.core.envelopes import WindowPolicy, describe_policy
 from countersign.db import schema
 from countersign.db.audit import audit_rows
-from countersign.db.engine import create_engine, session_factory
 from countersign.db.schema import TIERS, AgentProfile, AgentToolPermission, McpServer
 from countersign.mcp.servers import server_of
 from tools.tiers import change_tenant_tier, tenant_tiers
 
-T = TypeVar("T")
 AUDIT_COLUMNS = (
     "created_at",
     "tenant_id",
@@ -33,15 +30,6 @@ AUDIT_COLUMNS = (
     "approved_by",
     "rolled_back",
 )
-
-
-async def with_session(work: Callable[[AsyncSession], Awaitable[T]]) -> T:
-    engine = create_engine(database_url(), pool_size=1, max_overflow=0)
-    try:
-        async with session_factory(engine)() as session, session.begin():
-            return await work(session)
-    finally:
-        await engine.dispose()
 
 
 async def require_agent(session: AsyncSession, agent: str) -> AgentProfile:
@@ -68,11 +56,10 @@ def table(rows: list[tuple[str, ...]]) -> str:
 def audit(workflow_id: str | None, tenant: str | None, limit: int, as_json: bool) -> None:
     """Every tool call: what ran, who approved it, what nobody answered, what was rolled back."""
 
-    async def rows(session: AsyncSession) -> list[dict[str, Any]]:
-        return await audit_rows(session, workflow_id, tenant, limit)
-
-    door = reading_door() if workflow_id else None  # signed mode: one conversation's, through the server
-    found = run(door.audit(workflow_id) if door and workflow_id else with_session(rows))
+    if workflow_id:  # one conversation's, through its client (signed mode: the server's answer)
+        found = run(conversation_client().audit(workflow_id, tenant, limit))
+    else:
+        found = run(with_session(lambda session: audit_rows(session, None, tenant, limit)))
     if as_json:
         print_json(found)
     elif not found:
@@ -138,9 +125,9 @@ def show_permissions(agent: str, tenant: str | None) -> None:
         click.echo(table([("tool", "tier", "source", "risk", "category", "hints"), *mcp_rows]))
     click.echo(f"limits (a conversation may ask for less, never more): {format_limits(limits)}")
 
-    async def policy(session: AsyncSession) -> ContextPolicy | None:
+    async def policy(session: AsyncSession) -> WindowPolicy | None:
         row = await session.get(schema.ContextPolicy, agent)
-        return ContextPolicy.model_validate(row, from_attributes=True) if row else None
+        return WindowPolicy.model_validate(row, from_attributes=True) if row else None
 
     click.echo(describe_policy(run(with_session(policy))))
 

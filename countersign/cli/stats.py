@@ -11,8 +11,8 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from countersign.cli.app import cli, print_json, run
 from countersign.cli.approvals import pending_approvals
-from countersign.cli.records import table, with_session
-from countersign.cli.ux import stack_down
+from countersign.cli.records import table
+from countersign.cli.ux import stack_down, with_session
 from countersign.client.temporal_client import connect
 from countersign.observability.stats import Stats, collect, parse_duration, render
 from countersign.runtime.config import load_settings

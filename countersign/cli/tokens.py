@@ -13,7 +13,8 @@ import click
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from countersign.cli.app import cli, print_json, run
-from countersign.cli.records import table, with_session
+from countersign.cli.records import table
+from countersign.cli.ux import with_session
 from countersign.identity import tokens as api_tokens
 
 

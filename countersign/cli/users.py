@@ -16,7 +16,8 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from countersign.cli.app import cli, print_json, run
-from countersign.cli.records import table, with_session
+from countersign.cli.records import table
+from countersign.cli.ux import with_session
 from countersign.core.access import SCOPE_MEANING, SCOPES
 from countersign.db import access
 from countersign.db.ratelimit import EVERY_TOOL

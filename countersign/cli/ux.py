@@ -1,8 +1,8 @@
 """What the CLI tells a person: how to run it again, one-line reasons, whether the embedded stack is up.
 
 Kept apart from the commands so every command words these the same way. Light to import (the
-scripted model and the mail catcher are CLI commands too): Temporal's client and the stack are
-imported by the two functions that need them.
+scripted model and the mail catcher are CLI commands too): Temporal's client, the stack and the
+database engine are imported by the functions that need them.
 """
 
 from __future__ import annotations
@@ -10,12 +10,19 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING, TypeVar
 
 import click
 
 from countersign.runtime.config import DATA_DIR, Settings, load_settings
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncSession
+
+T = TypeVar("T")
 
 # `start --wait` / `send` exit with this when the turn waits for a person (an approval or an answer):
 # the conversation goes on, and the output names the command that lets it continue.
@@ -126,6 +133,18 @@ def database_url() -> str:
     if down or not url:
         raise click.ClickException(down or f"no DATABASE_URL: run `{command()} dev up` or set DATABASE_URL")
     return url
+
+
+async def with_session(work: Callable[[AsyncSession], Awaitable[T]]) -> T:
+    """`work` in one transaction on `database_url()`."""
+    from countersign.db.engine import create_engine, session_factory
+
+    engine = create_engine(database_url(), pool_size=1, max_overflow=0)
+    try:
+        async with session_factory(engine)() as session, session.begin():
+            return await work(session)
+    finally:
+        await engine.dispose()
 
 
 def temporal_settings() -> Settings:

@@ -13,7 +13,7 @@ import signal
 import sys
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn, TypeVar
 
 import click
 from temporalio.client import WorkflowExecutionStatus, WorkflowHandle
@@ -24,6 +24,25 @@ from countersign.core.contract import PendingApproval, PendingQuestion, StatusVi
 from countersign.db import events
 
 POLL_S = 0.5  # without the database: how often the status is looked at while the reply is awaited
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Started:
+    """A conversation just started; its first turn is the one followed."""
+
+    workflow_id: str
+    shown: dict[str, Any]  # what `start --json` prints of it (the server knows no run id, no Web UI)
+
+
+@dataclass(frozen=True)
+class Sent:
+    """A message delivered; its turn is the one followed: by the message's id (None: the keyed
+    conversation's first turn), after `after`, the conversation's latest event before it."""
+
+    workflow_id: str
+    message_id: str | None
+    after: int = 0
 
 
 def who_can_decide(approval: PendingApproval, deciders: Sequence[str] = ()) -> str:
@@ -137,12 +156,7 @@ async def follow(
             await asyncio.wait(tasks, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
             stop.cancel()
             if interrupted.is_set():
-                click.echo(
-                    f"\ninterrupted: conversation {handle.id} goes on without this display; "
-                    f"`{command()} status {handle.id}` shows it",
-                    err=True,
-                )
-                raise SystemExit(EXIT_INTERRUPTED)
+                leave(handle.id)
             if waiting.done():
                 if waiting.exception() is not None:
                     await explain_closed(handle)
@@ -158,6 +172,31 @@ async def follow(
                 task.cancel()  # only our wait: the workflow does not notice
                 with contextlib.suppress(BaseException):
                     await task
+
+
+def leave(workflow_id: str) -> NoReturn:
+    """Ctrl-C while a turn is followed: say what still runs, and exit with EXIT_INTERRUPTED."""
+    click.echo(
+        f"\ninterrupted: conversation {workflow_id} goes on without this display; "
+        f"`{command()} status {workflow_id}` shows it",
+        err=True,
+    )
+    raise SystemExit(EXIT_INTERRUPTED)
+
+
+async def unless_interrupted(workflow_id: str, waiting: Awaitable[T], interrupted: asyncio.Event) -> T:
+    """`waiting`'s result, unless Ctrl-C (`interrupted`) comes first: then as `follow` does."""
+    task, stop = asyncio.ensure_future(waiting), asyncio.ensure_future(interrupted.wait())
+    try:
+        await asyncio.wait({task, stop}, return_when=asyncio.FIRST_COMPLETED)
+        if interrupted.is_set():
+            leave(workflow_id)
+        return task.result()
+    finally:
+        for pending in (task, stop):
+            pending.cancel()  # only our wait: the conversation goes on
+            with contextlib.suppress(BaseException):
+                await pending
 
 
 async def watch(database_url: str | None, workflow_id: str, after: int) -> int:

@@ -7,15 +7,13 @@ applies to high risk. Anything the rules cannot confirm is refused: fail closed.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel
 
 from countersign.core.bounds import BoundedJson, Identifier, Proof, Reason
 from countersign.core.calls import Risk, ToolSpec
-
-if TYPE_CHECKING:  # contract imports Approval (a waiting turn carries its approvals)
-    from countersign.core.contract import PendingApproval
+from countersign.core.conversation_ref import ConversationRef
 
 ApprovalState = Literal["pending", "approved", "rejected", "expired"]
 DecisionKind = Literal["approve", "reject"]
@@ -45,24 +43,6 @@ class Approval(BaseModel):
     # Drawn by the conversation (workflow.uuid4()) for this approval: a decision's proof names it, so
     # a proof is for this request of this call, never for another instance's call of the same id.
     nonce: str = ""
-
-    def pending_view(self, mcp_spec: ToolSpec | None = None) -> PendingApproval:
-        """What reviewers see; for an MCP tool (`mcp_spec`, from the snapshot) its description and
-        input schema too, from which the inbox builds its edit form (native ones are in the registry)."""
-        from countersign.core.contract import PendingApproval
-
-        return PendingApproval(
-            call_id=self.call_id,
-            tool=self.tool,
-            args=self.args,
-            risk=self.risk,
-            requested_by=self.requested_by,
-            requested_at=self.requested_at.isoformat(),
-            expires_at=self.expires_at.isoformat(),
-            hints=self.hints,
-            description=mcp_spec.description if mcp_spec else None,
-            parameters=mcp_spec.parameters if mcp_spec else None,
-        )
 
 
 class Decision(BaseModel):
@@ -97,26 +77,21 @@ class RejectSignal(BaseModel):
         return Decision(decision="reject", **self.model_dump())
 
 
-class PendingCall(BaseModel):
+class PendingCall(ConversationRef):
     """A call waiting for a decision, as the worker recorded it (`approval_requests`; the workflow's
     own pending approval): what a decision's proof binds (countersign.identity.proofs.Binding)."""
 
-    tenant_id: str
-    workflow_id: str
-    conversation_id: str
+    conversation_id: str  # always an instance: recorded since instances exist
     call_id: str
     tool: str
     risk: Risk
     nonce: str
 
 
-class DecisionRecord(BaseModel):
+class DecisionRecord(ConversationRef):
     """What the decision activity verifies and audits. `refusal` is set when the workflow already
     refused the decision from its own state (unknown call, already decided, expired)."""
 
-    tenant_id: str
-    workflow_id: str
-    conversation_id: str = ""  # the conversation instance (countersign.db.schema.Conversation)
     tool: str
     risk: Risk
     requested_by: str
@@ -129,14 +104,8 @@ class DecisionRecord(BaseModel):
 
     def pending_call(self) -> PendingCall:
         """The call as the conversation itself holds it: what the decision's proof must name."""
-        return PendingCall(
-            tenant_id=self.tenant_id,
-            workflow_id=self.workflow_id,
-            conversation_id=self.conversation_id,
-            call_id=self.decision.call_id,
-            tool=self.tool,
-            risk=self.risk,
-            nonce=self.nonce,
+        return PendingCall.at(
+            self, call_id=self.decision.call_id, tool=self.tool, risk=self.risk, nonce=self.nonce
         )
 
 
@@ -159,7 +128,7 @@ class Verdict(BaseModel):
     args: str | None = None  # validated edited arguments, as JSON text
 
 
-def state_refusal(approval: Approval | None, decision: Decision, now: datetime) -> str | None:
+def decision_state_refusal(approval: Approval | None, decision: Decision, now: datetime) -> str | None:
     """Why the conversation's own state refuses a decision, or None."""
     if approval is None:
         return f"unknown call id {decision.call_id!r}: no approval was requested for it"
@@ -193,10 +162,7 @@ def approver_refusal(
     return None
 
 
-class ApprovalReminder(BaseModel):
-    tenant_id: str
-    workflow_id: str
-    conversation_id: str = ""  # the conversation instance (countersign.db.schema.Conversation)
+class ApprovalReminder(ConversationRef):
     call_id: str
     tool: str
     args: str
@@ -206,11 +172,8 @@ class ApprovalReminder(BaseModel):
 NoticeKind = Literal["request", "reminder", "escalation"]
 
 
-class ApprovalNotice(BaseModel):
+class ApprovalNotice(ConversationRef):
     kind: NoticeKind
-    tenant_id: str
-    workflow_id: str
-    conversation_id: str = ""  # the conversation instance (countersign.db.schema.Conversation)
     call_id: str
     tool: str
     args: str

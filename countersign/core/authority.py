@@ -22,6 +22,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
+from countersign.core.conversation_ref import ConversationRef
+
 Action = Literal["submit_message", "answer", "end", "rollback", "approve", "reject", "decide", "start"]
 ADMIN = "admin"
 # Actions the conversation's user may take, and those a tenant admin may take on anyone's.
@@ -56,7 +58,7 @@ def action_refusal(
     return _refused(action, actor, conversation_user)
 
 
-def state_refusal(action: Action, actor: str, conversation_user: str) -> str | None:
+def action_state_refusal(action: Action, actor: str, conversation_user: str) -> str | None:
     """The refusal the workflow can decide from its own state, without the database: actions only
     the conversation's user may take, sent by someone else."""
     if action in OWNER_ONLY and actor != conversation_user:
@@ -77,10 +79,10 @@ class ActionCheck(BaseModel):
     excerpt: str = ""  # of an unreadable payload
 
 
-class ProofRequest(BaseModel):
-    tenant_id: str
-    workflow_id: str
-    conversation_id: str = ""  # the instance an answer's or an end's proof must name
+class ProofRequest(ConversationRef):
+    """What `check_action_proof` checks; the conversation instance is what an answer's or an end's
+    proof must name."""
+
     action: Literal["answer", "end", "start", "message"]
     actor: str
     proof: str | None = None

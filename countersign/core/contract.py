@@ -22,7 +22,7 @@ from countersign.core.bounds import (
     WaitSeconds,
 )
 from countersign.core.calls import Risk, StoredResult, ToolSpec
-from countersign.core.envelopes import ContextPolicy, Cursor
+from countersign.core.envelopes import Cursor, WindowPolicy
 from countersign.core.messages import ChatMessage, ToolCall, Usage
 from countersign.core.saga import Saga
 
@@ -69,7 +69,9 @@ class AgentLimits(BaseModel):
     idle_timeout_s: float | None = Field(None, gt=0)
 
 
-class AgentProfile(BaseModel):
+class AgentSnapshot(BaseModel):
+    """The agent as a run loaded it (`agent_profiles`, countersign.db.schema.AgentProfile)."""
+
     name: str
     description: str = ""
     system_prompt: str
@@ -95,12 +97,12 @@ class ConversationContext(BaseModel):
     tenant_id: str
     user_id: str
     roles: list[str]
-    agent: AgentProfile
+    agent: AgentSnapshot
     tools: list[ToolSpec]  # every tool of the agent with its snapshotted tier, blocked ones included
     approval: ApprovalPolicy = Field(default_factory=ApprovalPolicy)
     email_delivery_delay_s: float = 60.0
     agent_limits: AgentLimits = Field(default_factory=AgentLimits)
-    policy: ContextPolicy = Field(default_factory=ContextPolicy)  # what the model sees and may spend
+    policy: WindowPolicy = Field(default_factory=WindowPolicy)  # what the model sees and may spend
 
 
 class SubmitMessage(BaseModel):
@@ -237,6 +239,24 @@ class PendingApproval(BaseModel):
     description: str | None = None  # an MCP tool's, from the snapshot (native ones: the registry)
     parameters: dict[str, Any] | None = None  # an MCP tool's input schema, from the snapshot
 
+    @staticmethod
+    def of(approval: Approval, mcp_spec: ToolSpec | None = None) -> PendingApproval:
+        """What reviewers see of `approval`; for an MCP tool (`mcp_spec`, from the snapshot) its
+        description and input schema too, from which the inbox builds its edit form (native ones are
+        in the registry)."""
+        return PendingApproval(
+            call_id=approval.call_id,
+            tool=approval.tool,
+            args=approval.args,
+            risk=approval.risk,
+            requested_by=approval.requested_by,
+            requested_at=approval.requested_at.isoformat(),
+            expires_at=approval.expires_at.isoformat(),
+            hints=approval.hints,
+            description=mcp_spec.description if mcp_spec else None,
+            parameters=mcp_spec.parameters if mcp_spec else None,
+        )
+
 
 class StatusView(BaseModel):
     state: AgentState
@@ -250,7 +270,7 @@ class StatusView(BaseModel):
     agent: str = ""
     last_error: str | None = None
     compensation_failures: list[str] = Field(default_factory=list)
-    policy: ContextPolicy | None = None  # the context window and token budget (message store on)
+    policy: WindowPolicy | None = None  # the context window and token budget (message store on)
 
 
 class Reply(BaseModel):

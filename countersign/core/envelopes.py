@@ -7,7 +7,7 @@ and decides from envelopes alone which sequence numbers a model call gets, so re
 conversation needs no database. Continue-as-new carries a `Cursor`, never a transcript.
 
 Window rule: the system prompt (seq 0) and the running summary always; then the newest messages
-that fit the agent's `ContextPolicy` (messages and estimated tokens), taken in units that never
+that fit the agent's `WindowPolicy` (messages and estimated tokens), taken in units that never
 separate a tool result from the assistant message that called it; the newest unit always.
 """
 
@@ -16,6 +16,7 @@ from __future__ import annotations
 from pydantic import BaseModel, Field
 
 from countersign.core.calls import StoredResult, ToolInvocation, ToolResult, queued_emails, result_for_model
+from countersign.core.conversation_ref import ConversationRef
 from countersign.core.messages import ChatMessage, Role, Usage
 
 PROMPT_SEQ = 0  # the system prompt, stored when the conversation starts
@@ -26,8 +27,9 @@ ANSWERED_KEPT = 200  # message ids remembered across continue-as-new (the store 
 SUMMARY_NAME = "summary"  # `name` of the running summary's system message
 
 
-class ContextPolicy(BaseModel):
-    """An agent's row of `context_policies`; None: no bound."""
+class WindowPolicy(BaseModel):
+    """An agent's row of `context_policies` (countersign.db.schema.ContextPolicy): the window the
+    model sees and the conversation's token budget; None: no bound."""
 
     window_messages: int | None = Field(None, ge=1)
     window_tokens: int | None = Field(None, ge=1)
@@ -65,10 +67,7 @@ class StoredMessage(BaseModel):
     message_id: str | None = None
 
 
-class AppendMessages(BaseModel):
-    workflow_id: str
-    conversation_id: str = ""  # the conversation instance (countersign.db.schema.Conversation)
-    tenant_id: str
+class AppendMessages(ConversationRef):
     messages: list[StoredMessage]
 
 
@@ -82,12 +81,9 @@ class RepliedTurn(BaseModel):
     turn: int
 
 
-class SummaryRequest(BaseModel):
+class SummaryRequest(ConversationRef):
     """Fold the messages `seqs` (and the previous summary, if any) into a new summary at `seq`."""
 
-    workflow_id: str
-    conversation_id: str = ""  # the conversation instance (countersign.db.schema.Conversation)
-    tenant_id: str
     seq: int
     previous: int | None
     seqs: list[int]
@@ -99,7 +95,7 @@ def estimate_tokens(message: ChatMessage) -> int:
     return chars // CHARS_PER_TOKEN + 1
 
 
-def envelope_of(seq: int, message: ChatMessage, error: str | None = None) -> Envelope:
+def message_envelope(seq: int, message: ChatMessage, error: str | None = None) -> Envelope:
     return Envelope(
         seq=seq,
         role=message.role,
@@ -135,7 +131,7 @@ def tool_message(invocation: ToolInvocation, result: ToolResult) -> tuple[Stored
 
 
 def stored_envelope(result: StoredResult) -> Envelope:
-    """The window's envelope of a stored tool result (as `envelope_of` its message would be)."""
+    """The window's envelope of a stored tool result (as `message_envelope` its message would be)."""
     return Envelope(
         seq=result.seq,
         role="tool",
@@ -160,7 +156,7 @@ def units(log: list[Envelope]) -> list[list[Envelope]]:
     return groups
 
 
-def select_window(log: list[Envelope], policy: ContextPolicy, fold: bool = False) -> list[Envelope]:
+def select_window(log: list[Envelope], policy: WindowPolicy, fold: bool = False) -> list[Envelope]:
     """The newest messages of `log` the policy lets the model see (the newest unit always).
 
     `fold`: messages are about to be folded into the summary: keep half the window, so that the
@@ -181,7 +177,7 @@ def select_window(log: list[Envelope], policy: ContextPolicy, fold: bool = False
     return kept
 
 
-def budget_refusal(policy: ContextPolicy, used_tokens: int) -> str | None:
+def budget_refusal(policy: WindowPolicy, used_tokens: int) -> str | None:
     """Why the conversation may not call the model again, or None when it may."""
     if policy.conversation_tokens is not None and used_tokens >= policy.conversation_tokens:
         return (
@@ -205,7 +201,7 @@ class Summarized(BaseModel):
     tokens: int
 
 
-def describe_policy(policy: ContextPolicy | None) -> str:
+def describe_policy(policy: WindowPolicy | None) -> str:
     """One line for `permissions show` and `status`."""
     if policy is None:
         return f"context: last {DEFAULT_WINDOW_MESSAGES} messages (no context_policies row)"

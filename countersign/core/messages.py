@@ -10,6 +10,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from countersign.core.conversation_ref import ConversationRef
+
 Role = Literal["system", "user", "assistant", "tool"]
 
 
@@ -96,13 +98,10 @@ class ModelCaller(BaseModel):
     turn: int
 
 
-class StoredInput(BaseModel):
+class StoredInput(ConversationRef):
     """A model call whose messages the activity loads from the conversation store: the sequence
     numbers the workflow chose, where to store the reply, and the tools offered by name."""
 
-    workflow_id: str
-    conversation_id: str = ""  # the conversation instance (countersign.db.schema.Conversation)
-    tenant_id: str
     seqs: list[int]
     reply_seq: int
     call_seq: int = 0  # the reply's tool calls are stored numbered from c{call_seq + 1} (see numbered)

@@ -13,6 +13,7 @@ from pydantic import BaseModel, Field
 
 from countersign.core.bounds import Identifier, Proof, Reason
 from countersign.core.calls import CallerContext
+from countersign.core.conversation_ref import ConversationRef
 
 # registered: may be undone; done: undone (or already was); skipped: the forward step never took
 # effect; irreversible: cannot be undone (an email already delivered); failed: the compensation
@@ -80,10 +81,7 @@ class CompensationOutcome(BaseModel):
     detail: str
 
 
-class RollbackAuthorization(BaseModel):
-    tenant_id: str
-    workflow_id: str
-    conversation_id: str = ""  # the conversation instance (countersign.db.schema.Conversation)
+class RollbackAuthorization(ConversationRef):
     conversation_user: str
     request: RollbackRequest
 
@@ -96,12 +94,9 @@ def undo_state(outcome: str) -> EntryState:
     return UNDO_STATE.get(outcome, "irreversible")
 
 
-class EndedRollback(BaseModel):
+class EndedRollback(ConversationRef):
     """A rollback of a conversation that has ended: the input of the short rollback workflow."""
 
-    tenant_id: str
-    workflow_id: str
-    conversation_id: str = ""  # the conversation instance (countersign.db.schema.Conversation)
     conversation_user: str
     request: RollbackRequest
 

@@ -22,19 +22,19 @@ import json
 
 from pydantic import BaseModel
 
+from countersign.core.conversation_ref import ConversationRef
+
 SEAL_VERSION = "countersign-carried-v3"
 # Seals made before they named the sealing run: a conversation an earlier build sealed still
 # continues (once: its seal is spent like any other).
 UNBOUND_SEAL_VERSION = "countersign-carried-v2"
 
 
-class ConversationInstance(BaseModel):
+class ConversationInstance(ConversationRef):
     """Whose conversation an instance is: recorded by its first run (`conversations`), checked by
     every later one, and bound into every seal."""
 
-    conversation_id: str
-    workflow_id: str
-    tenant_id: str
+    conversation_id: str  # always an instance: a seal binds it
     user_id: str
     agent: str
 

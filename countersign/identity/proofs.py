@@ -42,6 +42,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from countersign.core.approvals import PendingCall
 from countersign.core.bounds import loads_strict
+from countersign.core.conversation_ref import ConversationRef
 from countersign.db.schema import ProofCheck
 from countersign.runtime.config import DATA_DIR
 
@@ -82,17 +83,15 @@ def args_digest(arguments: str | Mapping[str, Any] | None) -> str:
     return hashlib.sha256(canonical_json(value).encode("utf-8", "surrogatepass")).hexdigest()
 
 
-class Binding(BaseModel):
+class Binding(ConversationRef):
     """What one proof is for. The verifier builds the binding it expects from the conversation's own
-    state (the pending call's arguments, the conversation's tenant), never from the client."""
+    state (the pending call's arguments, the conversation's tenant), never from the client.
 
-    tenant_id: str
-    workflow_id: str
-    # the conversation instance (db.instances): for a decision (with the pending call's tool, its
-    # risk and the approval's nonce, as the worker recorded them), an answer, a rollback and an end.
-    # A start and a message bind the workflow id: no instance exists before a start, and a keyed
-    # message may start the next one.
-    conversation_id: str = ""
+    The conversation instance is bound for a decision (with the pending call's tool, its risk and
+    the approval's nonce, as the worker recorded them), an answer, a rollback and an end. A start
+    and a message bind the workflow id only (`conversation_id` ""): no instance exists before a
+    start, and a keyed message may start the next one."""
+
     action: ProofAction
     # the call id; `conversation` for end; `<scope>:<call id>` for a rollback; the agent for a
     # start; the message id for a message
@@ -111,10 +110,8 @@ class Binding(BaseModel):
     ) -> Binding:
         """A decision on a pending call, bound to the call as the worker recorded it and to the
         arguments the tool will run with (the call's own, or the approver's edit)."""
-        return cls(
-            tenant_id=call.tenant_id,
-            workflow_id=call.workflow_id,
-            conversation_id=call.conversation_id,
+        return cls.at(
+            call,
             action=decision,
             target=call.call_id,
             args_sha256=args_digest(arguments),

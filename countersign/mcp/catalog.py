@@ -111,7 +111,7 @@ def argument_errors(spec: ToolSpec, arguments: dict[str, Any]) -> str | None:
     )
 
 
-def envelope_of(outcome: CallOutcome, tool: str) -> ToolResult:
+def mcp_result(outcome: CallOutcome, tool: str) -> ToolResult:
     """The envelope the model sees (before the common redaction and truncation)."""
     text = "\n".join(outcome.texts)
     if outcome.is_error:

@@ -25,7 +25,7 @@ from countersign.db.people import roles_of
 from countersign.db.schema import AgentProfile, AgentToolPermission
 from countersign.mcp.servers import server_of
 from countersign.server.door import CALLER
-from countersign.server.service import InboxError, refuse_keys_twice
+from countersign.server.http import HttpRefusal, refuse_keys_twice
 from tools.registry import REGISTRY
 from tools.tiers import ADMIN_ROLE, change_tenant_tier, risk_and_default, tenant_tiers, tier_refusal
 
@@ -55,7 +55,7 @@ def provider_of(tool: str) -> str:
 
 async def grants_of(session: AsyncSession, agent: str) -> list[AgentToolPermission]:
     if await session.get(AgentProfile, agent) is None:
-        raise InboxError(404, f"no agent {agent}")
+        raise HttpRefusal(404, f"no agent {agent}")
     query = select(AgentToolPermission).where(AgentToolPermission.agent == agent)
     return list(await session.scalars(query.order_by(AgentToolPermission.tool)))
 
@@ -64,9 +64,9 @@ async def admin_of(request: web.Request, session: AsyncSession) -> tuple[str, st
     """(tenant, admin) for a logged-in admin of their tenant; else 403."""
     caller = request[CALLER]
     if caller.person is None:
-        raise InboxError(403, "an API token cannot change tools")
+        raise HttpRefusal(403, "an API token cannot change tools")
     if ADMIN_ROLE not in (await roles_of(session, caller.tenant_id, caller.person) or []):
-        raise InboxError(403, f"only an admin of {caller.tenant_id} sees and changes its agents' tools")
+        raise HttpRefusal(403, f"only an admin of {caller.tenant_id} sees and changes its agents' tools")
     return caller.tenant_id, caller.person
 
 
@@ -117,7 +117,7 @@ async def tools(request: web.Request) -> web.Response:
 
 async def replace_tools(request: web.Request) -> web.Response:
     if request.content_type != "application/json":
-        raise InboxError(415, "send JSON (Content-Type: application/json)")
+        raise HttpRefusal(415, "send JSON (Content-Type: application/json)")
     raw = await request.read()
     refuse_keys_twice(raw)
     try:
@@ -130,20 +130,20 @@ async def replace_tools(request: web.Request) -> web.Response:
             if legacy
             else f"invalid request: {err.errors()[0]['msg']}"
         )
-        raise InboxError(400, reason) from None
+        raise HttpRefusal(400, reason) from None
     agent, caller = request.match_info["agent"], request[CALLER]
     if caller.person is None:
-        raise InboxError(403, "an API token cannot change tools")
+        raise HttpRefusal(403, "an API token cannot change tools")
     tenant, person = caller.tenant_id, caller.person
     if body.tenantId is not None and body.tenantId != tenant:
-        raise InboxError(403, f"{person} may change the tools of {tenant} only, not of {body.tenantId}")
+        raise HttpRefusal(403, f"{person} may change the tools of {tenant} only, not of {body.tenantId}")
     sessions = request.app[AGENT_TOOLS]
     async with sessions() as session:
         is_admin = ADMIN_ROLE in (await roles_of(session, tenant, person) or [])
         before = {row["toolName"]: row["permissionStatus"] for row in await current(session, tenant, agent)}
     wanted = {t.toolName: t.permissionStatus for t in body.tools}
     if len(wanted) != len(body.tools) or wanted.keys() != before.keys():
-        raise InboxError(
+        raise HttpRefusal(
             400, f"list every tool of {agent} once: {', '.join(sorted(before)) or 'it has none'}"
         )
     changes = {tool: tier for tool, tier in wanted.items() if tier != before[tool]}
@@ -167,7 +167,7 @@ async def replace_tools(request: web.Request) -> web.Response:
                 via="inbox",
             )
     if refused:
-        raise InboxError(403, "; ".join(f"{tool}: {reason}" for tool, reason in refused.items()))
+        raise HttpRefusal(403, "; ".join(f"{tool}: {reason}" for tool, reason in refused.items()))
     async with sessions() as session:
         return web.json_response({"tools": await current(session, tenant, agent)})
 

@@ -1,5 +1,7 @@
-"""The inbox over HTTP (aiohttp, already the scripted model's server): the JSON API of the contract,
-server-sent events, and the page.
+"""The one HTTP server, put together (aiohttp): its sides are the requesters' door (the
+conversation API, countersign.server.door, and the /chat page) and the reviewers' inbox
+(countersign.server.inbox_routes, and the page at /); this module adds what they share: sign-in
+(password or OIDC), the middleware that finds the caller and answers refusals, and the pages.
 
 Authentication: `POST /api/login` answers a bearer token and also sets it as an HttpOnly,
 SameSite=Strict cookie, so the page (and its EventSource, which cannot send headers) is signed in
@@ -9,11 +11,8 @@ form cannot send: with SameSite=Strict, that keeps other sites from deciding in 
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import json
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -29,36 +28,19 @@ from countersign.identity import tokens
 from countersign.identity.mode import recorded_mode
 from countersign.identity.proofs import load_private_key
 from countersign.runtime.config import Settings
-from countersign.server import agent_tools, chat, drafts
-from countersign.server.auth import SESSION_TTL, Reviewer, SessionClaims
-from countersign.server.conversation_events import ConversationEvents, resume_point, stream_events
-from countersign.server.door import CALLER, REQUESTERS, add_routes, on_conversation, parse, recorded
+from countersign.server import agent_tools, chat, door, drafts, inbox_routes
+from countersign.server.auth import SESSION_TTL, SessionClaims
+from countersign.server.conversation_events import ConversationEvents
+from countersign.server.door import CALLER, REQUESTERS
+from countersign.server.http import COOKIE, REVIEWER, SESSION, HttpRefusal, bearer_of, error, parse
+from countersign.server.inbox import Inbox, LoginRequest
+from countersign.server.inbox_routes import INBOX
 from countersign.server.oidc import CALLBACK_PATH, FLOW_TTL, OidcConfig, OidcProvider, OidcRefused, open_flow
-from countersign.server.requesters import AnswerBody, ApiRate, Caller, Requesters
-from countersign.server.service import (
-    AlwaysAllowRequest,
-    AnswerRequest,
-    BatchRequest,
-    DecisionRequest,
-    Inbox,
-    InboxError,
-    LoginRequest,
-    PendingItem,
-)
+from countersign.server.requesters import ApiRate, Caller, Requesters
 
 HERE = Path(__file__).resolve().parent
-COOKIE = "countersign_session"
 FLOW_COOKIE = "countersign_oidc_flow"
 MAX_BODY = 256 * 1024
-# How often the events stream looks for new, decided and expired approvals (one poll per tenant
-# with an open inbox, shared by its reviewers), and how often an idle stream sends a keep-alive.
-POLL_INTERVAL_S = 0.25
-KEEPALIVE_S = 15.0
-MAX_STREAMS_PER_SESSION = 8  # a reviewer's tabs; each stream holds a connection open
-SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
-REVIEWER = web.RequestKey("reviewer", Reviewer)
-SESSION = web.RequestKey("session", SessionClaims)
-INBOX = web.AppKey("inbox", Inbox)
 OIDC = web.AppKey("oidc", OidcProvider)
 TRUSTED_PROXIES = web.AppKey("trusted_proxies", frozenset[str])
 SECURE_COOKIES = web.AppKey("secure_cookies", bool)
@@ -70,18 +52,6 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 _templates = jinja2.Environment(
     loader=jinja2.FileSystemLoader(HERE / "templates"), autoescape=True, enable_async=False
 )
-
-
-def error(status: int, message: str, retry_after_s: int | None = None) -> web.Response:
-    headers = {"Retry-After": str(retry_after_s)} if retry_after_s is not None else None
-    return web.json_response({"error": message}, status=status, headers=headers)
-
-
-def bearer_of(request: web.Request) -> str | None:
-    """The bearer token (an API token or a session token), else the page's session cookie."""
-    header = request.headers.get("Authorization", "")
-    token = header[7:] if header.lower().startswith("bearer ") else request.cookies.get(COOKIE)
-    return token if token and len(token) <= 4096 else None
 
 
 async def session_of(request: web.Request) -> SessionClaims | None:
@@ -109,7 +79,7 @@ def client_of(request: web.Request) -> str:
 @web.middleware
 async def errors_and_auth(request: web.Request, handler: Handler) -> web.StreamResponse:
     """API calls other than login need a session, or an API token for the conversation API;
-    InboxError becomes its JSON error."""
+    HttpRefusal becomes its JSON error."""
     try:
         if request.path.startswith("/api/") and request.path != "/api/login":
             bearer = bearer_of(request)
@@ -127,182 +97,12 @@ async def errors_and_auth(request: web.Request, handler: Handler) -> web.StreamR
             request[SESSION], request[REVIEWER] = claims, claims.reviewer
             request[CALLER] = Caller(tenant_id=claims.reviewer.tenant_id, person=claims.reviewer.user_id)
         return await handler(request)
-    except InboxError as err:
+    except HttpRefusal as err:
         return error(err.status, str(err), err.retry_after_s)
     except web.HTTPRequestEntityTooLarge:
         return error(413, f"request body larger than {MAX_BODY} bytes")
     except RPCError as err:  # Temporal unreachable or refusing: say so, in the API's shape
         return error(503, f"Temporal: {err.message}")
-
-
-# --- live updates --------------------------------------------------------------------------------
-
-
-@dataclass
-class TenantFeed:
-    items: dict[str, PendingItem] = field(default_factory=dict)
-    listeners: set[asyncio.Queue[None]] = field(default_factory=set)
-    task: asyncio.Task[None] | None = None
-    # Held while the first stream loads the list and starts the loop: streams opened together wait
-    # for it instead of each starting a loop of their own (all but the last ran forever).
-    starting: asyncio.Lock = field(default_factory=asyncio.Lock)
-
-
-class Watcher:
-    """One poll loop per tenant with an open events stream: it reads the tenant's pending approvals
-    and wakes the tenant's streams when the set changes (a call waits, is decided, expires)."""
-
-    def __init__(self, inbox: Inbox) -> None:
-        self._inbox = inbox
-        self._feeds: dict[str, TenantFeed] = {}
-        self._streams: dict[str, int] = {}  # open streams per session
-        self.loops = 0  # poll loops running now: one per tenant with an open stream, never more
-
-    @contextlib.contextmanager
-    def stream_of(self, session_id: str) -> Iterator[None]:
-        """Count one open stream of a session; InboxError 429 past MAX_STREAMS_PER_SESSION."""
-        if self._streams.get(session_id, 0) >= MAX_STREAMS_PER_SESSION:
-            raise InboxError(
-                429,
-                f"at most {MAX_STREAMS_PER_SESSION} live streams per session; close a tab",
-                retry_after_s=5,
-            )
-        self._streams[session_id] = self._streams.get(session_id, 0) + 1
-        try:
-            yield
-        finally:
-            self._streams[session_id] -= 1
-            if not self._streams[session_id]:
-                del self._streams[session_id]
-
-    def current(self, tenant_id: str) -> list[PendingItem]:
-        feed = self._feeds.get(tenant_id)
-        return list(feed.items.values()) if feed else []
-
-    def listed(self, tenant_id: str, workflow_id: str, call_id: str) -> PendingItem | None:
-        """The call as the tenant's open stream last listed it (None: no stream, or not listed)."""
-        feed = self._feeds.get(tenant_id)
-        return feed.items.get(f"{workflow_id}/{call_id}") if feed else None
-
-    @contextlib.asynccontextmanager
-    async def listen(self, tenant_id: str) -> AsyncIterator[asyncio.Queue[None]]:
-        feed = self._feeds.setdefault(tenant_id, TenantFeed())
-        queue: asyncio.Queue[None] = asyncio.Queue(maxsize=1)
-        feed.listeners.add(queue)
-        try:
-            async with feed.starting:
-                if feed.task is None:
-                    feed.items = {i.key: i for i in await self._inbox.tenant_pending(tenant_id)}
-                    feed.task = asyncio.create_task(self._poll(tenant_id, feed))
-            yield queue
-        finally:
-            feed.listeners.discard(queue)
-            if not feed.listeners:
-                if feed.task is not None:
-                    feed.task.cancel()
-                if self._feeds.get(tenant_id) is feed:
-                    del self._feeds[tenant_id]
-
-    async def _poll(self, tenant_id: str, feed: TenantFeed) -> None:
-        self.loops += 1
-        try:
-            await self._polling(tenant_id, feed)
-        finally:
-            self.loops -= 1
-
-    async def _polling(self, tenant_id: str, feed: TenantFeed) -> None:
-        while True:
-            await asyncio.sleep(POLL_INTERVAL_S)
-            try:
-                items = {i.key: i for i in await self._inbox.tenant_pending(tenant_id, feed.items)}
-            except Exception:  # Temporal briefly unreachable: keep the last view, try again
-                continue
-            if items.keys() != feed.items.keys():
-                feed.items = items
-                for queue in feed.listeners:
-                    with contextlib.suppress(asyncio.QueueFull):
-                        queue.put_nowait(None)
-
-    async def close(self) -> None:
-        for feed in self._feeds.values():
-            if feed.task is not None:
-                feed.task.cancel()
-
-
-WATCHER = web.AppKey("watcher", Watcher)
-EVENTS = web.AppKey("conversation_events", ConversationEvents)
-
-
-async def events(request: web.Request) -> web.StreamResponse:
-    """`approvals` events: the caller's pending approvals, sent at once and after every change."""
-    reviewer = request[REVIEWER]
-    inbox, watcher = request.app[INBOX], request.app[WATCHER]
-    roles = await inbox.roles(reviewer)
-    response = web.StreamResponse(headers=SSE_HEADERS)
-    with watcher.stream_of(request[SESSION].session_id):
-        await response.prepare(request)
-        with contextlib.suppress(ConnectionResetError):  # the reviewer closed the page
-            await stream_approvals(response, watcher, inbox, request[SESSION], roles)
-    return response
-
-
-async def stream_approvals(
-    response: web.StreamResponse, watcher: Watcher, inbox: Inbox, claims: SessionClaims, roles: list[str]
-) -> None:
-    """Until the session ends (logout, password change, user removed, expiry), checked at every
-    change and keep-alive: then the stream closes, and the page's reconnect is refused."""
-    reviewer = claims.reviewer
-    async with watcher.listen(reviewer.tenant_id) as changed:
-        changed_now = True
-        while await inbox.live(claims):
-            if changed_now:
-                mine = [
-                    i.as_json()
-                    for i in watcher.current(reviewer.tenant_id)
-                    if inbox.may_decide(i, reviewer, roles)
-                ]
-                await response.write(f"event: approvals\ndata: {json.dumps(mine)}\n\n".encode())
-            try:  # until the next change; a comment now and then keeps proxies from closing it
-                await asyncio.wait_for(changed.get(), KEEPALIVE_S)
-                changed_now = True
-            except TimeoutError:
-                await response.write(b": keep-alive\n\n")
-                changed_now = False
-
-
-async def conversation_events(request: web.Request) -> web.StreamResponse:
-    """A conversation's events (countersign.server.conversation_events), for those who may read its
-    transcript (its user, a token acting for them, an admin of its tenant; 404 for anyone else)."""
-    requesters, caller, events = request.app[REQUESTERS], request[CALLER], request.app[EVENTS]
-    workflow_id = request.match_info["workflow_id"]
-    row = await requesters.conversation(caller, workflow_id, "transcript")
-    claims, bearer = request.get(SESSION), bearer_of(request)
-
-    async def live() -> bool:  # a logout, an expiry or a revoked token closes the stream
-        if claims is not None:
-            return await request.app[INBOX].live(claims)
-        return bearer is not None and await requesters.token_caller(bearer) is not None
-
-    with events.opened(caller.tenant_id, requesters.actor(caller, row)):
-        response = web.StreamResponse(
-            headers={
-                "Content-Type": "text/event-stream",
-                "Cache-Control": "no-cache",
-                "X-Accel-Buffering": "no",
-            }
-        )
-        await response.prepare(request)
-        with contextlib.suppress(ConnectionResetError):  # the reader went away
-            await stream_events(
-                response,
-                events,
-                requesters.client,
-                row.workflow_id,
-                resume_point(request),
-                live,
-                lambda: request.transport is None or request.transport.is_closing(),
-            )
-    return response
 
 
 # --- the JSON API --------------------------------------------------------------------------------
@@ -339,60 +139,6 @@ async def me(request: web.Request) -> web.Response:
     async with request.app[REQUESTERS].sessions() as session:  # which mode runs: the deployment's
         mode = await recorded_mode(session) or "names"
     return web.json_response({**reviewer.model_dump(), "roles": roles, "auth_mode": mode})
-
-
-async def approvals(request: web.Request) -> web.Response:
-    items = await request.app[INBOX].pending_for(request[REVIEWER])
-    return web.json_response([i.as_json() for i in items])
-
-
-async def decide(request: web.Request) -> web.Response:
-    body: DecisionRequest = await parse(request, DecisionRequest, invalid=400)
-    reviewer, match = request[REVIEWER], request.match_info
-    known = request.app[WATCHER].listed(reviewer.tenant_id, match["workflow_id"], match["call_id"])
-    approval = await request.app[INBOX].decide(reviewer, match["workflow_id"], match["call_id"], body, known)
-    return web.json_response(approval.model_dump(mode="json"))
-
-
-async def decide_batch(request: web.Request) -> web.Response:
-    """Decide several calls, across conversations; each item answers on its own (one refusal does
-    not undo the others)."""
-    body: BatchRequest = await parse(request, BatchRequest, invalid=400)
-    inbox, reviewer = request.app[INBOX], request[REVIEWER]
-    results = []
-    for item in body.items:
-        single = DecisionRequest(decision=body.decision, reason=body.reason)
-        try:
-            known = request.app[WATCHER].listed(reviewer.tenant_id, item.workflow_id, item.call_id)
-            approval = await inbox.decide(reviewer, item.workflow_id, item.call_id, single, known)
-            results.append({**item.model_dump(), "status": 200, "decision": approval.model_dump(mode="json")})
-        except InboxError as err:
-            results.append({**item.model_dump(), "status": err.status, "error": str(err)})
-    return web.json_response(results)
-
-
-async def always_allow(request: web.Request) -> web.Response:
-    """An admin's "always allow this tool for this agent", from a pending call (see Inbox.always_allow)."""
-    await parse(request, AlwaysAllowRequest, invalid=400)
-    change = await request.app[INBOX].always_allow(
-        request[REVIEWER], request.match_info["workflow_id"], request.match_info["call_id"]
-    )
-    return web.json_response(change)
-
-
-async def history(request: web.Request) -> web.Response:
-    return web.json_response(await request.app[INBOX].history(request[REVIEWER]))
-
-
-async def answer_by_body(request: web.Request) -> web.Response:
-    """The inbox's older spelling of an answer (`POST …/answer {"call_id", "text"}`), kept working:
-    the same as `POST …/answers/{call_id}`."""
-    body: AnswerRequest = await parse(request, AnswerRequest, invalid=400)
-    async with recorded(request, "answer") as record:
-        requesters, caller, row = await on_conversation(request, "answer", record)
-        await requesters.answer(caller, row, body.call_id, AnswerBody(text=body.text))
-        record.status = 202
-    return web.json_response({"sent": "answer"}, status=202)
 
 
 # --- the page ------------------------------------------------------------------------------------
@@ -486,8 +232,6 @@ def create_app(
     workflow_url: str = "",
 ) -> web.Application:
     app = web.Application(middlewares=[errors_and_auth], client_max_size=MAX_BODY)
-    app[INBOX] = inbox
-    app[EVENTS] = readers
     app[TRUSTED_PROXIES] = trusted_proxies
     app[SECURE_COOKIES] = secure_cookies
     app[WORKFLOW_URL] = workflow_url
@@ -495,37 +239,23 @@ def create_app(
         app[OIDC] = OidcProvider(oidc)
         app.router.add_get("/auth/oidc/login", oidc_login)
         app.router.add_get(CALLBACK_PATH, oidc_callback)
-    app[WATCHER] = Watcher(inbox)
-
-    async def close_watcher(app: web.Application) -> None:
-        await app[WATCHER].close()
-        await app[EVENTS].feed.close()
-
-    app.on_shutdown.append(close_watcher)
     app.router.add_get("/", page)
     app.router.add_get("/favicon.ico", favicon)
     app.router.add_static("/static/", HERE / "static")
     app.router.add_post("/api/login", login)
     app.router.add_post("/api/logout", logout)
     app.router.add_get("/api/me", me)
-    app.router.add_get("/api/approvals", approvals)
-    app.router.add_get("/api/history", history)
-    app.router.add_get("/api/events", events)
-    app.router.add_post("/api/approvals/batch", decide_batch)
-    app.router.add_post("/api/approvals/{workflow_id}/{call_id}", decide)
-    app.router.add_post("/api/approvals/{workflow_id}/{call_id}/always-allow", always_allow)
-    add_routes(app, requesters)
+    inbox_routes.add_routes(app, inbox)
+    door.add_routes(app, requesters, readers)
     agent_tools.add_routes(app, requesters.sessions)
     drafts.add_routes(app)
-    app.router.add_post("/api/conversations/{workflow_id}/answer", answer_by_body)
-    app.router.add_get("/api/conversations/{workflow_id}/events", conversation_events)
     app.router.add_get("/chat", chat_page)
     chat.add_routes(app)
     return app
 
 
 @contextlib.asynccontextmanager
-async def running_inbox(
+async def running_server(
     settings: Settings,
     host: str,
     port: int,

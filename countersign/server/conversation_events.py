@@ -28,7 +28,7 @@ from temporalio.client import Client, WorkflowExecutionStatus
 from temporalio.service import RPCError
 
 from countersign.db.events import CHANNEL, EventLog, listen_dsn
-from countersign.server.service import InboxError
+from countersign.server.http import HttpRefusal
 
 MAX_STREAMS_PER_PERSON = 8
 KEEPALIVE_S = 15.0
@@ -87,7 +87,7 @@ class ConversationEvents:
     def opened(self, tenant_id: str, user_id: str) -> Iterator[None]:
         person = (tenant_id, user_id)
         if self._open[person] >= self.limit:
-            raise InboxError(429, f"at most {self.limit} open event streams per person", retry_after_s=5)
+            raise HttpRefusal(429, f"at most {self.limit} open event streams per person", retry_after_s=5)
         self._open[person] += 1
         try:
             yield

@@ -1,5 +1,6 @@
-"""The conversation API over HTTP (CONTRACT.md, "The front door"); the work is in
-countersign.server.requesters. Every request is recorded there, refused ones included."""
+"""The requesters' side of the server: the conversation API over HTTP (CONTRACT.md, "The front
+door") and a conversation's events stream; the work is in countersign.server.requesters. Every API
+request is recorded there, refused ones included."""
 
 from __future__ import annotations
 
@@ -7,15 +8,19 @@ import contextlib
 import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 from aiohttp import web
 from pydantic import BaseModel, Field, ValidationError
 from temporalio.service import RPCError
 
 from countersign.core.bounds import Identifier
+from countersign.server import sessions
+from countersign.server.conversation_events import ConversationEvents, resume_point, stream_events
+from countersign.server.http import SESSION, SSE_HEADERS, HttpRefusal, bearer_of, invalid_request, parse
 from countersign.server.requesters import (
     AnswerBody,
+    AnswerRequest,
     Caller,
     MessageBody,
     RequesterActionName,
@@ -23,33 +28,12 @@ from countersign.server.requesters import (
     RollbackBody,
     StartBody,
 )
-from countersign.server.service import InboxError, refuse_keys_twice
 
 MAX_TURN = 2**31 - 1  # past any conversation's turns, within what PostgreSQL takes as an OFFSET
 
 CALLER = web.RequestKey("caller", Caller)
 REQUESTERS = web.AppKey("requesters", Requesters)
-M = TypeVar("M", bound=BaseModel)
-
-
-async def parse(request: web.Request, model: type[M], invalid: int = 422) -> M:
-    """The body as `model`: 415 unless JSON (a cross-site form cannot send it), 400 for a key named
-    twice, `invalid` (the conversation API's 422; the inbox's older routes answer 400) when invalid."""
-    if request.content_type != "application/json":
-        raise InboxError(415, "send JSON (Content-Type: application/json)")
-    raw = await request.read() or b"{}"
-    refuse_keys_twice(raw)
-    try:
-        return model.model_validate_json(raw)
-    except ValidationError as err:
-        raise invalid_request(err, invalid) from None
-
-
-def invalid_request(err: ValidationError, status: int = 422) -> InboxError:
-    """The first thing wrong with a request, where it is."""
-    first = err.errors()[0]
-    where = ".".join(str(p) for p in first["loc"]) or "body"
-    return InboxError(status, f"invalid request: {where}: {first['msg']}")
+EVENTS = web.AppKey("conversation_events", ConversationEvents)
 
 
 @dataclass
@@ -66,7 +50,7 @@ async def recorded(request: web.Request, action: RequesterActionName) -> AsyncIt
     record = Record(workflow_id=request.match_info.get("workflow_id"))
     try:
         yield record
-    except InboxError as err:
+    except HttpRefusal as err:
         await requesters.record(caller, record.user_id, action, record.workflow_id, err.status, str(err))
         raise
     except RPCError as err:
@@ -177,8 +161,54 @@ async def end(request: web.Request) -> web.Response:
     return web.json_response({"sent": "end"}, status=202)
 
 
-def add_routes(app: web.Application, requesters: Requesters) -> None:
+async def answer_by_body(request: web.Request) -> web.Response:
+    """The inbox's older spelling of an answer (`POST …/answer {"call_id", "text"}`), kept working:
+    the same as `POST …/answers/{call_id}`."""
+    body: AnswerRequest = await parse(request, AnswerRequest, invalid=400)
+    async with recorded(request, "answer") as record:
+        requesters, caller, row = await on_conversation(request, "answer", record)
+        await requesters.answer(caller, row, body.call_id, AnswerBody(text=body.text))
+        record.status = 202
+    return web.json_response({"sent": "answer"}, status=202)
+
+
+async def conversation_events(request: web.Request) -> web.StreamResponse:
+    """A conversation's events (countersign.server.conversation_events), for those who may read its
+    transcript (its user, a token acting for them, an admin of its tenant; 404 for anyone else)."""
+    requesters, caller, events = request.app[REQUESTERS], request[CALLER], request.app[EVENTS]
+    workflow_id = request.match_info["workflow_id"]
+    row = await requesters.conversation(caller, workflow_id, "transcript")
+    claims, bearer = request.get(SESSION), bearer_of(request)
+
+    async def live() -> bool:  # a logout, an expiry or a revoked token closes the stream
+        if claims is not None:
+            return await sessions.is_live(requesters.sessions, claims)
+        return bearer is not None and await requesters.token_caller(bearer) is not None
+
+    with events.opened(caller.tenant_id, requesters.actor(caller, row)):
+        response = web.StreamResponse(headers=SSE_HEADERS)
+        await response.prepare(request)
+        with contextlib.suppress(ConnectionResetError):  # the reader went away
+            await stream_events(
+                response,
+                events,
+                requesters.client,
+                row.workflow_id,
+                resume_point(request),
+                live,
+                lambda: request.transport is None or request.transport.is_closing(),
+            )
+    return response
+
+
+def add_routes(app: web.Application, requesters: Requesters, readers: ConversationEvents) -> None:
     app[REQUESTERS] = requesters
+    app[EVENTS] = readers
+
+    async def close_feed(app: web.Application) -> None:
+        await app[EVENTS].feed.close()
+
+    app.on_shutdown.append(close_feed)
     app.router.add_post("/api/conversations", start)
     app.router.add_get("/api/conversations/{workflow_id}", status)
     app.router.add_post("/api/conversations/{workflow_id}/messages", send)
@@ -188,3 +218,5 @@ def add_routes(app: web.Application, requesters: Requesters) -> None:
     app.router.add_post("/api/conversations/{workflow_id}/answers/{call_id}", answer)
     app.router.add_post("/api/conversations/{workflow_id}/rollback", rollback)
     app.router.add_post("/api/conversations/{workflow_id}/end", end)
+    app.router.add_post("/api/conversations/{workflow_id}/answer", answer_by_body)
+    app.router.add_get("/api/conversations/{workflow_id}/events", conversation_events)

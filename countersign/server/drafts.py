@@ -14,8 +14,8 @@ from __future__ import annotations
 from aiohttp import web
 from pydantic import ValidationError
 
-from countersign.server.door import CALLER, REQUESTERS, parse
-from countersign.server.service import InboxError
+from countersign.server.door import CALLER, REQUESTERS
+from countersign.server.http import HttpRefusal, parse
 from tools.drafts import (
     DraftChanges,
     DraftDetail,
@@ -31,15 +31,15 @@ STATES: dict[str, DraftState] = {"unsent": "unsent", "sent": "sent", "all": "all
 FAILURE_STATUS = {"NOT_FOUND": 404, "CONFLICT": 409}
 
 
-def refused(failure: ToolFailure) -> InboxError:
-    return InboxError(FAILURE_STATUS.get(failure.code, 400), str(failure))
+def refused(failure: ToolFailure) -> HttpRefusal:
+    return HttpRefusal(FAILURE_STATUS.get(failure.code, 400), str(failure))
 
 
 def draft_id_of(request: web.Request) -> int:
     raw = request.match_info["draft_id"]
     draft_id = record_id(raw)
     if draft_id is None:
-        raise InboxError(404, f"no draft {raw[:40]!r}")
+        raise HttpRefusal(404, f"no draft {raw[:40]!r}")
     return draft_id
 
 
@@ -49,7 +49,7 @@ async def list_drafts(request: web.Request) -> web.Response:
     if state is None or not (
         len(limit) <= 3 and limit.isascii() and limit.isdigit() and 1 <= int(limit) <= 100
     ):
-        raise InboxError(400, "state is unsent, sent or all; limit is 1-100")
+        raise HttpRefusal(400, "state is unsent, sent or all; limit is 1-100")
     async with request.app[REQUESTERS].sessions() as session:
         found = await drafts_of(session, request[CALLER].tenant_id, state, int(limit))
     return web.json_response(found.model_dump(mode="json"))
@@ -70,7 +70,7 @@ async def edit(request: web.Request) -> web.Response:
     try:
         args = UpdateDraftArgs.model_validate({**changes.model_dump(exclude_none=True), "draft": draft_id})
     except ValidationError:
-        raise InboxError(400, "give to, subject, body or html_body to change") from None
+        raise HttpRefusal(400, "give to, subject, body or html_body to change") from None
     async with request.app[REQUESTERS].sessions.begin() as session:
         try:
             draft = await draft_of(session, request[CALLER].tenant_id, draft_id, lock=True)

@@ -58,7 +58,7 @@ from countersign.identity import tokens
 from countersign.identity.mode import recorded_mode
 from countersign.identity.proofs import Binding, mint_proof
 from countersign.runtime.config import Settings
-from countersign.server.service import InboxError
+from countersign.server.http import HttpRefusal
 
 RequesterActionName = Literal[
     "start", "message", "answer", "rollback", "end", "status", "transcript", "reply", "audit"
@@ -135,6 +135,13 @@ class AnswerBody(BaseModel):
     text: Text
 
 
+class AnswerRequest(BaseModel, extra="forbid"):
+    """The inbox's older spelling of an answer (`POST …/answer`): the call in the body, not the path."""
+
+    call_id: str = Field(min_length=1, max_length=100)
+    text: str = Field(min_length=1, max_length=10_000)
+
+
 class RollbackBody(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -185,7 +192,7 @@ class Requesters:
                 )
                 if wait_s is not None:
                     who = "this token" if key.startswith("api:token") else user_id
-                    raise InboxError(
+                    raise HttpRefusal(
                         429, f"too many requests from {who}; try again shortly", max(1, round(wait_s))
                     )
 
@@ -220,14 +227,14 @@ class Requesters:
         async with self.sessions() as session:
             row = await session.get(Conversation, workflow_id[:300])
             if row is None or row.tenant_id != caller.tenant_id:
-                raise InboxError(404, f"no conversation {workflow_id}")
+                raise HttpRefusal(404, f"no conversation {workflow_id}")
             if caller.may_act_for(row.user_id):
                 return row
             if caller.person is not None and action in ADMIN_MAY:
                 roles = await roles_of(session, caller.tenant_id, caller.person) or []
                 if ADMIN in roles:
                     return row
-        raise InboxError(404, f"no conversation {workflow_id}")
+        raise HttpRefusal(404, f"no conversation {workflow_id}")
 
     def actor(self, caller: Caller, row: Conversation) -> str:
         """Whom an action on `row` is taken by: the person, or the user the token acts for."""
@@ -242,13 +249,13 @@ class Requesters:
         """Whose conversation a start makes: the person's own, or one of the token's users."""
         if caller.token is not None:
             if body.user_id is None:
-                raise InboxError(422, "an API token names the user it acts for: user_id")
+                raise HttpRefusal(422, "an API token names the user it acts for: user_id")
             if not caller.may_act_for(body.user_id):
-                raise InboxError(403, f"token {caller.token.name} may not act for {body.user_id}")
+                raise HttpRefusal(403, f"token {caller.token.name} may not act for {body.user_id}")
             return body.user_id
         assert caller.person is not None
         if body.user_id is not None and body.user_id != caller.person:
-            raise InboxError(403, f"{caller.person} may start conversations only as themselves")
+            raise HttpRefusal(403, f"{caller.person} may start conversations only as themselves")
         return caller.person
 
     async def start(self, caller: Caller, user_id: str, body: StartBody) -> Started:
@@ -256,7 +263,7 @@ class Requesters:
         try:
             workflow_id = keyed_workflow_id(tenant, body.key) if body.key else new_workflow_id(tenant)
         except ValueError as err:
-            raise InboxError(422, str(err)) from None
+            raise HttpRefusal(422, str(err)) from None
         start = StartConversation(
             tenant_id=tenant,
             user_id=user_id,
@@ -292,9 +299,9 @@ class Requesters:
         conversation's row stays its first user's: another user's key answers 409."""
         async with self.sessions.begin() as session:
             if await session.get(User, (start.tenant_id, start.user_id)) is None:
-                raise InboxError(422, f"no user {start.user_id} in {start.tenant_id}")
+                raise HttpRefusal(422, f"no user {start.user_id} in {start.tenant_id}")
             if await session.get(AgentProfile, start.agent) is None:
-                raise InboxError(422, f"no agent {start.agent}")
+                raise HttpRefusal(422, f"no agent {start.agent}")
             mode = await recorded_mode(session) or "names"
             owner = await session.scalar(
                 insert(Conversation)
@@ -312,7 +319,7 @@ class Requesters:
                 .returning(Conversation.user_id)
             )
         if owner != start.user_id:
-            raise InboxError(409, f"the conversation key {key} belongs to another user")
+            raise HttpRefusal(409, f"the conversation key {key} belongs to another user")
 
     def _message(
         self, tenant_id: str, user_id: str, workflow_id: str, text: str, message_id: str | None
@@ -334,7 +341,7 @@ class Requesters:
             await self.client.get_workflow_handle(row.workflow_id).signal(name, payload)
         except RPCError as err:
             if err.status == RPCStatusCode.NOT_FOUND:
-                raise InboxError(409, f"conversation {row.workflow_id} has ended") from None
+                raise HttpRefusal(409, f"conversation {row.workflow_id} has ended") from None
             raise
 
     # --- answers, rollback, end --------------------------------------------------------------------
@@ -353,7 +360,7 @@ class Requesters:
         """Signal a proven rollback to a running conversation (None); an ended one is undone by a
         ConversationRollback workflow here, and its entries are the answer."""
         if body.scope == "call" and not body.call_id:
-            raise InboxError(422, "a rollback of scope call needs a call_id")
+            raise HttpRefusal(422, "a rollback of scope call needs a call_id")
         user = self.actor(caller, row)
         instance = await self._instance(row)
         binding = Binding.rollback(row.tenant_id, row.workflow_id, instance, body.scope, body.call_id)
@@ -366,7 +373,7 @@ class Requesters:
             return None
         outcome = await roll_back_ended(self.client, self._settings, row.workflow_id, request)
         if outcome.refused:
-            raise InboxError(403, f"rollback refused: {outcome.refused}")
+            raise HttpRefusal(403, f"rollback refused: {outcome.refused}")
         return outcome.entries
 
     async def end(self, caller: Caller, row: Conversation) -> None:
@@ -382,7 +389,7 @@ class Requesters:
         instance = row.conversation_id
         while instance is None or instance == PENDING:
             if asyncio.get_running_loop().time() > deadline:
-                raise InboxError(
+                raise HttpRefusal(
                     409, f"conversation {row.workflow_id} has not started yet: try again in a moment"
                 )
             await asyncio.sleep(0.1)
@@ -405,7 +412,7 @@ class Requesters:
             return await conversation_status(self.client, self._settings, row.workflow_id)
         except RPCError as err:
             if err.status == RPCStatusCode.NOT_FOUND:
-                raise InboxError(404, f"no conversation {row.workflow_id} (not started, or gone)") from None
+                raise HttpRefusal(404, f"no conversation {row.workflow_id} (not started, or gone)") from None
             raise
 
     async def transcript(self, row: Conversation) -> list[ChatMessage]:
@@ -457,7 +464,7 @@ class Requesters:
                 if waiting.done():
                     failed = waiting.exception()
                     if isinstance(failed, WorkflowUpdateFailedError):  # the message was refused
-                        raise InboxError(409, str(failed.cause or failed))
+                        raise HttpRefusal(409, str(failed.cause or failed))
                     result: TurnResult | None = None if failed else waiting.result()
                     if result is not None:
                         return Reply(state="replied", turn=result)

@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import hashlib
 import secrets
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Literal
 
 from sqlalchemy import delete, select, update
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from countersign.db.schema import InboxSession, User
 from countersign.server.auth import SESSION_TTL, Reviewer, SessionClaims
@@ -80,6 +80,12 @@ async def live_reviewer(session: AsyncSession, claims: SessionClaims, now: datet
     if not secrets.compare_digest(row.credential_tag, credential_tag(password_hash)):
         return None
     return claims.reviewer
+
+
+async def is_live(sessions: async_sessionmaker[AsyncSession], claims: SessionClaims) -> bool:
+    """Whether the session of `claims` still counts now: a stream asks again as it runs."""
+    async with sessions() as session:
+        return await live_reviewer(session, claims, datetime.now(UTC)) is not None
 
 
 async def revoke(session: AsyncSession, session_id: str, now: datetime) -> bool:

@@ -26,7 +26,7 @@ from temporalio.client import Client, WorkflowExecutionStatus, WorkflowUpdateFai
 from temporalio.service import RPCError, RPCStatusCode
 
 from countersign.core.approvals import Approval, Decision, PendingCall, approver_refusal
-from countersign.core.bounds import MAX_REASON_CHARS, DuplicateKey, loads_strict
+from countersign.core.bounds import MAX_REASON_CHARS
 from countersign.core.calls import Risk
 from countersign.core.messages import ChatMessage
 from countersign.core.shown import argument_lines, argument_warnings
@@ -37,6 +37,7 @@ from countersign.db.schema import ApprovalDecision, ApprovalRequest, ToolExecuti
 from countersign.identity.proofs import Binding, mint_proof
 from countersign.server import sessions, throttle
 from countersign.server.auth import Reviewer, SessionClaims, issue_session, read_session
+from countersign.server.http import HttpRefusal
 from countersign.server.oidc import Flow, OidcConfig, OidcRefused, reviewer_for, seal_flow
 from tools.registry import REGISTRY
 from tools.tiers import change_tenant_tier
@@ -44,26 +45,6 @@ from tools.tiers import change_tenant_tier
 MAX_ARGS_CHARS = 100_000
 LAST_MESSAGES = 4
 LIVE_FOR_S = 5.0  # a conversation Temporal said runs is taken to run this long before it is asked again
-
-
-class InboxError(Exception):
-    """A refusal for the client: HTTP status and a one-line reason (429: with Retry-After)."""
-
-    def __init__(self, status: int, message: str, retry_after_s: int | None = None) -> None:
-        super().__init__(message)
-        self.status = status
-        self.retry_after_s = retry_after_s
-
-
-def refuse_keys_twice(raw: bytes) -> None:
-    """InboxError 400 when the body's JSON names a key twice in one object: refused, never resolved
-    one way here and another elsewhere. Anything else wrong with it is for the body's model to say."""
-    try:
-        loads_strict(raw)
-    except DuplicateKey as err:
-        raise InboxError(400, f"invalid request: {err}") from None
-    except (ValueError, RecursionError):
-        pass  # not JSON (or nested past the parser): the model's validation says why
 
 
 # --- what clients send (validated at the edge) -------------------------------------------------
@@ -96,11 +77,6 @@ class AlwaysAllowRequest(BaseModel, extra="forbid"):
     """A standing change of the tenant's tier: the client confirms it explicitly (the page asks)."""
 
     confirm: Literal[True]
-
-
-class AnswerRequest(BaseModel, extra="forbid"):
-    call_id: str = Field(min_length=1, max_length=100)
-    text: str = Field(min_length=1, max_length=10_000)
 
 
 # --- what the inbox shows ------------------------------------------------------------------------
@@ -201,7 +177,7 @@ class Inbox:
         """A session token for a right password, unless `client` or the account is throttled
         (countersign.server.throttle); every attempt is recorded in `login_attempts`."""
         tenant, user, now = request.tenant_id, request.user_id, datetime.now(UTC)
-        refusal: InboxError | None = None
+        refusal: HttpRefusal | None = None
         async with self._sessions.begin() as session:
             try:
                 await throttle.lock_account(session, tenant, user)
@@ -210,14 +186,14 @@ class Inbox:
                 outcome, reason = ("accepted", None) if ok else ("bad_credentials", "wrong password")
             except throttle.Throttled as err:
                 outcome, reason = "throttled", str(err)
-                refusal = InboxError(429, str(err), retry_after_s=err.retry_after_s)
+                refusal = HttpRefusal(429, str(err), retry_after_s=err.retry_after_s)
             await throttle.record(
                 session, tenant_id=tenant, user_id=user, client=client, method="password",
                 outcome=outcome, reason=reason, now=now,
             )  # fmt: skip
             if outcome == "accepted":
                 return await self.open_session(session, Reviewer(tenant_id=tenant, user_id=user), "password")
-        raise refusal or InboxError(401, "unknown user or wrong password")
+        raise refusal or HttpRefusal(401, "unknown user or wrong password")
 
     async def login_oidc(self, config: OidcConfig, claims: dict[str, Any], client: str) -> str:
         """A session token for the user verified claims name (OidcRefused when none; recorded)."""
@@ -266,8 +242,7 @@ class Inbox:
         return claims if claims is not None and await self.live(claims) else None
 
     async def live(self, claims: SessionClaims) -> bool:
-        async with self._sessions() as session:
-            return await sessions.live_reviewer(session, claims, datetime.now(UTC)) is not None
+        return await sessions.is_live(self._sessions, claims)
 
     async def logout(self, claims: SessionClaims) -> None:
         async with self._sessions.begin() as session:
@@ -401,7 +376,7 @@ class Inbox:
             )
         return item_of(row, []) if row is not None else None
 
-    async def _not_pending(self, workflow_id: str, call_id: str) -> InboxError:
+    async def _not_pending(self, workflow_id: str, call_id: str) -> HttpRefusal:
         """404, or 409 when the call of the conversation its workflow id names now was decided or ran."""
         instance = current_instance(workflow_id)
         async with self._sessions() as session:
@@ -421,8 +396,8 @@ class Inbox:
                 )
             )
         if decided is not None or executed is not None:
-            return InboxError(409, f"call {call_id} is no longer pending ({executed or 'decided'})")
-        return InboxError(404, f"no pending call {call_id} in {workflow_id}")
+            return HttpRefusal(409, f"call {call_id} is no longer pending ({executed or 'decided'})")
+        return HttpRefusal(404, f"no pending call {call_id} in {workflow_id}")
 
     async def decide(
         self,
@@ -442,9 +417,9 @@ class Inbox:
         still pending is the workflow's to say where it records the decision, as it always is (a
         stale item gets 409 from there)."""
         if request.args is not None and request.decision != "approve":
-            raise InboxError(400, "edited arguments come only with an approval")
+            raise HttpRefusal(400, "edited arguments come only with an approval")
         if request.args is not None and len(json.dumps(request.args)) > MAX_ARGS_CHARS:
-            raise InboxError(400, f"edited arguments longer than {MAX_ARGS_CHARS} characters")
+            raise HttpRefusal(400, f"edited arguments longer than {MAX_ARGS_CHARS} characters")
         pending: PendingItem | None
         if known is not None and (known.workflow_id, known.call_id) == (workflow_id, call_id):
             pending, roles = known, await self.roles(reviewer)
@@ -462,7 +437,7 @@ class Inbox:
             roles,
         )
         if refusal is not None:
-            raise InboxError(403, refusal)
+            raise HttpRefusal(403, refusal)
         binding = Binding.decision(
             pending.pending_call(),
             request.decision,
@@ -512,7 +487,7 @@ class Inbox:
                 call_id=call_id,
             )
         if not change.accepted:
-            raise InboxError(403, change.reason or "refused")
+            raise HttpRefusal(403, change.reason or "refused")
         return {
             "tenant_id": change.tenant_id,
             "agent": change.agent,
@@ -525,12 +500,12 @@ class Inbox:
         }
 
 
-def refused(reason: str) -> InboxError:
+def refused(reason: str) -> HttpRefusal:
     """The HTTP status of a decision the workflow refused, from its reason."""
     if "unknown call" in reason:
-        return InboxError(404, reason)
+        return HttpRefusal(404, reason)
     if "already" in reason or "expired" in reason:
-        return InboxError(409, reason)
+        return HttpRefusal(409, reason)
     if "invalid" in reason or "edited arguments" in reason:
-        return InboxError(400, reason)
-    return InboxError(403, reason)
+        return HttpRefusal(400, reason)
+    return HttpRefusal(403, reason)

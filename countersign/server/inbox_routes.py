@@ -1,0 +1,89 @@
+"""The reviewers' side of the server: the calls waiting for them (listed, and streamed as they
+change), decisions one by one or in a batch across conversations, the history of decisions, and an
+admin's "always allow". The work is in countersign.server.inbox; the live view in
+countersign.server.watcher."""
+
+from __future__ import annotations
+
+import contextlib
+
+from aiohttp import web
+
+from countersign.server.http import REVIEWER, SESSION, SSE_HEADERS, HttpRefusal, parse
+from countersign.server.inbox import AlwaysAllowRequest, BatchRequest, DecisionRequest, Inbox
+from countersign.server.watcher import Watcher, stream_approvals
+
+INBOX = web.AppKey("inbox", Inbox)
+WATCHER = web.AppKey("watcher", Watcher)
+
+
+async def events(request: web.Request) -> web.StreamResponse:
+    """`approvals` events: the caller's pending approvals, sent at once and after every change."""
+    reviewer = request[REVIEWER]
+    inbox, watcher = request.app[INBOX], request.app[WATCHER]
+    roles = await inbox.roles(reviewer)
+    response = web.StreamResponse(headers=SSE_HEADERS)
+    with watcher.stream_of(request[SESSION].session_id):
+        await response.prepare(request)
+        with contextlib.suppress(ConnectionResetError):  # the reviewer closed the page
+            await stream_approvals(response, watcher, inbox, request[SESSION], roles)
+    return response
+
+
+async def approvals(request: web.Request) -> web.Response:
+    items = await request.app[INBOX].pending_for(request[REVIEWER])
+    return web.json_response([i.as_json() for i in items])
+
+
+async def decide(request: web.Request) -> web.Response:
+    body: DecisionRequest = await parse(request, DecisionRequest, invalid=400)
+    reviewer, match = request[REVIEWER], request.match_info
+    known = request.app[WATCHER].listed(reviewer.tenant_id, match["workflow_id"], match["call_id"])
+    approval = await request.app[INBOX].decide(reviewer, match["workflow_id"], match["call_id"], body, known)
+    return web.json_response(approval.model_dump(mode="json"))
+
+
+async def decide_batch(request: web.Request) -> web.Response:
+    """Decide several calls, across conversations; each item answers on its own (one refusal does
+    not undo the others)."""
+    body: BatchRequest = await parse(request, BatchRequest, invalid=400)
+    inbox, reviewer = request.app[INBOX], request[REVIEWER]
+    results = []
+    for item in body.items:
+        single = DecisionRequest(decision=body.decision, reason=body.reason)
+        try:
+            known = request.app[WATCHER].listed(reviewer.tenant_id, item.workflow_id, item.call_id)
+            approval = await inbox.decide(reviewer, item.workflow_id, item.call_id, single, known)
+            results.append({**item.model_dump(), "status": 200, "decision": approval.model_dump(mode="json")})
+        except HttpRefusal as err:
+            results.append({**item.model_dump(), "status": err.status, "error": str(err)})
+    return web.json_response(results)
+
+
+async def always_allow(request: web.Request) -> web.Response:
+    """An admin's "always allow this tool for this agent", from a pending call (see Inbox.always_allow)."""
+    await parse(request, AlwaysAllowRequest, invalid=400)
+    change = await request.app[INBOX].always_allow(
+        request[REVIEWER], request.match_info["workflow_id"], request.match_info["call_id"]
+    )
+    return web.json_response(change)
+
+
+async def history(request: web.Request) -> web.Response:
+    return web.json_response(await request.app[INBOX].history(request[REVIEWER]))
+
+
+def add_routes(app: web.Application, inbox: Inbox) -> None:
+    app[INBOX] = inbox
+    app[WATCHER] = Watcher(inbox)
+
+    async def close_watcher(app: web.Application) -> None:
+        await app[WATCHER].close()
+
+    app.on_shutdown.append(close_watcher)
+    app.router.add_get("/api/approvals", approvals)
+    app.router.add_get("/api/history", history)
+    app.router.add_get("/api/events", events)
+    app.router.add_post("/api/approvals/batch", decide_batch)
+    app.router.add_post("/api/approvals/{workflow_id}/{call_id}", decide)
+    app.router.add_post("/api/approvals/{workflow_id}/{call_id}/always-allow", always_allow)
