@@ -19,11 +19,13 @@ from temporalio.client import WorkflowExecutionStatus
 from countersign.core.approvals import Decision
 from countersign.core.contract import AnswerSignal
 from tests.fixtures.agent import AgentHarness
+from tests.fixtures.inbox import SignedStack
 from tests.fixtures.postgres import reset_jane
 from tests.fixtures.updates import execute_update
 from tests.test_approvals import ECHO_RESULT, audit, lead_status, qualify
 from tests.test_floods import ANSWERED, ASK, flood_until_continued, latest, task_failures, waiting
 from tests.test_floods import small_history_budget as small_history_budget
+from tests.test_front_door import HELLO, HI
 from tests.test_hostile_input import PROPERTY, ask, records
 from workflows.agent import AgentWorkflow
 
@@ -90,3 +92,51 @@ async def test_continuing_as_new_again_and_again_with_nothing_changed_keeps_the_
         )
         assert (await handle.result()).last_reply == "[scripted model] Thanks."
     assert await task_failures(agent, handle) == 0
+
+
+@pytest.mark.security
+@pytest.mark.parametrize("state", ["idle", "approval"])
+async def test_through_the_server_a_conversation_continued_twice_with_nothing_changed_still_answers(
+    signed_agent: SignedStack, db_engine: AsyncEngine, small_history_budget: None, state: str
+) -> None:
+    """The issue's case end to end: alice's conversation, started through the server, continues as
+    new twice under refused messages sent straight to Temporal; the server still says it runs,
+    alice's next message is answered (idle: before, 409 "has ended"), bob's decision through the
+    inbox is taken (waiting for a reviewer, whose carried state also holds the time waited, so its
+    runs' states differ anyway)."""
+    stack, agent = signed_agent, signed_agent.agent
+    await reset_jane(db_engine)
+    agent.script(qualify(), ECHO_RESULT, HELLO)
+    alice = await stack.login("alice")
+    first = "hello" if state == "idle" else "qualify jane"
+    code, body = await stack.call(
+        "POST", "/api/conversations", alice, {"agent": "lead-qualifier", "message": first}
+    )
+    assert code == 201, body
+    wf = body["workflow_id"]
+    agent.track(wf)
+    handle = agent.client.get_workflow_handle(wf)
+    if state == "idle":
+        code, reply = await stack.call("GET", f"/api/conversations/{wf}/reply?turn=1&wait=10", alice)
+        assert code == 200 and reply["turn"]["reply"] == HI, reply
+    else:
+        await waiting(handle, "pending_approvals")
+    refused = ("submit_message", {"user_id": "mallory", "text": "m" * 20_000})
+    for _ in range(2):
+        await flood_until_continued(agent, handle, [refused], paced=db_engine)
+    code, status = await stack.call("GET", f"/api/conversations/{wf}", alice)
+    assert code == 200 and status["state"] != "ended", status
+    if state == "idle":
+        code, body = await stack.call("POST", f"/api/conversations/{wf}/messages", alice, {"text": "hello"})
+        assert code == 202, body
+        code, reply = await stack.call(
+            "GET", f"/api/conversations/{wf}/reply?message_id={body['message_id']}&wait=10", alice
+        )
+        assert (code, reply["state"], reply["turn"]["reply"]) == (200, "replied", HI), reply
+    else:
+        bob = await stack.login("bob")
+        code, body = await stack.call("POST", f"/api/approvals/{wf}/c1", bob, {"decision": "approve"})
+        assert code == 200, body
+        code, reply = await stack.call("GET", f"/api/conversations/{wf}/reply?turn=1&wait=10", alice)
+        assert code == 200 and reply["turn"]["reply"] == "[scripted model] done", reply
+        assert await lead_status(db_engine, "acme") == "qualified"
