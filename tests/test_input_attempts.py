@@ -20,7 +20,7 @@ from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 from temporalio.service import RPCError
 
-from countersign.db.schema import ApprovalDecision, InputAudit
+from countersign.db.schema import ApprovalDecision, InputAudit, ProofCheck
 from tests.fixtures.inbox import SignedStack
 from tests.fixtures.updates import execute_update
 from tests.test_approvals import ECHO_RESULT, lead_status, pending, qualify
@@ -48,9 +48,10 @@ async def test_an_oversized_decide_leaves_no_row_for_bobs_real_decision_and_no_r
     signed_dev_agent: SignedStack, db_engine: AsyncEngine, jane_is_new: None
 ) -> None:
     """A 1.5 MB `decide` in bob's name, without a proof, is held off while the workflow tasks that
-    would accept it fail (its handler runs in each, and records its refusal); refused messages
-    arrive meanwhile. Once the server gives the update up, bob's real, proven decision through the
-    inbox is accepted first time, and each refused message is on the record exactly once."""
+    would accept it fail (its handler runs in each, and records its refusal); alice's unproven end
+    and refused messages arrive meanwhile. Once the server gives the update up, bob's real, proven
+    decision through the inbox is accepted first time, and each refused input is on the record
+    exactly once."""
     stack = signed_dev_agent
     agent = stack.agent
     agent.script(qualify(), ECHO_RESULT)
@@ -58,6 +59,11 @@ async def test_an_oversized_decide_leaves_no_row_for_bobs_real_decision_and_no_r
     call = (await pending(handle)).pending_approvals[0]
     heavy = {"call_id": call.call_id, "decision": "approve", "approver": "bob", "comment": "x" * 1_500_000}
     held = asyncio.ensure_future(handle.execute_update("decide", heavy))
+    await asyncio.sleep(1.0)  # the workflow tasks that carry it are failing by now
+    # alice's unproven end: two local activities (authorized, then its proof refused), the held
+    # update's between them in the task that fails; the retry without the update ran the proof
+    # check at the update's old position, whose proof-check row it then answered from
+    await handle.signal("end", {"requested_by": "alice"})
     for n in range(REFUSED_MESSAGES):
         await handle.signal("submit_message", {"user_id": "mallory", "text": f"flood {n}"})
         await asyncio.sleep(0.3)  # spread over the workflow tasks that fail while the update is held
@@ -66,6 +72,15 @@ async def test_an_oversized_decide_leaves_no_row_for_bobs_real_decision_and_no_r
     await until_answers(handle)
     assert await eventually(db_engine, handle.id, REFUSED_MESSAGES) >= REFUSED_MESSAGES
     assert await refusals_of(db_engine, handle.id, "mallory") == REFUSED_MESSAGES
+    async with db_engine.connect() as conn:
+        ends = (
+            await conn.execute(
+                select(ProofCheck.accepted, ProofCheck.reason).where(
+                    ProofCheck.workflow_id == handle.id, ProofCheck.action == "end"
+                )
+            )
+        ).all()
+    assert len(ends) == 1 and not ends[0].accepted and "proof" in (ends[0].reason or ""), ends
     bob = await stack.login("bob")
     status, body = await stack.call(
         "POST", f"/api/approvals/{handle.id}/{call.call_id}", bob, {"decision": "approve"}
