@@ -10,9 +10,6 @@ that a client cannot start a conversation with state it invented (countersign/co
 
 from __future__ import annotations
 
-import os
-import secrets
-from pathlib import Path
 from typing import Any
 
 from sqlalchemy import select
@@ -32,28 +29,8 @@ from countersign.core.seal import ConversationInstance, SealCheck, SealRequest, 
 from countersign.db.attempts import attempt_key, record_once
 from countersign.db.people import roles_of
 from countersign.db.schema import Conversation, InputAudit, SpentSeal
+from countersign.identity.carried_key import load_key
 from countersign.identity.mode import recorded_mode
-from countersign.runtime.config import DATA_DIR
-
-KEY_ENV = "CARRIED_STATE_KEY"
-KEY_FILE = DATA_DIR / "carried-state.key"
-
-
-def load_key(env: dict[str, str] | None = None, path: Path = KEY_FILE) -> bytes:
-    """The worker's secret for carried state: `CARRIED_STATE_KEY`, else the key file the embedded
-    stack keeps in `.data/` (created on first use, readable by its owner only). Every worker of a
-    deployment must share it: a run may continue on another worker."""
-    configured = (os.environ if env is None else env).get(KEY_ENV)
-    if configured:
-        return configured.encode()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        return path.read_bytes().strip()
-    with os.fdopen(fd, "w") as out:
-        out.write(secrets.token_hex(32))
-    return path.read_bytes().strip()
 
 
 class AuthorityActivities:
@@ -86,7 +63,8 @@ class AuthorityActivities:
 
     @activity.defn(name=SEAL_CARRIED.name)
     async def seal_carried(self, request: SealRequest) -> str:
-        return mac(self._key, request)
+        """The seal, bound to the run that asks for it: no two runs' seals are alike."""
+        return mac(self._key, request, activity.info().workflow_run_id or "")
 
     @activity.defn(name=VERIFY_CARRIED.name)
     async def verify_carried(self, check: SealCheck) -> str:

@@ -73,6 +73,7 @@ from workflows.options import (
     HEARTBEAT_TIMEOUT,
     MODEL_CALL_TIMEOUT,
     MODEL_RETRY,
+    acting_for,
     bookkeeping,
     execute,
 )
@@ -103,6 +104,7 @@ class AgentWorkflow(Handlers):
 
     @workflow.run
     async def run(self, start: StartConversation | Unreadable) -> ConversationResult:
+        acting_for("run")  # the run's own bookkeeping, apart from any input's
         if self.unreadable_start is not None:
             raise ApplicationError(
                 f"the start input was refused: {self.unreadable_start.unreadable}",

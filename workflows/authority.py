@@ -48,6 +48,7 @@ class Authority:
             digest=digest(start.carried),
             seal=start.seal,
             run_instance=workflow.info().first_execution_run_id,
+            continued_from=workflow.info().continued_run_id or "",
         )
         refuse_start(await bookkeeping(VERIFY_CARRIED, check, "verify the carried state"))
 

@@ -67,6 +67,7 @@ class Conversation:
     questions: dict[str, PendingQuestion] = field(default_factory=dict)
     # requests (`end`, `rollback`) whose authorization is still running: rollbacks wait for them
     authorizing: int = 0
+    signals: int = 0  # received this run, in history order: each names its audit rows (`acting_for`)
 
     @staticmethod
     def of(start: StartConversation) -> Conversation:

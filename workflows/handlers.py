@@ -26,12 +26,14 @@ with workflow.unsafe.imports_passed_through():
     )
     from countersign.core.messages import ChatMessage
     from countersign.core.saga import RollbackRequest, Saga
+    from countersign.observability.workflow_metrics import record_history
 
 from workflows.approvals import CONTINUING, ApprovalGate
 from workflows.authority import Authority
 from workflows.compensation import Rollbacks
 from workflows.conversation import Conversation
 from workflows.messages import MessageStore
+from workflows.options import acting_for
 
 # Updates that only wait (for a turn, a reply): a run that ends first owes them nothing.
 ABANDON = workflow.HandlerUnfinishedPolicy.ABANDON
@@ -46,10 +48,18 @@ class Handlers:
     authority: Authority
     rollbacks: Rollbacks
 
+    def _received(self) -> None:
+        """A signal's place among the run's signals names its audit rows (`acting_for`); the
+        history it grew is measured (a flood shows before it ends the run)."""
+        self.conversation.signals += 1
+        acting_for(f"signal:{self.conversation.signals}")
+        record_history(workflow.info())
+
     # --- the user's messages and answers ------------------------------------------------------
 
     @workflow.signal(name="submit_message")
     async def submit_message(self, message: SubmitMessage | Unreadable) -> None:
+        self._received()
         if isinstance(message, Unreadable):
             return await self.authority.refuse_unreadable("submit_message", message)
         conversation = self.conversation
@@ -72,6 +82,7 @@ class Handlers:
 
     @workflow.signal(name="answer")
     async def answer(self, answer: AnswerSignal | Unreadable) -> None:
+        self._received()
         if isinstance(answer, Unreadable):
             return await self.authority.refuse_unreadable("answer", answer)
         refusal = action_state_refusal("answer", answer.user_id, self.conversation.start.user_id)
@@ -92,6 +103,7 @@ class Handlers:
     async def end(self, request: EndConversation | Unreadable) -> None:
         """End the conversation: for its user or a tenant admin (the database says which), with a
         proof in APPROVER_AUTH=signed. A refusal is recorded and changes nothing."""
+        self._received()
         if isinstance(request, Unreadable):
             return await self.authority.refuse_unreadable("end", request)
         conversation = self.conversation
@@ -107,6 +119,7 @@ class Handlers:
     @workflow.signal(name="rollback")
     async def rollback(self, request: RollbackRequest | Unreadable) -> None:
         """Queue an authorized rollback; it runs between turns. A refusal is audited, nothing else."""
+        self._received()
         if isinstance(request, Unreadable):
             return await self.authority.refuse_unreadable("rollback", request)
         if request.scope == "call" and not request.call_id:
@@ -125,12 +138,14 @@ class Handlers:
 
     @workflow.signal(name="approve")
     async def approve(self, signal: ApproveSignal | Unreadable) -> None:
+        self._received()
         if isinstance(signal, Unreadable):
             return await self.authority.refuse_unreadable("approve", signal)
         await self._decide_quietly(signal.decision())
 
     @workflow.signal(name="reject")
     async def reject(self, signal: RejectSignal | Unreadable) -> None:
+        self._received()
         if isinstance(signal, Unreadable):
             return await self.authority.refuse_unreadable("reject", signal)
         await self._decide_quietly(signal.decision())

@@ -6,6 +6,8 @@ result type), so no module of `workflows/` imports I/O, and mypy checks every ar
 
 from __future__ import annotations
 
+from contextvars import ContextVar
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, TypeVar
 
@@ -22,8 +24,9 @@ Out = TypeVar("Out")
 # database restart or failover delays a call, it does not fail it.
 DB_OUTAGE_TOLERANCE = timedelta(minutes=5)
 # The maximum interval stays under the SDK's local_retry_threshold (1 min): past it, a local
-# activity's retry waits on a server timer under a new activity id, and record_decision keys its
-# audit row on the activity id (one row per decision attempt, however often it is retried).
+# activity's retry waits on a server timer under a new activity id unless it was given one (`Input`),
+# and record_decision keys its audit row on the activity id (one row per decision attempt, however
+# often it is retried).
 DB_RETRY = RetryPolicy(initial_interval=timedelta(milliseconds=500), maximum_interval=timedelta(seconds=10))
 CONTEXT_RETRY = RetryPolicy(
     initial_interval=DB_RETRY.initial_interval,
@@ -43,6 +46,52 @@ DELIVERY_RETRY = RetryPolicy(
 )
 BOOKKEEPING_TIMEOUT = timedelta(seconds=30)
 NOTICE_TIMEOUT = timedelta(seconds=60)
+
+
+@dataclass
+class Input:
+    """The client input (a signal, an update) or the run's own flow that workflow code acts for,
+    and how many local activities it has started: their ids are `<input>:<n>`.
+
+    A local activity's audit row is keyed by its activity id (countersign/db/attempts.py). The SDK's
+    default id is the activity's position in the run's command sequence, which a failed workflow
+    task does not keep: the task's markers are lost, and its retry runs the local activities again
+    at other positions (without an update the server gave up in between, or with signals that
+    arrived since). A refusal was then recorded twice, and a real decision could take the position,
+    and so the row, of a forged one. An id named after the input is the same in every retry."""
+
+    name: str
+    started: int = 0
+
+    def next_activity_id(self) -> str:
+        self.started += 1
+        return f"{self.name}:{self.started}"
+
+
+_ACTING_FOR: ContextVar[Input | None] = ContextVar("countersign_acting_for", default=None)
+
+
+def acting_for(name: str) -> None:
+    """Name the input the current handler (or the run) acts for: the local activities it and the
+    tasks it starts run from now on are keyed by it. Updates are named by their own id without
+    this (`workflow.current_update_info`); a signal has no id, so its handler names it by its
+    place among the run's signals, which history fixes."""
+    _ACTING_FOR.set(Input(name))
+
+
+# Histories recorded before activity ids named their input replay with the SDK's ids.
+INPUT_ACTIVITY_IDS = "input-activity-ids"
+
+
+def _input() -> Input | None:
+    if not workflow.patched(INPUT_ACTIVITY_IDS):
+        return None
+    acting = _ACTING_FOR.get()
+    update = workflow.current_update_info()
+    if acting is None and update is not None:
+        acting = Input(f"update:{update.id}")
+        _ACTING_FOR.set(acting)
+    return acting
 
 
 async def execute(ref: ActivityRef[In, Out], arg: In, **options: Any) -> Out:
@@ -69,4 +118,9 @@ async def bookkeeping(ref: ActivityRef[In, Out], arg: In, summary: str, *, local
         "schedule_to_close_timeout": DB_OUTAGE_TOLERANCE,
         "retry_policy": DB_RETRY,
     }
-    return await (execute_local if local else execute)(ref, arg, **options)
+    if local:
+        acting = _input()
+        if acting is not None:
+            options["activity_id"] = acting.next_activity_id()
+        return await execute_local(ref, arg, **options)
+    return await execute(ref, arg, **options)

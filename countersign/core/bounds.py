@@ -43,10 +43,24 @@ MAX_TOKENS = 100_000_000
 # signals is refused at the door, not recorded. Countersign's own payloads stay under it: a signal
 # is at most a 32 000-character text, a model reply at most activities/model.py's MAX_REPLY_BYTES.
 MAX_PAYLOAD_BYTES = 1_048_576
-# The Temporal server's dynamic config keys that enforce MAX_PAYLOAD_BYTES (warn at half).
+# Per run: the server suggests continuing as new at this history size and length (the workflow
+# honours it while idle and while it waits for people, countersign.core.history.continue_suggested),
+# and takes at most MAX_SIGNALS_PER_RUN signals, refusing more at its door (issue 40). Every signal
+# adds an event, so a run has been told to continue long before it meets the cap; a burst that
+# keeps it from continuing (its workflow tasks force-closed, FORCE_CLOSE_COMMAND) is then refused
+# before history instead of growing it to the server's 51 200 events. Bytes are not bounded this
+# way: 50 MB of history is about 50 signals of 1 MiB (docs/security.md, "Floods").
+SUGGEST_CONTINUE_BYTES = 4 * 1024 * 1024
+SUGGEST_CONTINUE_EVENTS = 4096
+MAX_SIGNALS_PER_RUN = 5000
+# The Temporal server's dynamic config keys that enforce MAX_PAYLOAD_BYTES (warn at half) and the
+# per-run limits above: the embedded dev server and compose's deploy/dynamicconfig.yaml.
 SERVER_LIMITS: dict[str, int] = {
     "limit.blobSize.error": MAX_PAYLOAD_BYTES,
     "limit.blobSize.warn": MAX_PAYLOAD_BYTES // 2,
+    "limit.historySize.suggestContinueAsNew": SUGGEST_CONTINUE_BYTES,
+    "limit.historyCount.suggestContinueAsNew": SUGGEST_CONTINUE_EVENTS,
+    "history.maximumSignalsPerExecution": MAX_SIGNALS_PER_RUN,
 }
 
 

@@ -35,7 +35,12 @@ from temporalio.worker import ActivityInboundInterceptor, ExecuteActivityInput, 
 
 from countersign.core.calls import StoredResult, ToolInvocation, ToolResult, UnexecutedCall, outcome_of
 from countersign.core.messages import ModelReply, ModelRequest
-from countersign.observability.workflow_metrics import APPROVAL_WAIT, APPROVAL_WAIT_BUCKETS
+from countersign.observability.workflow_metrics import (
+    APPROVAL_WAIT,
+    APPROVAL_WAIT_BUCKETS,
+    HISTORY_BYTES,
+    HISTORY_BYTES_BUCKETS,
+)
 from countersign.runtime.circuit import CircuitBreaker
 from countersign.runtime.ports import free_port
 from tools.registry import REGISTRY
@@ -209,7 +214,10 @@ def sdk_runtime(bind_address: str) -> Runtime:
                 bind_address=bind_address,
                 counters_total_suffix=True,
                 durations_as_seconds=True,
-                histogram_bucket_overrides={APPROVAL_WAIT: list(APPROVAL_WAIT_BUCKETS)},
+                histogram_bucket_overrides={
+                    APPROVAL_WAIT: list(APPROVAL_WAIT_BUCKETS),
+                    HISTORY_BYTES: list(HISTORY_BYTES_BUCKETS),
+                },
             )
         )
     )

@@ -10,12 +10,22 @@ Imported by the workflow (through the sandbox's pass-through): no I/O here.
 
 from __future__ import annotations
 
+from typing import Protocol
+
 from temporalio import workflow
 
 TURNS = "countersign_turns"
 APPROVAL_WAIT = "countersign_approval_wait_seconds"
 # Approvals wait for people: seconds to a day (the default approval timeout).
 APPROVAL_WAIT_BUCKETS = (1.0, 5.0, 15.0, 60.0, 300.0, 900.0, 3600.0, 4 * 3600.0, 24 * 3600.0)
+HISTORY_BYTES = "countersign_history_bytes"
+# A run continues as new at 4 MB (the server's suggestion) or 10 MB (countersign.core.history);
+# Temporal terminates one at 50 MB. Past 20 MB something keeps it from continuing: deploy/alerts.yml.
+HISTORY_BYTES_BUCKETS = (1_000_000.0, 4_000_000.0, 10_000_000.0, 20_000_000.0, 40_000_000.0, 50_000_000.0)
+
+
+class HistoryInfo(Protocol):
+    def get_current_history_size(self) -> int: ...
 
 
 def record_turn(agent: str, stop: str) -> None:
@@ -31,3 +41,12 @@ def record_approval_wait(risk: str, decision: str, seconds: float) -> None:
     workflow.metric_meter().create_histogram_float(
         APPROVAL_WAIT, "Time tool calls waited for an approval decision", "s"
     ).record(max(seconds, 0.0), {"risk": risk, "decision": decision})
+
+
+def record_history(info: HistoryInfo) -> None:
+    """The run's history size when a signal arrives: a flood that grows a history past the point
+    where the run should have continued as new (its workflow tasks force-closed by the server while
+    signals keep coming, FORCE_CLOSE_COMMAND) shows here before Temporal's 50 MB limit ends it."""
+    workflow.metric_meter().create_histogram(
+        HISTORY_BYTES, "History size of conversation runs when a signal arrives, in bytes"
+    ).record(info.get_current_history_size())

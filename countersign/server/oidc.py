@@ -269,8 +269,14 @@ async def reviewer_for(session: AsyncSession, config: OidcConfig, claims: dict[s
     tenant = config.tenant or _claim(claims, config.tenant_claim)
     named = _claim(claims, config.user_claim)
     if config.user_match == "email":
-        if claims.get("email_verified") is False:
-            raise OidcRefused(f"the provider has not verified {named}")
+        # Only the boolean true vouches (a missing claim or the string "false" does not), and it
+        # vouches for the `email` claim only: a match on any other claim must name that address.
+        if claims.get("email_verified") is not True:
+            raise OidcRefused(f"the provider has not verified {named} (email_verified is not true)")
+        if config.user_claim != "email" and claims.get("email") != named:
+            raise OidcRefused(
+                f"{named} (claim {config.user_claim!r}) is not the email address the provider verified"
+            )
         match = func.lower(User.email) == named.lower()
     else:
         match = User.id == named

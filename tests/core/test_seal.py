@@ -8,13 +8,16 @@ refused as forged.
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from countersign.core.contract import CarriedState
 from countersign.core.messages import Usage
-from countersign.core.seal import SealCheck, SealRequest, digest, mac, verify
+from countersign.core.seal import UNBOUND_SEAL_VERSION, SealCheck, SealRequest, digest, mac, verify
 
 
 class NextBuildsCarriedState(CarriedState):
@@ -49,7 +52,7 @@ def test_states_that_differ_have_different_digests(
     assert (digest(carried(*first)) == digest(carried(*second))) == (first == second)
 
 
-# --- the seal: bound to whose conversation it is, and to this instance ----------------------------
+# --- the seal: bound to whose conversation it is, to this instance and to the run that made it ---
 
 KEY = b"worker-secret"
 INSTANCE = {
@@ -63,9 +66,9 @@ INSTANCE = {
 
 def sealed(**changes: str) -> SealCheck:
     request = SealRequest(**INSTANCE, digest=digest(carried(3, 5, None)))
-    return SealCheck(**request.model_dump(), seal=mac(KEY, request), run_instance="run-1").model_copy(
-        update=changes
-    )
+    return SealCheck(
+        **request.model_dump(), seal=mac(KEY, request, "run-0"), run_instance="run-1", continued_from="run-0"
+    ).model_copy(update=changes)
 
 
 def test_a_seal_made_for_this_conversation_and_state_verifies() -> None:
@@ -104,5 +107,39 @@ def test_a_seal_moved_to_another_instance_with_its_id_does_not_verify() -> None:
 def test_only_the_deployments_key_makes_a_seal() -> None:
     assert verify(b"another-secret", sealed()) != ""
     request = SealRequest(**INSTANCE, digest="0" * 64)
-    assert mac(KEY, request) != mac(b"another-secret", request)
-    assert len(mac(KEY, request)) == 64 and mac(KEY, request) == mac(KEY, request)
+    assert mac(KEY, request, "run-0") != mac(b"another-secret", request, "run-0")
+    assert len(mac(KEY, request, "run-0")) == 64
+    assert mac(KEY, request, "run-0") == mac(KEY, request, "run-0")
+
+
+def check(seal: str, continued_from: str, state: CarriedState) -> SealCheck:
+    return SealCheck(
+        **INSTANCE, digest=digest(state), seal=seal, run_instance="run-1", continued_from=continued_from
+    )
+
+
+@given(runs=st.lists(st.uuids().map(str), min_size=2, max_size=10, unique=True))
+def test_the_same_state_sealed_by_successive_runs_never_repeats_a_seal(runs: list[str]) -> None:
+    """Refused inputs change nothing carried: an idle conversation continuing as new again and again
+    seals the same state each time. Each run's seal is its own, and verifies only for the run that
+    continued from it."""
+    state = carried(3, 4, None)
+    request = SealRequest(**INSTANCE, digest=digest(state))
+    seals = [mac(KEY, request, run) for run in runs]
+    assert len(set(seals)) == len(runs)
+    for sealer, seal in zip(runs, seals, strict=True):
+        assert verify(KEY, check(seal, sealer, state)) == ""
+        other = next(r for r in runs if r != sealer)
+        assert "does not verify" in verify(KEY, check(seal, other, state))
+        assert "does not verify" in verify(KEY, check(seal, "", state))  # a client's start
+
+
+def test_a_seal_an_earlier_build_made_without_its_run_still_verifies() -> None:
+    """A conversation sealed before seals named their run continues onto this build (its seal is
+    spent once, as any other)."""
+    state = carried(1, 0, None)
+    bound = ("tenant_id", "user_id", "agent", "workflow_id", "conversation_id")
+    fields = (UNBOUND_SEAL_VERSION, *(INSTANCE[k] for k in bound), digest(state))
+    old = hmac.new(KEY, "\n".join(fields).encode(), hashlib.sha256).hexdigest()
+    assert verify(KEY, check(old, "run-7", state)) == ""
+    assert "does not verify" in verify(KEY, check(old, "run-7", carried(2, 0, None)))

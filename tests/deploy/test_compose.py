@@ -6,9 +6,11 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import tomllib
 import uuid
 from pathlib import Path
@@ -21,8 +23,10 @@ from temporalio import workflow
 from temporalio.client import Client
 from temporalio.worker import Worker
 
+from countersign.core import history
 from countersign.core.bounds import MAX_PAYLOAD_BYTES, SERVER_LIMITS
 from countersign.devstack.temporal import DevServerConfig, temporal_binary
+from countersign.observability.workflow_metrics import HISTORY_BYTES, HISTORY_BYTES_BUCKETS
 from countersign.runtime.config import PROJECT_ROOT, SCRIPTED_MODEL_NAME
 from countersign.scripted_model.scenario import load_scenarios
 
@@ -38,6 +42,7 @@ ENV_READERS = (
     "countersign/runtime/logs.py",
     "countersign/db/ratelimit.py",
     "countersign/observability/metrics.py",
+    "countersign/identity/carried_key.py",
 )
 REQUIRED_ENV = {"TEMPORAL_ADDRESS", "TEMPORAL_NAMESPACE", "TASK_QUEUE", "DATABASE_URL"} | {
     "LLM_BASE_URL",
@@ -194,16 +199,55 @@ INTERPOLATION = re.compile(r"\$\{([A-Z0-9_]+)(:?[-?+])?([^}]*)\}")
 
 def default_of(value: str) -> str:
     """A compose value with every `${VAR:-default}` replaced by its default (no variable exported)."""
+    assert ":?" not in value, f"{value} has no default"
     return INTERPOLATION.sub(lambda m: m.group(3), value)
 
 
-def test_every_variable_has_a_default_so_ps_logs_and_down_need_none() -> None:
+# No default: a default password is the one nobody changes (issue 40: Grafana's `admin` let its
+# admin add a PostgreSQL data source with the superuser's default `postgres`).
+SECRETS = {"POSTGRES_PASSWORD", "COUNTERSIGN_DB_PASSWORD", "GRAFANA_ADMIN_PASSWORD"}
+
+
+def test_every_variable_but_the_passwords_has_a_default_and_the_passwords_none() -> None:
+    """A password is required (`:?`, compose refuses to run without it); everything else has a
+    default, so with the `.env` deploy/secrets.sh writes `ps`, `logs` and `down` need nothing."""
     found = INTERPOLATION.findall(COMPOSE_TEXT)
-    assert found
+    assert {name for name, _, _ in found} >= SECRETS
     for name, operator, _ in found:
-        assert operator == ":-", (
-            f"${{{name}}} must have a default (`:-`): compose refuses every command without it"
-        )
+        assert operator == (":?" if name in SECRETS else ":-"), name
+
+
+def test_no_password_in_compose_has_a_default() -> None:
+    """Every value that carries a password (PostgreSQL's, Temporal's, the countersign role's in
+    DATABASE_URL, Grafana's admin's) is one of the required variables, nothing else."""
+    carried = 0
+    for name, service in SERVICES.items():
+        for key, value in (service.get("environment") or {}).items():
+            if "PASSWORD" in key or key.endswith("_PWD"):
+                match = INTERPOLATION.fullmatch(str(value))
+                assert match and match[1] in SECRETS and match[2] == ":?", (name, key, value)
+                carried += 1
+            elif "://" in str(value) and "@" in str(value):  # credentials in a URL
+                assert re.search(r"://\w+:\$\{COUNTERSIGN_DB_PASSWORD:\?[^}]*\}@", value), (name, key)
+                carried += 1
+    assert carried >= 5
+
+
+def test_the_secrets_script_writes_each_password_once_for_the_owner_only(tmp_path: Path) -> None:
+    env_file = tmp_path / ".env"
+    script = PROJECT_ROOT / "deploy" / "secrets.sh"
+    first = subprocess.run(["sh", str(script), str(env_file)], capture_output=True, text=True, check=True)
+    assert first.stdout.startswith("created")
+    written = dict(line.split("=", 1) for line in env_file.read_text().splitlines())
+    assert set(written) == SECRETS
+    assert all(re.fullmatch(r"[0-9a-f]{48}", v) for v in written.values()) and len(set(written.values())) == 3
+    assert env_file.stat().st_mode & 0o077 == 0
+    again = subprocess.run(["sh", str(script), str(env_file)], capture_output=True, text=True, check=True)
+    assert again.stdout.startswith("kept") and env_file.read_text().splitlines() == [
+        f"{k}={v}" for k, v in written.items()
+    ]
+    for ignore in (".gitignore", ".dockerignore"):  # never committed, never in the image
+        assert ".env" in (PROJECT_ROOT / ignore).read_text().splitlines(), ignore
 
 
 def test_the_default_model_is_the_scripted_service() -> None:
@@ -236,17 +280,17 @@ def test_a_seed_profile_and_the_console_script_for_exec() -> None:
 
 def test_the_database_password_reaches_the_init_script() -> None:
     postgres_env = SERVICES["postgresql"]["environment"]
-    url = make_url(default_of(COUNTERSIGN_ENV["DATABASE_URL"]))
-    assert default_of(postgres_env["COUNTERSIGN_DB_PASSWORD"]) == url.password
-    # Both come from the same variable, so setting it changes both.
-    assert "COUNTERSIGN_DB_PASSWORD" in COUNTERSIGN_ENV["DATABASE_URL"]
-    assert "COUNTERSIGN_DB_PASSWORD" in postgres_env["COUNTERSIGN_DB_PASSWORD"]
+    password = "s3cret-from-env"
+    url = make_url(INTERPOLATION.sub(password, COUNTERSIGN_ENV["DATABASE_URL"]))
+    # Both come from the same variable, so setting it sets both.
+    assert url.password == password and url.username == "countersign"
+    assert INTERPOLATION.fullmatch(postgres_env["COUNTERSIGN_DB_PASSWORD"])[1] == "COUNTERSIGN_DB_PASSWORD"  # type: ignore[index]
     mount = next(v for v in SERVICES["postgresql"]["volumes"] if "docker-entrypoint-initdb.d" in v)
     script = (PROJECT_ROOT / mount.split(":")[0]).read_text()
     assert mount.split(":")[1].endswith(".sh")  # the image runs .sh with the container's environment
     assert '-v countersign_password="${COUNTERSIGN_DB_PASSWORD' in script
     assert "WITH PASSWORD :'countersign_password'" in script
-    assert f"'{url.password}'" not in script  # no password written into the script
+    assert password not in script and "PASSWORD '" not in script  # no password written into the script
 
 
 def test_a_mail_catcher_profile_receives_what_the_worker_delivers() -> None:
@@ -317,3 +361,164 @@ class Idle:
     @workflow.run
     async def run(self) -> None:
         return None
+
+
+# --- each service's start-up as its image's user (no Docker engine: the same uid, the same ownership) ---
+
+IMAGE_USER = int(re.search(r"useradd [^\n]*--uid (\d+)", DOCKERFILE)[1])  # type: ignore[index]
+OUR_IMAGE = {name for name, s in SERVICES.items() if s.get("image") == "countersign:latest"}
+# What each long-running service of the image does with its keys when it starts (worker.py builds
+# AuthorityActivities, which loads the carried-state key, and the proof verifier; the server loads
+# the signing key), printed so that the test can compare what each replica read.
+KEY_STARTUP = {
+    "worker": (
+        "import os; from countersign.identity.carried_key import load_key;"
+        " from countersign.identity.proofs import load_public_key;"
+        " load_public_key(os.environ['COUNTERSIGN_PROOF_PUBLIC_KEY']); print(load_key().decode())"
+    ),
+    "inbox": (
+        "import os; from countersign.identity.proofs import load_private_key;"
+        " load_private_key(os.environ['COUNTERSIGN_PROOF_PRIVATE_KEY']); print('signing key read')"
+    ),
+}
+
+
+def user_of(service: str) -> int:
+    """The uid a service of this image runs as: compose's `user`, else the Dockerfile's USER."""
+    assert re.search(r"^USER countersign$", DOCKERFILE, re.M)
+    return int(SERVICES[service].get("user", IMAGE_USER))
+
+
+class Host:
+    """Compose's named volumes and the image's /app as fresh directories: root-owned, 0755, as
+    Docker creates an empty named volume and as the Dockerfile leaves WORKDIR."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        root.chmod(0o755)
+        self.app = self._dir("app")
+        self.volumes = {name: self._dir(f"volumes/{name}") for name in COMPOSE["volumes"]}
+
+    def _dir(self, name: str) -> Path:
+        path = self.root / name
+        path.mkdir(parents=True)
+        for part in (path, path.parent):
+            part.chmod(0o755)
+        return path
+
+    def mounted(self, service: str, text: str) -> str:
+        """`text` with each of the service's volume mount points replaced by its directory here."""
+        for volume in SERVICES[service].get("volumes", []):
+            source, target = volume.split(":")[:2]
+            if source in self.volumes:
+                text = text.replace(target, str(self.volumes[source]))
+        return text
+
+    def run_as(self, service: str, argv: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+        uid = user_of(service)
+        return subprocess.run(
+            ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", *argv],
+            cwd=self.app,
+            env={
+                "PATH": os.environ["PATH"],
+                "PYTHONPATH": str(PROJECT_ROOT),
+                # where the embedded stack's keys would go: the image's /app, which root owns
+                "COUNTERSIGN_DATA_DIR": str(self.app / ".data"),
+                **env,
+            },
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+
+    def environment(self, service: str) -> dict[str, str]:
+        return {
+            k: self.mounted(service, str(v)) for k, v in (SERVICES[service].get("environment") or {}).items()
+        }
+
+    def one_shot(self, service: str) -> subprocess.CompletedProcess[str]:
+        """The one-shot's command, as its user, against these directories."""
+        (command,) = SERVICES[service]["command"]
+        command = self.mounted(service, command)
+        command = command.replace("python starter.py", f"{sys.executable} {PROJECT_ROOT / 'starter.py'}")
+        command = command.replace("python -m", f"{sys.executable} -m")
+        assert SERVICES[service]["entrypoint"] == ["/bin/sh", "-c"]
+        return self.run_as(service, ["/bin/sh", "-c", command], self.environment(service))
+
+
+@pytest.fixture
+def host() -> Any:
+    root = Path(tempfile.mkdtemp(prefix="compose-host-", dir="/tmp"))
+    try:
+        yield Host(root)
+    finally:
+        shutil.rmtree(root)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="running as the image's user needs root (setpriv)")
+def test_each_service_starts_as_its_images_user_with_keys_made_once_and_shared(host: Host) -> None:
+    """Issue 40: the worker ran as uid 10001 with no carried-state key configured and tried to make
+    one under /app, which root owns (a crash loop); given a folder of its own, each replica would
+    have made its own key. Here the keys one-shot runs as its user against fresh volumes, twice
+    (a restart keeps every key), then each service of the image starts as the image's user: two
+    worker replicas read the one carried-state key, the server its signing key."""
+    assert {"keys", "worker", "inbox"} <= OUR_IMAGE
+    for service in ("worker", "inbox"):
+        assert SERVICES[service]["depends_on"]["keys"] == {"condition": "service_completed_successfully"}
+    made = host.one_shot("keys")
+    assert made.returncode == 0, made.stderr
+    key_file = Path(host.mounted("worker", SERVICES["worker"]["environment"]["CARRIED_STATE_KEY_FILE"]))
+    key = key_file.read_text()
+    files = sorted(p for v in host.volumes.values() for p in v.rglob("*") if p.is_file())
+    assert files and all(f.stat().st_uid == IMAGE_USER for f in files), [(f, f.stat().st_uid) for f in files]
+    assert key_file.stat().st_mode & 0o077 == 0
+    again = host.one_shot("keys")
+    assert again.returncode == 0, again.stderr
+    assert key_file.read_text() == key  # created once
+    read = []
+    for service in ("worker", "worker", "inbox"):  # two worker replicas
+        started = host.run_as(
+            service, [sys.executable, "-c", KEY_STARTUP[service]], host.environment(service)
+        )
+        assert started.returncode == 0, (service, started.stderr)
+        read.append(started.stdout.strip())
+    assert read == [key.strip(), key.strip(), "signing key read"]
+    assert not (host.app / ".data").exists()  # nothing written under the image's /app
+    # every file a service of the image names in its environment is readable by its user
+    for service in OUR_IMAGE:
+        for value in host.environment(service).values():
+            if value.startswith(str(host.root)):
+                assert host.run_as(service, ["cat", value], {}).returncode == 0, (service, value)
+
+
+def test_prometheus_alerts_on_a_history_that_did_not_continue_as_new() -> None:
+    """Issue 40: a burst that force-closes every workflow task keeps a run from continuing as new
+    until Temporal terminates it at 50 MB; the workflow measures its history at every signal
+    (`workflow_metrics.record_history`) and Prometheus loads a rule that fires past 20 MB."""
+    mounted = {
+        v.split(":")[1]: v.split(":")[0] for v in SERVICES["prometheus"]["volumes"] if v.startswith("./")
+    }
+    config = yaml.safe_load((PROJECT_ROOT / mounted["/etc/prometheus/prometheus.yml"]).read_text())
+    (rule_file,) = config["rule_files"]
+    rules = yaml.safe_load((PROJECT_ROOT / mounted[rule_file]).read_text())
+    (rule,) = [
+        r for g in rules["groups"] for r in g["rules"] if r["alert"] == "ConversationHistoryNearTemporalLimit"
+    ]
+    bound = re.search(rf'{HISTORY_BYTES}_bucket\{{le="(\d+)"\}}', rule["expr"])
+    assert bound and float(bound[1]) in HISTORY_BYTES_BUCKETS, rule["expr"]
+    assert f"{HISTORY_BYTES}_count" in rule["expr"]
+    assert (
+        history.HISTORY_BYTES_BUDGET < float(bound[1]) < 50_000_000
+    )  # past where a run continues, before the end
+
+
+def test_a_run_is_told_to_continue_as_new_before_the_server_refuses_its_signals() -> None:
+    """The per-run signal cap refuses a burst at the door only past the point where every run has
+    been told to continue as new (each signal adds at least one event), and Countersign's own
+    history budget is never below the server's suggestion."""
+    from countersign.core import bounds
+
+    assert bounds.MAX_SIGNALS_PER_RUN > bounds.SUGGEST_CONTINUE_EVENTS
+    assert history.HISTORY_EVENTS_BUDGET >= bounds.SUGGEST_CONTINUE_EVENTS
+    assert history.HISTORY_BYTES_BUDGET >= bounds.SUGGEST_CONTINUE_BYTES
+    assert bounds.MAX_SIGNALS_PER_RUN < 51_200  # the server's own end of a run

@@ -64,6 +64,10 @@ async def sso_inbox(
         yield inbox
 
 
+# bob as the provider vouches for him: his address, verified (the boolean true, nothing else)
+BOB: dict[str, Any] = {"email": "bob@acme.example", "countersign_tenant": "acme", "email_verified": True}
+
+
 async def identity(provider: str, sub: str, **claims: Any) -> None:
     """What the provider will say about `sub` once they sign in there."""
     async with aiohttp.ClientSession() as http, http.put(f"{provider}/users/{sub}", json=claims) as response:
@@ -139,7 +143,7 @@ async def test_a_user_signs_in_through_the_provider(
     provider: str, browser: Browser, db_engine: AsyncEngine
 ) -> None:
     # the provider claims an admin role: roles come from PostgreSQL (bob is a reviewer) all the same
-    await identity(provider, "bob-sso", email="bob@acme.example", countersign_tenant="acme", roles=["admin"])
+    await identity(provider, "bob-sso", **BOB, roles=["admin"])
     authorize = await browser.start()
     query = parse_qs(urlsplit(authorize).query)
     assert query["code_challenge_method"] == ["S256"] and query["client_id"] == [CLIENT_ID]
@@ -173,7 +177,7 @@ async def test_a_public_client_the_provider_refuses_is_told_what_to_set(
 ) -> None:  # fmt: skip
     """Without a secret the inbox is a public client (PKCE alone, token auth `none`); the mock, like
     some real providers, accepts only confidential clients: the refusal says what to set."""
-    await identity(provider, "bob-public", email="bob@acme.example", countersign_tenant="acme")
+    await identity(provider, "bob-public", **BOB)
     public = config(provider, client_secret=None)
     async with (
         auth_inbox_serving(temporal_env.client, database_url, db_engine, proof_keys, public) as inbox,
@@ -185,7 +189,7 @@ async def test_a_public_client_the_provider_refuses_is_told_what_to_set(
 
 
 async def test_a_tampered_state_is_refused(provider: str, browser: Browser, db_engine: AsyncEngine) -> None:
-    await identity(provider, "bob-sso", email="bob@acme.example", countersign_tenant="acme")
+    await identity(provider, "bob-sso", **BOB)
     callback = await browser.sign_in_at_provider(await browser.start(), "bob-sso")
     status, page = await browser.callback(with_param(callback, "state", "forged"))
     assert status == 403 and "state does not match" in page
@@ -200,7 +204,7 @@ async def test_a_callback_without_the_login_started_in_this_browser_is_refused(
     provider: str, browser: Browser, sso_inbox: AuthInbox
 ) -> None:
     """Login CSRF: a code obtained by someone else, delivered to a browser that started nothing."""
-    await identity(provider, "bob-sso", email="bob@acme.example", countersign_tenant="acme")
+    await identity(provider, "bob-sso", **BOB)
     callback = await browser.sign_in_at_provider(await browser.start(), "bob-sso")
     async with aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True)) as other:
         victim = Browser(other, sso_inbox)
@@ -221,7 +225,7 @@ async def test_a_sign_in_denied_at_the_provider_is_refused(browser: Browser, db_
 
 
 async def test_an_id_token_with_another_nonce_is_refused(provider: str, browser: Browser) -> None:
-    await identity(provider, "bob-sso", email="bob@acme.example", countersign_tenant="acme")
+    await identity(provider, "bob-sso", **BOB)
     authorize = with_param(await browser.start(), "nonce", "replayed-nonce")
     status, page = await browser.callback(await browser.sign_in_at_provider(authorize, "bob-sso"))
     assert status == 403 and "ID token refused" in page and "nonce" in page
@@ -230,7 +234,7 @@ async def test_an_id_token_with_another_nonce_is_refused(provider: str, browser:
 
 async def test_an_id_token_for_another_client_is_refused(provider: str) -> None:
     """A real ID token the provider issued to another client (audience) does not sign anyone in here."""
-    await identity(provider, "bob-sso", email="bob@acme.example", countersign_tenant="acme")
+    await identity(provider, "bob-sso", **BOB)
     other = OidcProvider(config(provider, client_id="someone-else"))
     url, flow = await other.start("http://127.0.0.1:1/cb")
     async with (
@@ -250,19 +254,18 @@ async def test_an_id_token_for_another_client_is_refused(provider: str) -> None:
     ("claims", "reason"),
     [
         (
-            {"email": "nobody@acme.example", "countersign_tenant": "acme"},
+            {**BOB, "email": "nobody@acme.example"},
             "no user nobody@acme.example in tenant acme",
         ),
         # bob exists, in acme: an identity claiming globex is not bob of globex
-        (
-            {"email": "bob@acme.example", "countersign_tenant": "globex"},
-            "no user bob@acme.example in tenant globex",
+        ({**BOB, "countersign_tenant": "globex"}, "no user bob@acme.example in tenant globex"),
+        ({"email": "bob@acme.example", "email_verified": True}, "no usable 'countersign_tenant' claim"),
+        # only the boolean true vouches for the address (issue 40: only false was refused)
+        *(
+            ({**BOB, "email_verified": verified}, "has not verified bob@acme.example")
+            for verified in (False, "false", "true", 1, None)
         ),
-        ({"email": "bob@acme.example"}, "no usable 'countersign_tenant' claim"),
-        (
-            {"email": "bob@acme.example", "countersign_tenant": "acme", "email_verified": False},
-            "has not verified bob@acme.example",
-        ),
+        ({k: v for k, v in BOB.items() if k != "email_verified"}, "has not verified bob@acme.example"),
     ],
 )
 async def test_an_identity_matching_no_user_is_refused(
@@ -292,6 +295,32 @@ async def test_a_fixed_tenant_and_a_user_id_claim(
         assert (await browser.sign_in("erin-sso"))[0] == 200
         status, me = await browser.me()
         assert (status, me["tenant_id"], me["user_id"], me["roles"]) == (200, "globex", "erin", ["reviewer"])
+
+
+@pytest.mark.security
+async def test_a_match_by_email_on_another_claim_must_name_the_verified_address(
+    provider: str, temporal_env: WorkflowEnvironment, database_url: str, db_engine: AsyncEngine,
+    proof_keys: ProofKeys,
+) -> None:  # fmt: skip
+    """A provider configured to match users by email through another claim (`upn`): its
+    `email_verified` speaks for the `email` claim, so the `upn` must be that address (issue 40:
+    a verified address of mallory's let an unverified `upn` of bob's sign in as bob)."""
+    by_upn = config(provider, user_claim="upn")
+    await identity(
+        provider, "mallory-sso", **{**BOB, "upn": "bob@acme.example", "email": "mallory@evil.example"}
+    )
+    await identity(provider, "bob-sso", **BOB, upn="bob@acme.example")
+    async with (
+        auth_inbox_serving(temporal_env.client, database_url, db_engine, proof_keys, by_upn) as inbox,
+        aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True)) as http,
+    ):
+        browser = Browser(http, inbox)
+        status, page = await browser.sign_in("mallory-sso")
+        assert status == 403 and "not the email address the provider verified" in page, page
+        assert (await browser.me())[0] == 401
+        assert (await browser.sign_in("bob-sso"))[0] == 200
+        status, me = await browser.me()
+        assert (status, me["tenant_id"], me["user_id"]) == (200, "acme", "bob")
 
 
 def test_configuration_from_the_environment() -> None:
@@ -324,7 +353,7 @@ async def test_bob_signs_in_with_the_provider_in_the_browser_and_logs_out(
     signed in (the session cookie is SameSite=Strict: the callback answers a page, not a redirect).
     A session revoked elsewhere takes the open page back to the login form; so does "Log out"."""
     monkeypatch.setattr(approvals_watcher, "KEEPALIVE_S", 0.3)
-    await identity(provider, "bob-sso", email="bob@acme.example", countersign_tenant="acme")
+    await identity(provider, "bob-sso", **BOB)
     client = await Client.connect(
         dev_server.address, namespace=dev_server.namespace, data_converter=pydantic_data_converter
     )

@@ -191,24 +191,30 @@ OTHER = {
 async def test_a_seal_counts_only_for_its_own_conversation_and_only_once(
     db_engine: AsyncEngine, changed: dict[str, str]
 ) -> None:
-    """A real seal presented with any of tenant, user, agent, workflow id, instance or state
-    changed is refused; presented as made, it counts for the first run only (spent_seals)."""
+    """A real seal presented with any of tenant, user, agent, workflow id, instance, state or the
+    run it was sealed by changed is refused; presented as made, it counts for the first run only
+    (spent_seals)."""
     authority = AuthorityActivities(session_factory(db_engine), key=b"test-key")
     digest = uuid.uuid4().hex * 2
     made = SealRequest(**INSTANCE, digest=digest)
-    env = ActivityEnvironment()
-    seal = await env.run(authority.seal_carried, made)
-
-    def check(**fields: str) -> SealCheck:
-        values = {**made.model_dump(), **fields}
-        return SealCheck(**values, seal=seal, run_instance=values["conversation_id"])
 
     def run(run_id: str) -> ActivityEnvironment:
         other = ActivityEnvironment()
         other.info = dataclasses.replace(other.info, workflow_run_id=run_id, workflow_id=made.workflow_id)
         return other
 
+    sealer = f"r0-{digest[:8]}"
+    seal = await run(sealer).run(authority.seal_carried, made)
+
+    def check(**fields: str) -> SealCheck:
+        values = {**made.model_dump(), **fields}
+        return SealCheck(**values, seal=seal, run_instance=values["conversation_id"], continued_from=sealer)
+
     first, second = run(f"r1-{digest[:8]}"), run(f"r2-{digest[:8]}")
+    # the run it says it continued from is not the one that sealed it
+    assert "does not verify" in await first.run(
+        authority.verify_carried, check().model_copy(update={"continued_from": f"rx-{digest[:8]}"})
+    )
     assert "does not verify" in await first.run(authority.verify_carried, check(**changed))
     transplanted = check(**{k: v for k, v in changed.items() if k != "conversation_id"})
     if "conversation_id" in changed:  # the state of instance run-a, presented to another instance

@@ -1,0 +1,87 @@
+"""The secret every worker of a deployment seals carried state with (countersign/core/seal.py).
+
+Every worker must hold the same key: a conversation continues as new on whichever worker polls
+next, and that worker verifies the seal the previous one made. So a deployment's key is created
+once, before any worker starts, and workers only read it:
+
+- `CARRIED_STATE_KEY`: the secret itself, from the environment;
+- `CARRIED_STATE_KEY_FILE`: a file holding it, created once by `python -m
+  countersign.identity.carried_key PATH --owner UID` (compose's `keys` one-shot, before any worker)
+  and only read by workers: a worker that cannot read it fails at start, naming the file and its
+  own user, instead of making a key of its own that no other replica knows;
+- neither (the embedded dev stack): `.data/carried-state.key`, created on first use.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import secrets
+from collections.abc import Mapping
+from pathlib import Path
+
+from countersign.runtime.config import DATA_DIR
+
+KEY_ENV = "CARRIED_STATE_KEY"
+KEY_FILE_ENV = "CARRIED_STATE_KEY_FILE"
+KEY_FILE = DATA_DIR / "carried-state.key"
+
+
+def load_key(env: Mapping[str, str] | None = None, path: Path = KEY_FILE) -> bytes:
+    """The worker's key: `CARRIED_STATE_KEY`, else the file `CARRIED_STATE_KEY_FILE` names (read
+    only), else the embedded stack's file `path` (created on first use)."""
+    env = os.environ if env is None else env
+    configured = env.get("CARRIED_STATE_KEY")
+    if configured:
+        return configured.encode()
+    shared = env.get("CARRIED_STATE_KEY_FILE")
+    if shared:
+        return read_key(Path(shared))
+    return ensure_key(path)
+
+
+def read_key(path: Path) -> bytes:
+    """The key in `path`, which a deployment created once for all its workers."""
+    try:
+        key = path.read_bytes().strip()
+    except OSError as err:
+        raise RuntimeError(
+            f"{KEY_FILE_ENV}={path}: cannot read it as uid {os.getuid()} ({err.strerror}); it is "
+            f"created once, before any worker starts, by `python -m countersign.identity.carried_key`"
+        ) from None
+    if not key:
+        raise RuntimeError(f"{KEY_FILE_ENV}={path} is empty")
+    return key
+
+
+def ensure_key(path: Path, owner: int | None = None) -> bytes:
+    """The key in `path`, created unless it exists: a random secret, readable by its owner only
+    (`owner`: that user id, else the caller). Two processes creating it at once: one writes it, the
+    other reads what it wrote."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return read_key(path)
+    with os.fdopen(fd, "w") as out:
+        out.write(secrets.token_hex(32))
+        if owner is not None:
+            os.fchown(out.fileno(), owner, owner)
+    return read_key(path)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m countersign.identity.carried_key",
+        description="Create the deployment's carried-state key unless it exists (once, for all workers).",
+    )
+    parser.add_argument("path", type=Path)
+    parser.add_argument("--owner", type=int, help="the user id the workers run as (the file's owner)")
+    args = parser.parse_args(argv)
+    existed = args.path.exists()
+    ensure_key(args.path, args.owner)
+    print(f"{'kept' if existed else 'created'} {args.path}")
+
+
+if __name__ == "__main__":
+    main()
