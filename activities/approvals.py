@@ -274,7 +274,8 @@ class ApprovalActivities:
 
     @activity.defn(name="send_approval_reminder")
     async def send_approval_reminder(self, reminder: ApprovalReminder) -> None:
-        """A tenant-wide notification that a call still waits for a decision (once per call)."""
+        """A tenant-wide notification that a call still waits for a decision (once per call), saying
+        first what it will do (the effect its request recorded)."""
         async with self._sessions() as session, session.begin():
             sent = await session.scalar(
                 select(Notification.id).where(
@@ -285,13 +286,21 @@ class ApprovalActivities:
                 )
             )
             if sent is None:
+                summary = await session.scalar(
+                    select(ApprovalRequest.effect["summary"].astext).where(
+                        ApprovalRequest.conversation_id == reminder.conversation_id,
+                        ApprovalRequest.call_id == reminder.call_id,
+                    )
+                )
+                does = f"{summary}: " if summary else ""
                 session.add(
                     Notification(
                         tenant_id=reminder.tenant_id,
                         user_id=None,
                         kind="approval_reminder",
                         message=(
-                            f"{reminder.tool} {reminder.args} waits for approval in {reminder.workflow_id} "
+                            f"{does}{reminder.tool} {reminder.args} waits for approval in "
+                            f"{reminder.workflow_id} "
                             f"(call {reminder.call_id}); it expires at {reminder.expires_at.isoformat()}"
                         ),
                         workflow_id=reminder.workflow_id,
