@@ -39,6 +39,15 @@ from tools.effects import preview_effect
 from tools.registry import REGISTRY, ToolContext, ToolFailure
 
 
+def unresolved(request: RecordedApproval, problem: str) -> Effect:
+    """The arguments as the effect of a call whose effect could not be resolved, and why."""
+    summary = one_line(
+        f"{request.tool}: the effect could not be resolved ({problem}); decide on the arguments"
+    )
+    effect = arguments_effect(request.tool, load_arguments_or_raw(request.args))
+    return effect.model_copy(update={"summary": summary, "problem": problem})
+
+
 class ApprovalActivities:
     def __init__(
         self, sessions: async_sessionmaker[AsyncSession], proofs: ProofVerifier | None = None
@@ -150,60 +159,62 @@ class ApprovalActivities:
     async def record_approval_request(self, request: RecordedApproval) -> None:
         """Write what reviewers are shown and what their proofs will bind: the call as this worker's
         conversation holds it, and its effect as the tool resolves it now (once: a retry changes
-        nothing, the first resolution stays what reviewers decide)."""
-        async with self._sessions() as session, session.begin():
-            effect = await self._effect(session, request)
-            await session.execute(
-                insert(ApprovalRequest)
-                .values(
-                    **request.model_dump(exclude={"parameters"}),
-                    parameters=request.parameters,
-                    args_sha256=args_digest(request.args),
-                    effect=effect.model_dump(mode="json"),
-                    effect_sha256=effect.digest,
-                )
-                .on_conflict_do_nothing()
-            )
+        nothing, the first resolution stays what reviewers decide).
+
+        The preview reads in the transaction that writes the request (no savepoint: it changes
+        nothing). One that breaks (a bug, a statement PostgreSQL refuses) takes that transaction
+        with it; the request is then written in another, with the arguments as its effect, marked
+        unresolved, rather than not at all."""
+        try:
+            async with self._sessions() as session, session.begin():
+                await self._record(session, request, await self.resolve_effect(session, request))
+        except Exception as exc:
+            if is_connection_error(exc):
+                raise  # the database is out of reach: Temporal retries the activity
+            activity.logger.exception("resolving the effect of %s failed (%s)", request.tool, request.call_id)
+            problem = "INTERNAL_ERROR: the effect could not be resolved; the operators' log has details"
+            async with self._sessions() as session, session.begin():
+                await self._record(session, request, unresolved(request, problem))
 
     @staticmethod
-    async def _effect(session: AsyncSession, request: RecordedApproval) -> Effect:
+    async def _record(session: AsyncSession, request: RecordedApproval, effect: Effect) -> None:
+        await session.execute(
+            insert(ApprovalRequest)
+            .values(
+                **request.model_dump(exclude={"parameters"}),
+                parameters=request.parameters,
+                args_sha256=args_digest(request.args),
+                effect=effect.model_dump(mode="json"),
+                effect_sha256=effect.digest,
+            )
+            .on_conflict_do_nothing()
+        )
+
+    @staticmethod
+    async def resolve_effect(session: AsyncSession, request: RecordedApproval) -> Effect:
         """What the call will do, resolved read-only by its tool's preview for the requester (roles
         from the database) in `session`; an MCP tool's (`parameters` from the snapshot) is its
-        arguments, not resolved. A preview that breaks leaves the reviewer the arguments, marked
-        unresolved, rather than no request at all."""
+        arguments, not resolved."""
         tool = REGISTRY.get(request.tool)
-        arguments = load_arguments_or_raw(request.args)
         if tool is None or request.parameters is not None:
-            return arguments_effect(request.tool, arguments)
+            return arguments_effect(request.tool, load_arguments_or_raw(request.args))
+        try:
+            args = validate(tool, request.args)
+        except ToolFailure as invalid:  # validated before the request: only if validation changed since
+            return unresolved(request, f"{invalid.code}: {invalid.message}")
         roles = await roles_of(session, request.tenant_id, request.requested_by)
+        caller = CallerContext(
+            tenant_id=request.tenant_id, user_id=request.requested_by, roles=roles or [], agent=request.agent
+        )
         context = ToolContext(
-            caller=CallerContext(
-                tenant_id=request.tenant_id,
-                user_id=request.requested_by,
-                roles=roles or [],
-                agent=request.agent,
-            ),
+            caller=caller,
             session=session,
             workflow_id=request.workflow_id,
             call_id=request.call_id,
             now=datetime.now(UTC),
             conversation_id=request.conversation_id,
         )
-        try:
-            async with session.begin_nested():  # a statement that fails leaves the insert its transaction
-                return await preview_effect(tool, context, validate(tool, request.args))
-        except ToolFailure as invalid:  # validated before the request: only if validation changed since
-            problem = f"{invalid.code}: {invalid.message}"
-        except Exception as exc:
-            if is_connection_error(exc):
-                raise  # the database is out of reach: Temporal retries the activity
-            activity.logger.exception("the preview of %s failed (%s)", tool.name, request.call_id)
-            problem = "INTERNAL_ERROR: the effect could not be resolved; the operators' log has details"
-        unresolved = arguments_effect(request.tool, arguments)
-        summary = one_line(
-            f"{request.tool}: the effect could not be resolved ({problem}); decide on the arguments"
-        )
-        return unresolved.model_copy(update={"summary": summary, "problem": problem})
+        return await preview_effect(tool, context, args)
 
     def _verdict(self, row: ApprovalDecision, record: DecisionRecord) -> Verdict:
         """The verdict a recorded attempt stands for; the same on every run of the attempt.

@@ -5,7 +5,7 @@
 Against a migrated, seeded PostgreSQL (embedded, as the tests use it), one call at a time: for
 representative gated tools, `record_approval_request` (the activity that records what reviewers
 see) is run as the worker runs it, with the effect resolved by the tool's preview, and the preview
-alone (`ApprovalActivities._effect`: roles, validation, the preview in a savepoint, the digest) is
+alone (`ApprovalActivities.resolve_effect`: roles, validation, the preview, the digest) is
 timed in its own transaction. Calls that need no decision never reach that activity: nothing is
 added to them. Writes the `bench.effects` section of docs/benchmark.md (bench/sections.py).
 """
@@ -122,7 +122,7 @@ async def measure(sessions: async_sessionmaker[AsyncSession], n: int) -> dict[st
             asked = request(tool, user, args, f"{tool}-{i}")
             async with sessions() as session, session.begin():
                 started, cpu = time.perf_counter(), time.process_time()
-                effect = await activities._effect(session, asked)  # the activity's resolution step alone
+                effect = await activities.resolve_effect(session, asked)
                 took, cpu = (time.perf_counter() - started) * 1000, (time.process_time() - cpu) * 1000
                 query = await round_trip(session)
             assert effect.resolved and effect.problem is None, (tool, effect)
@@ -178,8 +178,8 @@ def section(results: dict[str, Any]) -> str:
         "",
         "Issue 34: a call that waits for a decision is recorded with its effect, resolved read-only by "
         "the tool's preview inside `record_approval_request` (the workflow's commands are unchanged). "
-        "*Preview*: `ApprovalActivities._effect` alone (the requester's roles, validation, "
-        "the preview in a savepoint, the digest), in its own transaction; *recorded*: the whole "
+        "*Preview*: `ApprovalActivities.resolve_effect` alone (the requester's roles, validation, "
+        "the preview's queries, the digest), in its own transaction; *recorded*: the whole "
         "activity as the worker runs it (a transaction, the preview, the insert). Embedded "
         f"PostgreSQL on this machine, one call at a time, the tools taking turns, {results['calls']} "
         f"calls per tool after 5 warm-up rounds. Target: preview p50 ≤ {TARGET_P50_MS:g} ms. The "
