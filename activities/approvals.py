@@ -18,6 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from activities.failures import is_connection_error
 from countersign.core.activity_refs import RECORD_APPROVAL_REQUEST, RECORD_DECISION, SEND_APPROVAL_REMINDER
 from countersign.core.approvals import (
     ApprovalReminder,
@@ -26,14 +27,26 @@ from countersign.core.approvals import (
     Verdict,
     approver_refusal,
 )
+from countersign.core.calls import CallerContext
+from countersign.core.effects import Effect, arguments_effect, one_line
 from countersign.db.attempts import attempt_key, record_once
 from countersign.db.events import publish
 from countersign.db.people import roles_of
 from countersign.db.schema import ApprovalDecision, ApprovalRequest, Notification
 from countersign.identity.proofs import Binding, ProofVerifier, args_digest, check_proof
 from countersign.mcp.catalog import argument_errors
-from tools.arguments import validate
-from tools.registry import REGISTRY, ToolFailure
+from tools.arguments import load_arguments_or_raw, validate
+from tools.effects import preview_effect
+from tools.registry import REGISTRY, ToolContext, ToolFailure
+
+
+def unresolved(request: RecordedApproval, problem: str) -> Effect:
+    """The arguments as the effect of a call whose effect could not be resolved, and why."""
+    summary = one_line(
+        f"{request.tool}: the effect could not be resolved ({problem}); decide on the arguments"
+    )
+    effect = arguments_effect(request.tool, load_arguments_or_raw(request.args))
+    return effect.model_copy(update={"summary": summary, "problem": problem})
 
 
 class ApprovalActivities:
@@ -68,6 +81,7 @@ class ApprovalActivities:
                             record.pending_call(),
                             decision.decision,
                             decision.args if decision.args is not None else record.args,
+                            await self._recorded_effect(session, record),
                         ),
                         decision.approver,
                         datetime.now(UTC),
@@ -119,6 +133,18 @@ class ApprovalActivities:
             return self._verdict(row, record)
 
     @staticmethod
+    async def _recorded_effect(session: AsyncSession, record: DecisionRecord) -> str:
+        """The digest of the effect the request recorded: what the reviewer was shown, and what
+        their proof must bind ("" for a request recorded before effects, or never recorded)."""
+        digest = await session.scalar(
+            select(ApprovalRequest.effect_sha256).where(
+                ApprovalRequest.conversation_id == record.conversation_id,
+                ApprovalRequest.call_id == record.decision.call_id,
+            )
+        )
+        return digest or ""
+
+    @staticmethod
     async def _close(session: AsyncSession, record: DecisionRecord, state: str) -> None:
         """The recorded request is decided: reviewers no longer see it."""
         await session.execute(
@@ -133,17 +159,63 @@ class ApprovalActivities:
     @activity.defn(name=RECORD_APPROVAL_REQUEST.name)
     async def record_approval_request(self, request: RecordedApproval) -> None:
         """Write what reviewers are shown and what their proofs will bind: the call as this worker's
-        conversation holds it (once: a retry changes nothing)."""
-        async with self._sessions() as session, session.begin():
-            await session.execute(
-                insert(ApprovalRequest)
-                .values(
-                    **request.model_dump(exclude={"parameters"}),
-                    parameters=request.parameters,
-                    args_sha256=args_digest(request.args),
-                )
-                .on_conflict_do_nothing()
+        conversation holds it, and its effect as the tool resolves it now (once: a retry changes
+        nothing, the first resolution stays what reviewers decide).
+
+        The preview reads in the transaction that writes the request (no savepoint: it changes
+        nothing). One that breaks (a bug, a statement PostgreSQL refuses) takes that transaction
+        with it; the request is then written in another, with the arguments as its effect, marked
+        unresolved, rather than not at all."""
+        try:
+            async with self._sessions() as session, session.begin():
+                await self._record(session, request, await self.resolve_effect(session, request))
+        except Exception as exc:
+            if is_connection_error(exc):
+                raise  # the database is out of reach: Temporal retries the activity
+            activity.logger.exception("resolving the effect of %s failed (%s)", request.tool, request.call_id)
+            problem = "INTERNAL_ERROR: the effect could not be resolved; the operators' log has details"
+            async with self._sessions() as session, session.begin():
+                await self._record(session, request, unresolved(request, problem))
+
+    @staticmethod
+    async def _record(session: AsyncSession, request: RecordedApproval, effect: Effect) -> None:
+        await session.execute(
+            insert(ApprovalRequest)
+            .values(
+                **request.model_dump(exclude={"parameters"}),
+                parameters=request.parameters,
+                args_sha256=args_digest(request.args),
+                effect=effect.model_dump(mode="json"),
+                effect_sha256=effect.digest,
             )
+            .on_conflict_do_nothing()
+        )
+
+    @staticmethod
+    async def resolve_effect(session: AsyncSession, request: RecordedApproval) -> Effect:
+        """What the call will do, resolved read-only by its tool's preview for the requester (roles
+        from the database) in `session`; an MCP tool's (`parameters` from the snapshot) is its
+        arguments, not resolved."""
+        tool = REGISTRY.get(request.tool)
+        if tool is None or request.parameters is not None:
+            return arguments_effect(request.tool, load_arguments_or_raw(request.args))
+        try:
+            args = validate(tool, request.args)
+        except ToolFailure as invalid:  # validated before the request: only if validation changed since
+            return unresolved(request, f"{invalid.code}: {invalid.message}")
+        roles = await roles_of(session, request.tenant_id, request.requested_by)
+        caller = CallerContext(
+            tenant_id=request.tenant_id, user_id=request.requested_by, roles=roles or [], agent=request.agent
+        )
+        context = ToolContext(
+            caller=caller,
+            session=session,
+            workflow_id=request.workflow_id,
+            call_id=request.call_id,
+            now=datetime.now(UTC),
+            conversation_id=request.conversation_id,
+        )
+        return await preview_effect(tool, context, args)
 
     def _verdict(self, row: ApprovalDecision, record: DecisionRecord) -> Verdict:
         """The verdict a recorded attempt stands for; the same on every run of the attempt.
@@ -203,7 +275,8 @@ class ApprovalActivities:
 
     @activity.defn(name=SEND_APPROVAL_REMINDER.name)
     async def send_approval_reminder(self, reminder: ApprovalReminder) -> None:
-        """A tenant-wide notification that a call still waits for a decision (once per call)."""
+        """A tenant-wide notification that a call still waits for a decision (once per call), saying
+        first what it will do (the effect its request recorded)."""
         async with self._sessions() as session, session.begin():
             sent = await session.scalar(
                 select(Notification.id).where(
@@ -214,13 +287,21 @@ class ApprovalActivities:
                 )
             )
             if sent is None:
+                summary = await session.scalar(
+                    select(ApprovalRequest.effect["summary"].astext).where(
+                        ApprovalRequest.conversation_id == reminder.conversation_id,
+                        ApprovalRequest.call_id == reminder.call_id,
+                    )
+                )
+                does = f"{summary}: " if summary else ""
                 session.add(
                     Notification(
                         tenant_id=reminder.tenant_id,
                         user_id=None,
                         kind="approval_reminder",
                         message=(
-                            f"{reminder.tool} {reminder.args} waits for approval in {reminder.workflow_id} "
+                            f"{does}{reminder.tool} {reminder.args} waits for approval in "
+                            f"{reminder.workflow_id} "
                             f"(call {reminder.call_id}); it expires at {reminder.expires_at.isoformat()}"
                         ),
                         workflow_id=reminder.workflow_id,
