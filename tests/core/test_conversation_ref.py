@@ -67,7 +67,11 @@ PAYLOADS: dict[type[BaseModel], tuple[str, str]] = {
     SummaryRequest: (f"{A} agent previous seq seqs", f"{T} previous seq seqs"),
     ConversationInstance: (f"{A} agent user_id", f"{A} agent user_id"),
     SealRequest: (f"{A} agent digest user_id", f"{A} agent digest user_id"),
-    Binding: (f"{A} action args_sha256 nonce risk target tool", f"{T} action args_sha256 target"),
+    # effect_sha256: what the reviewer saw (issue 34), added with a default after the address was shared
+    Binding: (
+        f"{A} action args_sha256 effect_sha256 nonce risk target tool",
+        f"{T} action args_sha256 target",
+    ),
     # continued_from: the run that sealed it (issue 40), added with a default after the address was shared
     SealCheck: (
         f"{A} agent continued_from digest run_instance seal user_id",
