@@ -30,6 +30,7 @@ from countersign.core.approvals import (
 from countersign.core.calls import CallerContext
 from countersign.core.effects import Effect, arguments_effect, one_line
 from countersign.db.attempts import attempt_key, record_once
+from countersign.db.chain import chain
 from countersign.db.events import publish
 from countersign.db.people import roles_of
 from countersign.db.schema import ApprovalDecision, ApprovalRequest, Notification
@@ -113,6 +114,7 @@ class ApprovalActivities:
                 }
 
             row = await record_once(session, ApprovalDecision, ApprovalDecision.attempt_key, key, attempt)
+            await chain(session, row)  # a re-run finds it chained: nothing is appended twice
             if row.accepted:
                 state = "approved" if row.decision == "approve" else "rejected"
                 decided = {
@@ -147,14 +149,18 @@ class ApprovalActivities:
     @staticmethod
     async def _close(session: AsyncSession, record: DecisionRecord, state: str) -> None:
         """The recorded request is decided: reviewers no longer see it."""
-        await session.execute(
+        closed = await session.scalars(
             update(ApprovalRequest)
             .where(
                 ApprovalRequest.conversation_id == record.conversation_id,
                 ApprovalRequest.call_id == record.decision.call_id,
             )
             .values(state=state, decided_by=record.decision.approver, closed_at=func.now())
+            .returning(ApprovalRequest)
+            .execution_options(populate_existing=True)
         )
+        for request in closed:
+            await chain(session, request)
 
     @activity.defn(name=RECORD_APPROVAL_REQUEST.name)
     async def record_approval_request(self, request: RecordedApproval) -> None:
@@ -179,7 +185,7 @@ class ApprovalActivities:
 
     @staticmethod
     async def _record(session: AsyncSession, request: RecordedApproval, effect: Effect) -> None:
-        await session.execute(
+        recorded = await session.scalar(
             insert(ApprovalRequest)
             .values(
                 **request.model_dump(exclude={"parameters"}),
@@ -189,7 +195,10 @@ class ApprovalActivities:
                 effect_sha256=effect.digest,
             )
             .on_conflict_do_nothing()
+            .returning(ApprovalRequest)
         )
+        if recorded is not None:
+            await chain(session, recorded)
 
     @staticmethod
     async def resolve_effect(session: AsyncSession, request: RecordedApproval) -> Effect:

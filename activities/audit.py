@@ -6,8 +6,9 @@ approver, the idempotency key, the timing). The outcome comes from the one table
 
 Executed calls are audited by their activity, in the transaction of their effect (activities/tools.py,
 activities/mcp.py). Calls that never ran (refused by policy, rejected, expired, over a limit) are
-audited here by `record_unexecuted_call`; in conversations that store tool results, the refusal the
-model reads is stored with its audit row.
+audited here by `record_unexecuted_call`; every audit row is appended to its tenant's hash chain
+in the transaction that writes it (countersign.db.chain). In conversations that store tool
+results, the refusal the model reads is stored with its audit row.
 
 The shared home of the audit is the one module of activities/ that the other activity modules
 import (tests/test_architecture.py).
@@ -27,6 +28,7 @@ from countersign.core.activity_refs import RECORD_UNEXECUTED_CALL
 from countersign.core.bounds import storable
 from countersign.core.calls import ToolInvocation, ToolResult, UnexecutedCall, outcome_of
 from countersign.core.guards import redact
+from countersign.db.chain import chain
 from countersign.db.messages import store_tool_result
 from countersign.db.schema import ToolExecution
 from countersign.mcp.catalog import MCP_CATEGORY, MCP_RISK
@@ -101,6 +103,10 @@ class AuditActivities:
         row["decision_reason"] = call.reason
         async with self._sessions() as session, session.begin():
             # a retried activity finds its row: one row per call, whatever happens
-            await session.execute(insert(ToolExecution).values(**row).on_conflict_do_nothing())
+            inserted = await session.scalar(
+                insert(ToolExecution).values(**row).on_conflict_do_nothing().returning(ToolExecution)
+            )
+            if inserted is not None:
+                await chain(session, inserted)
             if inv.store_seq is not None:  # the envelope the model reads, with its audit row
                 await store_tool_result(session, inv, call.result)

@@ -33,6 +33,7 @@ from activities.heartbeat import heartbeats
 from countersign.core.activity_refs import CHECK_MCP_ARGUMENTS, EXECUTE_MCP_TOOL
 from countersign.core.calls import McpCall, StoredResult, ToolInvocation, ToolResult, lock_key
 from countersign.core.guards import TruncationLimits, sanitize
+from countersign.db.chain import chain
 from countersign.db.messages import result_or_envelope
 from countersign.db.ratelimit import RateLimits
 from countersign.db.schema import McpServer, ToolExecution
@@ -179,9 +180,11 @@ class McpActivities:
         )
         async with self._sessions() as session, session.begin():
             inserted = await session.scalar(
-                insert(ToolExecution).values(**row).on_conflict_do_nothing().returning(ToolExecution.id)
+                insert(ToolExecution).values(**row).on_conflict_do_nothing().returning(ToolExecution)
             )
-            if inserted is None:  # a concurrent attempt of the same call recorded first: its answer holds
+            if inserted is not None:
+                await chain(session, inserted)
+            else:  # a concurrent attempt of the same call recorded first: its answer holds
                 result = await self._recorded(session, inv) or result
             return await result_or_envelope(session, inv, result)
 

@@ -28,6 +28,7 @@ from countersign.core.saga import (
     undo_state,
 )
 from countersign.db.attempts import attempt_key, record_once
+from countersign.db.chain import chain
 from countersign.db.events import publish
 from countersign.db.people import roles_of
 from countersign.db.schema import Compensation, RollbackRecord, ToolExecution
@@ -111,7 +112,7 @@ class SagaActivities:
             await self._record(session, request, state, None)
             await told(session, request, state)
             if state == "done":
-                await session.execute(
+                undone = await session.scalars(
                     update(ToolExecution)
                     .where(
                         ToolExecution.workflow_id == request.workflow_id,
@@ -119,7 +120,11 @@ class SagaActivities:
                         ToolExecution.call_id == entry.call_id,
                     )
                     .values(rolled_back=True, rolled_back_at=func.now())
+                    .returning(ToolExecution)
+                    .execution_options(populate_existing=True)
                 )
+                for row in undone:
+                    await chain(session, row)
         return CompensationOutcome(state=state, detail=outcome)
 
     @activity.defn(name=RECORD_COMPENSATION_FAILURE.name)
@@ -135,7 +140,7 @@ class SagaActivities:
         tool = REGISTRY.get(request.entry.tool)
         compensation = tool.compensation.__name__ if tool and tool.compensation else "none"
         values = {"state": state, "error": error, "finished_at": func.now()}
-        await session.execute(
+        row = await session.scalar(
             insert(Compensation)
             .values(
                 tenant_id=request.caller.tenant_id,
@@ -147,7 +152,11 @@ class SagaActivities:
                 **values,
             )
             .on_conflict_do_update(index_elements=["workflow_id", "conversation_id", "call_id"], set_=values)
+            .returning(Compensation)
+            .execution_options(populate_existing=True)
         )
+        assert row is not None  # an upsert returns its row
+        await chain(session, row)
 
     @activity.defn(name=AUTHORIZE_ROLLBACK.name)
     async def authorize_rollback(self, auth: RollbackAuthorization) -> str:

@@ -21,7 +21,7 @@ COMMANDS: dict[str, tuple[str, ...]] = {
     "answer": ("approvals",),
     "approvals": ("approvals",),
     "approve": ("approvals",),
-    "audit": ("records",),
+    "audit": ("records", "evidence"),
     "chat": ("chat",),
     "conversations": ("conversations",),
     "db": ("db",),

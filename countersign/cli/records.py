@@ -48,14 +48,18 @@ def table(rows: list[tuple[str, ...]]) -> str:
     )
 
 
-@cli.command()
+@cli.group(invoke_without_command=True)
 @click.option("--workflow", "workflow_id", help="One conversation's calls.")
 @click.option("--tenant", help="One tenant's calls.")
 @click.option("--limit", default=100, show_default=True, help="Most recent rows.")
 @click.option("--json", "as_json", is_flag=True, help="Print rows as JSON (all columns).")
-def audit(workflow_id: str | None, tenant: str | None, limit: int, as_json: bool) -> None:
-    """Every tool call: what ran, who approved it, what nobody answered, what was rolled back."""
+@click.pass_context
+def audit(ctx: click.Context, workflow_id: str | None, tenant: str | None, limit: int, as_json: bool) -> None:
+    """Every tool call: what ran, who approved it, what nobody answered, what was rolled back.
 
+    `audit export` and `audit verify` hand the audit to an auditor as evidence (countersign.cli.evidence)."""
+    if ctx.invoked_subcommand is not None:
+        return
     if workflow_id:  # one conversation's, through its client (signed mode: the server's answer)
         found = run(conversation_client().audit(workflow_id, tenant, limit))
     else:

@@ -26,6 +26,7 @@ from countersign.core.calls import StoredResult, ToolInvocation, ToolResult
 from countersign.core.contract import StatusView, TurnResult, TurnStop
 from countersign.core.envelopes import AppendMessages, StoredMessage, tool_message
 from countersign.core.messages import ChatMessage, ModelReply, StoredInput, ToolCall, Usage
+from countersign.db.chain import chain
 from countersign.db.events import TURN_STOPS, publish_message
 from countersign.db.instances import instance_of
 from countersign.db.schema import (
@@ -166,11 +167,12 @@ async def audited_answer(
 ) -> ToolResult | StoredResult:
     """Insert a call's audit row (`audit`: the `tool_executions` values) and, with
     `invocation.store_seq`, its result as the tool message, in one statement of the caller's
-    transaction (the audit row's insert is a CTE of the message's); answer what
-    `store_tool_result` would. A second attempt of the call never gets here: it finds the audit row."""
+    transaction (the audit row's insert is a CTE of the message's), and chain the audit row
+    (countersign.db.chain); answer what `store_tool_result` would. A second attempt of the call
+    never gets here: it finds the audit row."""
     audited = insert(ToolExecution).values(**audit)
     if invocation.store_seq is None:
-        await session.execute(audited)
+        await chain(session, (await session.scalars(audited.returning(ToolExecution))).one())
         return result
     stored, envelope = tool_message(invocation, result)
     row = row_of(invocation.workflow_id, invocation.conversation_id, invocation.caller.tenant_id, stored)
@@ -180,6 +182,12 @@ async def audited_answer(
     )
     if inserted is not None:
         await publish_message(session, row)
+    written = select(ToolExecution).where(
+        ToolExecution.workflow_id == invocation.workflow_id,
+        ToolExecution.conversation_id == invocation.conversation_id,
+        ToolExecution.call_id == invocation.call_id,
+    )
+    await chain(session, (await session.scalars(written)).one())  # the CTE's row, now visible
     return envelope
 
 

@@ -581,6 +581,28 @@ class Compensation(Base):
     finished_at: Mapped[datetime | None]
 
 
+class AuditChainRecord(Base):
+    """A tenant's audit as a hash chain: one record per fact Countersign wrote to a table of the
+    audit (`source`: tool_executions, approval_requests, approval_decisions, proof_checks,
+    compensations; `source_id`: the row's primary key as a JSON list), appended in the transaction
+    that wrote it (countersign.db.chain). `record` is the canonical JSON text hashed into `hash`
+    after `prev_hash` (countersign.core.evidence); `fact_sha256` is the digest of the row as it was
+    written, unique per row so a retried write appends nothing."""
+
+    __tablename__ = "audit_chain"
+    __table_args__ = (UniqueConstraint("tenant_id", "source", "source_id", "fact_sha256"),)
+
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"), primary_key=True)
+    seq: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    source: Mapped[str]
+    source_id: Mapped[str]
+    fact_sha256: Mapped[str]
+    record: Mapped[str]
+    prev_hash: Mapped[str]
+    hash: Mapped[str]
+    created_at: Mapped[datetime] = created_at()
+
+
 class RateLimitBucket(Base):
     """A token bucket per tenant and tool, and per user of it (`user_id`; "" is the tenant's own
     bucket), refilled lazily from `updated_at` under a row lock."""

@@ -43,6 +43,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from countersign.core.approvals import PendingCall
 from countersign.core.bounds import loads_strict
 from countersign.core.conversation_ref import ConversationRef
+from countersign.db.chain import chain
 from countersign.db.schema import ProofCheck
 from countersign.runtime.config import DATA_DIR
 
@@ -398,8 +399,9 @@ async def check_proof(
     refusal: str | None = None
     jti: str | None = None
     subject: str | None = None
+    claims_read: ProofClaims | None = None
     try:
-        claims = verify_proof(verifier.key, token, expected, now)
+        claims = claims_read = verify_proof(verifier.key, token, expected, now)
         subject = claims.sub
         if claims.sub != actor:
             raise ProofRefused(f"proof was issued to {claims.sub!r}, not {actor!r}")
@@ -415,15 +417,21 @@ async def check_proof(
         "subject": subject,
         "attempt_key": attempt,
     }
+    evidence = {"claims": claims_read.model_dump(mode="json")} if claims_read else None
     if jti is not None:
         spent = await session.scalar(
             insert(ProofCheck)
             .values(**values, jti=jti, accepted=True)
             .on_conflict_do_nothing(index_elements=[ProofCheck.jti])
-            .returning(ProofCheck.id)
+            .returning(ProofCheck)
         )
         if spent is not None:
+            await chain(session, spent, evidence)
             return None
         refusal = f"proof {jti} was already used (replay)"
-    session.add(ProofCheck(**values, jti=None, accepted=False, reason=refusal))
+    check = await session.scalar(
+        insert(ProofCheck).values(**values, jti=None, accepted=False, reason=refusal).returning(ProofCheck)
+    )
+    assert check is not None  # a plain insert returns its row
+    await chain(session, check, evidence)
     return refusal

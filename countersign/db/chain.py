@@ -1,0 +1,174 @@
+"""The hash chain of a tenant's audit in PostgreSQL: appending a fact, reading the chain, checking it.
+
+`chain` is called by every writer of a table of the audit (CHAINED), in the transaction of the
+write, with the row as written: a row changed or deleted behind Countersign's back no longer
+matches its last chained fact, and a chain record changed or deleted breaks the links after it.
+
+Appends of one tenant are serialized by a transaction-scoped advisory lock on the tenant
+(`pg_advisory_xact_lock`), taken just before the head is read and held until the transaction
+commits or rolls back: the next appender waits, then (READ COMMITTED: each statement reads what is
+committed when it starts) reads the head this one wrote. A head read without the lock could be
+read by two transactions at once and fork the chain; the primary key (tenant, seq) would then
+refuse the second, but as an error, not a wait. The lock is taken last in each writer's
+transaction, so it is held for one insert and the commit. Other tenants do not wait (a hash
+collision of two tenants' keys only makes them wait for each other).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Mapping
+from datetime import datetime
+from typing import Any
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from sqlalchemy import func, inspect, select
+from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from countersign.core.evidence import (
+    GENESIS,
+    Broken,
+    Chained,
+    bundle_line,
+    canonical,
+    fact_digest,
+    follows,
+    jsonable,
+    link,
+    manifest_of,
+    record_of,
+)
+from countersign.db.schema import (
+    ApprovalDecision,
+    ApprovalRequest,
+    AuditChainRecord,
+    Base,
+    Compensation,
+    ProofCheck,
+    ToolExecution,
+)
+
+CHAINED: dict[str, type[Base]] = {
+    m.__tablename__: m for m in (ToolExecution, ApprovalRequest, ApprovalDecision, ProofCheck, Compensation)
+}
+LOCK_SPACE = "audit_chain:"
+
+
+def fact_of(row: Base) -> dict[str, Any]:
+    """The row's columns as JSON: what the chain holds of it, and what the live check compares."""
+    return {c.key: jsonable(getattr(row, c.key)) for c in inspect(type(row)).column_attrs}
+
+
+def source_id_of(row: Base) -> str:
+    return canonical([jsonable(v) for v in inspect(row).identity or ()])
+
+
+async def next_link(session: AsyncSession, tenant: str) -> tuple[int, str]:
+    """The number and previous hash of the tenant's next record."""
+    head = (
+        await session.execute(
+            select(AuditChainRecord.seq, AuditChainRecord.hash)
+            .where(AuditChainRecord.tenant_id == tenant)
+            .order_by(AuditChainRecord.seq.desc())
+            .limit(1)
+        )
+    ).first()
+    return (head.seq + 1, head.hash) if head else (1, GENESIS)
+
+
+async def chain(session: AsyncSession, row: Base, context: Mapping[str, Any] | None = None) -> None:
+    """Append `row` (a row of a table in CHAINED, as just written and read back in `session`'s
+    transaction) to its tenant's chain; `context` is what its writer knew beside it (a proof's
+    claims). The same row written again unchanged (a retry) appends nothing."""
+    tenant: str = row.tenant_id  # type: ignore[attr-defined]
+    fact = fact_of(row)
+    source, source_id = type(row).__tablename__, source_id_of(row)
+    await session.execute(select(func.pg_advisory_xact_lock(func.hashtextextended(LOCK_SPACE + tenant, 0))))
+    seq, prev = await next_link(session, tenant)
+    text = canonical(record_of(tenant, seq, source, source_id, fact, context))
+    await session.execute(
+        insert(AuditChainRecord)
+        .values(
+            tenant_id=tenant,
+            seq=seq,
+            source=source,
+            source_id=source_id,
+            fact_sha256=fact_digest(fact),
+            record=text,
+            prev_hash=prev,
+            hash=link(prev, text),
+        )
+        .on_conflict_do_nothing(index_elements=["tenant_id", "source", "source_id", "fact_sha256"])
+    )
+
+
+def chained(r: AuditChainRecord) -> Chained:
+    return Chained(seq=r.seq, prev_hash=r.prev_hash, text=r.record, hash=r.hash)
+
+
+async def chain_records(
+    session: AsyncSession, tenant: str, since: datetime | None = None, batch: int = 1000
+) -> AsyncIterator[AuditChainRecord]:
+    """The tenant's chain in order (from the first record written at or after `since`), in batches."""
+    after = 0
+    if since is not None:
+        first = await session.scalar(
+            select(func.min(AuditChainRecord.seq)).where(
+                AuditChainRecord.tenant_id == tenant, AuditChainRecord.created_at >= since
+            )
+        )
+        if first is None:
+            return
+        after = first - 1
+    while True:
+        rows = (
+            await session.scalars(
+                select(AuditChainRecord)
+                .where(AuditChainRecord.tenant_id == tenant, AuditChainRecord.seq > after)
+                .order_by(AuditChainRecord.seq)
+                .limit(batch)
+            )
+        ).all()
+        for r in rows:
+            yield r
+        if len(rows) < batch:
+            return
+        after = rows[-1].seq
+
+
+async def verify_live(session: AsyncSession, tenant: str) -> int:
+    """The number of records when the tenant's chain in PostgreSQL is whole and every chained row
+    still holds its last chained fact; else raises Broken naming the first record that does not."""
+    prev, seq = GENESIS, 1
+    last: dict[tuple[str, str], tuple[int, str]] = {}  # (source, source id) -> its last record
+    async for r in chain_records(session, tenant):
+        follows(tenant, chained(r), seq, prev, f"record {seq}")
+        last[(r.source, r.source_id)] = (r.seq, r.fact_sha256)
+        prev, seq = r.hash, seq + 1
+    for (source, source_id), (at, digest) in sorted(last.items(), key=lambda item: item[1][0]):
+        model = CHAINED.get(source)
+        where = f"record {at} ({source} {source_id})"
+        if model is None:
+            raise Broken(where, f"{source} is not a table of the audit")
+        row = await session.get(model, tuple(json.loads(source_id)), populate_existing=True)
+        if row is None:
+            raise Broken(where, "the row was deleted")
+        if fact_digest(fact_of(row)) != digest:
+            raise Broken(where, "the row was changed")
+    return seq - 1
+
+
+async def export_bundle(
+    session: AsyncSession, key: Ed25519PrivateKey, tenant: str, now: datetime, since: datetime | None = None
+) -> tuple[bytes, bytes]:
+    """The tenant's chain (from `since`) as a bundle: the records file and its signed manifest
+    (countersign.core.evidence)."""
+    records = [chained(r) async for r in chain_records(session, tenant, since)]
+    if records:
+        first_seq, anchor = records[0].seq, records[0].prev_hash
+    else:  # nothing since: the bundle is empty, anchored at the head
+        first_seq, anchor = await next_link(session, tenant)
+    text = "".join(bundle_line(c) + "\n" for c in records).encode()
+    manifest = manifest_of(key, tenant, text, records, anchor, first_seq, now, since)
+    return text, (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode()
