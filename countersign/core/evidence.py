@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import io
 import json
+import tarfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import date, datetime
@@ -264,3 +266,14 @@ def verify_bundle(manifest_raw: bytes, records: bytes) -> dict[str, Any]:
     if hashlib.sha256(records).hexdigest() != manifest["records_sha256"]:
         raise Broken("the records file", "its digest is not the manifest's")
     return manifest
+
+
+def bundle_tar(records: bytes, manifest: bytes) -> bytes:
+    """The bundle as one tar archive of its two files (a download; `audit verify` reads it)."""
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w") as archive:
+        for name, data in ((MANIFEST_FILE, manifest), (RECORDS_FILE, records)):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            archive.addfile(info, io.BytesIO(data))
+    return out.getvalue()

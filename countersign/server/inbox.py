@@ -13,6 +13,8 @@ checks it again, with the proof, where it records the decision.
 from __future__ import annotations
 
 import asyncio
+import csv
+import io
 import json
 import time
 from datetime import UTC, datetime
@@ -29,8 +31,10 @@ from countersign.core.approvals import Approval, Decision, PendingCall, approver
 from countersign.core.bounds import MAX_REASON_CHARS
 from countersign.core.calls import Risk
 from countersign.core.effects import Effect, effect_lines, effect_warnings
+from countersign.core.evidence import bundle_tar
 from countersign.core.messages import ChatMessage
 from countersign.core.shown import argument_lines, argument_warnings
+from countersign.db.chain import export_bundle
 from countersign.db.instances import current_instance
 from countersign.db.messages import ConversationStore
 from countersign.db.people import check_password, roles_of
@@ -163,6 +167,33 @@ def last_messages(messages: list[ChatMessage]) -> list[dict[str, str]]:
         if m.role in ("user", "assistant") and m.content
     ]
     return shown[-LAST_MESSAGES:]
+
+
+DECISION_COLUMNS = (
+    "at",
+    "workflow_id",
+    "call_id",
+    "tool",
+    "approver",
+    "decision",
+    "accepted",
+    "proven",
+    "reason",
+    "model_args",
+    "edited_args",
+)
+
+
+def decisions_csv(decisions: list[dict[str, Any]]) -> bytes:
+    """`history`'s decisions as CSV, oldest first; arguments as JSON text."""
+    out = io.StringIO()
+    writer = csv.writer(out)
+    writer.writerow(DECISION_COLUMNS)
+    for d in reversed(decisions):
+        writer.writerow(
+            json.dumps(d[c]) if c.endswith("_args") and d[c] is not None else d[c] for c in DECISION_COLUMNS
+        )
+    return out.getvalue().encode()
 
 
 class Inbox:
@@ -335,8 +366,8 @@ class Inbox:
         items = await self.tenant_pending(reviewer.tenant_id)
         return [i for i in items if self.may_decide(i, reviewer, roles)]
 
-    async def history(self, reviewer: Reviewer, limit: int = 50) -> list[dict[str, Any]]:
-        """The tenant's latest decisions, refused attempts included, newest first."""
+    async def history(self, reviewer: Reviewer, limit: int | None = 50) -> list[dict[str, Any]]:
+        """The tenant's latest decisions (None: all of them), refused attempts included, newest first."""
         async with self._sessions() as session:
             # an accepted edit shows next to the model's arguments (the call's audit row, once it ran)
             rows = await session.execute(
@@ -368,6 +399,20 @@ class Inbox:
                 }
                 for r, model_args in rows
             ]
+
+    # --- the audit as evidence (an admin's export) -----------------------------------------------
+
+    async def export_audit(self, reviewer: Reviewer, form: Literal["csv", "bundle"]) -> bytes:
+        """An admin's export of the tenant's audit: every decision as CSV (what `history` shows), or
+        the signed bundle of its hash chain as a tar archive (countersign.core.evidence), signed with
+        this server's key, which `audit verify` checks offline."""
+        if "admin" not in await self.roles(reviewer):
+            raise HttpRefusal(403, "only an admin of the tenant exports its audit")
+        if form == "csv":
+            return decisions_csv(await self.history(reviewer, limit=None))
+        async with self._sessions() as session:
+            records, manifest = await export_bundle(session, self._key, reviewer.tenant_id, datetime.now(UTC))
+        return bundle_tar(records, manifest)
 
     # --- deciding ------------------------------------------------------------------------------
 

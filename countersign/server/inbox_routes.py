@@ -1,7 +1,7 @@
 """The reviewers' side of the server: the calls waiting for them (listed, and streamed as they
-change), decisions one by one or in a batch across conversations, the history of decisions, and an
-admin's "always allow". The work is in countersign.server.inbox; the live view in
-countersign.server.watcher."""
+change), decisions one by one or in a batch across conversations, the history of decisions, an
+admin's "always allow" and an admin's export of the audit. The work is in
+countersign.server.inbox; the live view in countersign.server.watcher."""
 
 from __future__ import annotations
 
@@ -73,6 +73,24 @@ async def history(request: web.Request) -> web.Response:
     return web.json_response(await request.app[INBOX].history(request[REVIEWER]))
 
 
+EXPORTS = {
+    "csv": ("text/csv", "decisions.csv"),
+    "bundle": ("application/x-tar", "audit-bundle.tar"),
+}
+
+
+async def export_audit(request: web.Request) -> web.Response:
+    """An admin's download of the tenant's audit: `?format=csv` (the decisions) or `bundle` (the
+    signed hash chain, for `audit verify`)."""
+    form = request.query.get("format", "csv")
+    if form not in EXPORTS:
+        raise HttpRefusal(400, f"format must be one of {', '.join(EXPORTS)}")
+    body = await request.app[INBOX].export_audit(request[REVIEWER], "csv" if form == "csv" else "bundle")
+    content_type, name = EXPORTS[form]
+    disposition = f'attachment; filename="{request[REVIEWER].tenant_id}-{name}"'
+    return web.Response(body=body, content_type=content_type, headers={"Content-Disposition": disposition})
+
+
 def add_routes(app: web.Application, inbox: Inbox) -> None:
     app[INBOX] = inbox
     app[WATCHER] = Watcher(inbox)
@@ -84,6 +102,7 @@ def add_routes(app: web.Application, inbox: Inbox) -> None:
     app.router.add_get("/api/approvals", approvals)
     app.router.add_get("/api/history", history)
     app.router.add_get("/api/events", events)
+    app.router.add_get("/api/audit/export", export_audit)
     app.router.add_post("/api/approvals/batch", decide_batch)
     app.router.add_post("/api/approvals/{workflow_id}/{call_id}", decide)
     app.router.add_post("/api/approvals/{workflow_id}/{call_id}/always-allow", always_allow)
