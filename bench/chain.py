@@ -4,7 +4,8 @@
 
 Each call is what `record_unexecuted_call` does: one transaction inserting a `tool_executions`
 row, once without the chain and once appending it to the tenant's chain (countersign.db.chain:
-the advisory lock, the head read and the insert). Measured: the time of `chain()` itself, and of
+the advisory lock, the head read, the hash and the insert, in one
+round trip to `audit_chain_append`). Measured: the time of `chain()` itself, and of
 the whole transaction with and without it, one writer at a time (the machine is shared: a
 sequential measure is the honest one). A PostgreSQL of its own (embedded, migrated and seeded)
 unless DATABASE_URL is set. Prints a Markdown table for docs/benchmark.md.

@@ -3,10 +3,11 @@
 A chained record is the canonical JSON (`canonical`) of one fact of a tenant's audit: the row a
 table of the audit holds after Countersign wrote it (`fact`), with who asked, who decided, on what
 evidence and when (`attribution`). Its hash is SHA-256 over the previous record's hash and the
-record's text, so each record commits to every record before it (`link`).
+record's text, so each record commits to every record before it (`link`). PostgreSQL computes the
+same hash when it appends (`audit_chain_append`, migration 0022); this module checks it.
 
 A bundle (`audit export`) is two files in one directory: `records.jsonl`, one canonical line per
-record (`{"hash", "prev_hash", "record"}`), and `manifest.json`, which names the tenant, the first
+record (`{"seq", "hash", "prev_hash", "record"}`), and `manifest.json`, which names the tenant, the first
 and last record, the hash before the first (the anchor) and the head, the SHA-256 of the records
 file, the signing key's public half, and an Ed25519 signature over the rest of the manifest.
 `verify_bundle` needs nothing but those two files: it names the first line that does not verify.
@@ -108,16 +109,15 @@ def attribution(source: str, fact: Mapping[str, Any], context: Mapping[str, Any]
 
 def record_of(
     tenant: str,
-    seq: int,
     source: str,
     source_id: str,
     fact: Mapping[str, Any],
     context: Mapping[str, Any] | None,
 ) -> dict[str, Any]:
-    """The chained record of a fact (`fact`: the row's columns as JSON)."""
+    """The chained record of a fact (`fact`: the row's columns as JSON). Its place in the chain
+    is not in it: the hash before it is, so it can be written before its place is known."""
     return {
         "tenant": tenant,
-        "seq": seq,
         "source": source,
         "source_id": source_id,
         "fact": dict(fact),
@@ -155,9 +155,8 @@ def follows(tenant: str, c: Chained, seq: int, prev: str, where: str) -> None:
         raise Broken(where, "it does not follow the record before it")
     if link(prev, c.text) != c.hash:
         raise Broken(where, "its hash does not match its content")
-    record = json.loads(c.text)
-    if record.get("seq") != c.seq or record.get("tenant") != tenant:
-        raise Broken(where, "its content names another place in the chain")
+    if json.loads(c.text).get("tenant") != tenant:
+        raise Broken(where, "it is another tenant's record")
 
 
 def check_links(tenant: str, chained: Iterable[Chained], first_seq: int, anchor: str) -> str:
@@ -174,7 +173,7 @@ def check_links(tenant: str, chained: Iterable[Chained], first_seq: int, anchor:
 
 
 def bundle_line(c: Chained) -> str:
-    return canonical({"hash": c.hash, "prev_hash": c.prev_hash, "record": json.loads(c.text)})
+    return canonical({"seq": c.seq, "hash": c.hash, "prev_hash": c.prev_hash, "record": json.loads(c.text)})
 
 
 def public_pem(key: Ed25519PublicKey) -> str:
@@ -234,7 +233,7 @@ def _chained_line(where: str, line: bytes) -> Chained:
         parsed = json.loads(line)
         record = parsed["record"]
         c = Chained(
-            seq=record["seq"], prev_hash=parsed["prev_hash"], text=canonical(record), hash=parsed["hash"]
+            seq=parsed["seq"], prev_hash=parsed["prev_hash"], text=canonical(record), hash=parsed["hash"]
         )
     except (ValueError, KeyError, TypeError) as exc:
         raise Broken(where, f"it is not a chained record ({exc})") from None

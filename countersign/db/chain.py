@@ -4,14 +4,19 @@
 write, with the row as written: a row changed or deleted behind Countersign's back no longer
 matches its last chained fact, and a chain record changed or deleted breaks the links after it.
 
+The append is one round trip: the record's text is made here (it does not hold its own place in
+the chain), and `audit_chain_append` (a PL/pgSQL function, migration 0022) takes the tenant's lock,
+reads the head, hashes and inserts, as `countersign.core.evidence.link` computes and checks.
+
 Appends of one tenant are serialized by a transaction-scoped advisory lock on the tenant
 (`pg_advisory_xact_lock`), taken just before the head is read and held until the transaction
-commits or rolls back: the next appender waits, then (READ COMMITTED: each statement reads what is
-committed when it starts) reads the head this one wrote. A head read without the lock could be
-read by two transactions at once and fork the chain; the primary key (tenant, seq) would then
-refuse the second, but as an error, not a wait. The lock is taken last in each writer's
-transaction, so it is held for one insert and the commit. Other tenants do not wait (a hash
-collision of two tenants' keys only makes them wait for each other).
+commits or rolls back: the next appender waits, then reads the head this one wrote (READ
+COMMITTED, and a statement of a VOLATILE function takes a new snapshot: it sees what committed
+while it waited). A head read without the lock could be read by two transactions at once and
+fork the chain; the primary key (tenant, seq) would then refuse the second, but as an error, not
+a wait. The lock is taken last in each writer's transaction, so it is held for one insert and the
+commit. Other tenants do not wait (a hash collision of two tenants' keys only makes them wait for
+each other).
 """
 
 from __future__ import annotations
@@ -23,7 +28,6 @@ from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from sqlalchemy import func, inspect, select
-from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from countersign.core.evidence import (
@@ -35,7 +39,6 @@ from countersign.core.evidence import (
     fact_digest,
     follows,
     jsonable,
-    link,
     manifest_of,
     record_of,
 )
@@ -52,7 +55,6 @@ from countersign.db.schema import (
 CHAINED: dict[str, type[Base]] = {
     m.__tablename__: m for m in (ToolExecution, ApprovalRequest, ApprovalDecision, ProofCheck, Compensation)
 }
-LOCK_SPACE = "audit_chain:"
 
 
 def fact_of(row: Base) -> dict[str, Any]:
@@ -84,23 +86,8 @@ async def chain(session: AsyncSession, row: Base, context: Mapping[str, Any] | N
     tenant: str = row.tenant_id  # type: ignore[attr-defined]
     fact = fact_of(row)
     source, source_id = type(row).__tablename__, source_id_of(row)
-    await session.execute(select(func.pg_advisory_xact_lock(func.hashtextextended(LOCK_SPACE + tenant, 0))))
-    seq, prev = await next_link(session, tenant)
-    text = canonical(record_of(tenant, seq, source, source_id, fact, context))
-    await session.execute(
-        insert(AuditChainRecord)
-        .values(
-            tenant_id=tenant,
-            seq=seq,
-            source=source,
-            source_id=source_id,
-            fact_sha256=fact_digest(fact),
-            record=text,
-            prev_hash=prev,
-            hash=link(prev, text),
-        )
-        .on_conflict_do_nothing(index_elements=["tenant_id", "source", "source_id", "fact_sha256"])
-    )
+    text = canonical(record_of(tenant, source, source_id, fact, context))
+    await session.execute(select(func.audit_chain_append(tenant, source, source_id, fact_digest(fact), text)))
 
 
 def chained(r: AuditChainRecord) -> Chained:
