@@ -14,8 +14,8 @@ commits or rolls back: the next appender waits, then reads the head this one wro
 COMMITTED, and a statement of a VOLATILE function takes a new snapshot: it sees what committed
 while it waited). A head read without the lock could be read by two transactions at once and
 fork the chain; the primary key (tenant, seq) would then refuse the second, but as an error, not
-a wait. The lock is taken last in each writer's transaction, so it is held for one insert and the
-commit. Other tenants do not wait (a hash collision of two tenants' keys only makes them wait for
+a wait. The lock is taken once each writer's own work is done (a decision's at its proof check,
+a few statements before the commit), so it is held briefly. Other tenants do not wait (a hash collision of two tenants' keys only makes them wait for
 each other).
 """
 
