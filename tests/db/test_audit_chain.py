@@ -10,7 +10,7 @@ import asyncio
 import json
 import uuid
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -235,3 +235,28 @@ async def test_export_and_verify_through_the_cli(
     assert broken.returncode == 1 and "record 1 (line 1) does not verify" in broken.stderr
     live = await run_starter("audit", "verify", "--tenant", tenant, env={"DATABASE_URL": database_url})
     assert live.returncode == 0 and f"chain of {tenant} verifies: {CALLS + 2} records" in live.stdout
+
+
+async def test_a_bundle_of_the_last_days_starts_at_its_anchor(db_engine: AsyncEngine, tenant: str) -> None:
+    await audited(db_engine, tenant)
+    async with db_engine.begin() as conn:  # the first two records were written long ago
+        await conn.execute(
+            update(AuditChainRecord)
+            .where(AuditChainRecord.tenant_id == tenant, AuditChainRecord.seq <= 2)
+            .values(created_at=func.now() - text("interval '30 days'"))
+        )
+    now = datetime.now(UTC)
+    async with session_factory(db_engine)() as session:
+        second = await session.scalar(
+            select(AuditChainRecord.hash).where(
+                AuditChainRecord.tenant_id == tenant, AuditChainRecord.seq == 2
+            )
+        )
+        records, manifest = await export_bundle(
+            session, Ed25519PrivateKey.generate(), tenant, now, now - timedelta(days=7)
+        )
+    checked = verify_bundle(manifest, records)
+    assert (checked["first_seq"], checked["count"], checked["anchor"]) == (3, CALLS, second)
+    without_first = b"".join(records.splitlines(keepends=True)[1:])
+    with pytest.raises(Broken, match=r"^record 3 \(line 1\) does not verify: record 4 stands in its place"):
+        verify_bundle(manifest, without_first)
