@@ -22,11 +22,19 @@ from sqlalchemy import delete, func, select, text, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from activities.audit import AuditActivities
+from activities.tools import ToolActivities
 from countersign.core.calls import CallerContext, ToolInvocation, ToolResult, UnexecutedCall
 from countersign.core.evidence import Broken, verify_bundle
 from countersign.db.chain import chain, export_bundle, verify_live
 from countersign.db.engine import session_factory
-from countersign.db.schema import ApprovalDecision, AuditChainRecord, Compensation, Tenant, ToolExecution
+from countersign.db.schema import (
+    ApprovalDecision,
+    AuditChainRecord,
+    Compensation,
+    Task,
+    Tenant,
+    ToolExecution,
+)
 from countersign.identity.proofs import pem_pair
 from tests.fixtures.cli import run_starter
 
@@ -260,3 +268,41 @@ async def test_a_bundle_of_the_last_days_starts_at_its_anchor(db_engine: AsyncEn
     without_first = b"".join(records.splitlines(keepends=True)[1:])
     with pytest.raises(Broken, match=r"^record 3 \(line 1\) does not verify: record 4 stands in its place"):
         verify_bundle(manifest, without_first)
+
+
+async def test_an_executed_call_is_chained_in_the_transaction_of_its_effect(db_engine: AsyncEngine) -> None:
+    """Through the tool activity itself (the seeded tenant: its tools need its people)."""
+    title = f"Chained {uuid.uuid4()}"
+    caller = CallerContext(tenant_id="acme", user_id="alice", roles=["sales"], agent="operations")
+    invocation = ToolInvocation(
+        caller=caller, workflow_id=f"wf-{uuid.uuid4()}", run_id="run-1", call_id="c1", tool="create_task",
+        arguments=json.dumps({"title": title}),
+    )  # fmt: skip
+    assert (await ToolActivities(session_factory(db_engine)).execute_tool(invocation)).ok
+    try:
+        async with session_factory(db_engine)() as session:
+            row = await session.scalar(
+                select(ToolExecution).where(ToolExecution.workflow_id == invocation.workflow_id)
+            )
+            assert row is not None
+            chained = (
+                await session.scalars(
+                    select(AuditChainRecord.record).where(
+                        AuditChainRecord.source == "tool_executions",
+                        AuditChainRecord.source_id == f"[{row.id}]",
+                    )
+                )
+            ).all()
+        assert len(chained) == 1
+        record = json.loads(chained[0])
+        assert record["fact"]["outcome"] == "executed" and record["fact"]["args"] == {"title": title}
+        assert record["asked_by"] == {"human": "alice", "agent": "operations"}
+    finally:
+        async with db_engine.begin() as conn:
+            await conn.execute(
+                delete(AuditChainRecord).where(AuditChainRecord.record.contains(invocation.workflow_id))
+            )
+            await conn.execute(
+                delete(ToolExecution).where(ToolExecution.workflow_id == invocation.workflow_id)
+            )
+            await conn.execute(delete(Task).where(Task.title == title))
