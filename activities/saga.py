@@ -192,6 +192,7 @@ class SagaActivities:
                 }
 
             row = await record_once(session, RollbackRecord, RollbackRecord.attempt_key, key, attempt)
+            await chain(session, row)  # a re-run finds it chained: nothing is appended twice
             return "" if row.accepted else row.reason or "refused"
 
     @staticmethod

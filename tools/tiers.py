@@ -27,6 +27,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from countersign.core.approvals import FOUR_EYES
 from countersign.core.calls import Risk, Tier
+from countersign.db.chain import chain
 from countersign.db.schema import AgentToolPermission, TenantToolTier, TierChange, UserRole
 from countersign.mcp.catalog import MCP_DEFAULT_TIER, MCP_RISK
 from countersign.mcp.servers import server_of
@@ -119,4 +120,6 @@ async def change_tenant_tier(
             )
         )
     await session.flush()
+    await session.refresh(change)  # its created_at, for the chain
+    await chain(session, change)  # a grant, or its refusal, is evidence too
     return change

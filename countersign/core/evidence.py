@@ -98,6 +98,20 @@ def attribution(source: str, fact: Mapping[str, Any], context: Mapping[str, Any]
                 "evidence": {"accepted": f("accepted"), "claims": (context or {}).get("claims")},
                 "at": f("created_at"),
             }
+        case "rollback_requests":
+            return {
+                "asked_by": {"human": f("requested_by"), "agent": None},
+                "decided_by": None,
+                "evidence": {"scope": f("scope"), "accepted": f("accepted"), "proven": f("proven")},
+                "at": f("created_at"),
+            }
+        case "tier_changes":  # a grant ("always allow") or its refusal
+            return {
+                "asked_by": None,
+                "decided_by": f("changed_by"),
+                "evidence": {"old_tier": f("old_tier"), "new_tier": f("new_tier"), "accepted": f("accepted")},
+                "at": f("created_at"),
+            }
         case _:  # compensations
             return {
                 "asked_by": None,

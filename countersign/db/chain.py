@@ -15,8 +15,8 @@ COMMITTED, and a statement of a VOLATILE function takes a new snapshot: it sees 
 while it waited). A head read without the lock could be read by two transactions at once and
 fork the chain; the primary key (tenant, seq) would then refuse the second, but as an error, not
 a wait. The lock is taken once each writer's own work is done (a decision's at its proof check,
-a few statements before the commit), so it is held briefly. Other tenants do not wait (a hash collision of two tenants' keys only makes them wait for
-each other).
+a few statements before the commit), so it is held briefly. Other tenants do not wait (a hash
+collision of two tenants' keys only makes them wait for each other).
 """
 
 from __future__ import annotations
@@ -49,11 +49,22 @@ from countersign.db.schema import (
     Base,
     Compensation,
     ProofCheck,
+    RollbackRecord,
+    TierChange,
     ToolExecution,
 )
 
 CHAINED: dict[str, type[Base]] = {
-    m.__tablename__: m for m in (ToolExecution, ApprovalRequest, ApprovalDecision, ProofCheck, Compensation)
+    m.__tablename__: m
+    for m in (
+        ToolExecution,
+        ApprovalRequest,
+        ApprovalDecision,
+        ProofCheck,
+        Compensation,
+        RollbackRecord,
+        TierChange,
+    )
 }
 
 

@@ -584,10 +584,11 @@ class Compensation(Base):
 class AuditChainRecord(Base):
     """A tenant's audit as a hash chain: one record per fact Countersign wrote to a table of the
     audit (`source`: tool_executions, approval_requests, approval_decisions, proof_checks,
-    compensations; `source_id`: the row's primary key as a JSON list), appended in the transaction
-    that wrote it (countersign.db.chain). `record` is the canonical JSON text hashed into `hash`
-    after `prev_hash` (countersign.core.evidence); `fact_sha256` is the digest of the row as it was
-    written, unique per row so a retried write appends nothing."""
+    compensations, rollback_requests, tier_changes; `source_id`: the row's primary key as a JSON
+    list), appended in the transaction that wrote it (countersign.db.chain). `record` is the
+    canonical JSON text hashed into `hash` after `prev_hash` (countersign.core.evidence);
+    `fact_sha256` is the digest of the row as it was written, unique per row so a retried write
+    appends nothing."""
 
     __tablename__ = "audit_chain"
     __table_args__ = (UniqueConstraint("tenant_id", "source", "source_id", "fact_sha256"),)

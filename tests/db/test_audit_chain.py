@@ -33,10 +33,12 @@ from countersign.db.schema import (
     Compensation,
     Task,
     Tenant,
+    TierChange,
     ToolExecution,
 )
 from countersign.identity.proofs import pem_pair
 from tests.fixtures.cli import run_starter
+from tools.tiers import change_tenant_tier
 
 CALLS = 4
 
@@ -306,3 +308,36 @@ async def test_an_executed_call_is_chained_in_the_transaction_of_its_effect(db_e
                 delete(ToolExecution).where(ToolExecution.workflow_id == invocation.workflow_id)
             )
             await conn.execute(delete(Task).where(Task.title == title))
+
+
+async def test_a_refused_grant_is_chained(db_engine: AsyncEngine) -> None:
+    """Grants and their refusals (tier_changes) are facts of the audit too."""
+    async with session_factory(db_engine).begin() as session:
+        change = await change_tenant_tier(
+            session, tenant_id="acme", agent="operations", tool="create_task", tier="always_allow",
+            changed_by="alice", via="cli",
+        )  # fmt: skip
+    source_id = f"[{change.id}]"
+    try:
+        async with session_factory(db_engine)() as session:
+            text_ = await session.scalar(
+                select(AuditChainRecord.record).where(
+                    AuditChainRecord.source == "tier_changes", AuditChainRecord.source_id == source_id
+                )
+            )
+        assert text_ is not None
+        record = json.loads(text_)
+        assert not change.accepted and record["decided_by"] == "alice"
+        assert record["evidence"] == {
+            "old_tier": change.old_tier,
+            "new_tier": "always_allow",
+            "accepted": False,
+        }
+    finally:
+        async with db_engine.begin() as conn:
+            await conn.execute(
+                delete(AuditChainRecord).where(
+                    AuditChainRecord.source == "tier_changes", AuditChainRecord.source_id == source_id
+                )
+            )
+            await conn.execute(delete(TierChange).where(TierChange.id == change.id))
