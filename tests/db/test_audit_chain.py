@@ -31,12 +31,13 @@ from countersign.db.schema import (
     ApprovalDecision,
     AuditChainRecord,
     Compensation,
+    ProofCheck,
     Task,
     Tenant,
     TierChange,
     ToolExecution,
 )
-from countersign.identity.proofs import pem_pair
+from countersign.identity.proofs import Binding, ProofVerifier, check_proof, mint_proof, pem_pair
 from tests.fixtures.cli import run_starter
 from tools.tiers import change_tenant_tier
 
@@ -51,7 +52,7 @@ async def tenant(db_engine: AsyncEngine) -> AsyncIterator[str]:
         session.add(Tenant(id=slug, name=slug))
     yield slug
     async with db_engine.begin() as conn:
-        for model in (AuditChainRecord, ToolExecution, ApprovalDecision, Compensation):
+        for model in (AuditChainRecord, ToolExecution, ApprovalDecision, Compensation, ProofCheck):
             await conn.execute(delete(model).where(model.tenant_id == slug))
         await conn.execute(delete(Tenant).where(Tenant.id == slug))
 
@@ -341,3 +342,31 @@ async def test_a_refused_grant_is_chained(db_engine: AsyncEngine) -> None:
                 )
             )
             await conn.execute(delete(TierChange).where(TierChange.id == change.id))
+
+
+async def test_a_proof_check_is_chained_with_the_proofs_claims(db_engine: AsyncEngine, tenant: str) -> None:
+    """What the decision rested on: the claims of the proof, accepted or replayed."""
+    key = Ed25519PrivateKey.generate()
+    verifier = ProofVerifier(mode="signed", key=key.public_key())
+    binding = Binding.start(tenant, f"wf-{uuid.uuid4()}", "operations", {"text": "hello"})
+    now = datetime.now(UTC)
+    proof = mint_proof(key, "alice", binding, now)
+    for attempt in ("a1", "a2"):  # the second is a replay: refused, and chained as well
+        async with session_factory(db_engine).begin() as session:
+            await check_proof(session, verifier, proof, binding, "alice", now, attempt)
+    async with session_factory(db_engine)() as session:
+        records = [
+            json.loads(r)
+            for r in (
+                await session.scalars(
+                    select(AuditChainRecord.record)
+                    .where(AuditChainRecord.tenant_id == tenant)
+                    .order_by(AuditChainRecord.seq)
+                )
+            ).all()
+        ]
+        assert await verify_live(session, tenant) == 2
+    assert [r["evidence"]["accepted"] for r in records] == [True, False]
+    for r in records:
+        assert r["source"] == "proof_checks" and r["decided_by"] == "alice"
+        assert r["evidence"]["claims"]["sub"] == "alice" and r["evidence"]["claims"]["tenant"] == tenant
