@@ -180,10 +180,11 @@ async def conversation_events(request: web.Request) -> web.StreamResponse:
     row = await requesters.conversation(caller, workflow_id, "transcript")
     claims, bearer = request.get(SESSION), bearer_of(request)
 
-    async def live() -> bool:  # a logout, an expiry or a revoked token closes the stream
+    async def live() -> bool:  # a logout, an expiry, a revoked token or a deactivated user closes it
         if claims is not None:
             return await sessions.is_live(requesters.sessions, claims)
-        return bearer is not None and await requesters.token_caller(bearer) is not None
+        now = await requesters.token_caller(bearer) if bearer is not None else None
+        return now is not None and now.may_act_for(row.user_id)
 
     with events.opened(caller.tenant_id, requesters.actor(caller, row)):
         response = web.StreamResponse(headers=SSE_HEADERS)
