@@ -9,18 +9,25 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import uuid
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 
 import aiohttp
-from sqlalchemy import text
+import pytest
+from sqlalchemy import delete, text
 from sqlalchemy.ext.asyncio import AsyncEngine
+from temporalio.client import WorkflowExecutionStatus
 
+from countersign.client.ended import as_temporal_knows
 from countersign.client.sse import server_events
+from countersign.core.contract import StartConversation, StatusView
 from countersign.db.access import set_active
 from countersign.db.engine import session_factory
+from countersign.db.schema import Conversation
 from tests.fixtures.inbox import SignedStack
 from tests.test_front_door import HELLO, token_for
+from workflows.agent import AgentWorkflow
 
 
 @contextlib.asynccontextmanager
@@ -90,3 +97,67 @@ async def test_a_token_stops_acting_for_a_deactivated_user_at_once_and_mid_strea
             # active again: the token acts for dave again
             code, _ = await stack.call("GET", f"/api/conversations/{wf}", token)
             assert code == 200
+
+
+# --- 2. a status says what Temporal knows ----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("run", "state", "error"),
+    [
+        (WorkflowExecutionStatus.RUNNING, "running", None),
+        (WorkflowExecutionStatus.CONTINUED_AS_NEW, "running", None),
+        (WorkflowExecutionStatus.COMPLETED, "ended", None),
+        (WorkflowExecutionStatus.FAILED, "ended", "the run failed"),
+        (WorkflowExecutionStatus.TERMINATED, "ended", "the run terminated"),
+        (WorkflowExecutionStatus.TIMED_OUT, "ended", "the run timed out"),
+        (WorkflowExecutionStatus.CANCELED, "ended", "the run canceled"),
+    ],
+)
+def test_a_closed_run_is_ended_whatever_its_query_says(
+    run: WorkflowExecutionStatus, state: str, error: str | None
+) -> None:
+    queried = StatusView(state="running", turn=1)
+    seen = as_temporal_knows(queried, run)
+    assert (seen.state, seen.last_error) == (state, error)
+    said = StatusView(state="running", turn=1, last_error="model unreachable")
+    assert as_temporal_knows(said, run).last_error == "model unreachable"
+
+
+async def test_a_failed_run_reads_ended_through_the_server(
+    signed_agent: SignedStack, db_engine: AsyncEngine
+) -> None:
+    """A run the worker failed (here: started without the server's proof) still answers the
+    `status` query with the state it stopped in; the server says it ended, and how."""
+    stack, agent = signed_agent, signed_agent.agent
+    wf = f"conv-acme-test34-{uuid.uuid4().hex[:8]}"
+    async with session_factory(db_engine).begin() as session:
+        session.add(
+            Conversation(
+                workflow_id=wf,
+                tenant_id="acme",
+                user_id="alice",
+                agent="lead-qualifier",
+                started_via="session",
+                auth_mode="signed",
+            )
+        )
+    try:
+        raw = StartConversation(tenant_id="acme", user_id="alice", agent="lead-qualifier")
+        handle = await agent.client.start_workflow(
+            AgentWorkflow.run, raw, id=wf, task_queue=agent.settings.task_queue
+        )
+        agent.track(wf)
+        for _ in range(100):
+            if (await handle.describe()).status == WorkflowExecutionStatus.FAILED:
+                break
+            await asyncio.sleep(0.1)
+        assert (await handle.query(AgentWorkflow.status)).state != "ended"  # what the query alone says
+        alice = await stack.login("alice")
+        code, status = await stack.call("GET", f"/api/conversations/{wf}", alice)
+        assert (code, status["state"], status["last_error"]) == (200, "ended", "the run failed"), status
+        code, reply = await stack.call("GET", f"/api/conversations/{wf}/reply?turn=1&wait=5", alice)
+        assert (code, reply["state"]) == (200, "ended"), reply
+    finally:
+        async with db_engine.begin() as conn:
+            await conn.execute(delete(Conversation).where(Conversation.workflow_id == wf))
