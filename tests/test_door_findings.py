@@ -25,6 +25,7 @@ from countersign.core.contract import StartConversation, StatusView
 from countersign.db.access import set_active
 from countersign.db.engine import session_factory
 from countersign.db.schema import Conversation
+from countersign.server.conversation_events import MAX_EVENT_ID
 from tests.fixtures.inbox import SignedStack
 from tests.test_front_door import HELLO, token_for
 from workflows.agent import AgentWorkflow
@@ -161,3 +162,24 @@ async def test_a_failed_run_reads_ended_through_the_server(
     finally:
         async with db_engine.begin() as conn:
             await conn.execute(delete(Conversation).where(Conversation.workflow_id == wf))
+
+
+# --- 3. event ids are bounded at the edge -----------------------------------------------------------
+
+
+async def test_an_event_id_past_64_bits_or_not_a_number_is_a_400(signed_agent: SignedStack) -> None:
+    stack = signed_agent
+    stack.agent.script(HELLO)
+    alice = await stack.login("alice")
+    code, body = await stack.call("POST", "/api/conversations", alice, {"agent": "lead-qualifier"})
+    assert code == 201, body
+    wf = body["workflow_id"]
+    stack.agent.track(wf)
+    url = f"{stack.url}/api/conversations/{wf}/events"
+    for bad in (str(MAX_EVENT_ID + 1), "99999999999999999999999", "-1", "1e3", "\uff11\uff12"):
+        code, said = await get(url, alice, {"Last-Event-ID": bad})
+        assert code == 400 and "event ids" in said, (bad, said)
+        code, said = await get(f"{url}?after={bad}", alice)
+        assert code == 400, (bad, said)
+    assert (await get(url, alice, {"Last-Event-ID": str(MAX_EVENT_ID)}))[0] == 200
+    assert (await get(f"{url}?after=0", alice))[0] == 200

@@ -176,7 +176,7 @@ async def conversation_events(request: web.Request) -> web.StreamResponse:
     """A conversation's events (countersign.server.conversation_events), for those who may read its
     transcript (its user, a token acting for them, an admin of its tenant; 404 for anyone else)."""
     requesters, caller, events = request.app[REQUESTERS], request[CALLER], request.app[EVENTS]
-    workflow_id = request.match_info["workflow_id"]
+    after, workflow_id = resume_point(request), request.match_info["workflow_id"]
     row = await requesters.conversation(caller, workflow_id, "transcript")
     claims, bearer = request.get(SESSION), bearer_of(request)
 
@@ -195,7 +195,7 @@ async def conversation_events(request: web.Request) -> web.StreamResponse:
                 events,
                 requesters.client,
                 row.workflow_id,
-                resume_point(request),
+                after,
                 live,
                 lambda: request.transport is None or request.transport.is_closing(),
             )
