@@ -24,8 +24,10 @@ from countersign.client.sse import server_events
 from countersign.core.contract import StartConversation, StatusView
 from countersign.db.access import set_active
 from countersign.db.engine import session_factory
-from countersign.db.schema import Conversation
+from countersign.db.schema import Conversation, RateLimitBucket
+from countersign.server.app import running_server
 from countersign.server.conversation_events import MAX_EVENT_ID
+from countersign.server.requesters import ApiRate
 from tests.fixtures.inbox import SignedStack
 from tests.test_front_door import HELLO, token_for
 from workflows.agent import AgentWorkflow
@@ -183,3 +185,67 @@ async def test_an_event_id_past_64_bits_or_not_a_number_is_a_400(signed_agent: S
         assert code == 400, (bad, said)
     assert (await get(url, alice, {"Last-Event-ID": str(MAX_EVENT_ID)}))[0] == 200
     assert (await get(f"{url}?after=0", alice))[0] == 200
+
+
+# --- 4. every API route and stream opening takes from the caller's buckets ----------------------------
+
+
+@contextlib.asynccontextmanager
+async def full_api_buckets(engine: AsyncEngine, tenant: str) -> AsyncIterator[None]:
+    """The tenant's API buckets start full and are left full: the tiny rate below (and other tests'
+    floods) would otherwise carry an empty bucket from one test into the next."""
+
+    async def refill() -> None:
+        async with engine.begin() as conn:
+            await conn.execute(
+                delete(RateLimitBucket).where(
+                    RateLimitBucket.tenant_id == tenant, RateLimitBucket.tool.startswith("api:")
+                )
+            )
+
+    await refill()
+    try:
+        yield
+    finally:
+        await refill()
+
+
+async def test_every_api_route_and_stream_opening_takes_from_the_callers_bucket(
+    signed_agent: SignedStack, db_engine: AsyncEngine
+) -> None:
+    stack = signed_agent
+    stack.agent.script(HELLO)
+    settings = stack.agent.settings.model_copy(update={"proof_private_key": stack.keys.private})
+    async with (
+        full_api_buckets(db_engine, "globex"),
+        token_for(db_engine, "globex", "flood-34", "dave") as token,
+        running_server(
+            settings, "127.0.0.1", 0, client=stack.agent.client, rate=ApiRate(per_s=0.01, burst=3)
+        ) as url,
+    ):
+        async with aiohttp.ClientSession() as http:
+            async with http.post(
+                url + "/api/login", json={"tenant_id": "globex", "user_id": "erin", "password": "erin-dev"}
+            ) as response:
+                erin = (await response.json())["token"]
+        # the person's bucket: drafts, the inbox's routes, the approvals stream's opening
+        for path in ("/api/drafts", "/api/me", "/api/approvals"):
+            code, said = await get(url + path, erin)
+            assert code == 200, (path, said)
+        for path in ("/api/drafts", "/api/history", "/api/events", "/api/agents/lead-qualifier/tools"):
+            code, said = await get(url + path, erin)
+            assert code == 429 and "too many requests" in said, (path, said)
+        # a token's: the list of its users' conversations, and a conversation's events stream
+        async with aiohttp.ClientSession() as http:
+            async with http.post(
+                url + "/api/conversations",
+                json={"agent": "lead-qualifier", "user_id": "dave"},
+                headers={"Authorization": f"Bearer {token}"},
+            ) as response:
+                assert response.status == 201
+                wf = (await response.json())["workflow_id"]
+        stack.agent.track(wf)
+        assert (await get(f"{url}/api/conversations/{wf}/events", token))[0] == 200
+        assert (await get(url + "/api/conversations", token))[0] == 200
+        assert (await get(f"{url}/api/conversations/{wf}/events", token))[0] == 429
+        assert (await get(url + "/api/conversations", token))[0] == 429

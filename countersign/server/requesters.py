@@ -181,10 +181,12 @@ class Requesters:
             holder = await tokens.holder_of(session, secret, datetime.now(UTC))
         return Caller(tenant_id=holder.tenant_id, token=holder) if holder else None
 
-    async def admit(self, caller: Caller, user_id: str) -> None:
-        """Take a request from the person's bucket (and the token's): 429 when either is empty."""
+    async def admit(self, caller: Caller, user_id: str | None) -> None:
+        """Take a request from the person's bucket (and the token's; a token acting for no one
+        named yet: the token's alone): 429 when either is empty."""
         # the token's first: a token that floods is refused before it drains its users' buckets
-        keys = ([f"api:token:{caller.token.id}"] if caller.token else []) + [f"api:user:{user_id}"]
+        keys = [f"api:token:{caller.token.id}"] if caller.token else []
+        keys += [f"api:user:{user_id}"] if user_id is not None else []
         async with self.sessions.begin() as session:
             for key in keys:
                 wait_s = await ratelimit.take(
