@@ -27,10 +27,11 @@ from countersign.db.engine import session_factory
 from countersign.db.schema import Conversation, RateLimitBucket
 from countersign.server.app import running_server
 from countersign.server.conversation_events import MAX_EVENT_ID
-from countersign.server.requesters import ApiRate
+from countersign.server.requesters import ApiRate, Requesters
 from tests.fixtures.inbox import SignedStack
-from tests.test_front_door import HELLO, token_for
+from tests.test_front_door import HELLO, HI, token_for
 from workflows.agent import AgentWorkflow
+from workflows.rules import turn_wait_refusal
 
 
 @contextlib.asynccontextmanager
@@ -249,3 +250,55 @@ async def test_every_api_route_and_stream_opening_takes_from_the_callers_bucket(
         assert (await get(url + "/api/conversations", token))[0] == 200
         assert (await get(f"{url}/api/conversations/{wf}/events", token))[0] == 429
         assert (await get(url + "/api/conversations", token))[0] == 429
+
+
+# --- 5. a reply's wait: woken by events, its update validated ------------------------------------------
+
+
+def test_a_wait_is_for_a_turn_asked_for_or_the_next() -> None:
+    assert turn_wait_refusal(1, started=0, queued=1) is None
+    assert turn_wait_refusal(2, started=1, queued=0) is None  # the next turn
+    assert turn_wait_refusal(3, started=1, queued=1) is None
+    assert turn_wait_refusal(3, started=1, queued=0) == "turn 3 has not been asked for (1 begun, 0 waiting)"
+    assert turn_wait_refusal(2**31 - 1, started=5, queued=8) is not None
+    assert turn_wait_refusal(0, started=5, queued=0) == "turns count from 1, not 0"
+
+
+async def test_a_reply_waits_on_the_conversations_events_and_a_wait_for_no_turn_is_refused(
+    signed_agent: SignedStack, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    stack = signed_agent
+    stack.agent.script(HELLO)
+    alice = await stack.login("alice")
+    code, body = await stack.call(
+        "POST", "/api/conversations", alice, {"agent": "lead-qualifier", "message": "hello"}
+    )
+    assert code == 201, body
+    wf = body["workflow_id"]
+    stack.agent.track(wf)
+    code, reply = await stack.call("GET", f"/api/conversations/{wf}/reply?turn=1&wait=10", alice)
+    assert (code, reply["state"], reply["turn"]["reply"]) == (200, "replied", HI), reply
+
+    asked: list[str] = []
+    status = Requesters.status
+
+    async def counted(self: Requesters, row: Conversation) -> StatusView:
+        asked.append(row.workflow_id)
+        return await status(self, row)
+
+    monkeypatch.setattr(Requesters, "status", counted)
+    # the next turn may be waited for: nothing happens in 3 s, and the status is asked at the
+    # first look and when the wait runs out (polling asked it 4 times a second)
+    code, reply = await stack.call("GET", f"/api/conversations/{wf}/reply?turn=2&wait=3", alice)
+    assert (code, reply["state"]) == (200, "running"), reply
+    assert len(asked) == 2, asked
+    # a turn nobody asked for is refused before the workflow accepts the wait
+    code, refused = await stack.call("GET", f"/api/conversations/{wf}/reply?turn=3&wait=2", alice)
+    assert code == 409 and "turn 3 has not been asked for" in refused["error"], refused
+    # the next message's turn wakes the wait (the `turn` event), and it answers with the reply
+    waiting = asyncio.create_task(stack.call("GET", f"/api/conversations/{wf}/reply?turn=2&wait=20", alice))
+    await asyncio.sleep(0.5)
+    code, _ = await stack.call("POST", f"/api/conversations/{wf}/messages", alice, {"text": "hello"})
+    assert code == 202
+    code, reply = await waiting
+    assert (code, reply["state"], reply["turn"]["turn"]) == (200, "replied", 2), reply

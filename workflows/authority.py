@@ -38,6 +38,11 @@ class Authority:
         self._message_tickets = 0  # messages whose proof is being checked, in arrival order
         self._messages_admitted = 0
 
+    @property
+    def checking(self) -> int:
+        """Messages whose proof is being checked: not yet in the inbox, already asked for."""
+        return self._message_tickets - self._messages_admitted
+
     async def verify_carried(self, start: StartConversation) -> None:
         """Fail the run once, on the record, when it was started with state it cannot prove the
         conversation carried itself (a client's invention, or another workflow's)."""

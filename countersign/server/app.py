@@ -273,11 +273,12 @@ async def running_server(
     client = client or await connect(settings)
     engine = create_engine(settings.database_url)
     sessions, key = session_factory(engine), load_private_key(settings.proof_private_key)
+    readers = ConversationEvents(sessions, settings.database_url)
     runner = web.AppRunner(
         create_app(
             Inbox(client, sessions, key),
-            Requesters(client, sessions, key, settings, rate),
-            ConversationEvents(sessions, settings.database_url),
+            Requesters(client, sessions, key, settings, readers, rate),
+            readers,
             oidc,
             trusted_proxies,
             settings.cookie_secure,
