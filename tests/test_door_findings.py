@@ -12,6 +12,7 @@ import contextlib
 import uuid
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
+from typing import Any
 
 import aiohttp
 import pytest
@@ -27,6 +28,7 @@ from countersign.db.engine import session_factory
 from countersign.db.schema import Conversation, RateLimitBucket
 from countersign.server.app import running_server
 from countersign.server.conversation_events import MAX_EVENT_ID
+from countersign.server.headers import SECURITY_HEADERS
 from countersign.server.requesters import ApiRate, Requesters
 from tests.fixtures.inbox import SignedStack
 from tests.test_front_door import HELLO, HI, token_for
@@ -302,3 +304,26 @@ async def test_a_reply_waits_on_the_conversations_events_and_a_wait_for_no_turn_
     assert code == 202
     code, reply = await waiting
     assert (code, reply["state"], reply["turn"]["turn"]) == (200, "replied", 2), reply
+
+
+# --- 6. security headers -------------------------------------------------------------------------
+
+
+async def test_every_answer_carries_the_security_headers(signed_agent: SignedStack) -> None:
+    stack = signed_agent
+    alice = await stack.login("alice")
+    async with aiohttp.ClientSession() as http:
+        for path in (
+            "/",
+            "/chat",
+            "/static/inbox.js",
+            "/static/chat.css",
+            "/api/me",
+            "/api/nothing",
+            "/nothing",
+        ):
+            async with http.get(stack.url + path, headers={"Authorization": f"Bearer {alice}"}) as response:
+                seen: dict[str, Any] = {name: response.headers.get(name) for name in SECURITY_HEADERS}
+                assert seen == SECURITY_HEADERS, (path, seen)
+    assert "frame-ancestors 'none'" in SECURITY_HEADERS["Content-Security-Policy"]
+    assert "'unsafe-inline'" not in SECURITY_HEADERS["Content-Security-Policy"]

@@ -28,7 +28,7 @@ from countersign.identity import tokens
 from countersign.identity.mode import recorded_mode
 from countersign.identity.proofs import load_private_key
 from countersign.runtime.config import Settings
-from countersign.server import admission, agent_tools, chat, door, drafts, inbox_routes
+from countersign.server import admission, agent_tools, chat, door, drafts, headers, inbox_routes
 from countersign.server.auth import SESSION_TTL, SessionClaims
 from countersign.server.conversation_events import ConversationEvents
 from countersign.server.door import CALLER, REQUESTERS
@@ -232,6 +232,7 @@ def create_app(
     workflow_url: str = "",
 ) -> web.Application:
     app = web.Application(middlewares=[errors_and_auth, admission.per_caller], client_max_size=MAX_BODY)
+    app.on_response_prepare.append(headers.secured)
     app[TRUSTED_PROXIES] = trusted_proxies
     app[SECURE_COOKIES] = secure_cookies
     app[WORKFLOW_URL] = workflow_url
