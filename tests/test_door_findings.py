@@ -3,7 +3,7 @@ a token acts only for active users (every request, every stream, mid-stream too)
 what Temporal knows of the run; an event id past 64 bits is a 400; every API route and stream
 opening takes from the caller's buckets; a reply's wait is woken by the conversation's events
 (no polling) and the update it sends is validated; every answer carries the pages' security
-headers."""
+headers; a refusal still being recorded when a run continues as new is recorded by the next."""
 
 from __future__ import annotations
 
@@ -17,21 +17,28 @@ from typing import Any
 import aiohttp
 import pytest
 from sqlalchemy import delete, text
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
+from temporalio import activity
 from temporalio.client import WorkflowExecutionStatus
 
+from activities import authority as authority_activities
 from countersign.client.ended import as_temporal_knows
 from countersign.client.sse import server_events
 from countersign.core.contract import StartConversation, StatusView
 from countersign.db.access import set_active
+from countersign.db.attempts import record_once
 from countersign.db.engine import session_factory
 from countersign.db.schema import Conversation, RateLimitBucket
 from countersign.server.app import running_server
 from countersign.server.conversation_events import MAX_EVENT_ID
 from countersign.server.headers import SECURITY_HEADERS
 from countersign.server.requesters import ApiRate, Requesters
+from tests.fixtures.agent import AgentHarness
 from tests.fixtures.inbox import SignedStack
+from tests.test_floods import flood_until_continued
+from tests.test_floods import small_history_budget as small_history_budget
 from tests.test_front_door import HELLO, HI, token_for
+from tests.test_hostile_input import ask, eventually, records
 from workflows.agent import AgentWorkflow
 from workflows.rules import turn_wait_refusal
 
@@ -327,3 +334,46 @@ async def test_every_answer_carries_the_security_headers(signed_agent: SignedSta
                 assert seen == SECURITY_HEADERS, (path, seen)
     assert "frame-ancestors 'none'" in SECURITY_HEADERS["Content-Security-Policy"]
     assert "'unsafe-inline'" not in SECURITY_HEADERS["Content-Security-Policy"]
+
+
+# --- 7. refusals still being recorded are carried into the next run ------------------------------------
+
+
+async def test_a_refusal_still_being_recorded_when_the_run_continues_is_recorded_by_the_next(
+    agent: AgentHarness,
+    db_engine: AsyncEngine,
+    small_history_budget: None,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A refusal whose audit row the first run cannot write (the database refuses it there, so its
+    local activity retries) is still in flight when a flood makes the run continue as new past its
+    grace for handlers: the sealed state carries it, and the next run records it."""
+    agent.script({"reply": {"content": "ok"}})
+    handle = await agent.start("hello")
+    assert await ask(agent, handle.id) == "[scripted model] ok"
+    first_run = (await handle.describe()).run_id
+
+    async def failing_in_the_first_run(
+        session: AsyncSession, model: Any, column: Any, key: str, attempt: Any
+    ) -> Any:
+        if (await attempt())["actor"] == "mallory.slow" and activity.info().workflow_run_id == first_run:
+            raise RuntimeError("this refusal cannot be recorded in the first run")
+        return await record_once(session, model, column, key, attempt)
+
+    monkeypatch.setattr(authority_activities, "record_once", failing_in_the_first_run)
+    audited = await records(db_engine, handle.id)
+    await handle.signal("submit_message", {"user_id": "mallory.slow", "text": "let me in"})
+    sent = await flood_until_continued(agent, handle, [])
+
+    async def slow_rows() -> int:
+        query = text("SELECT count(*) FROM input_audit WHERE workflow_id = :w AND actor = 'mallory.slow'")
+        async with db_engine.connect() as conn:
+            return int((await conn.execute(query, {"w": handle.id})).scalar_one())
+
+    for _ in range(100):
+        if await slow_rows():
+            break
+        await asyncio.sleep(0.1)
+    assert await slow_rows() == 1
+    assert await eventually(db_engine, handle.id, audited + sent + 1) >= audited + sent + 1
+    assert await ask(agent, handle.id) == "[scripted model] ok"
