@@ -33,12 +33,12 @@ from countersign.server.app import running_server
 from countersign.server.conversation_events import MAX_EVENT_ID
 from countersign.server.headers import SECURITY_HEADERS
 from countersign.server.requesters import ApiRate, Requesters
+from tests.e2e.test_hostile_input import ask, eventually, records
 from tests.fixtures.agent import AgentHarness
 from tests.fixtures.inbox import SignedStack
-from tests.test_floods import flood_until_continued
-from tests.test_floods import small_history_budget as small_history_budget
-from tests.test_front_door import HELLO, HI, token_for
-from tests.test_hostile_input import ask, eventually, records
+from tests.server.test_front_door import HELLO, HI, token_for
+from tests.workflows.test_floods import flood_until_continued
+from tests.workflows.test_floods import small_history_budget as small_history_budget
 from workflows.agent import AgentWorkflow
 from workflows.rules import turn_wait_refusal
 
