@@ -40,7 +40,6 @@ from tests.server.test_front_door import HELLO, HI, token_for
 from tests.workflows.test_floods import flood_until_continued
 from tests.workflows.test_floods import small_history_budget as small_history_budget
 from workflows.agent import AgentWorkflow
-from workflows.rules import turn_wait_refusal
 
 
 @contextlib.asynccontextmanager
@@ -262,15 +261,6 @@ async def test_every_api_route_and_stream_opening_takes_from_the_callers_bucket(
 
 
 # --- 5. a reply's wait: woken by events, its update validated ------------------------------------------
-
-
-def test_a_wait_is_for_a_turn_asked_for_or_the_next() -> None:
-    assert turn_wait_refusal(1, started=0, queued=1) is None
-    assert turn_wait_refusal(2, started=1, queued=0) is None  # the next turn
-    assert turn_wait_refusal(3, started=1, queued=1) is None
-    assert turn_wait_refusal(3, started=1, queued=0) == "turn 3 has not been asked for (1 begun, 0 waiting)"
-    assert turn_wait_refusal(2**31 - 1, started=5, queued=8) is not None
-    assert turn_wait_refusal(0, started=5, queued=0) == "turns count from 1, not 0"
 
 
 async def test_a_reply_waits_on_the_conversations_events_and_a_wait_for_no_turn_is_refused(
