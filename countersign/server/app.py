@@ -28,7 +28,7 @@ from countersign.identity import tokens
 from countersign.identity.mode import recorded_mode
 from countersign.identity.proofs import load_private_key
 from countersign.runtime.config import Settings
-from countersign.server import agent_tools, chat, door, drafts, inbox_routes
+from countersign.server import admission, agent_tools, chat, door, drafts, headers, inbox_routes
 from countersign.server.auth import SESSION_TTL, SessionClaims
 from countersign.server.conversation_events import ConversationEvents
 from countersign.server.door import CALLER, REQUESTERS
@@ -231,7 +231,8 @@ def create_app(
     secure_cookies: bool = False,
     workflow_url: str = "",
 ) -> web.Application:
-    app = web.Application(middlewares=[errors_and_auth], client_max_size=MAX_BODY)
+    app = web.Application(middlewares=[errors_and_auth, admission.per_caller], client_max_size=MAX_BODY)
+    app.on_response_prepare.append(headers.secured)
     app[TRUSTED_PROXIES] = trusted_proxies
     app[SECURE_COOKIES] = secure_cookies
     app[WORKFLOW_URL] = workflow_url
@@ -273,11 +274,12 @@ async def running_server(
     client = client or await connect(settings)
     engine = create_engine(settings.database_url)
     sessions, key = session_factory(engine), load_private_key(settings.proof_private_key)
+    readers = ConversationEvents(sessions, settings.database_url)
     runner = web.AppRunner(
         create_app(
             Inbox(client, sessions, key),
-            Requesters(client, sessions, key, settings, rate),
-            ConversationEvents(sessions, settings.database_url),
+            Requesters(client, sessions, key, settings, readers, rate),
+            readers,
             oidc,
             trusted_proxies,
             settings.cookie_secure,

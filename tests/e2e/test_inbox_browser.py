@@ -55,7 +55,7 @@ async def test_bob_edits_and_approves_alices_request_live_in_the_inbox(
         page = await browser.new_page(viewport={"width": 1280, "height": 1000})
         await log_in(page, stack.url, "bob")
         assert await page.text_content("#whoami") == "bob"
-        await page.wait_for_function("document.querySelector('#live').textContent.startsWith('live')")
+        await page.wait_for_function("() => document.querySelector('#live').textContent.startsWith('live')")
 
         handle = await stack.agent.start("qualify jane", user="alice", single_turn=True)
         asked = time.monotonic()
@@ -178,7 +178,9 @@ async def test_a_rejection_needs_a_reason_and_a_confirmation_and_says_so_near_th
         assert len(dialogs) == 1 and "not yet: call her first" in dialogs[0]
         assert await card.is_visible()
         await card.get_by_role("button", name="Reject").click()
-        await page.wait_for_function("document.querySelector('#status').textContent.startsWith('rejected')")
+        await page.wait_for_function(
+            "() => document.querySelector('#status').textContent.startsWith('rejected')"
+        )
         status_y = (await page.locator("#status").bounding_box() or {"y": 1e9})["y"]
         history_y = (await page.locator("#history").bounding_box() or {"y": 0})["y"]
         assert status_y < history_y  # next to the list, not below the decided table
