@@ -90,6 +90,9 @@ async def test_alice_watches_her_request_stream_wait_for_bob_and_finish(
         await step.locator(".outcome:has-text('Waiting for a reviewer')").wait_for(timeout=30_000)
         outcome = await step.locator(".outcome").text_content() or ""
         assert "bob" in outcome and "expires in" in outcome
+        # high risk: alice (sales) may not decide it, so the step links to its card in the inbox
+        assert await step.locator("a.to-inbox").get_attribute("href") == f"/#{workflow_id}/c1"
+        assert await step.locator("form.decide").count() == 0
         seen = await alice.evaluate("window.replyTexts")
         parts = [t for t in dict.fromkeys(seen) if t]
         full = f"[scripted model] {ASKED}"

@@ -22,6 +22,13 @@ function tierSelect(tool) {
     tool.tier === tool.defaultTier ? "" : el("span", { class: "muted", text: ` (agent's default: ${tool.defaultTier.replace("_", " ")})` }));
 }
 
+// A tool's description is wrapped over lines: its first sentence, on one line.
+function firstSentence(text) {
+  const flat = text.replace(/\s+/g, " ").trim();
+  const end = flat.search(/[.](\s|$)/);
+  return end < 0 ? flat : flat.slice(0, end + 1);
+}
+
 function markUnsaved() {
   const changed = [...document.querySelectorAll("#tools select")].filter((s) => s.value !== s.dataset.saved);
   $("#unsaved").textContent = changed.length ? `${changed.length} change(s) not saved yet` : "";
@@ -33,10 +40,10 @@ async function loadTools() {
   const tierOf = new Map(tiers.tools.map((t) => [t.toolName, t.permissionStatus]));
   $("#tools tbody").replaceChildren(...catalog.tools.map((tool) => {
     const row = { ...tool, tier: tierOf.get(tool.toolName) || tool.defaultTier };
-    return el("tr", { class: `risk-${tool.risk}`, "data-tool": tool.toolName },
+    return el("tr", { "data-tool": tool.toolName, "data-risk": tool.risk },
       el("th", { scope: "row" }, el("code", { text: tool.toolName }),
-        tool.description ? el("div", { class: "muted", text: tool.description.split("\n")[0] }) : ""),
-      el("td", { class: `risk risk-${tool.risk}`, text: tool.risk }),
+        tool.description ? el("div", { class: "muted", text: firstSentence(tool.description) }) : ""),
+      el("td", { class: "risk", text: tool.risk }),
       el("td", { text: tool.category }),
       el("td", { text: tool.reversible ? "yes" : "no" }),
       tierSelect(row));
