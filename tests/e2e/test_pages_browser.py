@@ -74,13 +74,12 @@ async def alices_drafts_and_notes(db_engine: AsyncEngine) -> AsyncIterator[int]:
             changed_by="carol", via="cli",
         )  # fmt: skip
     async with db_engine.begin() as conn:
-        note = await conn.scalar(
-            insert(Notification)
-            .values(tenant_id="acme", user_id="alice", kind="meeting_proposal",
-                    message="Jane Doe proposes Thursday 10:00 for the quote review")
-            .returning(Notification.id)
+        inserted = insert(Notification).values(
+            tenant_id="acme", user_id="alice", kind="meeting_proposal",
+            message="Jane Doe proposes Thursday 10:00 for the quote review",
         )  # fmt: skip
-    yield int(note)
+        note: int = (await conn.execute(inserted.returning(Notification.id))).scalar_one()
+    yield note
     async with db_engine.begin() as conn:
         await conn.execute(delete(Notification).where(Notification.id == note))
         drafting = (TenantToolTier.agent == "lead-qualifier") & (TenantToolTier.tool == "draft_email")

@@ -28,14 +28,13 @@ async def notes(db_engine: AsyncEngine) -> AsyncIterator[dict[str, int]]:
         "acme": ("acme", None),
         "globex": ("globex", None),
     }
-    ids = {}
+    ids: dict[str, int] = {}
     async with db_engine.begin() as conn:
         for name, (tenant, user) in rows.items():
-            ids[name] = await conn.scalar(
-                insert(Notification)
-                .values(tenant_id=tenant, user_id=user, kind=MARK, message=f"for {name}")
-                .returning(Notification.id)
+            inserted = insert(Notification).values(
+                tenant_id=tenant, user_id=user, kind=MARK, message=f"for {name}"
             )
+            ids[name] = (await conn.execute(inserted.returning(Notification.id))).scalar_one()
     yield ids
     async with db_engine.begin() as conn:
         await conn.execute(delete(Notification).where(Notification.kind == MARK))
