@@ -7,8 +7,9 @@ The pages added here, beside the inbox (`/`) and the chat (`/chat`) that counter
 - `/tools`: a tenant admin's tier panel, each agent's tools with risk, category, whether they can be
   undone and their tier, changed through `PUT /api/agents/{agent}/tools` (countersign.server.agent_tools,
   whose rules hold) and its history from `tier_changes`;
-- `/drafts`: a person's email drafts (read, edit through `PATCH /api/drafts/{id}`) and notifications
-  (list, resolve through countersign.server.notifications).
+- `/drafts`: a person's email drafts (read, edit through `PATCH /api/drafts/{id}`, and send: a link
+  to the chat with an agent that has `send_draft`, the message ready, so that it goes through
+  approval like every email) and notifications (list, resolve through countersign.server.notifications).
 
 Each page is drawn by its script under /static from the JSON API: no inline script or handler.
 """
@@ -20,15 +21,19 @@ from typing import Any
 
 import jinja2
 from aiohttp import web
+from sqlalchemy import select
 
+from countersign.db.schema import AgentToolPermission
 from countersign.identity import tokens
 from countersign.server.auth import Reviewer, SessionClaims
+from countersign.server.door import REQUESTERS
 from countersign.server.http import bearer_of
 from countersign.server.inbox_routes import INBOX
 from countersign.server.oidc import OidcProvider
 from tools.tiers import ADMIN_ROLE
 
 HERE = Path(__file__).resolve().parent
+SENDS_DRAFTS = "send_draft"  # the tool a draft is sent with (tools/drafts.py)
 OIDC = web.AppKey("oidc", OidcProvider)
 
 templates = jinja2.Environment(
@@ -69,7 +74,16 @@ async def tools_page(request: web.Request) -> web.Response:
 
 
 async def drafts_page(request: web.Request) -> web.Response:
-    return render("drafts.html", here="drafts", **await header_of(request))
+    """The drafts and notifications; a draft is sent by asking the first agent (by name) that has the
+    sending tool, in the chat ("" when none has: the page then offers no way to send)."""
+    async with request.app[REQUESTERS].sessions() as session:
+        sender = await session.scalar(
+            select(AgentToolPermission.agent)
+            .where(AgentToolPermission.tool == SENDS_DRAFTS)
+            .order_by(AgentToolPermission.agent)
+            .limit(1)
+        )
+    return render("drafts.html", here="drafts", sender=sender or "", **await header_of(request))
 
 
 def add_routes(app: web.Application) -> None:

@@ -4,8 +4,10 @@ Debian's chromium) against the dev server with the worker in APPROVER_AUTH=signe
 - alice (sales) asks lead-qualifier to draft an email; draft_email is low risk and waits for a
   decision she may give, so she approves it in the chat page; the conversation list names the
   conversation by her first message;
-- she goes to her drafts by the header's link (keyboard only), edits the draft, and sees a refusal
-  (409) spelled out when the draft was sent meanwhile; she resolves a notification;
+- she goes to her drafts by the header's link (keyboard only), edits the draft, sends it through
+  the chat ("Send it": send_draft, high risk, waits for another reviewer, and the step links to its
+  card in the inbox), sees a refusal (409) spelled out when the draft was sent meanwhile, and
+  resolves a notification;
 - carol (admin) changes a tier on the tools page and sees it in the history; alice has no link
   to it and the page refuses her.
 
@@ -148,6 +150,33 @@ async def test_alice_approves_her_draft_in_the_chat_then_edits_it_and_resolves_a
         assert saved.subject == "Your revised quote for 40 seats" and saved.created_by == "alice"
         await shoot(alice, "drafts.png")
 
+        # "Send it": the chat, with lead-qualifier and the request ready; send_draft waits for bob
+        stack.agent.script(
+            {"when": {"user_contains": "send draft"},
+             "reply": {"tool_calls": [{"name": "send_draft", "arguments": {"draft": draft_id}}]}},
+        )  # fmt: skip
+        await card.get_by_role("link", name="Send it").focus()
+        async with alice.expect_navigation():
+            await alice.keyboard.press("Enter")
+        await alice.wait_for_selector("#agent option[value='lead-qualifier']", state="attached")
+        await alice.locator("#status", has_text="Ready to send").wait_for()
+        assert await alice.get_by_label("Agent").input_value() == "lead-qualifier"
+        assert (await alice.get_by_label("Message").input_value()).startswith(
+            f"Please send draft {draft_id} "
+        )
+        await alice.keyboard.press("Enter")  # the message box has the focus
+        await current.wait_for(timeout=15_000)
+        stack.agent.track(str(await current.get_attribute("data-id")))
+        sending = alice.locator('#log li.step[data-call="c1"]')
+        await sending.locator(".outcome:has-text('Waiting for a reviewer')").wait_for(timeout=30_000)
+        assert "alice" not in (await sending.locator(".outcome").text_content() or "")  # four eyes
+        to_inbox = sending.get_by_role("link", name="Its card in the inbox")
+        assert (await to_inbox.get_attribute("href") or "").endswith("/c1")
+        assert await sending.locator("form.decide").count() == 0
+
+        await go_by_link(alice, "Drafts and notifications")
+        await card.locator("summary").click()
+        await card.get_by_label("Body").wait_for()
         async with db_engine.begin() as conn:  # sent meanwhile (as send_draft would): edits refused
             await conn.execute(update(EmailDraft).where(EmailDraft.id == draft_id).values(sent_outbox_id=1))
         await card.get_by_label("Body").fill("Hi Jane, one more thing.")
@@ -155,6 +184,10 @@ async def test_alice_approves_her_draft_in_the_chat_then_edits_it_and_resolves_a
         refusal = card.locator(".refusal")
         await refusal.locator("text=Cannot be edited now").wait_for()
         assert "already sent" in (await refusal.text_content() or "")
+        await card.locator(
+            "text=Sent (email 1): it can no longer be edited."
+        ).wait_for()  # shown as it is now
+        assert await card.get_by_role("button", name="Save draft").count() == 0
         await shoot(alice, "drafts-refused.png")
 
         await note.get_by_role("button", name="Resolve").focus()

@@ -282,6 +282,14 @@ if ($("#compose")) {
   }, 1000);
   api("GET", "/api/agents").then((agents) => {
     $("#agent").replaceChildren(...agents.map((a) => el("option", { value: a.name, text: a.description ? `${a.name}: ${a.description}` : a.name })));
+    // another page's request, ready to send (the drafts page's "Send it"): the person sends it
+    const asked = new URLSearchParams(location.search);
+    if (asked.get("message")) {
+      if (agents.some((a) => a.name === asked.get("agent"))) $("#agent").value = asked.get("agent");
+      $("#message").value = asked.get("message");
+      $("#message").focus();
+      say(`Ready to send to ${$("#agent").value}: press Enter`);
+    }
   }).catch((err) => say(err.message));
   loadConversations().catch((err) => say(err.message));
   $("#message").focus();

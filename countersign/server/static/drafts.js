@@ -59,7 +59,10 @@ function editForm(draft, card) {
     form.append(el("p", { class: "note", text: `Sent (email ${draft.sent_outbox_id}): it can no longer be edited.` }));
     return form;
   }
-  form.append(el("p", {}, el("button", { type: "submit", text: "Save draft" })));
+  const sender = $("main").dataset.sender;
+  const send = sender ? el("a", { class: "send", href: `/chat?${new URLSearchParams({ agent: sender, message: `Please send draft ${draft.draft_id} ("${draft.subject}" to ${draft.to}).` })}`,
+    text: `Send it (through approval, with ${sender})` }) : "";
+  form.append(el("p", {}, el("button", { type: "submit", text: "Save draft" }), send));
   form.addEventListener("submit", async (event) => {
     event.preventDefault();
     const changes = {};
@@ -78,17 +81,26 @@ function editForm(draft, card) {
     } catch (err) {
       refusal.textContent = `${REFUSED[err.status] || "Refused"}: ${err.message}`;
       refusal.focus();
+      if (err.status === 409) { // it changed meanwhile (sent, say): show it as it is now
+        const now = await api("GET", `/api/drafts/${draft.draft_id}`).catch(() => null);
+        if (now) {
+          form.replaceWith(editForm(now, card));
+          $(".meta", card).textContent = meta(now);
+        }
+      }
     }
   });
   return form;
 }
+
+const meta = (d) => `${d.sent_outbox_id !== null ? "sent" : "not sent"} · by ${d.created_by} · updated ${when(d.updated_at)}${d.lead_id ? ` · lead ${d.lead_id}` : ""}`;
 
 function draftCard(d) {
   const sent = d.sent_outbox_id !== null;
   const card = el("li", { class: `card draft ${sent ? "sent" : "unsent"}`, "data-id": d.draft_id, "aria-labelledby": `d${d.draft_id}-title` },
     el("h3", { id: `d${d.draft_id}-title` }, `Draft ${d.draft_id}: `, el("span", { class: "subject", text: d.subject })),
     el("p", { class: "to", text: `to ${d.to}` }),
-    el("p", { class: "muted", text: `${sent ? "sent" : "not sent"} · by ${d.created_by} · updated ${when(d.updated_at)}${d.lead_id ? ` · lead ${d.lead_id}` : ""}` }),
+    el("p", { class: "muted meta", text: meta(d) }),
     el("p", { class: "refusal error", role: "alert", tabindex: "-1" }));
   const details = el("details", {}, el("summary", { text: sent ? "Read" : "Read and edit" }));
   details.addEventListener("toggle", async () => {
