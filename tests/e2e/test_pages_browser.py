@@ -11,6 +11,9 @@ Debian's chromium) against the dev server with the worker in APPROVER_AUTH=signe
 - carol (admin) changes a tier on the tools page and sees it in the history; alice has no link
   to it and the page refuses her.
 
+Every page is served with a strict Content-Security-Policy here (scripts and styles from /static
+only), and the browser reports no violation.
+
 Screenshots in test-artifacts/; WALKTHROUGH_RECORD=1 also writes the README's in docs/."""
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from pathlib import Path
 
 import pytest
 import pytest_asyncio
-from playwright.async_api import Page, async_playwright
+from playwright.async_api import Page, Route, async_playwright
 from sqlalchemy import delete, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -57,6 +60,29 @@ async def shoot(page: Page, name: str) -> None:
     await page.screenshot(path=ARTIFACTS / name, full_page=True)
     if (docs := picture(name)) is not None:
         await page.screenshot(path=docs, full_page=True)
+
+
+# What the pages must run under (no inline script, style or handler: every file from /static), put
+# on each page the browser loads; the browser reports every violation on the console.
+STRICT_CSP = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self'; object-src 'none'"
+
+
+async def under_strict_csp(page: Page) -> list[str]:
+    """Serve `page`'s documents with STRICT_CSP; the list fills with the violations reported."""
+    violations: list[str] = []
+
+    async def with_policy(route: Route) -> None:
+        response = await route.fetch()
+        await route.fulfill(
+            response=response, headers={**response.headers, "content-security-policy": STRICT_CSP}
+        )
+
+    await page.route(
+        lambda url: True,
+        lambda route: with_policy(route) if route.request.resource_type == "document" else route.continue_(),
+    )
+    page.on("console", lambda m: violations.append(m.text) if "Content Security Policy" in m.text else None)
+    return violations
 
 
 async def go_by_link(page: Page, name: str) -> None:
@@ -106,6 +132,7 @@ async def test_alice_approves_her_draft_in_the_chat_then_edits_it_and_resolves_a
     async with async_playwright() as p:
         browser = await p.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
         alice = await browser.new_page(viewport={"width": 1280, "height": 900})
+        violations = await under_strict_csp(alice)
         await chat_log_in(alice, stack.url, "alice")
         await alice.get_by_label("Agent").select_option("lead-qualifier")
         await alice.get_by_label("Message").fill(ASK)
@@ -202,6 +229,7 @@ async def test_alice_approves_her_draft_in_the_chat_then_edits_it_and_resolves_a
                 await conn.execute(select(Notification).where(Notification.id == alices_drafts_and_notes))
             ).one()
         assert resolved.status == "resolved" and resolved.resolved_by == "alice"
+        assert violations == []
         await browser.close()
 
 
@@ -220,6 +248,7 @@ async def test_carol_changes_a_tier_on_the_tools_page_and_alice_cannot_reach_it(
     async with async_playwright() as p:
         browser = await p.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
         carol = await browser.new_page(viewport={"width": 1280, "height": 1100})
+        violations = await under_strict_csp(carol)
         await log_in(carol, stack.url, "carol")
         await go_by_link(carol, "Tools")
         await carol.get_by_label("Agent", exact=True).select_option("lead-qualifier")
@@ -265,4 +294,5 @@ async def test_carol_changes_a_tier_on_the_tools_page_and_alice_cannot_reach_it(
         response = await alice.goto(stack.url + "/tools")
         assert response is not None and response.status == 403
         assert "Only an admin of acme" in (await alice.text_content("#refused") or "")
+        assert violations == []
         await browser.close()
