@@ -27,21 +27,7 @@ function conversationLink(workflowId) {
   return base ? el("a", { href: base + encodeURIComponent(workflowId), target: "_blank", rel: "noopener", text: workflowId }) : workflowId;
 }
 
-// --- login -----------------------------------------------------------------------------------
-const loginForm = $("#login");
-if (loginForm) {
-  loginForm.addEventListener("submit", async (event) => {
-    event.preventDefault();
-    const form = new FormData(loginForm);
-    try {
-      await api("POST", "/api/login", Object.fromEntries(form.entries()));
-      location.reload();
-    } catch (err) {
-      $("#login-error").textContent = err.message;
-    }
-  });
-  $("#tenant").focus();
-}
+signInOut();
 
 // --- the argument form, from the tool's JSON schema ---------------------------------------------
 function baseType(schema) {
@@ -287,6 +273,5 @@ if ($("#pending")) {
       } catch (err) { say(err.message); }
     });
   }
-  $("#logout").addEventListener("click", async () => { await api("POST", "/api/logout", {}); location.reload(); });
   loadHistory();
 }
