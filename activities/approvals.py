@@ -20,6 +20,7 @@ from temporalio.exceptions import ApplicationError
 
 from activities.tools import validate
 from countersign.core.approvals import (
+    FOUR_EYES,
     ApprovalReminder,
     DecisionRecord,
     RecordedApproval,
@@ -32,6 +33,7 @@ from countersign.db.people import roles_of
 from countersign.db.schema import ApprovalDecision, ApprovalRequest, Notification
 from countersign.identity.proofs import Binding, ProofVerifier, args_digest, check_proof
 from countersign.mcp.catalog import argument_errors
+from tools.drafts import drafts_named, last_editor
 from tools.registry import REGISTRY, ToolFailure
 
 
@@ -77,6 +79,8 @@ class ApprovalActivities:
                     refusal = approver_refusal(
                         decision.decision, record.risk, record.requested_by, decision.approver, roles
                     )
+                if refusal is None and decision.decision == "approve" and record.risk in FOUR_EYES:
+                    refusal = await self._editor_refusal(session, record)
                 if refusal is None and decision.args is not None:
                     refusal = self._edited(record, decision.args)[1]
                 if refusal is None:
@@ -116,6 +120,21 @@ class ApprovalActivities:
                     f"approval:{row.call_id}:decided",
                 )
             return self._verdict(row, record)
+
+    @staticmethod
+    async def _editor_refusal(session: AsyncSession, record: DecisionRecord) -> str | None:
+        """Four-eyes for content: whoever last edited a draft the call sends (as asked, or as the
+        approver's edit would have it) counts as its requester and may not approve it."""
+        approver, named = record.decision.approver, drafts_named(record.tool, record.args or "{}")
+        if record.decision.args is not None:
+            named += drafts_named(record.tool, json.dumps(record.decision.args))
+        for draft_id in sorted(set(named)):
+            if await last_editor(session, record.tenant_id, draft_id) == approver:
+                return (
+                    f"{approver} last edited draft {draft_id} and may not approve a call that sends it "
+                    "(four-eyes rule)"
+                )
+        return None
 
     @staticmethod
     async def _close(session: AsyncSession, record: DecisionRecord, state: str) -> None:

@@ -73,6 +73,8 @@ MEETING_SESSION_STATUSES = ("open", "confirmed", "cancelled")
 EVENT_TYPES = ("meeting", "call", "demo", "deadline", "reminder", "other")
 # What a lead_events row records; emails delivered and meetings booked are read from their own tables.
 LEAD_EVENT_KINDS = ("status_changed", "email_answered")
+# Where a draft was edited: a person's inbox session, the agent's `update_draft`, the operator's CLI.
+DRAFT_EDIT_VIAS = ("inbox", "tool", "cli")
 
 # Deterministic constraint names: the migration spells the same names, and later migrations can drop them.
 NAMING_CONVENTION = {
@@ -368,6 +370,24 @@ class EmailDraft(Base):
     created_at: Mapped[datetime] = created_at()
     updated_at: Mapped[datetime] = updated_at()
     sent_outbox_id: Mapped[int | None] = mapped_column(BigInteger)  # the outbox row `send_draft` queued
+
+
+class DraftEdit(Base):
+    """Every edit of a saved draft, with its diff (`changes`: each changed field's `before` and
+    `after`). `edited_by` is the user who edited it (None: the operator's CLI); the last one counts as
+    a requester of any call that sends the draft (four-eyes). No foreign key to the draft: the audit
+    outlives a draft that an undo of `draft_email` deletes."""
+
+    __tablename__ = "draft_edits"
+    __table_args__ = (Index(None, "tenant_id", "draft_id"), one_of("via", DRAFT_EDIT_VIAS))
+
+    id: Mapped[int] = identity_pk()
+    tenant_id: Mapped[str] = tenant_column(indexed=False)
+    draft_id: Mapped[int] = mapped_column(BigInteger)
+    edited_by: Mapped[str | None]
+    via: Mapped[str]
+    changes: Mapped[dict[str, Any]]
+    edited_at: Mapped[datetime] = created_at()
 
 
 class Notification(Base):

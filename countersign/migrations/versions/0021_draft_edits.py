@@ -1,0 +1,43 @@
+"""Draft edits: every edit of a saved draft recorded with its diff, and who made it.
+
+Revision ID: 0021
+Revises: 0020
+Create Date: 2026-11-27
+
+A draft is content a reviewer approves a `send_draft` on: who changed it, when and how, is part of
+the decision's evidence, and the last editor counts as a requester for four-eyes (tools/drafts.py).
+
+Written by hand and frozen, like 0001.
+"""
+
+from collections.abc import Sequence
+
+import sqlalchemy as sa
+from alembic import op
+from sqlalchemy.dialects import postgresql
+
+revision: str = "0021"
+down_revision: str | None = "0020"
+branch_labels: str | Sequence[str] | None = None
+depends_on: str | Sequence[str] | None = None
+
+
+def upgrade() -> None:
+    op.create_table(
+        "draft_edits",
+        sa.Column("id", sa.BigInteger(), sa.Identity(), nullable=False),
+        sa.Column("tenant_id", sa.Text(), nullable=False),
+        sa.Column("draft_id", sa.BigInteger(), nullable=False),
+        sa.Column("edited_by", sa.Text(), nullable=True),
+        sa.Column("via", sa.Text(), nullable=False),
+        sa.Column("changes", postgresql.JSONB(astext_type=sa.Text()), nullable=False),
+        sa.Column("edited_at", sa.DateTime(timezone=True), server_default=sa.func.now(), nullable=False),
+        sa.CheckConstraint("via IN ('inbox', 'tool', 'cli')", name="ck_draft_edits_via"),
+        sa.ForeignKeyConstraint(["tenant_id"], ["tenants.id"], name="fk_draft_edits_tenant_id_tenants"),
+        sa.PrimaryKeyConstraint("id", name="pk_draft_edits"),
+    )
+    op.create_index("ix_draft_edits_tenant_id_draft_id", "draft_edits", ["tenant_id", "draft_id"])
+
+
+def downgrade() -> None:
+    op.drop_table("draft_edits")
