@@ -10,9 +10,11 @@ from pydantic import BaseModel, Field
 from sqlalchemy import delete, func, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from countersign.core.effects import Effect
 from countersign.core.leadscore import LeadScore
 from countersign.db.leads import current_score, record_lead_event, rescore
 from countersign.db.schema import Lead, LeadEvent
+from tools.effects import reads_only, record_change
 from tools.registry import ToolArgs, ToolContext, ToolFailure, UndoOutcome, compensates, record_id, tool
 from tools.resolve import as_json, locked_row, restore_fields, same_text, saved
 
@@ -97,7 +99,7 @@ async def find_lead(ctx: ToolContext, ref: str, *, lock: bool = False) -> Lead:
     return await lead_by_ref(ctx.session, ctx.tenant_id, ref, lock=lock)
 
 
-@tool(risk="low", category="read")
+@tool(risk="low", category="read", preview=reads_only)
 async def search_leads(ctx: ToolContext, args: SearchLeadsArgs) -> LeadList:
     """Search the workspace's leads by name, email or company (case-insensitive substring)."""
     pattern = f"%{args.query}%"
@@ -112,14 +114,27 @@ async def search_leads(ctx: ToolContext, args: SearchLeadsArgs) -> LeadList:
     return LeadList(leads=leads, count=len(leads))
 
 
-@tool(risk="low", category="read")
+@tool(risk="low", category="read", preview=reads_only)
 async def get_lead(ctx: ToolContext, args: GetLeadArgs) -> LeadView:
     """Get one lead by email address or id, with its status, owner, notes, score (0-100) and last
     engagement."""
     return LeadView.of(await find_lead(ctx, args.lead))
 
 
-@tool(risk="high", category="write")
+def lead_label(lead: Lead) -> str:
+    """ "Jane Doe, Doe Consulting (jane.doe@example.com)": whose lead it is, for a reviewer."""
+    who = f"{lead.name}, {lead.company}" if lead.company else lead.name
+    return f"{who} ({lead.email})"
+
+
+async def preview_lead_status(ctx: ToolContext, args: UpdateLeadStatusArgs) -> Effect:
+    lead = await find_lead(ctx, args.lead, lock=ctx.lock_reads)
+    return record_change(
+        "lead", lead.id, lead_label(lead), {"status": lead.status}, {"status": args.new_status}
+    )
+
+
+@tool(risk="high", category="write", preview=preview_lead_status)
 async def update_lead_status(ctx: ToolContext, args: UpdateLeadStatusArgs) -> LeadStatusChange:
     """Set a lead's qualification status (new, contacted, qualified, disqualified, converted).
 
@@ -202,7 +217,7 @@ def score_view(lead: Lead, scored: LeadScore) -> LeadScoreView:
     )
 
 
-@tool(risk="low", category="read")
+@tool(risk="low", category="read", preview=reads_only)
 async def get_lead_score(ctx: ToolContext, args: GetLeadArgs) -> LeadScoreView:
     """A lead's score (0-100) with the parts that make it up: source, company, emails delivered,
     replies, meetings booked, status and status history. Use it to rank and qualify leads, and quote

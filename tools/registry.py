@@ -30,6 +30,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from countersign.core.access import Scope
 from countersign.core.calls import CallerContext, Category, ErrorCode, Risk, Tier, ToolSpec, call_key
+from countersign.core.effects import Effect
 
 # Identity fields only the trusted caller may set; no arguments model may declare them.
 IDENTITY_FIELDS = frozenset({"tenant_id", "tenant", "user_id", "user", "roles", "role", "caller"})
@@ -115,6 +116,9 @@ class ToolContext:
     call_id: str
     now: datetime
     conversation_id: str = ""
+    # A preview sets it when it runs inside the transaction that makes the change: it then takes the
+    # rows it reads FOR UPDATE, so nothing changes them between the check and the change.
+    lock_reads: bool = False
 
     @property
     def tenant_id(self) -> str:
@@ -136,6 +140,10 @@ UndoOutcome = Literal["undone", "already_undone", "never_happened", "irreversibl
 # (context, the forward call's validated arguments, the forward call's recorded result data or None
 # when the forward step never recorded one) -> outcome
 CompensationFn = Callable[[ToolContext, Any, dict[str, Any] | None], Awaitable[UndoOutcome]]
+# (context, the call's validated arguments) -> what the call would do if it ran now, resolved without
+# changing anything (countersign/core/effects.py); see tools/effects.py. It may raise what the tool
+# raises for the same arguments (ToolFailure, NeedsInput): the effect then names the problem.
+PreviewFn = Callable[[ToolContext, Any], Awaitable[Effect]]
 
 
 @dataclass(frozen=True)
@@ -150,6 +158,7 @@ class Tool:
     required_roles: tuple[str, ...]
     local: bool
     fn: ToolFn = field(repr=False)
+    preview: PreviewFn | None = field(repr=False)  # required of every tool once the catalog has them all
     compensation: CompensationFn | None = field(default=None, repr=False)
     # the grants the conversation's user must hold for it to run (activities/access.py)
     scopes: tuple[Scope, ...] = ()
@@ -185,8 +194,13 @@ def tool(
     roles: tuple[str, ...] = (),
     local: bool | None = None,
     scopes: tuple[Scope, ...] = (),
+    preview: PreviewFn | None = None,
 ) -> Callable[[ToolFn], ToolFn]:
     """Declare a tool. See the module docstring.
+
+    `preview` resolves what a call will do (tools/effects.py): what a reviewer is shown and
+    decides. Every tool has one, reads too (`tools.effects.reads_only`); its arguments model must
+    be the tool's.
 
     `scopes` are the grants the conversation's user must hold (`user_scopes`) for the tool to run.
 
@@ -209,6 +223,8 @@ def tool(
             raise TypeError(f"tool {fn.__name__}: arguments may not carry identity fields {sorted(leaked)}")
         if fn.__name__ in REGISTRY:
             raise ValueError(f"tool {fn.__name__} is declared twice")
+        if preview is not None:
+            check_preview(fn.__name__, preview, args_model)
         REGISTRY[fn.__name__] = Tool(
             name=fn.__name__,
             description=inspect.cleandoc(fn.__doc__ or "").strip(),
@@ -220,11 +236,28 @@ def tool(
             required_roles=roles,
             local=category == "read" if local is None else local,
             fn=fn,
+            preview=preview,
             scopes=scopes,
         )
         return fn
 
     return register
+
+
+def check_preview(name: str, preview: object, args_model: type[ToolArgs]) -> None:
+    """Refuse a tool whose preview is missing or is not one for its arguments: a tool cannot be
+    registered without saying what it changes."""
+    if not inspect.iscoroutinefunction(preview):
+        raise TypeError(f"tool {name} needs a preview: an async (ctx, args) -> Effect (tools/effects.py)")
+    hints = get_type_hints(preview)
+    params = list(inspect.signature(preview).parameters)
+    if len(params) != 2 or hints.get("return") is not Effect:
+        raise TypeError(f"tool {name}: its preview {preview.__name__} must be (ctx, args) -> Effect")
+    accepted = hints.get(params[1])
+    if not (accepted is ToolArgs or (isinstance(accepted, type) and issubclass(args_model, accepted))):
+        raise TypeError(
+            f"tool {name}: its preview {preview.__name__} takes {accepted}, not {args_model.__name__}"
+        )
 
 
 def compensates(forward: ToolFn) -> Callable[[CompensationFn], CompensationFn]:
