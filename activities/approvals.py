@@ -27,6 +27,8 @@ from countersign.core.approvals import (
     Verdict,
     approver_refusal,
 )
+from countersign.core.calls import argument_changes
+from countersign.core.effects import FieldChange
 from countersign.db.attempts import attempt_key, record_once
 from countersign.db.events import publish
 from countersign.db.people import roles_of
@@ -81,8 +83,11 @@ class ApprovalActivities:
                     )
                 if refusal is None and decision.decision == "approve" and record.risk in FOUR_EYES:
                     refusal = await self._editor_refusal(session, record)
+                edited, changes = None, None
                 if refusal is None and decision.args is not None:
-                    refusal = self._edited(record, decision.args)[1]
+                    edited, refusal = self._edited(record, decision.args)
+                if edited is not None:
+                    changes = self._changes(record, edited)
                 if refusal is None:
                     await self._close(
                         session, record, "approved" if decision.decision == "approve" else "rejected"
@@ -98,6 +103,7 @@ class ApprovalActivities:
                     "accepted": refusal is None,
                     "reason": refusal or decision.reason,
                     "args": decision.args,
+                    "changes": changes and {k: c.model_dump(mode="json") for k, c in changes.items()},
                     "proven": refusal is None and self._proofs.mode == "signed",
                 }
 
@@ -187,14 +193,27 @@ class ApprovalActivities:
         if decision.args is None:
             return Verdict(accepted=True)
         edited, invalid = self._edited(record, decision.args)
-        if invalid is not None:  # only if validation changed between the runs: fail, never drop the edit
+        if edited is None:  # only if validation changed between the runs: fail, never drop the edit
             raise ApplicationError(
                 f"decision attempt {row.attempt_key} was accepted but its edited arguments no "
                 f"longer validate: {invalid}",
                 type="DecisionAttemptConflict",
                 non_retryable=True,
             )
-        return Verdict(accepted=True, args=edited)
+        return Verdict(accepted=True, args=edited, changes=self._changes(record, edited))
+
+    @staticmethod
+    def _changes(record: DecisionRecord, edited: str) -> dict[str, FieldChange]:
+        """Each argument the approver changed, as the model asked it and as approved: a native tool's
+        both read through its arguments model, so a default the model left out is no change."""
+        asked: dict[str, Any] = json.loads(record.args or "{}")
+        tool = REGISTRY.get(record.tool)
+        if tool is not None and not (record.mcp_spec is not None and record.mcp_spec.name == record.tool):
+            try:
+                asked = validate(tool, record.args or "{}").model_dump(mode="json")
+            except ToolFailure:  # checked before it was asked: only a changed validator gets here
+                pass
+        return argument_changes(asked, json.loads(edited))
 
     @staticmethod
     def _edited(record: DecisionRecord, args: dict[str, object]) -> tuple[str | None, str | None]:

@@ -214,15 +214,45 @@ async def test_edited_arguments_are_validated_and_reported(
         )
     assert "edited arguments are invalid" in str(invalid.value.cause)
     edited = {"lead": JANE, "new_status": "contacted", "reason": "only contacted so far"}
+    why = "she has not answered yet"
     await execute_update(
         handle,
         AgentWorkflow.decide,
-        Decision(call_id=waiting.call_id, decision="approve", approver="bob", args=edited),
+        Decision(call_id=waiting.call_id, decision="approve", approver="bob", args=edited, reason=why),
     )
     await handle.result()
     assert await lead_status(db_engine, "acme") == "contacted"
     result = last_tool_result(await agent.transcript(handle))
     assert result["ok"] and result["data"]["arguments_edited_by_approver"]["new_status"] == "contacted"
+    # the model is told what the reviewer changed, from what to what, and why (issue 34)
+    told = result["data"]["approver_edit"]
+    assert told["changed"] == {
+        "new_status": {"from": "qualified", "to": "contacted"},
+        "reason": {"from": "budget confirmed", "to": "only contacted so far"},
+    }
+    assert (told["approved_by"], told["reason"]) == ("bob", why)
+    assert 'new_status from "qualified" to "contacted"' in told["note"] and why in told["note"]
+    # asked and approved arguments are distinct facts: the request's, the decision's and its changes
+    async with db_engine.connect() as conn:
+        decided = (
+            await conn.execute(
+                select(ApprovalDecision.args, ApprovalDecision.changes).where(
+                    ApprovalDecision.workflow_id == handle.id, ApprovalDecision.accepted
+                )
+            )
+        ).one()
+        executed = (
+            await conn.execute(
+                select(ToolExecution.args, ToolExecution.edited_args).where(
+                    ToolExecution.workflow_id == handle.id
+                )
+            )
+        ).one()
+    assert decided.args == edited and decided.changes["new_status"] == {
+        "before": "qualified",
+        "after": "contacted",
+    }
+    assert executed.args["new_status"] == "qualified" and executed.edited_args["new_status"] == "contacted"
 
 
 async def test_parallel_calls_are_decided_independently_in_any_order(

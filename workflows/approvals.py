@@ -183,10 +183,11 @@ class ApprovalGate:
                 f"decision refused: {verdict.reason}", type="DecisionRefused", non_retryable=True
             )
         approval.state = "approved" if decision.decision == "approve" else "rejected"
-        approval.decided_by, approval.reason, approval.edited_args = (
+        approval.decided_by, approval.reason, approval.edited_args, approval.edit_changes = (
             decision.approver,
             decision.reason,
             verdict.args,
+            verdict.changes,
         )
         return approval
 

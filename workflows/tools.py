@@ -19,6 +19,7 @@ from temporalio.exceptions import ActivityError
 
 with workflow.unsafe.imports_passed_through():
     from countersign.core.calls import (
+        ApproverEdit,
         McpCall,
         StoredResult,
         ToolInvocation,
@@ -210,7 +211,18 @@ class ToolCalls:
         approval = await self.gate.approval(invocation, spec)
         if approval.state == "approved":
             # the model is told of an approver's edit by the tool activity that stores the result
-            edit = {"model_arguments": invocation.arguments} if approval.edited_args is not None else {}
+            edit = (
+                {
+                    "model_arguments": invocation.arguments,
+                    "approver_edit": ApproverEdit(
+                        approver=approval.decided_by or "",
+                        changes=approval.edit_changes or {},
+                        reason=approval.reason,
+                    ),
+                }
+                if approval.edited_args is not None
+                else {}
+            )
             approved = invocation.model_copy(
                 update={
                     "arguments": approval.edited_args or invocation.arguments,

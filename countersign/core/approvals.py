@@ -13,6 +13,7 @@ from pydantic import BaseModel
 
 from countersign.core.bounds import BoundedJson, Identifier, Proof, Reason
 from countersign.core.calls import Risk, ToolSpec
+from countersign.core.effects import FieldChange
 
 if TYPE_CHECKING:  # contract imports Approval (a waiting turn carries its approvals)
     from countersign.core.contract import PendingApproval
@@ -41,6 +42,7 @@ class Approval(BaseModel):
     decided_by: str | None = None
     reason: str | None = None
     edited_args: str | None = None  # what the approver changed the arguments to, validated
+    edit_changes: dict[str, FieldChange] | None = None  # with edited_args: each argument changed
     hints: str | None = None  # an MCP server's own claims about the tool, for reviewers (never authority)
     # Drawn by the conversation (workflow.uuid4()) for this approval: a decision's proof names it, so
     # a proof is for this request of this call, never for another instance's call of the same id.
@@ -157,6 +159,7 @@ class Verdict(BaseModel):
     accepted: bool
     reason: str | None = None
     args: str | None = None  # validated edited arguments, as JSON text
+    changes: dict[str, FieldChange] | None = None  # with args: each argument, as asked and as approved
 
 
 def state_refusal(approval: Approval | None, decision: Decision, now: datetime) -> str | None:

@@ -573,6 +573,8 @@ class ApprovalDecision(Base):
     accepted: Mapped[bool]
     reason: Mapped[str | None]  # why it was refused, or the reviewer's reason
     args: Mapped[dict[str, Any] | None]  # edited arguments
+    # with `args`: each argument the approver changed, {name: {before (as asked), after (as approved)}}
+    changes: Mapped[dict[str, Any] | None]
     created_at: Mapped[datetime] = created_at()
     attempt_key: Mapped[str | None] = mapped_column(unique=True)  # workflow id:run id:activity id
     # True: the approver was shown by a proof (APPROVER_AUTH=signed); False: the name was claimed

@@ -1,4 +1,5 @@
-"""Draft edits: every edit of a saved draft recorded with its diff, and who made it.
+"""Draft edits: every edit of a saved draft recorded with its diff, and who made it; what an
+approver's edit changed in a call's arguments.
 
 Revision ID: 0021
 Revises: 0020
@@ -6,6 +7,8 @@ Create Date: 2026-11-27
 
 A draft is content a reviewer approves a `send_draft` on: who changed it, when and how, is part of
 the decision's evidence, and the last editor counts as a requester for four-eyes (tools/drafts.py).
+`approval_decisions.changes`: each argument an approver changed on approving, as the model asked it
+and as approved, a fact of its own beside the request's arguments and the decision's.
 
 Written by hand and frozen, like 0001.
 """
@@ -37,7 +40,11 @@ def upgrade() -> None:
         sa.PrimaryKeyConstraint("id", name="pk_draft_edits"),
     )
     op.create_index("ix_draft_edits_tenant_id_draft_id", "draft_edits", ["tenant_id", "draft_id"])
+    op.add_column(
+        "approval_decisions", sa.Column("changes", postgresql.JSONB(astext_type=sa.Text()), nullable=True)
+    )
 
 
 def downgrade() -> None:
+    op.drop_column("approval_decisions", "changes")
     op.drop_table("draft_edits")
