@@ -159,14 +159,20 @@ class ApprovalActivities:
         """Write what reviewers are shown and what their proofs will bind: the call as this worker's
         conversation holds it (once: a retry changes nothing)."""
         async with self._sessions() as session, session.begin():
+            values = request.model_dump(exclude={"parameters"}) | {
+                "parameters": request.parameters,
+                "args_sha256": args_digest(request.args),
+            }
+            statement = insert(ApprovalRequest).values(**values)
+            # a call asked again (its approved effect changed before it ran) reopens its row as a new
+            # request; a retry of the same request (the same nonce) changes nothing
+            reopened = values | {"state": "pending", "decided_by": None, "closed_at": None}
             await session.execute(
-                insert(ApprovalRequest)
-                .values(
-                    **request.model_dump(exclude={"parameters"}),
-                    parameters=request.parameters,
-                    args_sha256=args_digest(request.args),
+                statement.on_conflict_do_update(
+                    index_elements=[ApprovalRequest.conversation_id, ApprovalRequest.call_id],
+                    set_=reopened,
+                    where=ApprovalRequest.nonce != statement.excluded.nonce,
                 )
-                .on_conflict_do_nothing()
             )
 
     def _verdict(self, row: ApprovalDecision, record: DecisionRecord) -> Verdict:

@@ -9,16 +9,23 @@ token from its tenant's rate limit bucket for the tool, in the same transaction:
 its recorded result takes none, and a call over the limit is audited as failed with RATE_LIMITED.
 Before any of it, the access gate (activities/access.py) checks again that the conversation's user is
 still an active user with the scopes the tool needs: refused calls are audited as refused.
+
+An approved call runs only on what was approved: its tool resolves the effect again, inside the
+transaction that makes the change and locking what it reads (`ctx.lock_reads`), and when the digest
+differs from the approved one (`ToolInvocation.effect_digest`) nothing changes: the approval is
+recorded as voided, no audit row or result is written (the call is not over), and the activity
+answers EFFECT_CHANGED, on which the workflow asks for a decision again.
 """
 
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
-from sqlalchemy import func, select
+from sqlalchemy import func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
 
@@ -26,12 +33,14 @@ from activities.access import REFUSED, admit, check_standing
 from activities.failures import is_connection_error
 from activities.heartbeat import heartbeats
 from countersign.core.bounds import loads_bounded, storable, unstorable_refusal
-from countersign.core.calls import ErrorCode, StoredResult, ToolInvocation, ToolResult, lock_key
+from countersign.core.calls import ErrorCode, StoredResult, ToolError, ToolInvocation, ToolResult, lock_key
+from countersign.core.effects import Effect
 from countersign.core.guards import TruncationLimits, redact, sanitize
 from countersign.db.events import QUESTION_TOOL, publish
 from countersign.db.messages import audited_answer, store_tool_result
 from countersign.db.ratelimit import RateLimits
-from countersign.db.schema import SagaRecord, ToolExecution
+from countersign.db.schema import ApprovalDecision, SagaRecord, ToolExecution
+from tools.effects import preview_effect
 from tools.registry import (
     IDENTITY_FIELDS,
     REGISTRY,
@@ -43,6 +52,14 @@ from tools.registry import (
     ToolFailure,
     parse_arguments,
 )
+
+
+class EffectChanged(Exception):
+    """An approved call's effect, resolved again where it would be made, is not the approved one."""
+
+    def __init__(self, effect: Effect) -> None:
+        super().__init__(f"the effect changed since it was approved: {effect.summary}")
+        self.effect = effect
 
 
 def validation_message(err: ValidationError) -> str:
@@ -182,8 +199,47 @@ class ToolActivities:
             )
             if recorded is not None:
                 return await result_or_envelope(session, invocation, ToolResult.model_validate(recorded))
-            result, audit = await self._run(session, tool, invocation, key)
+            try:
+                result, audit = await self._run(session, tool, invocation, key)
+            except EffectChanged as changed:
+                return await self._voided(session, invocation, changed.effect)
             return await audited_answer(session, invocation, result, audit)
+
+    @staticmethod
+    async def _voided(
+        session: AsyncSession, invocation: ToolInvocation, effect: Effect
+    ) -> ToolResult | StoredResult:
+        """Record the call's approval as voided by `effect` (in `session`'s transaction, where nothing
+        else changed) and answer EFFECT_CHANGED; nothing is stored at the call's sequence number, which
+        its eventual result takes."""
+        await session.execute(
+            update(ApprovalDecision)
+            .where(
+                ApprovalDecision.workflow_id == invocation.workflow_id,
+                ApprovalDecision.conversation_id == invocation.conversation_id,
+                ApprovalDecision.call_id == invocation.call_id,
+                ApprovalDecision.decision == "approve",
+                ApprovalDecision.accepted,
+                ApprovalDecision.voided_at.is_(None),
+            )
+            .values(voided_at=func.now(), voided=effect.model_dump(mode="json"))
+        )
+        message = (
+            f"{invocation.tool} did not run: its effect changed since it was approved ({effect.summary})"
+        )
+        if invocation.store_seq is None:
+            return ToolResult(
+                ok=False,
+                data=effect.model_dump(mode="json"),
+                error=ToolError(code="EFFECT_CHANGED", message=message),
+            )
+        return StoredResult(
+            seq=invocation.store_seq,
+            call_id=invocation.call_id,
+            tool=invocation.tool,
+            ok=False,
+            code="EFFECT_CHANGED",
+        )
 
     @activity.defn(name="check_arguments")
     async def check_arguments(self, invocation: ToolInvocation) -> ToolResult:
@@ -219,6 +275,15 @@ class ToolActivities:
                 )  # fmt: skip
         return checked
 
+    @staticmethod
+    async def _same_effect(tool: Tool, context: ToolContext, args: ToolArgs, approved: str) -> Effect:
+        """The call's effect resolved again, locking the rows it reads until the transaction ends;
+        raises EffectChanged unless its digest is the `approved` one."""
+        effect = await preview_effect(tool, replace(context, lock_reads=True), args)
+        if effect.digest != approved:
+            raise EffectChanged(effect)
+        return effect
+
     async def _run(
         self, session: AsyncSession, tool: Tool, invocation: ToolInvocation, key: str
     ) -> tuple[ToolResult, dict[str, Any]]:
@@ -226,6 +291,7 @@ class ToolActivities:
         started = datetime.now(UTC)
         clock = time.perf_counter()
         outcome = "executed"
+        effect: Effect | None = None
         try:
             await admit(session, invocation.caller, tool.name, tool.scopes, self._rate_limits, started)
             parsed = validate(tool, invocation.arguments)
@@ -240,7 +306,11 @@ class ToolActivities:
             async with (
                 session.begin_nested()
             ):  # a failing tool's partial writes roll back; the audit row stays
+                if invocation.effect_digest is not None:
+                    effect = await self._same_effect(tool, context, parsed, invocation.effect_digest)
                 result = envelope_of(await tool.fn(context, parsed))
+        except EffectChanged:
+            raise
         except ToolFailure as failure:
             outcome = failure_outcome(failure.code)
             outcome = "unknown" if isinstance(failure, OutcomeUnknown) else outcome
@@ -260,6 +330,7 @@ class ToolActivities:
             session.add(saga_record(invocation))  # what a rollback after the conversation's end undoes
         audit = audit_row(invocation, result, outcome, risk=tool.risk, category=tool.category) | {
             "approved_by": invocation.approved_by,
+            "effect": effect.model_dump(mode="json") if effect is not None else None,
             "idempotency_key": key,
             "started_at": started,
             "finished_at": datetime.now(UTC),

@@ -47,6 +47,12 @@ class Approval(BaseModel):
     # Drawn by the conversation (workflow.uuid4()) for this approval: a decision's proof names it, so
     # a proof is for this request of this call, never for another instance's call of the same id.
     nonce: str = ""
+    # The digest of the effect this request showed (countersign/core/effects.py): the call runs only
+    # while its tool resolves the same effect (activities/tools.py); None: nothing was resolved.
+    effect_digest: str | None = None
+    # Asked again: who approved the earlier request of this call, voided because the call's effect
+    # changed between that decision and its execution.
+    voided_by: str | None = None
 
     def pending_view(self, mcp_spec: ToolSpec | None = None) -> PendingApproval:
         """What reviewers see; for an MCP tool (`mcp_spec`, from the snapshot) its description and
@@ -153,6 +159,7 @@ class RecordedApproval(PendingCall):
     hints: str | None = None
     description: str | None = None  # an MCP tool's, from the conversation's snapshot
     parameters: dict[str, Any] | None = None
+    voided_by: str | None = None  # asked again: the approver of the voided earlier request
 
 
 class Verdict(BaseModel):

@@ -538,6 +538,8 @@ class ToolExecution(Base):
     category: Mapped[str | None]
     args: Mapped[dict[str, Any]]  # redacted
     edited_args: Mapped[dict[str, Any] | None]  # what an approver changed them to
+    # an approved call's effect as its tool resolved it again when it ran (the approved one's digest)
+    effect: Mapped[dict[str, Any] | None]
     result: Mapped[dict[str, Any] | None]  # the envelope the model saw, truncated and redacted
     outcome: Mapped[str]
     error: Mapped[str | None]
@@ -575,6 +577,10 @@ class ApprovalDecision(Base):
     args: Mapped[dict[str, Any] | None]  # edited arguments
     # with `args`: each argument the approver changed, {name: {before (as asked), after (as approved)}}
     changes: Mapped[dict[str, Any] | None]
+    # An accepted approval whose call, when it ran, resolved another effect than the one approved:
+    # nothing ran, the call was asked again; `voided` is that new effect, when it was found.
+    voided_at: Mapped[datetime | None]
+    voided: Mapped[dict[str, Any] | None]
     created_at: Mapped[datetime] = created_at()
     attempt_key: Mapped[str | None] = mapped_column(unique=True)  # workflow id:run id:activity id
     # True: the approver was shown by a proof (APPROVER_AUTH=signed); False: the name was claimed
@@ -1085,6 +1091,9 @@ class ApprovalRequest(Base):
     state: Mapped[str] = mapped_column(server_default="pending")
     decided_by: Mapped[str | None]
     closed_at: Mapped[datetime | None]
+    # Asked again: who approved this call's earlier request, voided because what the call would do
+    # changed between that decision and its execution (approval_decisions.voided_at).
+    voided_by: Mapped[str | None]
 
 
 # --- the tenant's chat channel (send_chat_message) --------------------------------------------------

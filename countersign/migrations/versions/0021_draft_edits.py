@@ -9,6 +9,10 @@ A draft is content a reviewer approves a `send_draft` on: who changed it, when a
 the decision's evidence, and the last editor counts as a requester for four-eyes (tools/drafts.py).
 `approval_decisions.changes`: each argument an approver changed on approving, as the model asked it
 and as approved, a fact of its own beside the request's arguments and the decision's.
+`approval_decisions.voided_at`, `.voided`: an approval whose call resolved another effect when it
+ran (nothing ran; it was asked again) stays, marked voided, with the effect found instead.
+`tool_executions.effect`: what an approved call did, as its tool resolved it in the transaction.
+`approval_requests.voided_by`: a call asked again names who approved the voided request.
 
 Written by hand and frozen, like 0001.
 """
@@ -43,8 +47,20 @@ def upgrade() -> None:
     op.add_column(
         "approval_decisions", sa.Column("changes", postgresql.JSONB(astext_type=sa.Text()), nullable=True)
     )
+    op.add_column("approval_decisions", sa.Column("voided_at", sa.DateTime(timezone=True), nullable=True))
+    op.add_column(
+        "approval_decisions", sa.Column("voided", postgresql.JSONB(astext_type=sa.Text()), nullable=True)
+    )
+    op.add_column(
+        "tool_executions", sa.Column("effect", postgresql.JSONB(astext_type=sa.Text()), nullable=True)
+    )
+    op.add_column("approval_requests", sa.Column("voided_by", sa.Text(), nullable=True))
 
 
 def downgrade() -> None:
+    op.drop_column("approval_requests", "voided_by")
+    op.drop_column("tool_executions", "effect")
+    op.drop_column("approval_decisions", "voided")
+    op.drop_column("approval_decisions", "voided_at")
     op.drop_column("approval_decisions", "changes")
     op.drop_table("draft_edits")

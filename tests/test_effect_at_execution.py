@@ -1,0 +1,292 @@
+"""Nothing runs that was not approved (issue 34): an approved call's tool resolves its effect again in
+the transaction that would make it, and runs only when it is the effect approved.
+
+Property tests generate what someone else does between the decision and the execution (a status
+changed, a name corrected, the record deleted, a draft rewritten or redirected) for each tool with an
+effect, and run the real tool activity on the real PostgreSQL: either the call runs and what it did
+is what was approved, or nothing changed, the activity answers EFFECT_CHANGED with the new effect,
+and the approval is recorded as voided.
+
+    EFFECT_EXAMPLES=200 .venv/bin/python -m pytest tests/test_effect_at_execution.py -q
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from sqlalchemy import delete, select, update
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
+
+from activities.tools import ToolActivities
+from countersign.core.calls import CallerContext, ToolInvocation, ToolResult
+from countersign.core.effects import Effect
+from countersign.db.engine import session_factory
+from countersign.db.ratelimit import RateLimit, RateLimits
+from countersign.db.schema import (
+    LEAD_STATUSES,
+    ApprovalDecision,
+    EmailDraft,
+    EmailOutbox,
+    Lead,
+    LeadEvent,
+    ToolExecution,
+)
+from tools.effects import preview_effect
+from tools.registry import REGISTRY, ToolContext, parse_arguments
+
+EXAMPLES = int(os.environ.get("EFFECT_EXAMPLES", "25"))
+CALLER = CallerContext(tenant_id="acme", user_id="alice", roles=["sales"], agent="lead-qualifier")
+UNLIMITED = RateLimits(
+    default=RateLimit(per_s=1e6, burst=1e6), per_user=RateLimit(per_s=1e6, burst=1e6), tenant_settings=False
+)
+PROPERTY = settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+
+
+def invocation(tool: str, arguments: dict[str, Any], digest: str | None) -> ToolInvocation:
+    return ToolInvocation(
+        caller=CALLER,
+        workflow_id=f"wf-effect-{uuid.uuid4().hex[:12]}",
+        run_id="run-1",
+        call_id="c1",
+        tool=tool,
+        arguments=json.dumps(arguments),
+        approved_by="bob",
+        effect_digest=digest,
+    )
+
+
+async def resolved(
+    sessions: async_sessionmaker[AsyncSession], tool: str, arguments: dict[str, Any]
+) -> Effect:
+    """The effect a reviewer is shown: the tool's preview, read-only, in its own transaction."""
+    declared = REGISTRY[tool]
+    async with sessions() as session, session.begin():
+        ctx = ToolContext(CALLER, session, "wf-preview", "c0", datetime.now(UTC))
+        return await preview_effect(declared, ctx, parse_arguments(declared, arguments))
+
+
+async def approved_by_bob(sessions: async_sessionmaker[AsyncSession], inv: ToolInvocation) -> None:
+    """bob's accepted approval of the call, as record_decision leaves it."""
+    async with sessions() as session, session.begin():
+        session.add(
+            ApprovalDecision(
+                tenant_id="acme",
+                workflow_id=inv.workflow_id,
+                call_id=inv.call_id,
+                tool=inv.tool,
+                approver="bob",
+                decision="approve",
+                accepted=True,
+            )
+        )
+
+
+@dataclass
+class Outcome:
+    result: ToolResult
+    audited: bool  # a tool_executions row was written
+    voided: dict[str, Any] | None  # approval_decisions.voided of bob's approval
+
+
+async def execute(engine: AsyncEngine, inv: ToolInvocation) -> Outcome:
+    sessions = session_factory(engine)
+    await approved_by_bob(sessions, inv)
+    result = await ToolActivities(sessions, rate_limits=UNLIMITED).execute_tool(inv)
+    assert isinstance(result, ToolResult)
+    async with sessions() as session:
+        audited = await session.scalar(
+            select(ToolExecution.id).where(ToolExecution.workflow_id == inv.workflow_id)
+        )
+        voided = await session.scalar(
+            select(ApprovalDecision.voided).where(ApprovalDecision.workflow_id == inv.workflow_id)
+        )
+        await session.execute(delete(ApprovalDecision).where(ApprovalDecision.workflow_id == inv.workflow_id))
+        await session.execute(delete(ToolExecution).where(ToolExecution.workflow_id == inv.workflow_id))
+        await session.commit()
+    return Outcome(result, audited is not None, voided)
+
+
+def check(outcome: Outcome, approved: Effect, now: Effect) -> bool:
+    """The property: the call ran exactly when what it would do now is what was approved; when it
+    did not, the activity said so with the new effect, wrote no audit row and voided the approval.
+    Returns whether it ran."""
+    if now.digest == approved.digest:
+        assert outcome.result.ok or outcome.result.code != "EFFECT_CHANGED", outcome.result
+        assert outcome.audited and outcome.voided is None
+        return outcome.result.ok
+    assert outcome.result.code == "EFFECT_CHANGED", (approved, now, outcome.result)
+    assert outcome.result.data == now.model_dump(mode="json")
+    assert not outcome.audited and outcome.voided == now.model_dump(mode="json")
+    return False
+
+
+# --- a lead's status (update_lead_status) ----------------------------------------------------------
+
+LEAD_EDITS = st.fixed_dictionaries(
+    {},
+    optional={
+        "status": st.sampled_from(LEAD_STATUSES),
+        "name": st.sampled_from(["Nina New", "Nina Newer"]),
+        "company": st.sampled_from(["Newco", "Oldco", None]),
+        "deleted": st.just(True),
+    },
+)
+
+
+async def new_lead(engine: AsyncEngine, status: str) -> tuple[int, str]:
+    email = f"nina.{uuid.uuid4().hex[:10]}@newco.example"
+    async with session_factory(engine)() as session, session.begin():
+        lead = Lead(
+            tenant_id="acme", email=email, name="Nina New", company="Newco", source="web", status=status
+        )
+        session.add(lead)
+        await session.flush()
+        return lead.id, email
+
+
+async def edit_lead(engine: AsyncEngine, lead_id: int, edit: dict[str, Any]) -> None:
+    """Someone else's change, committed between the decision and the execution."""
+    async with session_factory(engine)() as session, session.begin():
+        if edit.get("deleted"):
+            await session.execute(delete(Lead).where(Lead.id == lead_id))
+        elif edit:
+            await session.execute(update(Lead).where(Lead.id == lead_id).values(**edit))
+
+
+async def drop_lead(engine: AsyncEngine, lead_id: int) -> None:
+    async with session_factory(engine)() as session, session.begin():
+        await session.execute(delete(LeadEvent).where(LeadEvent.lead_id == lead_id))
+        await session.execute(delete(Lead).where(Lead.id == lead_id))
+
+
+@pytest.mark.security
+@PROPERTY
+@given(
+    initial=st.sampled_from(LEAD_STATUSES),
+    wanted=st.sampled_from(LEAD_STATUSES),
+    edit=LEAD_EDITS,
+)
+async def test_a_lead_changed_between_decision_and_execution_is_asked_again(
+    db_engine: AsyncEngine, initial: str, wanted: str, edit: dict[str, Any]
+) -> None:
+    lead_id, email = await new_lead(db_engine, initial)
+    try:
+        sessions = session_factory(db_engine)
+        args = {"lead": email, "new_status": wanted, "reason": "the call went well"}
+        approved = await resolved(sessions, "update_lead_status", args)
+        await edit_lead(db_engine, lead_id, edit)
+        now = await resolved(sessions, "update_lead_status", args)
+        outcome = await execute(db_engine, invocation("update_lead_status", args, approved.digest))
+        async with sessions() as session:
+            lead = await session.get(Lead, lead_id)
+        if check(outcome, approved, now):
+            # what ran is what was approved: the lead has the status the effect said it would have
+            assert lead is not None and lead.status == wanted
+            (change,) = approved.changes or [None]
+            assert change is None or change.fields["status"].after == wanted
+        elif not edit.get("deleted"):
+            assert lead is not None and lead.status == edit.get("status", initial)  # nothing ran
+    finally:
+        await drop_lead(db_engine, lead_id)
+
+
+# --- a saved draft (send_draft, update_draft) ------------------------------------------------------
+
+DRAFT_EDITS = st.fixed_dictionaries(
+    {},
+    optional={
+        "to_address": st.sampled_from(["partner@example.org", "attacker@evil.example"]),
+        "subject": st.sampled_from(["Our offer", "Our new offer"]),
+        "body": st.sampled_from(["Dear partner, here is our offer.", "Pay into this account instead."]),
+        "deleted": st.just(True),
+    },
+)
+
+
+async def new_draft(engine: AsyncEngine) -> int:
+    async with session_factory(engine)() as session, session.begin():
+        draft = EmailDraft(
+            tenant_id="acme",
+            idempotency_key=f"effect-{uuid.uuid4().hex}",
+            created_by="alice",
+            to_address="partner@example.org",
+            subject="Our offer",
+            body="Dear partner, here is our offer.",
+        )
+        session.add(draft)
+        await session.flush()
+        return draft.id
+
+
+async def edit_draft_row(engine: AsyncEngine, draft_id: int, edit: dict[str, Any]) -> None:
+    async with session_factory(engine)() as session, session.begin():
+        if edit.get("deleted"):
+            await session.execute(delete(EmailDraft).where(EmailDraft.id == draft_id))
+        elif edit:
+            await session.execute(update(EmailDraft).where(EmailDraft.id == draft_id).values(**edit))
+
+
+async def drop_draft(engine: AsyncEngine, draft_id: int) -> None:
+    async with session_factory(engine)() as session, session.begin():
+        sent = await session.scalar(select(EmailDraft.sent_outbox_id).where(EmailDraft.id == draft_id))
+        await session.execute(delete(EmailDraft).where(EmailDraft.id == draft_id))
+        if sent is not None:
+            await session.execute(delete(EmailOutbox).where(EmailOutbox.id == sent))
+
+
+DraftCall = Callable[[int], dict[str, Any]]
+DRAFT_CALLS: dict[str, DraftCall] = {
+    "send_draft": lambda draft_id: {"draft": draft_id},
+    "update_draft": lambda draft_id: {"draft": draft_id, "subject": "Our final offer"},
+}
+
+
+async def outbox_of(engine: AsyncEngine, draft_id: int) -> EmailOutbox | None:
+    async with session_factory(engine)() as session:
+        sent = await session.scalar(select(EmailDraft.sent_outbox_id).where(EmailDraft.id == draft_id))
+        return None if sent is None else await session.get(EmailOutbox, sent)
+
+
+@pytest.mark.security
+@pytest.mark.parametrize("tool", sorted(DRAFT_CALLS))
+@PROPERTY
+@given(edit=DRAFT_EDITS)
+async def test_a_draft_changed_after_the_reviewer_saw_it_is_never_sent_unseen(
+    db_engine: AsyncEngine, tool: str, edit: dict[str, Any]
+) -> None:
+    draft_id = await new_draft(db_engine)
+    try:
+        sessions = session_factory(db_engine)
+        args = DRAFT_CALLS[tool](draft_id)
+        approved = await resolved(sessions, tool, args)
+        await edit_draft_row(db_engine, draft_id, edit)
+        now = await resolved(sessions, tool, args)
+        outcome = await execute(db_engine, invocation(tool, args, approved.digest))
+        outbox = await outbox_of(db_engine, draft_id)
+        if check(outcome, approved, now) and tool == "send_draft":
+            # the email queued is the one the reviewer read, to the recipient they read
+            (message,) = approved.messages
+            assert outbox is not None
+            assert (outbox.to_address, outbox.subject, outbox.body) == (
+                message.to[0],
+                message.subject,
+                message.body,
+            )
+        elif tool == "send_draft":
+            assert outbox is None  # nothing queued
+    finally:
+        await drop_draft(db_engine, draft_id)
