@@ -15,8 +15,10 @@ from pydantic import BaseModel, Field
 from sqlalchemy import and_, func, or_, select
 from sqlalchemy.sql import Select
 
+from countersign.core.effects import Effect
 from countersign.core.guards import MAX_ROWS
 from countersign.db.schema import Case, Contact
+from tools.effects import reads_only, record_change
 from tools.registry import ToolArgs, ToolContext, UndoOutcome, compensates, tool
 from tools.resolve import (
     ChangeArgs,
@@ -123,7 +125,7 @@ async def find_case(ctx: ToolContext, ref: str, *, lock: bool = False) -> Case:
     )
 
 
-@tool(risk="low", category="read")
+@tool(risk="low", category="read", preview=reads_only)
 async def search_cases(ctx: ToolContext, args: SearchCasesArgs) -> CaseList:
     """Search the workspace's client cases by title, notes, or the client's name or email
     (case-insensitive substring), optionally by status; most recently updated first."""
@@ -144,7 +146,7 @@ async def search_cases(ctx: ToolContext, args: SearchCasesArgs) -> CaseList:
     return CaseList(cases=cases, count=len(cases))
 
 
-@tool(risk="low", category="read")
+@tool(risk="low", category="read", preview=reads_only)
 @answers_needs
 async def get_case(ctx: ToolContext, args: GetCaseArgs) -> CaseView:
     """Get one case by its exact title or id, with its status, notes and client contact."""
@@ -152,7 +154,15 @@ async def get_case(ctx: ToolContext, args: GetCaseArgs) -> CaseView:
     return CaseView.of(case, await client_of(ctx, case))
 
 
-@tool(risk="high", category="write")
+async def preview_update_case(ctx: ToolContext, args: UpdateCaseArgs) -> Effect:
+    case = await find_case(ctx, args.case, lock=ctx.lock_reads)
+    wanted = args.provided("status", "notes")
+    client = f", client {case.contact_email}" if case.contact_email else ""
+    label = f"case {case.id} “{case.title}”{client}"
+    return record_change("case", case.id, label, {name: getattr(case, name) for name in wanted}, wanted)
+
+
+@tool(risk="high", category="write", preview=preview_update_case)
 @answers_needs
 async def update_case(ctx: ToolContext, args: UpdateCaseArgs) -> Updated[CaseView]:
     """Change a case's status (open, in_progress, on_hold, closed) or replace its notes. Only the

@@ -26,6 +26,7 @@ from sqlalchemy import select, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
+from countersign.core.effects import Effect, OutgoingMessage, one_line
 from countersign.db.schema import ChatChannel, ChatPost
 from tools.registry import OutcomeUnknown, ToolArgs, ToolContext, ToolFailure, tool
 
@@ -144,13 +145,27 @@ async def post(channel: ChatChannel, text: str, key: str) -> str | None:
     return remote_id_of(channel, response)
 
 
-@tool(risk="high", category="external")
+async def channel_of(ctx: ToolContext) -> ChatChannel:
+    channel = await ctx.session.get(ChatChannel, ctx.tenant_id, with_for_update=ctx.lock_reads)
+    if channel is None:
+        raise ToolFailure("NOT_FOUND", "this workspace has no chat channel configured")
+    return channel
+
+
+async def preview_chat_message(ctx: ToolContext, args: SendChatMessageArgs) -> Effect:
+    """The channel it will be posted to (by name, never its URL: it may hold a token) and the text."""
+    channel = await channel_of(ctx)
+    message = OutgoingMessage(channel=channel.kind, to=[channel.name], body=args.text)
+    return Effect(
+        summary=one_line(f"Posts to {channel.kind} channel {channel.name}: {args.text}"), messages=[message]
+    )
+
+
+@tool(risk="high", category="external", preview=preview_chat_message)
 async def send_chat_message(ctx: ToolContext, args: SendChatMessageArgs) -> ChatPosted:
     """Post a message to the workspace's team chat channel (configured by an operator: a Telegram
     group or a Slack channel). It waits for a reviewer's approval and cannot be taken back."""
-    channel = await ctx.session.get(ChatChannel, ctx.tenant_id)
-    if channel is None:
-        raise ToolFailure("NOT_FOUND", "this workspace has no chat channel configured")
+    channel = await channel_of(ctx)
     claimed = await claim(ctx, channel, args.text)
     if claimed is None:
         return await earlier(ctx, channel)

@@ -23,11 +23,20 @@ from pydantic import BaseModel, EmailStr, Field, ValidationError
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from countersign.core.effects import Effect, one_line
 from countersign.core.guards import MAX_ROWS
 from countersign.db.instances import current_instance
 from countersign.db.people import roles_of
 from countersign.db.schema import ApprovalRequest, DraftEdit, EmailDraft, EmailOutbox, Lead
-from tools.email import EmailContent, QueuedEmail, cancel_queued_email, queued_once, sanitized_html
+from tools.effects import reads_only, record_change
+from tools.email import (
+    EmailContent,
+    QueuedEmail,
+    cancel_queued_email,
+    email_effect,
+    queued_once,
+    sanitized_html,
+)
 from tools.registry import (
     REGISTRY,
     ToolArgs,
@@ -235,11 +244,7 @@ async def edit_draft(
     tool, the server and the CLI alike; an email about a lead must stay addressed to that lead.
     Refused while a call naming the draft waits for a decision, and to anyone but its author or an
     admin; recorded with its diff. Returns (previous, changed) values."""
-    wanted = args.provided("subject", "body", "html_body")
-    if args.to is not None:
-        wanted["to_address"] = str(args.to)
-    if draft.sent_outbox_id is not None:
-        raise ToolFailure("CONFLICT", f"draft {draft.id} was already sent (email {draft.sent_outbox_id})")
+    wanted = await draft_changes(session, draft, args)
     await check_editor(session, draft, editor)
     reviewed = await pending_on(session, draft.tenant_id, draft.id)
     if reviewed:
@@ -251,13 +256,6 @@ async def edit_draft(
             f"draft {draft.id} is waiting for a reviewer's decision on {calls}: it cannot change under "
             "review; edit it once that call is decided (reject it to edit now)",
         )
-    if "html_body" in wanted:
-        wanted["html_body"] = sanitized_html(wanted["html_body"])
-    to = wanted.get("to_address", draft.to_address)
-    if draft.lead_id is not None:
-        lead = await session.get(Lead, draft.lead_id)
-        if lead is not None and lead.email.lower() != to.lower():
-            raise ToolFailure("VALIDATION_ERROR", f"`to` must be the lead's own address ({lead.email})")
     previous, changed = apply_changes(draft, wanted)
     recorded_edit(session, draft, editor, previous, changed)
     await session.flush()
@@ -265,19 +263,48 @@ async def edit_draft(
     return previous, changed
 
 
-@tool(risk="low", category="read")
+async def draft_changes(session: AsyncSession, draft: EmailDraft, args: UpdateDraftArgs) -> dict[str, Any]:
+    """The columns an edit sets and their new values (HTML sanitized), or the refusal it meets: a
+    sent draft is not edited, a draft about a lead stays addressed to that lead."""
+    wanted = args.provided("subject", "body", "html_body")
+    if args.to is not None:
+        wanted["to_address"] = str(args.to)
+    if draft.sent_outbox_id is not None:
+        raise ToolFailure("CONFLICT", f"draft {draft.id} was already sent (email {draft.sent_outbox_id})")
+    if "html_body" in wanted:
+        wanted["html_body"] = sanitized_html(wanted["html_body"])
+    to = wanted.get("to_address", draft.to_address)
+    if draft.lead_id is not None:
+        lead = await session.get(Lead, draft.lead_id)
+        if lead is not None and lead.email.lower() != to.lower():
+            raise ToolFailure("VALIDATION_ERROR", f"`to` must be the lead's own address ({lead.email})")
+    return wanted
+
+
+@tool(risk="low", category="read", preview=reads_only)
 async def list_drafts(ctx: ToolContext, args: ListDraftsArgs) -> DraftList:
     """List the workspace's email drafts, newest first: unsent ones by default (state: sent, all)."""
     return await drafts_of(ctx.session, ctx.tenant_id, args.state, args.limit)
 
 
-@tool(risk="low", category="read")
+@tool(risk="low", category="read", preview=reads_only)
 async def get_draft(ctx: ToolContext, args: DraftArgs) -> DraftDetail:
     """Read one draft by id: recipient, subject, body, HTML, lead, and whether it was sent."""
     return DraftDetail.of(await draft_of(ctx.session, ctx.tenant_id, args.draft))
 
 
-@tool(risk="low", category="write")
+def draft_label(draft: EmailDraft) -> str:
+    return f"draft {draft.id} to {draft.to_address} (“{draft.subject}”)"
+
+
+async def preview_update_draft(ctx: ToolContext, args: UpdateDraftArgs) -> Effect:
+    draft = await draft_of(ctx.session, ctx.tenant_id, args.draft, lock=ctx.lock_reads)
+    wanted = await draft_changes(ctx.session, draft, args)
+    before = {name: getattr(draft, name) for name in wanted}
+    return record_change("draft", draft.id, draft_label(draft), before, wanted)
+
+
+@tool(risk="low", category="write", preview=preview_update_draft)
 async def update_draft(ctx: ToolContext, args: UpdateDraftArgs) -> Updated[DraftDetail]:
     """Edit an unsent draft: recipient, subject, body or HTML. Nothing is sent; the result lists the
     previous and new values."""
@@ -308,20 +335,36 @@ class SentDraft(QueuedEmail):
     to: str
 
 
-@tool(risk="high", category="external")
-async def send_draft(ctx: ToolContext, args: DraftArgs) -> SentDraft:
-    """Send a saved draft by id, as send_email would: it waits for approval, is queued and delivered
-    after the turn, and can be cancelled until then. A draft is sent once."""
-    draft = await draft_of(ctx.session, ctx.tenant_id, args.draft, lock=True)
+async def unsent_draft(ctx: ToolContext, draft_id: int, *, lock: bool) -> EmailDraft:
+    """The draft to send; one already sent is refused, unless this very call sent it (a retry finds
+    its own email: queued_once)."""
+    draft = await draft_of(ctx.session, ctx.tenant_id, draft_id, lock=lock)
     if draft.sent_outbox_id is not None:
-        # a retry of this very call finds its own email (queued_once); any other call is refused
         key = await ctx.session.scalar(
             select(EmailOutbox.idempotency_key).where(EmailOutbox.id == draft.sent_outbox_id)
         )
         if key != ctx.idempotency_key:
             raise ToolFailure("CONFLICT", f"draft {draft.id} was already sent (email {draft.sent_outbox_id})")
-    content = EmailContent(subject=draft.subject, body=draft.body, html_body=draft.html_body)
-    queued = await queued_once(ctx, draft.to_address, content, draft.lead_id)
+    return draft
+
+
+def draft_content(draft: EmailDraft) -> EmailContent:
+    return EmailContent(subject=draft.subject, body=draft.body, html_body=draft.html_body)
+
+
+async def preview_send_draft(ctx: ToolContext, args: DraftArgs) -> Effect:
+    """The draft's recipient, subject and body as they are now: what will be sent."""
+    draft = await unsent_draft(ctx, args.draft, lock=ctx.lock_reads)
+    email = email_effect(draft.to_address, draft_content(draft))
+    return email.model_copy(update={"summary": one_line(f"Sends draft {draft.id}: {email.summary}")})
+
+
+@tool(risk="high", category="external", preview=preview_send_draft)
+async def send_draft(ctx: ToolContext, args: DraftArgs) -> SentDraft:
+    """Send a saved draft by id, as send_email would: it waits for approval, is queued and delivered
+    after the turn, and can be cancelled until then. A draft is sent once."""
+    draft = await unsent_draft(ctx, args.draft, lock=True)
+    queued = await queued_once(ctx, draft.to_address, draft_content(draft), draft.lead_id)
     draft.sent_outbox_id = queued.outbox_id
     await saved(ctx, draft)
     return SentDraft(**queued.model_dump(), draft_id=draft.id, to=draft.to_address)

@@ -25,8 +25,6 @@ from tools.resolve import NeedsInput, as_json
 async def preview_effect(tool: Tool, ctx: ToolContext, args: ToolArgs) -> Effect:
     """What `tool` would do with `args` now. A failure the tool would meet (no such record, a name
     matching two people) is part of the effect (`problem`), not an error: the reviewer sees it."""
-    if tool.preview is None:
-        raise TypeError(f"tool {tool.name} has no preview")
     try:
         return await tool.preview(ctx, args)
     except ToolFailure as failure:

@@ -14,8 +14,9 @@ from pydantic import BaseModel, EmailStr, Field
 from sqlalchemy import select, update
 from sqlalchemy.dialects.postgresql import insert
 
-from countersign.db.schema import EmailOutbox
-from tools.leads import find_lead
+from countersign.core.effects import Effect, OutgoingMessage, one_line
+from countersign.db.schema import EmailOutbox, Lead
+from tools.leads import find_lead, lead_label
 from tools.registry import ToolArgs, ToolContext, ToolFailure, UndoOutcome, compensates, tool
 
 
@@ -59,10 +60,14 @@ async def lead_of(ctx: ToolContext, ref: str | None, to: str) -> int | None:
     sent to someone else)."""
     if ref is None:
         return None
-    lead = await find_lead(ctx, ref)
+    return addressed_to(await find_lead(ctx, ref), to).id
+
+
+def addressed_to(lead: Lead, to: str) -> Lead:
+    """`lead`, when `to` is its address; an email about a lead goes to that lead."""
     if lead.email.lower() != to.lower():
         raise ToolFailure("VALIDATION_ERROR", f"`to` must be the lead's own address ({lead.email})")
-    return lead.id
+    return lead
 
 
 async def queue(
@@ -88,7 +93,27 @@ async def queue(
     return None if row is None else QueuedEmail(outbox_id=row.id, status=row.status)
 
 
-@tool(risk="high", category="external")
+def email_effect(to: str, content: EmailContent, about: str | None = None) -> Effect:
+    """An email as it will leave: recipient, subject, body and the HTML as sanitized for sending."""
+    message = OutgoingMessage(
+        channel="email",
+        to=[to],
+        subject=content.subject,
+        body=content.body,
+        html=sanitized_html(content.html_body),
+    )
+    regarding = f" about {about}" if about else ""
+    return Effect(summary=one_line(f"Email to {to}{regarding}: “{content.subject}”"), messages=[message])
+
+
+async def preview_send_email(ctx: ToolContext, args: SendEmailArgs) -> Effect:
+    if args.lead is None:
+        return email_effect(args.to, args)
+    lead = addressed_to(await find_lead(ctx, args.lead, lock=ctx.lock_reads), args.to)
+    return email_effect(args.to, args, lead_label(lead))
+
+
+@tool(risk="high", category="external", preview=preview_send_email)
 async def send_email(ctx: ToolContext, args: SendEmailArgs) -> QueuedEmail:
     """Send an email to one address: plain text, optionally with an HTML version, optionally about
     one of the workspace's leads. The email is queued and delivered after the turn; the result's

@@ -10,7 +10,7 @@ from pydantic import BaseModel, Field
 from sqlalchemy import delete, func, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from countersign.core.effects import Effect
+from countersign.core.effects import Creation, Effect, one_line
 from countersign.core.leadscore import LeadScore
 from countersign.db.leads import current_score, record_lead_event, rescore
 from countersign.db.schema import Lead, LeadEvent
@@ -238,7 +238,15 @@ class RecordedReply(LeadScoreView):
     changed: dict[str, Any]
 
 
-@tool(risk="low", category="write")
+async def preview_lead_reply(ctx: ToolContext, args: RecordReplyArgs) -> Effect:
+    """The reply recorded on the lead (its last engagement becomes the moment the call runs, and its
+    score follows: derived, not part of the effect)."""
+    label = lead_label(await find_lead(ctx, args.lead, lock=ctx.lock_reads))
+    reply = Creation(kind="lead event", label=f"reply from {label}", fields={"summary": args.summary})
+    return Effect(summary=one_line(f"Records a reply from {label}: {args.summary}"), creates=[reply])
+
+
+@tool(risk="low", category="write", preview=preview_lead_reply)
 async def record_lead_reply(ctx: ToolContext, args: RecordReplyArgs) -> RecordedReply:
     """Record that a lead answered (an email reply, say, as the user reports it); the lead's score
     and last engagement are updated and the new score returned with its parts."""

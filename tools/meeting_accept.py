@@ -13,13 +13,17 @@ from __future__ import annotations
 from pydantic import Field
 from sqlalchemy import select
 
+from countersign.core.effects import Effect
 from countersign.db.schema import MeetingSession, User
 from tools.registry import Needs, ToolArgs, ToolContext, ToolFailure, compensates, tool
 from tools.resolve import NeedsInput, Person, answers_needs, needs, resolve_caller
 from tools.scheduling import (
     MAX_SLOTS,
     BookedMeeting,
+    Booking,
     book,
+    booking,
+    booking_effect,
     cancel_booking,
     proposed_start,
     still_open,
@@ -47,19 +51,22 @@ def describe(session: MeetingSession) -> dict[str, object]:
     }
 
 
-async def addressed_session(ctx: ToolContext, session_id: int | None) -> MeetingSession:
-    """The proposal addressed to the caller, locked: the one named, else the only one still open."""
+async def addressed_session(ctx: ToolContext, session_id: int | None, *, lock: bool) -> MeetingSession:
+    """The proposal addressed to the caller (`lock`: locked): the one named, else the only one still
+    open."""
     query = select(MeetingSession).where(
         MeetingSession.tenant_id == ctx.tenant_id,
         MeetingSession.counterpart_user_id == ctx.caller.user_id,
     )
     if session_id is not None:
-        found = await ctx.session.scalar(query.where(MeetingSession.id == session_id).with_for_update())
+        named = query.where(MeetingSession.id == session_id)
+        found = await ctx.session.scalar(named.with_for_update() if lock else named)
         if found is None:
             raise ToolFailure("NOT_FOUND", f"no meeting proposal {session_id} addressed to you")
         return found
     open_now = query.where(MeetingSession.status == "open", MeetingSession.expires_at > ctx.now)
-    rows = list((await ctx.session.scalars(open_now.order_by(MeetingSession.id).with_for_update())).all())
+    open_now = open_now.order_by(MeetingSession.id)
+    rows = list((await ctx.session.scalars(open_now.with_for_update() if lock else open_now)).all())
     if not rows:
         raise ToolFailure("NOT_FOUND", "no open meeting proposal is addressed to you")
     if len(rows) > 1:
@@ -67,15 +74,9 @@ async def addressed_session(ctx: ToolContext, session_id: int | None) -> Meeting
     return rows[0]
 
 
-@tool(risk="medium", category="external", scopes=("calendar:availability", "calendar:book"))
-@answers_needs
-async def accept_meeting(ctx: ToolContext, args: AcceptMeetingArgs) -> BookedMeeting:
-    """Accept a meeting someone proposed to the user: book proposed time `selection` of `session`
-    (list_notifications shows the proposals addressed to the user; without a selection, or with
-    several open and no session, this answers `needs` listing them). Both calendars are checked
-    again (CONFLICT if taken meanwhile), both people get an invite by email, the proposal's
-    notification is resolved and the requester is notified. Accept only the time the user chose."""
-    session = await addressed_session(ctx, args.session)
+async def accepting(ctx: ToolContext, args: AcceptMeetingArgs, *, lock: bool) -> Booking:
+    """The booking an acceptance resolves to: the proposal's time `selection`, with its requester."""
+    session = await addressed_session(ctx, args.session, lock=lock)
     user = await ctx.session.get(User, (ctx.tenant_id, session.requested_by))
     requester = Person.of_user(user) if user is not None and user.deactivated_at is None else None
     who = requester.name if requester else session.requested_by
@@ -85,7 +86,28 @@ async def accept_meeting(ctx: ToolContext, args: AcceptMeetingArgs) -> BookedMee
     if requester is None:
         raise ToolFailure("NOT_FOUND", f"the user who proposed session {session.id} is no longer active here")
     start = proposed_start(session, args.selection)
-    return await book(ctx, requester, await resolve_caller(ctx), start, session.duration_minutes, session)
+    caller = await resolve_caller(ctx)
+    return await booking(ctx, requester, caller, start, session.duration_minutes, session, lock=lock)
+
+
+async def preview_accept_meeting(ctx: ToolContext, args: AcceptMeetingArgs) -> Effect:
+    return await booking_effect(ctx, await accepting(ctx, args, lock=ctx.lock_reads))
+
+
+@tool(
+    risk="medium",
+    category="external",
+    scopes=("calendar:availability", "calendar:book"),
+    preview=preview_accept_meeting,
+)
+@answers_needs
+async def accept_meeting(ctx: ToolContext, args: AcceptMeetingArgs) -> BookedMeeting:
+    """Accept a meeting someone proposed to the user: book proposed time `selection` of `session`
+    (list_notifications shows the proposals addressed to the user; without a selection, or with
+    several open and no session, this answers `needs` listing them). Both calendars are checked
+    again (CONFLICT if taken meanwhile), both people get an invite by email, the proposal's
+    notification is resolved and the requester is notified. Accept only the time the user chose."""
+    return await book(ctx, await accepting(ctx, args, lock=True))
 
 
 compensates(accept_meeting)(cancel_booking)

@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from countersign.core.effects import Effect, one_line
 from countersign.core.guards import MAX_ROWS
 from countersign.db.notifications import (
     RESOLUTION_FIELDS,
@@ -20,6 +21,7 @@ from countersign.db.notifications import (
     visible_to,
 )
 from countersign.db.schema import Notification
+from tools.effects import reads_only, record_change
 from tools.registry import ToolArgs, ToolContext, ToolFailure, UndoOutcome, compensates, record_id, tool
 from tools.resolve import answers_needs, containing, locked_row, match_first, needs, restore_fields, saved
 
@@ -60,7 +62,7 @@ class NotificationList(BaseModel):
     notifications: list[NotificationView]
 
 
-@tool(risk="low", category="read")
+@tool(risk="low", category="read", preview=reads_only)
 async def list_notifications(ctx: ToolContext, args: ListNotificationsArgs) -> NotificationList:
     """The user's notifications, newest first (default: the open ones): meeting proposals addressed
     to them (accept one with accept_meeting), bookings others made with them, approval reminders."""
@@ -101,7 +103,18 @@ async def find_notification(ctx: ToolContext, ref: str) -> Notification:
     return rows[0]
 
 
-@tool(risk="low", category="write")
+async def preview_resolve_notification(ctx: ToolContext, args: ResolveNotificationArgs) -> Effect:
+    """Its status (the time it is resolved at is the moment the call runs, not part of the effect)."""
+    notification = await find_notification(ctx, args.notification)
+    label = one_line(f"notification {notification.id} ({notification.kind}: {notification.message})", 160)
+    after = {"status": "resolved", "resolved_by": ctx.caller.user_id}
+    if notification.status != "open":
+        after = {}  # already resolved: left as it is
+    before = {"status": notification.status, "resolved_by": notification.resolved_by}
+    return record_change("notification", notification.id, label, before, after)
+
+
+@tool(risk="low", category="write", preview=preview_resolve_notification)
 @answers_needs
 async def resolve_notification(ctx: ToolContext, args: ResolveNotificationArgs) -> ResolvedNotification:
     """Mark one of the user's open notifications resolved, named by its id or by words from its

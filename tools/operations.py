@@ -14,9 +14,11 @@ from typing import Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from sqlalchemy import ColumnElement, select
 
+from countersign.core.effects import Creation, Effect, one_line
 from countersign.core.guards import MAX_ROWS
 from countersign.db.leads import rescore_attendees
 from countersign.db.schema import CalendarEvent, Project, Task
+from tools.effects import json_fields, reads_only, record_change
 from tools.registry import ToolArgs, ToolContext, ToolFailure, UndoOutcome, compensates, tool
 from tools.resolve import (
     ChangeArgs,
@@ -250,7 +252,7 @@ async def task_filters(ctx: ToolContext, args: ListTasksArgs) -> list[ColumnElem
     return filters
 
 
-@tool(risk="low", category="read")
+@tool(risk="low", category="read", preview=reads_only)
 @answers_needs
 async def list_tasks(ctx: ToolContext, args: ListTasksArgs) -> TaskList:
     """List the workspace's tasks, soonest due first, optionally only those with a status, of an
@@ -275,21 +277,35 @@ async def task_references(ctx: ToolContext, assignee: str | None, project: str |
     return values
 
 
-@tool(risk="medium", category="write")
+async def new_task(ctx: ToolContext, args: CreateTaskArgs) -> dict[str, Any]:
+    """The columns of the task `args` creates, its assignee and project resolved."""
+    return {
+        "title": args.title,
+        "status": args.status,
+        "description": args.description or None,
+        "due_date": args.due_date,
+        "created_by": ctx.caller.user_id,
+        **await task_references(ctx, args.assignee, args.project),
+    }
+
+
+def creation(kind: str, label: str, values: dict[str, Any]) -> Effect:
+    """The effect of creating one row with these column values."""
+    created = Creation(kind=kind, label=label, fields=json_fields(values))
+    return Effect(summary=one_line(f"Creates {label}"), creates=[created])
+
+
+async def preview_create_task(ctx: ToolContext, args: CreateTaskArgs) -> Effect:
+    return creation("task", f"task “{args.title}”", await new_task(ctx, args))
+
+
+@tool(risk="medium", category="write", preview=preview_create_task)
 @answers_needs
 async def create_task(ctx: ToolContext, args: CreateTaskArgs) -> TaskView:
     """Create a task, optionally with a description, a due date (YYYY-MM-DD), an assignee (user id,
     display name or email), a project (name or id) and an initial status (open unless given). It is
     created by the user."""
-    task = Task(
-        tenant_id=ctx.tenant_id,
-        title=args.title,
-        status=args.status,
-        description=args.description or None,
-        due_date=args.due_date,
-        created_by=ctx.caller.user_id,
-        **await task_references(ctx, args.assignee, args.project),
-    )
+    task = Task(tenant_id=ctx.tenant_id, **await new_task(ctx, args))
     return await task_view(ctx, await saved(ctx, task))
 
 
@@ -300,15 +316,29 @@ async def cancel_created_task(
     return await cancel_created(ctx, Task, result)
 
 
-@tool(risk="medium", category="write")
+async def task_update(ctx: ToolContext, args: UpdateTaskArgs, *, lock: bool) -> tuple[Task, dict[str, Any]]:
+    """The task an update names and the column values it sets."""
+    wanted = args.provided("status", "title", "description", "due_date")
+    wanted |= await task_references(ctx, args.assignee, args.project)
+    return await find_task(ctx, args.task, lock=lock), wanted
+
+
+def changed_row(kind: str, row: Task | Project | CalendarEvent, label: str, wanted: dict[str, Any]) -> Effect:
+    return record_change(kind, row.id, label, {name: getattr(row, name) for name in wanted}, wanted)
+
+
+async def preview_update_task(ctx: ToolContext, args: UpdateTaskArgs) -> Effect:
+    task, wanted = await task_update(ctx, args, lock=ctx.lock_reads)
+    return changed_row("task", task, f"task {task.id} “{task.title}”", wanted)
+
+
+@tool(risk="medium", category="write", preview=preview_update_task)
 @answers_needs
 async def update_task(ctx: ToolContext, args: UpdateTaskArgs) -> Updated[TaskView]:
     """Change a task, named by its id or exact title: its status (open, in_progress, done, cancelled),
     title, description, due date, assignee (user id, name or email) or project. Only the fields given
     change; the result lists their previous and new values."""
-    wanted = args.provided("status", "title", "description", "due_date")
-    wanted |= await task_references(ctx, args.assignee, args.project)
-    task = await find_task(ctx, args.task, lock=True)
+    task, wanted = await task_update(ctx, args, lock=True)
     previous, changed = apply_changes(task, wanted)
     task = await saved(ctx, task)
     return Updated[TaskView](record=await task_view(ctx, task), previous=previous, changed=changed)
@@ -344,7 +374,7 @@ class UpdateProjectArgs(ChangeArgs):
     name: str | None = Field(None, min_length=1, max_length=200, description="New name")
 
 
-@tool(risk="low", category="read")
+@tool(risk="low", category="read", preview=reads_only)
 async def list_projects(ctx: ToolContext, args: ListProjectsArgs) -> ProjectList:
     """List the workspace's projects by name, optionally only those with a status
     (planned, active, on_hold, done, cancelled)."""
@@ -356,18 +386,27 @@ async def list_projects(ctx: ToolContext, args: ListProjectsArgs) -> ProjectList
     return ProjectList(projects=projects, count=len(projects))
 
 
-@tool(risk="medium", category="write")
+async def new_project(ctx: ToolContext, args: CreateProjectArgs) -> dict[str, Any]:
+    """The columns of the project `args` creates, once its name is known to be free."""
+    await ensure_project_name_free(ctx, args.name)
+    return {
+        "name": args.name,
+        "status": "planned",
+        "description": args.description or None,
+        "due_date": args.due_date,
+        "owner_user_id": ctx.caller.user_id,
+    }
+
+
+async def preview_create_project(ctx: ToolContext, args: CreateProjectArgs) -> Effect:
+    return creation("project", f"project “{args.name}”", await new_project(ctx, args))
+
+
+@tool(risk="medium", category="write", preview=preview_create_project)
 async def create_project(ctx: ToolContext, args: CreateProjectArgs) -> ProjectView:
     """Create a project owned by the user, with a unique name, an optional description and due date
     (YYYY-MM-DD). It starts as planned."""
-    await ensure_project_name_free(ctx, args.name)
-    project = Project(
-        tenant_id=ctx.tenant_id,
-        name=args.name,
-        description=args.description or None,
-        due_date=args.due_date,
-        owner_user_id=ctx.caller.user_id,
-    )
+    project = Project(tenant_id=ctx.tenant_id, **await new_project(ctx, args))
     return ProjectView.of(await saved(ctx, project))
 
 
@@ -378,16 +417,29 @@ async def cancel_created_project(
     return await cancel_created(ctx, Project, result)
 
 
-@tool(risk="medium", category="write")
+async def project_update(
+    ctx: ToolContext, args: UpdateProjectArgs, *, lock: bool
+) -> tuple[Project, dict[str, Any]]:
+    """The project an update names and the column values it sets (a new name must be free)."""
+    project = await find_project(ctx, args.project, lock=lock)
+    if args.name is not None and args.name.lower() != project.name.lower():
+        await ensure_project_name_free(ctx, args.name)
+    return project, args.provided("status", "description", "due_date", "name")
+
+
+async def preview_update_project(ctx: ToolContext, args: UpdateProjectArgs) -> Effect:
+    project, wanted = await project_update(ctx, args, lock=ctx.lock_reads)
+    return changed_row("project", project, f"project {project.id} “{project.name}”", wanted)
+
+
+@tool(risk="medium", category="write", preview=preview_update_project)
 @answers_needs
 async def update_project(ctx: ToolContext, args: UpdateProjectArgs) -> Updated[ProjectView]:
     """Change a project, named by its name or id: its status (planned, active, on_hold, done,
     cancelled), description, due date or name. Only the fields given change; the result lists their
     previous and new values."""
-    project = await find_project(ctx, args.project, lock=True)
-    if args.name is not None and args.name.lower() != project.name.lower():
-        await ensure_project_name_free(ctx, args.name)
-    previous, changed = apply_changes(project, args.provided("status", "description", "due_date", "name"))
+    project, wanted = await project_update(ctx, args, lock=True)
+    previous, changed = apply_changes(project, wanted)
     project = await saved(ctx, project)
     return Updated[ProjectView](record=ProjectView.of(project), previous=previous, changed=changed)
 
@@ -454,7 +506,7 @@ async def attendee_handles(ctx: ToolContext, refs: Sequence[str]) -> list[str]:
     return list(dict.fromkeys(handles))
 
 
-@tool(risk="low", category="read")
+@tool(risk="low", category="read", preview=reads_only)
 @answers_needs
 async def list_events(ctx: ToolContext, args: ListEventsArgs) -> EventList:
     """List calendar events (not cancelled ones) in time order, from `from` (default: now) to `to`
@@ -472,25 +524,34 @@ async def list_events(ctx: ToolContext, args: ListEventsArgs) -> EventList:
     return EventList(events=events, count=len(events))
 
 
-@tool(risk="medium", category="write")
+async def new_event(ctx: ToolContext, args: CreateEventArgs) -> dict[str, Any]:
+    """The columns of the event `args` creates, its attendees resolved."""
+    return {
+        "title": args.title,
+        "description": args.description or None,
+        "starts_at": args.starts_at,
+        "ends_at": args.ends_at,
+        "attendees": await attendee_handles(ctx, args.attendees),
+        "location": args.location or None,
+        "owner_user_id": ctx.caller.user_id,
+        "status": "confirmed",
+        "type": args.type,
+    }
+
+
+async def preview_create_event(ctx: ToolContext, args: CreateEventArgs) -> Effect:
+    label = f"{args.type} “{args.title}” at {args.starts_at.isoformat()}"
+    return creation("event", label, await new_event(ctx, args))
+
+
+@tool(risk="medium", category="write", preview=preview_create_event)
 @answers_needs
 async def create_event(ctx: ToolContext, args: CreateEventArgs) -> EventView:
     """Put a confirmed event on the calendar, owned by the user. Times are ISO date-times with a time
     zone; attendees are user ids, names or emails (outside emails are invited as written); `type` is
     meeting (the default), call, demo, deadline, reminder or other. This does not check for conflicts:
     look at list_events first."""
-    event = CalendarEvent(
-        tenant_id=ctx.tenant_id,
-        title=args.title,
-        description=args.description or None,
-        starts_at=args.starts_at,
-        ends_at=args.ends_at,
-        attendees=await attendee_handles(ctx, args.attendees),
-        location=args.location or None,
-        owner_user_id=ctx.caller.user_id,
-        status="confirmed",
-        type=args.type,
-    )
+    event = CalendarEvent(tenant_id=ctx.tenant_id, **await new_event(ctx, args))
     event = await saved(ctx, event)
     await rescore_attendees(ctx.session, ctx.tenant_id, event.attendees)
     return EventView.of(event)
@@ -505,18 +566,33 @@ async def cancel_created_event(
     return outcome
 
 
-@tool(risk="medium", category="write")
+async def event_update(
+    ctx: ToolContext, args: UpdateEventArgs, *, lock: bool
+) -> tuple[CalendarEvent, dict[str, Any]]:
+    """The event an update names and the column values it sets (it must still end after it starts)."""
+    wanted = args.provided("title", "starts_at", "ends_at", "location", "description", "status", "type")
+    if args.attendees is not None:
+        wanted["attendees"] = await attendee_handles(ctx, args.attendees)
+    event = await find_event(ctx, args.event, lock=lock)
+    if wanted.get("ends_at", event.ends_at) <= wanted.get("starts_at", event.starts_at):
+        raise ToolFailure("VALIDATION_ERROR", "the event would end before it starts")
+    return event, wanted
+
+
+async def preview_update_event(ctx: ToolContext, args: UpdateEventArgs) -> Effect:
+    event, wanted = await event_update(ctx, args, lock=ctx.lock_reads)
+    return changed_row(
+        "event", event, f"event {event.id} “{event.title}” at {event.starts_at.isoformat()}", wanted
+    )
+
+
+@tool(risk="medium", category="write", preview=preview_update_event)
 @answers_needs
 async def update_event(ctx: ToolContext, args: UpdateEventArgs) -> Updated[EventView]:
     """Change a calendar event, named by its id or exact title: title, start or end (ISO date-times
     with a time zone), the full attendee list, location, description, status (tentative, confirmed,
     cancelled) or type. Only the fields given change; the result lists their previous and new values."""
-    wanted = args.provided("title", "starts_at", "ends_at", "location", "description", "status", "type")
-    if args.attendees is not None:
-        wanted["attendees"] = await attendee_handles(ctx, args.attendees)
-    event = await find_event(ctx, args.event, lock=True)
-    if wanted.get("ends_at", event.ends_at) <= wanted.get("starts_at", event.starts_at):
-        raise ToolFailure("VALIDATION_ERROR", "the event would end before it starts")
+    event, wanted = await event_update(ctx, args, lock=True)
     before = list(event.attendees)
     previous, changed = apply_changes(event, wanted)
     event = await saved(ctx, event)

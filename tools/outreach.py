@@ -9,13 +9,16 @@ from pydantic import BaseModel, Field
 from sqlalchemy import delete, select
 from sqlalchemy.dialects.postgresql import insert
 
+from countersign.core.effects import Creation, Effect, one_line
 from countersign.db.schema import EmailDraft
 from tools.email import (
     EmailContent,
     QueuedEmail,
     SendEmailArgs,
     cancel_queued_email,
+    email_effect,
     lead_of,
+    preview_send_email,
     queued_once,
     sanitized_html,
 )
@@ -31,7 +34,17 @@ class DraftView(BaseModel):
     has_html: bool
 
 
-@tool(risk="low", category="write")
+async def preview_draft_email(ctx: ToolContext, args: SendEmailArgs) -> Effect:
+    """A draft is stored, nothing sent: the effect is the draft as it will exist."""
+    email = await preview_send_email(ctx, args)
+    message = email.messages[0]
+    draft = Creation(
+        kind="draft", label=f"draft to {message.to[0]}", fields=message.model_dump(exclude={"channel"})
+    )
+    return Effect(summary=one_line(f"Saves a draft (nothing is sent): {email.summary}"), creates=[draft])
+
+
+@tool(risk="low", category="write", preview=preview_draft_email)
 async def draft_email(ctx: ToolContext, args: SendEmailArgs) -> DraftView:
     """Save an email as a draft for a person to review and send: nothing is sent. Same fields as
     send_email (`lead`: the lead it is about, whose address `to` must be)."""
@@ -89,16 +102,27 @@ class QueuedContactEmail(QueuedEmail):
     contact: str
 
 
-@tool(risk="high", category="external")
+async def contact_address(ctx: ToolContext, ref: str) -> tuple[str, str]:
+    """(email address, name) of the contact `ref` names."""
+    contact = await resolve_contact(ctx, ref, field="contact")
+    if not contact.email:
+        raise ToolFailure("VALIDATION_ERROR", f"the contact {contact.name!r} has no email address")
+    return contact.email, contact.name
+
+
+async def preview_contact_email(ctx: ToolContext, args: SendToContactArgs) -> Effect:
+    address, name = await contact_address(ctx, args.contact)
+    return email_effect(address, args, name)
+
+
+@tool(risk="high", category="external", preview=preview_contact_email)
 @answers_needs
 async def send_email_to_contact(ctx: ToolContext, args: SendToContactArgs) -> QueuedContactEmail:
     """Email one of the workspace's contacts, named by name or email (several matches: you are asked
     which). Queued and delivered after the turn, like send_email; plain text, optional HTML."""
-    contact = await resolve_contact(ctx, args.contact, field="contact")
-    if not contact.email:
-        raise ToolFailure("VALIDATION_ERROR", f"the contact {contact.name!r} has no email address")
-    queued = await queued_once(ctx, contact.email, args)
-    return QueuedContactEmail(**queued.model_dump(), to=contact.email, contact=contact.name)
+    address, name = await contact_address(ctx, args.contact)
+    queued = await queued_once(ctx, address, args)
+    return QueuedContactEmail(**queued.model_dump(), to=address, contact=name)
 
 
 @compensates(send_email_to_contact)

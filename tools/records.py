@@ -56,6 +56,7 @@ from sqlalchemy.dialects.postgresql import REGCONFIG
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.sql.expression import cast as sql_cast
 
+from countersign.core.effects import Creation, Effect, one_line
 from countersign.core.guards import MAX_ROWS
 from countersign.db.schema import (
     CASE_STATUSES,
@@ -78,6 +79,7 @@ from countersign.db.schema import (
     Project,
     Task,
 )
+from tools.effects import json_fields, reads_only, record_change
 from tools.registry import ToolArgs, ToolContext, ToolFailure, UndoOutcome, compensates, out_of_range, tool
 
 # --- the whitelist -----------------------------------------------------------------------------------
@@ -647,7 +649,7 @@ class WriteResult(BaseModel):
 # --- read tools --------------------------------------------------------------------------------------
 
 
-@tool(risk="low", category="read")
+@tool(risk="low", category="read", preview=reads_only)
 async def describe_collection(ctx: ToolContext, args: CollectionArgs) -> CollectionInfo:
     """Describe a collection: its fields, their types, which can be filtered, sorted, written, searched."""
     c = COLLECTIONS[args.collection]
@@ -669,7 +671,7 @@ async def describe_collection(ctx: ToolContext, args: CollectionArgs) -> Collect
     return CollectionInfo(collection=args.collection, fields=fields)
 
 
-@tool(risk="low", category="read")
+@tool(risk="low", category="read", preview=reads_only)
 async def query_records(ctx: ToolContext, args: QueryRecordsArgs) -> RecordList:
     """Read records of a collection that match all filters, sorted, at most `limit` of them."""
     query = (
@@ -683,7 +685,7 @@ async def query_records(ctx: ToolContext, args: QueryRecordsArgs) -> RecordList:
     return RecordList(collection=args.collection, records=records, count=len(records))
 
 
-@tool(risk="low", category="read")
+@tool(risk="low", category="read", preview=reads_only)
 async def count_records(ctx: ToolContext, args: CountRecordsArgs) -> RecordCount:
     """Count the records of a collection that match all filters."""
     c = COLLECTIONS[args.collection]
@@ -695,7 +697,7 @@ async def count_records(ctx: ToolContext, args: CountRecordsArgs) -> RecordCount
     return RecordCount(collection=args.collection, count=await ctx.session.scalar(query) or 0)
 
 
-@tool(risk="low", category="read")
+@tool(risk="low", category="read", preview=reads_only)
 async def get_record(ctx: ToolContext, args: GetRecordArgs) -> Record:
     """Read one record of a collection by id."""
     c = COLLECTIONS[args.collection]
@@ -723,7 +725,7 @@ def text_search(c: Collection, tenant_id: str, text: str, limit: int) -> Select[
     )
 
 
-@tool(risk="low", category="read")
+@tool(risk="low", category="read", preview=reads_only)
 async def search_text(ctx: ToolContext, args: SearchTextArgs) -> SearchResults:
     """Full-text search over the text fields of one or more collections (whole words; "phrases",
     OR and -word work). Best matches first."""
@@ -783,10 +785,11 @@ def refusal(exc: IntegrityError, c: Collection) -> ToolFailure:
 
 
 async def lock_row(
-    ctx: ToolContext, c: Collection, record_id: int, names: Iterable[str]
+    ctx: ToolContext, c: Collection, record_id: int, names: Iterable[str], *, lock: bool = True
 ) -> dict[str, Any] | None:
-    """The given fields of one of the tenant's records, locked until the transaction ends."""
-    query = c.select(ctx.tenant_id, names).where(c.column("id") == record_id).with_for_update()
+    """The given fields of one of the tenant's records, locked until the transaction ends (`lock`)."""
+    query = c.select(ctx.tenant_id, names).where(c.column("id") == record_id)
+    query = query.with_for_update() if lock else query
     row = (await ctx.session.execute(query)).mappings().one_or_none()
     return None if row is None else jsonable(row)
 
@@ -833,13 +836,32 @@ async def update_record(
     return write_result(name, record_id, written, previous)
 
 
-@tool(risk="high", category="write", roles=(ADMIN_ROLE,))
+def admin_values(ctx: ToolContext, args: WriteRecordArgs) -> dict[str, Any]:
+    """The values to write, for an administrator only (the workflow checks roles first; this is
+    defence in depth)."""
+    if ADMIN_ROLE not in ctx.caller.roles:
+        raise ToolFailure("FORBIDDEN", "write_record is for administrators")
+    return coerced_values(args)
+
+
+async def preview_write_record(ctx: ToolContext, args: WriteRecordArgs) -> Effect:
+    values = admin_values(ctx, args)
+    if args.id is None:
+        label = f"a record in {args.collection}"
+        created = Creation(kind=args.collection, label=label, fields=json_fields(values))
+        return Effect(summary=one_line(f"Creates {label}: {created.fields}"), creates=[created])
+    c = COLLECTIONS[args.collection]
+    previous = await lock_row(ctx, c, args.id, values, lock=ctx.lock_reads)
+    if previous is None:
+        raise ToolFailure("NOT_FOUND", f"no record {args.id} in {args.collection}")
+    return record_change(args.collection, args.id, f"{args.collection} {args.id}", previous, values)
+
+
+@tool(risk="high", category="write", roles=(ADMIN_ROLE,), preview=preview_write_record)
 async def write_record(ctx: ToolContext, args: WriteRecordArgs) -> WriteResult:
     """Create a record (no id) or change fields of one (with its id) in a collection. Administrators
     only. describe_collection tells which fields are writable and which a new record needs."""
-    if ADMIN_ROLE not in ctx.caller.roles:  # the workflow checks roles first; this is defence in depth
-        raise ToolFailure("FORBIDDEN", "write_record is for administrators")
-    values = coerced_values(args)
+    values = admin_values(ctx, args)
     if args.id is None:
         return await create_record(ctx, args.collection, values)
     return await update_record(ctx, args.collection, args.id, values)

@@ -158,7 +158,7 @@ class Tool:
     required_roles: tuple[str, ...]
     local: bool
     fn: ToolFn = field(repr=False)
-    preview: PreviewFn | None = field(repr=False)  # required of every tool once the catalog has them all
+    preview: PreviewFn = field(repr=False)
     compensation: CompensationFn | None = field(default=None, repr=False)
     # the grants the conversation's user must hold for it to run (activities/access.py)
     scopes: tuple[Scope, ...] = ()
@@ -194,7 +194,7 @@ def tool(
     roles: tuple[str, ...] = (),
     local: bool | None = None,
     scopes: tuple[Scope, ...] = (),
-    preview: PreviewFn | None = None,
+    preview: PreviewFn,
 ) -> Callable[[ToolFn], ToolFn]:
     """Declare a tool. See the module docstring.
 
@@ -223,8 +223,7 @@ def tool(
             raise TypeError(f"tool {fn.__name__}: arguments may not carry identity fields {sorted(leaked)}")
         if fn.__name__ in REGISTRY:
             raise ValueError(f"tool {fn.__name__} is declared twice")
-        if preview is not None:
-            check_preview(fn.__name__, preview, args_model)
+        check_preview(fn.__name__, preview, args_model)
         REGISTRY[fn.__name__] = Tool(
             name=fn.__name__,
             description=inspect.cleandoc(fn.__doc__ or "").strip(),

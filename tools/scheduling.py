@@ -22,16 +22,19 @@ from __future__ import annotations
 import functools
 import zoneinfo
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
 from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 from sqlalchemy import ColumnElement, delete, func, or_, select
 
+from countersign.core.effects import Creation, Effect, RecordChange, one_line
 from countersign.db.leads import rescore_attendees
 from countersign.db.notifications import RESOLUTION_FIELDS, mark_resolved
 from countersign.db.schema import CalendarEvent, MeetingSession, Notification, User
-from tools.email import EmailContent, cancel_queued_email, queued_once
+from tools.effects import field_changes, json_fields
+from tools.email import EmailContent, cancel_queued_email, email_effect, queued_once
 from tools.operations import EventView
 from tools.registry import (
     Needs,
@@ -267,12 +270,12 @@ def local_span(start: datetime, end: datetime, zone: str) -> str:
     return f"{local_start:%a %Y-%m-%d %H:%M}-{local_end:%H:%M} {zone}"
 
 
-def proposal_email(caller: Person, session: MeetingSession, slots: Sequence[Slot]) -> EmailContent:
+def proposal_email(caller: Person, title: str | None, minutes: int, slots: Sequence[Slot]) -> EmailContent:
     lines = [f"{slot.index}. {slot.counterpart_local}" for slot in slots]
-    subject = f"Meeting request from {caller.name}" + (f": {session.title}" if session.title else "")
+    subject = f"Meeting request from {caller.name}" + (f": {title}" if title else "")
     body = (
-        f"{caller.name} would like to meet for {session.duration_minutes} minutes"
-        + (f" about {session.title}" if session.title else "")
+        f"{caller.name} would like to meet for {minutes} minutes"
+        + (f" about {title}" if title else "")
         + ". Proposed times (your time zone):\n\n"
         + "\n".join(lines)
         + f"\n\nReply to {caller.email or caller.name} with the one that suits you."
@@ -280,19 +283,38 @@ def proposal_email(caller: Person, session: MeetingSession, slots: Sequence[Slot
     return EmailContent(subject=subject[:200], body=body)
 
 
-@tool(risk="medium", category="external", scopes=("calendar:availability", "calendar:propose"))
-@answers_needs
-async def schedule_meeting(ctx: ToolContext, args: ScheduleMeetingArgs) -> MeetingProposal:
-    """Open a scheduling negotiation with `with` (a contact's name or email, or a user): up to 5
-    proposals when both are free, within 09:00-17:00 Monday-Friday in *each* person's time zone
-    (a contact's from `tz_hint`, else UTC) and the window (default: the next 5 business days). The
-    counterpart is notified and emailed the proposals. Books nothing: confirm_meeting books one
-    with the returned `session` within 30 minutes."""
+@dataclass(frozen=True)
+class Proposing:
+    """What a schedule_meeting call resolves to before it writes anything."""
+
+    caller: Person
+    other: Person
+    proposal: MeetingProposal  # without session, notification and outbox ids
+
+    def message(self) -> str:
+        """The counterpart's notification."""
+        p = self.proposal
+        return (
+            f"{self.caller.name} proposed {len(p.slots)} times to meet {self.other.name}"
+            + (f" about {p.title}" if p.title else "")
+            + f": {'; '.join(slot.counterpart_local for slot in p.slots)}"
+        )
+
+    def email(self) -> EmailContent:
+        return proposal_email(
+            self.caller, self.proposal.title, self.proposal.duration_minutes, self.proposal.slots
+        )
+
+
+async def proposing(ctx: ToolContext, args: ScheduleMeetingArgs, *, lock: bool) -> Proposing:
+    """Who, when and which free slots a schedule_meeting call proposes (`lock`: the calendars too,
+    so two proposals at once do not both see them free)."""
     ask_for_missing({"with": args.counterpart, "duration_minutes": args.duration_minutes})
     assert args.counterpart is not None and args.duration_minutes is not None
     caller, other = await both_parties(ctx, args.counterpart)
     start, end = proposal_window(ctx, args)
-    await lock_calendars(ctx, [caller, other])  # two proposals at once: the second sees the first
+    if lock:
+        await lock_calendars(ctx, [caller, other])
     await refuse_duplicate(ctx, other, start, end)
     user_tz, other_tz = await zone_of(ctx, caller, None), await zone_of(ctx, other, args.tz_hint)
     zones = [zoneinfo.ZoneInfo(user_tz), zoneinfo.ZoneInfo(other_tz)]
@@ -325,15 +347,59 @@ async def schedule_meeting(ctx: ToolContext, args: ScheduleMeetingArgs) -> Meeti
         outbox_ids=[],
         status="no_slots",
     )
-    if not slots:
-        return proposal
-    session = await open_session(ctx, caller, other, other_tz, args, (start, end), slots)
-    return proposal.model_copy(
+    return Proposing(caller, other, proposal)
+
+
+async def preview_schedule_meeting(ctx: ToolContext, args: ScheduleMeetingArgs) -> Effect:
+    """The times proposed (from the calendars as they are now) and the email that offers them."""
+    plan = await proposing(ctx, args, lock=ctx.lock_reads)
+    p = plan.proposal
+    if not p.slots:
+        return Effect(summary=one_line(f"Nothing: {plan.other.name} and the user have no common free time"))
+    assert plan.other.email is not None  # resolve_person refuses a contact without one
+    email = email_effect(plan.other.email, plan.email(), plan.other.name)
+    session = Creation(
+        kind="meeting proposal",
+        label=f"proposal to {plan.other.name}, open for 30 minutes",
+        fields=json_fields({"title": p.title, "slots": [slot.counterpart_local for slot in p.slots]}),
+    )
+    notice = Creation(
+        kind="notification",
+        label=f"notification for {plan.other.user_id or ctx.caller.user_id}",
+        fields={"message": plan.message()},
+    )
+    return Effect(
+        summary=one_line(f"Proposes {len(p.slots)} times to {plan.other.name} ({plan.other.email}) by email"),
+        messages=email.messages,
+        creates=[session, notice],
+    )
+
+
+@tool(
+    risk="medium",
+    category="external",
+    scopes=("calendar:availability", "calendar:propose"),
+    preview=preview_schedule_meeting,
+)
+@answers_needs
+async def schedule_meeting(ctx: ToolContext, args: ScheduleMeetingArgs) -> MeetingProposal:
+    """Open a scheduling negotiation with `with` (a contact's name or email, or a user): up to 5
+    proposals when both are free, within 09:00-17:00 Monday-Friday in *each* person's time zone
+    (a contact's from `tz_hint`, else UTC) and the window (default: the next 5 business days). The
+    counterpart is notified and emailed the proposals. Books nothing: confirm_meeting books one
+    with the returned `session` within 30 minutes."""
+    plan = await proposing(ctx, args, lock=True)
+    if not plan.proposal.slots:
+        return plan.proposal
+    session = await open_session(ctx, plan, args)
+    assert plan.other.email is not None
+    queued = await queued_once(ctx, plan.other.email, plan.email())
+    return plan.proposal.model_copy(
         update={
             "session": session.id,
             "expires_at": session.expires_at,
             "notification_id": session.notification_id,
-            "outbox_ids": [await tell_counterpart(ctx, caller, other, session, slots)],
+            "outbox_ids": [queued.outbox_id],
             "status": "queued",
         }
     )
@@ -380,21 +446,14 @@ async def refuse_duplicate(ctx: ToolContext, other: Person, start: datetime, end
         )
 
 
-async def open_session(
-    ctx: ToolContext,
-    caller: Person,
-    other: Person,
-    other_tz: str,
-    args: ScheduleMeetingArgs,
-    window: tuple[datetime, datetime],
-    slots: list[Slot],
-) -> MeetingSession:
+async def open_session(ctx: ToolContext, plan: Proposing, args: ScheduleMeetingArgs) -> MeetingSession:
     """Store the negotiation (once per call) and the counterpart's notification."""
     existing = await ctx.session.scalar(
         select(MeetingSession).where(MeetingSession.idempotency_key == ctx.idempotency_key)
     )
     if existing is not None:
         return existing
+    other, p = plan.other, plan.proposal
     assert other.email is not None  # resolve_person refuses a contact without one
     notification = await saved(
         ctx,
@@ -403,9 +462,7 @@ async def open_session(
             # a contact has no inbox here: the requester's own record of the open request
             user_id=other.user_id or ctx.caller.user_id,
             kind="meeting_proposal",
-            message=f"{caller.name} proposed {len(slots)} times to meet {other.name}"
-            + (f" about {args.title}" if args.title else "")
-            + f": {'; '.join(slot.counterpart_local for slot in slots)}",
+            message=plan.message(),
             workflow_id=ctx.workflow_id,
             call_id=ctx.call_id,
         ),
@@ -419,24 +476,16 @@ async def open_session(
             counterpart_name=other.name,
             counterpart_email=other.email,
             counterpart_user_id=other.user_id,
-            counterpart_tz=other_tz,
+            counterpart_tz=p.counterpart_time_zone,
             title=args.title,
-            duration_minutes=(slots[0].ends_at - slots[0].starts_at) // timedelta(minutes=1),
-            window_start=window[0],
-            window_end=window[1],
-            proposals=[slot.model_dump(mode="json") for slot in slots],
+            duration_minutes=p.duration_minutes,
+            window_start=p.window_start,
+            window_end=p.window_end,
+            proposals=[slot.model_dump(mode="json") for slot in p.slots],
             expires_at=ctx.now + SESSION_TTL,
             notification_id=notification.id,
         ),
     )
-
-
-async def tell_counterpart(
-    ctx: ToolContext, caller: Person, other: Person, session: MeetingSession, slots: list[Slot]
-) -> int:
-    assert other.email is not None
-    queued = await queued_once(ctx, other.email, proposal_email(caller, session, slots))
-    return queued.outbox_id
 
 
 @compensates(schedule_meeting)
@@ -544,13 +593,13 @@ def still_open(session: MeetingSession, now: datetime, next_step: str) -> Meetin
     return session
 
 
-async def open_session_for(ctx: ToolContext, session_id: int) -> MeetingSession:
-    """The caller's own session, locked, still open and not expired; else a clear refusal."""
+async def open_session_for(ctx: ToolContext, session_id: int, *, lock: bool) -> MeetingSession:
+    """The caller's own session (`lock`: locked), still open and not expired; else a clear refusal."""
     rows = await match_first(
         ctx,
         MeetingSession,
         (MeetingSession.id == session_id) & (MeetingSession.requested_by == ctx.caller.user_id),
-        lock=True,
+        lock=lock,
     )
     if not rows:
         raise ToolFailure("NOT_FOUND", f"no scheduling session {session_id} of yours in this workspace")
@@ -578,7 +627,7 @@ def proposed_start(session: MeetingSession, selection: int) -> datetime:
 
 
 async def meeting_parties(
-    ctx: ToolContext, args: ConfirmMeetingArgs
+    ctx: ToolContext, args: ConfirmMeetingArgs, *, lock: bool
 ) -> tuple[Person, Person, datetime, int, MeetingSession | None]:
     """Who meets when, from the session (a selection or a custom start) or from `with` and starts_at."""
     if args.session is None:
@@ -587,18 +636,99 @@ async def meeting_parties(
         assert args.duration_minutes is not None
         caller, other = await both_parties(ctx, args.counterpart)
         return caller, other, args.starts_at, args.duration_minutes, None
-    session = await open_session_for(ctx, args.session)
+    session = await open_session_for(ctx, args.session, lock=lock)
     duration = args.duration_minutes or session.duration_minutes
     start = args.starts_at if args.selection is None else proposed_start(session, args.selection)
     assert start is not None
     return await resolve_caller(ctx), await session_counterpart(ctx, session), start, duration, session
 
 
-def invite(organiser: Person, other: Person, booker: Person, event: CalendarEvent, zone: str) -> EmailContent:
-    return EmailContent(
-        subject=f"Invitation: {event.title}"[:200],
-        body=f"{event.title}\n{local_span(event.starts_at, event.ends_at, zone)}\n"
-        f"Attendees: {organiser.name}, {other.name}\nBooked by {booker.name} through Countersign.",
+@dataclass(frozen=True)
+class Booking:
+    """A meeting as a booking call resolves it before writing anything: who meets when, under which
+    title, who books it, and each person's time zone (their invite and notice are written in it)."""
+
+    organiser: Person
+    other: Person
+    booker: Person
+    start: datetime
+    end: datetime
+    title: str
+    session: MeetingSession | None
+    readers: tuple[tuple[Person, str], ...]  # (person, time zone): the organiser, then the other
+
+    def invites(self) -> list[tuple[int, str, EmailContent]]:
+        """(n, address, invite) for each person with an address; `n` keys the invite's outbox row."""
+        return [(n, p.email, self.invite(zone)) for n, (p, zone) in enumerate(self.readers) if p.email]
+
+    def invite(self, zone: str) -> EmailContent:
+        return EmailContent(
+            subject=f"Invitation: {self.title}"[:200],
+            body=f"{self.title}\n{local_span(self.start, self.end, zone)}\n"
+            f"Attendees: {self.organiser.name}, {self.other.name}\n"
+            f"Booked by {self.booker.name} through Countersign.",
+        )
+
+    def told(self) -> tuple[Person, str] | None:
+        """The user who did not book (with their zone): told by a `meeting_booked` notification."""
+        return next(
+            ((p, z) for p, z in self.readers if p.user_id is not None and p.key != self.booker.key), None
+        )
+
+    def notice(self, zone: str) -> str:
+        return (
+            f"{self.booker.name} booked {self.title!r}: {local_span(self.start, self.end, zone)}, "
+            f"with {self.organiser.name} and {self.other.name}"
+        )
+
+    def event_values(self) -> dict[str, Any]:
+        return {
+            "title": self.title,
+            "starts_at": self.start,
+            "ends_at": self.end,
+            "attendees": [self.organiser.attendee(), self.other.attendee()],
+            "owner_user_id": self.organiser.user_id,
+            "status": "confirmed",
+        }
+
+
+async def booking(
+    ctx: ToolContext,
+    organiser: Person,
+    other: Person,
+    start: datetime,
+    duration: int,
+    session: MeetingSession | None,
+    title: str | None = None,
+    *,
+    lock: bool,
+) -> Booking:
+    """Check that `organiser` and `other` are both free at `start` for `duration` minutes (`lock`:
+    under their calendars' locks, held until the transaction ends) and resolve the booking."""
+    end = start + timedelta(minutes=duration)
+    if start < ctx.now:
+        raise ToolFailure("VALIDATION_ERROR", "starts_at is in the past")
+    if lock:
+        await lock_calendars(ctx, [organiser, other])
+    clashes = await busy_times(ctx, [organiser, other], start, end)
+    if clashes:
+        first = min(clashes)
+        raise ToolFailure(
+            "CONFLICT",
+            f"not free: an event from {first[0].isoformat()} to {first[1].isoformat()} overlaps; "
+            "propose other slots with schedule_meeting",
+        )
+    other_tz = session.counterpart_tz if session else await zone_of(ctx, other, None)
+    readers = ((organiser, await zone_of(ctx, organiser, None)), (other, other_tz))
+    return Booking(
+        organiser=organiser,
+        other=other,
+        booker=next((p for p, _ in readers if p.user_id == ctx.caller.user_id), organiser),
+        start=start,
+        end=end,
+        title=title or (session.title if session else None) or f"Meeting: {organiser.name} / {other.name}",
+        session=session,
+        readers=readers,
     )
 
 
@@ -617,70 +747,30 @@ async def resolve_proposal(ctx: ToolContext, session: MeetingSession) -> Resolve
     )
 
 
-async def book(
-    ctx: ToolContext,
-    organiser: Person,
-    other: Person,
-    start: datetime,
-    duration: int,
-    session: MeetingSession | None,
-    title: str | None = None,
-) -> BookedMeeting:
-    """Book `organiser` and `other` at `start` for `duration` minutes, whichever of them calls.
+async def book(ctx: ToolContext, plan: Booking) -> BookedMeeting:
+    """Book the meeting `booking` resolved (under its locks), whichever of the two calls.
 
-    Both calendars are locked and checked again, both get an invite by email, the session (if any) is
-    confirmed and its proposal notification resolved, and the one who did not book, when a user, gets
-    a `meeting_booked` notification."""
-    end = start + timedelta(minutes=duration)
-    if start < ctx.now:
-        raise ToolFailure("VALIDATION_ERROR", "starts_at is in the past")
-    await lock_calendars(ctx, [organiser, other])
-    clashes = await busy_times(ctx, [organiser, other], start, end)
-    if clashes:
-        first = min(clashes)
-        raise ToolFailure(
-            "CONFLICT",
-            f"not free: an event from {first[0].isoformat()} to {first[1].isoformat()} overlaps; "
-            "propose other slots with schedule_meeting",
-        )
-    event = await saved(
-        ctx,
-        CalendarEvent(
-            tenant_id=ctx.tenant_id,
-            title=title
-            or (session.title if session else None)
-            or f"Meeting: {organiser.name} / {other.name}",
-            starts_at=start,
-            ends_at=end,
-            attendees=[organiser.attendee(), other.attendee()],
-            owner_user_id=organiser.user_id,
-            status="confirmed",
-        ),
-    )
+    Both get an invite by email, the session (if any) is confirmed and its proposal notification
+    resolved, and the one who did not book, when a user, gets a `meeting_booked` notification."""
+    event = await saved(ctx, CalendarEvent(tenant_id=ctx.tenant_id, **plan.event_values()))
     resolved = None
+    session = plan.session
     if session is not None:
         session.status, session.event_id = "confirmed", event.id
         resolved = await resolve_proposal(ctx, session)
     await rescore_attendees(ctx.session, ctx.tenant_id, event.attendees)
-    other_tz = session.counterpart_tz if session else await zone_of(ctx, other, None)
-    readers = [(organiser, await zone_of(ctx, organiser, None)), (other, other_tz)]
-    booker = next((p for p, _ in readers if p.user_id == ctx.caller.user_id), organiser)
     invited, outbox_ids = [], []
-    for n, (person, zone) in enumerate(readers):
-        if person.email:
-            key = f"{ctx.idempotency_key}:invite:{n}"
-            content = invite(organiser, other, booker, event, zone)
-            invited.append(person.email)
-            outbox_ids.append((await queued_once(ctx, person.email, content, key=key)).outbox_id)
-    told = next(((p, z) for p, z in readers if p.user_id is not None and p.key != booker.key), None)
-    notified = None
+    for n, address, content in plan.invites():
+        invited.append(address)
+        key = f"{ctx.idempotency_key}:invite:{n}"
+        outbox_ids.append((await queued_once(ctx, address, content, key=key)).outbox_id)
+    told, notified = plan.told(), None
     if told is not None:
         notice = Notification(
             tenant_id=ctx.tenant_id,
             user_id=told[0].user_id,
             kind="meeting_booked",
-            message=f"{booker.name} booked {event.title!r}: "
-            f"{local_span(event.starts_at, event.ends_at, told[1])}, with {organiser.name} and {other.name}",
+            message=plan.notice(told[1]),
             workflow_id=ctx.workflow_id,
             call_id=ctx.call_id,
         )
@@ -696,7 +786,64 @@ async def book(
     )
 
 
-@tool(risk="medium", category="external", scopes=("calendar:availability", "calendar:book"))
+async def booking_effect(ctx: ToolContext, plan: Booking) -> Effect:
+    """The event created, the invites as they will leave, the session confirmed and its proposal's
+    notification resolved, the other user notified."""
+    event = Creation(kind="event", label=f"event “{plan.title}”", fields=json_fields(plan.event_values()))
+    creates = [event]
+    told = plan.told()
+    if told is not None:
+        creates.append(
+            Creation(
+                kind="notification",
+                label=f"notification for {told[0].user_id}",
+                fields={"message": plan.notice(told[1])},
+            )
+        )
+    changes = []
+    if plan.session is not None:
+        session = plan.session
+        fields = field_changes({"status": session.status}, {"status": "confirmed"})
+        changes.append(
+            RecordChange(
+                kind="meeting proposal", id=str(session.id), label=f"proposal {session.id}", fields=fields
+            )
+        )
+        notification = (
+            await ctx.session.get(Notification, session.notification_id) if session.notification_id else None
+        )
+        if notification is not None and notification.status == "open":
+            fields = field_changes({"status": "open"}, {"status": "resolved"})
+            label = f"notification {notification.id} ({notification.kind})"
+            changes.append(
+                RecordChange(kind="notification", id=str(notification.id), label=label, fields=fields)
+            )
+    messages = [email_effect(address, content).messages[0] for _, address, content in plan.invites()]
+    when = local_span(plan.start, plan.end, plan.readers[0][1])
+    invited = ", ".join(message.to[0] for message in messages) or "nobody (no addresses)"
+    return Effect(
+        summary=one_line(
+            f"Books “{plan.title}” {when} with {plan.organiser.name} and {plan.other.name}; invites {invited}"
+        ),
+        changes=changes,
+        messages=messages,
+        creates=creates,
+    )
+
+
+async def preview_confirm_meeting(ctx: ToolContext, args: ConfirmMeetingArgs) -> Effect:
+    caller, other, start, duration, session = await meeting_parties(ctx, args, lock=ctx.lock_reads)
+    return await booking_effect(
+        ctx, await booking(ctx, caller, other, start, duration, session, args.title, lock=ctx.lock_reads)
+    )
+
+
+@tool(
+    risk="medium",
+    category="external",
+    scopes=("calendar:availability", "calendar:book"),
+    preview=preview_confirm_meeting,
+)
 @answers_needs
 async def confirm_meeting(ctx: ToolContext, args: ConfirmMeetingArgs) -> BookedMeeting:
     """Book a meeting and email an invite to both people: proposal `selection` of a schedule_meeting
@@ -705,8 +852,8 @@ async def confirm_meeting(ctx: ToolContext, args: ConfirmMeetingArgs) -> BookedM
     either is no longer free (propose again). An expired session (30 minutes) answers `needs`.
     Only confirm a time the counterpart agreed to. The counterpart's proposal notification is
     resolved, and a counterpart who is a user is notified of the booking."""
-    caller, other, start, duration, session = await meeting_parties(ctx, args)
-    return await book(ctx, caller, other, start, duration, session, args.title)
+    caller, other, start, duration, session = await meeting_parties(ctx, args, lock=True)
+    return await book(ctx, await booking(ctx, caller, other, start, duration, session, args.title, lock=True))
 
 
 async def cancel_booking(ctx: ToolContext, args: Any, result: dict[str, Any] | None) -> UndoOutcome:

@@ -52,7 +52,7 @@ class OutgoingMessage(BaseModel):
     to: list[str]
     subject: str | None = None
     body: str
-    cc: list[str] = []
+    html: str | None = None  # an email's HTML version, as sanitized for sending
 
 
 class Creation(BaseModel):

@@ -1,0 +1,353 @@
+"""Every tool previews its effect (tools/effects.py): what a reviewer decides.
+
+The catalog is checked as a whole: no tool without a preview, a sample call for every tool that is
+not a read, and for each sample the preview changes nothing, resolves the arguments against the
+seeded data, and names what then runs (the records' fields after the call, the emails queued).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
+from sqlalchemy import select, text, update
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from countersign.core.calls import CallerContext
+from countersign.core.effects import Effect, FieldChange, RecordChange, arguments_effect
+from countersign.db import schema
+from tools import REGISTRY
+from tools.effects import preview_effect, reads_only
+from tools.registry import Needs, ToolArgs, ToolContext, parse_arguments, tool
+from tools.resolve import as_json
+
+NOW = datetime(2026, 12, 7, 8, 0, tzinfo=UTC)  # a Monday, before business hours
+
+
+def context(session: AsyncSession, user: str = "alice", roles: tuple[str, ...] = ("sales",)) -> ToolContext:
+    caller = CallerContext(tenant_id="acme", user_id=user, roles=list(roles), agent="test")
+    return ToolContext(caller=caller, session=session, workflow_id="wf-effects", call_id="c1", now=NOW)
+
+
+async def preview(ctx: ToolContext, name: str, raw: dict[str, Any]) -> Effect:
+    return await preview_effect(REGISTRY[name], ctx, parse_arguments(REGISTRY[name], raw))
+
+
+# --- the pure model --------------------------------------------------------------------------------
+
+
+def test_the_digest_is_canonical_and_covers_every_part() -> None:
+    change = RecordChange(
+        kind="lead", id="1", label="Jane", fields={"status": FieldChange(before="new", after="qualified")}
+    )
+    effect = Effect(summary="Jane: status new → qualified", changes=[change])
+    reordered = Effect.model_validate_json(effect.model_dump_json())
+    assert reordered.digest == effect.digest and len(effect.digest) == 64
+    other = change.model_copy(update={"fields": {"status": FieldChange(before="new", after="converted")}})
+    assert Effect(summary=effect.summary, changes=[other]).digest != effect.digest
+    assert Effect(summary=effect.summary, changes=[change], resolved=False).digest != effect.digest
+    assert effect.canonical().startswith('{"arguments":null,"changes":[{"deleted":false,')
+
+
+def test_an_mcp_tools_effect_is_its_arguments_not_resolved() -> None:
+    effect = arguments_effect("files.write", {"path": "/tmp/x", "text": "hi"})
+    assert not effect.resolved and effect.arguments == {"path": "/tmp/x", "text": "hi"}
+    assert "not resolved" in effect.summary and not effect.changes_nothing
+
+
+# --- the registry protocol --------------------------------------------------------------------------
+
+
+class ProbeArgs(ToolArgs):
+    note: str
+
+
+class OtherArgs(ToolArgs):
+    other: str
+
+
+class Probe(BaseModel):
+    ok: bool
+
+
+async def probe(ctx: ToolContext, args: ProbeArgs) -> Probe:
+    return Probe(ok=True)
+
+
+async def preview_other(ctx: ToolContext, args: OtherArgs) -> Effect:
+    return Effect(summary="other")
+
+
+def sync_preview(ctx: ToolContext, args: ProbeArgs) -> Effect:
+    return Effect(summary="sync")
+
+
+async def untyped_preview(ctx: ToolContext, args: ProbeArgs) -> dict[str, str]:
+    return {"summary": "not an Effect"}
+
+
+def test_a_tool_cannot_be_registered_without_a_preview_for_its_arguments() -> None:
+    register: Callable[..., Any] = tool
+    with pytest.raises(TypeError, match="preview"):
+        register(risk="low", category="write")(probe)
+    for wrong in (None, sync_preview, untyped_preview, preview_other):
+        with pytest.raises(TypeError, match="preview"):
+            register(risk="low", category="write", preview=wrong)(probe)
+    assert "probe" not in REGISTRY
+
+
+def test_every_tool_has_a_preview_and_every_change_is_sampled_below() -> None:
+    readers = {name for name, t in REGISTRY.items() if t.category == "read"}
+    assert all(REGISTRY[name].preview is reads_only for name in readers)
+    changers = set(REGISTRY) - readers
+    assert not [name for name in changers if REGISTRY[name].preview is reads_only]
+    assert {sample.tool for sample in SAMPLES} == changers
+
+
+# --- a sample call of every tool that changes something ---------------------------------------------
+
+
+@dataclass(frozen=True)
+class Sample:
+    tool: str
+    raw: dict[str, Any]
+    summary: str  # a part of the summary line
+    user: str = "alice"
+    roles: tuple[str, ...] = ("sales",)
+    setup: Callable[[AsyncSession], Awaitable[dict[str, Any]]] | None = None  # extra raw arguments
+
+    @property
+    def id(self) -> str:
+        return self.tool
+
+
+async def a_draft(session: AsyncSession) -> dict[str, Any]:
+    draft = schema.EmailDraft(
+        tenant_id="acme",
+        idempotency_key="effects-draft",
+        created_by="alice",
+        to_address="partner@example.org",
+        subject="Our proposal",
+        body="Dear partner, here it is.",
+    )
+    session.add(draft)
+    await session.flush()
+    return {"draft": draft.id}
+
+
+async def a_chat_channel(session: AsyncSession) -> dict[str, Any]:
+    session.add(
+        schema.ChatChannel(tenant_id="acme", kind="slack", endpoint="https://hooks.invalid/x", name="#sales")
+    )
+    await session.flush()
+    return {}
+
+
+async def a_proposal_to_bob(session: AsyncSession) -> dict[str, Any]:
+    proposal = await REGISTRY["schedule_meeting"].fn(
+        context(session),
+        parse_arguments(REGISTRY["schedule_meeting"], {"with": "bob", "duration_minutes": 30}),
+    )
+    assert not isinstance(proposal, Needs)
+    return {"session": proposal.model_dump()["session"]}
+
+
+async def a_task_id(session: AsyncSession) -> dict[str, Any]:
+    task = await session.scalar(select(schema.Task.id).where(schema.Task.title == "Review pricing page"))
+    return {"id": task}
+
+
+SAMPLES = [
+    Sample(
+        "update_lead_status",
+        {"lead": "jane.doe@example.com", "new_status": "qualified", "reason": "Budget confirmed"},
+        "Jane Doe, Doe Consulting (jane.doe@example.com): status new → qualified",
+    ),
+    Sample(
+        "record_lead_reply", {"lead": "jane.doe@example.com", "summary": "Wants a call"}, "reply from Jane"
+    ),
+    Sample("update_case", {"case": "Umbrella Health renewal", "status": "on_hold"}, "status open → on_hold"),
+    Sample(
+        "send_chat_message",
+        {"text": "Deal closed"},
+        "slack channel #sales: Deal closed",
+        setup=a_chat_channel,
+    ),
+    Sample(
+        "update_draft", {"to": "other@example.org"}, "to_address partner@example.org → other@", setup=a_draft
+    ),
+    Sample("send_draft", {}, "Email to partner@example.org: “Our proposal”", setup=a_draft),
+    Sample(
+        "send_email",
+        {"to": "jane.doe@example.com", "subject": "Hello", "body": "Hi Jane", "lead": "jane.doe@example.com"},
+        "Email to jane.doe@example.com about Jane Doe, Doe Consulting",
+    ),
+    Sample("draft_email", {"to": "x@example.org", "subject": "Hi", "body": "Hello"}, "Saves a draft"),
+    Sample(
+        "send_email_to_contact",
+        {"contact": "Priya Nair", "subject": "Hi", "body": "Hello"},
+        "Email to priya.nair@acmepartners.example about Priya Nair",
+    ),
+    Sample("resolve_notification", {"notification": "Maria Garcia"}, "status open → resolved"),
+    Sample("create_task", {"title": "Call Jane", "assignee": "bob"}, "Creates task “Call Jane”"),
+    Sample("update_task", {"task": "Review pricing page", "status": "done"}, "status open → done"),
+    Sample("create_project", {"name": "Holiday push"}, "Creates project “Holiday push”"),
+    Sample("update_project", {"project": "CRM data cleanup", "status": "active"}, "status on_hold → active"),
+    Sample(
+        "create_event",
+        {"title": "Demo", "starts_at": "2026-12-09T10:00:00Z", "ends_at": "2026-12-09T11:00:00Z"},
+        "Creates meeting “Demo”",
+    ),
+    Sample("update_event", {"event": "Website relaunch standup", "location": "Room 3"}, "Room 2 → Room 3"),
+    Sample(
+        "write_record",
+        {"collection": "tasks", "values": {"status": "in_progress"}},
+        "tasks",
+        user="carol",
+        roles=("admin",),
+        setup=a_task_id,
+    ),
+    Sample("schedule_meeting", {"with": "bob", "duration_minutes": 30}, "Proposes 5 times to Bob Brennan"),
+    Sample(
+        "confirm_meeting",
+        {"with": "samuel.lee@umbrella.example", "starts_at": "2026-12-08T10:00:00Z", "duration_minutes": 45},
+        "Books “Meeting: Alice Anders / Sam Lee”",
+    ),
+    Sample("accept_meeting", {"selection": 1}, "Books", user="bob", setup=a_proposal_to_bob),
+]
+
+
+async def fingerprint(session: AsyncSession) -> dict[str, str]:
+    """Every table's rows, hashed: a preview must leave all of them as they were."""
+    sums = {}
+    for table in schema.Base.metadata.sorted_tables:
+        query = f"SELECT md5(coalesce(string_agg(t::text, ',' ORDER BY t::text), '')) FROM \"{table.name}\" t"
+        sums[table.name] = str(await session.scalar(text(query)))
+    return sums
+
+
+async def sample_context(session: AsyncSession, sample: Sample) -> tuple[ToolContext, dict[str, Any]]:
+    raw = sample.raw | (await sample.setup(session) if sample.setup else {})
+    return context(session, sample.user, sample.roles), raw
+
+
+@pytest.mark.parametrize("sample", SAMPLES, ids=lambda s: s.id)
+async def test_a_preview_resolves_the_call_and_changes_nothing(
+    db_session: AsyncSession, sample: Sample
+) -> None:
+    ctx, raw = await sample_context(db_session, sample)
+    before = await fingerprint(db_session)
+    effect = await preview(ctx, sample.tool, raw)
+    assert await fingerprint(db_session) == before
+    assert effect.problem is None and effect.resolved and not effect.changes_nothing, effect
+    assert sample.summary in effect.summary, effect.summary
+    assert (await preview(ctx, sample.tool, raw)).digest == effect.digest  # nothing changed: same effect
+
+
+MODELS: dict[str, type[schema.Base]] = {
+    "lead": schema.Lead,
+    "case": schema.Case,
+    "draft": schema.EmailDraft,
+    "notification": schema.Notification,
+    "task": schema.Task,
+    "tasks": schema.Task,
+    "project": schema.Project,
+    "event": schema.CalendarEvent,
+    "meeting proposal": schema.MeetingSession,
+}
+
+
+# send_chat_message posts over HTTP in its own transactions: tests/test_chat_channel.py runs it
+RUNNABLE = [sample for sample in SAMPLES if sample.tool != "send_chat_message"]
+
+
+@pytest.mark.parametrize("sample", RUNNABLE, ids=lambda s: s.id)
+async def test_what_runs_is_what_the_preview_said(db_session: AsyncSession, sample: Sample) -> None:
+    """Each changed record holds the previewed `after` values once the call ran, and each email the
+    preview showed is queued with the same recipient, subject and body."""
+    ctx, raw = await sample_context(db_session, sample)
+    effect = await preview(ctx, sample.tool, raw)
+    outbox_before = set(await db_session.scalars(select(schema.EmailOutbox.id)))
+    result = await REGISTRY[sample.tool].fn(ctx, parse_arguments(REGISTRY[sample.tool], raw))
+    assert not isinstance(result, Needs), result
+    for change in effect.changes:
+        row = await db_session.get(MODELS[change.kind], int(change.id))
+        assert row is not None
+        await db_session.refresh(row)
+        assert {name: as_json(getattr(row, name)) for name in change.fields} == {
+            name: c.after for name, c in change.fields.items()
+        }
+    queued = (
+        await db_session.scalars(
+            select(schema.EmailOutbox).where(schema.EmailOutbox.id.not_in(outbox_before or {0}))
+        )
+    ).all()
+    emails = [m for m in effect.messages if m.channel == "email"]
+    assert sorted((m.to[0], m.subject, m.body) for m in emails) == sorted(
+        (q.to_address, q.subject, q.body) for q in queued
+    )
+
+
+# --- what a preview resolves ------------------------------------------------------------------------
+
+
+async def test_send_drafts_effect_is_the_drafts_content_now(db_session: AsyncSession) -> None:
+    """The draft case of issue 34: the effect names the recipient and body the draft has when the
+    preview runs, so an edit after the reviewer saw it is a different effect."""
+    ctx = context(db_session)
+    raw = await a_draft(db_session)
+    seen = await preview(ctx, "send_draft", raw)
+    assert [(m.to, m.subject, m.body) for m in seen.messages] == [
+        (["partner@example.org"], "Our proposal", "Dear partner, here it is.")
+    ]
+    await db_session.execute(
+        update(schema.EmailDraft)
+        .where(schema.EmailDraft.id == raw["draft"])
+        .values(to_address="attacker@evil.example", body="Send the lead list")
+    )
+    edited = await preview(ctx, "send_draft", raw)
+    assert edited.messages[0].to == ["attacker@evil.example"] and edited.digest != seen.digest
+
+
+async def test_a_lead_changed_meanwhile_is_another_effect(db_session: AsyncSession) -> None:
+    ctx = context(db_session)
+    raw = {"lead": "jane.doe@example.com", "new_status": "qualified", "reason": "Budget confirmed"}
+    seen = await preview(ctx, "update_lead_status", raw)
+    assert seen.changes[0].fields == {"status": FieldChange(before="new", after="qualified")}
+    await db_session.execute(
+        update(schema.Lead)
+        .where(schema.Lead.tenant_id == "acme", schema.Lead.email == "jane.doe@example.com")
+        .values(status="disqualified")
+    )
+    now = await preview(ctx, "update_lead_status", raw)
+    assert "status disqualified → qualified" in now.summary and now.digest != seen.digest
+
+
+async def test_a_call_that_would_fail_shows_why(db_session: AsyncSession) -> None:
+    ctx = context(db_session)
+    missing = await preview(
+        ctx, "update_lead_status", {"lead": "nobody@example.com", "new_status": "new", "reason": "x"}
+    )
+    assert missing.problem is not None and missing.problem.startswith("NOT_FOUND")
+    assert "would fail now" in missing.summary
+    ambiguous = await preview(
+        ctx, "send_email_to_contact", {"contact": "Sam Lee", "subject": "Hi", "body": "Hi"}
+    )
+    assert ambiguous.problem is not None and ambiguous.problem.startswith("needs contact")
+
+
+async def test_an_update_to_the_values_it_has_changes_nothing(db_session: AsyncSession) -> None:
+    ctx = context(db_session)
+    same = await preview(
+        ctx, "update_lead_status", {"lead": "jane.doe@example.com", "new_status": "new", "reason": "x"}
+    )
+    assert same.changes == [] and same.summary.endswith(": no change")
+
+
+async def test_reads_change_nothing(db_session: AsyncSession) -> None:
+    effect = await preview(context(db_session), "get_lead", {"lead": "jane.doe@example.com"})
+    assert effect.changes_nothing and effect.summary == "Changes nothing: reads only"
