@@ -18,7 +18,8 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from activities.tools import validate
+from activities.failures import is_connection_error
+from activities.tools import load_arguments_or_raw, validate
 from countersign.core.approvals import (
     FOUR_EYES,
     ApprovalReminder,
@@ -27,8 +28,8 @@ from countersign.core.approvals import (
     Verdict,
     approver_refusal,
 )
-from countersign.core.calls import argument_changes
-from countersign.core.effects import FieldChange
+from countersign.core.calls import CallerContext, argument_changes
+from countersign.core.effects import Effect, FieldChange, arguments_effect, one_line
 from countersign.db.attempts import attempt_key, record_once
 from countersign.db.events import publish
 from countersign.db.people import roles_of
@@ -36,7 +37,8 @@ from countersign.db.schema import ApprovalDecision, ApprovalRequest, Notificatio
 from countersign.identity.proofs import Binding, ProofVerifier, args_digest, check_proof
 from countersign.mcp.catalog import argument_errors
 from tools.drafts import drafts_named, last_editor
-from tools.registry import REGISTRY, ToolFailure
+from tools.effects import preview_effect
+from tools.registry import REGISTRY, ToolContext, ToolFailure
 
 
 class ApprovalActivities:
@@ -71,6 +73,7 @@ class ApprovalActivities:
                             record.pending_call(),
                             decision.decision,
                             decision.args if decision.args is not None else record.args,
+                            await self._recorded_effect(session, record),
                         ),
                         decision.approver,
                         datetime.now(UTC),
@@ -143,6 +146,18 @@ class ApprovalActivities:
         return None
 
     @staticmethod
+    async def _recorded_effect(session: AsyncSession, record: DecisionRecord) -> str:
+        """The digest of the effect the request recorded: what the reviewer was shown, and what
+        their proof must bind ("" for a request recorded before effects, or never recorded)."""
+        digest = await session.scalar(
+            select(ApprovalRequest.effect_sha256).where(
+                ApprovalRequest.conversation_id == record.conversation_id,
+                ApprovalRequest.call_id == record.decision.call_id,
+            )
+        )
+        return digest or ""
+
+    @staticmethod
     async def _close(session: AsyncSession, record: DecisionRecord, state: str) -> None:
         """The recorded request is decided: reviewers no longer see it."""
         await session.execute(
@@ -157,16 +172,26 @@ class ApprovalActivities:
     @activity.defn(name="record_approval_request")
     async def record_approval_request(self, request: RecordedApproval) -> None:
         """Write what reviewers are shown and what their proofs will bind: the call as this worker's
-        conversation holds it (once: a retry changes nothing)."""
+        conversation holds it, and its effect as the tool resolves it now (once: a retry changes
+        nothing, the first resolution stays what reviewers decide)."""
         async with self._sessions() as session, session.begin():
+            effect = await self._effect(session, request)
             values = request.model_dump(exclude={"parameters"}) | {
                 "parameters": request.parameters,
                 "args_sha256": args_digest(request.args),
+                "effect": effect.model_dump(mode="json"),
+                "effect_sha256": effect.digest,
             }
             statement = insert(ApprovalRequest).values(**values)
             # a call asked again (its approved effect changed before it ran) reopens its row as a new
-            # request; a retry of the same request (the same nonce) changes nothing
-            reopened = values | {"state": "pending", "decided_by": None, "closed_at": None}
+            # request, keeping the effect approved before (`voided_effect`: what changed since); a
+            # retry of the same request (the same nonce) changes nothing
+            reopened = values | {
+                "state": "pending",
+                "decided_by": None,
+                "closed_at": None,
+                "voided_effect": ApprovalRequest.effect,
+            }
             await session.execute(
                 statement.on_conflict_do_update(
                     index_elements=[ApprovalRequest.conversation_id, ApprovalRequest.call_id],
@@ -174,6 +199,46 @@ class ApprovalActivities:
                     where=ApprovalRequest.nonce != statement.excluded.nonce,
                 )
             )
+
+    @staticmethod
+    async def _effect(session: AsyncSession, request: RecordedApproval) -> Effect:
+        """What the call will do, resolved read-only by its tool's preview for the requester (roles
+        from the database) in `session`; an MCP tool's (`parameters` from the snapshot) is its
+        arguments, not resolved. A preview that breaks leaves the reviewer the arguments, marked
+        unresolved, rather than no request at all."""
+        tool = REGISTRY.get(request.tool)
+        arguments = load_arguments_or_raw(request.args)
+        if tool is None or request.parameters is not None:
+            return arguments_effect(request.tool, arguments)
+        roles = await roles_of(session, request.tenant_id, request.requested_by)
+        context = ToolContext(
+            caller=CallerContext(
+                tenant_id=request.tenant_id,
+                user_id=request.requested_by,
+                roles=roles or [],
+                agent=request.agent,
+            ),
+            session=session,
+            workflow_id=request.workflow_id,
+            call_id=request.call_id,
+            now=datetime.now(UTC),
+            conversation_id=request.conversation_id,
+        )
+        try:
+            async with session.begin_nested():  # a statement that fails leaves the insert its transaction
+                return await preview_effect(tool, context, validate(tool, request.args))
+        except ToolFailure as invalid:  # validated before the request: only if validation changed since
+            problem = f"{invalid.code}: {invalid.message}"
+        except Exception as exc:
+            if is_connection_error(exc):
+                raise  # the database is out of reach: Temporal retries the activity
+            activity.logger.exception("the preview of %s failed (%s)", tool.name, request.call_id)
+            problem = "INTERNAL_ERROR: the effect could not be resolved; the operators' log has details"
+        unresolved = arguments_effect(request.tool, arguments)
+        summary = one_line(
+            f"{request.tool}: the effect could not be resolved ({problem}); decide on the arguments"
+        )
+        return unresolved.model_copy(update={"summary": summary, "problem": problem})
 
     def _verdict(self, row: ApprovalDecision, record: DecisionRecord) -> Verdict:
         """The verdict a recorded attempt stands for; the same on every run of the attempt.

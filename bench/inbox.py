@@ -106,7 +106,7 @@ def proof_cost(iterations: int = PROOF_ITERATIONS) -> dict[str, float]:
         risk="high",
         nonce="n-1",
     )
-    binding = Binding.decision(call, "approve", '{"lead": "jane.doe@example.com"}')
+    binding = Binding.decision(call, "approve", '{"lead": "jane.doe@example.com"}', "e" * 64)
     now = datetime.now(UTC)
     started = time.process_time()
     tokens = [mint_proof(key, "bob", binding, now) for _ in range(iterations)]
@@ -227,7 +227,10 @@ async def _measure(parts: stack.Parts, url: str, samples: int, signing: Ed25519P
                         )
                     ).one()
                 binding = Binding.decision(
-                    PendingCall.model_validate(recorded, from_attributes=True), "approve", args
+                    PendingCall.model_validate(recorded, from_attributes=True),
+                    "approve",
+                    args,
+                    recorded.effect_sha256,
                 )
                 proof = mint_proof(signing, "bob", binding, decided_at)
                 decision = Decision(call_id="c1", decision="approve", approver="bob", proof=proof)

@@ -34,6 +34,7 @@ from countersign.core.contract import (
     StartConversation,
     StatusView,
 )
+from countersign.core.effects import Effect
 from countersign.core.messages import ChatMessage
 from countersign.db.schema import ApprovalDecision, ApprovalRequest
 from countersign.identity.proofs import Binding, mint_proof
@@ -71,8 +72,11 @@ WHY = {
 }
 
 
-async def recorded_call(engine: AsyncEngine, workflow_id: str, call_id: str = "c1") -> PendingCall:
-    """The pending call as the worker recorded it for reviewers, in its latest instance."""
+async def recorded_call(
+    engine: AsyncEngine, workflow_id: str, call_id: str = "c1"
+) -> tuple[PendingCall, str]:
+    """The pending call as the worker recorded it for reviewers, in its latest instance, and the
+    digest of its recorded effect (both of which a proof binds)."""
     async with engine.connect() as conn:
         row = (
             await conn.execute(
@@ -83,7 +87,7 @@ async def recorded_call(engine: AsyncEngine, workflow_id: str, call_id: str = "c
             )
         ).first()
     assert row is not None, f"no recorded request for {workflow_id}/{call_id}"
-    return PendingCall.model_validate(row._asdict())
+    return PendingCall.model_validate(row._asdict()), row.effect_sha256
 
 
 async def start_under(agent: AgentHarness, workflow_id: str, text: str) -> WorkflowHandle[Any, Any]:
@@ -125,20 +129,50 @@ async def test_a_proof_for_another_instance_tool_risk_or_approval_is_refused(
     agent.script(qualify(), ECHO_RESULT)
     handle = await start_under(agent, f"test-{uuid.uuid4()}", "qualify jane")
     [waiting] = (await pending(handle)).pending_approvals
-    call = await recorded_call(db_engine, handle.id)
+    call, effect = await recorded_call(db_engine, handle.id)
     assert (call.tool, call.risk, call.tenant_id) == ("update_lead_status", "high", "acme")
     assert call.conversation_id == handle.first_execution_run_id and call.nonce
-    transplanted = Binding.decision(call.model_copy(update=changed), "approve", waiting.args)
+    transplanted = Binding.decision(call.model_copy(update=changed), "approve", waiting.args, effect)
     with pytest.raises(WorkflowUpdateFailedError) as refused:
         await execute_update(handle, AgentWorkflow.decide, bobs(signed_agent, transplanted))
     reason = str(refused.value.cause)
     assert all(WHY[field] in reason for field in changed), reason
     assert [p.call_id for p in (await handle.query(AgentWorkflow.status)).pending_approvals] == ["c1"]
-    exact = Binding.decision(call, "approve", waiting.args)
+    exact = Binding.decision(call, "approve", waiting.args, effect)
     approved = await execute_update(handle, AgentWorkflow.decide, bobs(signed_agent, exact))
     assert approved.state == "approved" and approved.decided_by == "bob"
     result: ConversationResult = await handle.result()
     assert result.last_reply == "[scripted model] done"
+
+
+@pytest.mark.security
+async def test_the_request_records_the_effect_and_a_proof_binds_it(
+    signed_agent: SignedStack, db_engine: AsyncEngine, jane_is_new: None
+) -> None:
+    """Issue 34: the worker records what the call will do (whose lead, its status now) with the
+    request, and a reviewer's proof binds that effect's digest: one minted for another effect (what
+    a client claims it showed) is refused and recorded; one for the recorded effect decides."""
+    agent = signed_agent.agent
+    agent.script(qualify(), ECHO_RESULT)
+    handle = await start_under(agent, f"test-{uuid.uuid4()}", "qualify jane")
+    [waiting] = (await pending(handle)).pending_approvals
+    call, digest = await recorded_call(db_engine, handle.id)
+    async with db_engine.connect() as conn:
+        recorded = await conn.scalar(
+            select(ApprovalRequest.effect).where(
+                ApprovalRequest.call_id == "c1", ApprovalRequest.workflow_id == handle.id
+            )
+        )
+    effect = Effect.model_validate(recorded)
+    assert effect.summary == "Jane Doe, Doe Consulting (jane.doe@example.com): status new → qualified"
+    assert effect.digest == digest and effect.resolved
+    elsewhere = Binding.decision(call, "approve", waiting.args, Effect(summary="something else").digest)
+    with pytest.raises(WorkflowUpdateFailedError) as refused:
+        await execute_update(handle, AgentWorkflow.decide, bobs(signed_agent, elsewhere))
+    assert "another effect" in str(refused.value.cause)
+    exact = Binding.decision(call, "approve", waiting.args, digest)
+    approved = await execute_update(handle, AgentWorkflow.decide, bobs(signed_agent, exact))
+    assert approved.state == "approved" and approved.decided_by == "bob"
 
 
 @pytest.mark.security
@@ -154,12 +188,12 @@ async def test_a_proof_for_an_ended_instance_does_not_decide_the_next_one(
     workflow_id = f"test-{uuid.uuid4()}"
     first = await start_under(agent, workflow_id, "qualify jane")
     [waiting] = (await pending(first)).pending_approvals
-    seen = await recorded_call(db_engine, workflow_id)
-    proof_for_first = bobs(signed_agent, Binding.decision(seen, "approve", waiting.args))
+    seen, effect = await recorded_call(db_engine, workflow_id)
+    proof_for_first = bobs(signed_agent, Binding.decision(seen, "approve", waiting.args, effect))
     await first.terminate("replaced")
     second = await start_under(agent, workflow_id, "qualify jane")
     await pending(second)
-    now = await recorded_call(db_engine, workflow_id)
+    now, _ = await recorded_call(db_engine, workflow_id)
     assert now.conversation_id != seen.conversation_id and now.nonce != seen.nonce
     assert (now.tool, now.call_id) == (seen.tool, seen.call_id)
     with pytest.raises(WorkflowUpdateFailedError) as refused:

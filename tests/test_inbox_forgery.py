@@ -43,8 +43,9 @@ async def decisions(engine: AsyncEngine, workflow_id: str) -> list[ApprovalDecis
         return list(rows)  # type: ignore[arg-type]
 
 
-async def recorded_call(engine: AsyncEngine, workflow_id: str, call_id: str) -> PendingCall:
-    """The pending call as the worker recorded it for reviewers (what the inbox binds proofs to)."""
+async def recorded_call(engine: AsyncEngine, workflow_id: str, call_id: str) -> tuple[PendingCall, str]:
+    """The pending call as the worker recorded it for reviewers and its effect's digest (what the
+    inbox binds proofs to)."""
     async with engine.connect() as conn:
         row = (
             await conn.execute(
@@ -53,7 +54,7 @@ async def recorded_call(engine: AsyncEngine, workflow_id: str, call_id: str) -> 
                 )
             )
         ).one()
-    return PendingCall.model_validate(row._asdict())
+    return PendingCall.model_validate(row._asdict()), row.effect_sha256
 
 
 async def checks(engine: AsyncEngine, workflow_id: str) -> list[Any]:
@@ -82,8 +83,8 @@ async def test_every_forged_decision_is_refused_recorded_and_the_call_keeps_wait
     handle = await agent.start("qualify jane", single_turn=True)
     args = (await pending(handle)).pending_approvals[0].args
     wf, now = handle.id, datetime.now(UTC)
-    call = await recorded_call(db_engine, wf, "c1")
-    approve = Binding.decision(call, "approve", args)
+    call, effect = await recorded_call(db_engine, wf, "c1")
+    approve = Binding.decision(call, "approve", args, effect)
 
     def signed(user: str, binding: Binding, at: datetime = now, with_key: Ed25519PrivateKey = key) -> str:
         return mint_proof(with_key, user, binding, at)
@@ -94,8 +95,8 @@ async def test_every_forged_decision_is_refused_recorded_and_the_call_keeps_wait
     def by_bob(binding: Binding = approve, **kwargs: Any) -> ApproveSignal:
         return ApproveSignal(call_id="c1", approver="bob", proof=signed("bob", binding, **kwargs))
 
-    def bound(action: Any = "approve", to: Any = args, **other: str) -> Binding:
-        return Binding.decision(call.model_copy(update=other), action, to)
+    def bound(action: Any = "approve", to: Any = args, seen: str = effect, **other: str) -> Binding:
+        return Binding.decision(call.model_copy(update=other), action, to, seen)
 
     converted = {"lead": JANE, "new_status": "converted", "reason": "x"}
     forgeries: list[tuple[ApproveSignal, str]] = [
@@ -104,6 +105,8 @@ async def test_every_forged_decision_is_refused_recorded_and_the_call_keeps_wait
         (by_bob(with_key=Ed25519PrivateKey.generate()), "Signature verification failed"),
         (by_bob(bound(call_id="c2")), "another target 'c2'"),
         (by_bob(bound(to=converted)), "another arguments"),
+        # issue 34: what the reviewer decides is the effect the request recorded, not another one
+        (by_bob(bound(seen="0" * 64)), "another effect"),
         (by_bob(bound(action="reject")), "another action 'reject'"),
         (by_bob(bound(tenant_id="globex")), "another tenant 'globex'"),
         # issue 26, class 2: what the reviewer saw must be the conversation's own pending call
@@ -138,7 +141,7 @@ async def test_every_forged_decision_is_refused_recorded_and_the_call_keeps_wait
     # A proof spent on a decision that was refused for another reason cannot be used again: bob's
     # proof for invalid edited arguments is accepted as a proof, the edit is refused, the replay too.
     bad_edit = {"lead": JANE, "new_status": "bogus", "reason": "x"}
-    proof = signed("bob", Binding.decision(call, "approve", bad_edit))
+    proof = signed("bob", Binding.decision(call, "approve", bad_edit, effect))
     replayed = ApproveSignal(call_id="c1", approver="bob", args=bad_edit, proof=proof)
     for _ in range(2):
         await handle.signal(AgentWorkflow.approve, replayed)

@@ -569,7 +569,9 @@ async def test_a_reviewer_edits_an_mcp_call_in_the_inbox_and_the_proof_binds_the
 
         edited = {**asked, "target_timezone": "Europe/Paris"}
         key = load_private_key(stack.keys.private)
-        as_asked = Binding.decision(PendingCall.model_validate(item), "approve", item["args"])
+        as_asked = Binding.decision(
+            PendingCall.model_validate(item), "approve", item["args"], item["effect_digest"]
+        )
         with pytest.raises(WorkflowUpdateFailedError) as unbound:
             await execute_update(
                 handle,

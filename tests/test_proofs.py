@@ -38,11 +38,14 @@ CALL = PendingCall(
     risk="high",
     nonce="n-1",
 )
-BOUND = Binding.decision(CALL, "approve", ARGS)
+EFFECT = "a" * 64  # the digest of the effect the approval request recorded
+BOUND = Binding.decision(CALL, "approve", ARGS, EFFECT)
 
 
-def decision(kind: Literal["approve", "reject"] = "approve", args: Any = ARGS, **other: str) -> Binding:
-    return Binding.decision(CALL.model_copy(update=other), kind, args)
+def decision(
+    kind: Literal["approve", "reject"] = "approve", args: Any = ARGS, effect: str = EFFECT, **other: str
+) -> Binding:
+    return Binding.decision(CALL.model_copy(update=other), kind, args, effect)
 
 
 def test_a_proof_for_exactly_the_decision_verifies() -> None:
@@ -51,7 +54,7 @@ def test_a_proof_for_exactly_the_decision_verifies() -> None:
     assert (claims.sub, claims.tenant, claims.wf, claims.act, claims.tgt) == (
         "bob", "acme", "conv-1", "approve", "c1"
     )  # fmt: skip
-    assert claims.args == args_digest(ARGS)
+    assert claims.args == args_digest(ARGS) and claims.effect == EFFECT
 
 
 def test_the_arguments_hash_ignores_spelling_not_content() -> None:
@@ -75,6 +78,8 @@ def test_the_arguments_hash_ignores_spelling_not_content() -> None:
         (decision(risk="low"), "another risk"),
         (decision(nonce="n-2"), "another approval nonce"),
         (decision(args={"lead": "x"}), "another arguments"),
+        (decision(effect="b" * 64), "another effect"),
+        (decision(effect=""), "another effect"),
         (Binding.answer("acme", "conv-1", "run-1", "c1", "yes"), "another action"),
         (Binding.end("acme", "conv-1", "run-1"), "another action"),
     ],

@@ -1061,7 +1061,9 @@ class ApprovalRequest(Base):
     Written by an activity when the conversation asks for the approval (never from a query's
     answer, which any worker polling the task queue could give), closed when it is decided or
     expires. `nonce` is the conversation's own (workflow.uuid4()) for this approval: a proof names
-    it, with the tool, the risk, the instance and the arguments' digest.
+    it, with the tool, the risk, the instance, the arguments' digest and the effect's: what the
+    call will do, resolved by the tool when the request was recorded (countersign.core.effects;
+    None on requests recorded before effects).
     """
 
     __tablename__ = "approval_requests"
@@ -1088,12 +1090,16 @@ class ApprovalRequest(Base):
     hints: Mapped[str | None]
     description: Mapped[str | None]  # an MCP tool's, from the conversation's snapshot
     parameters: Mapped[dict[str, Any] | None]  # an MCP tool's input schema, from the snapshot
+    effect: Mapped[dict[str, Any] | None]  # countersign.core.effects.Effect as JSON
+    effect_sha256: Mapped[str | None]  # Effect.digest
     state: Mapped[str] = mapped_column(server_default="pending")
     decided_by: Mapped[str | None]
     closed_at: Mapped[datetime | None]
     # Asked again: who approved this call's earlier request, voided because what the call would do
-    # changed between that decision and its execution (approval_decisions.voided_at).
+    # changed between that decision and its execution (approval_decisions.voided_at), and the effect
+    # that request showed (what changed since is it against `effect`).
     voided_by: Mapped[str | None]
+    voided_effect: Mapped[dict[str, Any] | None]
 
 
 # --- the tenant's chat channel (send_chat_message) --------------------------------------------------

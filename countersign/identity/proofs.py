@@ -101,6 +101,9 @@ class Binding(BaseModel):
     tool: str = ""
     risk: str = ""
     nonce: str = ""
+    # a decision: the digest of the effect the approval request recorded (countersign.core.effects),
+    # what the reviewer was shown and decides; "" for a request recorded before effects
+    effect_sha256: str = ""
 
     @classmethod
     def decision(
@@ -108,9 +111,12 @@ class Binding(BaseModel):
         call: PendingCall,
         decision: Literal["approve", "reject"],
         arguments: str | Mapping[str, Any] | None,
+        effect_sha256: str,
     ) -> Binding:
-        """A decision on a pending call, bound to the call as the worker recorded it and to the
-        arguments the tool will run with (the call's own, or the approver's edit)."""
+        """A decision on a pending call, bound to the call as the worker recorded it, to the
+        arguments the tool will run with (the call's own, or the approver's edit) and to the effect
+        the request recorded: what the reviewer saw. Both sides take `effect_sha256` from the
+        `approval_requests` row, never from the client."""
         return cls(
             tenant_id=call.tenant_id,
             workflow_id=call.workflow_id,
@@ -121,6 +127,7 @@ class Binding(BaseModel):
             tool=call.tool,
             risk=call.risk,
             nonce=call.nonce,
+            effect_sha256=effect_sha256,
         )
 
     @classmethod
@@ -197,6 +204,7 @@ class ProofClaims(BaseModel):
     tool: str = ""
     risk: str = ""
     nonce: str = ""
+    effect: str = ""
     iat: int
     exp: int
     jti: str
@@ -225,6 +233,7 @@ def mint_proof(
         tool=binding.tool,
         risk=binding.risk,
         nonce=binding.nonce,
+        effect=binding.effect_sha256,
         iat=int(now.timestamp()),
         exp=int((now + ttl).timestamp()),
         jti=uuid.uuid4().hex,
@@ -272,6 +281,8 @@ def verify_proof(key: Ed25519PublicKey, token: str | None, expected: Binding, no
     ]
     if claims.args != expected.args_sha256:
         mismatches.append("arguments (their SHA-256 differs from what this proof was issued for)")
+    if claims.effect != expected.effect_sha256:
+        mismatches.append("effect (its SHA-256 differs from the effect this proof was issued for)")
     if mismatches:
         raise ProofRefused("proof issued for another " + "; another ".join(mismatches))
     return claims

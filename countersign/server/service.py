@@ -28,6 +28,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from countersign.core.approvals import Approval, Decision, PendingCall, approver_refusal
 from countersign.core.bounds import MAX_REASON_CHARS, DuplicateKey, loads_strict
 from countersign.core.calls import Risk
+from countersign.core.effects import Effect
 from countersign.core.messages import ChatMessage
 from countersign.core.shown import argument_lines, argument_warnings
 from countersign.db.instances import current_instance
@@ -130,6 +131,10 @@ class PendingItem(BaseModel):
     # and what could deceive a reader (look-alikes, bidi) flagged (countersign.core.shown).
     arg_lines: list[str] = Field(default_factory=list)
     warnings: list[str] = Field(default_factory=list)
+    # What the call will do, as the tool resolved it when the request was recorded: shown first,
+    # and its digest is what a reviewer's proof binds (None and "" for a request from before).
+    effect: Effect | None = None
+    effect_digest: str = ""
 
     @property
     def key(self) -> str:
@@ -165,6 +170,8 @@ def item_of(row: ApprovalRequest, said: list[dict[str, str]]) -> PendingItem:
         last_messages=said,
         arg_lines=argument_lines(row.args),
         warnings=argument_warnings(row.args),
+        effect=Effect.model_validate(row.effect) if row.effect is not None else None,
+        effect_digest=row.effect_sha256 or "",
     )
 
 
@@ -467,6 +474,7 @@ class Inbox:
             pending.pending_call(),
             request.decision,
             request.args if request.args is not None else pending.args,
+            pending.effect_digest,  # as recorded in approval_requests: never the client's
         )
         decision = Decision(
             call_id=call_id,

@@ -1,8 +1,7 @@
-"""Draft edits: every edit of a saved draft recorded with its diff, and who made it; what an
-approver's edit changed in a call's arguments.
+"""What runs is what was approved: draft edits with their diff, an approver's changes, voided approvals.
 
-Revision ID: 0021
-Revises: 0020
+Revision ID: 0022
+Revises: 0021
 Create Date: 2026-11-27
 
 A draft is content a reviewer approves a `send_draft` on: who changed it, when and how, is part of
@@ -12,7 +11,8 @@ and as approved, a fact of its own beside the request's arguments and the decisi
 `approval_decisions.voided_at`, `.voided`: an approval whose call resolved another effect when it
 ran (nothing ran; it was asked again) stays, marked voided, with the effect found instead.
 `tool_executions.effect`: what an approved call did, as its tool resolved it in the transaction.
-`approval_requests.voided_by`: a call asked again names who approved the voided request.
+`approval_requests.voided_by`, `.voided_effect`: a call asked again names who approved the voided
+request and what it showed then, so a reviewer sees what changed since.
 
 Written by hand and frozen, like 0001.
 """
@@ -23,8 +23,8 @@ import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects import postgresql
 
-revision: str = "0021"
-down_revision: str | None = "0020"
+revision: str = "0022"
+down_revision: str | None = "0021"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
@@ -55,9 +55,14 @@ def upgrade() -> None:
         "tool_executions", sa.Column("effect", postgresql.JSONB(astext_type=sa.Text()), nullable=True)
     )
     op.add_column("approval_requests", sa.Column("voided_by", sa.Text(), nullable=True))
+    op.add_column(
+        "approval_requests",
+        sa.Column("voided_effect", postgresql.JSONB(astext_type=sa.Text()), nullable=True),
+    )
 
 
 def downgrade() -> None:
+    op.drop_column("approval_requests", "voided_effect")
     op.drop_column("approval_requests", "voided_by")
     op.drop_column("tool_executions", "effect")
     op.drop_column("approval_decisions", "voided")
