@@ -12,9 +12,10 @@ still an active user with the scopes the tool needs: refused calls are audited a
 
 An approved call runs only on what was approved: its tool resolves the effect again, inside the
 transaction that makes the change and locking what it reads (`ctx.lock_reads`), and when the digest
-differs from the approved one (`ToolInvocation.effect_digest`) nothing changes: the approval is
-recorded as voided, no audit row or result is written (the call is not over), and the activity
-answers EFFECT_CHANGED, on which the workflow asks for a decision again.
+differs from the one its approval request recorded (`approval_requests.effect_sha256`, what the
+reviewer was shown and their proof bound) nothing changes: the approval is recorded as voided, no
+audit row or result is written (the call is not over), and the activity answers EFFECT_CHANGED, on
+which the workflow asks for a decision again.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from countersign.core.guards import TruncationLimits, redact, sanitize
 from countersign.db.events import QUESTION_TOOL, publish
 from countersign.db.messages import audited_answer, store_tool_result
 from countersign.db.ratelimit import RateLimits
-from countersign.db.schema import ApprovalDecision, SagaRecord, ToolExecution
+from countersign.db.schema import ApprovalDecision, ApprovalRequest, SagaRecord, ToolExecution
 from tools.effects import preview_effect
 from tools.registry import (
     IDENTITY_FIELDS,
@@ -164,6 +165,22 @@ async def result_or_envelope(
     if invocation.store_seq is None:
         return result
     return await store_tool_result(session, invocation, result)
+
+
+async def approved_effect(session: AsyncSession, invocation: ToolInvocation) -> str | None:
+    """The digest of the effect a reviewer approved for this call, as its approval request recorded
+    it; None for a call nobody approved, one whose approver edited its arguments (the request showed
+    the effect of the model's), or a request recorded before effects."""
+    if invocation.approved_by is None or invocation.arguments_edited:
+        return None
+    return await session.scalar(
+        select(ApprovalRequest.effect_sha256).where(
+            ApprovalRequest.conversation_id == invocation.conversation_id,
+            ApprovalRequest.call_id == invocation.call_id,
+            ApprovalRequest.workflow_id == invocation.workflow_id,
+            ApprovalRequest.state == "approved",
+        )
+    )
 
 
 class ToolActivities:
@@ -306,8 +323,9 @@ class ToolActivities:
             async with (
                 session.begin_nested()
             ):  # a failing tool's partial writes roll back; the audit row stays
-                if invocation.effect_digest is not None:
-                    effect = await self._same_effect(tool, context, parsed, invocation.effect_digest)
+                approved = await approved_effect(session, invocation)
+                if approved is not None:
+                    effect = await self._same_effect(tool, context, parsed, approved)
                 result = envelope_of(await tool.fn(context, parsed))
         except EffectChanged:
             raise

@@ -17,7 +17,7 @@ import os
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -34,6 +34,7 @@ from countersign.db.ratelimit import RateLimit, RateLimits
 from countersign.db.schema import (
     LEAD_STATUSES,
     ApprovalDecision,
+    ApprovalRequest,
     EmailDraft,
     EmailOutbox,
     Lead,
@@ -56,7 +57,7 @@ PROPERTY = settings(
 )
 
 
-def invocation(tool: str, arguments: dict[str, Any], digest: str | None) -> ToolInvocation:
+def invocation(tool: str, arguments: dict[str, Any]) -> ToolInvocation:
     return ToolInvocation(
         caller=CALLER,
         workflow_id=f"wf-effect-{uuid.uuid4().hex[:12]}",
@@ -65,7 +66,6 @@ def invocation(tool: str, arguments: dict[str, Any], digest: str | None) -> Tool
         tool=tool,
         arguments=json.dumps(arguments),
         approved_by="bob",
-        effect_digest=digest,
     )
 
 
@@ -79,9 +79,34 @@ async def resolved(
         return await preview_effect(declared, ctx, parse_arguments(declared, arguments))
 
 
-async def approved_by_bob(sessions: async_sessionmaker[AsyncSession], inv: ToolInvocation) -> None:
-    """bob's accepted approval of the call, as record_decision leaves it."""
+async def approved_by_bob(
+    sessions: async_sessionmaker[AsyncSession], inv: ToolInvocation, effect: Effect
+) -> None:
+    """The call's request showing `effect`, and bob's accepted approval of it, as the worker's
+    record_approval_request and record_decision leave them."""
+    now = datetime.now(UTC)
     async with sessions() as session, session.begin():
+        session.add(
+            ApprovalRequest(
+                conversation_id=inv.conversation_id,
+                call_id=inv.call_id,
+                workflow_id=inv.workflow_id,
+                tenant_id="acme",
+                agent=CALLER.agent,
+                tool=inv.tool,
+                risk="high",
+                args=inv.arguments,
+                args_sha256="-",
+                nonce="n",
+                requested_by="alice",
+                requested_at=now,
+                expires_at=now + timedelta(hours=1),
+                effect=effect.model_dump(mode="json"),
+                effect_sha256=effect.digest,
+                state="approved",
+                decided_by="bob",
+            )
+        )
         session.add(
             ApprovalDecision(
                 tenant_id="acme",
@@ -102,9 +127,9 @@ class Outcome:
     voided: dict[str, Any] | None  # approval_decisions.voided of bob's approval
 
 
-async def execute(engine: AsyncEngine, inv: ToolInvocation) -> Outcome:
+async def execute(engine: AsyncEngine, inv: ToolInvocation, approved: Effect) -> Outcome:
     sessions = session_factory(engine)
-    await approved_by_bob(sessions, inv)
+    await approved_by_bob(sessions, inv, approved)
     result = await ToolActivities(sessions, rate_limits=UNLIMITED).execute_tool(inv)
     assert isinstance(result, ToolResult)
     async with sessions() as session:
@@ -116,6 +141,7 @@ async def execute(engine: AsyncEngine, inv: ToolInvocation) -> Outcome:
         )
         await session.execute(delete(ApprovalDecision).where(ApprovalDecision.workflow_id == inv.workflow_id))
         await session.execute(delete(ToolExecution).where(ToolExecution.workflow_id == inv.workflow_id))
+        await session.execute(delete(ApprovalRequest).where(ApprovalRequest.workflow_id == inv.workflow_id))
         await session.commit()
     return Outcome(result, audited is not None, voided)
 
@@ -190,7 +216,7 @@ async def test_a_lead_changed_between_decision_and_execution_is_asked_again(
         approved = await resolved(sessions, "update_lead_status", args)
         await edit_lead(db_engine, lead_id, edit)
         now = await resolved(sessions, "update_lead_status", args)
-        outcome = await execute(db_engine, invocation("update_lead_status", args, approved.digest))
+        outcome = await execute(db_engine, invocation("update_lead_status", args), approved)
         async with sessions() as session:
             lead = await session.get(Lead, lead_id)
         if check(outcome, approved, now):
@@ -274,7 +300,7 @@ async def test_a_draft_changed_after_the_reviewer_saw_it_is_never_sent_unseen(
         approved = await resolved(sessions, tool, args)
         await edit_draft_row(db_engine, draft_id, edit)
         now = await resolved(sessions, tool, args)
-        outcome = await execute(db_engine, invocation(tool, args, approved.digest))
+        outcome = await execute(db_engine, invocation(tool, args), approved)
         outbox = await outbox_of(db_engine, draft_id)
         if check(outcome, approved, now) and tool == "send_draft":
             # the email queued is the one the reviewer read, to the recipient they read

@@ -229,7 +229,7 @@ class ToolCalls:
     @staticmethod
     def _approved(invocation: ToolInvocation, approval: Approval) -> ToolInvocation:
         """The call as approved: the approver's edit (the model is told of it by the tool activity
-        that stores the result), who approved it, and the effect they approved."""
+        that stores the result) and who approved it."""
         edit = (
             {
                 "model_arguments": invocation.arguments,
@@ -246,8 +246,6 @@ class ToolCalls:
             update={
                 "arguments": approval.edited_args or invocation.arguments,
                 "approved_by": approval.decided_by,
-                # an edit's effect was not the one shown: the edited arguments are what was approved
-                "effect_digest": approval.effect_digest if approval.edited_args is None else None,
                 **edit,
             }
         )

@@ -47,9 +47,6 @@ class Approval(BaseModel):
     # Drawn by the conversation (workflow.uuid4()) for this approval: a decision's proof names it, so
     # a proof is for this request of this call, never for another instance's call of the same id.
     nonce: str = ""
-    # The digest of the effect this request showed (countersign/core/effects.py): the call runs only
-    # while its tool resolves the same effect (activities/tools.py); None: nothing was resolved.
-    effect_digest: str | None = None
     # Asked again: who approved the earlier request of this call, voided because the call's effect
     # changed between that decision and its execution.
     voided_by: str | None = None

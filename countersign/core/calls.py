@@ -211,9 +211,6 @@ class ToolInvocation(BaseModel):
     model_arguments: str | None = None
     # With `model_arguments`: who changed which arguments and why, told to the model with the result.
     approver_edit: ApproverEdit | None = None
-    # The digest of the effect a reviewer approved (countersign/core/effects.py): the tool resolves
-    # the effect again in the transaction that would make it, and runs only if it is the same one.
-    effect_digest: str | None = None
     # The sequence number at which the activity that produces the call's result stores it as a
     # tool message (conversation store), answering with a `StoredResult`; AgentWorkflow always sets
     # it. None (a call outside a conversation, e.g. the bench's in-process loop): the whole `ToolResult`.

@@ -135,6 +135,10 @@ class PendingItem(BaseModel):
     # and its digest is what a reviewer's proof binds (None and "" for a request from before).
     effect: Effect | None = None
     effect_digest: str = ""
+    # Asked again: who approved this call before, and what it would have done then; that approval
+    # was voided because what the call would do changed between the decision and its execution.
+    voided_by: str | None = None
+    voided_effect: Effect | None = None
 
     @property
     def key(self) -> str:
@@ -172,6 +176,8 @@ def item_of(row: ApprovalRequest, said: list[dict[str, str]]) -> PendingItem:
         warnings=argument_warnings(row.args),
         effect=Effect.model_validate(row.effect) if row.effect is not None else None,
         effect_digest=row.effect_sha256 or "",
+        voided_by=row.voided_by,
+        voided_effect=Effect.model_validate(row.voided_effect) if row.voided_effect is not None else None,
     )
 
 

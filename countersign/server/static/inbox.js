@@ -148,6 +148,12 @@ function card(item) {
       ` · call ${item.call_id} · `, expires),
     el("p", {}, withCode(item.description)),
     item.hints ? el("p", { class: "hints", text: item.hints }) : "",
+    item.voided_by
+      ? el("p", { class: "asked-again", role: "alert",
+          text: `Asked again: what this call would do changed after ${item.voided_by} approved it`
+            + (item.voided_effect ? ` (then: ${item.voided_effect.summary})` : "")
+            + ", so nothing ran and that approval was voided. Decide on it as it is now." })
+      : "",
     messages,
     el("p", {}, el("strong", { text: "Arguments, one per line, as the tool will receive them:" })),
     el("pre", { class: "raw-args", text: (item.arg_lines || []).join("\n") }),
