@@ -86,11 +86,12 @@ class ApprovalActivities:
                     )
                 if refusal is None and decision.decision == "approve" and record.risk in FOUR_EYES:
                     refusal = await self._editor_refusal(session, record)
-                edited, changes = None, None
+                edited, changes, effect = None, None, None
                 if refusal is None and decision.args is not None:
                     edited, refusal = self._edited(record, decision.args)
                 if edited is not None:
                     changes = self._changes(record, edited)
+                    effect = await self._edited_effect(session, record, edited)
                 if refusal is None:
                     await self._close(
                         session, record, "approved" if decision.decision == "approve" else "rejected"
@@ -107,6 +108,8 @@ class ApprovalActivities:
                     "reason": refusal or decision.reason,
                     "args": decision.args,
                     "changes": changes and {k: c.model_dump(mode="json") for k, c in changes.items()},
+                    "effect": effect.model_dump(mode="json") if effect is not None else None,
+                    "effect_sha256": effect.digest if effect is not None else None,
                     "proven": refusal is None and self._proofs.mode == "signed",
                 }
 
@@ -144,6 +147,24 @@ class ApprovalActivities:
                     "(four-eyes rule)"
                 )
         return None
+
+    @classmethod
+    async def _edited_effect(
+        cls, session: AsyncSession, record: DecisionRecord, edited: str
+    ) -> Effect | None:
+        """What the call does with the approver's edited arguments, resolved now as its request's
+        effect was: what the approver approves, and what the call must still resolve to when it
+        runs (activities/tools.py). None when the request was never recorded."""
+        request = await session.scalar(
+            select(ApprovalRequest).where(
+                ApprovalRequest.conversation_id == record.conversation_id,
+                ApprovalRequest.call_id == record.decision.call_id,
+            )
+        )
+        if request is None:
+            return None
+        fields = {name: getattr(request, name) for name in RecordedApproval.model_fields if name != "args"}
+        return await cls._effect(session, RecordedApproval(**fields, args=edited))
 
     @staticmethod
     async def _recorded_effect(session: AsyncSession, record: DecisionRecord) -> str:

@@ -168,11 +168,25 @@ async def result_or_envelope(
 
 
 async def approved_effect(session: AsyncSession, invocation: ToolInvocation) -> str | None:
-    """The digest of the effect a reviewer approved for this call, as its approval request recorded
-    it; None for a call nobody approved, one whose approver edited its arguments (the request showed
-    the effect of the model's), or a request recorded before effects."""
-    if invocation.approved_by is None or invocation.arguments_edited:
+    """The digest of the effect a reviewer approved for this call: as its approval request recorded
+    it, or, when the approver edited the arguments, as their decision recorded the edit's; None for
+    a call nobody approved, or one approved before effects were recorded."""
+    if invocation.approved_by is None:
         return None
+    if invocation.arguments_edited:
+        return await session.scalar(
+            select(ApprovalDecision.effect_sha256)
+            .where(
+                ApprovalDecision.workflow_id == invocation.workflow_id,
+                ApprovalDecision.conversation_id == invocation.conversation_id,
+                ApprovalDecision.call_id == invocation.call_id,
+                ApprovalDecision.decision == "approve",
+                ApprovalDecision.accepted,
+                ApprovalDecision.voided_at.is_(None),
+            )
+            .order_by(ApprovalDecision.id.desc())
+            .limit(1)
+        )
     return await session.scalar(
         select(ApprovalRequest.effect_sha256).where(
             ApprovalRequest.conversation_id == invocation.conversation_id,

@@ -236,7 +236,7 @@ async def test_edited_arguments_are_validated_and_reported(
     async with db_engine.connect() as conn:
         decided = (
             await conn.execute(
-                select(ApprovalDecision.args, ApprovalDecision.changes).where(
+                select(ApprovalDecision.args, ApprovalDecision.changes, ApprovalDecision.effect).where(
                     ApprovalDecision.workflow_id == handle.id, ApprovalDecision.accepted
                 )
             )
@@ -252,6 +252,7 @@ async def test_edited_arguments_are_validated_and_reported(
         "before": "qualified",
         "after": "contacted",
     }
+    assert "new → contacted" in decided.effect["summary"]  # the edit's effect, beside the request's
     assert executed.args["new_status"] == "qualified" and executed.edited_args["new_status"] == "contacted"
 
 

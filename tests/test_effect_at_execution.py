@@ -57,7 +57,8 @@ PROPERTY = settings(
 )
 
 
-def invocation(tool: str, arguments: dict[str, Any]) -> ToolInvocation:
+def invocation(tool: str, arguments: dict[str, Any], asked: dict[str, Any] | None = None) -> ToolInvocation:
+    """bob's approved call; `asked`: the model's arguments, which bob edited to `arguments`."""
     return ToolInvocation(
         caller=CALLER,
         workflow_id=f"wf-effect-{uuid.uuid4().hex[:12]}",
@@ -65,6 +66,7 @@ def invocation(tool: str, arguments: dict[str, Any]) -> ToolInvocation:
         call_id="c1",
         tool=tool,
         arguments=json.dumps(arguments),
+        model_arguments=json.dumps(asked) if asked is not None else None,
         approved_by="bob",
     )
 
@@ -82,8 +84,9 @@ async def resolved(
 async def approved_by_bob(
     sessions: async_sessionmaker[AsyncSession], inv: ToolInvocation, effect: Effect
 ) -> None:
-    """The call's request showing `effect`, and bob's accepted approval of it, as the worker's
-    record_approval_request and record_decision leave them."""
+    """The call's request, and bob's accepted approval of `effect`, as the worker's
+    record_approval_request and record_decision leave them (an edit's effect on the decision)."""
+    edited = inv.arguments_edited
     now = datetime.now(UTC)
     async with sessions() as session, session.begin():
         session.add(
@@ -95,14 +98,14 @@ async def approved_by_bob(
                 agent=CALLER.agent,
                 tool=inv.tool,
                 risk="high",
-                args=inv.arguments,
+                args=inv.model_arguments or inv.arguments,
                 args_sha256="-",
                 nonce="n",
                 requested_by="alice",
                 requested_at=now,
                 expires_at=now + timedelta(hours=1),
-                effect=effect.model_dump(mode="json"),
-                effect_sha256=effect.digest,
+                effect=None if edited else effect.model_dump(mode="json"),
+                effect_sha256=None if edited else effect.digest,
                 state="approved",
                 decided_by="bob",
             )
@@ -116,6 +119,9 @@ async def approved_by_bob(
                 approver="bob",
                 decision="approve",
                 accepted=True,
+                args=json.loads(inv.arguments) if edited else None,
+                effect=effect.model_dump(mode="json") if edited else None,
+                effect_sha256=effect.digest if edited else None,
             )
         )
 
@@ -204,19 +210,22 @@ async def drop_lead(engine: AsyncEngine, lead_id: int) -> None:
 @given(
     initial=st.sampled_from(LEAD_STATUSES),
     wanted=st.sampled_from(LEAD_STATUSES),
+    asked=st.none() | st.sampled_from(LEAD_STATUSES),
     edit=LEAD_EDITS,
 )
 async def test_a_lead_changed_between_decision_and_execution_is_asked_again(
-    db_engine: AsyncEngine, initial: str, wanted: str, edit: dict[str, Any]
+    db_engine: AsyncEngine, initial: str, wanted: str, asked: str | None, edit: dict[str, Any]
 ) -> None:
+    """`asked`: the status the model asked for, which bob edited to `wanted` (None: no edit)."""
     lead_id, email = await new_lead(db_engine, initial)
     try:
         sessions = session_factory(db_engine)
         args = {"lead": email, "new_status": wanted, "reason": "the call went well"}
+        model = None if asked is None else args | {"new_status": asked}
         approved = await resolved(sessions, "update_lead_status", args)
         await edit_lead(db_engine, lead_id, edit)
         now = await resolved(sessions, "update_lead_status", args)
-        outcome = await execute(db_engine, invocation("update_lead_status", args), approved)
+        outcome = await execute(db_engine, invocation("update_lead_status", args, model), approved)
         async with sessions() as session:
             lead = await session.get(Lead, lead_id)
         if check(outcome, approved, now):

@@ -577,6 +577,10 @@ class ApprovalDecision(Base):
     args: Mapped[dict[str, Any] | None]  # edited arguments
     # with `args`: each argument the approver changed, {name: {before (as asked), after (as approved)}}
     changes: Mapped[dict[str, Any] | None]
+    # with `args`: the effect of the edited arguments, resolved when the decision was recorded (the
+    # request's `effect` is the model's arguments'), and its digest: what the call must still do
+    effect: Mapped[dict[str, Any] | None]
+    effect_sha256: Mapped[str | None]
     # An accepted approval whose call, when it ran, resolved another effect than the one approved:
     # nothing ran, the call was asked again; `voided` is that new effect, when it was found.
     voided_at: Mapped[datetime | None]

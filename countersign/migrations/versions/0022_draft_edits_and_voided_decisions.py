@@ -7,7 +7,8 @@ Create Date: 2026-11-27
 A draft is content a reviewer approves a `send_draft` on: who changed it, when and how, is part of
 the decision's evidence, and the last editor counts as a requester for four-eyes (tools/drafts.py).
 `approval_decisions.changes`: each argument an approver changed on approving, as the model asked it
-and as approved, a fact of its own beside the request's arguments and the decision's.
+and as approved, a fact of its own beside the request's arguments and the decision's;
+`.effect`, `.effect_sha256`: the effect of the edited arguments (the request's is the model's).
 `approval_decisions.voided_at`, `.voided`: an approval whose call resolved another effect when it
 ran (nothing ran; it was asked again) stays, marked voided, with the effect found instead.
 `tool_executions.effect`: what an approved call did, as its tool resolved it in the transaction.
@@ -47,6 +48,10 @@ def upgrade() -> None:
     op.add_column(
         "approval_decisions", sa.Column("changes", postgresql.JSONB(astext_type=sa.Text()), nullable=True)
     )
+    op.add_column(
+        "approval_decisions", sa.Column("effect", postgresql.JSONB(astext_type=sa.Text()), nullable=True)
+    )
+    op.add_column("approval_decisions", sa.Column("effect_sha256", sa.Text(), nullable=True))
     op.add_column("approval_decisions", sa.Column("voided_at", sa.DateTime(timezone=True), nullable=True))
     op.add_column(
         "approval_decisions", sa.Column("voided", postgresql.JSONB(astext_type=sa.Text()), nullable=True)
@@ -67,5 +72,7 @@ def downgrade() -> None:
     op.drop_column("tool_executions", "effect")
     op.drop_column("approval_decisions", "voided")
     op.drop_column("approval_decisions", "voided_at")
+    op.drop_column("approval_decisions", "effect_sha256")
+    op.drop_column("approval_decisions", "effect")
     op.drop_column("approval_decisions", "changes")
     op.drop_table("draft_edits")
