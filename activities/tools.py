@@ -167,6 +167,15 @@ async def result_or_envelope(
     return await store_tool_result(session, invocation, result)
 
 
+async def same_effect(tool: Tool, context: ToolContext, args: ToolArgs, approved: str) -> Effect:
+    """The call's effect resolved again in `context`'s transaction, locking the rows it reads until
+    that transaction ends; raises EffectChanged unless its digest is the `approved` one."""
+    effect = await preview_effect(tool, replace(context, lock_reads=True), args)
+    if effect.digest != approved:
+        raise EffectChanged(effect)
+    return effect
+
+
 async def approved_effect(session: AsyncSession, invocation: ToolInvocation) -> str | None:
     """The digest of the effect a reviewer approved for this call: as its approval request recorded
     it, or, when the approver edited the arguments, as their decision recorded the edit's; None for
@@ -306,15 +315,6 @@ class ToolActivities:
                 )  # fmt: skip
         return checked
 
-    @staticmethod
-    async def _same_effect(tool: Tool, context: ToolContext, args: ToolArgs, approved: str) -> Effect:
-        """The call's effect resolved again, locking the rows it reads until the transaction ends;
-        raises EffectChanged unless its digest is the `approved` one."""
-        effect = await preview_effect(tool, replace(context, lock_reads=True), args)
-        if effect.digest != approved:
-            raise EffectChanged(effect)
-        return effect
-
     async def _run(
         self, session: AsyncSession, tool: Tool, invocation: ToolInvocation, key: str
     ) -> tuple[ToolResult, dict[str, Any]]:
@@ -339,7 +339,7 @@ class ToolActivities:
             ):  # a failing tool's partial writes roll back; the audit row stays
                 approved = await approved_effect(session, invocation)
                 if approved is not None:
-                    effect = await self._same_effect(tool, context, parsed, approved)
+                    effect = await same_effect(tool, context, parsed, approved)
                 result = envelope_of(await tool.fn(context, parsed))
         except EffectChanged:
             raise

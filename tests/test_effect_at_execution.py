@@ -17,16 +17,17 @@ import os
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import delete, select, update
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
-from activities.tools import ToolActivities
+from activities.tools import EffectChanged, ToolActivities, same_effect
 from countersign.core.calls import CallerContext, ToolInvocation, ToolResult
 from countersign.core.effects import Effect
 from countersign.db.engine import session_factory
@@ -41,8 +42,10 @@ from countersign.db.schema import (
     LeadEvent,
     ToolExecution,
 )
+from tests.test_effects import MODELS, RUNNABLE, Sample, fingerprint, sample_context
 from tools.effects import preview_effect
-from tools.registry import REGISTRY, ToolContext, parse_arguments
+from tools.registry import REGISTRY, Needs, ToolContext, ToolFailure, parse_arguments
+from tools.resolve import as_json
 
 EXAMPLES = int(os.environ.get("EFFECT_EXAMPLES", "25"))
 CALLER = CallerContext(tenant_id="acme", user_id="alice", roles=["sales"], agent="lead-qualifier")
@@ -324,3 +327,82 @@ async def test_a_draft_changed_after_the_reviewer_saw_it_is_never_sent_unseen(
             assert outbox is None  # nothing queued
     finally:
         await drop_draft(db_engine, draft_id)
+
+
+# --- every tool that changes something (the catalog's samples, tests/test_effects.py) -------------
+
+# What someone else does to the first record the approved effect changes, meanwhile: nothing, the
+# same change the call would make (so the call would now change nothing), or deleting the record.
+MUTATIONS = st.sampled_from(["none", "same", "delete"])
+
+
+async def mutate(session: AsyncSession, approved: Effect, mutation: str) -> bool:
+    """Apply `mutation` to the first record `approved` changes; False when it cannot apply here (no
+    record changes, a date field, a row others still reference)."""
+    if mutation == "none":
+        return True
+    if not approved.changes or approved.changes[0].kind not in MODELS:
+        return False
+    change = approved.changes[0]
+    row = await session.get(MODELS[change.kind], int(change.id))
+    assert row is not None
+    try:
+        async with session.begin_nested():
+            if mutation == "delete":
+                await session.delete(row)
+            else:
+                for name, field in change.fields.items():
+                    if isinstance(getattr(row, name), date):
+                        return False
+                    setattr(row, name, field.after)
+            await session.flush()
+    except IntegrityError:
+        return False
+    return True
+
+
+@pytest.mark.security
+@pytest.mark.parametrize("sample", RUNNABLE, ids=lambda s: s.id)
+@PROPERTY
+@given(mutation=MUTATIONS)
+async def test_what_runs_is_what_was_approved_for_every_tool_that_changes_something(
+    db_session: AsyncSession, sample: Sample, mutation: str
+) -> None:
+    """The execution's check (`activities.tools.same_effect`, then the tool) in one transaction, on
+    the seeded data (rolled back after each example): the call runs only on the approved effect,
+    and then its records hold the approved values; otherwise nothing changes."""
+    declared = REGISTRY[sample.tool]
+    example = await db_session.begin_nested()
+    try:
+        ctx, raw = await sample_context(db_session, sample)
+        args = parse_arguments(declared, raw)
+        approved = await preview_effect(declared, ctx, args)
+        assume(await mutate(db_session, approved, mutation))
+        now = await preview_effect(declared, ctx, args)
+        before = await fingerprint(db_session)
+        outbox = set(await db_session.scalars(select(EmailOutbox.id)))
+        try:
+            async with db_session.begin_nested():
+                await same_effect(declared, ctx, args, approved.digest)
+                result = await declared.fn(ctx, args)
+        except EffectChanged as changed:
+            assert now.digest != approved.digest and changed.effect.digest == now.digest
+            assert await fingerprint(db_session) == before  # nothing ran
+            return
+        except ToolFailure:
+            assert approved.problem is not None  # approved as failing, and it failed
+            return
+        assert now.digest == approved.digest and not isinstance(result, Needs)
+        for change in approved.changes:
+            row = await db_session.get(MODELS[change.kind], int(change.id))
+            assert row is not None
+            await db_session.refresh(row)
+            assert {name: as_json(getattr(row, name)) for name in change.fields} == {
+                name: c.after for name, c in change.fields.items()
+            }
+        queued = await db_session.scalars(select(EmailOutbox).where(EmailOutbox.id.not_in(outbox or {0})))
+        assert sorted((q.to_address, q.subject, q.body) for q in queued) == sorted(
+            (m.to[0], m.subject, m.body) for m in approved.messages if m.channel == "email"
+        )
+    finally:
+        await example.rollback()
