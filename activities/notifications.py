@@ -27,9 +27,10 @@ from activities.email import message_id
 from activities.heartbeat import heartbeats
 from countersign.core.approvals import APPROVER_ROLES, FOUR_EYES, ApprovalNotice
 from countersign.core.calls import call_key
+from countersign.core.effects import Effect, effect_lines, effect_warnings
 from countersign.core.shown import argument_lines, argument_warnings
 from countersign.db.events import publish
-from countersign.db.schema import NotificationOutbox, Tenant, User, UserRole
+from countersign.db.schema import ApprovalRequest, NotificationOutbox, Tenant, User, UserRole
 
 WEBHOOK_TIMEOUT_S = 10
 NOTICE_HEADER = "X-Countersign-Notice"  # on every notice email: request, reminder or escalation
@@ -45,8 +46,9 @@ def recipients_roles(notice: ApprovalNotice) -> frozenset[str]:
     return frozenset({"admin"}) if notice.kind == "escalation" else APPROVER_ROLES[notice.risk]
 
 
-def wording(notice: ApprovalNotice, link: str) -> tuple[str, str]:
-    """(subject, text) of a notice."""
+def wording(notice: ApprovalNotice, link: str, effect: Effect | None) -> tuple[str, str]:
+    """(subject, text) of a notice: what the call will do first (its recorded effect), then its
+    arguments."""
     what = f"{notice.tool} (call {notice.call_id}, risk {notice.risk}) requested by {notice.requested_by}"
     subject = {
         "request": f"Approval needed: {notice.tool}",
@@ -59,9 +61,22 @@ def wording(notice: ApprovalNotice, link: str) -> tuple[str, str]:
         else f"waits for a decision until {notice.expires_at.isoformat()}"
     )
     lines = "\n".join(f"  {line[:ARGS_SHOWN]}" for line in argument_lines(notice.args)[:ARG_LINES_SHOWN])
-    warnings = "".join(f"Check: {w}\n" for w in argument_warnings(notice.args))
-    text = f"{what} {state}.\nArguments:\n{lines}\n{warnings}Open it: {link}"
+    found = (effect_warnings(effect) if effect else []) + argument_warnings(notice.args)
+    warnings = "".join(f"Check: {w}\n" for w in found)
+    does = "".join(f"{line}\n" for line in effect_lines(effect)) if effect else ""
+    text = f"{what} {state}.\n{does}Arguments:\n{lines}\n{warnings}Open it: {link}"
     return subject, text
+
+
+async def recorded_effect(session: AsyncSession, notice: ApprovalNotice) -> Effect | None:
+    """The effect the approval request recorded (None for one recorded before effects)."""
+    recorded = await session.scalar(
+        select(ApprovalRequest.effect).where(
+            ApprovalRequest.conversation_id == notice.conversation_id,
+            ApprovalRequest.call_id == notice.call_id,
+        )
+    )
+    return Effect.model_validate(recorded) if recorded is not None else None
 
 
 class NotificationActivities:
@@ -97,8 +112,9 @@ class NotificationActivities:
         """Queue every message of this notice once (idempotency keys); the ids still to deliver."""
         key = f"notice:{call_key(notice.workflow_id, notice.conversation_id, notice.call_id)}:{notice.kind}"
         link = f"{self._inbox_url}/#{notice.workflow_id}/{notice.call_id}"
-        subject, text = wording(notice, link)
         async with self._sessions() as session, session.begin():
+            effect = await recorded_effect(session, notice)
+            subject, text = wording(notice, link, effect)
             people = await session.execute(
                 select(User.id, User.email)
                 .join(UserRole, (UserRole.tenant_id == User.tenant_id) & (UserRole.user_id == User.id))
@@ -121,7 +137,7 @@ class NotificationActivities:
                 payload = {"text": f"*{subject}*\n{text}", "kind": notice.kind, "link": link}
                 rows.append({"idempotency_key": f"{key}:webhook", "channel": "webhook", "recipient": url,
                              "payload": payload})  # fmt: skip
-            await self._tell_requester(session, notice, told)
+            await self._tell_requester(session, notice, told, effect)
             for row in rows:
                 await session.execute(
                     insert(NotificationOutbox)
@@ -140,8 +156,11 @@ class NotificationActivities:
             return list(queued)
 
     @staticmethod
-    async def _tell_requester(session: AsyncSession, notice: ApprovalNotice, reviewers: list[str]) -> None:
-        """The conversation's readers learn that the call waits (for whom, until when) or expired."""
+    async def _tell_requester(
+        session: AsyncSession, notice: ApprovalNotice, reviewers: list[str], effect: Effect | None
+    ) -> None:
+        """The conversation's readers learn that the call waits (for whom, until when, deciding on
+        what effect) or expired."""
         if notice.kind == "reminder":
             return
         state = "pending" if notice.kind == "request" else "expired"
@@ -149,6 +168,8 @@ class NotificationActivities:
         data["risk"] = notice.risk
         if state == "pending":
             data |= {"may_decide": reviewers, "expires_at": notice.expires_at.isoformat()}
+            if effect is not None:
+                data |= {"effect_lines": effect_lines(effect), "resolved": effect.resolved}
         key = f"approval:{notice.call_id}:{state}"
         instance = notice.workflow_id, notice.conversation_id
         await publish(session, *instance, notice.tenant_id, "approval", data, key)

@@ -90,6 +90,9 @@ async def test_alice_watches_her_request_stream_wait_for_bob_and_finish(
         await step.locator(".outcome:has-text('Waiting for a reviewer')").wait_for(timeout=30_000)
         outcome = await step.locator(".outcome").text_content() or ""
         assert "bob" in outcome and "expires in" in outcome
+        # issue 34: the step shows what bob decides on, resolved, above the model's arguments
+        effect = await step.locator(".effect-summary").text_content() or ""
+        assert effect == "Jane Doe, Doe Consulting (jane.doe@example.com): status new → qualified"
         seen = await alice.evaluate("window.replyTexts")
         parts = [t for t in dict.fromkeys(seen) if t]
         full = f"[scripted model] {ASKED}"

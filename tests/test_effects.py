@@ -17,8 +17,19 @@ from pydantic import BaseModel
 from sqlalchemy import select, text, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from activities.notifications import wording
+from countersign.cli.approvals import shown_pending
+from countersign.core.approvals import ApprovalNotice
 from countersign.core.calls import CallerContext
-from countersign.core.effects import Effect, FieldChange, RecordChange, arguments_effect
+from countersign.core.effects import (
+    Effect,
+    FieldChange,
+    OutgoingMessage,
+    RecordChange,
+    arguments_effect,
+    effect_lines,
+    effect_warnings,
+)
 from countersign.db import schema
 from tools import REGISTRY
 from tools.effects import preview_effect, reads_only
@@ -57,6 +68,69 @@ def test_an_mcp_tools_effect_is_its_arguments_not_resolved() -> None:
     effect = arguments_effect("files.write", {"path": "/tmp/x", "text": "hi"})
     assert not effect.resolved and effect.arguments == {"path": "/tmp/x", "text": "hi"}
     assert "not resolved" in effect.summary and not effect.changes_nothing
+
+
+LOOKALIKE = "partner@ex\u0430mple.org"  # with U+0430 CYRILLIC SMALL LETTER A
+MAIL = Effect(
+    summary="Sends draft 1: Email to partner@example.org: “Our proposal”",
+    messages=[
+        OutgoingMessage(
+            channel="email",
+            to=[LOOKALIKE],
+            subject="Our proposal",
+            body="Dear partner,\nhere\u202e it is.",
+        )
+    ],
+)
+ARGS = '{"draft": 1}'
+
+
+def test_an_effect_is_shown_line_by_line_with_hidden_characters_visible() -> None:
+    lines = effect_lines(MAIL)
+    assert lines == [
+        MAIL.summary,
+        f"  sends email to {LOOKALIKE}",
+        "    subject: Our proposal",
+        "    body:",
+        "      Dear partner,",
+        "      here⟨U+202E⟩ it is.",
+    ]
+    warnings = effect_warnings(MAIL)
+    assert any("email to" in w and "CYRILLIC" in w for w in warnings), warnings
+    assert any("body" in w and "U+202E" in w for w in warnings), warnings
+
+
+def test_the_notice_and_approvals_list_show_the_effect_before_the_arguments() -> None:
+    notice = ApprovalNotice(
+        tenant_id="acme",
+        workflow_id="wf",
+        call_id="c1",
+        tool="send_draft",
+        args=ARGS,
+        risk="high",
+        requested_by="alice",
+        expires_at=NOW,
+        kind="request",
+    )
+    _, text = wording(notice, "http://inbox", MAIL)
+    assert (
+        text.index("Sends draft 1") < text.index("      Dear partner,") < text.index("Arguments:\n  draft: 1")
+    )
+    assert "Check: effect: email to" in text
+    row = {
+        "workflow_id": "wf",
+        "call_id": "c1",
+        "tool": "send_draft",
+        "args": ARGS,
+        "risk": "high",
+        "requested_by": "alice",
+        "requested_at": NOW.isoformat(),
+        "expires_at": NOW.isoformat(),
+    }
+    shown = shown_pending(row, MAIL)
+    assert shown.index("    Sends draft 1") < shown.index("    arguments:\n      draft: 1")
+    assert "⚠ effect: email to" in shown
+    assert "arguments:" not in shown_pending(row, None)  # a request from before effects: as before
 
 
 # --- the registry protocol --------------------------------------------------------------------------

@@ -285,7 +285,7 @@ def test_a_reviewer_reads_one_key_per_line_with_every_deception_flagged(
         expires_at=datetime.now(UTC),
         kind="request",
     )
-    _, body = wording(notice, "http://inbox")
+    _, body = wording(notice, "http://inbox", None)
     assert all(line[:500] in body for line in lines) and all(w in body for w in warnings)
     assert not any(is_hidden(c) for c in body if c != "\n")
 

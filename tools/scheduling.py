@@ -360,7 +360,7 @@ async def preview_schedule_meeting(ctx: ToolContext, args: ScheduleMeetingArgs) 
     email = email_effect(plan.other.email, plan.email(), plan.other.name)
     session = Creation(
         kind="meeting proposal",
-        label=f"proposal to {plan.other.name}, open for 30 minutes",
+        label=f"meeting proposal to {plan.other.name}, open for 30 minutes",
         fields=json_fields({"title": p.title, "slots": [slot.counterpart_local for slot in p.slots]}),
     )
     notice = Creation(
@@ -806,7 +806,10 @@ async def booking_effect(ctx: ToolContext, plan: Booking) -> Effect:
         fields = field_changes({"status": session.status}, {"status": "confirmed"})
         changes.append(
             RecordChange(
-                kind="meeting proposal", id=str(session.id), label=f"proposal {session.id}", fields=fields
+                kind="meeting proposal",
+                id=str(session.id),
+                label=f"meeting proposal {session.id}",
+                fields=fields,
             )
         )
         notification = (

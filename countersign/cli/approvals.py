@@ -11,17 +11,22 @@ from datetime import UTC, datetime
 from typing import Any
 
 import click
+from sqlalchemy import select, tuple_
+from sqlalchemy.ext.asyncio import AsyncSession
 from temporalio.client import Client, WorkflowUpdateFailedError
 
 from countersign.cli.app import cli, print_json, run
 from countersign.cli.conversations import connected, query_status
 from countersign.cli.door import door_as
+from countersign.cli.records import with_session
 from countersign.cli.session import InboxSession, inbox_request, load_session, signed_hint, signed_mode
 from countersign.cli.ux import reason, relative
 from countersign.core.approvals import Approval, Decision
 from countersign.core.bounds import DuplicateKey, loads_strict
 from countersign.core.contract import AnswerSignal
+from countersign.core.effects import Effect, effect_lines, effect_warnings
 from countersign.core.shown import argument_lines, argument_warnings
+from countersign.db.schema import ApprovalRequest
 
 
 def age(iso: str) -> str:
@@ -51,6 +56,53 @@ async def pending_approvals(client: Client, tenant: str | None) -> list[dict[str
             for p in status.pending_approvals
         ]
     return rows
+
+
+Recorded = tuple[Effect, str]  # an effect and its digest, as approval_requests holds them
+
+
+async def recorded_effects(rows: list[dict[str, Any]]) -> dict[tuple[str, str], Recorded]:
+    """The effects the worker recorded for these pending calls (approval_requests), by (workflow id,
+    call id); a request from before effects has none."""
+    if not rows:
+        return {}
+
+    async def read(session: AsyncSession) -> dict[tuple[str, str], Recorded]:
+        keys = [(r["workflow_id"], r["call_id"]) for r in rows]
+        found = await session.execute(
+            select(
+                ApprovalRequest.workflow_id,
+                ApprovalRequest.call_id,
+                ApprovalRequest.effect,
+                ApprovalRequest.effect_sha256,
+            )
+            .where(
+                tuple_(ApprovalRequest.workflow_id, ApprovalRequest.call_id).in_(keys),
+                ApprovalRequest.state == "pending",
+                ApprovalRequest.effect.is_not(None),
+            )
+            .order_by(ApprovalRequest.requested_at)  # the latest instance's request last, and kept
+        )
+        return {
+            (wf, call): (Effect.model_validate(effect), digest or "") for wf, call, effect, digest in found
+        }
+
+    return await with_session(read)
+
+
+def shown_pending(row: dict[str, Any], effect: Effect | None) -> str:
+    """One pending call as `approvals list` prints it: what it will do first, then its arguments."""
+    does = "".join(f"    {line}\n" for line in effect_lines(effect)) if effect else ""
+    found = (effect_warnings(effect) if effect else []) + argument_warnings(row["args"])
+    return (
+        f"{row['workflow_id']}  {row['call_id']}  {row['tool']}\n"
+        + does
+        + ("    arguments:\n" if does else "")
+        + "".join(f"    {'  ' if does else ''}{line}\n" for line in argument_lines(row["args"]))
+        + "".join(f"    ⚠ {w}\n" for w in found)
+        + f"    risk {row['risk']} · requested by {row['requested_by']} {age(row['requested_at'])} ago"
+        f" · expires {relative(row['expires_at'])}" + (f"\n    {row['hints']}" if row.get("hints") else "")
+    )
 
 
 async def decide(client: Client, workflow_id: str, decision: Decision) -> Approval:
@@ -86,24 +138,24 @@ def approvals() -> None:
 @click.option("--tenant", help="Only this tenant's conversations.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 def list_approvals(tenant: str | None, as_json: bool) -> None:
-    """List calls waiting for a decision: tool, arguments, risk, requester, age, expiry."""
+    """List calls waiting for a decision: what each will do (its effect: records changed, before
+    and after; messages as they will be sent), then tool, arguments, risk, requester, age, expiry."""
 
     async def body() -> None:
         client, _ = await connected()
         rows = await pending_approvals(client, tenant)
+        effects = await recorded_effects(rows)
         if as_json:
+            for r in rows:
+                effect, digest = effects.get((r["workflow_id"], r["call_id"]), (None, ""))
+                r["effect"] = effect.model_dump(mode="json") if effect else None
+                r["effect_digest"] = digest
             print_json(rows)
             return
         if not rows:
             click.echo("nothing pending")
         for r in rows:
-            click.echo(
-                f"{r['workflow_id']}  {r['call_id']}  {r['tool']}\n"
-                + "".join(f"    {line}\n" for line in argument_lines(r["args"]))
-                + "".join(f"    ⚠ {w}\n" for w in argument_warnings(r["args"]))
-                + f"    risk {r['risk']} · requested by {r['requested_by']} {age(r['requested_at'])} ago"
-                f" · expires {relative(r['expires_at'])}" + (f"\n    {r['hints']}" if r.get("hints") else "")
-            )
+            click.echo(shown_pending(r, effects.get((r["workflow_id"], r["call_id"]), (None, ""))[0]))
 
     run(body())
 

@@ -18,6 +18,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
+from countersign.core.shown import MAX_LINE_CHARS, MAX_WARNINGS, string_warnings, visible
+
 # Longest summary line kept: a summary is one line on a card, not a second body.
 SUMMARY_CHARS = 300
 
@@ -131,3 +133,69 @@ def arguments_effect(tool: str, arguments: dict[str, JsonValue]) -> Effect:
         resolved=False,
         arguments=arguments,
     )
+
+
+# --- how an effect is shown (inbox card, chat page, notices, CLI) -----------------------------------
+
+
+def _text_lines(text: str, indent: str) -> list[str]:
+    """A multi-line text (a body) as lines, each with hidden characters made visible."""
+    return [visible(f"{indent}{line}")[:MAX_LINE_CHARS] for line in text.split("\n")]
+
+
+def named(kind: str, label: str) -> str:
+    """A record as a line names it: "lead Jane Doe (…)", "task 5 “Call Jane”" (a label may name its
+    kind already)."""
+    return label if label.startswith(f"{kind} ") else f"{kind} {label}"
+
+
+def effect_lines(effect: Effect) -> list[str]:
+    """The effect as a person reads it: the summary, then each change (field: before → after),
+    each message as it will be sent (recipients, subject, body) and each creation. Hidden
+    characters are made visible (countersign.core.shown), as in the arguments' lines."""
+    lines = [visible(effect.summary)]
+    if effect.problem is not None:
+        lines.append(visible(f"  would fail: {effect.problem}"))
+    if not effect.resolved:
+        lines.append("  not resolved: this is what the call was asked to do, not what it will change")
+    for change in effect.changes:
+        lines.append(
+            visible(f"  {'deletes' if change.deleted else 'changes'} {named(change.kind, change.label)}")
+        )
+        lines.extend(
+            visible(f"    {name}: {shown(c.before)} → {shown(c.after)}")[:MAX_LINE_CHARS]
+            for name, c in change.fields.items()
+        )
+    for message in effect.messages:
+        lines.append(visible(f"  sends {message.channel} to {', '.join(message.to)}"))
+        if message.subject is not None:
+            lines.append(visible(f"    subject: {message.subject}")[:MAX_LINE_CHARS])
+        lines.append("    body:")
+        lines.extend(_text_lines(message.body, "      "))
+        if message.html is not None:
+            lines.append("    (and an HTML version of it)")
+    for created in effect.creates:
+        lines.append(visible(f"  creates {named(created.kind, created.label)}"))
+        for name, value in created.fields.items():
+            if isinstance(value, str) and "\n" in value:
+                lines.append(f"    {visible(name)}:")
+                lines.extend(_text_lines(value, "      "))
+            else:
+                lines.append(visible(f"    {name}: {shown(value)}")[:MAX_LINE_CHARS])
+    return lines
+
+
+def effect_warnings(effect: Effect) -> list[str]:
+    """What in the effect could deceive its reader: look-alike addresses, hidden characters."""
+    found: list[str] = []
+    for message in effect.messages:
+        for address in message.to:
+            found.extend(string_warnings(f"effect: {message.channel} to", address))
+        if message.subject is not None:
+            found.extend(string_warnings(f"effect: {message.channel} subject", message.subject))
+        found.extend(string_warnings(f"effect: {message.channel} body", message.body))
+    for change in effect.changes:
+        for name, c in change.fields.items():
+            if isinstance(c.after, str):
+                found.extend(string_warnings(f"effect: {change.kind} {name}", c.after))
+    return list(dict.fromkeys(found))[:MAX_WARNINGS]

@@ -28,7 +28,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from countersign.core.approvals import Approval, Decision, PendingCall, approver_refusal
 from countersign.core.bounds import MAX_REASON_CHARS, DuplicateKey, loads_strict
 from countersign.core.calls import Risk
-from countersign.core.effects import Effect
+from countersign.core.effects import Effect, effect_lines, effect_warnings
 from countersign.core.messages import ChatMessage
 from countersign.core.shown import argument_lines, argument_warnings
 from countersign.db.instances import current_instance
@@ -131,10 +131,12 @@ class PendingItem(BaseModel):
     # and what could deceive a reader (look-alikes, bidi) flagged (countersign.core.shown).
     arg_lines: list[str] = Field(default_factory=list)
     warnings: list[str] = Field(default_factory=list)
-    # What the call will do, as the tool resolved it when the request was recorded: shown first,
-    # and its digest is what a reviewer's proof binds (None and "" for a request from before).
+    # What the call will do, as the tool resolved it when the request was recorded: shown first
+    # (`effect_lines`, hidden characters visible; what could deceive in it is in `warnings`), and
+    # its digest is what a reviewer's proof binds (None and "" for a request from before).
     effect: Effect | None = None
     effect_digest: str = ""
+    effect_lines: list[str] = Field(default_factory=list)
     # Asked again: who approved this call before, and what it would have done then; that approval
     # was voided because what the call would do changed between the decision and its execution.
     voided_by: str | None = None
@@ -155,6 +157,7 @@ def item_of(row: ApprovalRequest, said: list[dict[str, str]]) -> PendingItem:
     """A recorded approval request as reviewers see it (a native tool's description and schema
     from this registry, an MCP tool's from the conversation's snapshot, as recorded)."""
     tool = REGISTRY.get(row.tool)
+    effect = Effect.model_validate(row.effect) if row.effect is not None else None
     return PendingItem(
         workflow_id=row.workflow_id,
         call_id=row.call_id,
@@ -173,9 +176,10 @@ def item_of(row: ApprovalRequest, said: list[dict[str, str]]) -> PendingItem:
         hints=row.hints,
         last_messages=said,
         arg_lines=argument_lines(row.args),
-        warnings=argument_warnings(row.args),
-        effect=Effect.model_validate(row.effect) if row.effect is not None else None,
+        warnings=(effect_warnings(effect) if effect else []) + argument_warnings(row.args),
+        effect=effect,
         effect_digest=row.effect_sha256 or "",
+        effect_lines=effect_lines(effect) if effect else [],
         voided_by=row.voided_by,
         voided_effect=Effect.model_validate(row.voided_effect) if row.voided_effect is not None else None,
     )

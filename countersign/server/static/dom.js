@@ -15,6 +15,17 @@ function el(tag, attrs = {}, ...children) {
   return node;
 }
 
+// What a call will do (the approval request's effect, as the server lays it out in lines with hidden
+// characters made visible): its summary first, then each change, message and creation. Shared by
+// the inbox card and the chat page's step; `lines` empty (a request from before effects): nothing.
+function effectView(lines, unresolved) {
+  if (!lines || !lines.length) return "";
+  const [summary, ...rest] = lines;
+  return el("section", { class: unresolved ? "effect unresolved" : "effect", "aria-label": "What this call will do" },
+    el("p", { class: "effect-summary" }, el("strong", { text: summary })),
+    rest.length ? el("pre", { class: "effect-lines", text: rest.join("\n") }) : "");
+}
+
 async function api(method, path, body) {
   const response = await fetch(path, {
     method,

@@ -1,6 +1,7 @@
 // The inbox page: plain JS, no build step. Pending approvals arrive over server-sent events
-// (/api/events); each card shows the parsed arguments one key per line (hidden characters made
-// visible, look-alikes and bidi flagged by the server) and a form
+// (/api/events); each card shows first what the call will do (its effect: the records it changes,
+// before and after, the messages it sends as they will leave), then the parsed arguments one key
+// per line (hidden characters made visible, look-alikes and bidi flagged by the server) and a form
 // generated from the tool's JSON schema to edit them (the worker validates the edit again).
 "use strict";
 
@@ -146,6 +147,11 @@ function card(item) {
     el("p", { class: "muted" },
       `requested by ${item.requested_by} · agent ${item.agent} · conversation `, conversationLink(item.workflow_id),
       ` · call ${item.call_id} · `, expires),
+    effectView(item.effect_lines, item.effect && !item.effect.resolved),
+    (item.warnings || []).length
+      ? el("ul", { class: "warnings", role: "alert", "aria-label": "Check these arguments" },
+          ...item.warnings.map((w) => el("li", { text: `⚠ ${w}` })))
+      : "",
     el("p", {}, withCode(item.description)),
     item.hints ? el("p", { class: "hints", text: item.hints }) : "",
     item.voided_by
@@ -157,10 +163,6 @@ function card(item) {
     messages,
     el("p", {}, el("strong", { text: "Arguments, one per line, as the tool will receive them:" })),
     el("pre", { class: "raw-args", text: (item.arg_lines || []).join("\n") }),
-    (item.warnings || []).length
-      ? el("ul", { class: "warnings", role: "alert", "aria-label": "Check these arguments" },
-          ...item.warnings.map((w) => el("li", { text: `⚠ ${w}` })))
-      : "",
     el("details", {}, el("summary", { text: "Edit arguments" }), fields, approveEdited),
     el("p", { class: "decision" }, el("label", { for: reason.id, text: "Your reason for this decision" }), reason),
     el("p", {}, approve, reject),
