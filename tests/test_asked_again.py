@@ -110,6 +110,7 @@ async def test_a_draft_changed_after_bob_saw_it_is_never_sent_unseen(
     await approve(stack, bob, seen)
     again = await card(stack, bob, handle.id, voided_by="bob")
     assert ATTACKER in again["effect"]["summary"] and again["call_id"] == seen["call_id"]
+    assert again["voided_effect"] == seen["effect"]  # what changed since: then, and now
     assert again["nonce"] != seen["nonce"]  # a new request: bob's first proof cannot decide it
     async with session_factory(db_engine)() as session:
         assert (await session.get(EmailDraft, partner_draft)).sent_outbox_id is None  # type: ignore[union-attr]

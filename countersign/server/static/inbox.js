@@ -147,6 +147,12 @@ function card(item) {
     el("p", { class: "muted" },
       `requested by ${item.requested_by} · agent ${item.agent} · conversation `, conversationLink(item.workflow_id),
       ` · call ${item.call_id} · `, expires),
+    item.voided_by
+      ? el("p", { class: "asked-again", role: "alert",
+          text: `Asked again: what this call would do changed after ${item.voided_by} approved it`
+            + (item.voided_effect ? ` (then: ${item.voided_effect.summary})` : "")
+            + ", so nothing ran and that approval was voided. Decide on it as it is now." })
+      : "",
     effectView(item.effect_lines, item.effect && !item.effect.resolved),
     (item.warnings || []).length
       ? el("ul", { class: "warnings", role: "alert", "aria-label": "Check these arguments" },
@@ -154,12 +160,6 @@ function card(item) {
       : "",
     el("p", {}, withCode(item.description)),
     item.hints ? el("p", { class: "hints", text: item.hints }) : "",
-    item.voided_by
-      ? el("p", { class: "asked-again", role: "alert",
-          text: `Asked again: what this call would do changed after ${item.voided_by} approved it`
-            + (item.voided_effect ? ` (then: ${item.voided_effect.summary})` : "")
-            + ", so nothing ran and that approval was voided. Decide on it as it is now." })
-      : "",
     messages,
     el("p", {}, el("strong", { text: "Arguments, one per line, as the tool will receive them:" })),
     el("pre", { class: "raw-args", text: (item.arg_lines || []).join("\n") }),
