@@ -12,6 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from temporalio.client import WorkflowHandle, WorkflowUpdateFailedError
 
 from countersign.core.approvals import ApproveSignal, Decision, RejectSignal
+from countersign.core.calls import ApproverEdit, argument_changes
 from countersign.core.contract import AnswerSignal, Limits, StatusView
 from countersign.core.messages import ChatMessage
 from countersign.db.schema import ApprovalDecision, Lead, Notification, ToolExecution
@@ -313,3 +314,19 @@ async def test_ask_human_waits_for_the_users_answer(agent: AgentHarness) -> None
     )
     result = await handle.result()
     assert result.last_reply == "[scripted model] Thanks."
+
+
+def test_an_approvers_changes_name_each_argument_as_asked_and_as_approved() -> None:
+    asked = {"lead": JANE, "new_status": "qualified", "reason": "budget"}
+    approved = {"lead": JANE, "new_status": "contacted", "reason": "budget", "note": "called"}
+    changes = argument_changes(asked, approved)
+    assert list(changes) == ["new_status", "note"]  # unchanged ones left out, a new one from null
+    assert (changes["note"].before, changes["note"].after) == (None, "called")
+    edit = ApproverEdit(approver="bob", changes=changes, reason="not yet")
+    assert (
+        edit.note() == 'bob changed new_status from "qualified" to "contacted"; note from null to "called" '
+        "before approving (reason: not yet)"
+    )
+    assert (
+        ApproverEdit(approver="bob").note() == "bob changed the arguments before approving (no reason given)"
+    )
