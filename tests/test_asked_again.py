@@ -18,6 +18,7 @@ import pytest_asyncio
 from sqlalchemy import delete, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from countersign.core.saga import Saga
 from countersign.db.engine import session_factory
 from countersign.db.schema import ApprovalDecision, EmailDraft, EmailOutbox, Lead
 from tests.fixtures.inbox import SignedStack
@@ -151,3 +152,5 @@ async def test_a_lead_changed_between_decision_and_execution_is_asked_again(
         status = await conn.scalar(select(Lead.status).where(Lead.tenant_id == "acme", Lead.email == JANE))
     assert status == "qualified"
     assert await decisions(db_engine, handle.id) == [("bob", True, True), ("bob", True, False)]
+    saga = await handle.query("saga", result_type=Saga)
+    assert [e.call_id for e in saga.entries] == [seen["call_id"]]  # the voided run is not a write
