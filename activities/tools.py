@@ -12,10 +12,10 @@ still an active user with the scopes the tool needs: refused calls are audited a
 
 An approved call runs only on what was approved: its tool resolves the effect again, inside the
 transaction that makes the change and locking what it reads (`ctx.lock_reads`), and when the digest
-differs from the one its approval request recorded (`approval_requests.effect_sha256`, what the
-reviewer was shown and their proof bound) nothing changes: the approval is recorded as voided, no
-audit row or result is written (the call is not over), and the activity answers EFFECT_CHANGED, on
-which the workflow asks for a decision again.
+differs from the approved one (`approval_requests.effect_sha256`, what the reviewer was shown and
+their proof bound; for an approver's edit, the edit's effect on its decision) nothing changes: the
+approval is recorded as voided, no audit row or result is written (the call is not over), and the
+activity answers EFFECT_CHANGED, on which the workflow asks for a decision again.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
-from sqlalchemy import func, select, update
+from sqlalchemy import ColumnElement, func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
 
@@ -176,6 +176,18 @@ async def same_effect(tool: Tool, context: ToolContext, args: ToolArgs, approved
     return effect
 
 
+def standing_approvals(invocation: ToolInvocation) -> tuple[ColumnElement[bool], ...]:
+    """The call's accepted approvals that no changed effect voided (`approval_decisions`)."""
+    return (
+        ApprovalDecision.workflow_id == invocation.workflow_id,
+        ApprovalDecision.conversation_id == invocation.conversation_id,
+        ApprovalDecision.call_id == invocation.call_id,
+        ApprovalDecision.decision == "approve",
+        ApprovalDecision.accepted,
+        ApprovalDecision.voided_at.is_(None),
+    )
+
+
 async def approved_effect(session: AsyncSession, invocation: ToolInvocation) -> str | None:
     """The digest of the effect a reviewer approved for this call: as its approval request recorded
     it, or, when the approver edited the arguments, as their decision recorded the edit's; None for
@@ -185,14 +197,7 @@ async def approved_effect(session: AsyncSession, invocation: ToolInvocation) -> 
     if invocation.arguments_edited:
         return await session.scalar(
             select(ApprovalDecision.effect_sha256)
-            .where(
-                ApprovalDecision.workflow_id == invocation.workflow_id,
-                ApprovalDecision.conversation_id == invocation.conversation_id,
-                ApprovalDecision.call_id == invocation.call_id,
-                ApprovalDecision.decision == "approve",
-                ApprovalDecision.accepted,
-                ApprovalDecision.voided_at.is_(None),
-            )
+            .where(*standing_approvals(invocation))
             .order_by(ApprovalDecision.id.desc())
             .limit(1)
         )
@@ -249,19 +254,13 @@ class ToolActivities:
     async def _voided(
         session: AsyncSession, invocation: ToolInvocation, effect: Effect
     ) -> ToolResult | StoredResult:
-        """Record the call's approval as voided by `effect` (in `session`'s transaction, where nothing
-        else changed) and answer EFFECT_CHANGED; nothing is stored at the call's sequence number, which
-        its eventual result takes."""
+        """Record the call's approval as voided by `effect`, in `session`'s transaction (where the
+        tool's writes were rolled back; a rate-limit token taken stays spent, as for any attempt),
+        and answer EFFECT_CHANGED; nothing is stored at the call's sequence number, which its
+        eventual result takes."""
         await session.execute(
             update(ApprovalDecision)
-            .where(
-                ApprovalDecision.workflow_id == invocation.workflow_id,
-                ApprovalDecision.conversation_id == invocation.conversation_id,
-                ApprovalDecision.call_id == invocation.call_id,
-                ApprovalDecision.decision == "approve",
-                ApprovalDecision.accepted,
-                ApprovalDecision.voided_at.is_(None),
-            )
+            .where(*standing_approvals(invocation))
             .values(voided_at=func.now(), voided=effect.model_dump(mode="json"))
         )
         message = (
