@@ -183,7 +183,7 @@ def standing_approvals(invocation: ToolInvocation) -> tuple[ColumnElement[bool],
         ApprovalDecision.conversation_id == invocation.conversation_id,
         ApprovalDecision.call_id == invocation.call_id,
         ApprovalDecision.decision == "approve",
-        ApprovalDecision.accepted,
+        ApprovalDecision.accepted.is_(True),
         ApprovalDecision.voided_at.is_(None),
     )
 
