@@ -41,6 +41,15 @@ from tools.effects import preview_effect
 from tools.registry import REGISTRY, ToolContext, ToolFailure
 
 
+def unresolved(request: RecordedApproval, problem: str) -> Effect:
+    """The arguments as the effect of a call whose effect could not be resolved, and why."""
+    summary = one_line(
+        f"{request.tool}: the effect could not be resolved ({problem}); decide on the arguments"
+    )
+    effect = arguments_effect(request.tool, load_arguments_or_raw(request.args))
+    return effect.model_copy(update={"summary": summary, "problem": problem})
+
+
 class ApprovalActivities:
     def __init__(
         self, sessions: async_sessionmaker[AsyncSession], proofs: ProofVerifier | None = None
@@ -154,7 +163,9 @@ class ApprovalActivities:
     ) -> Effect | None:
         """What the call does with the approver's edited arguments, resolved now as its request's
         effect was: what the approver approves, and what the call must still resolve to when it
-        runs (activities/tools.py). None when the request was never recorded."""
+        runs (activities/tools.py). None when the request was never recorded. A preview that breaks
+        rolls back its savepoint, not the decision: the edit's effect is then its arguments,
+        unresolved (the call, resolving it when it runs, is asked again)."""
         request = await session.scalar(
             select(ApprovalRequest).where(
                 ApprovalRequest.conversation_id == record.conversation_id,
@@ -164,7 +175,15 @@ class ApprovalActivities:
         if request is None:
             return None
         fields = {name: getattr(request, name) for name in RecordedApproval.model_fields if name != "args"}
-        return await cls._effect(session, RecordedApproval(**fields, args=edited))
+        recorded = RecordedApproval(**fields, args=edited)
+        try:
+            async with session.begin_nested():
+                return await cls.resolve_effect(session, recorded)
+        except Exception as exc:
+            if is_connection_error(exc):
+                raise  # the database is out of reach: Temporal retries the activity
+            activity.logger.exception("resolving the edited effect of %s failed", record.decision.call_id)
+            return unresolved(recorded, "INTERNAL_ERROR: the effect could not be resolved")
 
     @staticmethod
     async def _recorded_effect(session: AsyncSession, record: DecisionRecord) -> str:
@@ -194,72 +213,74 @@ class ApprovalActivities:
     async def record_approval_request(self, request: RecordedApproval) -> None:
         """Write what reviewers are shown and what their proofs will bind: the call as this worker's
         conversation holds it, and its effect as the tool resolves it now (once: a retry changes
-        nothing, the first resolution stays what reviewers decide)."""
-        async with self._sessions() as session, session.begin():
-            effect = await self._effect(session, request)
-            values = request.model_dump(exclude={"parameters"}) | {
-                "parameters": request.parameters,
-                "args_sha256": args_digest(request.args),
-                "effect": effect.model_dump(mode="json"),
-                "effect_sha256": effect.digest,
-            }
-            statement = insert(ApprovalRequest).values(**values)
-            # a call asked again (its approved effect changed before it ran) reopens its row as a new
-            # request, keeping the effect approved before (`voided_effect`: what changed since); a
-            # retry of the same request (the same nonce) changes nothing
-            reopened = values | {
-                "state": "pending",
-                "decided_by": None,
-                "closed_at": None,
-                "voided_effect": ApprovalRequest.effect,
-            }
-            await session.execute(
-                statement.on_conflict_do_update(
-                    index_elements=[ApprovalRequest.conversation_id, ApprovalRequest.call_id],
-                    set_=reopened,
-                    where=ApprovalRequest.nonce != statement.excluded.nonce,
-                )
-            )
+        nothing, the first resolution stays what reviewers decide).
+
+        The preview reads in the transaction that writes the request (no savepoint: it changes
+        nothing). One that breaks (a bug, a statement PostgreSQL refuses) takes that transaction
+        with it; the request is then written in another, with the arguments as its effect, marked
+        unresolved, rather than not at all."""
+        try:
+            async with self._sessions() as session, session.begin():
+                await self._record(session, request, await self.resolve_effect(session, request))
+        except Exception as exc:
+            if is_connection_error(exc):
+                raise  # the database is out of reach: Temporal retries the activity
+            activity.logger.exception("resolving the effect of %s failed (%s)", request.tool, request.call_id)
+            problem = "INTERNAL_ERROR: the effect could not be resolved; the operators' log has details"
+            async with self._sessions() as session, session.begin():
+                await self._record(session, request, unresolved(request, problem))
 
     @staticmethod
-    async def _effect(session: AsyncSession, request: RecordedApproval) -> Effect:
+    async def _record(session: AsyncSession, request: RecordedApproval, effect: Effect) -> None:
+        values = request.model_dump(exclude={"parameters"}) | {
+            "parameters": request.parameters,
+            "args_sha256": args_digest(request.args),
+            "effect": effect.model_dump(mode="json"),
+            "effect_sha256": effect.digest,
+        }
+        statement = insert(ApprovalRequest).values(**values)
+        # a call asked again (its approved effect changed before it ran) reopens its row as a new
+        # request, keeping the effect approved before (`voided_effect`: what changed since); a retry
+        # of the same request (the same nonce) changes nothing
+        reopened = values | {
+            "state": "pending",
+            "decided_by": None,
+            "closed_at": None,
+            "voided_effect": ApprovalRequest.effect,
+        }
+        await session.execute(
+            statement.on_conflict_do_update(
+                index_elements=[ApprovalRequest.conversation_id, ApprovalRequest.call_id],
+                set_=reopened,
+                where=ApprovalRequest.nonce != statement.excluded.nonce,
+            )
+        )
+
+    @staticmethod
+    async def resolve_effect(session: AsyncSession, request: RecordedApproval) -> Effect:
         """What the call will do, resolved read-only by its tool's preview for the requester (roles
         from the database) in `session`; an MCP tool's (`parameters` from the snapshot) is its
-        arguments, not resolved. A preview that breaks leaves the reviewer the arguments, marked
-        unresolved, rather than no request at all."""
+        arguments, not resolved."""
         tool = REGISTRY.get(request.tool)
-        arguments = load_arguments_or_raw(request.args)
         if tool is None or request.parameters is not None:
-            return arguments_effect(request.tool, arguments)
+            return arguments_effect(request.tool, load_arguments_or_raw(request.args))
+        try:
+            args = validate(tool, request.args)
+        except ToolFailure as invalid:  # validated before the request: only if validation changed since
+            return unresolved(request, f"{invalid.code}: {invalid.message}")
         roles = await roles_of(session, request.tenant_id, request.requested_by)
+        caller = CallerContext(
+            tenant_id=request.tenant_id, user_id=request.requested_by, roles=roles or [], agent=request.agent
+        )
         context = ToolContext(
-            caller=CallerContext(
-                tenant_id=request.tenant_id,
-                user_id=request.requested_by,
-                roles=roles or [],
-                agent=request.agent,
-            ),
+            caller=caller,
             session=session,
             workflow_id=request.workflow_id,
             call_id=request.call_id,
             now=datetime.now(UTC),
             conversation_id=request.conversation_id,
         )
-        try:
-            async with session.begin_nested():  # a statement that fails leaves the insert its transaction
-                return await preview_effect(tool, context, validate(tool, request.args))
-        except ToolFailure as invalid:  # validated before the request: only if validation changed since
-            problem = f"{invalid.code}: {invalid.message}"
-        except Exception as exc:
-            if is_connection_error(exc):
-                raise  # the database is out of reach: Temporal retries the activity
-            activity.logger.exception("the preview of %s failed (%s)", tool.name, request.call_id)
-            problem = "INTERNAL_ERROR: the effect could not be resolved; the operators' log has details"
-        unresolved = arguments_effect(request.tool, arguments)
-        summary = one_line(
-            f"{request.tool}: the effect could not be resolved ({problem}); decide on the arguments"
-        )
-        return unresolved.model_copy(update={"summary": summary, "problem": problem})
+        return await preview_effect(tool, context, args)
 
     def _verdict(self, row: ApprovalDecision, record: DecisionRecord) -> Verdict:
         """The verdict a recorded attempt stands for; the same on every run of the attempt.
@@ -332,7 +353,8 @@ class ApprovalActivities:
 
     @activity.defn(name="send_approval_reminder")
     async def send_approval_reminder(self, reminder: ApprovalReminder) -> None:
-        """A tenant-wide notification that a call still waits for a decision (once per call)."""
+        """A tenant-wide notification that a call still waits for a decision (once per call), saying
+        first what it will do (the effect its request recorded)."""
         async with self._sessions() as session, session.begin():
             sent = await session.scalar(
                 select(Notification.id).where(
@@ -343,13 +365,21 @@ class ApprovalActivities:
                 )
             )
             if sent is None:
+                summary = await session.scalar(
+                    select(ApprovalRequest.effect["summary"].astext).where(
+                        ApprovalRequest.conversation_id == reminder.conversation_id,
+                        ApprovalRequest.call_id == reminder.call_id,
+                    )
+                )
+                does = f"{summary}: " if summary else ""
                 session.add(
                     Notification(
                         tenant_id=reminder.tenant_id,
                         user_id=None,
                         kind="approval_reminder",
                         message=(
-                            f"{reminder.tool} {reminder.args} waits for approval in {reminder.workflow_id} "
+                            f"{does}{reminder.tool} {reminder.args} waits for approval in "
+                            f"{reminder.workflow_id} "
                             f"(call {reminder.call_id}); it expires at {reminder.expires_at.isoformat()}"
                         ),
                         workflow_id=reminder.workflow_id,

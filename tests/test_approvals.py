@@ -126,6 +126,8 @@ async def test_unanswered_approval_expires_after_reminding(
             await conn.execute(select(Notification).where(Notification.workflow_id == handle.id))
         ).all()
     assert len(reminders) == 1 and reminders[0].kind == "approval_reminder"
+    # issue 34: what the call would have done comes first
+    assert reminders[0].message.startswith("Jane Doe, Doe Consulting (jane.doe@example.com): status new")
 
 
 async def test_approval_timeout_limit_overrides_the_default(agent: AgentHarness, jane_is_new: None) -> None:

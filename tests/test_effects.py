@@ -7,19 +7,21 @@ seeded data, and names what then runs (the records' fields after the call, the e
 
 from __future__ import annotations
 
+import json
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 from pydantic import BaseModel
-from sqlalchemy import select, text, update
-from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy import delete, select, text, update
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
+from activities.approvals import ApprovalActivities
 from activities.notifications import wording
 from countersign.cli.approvals import shown_pending
-from countersign.core.approvals import ApprovalNotice
+from countersign.core.approvals import ApprovalNotice, RecordedApproval
 from countersign.core.calls import CallerContext
 from countersign.core.effects import (
     Effect,
@@ -31,6 +33,7 @@ from countersign.core.effects import (
     effect_warnings,
 )
 from countersign.db import schema
+from countersign.db.engine import session_factory
 from tools import REGISTRY
 from tools.effects import preview_effect, reads_only
 from tools.registry import Needs, ToolArgs, ToolContext, parse_arguments, tool
@@ -425,3 +428,64 @@ async def test_an_update_to_the_values_it_has_changes_nothing(db_session: AsyncS
 async def test_reads_change_nothing(db_session: AsyncSession) -> None:
     effect = await preview(context(db_session), "get_lead", {"lead": "jane.doe@example.com"})
     assert effect.changes_nothing and effect.summary == "Changes nothing: reads only"
+
+
+# --- recording the effect with the approval request ---------------------------------------------------
+
+
+def approval_request(call_id: str, tool: str, args: dict[str, Any]) -> RecordedApproval:
+    return RecordedApproval(
+        tenant_id="acme",
+        workflow_id="wf-effects",
+        conversation_id="run-effects",
+        call_id=call_id,
+        tool=tool,
+        risk=REGISTRY[tool].risk,
+        nonce="n",
+        agent="lead-qualifier",
+        args=json.dumps(args),
+        requested_by="alice",
+        requested_at=NOW,
+        expires_at=NOW,
+    )
+
+
+async def recorded(engine: AsyncEngine, call_id: str) -> tuple[Effect, str]:
+    async with engine.connect() as conn:
+        row = (
+            await conn.execute(
+                select(schema.ApprovalRequest.effect, schema.ApprovalRequest.effect_sha256).where(
+                    schema.ApprovalRequest.conversation_id == "run-effects",
+                    schema.ApprovalRequest.call_id == call_id,
+                )
+            )
+        ).one()
+    return Effect.model_validate(row.effect), row.effect_sha256
+
+
+async def broken_preview(ctx: ToolContext, args: ToolArgs) -> Effect:
+    await ctx.session.execute(text("SELECT 1/0"))  # PostgreSQL refuses it: the transaction is lost
+    raise AssertionError("unreachable")
+
+
+async def test_the_request_is_recorded_with_its_effect_even_when_the_preview_breaks(
+    db_engine: AsyncEngine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    activities = ApprovalActivities(session_factory(db_engine))
+    raw = {"lead": "jane.doe@example.com", "new_status": "qualified", "reason": "x"}
+    try:
+        await activities.record_approval_request(approval_request("c1", "update_lead_status", raw))
+        effect, digest = await recorded(db_engine, "c1")
+        assert effect.changes[0].fields["status"].after == "qualified" and digest == effect.digest
+
+        broken = replace(REGISTRY["update_lead_status"], preview=broken_preview)
+        monkeypatch.setitem(REGISTRY, "update_lead_status", broken)
+        await activities.record_approval_request(approval_request("c2", "update_lead_status", raw))
+        effect, digest = await recorded(db_engine, "c2")
+        assert not effect.resolved and effect.arguments == raw and digest == effect.digest
+        assert effect.problem is not None and effect.problem.startswith("INTERNAL_ERROR")
+    finally:
+        async with db_engine.begin() as conn:
+            await conn.execute(
+                delete(schema.ApprovalRequest).where(schema.ApprovalRequest.conversation_id == "run-effects")
+            )
