@@ -395,6 +395,8 @@ class Inbox:
                     "reason": r.reason,
                     "edited_args": r.args,
                     "model_args": model_args if r.args is not None else None,  # JSON null reads as None
+                    # an approval voided because the call's effect changed before it ran: asked again
+                    "voided": r.voided_at is not None,
                     "at": r.created_at.isoformat(),
                 }
                 for r, model_args in rows

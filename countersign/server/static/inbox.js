@@ -250,7 +250,7 @@ async function loadHistory() {
     el("td", { text: new Date(r.at).toLocaleString() }),
     el("td", {}, conversationLink(r.workflow_id), ` / ${r.call_id}`),
     el("td", { text: r.tool }),
-    el("td", { text: `${r.decision}${r.accepted ? "" : " (refused)"}` },
+    el("td", { text: `${r.decision}${r.accepted ? "" : " (refused)"}${r.voided ? " (voided: what it would do changed before it ran; asked again)" : ""}` },
       ...(r.edited_args ? [el("div", { class: "edit", text: `edited arguments: ${JSON.stringify(r.edited_args)}${r.model_args ? ` (the model asked for ${JSON.stringify(r.model_args)})` : ""}` })] : [])),
     el("td", { text: `${r.approver} ${r.proven ? "(proven)" : "(claimed)"}`, title: r.proven ? "the inbox authenticated this person and the worker checked its proof" : "a name given without proof (names mode)" }),
     el("td", { text: r.reason || "" }),
