@@ -21,14 +21,15 @@ from temporalio.exceptions import ApplicationError
 from activities.failures import is_connection_error
 from countersign.core.activity_refs import RECORD_APPROVAL_REQUEST, RECORD_DECISION, SEND_APPROVAL_REMINDER
 from countersign.core.approvals import (
+    FOUR_EYES,
     ApprovalReminder,
     DecisionRecord,
     RecordedApproval,
     Verdict,
     approver_refusal,
 )
-from countersign.core.calls import CallerContext
-from countersign.core.effects import Effect, arguments_effect, one_line
+from countersign.core.calls import CallerContext, argument_changes
+from countersign.core.effects import Effect, FieldChange, arguments_effect, one_line
 from countersign.db.attempts import attempt_key, record_once
 from countersign.db.chain import chain
 from countersign.db.events import publish
@@ -37,6 +38,7 @@ from countersign.db.schema import ApprovalDecision, ApprovalRequest, Notificatio
 from countersign.identity.proofs import Binding, ProofVerifier, args_digest, check_proof
 from countersign.mcp.catalog import argument_errors
 from tools.arguments import load_arguments_or_raw, validate
+from tools.drafts import drafts_named, last_editor
 from tools.effects import preview_effect
 from tools.registry import REGISTRY, ToolContext, ToolFailure
 
@@ -93,8 +95,14 @@ class ApprovalActivities:
                     refusal = approver_refusal(
                         decision.decision, record.risk, record.requested_by, decision.approver, roles
                     )
+                if refusal is None and decision.decision == "approve" and record.risk in FOUR_EYES:
+                    refusal = await self._editor_refusal(session, record)
+                edited, changes, effect = None, None, None
                 if refusal is None and decision.args is not None:
-                    refusal = self._edited(record, decision.args)[1]
+                    edited, refusal = self._edited(record, decision.args)
+                if edited is not None:
+                    changes = self._changes(record, edited)
+                    effect = await self._edited_effect(session, record, edited)
                 if refusal is None:
                     await self._close(
                         session, record, "approved" if decision.decision == "approve" else "rejected"
@@ -110,6 +118,9 @@ class ApprovalActivities:
                     "accepted": refusal is None,
                     "reason": refusal or decision.reason,
                     "args": decision.args,
+                    "changes": changes and {k: c.model_dump(mode="json") for k, c in changes.items()},
+                    "effect": effect.model_dump(mode="json") if effect is not None else None,
+                    "effect_sha256": effect.digest if effect is not None else None,
                     "proven": refusal is None and self._proofs.mode == "signed",
                 }
 
@@ -133,6 +144,49 @@ class ApprovalActivities:
                     f"approval:{row.call_id}:decided",
                 )
             return self._verdict(row, record)
+
+    @staticmethod
+    async def _editor_refusal(session: AsyncSession, record: DecisionRecord) -> str | None:
+        """Four-eyes for content: whoever last edited a draft the call sends (as asked, or as the
+        approver's edit would have it) counts as its requester and may not approve it."""
+        approver, named = record.decision.approver, drafts_named(record.tool, record.args or "{}")
+        if record.decision.args is not None:
+            named += drafts_named(record.tool, json.dumps(record.decision.args))
+        for draft_id in sorted(set(named)):
+            if await last_editor(session, record.tenant_id, draft_id) == approver:
+                return (
+                    f"{approver} last edited draft {draft_id} and may not approve a call that sends it "
+                    "(four-eyes rule)"
+                )
+        return None
+
+    @classmethod
+    async def _edited_effect(
+        cls, session: AsyncSession, record: DecisionRecord, edited: str
+    ) -> Effect | None:
+        """What the call does with the approver's edited arguments, resolved now as its request's
+        effect was: what the approver approves, and what the call must still resolve to when it
+        runs (activities/tools.py). None when the request was never recorded. A preview that breaks
+        rolls back its savepoint, not the decision: the edit's effect is then its arguments,
+        unresolved (the call, resolving it when it runs, is asked again)."""
+        request = await session.scalar(
+            select(ApprovalRequest).where(
+                ApprovalRequest.conversation_id == record.conversation_id,
+                ApprovalRequest.call_id == record.decision.call_id,
+            )
+        )
+        if request is None:
+            return None
+        fields = {name: getattr(request, name) for name in RecordedApproval.model_fields if name != "args"}
+        recorded = RecordedApproval(**fields, args=edited)
+        try:
+            async with session.begin_nested():
+                return await cls.resolve_effect(session, recorded)
+        except Exception as exc:
+            if is_connection_error(exc):
+                raise  # the database is out of reach: Temporal retries the activity
+            activity.logger.exception("resolving the edited effect of %s failed", record.decision.call_id)
+            return unresolved(recorded, "INTERNAL_ERROR: the effect could not be resolved")
 
     @staticmethod
     async def _recorded_effect(session: AsyncSession, record: DecisionRecord) -> str:
@@ -185,17 +239,30 @@ class ApprovalActivities:
 
     @staticmethod
     async def _record(session: AsyncSession, request: RecordedApproval, effect: Effect) -> None:
+        values = request.model_dump(exclude={"parameters"}) | {
+            "parameters": request.parameters,
+            "args_sha256": args_digest(request.args),
+            "effect": effect.model_dump(mode="json"),
+            "effect_sha256": effect.digest,
+        }
+        statement = insert(ApprovalRequest).values(**values)
+        # a call asked again (its approved effect changed before it ran) reopens its row as a new
+        # request, keeping the effect approved before (`voided_effect`: what changed since); a retry
+        # of the same request (the same nonce) changes nothing
+        reopened = values | {
+            "state": "pending",
+            "decided_by": None,
+            "closed_at": None,
+            "voided_effect": ApprovalRequest.effect,
+        }
         recorded = await session.scalar(
-            insert(ApprovalRequest)
-            .values(
-                **request.model_dump(exclude={"parameters"}),
-                parameters=request.parameters,
-                args_sha256=args_digest(request.args),
-                effect=effect.model_dump(mode="json"),
-                effect_sha256=effect.digest,
+            statement.on_conflict_do_update(
+                index_elements=[ApprovalRequest.conversation_id, ApprovalRequest.call_id],
+                set_=reopened,
+                where=ApprovalRequest.nonce != statement.excluded.nonce,
             )
-            .on_conflict_do_nothing()
             .returning(ApprovalRequest)
+            .execution_options(populate_existing=True)
         )
         if recorded is not None:
             await chain(session, recorded)
@@ -250,14 +317,27 @@ class ApprovalActivities:
         if decision.args is None:
             return Verdict(accepted=True)
         edited, invalid = self._edited(record, decision.args)
-        if invalid is not None:  # only if validation changed between the runs: fail, never drop the edit
+        if edited is None:  # only if validation changed between the runs: fail, never drop the edit
             raise ApplicationError(
                 f"decision attempt {row.attempt_key} was accepted but its edited arguments no "
                 f"longer validate: {invalid}",
                 type="DecisionAttemptConflict",
                 non_retryable=True,
             )
-        return Verdict(accepted=True, args=edited)
+        return Verdict(accepted=True, args=edited, changes=self._changes(record, edited))
+
+    @staticmethod
+    def _changes(record: DecisionRecord, edited: str) -> dict[str, FieldChange]:
+        """Each argument the approver changed, as the model asked it and as approved: a native tool's
+        both read through its arguments model, so a default the model left out is no change."""
+        asked: dict[str, Any] = json.loads(record.args or "{}")
+        tool = REGISTRY.get(record.tool)
+        if tool is not None and not (record.mcp_spec is not None and record.mcp_spec.name == record.tool):
+            try:
+                asked = validate(tool, record.args or "{}").model_dump(mode="json")
+            except ToolFailure:  # checked before it was asked: only a changed validator gets here
+                pass
+        return argument_changes(asked, json.loads(edited))
 
     @staticmethod
     def _edited(record: DecisionRecord, args: dict[str, object]) -> tuple[str | None, str | None]:

@@ -27,6 +27,7 @@ from temporalio import activity
 from countersign.core.activity_refs import RECORD_UNEXECUTED_CALL
 from countersign.core.bounds import storable
 from countersign.core.calls import ToolInvocation, ToolResult, UnexecutedCall, outcome_of
+from countersign.core.effects import Effect
 from countersign.core.guards import redact
 from countersign.db.chain import chain
 from countersign.db.messages import store_tool_result
@@ -72,12 +73,15 @@ def ran_audit_row(
     started: datetime,
     clock: float,
     unknown: bool = False,
+    effect: Effect | None = None,
 ) -> dict[str, Any]:
     """The row of a call its activity ran, from `started` (and `time.perf_counter()` at `clock`)
-    until now: `unknown` when its effect was sent out and no usable answer came."""
+    until now: `unknown` when its effect was sent out and no usable answer came; `effect`, the one
+    it made, resolved again where it was made (an approved call's, issue 34)."""
     outcome = "unknown" if unknown else outcome_of(result.code, ran=True)
     return audit_row(inv, result, outcome, risk=risk, category=category) | {
         "approved_by": inv.approved_by,
+        "effect": effect.model_dump(mode="json") if effect is not None else None,
         "idempotency_key": inv.key,
         "started_at": started,
         "finished_at": datetime.now(UTC),

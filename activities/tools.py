@@ -9,16 +9,24 @@ token from its tenant's rate limit bucket for the tool, in the same transaction:
 its recorded result takes none, and a call over the limit is audited as failed with RATE_LIMITED.
 Before any of it, the access gate (activities/access.py) checks again that the conversation's user is
 still an active user with the scopes the tool needs: refused calls are audited as refused.
+
+An approved call runs only on what was approved: its tool resolves the effect again, inside the
+transaction that makes the change and locking what it reads (`ctx.lock_reads`), and when the digest
+differs from the approved one (`approval_requests.effect_sha256`, what the reviewer was shown and
+their proof bound; for an approver's edit, the edit's effect on its decision) nothing changes: the
+approval is recorded as voided, no audit row or result is written (the call is not over), and the
+activity answers EFFECT_CHANGED, on which the workflow asks for a decision again.
 """
 
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import BaseModel
-from sqlalchemy import func, select
+from sqlalchemy import ColumnElement, func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
 
@@ -27,14 +35,25 @@ from activities.audit import ran_audit_row
 from activities.failures import is_connection_error
 from activities.heartbeat import heartbeats
 from countersign.core.activity_refs import CHECK_ARGUMENTS, EXECUTE_TOOL
-from countersign.core.calls import StoredResult, ToolInvocation, ToolResult, lock_key
+from countersign.core.calls import StoredResult, ToolError, ToolInvocation, ToolResult, lock_key
+from countersign.core.effects import Effect
 from countersign.core.guards import TruncationLimits, sanitize
+from countersign.db.chain import chain
 from countersign.db.events import QUESTION_TOOL, publish
 from countersign.db.messages import audited_answer, result_or_envelope
 from countersign.db.ratelimit import RateLimits
-from countersign.db.schema import SagaRecord, ToolExecution
+from countersign.db.schema import ApprovalDecision, ApprovalRequest, SagaRecord, ToolExecution
 from tools.arguments import validate
-from tools.registry import REGISTRY, Needs, OutcomeUnknown, Tool, ToolContext, ToolFailure
+from tools.effects import preview_effect
+from tools.registry import REGISTRY, Needs, OutcomeUnknown, Tool, ToolArgs, ToolContext, ToolFailure
+
+
+class EffectChanged(Exception):
+    """An approved call's effect, resolved again where it would be made, is not the approved one."""
+
+    def __init__(self, effect: Effect) -> None:
+        super().__init__(f"the effect changed since it was approved: {effect.summary}")
+        self.effect = effect
 
 
 def output_result(output: BaseModel) -> ToolResult:
@@ -55,6 +74,50 @@ def saga_record(invocation: ToolInvocation) -> SagaRecord:
         tool=invocation.tool,
         turn=invocation.turn,
         arguments=invocation.arguments,
+    )
+
+
+async def same_effect(tool: Tool, context: ToolContext, args: ToolArgs, approved: str) -> Effect:
+    """The call's effect resolved again in `context`'s transaction, locking the rows it reads until
+    that transaction ends; raises EffectChanged unless its digest is the `approved` one."""
+    effect = await preview_effect(tool, replace(context, lock_reads=True), args)
+    if effect.digest != approved:
+        raise EffectChanged(effect)
+    return effect
+
+
+def standing_approvals(invocation: ToolInvocation) -> tuple[ColumnElement[bool], ...]:
+    """The call's accepted approvals that no changed effect voided (`approval_decisions`)."""
+    return (
+        ApprovalDecision.workflow_id == invocation.workflow_id,
+        ApprovalDecision.conversation_id == invocation.conversation_id,
+        ApprovalDecision.call_id == invocation.call_id,
+        ApprovalDecision.decision == "approve",
+        ApprovalDecision.accepted.is_(True),
+        ApprovalDecision.voided_at.is_(None),
+    )
+
+
+async def approved_effect(session: AsyncSession, invocation: ToolInvocation) -> str | None:
+    """The digest of the effect a reviewer approved for this call: as its approval request recorded
+    it, or, when the approver edited the arguments, as their decision recorded the edit's; None for
+    a call nobody approved, or one approved before effects were recorded."""
+    if invocation.approved_by is None:
+        return None
+    if invocation.arguments_edited:
+        return await session.scalar(
+            select(ApprovalDecision.effect_sha256)
+            .where(*standing_approvals(invocation))
+            .order_by(ApprovalDecision.id.desc())
+            .limit(1)
+        )
+    return await session.scalar(
+        select(ApprovalRequest.effect_sha256).where(
+            ApprovalRequest.conversation_id == invocation.conversation_id,
+            ApprovalRequest.call_id == invocation.call_id,
+            ApprovalRequest.workflow_id == invocation.workflow_id,
+            ApprovalRequest.state == "approved",
+        )
     )
 
 
@@ -90,8 +153,45 @@ class ToolActivities:
             )
             if recorded is not None:
                 return await result_or_envelope(session, invocation, ToolResult.model_validate(recorded))
-            result, audit = await self._run(session, tool, invocation)
+            try:
+                result, audit = await self._run(session, tool, invocation)
+            except EffectChanged as changed:
+                return await self._voided(session, invocation, changed.effect)
             return await audited_answer(session, invocation, result, audit)
+
+    @staticmethod
+    async def _voided(
+        session: AsyncSession, invocation: ToolInvocation, effect: Effect
+    ) -> ToolResult | StoredResult:
+        """Record the call's approval as voided by `effect`, in `session`'s transaction (where the
+        tool's writes were rolled back; a rate-limit token taken stays spent, as for any attempt),
+        and answer EFFECT_CHANGED; nothing is stored at the call's sequence number, which its
+        eventual result takes."""
+        voided = await session.scalars(
+            update(ApprovalDecision)
+            .where(*standing_approvals(invocation))
+            .values(voided_at=func.now(), voided=effect.model_dump(mode="json"))
+            .returning(ApprovalDecision)
+            .execution_options(populate_existing=True)
+        )
+        for decision in voided.all():
+            await chain(session, decision)  # a voided approval is a fact of the audit too
+        message = (
+            f"{invocation.tool} did not run: its effect changed since it was approved ({effect.summary})"
+        )
+        if invocation.store_seq is None:
+            return ToolResult(
+                ok=False,
+                data=effect.model_dump(mode="json"),
+                error=ToolError(code="EFFECT_CHANGED", message=message),
+            )
+        return StoredResult(
+            seq=invocation.store_seq,
+            call_id=invocation.call_id,
+            tool=invocation.tool,
+            ok=False,
+            code="EFFECT_CHANGED",
+        )
 
     @activity.defn(name=CHECK_ARGUMENTS.name)
     async def check_arguments(self, invocation: ToolInvocation) -> ToolResult:
@@ -134,6 +234,7 @@ class ToolActivities:
         started = datetime.now(UTC)
         clock = time.perf_counter()
         unknown = False
+        effect: Effect | None = None
         try:
             await admit(session, invocation.caller, tool.name, tool.scopes, self._rate_limits, started)
             parsed = validate(tool, invocation.arguments)
@@ -148,7 +249,12 @@ class ToolActivities:
             async with (
                 session.begin_nested()
             ):  # a failing tool's partial writes roll back; the audit row stays
+                approved = await approved_effect(session, invocation)
+                if approved is not None:
+                    effect = await same_effect(tool, context, parsed, approved)
                 result = output_result(await tool.fn(context, parsed))
+        except EffectChanged:
+            raise
         except ToolFailure as failure:
             unknown = isinstance(failure, OutcomeUnknown)
             result = ToolResult.failure(failure.code, failure.message)
@@ -170,6 +276,7 @@ class ToolActivities:
             started=started,
             clock=clock,
             unknown=unknown,
+            effect=effect,
         )
         if audit["outcome"] == "executed" and tool.compensation is not None:
             session.add(saga_record(invocation))  # what a rollback after the conversation's end undoes

@@ -3,20 +3,32 @@
 A person reaches the same functions through `countersign drafts` (list, show, edit); sending a draft is
 `send_draft`, which queues it through send_email's outbox, so it waits for approval and the undo
 window like any email the agent sends: there is no second way out.
+
+A call that names a draft (`NamesDraft`) is approved on the draft's content, so every edit goes
+through `edit_draft`, which the tool, the server and the CLI share: an edit is refused while a
+decision on a call naming the draft is pending (the reviewer would approve content other than what
+they read), only the draft's author (the user of the conversation that wrote it) or an admin may
+edit it, and each edit is recorded with its diff (`draft_edits`). Whoever edited it last counts as
+a requester of a call that sends it (`last_editor`, checked by `record_decision`): four-eyes.
 """
 
 from __future__ import annotations
 
+import json
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, EmailStr, Field
-from sqlalchemy import select
+from pydantic import BaseModel, EmailStr, Field, ValidationError
+from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from countersign.core.effects import Effect, one_line
 from countersign.core.guards import MAX_ROWS
-from countersign.db.schema import EmailDraft, EmailOutbox, Lead
+from countersign.db.instances import current_instance
+from countersign.db.people import roles_of
+from countersign.db.schema import ApprovalRequest, DraftEdit, EmailDraft, EmailOutbox, Lead
+from tools.arguments import parse_arguments
 from tools.effects import reads_only, record_change
 from tools.email import (
     EmailContent,
@@ -26,10 +38,13 @@ from tools.email import (
     queued_once,
     sanitized_html,
 )
-from tools.registry import ToolArgs, ToolContext, ToolFailure, UndoOutcome, compensates, tool
+from tools.registry import REGISTRY, ToolArgs, ToolContext, ToolFailure, UndoOutcome, compensates, tool
 from tools.resolve import ChangeArgs, RowView, Updated, apply_changes, locked_row, restore_fields, saved
 
 DraftState = Literal["unsent", "sent", "all"]
+DraftEditVia = Literal["inbox", "tool", "cli"]  # schema.DRAFT_EDIT_VIAS
+# The role that may edit any draft of its tenant (others edit their own drafts only).
+DRAFT_ADMIN = "admin"
 
 
 class DraftDetail(RowView):
@@ -65,8 +80,15 @@ class ListDraftsArgs(ToolArgs):
     limit: int = Field(20, ge=1, le=MAX_ROWS, description="Most rows to return")
 
 
-class DraftArgs(ToolArgs):
+class NamesDraft(ToolArgs):
+    """Arguments that name a saved draft: a call of such a tool is approved on the draft's content,
+    which is frozen while the call waits for a decision (`pending_on`)."""
+
     draft: int = Field(ge=1, description="The draft's id (draft_id)")
+
+
+class DraftArgs(NamesDraft):
+    pass
 
 
 class DraftChanges(ToolArgs):
@@ -82,9 +104,69 @@ class DraftChanges(ToolArgs):
     )
 
 
-class UpdateDraftArgs(ChangeArgs, DraftChanges):
+class UpdateDraftArgs(ChangeArgs, DraftChanges, NamesDraft):
     target: ClassVar[str] = "draft"
-    draft: int = Field(ge=1, description="The draft's id (draft_id)")
+
+
+@dataclass(frozen=True)
+class DraftEditor:
+    """Who edits a draft, and through what: a user of the tenant (a person's session, or the user of
+    the conversation whose agent calls `update_draft`), or the operator's CLI (`user_id` None, which
+    has the database's own authority)."""
+
+    user_id: str | None
+    via: DraftEditVia
+
+
+def drafts_named(tool_name: str, arguments: str) -> list[int]:
+    """The draft a call of `tool_name` with `arguments` (JSON text) names, if any: the content it is
+    approved on. Parsed by the tool's own arguments model, as the call itself will be."""
+    declared = REGISTRY.get(tool_name)
+    if declared is None or not issubclass(declared.args_model, NamesDraft):
+        return []
+    try:
+        raw = json.loads(arguments)
+        parsed = parse_arguments(declared, raw) if isinstance(raw, dict) else None
+    except (ValueError, ValidationError):  # never checked, so never approved: it names nothing
+        return []
+    return [parsed.draft] if isinstance(parsed, NamesDraft) else []
+
+
+async def pending_on(session: AsyncSession, tenant_id: str, draft_id: int) -> list[ApprovalRequest]:
+    """The calls waiting for a decision (recorded, open, not expired, of a conversation instance
+    still under its workflow id) that name the draft."""
+    naming = [t.name for t in REGISTRY.values() if issubclass(t.args_model, NamesDraft)]
+    rows = await session.scalars(
+        select(ApprovalRequest).where(
+            ApprovalRequest.tenant_id == tenant_id,
+            ApprovalRequest.tool.in_(naming),
+            ApprovalRequest.state == "pending",
+            ApprovalRequest.expires_at > func.now(),
+            ApprovalRequest.conversation_id == current_instance(ApprovalRequest.workflow_id),
+        )
+    )
+    return [row for row in rows if draft_id in drafts_named(row.tool, row.args)]
+
+
+async def last_editor(session: AsyncSession, tenant_id: str, draft_id: int) -> str | None:
+    """The user who edited the draft last (None: nobody since it was written, or the CLI)."""
+    return await session.scalar(
+        select(DraftEdit.edited_by)
+        .where(DraftEdit.tenant_id == tenant_id, DraftEdit.draft_id == draft_id)
+        .order_by(DraftEdit.id.desc())
+        .limit(1)
+    )
+
+
+async def check_editor(session: AsyncSession, draft: EmailDraft, editor: DraftEditor) -> None:
+    """Only the draft's author (the user of the conversation that wrote it) or an admin edits it."""
+    if editor.user_id is None or editor.user_id == draft.created_by:
+        return
+    roles = await roles_of(session, draft.tenant_id, editor.user_id)
+    if roles is None or DRAFT_ADMIN not in roles:
+        raise ToolFailure(
+            "FORBIDDEN", f"draft {draft.id} is {draft.created_by}'s: only they or an admin may edit it"
+        )
 
 
 async def drafts_of(session: AsyncSession, tenant_id: str, state: DraftState, limit: int) -> DraftList:
@@ -111,12 +193,48 @@ async def draft_of(session: AsyncSession, tenant_id: str, draft_id: int, *, lock
     return draft
 
 
+def recorded_edit(
+    session: AsyncSession,
+    draft: EmailDraft,
+    editor: DraftEditor,
+    previous: dict[str, Any],
+    changed: dict[str, Any],
+) -> None:
+    """Add the `draft_edits` row of a change (nothing when nothing changed)."""
+    if changed:
+        diff = {name: {"before": previous.get(name), "after": changed[name]} for name in changed}
+        session.add(
+            DraftEdit(
+                tenant_id=draft.tenant_id,
+                draft_id=draft.id,
+                edited_by=editor.user_id,
+                via=editor.via,
+                changes=diff,
+            )
+        )
+
+
 async def edit_draft(
-    session: AsyncSession, draft: EmailDraft, args: UpdateDraftArgs
+    session: AsyncSession, draft: EmailDraft, args: UpdateDraftArgs, editor: DraftEditor
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Apply the changes to an unsent draft (the tool's, and the CLI's `drafts edit`); an email about
-    a lead must stay addressed to that lead. Returns (previous, changed) values."""
-    previous, changed = apply_changes(draft, await draft_changes(session, draft, args))
+    """Apply the changes to an unsent draft (locked by the caller: `draft_of(lock=True)`), for the
+    tool, the server and the CLI alike; an email about a lead must stay addressed to that lead.
+    Refused while a call naming the draft waits for a decision, and to anyone but its author or an
+    admin; recorded with its diff. Returns (previous, changed) values."""
+    wanted = await draft_changes(session, draft, args)
+    await check_editor(session, draft, editor)
+    reviewed = await pending_on(session, draft.tenant_id, draft.id)
+    if reviewed:
+        calls = ", ".join(
+            f"{r.tool} (call {r.call_id}, expires {r.expires_at.isoformat()})" for r in reviewed
+        )
+        raise ToolFailure(
+            "CONFLICT",
+            f"draft {draft.id} is waiting for a reviewer's decision on {calls}: it cannot change under "
+            "review; edit it once that call is decided (reject it to edit now)",
+        )
+    previous, changed = apply_changes(draft, wanted)
+    recorded_edit(session, draft, editor, previous, changed)
     await session.flush()
     await session.refresh(draft)
     return previous, changed
@@ -168,7 +286,7 @@ async def update_draft(ctx: ToolContext, args: UpdateDraftArgs) -> Updated[Draft
     """Edit an unsent draft: recipient, subject, body or HTML. Nothing is sent; the result lists the
     previous and new values."""
     draft = await draft_of(ctx.session, ctx.tenant_id, args.draft, lock=True)
-    previous, changed = await edit_draft(ctx.session, draft, args)
+    previous, changed = await edit_draft(ctx.session, draft, args, DraftEditor(ctx.caller.user_id, "tool"))
     return Updated[DraftDetail](record=DraftDetail.model_validate(draft), previous=previous, changed=changed)
 
 
@@ -176,13 +294,17 @@ async def update_draft(ctx: ToolContext, args: UpdateDraftArgs) -> Updated[Draft
 async def restore_draft(
     ctx: ToolContext, args: UpdateDraftArgs, result: dict[str, Any] | None
 ) -> UndoOutcome:
-    """Put the fields back, unless the draft was edited again or sent since."""
+    """Put the fields back, unless the draft was edited again or sent since; recorded as an edit."""
     if result is None or not result.get("changed"):
         return "never_happened"
     draft = await locked_row(ctx, EmailDraft, result["record"]["draft_id"])
     if draft is None or draft.sent_outbox_id is not None:
         return "irreversible"
-    return restore_fields(draft, result.get("previous", {}), result["changed"])
+    before = {name: getattr(draft, name) for name in result["changed"]}
+    outcome = restore_fields(draft, result.get("previous", {}), result["changed"])
+    after = {name: getattr(draft, name) for name in before if getattr(draft, name) != before[name]}
+    recorded_edit(ctx.session, draft, DraftEditor(ctx.caller.user_id, "tool"), before, after)
+    return outcome
 
 
 class SentDraft(QueuedEmail):

@@ -119,6 +119,8 @@ class AgentWorkflow(Handlers):
                     f"the start was refused: {refusal}", type="UnprovenStart", non_retryable=True
                 )
         await self.authority.verify_carried(conversation.start)
+        if conversation.start.carried is not None:
+            await self.authority.record_carried(conversation.start.carried.refusals)
         context = await self._load_context(conversation.start)
         workflow.upsert_search_attributes(
             [TENANT_ID.value_set(context.tenant_id), AGENT_NAME.value_set(context.agent.name)]
@@ -244,6 +246,7 @@ class AgentWorkflow(Handlers):
             conversation_id=conversation.conversation_id,
             waiting=waiting,
             ended_by=conversation.ended_by,
+            refusals=list(self.authority.recording.values()),
         )
         seal = await bookkeeping(
             SEAL_CARRIED,

@@ -61,13 +61,17 @@ class ApprovalGate:
 
     # --- approvals ----------------------------------------------------------------------------
 
-    async def approval(self, invocation: ToolInvocation, spec: ToolSpec) -> Approval:
-        """Ask reviewers to approve `invocation`; answers once it is approved, rejected or expired."""
+    async def approval(
+        self, invocation: ToolInvocation, spec: ToolSpec, voided: Approval | None = None
+    ) -> Approval:
+        """Ask reviewers to approve `invocation`; answers once it is approved, rejected or expired.
+        `voided`: the call's earlier approval, whose effect changed before the call ran: asked again,
+        as a new request (a new nonce and deadline) that names who approved the voided one."""
         conversation = self.conversation
         assert conversation.context is not None
         policy, now = conversation.context.approval, workflow.now()
         timeout = timedelta(seconds=policy.timeout_for(spec.risk, conversation.limits.approval_timeout_s))
-        if invocation.call_id in self._resumed:  # carried: its request was sent, its deadline stays
+        if voided is None and invocation.call_id in self._resumed:  # carried: its deadline stays
             self._resumed.discard(invocation.call_id)
             approval = conversation.approvals[invocation.call_id]
         else:
@@ -81,6 +85,7 @@ class ApprovalGate:
                 expires_at=now + timeout,
                 hints=spec.mcp.hints() if spec.mcp else None,
                 nonce=str(workflow.uuid4()),
+                voided_by=voided.decided_by if voided else None,
             )
             conversation.approvals[approval.call_id] = approval
             await self._record_request(approval, spec)
@@ -107,6 +112,7 @@ class ApprovalGate:
                 hints=approval.hints,
                 description=spec.description if spec.mcp else None,
                 parameters=spec.parameters if spec.mcp else None,
+                voided_by=approval.voided_by,
             ),
             f"record the approval request of {approval.tool} ({approval.call_id})",
         )
@@ -183,10 +189,11 @@ class ApprovalGate:
                 f"decision refused: {verdict.reason}", type="DecisionRefused", non_retryable=True
             )
         approval.state = "approved" if decision.decision == "approve" else "rejected"
-        approval.decided_by, approval.reason, approval.edited_args = (
+        approval.decided_by, approval.reason, approval.edited_args, approval.edit_changes = (
             decision.approver,
             decision.reason,
             verdict.args,
+            verdict.changes,
         )
         return approval
 

@@ -37,6 +37,15 @@ class Authority:
         self.conversation = conversation
         self._message_tickets = 0  # messages whose proof is being checked, in arrival order
         self._messages_admitted = 0
+        # Refusals being recorded now, by arrival: what a continue-as-new carries if its grace for
+        # handlers runs out before they are on the record.
+        self.recording: dict[int, ActionCheck] = {}
+        self._refusals = 0
+
+    @property
+    def checking(self) -> int:
+        """Messages whose proof is being checked: not yet in the inbox, already asked for."""
+        return self._message_tickets - self._messages_admitted
 
     async def verify_carried(self, start: StartConversation) -> None:
         """Fail the run once, on the record, when it was started with state it cannot prove the
@@ -79,6 +88,23 @@ class Authority:
             refusal=refusal,
             excerpt=excerpt,
         )
+        if refusal is None:
+            return await self._checked(check)
+        key, self._refusals = self._refusals, self._refusals + 1
+        self.recording[key] = check
+        try:
+            return await self._checked(check)
+        finally:
+            del self.recording[key]
+
+    async def record_carried(self, refusals: list[ActionCheck]) -> None:
+        """Record the refusals the previous run was still recording when it continued as new
+        (carried in its sealed state, verified before this is called)."""
+        for check in refusals:
+            await self._checked(check)
+
+    async def _checked(self, check: ActionCheck) -> str:
+        action, actor = check.action, check.actor
         try:
             answer = await bookkeeping(AUTHORIZE_ACTION, check, f"authorize {action} by {actor}")
         except ActivityError as err:

@@ -136,7 +136,8 @@ class Conversation:
 
     async def handlers_settled(self) -> None:
         """Wait for the signal and update handlers in flight, up to HANDLER_GRACE; past it, the run
-        continues as new anyway (a refusal still being audited then may go unrecorded)."""
+        continues as new anyway (the refusals still being recorded then are carried and recorded by
+        the next run: Authority.recording)."""
         if workflow.all_handlers_finished():
             return
         try:

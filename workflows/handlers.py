@@ -34,6 +34,7 @@ from workflows.compensation import Rollbacks
 from workflows.conversation import Conversation
 from workflows.messages import MessageStore
 from workflows.options import acting_for
+from workflows.rules import turn_wait_refusal
 
 # Updates that only wait (for a turn, a reply): a run that ends first owes them nothing.
 ABANDON = workflow.HandlerUnfinishedPolicy.ABANDON
@@ -188,6 +189,15 @@ class Handlers:
             lambda: finished() or conversation.state == "ended" or conversation.continuing
         )
         return conversation.last_turn if finished() else None
+
+    @wait_turn.validator
+    def _turn_asked_for(self, turn: int) -> None:
+        """Refused before it is accepted (nothing in history): a wait for a turn never asked for."""
+        conversation = self.conversation
+        queued = len(conversation.inbox) + self.authority.checking
+        refusal = turn_wait_refusal(turn, conversation.turn, queued)
+        if refusal is not None:
+            raise ApplicationError(f"wait refused: {refusal}", type="WaitRefused", non_retryable=True)
 
     @workflow.update(name="wait_reply", unfinished_policy=ABANDON)
     async def wait_reply(self, message_id: str) -> TurnResult | None:

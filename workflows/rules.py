@@ -107,3 +107,15 @@ def status_details(
     ]
     waiting += [f"- awaiting answer: `{q.call_id}` {escape_markdown(q.question)}" for q in questions]
     return head + ("\n\n" + "\n".join(waiting) if waiting else "")
+
+
+def turn_wait_refusal(turn: int, started: int, queued: int) -> str | None:
+    """Why `wait_turn(turn)` is refused (its validator), if it is: a turn is waited for only once
+    it has been asked for (`started` turns begun, `queued` messages waiting or being checked) or
+    is the next one, so that every accepted wait ends with a turn, an end or a continue-as-new:
+    none is left in flight for a turn nobody asked for."""
+    if turn < 1:
+        return f"turns count from 1, not {turn}"
+    if turn > started + queued + 1:
+        return f"turn {turn} has not been asked for ({started} begun, {queued} waiting)"
+    return None

@@ -25,7 +25,9 @@ with workflow.unsafe.imports_passed_through():
         EXECUTE_TOOL,
         RECORD_UNEXECUTED_CALL,
     )
+    from countersign.core.approvals import Approval
     from countersign.core.calls import (
+        ApproverEdit,
         McpCall,
         StoredResult,
         ToolInvocation,
@@ -214,17 +216,13 @@ class ToolCalls:
 
     async def _run_after_approval(self, invocation: ToolInvocation, spec: ToolSpec) -> StoredResult:
         approval = await self.gate.approval(invocation, spec)
-        if approval.state == "approved":
-            # the model is told of an approver's edit by the tool activity that stores the result
-            edit = {"model_arguments": invocation.arguments} if approval.edited_args is not None else {}
-            approved = invocation.model_copy(
-                update={
-                    "arguments": approval.edited_args or invocation.arguments,
-                    "approved_by": approval.decided_by,
-                    **edit,
-                }
-            )
-            return await self._execute(approved)
+        while approval.state == "approved":
+            result = await self._execute(self._approved(invocation, approval))
+            # Only a call whose effect changed since it was approved answers EFFECT_CHANGED (nothing
+            # ran, nothing was stored): it is asked again. Histories from before never take this branch.
+            if result.code != "EFFECT_CHANGED":
+                return result
+            approval = await self.gate.approval(invocation, spec, voided=approval)
         if approval.state == "rejected":
             why = f": {approval.reason}" if approval.reason else ""
             refusal = ToolResult.failure("REJECTED", f"{approval.decided_by} rejected {spec.name}{why}")
@@ -233,6 +231,30 @@ class ToolCalls:
             "EXPIRED", f"nobody decided on {spec.name} before {approval.expires_at.isoformat()}"
         )
         return await self._unexecuted(invocation, expired, "no decision before expiry")
+
+    @staticmethod
+    def _approved(invocation: ToolInvocation, approval: Approval) -> ToolInvocation:
+        """The call as approved: the approver's edit (the model is told of it by the tool activity
+        that stores the result) and who approved it."""
+        edit = (
+            {
+                "model_arguments": invocation.arguments,
+                "approver_edit": ApproverEdit(
+                    approver=approval.decided_by or "",
+                    changes=approval.edit_changes or {},
+                    reason=approval.reason,
+                ),
+            }
+            if approval.edited_args is not None
+            else {}
+        )
+        return invocation.model_copy(
+            update={
+                "arguments": approval.edited_args or invocation.arguments,
+                "approved_by": approval.decided_by,
+                **edit,
+            }
+        )
 
     async def _ask_human(self, invocation: ToolInvocation, question: str) -> StoredResult:
         answer = await self.gate.answer_to(invocation.call_id, question)
@@ -276,6 +298,9 @@ class ToolCalls:
                 "INTERNAL_ERROR", f"{invocation.tool} {execution_failure(err)}; it did not run"
             )
             return await self._unexecuted(invocation, failure)
+        if entry is not None and result.code == "EFFECT_CHANGED":  # it did not run: asked again
+            self.conversation.saga.withdraw(entry)
+            return result
         # a compensation reads the result from the call's audit row; emails wait for the undo window
         if entry is not None and result.ok:
             self.outbox.queued.extend(result.outbox)

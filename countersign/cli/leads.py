@@ -14,7 +14,15 @@ from countersign.cli.app import cli, print_json, run
 from countersign.cli.records import table
 from countersign.cli.ux import with_session
 from countersign.db.leads import current_score
-from tools.drafts import DraftDetail, DraftState, UpdateDraftArgs, draft_of, drafts_of, edit_draft
+from tools.drafts import (
+    DraftDetail,
+    DraftEditor,
+    DraftState,
+    UpdateDraftArgs,
+    draft_of,
+    drafts_of,
+    edit_draft,
+)
 from tools.leads import lead_by_ref, score_view
 from tools.registry import ToolFailure
 
@@ -121,7 +129,8 @@ def show(draft_id: int, tenant: str, as_json: bool) -> None:
 def edit(
     draft_id: int, tenant: str, to_address: str | None, subject: str | None, body: str | None, as_json: bool
 ) -> None:
-    """Change an unsent draft's recipient, subject or body (checked as draft_email checks them)."""
+    """Change an unsent draft's recipient, subject or body (checked as draft_email checks them; refused
+    while a call that sends it waits for a decision; recorded as the operator's edit)."""
     if body == "-":
         body = sys.stdin.read()
     given = {"to": to_address, "subject": subject, "body": body}
@@ -131,7 +140,7 @@ def edit(
     async def change(session: AsyncSession) -> dict[str, Any]:
         try:
             draft = await draft_of(session, tenant, draft_id, lock=True)
-            await edit_draft(session, draft, args)
+            await edit_draft(session, draft, args, DraftEditor(None, "cli"))
         except ToolFailure as exc:
             raise failing(exc) from exc
         return DraftDetail.model_validate(draft).model_dump(mode="json")

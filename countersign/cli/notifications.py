@@ -13,22 +13,15 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from countersign.cli.app import cli, print_json, run
 from countersign.cli.records import table
 from countersign.cli.ux import with_session
-from countersign.db.notifications import StatusFilter, mark_resolved, notification_of, notifications_of
-from countersign.db.schema import Notification, User
+from countersign.db.notifications import (
+    StatusFilter,
+    as_row,
+    mark_resolved,
+    notification_of,
+    notifications_of,
+)
+from countersign.db.schema import User
 from countersign.identity.mode import recorded_mode
-
-
-def as_row(n: Notification) -> dict[str, Any]:
-    return {
-        "id": n.id,
-        "kind": n.kind,
-        "status": n.status,
-        "message": n.message,
-        "created_at": n.created_at.isoformat(),
-        "resolved_at": n.resolved_at.isoformat() if n.resolved_at else None,
-        "resolved_by": n.resolved_by,
-        "workflow_id": n.workflow_id,
-    }
 
 
 async def require_user(session: AsyncSession, tenant: str, user: str) -> None:

@@ -7,6 +7,7 @@ messages and saga are in PostgreSQL anyway.
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from typing import Any
 
@@ -69,12 +70,19 @@ async def full_transcript(client: Client, settings: Settings, workflow_id: str) 
 
 
 async def conversation_status(client: Client, settings: Settings, workflow_id: str) -> StatusView:
-    """The `status` query; for a conversation whose history is gone, what the store says."""
+    """The `status` query with its state as Temporal knows it; for a conversation whose history is
+    gone, what the store says.
+
+    A run that failed, was terminated, timed out or was cancelled still answers queries, with the
+    state it was in when it stopped (`running`, often): the query alone would say so forever. The
+    run's status from Temporal's own record (a describe, asked alongside) overrides it: a closed
+    run is `ended`, and one that did not complete says how it closed in `last_error`."""
+    handle = client.get_workflow_handle(workflow_id)
     try:
-        status: StatusView = await client.get_workflow_handle(workflow_id).query(
-            "status", result_type=StatusView
+        queried, described = await asyncio.gather(
+            handle.query("status", result_type=StatusView), handle.describe()
         )
-        return status
+        return as_temporal_knows(queried, described.status)
     except RPCError as err:
         if err.status != RPCStatusCode.NOT_FOUND or not settings.database_url:
             raise
@@ -82,6 +90,16 @@ async def conversation_status(client: Client, settings: Settings, workflow_id: s
         if stored is None:
             raise
         return stored
+
+
+def as_temporal_knows(status: StatusView, run: WorkflowExecutionStatus | None) -> StatusView:
+    """`status` (a query's answer) corrected by the run's status in Temporal's record."""
+    if run in (None, WorkflowExecutionStatus.RUNNING, WorkflowExecutionStatus.CONTINUED_AS_NEW):
+        return status  # still running (or, for a moment, handing over to its next run)
+    if run == WorkflowExecutionStatus.COMPLETED:
+        return status.model_copy(update={"state": "ended"})
+    how = run.name.lower().replace("_", " ")
+    return status.model_copy(update={"state": "ended", "last_error": status.last_error or f"the run {how}"})
 
 
 async def tokens_today(settings: Settings, tenant_id: str) -> tuple[int, int | None]:

@@ -14,6 +14,7 @@ from pydantic import BaseModel
 from countersign.core.bounds import BoundedJson, Identifier, Proof, Reason
 from countersign.core.calls import Risk, ToolSpec
 from countersign.core.conversation_ref import ConversationRef
+from countersign.core.effects import FieldChange
 
 ApprovalState = Literal["pending", "approved", "rejected", "expired"]
 DecisionKind = Literal["approve", "reject"]
@@ -39,10 +40,14 @@ class Approval(BaseModel):
     decided_by: str | None = None
     reason: str | None = None
     edited_args: str | None = None  # what the approver changed the arguments to, validated
+    edit_changes: dict[str, FieldChange] | None = None  # with edited_args: each argument changed
     hints: str | None = None  # an MCP server's own claims about the tool, for reviewers (never authority)
     # Drawn by the conversation (workflow.uuid4()) for this approval: a decision's proof names it, so
     # a proof is for this request of this call, never for another instance's call of the same id.
     nonce: str = ""
+    # Asked again: who approved the earlier request of this call, voided because the call's effect
+    # changed between that decision and its execution.
+    voided_by: str | None = None
 
 
 class Decision(BaseModel):
@@ -120,12 +125,14 @@ class RecordedApproval(PendingCall):
     hints: str | None = None
     description: str | None = None  # an MCP tool's, from the conversation's snapshot
     parameters: dict[str, Any] | None = None
+    voided_by: str | None = None  # asked again: the approver of the voided earlier request
 
 
 class Verdict(BaseModel):
     accepted: bool
     reason: str | None = None
     args: str | None = None  # validated edited arguments, as JSON text
+    changes: dict[str, FieldChange] | None = None  # with args: each argument, as asked and as approved
 
 
 def decision_state_refusal(approval: Approval | None, decision: Decision, now: datetime) -> str | None:

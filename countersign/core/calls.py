@@ -13,6 +13,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from countersign.core.bounds import loads_bounded
+from countersign.core.effects import FieldChange, canonical_json
 
 Risk = Literal["low", "medium", "high"]
 Category = Literal["read", "write", "external"]
@@ -32,6 +33,8 @@ ErrorCode = Literal[
     "INTERNAL_ERROR",
     "SCOPES_MISSING",  # the conversation's user lacks a grant the tool needs (countersign/core/access.py)
     "CONNECTION_INACTIVE",  # the conversation's user was removed or deactivated since it started
+    # what an approved call would do now differs from what was approved: nothing ran, it is asked again
+    "EFFECT_CHANGED",
 ]
 
 
@@ -165,6 +168,34 @@ def lock_key(workflow_id: str, call_id: str) -> str:
     return f"{workflow_id}:{call_id}"
 
 
+class ApproverEdit(BaseModel):
+    """A reviewer's edit of a call's arguments on approving it, as the model is told with the result:
+    each argument they changed, as the model asked it (`before`) and as approved (`after`), and why."""
+
+    approver: str
+    changes: dict[str, FieldChange] = {}
+    reason: str | None = None
+
+    def note(self) -> str:
+        """One line for the model: "bob changed new_status from "qualified" to "contacted" (reason: …)"."""
+        changed = "; ".join(
+            f"{name} from {canonical_json(c.before)} to {canonical_json(c.after)}"
+            for name, c in self.changes.items()
+        )
+        why = f"reason: {self.reason}" if self.reason else "no reason given"
+        return f"{self.approver} changed {changed or 'the arguments'} before approving ({why})"
+
+
+def argument_changes(asked: dict[str, Any], approved: dict[str, Any]) -> dict[str, FieldChange]:
+    """The arguments a reviewer changed: each key whose value differs, as asked and as approved (a
+    key one side lacks counts as null), in sorted order."""
+    return {
+        name: FieldChange(before=asked.get(name), after=approved.get(name))
+        for name in sorted(asked.keys() | approved.keys())
+        if asked.get(name) != approved.get(name)
+    }
+
+
 class ToolInvocation(BaseModel):
     caller: CallerContext
     workflow_id: str
@@ -178,6 +209,8 @@ class ToolInvocation(BaseModel):
     # The model's arguments when the approver edited them (`arguments` then holds the edit): the
     # audit keeps both (tool_executions.args and edited_args), and the model is told of the edit.
     model_arguments: str | None = None
+    # With `model_arguments`: who changed which arguments and why, told to the model with the result.
+    approver_edit: ApproverEdit | None = None
     # The sequence number at which the activity that produces the call's result stores it as a
     # tool message (conversation store), answering with a `StoredResult`; AgentWorkflow always sets
     # it. None (a call outside a conversation, e.g. the bench's in-process loop): the whole `ToolResult`.
@@ -228,11 +261,21 @@ def queued_emails(tool: str, data: dict[str, Any]) -> list[int]:
 
 
 def result_for_model(invocation: ToolInvocation, result: ToolResult) -> ToolResult:
-    """The result the model reads: a call that ran with an approver's edited arguments says so."""
+    """The result the model reads: a call that ran with an approver's edited arguments says so, and
+    (`approver_edit`) which arguments the reviewer changed from what to what, and why."""
     if not (invocation.arguments_edited and result.ok):
         return result
     edited, _ = loads_bounded(invocation.arguments)  # validated by record_decision: always an object
-    return result.model_copy(update={"data": {"result": result.data, "arguments_edited_by_approver": edited}})
+    data: dict[str, Any] = {"result": result.data, "arguments_edited_by_approver": edited}
+    edit = invocation.approver_edit
+    if edit is not None:
+        data["approver_edit"] = {
+            "note": edit.note(),
+            "approved_by": edit.approver,
+            "changed": {name: {"from": c.before, "to": c.after} for name, c in edit.changes.items()},
+            "reason": edit.reason,
+        }
+    return result.model_copy(update={"data": data})
 
 
 class StoredResult(BaseModel):

@@ -11,6 +11,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from countersign.core.approvals import Approval
+from countersign.core.authority import ActionCheck
 from countersign.core.bounds import (
     Count,
     Identifier,
@@ -159,6 +160,9 @@ class CarriedState(BaseModel):
     waiting: WaitingTurn | None = None  # a turn that continued as new while it waited for people
     # An `end` accepted while the turn waited for people: the next run finishes that turn, then ends.
     ended_by: str | None = None
+    # Refusals still being recorded when the run continued as new (its grace for handlers ran out):
+    # the next run records them first, so a flood cannot keep a refusal off the record.
+    refusals: list[ActionCheck] = Field(default_factory=list)
 
 
 class StartConversation(BaseModel):

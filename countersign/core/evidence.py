@@ -4,7 +4,7 @@ A chained record is the canonical JSON (`canonical`) of one fact of a tenant's a
 table of the audit holds after Countersign wrote it (`fact`), with who asked, who decided, on what
 evidence and when (`attribution`). Its hash is SHA-256 over the previous record's hash and the
 record's text, so each record commits to every record before it (`link`). PostgreSQL computes the
-same hash when it appends (`audit_chain_append`, migration 0022); this module checks it.
+same hash when it appends (`audit_chain_append`, migration 0023); this module checks it.
 
 A bundle (`audit export`) is two files in one directory: `records.jsonl`, one canonical line per
 record (`{"seq", "hash", "prev_hash", "record"}`), and `manifest.json`, which names the tenant, the first

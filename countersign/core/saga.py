@@ -42,6 +42,11 @@ class Saga(BaseModel):
         self.entries.append(entry)
         return entry
 
+    def withdraw(self, entry: SagaEntry) -> None:
+        """Forget an entry whose forward step certainly did not run (its approved effect had changed:
+        EFFECT_CHANGED), so that the call, asked again, is registered once."""
+        self.entries = [e for e in self.entries if e is not entry]
+
     def to_undo(self, scope: Scope, turn: int, call_id: str | None = None) -> list[SagaEntry]:
         """The entries a rollback of `scope` undoes, newest first. `turn` is the latest turn."""
 

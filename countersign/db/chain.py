@@ -5,7 +5,7 @@ write, with the row as written: a row changed or deleted behind Countersign's ba
 matches its last chained fact, and a chain record changed or deleted breaks the links after it.
 
 The append is one round trip: the record's text is made here (it does not hold its own place in
-the chain), and `audit_chain_append` (a PL/pgSQL function, migration 0022) takes the tenant's lock,
+the chain), and `audit_chain_append` (a PL/pgSQL function, migration 0023) takes the tenant's lock,
 reads the head, hashes and inserts, as `countersign.core.evidence.link` computes and checks.
 
 Appends of one tenant are serialized by a transaction-scoped advisory lock on the tenant

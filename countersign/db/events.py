@@ -180,6 +180,15 @@ class EventLog:
             rows = (await session.execute(query)).all()
         return [Event(id=i, kind=k, data=d) for i, k, d in rows]
 
+    async def latest_id(self, workflow_id: str) -> int:
+        """The id of the latest event of the instance `workflow_id` names now (0: none yet)."""
+        query = select(func.coalesce(func.max(ConversationEvent.id), 0)).where(
+            ConversationEvent.workflow_id == workflow_id,
+            ConversationEvent.conversation_id == current_instance(workflow_id),
+        )
+        async with self.sessions() as session:
+            return int(await session.scalar(query) or 0)
+
 
 def listen_dsn(database_url: str) -> str:
     """The plain libpq URL of a SQLAlchemy one (`postgresql+asyncpg://…`), for an asyncpg LISTEN."""

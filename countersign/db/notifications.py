@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Literal
+from typing import Any, Literal
 
 from sqlalchemy import ColumnElement, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -54,3 +54,17 @@ def mark_resolved(notification: Notification, user_id: str, now: datetime) -> bo
         return False
     notification.status, notification.resolved_at, notification.resolved_by = "resolved", now, user_id
     return True
+
+
+def as_row(n: Notification) -> dict[str, Any]:
+    """A notification as the CLI's `--json` and the server's `/api/notifications` answer it."""
+    return {
+        "id": n.id,
+        "kind": n.kind,
+        "status": n.status,
+        "message": n.message,
+        "created_at": n.created_at.isoformat(),
+        "resolved_at": n.resolved_at.isoformat() if n.resolved_at else None,
+        "resolved_by": n.resolved_by,
+        "workflow_id": n.workflow_id,
+    }

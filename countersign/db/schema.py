@@ -73,6 +73,8 @@ MEETING_SESSION_STATUSES = ("open", "confirmed", "cancelled")
 EVENT_TYPES = ("meeting", "call", "demo", "deadline", "reminder", "other")
 # What a lead_events row records; emails delivered and meetings booked are read from their own tables.
 LEAD_EVENT_KINDS = ("status_changed", "email_answered")
+# Where a draft was edited: a person's inbox session, the agent's `update_draft`, the operator's CLI.
+DRAFT_EDIT_VIAS = ("inbox", "tool", "cli")
 
 # Deterministic constraint names: the migration spells the same names, and later migrations can drop them.
 NAMING_CONVENTION = {
@@ -370,6 +372,24 @@ class EmailDraft(Base):
     sent_outbox_id: Mapped[int | None] = mapped_column(BigInteger)  # the outbox row `send_draft` queued
 
 
+class DraftEdit(Base):
+    """Every edit of a saved draft, with its diff (`changes`: each changed field's `before` and
+    `after`). `edited_by` is the user who edited it (None: the operator's CLI); the last one counts as
+    a requester of any call that sends the draft (four-eyes). No foreign key to the draft: the audit
+    outlives a draft that an undo of `draft_email` deletes."""
+
+    __tablename__ = "draft_edits"
+    __table_args__ = (Index(None, "tenant_id", "draft_id"), one_of("via", DRAFT_EDIT_VIAS))
+
+    id: Mapped[int] = identity_pk()
+    tenant_id: Mapped[str] = tenant_column(indexed=False)
+    draft_id: Mapped[int] = mapped_column(BigInteger)
+    edited_by: Mapped[str | None]
+    via: Mapped[str]
+    changes: Mapped[dict[str, Any]]
+    edited_at: Mapped[datetime] = created_at()
+
+
 class Notification(Base):
     __tablename__ = "notifications"
     __table_args__ = (one_of("status", NOTIFICATION_STATUSES), user_fk("user_id"))
@@ -518,6 +538,8 @@ class ToolExecution(Base):
     category: Mapped[str | None]
     args: Mapped[dict[str, Any]]  # redacted
     edited_args: Mapped[dict[str, Any] | None]  # what an approver changed them to
+    # an approved call's effect as its tool resolved it again when it ran (the approved one's digest)
+    effect: Mapped[dict[str, Any] | None]
     result: Mapped[dict[str, Any] | None]  # the envelope the model saw, truncated and redacted
     outcome: Mapped[str]
     error: Mapped[str | None]
@@ -553,6 +575,16 @@ class ApprovalDecision(Base):
     accepted: Mapped[bool]
     reason: Mapped[str | None]  # why it was refused, or the reviewer's reason
     args: Mapped[dict[str, Any] | None]  # edited arguments
+    # with `args`: each argument the approver changed, {name: {before (as asked), after (as approved)}}
+    changes: Mapped[dict[str, Any] | None]
+    # with `args`: the effect of the edited arguments, resolved when the decision was recorded (the
+    # request's `effect` is the model's arguments'), and its digest: what the call must still do
+    effect: Mapped[dict[str, Any] | None]
+    effect_sha256: Mapped[str | None]
+    # An accepted approval whose call, when it ran, resolved another effect than the one approved:
+    # nothing ran, the call was asked again; `voided` is that new effect, when it was found.
+    voided_at: Mapped[datetime | None]
+    voided: Mapped[dict[str, Any] | None]
     created_at: Mapped[datetime] = created_at()
     attempt_key: Mapped[str | None] = mapped_column(unique=True)  # workflow id:run id:activity id
     # True: the approver was shown by a proof (APPROVER_AUTH=signed); False: the name was claimed
@@ -1090,6 +1122,11 @@ class ApprovalRequest(Base):
     state: Mapped[str] = mapped_column(server_default="pending")
     decided_by: Mapped[str | None]
     closed_at: Mapped[datetime | None]
+    # Asked again: who approved this call's earlier request, voided because what the call would do
+    # changed between that decision and its execution (approval_decisions.voided_at), and the effect
+    # that request showed (what changed since is it against `effect`).
+    voided_by: Mapped[str | None]
+    voided_effect: Mapped[dict[str, Any] | None]
 
 
 # --- the tenant's chat channel (send_chat_message) --------------------------------------------------

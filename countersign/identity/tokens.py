@@ -1,7 +1,10 @@
 """API tokens: how a machine client (a chat bridge, a scheduler) calls the Countersign server.
 
 A token belongs to one tenant and names the users it may act for (`act_as`); a request with it
-acts for exactly one of them (the start body's `user_id`; afterwards, the conversation's user).
+acts for exactly one of them (the start body's `user_id`; afterwards, the conversation's user),
+and only while that user is active: a deactivated (or removed) user is dropped from what the token
+may act for at every request (`holder_of`), so the token neither reads their conversations nor
+starts one for them.
 The secret is 32 random bytes, shown once at creation as `cst_<base64url>`; PostgreSQL keeps only
 its SHA-256, so the table leaks nothing that can call the server. A revoked token stops working on
 its next request; every use is a `requester_actions` row naming the token.
@@ -27,7 +30,7 @@ MAX_TOKEN_CHARS = 200
 
 @dataclass(frozen=True)
 class TokenHolder:
-    """A live token as a request presents it."""
+    """A live token as a request presents it; `act_as`: those of its users who are active now."""
 
     id: int
     tenant_id: str
@@ -77,7 +80,8 @@ async def create(session: AsyncSession, tenant_id: str, name: str, act_as: list[
 
 
 async def holder_of(session: AsyncSession, secret: str, now: datetime) -> TokenHolder | None:
-    """The live (not revoked) token whose secret this is, stamped as used now; else None."""
+    """The live (not revoked) token whose secret this is, stamped as used now, acting for those of
+    its users who are active users of its tenant now; else None."""
     if len(secret) > MAX_TOKEN_CHARS or not looks_like_token(secret):
         return None
     row = await session.scalar(
@@ -86,7 +90,12 @@ async def holder_of(session: AsyncSession, secret: str, now: datetime) -> TokenH
     if row is None:
         return None
     row.last_used_at = now
-    return TokenHolder(id=row.id, tenant_id=row.tenant_id, name=row.name, act_as=frozenset(row.act_as))
+    active = await session.scalars(
+        select(User.id).where(
+            User.tenant_id == row.tenant_id, User.id.in_(row.act_as), User.deactivated_at.is_(None)
+        )
+    )
+    return TokenHolder(id=row.id, tenant_id=row.tenant_id, name=row.name, act_as=frozenset(active))
 
 
 async def listed(session: AsyncSession, tenant_id: str | None) -> list[ApiToken]:

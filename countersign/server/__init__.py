@@ -7,6 +7,8 @@
 - the reviewers' inbox: `inbox_routes` (their routes, /api/approvals…), `inbox` (what they do: the
   approvals a reviewer may decide, decisions turned into proofs), `watcher` (their live view);
 - shared: `app` (the server put together: sign-in, the middleware, the pages), `http` (the one
-  refusal type, strict bodies, who is signed in), `auth`, `sessions`, `throttle` and `oidc`
-  (sign-in and its sessions), `agent_tools` and `drafts` (admins' tools, people's drafts).
+  refusal type, strict bodies, who is signed in), `admission` (every API request takes from its
+  caller's rate-limit buckets), `headers` (the security headers of every answer), `auth`,
+  `sessions`, `throttle` and `oidc` (sign-in and its sessions), `agent_tools` and `drafts`
+  (admins' tools, people's drafts).
 """

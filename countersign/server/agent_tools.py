@@ -4,7 +4,9 @@
   tier and whether it can be undone;
 - `GET /api/agents/{agent}/tools`: `{"tools": [{"toolName", "permissionStatus", "providerKey"}]}`,
   the tiers the caller's tenant gets;
-- `PUT` of the same body replaces them: every tool of the agent, each once.
+- `PUT` of the same body replaces them: every tool of the agent, each once;
+- `GET /api/agents/{agent}/tools/changes`: the tenant's `tier_changes` for the agent, newest first
+  (refused attempts too, with why), as the tools page shows them.
 
 Through the tenant-tier rules (tools.tiers): only the tenant's admins (roles from PostgreSQL),
 never `always_allow` for a high-risk tool, every attempt (refused ones too) in `tier_changes`. A body
@@ -22,7 +24,7 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from countersign.db.people import roles_of
-from countersign.db.schema import AgentProfile, AgentToolPermission
+from countersign.db.schema import AgentProfile, AgentToolPermission, TierChange
 from countersign.mcp.servers import server_of
 from countersign.server.door import CALLER
 from countersign.server.http import HttpRefusal, refuse_keys_twice
@@ -172,8 +174,39 @@ async def replace_tools(request: web.Request) -> web.Response:
         return web.json_response({"tools": await current(session, tenant, agent)})
 
 
+CHANGES_LISTED = 50
+
+
+async def changes(request: web.Request) -> web.Response:
+    agent = request.match_info["agent"]
+    async with request.app[AGENT_TOOLS]() as session:
+        tenant, _ = await admin_of(request, session)
+        await grants_of(session, agent)  # 404 for an agent that does not exist
+        rows = await session.scalars(
+            select(TierChange)
+            .where(TierChange.tenant_id == tenant, TierChange.agent == agent)
+            .order_by(TierChange.created_at.desc(), TierChange.id.desc())
+            .limit(CHANGES_LISTED)
+        )
+        listed = [
+            {
+                "toolName": row.tool,
+                "oldTier": row.old_tier,
+                "newTier": row.new_tier,
+                "changedBy": row.changed_by,
+                "via": row.via,
+                "accepted": row.accepted,
+                "reason": row.reason,
+                "createdAt": row.created_at.isoformat(),
+            }
+            for row in rows
+        ]
+    return web.json_response({"agent": agent, "changes": listed})
+
+
 def add_routes(app: web.Application, sessions: async_sessionmaker[AsyncSession]) -> None:
     app[AGENT_TOOLS] = sessions
     app.router.add_get("/api/agents/{agent}/tools/catalog", catalog)
+    app.router.add_get("/api/agents/{agent}/tools/changes", changes)
     app.router.add_get("/api/agents/{agent}/tools", tools)
     app.router.add_put("/api/agents/{agent}/tools", replace_tools)

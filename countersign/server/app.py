@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
-import jinja2
 from aiohttp import web
 from temporalio.client import Client
 from temporalio.service import RPCError
@@ -28,38 +27,36 @@ from countersign.identity import tokens
 from countersign.identity.mode import recorded_mode
 from countersign.identity.proofs import load_private_key
 from countersign.runtime.config import Settings
-from countersign.server import agent_tools, chat, door, drafts, inbox_routes
-from countersign.server.auth import SESSION_TTL, SessionClaims
+from countersign.server import (
+    admission,
+    agent_tools,
+    chat,
+    door,
+    drafts,
+    headers,
+    inbox_routes,
+    notifications,
+    pages,
+)
+from countersign.server.auth import SESSION_TTL
 from countersign.server.conversation_events import ConversationEvents
 from countersign.server.door import CALLER, REQUESTERS
 from countersign.server.http import COOKIE, REVIEWER, SESSION, HttpRefusal, bearer_of, error, parse
 from countersign.server.inbox import Inbox, LoginRequest
 from countersign.server.inbox_routes import INBOX
 from countersign.server.oidc import CALLBACK_PATH, FLOW_TTL, OidcConfig, OidcProvider, OidcRefused, open_flow
+from countersign.server.pages import OIDC, header_of, render, session_of
 from countersign.server.requesters import ApiRate, Caller, Requesters
 
 HERE = Path(__file__).resolve().parent
 FLOW_COOKIE = "countersign_oidc_flow"
 MAX_BODY = 256 * 1024
-OIDC = web.AppKey("oidc", OidcProvider)
 TRUSTED_PROXIES = web.AppKey("trusted_proxies", frozenset[str])
 SECURE_COOKIES = web.AppKey("secure_cookies", bool)
 # The Temporal Web UI's address of a conversation, without its id ("" when not known): the page
 # links each conversation id there.
 WORKFLOW_URL = web.AppKey("workflow_url", str)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-
-_templates = jinja2.Environment(
-    loader=jinja2.FileSystemLoader(HERE / "templates"), autoescape=True, enable_async=False
-)
-
-
-async def session_of(request: web.Request) -> SessionClaims | None:
-    """The caller's live session (bearer token, else the cookie), or None."""
-    token = bearer_of(request)
-    if not token or tokens.looks_like_token(token):
-        return None
-    return await request.app[INBOX].session_of(token)
 
 
 def client_of(request: web.Request) -> str:
@@ -145,15 +142,8 @@ async def me(request: web.Request) -> web.Response:
 
 
 async def page(request: web.Request) -> web.Response:
-    claims = await session_of(request)
-    reviewer = claims.reviewer if claims else None
-    oidc = request.app.get(OIDC)
-    html = _templates.get_template("inbox.html").render(
-        reviewer=reviewer,
-        oidc_name=oidc.config.name if oidc else None,
-        workflow_url=request.app[WORKFLOW_URL],
-    )
-    return web.Response(text=html, content_type="text/html")
+    header = await header_of(request)
+    return render("inbox.html", here="inbox", workflow_url=request.app[WORKFLOW_URL], **header)
 
 
 async def favicon(request: web.Request) -> web.StreamResponse:
@@ -163,20 +153,16 @@ async def favicon(request: web.Request) -> web.StreamResponse:
 
 async def chat_page(request: web.Request) -> web.Response:
     """The requesters' page (static/chat.js draws conversations from their events stream)."""
-    claims = await session_of(request)
-    oidc = request.app.get(OIDC)
-    html = _templates.get_template("chat.html").render(
-        person=claims.reviewer if claims else None, oidc_name=oidc.config.name if oidc else None
-    )
-    return web.Response(text=html, content_type="text/html")
+    return render("chat.html", here="chat", **await header_of(request))
 
 
 # --- login through the OIDC provider (countersign.server.oidc) ------------------------------------
 
 
 def oidc_page(message: str, status: int, signed_in: bool = False) -> web.Response:
-    html = _templates.get_template("oidc.html").render(message=message, signed_in=signed_in)
-    return web.Response(text=html, content_type="text/html", status=status)
+    response = render("oidc.html", message=message, signed_in=signed_in)
+    response.set_status(status)
+    return response
 
 
 async def oidc_login(request: web.Request) -> web.StreamResponse:
@@ -231,7 +217,8 @@ def create_app(
     secure_cookies: bool = False,
     workflow_url: str = "",
 ) -> web.Application:
-    app = web.Application(middlewares=[errors_and_auth], client_max_size=MAX_BODY)
+    app = web.Application(middlewares=[errors_and_auth, admission.per_caller], client_max_size=MAX_BODY)
+    app.on_response_prepare.append(headers.secured)
     app[TRUSTED_PROXIES] = trusted_proxies
     app[SECURE_COOKIES] = secure_cookies
     app[WORKFLOW_URL] = workflow_url
@@ -249,6 +236,8 @@ def create_app(
     door.add_routes(app, requesters, readers)
     agent_tools.add_routes(app, requesters.sessions)
     drafts.add_routes(app)
+    notifications.add_routes(app)
+    pages.add_routes(app)
     app.router.add_get("/chat", chat_page)
     chat.add_routes(app)
     return app
@@ -273,11 +262,12 @@ async def running_server(
     client = client or await connect(settings)
     engine = create_engine(settings.database_url)
     sessions, key = session_factory(engine), load_private_key(settings.proof_private_key)
+    readers = ConversationEvents(sessions, settings.database_url)
     runner = web.AppRunner(
         create_app(
             Inbox(client, sessions, key),
-            Requesters(client, sessions, key, settings, rate),
-            ConversationEvents(sessions, settings.database_url),
+            Requesters(client, sessions, key, settings, readers, rate),
+            readers,
             oidc,
             trusted_proxies,
             settings.cookie_secure,

@@ -1,12 +1,13 @@
 """What the chat page (`/chat`) reads besides the conversation API: the agents one may talk to,
-and one's own conversations (keyed ones with their key), newest first."""
+and one's own conversations (keyed ones with their key), newest first, each with its first message
+(the page names a conversation by it)."""
 
 from __future__ import annotations
 
 from aiohttp import web
 from sqlalchemy import select
 
-from countersign.db.schema import AgentProfile, Conversation
+from countersign.db.schema import AgentProfile, Conversation, ConversationMessage
 from countersign.server.door import CALLER, REQUESTERS
 
 LISTED = 50
@@ -30,19 +31,31 @@ async def conversations(request: web.Request) -> web.Response:
     users = (
         [caller.person] if caller.person is not None else list(caller.token.act_as if caller.token else [])
     )
+    first_message = (
+        select(ConversationMessage.content)
+        .where(
+            ConversationMessage.workflow_id == Conversation.workflow_id,
+            ConversationMessage.conversation_id == Conversation.conversation_id,
+            ConversationMessage.role == "user",
+        )
+        .order_by(ConversationMessage.seq)
+        .limit(1)
+        .correlate(Conversation)
+        .scalar_subquery()
+    )  # None until the conversation's first run has stored it
     query = (
-        select(Conversation)
+        select(Conversation, first_message)
         .where(Conversation.tenant_id == caller.tenant_id, Conversation.user_id.in_(users))
         .order_by(Conversation.created_at.desc())
         .limit(LISTED)
     )
     async with request.app[REQUESTERS].sessions() as session:
-        rows = list(await session.scalars(query))
+        rows = (await session.execute(query)).all()
     return web.json_response(
         [
             {"workflow_id": r.workflow_id, "agent": r.agent, "key": r.key, "user_id": r.user_id,
-             "created_at": r.created_at.isoformat()}
-            for r in rows
+             "created_at": r.created_at.isoformat(), "first_message": first}
+            for r, first in rows
         ]
     )  # fmt: skip
 

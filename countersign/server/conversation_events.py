@@ -32,6 +32,7 @@ from countersign.server.http import HttpRefusal
 
 MAX_STREAMS_PER_PERSON = 8
 KEEPALIVE_S = 15.0
+MAX_EVENT_ID = 2**63 - 1  # conversation_events.id is a PostgreSQL bigint
 
 
 class Feed:
@@ -96,12 +97,14 @@ class ConversationEvents:
 
 
 def resume_point(request: web.Request) -> int:
-    """The id after which to send: `Last-Event-ID`, else `?after=`, else 0 (from the start)."""
+    """The id after which to send: `Last-Event-ID`, else `?after=`, else 0 (from the start).
+    Bounded here, at the edge: an event id is a bigint, and anything but a decimal number within
+    it (one past 64 bits would fail the store's query and close the stream empty) is a 400."""
     raw = request.headers.get("Last-Event-ID") or request.query.get("after") or "0"
-    try:
-        return max(int(raw), 0)
-    except ValueError:
-        return 0
+    decimal = raw.isascii() and raw.isdigit() and len(raw) <= len(str(MAX_EVENT_ID))
+    if not decimal or int(raw) > MAX_EVENT_ID:
+        raise HttpRefusal(400, f"Last-Event-ID and ?after= are event ids: 0 to {MAX_EVENT_ID}")
+    return int(raw)
 
 
 async def workflow_closed(client: Client, workflow_id: str) -> bool:

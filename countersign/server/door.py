@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from aiohttp import web
 from pydantic import BaseModel, Field, ValidationError
@@ -34,6 +34,15 @@ MAX_TURN = 2**31 - 1  # past any conversation's turns, within what PostgreSQL ta
 CALLER = web.RequestKey("caller", Caller)
 REQUESTERS = web.AppKey("requesters", Requesters)
 EVENTS = web.AppKey("conversation_events", ConversationEvents)
+H = TypeVar("H", bound=Callable[..., Any])
+# Handlers that take from the caller's buckets themselves (countersign.server.admission takes for
+# every other API request): whom a request acts for is known only once its conversation is.
+ADMITS_ITSELF: set[Callable[..., Any]] = set()
+
+
+def admits_itself(handler: H) -> H:
+    ADMITS_ITSELF.add(handler)
+    return handler
 
 
 @dataclass
@@ -71,6 +80,7 @@ async def on_conversation(
     return requesters, caller, row
 
 
+@admits_itself
 async def start(request: web.Request) -> web.Response:
     async with recorded(request, "start") as record:
         requesters, caller = request.app[REQUESTERS], request[CALLER]
@@ -83,6 +93,7 @@ async def start(request: web.Request) -> web.Response:
     return web.json_response(started.model_dump(exclude_none=True), status=201)
 
 
+@admits_itself
 async def send(request: web.Request) -> web.Response:
     async with recorded(request, "message") as record:
         requesters, _, row = await on_conversation(request, "message", record)
@@ -91,6 +102,7 @@ async def send(request: web.Request) -> web.Response:
     return web.json_response({"message_id": message_id}, status=202)
 
 
+@admits_itself
 async def status(request: web.Request) -> web.Response:
     async with recorded(request, "status") as record:
         requesters, _, row = await on_conversation(request, "status", record)
@@ -98,6 +110,7 @@ async def status(request: web.Request) -> web.Response:
     return web.json_response(view.model_dump(mode="json"))
 
 
+@admits_itself
 async def transcript(request: web.Request) -> web.Response:
     async with recorded(request, "transcript") as record:
         requesters, _, row = await on_conversation(request, "transcript", record)
@@ -105,6 +118,7 @@ async def transcript(request: web.Request) -> web.Response:
     return web.json_response([m.model_dump(mode="json") for m in messages])
 
 
+@admits_itself
 async def audit(request: web.Request) -> web.Response:
     """The conversation's tool calls as `audit --workflow WF --json` prints them."""
     async with recorded(request, "audit") as record:
@@ -122,6 +136,7 @@ class ReplyQuery(BaseModel):
     wait: float = Field(30.0, ge=0, allow_inf_nan=False)  # held at most MAX_WAIT_S (requesters.reply)
 
 
+@admits_itself
 async def reply(request: web.Request) -> web.Response:
     """Not in the contract's table: the CLI's wait for a turn (`?message_id=` or `?turn=`, and
     `wait` seconds, at most 50), so that it needs nothing but the server."""
@@ -135,6 +150,7 @@ async def reply(request: web.Request) -> web.Response:
     return web.json_response(answer.model_dump(mode="json"))
 
 
+@admits_itself
 async def answer(request: web.Request) -> web.Response:
     async with recorded(request, "answer") as record:
         requesters, caller, row = await on_conversation(request, "answer", record)
@@ -144,6 +160,7 @@ async def answer(request: web.Request) -> web.Response:
     return web.json_response({"sent": "answer"}, status=202)
 
 
+@admits_itself
 async def rollback(request: web.Request) -> web.Response:
     async with recorded(request, "rollback") as record:
         requesters, caller, row = await on_conversation(request, "rollback", record)
@@ -153,6 +170,7 @@ async def rollback(request: web.Request) -> web.Response:
     return web.json_response({"sent": "rollback", "entries": undone}, status=202)
 
 
+@admits_itself
 async def end(request: web.Request) -> web.Response:
     async with recorded(request, "end") as record:
         requesters, caller, row = await on_conversation(request, "end", record)
@@ -161,6 +179,7 @@ async def end(request: web.Request) -> web.Response:
     return web.json_response({"sent": "end"}, status=202)
 
 
+@admits_itself
 async def answer_by_body(request: web.Request) -> web.Response:
     """The inbox's older spelling of an answer (`POST …/answer {"call_id", "text"}`), kept working:
     the same as `POST …/answers/{call_id}`."""
@@ -172,18 +191,21 @@ async def answer_by_body(request: web.Request) -> web.Response:
     return web.json_response({"sent": "answer"}, status=202)
 
 
+@admits_itself
 async def conversation_events(request: web.Request) -> web.StreamResponse:
     """A conversation's events (countersign.server.conversation_events), for those who may read its
     transcript (its user, a token acting for them, an admin of its tenant; 404 for anyone else)."""
     requesters, caller, events = request.app[REQUESTERS], request[CALLER], request.app[EVENTS]
-    workflow_id = request.match_info["workflow_id"]
+    after, workflow_id = resume_point(request), request.match_info["workflow_id"]
     row = await requesters.conversation(caller, workflow_id, "transcript")
+    await requesters.admit(caller, requesters.actor(caller, row))
     claims, bearer = request.get(SESSION), bearer_of(request)
 
-    async def live() -> bool:  # a logout, an expiry or a revoked token closes the stream
+    async def live() -> bool:  # a logout, an expiry, a revoked token or a deactivated user closes it
         if claims is not None:
             return await sessions.is_live(requesters.sessions, claims)
-        return bearer is not None and await requesters.token_caller(bearer) is not None
+        now = await requesters.token_caller(bearer) if bearer is not None else None
+        return now is not None and now.may_act_for(row.user_id)
 
     with events.opened(caller.tenant_id, requesters.actor(caller, row)):
         response = web.StreamResponse(headers=SSE_HEADERS)
@@ -194,7 +216,7 @@ async def conversation_events(request: web.Request) -> web.StreamResponse:
                 events,
                 requesters.client,
                 row.workflow_id,
-                resume_point(request),
+                after,
                 live,
                 lambda: request.transport is None or request.transport.is_closing(),
             )

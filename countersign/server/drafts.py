@@ -3,10 +3,12 @@
 - `GET /api/drafts?state=unsent|sent|all&limit=N`: newest first, unsent by default;
 - `GET /api/drafts/{id}`: one draft in full;
 - `PATCH /api/drafts/{id}` with `{"to", "subject", "body", "html_body"}` (any of them): an edit, checked
-  as the agent's `update_draft` checks it (`tools/drafts.py` `edit_draft`).
+  as the agent's `update_draft` checks it (`tools/drafts.py` `edit_draft`), by the draft's author or
+  an admin, recorded with its diff as the session's person's.
 
 There is no send route: a draft is sent by the agent's `send_draft`, which waits for a reviewer and the
-undo window like every email. Another tenant's draft answers 404; a sent one 409.
+undo window like every email. Another tenant's draft answers 404; a sent one, or one a call waiting
+for a decision names, 409; someone else's draft (to a non-admin) 403.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from countersign.server.http import HttpRefusal, parse
 from tools.drafts import (
     DraftChanges,
     DraftDetail,
+    DraftEditor,
     DraftState,
     UpdateDraftArgs,
     draft_of,
@@ -28,7 +31,7 @@ from tools.drafts import (
 from tools.registry import ToolFailure, record_id
 
 STATES: dict[str, DraftState] = {"unsent": "unsent", "sent": "sent", "all": "all"}
-FAILURE_STATUS = {"NOT_FOUND": 404, "CONFLICT": 409}
+FAILURE_STATUS = {"NOT_FOUND": 404, "CONFLICT": 409, "FORBIDDEN": 403}
 
 
 def refused(failure: ToolFailure) -> HttpRefusal:
@@ -71,10 +74,13 @@ async def edit(request: web.Request) -> web.Response:
         args = UpdateDraftArgs.model_validate({**changes.model_dump(exclude_none=True), "draft": draft_id})
     except ValidationError:
         raise HttpRefusal(400, "give to, subject, body or html_body to change") from None
+    caller = request[CALLER]
+    if caller.person is None:  # the middleware admits only sessions here; never an anonymous edit
+        raise HttpRefusal(403, "drafts are edited by a person's session")
     async with request.app[REQUESTERS].sessions.begin() as session:
         try:
-            draft = await draft_of(session, request[CALLER].tenant_id, draft_id, lock=True)
-            await edit_draft(session, draft, args)
+            draft = await draft_of(session, caller.tenant_id, draft_id, lock=True)
+            await edit_draft(session, draft, args, DraftEditor(caller.person, "inbox"))
         except ToolFailure as failure:
             raise refused(failure) from None
         return web.json_response(DraftDetail.model_validate(draft).model_dump(mode="json"))

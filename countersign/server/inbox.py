@@ -117,6 +117,10 @@ class PendingItem(BaseModel):
     effect: Effect | None = None
     effect_digest: str = ""
     effect_lines: list[str] = Field(default_factory=list)
+    # Asked again: who approved this call before, and what it would have done then; that approval
+    # was voided because what the call would do changed between the decision and its execution.
+    voided_by: str | None = None
+    voided_effect: Effect | None = None
 
     @property
     def key(self) -> str:
@@ -156,6 +160,8 @@ def item_of(row: ApprovalRequest, said: list[dict[str, str]]) -> PendingItem:
         effect=effect,
         effect_digest=row.effect_sha256 or "",
         effect_lines=effect_lines(effect) if effect else [],
+        voided_by=row.voided_by,
+        voided_effect=Effect.model_validate(row.voided_effect) if row.voided_effect is not None else None,
     )
 
 
@@ -395,6 +401,8 @@ class Inbox:
                     "reason": r.reason,
                     "edited_args": r.args,
                     "model_args": model_args if r.args is not None else None,  # JSON null reads as None
+                    # an approval voided because the call's effect changed before it ran: asked again
+                    "voided": r.voided_at is not None,
                     "at": r.created_at.isoformat(),
                 }
                 for r, model_args in rows

@@ -58,6 +58,7 @@ from countersign.identity import tokens
 from countersign.identity.mode import recorded_mode
 from countersign.identity.proofs import Binding, mint_proof
 from countersign.runtime.config import Settings
+from countersign.server.conversation_events import ConversationEvents
 from countersign.server.http import HttpRefusal
 
 RequesterActionName = Literal[
@@ -67,7 +68,10 @@ ADMIN = "admin"
 # What a tenant admin may do to a conversation of another user of the tenant (countersign.core.authority).
 ADMIN_MAY: frozenset[str] = frozenset({"status", "transcript", "rollback", "end", "audit"})
 MAX_WAIT_S = 50.0  # the longest `GET …/reply` holds a request open
-POLL_S = 0.25
+FIRST_LOOK_S = 0.25  # a reply's wait asks the status this soon (a turn that is done answers first)
+RECHECK_S = 5.0  # and again this often when no event says it may have changed
+# The conversation events after which a reply's wait asks the status again (countersign.db.events).
+STATUS_EVENTS = frozenset({"approval", "question", "turn", "rollback"})
 INSTANCE_WAIT_S = 10.0  # how long an answer, rollback or end waits for a new conversation to register
 
 
@@ -165,9 +169,11 @@ class Requesters:
         sessions: async_sessionmaker[AsyncSession],
         key: Ed25519PrivateKey,
         settings: Settings,
+        events: ConversationEvents,
         rate: ApiRate | None = None,
     ) -> None:
         self.client = client
+        self._events = events  # the events stream's log and LISTEN feed: what a reply's wait wakes on
         self.sessions = sessions
         self._key = key
         self._settings = settings
@@ -181,10 +187,12 @@ class Requesters:
             holder = await tokens.holder_of(session, secret, datetime.now(UTC))
         return Caller(tenant_id=holder.tenant_id, token=holder) if holder else None
 
-    async def admit(self, caller: Caller, user_id: str) -> None:
-        """Take a request from the person's bucket (and the token's): 429 when either is empty."""
+    async def admit(self, caller: Caller, user_id: str | None) -> None:
+        """Take a request from the person's bucket (and the token's; a token acting for no one
+        named yet: the token's alone): 429 when either is empty."""
         # the token's first: a token that floods is refused before it drains its users' buckets
-        keys = ([f"api:token:{caller.token.id}"] if caller.token else []) + [f"api:user:{user_id}"]
+        keys = [f"api:token:{caller.token.id}"] if caller.token else []
+        keys += [f"api:user:{user_id}"] if user_id is not None else []
         async with self.sessions.begin() as session:
             for key in keys:
                 wait_s = await ratelimit.take(
@@ -450,33 +458,59 @@ class Requesters:
         self, row: Conversation, message_id: str | None, turn: int | None, wait_s: float
     ) -> Reply:
         """Wait (at most `wait_s`) for the turn that answers `message_id` (or turn `turn`): its
-        result; or the status once it waits for a person; or `running` when the wait ran out."""
+        result, from the `wait_reply` (or `wait_turn`) update, which the workflow validates before
+        it accepts it; or the status once it waits for a person; or `running` when the wait ran out.
+
+        Nothing is polled: the status is asked once at first, then after each of the
+        conversation's events that may change it (an approval, a question, a turn, a rollback:
+        the events stream's LISTEN/NOTIFY wakes the wait), and every RECHECK_S without one (a run
+        that fails or is terminated writes no event)."""
         handle: WorkflowHandle[Any, Any] = self.client.get_workflow_handle(row.workflow_id)
         if message_id is not None:
             update: Any = handle.execute_update("wait_reply", message_id, result_type=TurnResult | None)  # type: ignore[arg-type]
         else:
             update = handle.execute_update("wait_turn", turn or 1, result_type=TurnResult | None)  # type: ignore[arg-type]
         waiting = asyncio.ensure_future(update)
-        deadline = asyncio.get_running_loop().time() + min(wait_s, MAX_WAIT_S)
+        loop = asyncio.get_running_loop()
+        deadline, timeout = loop.time() + min(wait_s, MAX_WAIT_S), FIRST_LOOK_S
+        status: StatusView | None = None
         try:
-            while True:
-                await asyncio.wait({waiting}, timeout=POLL_S)
-                if waiting.done():
-                    failed = waiting.exception()
-                    if isinstance(failed, WorkflowUpdateFailedError):  # the message was refused
-                        raise HttpRefusal(409, str(failed.cause or failed))
-                    result: TurnResult | None = None if failed else waiting.result()
-                    if result is not None:
-                        return Reply(state="replied", turn=result)
-                    return await self._after_the_end(row, message_id, turn)
-                status = await self.status(row)
-                if status.pending_approvals or status.pending_questions:
-                    return Reply(state="waiting", status=status)
-                if status.state == "ended":
-                    return await self._after_the_end(row, message_id, turn)
-                if asyncio.get_running_loop().time() > deadline:
-                    return Reply(state="running", status=status)
+            async with self._events.feed.watch(row.workflow_id) as woken:
+                seen = await self._events.log.latest_id(row.workflow_id)
+                while True:
+                    woke = asyncio.ensure_future(woken.get())
+                    left = max(0.0, deadline - loop.time())
+                    done, _ = await asyncio.wait({waiting, woke}, timeout=min(left, timeout))
+                    woke.cancel()
+                    if waiting.done():
+                        return await self._replied(row, message_id, turn, waiting)
+                    check = woke not in done or status is None
+                    if woke in done:
+                        batch = await self._events.log.after(row.workflow_id, seen)
+                        seen = batch[-1].id if batch else seen
+                        check = check or any(e.kind in STATUS_EVENTS for e in batch)
+                    if check:
+                        status = await self.status(row)
+                        if status.pending_approvals or status.pending_questions:
+                            return Reply(state="waiting", status=status)
+                        if status.state == "ended":
+                            return await self._after_the_end(row, message_id, turn)
+                    if loop.time() >= deadline:
+                        return Reply(state="running", status=status)
+                    timeout = RECHECK_S
         finally:
             waiting.cancel()
             with contextlib.suppress(BaseException):
                 await waiting
+
+    async def _replied(
+        self, row: Conversation, message_id: str | None, turn: int | None, waiting: asyncio.Future[Any]
+    ) -> Reply:
+        """The answer of a finished `wait_reply`/`wait_turn` update."""
+        failed = waiting.exception()
+        if isinstance(failed, WorkflowUpdateFailedError):  # the message, or the wait, was refused
+            raise HttpRefusal(409, str(failed.cause or failed))
+        result: TurnResult | None = None if failed else waiting.result()
+        if result is not None:
+            return Reply(state="replied", turn=result)
+        return await self._after_the_end(row, message_id, turn)

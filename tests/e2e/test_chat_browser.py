@@ -93,6 +93,9 @@ async def test_alice_watches_her_request_stream_wait_for_bob_and_finish(
         # issue 34: the step shows what bob decides on, resolved, above the model's arguments
         effect = await step.locator(".effect-summary").text_content() or ""
         assert effect == "Jane Doe, Doe Consulting (jane.doe@example.com): status new → qualified"
+        # high risk: alice (sales) may not decide it, so the step links to its card in the inbox
+        assert await step.locator("a.to-inbox").get_attribute("href") == f"/#{workflow_id}/c1"
+        assert await step.locator("form.decide").count() == 0
         seen = await alice.evaluate("window.replyTexts")
         parts = [t for t in dict.fromkeys(seen) if t]
         full = f"[scripted model] {ASKED}"

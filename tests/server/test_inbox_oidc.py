@@ -376,7 +376,7 @@ async def test_bob_signs_in_with_the_provider_in_the_browser_and_logs_out(
             assert await page.text_content("#whoami") == "bob"
 
         await sign_in()
-        await page.wait_for_function("document.querySelector('#live').textContent.startsWith('live')")
+        await page.wait_for_function("() => document.querySelector('#live').textContent.startsWith('live')")
         await page.screenshot(path=ARTIFACTS / "inbox-oidc-signed-in.png", full_page=True)
         async with db_engine.begin() as conn:  # an admin ends bob's sessions
             await conn.execute(

@@ -12,6 +12,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from temporalio.client import WorkflowHandle, WorkflowUpdateFailedError
 
 from countersign.core.approvals import ApproveSignal, Decision, RejectSignal
+from countersign.core.calls import ApproverEdit, argument_changes
 from countersign.core.contract import AnswerSignal, Limits, StatusView
 from countersign.core.messages import ChatMessage
 from countersign.db.schema import ApprovalDecision, Lead, Notification, ToolExecution
@@ -216,15 +217,46 @@ async def test_edited_arguments_are_validated_and_reported(
         )
     assert "edited arguments are invalid" in str(invalid.value.cause)
     edited = {"lead": JANE, "new_status": "contacted", "reason": "only contacted so far"}
+    why = "she has not answered yet"
     await execute_update(
         handle,
         AgentWorkflow.decide,
-        Decision(call_id=waiting.call_id, decision="approve", approver="bob", args=edited),
+        Decision(call_id=waiting.call_id, decision="approve", approver="bob", args=edited, reason=why),
     )
     await handle.result()
     assert await lead_status(db_engine, "acme") == "contacted"
     result = last_tool_result(await agent.transcript(handle))
     assert result["ok"] and result["data"]["arguments_edited_by_approver"]["new_status"] == "contacted"
+    # the model is told what the reviewer changed, from what to what, and why (issue 34)
+    told = result["data"]["approver_edit"]
+    assert told["changed"] == {
+        "new_status": {"from": "qualified", "to": "contacted"},
+        "reason": {"from": "budget confirmed", "to": "only contacted so far"},
+    }
+    assert (told["approved_by"], told["reason"]) == ("bob", why)
+    assert 'new_status from "qualified" to "contacted"' in told["note"] and why in told["note"]
+    # asked and approved arguments are distinct facts: the request's, the decision's and its changes
+    async with db_engine.connect() as conn:
+        decided = (
+            await conn.execute(
+                select(ApprovalDecision.args, ApprovalDecision.changes, ApprovalDecision.effect).where(
+                    ApprovalDecision.workflow_id == handle.id, ApprovalDecision.accepted
+                )
+            )
+        ).one()
+        executed = (
+            await conn.execute(
+                select(ToolExecution.args, ToolExecution.edited_args).where(
+                    ToolExecution.workflow_id == handle.id
+                )
+            )
+        ).one()
+    assert decided.args == edited and decided.changes["new_status"] == {
+        "before": "qualified",
+        "after": "contacted",
+    }
+    assert "new → contacted" in decided.effect["summary"]  # the edit's effect, beside the request's
+    assert executed.args["new_status"] == "qualified" and executed.edited_args["new_status"] == "contacted"
 
 
 async def test_parallel_calls_are_decided_independently_in_any_order(
@@ -284,3 +316,19 @@ async def test_ask_human_waits_for_the_users_answer(agent: AgentHarness) -> None
     )
     result = await handle.result()
     assert result.last_reply == "[scripted model] Thanks."
+
+
+def test_an_approvers_changes_name_each_argument_as_asked_and_as_approved() -> None:
+    asked = {"lead": JANE, "new_status": "qualified", "reason": "budget"}
+    approved = {"lead": JANE, "new_status": "contacted", "reason": "budget", "note": "called"}
+    changes = argument_changes(asked, approved)
+    assert list(changes) == ["new_status", "note"]  # unchanged ones left out, a new one from null
+    assert (changes["note"].before, changes["note"].after) == (None, "called")
+    edit = ApproverEdit(approver="bob", changes=changes, reason="not yet")
+    assert (
+        edit.note() == 'bob changed new_status from "qualified" to "contacted"; note from null to "called" '
+        "before approving (reason: not yet)"
+    )
+    assert (
+        ApproverEdit(approver="bob").note() == "bob changed the arguments before approving (no reason given)"
+    )

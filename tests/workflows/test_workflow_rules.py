@@ -23,6 +23,7 @@ from workflows.rules import (
     failed_write,
     status_details,
     turn_failure,
+    turn_wait_refusal,
 )
 
 
@@ -189,3 +190,12 @@ def test_a_conversations_details_say_who_and_what_waits_for_people() -> None:
     assert status_details("idle", 0, None, Usage(), [], []) == (
         "**idle** · turn 0 · \n\nusage: 0 model calls, 0 tool calls, 0 tokens"
     )
+
+
+def test_a_wait_is_for_a_turn_asked_for_or_the_next() -> None:
+    assert turn_wait_refusal(1, started=0, queued=1) is None
+    assert turn_wait_refusal(2, started=1, queued=0) is None  # the next turn
+    assert turn_wait_refusal(3, started=1, queued=1) is None
+    assert turn_wait_refusal(3, started=1, queued=0) == "turn 3 has not been asked for (1 begun, 0 waiting)"
+    assert turn_wait_refusal(2**31 - 1, started=5, queued=8) is not None
+    assert turn_wait_refusal(0, started=5, queued=0) == "turns count from 1, not 0"

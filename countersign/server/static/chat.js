@@ -7,20 +7,7 @@
 
 function say(text) { $("#status").textContent = text; }
 
-// --- login -----------------------------------------------------------------------------------
-const loginForm = $("#login");
-if (loginForm) {
-  loginForm.addEventListener("submit", async (event) => {
-    event.preventDefault();
-    try {
-      await api("POST", "/api/login", Object.fromEntries(new FormData(loginForm).entries()));
-      location.reload();
-    } catch (err) {
-      $("#login-error").textContent = err.message;
-    }
-  });
-  $("#tenant").focus();
-}
+signInOut();
 
 // --- one conversation ------------------------------------------------------------------------
 let current = null; // {id, source, replies: Map(seq -> {node, attempt}), steps: Map(call_id -> node)}
@@ -62,6 +49,34 @@ function setOutcome(step, text, cls) {
   $(".outcome", step).textContent = text;
 }
 
+// A waiting call the signed-in person may decide (the server's list of who may, by role and the
+// four-eyes rule; low risk for sales): approve or reject it in place, as the CLI chat can. The
+// inbox decides it (a proof in the signed mode); a refusal is shown in the step.
+function decideForm(data) {
+  const id = `decide-${data.call_id}`.replace(/[^A-Za-z0-9_-]/g, "_");
+  const reason = el("input", { id: `${id}-reason`, name: "reason", autocomplete: "off", placeholder: "required to reject" });
+  const form = el("form", { class: "decide", "aria-label": `Decide ${data.tool} ${data.call_id}` },
+    el("label", { for: reason.id, text: "Reason" }), reason,
+    el("button", { type: "submit", value: "approve", text: "Approve" }),
+    el("button", { type: "submit", value: "reject", text: "Reject" }),
+    el("span", { class: "error", role: "alert" }));
+  form.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    const decision = event.submitter ? event.submitter.value : "approve";
+    if (decision === "reject" && !reason.value.trim()) {
+      $(".error", form).textContent = "give a reason to reject: the agent is told why";
+      reason.focus();
+      return;
+    }
+    try {
+      await api("POST", `/api/approvals/${encodeURIComponent(current.id)}/${encodeURIComponent(data.call_id)}`,
+        { decision, reason: reason.value.trim() || null });
+      form.replaceWith(el("p", { class: "note", text: `You ${decision === "approve" ? "approved" : "rejected"} it` }));
+    } catch (err) { $(".error", form).textContent = err.message; }
+  });
+  return form;
+}
+
 const handlers = {
   message(data) {
     add(el("li", { class: "user", text: data.text }));
@@ -98,10 +113,18 @@ const handlers = {
       const countdown = el("span", { class: "countdown", "data-expires": data.expires_at, text: timeLeft(data.expires_at) });
       $(".outcome", step).append(" · expires in ", countdown);
       setBusy(true, `Waiting for ${who}`);
-      say(`${data.tool} waits for a reviewer: ${who} may decide`);
+      if ((data.may_decide || []).includes($("#whoami").textContent)) {
+        $(".actions", step).append(decideForm(data));
+        say(`${data.tool} waits for a decision: you may decide it here`);
+      } else {
+        $(".actions", step).append(el("a", { class: "to-inbox", href: `/#${current.id}/${data.call_id}`, text: "Its card in the inbox" }));
+        say(`${data.tool} waits for a reviewer: ${who} may decide`);
+      }
     } else if (data.state === "expired") {
+      for (const node of step.querySelectorAll(".decide, .to-inbox")) node.remove();
       setOutcome(step, "Nobody decided in time: not run", "failed");
     } else {
+      for (const node of step.querySelectorAll(".decide, .to-inbox")) node.remove();
       const outcome = `${data.state} by ${data.decided_by}`;
       setOutcome(step, outcome, data.state === "approved" ? "done" : "failed");
       setBusy(true, "The agent is working…");
@@ -205,11 +228,16 @@ function startNew() {
   $("#agent").focus();
 }
 
+// What this page sent to start a conversation, by workflow id: its name in the list until the
+// server has stored that first message.
+const typed = new Map();
+
 async function loadConversations() {
   const list = await api("GET", "/api/conversations");
   $("#conversations").replaceChildren(...list.map((c) => {
-    const label = `${c.agent}${c.key ? ` · ${c.key}` : ""} · ${new Date(c.created_at).toLocaleString()}`;
+    const label = c.first_message || typed.get(c.workflow_id) || `${c.agent}${c.key ? ` · ${c.key}` : ""} · ${new Date(c.created_at).toLocaleString()}`;
     const button = el("button", { type: "button", "data-id": c.workflow_id, text: label,
+      title: `${c.agent}${c.key ? ` · ${c.key}` : ""} · ${new Date(c.created_at).toLocaleString()}`,
       "aria-current": String(current !== null && current.id === c.workflow_id) });
     button.addEventListener("click", () => open(c.workflow_id, label));
     return el("li", {}, button);
@@ -227,7 +255,8 @@ async function send() {
       const body = { agent: $("#agent").value, message: text };
       if ($("#key").value.trim()) body.key = $("#key").value.trim();
       const started = await api("POST", "/api/conversations", body);
-      open(started.workflow_id, `${body.agent}${body.key ? ` · ${body.key}` : ""}`);
+      typed.set(started.workflow_id, text);
+      open(started.workflow_id, text);
       loadConversations();
     }
     $("#message").value = "";
@@ -249,12 +278,19 @@ if ($("#compose")) {
     try { await api("POST", `/api/conversations/${encodeURIComponent(current.id)}/end`, {}); say("End requested"); }
     catch (err) { say(err.message); }
   });
-  $("#logout").addEventListener("click", async () => { await api("POST", "/api/logout", {}); location.reload(); });
   setInterval(() => {
     for (const span of document.querySelectorAll("[data-expires]")) span.textContent = timeLeft(span.dataset.expires);
   }, 1000);
   api("GET", "/api/agents").then((agents) => {
     $("#agent").replaceChildren(...agents.map((a) => el("option", { value: a.name, text: a.description ? `${a.name}: ${a.description}` : a.name })));
+    // another page's request, ready to send (the drafts page's "Send it"): the person sends it
+    const asked = new URLSearchParams(location.search);
+    if (asked.get("message")) {
+      if (agents.some((a) => a.name === asked.get("agent"))) $("#agent").value = asked.get("agent");
+      $("#message").value = asked.get("message");
+      $("#message").focus();
+      say(`Ready to send to ${$("#agent").value}: press Enter`);
+    }
   }).catch((err) => say(err.message));
   loadConversations().catch((err) => say(err.message));
   $("#message").focus();

@@ -1,4 +1,4 @@
-// What the inbox and the chat page share: plain JS, no build step, loaded before each page's script.
+// What the pages share (inbox, chat, tools, drafts): plain JS, no build step, loaded before each page's script.
 // Every text from the server goes through textContent (`el(tag, {text})`), never innerHTML.
 "use strict";
 
@@ -34,6 +34,28 @@ async function api(method, path, body) {
     credentials: "same-origin",
   });
   const data = await response.json().catch(() => ({}));
-  if (!response.ok) throw new Error(data.error || `HTTP ${response.status}`);
+  if (!response.ok) {
+    const refusal = new Error(data.error || `HTTP ${response.status}`);
+    refusal.status = response.status; // 403, 409…: a page may say which refusal it was
+    throw refusal;
+  }
   return data;
+}
+
+// Every page's login form (shown when signed out) and its header's "Log out".
+function signInOut() {
+  const form = $("#login");
+  if (form) {
+    form.addEventListener("submit", async (event) => {
+      event.preventDefault();
+      try {
+        await api("POST", "/api/login", Object.fromEntries(new FormData(form).entries()));
+        location.reload();
+      } catch (err) {
+        $("#login-error").textContent = err.message;
+      }
+    });
+    $("#tenant").focus();
+  }
+  $("#logout")?.addEventListener("click", async () => { await api("POST", "/api/logout", {}); location.reload(); });
 }

@@ -27,21 +27,7 @@ function conversationLink(workflowId) {
   return base ? el("a", { href: base + encodeURIComponent(workflowId), target: "_blank", rel: "noopener", text: workflowId }) : workflowId;
 }
 
-// --- login -----------------------------------------------------------------------------------
-const loginForm = $("#login");
-if (loginForm) {
-  loginForm.addEventListener("submit", async (event) => {
-    event.preventDefault();
-    const form = new FormData(loginForm);
-    try {
-      await api("POST", "/api/login", Object.fromEntries(form.entries()));
-      location.reload();
-    } catch (err) {
-      $("#login-error").textContent = err.message;
-    }
-  });
-  $("#tenant").focus();
-}
+signInOut();
 
 // --- the argument form, from the tool's JSON schema ---------------------------------------------
 function baseType(schema) {
@@ -147,6 +133,12 @@ function card(item) {
     el("p", { class: "muted" },
       `requested by ${item.requested_by} · agent ${item.agent} · conversation `, conversationLink(item.workflow_id),
       ` · call ${item.call_id} · `, expires),
+    item.voided_by
+      ? el("p", { class: "asked-again", role: "alert",
+          text: `Asked again: what this call would do changed after ${item.voided_by} approved it`
+            + (item.voided_effect ? ` (then: ${item.voided_effect.summary})` : "")
+            + ", so nothing ran and that approval was voided. Decide on it as it is now." })
+      : "",
     effectView(item.effect_lines, item.effect && !item.effect.resolved),
     (item.warnings || []).length
       ? el("ul", { class: "warnings", role: "alert", "aria-label": "Check these arguments" },
@@ -244,7 +236,7 @@ async function loadHistory() {
     el("td", { text: new Date(r.at).toLocaleString() }),
     el("td", {}, conversationLink(r.workflow_id), ` / ${r.call_id}`),
     el("td", { text: r.tool }),
-    el("td", { text: `${r.decision}${r.accepted ? "" : " (refused)"}` },
+    el("td", { text: `${r.decision}${r.accepted ? "" : " (refused)"}${r.voided ? " (voided: what it would do changed before it ran; asked again)" : ""}` },
       ...(r.edited_args ? [el("div", { class: "edit", text: `edited arguments: ${JSON.stringify(r.edited_args)}${r.model_args ? ` (the model asked for ${JSON.stringify(r.model_args)})` : ""}` })] : [])),
     el("td", { text: `${r.approver} ${r.proven ? "(proven)" : "(claimed)"}`, title: r.proven ? "the inbox authenticated this person and the worker checked its proof" : "a name given without proof (names mode)" }),
     el("td", { text: r.reason || "" }),
@@ -287,6 +279,5 @@ if ($("#pending")) {
       } catch (err) { say(err.message); }
     });
   }
-  $("#logout").addEventListener("click", async () => { await api("POST", "/api/logout", {}); location.reload(); });
   loadHistory();
 }
