@@ -1,19 +1,22 @@
 """A soak under faults: conversations of every kind while a chaos loop breaks the stack, then proof
 that nothing was lost or done twice (issue 38).
 
-    .venv/bin/python -m bench.soak            # bounded: 14 conversations, 6 faults (~5 min)
+    .venv/bin/python -m bench.soak            # bounded: 21 conversations, 8 faults (~4 min)
     .venv/bin/python -m bench.soak --full     # 100 conversations, 50 faults
 
 The parts are the fault tests' own (tests/fixtures/faults.py: embedded PostgreSQL, the Temporal dev
 server on a SQLite file, the scripted model, an SMTP catcher) with two `python worker.py` processes
 on one task queue. The conversations are the fault tests' scripts (tests/fixtures/fault_scripts.py),
 every kind of `SOAK_KINDS`: a write turn, three writes and an email, a read, a call a reviewer
-approves and one a reviewer rejects (both by the `decide` update or the `approve` signal, through
-the Temporal server), a question the user answers, and a turn rolled back (undo). They start
-spread over the chaos window while the chaos loop, on a seeded random schedule, SIGKILLs one of the
-workers (and starts it again), restarts the dev server (same port and file) or restarts PostgreSQL
-(same data directory). The driver of each conversation retries what a fault interrupts, checking
-the conversation's state before sending a decision, answer or rollback again.
+approves and one a reviewer rejects, a question the user answers, and a turn rolled back (undo).
+The workers run APPROVER_AUTH=signed beside the inbox server (`countersign.server`): the user
+(alice) starts each conversation through its front door (keyed by the conversation's name),
+answers, rolls back and ends, and the reviewer (bob) decides, through its HTTP API with a session
+of their own; the inbox mints the proofs the workers verify. The conversations start spread over
+the chaos window while the chaos loop, on a seeded random schedule, SIGKILLs one of the workers
+(and starts it again), restarts the dev server (same port and file) or restarts PostgreSQL (same
+data directory). The driver of each conversation retries what a fault interrupts, sending a start,
+decision, answer, rollback or end again only while the conversation still waits for it.
 
 At the end: every conversation's state and effects are read from what the tools changed (tasks,
 lead statuses, the outbox and the SMTP catcher), the audit, decisions and compensations, and
@@ -29,26 +32,30 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import random
 import sys
 import tempfile
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
+from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+import aiohttp
 from temporalio.client import WorkflowExecutionStatus
-from temporalio.exceptions import WorkflowAlreadyStartedError
+from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Replayer
 
 from bench.sections import put_section, recorded_run
-from countersign.core.contract import EndConversation
-from countersign.db.ratelimit import UNLIMITED_ENV
 from countersign.devstack.worker import WorkerProcess
+from countersign.identity.proofs import pem_pair
 from countersign.runtime.payloads import data_converter
+from countersign.server.app import running_server
 from tests.fixtures.fault_scripts import (
+    APPROVER,
     GATED,
     REQUESTER,
     SOAK_KINDS,
@@ -59,7 +66,7 @@ from tests.fixtures.fault_scripts import (
     prepare,
     rules_for,
 )
-from tests.fixtures.faults import FaultStack, own_stack, scenario
+from tests.fixtures.faults import FaultStack, own_stack, scenario, signed_env
 from workflows.agent import AgentWorkflow
 
 FaultKind = Literal["worker_killed", "temporal_restarted", "postgres_restarted"]
@@ -79,9 +86,9 @@ class Sizes:
 
 
 DEFAULT = Sizes(
-    conversations=14,
-    faults={"worker_killed": 3, "temporal_restarted": 1, "postgres_restarted": 2},
-    window_s=90.0,
+    conversations=21,
+    faults={"worker_killed": 4, "temporal_restarted": 2, "postgres_restarted": 2},
+    window_s=120.0,
     gap_s=8.0,
 )
 FULL = Sizes(
@@ -182,6 +189,57 @@ def judge(conversations: Sequence[Conversation], found: dict[str, Effects]) -> V
 # --- driving conversations through faults ------------------------------------------------------------
 
 
+@dataclass
+class Inbox:
+    """The inbox server, signed mode: each person acts with a session of their own, and the inbox
+    mints the proof of each decision, answer, rollback and end that the workers verify."""
+
+    url: str
+    tokens: dict[str, str] = field(default_factory=dict)
+
+    async def post(self, user: str, path: str, body: Any) -> Any:
+        """POST as `user` (logged in with the seed's password on first use); raises unless 2xx."""
+        if user not in self.tokens:
+            login = {"tenant_id": "acme", "user_id": user, "password": f"{user}-dev"}
+            self.tokens[user] = (await self._post(None, "/api/login", login))["token"]
+        return await self._post(self.tokens[user], path, body)
+
+    async def _post(self, token: str | None, path: str, body: Any) -> Any:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        async with (
+            aiohttp.ClientSession() as http,
+            http.post(self.url + path, json=body, headers=headers) as response,
+        ):
+            text = await response.text()
+            if response.status >= 300:
+                raise RuntimeError(f"POST {path}: {response.status} {text[:300]}")
+            return json.loads(text)
+
+    async def start(self, c: Conversation) -> None:
+        """Start `c` through the front door, keyed by its name: a key is one conversation."""
+        body = {"agent": c.agent, "message": c.message, "key": c.name, "single_turn": c.single_turn}
+        await self.post(REQUESTER, "/api/conversations", body)
+
+    async def decide(self, c: Conversation) -> None:
+        """The reviewer's decision on `c`'s pending call: rejected for the `rejected` kind, with a
+        reason that names the conversation (its model's script looks for it), else approved."""
+        (waiting,) = (await c.h.query(AgentWorkflow.status)).pending_approvals
+        reject = c.kind == "rejected"
+        body = {"decision": "reject", "reason": f"{c.marker} not now"} if reject else {"decision": "approve"}
+        await self.post(APPROVER, f"/api/approvals/{c.workflow_id}/{waiting.call_id}", body)
+
+    async def answer(self, c: Conversation) -> None:
+        (waiting,) = (await c.h.query(AgentWorkflow.status)).pending_questions
+        path = f"/api/conversations/{c.workflow_id}/answers/{waiting.call_id}"
+        await self.post(REQUESTER, path, {"text": f"{c.marker} Tuesday"})
+
+    async def roll_back(self, c: Conversation) -> None:
+        await self.post(REQUESTER, f"/api/conversations/{c.workflow_id}/rollback", {"scope": "turn"})
+
+    async def end(self, c: Conversation) -> None:
+        await self.post(REQUESTER, f"/api/conversations/{c.workflow_id}/end", {})
+
+
 async def holds(check: Callable[[], Awaitable[bool]]) -> bool:
     """`check`, counting any error (a server or database down) as not yet."""
     try:
@@ -223,25 +281,23 @@ async def once(
             raise TimeoutError(f"gave up on {what}")
 
 
-async def start(stack: FaultStack, c: Conversation, deadline: float) -> None:
-    while True:
-        try:
-            await c.start(stack.client, stack.settings.task_queue)
-            return
-        except WorkflowAlreadyStartedError:  # an earlier attempt's start arrived
-            c.handle = stack.client.get_workflow_handle_for(AgentWorkflow.run, c.workflow_id)
-            return
-        except Exception as failed:
-            if time.monotonic() > deadline:
-                raise
-            progress(f"{c.workflow_id} start: {type(failed).__name__}; again")
-            await asyncio.sleep(EVERY_S)
-
-
-async def converse(stack: FaultStack, c: Conversation, delay_s: float, deadline: float) -> None:
+async def converse(stack: FaultStack, inbox: Inbox, c: Conversation, delay_s: float, deadline: float) -> None:
     """Start `c` after `delay_s`, play the reviewer or the user it needs, and see it completed."""
     await asyncio.sleep(delay_s)
-    await start(stack, c, deadline)
+    c.keyed = True
+    c.handle = stack.client.get_workflow_handle_for(AgentWorkflow.run, c.workflow_id)
+
+    async def not_started() -> bool:
+        try:
+            await c.h.describe()
+        except RPCError as missing:
+            if missing.status == RPCStatusCode.NOT_FOUND:
+                return True
+            raise
+        return False
+
+    # a start resent after its answer was lost would deliver the message twice: once only
+    await once(lambda: inbox.start(c), not_started, f"{c.workflow_id} start", deadline)
 
     async def status() -> Any:
         return await c.h.query(AgentWorkflow.status)
@@ -267,22 +323,23 @@ async def converse(stack: FaultStack, c: Conversation, delay_s: float, deadline:
         return not await running()
 
     if c.kind in GATED:
-        await once(c.approve, awaiting_approval, f"{c.workflow_id} decision", deadline)
+        await once(lambda: inbox.decide(c), awaiting_approval, f"{c.workflow_id} decision", deadline)
     elif c.kind == "question":
-        await once(c.answer, awaiting_answer, f"{c.workflow_id} answer", deadline)
+        await once(lambda: inbox.answer(c), awaiting_answer, f"{c.workflow_id} answer", deadline)
     elif c.kind == "compensation":
         await until(turn_done, f"{c.workflow_id} turn 1", deadline)
-        await once(c.roll_back, not_rolled_back, f"{c.workflow_id} rollback", deadline)
+        await once(lambda: inbox.roll_back(c), not_rolled_back, f"{c.workflow_id} rollback", deadline)
         await until(c.rolled_back, f"{c.workflow_id} rolled back", deadline)
-        end = EndConversation(requested_by=REQUESTER)
-        await once(lambda: c.h.signal(AgentWorkflow.end, end), running, f"{c.workflow_id} end", deadline)
+        await once(lambda: inbox.end(c), running, f"{c.workflow_id} end", deadline)
     await until(closed, f"{c.workflow_id} to complete", deadline)
 
 
-async def converse_logged(stack: FaultStack, c: Conversation, delay_s: float, deadline: float) -> None:
+async def converse_logged(
+    stack: FaultStack, inbox: Inbox, c: Conversation, delay_s: float, deadline: float
+) -> None:
     """`converse`, its failure logged: the judge reports a conversation that did not complete."""
     try:
-        await converse(stack, c, delay_s, deadline)
+        await converse(stack, inbox, c, delay_s, deadline)
     except Exception as failed:
         progress(f"{c.workflow_id}: {type(failed).__name__}: {failed}")
 
@@ -318,17 +375,34 @@ async def chaos(
 # --- after: histories and the audit chain ------------------------------------------------------------
 
 
-async def replay(conversations: Sequence[Conversation]) -> tuple[int, list[str]]:
-    """Replay every conversation's history with the current workflow code: (replayed, failures)."""
+@dataclass
+class Replayed:
+    replayed: int = 0
+    failures: list[str] = field(default_factory=list)
+    retried: int = 0  # activity attempts after a failed or lost one: faults that caught a call in flight
+
+
+async def replay(conversations: Sequence[Conversation]) -> Replayed:
+    """Replay every conversation's history with the current workflow code, and count the activity
+    attempts the faults caused (an attempt past the first)."""
     replayer = Replayer(workflows=[AgentWorkflow], data_converter=data_converter)
-    histories = [await c.h.fetch_history() for c in conversations if c.handle is not None]
-    failures = []
-    for history in histories:
+    found = Replayed()
+    for c in conversations:
+        if c.handle is None:
+            continue
+        history = await c.h.fetch_history()
+        found.retried += sum(
+            1
+            for e in history.events
+            if e.HasField("activity_task_started_event_attributes")
+            and e.activity_task_started_event_attributes.attempt > 1
+        )
         try:
             await replayer.replay_workflow(history)
+            found.replayed += 1
         except Exception as failed:
-            failures.append(f"{history.workflow_id}: {type(failed).__name__}: {failed}")
-    return len(histories) - len(failures), failures
+            found.failures.append(f"{history.workflow_id}: {type(failed).__name__}: {failed}")
+    return found
 
 
 async def verify_audit_chain(stack: FaultStack) -> str:
@@ -345,35 +419,39 @@ async def measure(sizes: Sizes, seed: int) -> dict[str, Any]:
     rng = random.Random(seed)
     conversations = plan(sizes.conversations, rng, run=f"soak{seed}", kinds=SOAK_KINDS)
     schedule = chaos_schedule(rng, sizes.faults, sizes.window_s, sizes.gap_s)
+    private, public = pem_pair()
     with tempfile.TemporaryDirectory(prefix="countersign-soak-") as tmp:
         root = Path(tmp)
-        async with own_stack(root) as stack:
-            second = WorkerProcess(stack.settings, root / "worker-2", UNLIMITED_ENV)
-            try:
-                await second.start()
-                workers = [stack.worker, second]
-                await prepare(stack.engine, conversations)
-                stack.model.set_scenario(scenario(rules_for(conversations)))
-                progress(
-                    f"{len(conversations)} conversations, {len(schedule)} faults, {sizes.window_s:.0f} s"
-                )
-                began = time.monotonic()
-                deadline = began + sizes.window_s + SETTLE_S
-                spacing = sizes.window_s / max(len(conversations), 1)
-                drivers = [
-                    converse_logged(stack, c, n * spacing, deadline) for n, c in enumerate(conversations)
-                ]
-                striking = asyncio.create_task(chaos(stack, workers, schedule, rng, began))
-                await asyncio.gather(*drivers)
-                struck = await striking
-                wall_s = time.monotonic() - began
-                progress(f"all settled after {wall_s:.0f} s; reading the effects")
-                found = await Effects.of(stack.engine, stack.smtp, conversations)
-                verdict = judge(conversations, found)
-                replayed, replay_failures = await replay(conversations)
-                chain = await verify_audit_chain(stack)
-            finally:
-                second.stop()
+        async with AsyncExitStack() as scope:
+            stack = await scope.enter_async_context(own_stack(root, public))
+            second = WorkerProcess(stack.settings, root / "worker-2", signed_env(public))
+            scope.callback(second.stop)
+            await second.start()
+            workers = [stack.worker, second]
+            signing = stack.settings.model_copy(
+                update={"approver_auth": "signed", "proof_private_key": private}
+            )
+            inbox = Inbox(
+                await scope.enter_async_context(running_server(signing, "127.0.0.1", 0, stack.client))
+            )
+            await prepare(stack.engine, conversations)
+            stack.model.set_scenario(scenario(rules_for(conversations)))
+            progress(f"{len(conversations)} conversations, {len(schedule)} faults, {sizes.window_s:.0f} s")
+            began = time.monotonic()
+            deadline = began + sizes.window_s + SETTLE_S
+            spacing = sizes.window_s / max(len(conversations), 1)
+            drivers = [
+                converse_logged(stack, inbox, c, n * spacing, deadline) for n, c in enumerate(conversations)
+            ]
+            striking = asyncio.create_task(chaos(stack, workers, schedule, rng, began))
+            await asyncio.gather(*drivers)
+            struck = await striking
+            wall_s = time.monotonic() - began
+            progress(f"all settled after {wall_s:.0f} s; reading the effects")
+            found = await Effects.of(stack.engine, stack.smtp, conversations)
+            verdict = judge(conversations, found)
+            replayed = await replay(conversations)
+            chain = await verify_audit_chain(stack)
     return {
         "sizes": {"conversations": sizes.conversations, "window_s": sizes.window_s, "seed": seed},
         "kinds": dict(Counter(c.kind for c in conversations)),
@@ -381,8 +459,9 @@ async def measure(sizes: Sizes, seed: int) -> dict[str, Any]:
         "completed": sum(1 for e in found.values() if e.status == "COMPLETED"),
         "wall_s": round(wall_s),
         "verdict": vars(verdict),
-        "replayed": replayed,
-        "replay_failures": replay_failures,
+        "replayed": replayed.replayed,
+        "replay_failures": replayed.failures,
+        "retried_activities": replayed.retried,
         "audit_chain": chain,
     }
 
@@ -397,7 +476,14 @@ def section(results: dict[str, Any]) -> str:
         ("doubled", str(len(verdict["doubled"]))),
         ("unwanted (rejected, unapproved or undone, yet there)", str(len(verdict["unwanted"]))),
         ("unexpected (any other difference)", str(len(verdict["unexpected"]))),
-        ("histories replayed with the current code", f"{results['replayed']} of {results['completed']}"),
+        (
+            "histories replayed with the current code",
+            f"{results['replayed']} of {results['sizes']['conversations']}",
+        ),
+        (
+            "activity attempts past the first (a fault caught the call in flight)",
+            str(results["retried_activities"]),
+        ),
         ("audit chain", results["audit_chain"]),
         ("wall time (first start to last conversation closed)", f"{results['wall_s']} s"),
     ]
@@ -414,10 +500,12 @@ def section(results: dict[str, Any]) -> str:
 tests' scripts plus a read, a rejected call and a question (tests/fixtures/fault_scripts.py),
 started spread over {results["sizes"]["window_s"]:.0f} s on two `python worker.py` processes, while a
 chaos loop SIGKILLs one of them (and starts it again), restarts the Temporal dev server and restarts
-PostgreSQL at seeded random moments. The reviewer decides through the Temporal server (`decide`
-update or `approve` signal, unsigned: `APPROVER_AUTH` is not `signed` here). Effects are read from
-what the tools changed (tasks, lead statuses, the outbox, the SMTP catcher), the audit, the
-decisions and compensations. Machine: 2 shared cores, load average {load["load_average_at_start"]}
+PostgreSQL at seeded random moments. APPROVER_AUTH=signed: the conversations start, and the
+reviewer (bob) decides, the user (alice) answers, rolls back and ends, through the inbox server's
+HTTP API, which mints the proofs the workers verify; an action a fault interrupted is sent again
+only while the conversation still waits for it. Effects are read from what the tools changed
+(tasks, lead statuses, the outbox, the SMTP catcher), the audit, the decisions and compensations.
+Machine: 2 shared cores, load average {load["load_average_at_start"]}
 at the start, {load["load_average_at_end"]} at the end.
 
 | Soak | |
