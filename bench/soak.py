@@ -53,6 +53,7 @@ from bench.sections import put_section, recorded_run
 from countersign.devstack.worker import WorkerProcess
 from countersign.identity.proofs import pem_pair
 from countersign.runtime.payloads import data_converter
+from countersign.scripted_model.server import Fault
 from countersign.server.app import running_server
 from tests.fixtures.fault_scripts import (
     APPROVER,
@@ -73,6 +74,9 @@ FaultKind = Literal["worker_killed", "temporal_restarted", "postgres_restarted"]
 FAULT_KINDS: tuple[FaultKind, ...] = ("worker_killed", "temporal_restarted", "postgres_restarted")
 TEMPORAL_DOWN_S = 2.0  # on top of the dev server's own stop and start
 POSTGRES_DOWN_S = 3.0  # on top of PostgreSQL's own stop and start
+# the model's time per answer, drawn from this range: calls are in flight when faults strike
+THINK_S = (0.5, 3.0)
+REVIEW_S = 8.0  # the reviewer and the user take up to this long to act: waits span faults
 SETTLE_S = 420.0  # after the window: a lost activity without heartbeats waits up to 120 s, per fault
 EVERY_S = 0.5  # how often a driver looks again
 
@@ -192,7 +196,7 @@ def judge(conversations: Sequence[Conversation], found: dict[str, Effects]) -> V
 @dataclass
 class Inbox:
     """The inbox server, signed mode: each person acts with a session of their own, and the inbox
-    mints the proof of each decision, answer, rollback and end that the workers verify."""
+    mints the proof of each start, decision, answer, rollback and end that the workers verify."""
 
     url: str
     tokens: dict[str, str] = field(default_factory=dict)
@@ -281,10 +285,12 @@ async def once(
             raise TimeoutError(f"gave up on {what}")
 
 
-async def converse(stack: FaultStack, inbox: Inbox, c: Conversation, delay_s: float, deadline: float) -> None:
-    """Start `c` after `delay_s`, play the reviewer or the user it needs, and see it completed."""
+async def converse(
+    stack: FaultStack, inbox: Inbox, c: Conversation, delay_s: float, act_after_s: float, deadline: float
+) -> None:
+    """Start `c` after `delay_s`, play the reviewer or the user it needs (each acting `act_after_s`
+    after the conversation started), and see it completed."""
     await asyncio.sleep(delay_s)
-    c.keyed = True
     c.handle = stack.client.get_workflow_handle_for(AgentWorkflow.run, c.workflow_id)
 
     async def not_started() -> bool:
@@ -322,6 +328,7 @@ async def converse(stack: FaultStack, inbox: Inbox, c: Conversation, delay_s: fl
     async def closed() -> bool:
         return not await running()
 
+    await asyncio.sleep(act_after_s)
     if c.kind in GATED:
         await once(lambda: inbox.decide(c), awaiting_approval, f"{c.workflow_id} decision", deadline)
     elif c.kind == "question":
@@ -335,11 +342,11 @@ async def converse(stack: FaultStack, inbox: Inbox, c: Conversation, delay_s: fl
 
 
 async def converse_logged(
-    stack: FaultStack, inbox: Inbox, c: Conversation, delay_s: float, deadline: float
+    stack: FaultStack, inbox: Inbox, c: Conversation, delay_s: float, act_after_s: float, deadline: float
 ) -> None:
     """`converse`, its failure logged: the judge reports a conversation that did not complete."""
     try:
-        await converse(stack, inbox, c, delay_s, deadline)
+        await converse(stack, inbox, c, delay_s, act_after_s, deadline)
     except Exception as failed:
         progress(f"{c.workflow_id}: {type(failed).__name__}: {failed}")
 
@@ -380,6 +387,7 @@ class Replayed:
     replayed: int = 0
     failures: list[str] = field(default_factory=list)
     retried: int = 0  # activity attempts after a failed or lost one: faults that caught a call in flight
+    tasks_lost: int = 0  # workflow tasks that timed out or failed: faults that caught a worker at work
 
 
 async def replay(conversations: Sequence[Conversation]) -> Replayed:
@@ -397,6 +405,12 @@ async def replay(conversations: Sequence[Conversation]) -> Replayed:
             if e.HasField("activity_task_started_event_attributes")
             and e.activity_task_started_event_attributes.attempt > 1
         )
+        found.tasks_lost += sum(
+            1
+            for e in history.events
+            if e.HasField("workflow_task_timed_out_event_attributes")
+            or e.HasField("workflow_task_failed_event_attributes")
+        )
         try:
             await replayer.replay_workflow(history)
             found.replayed += 1
@@ -406,9 +420,12 @@ async def replay(conversations: Sequence[Conversation]) -> Replayed:
 
 
 async def verify_audit_chain(stack: FaultStack) -> str:
-    """HOOK for issue 38's audit chain: once `audit verify --tenant` is in the tree, call it here
-    on tenant acme and return its verdict (raise when it does not verify). Until then the soak
-    says that the chain was not checked."""
+    """HOOK for issue 38's audit chain, which another branch adds (`evidence`:
+    `countersign.db.chain.verify_live(session, tenant)`, the check behind `audit verify --tenant`;
+    it returns the number of records, or raises `Broken` naming the first that does not verify).
+    Once merged, this becomes: `async with session_factory(stack.engine)() as session:
+    n = await verify_live(session, "acme")`, answering f"verifies ({n} records)" and letting
+    `Broken` fail the soak. Until then the soak says that the chain was not checked."""
     return "not checked: `audit verify` is not in this tree yet"
 
 
@@ -418,6 +435,8 @@ async def verify_audit_chain(stack: FaultStack) -> str:
 async def measure(sizes: Sizes, seed: int) -> dict[str, Any]:
     rng = random.Random(seed)
     conversations = plan(sizes.conversations, rng, run=f"soak{seed}", kinds=SOAK_KINDS)
+    for c in conversations:
+        c.keyed = True  # started through the inbox's front door
     schedule = chaos_schedule(rng, sizes.faults, sizes.window_s, sizes.gap_s)
     private, public = pem_pair()
     with tempfile.TemporaryDirectory(prefix="countersign-soak-") as tmp:
@@ -436,12 +455,15 @@ async def measure(sizes: Sizes, seed: int) -> dict[str, Any]:
             )
             await prepare(stack.engine, conversations)
             stack.model.set_scenario(scenario(rules_for(conversations)))
+            # two answers a conversation, and some for the calls the faults make again
+            stack.model.inject(*(Fault(delay_s=rng.uniform(*THINK_S)) for _ in range(3 * len(conversations))))
             progress(f"{len(conversations)} conversations, {len(schedule)} faults, {sizes.window_s:.0f} s")
             began = time.monotonic()
             deadline = began + sizes.window_s + SETTLE_S
             spacing = sizes.window_s / max(len(conversations), 1)
             drivers = [
-                converse_logged(stack, inbox, c, n * spacing, deadline) for n, c in enumerate(conversations)
+                converse_logged(stack, inbox, c, n * spacing, rng.uniform(0, REVIEW_S), deadline)
+                for n, c in enumerate(conversations)
             ]
             striking = asyncio.create_task(chaos(stack, workers, schedule, rng, began))
             await asyncio.gather(*drivers)
@@ -462,6 +484,7 @@ async def measure(sizes: Sizes, seed: int) -> dict[str, Any]:
         "replayed": replayed.replayed,
         "replay_failures": replayed.failures,
         "retried_activities": replayed.retried,
+        "workflow_tasks_lost": replayed.tasks_lost,
         "audit_chain": chain,
     }
 
@@ -483,6 +506,10 @@ def section(results: dict[str, Any]) -> str:
         (
             "activity attempts past the first (a fault caught the call in flight)",
             str(results["retried_activities"]),
+            (
+                "workflow tasks timed out or failed (a fault caught a worker at work)",
+                str(results["workflow_tasks_lost"]),
+            ),
         ),
         ("audit chain", results["audit_chain"]),
         ("wall time (first start to last conversation closed)", f"{results['wall_s']} s"),
@@ -503,8 +530,11 @@ chaos loop SIGKILLs one of them (and starts it again), restarts the Temporal dev
 PostgreSQL at seeded random moments. APPROVER_AUTH=signed: the conversations start, and the
 reviewer (bob) decides, the user (alice) answers, rolls back and ends, through the inbox server's
 HTTP API, which mints the proofs the workers verify; an action a fault interrupted is sent again
-only while the conversation still waits for it. Effects are read from what the tools changed
-(tasks, lead statuses, the outbox, the SMTP catcher), the audit, the decisions and compensations.
+only while the conversation still waits for it. The model takes {THINK_S[0]:g} to {THINK_S[1]:g} s an
+answer and the reviewer and the user up to {REVIEW_S:g} s to act, so that faults catch calls in
+flight and waits span faults (the two "caught" rows count what they caught). Effects are read from
+what the tools changed (tasks, lead statuses, the outbox, the SMTP catcher), the audit, the
+decisions and compensations.
 Machine: 2 shared cores, load average {load["load_average_at_start"]}
 at the start, {load["load_average_at_end"]} at the end.
 
