@@ -491,7 +491,7 @@ async def measure(sizes: Sizes, seed: int) -> dict[str, Any]:
 
 def section(results: dict[str, Any]) -> str:
     verdict, faults, load = results["verdict"], results["faults"], results["machine"]
-    rows = [
+    rows: list[tuple[str, str]] = [
         ("conversations", f"{results['sizes']['conversations']} ({results['completed']} completed)"),
         ("kinds", ", ".join(f"{kind} {n}" for kind, n in sorted(results["kinds"].items()))),
         *((f"faults: {kind.replace('_', ' ')}", str(faults[kind])) for kind in FAULT_KINDS),
@@ -503,14 +503,8 @@ def section(results: dict[str, Any]) -> str:
             "histories replayed with the current code",
             f"{results['replayed']} of {results['sizes']['conversations']}",
         ),
-        (
-            "activity attempts past the first (a fault caught the call in flight)",
-            str(results["retried_activities"]),
-            (
-                "workflow tasks timed out or failed (a fault caught a worker at work)",
-                str(results["workflow_tasks_lost"]),
-            ),
-        ),
+        ("caught: activity attempts past the first", str(results["retried_activities"])),
+        ("caught: workflow tasks timed out or failed", str(results["workflow_tasks_lost"])),
         ("audit chain", results["audit_chain"]),
         ("wall time (first start to last conversation closed)", f"{results['wall_s']} s"),
     ]

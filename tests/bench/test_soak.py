@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import pytest
 
-from bench.soak import FAULT_KINDS, FaultKind, Strike, chaos_schedule, judge
+from bench.soak import FAULT_KINDS, FaultKind, Strike, chaos_schedule, judge, section
 from tests.fixtures.fault_scripts import SOAK_KINDS, Conversation, Effects, expected
 
 COUNTS: dict[FaultKind, int] = {"worker_killed": 20, "temporal_restarted": 15, "postgres_restarted": 15}
@@ -114,3 +114,27 @@ def test_a_conversation_that_did_not_complete_is_unexpected() -> None:
         f"{question.workflow_id}: (expected, found) "
         f"{{'status': ('COMPLETED', 'RUNNING'), 'reply': ('[scripted model] done', None)}}"
     ]
+
+
+def test_the_section_tables_the_results_and_lists_every_finding() -> None:
+    results = {
+        "sizes": {"conversations": 2, "window_s": 10.0, "seed": 3},
+        "kinds": {"tool": 1, "rejected": 1},
+        "faults": {"worker_killed": 2, "temporal_restarted": 1, "postgres_restarted": 0},
+        "completed": 2,
+        "wall_s": 40,
+        "verdict": {"lost": [], "doubled": ["w1: tasks 2, expected 1"], "unwanted": [], "unexpected": []},
+        "replayed": 2,
+        "replay_failures": [],
+        "retried_activities": 3,
+        "workflow_tasks_lost": 1,
+        "audit_chain": "not checked",
+        "machine": {"load_average_at_start": [1.0, 1.0, 1.0], "load_average_at_end": [2.0, 2.0, 2.0]},
+        "command": ".venv/bin/python -m bench.soak",
+    }
+    text = section(results)
+    assert "| doubled | 1 |" in text and "| lost | 0 |" in text
+    assert "| faults: worker killed | 2 |" in text and "| faults: postgres restarted | 0 |" in text
+    assert "| histories replayed with the current code | 2 of 2 |" in text
+    assert "- doubled: w1: tasks 2, expected 1" in text
+    assert "Nothing lost" not in text
