@@ -3,7 +3,8 @@
 A section is the text between `<!-- name -->` and `<!-- /name -->` (each on its own line); a module
 replaces its own and leaves the rest of the file as it is. The names: `bench.run` (the main report,
 first in the file), `bench.observability`, `bench.mcp`, `bench.conversation_length`, `bench.inbox`,
-`bench.hostile`, `bench.cost` (Countersign against the bare loop), `bench.load` and `bench.effects`;
+`bench.hostile`, `bench.cost` (Countersign against the bare loop), `bench.load`, `bench.effects`
+and `bench.soak`;
 `cost.notes` (the profile and each cut's effect, written by hand) follows `bench.cost`, and
 `effects.notes` (where a preview's time goes) `bench.effects`.
 """
