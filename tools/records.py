@@ -58,6 +58,7 @@ from sqlalchemy.sql.expression import cast as sql_cast
 
 from countersign.core.effects import Creation, Effect, one_line
 from countersign.core.guards import MAX_ROWS
+from countersign.db.leads import rescore_attendees, rescore_ids
 from countersign.db.schema import (
     CASE_STATUSES,
     EMAIL_STATUSES,
@@ -863,8 +864,28 @@ async def write_record(ctx: ToolContext, args: WriteRecordArgs) -> WriteResult:
     only. describe_collection tells which fields are writable and which a new record needs."""
     values = admin_values(ctx, args)
     if args.id is None:
-        return await create_record(ctx, args.collection, values)
-    return await update_record(ctx, args.collection, args.id, values)
+        result = await create_record(ctx, args.collection, values)
+    else:
+        result = await update_record(ctx, args.collection, args.id, values)
+    await rescore_touched(ctx, result)
+    return result
+
+
+async def rescore_touched(ctx: ToolContext, recorded: WriteResult) -> None:
+    """Keep the score of every lead the write (or its undo) touched current, in the same transaction
+    (countersign/db/leads.py): a lead's own fields (status, source, company, email) are facts of its
+    score, and so is a calendar event booked with it (its type, status and attendees, before and after)."""
+    if recorded.collection == "leads":
+        await rescore_ids(ctx.session, ctx.tenant_id, [recorded.id])
+    elif recorded.collection == "calendar_events":
+        attendees = await ctx.session.scalar(
+            select(CalendarEvent.attendees).where(
+                CalendarEvent.tenant_id == ctx.tenant_id, CalendarEvent.id == recorded.id
+            )
+        )
+        before = (recorded.previous or {}).get("attendees") or []
+        written = recorded.written.get("attendees") or []
+        await rescore_attendees(ctx.session, ctx.tenant_id, [*(attendees or []), *written, *before])
 
 
 def recorded_write(result: dict[str, Any]) -> WriteResult:
@@ -936,6 +957,6 @@ async def undo_write_record(
     c = COLLECTIONS.get(cast(CollectionName, recorded.collection))
     if c is None:
         raise ToolFailure("CONFLICT", f"{recorded.collection} is not a whitelisted collection")
-    if recorded.created:
-        return await undo_create(ctx, c, recorded)
-    return await undo_update(ctx, c, recorded)
+    outcome = await (undo_create if recorded.created else undo_update)(ctx, c, recorded)
+    await rescore_touched(ctx, recorded)
+    return outcome

@@ -73,9 +73,9 @@ async def rescore(session: AsyncSession, lead: Lead) -> LeadScore:
 
 
 async def rescore_ids(session: AsyncSession, tenant_id: str, lead_ids: Iterable[int]) -> None:
-    for lead in await session.scalars(
-        select(Lead).where(Lead.tenant_id == tenant_id, Lead.id.in_(list(lead_ids)))
-    ):
+    # populate_existing: a lead this session loaded before a Core UPDATE (write_record's) is read again
+    query = select(Lead).where(Lead.tenant_id == tenant_id, Lead.id.in_(list(lead_ids)))
+    for lead in await session.scalars(query.execution_options(populate_existing=True)):
         await rescore(session, lead)
 
 
