@@ -63,6 +63,7 @@ from countersign.db.schema import (
     CASE_STATUSES,
     EMAIL_STATUSES,
     EVENT_STATUSES,
+    EVENT_TYPES,
     LEAD_STATUSES,
     MEETING_SESSION_STATUSES,
     NOTIFICATION_STATUSES,
@@ -137,7 +138,7 @@ COLLECTIONS: dict[CollectionName, Collection] = {
     "leads": Collection(
         Lead,
         fields=("id", "email", "name", "company", "status", "source", "notes", "owner_user_id",
-                "created_at", "updated_at"),
+                "score", "last_engaged_at", "created_at", "updated_at"),
         writable=("email", "name", "company", "status", "source", "notes", "owner_user_id"),
         searchable=("name", "email", "company", "notes"),
         choices={"status": LEAD_STATUSES},
@@ -171,11 +172,11 @@ COLLECTIONS: dict[CollectionName, Collection] = {
     "calendar_events": Collection(
         CalendarEvent,
         fields=("id", "title", "description", "starts_at", "ends_at", "attendees", "location",
-                "owner_user_id", "status", "created_at", "updated_at"),
+                "owner_user_id", "status", "type", "created_at", "updated_at"),
         writable=("title", "description", "starts_at", "ends_at", "attendees", "location", "owner_user_id",
-                  "status"),
+                  "status", "type"),
         searchable=("title", "description", "location"),
-        choices={"status": EVENT_STATUSES},
+        choices={"status": EVENT_STATUSES, "type": EVENT_TYPES},
         cancelled_status="cancelled",
     ),
     # --- read only: records other tools (or people) own; the agent reads them, never writes them ---
