@@ -36,6 +36,7 @@ from typing import Any
 
 from aiohttp import web
 from sqlalchemy.ext.asyncio import AsyncSession
+from temporalio.service import RPCError
 
 from countersign.db.channels import ChannelSettings, SenderSettings, channel_view, set_channel, set_sender
 from countersign.db.people import roles_of
@@ -239,11 +240,15 @@ async def answer_back(
 ) -> None:
     """Wait for the turn that answers `inbound` and post its reply to the chat it came from."""
     requesters = app[REQUESTERS]
-    row = await requesters.conversation(caller, workflow_id, "reply")
-    deadline = asyncio.get_running_loop().time() + REPLY_WAIT_S
-    answer = await requesters.reply(row, inbound.message_id, None, REPLY_WAIT_S)
-    while answer.state == "running" and asyncio.get_running_loop().time() < deadline:
+    try:
+        row = await requesters.conversation(caller, workflow_id, "reply")
+        deadline = asyncio.get_running_loop().time() + REPLY_WAIT_S
         answer = await requesters.reply(row, inbound.message_id, None, REPLY_WAIT_S)
+        while answer.state == "running" and asyncio.get_running_loop().time() < deadline:
+            answer = await requesters.reply(row, inbound.message_id, None, REPLY_WAIT_S)
+    except (HttpRefusal, RPCError) as err:  # the message was refused, or Temporal is away
+        log.warning("no reply for the %s channel of %s: %s", channel.kind, channel.tenant_id, err)
+        return
     text = reply_text(answer.state, answer.turn.reply if answer.turn else None)
     if not text:
         return
