@@ -58,7 +58,7 @@ from sqlalchemy.sql.expression import cast as sql_cast
 
 from countersign.core.effects import Creation, Effect, one_line
 from countersign.core.guards import MAX_ROWS
-from countersign.db.leads import rescore_attendees, rescore_ids
+from countersign.db.leads import forget_status_change, record_lead_event, rescore_attendees, rescore_ids
 from countersign.db.schema import (
     CASE_STATUSES,
     EMAIL_STATUSES,
@@ -868,8 +868,34 @@ async def write_record(ctx: ToolContext, args: WriteRecordArgs) -> WriteResult:
         result = await create_record(ctx, args.collection, values)
     else:
         result = await update_record(ctx, args.collection, args.id, values)
+        await lead_history(ctx, result, undone=False)
     await rescore_touched(ctx, result)
     return result
+
+
+async def lead_history(ctx: ToolContext, recorded: WriteResult, *, undone: bool) -> None:
+    """A lead's status changed by write_record is in its history, as update_lead_status's is (a step
+    back costs points, countersign/core/leadscore.py): the change is recorded, and its undo forgets
+    it. Both rescore the lead."""
+    if recorded.collection != "leads" or recorded.previous is None:
+        return
+    before, after = recorded.previous.get("status"), recorded.written.get("status")
+    if before is None or after is None or before == after:  # the status was not written, or kept
+        return
+    lead = await ctx.session.get(Lead, recorded.id, populate_existing=True)
+    if lead is None:
+        return
+    if undone:
+        await forget_status_change(ctx.session, lead, before, after)
+    else:
+        await record_lead_event(
+            ctx.session,
+            lead,
+            "status_changed",
+            ctx.caller.user_id,
+            note="write_record",
+            previous_status=before,
+        )
 
 
 async def rescore_touched(ctx: ToolContext, recorded: WriteResult) -> None:
@@ -959,5 +985,7 @@ async def undo_write_record(
     if c is None:
         raise ToolFailure("CONFLICT", f"{recorded.collection} is not a whitelisted collection")
     outcome = await (undo_create if recorded.created else undo_update)(ctx, c, recorded)
+    if outcome == "undone":
+        await lead_history(ctx, recorded, undone=True)
     await rescore_touched(ctx, recorded)
     return outcome

@@ -22,7 +22,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
 from countersign.core.calls import CallerContext
 from countersign.db.leads import current_score
-from countersign.db.schema import EVENT_STATUSES, EVENT_TYPES, LEAD_STATUSES, CalendarEvent, Lead
+from countersign.db.schema import EVENT_STATUSES, EVENT_TYPES, LEAD_STATUSES, CalendarEvent, Lead, LeadEvent
 from tools import REGISTRY
 from tools.arguments import validate
 from tools.registry import ToolContext, ToolFailure
@@ -169,6 +169,40 @@ async def test_a_lead_write_record_creates_has_its_score(db_engine: AsyncEngine)
         await run(ctx, "write_record", {"collection": "leads", "values": values}, undo=False)
         lead = await ctx.session.scalar(select(Lead).where(Lead.tenant_id == "acme", Lead.email == NEW_LEAD))
         assert lead is not None and lead.score == 35  # referral 25 + company 10
+
+
+async def history(ctx: ToolContext, lead: Lead) -> list[tuple[str | None, str | None]]:
+    query = select(LeadEvent.previous_status, LeadEvent.status).where(LeadEvent.lead_id == lead.id)
+    return [(before, after) for before, after in (await ctx.session.execute(query.order_by(LeadEvent.id)))]
+
+
+async def test_a_step_back_by_write_record_is_in_the_history_and_its_undo_forgets_it(
+    db_engine: AsyncEngine,
+) -> None:
+    """John is contacted; write_record qualifies him, then puts him back: one step back, -10, as
+    update_lead_status would have it. Undoing the step back forgets it."""
+    spec = REGISTRY["write_record"]
+    assert spec.compensation is not None
+    async with admin_context(db_engine) as ctx:
+        lead = await ctx.session.scalar(select(Lead).where(Lead.tenant_id == "acme", Lead.email == LEADS[1]))
+        assert lead is not None
+        start = (await current_score(ctx.session, lead)).score
+        forward = validate(
+            spec, json.dumps({"collection": "leads", "id": lead.id, "values": {"status": "qualified"}})
+        )
+        await spec.fn(ctx, forward)
+        back = validate(
+            spec, json.dumps({"collection": "leads", "id": lead.id, "values": {"status": "contacted"}})
+        )
+        result = (await spec.fn(ctx, back)).model_dump(mode="json")
+        assert await history(ctx, lead) == [("contacted", "qualified"), ("qualified", "contacted")]
+        await ctx.session.refresh(lead)
+        assert lead.score == start - 10
+
+        assert await spec.compensation(ctx, back, result) == "undone"
+        await ctx.session.refresh(lead)
+        assert await history(ctx, lead) == [("contacted", "qualified")]
+        assert lead.status == "qualified" and lead.score == (await current_score(ctx.session, lead)).score
 
 
 @settings(
