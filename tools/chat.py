@@ -1,6 +1,7 @@
 """send_chat_message: post to the tenant's chat channel (a Telegram bot or a Slack webhook).
 
-The channel is the tenant's `chat_channels` row, set by an operator: a Telegram-bot-API-compatible
+The channel is the tenant's `chat_channels` row, set by an operator (`countersign channels set`, or the
+admin API; its secrets stored encrypted, countersign/db/sealed.py): a Telegram-bot-API-compatible
 endpoint (`POST {endpoint}/bot{token}/sendMessage` with `chat_id` and `text`) or a Slack-compatible
 incoming webhook (`POST {endpoint}` with `text`). The model names no address: it can only post to
 the channel its tenant configured, and it is never told the endpoint or the token; neither is any

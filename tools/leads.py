@@ -7,12 +7,12 @@ from datetime import datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
-from sqlalchemy import delete, func, or_, select
+from sqlalchemy import delete, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from countersign.core.effects import Creation, Effect, one_line
 from countersign.core.leadscore import LeadScore
-from countersign.db.leads import current_score, record_lead_event, rescore
+from countersign.db.leads import current_score, forget_status_change, record_lead_event, rescore
 from countersign.db.schema import Lead, LeadEvent
 from tools.effects import reads_only, record_change
 from tools.registry import ToolArgs, ToolContext, ToolFailure, UndoOutcome, compensates, record_id, tool
@@ -162,18 +162,7 @@ async def restore_lead_status(
         return "irreversible"
     outcome = restore_fields(lead, {"status": result["previous_status"]}, {"status": result["new_status"]})
     if outcome == "undone":  # the change never happened: its history row goes too, and the score follows
-        latest = await ctx.session.scalar(
-            select(func.max(LeadEvent.id)).where(
-                LeadEvent.tenant_id == ctx.tenant_id,
-                LeadEvent.lead_id == lead.id,
-                LeadEvent.kind == "status_changed",
-                LeadEvent.previous_status == result["previous_status"],
-                LeadEvent.status == result["new_status"],
-            )
-        )
-        if latest is not None:
-            await ctx.session.execute(delete(LeadEvent).where(LeadEvent.id == latest))
-        await rescore(ctx.session, lead)
+        await forget_status_change(ctx.session, lead, result["previous_status"], result["new_status"])
     return outcome
 
 

@@ -58,10 +58,12 @@ from sqlalchemy.sql.expression import cast as sql_cast
 
 from countersign.core.effects import Creation, Effect, one_line
 from countersign.core.guards import MAX_ROWS
+from countersign.db.leads import forget_status_change, record_lead_event, rescore_attendees, rescore_ids
 from countersign.db.schema import (
     CASE_STATUSES,
     EMAIL_STATUSES,
     EVENT_STATUSES,
+    EVENT_TYPES,
     LEAD_STATUSES,
     MEETING_SESSION_STATUSES,
     NOTIFICATION_STATUSES,
@@ -136,7 +138,7 @@ COLLECTIONS: dict[CollectionName, Collection] = {
     "leads": Collection(
         Lead,
         fields=("id", "email", "name", "company", "status", "source", "notes", "owner_user_id",
-                "created_at", "updated_at"),
+                "score", "last_engaged_at", "created_at", "updated_at"),
         writable=("email", "name", "company", "status", "source", "notes", "owner_user_id"),
         searchable=("name", "email", "company", "notes"),
         choices={"status": LEAD_STATUSES},
@@ -170,11 +172,11 @@ COLLECTIONS: dict[CollectionName, Collection] = {
     "calendar_events": Collection(
         CalendarEvent,
         fields=("id", "title", "description", "starts_at", "ends_at", "attendees", "location",
-                "owner_user_id", "status", "created_at", "updated_at"),
+                "owner_user_id", "status", "type", "created_at", "updated_at"),
         writable=("title", "description", "starts_at", "ends_at", "attendees", "location", "owner_user_id",
-                  "status"),
+                  "status", "type"),
         searchable=("title", "description", "location"),
-        choices={"status": EVENT_STATUSES},
+        choices={"status": EVENT_STATUSES, "type": EVENT_TYPES},
         cancelled_status="cancelled",
     ),
     # --- read only: records other tools (or people) own; the agent reads them, never writes them ---
@@ -863,8 +865,54 @@ async def write_record(ctx: ToolContext, args: WriteRecordArgs) -> WriteResult:
     only. describe_collection tells which fields are writable and which a new record needs."""
     values = admin_values(ctx, args)
     if args.id is None:
-        return await create_record(ctx, args.collection, values)
-    return await update_record(ctx, args.collection, args.id, values)
+        result = await create_record(ctx, args.collection, values)
+    else:
+        result = await update_record(ctx, args.collection, args.id, values)
+        await lead_history(ctx, result, undone=False)
+    await rescore_touched(ctx, result)
+    return result
+
+
+async def lead_history(ctx: ToolContext, recorded: WriteResult, *, undone: bool) -> None:
+    """A lead's status changed by write_record is in its history, as update_lead_status's is (a step
+    back costs points, countersign/core/leadscore.py): the change is recorded, and its undo forgets
+    it. Both rescore the lead."""
+    if recorded.collection != "leads" or recorded.previous is None:
+        return
+    before, after = recorded.previous.get("status"), recorded.written.get("status")
+    if before is None or after is None or before == after:  # the status was not written, or kept
+        return
+    lead = await ctx.session.get(Lead, recorded.id, populate_existing=True)
+    if lead is None:
+        return
+    if undone:
+        await forget_status_change(ctx.session, lead, before, after)
+    else:
+        await record_lead_event(
+            ctx.session,
+            lead,
+            "status_changed",
+            ctx.caller.user_id,
+            note="write_record",
+            previous_status=before,
+        )
+
+
+async def rescore_touched(ctx: ToolContext, recorded: WriteResult) -> None:
+    """Keep the score of every lead the write (or its undo) touched current, in the same transaction
+    (countersign/db/leads.py): a lead's own fields (status, source, company, email) are facts of its
+    score, and so is a calendar event booked with it (its type, status and attendees, before and after)."""
+    if recorded.collection == "leads":
+        await rescore_ids(ctx.session, ctx.tenant_id, [recorded.id])
+    elif recorded.collection == "calendar_events":
+        attendees = await ctx.session.scalar(
+            select(CalendarEvent.attendees).where(
+                CalendarEvent.tenant_id == ctx.tenant_id, CalendarEvent.id == recorded.id
+            )
+        )
+        before = (recorded.previous or {}).get("attendees") or []
+        written = recorded.written.get("attendees") or []
+        await rescore_attendees(ctx.session, ctx.tenant_id, [*(attendees or []), *written, *before])
 
 
 def recorded_write(result: dict[str, Any]) -> WriteResult:
@@ -936,6 +984,8 @@ async def undo_write_record(
     c = COLLECTIONS.get(cast(CollectionName, recorded.collection))
     if c is None:
         raise ToolFailure("CONFLICT", f"{recorded.collection} is not a whitelisted collection")
-    if recorded.created:
-        return await undo_create(ctx, c, recorded)
-    return await undo_update(ctx, c, recorded)
+    outcome = await (undo_create if recorded.created else undo_update)(ctx, c, recorded)
+    if outcome == "undone":
+        await lead_history(ctx, recorded, undone=True)
+    await rescore_touched(ctx, recorded)
+    return outcome

@@ -22,6 +22,7 @@ COMMANDS: dict[str, tuple[str, ...]] = {
     "approvals": ("approvals",),
     "approve": ("approvals",),
     "audit": ("records", "evidence"),
+    "channels": ("channels",),
     "chat": ("chat",),
     "conversations": ("conversations",),
     "db": ("db",),

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from sqlalchemy import exists, func, select, update
+from sqlalchemy import delete, exists, func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from countersign.core.leadscore import LeadFacts, LeadScore, score_lead
@@ -73,9 +73,9 @@ async def rescore(session: AsyncSession, lead: Lead) -> LeadScore:
 
 
 async def rescore_ids(session: AsyncSession, tenant_id: str, lead_ids: Iterable[int]) -> None:
-    for lead in await session.scalars(
-        select(Lead).where(Lead.tenant_id == tenant_id, Lead.id.in_(list(lead_ids)))
-    ):
+    # populate_existing: a lead this session loaded before a Core UPDATE (write_record's) is read again
+    query = select(Lead).where(Lead.tenant_id == tenant_id, Lead.id.in_(list(lead_ids)))
+    for lead in await session.scalars(query.execution_options(populate_existing=True)):
         await rescore(session, lead)
 
 
@@ -115,6 +115,23 @@ async def record_lead_event(
         await session.execute(update(Lead).where(Lead.id == lead.id).values(last_engaged_at=func.now()))
         await session.refresh(lead)
     return event, await rescore(session, lead)
+
+
+async def forget_status_change(session: AsyncSession, lead: Lead, previous: str, new: str) -> None:
+    """An undone status change never happened: its history row goes (the latest one from `previous`
+    to `new`), and the score follows."""
+    latest = await session.scalar(
+        select(func.max(LeadEvent.id)).where(
+            LeadEvent.tenant_id == lead.tenant_id,
+            LeadEvent.lead_id == lead.id,
+            LeadEvent.kind == "status_changed",
+            LeadEvent.previous_status == previous,
+            LeadEvent.status == new,
+        )
+    )
+    if latest is not None:
+        await session.execute(delete(LeadEvent).where(LeadEvent.id == latest))
+    await rescore(session, lead)
 
 
 async def rescore_all(session: AsyncSession) -> None:

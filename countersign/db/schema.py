@@ -41,6 +41,7 @@ from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, MappedColumn, mapped_column
 
 from countersign.core.access import SCOPES
+from countersign.db.sealed import SealedText
 
 LEAD_STATUSES = ("new", "contacted", "qualified", "disqualified", "converted")
 PROJECT_STATUSES = ("planned", "active", "on_hold", "done", "cancelled")
@@ -1139,18 +1140,39 @@ class ChatChannel(Base):
     """A tenant's chat channel for `send_chat_message`: a Telegram-bot-API-compatible endpoint
     (`endpoint` is the API's base URL, `bot_token` and `chat_id` say which bot posts where) or a
     Slack-compatible incoming webhook (`endpoint` is the webhook URL, itself the secret). Set by an
-    operator in the database; no tool reads this row back to the model, and no log or audit row
-    carries the endpoint or the token."""
+    operator (`countersign channels set`, or the admin API); no tool reads this row back to the
+    model, and no log, audit row or API answer carries the endpoint, the token or the webhook secret.
+    They are stored encrypted with the deployment's key (countersign/db/sealed.py).
+
+    `webhook_secret` lets the channel write to us (countersign/server/channels.py): Telegram's
+    `secret_token` (sent back as X-Telegram-Bot-Api-Secret-Token), or Slack's signing secret."""
 
     __tablename__ = "chat_channels"
     __table_args__ = (one_of("kind", CHAT_KINDS),)
 
     tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"), primary_key=True)
     kind: Mapped[str]
-    endpoint: Mapped[str]
-    bot_token: Mapped[str | None]  # telegram only
+    endpoint: Mapped[str] = mapped_column(SealedText("chat_channels"))
+    bot_token: Mapped[str | None] = mapped_column(SealedText("chat_channels"))  # telegram only
     chat_id: Mapped[str | None]  # telegram only
     name: Mapped[str]  # what the model and reviewers are told ("#sales", "Sales group")
+    created_at: Mapped[datetime] = created_at()
+    webhook_secret: Mapped[str | None] = mapped_column(SealedText("chat_channels"))  # inbound only
+
+
+class ChatSender(Base):
+    """Who a chat channel's sender is here: a Telegram user id or a Slack user id, mapped by an
+    operator to one of the tenant's users, and the conversation their messages go to (started on
+    their first message, started again once it ended)."""
+
+    __tablename__ = "chat_senders"
+    __table_args__ = (user_fk("user_id"),)
+
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"), primary_key=True)
+    sender: Mapped[str] = mapped_column(primary_key=True)  # the channel's own user id
+    user_id: Mapped[str]
+    agent: Mapped[str]  # the agent their conversation is with
+    workflow_id: Mapped[str | None]  # their current conversation
     created_at: Mapped[datetime] = created_at()
 
 

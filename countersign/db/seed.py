@@ -222,6 +222,11 @@ OPERATOR_ALLOWED = "always_allow"
 AGENT_LIMITS: dict[str, dict[str, float]] = {
     "admin-assistant": {"max_iterations": 7, "turn_timeout_s": 50},
 }
+# How long each seeded agent's calls wait for a reviewer before they expire, explicit so it is one
+# setting away: the source design waits 1 hour (3600); the demo workspace waits a day, so a reviewer
+# who comes back tomorrow still finds the call. An operator sets the design's hour with
+# `permissions limits AGENT approval_timeout_s=3600`; the inbox card counts down to the expiry.
+APPROVAL_TIMEOUT_S = 86_400.0
 
 # name -> (description, system prompt, {tool: seeded tier, None = the tool's default})
 AGENTS: dict[str, tuple[str, str, dict[str, str | None]]] = {
@@ -556,7 +561,8 @@ async def _load(session: AsyncSession, reset: bool) -> None:
             system_prompt=prompt,
         )
     await session.flush()
-    for name, limits in AGENT_LIMITS.items():
+    for name in AGENTS:
+        limits = {**AGENT_LIMITS.get(name, {}), "approval_timeout_s": APPROVAL_TIMEOUT_S}
         profile = schema.AgentProfile
         await session.execute(
             update(profile).where(profile.name == name, profile.limits == {}).values(limits=limits)

@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from countersign.runtime.config import DATA_DIR
+from countersign.runtime.keyfiles import create_once
 
 KEY_ENV = "CARRIED_STATE_KEY"
 KEY_FILE_ENV = "CARRIED_STATE_KEY_FILE"
@@ -58,15 +59,7 @@ def ensure_key(path: Path, owner: int | None = None) -> bytes:
     """The key in `path`, created unless it exists: a random secret, readable by its owner only
     (`owner`: that user id, else the caller). Two processes creating it at once: one writes it, the
     other reads what it wrote."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        return read_key(path)
-    with os.fdopen(fd, "w") as out:
-        out.write(secrets.token_hex(32))
-        if owner is not None:
-            os.fchown(out.fileno(), owner, owner)
+    create_once(path, lambda: secrets.token_hex(32).encode(), owner)
     return read_key(path)
 
 

@@ -58,6 +58,9 @@ class Settings(BaseModel):
     auth_configured: bool = False
     proof_public_key: str | None = None
     proof_private_key: str | None = None  # the inbox only: the worker can verify, never sign
+    # The key chat channels' secrets are stored with (countersign/db/sealed.py): Fernet keys, comma
+    # separated (the first encrypts), or a file; unset, the embedded stack's `.data/secrets.key`.
+    secrets_key: str | None = None
     inbox_port: int = 8300
     inbox_public_url: str | None = None  # what notifications link to, when not http://127.0.0.1:PORT
     # The server's cookies are `Secure` (sent over TLS only): set behind a TLS proxy; a request that
@@ -128,6 +131,7 @@ def load_settings(env: dict[str, str] | None = None) -> Settings:
         "auth_configured": "true" if auth_mode else None,
         "proof_public_key": env.get("COUNTERSIGN_PROOF_PUBLIC_KEY"),
         "proof_private_key": env.get("COUNTERSIGN_PROOF_PRIVATE_KEY"),
+        "secrets_key": env.get("COUNTERSIGN_SECRETS_KEY"),
         "inbox_port": env.get("COUNTERSIGN_INBOX_PORT"),
         "inbox_public_url": env.get("COUNTERSIGN_INBOX_URL"),
         "cookie_secure": env.get("COUNTERSIGN_COOKIE_SECURE"),

@@ -30,6 +30,7 @@ from countersign.runtime.config import Settings
 from countersign.server import (
     admission,
     agent_tools,
+    channels,
     chat,
     door,
     drafts,
@@ -235,6 +236,7 @@ def create_app(
     inbox_routes.add_routes(app, inbox)
     door.add_routes(app, requesters, readers)
     agent_tools.add_routes(app, requesters.sessions)
+    channels.add_routes(app)
     drafts.add_routes(app)
     notifications.add_routes(app)
     pages.add_routes(app)

@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 import yaml
+from cryptography.fernet import Fernet
 from sqlalchemy.engine import make_url
 from temporalio import workflow
 from temporalio.client import Client
@@ -195,6 +196,11 @@ def test_prometheus_scrapes_the_worker_metrics_port_and_grafana_loads_the_dashbo
 COMPOSE_TEXT = (PROJECT_ROOT / "docker-compose.yml").read_text()
 COUNTERSIGN_ENV: dict[str, str] = SERVICES["worker"]["environment"]
 INTERPOLATION = re.compile(r"\$\{([A-Z0-9_]+)(:?[-?+])?([^}]*)\}")
+
+
+def with_defaults(value: str) -> str:
+    """A compose value with each `${VAR:-default}` replaced by its default; `${VAR:?…}` stays."""
+    return INTERPOLATION.sub(lambda m: m.group(3) if m.group(2) == ":-" else m.group(0), value)
 
 
 def default_of(value: str) -> str:
@@ -432,9 +438,10 @@ class Host:
         )
 
     def environment(self, service: str) -> dict[str, str]:
-        return {
-            k: self.mounted(service, str(v)) for k, v in (SERVICES[service].get("environment") or {}).items()
-        }
+        """The service's environment as compose gives it with nothing exported (`${VAR:-default}`
+        is its default), its volumes' mount points replaced by their directories here."""
+        env = SERVICES[service].get("environment") or {}
+        return {k: self.mounted(service, with_defaults(str(v))) for k, v in env.items()}
 
     def one_shot(self, service: str) -> subprocess.CompletedProcess[str]:
         """The one-shot's command, as its user, against these directories."""
@@ -483,6 +490,19 @@ def test_each_service_starts_as_its_images_user_with_keys_made_once_and_shared(h
         assert started.returncode == 0, (service, started.stderr)
         read.append(started.stdout.strip())
     assert read == [key.strip(), key.strip(), "signing key read"]
+    # the secrets key (chat channels' secrets at rest): made once by the keys one-shot, and every
+    # service that reads or writes channels opens what another sealed with it
+    secrets_file = Path(host.environment("worker")["COUNTERSIGN_SECRETS_KEY"])
+    assert secrets_file.stat().st_uid == IMAGE_USER and secrets_file.stat().st_mode & 0o077 == 0
+    sealed = Fernet(secrets_file.read_bytes().strip()).encrypt(b"shared").decode()
+    opens = (
+        "import os; from countersign.db.sealed import keys_from;"
+        f" print(keys_from(os.environ['COUNTERSIGN_SECRETS_KEY']).decrypt(b'{sealed}').decode())"
+    )
+    for service in ("migrate", "seed", "worker", "inbox"):
+        assert SERVICES[service]["depends_on"].get("keys") or SERVICES["migrate"]["depends_on"]["keys"]
+        opened = host.run_as(service, [sys.executable, "-c", opens], host.environment(service))
+        assert (opened.returncode, opened.stdout.strip()) == (0, "shared"), (service, opened.stderr)
     assert not (host.app / ".data").exists()  # nothing written under the image's /app
     # every file a service of the image names in its environment is readable by its user
     for service in OUR_IMAGE:

@@ -18,7 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from countersign.core.contract import AgentLimits, Limits
 from countersign.core.limits import within_agent_bounds
 from countersign.db import schema
-from countersign.db.seed import AGENTS, seed
+from countersign.db.seed import AGENTS, APPROVAL_TIMEOUT_S, seed
 from tests.fixtures.agent import AgentHarness
 from tools.registry import REGISTRY, default_tier_for
 from workflows.agent import AgentWorkflow
@@ -164,13 +164,13 @@ async def test_permissions_limits_and_show(database_url: str, db_engine: AsyncEn
     shown = await starter(database_url, "permissions", "show", "admin-assistant")
     assert shown.returncode == 0, shown.stderr
     assert (
-        "limits (a conversation may ask for less, never more): max_iterations=7, turn_timeout_s=50"
-        in shown.stdout.splitlines()
+        "limits (a conversation may ask for less, never more): "
+        "approval_timeout_s=86400, max_iterations=7, turn_timeout_s=50" in shown.stdout.splitlines()
     )
     try:
         changed = await starter(database_url, "permissions", "limits", "operations", "max_tool_calls=4")
         assert changed.returncode == 0, changed.stderr
-        assert changed.stdout.strip() == "operations limits: max_tool_calls=4"
+        assert changed.stdout.strip() == "operations limits: approval_timeout_s=86400, max_tool_calls=4"
         refused = await starter(database_url, "permissions", "limits", "operations", "max_iterations=0")
         assert refused.returncode != 0 and "max_iterations" in refused.stderr
         unknown = await starter(database_url, "permissions", "limits", "operations", "tenant_id=x")
@@ -179,13 +179,17 @@ async def test_permissions_limits_and_show(database_url: str, db_engine: AsyncEn
             stored = await conn.scalar(
                 select(schema.AgentProfile.limits).where(schema.AgentProfile.name == "operations")
             )
-        assert stored == {"max_tool_calls": 4}
-        cleared = await starter(database_url, "permissions", "limits", "operations", "max_tool_calls=")
+        assert stored == {"approval_timeout_s": 86_400, "max_tool_calls": 4}
+        cleared = await starter(
+            database_url, "permissions", "limits", "operations", "max_tool_calls=", "approval_timeout_s="
+        )
         assert cleared.stdout.strip() == "operations limits: none (built-in defaults)"
     finally:
         async with db_engine.begin() as conn:
             await conn.execute(
-                update(schema.AgentProfile).where(schema.AgentProfile.name == "operations").values(limits={})
+                update(schema.AgentProfile)
+                .where(schema.AgentProfile.name == "operations")
+                .values(limits={"approval_timeout_s": APPROVAL_TIMEOUT_S})
             )
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
@@ -134,7 +135,10 @@ async def test_approval_timeout_limit_overrides_the_default(agent: AgentHarness,
     agent.script(qualify(), ECHO_RESULT)
     handle = await agent.start("qualify jane", single_turn=True, limits=Limits(approval_timeout_s=60))
     (waiting,) = (await pending(handle)).pending_approvals
-    assert waiting.expires_at.startswith(waiting.requested_at[:13])  # same hour, not tomorrow
+    # The deadline is the request time plus the limit, measured, not the hour it falls in: a request
+    # made in an hour's last minute expires in the next hour.
+    waited = datetime.fromisoformat(waiting.expires_at) - datetime.fromisoformat(waiting.requested_at)
+    assert waited == timedelta(seconds=60)  # the limit's minute, not the 24 h default
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,125 @@
+"""`channels`: a tenant's chat channel and who its senders are, set without SQL, and the key their
+secrets are sealed with (countersign/db/sealed.py). Secrets are read from the environment or a
+prompt, never echoed back: what is shown of a channel is `ChannelView`."""
+
+from __future__ import annotations
+
+import click
+from cryptography.fernet import Fernet
+from pydantic import ValidationError
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from countersign.cli.app import cli, print_json, run
+from countersign.cli.ux import with_session
+from countersign.db.channels import (
+    ChannelSettings,
+    ChannelView,
+    SenderSettings,
+    channel_view,
+    rekey,
+    set_channel,
+    set_sender,
+)
+
+
+def shown(view: ChannelView) -> str:
+    inbound = "accepts messages (webhook secret set)" if view.inbound else "posts only"
+    chat = f", chat {view.chat_id}" if view.chat_id else ""
+    return f"{view.tenant_id}: {view.kind} channel {view.name!r}{chat}; {inbound}"
+
+
+def invalid(err: ValidationError) -> click.ClickException:
+    first = err.errors()[0]
+    where = ".".join(str(p) for p in first["loc"]) or "channel"
+    return click.ClickException(f"invalid channel: {where}: {first['msg']}")  # the input not repeated
+
+
+@cli.group()
+def channels() -> None:
+    """A tenant's chat channel (Telegram or Slack): where send_chat_message posts, and which of its
+    users may write to an agent through it."""
+
+
+@channels.command("set")
+@click.argument("tenant")
+@click.option("--kind", type=click.Choice(["telegram", "slack"]), required=True)
+@click.option("--name", required=True, help="What the model and reviewers are told (#sales).")
+@click.option(
+    "--endpoint",
+    envvar="COUNTERSIGN_CHAT_ENDPOINT",
+    required=True,
+    help="Telegram: the Bot API's base URL; Slack: the incoming webhook URL (a secret: "
+    "prefer the env var COUNTERSIGN_CHAT_ENDPOINT).",
+)
+@click.option(
+    "--bot-token",
+    envvar="COUNTERSIGN_CHAT_BOT_TOKEN",
+    help="Telegram: the bot's token (env COUNTERSIGN_CHAT_BOT_TOKEN).",
+)
+@click.option("--chat-id", help="Telegram: the chat to post to.")
+@click.option(
+    "--webhook-secret",
+    envvar="COUNTERSIGN_CHAT_WEBHOOK_SECRET",
+    help="Lets the channel write to an agent: Telegram's secret_token, Slack's signing "
+    "secret (env COUNTERSIGN_CHAT_WEBHOOK_SECRET).",
+)
+def set_command(
+    tenant: str, kind: str, name: str, endpoint: str, bot_token: str | None, chat_id: str | None,
+    webhook_secret: str | None,
+) -> None:  # fmt: skip
+    """Create or replace TENANT's chat channel; its secrets are stored encrypted."""
+    try:
+        settings = ChannelSettings.model_validate({
+            "kind": kind, "name": name, "endpoint": endpoint, "bot_token": bot_token, "chat_id": chat_id,
+            "webhook_secret": webhook_secret,
+        })  # fmt: skip
+    except ValidationError as err:
+        raise invalid(err) from None
+    click.echo(shown(run(with_session(lambda session: set_channel(session, tenant, settings)))))
+
+
+@channels.command("show")
+@click.argument("tenant")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def show_command(tenant: str, as_json: bool) -> None:
+    """TENANT's chat channel, without its secrets."""
+    view = run(with_session(lambda session: channel_view(session, tenant)))
+    if view is None:
+        raise click.ClickException(f"{tenant} has no chat channel")
+    if as_json:
+        print_json(view.model_dump())
+    else:
+        click.echo(shown(view))
+
+
+@channels.command("sender")
+@click.argument("tenant")
+@click.argument("sender")
+@click.argument("user")
+@click.option("--agent", default="admin-assistant", show_default=True, help="Whom they talk to.")
+def sender_command(tenant: str, sender: str, user: str, agent: str) -> None:
+    """Messages from SENDER (the channel's user id: Telegram's from.id, Slack's user) are USER's,
+    in their conversation with AGENT. Anyone else writing to the channel is refused."""
+
+    async def change(session: AsyncSession) -> None:
+        try:
+            await set_sender(session, tenant, sender, SenderSettings(user_id=user, agent=agent))
+        except (ValueError, ValidationError) as err:
+            raise click.ClickException(str(err)) from None
+
+    run(with_session(change))
+    click.echo(f"{tenant}: chat sender {sender} writes as {user} to {agent}")
+
+
+@channels.command("rekey")
+def rekey_command() -> None:
+    """Encrypt every channel secret again with the first key of COUNTERSIGN_SECRETS_KEY: run it after
+    putting a new key first, then drop the old one (docs/security.md, "Rotating the secrets key")."""
+    count = run(with_session(rekey))
+    click.echo(f"{count} channel(s) encrypted with the first key")
+
+
+@channels.command("key")
+def key_command() -> None:
+    """Print a new key for COUNTERSIGN_SECRETS_KEY (nothing is stored)."""
+    click.echo(Fernet.generate_key().decode())

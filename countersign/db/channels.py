@@ -1,0 +1,128 @@
+"""A tenant's chat channel and its senders, as an operator sets them (`countersign channels`, the
+admin API `PUT /api/admin/channel`), and the rotation of the key their secrets are sealed with.
+
+What anyone is shown of a channel is `ChannelView`: its kind, name and chat, and whether a token and
+a webhook secret are set, never their values nor the endpoint (a Slack webhook URL is a secret).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+from urllib.parse import urlsplit
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from sqlalchemy import Text, column, select, table, update
+from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from countersign.core.bounds import Identifier
+from countersign.db.schema import AgentProfile, ChatChannel, ChatSender, User
+from countersign.db.sealed import reseal
+
+ChatKind = Literal["telegram", "slack"]
+SEALED_COLUMNS = ("endpoint", "bot_token", "webhook_secret")
+
+
+class ChannelSettings(BaseModel):
+    """A channel as an operator gives it. Telegram: the Bot API's base URL, the bot's token and the
+    chat to post to; Slack: the incoming webhook's URL. `webhook_secret` lets the channel write to
+    us: the `secret_token` given to Telegram's setWebhook, or the Slack app's signing secret."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    kind: ChatKind
+    name: str = Field(min_length=1, max_length=100)
+    endpoint: str = Field(min_length=1, max_length=2_000)
+    bot_token: str | None = Field(None, min_length=1, max_length=500)
+    chat_id: str | None = Field(None, min_length=1, max_length=100)
+    webhook_secret: str | None = Field(None, min_length=8, max_length=500)
+
+    @field_validator("endpoint")
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        parts = urlsplit(value)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            raise ValueError("endpoint must be an http(s) URL")  # the value is not repeated: a secret
+        return value
+
+    @model_validator(mode="after")
+    def _telegram_names_its_bot_and_chat(self) -> ChannelSettings:
+        if self.kind == "telegram" and (self.bot_token is None or self.chat_id is None):
+            raise ValueError("a telegram channel needs bot_token and chat_id")
+        return self
+
+
+class ChannelView(BaseModel):
+    """What is shown of a channel: no secret."""
+
+    tenant_id: str
+    kind: str
+    name: str
+    chat_id: str | None
+    has_bot_token: bool
+    inbound: bool  # a webhook secret is set: the channel may write to us
+
+    @staticmethod
+    def of(channel: ChatChannel) -> ChannelView:
+        return ChannelView(
+            tenant_id=channel.tenant_id,
+            kind=channel.kind,
+            name=channel.name,
+            chat_id=channel.chat_id,
+            has_bot_token=channel.bot_token is not None,
+            inbound=channel.webhook_secret is not None,
+        )
+
+
+class SenderSettings(BaseModel):
+    """Whose messages a channel's user sends: one of the tenant's users, talking to `agent`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    user_id: Identifier
+    agent: Identifier
+
+
+async def set_channel(session: AsyncSession, tenant_id: str, settings: ChannelSettings) -> ChannelView:
+    """Create or replace the tenant's channel (sealed on the way in); ValueError for no such tenant."""
+    values = settings.model_dump()
+    statement = (
+        insert(ChatChannel)
+        .values(tenant_id=tenant_id, **values)
+        .on_conflict_do_update(index_elements=[ChatChannel.tenant_id], set_=values)
+    )
+    await session.execute(statement)
+    channel = await session.get(ChatChannel, tenant_id, populate_existing=True)
+    assert channel is not None  # just written
+    return ChannelView.of(channel)
+
+
+async def channel_view(session: AsyncSession, tenant_id: str) -> ChannelView | None:
+    channel = await session.get(ChatChannel, tenant_id)
+    return None if channel is None else ChannelView.of(channel)
+
+
+async def set_sender(session: AsyncSession, tenant_id: str, sender: str, settings: SenderSettings) -> None:
+    """Map a channel's user to one of the tenant's users; ValueError naming what does not exist."""
+    if await session.get(User, (tenant_id, settings.user_id)) is None:
+        raise ValueError(f"no user {settings.user_id} in {tenant_id}")
+    if await session.get(AgentProfile, settings.agent) is None:
+        raise ValueError(f"no agent named {settings.agent}")
+    values = settings.model_dump()
+    await session.execute(
+        insert(ChatSender)
+        .values(tenant_id=tenant_id, sender=sender, **values)
+        .on_conflict_do_update(index_elements=[ChatSender.tenant_id, ChatSender.sender], set_=values)
+    )
+
+
+async def rekey(session: AsyncSession) -> int:
+    """Encrypt every sealed value again with the first key of COUNTERSIGN_SECRETS_KEY (the others
+    only decrypt): the step between adding a new key and dropping the old one. Reads the tokens as
+    stored (plain Text, not through SealedText) and answers how many channels it rewrote."""
+    raw = table("chat_channels", column("tenant_id", Text), *(column(c, Text) for c in SEALED_COLUMNS))
+    rows = (await session.execute(select(raw).with_for_update())).mappings().all()
+    for row in rows:
+        values = {c: None if row[c] is None else reseal(row[c], "chat_channels") for c in SEALED_COLUMNS}
+        await session.execute(update(raw).where(raw.c.tenant_id == row["tenant_id"]).values(**values))
+    return len(rows)

@@ -1,0 +1,27 @@
+"""A deployment's secret in a file, created once by whichever process comes first.
+
+The carried-state key (countersign.identity.carried_key) and the secrets key (countersign.db.sealed)
+are made the same way: exclusive create, readable by its owner only, chowned to the user the
+processes run as when a root one-shot makes it (compose's `keys`), and read by every other process.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+
+def create_once(path: Path, make: Callable[[], bytes], owner: int | None = None) -> bool:
+    """Write `make()` to `path` unless it exists (mode 0600; `owner`: that user id owns it, else
+    the caller). True when this call created it; two processes at once: one writes, one keeps."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return False
+    with os.fdopen(fd, "wb") as out:
+        out.write(make())
+        if owner is not None:
+            os.fchown(out.fileno(), owner, owner)
+    return True

@@ -1,0 +1,317 @@
+"""Chat channels that write to an agent, and their settings for a tenant's admins.
+
+Inbound webhooks, outside /api/ (the channel has no session; it proves it knows the channel's
+`webhook_secret` instead):
+
+- `POST /channels/telegram/{tenant}`: a Telegram-Bot-API-compatible update; the secret arrives in
+  `X-Telegram-Bot-Api-Secret-Token` (the `secret_token` of setWebhook);
+- `POST /channels/slack/{tenant}`: a Slack Events API request, signed with the app's signing secret
+  (`X-Slack-Signature`: `v0=` HMAC-SHA256 of `v0:{timestamp}:{body}`, the timestamp within 5
+  minutes); its `url_verification` handshake is answered once the signature holds.
+
+A request without the right secret answers 401 and is recorded in `input_audit` (naming the channel
+kind, never what was sent). A message from a sender the operator mapped (`channels sender`,
+`chat_senders`) goes through the front door as that user (countersign.server.requesters: the same
+admission, proof and record as the conversation API) into their keyed conversation with the mapped
+agent (`{kind}_{sender}`), with the channel's own message id so a redelivered update is answered
+once; a sender nobody mapped is recorded and ignored. The agent's reply is posted back to the same
+chat (Telegram: `sendMessage` to the chat it came from; Slack: the channel's incoming webhook),
+through tools/chat.py's `post`, after the webhook was answered (a channel retries a slow webhook).
+
+Admin API (a logged-in admin of the tenant; 403 otherwise), instead of SQL:
+`GET`/`PUT /api/admin/channel` (ChannelSettings in, ChannelView out: never a secret) and
+`PUT /api/admin/channel/senders/{sender}` (`{"user_id", "agent"}`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import json
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import web
+from sqlalchemy.ext.asyncio import AsyncSession
+from temporalio.service import RPCError
+
+from countersign.db.channels import ChannelSettings, SenderSettings, channel_view, set_channel, set_sender
+from countersign.db.people import roles_of
+from countersign.db.schema import ChatChannel, ChatSender, InputAudit
+from countersign.server.door import CALLER, REQUESTERS
+from countersign.server.http import HttpRefusal, parse
+from countersign.server.requesters import Caller, MessageBody, StartBody
+from tools.chat import post
+from tools.registry import OutcomeUnknown, ToolFailure
+
+log = logging.getLogger(__name__)
+
+ADMIN = "admin"
+SLACK_SKEW_S = 300  # Slack's own advice: refuse a request signed more than 5 minutes ago
+REPLY_WAIT_S = 600.0  # how long a channel's message waits for its reply before the post gives up
+TELEGRAM_SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"
+
+
+@dataclass
+class Replies:
+    """The tasks posting replies back, cancelled when the server stops."""
+
+    tasks: set[asyncio.Task[None]]
+
+
+REPLIES = web.AppKey("channel_replies", Replies)
+
+
+@dataclass(frozen=True)
+class Inbound:
+    """One message a channel delivered: who sent it, in which chat, its own id and its text."""
+
+    sender: str
+    chat: str
+    message_id: str
+    text: str
+
+
+# --- the secrets (pure) ------------------------------------------------------------------------------
+
+
+def telegram_secret_holds(expected: str | None, given: str | None) -> bool:
+    return expected is not None and given is not None and hmac.compare_digest(expected, given)
+
+
+def slack_signature(secret: str, timestamp: str, body: bytes) -> str:
+    base = b"v0:" + timestamp.encode() + b":" + body
+    return "v0=" + hmac.new(secret.encode(), base, hashlib.sha256).hexdigest()
+
+
+def slack_signature_holds(
+    secret: str | None, timestamp: str | None, signature: str | None, body: bytes, now: float
+) -> bool:
+    if secret is None or not timestamp or not signature or not timestamp.isdigit():
+        return False
+    if abs(now - int(timestamp)) > SLACK_SKEW_S:
+        return False
+    return hmac.compare_digest(slack_signature(secret, timestamp, body), signature)
+
+
+# --- what the channel sent (pure; never raises on outside data) -----------------------------------
+
+
+def as_id(value: Any) -> str | None:
+    if isinstance(value, bool) or not isinstance(value, int | str) or value == "":
+        return None
+    return str(value)
+
+
+def telegram_message(update: Any) -> Inbound | None:
+    """The text message in a Telegram update, or None (an edit, a photo, a join: nothing to answer)."""
+    message = update.get("message") if isinstance(update, dict) else None
+    if not isinstance(message, dict) or not isinstance(message.get("text"), str):
+        return None
+    sender = as_id((message.get("from") or {}).get("id")) if isinstance(message.get("from"), dict) else None
+    chat = as_id((message.get("chat") or {}).get("id")) if isinstance(message.get("chat"), dict) else None
+    update_id = as_id(update.get("update_id"))
+    if sender is None or chat is None or update_id is None or not message["text"].strip():
+        return None
+    return Inbound(sender=sender, chat=chat, message_id=f"telegram-{update_id}", text=message["text"])
+
+
+def slack_message(payload: Any) -> Inbound | None:
+    """A person's message in a Slack `event_callback`, or None (bots, ours included, edits, joins)."""
+    event = payload.get("event") if isinstance(payload, dict) else None
+    if not isinstance(event, dict) or event.get("type") != "message":
+        return None
+    if "bot_id" in event or "subtype" in event:
+        return None
+    sender, chat, text = as_id(event.get("user")), as_id(event.get("channel")), event.get("text")
+    event_id = as_id(payload.get("event_id")) or as_id(event.get("ts"))
+    if sender is None or chat is None or event_id is None or not isinstance(text, str) or not text.strip():
+        return None
+    return Inbound(sender=sender, chat=chat, message_id=f"slack-{event_id}", text=text)
+
+
+def loads(raw: bytes) -> Any:
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return None
+
+
+# --- the webhooks -----------------------------------------------------------------------------------
+
+
+async def refused(request: web.Request, tenant: str, kind: str, reason: str, status: int) -> web.Response:
+    """Record a refused or ignored webhook request (never what it carried) and answer it."""
+    async with request.app[REQUESTERS].sessions.begin() as session:
+        session.add(
+            InputAudit(
+                tenant_id=tenant[:200], workflow_id="", action=f"chat_webhook:{kind}", actor=None,
+                accepted=False, reason=reason,
+            )
+        )  # fmt: skip
+    if status >= 400:
+        return web.json_response({"error": reason}, status=status)
+    return web.json_response({"ok": True, "ignored": reason})
+
+
+async def channel_of(session: AsyncSession, tenant: str, kind: str) -> ChatChannel | None:
+    channel = await session.get(ChatChannel, tenant[:200])
+    return channel if channel is not None and channel.kind == kind else None
+
+
+async def telegram(request: web.Request) -> web.Response:
+    tenant = request.match_info["tenant"]
+    async with request.app[REQUESTERS].sessions() as session:
+        channel = await channel_of(session, tenant, "telegram")
+    given = request.headers.get(TELEGRAM_SECRET_HEADER)
+    if channel is None or not telegram_secret_holds(channel.webhook_secret, given):
+        return await refused(request, tenant, "telegram", "wrong or missing webhook secret", 401)
+    inbound = telegram_message(loads(await request.read()))
+    if inbound is None:
+        return web.json_response({"ok": True})
+    return await deliver(request, channel, inbound)
+
+
+async def slack(request: web.Request) -> web.Response:
+    tenant = request.match_info["tenant"]
+    body = await request.read()
+    async with request.app[REQUESTERS].sessions() as session:
+        channel = await channel_of(session, tenant, "slack")
+    holds = channel is not None and slack_signature_holds(
+        channel.webhook_secret,
+        request.headers.get("X-Slack-Request-Timestamp"),
+        request.headers.get("X-Slack-Signature"),
+        body,
+        time.time(),
+    )
+    if channel is None or not holds:
+        return await refused(request, tenant, "slack", "wrong, missing or stale signature", 401)
+    payload = loads(body)
+    if isinstance(payload, dict) and payload.get("type") == "url_verification":
+        return web.json_response({"challenge": str(payload.get("challenge", ""))[:200]})
+    inbound = slack_message(payload)
+    if inbound is None:
+        return web.json_response({"ok": True})
+    return await deliver(request, channel, inbound)
+
+
+async def deliver(request: web.Request, channel: ChatChannel, inbound: Inbound) -> web.Response:
+    """The message into the mapped user's conversation through the front door; the reply posted
+    back from a task of its own."""
+    requesters = request.app[REQUESTERS]
+    async with requesters.sessions() as session:
+        mapped = await session.get(ChatSender, (channel.tenant_id, inbound.sender[:200]))
+    if mapped is None:
+        return await refused(request, channel.tenant_id, channel.kind, "a sender nobody mapped", 200)
+    caller = Caller(tenant_id=channel.tenant_id, person=mapped.user_id)
+    key = f"{channel.kind}_{inbound.sender}"
+    workflow_id = None
+    try:
+        await requesters.admit(caller, mapped.user_id)
+        started = await requesters.start(caller, mapped.user_id, StartBody(agent=mapped.agent, key=key))
+        workflow_id = started.workflow_id
+        row = await requesters.conversation(caller, workflow_id, "message")
+        await requesters.send(row, MessageBody(text=inbound.text[:20_000], message_id=inbound.message_id))
+    except HttpRefusal as err:
+        await requesters.record(caller, mapped.user_id, "message", workflow_id, err.status, str(err))
+        raise
+    await requesters.record(caller, mapped.user_id, "message", workflow_id, 202)
+    task = asyncio.create_task(answer_back(request.app, caller, workflow_id, channel, inbound))
+    request.app[REPLIES].tasks.add(task)
+    task.add_done_callback(request.app[REPLIES].tasks.discard)
+    return web.json_response({"ok": True, "workflow_id": workflow_id}, status=200)
+
+
+def reply_text(state: str, reply: str | None) -> str | None:
+    if state == "replied":
+        return reply
+    if state == "waiting":
+        return "Waiting for a person: a reviewer's decision or your answer (see the inbox or the chat page)."
+    if state == "ended":
+        return "This conversation has ended; write again to start a new one."
+    return None
+
+
+async def answer_back(
+    app: web.Application, caller: Caller, workflow_id: str, channel: ChatChannel, inbound: Inbound
+) -> None:
+    """Wait for the turn that answers `inbound` and post its reply to the chat it came from."""
+    requesters = app[REQUESTERS]
+    try:
+        row = await requesters.conversation(caller, workflow_id, "reply")
+        deadline = asyncio.get_running_loop().time() + REPLY_WAIT_S
+        answer = await requesters.reply(row, inbound.message_id, None, REPLY_WAIT_S)
+        while answer.state == "running" and asyncio.get_running_loop().time() < deadline:
+            answer = await requesters.reply(row, inbound.message_id, None, REPLY_WAIT_S)
+    except (HttpRefusal, RPCError) as err:  # the message was refused, or Temporal is away
+        log.warning("no reply for the %s channel of %s: %s", channel.kind, channel.tenant_id, err)
+        return
+    text = reply_text(answer.state, answer.turn.reply if answer.turn else None)
+    if not text:
+        return
+    to = ChatChannel(
+        tenant_id=channel.tenant_id, kind=channel.kind, endpoint=channel.endpoint,
+        bot_token=channel.bot_token, chat_id=inbound.chat, name=channel.name,
+    )  # fmt: skip
+    try:
+        await post(to, text[:4_000], f"{workflow_id}:{inbound.message_id}")
+    except (ToolFailure, OutcomeUnknown) as failure:  # its message names no URL nor token
+        log.warning("reply to %s channel of %s not posted: %s", channel.kind, channel.tenant_id, failure)
+
+
+# --- the admin API -----------------------------------------------------------------------------------
+
+
+async def admin_tenant(request: web.Request, session: AsyncSession) -> str:
+    caller = request[CALLER]
+    if caller.person is None or ADMIN not in (await roles_of(session, caller.tenant_id, caller.person) or []):
+        raise HttpRefusal(403, f"only an admin of {caller.tenant_id} sees and sets its chat channel")
+    return caller.tenant_id
+
+
+async def show_channel(request: web.Request) -> web.Response:
+    async with request.app[REQUESTERS].sessions() as session:
+        view = await channel_view(session, await admin_tenant(request, session))
+    if view is None:
+        raise HttpRefusal(404, "no chat channel set")
+    return web.json_response(view.model_dump())
+
+
+async def put_channel(request: web.Request) -> web.Response:
+    settings = await parse(request, ChannelSettings)
+    async with request.app[REQUESTERS].sessions.begin() as session:
+        view = await set_channel(session, await admin_tenant(request, session), settings)
+    return web.json_response(view.model_dump())
+
+
+async def put_sender(request: web.Request) -> web.Response:
+    settings = await parse(request, SenderSettings)
+    sender = request.match_info["sender"][:200]
+    async with request.app[REQUESTERS].sessions.begin() as session:
+        tenant = await admin_tenant(request, session)
+        try:
+            await set_sender(session, tenant, sender, settings)
+        except ValueError as err:
+            raise HttpRefusal(422, str(err)) from None
+    return web.json_response({"tenant_id": tenant, "sender": sender, **settings.model_dump()})
+
+
+def add_routes(app: web.Application) -> None:
+    """The webhooks and the admin API (after door.add_routes: they use its REQUESTERS)."""
+    app[REPLIES] = Replies(tasks=set())
+
+    async def stop_replies(app: web.Application) -> None:
+        running = list(app[REPLIES].tasks)
+        for task in running:
+            task.cancel()
+        await asyncio.gather(*running, return_exceptions=True)
+
+    app.on_shutdown.append(stop_replies)
+    app.router.add_post("/channels/telegram/{tenant}", telegram)
+    app.router.add_post("/channels/slack/{tenant}", slack)
+    app.router.add_get("/api/admin/channel", show_channel)
+    app.router.add_put("/api/admin/channel", put_channel)
+    app.router.add_put("/api/admin/channel/senders/{sender}", put_sender)
