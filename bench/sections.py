@@ -5,7 +5,8 @@ replaces its own and leaves the rest of the file as it is. The names: `bench.run
 first in the file), `bench.observability`, `bench.mcp`, `bench.conversation_length`, `bench.inbox`,
 `bench.hostile`, `bench.cost` (Countersign against the bare loop), `bench.load`, `bench.effects`
 and `bench.soak`;
-`cost.notes` (the profile and each cut's effect, written by hand) follows `bench.cost`, and
+`cost.gate` (what `bench.cost --check` found this round) and `cost.notes` (the profile and each
+cut's effect), both written by hand, follow `bench.cost`, and
 `effects.notes` (where a preview's time goes) `bench.effects`.
 """
 
