@@ -76,3 +76,14 @@ async def test_an_admin_exports_the_decisions_and_the_bundle(
                     AuditChainRecord.record.contains(f'"call_id":"{call}"'),
                 )
             )
+
+
+async def test_the_inbox_offers_the_export_to_admins_only(auth_inbox: AuthInbox) -> None:
+    """The inbox page links both exports for an admin of the tenant, and for nobody else."""
+    _, carol, _ = await auth_inbox.login("carol", "carol-dev")
+    _, bob, _ = await auth_inbox.login("bob", "bob-dev")
+    status, page, _ = await auth_inbox.call("GET", "/", carol["token"])
+    assert status == 200
+    assert f'href="{PATH}?format=csv"' in page and f'href="{PATH}?format=bundle"' in page
+    status, page, _ = await auth_inbox.call("GET", "/", bob["token"])
+    assert status == 200 and PATH not in page
