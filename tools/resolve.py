@@ -241,7 +241,8 @@ class Person:
     """Someone whose calendar matters: a user of the tenant or a contact (known by email only).
 
     `key` names them canonically (for locks); `handles` are the values that mark them in an event's
-    `attendees` (an event also belongs to the user who owns it).
+    `attendees` (an event also belongs to the user who owns it). `tz` is a user's time zone, read
+    with them (so no call reads the user twice); a contact has none.
     """
 
     key: str
@@ -249,6 +250,7 @@ class Person:
     email: str | None
     user_id: str | None
     handles: tuple[str, ...]
+    tz: str | None = None
 
     def attendee(self) -> str:
         """How this person is written in a new event's `attendees`."""
@@ -256,7 +258,8 @@ class Person:
 
     @classmethod
     def of_user(cls, user: User) -> Person:
-        return cls(f"user:{user.id}", user.display_name, user.email, user.id, (user.id, user.email.lower()))
+        handles = (user.id, user.email.lower())
+        return cls(f"user:{user.id}", user.display_name, user.email, user.id, handles, user.tz)
 
     @classmethod
     def of_contact(cls, contact: Contact) -> Person:
