@@ -29,7 +29,20 @@ from typing import Annotated, Any, ClassVar, Generic, TypeVar, cast
 import structlog
 from pydantic import AfterValidator, BaseModel, ConfigDict, model_validator
 from pydantic_core import to_jsonable_python
-from sqlalchemy import ColumnElement, Date, DateTime, and_, func, or_, select
+from sqlalchemy import (
+    ColumnElement,
+    Date,
+    DateTime,
+    Row,
+    Select,
+    and_,
+    case,
+    func,
+    null,
+    or_,
+    select,
+    union_all,
+)
 from sqlalchemy.orm import InstrumentedAttribute
 
 from countersign.db.schema import Base, CalendarEvent, Contact, User
@@ -202,14 +215,83 @@ def contact_candidate(contact: Contact) -> dict[str, Any]:
 ACTIVE_USER = User.deactivated_at.is_(None)
 
 
-async def match_users(ctx: ToolContext, ref: str) -> list[User]:
+def user_clauses(ref: str) -> tuple[ColumnElement[bool], ...]:
+    """How `ref` names active users, from exact (id, email, name) to loose (part of the name)."""
     exact = or_(User.id == ref, same_text(User.email, ref), same_text(User.display_name, ref))
-    return await match_first(ctx, User, ACTIVE_USER & exact, ACTIVE_USER & containing(User.display_name, ref))
+    return ACTIVE_USER & exact, ACTIVE_USER & containing(User.display_name, ref)
+
+
+def contact_clauses(ref: str) -> tuple[ColumnElement[bool], ...]:
+    """How `ref` names contacts, from exact (email, name) to loose (part of the name)."""
+    return or_(same_text(Contact.email, ref), same_text(Contact.name, ref)), containing(Contact.name, ref)
+
+
+async def match_users(ctx: ToolContext, ref: str) -> list[User]:
+    return await match_first(ctx, User, *user_clauses(ref))
 
 
 async def match_contacts(ctx: ToolContext, ref: str) -> list[Contact]:
-    exact = or_(same_text(Contact.email, ref), same_text(Contact.name, ref))
-    return await match_first(ctx, Contact, exact, containing(Contact.name, ref))
+    return await match_first(ctx, Contact, *contact_clauses(ref))
+
+
+def _best_first(
+    model: type[Base],
+    columns: Sequence[ColumnElement[Any] | InstrumentedAttribute[Any]],
+    clauses: Sequence[ColumnElement[bool]],
+    tenant_id: str,
+) -> Select[Any]:
+    """`match_first`'s answer as one ranked select: the rows matching any of `clauses`, each ranked by
+    the first it matches, best rank first, then in key order (`n`), at most one more than shown.
+    The rows of the best rank present are exactly what `match_first` returns."""
+    rank = case(*((clause, i) for i, clause in enumerate(clauses)), else_=len(clauses))
+    order = (rank, *model.__mapper__.primary_key)
+    return (
+        select(rank.label("rank"), func.row_number().over(order_by=order).label("n"), *columns)
+        .where(_column(model, "tenant_id") == tenant_id, or_(*clauses))
+        .order_by(*order)
+        .limit(MAX_CANDIDATES + 1)
+    )
+
+
+def _best_rank(rows: Sequence[Row[Any]]) -> list[Row[Any]]:
+    return [row for row in rows if row.rank == rows[0].rank]
+
+
+async def match_people(ctx: ToolContext, ref: str) -> tuple[list[User], list[Contact]]:
+    """`match_users` and `match_contacts` in one round trip (a union of both ranked selects). The
+    rows come back as unattached `User` and `Contact` objects holding what a person is made of."""
+    users = _best_first(
+        User,
+        [
+            User.id.label("user_id"),
+            User.display_name.label("name"),
+            User.email,
+            null().label("company"),
+            User.tz,
+        ],
+        user_clauses(ref),
+        ctx.tenant_id,
+    ).subquery()
+    contacts = _best_first(
+        Contact,
+        [null().label("user_id"), Contact.name, Contact.email, Contact.company, null().label("tz")],
+        contact_clauses(ref),
+        ctx.tenant_id,
+    ).subquery()
+    both = union_all(select(users), select(contacts)).subquery()
+    rows = (await ctx.session.execute(select(both).order_by(both.c.user_id.is_(None), both.c.n))).all()
+    user_rows = _best_rank([row for row in rows if row.user_id is not None])
+    contact_rows = _best_rank([row for row in rows if row.user_id is None])
+    return (
+        [
+            User(tenant_id=ctx.tenant_id, id=r.user_id, display_name=r.name, email=r.email, tz=r.tz)
+            for r in user_rows
+        ],
+        [
+            Contact(tenant_id=ctx.tenant_id, name=r.name, email=r.email, company=r.company)
+            for r in contact_rows
+        ],
+    )
 
 
 async def resolve_user(ctx: ToolContext, ref: str, *, field: str) -> User:
@@ -272,9 +354,9 @@ async def resolve_person(ctx: ToolContext, ref: str, *, field: str) -> Person:
 
     `Needs` when several people match (listing them), NOT_FOUND when nobody does.
     """
-    users = await match_users(ctx, ref)
+    users, matched = await match_people(ctx, ref)
     user_emails = {user.email.lower() for user in users}
-    contacts = [c for c in await match_contacts(ctx, ref) if (c.email or "").lower() not in user_emails]
+    contacts = [c for c in matched if (c.email or "").lower() not in user_emails]
     people = [Person.of_user(user) for user in users] + [Person.of_contact(c) for c in contacts]
     if not people:
         raise ToolFailure("NOT_FOUND", f"nobody named {ref!r} in this workspace (users or contacts)")
