@@ -33,11 +33,13 @@ from sqlalchemy import (
     ColumnElement,
     Date,
     DateTime,
+    Integer,
     Row,
     Select,
     and_,
     case,
     func,
+    literal_column,
     null,
     or_,
     select,
@@ -257,41 +259,50 @@ def _best_rank(rows: Sequence[Row[Any]]) -> list[Row[Any]]:
     return [row for row in rows if row.rank == rows[0].rank]
 
 
-async def match_people(ctx: ToolContext, ref: str) -> tuple[list[User], list[Contact]]:
-    """`match_users` and `match_contacts` in one round trip (a union of both ranked selects). The
-    rows come back as unattached `User` and `Contact` objects holding what a person is made of."""
-    users = _best_first(
-        User,
-        [
-            User.id.label("user_id"),
-            User.display_name.label("name"),
-            User.email,
-            null().label("company"),
-            User.tz,
-        ],
-        user_clauses(ref),
-        ctx.tenant_id,
-    ).subquery()
-    contacts = _best_first(
-        Contact,
-        [null().label("user_id"), Contact.name, Contact.email, Contact.company, null().label("tz")],
-        contact_clauses(ref),
-        ctx.tenant_id,
-    ).subquery()
-    both = union_all(select(users), select(contacts)).subquery()
-    rows = (await ctx.session.execute(select(both).order_by(both.c.user_id.is_(None), both.c.n))).all()
-    user_rows = _best_rank([row for row in rows if row.user_id is not None])
-    contact_rows = _best_rank([row for row in rows if row.user_id is None])
-    return (
-        [
+async def match_people(ctx: ToolContext, refs: Sequence[str]) -> list[tuple[list[User], list[Contact]]]:
+    """For each of `refs`, what `match_users` and `match_contacts` find, all in one round trip (a
+    union of their ranked selects). The rows come back as unattached `User` and `Contact` objects
+    holding what a person is made of."""
+    if not refs:
+        return []
+    user_columns: list[ColumnElement[Any] | InstrumentedAttribute[Any]] = [
+        User.id.label("user_id"),
+        User.display_name.label("name"),
+        User.email,
+        null().label("company"),
+        User.tz,
+    ]
+    contact_columns: list[ColumnElement[Any] | InstrumentedAttribute[Any]] = [
+        null().label("user_id"),
+        Contact.name,
+        Contact.email,
+        Contact.company,
+        null().label("tz"),
+    ]
+    branches = []
+    for i, ref in enumerate(refs):
+        index = literal_column(str(i), Integer).label("ref")  # which ref a row answers
+        users = _best_first(User, [index, *user_columns], user_clauses(ref), ctx.tenant_id)
+        contacts = _best_first(Contact, [index, *contact_columns], contact_clauses(ref), ctx.tenant_id)
+        branches += [select(users.subquery()), select(contacts.subquery())]
+    both = union_all(*branches).subquery()
+    rows = (
+        await ctx.session.execute(select(both).order_by(both.c.ref, both.c.user_id.is_(None), both.c.n))
+    ).all()
+    found = []
+    for i in range(len(refs)):
+        user_rows = _best_rank([row for row in rows if row.ref == i and row.user_id is not None])
+        contact_rows = _best_rank([row for row in rows if row.ref == i and row.user_id is None])
+        users_found = [
             User(tenant_id=ctx.tenant_id, id=r.user_id, display_name=r.name, email=r.email, tz=r.tz)
             for r in user_rows
-        ],
-        [
+        ]
+        contacts_found = [
             Contact(tenant_id=ctx.tenant_id, name=r.name, email=r.email, company=r.company)
             for r in contact_rows
-        ],
-    )
+        ]
+        found.append((users_found, contacts_found))
+    return found
 
 
 async def resolve_user(ctx: ToolContext, ref: str, *, field: str) -> User:
@@ -349,12 +360,12 @@ class Person:
         return cls(f"email:{email}", contact.name, contact.email, None, (email,) if email else ())
 
 
-async def resolve_person(ctx: ToolContext, ref: str, *, field: str) -> Person:
-    """A user or a contact by id, email or name. A contact with a user's email is that user.
+def person_named(ref: str, users: Sequence[User], matched: Sequence[Contact], *, field: str) -> Person:
+    """The one person `ref` names among the users and contacts it matched (`match_people`). A contact
+    with a user's email is that user.
 
     `Needs` when several people match (listing them), NOT_FOUND when nobody does.
     """
-    users, matched = await match_people(ctx, ref)
     user_emails = {user.email.lower() for user in users}
     contacts = [c for c in matched if (c.email or "").lower() not in user_emails]
     people = [Person.of_user(user) for user in users] + [Person.of_contact(c) for c in contacts]
@@ -367,6 +378,12 @@ async def resolve_person(ctx: ToolContext, ref: str, *, field: str) -> Person:
     return people[0]
 
 
+async def resolve_person(ctx: ToolContext, ref: str, *, field: str) -> Person:
+    """A user or a contact by id, email or name (`person_named`)."""
+    [(users, contacts)] = await match_people(ctx, [ref])
+    return person_named(ref, users, contacts, field=field)
+
+
 async def resolve_caller(ctx: ToolContext) -> Person:
     user = await ctx.session.get(User, (ctx.tenant_id, ctx.caller.user_id))
     if user is None:
@@ -374,14 +391,18 @@ async def resolve_caller(ctx: ToolContext) -> Person:
     return Person.of_user(user)
 
 
-async def resolve_attendee(ctx: ToolContext, ref: str) -> str:
-    """How an invitee is written in `attendees`: a user's id, a contact's email, or an outside email."""
-    try:
-        return (await resolve_person(ctx, ref, field="attendees")).attendee()
-    except ToolFailure:
-        if "@" in ref:
-            return ref.lower()  # someone outside the workspace's records, invited by address
-        raise needs("attendees") from None
+async def resolve_attendees(ctx: ToolContext, refs: Sequence[str]) -> list[str]:
+    """How each invitee is written in `attendees`: a user's id, a contact's email, or an outside email.
+    All of them are read in one round trip; the first that names nobody usable stops the call."""
+    handles = []
+    for ref, (users, contacts) in zip(refs, await match_people(ctx, refs), strict=True):
+        try:
+            handles.append(person_named(ref, users, contacts, field="attendees").attendee())
+        except ToolFailure:
+            if "@" not in ref:
+                raise needs("attendees") from None
+            handles.append(ref.lower())  # someone outside the workspace's records, invited by address
+    return handles
 
 
 def belongs_to(person: Person) -> ColumnElement[bool]:

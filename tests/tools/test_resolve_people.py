@@ -1,4 +1,5 @@
-"""`match_people` (one round trip) finds exactly what `match_users` and `match_contacts` find.
+"""`match_people` (one round trip for all of a call's people) finds exactly what `match_users`
+and `match_contacts` find.
 
 `resolve_person` reads people through it, in the tools' previews and runs alike, so the people, the
 `Needs` candidates and their order (and therefore every effect's digest) must not depend on which
@@ -55,14 +56,14 @@ async def test_match_people_finds_what_users_and_contacts_do(db_engine: AsyncEng
             call_id="c1",
             now=datetime.now(UTC),
         )
-        for ref in REFS:
-            users, contacts = await match_people(ctx, ref)
+        answers = await match_people(ctx, REFS)  # all at once, as create_event's attendees
+        for ref, (users, contacts) in zip(REFS, answers, strict=True):
             assert [(u.id, u.display_name, u.email, u.tz) for u in users] == [
                 (u.id, u.display_name, u.email, u.tz) for u in await match_users(ctx, ref)
             ], ref
             assert [(c.name, c.email, c.company) for c in contacts] == [
                 (c.name, c.email, c.company) for c in await match_contacts(ctx, ref)
             ], ref
-        many = await match_people(ctx, "zed")
-        assert len(many[1]) == MAX_CANDIDATES + 1  # the limit holds, and was reached above
+        [(_, many)] = await match_people(ctx, ["zed"])
+        assert len(many) == MAX_CANDIDATES + 1  # the limit holds, and was reached above
         await session.rollback()
