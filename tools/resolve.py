@@ -30,6 +30,7 @@ import structlog
 from pydantic import AfterValidator, BaseModel, ConfigDict, model_validator
 from pydantic_core import to_jsonable_python
 from sqlalchemy import (
+    Boolean,
     ColumnElement,
     Date,
     DateTime,
@@ -266,6 +267,7 @@ async def match_people(ctx: ToolContext, refs: Sequence[str]) -> list[tuple[list
     if not refs:
         return []
     user_columns: list[ColumnElement[Any] | InstrumentedAttribute[Any]] = [
+        literal_column("false", Boolean).label("contact"),
         User.id.label("user_id"),
         User.display_name.label("name"),
         User.email,
@@ -273,6 +275,7 @@ async def match_people(ctx: ToolContext, refs: Sequence[str]) -> list[tuple[list
         User.tz,
     ]
     contact_columns: list[ColumnElement[Any] | InstrumentedAttribute[Any]] = [
+        literal_column("true", Boolean).label("contact"),
         null().label("user_id"),
         Contact.name,
         Contact.email,
@@ -284,15 +287,14 @@ async def match_people(ctx: ToolContext, refs: Sequence[str]) -> list[tuple[list
         index = literal_column(str(i), Integer).label("ref")  # which ref a row answers
         users = _best_first(User, [index, *user_columns], user_clauses(ref), ctx.tenant_id)
         contacts = _best_first(Contact, [index, *contact_columns], contact_clauses(ref), ctx.tenant_id)
-        branches += [select(users.subquery()), select(contacts.subquery())]
-    both = union_all(*branches).subquery()
-    rows = (
-        await ctx.session.execute(select(both).order_by(both.c.ref, both.c.user_id.is_(None), both.c.n))
-    ).all()
+        branches += [users, contacts]
+    # by output names: no subqueries to build column collections for (the Python side of this
+    # statement costs more than its round trip)
+    rows = (await ctx.session.execute(union_all(*branches).order_by("ref", "contact", "n"))).all()
     found = []
     for i in range(len(refs)):
-        user_rows = _best_rank([row for row in rows if row.ref == i and row.user_id is not None])
-        contact_rows = _best_rank([row for row in rows if row.ref == i and row.user_id is None])
+        user_rows = _best_rank([row for row in rows if row.ref == i and not row.contact])
+        contact_rows = _best_rank([row for row in rows if row.ref == i and row.contact])
         users_found = [
             User(tenant_id=ctx.tenant_id, id=r.user_id, display_name=r.name, email=r.email, tz=r.tz)
             for r in user_rows
