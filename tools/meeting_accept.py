@@ -77,7 +77,13 @@ async def addressed_session(ctx: ToolContext, session_id: int | None, *, lock: b
 async def accepting(ctx: ToolContext, args: AcceptMeetingArgs, *, lock: bool) -> Booking:
     """The booking an acceptance resolves to: the proposal's time `selection`, with its requester."""
     session = await addressed_session(ctx, args.session, lock=lock)
-    user = await ctx.session.get(User, (ctx.tenant_id, session.requested_by))
+    # Both people in one read; `resolve_caller` below then finds the caller in the session's identity
+    # map (held by `people` until then) instead of reading them again.
+    both = select(User).where(
+        User.tenant_id == ctx.tenant_id, User.id.in_([session.requested_by, ctx.caller.user_id])
+    )
+    people = list((await ctx.session.scalars(both)).all())
+    user = next((u for u in people if u.id == session.requested_by), None)
     requester = Person.of_user(user) if user is not None and user.deactivated_at is None else None
     who = requester.name if requester else session.requested_by
     still_open(session, ctx.now, f"ask {who} to propose again")

@@ -32,7 +32,7 @@ from tools.resolve import (
     cancel_created,
     find_record,
     overlapping,
-    resolve_attendee,
+    resolve_attendees,
     resolve_person,
     resolve_user,
     same_text,
@@ -479,8 +479,7 @@ class UpdateEventArgs(ChangeArgs):
 
 async def attendee_handles(ctx: ToolContext, refs: Sequence[str]) -> list[str]:
     """Resolve invitees, keeping their order and dropping duplicates."""
-    handles = [await resolve_attendee(ctx, ref) for ref in refs]
-    return list(dict.fromkeys(handles))
+    return list(dict.fromkeys(await resolve_attendees(ctx, refs)))
 
 
 @tool(risk="low", category="read", preview=reads_only)

@@ -29,7 +29,23 @@ from typing import Annotated, Any, ClassVar, Generic, TypeVar, cast
 import structlog
 from pydantic import AfterValidator, BaseModel, ConfigDict, model_validator
 from pydantic_core import to_jsonable_python
-from sqlalchemy import ColumnElement, Date, DateTime, and_, func, or_, select
+from sqlalchemy import (
+    Boolean,
+    ColumnElement,
+    Date,
+    DateTime,
+    Integer,
+    Row,
+    Select,
+    and_,
+    case,
+    func,
+    literal_column,
+    null,
+    or_,
+    select,
+    union_all,
+)
 from sqlalchemy.orm import InstrumentedAttribute
 
 from countersign.db.schema import Base, CalendarEvent, Contact, User
@@ -202,14 +218,93 @@ def contact_candidate(contact: Contact) -> dict[str, Any]:
 ACTIVE_USER = User.deactivated_at.is_(None)
 
 
-async def match_users(ctx: ToolContext, ref: str) -> list[User]:
+def user_clauses(ref: str) -> tuple[ColumnElement[bool], ...]:
+    """How `ref` names active users, from exact (id, email, name) to loose (part of the name)."""
     exact = or_(User.id == ref, same_text(User.email, ref), same_text(User.display_name, ref))
-    return await match_first(ctx, User, ACTIVE_USER & exact, ACTIVE_USER & containing(User.display_name, ref))
+    return ACTIVE_USER & exact, ACTIVE_USER & containing(User.display_name, ref)
+
+
+def contact_clauses(ref: str) -> tuple[ColumnElement[bool], ...]:
+    """How `ref` names contacts, from exact (email, name) to loose (part of the name)."""
+    return or_(same_text(Contact.email, ref), same_text(Contact.name, ref)), containing(Contact.name, ref)
+
+
+async def match_users(ctx: ToolContext, ref: str) -> list[User]:
+    return await match_first(ctx, User, *user_clauses(ref))
 
 
 async def match_contacts(ctx: ToolContext, ref: str) -> list[Contact]:
-    exact = or_(same_text(Contact.email, ref), same_text(Contact.name, ref))
-    return await match_first(ctx, Contact, exact, containing(Contact.name, ref))
+    return await match_first(ctx, Contact, *contact_clauses(ref))
+
+
+def _best_first(
+    model: type[Base],
+    columns: Sequence[ColumnElement[Any] | InstrumentedAttribute[Any]],
+    clauses: Sequence[ColumnElement[bool]],
+    tenant_id: str,
+) -> Select[Any]:
+    """`match_first`'s answer as one ranked select: the rows matching any of `clauses`, each ranked by
+    the first it matches, best rank first, then in key order (`n`), at most one more than shown.
+    The rows of the best rank present are exactly what `match_first` returns."""
+    rank = case(*((clause, i) for i, clause in enumerate(clauses)), else_=len(clauses))
+    order = (rank, *model.__mapper__.primary_key)
+    return (
+        select(rank.label("rank"), func.row_number().over(order_by=order).label("n"), *columns)
+        .where(_column(model, "tenant_id") == tenant_id, or_(*clauses))
+        .order_by(*order)
+        .limit(MAX_CANDIDATES + 1)
+    )
+
+
+def _best_rank(rows: Sequence[Row[Any]]) -> list[Row[Any]]:
+    return [row for row in rows if row.rank == rows[0].rank]
+
+
+async def match_people(ctx: ToolContext, refs: Sequence[str]) -> list[tuple[list[User], list[Contact]]]:
+    """For each of `refs`, what `match_users` and `match_contacts` find, all in one round trip (a
+    union of their ranked selects). The rows come back as unattached `User` and `Contact` objects
+    holding what a person is made of."""
+    if not refs:
+        return []
+    user_columns: list[ColumnElement[Any] | InstrumentedAttribute[Any]] = [
+        literal_column("false", Boolean).label("contact"),
+        User.id.label("user_id"),
+        User.display_name.label("name"),
+        User.email,
+        null().label("company"),
+        User.tz,
+    ]
+    contact_columns: list[ColumnElement[Any] | InstrumentedAttribute[Any]] = [
+        literal_column("true", Boolean).label("contact"),
+        null().label("user_id"),
+        Contact.name,
+        Contact.email,
+        Contact.company,
+        null().label("tz"),
+    ]
+    branches = []
+    for i, ref in enumerate(refs):
+        index = literal_column(str(i), Integer).label("ref")  # which ref a row answers
+        users = _best_first(User, [index, *user_columns], user_clauses(ref), ctx.tenant_id)
+        contacts = _best_first(Contact, [index, *contact_columns], contact_clauses(ref), ctx.tenant_id)
+        branches += [users, contacts]
+    # by output names: no subqueries to build column collections for (the Python side of this
+    # statement costs more than its round trip)
+    rows = (await ctx.session.execute(union_all(*branches).order_by("ref", "contact", "n"))).all()
+    found = []
+    for i in range(len(refs)):
+        user_rows = _best_rank([row for row in rows if row.ref == i and not row.contact])
+        contact_rows = _best_rank([row for row in rows if row.ref == i and row.contact])
+        users_found = [
+            User(tenant_id=ctx.tenant_id, id=r.user_id, display_name=r.name, email=r.email, tz=r.tz)
+            for r in user_rows
+        ]
+        contacts_found = [
+            Contact(tenant_id=ctx.tenant_id, name=r.name, email=r.email, company=r.company)
+            for r in contact_rows
+        ]
+        found.append((users_found, contacts_found))
+    return found
 
 
 async def resolve_user(ctx: ToolContext, ref: str, *, field: str) -> User:
@@ -241,7 +336,8 @@ class Person:
     """Someone whose calendar matters: a user of the tenant or a contact (known by email only).
 
     `key` names them canonically (for locks); `handles` are the values that mark them in an event's
-    `attendees` (an event also belongs to the user who owns it).
+    `attendees` (an event also belongs to the user who owns it). `tz` is a user's time zone, read
+    with them (so no call reads the user twice); a contact has none.
     """
 
     key: str
@@ -249,6 +345,7 @@ class Person:
     email: str | None
     user_id: str | None
     handles: tuple[str, ...]
+    tz: str | None = None
 
     def attendee(self) -> str:
         """How this person is written in a new event's `attendees`."""
@@ -256,7 +353,8 @@ class Person:
 
     @classmethod
     def of_user(cls, user: User) -> Person:
-        return cls(f"user:{user.id}", user.display_name, user.email, user.id, (user.id, user.email.lower()))
+        handles = (user.id, user.email.lower())
+        return cls(f"user:{user.id}", user.display_name, user.email, user.id, handles, user.tz)
 
     @classmethod
     def of_contact(cls, contact: Contact) -> Person:
@@ -264,14 +362,14 @@ class Person:
         return cls(f"email:{email}", contact.name, contact.email, None, (email,) if email else ())
 
 
-async def resolve_person(ctx: ToolContext, ref: str, *, field: str) -> Person:
-    """A user or a contact by id, email or name. A contact with a user's email is that user.
+def person_named(ref: str, users: Sequence[User], matched: Sequence[Contact], *, field: str) -> Person:
+    """The one person `ref` names among the users and contacts it matched (`match_people`). A contact
+    with a user's email is that user.
 
     `Needs` when several people match (listing them), NOT_FOUND when nobody does.
     """
-    users = await match_users(ctx, ref)
     user_emails = {user.email.lower() for user in users}
-    contacts = [c for c in await match_contacts(ctx, ref) if (c.email or "").lower() not in user_emails]
+    contacts = [c for c in matched if (c.email or "").lower() not in user_emails]
     people = [Person.of_user(user) for user in users] + [Person.of_contact(c) for c in contacts]
     if not people:
         raise ToolFailure("NOT_FOUND", f"nobody named {ref!r} in this workspace (users or contacts)")
@@ -282,6 +380,12 @@ async def resolve_person(ctx: ToolContext, ref: str, *, field: str) -> Person:
     return people[0]
 
 
+async def resolve_person(ctx: ToolContext, ref: str, *, field: str) -> Person:
+    """A user or a contact by id, email or name (`person_named`)."""
+    [(users, contacts)] = await match_people(ctx, [ref])
+    return person_named(ref, users, contacts, field=field)
+
+
 async def resolve_caller(ctx: ToolContext) -> Person:
     user = await ctx.session.get(User, (ctx.tenant_id, ctx.caller.user_id))
     if user is None:
@@ -289,14 +393,18 @@ async def resolve_caller(ctx: ToolContext) -> Person:
     return Person.of_user(user)
 
 
-async def resolve_attendee(ctx: ToolContext, ref: str) -> str:
-    """How an invitee is written in `attendees`: a user's id, a contact's email, or an outside email."""
-    try:
-        return (await resolve_person(ctx, ref, field="attendees")).attendee()
-    except ToolFailure:
-        if "@" in ref:
-            return ref.lower()  # someone outside the workspace's records, invited by address
-        raise needs("attendees") from None
+async def resolve_attendees(ctx: ToolContext, refs: Sequence[str]) -> list[str]:
+    """How each invitee is written in `attendees`: a user's id, a contact's email, or an outside email.
+    All of them are read in one round trip; the first that names nobody usable stops the call."""
+    handles = []
+    for ref, (users, contacts) in zip(refs, await match_people(ctx, refs), strict=True):
+        try:
+            handles.append(person_named(ref, users, contacts, field="attendees").attendee())
+        except ToolFailure:
+            if "@" not in ref:
+                raise needs("attendees") from None
+            handles.append(ref.lower())  # someone outside the workspace's records, invited by address
+    return handles
 
 
 def belongs_to(person: Person) -> ColumnElement[bool]:

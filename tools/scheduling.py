@@ -178,11 +178,10 @@ async def both_parties(ctx: ToolContext, counterpart: str) -> tuple[Person, Pers
     return caller, other
 
 
-async def zone_of(ctx: ToolContext, person: Person, hint: str | None) -> str:
-    """A user's zone from the database; a contact's from the caller's hint, else UTC."""
+def zone_of(person: Person, hint: str | None) -> str:
+    """A user's zone, as read with them from the database; a contact's from the caller's hint, else UTC."""
     if person.user_id is not None:
-        user = await ctx.session.get(User, (ctx.tenant_id, person.user_id))
-        return user.tz if user is not None else "UTC"
+        return person.tz or "UTC"
     return hint or "UTC"
 
 
@@ -313,7 +312,7 @@ async def proposing(ctx: ToolContext, args: ScheduleMeetingArgs, *, lock: bool) 
     if lock:
         await lock_calendars(ctx, [caller, other])
     await refuse_duplicate(ctx, other, start, end)
-    user_tz, other_tz = await zone_of(ctx, caller, None), await zone_of(ctx, other, args.tz_hint)
+    user_tz, other_tz = zone_of(caller, None), zone_of(other, args.tz_hint)
     zones = [zoneinfo.ZoneInfo(user_tz), zoneinfo.ZoneInfo(other_tz)]
     length = timedelta(minutes=args.duration_minutes)
     busy = await busy_times(ctx, [caller, other], start, end)
@@ -715,8 +714,8 @@ async def booking(
             f"not free: an event from {first[0].isoformat()} to {first[1].isoformat()} overlaps; "
             "propose other slots with schedule_meeting",
         )
-    other_tz = session.counterpart_tz if session else await zone_of(ctx, other, None)
-    readers = ((organiser, await zone_of(ctx, organiser, None)), (other, other_tz))
+    other_tz = session.counterpart_tz if session else zone_of(other, None)
+    readers = ((organiser, zone_of(organiser, None)), (other, other_tz))
     return Booking(
         organiser=organiser,
         other=other,
