@@ -33,6 +33,13 @@ class TenantFeed:
     starting: asyncio.Lock = field(default_factory=asyncio.Lock)
 
 
+def listed_differently(now: dict[str, PendingItem], before: dict[str, PendingItem]) -> bool:
+    """Whether reviewers must be told: a request came or went, or a call was asked again (same key,
+    a new request: its nonce). A poll can miss the moment between a decision and the call being
+    asked again (its effect changed before it ran), so the keys alone may not change."""
+    return {k: i.nonce for k, i in now.items()} != {k: i.nonce for k, i in before.items()}
+
+
 class Watcher:
     """One poll loop per tenant with an open events stream: it reads the tenant's pending approvals
     and wakes the tenant's streams when the set changes (a call waits, is decided, expires)."""
@@ -102,7 +109,7 @@ class Watcher:
                 items = {i.key: i for i in await self._inbox.tenant_pending(tenant_id, feed.items)}
             except Exception:  # Temporal briefly unreachable: keep the last view, try again
                 continue
-            if items.keys() != feed.items.keys():
+            if listed_differently(items, feed.items):
                 feed.items = items
                 for queue in feed.listeners:
                     with contextlib.suppress(asyncio.QueueFull):

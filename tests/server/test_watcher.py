@@ -1,0 +1,34 @@
+"""When the inbox's live stream tells reviewers the pending list changed (countersign.server.watcher),
+a plain rule tested without a server."""
+
+from __future__ import annotations
+
+from countersign.server.inbox import PendingItem
+from countersign.server.watcher import listed_differently
+
+
+def item(call_id: str, nonce: str) -> PendingItem:
+    return PendingItem(
+        workflow_id="wf-1", call_id=call_id, tool="update_lead_status", args="{}", risk="high",
+        requested_by="alice", requested_at="2026-11-27T14:00:00Z", expires_at="2026-11-28T14:00:00Z",
+        nonce=nonce,
+    )  # fmt: skip
+
+
+def listing(*items: PendingItem) -> dict[str, PendingItem]:
+    return {i.key: i for i in items}
+
+
+def test_the_same_requests_are_not_news() -> None:
+    assert not listed_differently(listing(item("c1", "n1")), listing(item("c1", "n1")))
+
+
+def test_a_request_that_came_or_went_is_news() -> None:
+    assert listed_differently(listing(item("c1", "n1"), item("c2", "n2")), listing(item("c1", "n1")))
+    assert listed_differently(listing(), listing(item("c1", "n1")))
+
+
+def test_a_call_asked_again_is_news_though_its_key_is_the_same() -> None:
+    """Issue 34: an approved call whose effect changed before it ran is asked again under the same
+    key with a new nonce; a poll that missed the moment in between must still tell the page."""
+    assert listed_differently(listing(item("c1", "n2")), listing(item("c1", "n1")))
