@@ -27,6 +27,7 @@ from countersign.core.authority import ActionCheck, action_refusal
 from countersign.core.bounds import storable
 from countersign.core.seal import ConversationInstance, SealCheck, SealRequest, mac, verify
 from countersign.db.attempts import attempt_key, record_once
+from countersign.db.chain import chain
 from countersign.db.people import roles_of
 from countersign.db.schema import Conversation, InputAudit, SpentSeal
 from countersign.identity.carried_key import load_key
@@ -59,6 +60,7 @@ class AuthorityActivities:
                 }
 
             row = await record_once(session, InputAudit, InputAudit.attempt_key, attempt_key(), attempt)
+            await chain(session, row)  # a retry finds its row: chained once
             return "" if row.accepted else row.reason or "refused"
 
     @activity.defn(name=SEAL_CARRIED.name)

@@ -25,6 +25,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from countersign.core.effects import Effect, one_line
 from countersign.core.guards import MAX_ROWS
+from countersign.db.chain import chain
 from countersign.db.instances import current_instance
 from countersign.db.people import roles_of
 from countersign.db.schema import ApprovalRequest, DraftEdit, EmailDraft, EmailOutbox, Lead
@@ -193,25 +194,28 @@ async def draft_of(session: AsyncSession, tenant_id: str, draft_id: int, *, lock
     return draft
 
 
-def recorded_edit(
+async def recorded_edit(
     session: AsyncSession,
     draft: EmailDraft,
     editor: DraftEditor,
     previous: dict[str, Any],
     changed: dict[str, Any],
 ) -> None:
-    """Add the `draft_edits` row of a change (nothing when nothing changed)."""
+    """Add the `draft_edits` row of a change (nothing when nothing changed), chained like every
+    fact of the audit (it decides who last edited content under review: four-eyes)."""
     if changed:
         diff = {name: {"before": previous.get(name), "after": changed[name]} for name in changed}
-        session.add(
-            DraftEdit(
-                tenant_id=draft.tenant_id,
-                draft_id=draft.id,
-                edited_by=editor.user_id,
-                via=editor.via,
-                changes=diff,
-            )
+        edit = DraftEdit(
+            tenant_id=draft.tenant_id,
+            draft_id=draft.id,
+            edited_by=editor.user_id,
+            via=editor.via,
+            changes=diff,
         )
+        session.add(edit)
+        await session.flush()
+        await session.refresh(edit)  # its edited_at, for the chain
+        await chain(session, edit)
 
 
 async def edit_draft(
@@ -234,7 +238,7 @@ async def edit_draft(
             "review; edit it once that call is decided (reject it to edit now)",
         )
     previous, changed = apply_changes(draft, wanted)
-    recorded_edit(session, draft, editor, previous, changed)
+    await recorded_edit(session, draft, editor, previous, changed)
     await session.flush()
     await session.refresh(draft)
     return previous, changed
@@ -303,7 +307,7 @@ async def restore_draft(
     before = {name: getattr(draft, name) for name in result["changed"]}
     outcome = restore_fields(draft, result.get("previous", {}), result["changed"])
     after = {name: getattr(draft, name) for name in before if getattr(draft, name) != before[name]}
-    recorded_edit(ctx.session, draft, DraftEditor(ctx.caller.user_id, "tool"), before, after)
+    await recorded_edit(ctx.session, draft, DraftEditor(ctx.caller.user_id, "tool"), before, after)
     return outcome
 
 

@@ -112,6 +112,22 @@ def attribution(source: str, fact: Mapping[str, Any], context: Mapping[str, Any]
                 "evidence": {"old_tier": f("old_tier"), "new_tier": f("new_tier"), "accepted": f("accepted")},
                 "at": f("created_at"),
             }
+        case (
+            "input_audit"
+        ):  # an input to a conversation (a signal, an update, a start, a webhook), refused or let in
+            return {
+                "asked_by": {"human": f("actor"), "agent": None},
+                "decided_by": None,
+                "evidence": {"action": f("action"), "accepted": f("accepted"), "reason": f("reason")},
+                "at": f("created_at"),
+            }
+        case "draft_edits":  # content a call may send, changed: by whom, through which path, before → after
+            return {
+                "asked_by": {"human": f("edited_by"), "agent": None},
+                "decided_by": None,
+                "evidence": {"via": f("via"), "changes": f("changes")},
+                "at": f("edited_at"),
+            }
         case _:  # compensations
             return {
                 "asked_by": None,

@@ -48,6 +48,8 @@ from countersign.db.schema import (
     AuditChainRecord,
     Base,
     Compensation,
+    DraftEdit,
+    InputAudit,
     ProofCheck,
     RollbackRecord,
     TierChange,
@@ -64,6 +66,8 @@ CHAINED: dict[str, type[Base]] = {
         Compensation,
         RollbackRecord,
         TierChange,
+        InputAudit,
+        DraftEdit,
     )
 }
 

@@ -38,6 +38,7 @@ from aiohttp import web
 from sqlalchemy.ext.asyncio import AsyncSession
 from temporalio.service import RPCError
 
+from countersign.db.chain import chain
 from countersign.db.channels import ChannelSettings, SenderSettings, channel_view, set_channel, set_sender
 from countersign.db.people import roles_of
 from countersign.db.schema import ChatChannel, ChatSender, InputAudit
@@ -146,12 +147,14 @@ def loads(raw: bytes) -> Any:
 async def refused(request: web.Request, tenant: str, kind: str, reason: str, status: int) -> web.Response:
     """Record a refused or ignored webhook request (never what it carried) and answer it."""
     async with request.app[REQUESTERS].sessions.begin() as session:
-        session.add(
-            InputAudit(
-                tenant_id=tenant[:200], workflow_id="", action=f"chat_webhook:{kind}", actor=None,
-                accepted=False, reason=reason,
-            )
+        row = InputAudit(
+            tenant_id=tenant[:200], workflow_id="", action=f"chat_webhook:{kind}", actor=None,
+            accepted=False, reason=reason,
         )  # fmt: skip
+        session.add(row)
+        await session.flush()
+        await session.refresh(row)  # its created_at, for the chain
+        await chain(session, row)
     if status >= 400:
         return web.json_response({"error": reason}, status=status)
     return web.json_response({"ok": True, "ignored": reason})

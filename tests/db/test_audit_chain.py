@@ -20,9 +20,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import delete, func, select, text, update
 from sqlalchemy.ext.asyncio import AsyncEngine
+from temporalio.testing import ActivityEnvironment
 
 from activities.audit import AuditActivities
+from activities.authority import AuthorityActivities
 from activities.tools import ToolActivities
+from countersign.core.authority import ActionCheck
 from countersign.core.calls import CallerContext, ToolInvocation, ToolResult, UnexecutedCall
 from countersign.core.evidence import Broken, verify_bundle
 from countersign.db.chain import chain, export_bundle, verify_live
@@ -31,6 +34,9 @@ from countersign.db.schema import (
     ApprovalDecision,
     AuditChainRecord,
     Compensation,
+    DraftEdit,
+    EmailDraft,
+    InputAudit,
     ProofCheck,
     Task,
     Tenant,
@@ -39,6 +45,7 @@ from countersign.db.schema import (
 )
 from countersign.identity.proofs import Binding, ProofVerifier, check_proof, mint_proof, pem_pair
 from tests.fixtures.cli import run_starter
+from tools.drafts import DraftEditor, UpdateDraftArgs, edit_draft
 from tools.tiers import change_tenant_tier
 
 CALLS = 4
@@ -370,3 +377,47 @@ async def test_a_proof_check_is_chained_with_the_proofs_claims(db_engine: AsyncE
     for r in records:
         assert r["source"] == "proof_checks" and r["decided_by"] == "alice"
         assert r["evidence"]["claims"]["sub"] == "alice" and r["evidence"]["claims"]["tenant"] == tenant
+
+
+async def test_a_draft_edit_and_a_refused_input_are_chained(db_engine: AsyncEngine, tenant: str) -> None:
+    """Content a call may send, changed (who, through what, before → after), and an input to a
+    conversation that was refused (who it said it was, why) are facts of the audit too: chained in
+    their writers' transactions, once (a retried activity finds its row), and the chain verifies."""
+    async with session_factory(db_engine).begin() as session:
+        draft = EmailDraft(
+            tenant_id=tenant, idempotency_key=f"ev-{uuid.uuid4()}", created_by="alice",
+            to_address="partner@example.org", subject="Our offer", body="Dear partner",
+        )  # fmt: skip
+        session.add(draft)
+        await session.flush()
+        changes = UpdateDraftArgs(draft=draft.id, to="someone.else@example.org")
+        await edit_draft(session, draft, changes, DraftEditor("alice", "inbox"))
+    check = ActionCheck(
+        tenant_id=tenant, workflow_id="wf-input", action="end", actor="mallory", conversation_user="alice",
+        refusal="mallory may not end alice's conversation",
+    )  # fmt: skip
+    authority = AuthorityActivities(session_factory(db_engine), key=b"k" * 32)
+    for _ in range(2):  # a retry of the same attempt
+        assert await ActivityEnvironment().run(authority.authorize_action, check) != ""
+    try:
+        async with session_factory(db_engine)() as session:
+            found = (
+                await session.execute(
+                    select(AuditChainRecord.source, AuditChainRecord.record)
+                    .where(AuditChainRecord.tenant_id == tenant)
+                    .order_by(AuditChainRecord.seq)
+                )
+            ).all()
+            assert [source for source, _ in found] == ["draft_edits", "input_audit"]
+            edit, refused = (json.loads(record) for _, record in found)
+            assert edit["asked_by"] == {"human": "alice", "agent": None}
+            assert edit["evidence"]["changes"]["to_address"] == {
+                "before": "partner@example.org",
+                "after": "someone.else@example.org",
+            }
+            assert refused["asked_by"]["human"] == "mallory" and refused["evidence"]["accepted"] is False
+            assert await verify_live(session, tenant) == 2
+    finally:
+        async with db_engine.begin() as conn:
+            for model in (DraftEdit, InputAudit, EmailDraft):
+                await conn.execute(delete(model).where(model.tenant_id == tenant))
