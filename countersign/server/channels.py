@@ -144,6 +144,13 @@ def loads(raw: bytes) -> Any:
 # --- the webhooks -----------------------------------------------------------------------------------
 
 
+def no_channel() -> web.Response:
+    """No tenant has this kind of channel under that name: nothing to attribute a request to, so
+    nothing is recorded (a row per request would let anyone grow the audit and the chain under
+    tenant names of their choosing)."""
+    return web.json_response({"error": "no such channel"}, status=404)
+
+
 async def refused(request: web.Request, tenant: str, kind: str, reason: str, status: int) -> web.Response:
     """Record a refused or ignored webhook request (never what it carried) and answer it."""
     async with request.app[REQUESTERS].sessions.begin() as session:
@@ -169,9 +176,11 @@ async def telegram(request: web.Request) -> web.Response:
     tenant = request.match_info["tenant"]
     async with request.app[REQUESTERS].sessions() as session:
         channel = await channel_of(session, tenant, "telegram")
+    if channel is None:
+        return no_channel()
     given = request.headers.get(TELEGRAM_SECRET_HEADER)
-    if channel is None or not telegram_secret_holds(channel.webhook_secret, given):
-        return await refused(request, tenant, "telegram", "wrong or missing webhook secret", 401)
+    if not telegram_secret_holds(channel.webhook_secret, given):
+        return await refused(request, channel.tenant_id, "telegram", "wrong or missing webhook secret", 401)
     inbound = telegram_message(loads(await request.read()))
     if inbound is None:
         return web.json_response({"ok": True})
@@ -183,15 +192,17 @@ async def slack(request: web.Request) -> web.Response:
     body = await request.read()
     async with request.app[REQUESTERS].sessions() as session:
         channel = await channel_of(session, tenant, "slack")
-    holds = channel is not None and slack_signature_holds(
+    if channel is None:
+        return no_channel()
+    holds = slack_signature_holds(
         channel.webhook_secret,
         request.headers.get("X-Slack-Request-Timestamp"),
         request.headers.get("X-Slack-Signature"),
         body,
         time.time(),
     )
-    if channel is None or not holds:
-        return await refused(request, tenant, "slack", "wrong, missing or stale signature", 401)
+    if not holds:
+        return await refused(request, channel.tenant_id, "slack", "wrong, missing or stale signature", 401)
     payload = loads(body)
     if isinstance(payload, dict) and payload.get("type") == "url_verification":
         return web.json_response({"challenge": str(payload.get("challenge", ""))[:200]})

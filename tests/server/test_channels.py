@@ -97,6 +97,9 @@ async def test_a_telegram_message_reaches_the_mapped_user_and_the_reply_comes_ba
     for headers in ({}, {TELEGRAM_SECRET_HEADER: "guess"}):
         assert (await webhook(stack, "/channels/telegram/acme", body, headers))[0] == 401
     assert await refusals(db_engine, "telegram") == before + 2
+    # a tenant name nobody has a channel under: 404, and nothing recorded under a name of the caller's
+    assert (await webhook(stack, "/channels/telegram/no-such-tenant", body, {}))[0] == 404
+    assert await refusals(db_engine, "telegram") == before + 2
     assert chat_receiver.posts == []
 
     code, answer = await webhook(stack, "/channels/telegram/acme", body, {TELEGRAM_SECRET_HEADER: SECRET})
