@@ -17,7 +17,6 @@ A value the key cannot open raises `SealBroken`, which names the column's table 
 
 from __future__ import annotations
 
-import argparse
 import functools
 from pathlib import Path
 from typing import Any
@@ -28,7 +27,7 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.types import TypeDecorator
 
 from countersign.runtime.config import DATA_DIR, load_settings
-from countersign.runtime.keyfiles import create_once
+from countersign.runtime.keyfiles import create_once, one_shot
 
 KEY_FILE = DATA_DIR / "secrets.key"
 
@@ -104,18 +103,7 @@ class SealedText(TypeDecorator[str]):
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Compose's `keys` one-shot: the secrets key made once, before any process reads it, owned by
-    the user the processes run as (the path goes into COUNTERSIGN_SECRETS_KEY)."""
-    parser = argparse.ArgumentParser(
-        prog="python -m countersign.db.sealed",
-        description="Create the deployment's secrets key unless it exists (once, for every process).",
-    )
-    parser.add_argument("path", type=Path)
-    parser.add_argument("--owner", type=int, help="the user id the processes run as (the file's owner)")
-    args = parser.parse_args(argv)
-    existed = args.path.exists()
-    create_key_file(args.path, args.owner)
-    print(f"{'kept' if existed else 'created'} {args.path}")
+    one_shot("python -m countersign.db.sealed", "the deployment's secrets key", create_key_file, argv)
 
 
 if __name__ == "__main__":

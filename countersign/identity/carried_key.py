@@ -14,14 +14,13 @@ once, before any worker starts, and workers only read it:
 
 from __future__ import annotations
 
-import argparse
 import os
 import secrets
 from collections.abc import Mapping
 from pathlib import Path
 
 from countersign.runtime.config import DATA_DIR
-from countersign.runtime.keyfiles import create_once
+from countersign.runtime.keyfiles import create_once, one_shot
 
 KEY_ENV = "CARRIED_STATE_KEY"
 KEY_FILE_ENV = "CARRIED_STATE_KEY_FILE"
@@ -64,16 +63,7 @@ def ensure_key(path: Path, owner: int | None = None) -> bytes:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(
-        prog="python -m countersign.identity.carried_key",
-        description="Create the deployment's carried-state key unless it exists (once, for all workers).",
-    )
-    parser.add_argument("path", type=Path)
-    parser.add_argument("--owner", type=int, help="the user id the workers run as (the file's owner)")
-    args = parser.parse_args(argv)
-    existed = args.path.exists()
-    ensure_key(args.path, args.owner)
-    print(f"{'kept' if existed else 'created'} {args.path}")
+    one_shot("python -m countersign.identity.carried_key", "the carried-state key", ensure_key, argv)
 
 
 if __name__ == "__main__":

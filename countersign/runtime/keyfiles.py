@@ -7,6 +7,7 @@ processes run as when a root one-shot makes it (compose's `keys`), and read by e
 
 from __future__ import annotations
 
+import argparse
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -25,3 +26,17 @@ def create_once(path: Path, make: Callable[[], bytes], owner: int | None = None)
         if owner is not None:
             os.fchown(out.fileno(), owner, owner)
     return True
+
+
+def one_shot(
+    prog: str, what: str, create: Callable[[Path, int | None], object], argv: list[str] | None
+) -> None:
+    """`python -m PROG PATH [--owner UID]`: `create` the key file `what` names unless it exists,
+    owned by the user the processes run as (compose's `keys` one-shot, before any process reads it)."""
+    parser = argparse.ArgumentParser(prog=prog, description=f"Create {what} unless it exists (once).")
+    parser.add_argument("path", type=Path)
+    parser.add_argument("--owner", type=int, help="the user id the processes run as (the file's owner)")
+    args = parser.parse_args(argv)
+    existed = args.path.exists()
+    create(args.path, args.owner)
+    print(f"{'kept' if existed else 'created'} {args.path}")
