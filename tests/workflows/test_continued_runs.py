@@ -16,18 +16,14 @@ from hypothesis import strategies as st
 from sqlalchemy.ext.asyncio import AsyncEngine
 from temporalio.client import WorkflowExecutionStatus
 
-from countersign.core.approvals import Decision
-from countersign.core.contract import AnswerSignal
-from tests.e2e.test_hostile_input import PROPERTY, ask, records
+from tests.e2e.test_hostile_input import PROPERTY, records
 from tests.fixtures.agent import AgentHarness
 from tests.fixtures.inbox import SignedStack
 from tests.fixtures.postgres import reset_jane
-from tests.fixtures.updates import execute_update
 from tests.server.test_front_door import HELLO, HI
-from tests.workflows.test_approvals import ECHO_RESULT, audit, lead_status, qualify
-from tests.workflows.test_floods import ANSWERED, ASK, flood_until_continued, latest, task_failures, waiting
+from tests.workflows.test_approvals import ECHO_RESULT, lead_status, qualify
+from tests.workflows.test_floods import flood_until_continued, goes_on, latest, waiting, waiting_in
 from tests.workflows.test_floods import small_history_budget as small_history_budget
-from workflows.agent import AgentWorkflow
 
 
 @pytest.mark.security
@@ -53,45 +49,15 @@ async def test_continuing_as_new_again_and_again_with_nothing_changed_keeps_the_
     and nothing else: no turn, no decision, no answer between them. Afterwards alice's next
     message is answered, or her pending approval decides, or her question takes its answer; every
     refusal is on the record once, and no workflow task failed."""
-    await reset_jane(db_engine)
-    agent.script(qualify(), ECHO_RESULT, ASK, ANSWERED, {"reply": {"content": "ok"}})
-    if state == "idle":
-        handle = await agent.start("hello")
-        await ask(agent, handle.id)
-    else:
-        handle = await agent.start("qualify jane" if state == "approval" else "ask me", single_turn=True)
-        before = await waiting(handle, "pending_approvals" if state == "approval" else "pending_questions")
+    handle, before = await waiting_in(agent, db_engine, state)
     audited = await records(db_engine, handle.id)
     refused = ("submit_message", {"user_id": "mallory", "text": "m" * size})
     sent = 0
     for _ in range(runs):
         sent += await flood_until_continued(agent, handle, [refused], paced=db_engine)
     assert await records(db_engine, handle.id) == audited + sent
-    current = latest(agent, handle)
-    assert (await current.describe()).status == WorkflowExecutionStatus.RUNNING
-    if state == "idle":
-        assert await ask(agent, handle.id) == "[scripted model] ok"
-    elif state == "approval":
-        after = await waiting(current, "pending_approvals")
-        assert after.pending_approvals == before.pending_approvals
-        (call,) = after.pending_approvals
-        decided = await execute_update(
-            current, AgentWorkflow.decide, Decision(call_id=call.call_id, decision="approve", approver="bob")
-        )
-        assert decided.state == "approved"
-        assert (await handle.result()).last_reply == "[scripted model] done"
-        assert await lead_status(db_engine, "acme") == "qualified"
-        (row,) = await audit(db_engine, handle.id)
-        assert (row.outcome, row.approved_by) == ("executed", "bob")
-    else:
-        after = await waiting(current, "pending_questions")
-        assert after.pending_questions == before.pending_questions
-        (question,) = after.pending_questions
-        await current.signal(
-            AgentWorkflow.answer, AnswerSignal(call_id=question.call_id, user_id="alice", text="the acme one")
-        )
-        assert (await handle.result()).last_reply == "[scripted model] Thanks."
-    assert await task_failures(agent, handle) == 0
+    assert (await latest(agent, handle).describe()).status == WorkflowExecutionStatus.RUNNING
+    await goes_on(agent, db_engine, handle, state, before)
 
 
 @pytest.mark.security

@@ -118,6 +118,59 @@ async def task_failures(agent: AgentHarness, handle: WorkflowHandle[Any, Any]) -
     return sum(e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED for h in histories for e in h.events)
 
 
+async def waiting_in(
+    agent: AgentHarness, db_engine: AsyncEngine, state: str
+) -> tuple[WorkflowHandle[Any, Any], StatusView | None]:
+    """A conversation idle after a turn, or waiting for a reviewer or an answer, and its status then."""
+    await reset_jane(db_engine)
+    agent.script(qualify(), ECHO_RESULT, ASK, ANSWERED, {"reply": {"content": "ok"}})
+    if state == "idle":
+        handle = await agent.start("hello")
+        await ask(agent, handle.id)
+        return handle, None
+    handle = await agent.start("qualify jane" if state == "approval" else "ask me", single_turn=True)
+    return handle, await waiting(handle, "pending_approvals" if state == "approval" else "pending_questions")
+
+
+async def goes_on(
+    agent: AgentHarness,
+    db_engine: AsyncEngine,
+    handle: WorkflowHandle[Any, Any],
+    state: str,
+    before: StatusView | None,
+) -> None:
+    """After whatever runs it went through, the conversation takes alice's next message, or its
+    pending approval decides (same call, same deadline) and the call runs once, or its question
+    takes its answer; and no workflow task failed."""
+    current = latest(agent, handle)
+    if state == "idle":
+        assert await ask(agent, handle.id) == "[scripted model] ok"
+        assert (await current.query(AgentWorkflow.status)).state == "idle"
+    elif state == "approval":
+        assert before is not None
+        after = await waiting(current, "pending_approvals")
+        assert after.pending_approvals == before.pending_approvals  # same call, same deadline
+        (call,) = after.pending_approvals
+        decided = await execute_update(
+            current, AgentWorkflow.decide, Decision(call_id=call.call_id, decision="approve", approver="bob")
+        )
+        assert decided.state == "approved"
+        assert (await handle.result()).last_reply == "[scripted model] done"
+        assert await lead_status(db_engine, "acme") == "qualified"
+        (row,) = await audit(db_engine, handle.id)
+        assert (row.outcome, row.approved_by) == ("executed", "bob")
+    else:
+        assert before is not None
+        after = await waiting(current, "pending_questions")
+        assert after.pending_questions == before.pending_questions
+        (question,) = after.pending_questions
+        await current.signal(
+            AgentWorkflow.answer, AnswerSignal(call_id=question.call_id, user_id="alice", text="the acme one")
+        )
+        assert (await handle.result()).last_reply == "[scripted model] Thanks."
+    assert await task_failures(agent, handle) == 0
+
+
 @pytest.fixture
 def small_history_budget(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(history, "HISTORY_BYTES_BUDGET", BYTES_BUDGET)
@@ -140,42 +193,12 @@ async def test_a_flood_in_every_waiting_state_is_refused_audited_and_the_convers
     state: str,
     flood: list[tuple[str, Any]],
 ) -> None:
-    await reset_jane(db_engine)
-    agent.script(qualify(), ECHO_RESULT, ASK, ANSWERED, {"reply": {"content": "ok"}})
-    if state == "idle":
-        handle = await agent.start("hello")
-        await ask(agent, handle.id)
-    else:
-        handle = await agent.start("qualify jane" if state == "approval" else "ask me", single_turn=True)
-        before = await waiting(handle, "pending_approvals" if state == "approval" else "pending_questions")
+    handle, before = await waiting_in(agent, db_engine, state)
     audited = await records(db_engine, handle.id)
     sent = await flood_until_continued(agent, handle, flood, paced=db_engine)
     # every refusal is on the record, however many continued-as-new runs it took
     assert await records(db_engine, handle.id) == audited + sent
-    current = latest(agent, handle)
-    if state == "idle":
-        assert await ask(agent, handle.id) == "[scripted model] ok"
-        assert (await current.query(AgentWorkflow.status)).state == "idle"
-    elif state == "approval":
-        after = await waiting(current, "pending_approvals")
-        assert after.pending_approvals == before.pending_approvals  # same call, same deadline
-        (call,) = after.pending_approvals
-        await execute_update(
-            current, AgentWorkflow.decide, Decision(call_id=call.call_id, decision="approve", approver="bob")
-        )
-        assert (await handle.result()).last_reply == "[scripted model] done"
-        assert await lead_status(db_engine, "acme") == "qualified"
-        (row,) = await audit(db_engine, handle.id)
-        assert (row.outcome, row.approved_by) == ("executed", "bob")
-    else:
-        after = await waiting(current, "pending_questions")
-        assert after.pending_questions == before.pending_questions
-        (question,) = after.pending_questions
-        await current.signal(
-            AgentWorkflow.answer, AnswerSignal(call_id=question.call_id, user_id="alice", text="the acme one")
-        )
-        assert (await handle.result()).last_reply == "[scripted model] Thanks."
-    assert await task_failures(agent, handle) == 0
+    await goes_on(agent, db_engine, handle, state, before)
 
 
 async def test_an_end_accepted_while_waiting_is_carried_and_ends_the_conversation_after_its_turn(
