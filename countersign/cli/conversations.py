@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 import click
 from pydantic import ValidationError
 from sqlalchemy import select
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowExecution, WorkflowExecutionStatus
 
 from countersign.cli.app import cli, print_json, run
 from countersign.cli.conversation_client import ConversationClient, conversation_client
@@ -346,6 +346,10 @@ def end(workflow_id: str, requested_by: str) -> None:
     run(body())
 
 
+def running(execution: WorkflowExecution) -> bool:
+    return execution.status in (None, WorkflowExecutionStatus.RUNNING)
+
+
 @cli.group()
 def conversations() -> None:
     """Conversations across tenants (the Web UI's workflow list, from the terminal)."""
@@ -376,12 +380,14 @@ def list_conversations(
                     "workflow_id": execution.id,
                     "tenant_id": attributes.get(TENANT_ID),
                     "agent": attributes.get(AGENT_NAME),
-                    "state": attributes.get(AGENT_STATUS),
+                    # a closed run keeps the state it stopped in (`idle` after a cancel): it has ended
+                    "state": attributes.get(AGENT_STATUS) if running(execution) else "ended",
                     "status": execution.status.name if execution.status else None,
                     "started_at": execution.start_time.isoformat(),
                     "closed_at": execution.close_time.isoformat() if execution.close_time else None,
                 }
             )
+        rows.sort(key=lambda r: str(r["started_at"]), reverse=True)  # visibility's order is the store's
         if as_json:
             print_json(rows)
             return

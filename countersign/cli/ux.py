@@ -93,6 +93,11 @@ def reason(exc: BaseException) -> str:
             f"(`{command()} dev status` shows it)"
         )
     if isinstance(exc, RPCError):
+        if exc.status == RPCStatusCode.NOT_FOUND and "already completed" in exc.message:
+            return (
+                "the conversation has ended (ended, cancelled or timed out; `status` says which): "
+                "nothing was sent; `start` begins a new one"
+            )
         if exc.status == RPCStatusCode.NOT_FOUND:
             return f"not found: {exc.message}"
         if exc.status == RPCStatusCode.UNAVAILABLE:
