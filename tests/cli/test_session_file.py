@@ -20,7 +20,7 @@ def installed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     home = tmp_path / "home"
     home.mkdir()
     monkeypatch.setattr(session, "DATA_DIR", site / ".data")
-    monkeypatch.setattr(session.os, "access", lambda p, mode: not Path(p).is_relative_to(site))
+    monkeypatch.setattr("countersign.cli.session.os.access", lambda p, mode: not Path(p).is_relative_to(site))
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.delenv("COUNTERSIGN_SESSION_FILE", raising=False)
     return home
