@@ -145,7 +145,8 @@ async def show_outcome(
         )
         for line in waiting_lines(workflow_id, outcome, user, lambda a: names.get(a.call_id, ()), signed):
             click.echo(line)
-        click.echo(f"the reply follows the decision: `{command()} transcript {workflow_id}` shows it")
+        awaited = "decision" if outcome.pending_approvals else "answer"
+        click.echo(f"the reply follows the {awaited}: `{command()} transcript {workflow_id}` shows it")
     else:
         click.echo(outcome.reply or "(no reply)")
 
