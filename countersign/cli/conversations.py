@@ -16,7 +16,7 @@ from temporalio.client import Client, WorkflowExecution, WorkflowExecutionStatus
 from countersign.cli.app import cli, print_json, run
 from countersign.cli.conversation_client import ConversationClient, conversation_client
 from countersign.cli.session import signed_hint
-from countersign.cli.ux import EXIT_WAITING, command, relative, temporal_settings
+from countersign.cli.ux import EXIT_STOPPED, EXIT_WAITING, command, relative, temporal_settings
 from countersign.cli.waiting import SignedHint, ctrl_c, waiting_lines
 from countersign.client.handles import render_message, render_transcript
 from countersign.client.temporal_client import connect
@@ -122,10 +122,18 @@ def start(
             print_json(out)
         elif wait:
             await show_outcome(started.workflow_id, outcome, user, client)
-        if isinstance(outcome, StatusView):
-            raise SystemExit(EXIT_WAITING)
+        turn_exit(outcome)
 
     run(body())
+
+
+def turn_exit(outcome: TurnResult | StatusView | None) -> None:
+    """Exit EXIT_WAITING when the turn waits for a person, EXIT_STOPPED when it stopped short of a
+    reply (a limit, an error); return (exit 0) when it completed or was not followed."""
+    if isinstance(outcome, StatusView):
+        raise SystemExit(EXIT_WAITING)
+    if isinstance(outcome, TurnResult) and outcome.stop != "completed":
+        raise SystemExit(EXIT_STOPPED)
 
 
 async def show_outcome(
@@ -208,8 +216,7 @@ def send(
                 return
             outcome = await client.follow(sent, interrupted)
         await show_outcome(sent.workflow_id, outcome, user, client)
-        if isinstance(outcome, StatusView):
-            raise SystemExit(EXIT_WAITING)
+        turn_exit(outcome)
 
     run(body())
 

@@ -27,6 +27,9 @@ T = TypeVar("T")
 # `start --wait` / `send` exit with this when the turn waits for a person (an approval or an answer):
 # the conversation goes on, and the output names the command that lets it continue.
 EXIT_WAITING = 3
+# ... with this when the turn stopped short of a reply: a budget or limit reached, or an error (the
+# reply says which). A script must not read "LIMIT_REACHED: …" as the agent's answer.
+EXIT_STOPPED = 4
 # Ctrl-C while following a turn: the conversation goes on without the display.
 EXIT_INTERRUPTED = 130
 
