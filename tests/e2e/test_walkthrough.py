@@ -293,7 +293,7 @@ def sign_in_with_the_mock_provider(inbox: int, sub: str) -> dict[str, object]:
     click "Sign in with Mock IdP", type the user at the provider; /api/me then says who they are."""
     wait_for_port(inbox)
     opener = urllib.request.build_opener(NoRedirect, urllib.request.HTTPCookieProcessor())
-    page = opener.open(f"http://127.0.0.1:{inbox}/").read().decode()
+    page = first_page(opener, f"http://127.0.0.1:{inbox}/")
     assert "Sign in with Mock IdP" in page, page
     authorize = redirect_of(opener, urllib.request.Request(f"http://127.0.0.1:{inbox}/auth/oidc/login"))
     form = urllib.parse.urlencode({"sub": sub}).encode()
@@ -305,6 +305,19 @@ def sign_in_with_the_mock_provider(inbox: int, sub: str) -> dict[str, object]:
     assert "Signed in." in landing, landing
     me: dict[str, object] = json.loads(opener.open(f"http://127.0.0.1:{inbox}/api/me").read())
     return me
+
+
+def first_page(opener: urllib.request.OpenerDirector, url: str, timeout_s: float = 60) -> str:
+    """The page, once the server behind a just-opened port answers: on a loaded machine uvicorn
+    listens a moment before it serves, and a request then has its connection reset."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return str(opener.open(url).read().decode())
+        except (ConnectionError, urllib.error.URLError):
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
 
 
 class NoRedirect(urllib.request.HTTPRedirectHandler):
