@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 import click
 from pydantic import ValidationError
 from sqlalchemy import select
-from temporalio.client import Client, WorkflowExecution, WorkflowExecutionStatus
+from temporalio.client import Client
 
 from countersign.cli.app import cli, print_json, run
 from countersign.cli.conversation_client import ConversationClient, conversation_client
@@ -354,8 +354,11 @@ def end(workflow_id: str, requested_by: str) -> None:
     run(body())
 
 
-def running(execution: WorkflowExecution) -> bool:
-    return execution.status in (None, WorkflowExecutionStatus.RUNNING)
+def as_listed(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Newest first, whatever order visibility returned them in; a closed run's state is `ended`,
+    not the search attribute it stopped with (`idle` after a cancel)."""
+    settled = [r if r["status"] in (None, "RUNNING") else {**r, "state": "ended"} for r in rows]
+    return sorted(settled, key=lambda r: str(r["started_at"]), reverse=True)
 
 
 @cli.group()
@@ -388,14 +391,13 @@ def list_conversations(
                     "workflow_id": execution.id,
                     "tenant_id": attributes.get(TENANT_ID),
                     "agent": attributes.get(AGENT_NAME),
-                    # a closed run keeps the state it stopped in (`idle` after a cancel): it has ended
-                    "state": attributes.get(AGENT_STATUS) if running(execution) else "ended",
+                    "state": attributes.get(AGENT_STATUS),
                     "status": execution.status.name if execution.status else None,
                     "started_at": execution.start_time.isoformat(),
                     "closed_at": execution.close_time.isoformat() if execution.close_time else None,
                 }
             )
-        rows.sort(key=lambda r: str(r["started_at"]), reverse=True)  # visibility's order is the store's
+        rows = as_listed(rows)
         if as_json:
             print_json(rows)
             return
