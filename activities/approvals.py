@@ -27,8 +27,9 @@ from countersign.core.approvals import (
     RecordedApproval,
     Verdict,
     approver_refusal,
+    decision_note,
 )
-from countersign.core.calls import ApproverEdit, CallerContext, argument_changes
+from countersign.core.calls import CallerContext, argument_changes
 from countersign.core.effects import Effect, FieldChange, arguments_effect, one_line
 from countersign.db.attempts import attempt_key, record_once
 from countersign.db.chain import chain
@@ -50,16 +51,6 @@ def unresolved(request: RecordedApproval, problem: str) -> Effect:
     )
     effect = arguments_effect(request.tool, load_arguments_or_raw(request.args))
     return effect.model_copy(update={"summary": summary, "problem": problem})
-
-
-def decision_note(row: ApprovalDecision) -> str:
-    """What the requester is told of an accepted decision: who decided, what they changed of the
-    call (from what to what) and why; the same line the model reads with an edited call's result."""
-    if row.changes:
-        changes = {name: FieldChange.model_validate(change) for name, change in row.changes.items()}
-        return ApproverEdit(approver=row.approver, changes=changes, reason=row.reason).note()
-    verb = "approved" if row.decision == "approve" else "rejected"
-    return f"{row.approver} {verb} it" + (f" (reason: {row.reason})" if row.reason else " (no reason given)")
 
 
 class ApprovalActivities:
@@ -144,7 +135,7 @@ class ApprovalActivities:
                     "state": state,
                     "decided_by": row.approver,
                     "reason": row.reason,
-                    "note": decision_note(row),
+                    "note": decision_note(row.approver, row.decision, row.reason, row.changes),
                 }
                 await publish(
                     session,
