@@ -136,6 +136,7 @@ class ApprovalActivities:
                     "decided_by": row.approver,
                     "reason": row.reason,
                     "note": decision_note(row.approver, row.decision, row.reason, row.changes),
+                    "edited": bool(row.changes),
                 }
                 await publish(
                     session,

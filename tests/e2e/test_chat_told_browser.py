@@ -133,6 +133,8 @@ async def test_alice_reads_each_result_and_what_bob_changed_and_why_on_a_page_th
         review = await change.locator(".review").text_content() or ""
         changed = 'bob changed new_status from "qualified" to "contacted" before approving'
         assert review == f"{changed} (reason: {REASON})"
+        # the effect it waited with is the one asked for, no longer the one that runs
+        assert await change.locator(".effect.superseded").count() == 1
         told = await change.locator(".result-summary").text_content() or ""
         assert "contacted" in told and REASON in told, told
         assert "approved by bob" in (await change.locator(".outcome").text_content() or "")

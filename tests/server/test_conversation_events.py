@@ -101,6 +101,7 @@ async def test_alice_follows_her_conversation_through_an_approval(signed_agent: 
     # the requester is told who decided and why (issue 41)
     assert decided["reason"] == "her budget is confirmed"
     assert decided["note"] == "bob approved it (reason: her budget is confirmed)"
+    assert decided["edited"] is False
     (result,) = [e.data for e in rest if e.kind == "tool_result"]
     assert result["ok"] is True
     # and what the call returned: its line, and the result as the model read it

@@ -135,6 +135,11 @@ const handlers = {
       setOutcome(step, outcome, data.state === "approved" ? "done" : "failed");
       // what the reviewer changed of the call (from what to what) and why, or why they rejected it
       if (data.note) $(".review", step).textContent = data.note;
+      const asked = $(".effect", step);
+      if (data.edited && asked) { // what it showed is what the agent asked, not what runs
+        asked.classList.add("superseded");
+        asked.prepend(el("p", { class: "muted", text: `As the agent asked it; ${data.decided_by} changed it (below)` }));
+      }
       setBusy(true, "The agent is working…");
       say(`${data.tool} ${outcome}`);
     }
