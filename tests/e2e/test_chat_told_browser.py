@@ -53,12 +53,13 @@ LOOKED_UP_AND_QUALIFIED: list[dict[str, Any]] = [
 
 
 # The document's scroll width, the window's width (no horizontal scroll when the first is not
-# larger), and the elements reaching past the window, to say what to fix.
+# larger), and what reaches past the window, to say what to fix: elements, or their text.
 WIDEST = """() => [document.documentElement.scrollWidth, window.innerWidth,
   [...document.querySelectorAll("body *")]
-    .filter((e) => e.getBoundingClientRect().right > window.innerWidth + 0.5)
-    .map((e) => `${e.tagName.toLowerCase()}${e.id ? "#" + e.id : ""}.${e.className}`
-      + ` (${Math.round(e.getBoundingClientRect().right)} px)`)]"""
+    .filter((e) => e.getBoundingClientRect().right > window.innerWidth + 0.5
+      || (e.getBoundingClientRect().left + e.scrollWidth > window.innerWidth + 0.5
+          && getComputedStyle(e).overflowX === "visible"))
+    .map((e) => `${e.tagName.toLowerCase()}${e.id ? "#" + e.id : ""}.${e.className}`)]"""
 
 
 async def fits_at_every_width(page: Page, shot: str) -> None:
@@ -98,7 +99,9 @@ async def test_alice_reads_each_result_and_what_bob_changed_and_why_on_a_page_th
         assert await alice.locator("#agent-about").text_content()
         await fits_at_every_width(alice, "chat-told-new")
         await alice.set_viewport_size({"width": 1280, "height": 900})
-        workflow_id = await ask(alice, "please look Jane up and qualify her")
+        # a long word (a link) in the message: the title and the message wrap it, the page stays as wide
+        link = "https://crm.example.com/leads/" + "jane-doe-" * 30
+        workflow_id = await ask(alice, f"please look Jane up and qualify her: {link}")
         stack.agent.track(workflow_id)
 
         search = alice.locator('#log li.step[data-call="c1"]')
