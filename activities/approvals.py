@@ -27,6 +27,7 @@ from countersign.core.approvals import (
     RecordedApproval,
     Verdict,
     approver_refusal,
+    decision_note,
 )
 from countersign.core.calls import CallerContext, argument_changes
 from countersign.core.effects import Effect, FieldChange, arguments_effect, one_line
@@ -133,6 +134,9 @@ class ApprovalActivities:
                     "tool": row.tool,
                     "state": state,
                     "decided_by": row.approver,
+                    "reason": row.reason,
+                    "note": decision_note(row.approver, row.decision, row.reason, row.changes),
+                    "edited": bool(row.changes),
                 }
                 await publish(
                     session,

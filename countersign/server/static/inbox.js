@@ -241,6 +241,9 @@ async function loadHistory() {
     el("td", { text: `${r.approver} ${r.proven ? "(proven)" : "(claimed)"}`, title: r.proven ? "the inbox authenticated this person and the worker checked its proof" : "a name given without proof (names mode)" }),
     el("td", { text: r.reason || "" }),
   )));
+  // each cell named by its column: on a phone the rows are stacked, each cell under its name (inbox.css)
+  const columns = [...document.querySelectorAll("#history thead th")].map((th) => th.textContent);
+  for (const row of body.rows) [...row.cells].forEach((cell, i) => { cell.dataset.label = columns[i]; });
 }
 
 if ($("#pending")) {
