@@ -9,7 +9,10 @@ confirm_meeting books proposal N of a session, or a custom time, and emails an i
 A session past its 30 minutes answers `needs` (propose again): calendars move.
 
 A person is busy during every event that is not cancelled and that they own or attend (listed by
-user id or email). The only clock is `ctx.now`, so proposals are deterministic.
+user id or email). The clocks are `ctx.now` and `ctx.asked` (when the call was put to a reviewer),
+so proposals are deterministic. The default window starts MIN_NOTICE after the call was asked, not
+after now: the run after an approval proposes exactly the times the reviewer saw, as long as they
+are still free and still ahead; a time taken or begun meanwhile is a changed effect, asked again.
 
 confirm_meeting cannot double-book: it takes a transaction-scoped advisory lock per person (in a
 fixed order, so two bookings never deadlock) before checking the slot again, and the lock is held
@@ -68,6 +71,9 @@ DEFAULT_DAYS = 5
 MAX_WINDOW = timedelta(days=31)
 MAX_SLOTS = 5
 SESSION_TTL = timedelta(minutes=30)
+# How far ahead of the call the first default proposal lies: the counterpart needs time to answer,
+# and a reviewer to decide (a decision taking longer than this may find the first time begun).
+MIN_NOTICE = timedelta(hours=1)
 
 WITH_HELP = "The counterpart: a contact's name or email, or a user's id, name or email"
 MIN_MINUTES, MAX_MINUTES = 5, 240
@@ -95,15 +101,15 @@ def is_business_day(day: date) -> bool:
     return day.weekday() < 5
 
 
-def default_window(now: datetime) -> tuple[datetime, datetime]:
-    """From now to the end of the fifth business day (UTC) that still has working time left."""
-    day, days = now.date(), 0
+def default_window(start: datetime) -> tuple[datetime, datetime]:
+    """From `start` to the end of the fifth business day (UTC) that still has working time left."""
+    day, days = start.date(), 0
     while True:
         closes = datetime.combine(day, DAY_END, tzinfo=UTC)
-        if is_business_day(day) and closes > now:
+        if is_business_day(day) and closes > start:
             days += 1
             if days == DEFAULT_DAYS:
-                return now, closes
+                return start, closes
         day += timedelta(days=1)
 
 
@@ -195,7 +201,9 @@ class ScheduleMeetingArgs(ToolArgs):
     # the user instead of inventing a length or a person (a VALIDATION_ERROR invites a guess).
     counterpart: str | None = Field(None, alias="with", min_length=1, max_length=320, description=WITH_HELP)
     duration_minutes: int | None = Field(None, ge=MIN_MINUTES, le=MAX_MINUTES, description=DURATION_HELP)
-    window_start: UtcDatetime | None = Field(None, description="Earliest start, ISO date-time (default: now)")
+    window_start: UtcDatetime | None = Field(
+        None, description="Earliest start, ISO date-time (default: an hour from now)"
+    )
     window_end: UtcDatetime | None = Field(
         None, description="Latest end, ISO date-time (default: the end of the fifth business day)"
     )
@@ -248,7 +256,9 @@ class MeetingProposal(BaseModel):
 
 
 def proposal_window(ctx: ToolContext, args: ScheduleMeetingArgs) -> tuple[datetime, datetime]:
-    start, end = default_window(ctx.now)
+    """The window asked for; by default from MIN_NOTICE after the call was asked (`ctx.asked`: the
+    same for the preview a reviewer decides on and the run after it) to the fifth business day's end."""
+    start, end = default_window(ctx.asked + MIN_NOTICE)
     start = args.window_start or start
     end = args.window_end or (default_window(start)[1] if args.window_start else end)
     if end <= start:
@@ -316,7 +326,8 @@ async def proposing(ctx: ToolContext, args: ScheduleMeetingArgs, *, lock: bool) 
     zones = [zoneinfo.ZoneInfo(user_tz), zoneinfo.ZoneInfo(other_tz)]
     length = timedelta(minutes=args.duration_minutes)
     busy = await busy_times(ctx, [caller, other], start, end)
-    free = [s for s in candidate_starts(start, end, length, zones) if is_free(s, s + length, busy)]
+    begun = max(start, ctx.now)  # a time already begun is not proposed
+    free = [s for s in candidate_starts(begun, end, length, zones) if is_free(s, s + length, busy)]
     slots = [
         Slot(
             index=i,

@@ -16,12 +16,15 @@ from pydantic import ValidationError
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
+from activities.tools import EffectChanged, same_effect
 from countersign.core.contract import EndConversation, SubmitMessage
 from countersign.db import schema
 from tests.fixtures.agent import AgentHarness
 from tests.fixtures.smtp import SmtpServer
 from tests.fixtures.updates import execute_update
 from tests.tools.test_tools_catalog import NOW, args_of, call, context, failure, run, undo
+from tools import REGISTRY
+from tools.effects import preview_effect
 from tools.registry import Needs, ToolContext
 from workflows.agent import AgentWorkflow
 
@@ -121,6 +124,58 @@ async def test_a_proposal_opens_a_session_and_tells_the_counterpart(db_session: 
     assert session.status == "cancelled"
     assert await db_session.get(schema.Notification, proposed["notification_id"]) is None
     assert (await outbox(db_session, proposed["outbox_ids"]))[0].status == "cancelled"
+
+
+# --- the effect a reviewer approves does not move with the clock ------------------------------------
+
+ASKED = datetime(2026, 12, 7, 10, 20, tzinfo=UTC)  # the call is put to a reviewer at 10:20 on Monday
+DEFAULT_WINDOW = {"with": "bob", "duration_minutes": 30, "title": "Pricing"}
+
+
+async def test_an_approval_across_a_half_hour_runs_the_times_approved(db_session: AsyncSession) -> None:
+    """The reviewer is shown the proposals at 10:20 and approves; the call runs at 10:40, past the
+    10:30 step that candidate slots are counted from. It proposes the times approved: the default
+    window starts from when the call was asked, not from when it runs."""
+    tool, args = REGISTRY["schedule_meeting"], args_of("schedule_meeting", **DEFAULT_WINDOW)
+    asked = replace(context(db_session, agent="scheduler"), now=ASKED, asked_at=ASKED)
+    approved = await preview_effect(tool, asked, args)
+    shown = approved.creates[0].fields["slots"]
+    assert isinstance(shown, list) and shown[0] == "Mon 2026-12-07 11:30-12:00 UTC"  # an hour after 10:20
+
+    runs = replace(asked, now=ASKED + timedelta(minutes=20))
+    assert (await same_effect(tool, runs, args, approved.digest)) == approved
+    ran = await run(runs, "schedule_meeting", **DEFAULT_WINDOW)
+    assert [slot["counterpart_local"] for slot in ran["slots"]] == shown
+    # anchored at the run's own clock instead, the same call would be another effect
+    unanchored = await preview_effect(tool, replace(runs, asked_at=None), args)
+    assert unanchored.digest != approved.digest
+
+
+async def test_a_proposed_time_taken_or_begun_since_the_approval_is_a_changed_effect(
+    db_session: AsyncSession,
+) -> None:
+    tool, args = REGISTRY["schedule_meeting"], args_of("schedule_meeting", **DEFAULT_WINDOW)
+    asked = replace(context(db_session, agent="scheduler"), now=ASKED, asked_at=ASKED)
+    approved = await preview_effect(tool, asked, args)
+    first = datetime(2026, 12, 7, 11, 30, tzinfo=UTC)
+    # the first time has begun when the call runs: it is no longer proposed
+    with pytest.raises(EffectChanged) as begun:
+        await same_effect(tool, replace(asked, now=first + timedelta(minutes=1)), args, approved.digest)
+    assert "11:30" not in json.dumps(begun.value.effect.model_dump(mode="json"))
+    # the first time was booked by someone else meanwhile
+    db_session.add(
+        schema.CalendarEvent(
+            tenant_id="acme",
+            title="Booked meanwhile",
+            starts_at=first,
+            ends_at=first + timedelta(minutes=30),
+            attendees=["bob"],
+            owner_user_id="bob",
+        )
+    )
+    await db_session.flush()
+    with pytest.raises(EffectChanged):
+        await same_effect(tool, replace(asked, now=ASKED + timedelta(minutes=5)), args, approved.digest)
 
 
 # --- confirming ------------------------------------------------------------------------------------
