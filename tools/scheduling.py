@@ -6,7 +6,10 @@ Friday) in *each* person's time zone: a user's `tz` from the database, a contact
 caller's `tz_hint` (UTC without one). The counterpart is told: a notification row (theirs when
 they are a user) and an email through the outbox, delivered after the turn's undo window.
 confirm_meeting books proposal N of a session, or a custom time, and emails an invite to both.
-A session past its 30 minutes answers `needs` (propose again): calendars move.
+A session past its 30 minutes answers `needs` (propose again): calendars move. Asking again for the
+same person and length while a session for an overlapping window is open answers that session
+(`still_open`, nothing sent twice); a booking with the same person inside its window, with or
+without naming the session, closes it.
 
 A person is busy during every event that is not cancelled and that they own or attend (listed by
 user id or email). The clocks are `ctx.now` and `ctx.asked` (when the call was put to a reviewer),
@@ -347,7 +350,8 @@ class Proposing:
 
     caller: Person
     other: Person
-    proposal: MeetingProposal  # without session, notification and outbox ids
+    proposal: MeetingProposal  # without session, notification and outbox ids; or the open one's
+    still_open: bool = False  # the proposal is a session already open for the same request
 
     def message(self) -> str:
         """The counterpart's notification."""
@@ -373,8 +377,18 @@ async def proposing(ctx: ToolContext, args: ScheduleMeetingArgs, *, lock: bool) 
     start, end = proposal_window(ctx, args)
     if lock:
         await lock_calendars(ctx, [caller, other])
-    await refuse_duplicate(ctx, other, start, end)
     user_tz, other_tz = zone_of(caller, None), zone_of(other, args.tz_hint)
+    duplicate = await open_duplicate(ctx, other, start, end)
+    if duplicate is not None:
+        if duplicate.duration_minutes != args.duration_minutes:
+            raise ToolFailure(
+                "CONFLICT",
+                f"session {duplicate.id} with {duplicate.counterpart_name} is still open until "
+                f"{duplicate.expires_at.isoformat()} for an overlapping window and "
+                f"{duplicate.duration_minutes} minutes: confirm one of its proposals with "
+                f"confirm_meeting (session {duplicate.id}) instead of proposing again",
+            )
+        return Proposing(caller, other, open_proposal(duplicate, other, user_tz), still_open=True)
     zones = [zoneinfo.ZoneInfo(user_tz), zoneinfo.ZoneInfo(other_tz)]
     length = timedelta(minutes=args.duration_minutes)
     busy = await busy_times(ctx, [caller, other], start, end)
@@ -413,6 +427,13 @@ async def preview_schedule_meeting(ctx: ToolContext, args: ScheduleMeetingArgs) 
     """The times proposed (from the calendars as they are now) and the email that offers them."""
     plan = await proposing(ctx, args, lock=ctx.lock_reads)
     p = plan.proposal
+    if plan.still_open:
+        return Effect(
+            summary=one_line(
+                f"Changes nothing: proposal {p.session} to {plan.other.name} is still open until "
+                f"{p.expires_at:%Y-%m-%d %H:%M} UTC; its {len(p.slots)} times are answered again"
+            )
+        )
     if not p.slots:
         return Effect(summary=one_line(f"Nothing: {plan.other.name} and the user have no common free time"))
     assert plan.other.email is not None  # resolve_person refuses a contact without one
@@ -446,9 +467,10 @@ async def schedule_meeting(ctx: ToolContext, args: ScheduleMeetingArgs) -> Meeti
     proposals when both are free, within 09:00-17:00 Monday-Friday in *each* person's time zone
     (a contact's from `tz_hint`, else UTC) and the window (default: the next 5 business days). The
     counterpart is notified and emailed the proposals. Books nothing: confirm_meeting books one
-    with the returned `session` within 30 minutes."""
+    with the returned `session` within 30 minutes. Asked again for the same person and length while
+    that session is open, it answers the open session (status `still_open`) and sends nothing."""
     plan = await proposing(ctx, args, lock=True)
-    if not plan.proposal.slots:
+    if plan.still_open or not plan.proposal.slots:
         return plan.proposal
     session = await open_session(ctx, plan, args)
     assert plan.other.email is not None
@@ -477,11 +499,14 @@ def same_counterpart(person: Person) -> ColumnElement[bool]:
     return func.lower(MeetingSession.counterpart_email) == (person.email or "").lower()
 
 
-async def refuse_duplicate(ctx: ToolContext, other: Person, start: datetime, end: datetime) -> None:
-    """CONFLICT naming the caller's session with the same counterpart that is still open and whose
-    window overlaps [start, end): the counterpart would get two competing sets of proposals. A retry
-    of this very call finds its own session instead (same idempotency key), so it is not refused."""
-    duplicate = await ctx.session.scalar(
+async def open_duplicate(
+    ctx: ToolContext, other: Person, start: datetime, end: datetime
+) -> MeetingSession | None:
+    """The caller's session with the same counterpart that is still open and whose window overlaps
+    [start, end): the counterpart has these proposals already, and must not get two competing sets.
+    A retry of this very call finds its own session instead (same idempotency key), so it is not
+    this one."""
+    return await ctx.session.scalar(
         select(MeetingSession)
         .where(
             MeetingSession.tenant_id == ctx.tenant_id,
@@ -496,13 +521,25 @@ async def refuse_duplicate(ctx: ToolContext, other: Person, start: datetime, end
         .order_by(MeetingSession.id)
         .limit(1)
     )
-    if duplicate is not None:
-        raise ToolFailure(
-            "CONFLICT",
-            f"session {duplicate.id} with {duplicate.counterpart_name} is still open until "
-            f"{duplicate.expires_at.isoformat()} for an overlapping window: confirm one of its "
-            f"proposals with confirm_meeting (session {duplicate.id}) instead of proposing again",
-        )
+
+
+def open_proposal(session: MeetingSession, other: Person, user_tz: str) -> MeetingProposal:
+    """An open session as schedule_meeting answers it when asked again: nothing new was sent."""
+    return MeetingProposal(
+        session=session.id,
+        expires_at=session.expires_at,
+        counterpart=PersonView.model_validate(other),
+        title=session.title,
+        duration_minutes=session.duration_minutes,
+        window_start=session.window_start,
+        window_end=session.window_end,
+        user_time_zone=user_tz,
+        counterpart_time_zone=session.counterpart_tz,
+        slots=[Slot.model_validate(slot) for slot in session.proposals],
+        notification_id=session.notification_id,
+        outbox_ids=[],
+        status="still_open",
+    )
 
 
 async def open_session(ctx: ToolContext, plan: Proposing, args: ScheduleMeetingArgs) -> MeetingSession:
@@ -553,8 +590,8 @@ async def withdraw_proposal(
 ) -> UndoOutcome:
     """Cancel the session, delete its notification and cancel the email while still queued; an
     email already delivered cannot be taken back ("irreversible")."""
-    if result is None or result.get("session") is None:
-        return "never_happened"
+    if result is None or result.get("session") is None or result.get("status") == "still_open":
+        return "never_happened"  # nothing proposed, or another call's open session answered again
     session = await locked_row(ctx, MeetingSession, result["session"])
     if session is None:
         return "never_happened"
@@ -679,6 +716,26 @@ async def session_counterpart(ctx: ToolContext, session: MeetingSession) -> Pers
     return Person(f"email:{email}", session.counterpart_name, session.counterpart_email, None, (email,))
 
 
+async def session_answered(
+    ctx: ToolContext, other: Person, start: datetime, end: datetime, *, lock: bool
+) -> MeetingSession | None:
+    """The caller's open session with `other` whose window holds [start, end) (`lock`: locked): a
+    booking with them agreed without naming it answers that negotiation, so it closes it as a
+    selection would (left open, it would answer the next request for them with its stale times)."""
+    rows = await match_first(
+        ctx,
+        MeetingSession,
+        (MeetingSession.requested_by == ctx.caller.user_id)
+        & (MeetingSession.status == "open")
+        & (MeetingSession.expires_at > ctx.now)
+        & same_counterpart(other)
+        & (MeetingSession.window_start <= start)
+        & (MeetingSession.window_end >= end),
+        lock=lock,
+    )
+    return rows[0] if rows else None
+
+
 def proposed_start(session: MeetingSession, selection: int) -> datetime:
     if selection > len(session.proposals):
         raise ToolFailure("VALIDATION_ERROR", f"session {session.id} has {len(session.proposals)} proposals")
@@ -688,13 +745,16 @@ def proposed_start(session: MeetingSession, selection: int) -> datetime:
 async def meeting_parties(
     ctx: ToolContext, args: ConfirmMeetingArgs, *, lock: bool
 ) -> tuple[Person, Person, datetime, int, MeetingSession | None]:
-    """Who meets when, from the session (a selection or a custom start) or from `with` and starts_at."""
+    """Who meets when, from the session (a selection or a custom start) or from `with` and starts_at
+    (the session then being the caller's open one with them whose window holds the meeting)."""
     if args.session is None:
         assert args.counterpart is not None and args.starts_at is not None
         ask_for_missing({"duration_minutes": args.duration_minutes})
         assert args.duration_minutes is not None
         caller, other = await both_parties(ctx, args.counterpart)
-        return caller, other, args.starts_at, args.duration_minutes, None
+        end = args.starts_at + timedelta(minutes=args.duration_minutes)
+        answered = await session_answered(ctx, other, args.starts_at, end, lock=lock)
+        return caller, other, args.starts_at, args.duration_minutes, answered
     session = await open_session_for(ctx, args.session, lock=lock)
     duration = args.duration_minutes or session.duration_minutes
     start = args.starts_at if args.selection is None else proposed_start(session, args.selection)
