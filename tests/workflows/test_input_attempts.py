@@ -21,15 +21,13 @@ import pytest
 import pytest_asyncio
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
-from temporalio.client import Client
-from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.service import RPCError
 
 from countersign.db.schema import ApprovalDecision, InputAudit, ProofCheck
 from countersign.devstack.temporal import DYNAMIC_CONFIG
 from countersign.scripted_model.server import ScriptedModelServer
 from tests.e2e.test_hostile_input import eventually
-from tests.fixtures.inbox import ProofKeys, SignedStack, signed_stack
+from tests.fixtures.inbox import ProofKeys, SignedStack, signed_dev_stack
 from tests.fixtures.smtp import SmtpServer
 from tests.fixtures.temporal_dev import running_dev_server
 from tests.fixtures.updates import execute_update
@@ -57,14 +55,11 @@ async def unbounded_signed_dev_agent(
     refuses such an update at its door: tests/workflows/test_floods.py)."""
     unbounded = tuple(value for value in DYNAMIC_CONFIG if not value.startswith(UPDATE_BOUND))
     assert len(unbounded) == len(DYNAMIC_CONFIG) - 1
-    async with running_dev_server(tmp_path, unbounded) as server:
-        client = await Client.connect(
-            server.address, namespace=server.namespace, data_converter=pydantic_data_converter
-        )
-        async with signed_stack(
-            client, database_url, db_engine, scripted_model, smtp_server, proof_keys, server=server
-        ) as stack:
-            yield stack
+    async with (
+        running_dev_server(tmp_path, unbounded) as server,
+        signed_dev_stack(server, database_url, db_engine, scripted_model, smtp_server, proof_keys) as stack,
+    ):
+        yield stack
 
 
 async def refusals_of(engine: AsyncEngine, workflow_id: str, actor: str) -> int:
