@@ -188,8 +188,7 @@ def free_starts(
 
     Found span by span (the window intersected with each zone's working days, less the busy times),
     not by testing every step of the window in each zone and against each busy time: a week's
-    nights and weekend are most of its steps, and that search was most of schedule_meeting's
-    preview."""
+    nights and weekend are most of its steps (docs/benchmark.md, "schedule_meeting, second pass")."""
     spans = [(start, end)]
     for zone in zones:
         spans = intersect(spans, business_spans(zone, start, end))
