@@ -294,6 +294,7 @@ class ApprovalActivities:
             call_id=request.call_id,
             now=datetime.now(UTC),
             conversation_id=request.conversation_id,
+            asked_at=request.requested_at,
         )
         return await preview_effect(tool, context, args)
 

@@ -119,6 +119,16 @@ class ToolContext:
     # A preview sets it when it runs inside the transaction that makes the change: it then takes the
     # rows it reads FOR UPDATE, so nothing changes them between the check and the change.
     lock_reads: bool = False
+    # When the call was put to a reviewer (its approval request's `requested_at`), for the preview the
+    # reviewer is shown and for the run after the decision alike; None for a call nobody was asked
+    # about. A default that depends on the clock (schedule_meeting's window) starts from `asked`, so
+    # the run resolves what was approved however long the decision took.
+    asked_at: datetime | None = None
+
+    @property
+    def asked(self) -> datetime:
+        """When the call was asked: its approval request's time, else now."""
+        return self.asked_at or self.now
 
     @property
     def tenant_id(self) -> str:
