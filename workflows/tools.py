@@ -158,6 +158,11 @@ class ToolCalls:
         assert spec is not None  # it was screened and waited for approval in the previous run
         return spec
 
+    async def one(self, call: ToolCall) -> StoredResult:
+        """A call a client asked for directly (workflows/served.py): the same path as a model's
+        call, as a batch of one within no turn's budget; its result stored at the next seq."""
+        return await self._handle(call, True, self.store.next_seq())
+
     async def _handle(self, call: ToolCall, within_budget: bool, seq: int) -> StoredResult:
         """Screen, check, approve or ask, and run one call; `seq`: where its result is stored."""
         conversation = self.conversation
