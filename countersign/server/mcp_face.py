@@ -55,8 +55,9 @@ from pydantic import TypeAdapter
 from sqlalchemy.dialects.postgresql import insert
 from temporalio.client import WorkflowUpdateFailedError
 from temporalio.exceptions import ApplicationError
-from temporalio.service import RPCError
+from temporalio.service import RPCError, RPCStatusCode
 
+from countersign.client.handles import keyed_workflow_id
 from countersign.core.calls import ToolSpec
 from countersign.core.continuation import (
     CONTINUATION_TTL,
@@ -162,9 +163,11 @@ class McpFace:
         agent = request.match_info["agent"][:200]
         if user is None or not caller.may_act_for(user):
             why = (
-                f"token {caller.token.name} may not act for {named} (or that user is deactivated)"
+                f"token {caller.token.name} may not act for {named} (not its user, or deactivated)"
                 if named
-                else f"token {caller.token.name} acts for several users or none: name one in {USER_HEADER}"
+                else f"token {caller.token.name} acts for no active user"
+                if not caller.token.act_as
+                else f"token {caller.token.name} acts for several users: name one in {USER_HEADER}"
             )
             await self.record(caller, named, agent, "mcp", 403, why)
             raise HttpRefusal(403, why)
@@ -204,7 +207,7 @@ class McpFace:
         self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult | types.InputRequiredResult:
         who = caller_of(ctx)
-        workflow_id = await self._conversation(who)
+        workflow_id = keyed_workflow_id(who.caller.tenant_id, who.key)
         arguments = json.dumps(params.arguments or {}, separators=(",", ":"), ensure_ascii=False)
         binding = CallBinding(
             principal=who.principal,
@@ -283,6 +286,18 @@ class McpFace:
             await asyncio.sleep(0.05)
 
     async def _serve(self, who: McpCaller, workflow_id: str, call: ServedCall) -> ServedOutcome:
+        """The call's outcome from its conversation, which is started first when none runs (its
+        first call, or the previous one ended): asking first saves a start on every call."""
+        try:
+            return await self._update(who, workflow_id, call)
+        except RPCError as err:
+            if err.status != RPCStatusCode.NOT_FOUND or call.resume:
+                await self.record(who.caller, who.user_id, who.agent, "tools/call", 503, err.message)
+                raise refused(types.INTERNAL_ERROR, f"Temporal: {err.message}") from None
+        await self._conversation(who)
+        return await self._update(who, workflow_id, call)
+
+    async def _update(self, who: McpCaller, workflow_id: str, call: ServedCall) -> ServedOutcome:
         what = f"tools/call {call.tool} {call.call_id}"
         handle = self.requesters.client.get_workflow_handle(workflow_id)
         update = handle.execute_update("serve_call", call, result_type=ServedOutcome)
@@ -298,9 +313,6 @@ class McpFace:
             reason = err.cause.message if isinstance(err.cause, ApplicationError) else str(err.cause)
             await self.record(who.caller, who.user_id, who.agent, what, 409, reason)
             raise refused(types.INVALID_REQUEST, reason) from None
-        except RPCError as err:
-            await self.record(who.caller, who.user_id, who.agent, what, 503, err.message)
-            raise refused(types.INTERNAL_ERROR, f"Temporal: {err.message}") from None
 
     async def _result(self, who: McpCaller, workflow_id: str, outcome: ServedOutcome) -> types.CallToolResult:
         """The tool's result as its conversation stored it (the body is in PostgreSQL)."""
@@ -371,7 +383,11 @@ class McpFace:
                 raise HttpRefusal(413, why) from None
         except HttpRefusal as err:
             return jsonrpc_error(err.status, str(err))
-        return await drive_asgi(self.manager.handle_request, request, body, {SCOPE_KEY: who})
+        response = await drive_asgi(self.manager.handle_request, request, body, {SCOPE_KEY: who})
+        if response.status >= 400:  # what never reached a handler (malformed, unknown method) too
+            why = f"{request.method} refused by the MCP transport"
+            await self.record(who.caller, who.user_id, who.agent, "request", response.status, why)
+        return response
 
 
 def caller_of(ctx: ServerRequestContext[Any]) -> McpCaller:

@@ -7,25 +7,33 @@ and recorded."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from typing import Any
 
+import aiohttp
 import mcp_types as types
 import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.exceptions import MCPError
-from sqlalchemy import select
+from mcp_types import CLIENT_CAPABILITIES_META_KEY, PROTOCOL_VERSION_META_KEY
+from sqlalchemy import func, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from countersign.db.schema import RequesterAction, ToolExecution
+from countersign.db.engine import session_factory
+from countersign.db.schema import RequesterAction, ToolExecution, User
+from countersign.identity import tokens
 from tests.fixtures.inbox import SignedStack
 from tests.fixtures.postgres import JANE
 from tests.server.test_front_door import token_for
-from tests.workflows.test_approvals import lead_status
 from tests.workflows.test_approvals import jane_is_new as jane_is_new
+from tests.workflows.test_approvals import lead_status
 
 QUALIFY = {"lead": JANE, "new_status": "qualified", "reason": "budget confirmed"}
 
@@ -157,7 +165,9 @@ async def test_a_forged_or_replayed_request_state_is_refused_and_recorded(
             )
         other = dict(QUALIFY, new_status="lost")
         with pytest.raises(MCPError, match="another caller, tool or arguments"):
-            await mcp.session.call_tool("update_lead_status", other, request_state=state, allow_input_required=True)
+            await mcp.session.call_tool(
+                "update_lead_status", other, request_state=state, allow_input_required=True
+            )
         again = await mcp.session.call_tool(
             "update_lead_status", QUALIFY, request_state=state, allow_input_required=True
         )
@@ -182,3 +192,156 @@ async def test_an_unknown_tool_is_a_jsonrpc_error_and_other_tenants_tokens_are_r
     code, body = await signed_agent.call("POST", "/mcp/lead-qualifier", "cst_not-a-real-token", {})
     assert code == 401 and body["error"]["message"] == "unknown or revoked API token", body
     json.dumps(body)
+
+
+async def test_a_revoked_token_or_a_deactivated_user_is_refused_at_the_next_request(
+    signed_agent: SignedStack, db_engine: AsyncEngine
+) -> None:
+    async with (
+        token_for(db_engine, "acme", "mcp-carol", "carol") as secret,
+        client(signed_agent, secret) as mcp,
+    ):
+        assert not (await mcp.call_tool("search_leads", {"query": "jane"})).is_error
+        async with db_engine.begin() as conn:
+            await conn.execute(
+                update(User)
+                .where(User.tenant_id == "acme", User.id == "carol")
+                .values(deactivated_at=func.now())
+            )
+        try:
+            with pytest.raises(MCPError, match="acts for no active user"):
+                await mcp.call_tool("search_leads", {"query": "jane"})
+        finally:
+            async with db_engine.begin() as conn:
+                await conn.execute(
+                    update(User)
+                    .where(User.tenant_id == "acme", User.id == "carol")
+                    .values(deactivated_at=None)
+                )
+        assert not (await mcp.call_tool("search_leads", {"query": "jane"})).is_error
+        async with session_factory(db_engine).begin() as session:
+            await tokens.revoke(session, "mcp-carol", "acme", datetime.now(UTC))
+        with pytest.raises(MCPError, match="unknown or revoked API token"):
+            await mcp.call_tool("search_leads", {"query": "jane"})
+
+
+async def test_an_ended_conversation_is_followed_by_a_new_one_and_calls_undo_through_the_same_token(
+    signed_agent: SignedStack, alice_token: str, db_engine: AsyncEngine, jane_is_new: None
+) -> None:
+    """The token's user ends or undoes its MCP conversation with the conversation API; the next
+    call starts the next conversation under the same key."""
+    stack = signed_agent
+    async with client(stack, alice_token) as mcp:
+        first = await mcp.call_tool("search_leads", {"query": "jane"})
+        workflow_id = (first.meta or {})["countersign"]["workflow_id"]
+        code, body = await stack.call("POST", f"/api/conversations/{workflow_id}/end", alice_token)
+        assert code == 202, body
+        handle = stack.agent.client.get_workflow_handle(workflow_id)
+        await handle.result()
+        again = await mcp.call_tool("search_leads", {"query": "jane"})
+        assert not again.is_error and (again.meta or {})["countersign"]["workflow_id"] == workflow_id
+    stack.agent.track(workflow_id)
+
+
+async def test_an_oversized_body_is_refused_at_the_edge_and_recorded(
+    signed_agent: SignedStack, alice_token: str, db_engine: AsyncEngine
+) -> None:
+    big = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "tools/call",
+        "params": {"name": "search_leads", "arguments": {"query": "x" * 300_000}},
+    }
+    code, body = await signed_agent.call("POST", "/mcp/lead-qualifier", alice_token, big)
+    assert code == 413 and "larger than" in body["error"]["message"], body
+    assert any(r.status == 413 for r in await mcp_rows(db_engine))
+
+
+async def test_another_tenants_token_has_its_own_conversation_and_cannot_use_acmes_state(
+    signed_agent: SignedStack, alice_token: str, db_engine: AsyncEngine, jane_is_new: None
+) -> None:
+    async with client(signed_agent, alice_token) as mcp:
+        waiting = await mcp.session.call_tool("update_lead_status", QUALIFY, allow_input_required=True)
+        assert isinstance(waiting, types.InputRequiredResult) and waiting.request_state
+    async with (
+        token_for(db_engine, "globex", "mcp-dave", "dave") as secret,
+        client(signed_agent, secret) as mcp,
+    ):
+        with pytest.raises(MCPError, match="another caller"):
+            await mcp.session.call_tool(
+                "update_lead_status", QUALIFY, request_state=waiting.request_state, allow_input_required=True
+            )
+        found = await mcp.call_tool("search_leads", {"query": "jane"})  # globex's own jane
+        assert '"owner":"dave"' in found.content[0].text  # type: ignore[union-attr]
+        assert (found.meta or {})["countersign"]["workflow_id"].startswith("conv-globex-key-mcp:")
+
+
+JUNK = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
+    max_leaves=8,
+)
+TOOL_NAMES = st.sampled_from(["search_leads", "get_lead", "update_lead_status", "nope", "", "x" * 80])
+ENVELOPE = {PROTOCOL_VERSION_META_KEY: "2026-07-28", CLIENT_CAPABILITIES_META_KEY: {}}
+
+
+@st.composite
+def frames(draw: st.DrawFn) -> tuple[bytes, dict[str, str]]:
+    """A body and its headers: bytes, any JSON, or a 2026-07-28 call (headers as the protocol
+    wants them, so it reaches the handler) of any tool with any arguments and request state."""
+    kind = draw(st.sampled_from(["bytes", "json", "call", "list"]))
+    if kind == "bytes":
+        return draw(st.binary(max_size=200)), {}
+    if kind == "json":
+        return json.dumps(draw(JUNK)).encode(), {}
+    method = "tools/call" if kind == "call" else "tools/list"
+    params: dict[str, Any] = {"_meta": ENVELOPE}
+    headers = {"MCP-Protocol-Version": "2026-07-28", "Mcp-Method": method}
+    if kind == "call":
+        params |= {"name": draw(TOOL_NAMES), "arguments": draw(st.dictionaries(st.text(max_size=8), JUNK))}
+        headers["Mcp-Name"] = params["name"]
+        if draw(st.booleans()):
+            params["requestState"] = draw(st.text(max_size=40))
+    frame = {"jsonrpc": "2.0", "id": draw(st.integers(0, 99)), "method": method, "params": params}
+    return json.dumps(frame).encode(), headers
+
+
+CALL_NOPE = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "tools/call",
+    "params": {"_meta": ENVELOPE, "name": "search_leads", "arguments": {"query": 5}},
+}
+ROUTED = {"MCP-Protocol-Version": "2026-07-28", "Mcp-Method": "tools/call"}
+
+
+@pytest.mark.security
+@settings(max_examples=25, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+@given(sent=st.lists(frames(), min_size=1, max_size=5))
+@example(sent=[(json.dumps(CALL_NOPE).encode(), {**ROUTED, "Mcp-Name": "search_leads"})])
+async def test_hostile_frames_never_leave_a_call_unrecorded_or_the_conversation_stuck(
+    signed_agent: SignedStack,
+    alice_token: str,
+    db_engine: AsyncEngine,
+    sent: list[tuple[bytes, dict[str, str]]],
+) -> None:
+    headers = {
+        "Authorization": f"Bearer {alice_token}",
+        "Content-Type": "application/json",
+        "Accept": "application/json, text/event-stream",
+    }
+    calls: list[str] = []
+    async with aiohttp.ClientSession() as http:
+        for frame, routing in sent:
+            async with http.post(
+                f"{signed_agent.url}/mcp/lead-qualifier", data=frame, headers=headers | routing
+            ) as response:
+                assert response.status < 500, (frame, response.status, await response.text())
+                text = await response.text()
+            with contextlib.suppress(ValueError, AttributeError, TypeError, KeyError):
+                calls.append(json.loads(text)["result"]["_meta"]["countersign"]["call_id"])
+    print("CALLS", len(calls), [r for r in sent][:1])
+    for call_id in calls:  # every call that reached the conversation has its one audit row
+        assert len(await executions(db_engine, call_id)) == 1, call_id
+    async with client(signed_agent, alice_token) as mcp:  # and the conversation still answers
+        assert not (await mcp.call_tool("search_leads", {"query": "jane"})).is_error
