@@ -25,9 +25,11 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import CLIENT_CAPABILITIES_META_KEY, PROTOCOL_VERSION_META_KEY
 from sqlalchemy import func, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
+from temporalio.client import WorkflowUpdateFailedError
 
+from countersign.core.contract import ServedCall, ServedOutcome
 from countersign.db.engine import session_factory
-from countersign.db.schema import RequesterAction, ToolExecution, User
+from countersign.db.schema import InputAudit, RequesterAction, ToolExecution, User
 from countersign.identity import tokens
 from tests.fixtures.inbox import SignedStack
 from tests.fixtures.postgres import JANE
@@ -345,3 +347,25 @@ async def test_hostile_frames_never_leave_a_call_unrecorded_or_the_conversation_
         assert len(await executions(db_engine, call_id)) == 1, call_id
     async with client(signed_agent, alice_token) as mcp:  # and the conversation still answers
         assert not (await mcp.call_tool("search_leads", {"query": "jane"})).is_error
+
+
+async def test_a_raw_serve_call_without_the_servers_proof_or_for_another_user_is_refused_and_recorded(
+    signed_agent: SignedStack, alice_token: str, db_engine: AsyncEngine
+) -> None:
+    """Anyone with Temporal access could send the update: in signed mode it needs the server's
+    proof for exactly that call, and only the conversation's user may call tools in it."""
+    async with client(signed_agent, alice_token) as mcp:
+        first = await mcp.call_tool("search_leads", {"query": "jane"})
+    workflow_id = (first.meta or {})["countersign"]["workflow_id"]
+    handle = signed_agent.agent.client.get_workflow_handle(workflow_id)
+    for user, why in (("alice", "proof"), ("bob", "may not call tools in alice's conversation")):
+        call = ServedCall(
+            user_id=user, call_id=f"raw-{user}", tool="search_leads", arguments='{"query":"jane"}'
+        )
+        with pytest.raises(WorkflowUpdateFailedError) as refused:
+            await handle.execute_update("serve_call", call, result_type=ServedOutcome)
+        assert why in str(refused.value.cause), refused.value.cause
+        assert await executions(db_engine, call.call_id) == []
+    async with db_engine.connect() as conn:
+        audited = list(await conn.execute(select(InputAudit).where(InputAudit.workflow_id == workflow_id)))
+    assert any(r.action == "serve_call" and r.actor == "bob" for r in audited), audited
