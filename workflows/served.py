@@ -5,8 +5,8 @@ Each runs through `ToolCalls.one`, the model's own path: screening (unknown, blo
 arguments checked by an activity, tiers, approval with proofs and four eyes, the saga (so an undo
 works), audit. The `serve_call` update that asks for a call answers as soon as the call is done or
 waits for a reviewer; the call itself goes on in this run, and asking again with the same call id
-answers how it stands. The run neither ends nor continues as new while a served call is unfinished
-(`busy`): its task, and the approval it waits for, live in this run only.
+(`resume`) answers when it is done. The run neither ends nor continues as new while a served call
+is unfinished (`busy`): its task, and the approval it waits for, live in this run only.
 """
 
 from __future__ import annotations
@@ -68,7 +68,10 @@ class ServedCalls:
                 f"call refused: {call.call_id} names another call", type="CallRefused", non_retryable=True
             )
         task = served.task
-        await workflow.wait_condition(lambda: task.done() or self._waiting(call.call_id))
+        # asked again (`resume`): answers when the call is done (the server bounds how long it holds)
+        await workflow.wait_condition(
+            lambda: task.done() or (not call.resume and self._waiting(call.call_id))
+        )
         if task.done():
             return ServedOutcome(call_id=call.call_id, state="done", result=task.result())
         approval = conversation.approvals[call.call_id]

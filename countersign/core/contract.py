@@ -302,7 +302,7 @@ class ServedCall(BaseModel):
     tool: str = Field(min_length=1, max_length=MAX_TOOL_NAME_CHARS)
     arguments: str = Field("{}", max_length=MAX_ARGUMENTS_CHARS)
     proof: Proof | None = None  # signed mode: the server's proof for exactly this call
-    resume: bool = False  # only ask how an earlier call stands: never start one
+    resume: bool = False  # only wait for an earlier call to finish: never start one
 
     def tool_call(self) -> ToolCall:
         return ToolCall(id=self.call_id, name=self.tool, arguments=self.arguments)

@@ -53,7 +53,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import TypeAdapter
 from sqlalchemy.dialects.postgresql import insert
-from temporalio.client import WorkflowUpdateFailedError
+from temporalio.client import WorkflowUpdateFailedError, WorkflowUpdateRPCTimeoutOrCancelledError
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
@@ -305,7 +305,7 @@ class McpFace:
             if call.resume:  # hold the request a while for the decision, then ask the client again
                 try:
                     return await asyncio.wait_for(update, HOLD_S)
-                except TimeoutError:
+                except (TimeoutError, WorkflowUpdateRPCTimeoutOrCancelledError):  # still waiting
                     return ServedOutcome(call_id=call.call_id, state="waiting")
             outcome: ServedOutcome = await update
             return outcome

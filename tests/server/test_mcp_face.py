@@ -31,6 +31,7 @@ from countersign.core.contract import ServedCall, ServedOutcome
 from countersign.db.engine import session_factory
 from countersign.db.schema import InputAudit, RequesterAction, ToolExecution, User
 from countersign.identity import tokens
+from countersign.server import mcp_face
 from tests.fixtures.inbox import SignedStack
 from tests.fixtures.postgres import JANE
 from tests.server.test_front_door import token_for
@@ -99,24 +100,37 @@ async def test_tools_are_listed_with_hints_and_a_read_runs_at_once(
 
 
 async def test_a_high_risk_call_waits_for_bob_and_its_result_comes_once_approved(
-    signed_agent: SignedStack, alice_token: str, db_engine: AsyncEngine, jane_is_new: None
+    signed_agent: SignedStack,
+    alice_token: str,
+    db_engine: AsyncEngine,
+    jane_is_new: None,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    """The client asks again with its request state: held a second, then told to ask once more
+    (a fresh state), until bob's approval lets the held request answer with the result."""
+    monkeypatch.setattr(mcp_face, "HOLD_S", 1.0)
     stack = signed_agent
     bob = await stack.login("bob")
     elicited: list[types.ElicitRequestURLParams] = []
+    decided: list[asyncio.Task[None]] = []
 
-    async def open_card(context: Any, params: Any) -> types.ElicitResult:
-        elicited.append(params)
+    async def approve_later() -> None:
         card = await waiting_card(stack, bob)
         assert card["requested_by"] == "alice"
+        await asyncio.sleep(3)  # the client has asked again by now: its request is held
         code, body = await stack.call(
             "POST", f"/api/approvals/{card['workflow_id']}/{card['call_id']}", bob, {"decision": "approve"}
         )
         assert code == 200, body
+
+    async def open_card(context: Any, params: Any) -> types.ElicitResult:
+        elicited.append(params)
+        decided.append(asyncio.create_task(approve_later()))
         return types.ElicitResult(action="accept")
 
     async with client(stack, alice_token, elicitation_callback=open_card) as mcp:
         result = await mcp.call_tool("update_lead_status", QUALIFY)
+    await decided[0]
     assert not result.is_error, result
     (params,) = elicited
     assert params.mode == "url" and "/#conv-acme-key-mcp:" in params.url
