@@ -98,7 +98,11 @@ class AgentWorkflow(Handlers):
         self.authority = Authority(self.conversation)
         self.rollbacks = Rollbacks(self.conversation, self.store)
         self.tools = ToolCalls(
-            self.conversation, self.store, self.gate, self.outbox, lambda: bool(self.rollbacks.requested)
+            self.conversation,
+            self.store,
+            self.gate,
+            self.outbox,
+            lambda: bool(self.rollbacks.requested) or self.served.busy(),
         )
         self.served = ServedCalls(self.conversation, self.tools)
 

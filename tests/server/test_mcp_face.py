@@ -34,7 +34,7 @@ from countersign.identity import tokens
 from countersign.server import mcp_face
 from tests.fixtures.inbox import SignedStack
 from tests.fixtures.postgres import JANE
-from tests.server.test_front_door import token_for
+from tests.server.test_front_door import token_for, until
 from tests.workflows.test_approvals import jane_is_new as jane_is_new
 from tests.workflows.test_approvals import lead_status
 
@@ -107,7 +107,8 @@ async def test_a_high_risk_call_waits_for_bob_and_its_result_comes_once_approved
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The client asks again with its request state: held a second, then told to ask once more
-    (a fresh state), until bob's approval lets the held request answer with the result."""
+    (a fresh state), until bob's approval lets the held request answer with the result; the same
+    token undoes the call."""
     monkeypatch.setattr(mcp_face, "HOLD_S", 1.0)
     stack = signed_agent
     bob = await stack.login("bob")
@@ -139,6 +140,16 @@ async def test_a_high_risk_call_waits_for_bob_and_its_result_comes_once_approved
     assert await lead_status(db_engine, "acme") == "qualified"
     (ran,) = await executions(db_engine, call_id)
     assert ran.approved_by == "bob" and ran.user_id == "alice"
+    # the same token undoes it: the conversation's saga holds the call
+    workflow_id = (result.meta or {})["countersign"]["workflow_id"]
+    undo = {"scope": "call", "call_id": call_id, "reason": "asked by mistake"}
+    code, body = await stack.call("POST", f"/api/conversations/{workflow_id}/rollback", alice_token, undo)
+    assert code == 202, body
+
+    async def undone() -> bool:
+        return await lead_status(db_engine, "acme") == "new"
+
+    await until(undone, "the call is compensated")
 
 
 async def test_a_rejected_call_is_an_error_result_with_the_reason(
