@@ -69,6 +69,7 @@ from countersign.core.continuation import (
     sealed,
 )
 from countersign.core.contract import ServedCall, ServedOutcome
+from countersign.core.messages import MAX_ARGUMENTS_CHARS, MAX_TOOL_NAME_CHARS
 from countersign.db.messages import ConversationStore
 from countersign.db.schema import AgentProfile, McpContinuation
 from countersign.identity import tokens
@@ -90,16 +91,13 @@ class McpCaller:
     caller: Caller
     user_id: str
     agent: str
+    key: str  # the conversation key of this token, user and agent (one conversation for their calls)
+    workflow_id: str  # that conversation's
 
     @property
     def principal(self) -> Principal:
         assert self.caller.token is not None
         return Principal(tenant_id=self.caller.tenant_id, token_id=self.caller.token.id, user_id=self.user_id)
-
-    @property
-    def key(self) -> str:
-        """The conversation key of this token, user and agent (one conversation for all their calls)."""
-        return f"mcp:{self.principal.token_id}:{self.user_id}:{self.agent}"
 
 
 def continuation_key(server_key: Ed25519PrivateKey) -> bytes:
@@ -130,6 +128,15 @@ def listed(spec: ToolSpec) -> types.Tool:
         input_schema=spec.parameters,
         annotations=hints(spec),
     )
+
+
+def bound_refusal(tool: str, arguments: str) -> str | None:
+    """Why a call's name or arguments exceed what a conversation takes (`ServedCall`), else None."""
+    if not tool or len(tool) > MAX_TOOL_NAME_CHARS:
+        return f"no tool named {tool[:MAX_TOOL_NAME_CHARS]!r}"
+    if len(arguments) > MAX_ARGUMENTS_CHARS:
+        return f"arguments of {len(arguments)} characters, over the limit of {MAX_ARGUMENTS_CHARS}"
+    return None
 
 
 def refused(code: int, message: str) -> MCPError:
@@ -176,8 +183,14 @@ class McpFace:
         if not known:
             await self.record(caller, user, agent, "mcp", 404, f"no agent {agent}")
             raise HttpRefusal(404, f"no agent {agent}")
+        key = f"mcp:{caller.token.id}:{user}:{agent}"
+        try:
+            workflow_id = keyed_workflow_id(caller.tenant_id, key)
+        except ValueError as err:  # a user id a conversation key cannot hold (spaces, say)
+            await self.record(caller, user, agent, "mcp", 422, str(err))
+            raise HttpRefusal(422, str(err)) from None
         await self.requesters.admit(caller, user)
-        return McpCaller(caller=caller, user_id=user, agent=agent)
+        return McpCaller(caller=caller, user_id=user, agent=agent, key=key, workflow_id=workflow_id)
 
     async def record(
         self, caller: Caller, user_id: str | None, agent: str, what: str, status: int, reason: str | None
@@ -199,7 +212,8 @@ class McpFace:
         self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
         who = caller_of(ctx)
-        specs = await self._served_tools(who, await self._conversation(who))
+        await self._start(who)
+        specs = await self._served_tools(who.workflow_id)
         await self.record(who.caller, who.user_id, who.agent, "tools/list", 200, f"{len(specs)} tools")
         return types.ListToolsResult(tools=[listed(s) for s in specs])
 
@@ -207,7 +221,7 @@ class McpFace:
         self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
     ) -> types.CallToolResult | types.InputRequiredResult:
         who = caller_of(ctx)
-        workflow_id = keyed_workflow_id(who.caller.tenant_id, who.key)
+        workflow_id = who.workflow_id
         arguments = json.dumps(params.arguments or {}, separators=(",", ":"), ensure_ascii=False)
         binding = CallBinding(
             principal=who.principal,
@@ -216,6 +230,10 @@ class McpFace:
             tool=params.name,
             args_sha256=arguments_digest(arguments),
         )
+        bound = bound_refusal(params.name, arguments)
+        if bound is not None:  # what no call of this server could take: no conversation is asked
+            await self.record(who.caller, who.user_id, who.agent, "tools/call", 422, bound)
+            raise refused(types.INVALID_PARAMS, bound)
         if params.request_state is not None:
             call_id = await self._spend(who, binding, params.request_state)
             call = ServedCall(
@@ -266,17 +284,16 @@ class McpFace:
 
     # --- the conversation behind them -------------------------------------------------------------
 
-    async def _conversation(self, who: McpCaller) -> str:
-        """The workflow id of this token's, user's and agent's conversation, started when none runs."""
+    async def _start(self, who: McpCaller) -> None:
+        """Start this token's, user's and agent's conversation (`who.workflow_id`) unless it runs."""
         body = StartBody(agent=who.agent, key=who.key, user_id=who.user_id)
         try:
-            started = await self.requesters.start(who.caller, who.user_id, body)
+            await self.requesters.start(who.caller, who.user_id, body)
         except HttpRefusal as err:
             await self.record(who.caller, who.user_id, who.agent, "start", err.status, str(err))
             raise refused(types.INVALID_REQUEST, str(err)) from None
-        return started.workflow_id
 
-    async def _served_tools(self, who: McpCaller, workflow_id: str) -> list[ToolSpec]:
+    async def _served_tools(self, workflow_id: str) -> list[ToolSpec]:
         handle = self.requesters.client.get_workflow_handle(workflow_id)
         deadline = asyncio.get_running_loop().time() + TOOLS_WAIT_S
         while True:  # a conversation just started loads its tools first (an empty list until then)
@@ -294,7 +311,7 @@ class McpFace:
             if err.status != RPCStatusCode.NOT_FOUND or call.resume:
                 await self.record(who.caller, who.user_id, who.agent, "tools/call", 503, err.message)
                 raise refused(types.INTERNAL_ERROR, f"Temporal: {err.message}") from None
-        await self._conversation(who)
+        await self._start(who)
         return await self._update(who, workflow_id, call)
 
     async def _update(self, who: McpCaller, workflow_id: str, call: ServedCall) -> ServedOutcome:

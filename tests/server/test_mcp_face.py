@@ -23,6 +23,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.exceptions import MCPError
 from mcp_types import CLIENT_CAPABILITIES_META_KEY, PROTOCOL_VERSION_META_KEY
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from sqlalchemy import func, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 from temporalio.client import WorkflowUpdateFailedError
@@ -53,12 +54,13 @@ async def approvals_of(stack: SignedStack, reviewer: str, tool: str) -> list[dic
     return [i for i in items if i["tool"] == tool]
 
 
-async def waiting_card(stack: SignedStack, bob: str) -> dict[str, Any]:
+async def waiting_card(stack: SignedStack, bob: str, call_id: str) -> dict[str, Any]:
     for _ in range(200):
-        if cards := await approvals_of(stack, bob, "update_lead_status"):
-            return cards[0]
+        for card in await approvals_of(stack, bob, "update_lead_status"):
+            if card["call_id"] == call_id:
+                return card
         await asyncio.sleep(0.05)
-    raise AssertionError("no card in bob's inbox")
+    raise AssertionError(f"no card of {call_id} in bob's inbox")
 
 
 async def mcp_rows(engine: AsyncEngine) -> list[RequesterAction]:
@@ -115,8 +117,8 @@ async def test_a_high_risk_call_waits_for_bob_and_its_result_comes_once_approved
     elicited: list[types.ElicitRequestURLParams] = []
     decided: list[asyncio.Task[None]] = []
 
-    async def approve_later() -> None:
-        card = await waiting_card(stack, bob)
+    async def approve_later(call_id: str) -> None:
+        card = await waiting_card(stack, bob, call_id)
         assert card["requested_by"] == "alice"
         await asyncio.sleep(3)  # the client has asked again by now: its request is held
         code, body = await stack.call(
@@ -126,7 +128,7 @@ async def test_a_high_risk_call_waits_for_bob_and_its_result_comes_once_approved
 
     async def open_card(context: Any, params: Any) -> types.ElicitResult:
         elicited.append(params)
-        decided.append(asyncio.create_task(approve_later()))
+        decided.append(asyncio.create_task(approve_later(params.url.rsplit("/", 1)[1])))
         return types.ElicitResult(action="accept")
 
     async with client(stack, alice_token, elicitation_callback=open_card) as mcp:
@@ -159,7 +161,7 @@ async def test_a_rejected_call_is_an_error_result_with_the_reason(
     bob = await stack.login("bob")
 
     async def reject(context: Any, params: Any) -> types.ElicitResult:
-        card = await waiting_card(stack, bob)
+        card = await waiting_card(stack, bob, params.url.rsplit("/", 1)[1])
         code, body = await stack.call(
             "POST",
             f"/api/approvals/{card['workflow_id']}/{card['call_id']}",
@@ -214,6 +216,10 @@ async def test_an_unknown_tool_is_a_jsonrpc_error_and_other_tenants_tokens_are_r
     async with client(signed_agent, alice_token) as mcp:
         with pytest.raises(MCPError, match="no tool named"):
             await mcp.call_tool("drop_database", {})
+        with pytest.raises(MCPError, match="no tool named"):
+            await mcp.call_tool("x" * 65, {})
+        with pytest.raises(MCPError, match="over the limit of 64000"):
+            await mcp.call_tool("search_leads", {"query": "x" * 70_000})
         invalid = await mcp.call_tool("update_lead_status", {"lead": JANE, "new_status": "famous"})
         assert invalid.is_error and "VALIDATION_ERROR" in invalid.content[0].text  # type: ignore[union-attr]
     code, body = await signed_agent.call("POST", "/mcp/lead-qualifier", "cst_not-a-real-token", {})
@@ -394,3 +400,16 @@ async def test_a_raw_serve_call_without_the_servers_proof_or_for_another_user_is
     async with db_engine.connect() as conn:
         audited = list(await conn.execute(select(InputAudit).where(InputAudit.workflow_id == workflow_id)))
     assert any(r.action == "serve_call" and r.actor == "bob" for r in audited), audited
+
+
+async def test_a_client_on_an_earlier_protocol_lists_and_calls_and_is_told_where_a_call_waits(
+    signed_agent: SignedStack, alice_token: str, jane_is_new: None
+) -> None:
+    async with client(signed_agent, alice_token, mode="legacy") as mcp:
+        assert mcp.protocol_version not in MODERN_PROTOCOL_VERSIONS
+        assert "search_leads" in {t.name for t in (await mcp.list_tools()).tools}
+        assert not (await mcp.call_tool("search_leads", {"query": "jane"})).is_error
+        waiting = await mcp.call_tool("update_lead_status", QUALIFY)
+    assert waiting.is_error
+    text = waiting.content[0].text  # type: ignore[union-attr]
+    assert "waits for a reviewer" in text and "cannot wait" in text and "/#conv-acme-key-mcp:" in text, text
