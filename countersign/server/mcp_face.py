@@ -399,7 +399,7 @@ class McpFace:
                 await self.record(who.caller, who.user_id, who.agent, "request", 413, why)
                 raise HttpRefusal(413, why) from None
         except HttpRefusal as err:
-            return jsonrpc_error(err.status, str(err))
+            return jsonrpc_error(err)
         response = await drive_asgi(self.manager.handle_request, request, body, {SCOPE_KEY: who})
         if response.status >= 400:  # what never reached a handler (malformed, unknown method) too
             why = f"{request.method} refused by the MCP transport"
@@ -438,11 +438,16 @@ def error_result(text: str, workflow_id: str, call_id: str) -> types.CallToolRes
     )
 
 
-def jsonrpc_error(status: int, message: str) -> web.Response:
-    """A refusal before the protocol: the HTTP status, and a JSON-RPC error a client can show."""
-    headers = {"WWW-Authenticate": 'Bearer realm="countersign"'} if status == 401 else None
-    body = {"jsonrpc": "2.0", "id": None, "error": {"code": types.INVALID_REQUEST, "message": message}}
-    return web.json_response(body, status=status, headers=headers)
+def jsonrpc_error(refusal: HttpRefusal) -> web.Response:
+    """A refusal before the protocol: the HTTP status (401 says how to authenticate, 429 when to
+    come back), and a JSON-RPC error a client can show."""
+    headers = {"WWW-Authenticate": 'Bearer realm="countersign"'} if refusal.status == 401 else {}
+    if refusal.retry_after_s is not None:
+        headers["Retry-After"] = str(refusal.retry_after_s)
+    error = {"code": types.INVALID_REQUEST, "message": str(refusal)}
+    return web.json_response(
+        {"jsonrpc": "2.0", "id": None, "error": error}, status=refusal.status, headers=headers
+    )
 
 
 async def drive_asgi(
