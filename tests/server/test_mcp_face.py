@@ -9,6 +9,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import re
+import sys
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from typing import Any
@@ -32,6 +34,7 @@ from countersign.core.contract import ServedCall, ServedOutcome
 from countersign.db.engine import session_factory
 from countersign.db.schema import InputAudit, RequesterAction, ToolExecution, User
 from countersign.identity import tokens
+from countersign.runtime.config import PROJECT_ROOT
 from countersign.server import mcp_face
 from tests.fixtures.inbox import SignedStack
 from tests.fixtures.postgres import JANE
@@ -413,3 +416,32 @@ async def test_a_client_on_an_earlier_protocol_lists_and_calls_and_is_told_where
     assert waiting.is_error
     text = waiting.content[0].text  # type: ignore[union-attr]
     assert "waits for a reviewer" in text and "cannot wait" in text and "/#conv-acme-key-mcp:" in text, text
+
+
+def readme_blocks(language: str) -> list[str]:
+    """The ```LANGUAGE blocks of README's "### Countersign as an MCP server", as typed there."""
+    text = (PROJECT_ROOT / "README.md").read_text()
+    section = text.split("### Countersign as an MCP server", 1)[1].split("\n### ", 1)[0]
+    return re.findall(rf"```{language}\n(.*?)```", section, flags=re.DOTALL)
+
+
+async def test_the_readmes_client_runs_as_typed_and_its_desktop_block_is_json(
+    signed_agent: SignedStack, alice_token: str
+) -> None:
+    """README's few lines, with only the demo stack's address and the token put in, against the
+    real server; the desktop client's block names the same endpoint and header."""
+    (code,) = readme_blocks("python")
+    assert code.count("http://127.0.0.1:8300") == 1 and code.count("cst_…") == 1
+    code = code.replace("http://127.0.0.1:8300", signed_agent.url).replace("cst_…", alice_token)
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", code, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+    )
+    out, err = await asyncio.wait_for(process.communicate(), 120)
+    assert process.returncode == 0, err.decode()
+    assert "'search_leads'" in out.decode() and JANE in out.decode(), out.decode()
+    (config,) = readme_blocks("json")
+    server = json.loads(config)["mcpServers"]["countersign"]
+    assert server == {
+        "url": "http://127.0.0.1:8300/mcp/lead-qualifier",
+        "headers": {"Authorization": "Bearer cst_…"},
+    }
