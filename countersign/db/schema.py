@@ -1046,7 +1046,7 @@ class RequesterAction(Base):
     user_id: Mapped[str]
     via: Mapped[str]
     token_id: Mapped[int | None] = mapped_column(BigInteger)
-    action: Mapped[str]  # start, message, answer, rollback, end, status, transcript, audit
+    action: Mapped[str]  # start, message, answer, rollback, end, status, transcript, audit, mcp
     workflow_id: Mapped[str | None]
     status: Mapped[int]
     reason: Mapped[str | None]
@@ -1080,6 +1080,19 @@ class SpentSeal(Base):
     workflow_id: Mapped[str]
     conversation_id: Mapped[str]
     run_id: Mapped[str]
+    created_at: Mapped[datetime] = created_at()
+
+
+class McpContinuation(Base):
+    """A waiting MCP tool call's request state (countersign/core/continuation.py), spent: a state
+    counts once; presenting it again is refused as a replay."""
+
+    __tablename__ = "mcp_continuations"
+
+    nonce: Mapped[str] = mapped_column(primary_key=True)
+    tenant_id: Mapped[str]  # no foreign key, like spent_seals
+    workflow_id: Mapped[str]
+    call_id: Mapped[str]
     created_at: Mapped[datetime] = created_at()
 
 

@@ -49,7 +49,7 @@ from countersign.runtime.config import DATA_DIR
 
 ApproverAuth = Literal["signed", "names"]
 # Decisions (reviewers) and requesters' actions: a start and a message too (the front door).
-ProofAction = Literal["approve", "reject", "answer", "rollback", "end", "start", "message"]
+ProofAction = Literal["approve", "reject", "answer", "rollback", "end", "start", "message", "call"]
 
 PROOF_TTL = timedelta(minutes=2)
 PROOF_AUDIENCE = "countersign-proof"
@@ -94,8 +94,8 @@ class Binding(ConversationRef):
     start, and a keyed message may start the next one."""
 
     action: ProofAction
-    # the call id; `conversation` for end; `<scope>:<call id>` for a rollback; the agent for a
-    # start; the message id for a message
+    # the call id (a decision, an answer, a client's call); `conversation` for end;
+    # `<scope>:<call id>` for a rollback; the agent for a start; the message id for a message
     target: str
     args_sha256: str
     tool: str = ""
@@ -175,6 +175,19 @@ class Binding(ConversationRef):
             action="message",
             target=message_id,
             args_sha256=args_digest({"text": text}),
+        )
+
+    @classmethod
+    def call(cls, tenant_id: str, workflow_id: str, call_id: str, tool: str, arguments: str) -> Binding:
+        """A client's own tool call (Countersign as an MCP server): this tool with exactly these
+        arguments (their JSON text), by its id. Like a message, bound to the workflow id only."""
+        return cls(
+            tenant_id=tenant_id,
+            workflow_id=workflow_id,
+            action="call",
+            target=call_id,
+            tool=tool,
+            args_sha256=args_digest({"arguments": arguments}),
         )
 
     @classmethod

@@ -36,6 +36,7 @@ from countersign.server import (
     drafts,
     headers,
     inbox_routes,
+    mcp_face,
     notifications,
     pages,
 )
@@ -238,6 +239,7 @@ def create_app(
     app.router.add_get("/api/me", me)
     inbox_routes.add_routes(app, inbox)
     door.add_routes(app, requesters, readers)
+    mcp_face.add_routes(app, requesters)
     agent_tools.add_routes(app, requesters.sessions)
     channels.add_routes(app)
     drafts.add_routes(app)

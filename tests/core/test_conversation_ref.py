@@ -57,7 +57,7 @@ PAYLOADS: dict[type[BaseModel], tuple[str, str]] = {
         f"{T} conversation_user request",
     ),
     ProofRequest: (
-        f"{A} action actor agent call_id content message_id proof text",
+        f"{A} action actor agent call_id content message_id proof text tool",
         f"{T} action actor",
     ),
     StoredInput: (
