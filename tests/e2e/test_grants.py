@@ -81,6 +81,13 @@ async def asked(stack: SignedStack, token: str, message: str) -> dict[str, Any]:
     return await card(stack, token, handle.id)
 
 
+async def bob_is_asked(stack: SignedStack) -> tuple[str, dict[str, Any]]:
+    """Bob's session, and the card of alice's "qualify jane" in his inbox."""
+    stack.agent.script(*SCRIPT)
+    bob = await stack.login("bob")
+    return bob, await asked(stack, bob, "qualify jane")
+
+
 async def ran_unasked(stack: SignedStack, engine: AsyncEngine, message: str) -> ToolExecution:
     """Start alice's conversation with `message`; its call ran without anyone deciding it."""
     handle = await stack.agent.start(message, single_turn=True)
@@ -93,9 +100,7 @@ async def test_a_one_use_grant_covers_exactly_one_later_identical_call(
     signed_agent: SignedStack, db_engine: AsyncEngine, jane_is_new: None, no_grants_left: None
 ) -> None:
     stack = signed_agent
-    stack.agent.script(*SCRIPT)
-    bob = await stack.login("bob")
-    first = await asked(stack, bob, "qualify jane")
+    bob, first = await bob_is_asked(stack)
     status, body = await decide(stack, bob, first, {"minutes": 60, "uses": 1})
     assert status == 200 and body["state"] == "approved", body
     async with session_factory(db_engine)() as session:
@@ -133,17 +138,15 @@ async def test_a_revoked_grant_covers_nothing(
     signed_agent: SignedStack, db_engine: AsyncEngine, jane_is_new: None, no_grants_left: None
 ) -> None:
     stack = signed_agent
-    stack.agent.script(*SCRIPT)
-    bob, alice = await stack.login("bob"), await stack.login("alice")
-    first = await asked(stack, bob, "qualify jane")
+    bob, first = await bob_is_asked(stack)
+    alice = await stack.login("alice")
     status, body = await decide(stack, bob, first, {"minutes": 600, "uses": 5})
     assert status == 200, body
 
     status, listed = await stack.call("GET", "/api/grants", alice)  # hers: her calls run under it
-    assert status == 200 and [g["state"] for g in listed if g["workflow_id"] == first["workflow_id"]] == [
-        "live"
-    ]
+    assert status == 200, listed
     (grant,) = [g for g in listed if g["workflow_id"] == first["workflow_id"]]
+    assert grant["state"] == "live" and grant["uses_left"] == 5
     status, refused = await stack.call("POST", f"/api/grants/{grant['id']}/revoke", alice)
     assert status == 403, refused  # the requester may not: its approver or an admin may
     erin = await stack.login("erin", tenant="globex")
@@ -163,9 +166,7 @@ async def test_a_grant_no_proof_names_counts_for_nothing(
 ) -> None:
     """A client holding bob's proof for a plain approval cannot add a grant to it."""
     stack = signed_agent
-    stack.agent.script(*SCRIPT)
-    bob = await stack.login("bob")
-    item = await asked(stack, bob, "qualify jane")
+    _, item = await bob_is_asked(stack)
     assert stack.agent.proof_key is not None
     binding = Binding.decision(
         PendingCall.model_validate(item), "approve", item["args"], item["effect_digest"]
@@ -195,9 +196,7 @@ async def test_terms_out_of_bounds_are_refused_and_record_nothing(
     signed_agent: SignedStack, db_engine: AsyncEngine, jane_is_new: None, grant: dict[str, int]
 ) -> None:
     stack = signed_agent
-    stack.agent.script(*SCRIPT)
-    bob = await stack.login("bob")
-    item = await asked(stack, bob, "qualify jane")
+    bob, item = await bob_is_asked(stack)
     status, body = await decide(stack, bob, item, grant)
     assert status == 400 and "grant" in body["error"], body
     assert await decisions(db_engine, item["workflow_id"]) == []
