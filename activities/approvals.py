@@ -296,6 +296,17 @@ class ApprovalActivities:
             async with self._sessions() as session, session.begin():
                 granted = await self._granted(session, request)
                 await self._record(session, request, await self.resolve_effect(session, request), granted)
+                if granted is not None:  # the conversation's readers see it approved, by the grant
+                    decided = {
+                        "call_id": request.call_id,
+                        "tool": request.tool,
+                        "state": "approved",
+                        "decided_by": granted.approver,
+                        "grant_id": granted.grant_id,
+                    }
+                    instance = request.workflow_id, request.conversation_id
+                    key = f"approval:{request.call_id}:decided"
+                    await publish(session, *instance, request.tenant_id, "approval", decided, key)
                 return granted
         except Exception as exc:
             if is_connection_error(exc):

@@ -22,7 +22,14 @@ from countersign.core.grants import GrantTerms
 from countersign.db.chain import verify_live
 from countersign.db.engine import session_factory
 from countersign.db.grants import revoke_grant
-from countersign.db.schema import ApprovalDecision, ApprovalRequest, Grant, GrantUse, ToolExecution
+from countersign.db.schema import (
+    ApprovalDecision,
+    ApprovalRequest,
+    ConversationEvent,
+    Grant,
+    GrantUse,
+    ToolExecution,
+)
 from countersign.identity.proofs import Binding, mint_proof
 from tests.e2e.test_asked_again import card, decisions
 from tests.fixtures.inbox import SignedStack
@@ -127,6 +134,15 @@ async def test_a_one_use_grant_covers_exactly_one_later_identical_call(
         assert (use.decision_id, use.approver, use.workflow_id) == (decision.id, "bob", row.workflow_id)
         assert spent is not None and spent.uses_left == 0
         assert request is not None and (request.state, request.decided_by) == ("approved", "bob")
+        (told,) = await session.scalars(
+            select(ConversationEvent.data).where(
+                ConversationEvent.workflow_id == row.workflow_id, ConversationEvent.kind == "approval"
+            )
+        )  # what the chat page shows of it
+        assert told == {
+            "call_id": row.call_id, "tool": "update_lead_status", "state": "approved", "decided_by": "bob",
+            "grant_id": grant.id,
+        }  # fmt: skip
         assert await verify_live(session, "acme") > 0  # every use and change chained
 
     # its one use is spent: the next identical call is asked

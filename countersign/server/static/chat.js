@@ -125,7 +125,7 @@ const handlers = {
       setOutcome(step, "Nobody decided in time: not run", "failed");
     } else {
       for (const node of step.querySelectorAll(".decide, .to-inbox")) node.remove();
-      const outcome = `${data.state} by ${data.decided_by}`;
+      const outcome = `${data.state} by ${data.decided_by}${data.grant_id ? ` (grant ${data.grant_id}: not asked again)` : ""}`;
       setOutcome(step, outcome, data.state === "approved" ? "done" : "failed");
       setBusy(true, "The agent is working…");
       say(`${data.tool} ${outcome}`);
