@@ -10,6 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
+from countersign.core.evidence import attribution
 from countersign.core.grants import (
     MAX_GRANT_MINUTES,
     MAX_GRANT_USES,
@@ -152,3 +153,16 @@ def test_admins_and_the_approver_may_revoke() -> None:
     assert revoke_refusal("bob", ["reviewer"], "bob") is None
     assert revoke_refusal("erin", ["reviewer"], "bob") is not None
     assert revoke_refusal("mallory", None, "bob") is not None
+
+
+def test_the_chain_attributes_a_grant_to_its_approver_then_its_revoker() -> None:
+    fact = {"requester": "alice", "agent": "lead-qualifier", "approver": "bob", "revoked_by": None,
+            "revoked_at": None, "created_at": "t0", "decision_id": 7, "uses_left": 2}  # fmt: skip
+    made = attribution("grants", fact, None)
+    assert made["asked_by"] == {"human": "alice", "agent": "lead-qualifier"} and made["decided_by"] == "bob"
+    revoked = attribution("grants", {**fact, "revoked_by": "carol", "revoked_at": "t1"}, None)
+    assert (revoked["decided_by"], revoked["at"], revoked["evidence"]["revoked"]) == ("carol", "t1", True)
+    used = attribution(
+        "grant_uses", {"approver": "bob", "grant_id": 3, "decision_id": 7, "call_id": "c1"}, None
+    )
+    assert used["decided_by"] == "bob" and used["evidence"]["grant_id"] == 3
