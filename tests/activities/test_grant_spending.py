@@ -13,6 +13,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest_asyncio
+from hypothesis import given
+from hypothesis import strategies as st
 from sqlalchemy import insert, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -157,3 +159,27 @@ async def test_another_scope_or_a_dead_grant_is_asked(
     assert await uses_of(db_engine, revoked) == (0, 5)
     async with session_factory(db_engine)() as session:
         assert await verify_live(session, "acme") > 0
+
+
+lead_calls = st.fixed_dictionaries({
+    "lead": st.sampled_from(["jane.doe@example.com", "john@example.com", "42"]),
+    "new_status": st.sampled_from(["new", "contacted", "qualified"]),
+    "reason": st.text(alphabet="ab yz.é", min_size=1, max_size=12).filter(str.strip),  # valid ones
+})  # fmt: skip
+
+
+@given(lead_calls, lead_calls)
+def test_a_grant_of_update_lead_status_binds_all_but_its_reason(
+    one: dict[str, Any], other: dict[str, Any]
+) -> None:
+    """The real tool's declared free argument (`reason`) is the only one a grant does not bind."""
+    scope = grant_scope("acme", TOOL, "alice", "lead-qualifier", json.dumps(one), mcp=False)
+    their = grant_scope("acme", TOOL, "alice", "lead-qualifier", json.dumps(other), mcp=False)
+    assert scope is not None and their is not None
+    assert (scope == their) == ((one["lead"], one["new_status"]) == (other["lead"], other["new_status"]))
+
+
+def test_arguments_that_do_not_read_as_an_object_are_never_granted() -> None:
+    for args in ("[1]", "not json", '{"lead": 1}'):
+        assert grant_scope("acme", TOOL, "alice", "lead-qualifier", args, mcp=False) is None
+    assert grant_scope("acme", "mcp__x__y", "alice", "ops", "[1]", mcp=True) is None
