@@ -55,7 +55,11 @@ async def lead_args(db_engine: AsyncEngine) -> AsyncIterator[dict[str, Any]]:
     """Arguments no other test's call has (a lead of its own), and every grant revoked after."""
     yield {"lead": f"grant-{uuid.uuid4().hex[:8]}@example.com", "new_status": "qualified", "reason": "r"}
     async with session_factory(db_engine)() as session, session.begin():
-        for grant_id in list(await session.scalars(select(Grant.id).where(Grant.revoked_at.is_(None)))):
+        for grant_id in list(
+            await session.scalars(
+                select(Grant.id).where(Grant.tenant_id == "acme", Grant.revoked_at.is_(None))
+            )
+        ):
             await revoke_grant(session, grant_id, "carol", "acme")
 
 

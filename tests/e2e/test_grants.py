@@ -62,7 +62,9 @@ async def no_grants_left(db_engine: AsyncEngine) -> AsyncIterator[None]:
     revocation), so no later test's call is covered by it."""
     yield
     async with session_factory(db_engine)() as session, session.begin():
-        live = await session.scalars(select(Grant.id).where(Grant.revoked_at.is_(None)))
+        live = await session.scalars(
+            select(Grant.id).where(Grant.tenant_id == "acme", Grant.revoked_at.is_(None))
+        )
         for grant_id in list(live):
             await revoke_grant(session, grant_id, "carol", "acme")
 
