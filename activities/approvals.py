@@ -27,6 +27,7 @@ from countersign.core.approvals import (
     RecordedApproval,
     Verdict,
     approver_refusal,
+    decision_note,
 )
 from countersign.core.bounds import loads_strict
 from countersign.core.calls import CallerContext, argument_changes, call_key
@@ -168,6 +169,9 @@ class ApprovalActivities:
                     "tool": row.tool,
                     "state": state,
                     "decided_by": row.approver,
+                    "reason": row.reason,
+                    "note": decision_note(row.approver, row.decision, row.reason, row.changes),
+                    "edited": bool(row.changes),
                 }
                 await publish(
                     session,

@@ -26,12 +26,12 @@ from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import BaseModel
-from sqlalchemy import ColumnElement, func, select, update
+from sqlalchemy import func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
 
 from activities.access import admit, check_standing
-from activities.audit import ran_audit_row
+from activities.audit import approval_reason, ran_audit_row, standing_approvals
 from activities.failures import is_connection_error
 from activities.heartbeat import heartbeats
 from countersign.core.activity_refs import CHECK_ARGUMENTS, EXECUTE_TOOL
@@ -84,18 +84,6 @@ async def same_effect(tool: Tool, context: ToolContext, args: ToolArgs, approved
     if effect.digest != approved:
         raise EffectChanged(effect)
     return effect
-
-
-def standing_approvals(invocation: ToolInvocation) -> tuple[ColumnElement[bool], ...]:
-    """The call's accepted approvals that no changed effect voided (`approval_decisions`)."""
-    return (
-        ApprovalDecision.workflow_id == invocation.workflow_id,
-        ApprovalDecision.conversation_id == invocation.conversation_id,
-        ApprovalDecision.call_id == invocation.call_id,
-        ApprovalDecision.decision == "approve",
-        ApprovalDecision.accepted.is_(True),
-        ApprovalDecision.voided_at.is_(None),
-    )
 
 
 async def approved_effect(session: AsyncSession, invocation: ToolInvocation) -> str | None:
@@ -277,6 +265,7 @@ class ToolActivities:
             clock=clock,
             unknown=unknown,
             effect=effect,
+            decision_reason=await approval_reason(session, invocation),
         )
         if audit["outcome"] == "executed" and tool.compensation is not None:
             session.add(saga_record(invocation))  # what a rollback after the conversation's end undoes

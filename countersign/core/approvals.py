@@ -12,7 +12,7 @@ from typing import Any, Literal
 from pydantic import BaseModel
 
 from countersign.core.bounds import BoundedJson, Identifier, Proof, Reason
-from countersign.core.calls import Risk, ToolSpec
+from countersign.core.calls import ApproverEdit, Risk, ToolSpec
 from countersign.core.conversation_ref import ConversationRef
 from countersign.core.effects import FieldChange
 from countersign.core.grants import GrantTerms
@@ -27,6 +27,17 @@ APPROVER_ROLES: dict[Risk, frozenset[str]] = {
     "high": frozenset({"reviewer", "admin"}),
 }
 FOUR_EYES: frozenset[Risk] = frozenset({"high"})
+
+
+def decision_note(approver: str, decision: str, reason: str | None, changes: dict[str, Any] | None) -> str:
+    """What the requester is told of an accepted decision (`approval_decisions`: its `changes` as
+    stored, {name: {before, after}}): who decided, what they changed of the call (from what to
+    what) and why; for an edit, the line the model reads with the call's result."""
+    if changes:
+        changed = {name: FieldChange.model_validate(change) for name, change in changes.items()}
+        return ApproverEdit(approver=approver, changes=changed, reason=reason).note()
+    verb = "approved" if decision == "approve" else "rejected"
+    return f"{approver} {verb} it" + (f" (reason: {reason})" if reason else " (no reason given)")
 
 
 class Approval(BaseModel):

@@ -36,6 +36,7 @@ from countersign.devstack.temporal import DevServerConfig
 from tests.e2e.test_hostile_input import PROPERTY, ask, eventually, raw, records
 from tests.fixtures.agent import AgentHarness
 from tests.fixtures.postgres import reset_jane
+from tests.fixtures.temporal import failed_tasks
 from tests.fixtures.updates import execute_update
 from tests.workflows.test_approvals import ECHO_RESULT, audit, lead_status, pending, qualify
 from tests.workflows.test_approvals import jane_is_new as jane_is_new
@@ -112,12 +113,6 @@ async def waiting(handle: WorkflowHandle[Any, Any], what: str) -> StatusView:
     raise AssertionError(f"nothing in {what}: {status}")
 
 
-async def task_failures(agent: AgentHarness, handle: WorkflowHandle[Any, Any]) -> int:
-    """Failed workflow tasks in the first run and the current one."""
-    histories = [await run.fetch_history() for run in (handle, latest(agent, handle))]
-    return sum(e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED for h in histories for e in h.events)
-
-
 async def waiting_in(
     agent: AgentHarness, db_engine: AsyncEngine, state: str
 ) -> tuple[WorkflowHandle[Any, Any], StatusView | None]:
@@ -168,7 +163,7 @@ async def goes_on(
             AgentWorkflow.answer, AnswerSignal(call_id=question.call_id, user_id="alice", text="the acme one")
         )
         assert (await handle.result()).last_reply == "[scripted model] Thanks."
-    assert await task_failures(agent, handle) == 0
+    assert await failed_tasks(handle, latest(agent, handle)) == []
 
 
 @pytest.fixture

@@ -256,6 +256,13 @@ async function loadHistory() {
     el("td", { text: `${r.approver} ${r.proven ? "(proven)" : "(claimed)"}`, title: r.proven ? "the inbox authenticated this person and the worker checked its proof" : "a name given without proof (names mode)" }),
     el("td", { text: r.reason || "" }),
   )));
+  labelCells($("#history"));
+}
+
+// Each cell named by its column: on a phone a table's rows are stacked, each cell under its name (inbox.css).
+function labelCells(table) {
+  const columns = [...table.querySelectorAll("thead th")].map((th) => th.textContent);
+  for (const row of table.tBodies[0].rows) [...row.cells].forEach((cell, i) => { cell.dataset.label = columns[i]; });
 }
 
 // The grants this person may see (all of the tenant's for an admin; else those they made or that let
@@ -286,6 +293,7 @@ async function loadGrants() {
       el("td", { class: "state", text: g.state === "revoked" ? `revoked by ${g.revoked_by}` : g.state }),
       el("td", {}, mayRevoke ? revoke : ""));
   }));
+  labelCells($("#grants"));
 }
 
 if ($("#pending")) {
