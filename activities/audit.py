@@ -110,6 +110,7 @@ def ran_audit_row(
     outcome = "unknown" if unknown else outcome_of(result.code, ran=True)
     return audit_row(inv, result, outcome, risk=risk, category=category) | {
         "approved_by": inv.approved_by,
+        "grant_id": inv.grant_id,
         "decision_reason": decision_reason,
         "effect": effect.model_dump(mode="json") if effect is not None else None,
         "idempotency_key": inv.key,

@@ -172,6 +172,8 @@ class Tool:
     compensation: CompensationFn | None = field(default=None, repr=False)
     # the grants the conversation's user must hold for it to run (activities/access.py)
     scopes: tuple[Scope, ...] = ()
+    # arguments a reviewer's grant does not bind (countersign/core/grants.py: `scope_digest`)
+    free_args: tuple[str, ...] = ()
 
     def spec(self, tier: Tier | None = None) -> ToolSpec:
         return ToolSpec(
@@ -204,6 +206,7 @@ def tool(
     roles: tuple[str, ...] = (),
     local: bool | None = None,
     scopes: tuple[Scope, ...] = (),
+    free_args: tuple[str, ...] = (),
     preview: PreviewFn,
 ) -> Callable[[ToolFn], ToolFn]:
     """Declare a tool. See the module docstring.
@@ -213,6 +216,9 @@ def tool(
     be the tool's.
 
     `scopes` are the grants the conversation's user must hold (`user_scopes`) for the tool to run.
+
+    `free_args` (default none) are arguments a reviewer's grant of "the same again" does not bind
+    (countersign/core/grants.py): a later call differing only in them (a `reason`, say) is covered.
 
     `local` (default: reads) runs the tool as a local activity. It suits short, idempotent calls
     whose only I/O is this process's PostgreSQL: a retry re-runs them, and they hold the
@@ -234,6 +240,9 @@ def tool(
         if fn.__name__ in REGISTRY:
             raise ValueError(f"tool {fn.__name__} is declared twice")
         check_preview(fn.__name__, preview, args_model)
+        unknown = set(free_args) - set(args_model.model_fields)
+        if unknown:
+            raise TypeError(f"tool {fn.__name__}: free arguments {sorted(unknown)} are not its arguments")
         REGISTRY[fn.__name__] = Tool(
             name=fn.__name__,
             description=inspect.cleandoc(fn.__doc__ or "").strip(),
@@ -247,6 +256,7 @@ def tool(
             fn=fn,
             preview=preview,
             scopes=scopes,
+            free_args=free_args,
         )
         return fn
 

@@ -258,6 +258,7 @@ class ToolCalls:
             update={
                 "arguments": approval.edited_args or invocation.arguments,
                 "approved_by": approval.decided_by,
+                "grant_id": approval.grant_id,
                 **edit,
             }
         )

@@ -15,6 +15,7 @@ from countersign.core.bounds import BoundedJson, Identifier, Proof, Reason
 from countersign.core.calls import ApproverEdit, Risk, ToolSpec
 from countersign.core.conversation_ref import ConversationRef
 from countersign.core.effects import FieldChange
+from countersign.core.grants import GrantTerms
 
 ApprovalState = Literal["pending", "approved", "rejected", "expired"]
 DecisionKind = Literal["approve", "reject"]
@@ -59,6 +60,9 @@ class Approval(BaseModel):
     # Asked again: who approved the earlier request of this call, voided because the call's effect
     # changed between that decision and its execution.
     voided_by: str | None = None
+    # Approved unasked: the grant that covered the call (countersign.core.grants), whose approver
+    # is `decided_by`.
+    grant_id: int | None = None
 
 
 class Decision(BaseModel):
@@ -70,6 +74,7 @@ class Decision(BaseModel):
     reason: Reason | None = None
     args: BoundedJson | None = None  # edited arguments (approve only)
     proof: Proof | None = None  # APPROVER_AUTH=signed: the inbox's proof for exactly this decision
+    grant: GrantTerms | None = None  # approve only: the same again, for a while (the proof binds it)
 
 
 class ApproveSignal(BaseModel):
@@ -78,6 +83,7 @@ class ApproveSignal(BaseModel):
     reason: Reason | None = None
     args: BoundedJson | None = None
     proof: Proof | None = None
+    grant: GrantTerms | None = None
 
     def decision(self) -> Decision:
         return Decision(decision="approve", **self.model_dump())

@@ -43,6 +43,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from countersign.core.approvals import PendingCall
 from countersign.core.bounds import loads_strict
 from countersign.core.conversation_ref import ConversationRef
+from countersign.core.grants import GrantTerms, grant_claim
 from countersign.db.chain import chain
 from countersign.db.schema import ProofCheck
 from countersign.runtime.config import DATA_DIR
@@ -104,6 +105,9 @@ class Binding(ConversationRef):
     # a decision: the digest of the effect the approval request recorded (countersign.core.effects),
     # what the reviewer was shown and decides; "" for a request recorded before effects
     effect_sha256: str = ""
+    # a decision: the grant it makes (countersign.core.grants.grant_claim), "" for none: a grant
+    # nobody's proof names cannot be added to their approval
+    grant: str = ""
 
     @classmethod
     def decision(
@@ -112,11 +116,12 @@ class Binding(ConversationRef):
         decision: Literal["approve", "reject"],
         arguments: str | Mapping[str, Any] | None,
         effect_sha256: str,
+        grant: GrantTerms | None = None,
     ) -> Binding:
         """A decision on a pending call, bound to the call as the worker recorded it, to the
-        arguments the tool will run with (the call's own, or the approver's edit) and to the effect
-        the request recorded: what the reviewer saw. Both sides take `effect_sha256` from the
-        `approval_requests` row, never from the client."""
+        arguments the tool will run with (the call's own, or the approver's edit), to the effect
+        the request recorded (what the reviewer saw) and to the grant the reviewer makes with it.
+        Both sides take `effect_sha256` from the `approval_requests` row, never from the client."""
         return cls.at(
             call,
             action=decision,
@@ -126,6 +131,7 @@ class Binding(ConversationRef):
             risk=call.risk,
             nonce=call.nonce,
             effect_sha256=effect_sha256,
+            grant=grant_claim(grant),
         )
 
     @classmethod
@@ -216,6 +222,7 @@ class ProofClaims(BaseModel):
     risk: str = ""
     nonce: str = ""
     effect: str = ""
+    grant: str = ""
     iat: int
     exp: int
     jti: str
@@ -245,6 +252,7 @@ def mint_proof(
         risk=binding.risk,
         nonce=binding.nonce,
         effect=binding.effect_sha256,
+        grant=binding.grant,
         iat=int(now.timestamp()),
         exp=int((now + ttl).timestamp()),
         jti=uuid.uuid4().hex,
@@ -287,6 +295,7 @@ def verify_proof(key: Ed25519PublicKey, token: str | None, expected: Binding, no
             ("tool", claims.tool, expected.tool),
             ("risk", claims.risk, expected.risk),
             ("approval nonce", claims.nonce, expected.nonce),
+            ("grant", claims.grant, expected.grant),
         )
         if got != want
     ]

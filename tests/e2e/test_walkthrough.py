@@ -49,6 +49,7 @@ SECTIONS = (
     "## Your first hour",
     "#### Proven decisions, step by step",
     "#### Single sign-on with the mock provider",
+    "### Grants: the same again, for a while",
     "### MCP servers",
     "### Metrics",
 )

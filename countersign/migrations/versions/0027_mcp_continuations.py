@@ -1,7 +1,7 @@
 """Spent request states of MCP tool calls that waited for a reviewer (issue 37).
 
 Revision ID: 0027
-Revises: 0024
+Revises: 0026
 Create Date: 2026-11-27
 
 Countersign as an MCP server answers a call that waits for a reviewer `input_required` with a
@@ -19,7 +19,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0027"
-down_revision: str | None = "0024"
+down_revision: str | None = "0026"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

@@ -131,7 +131,7 @@ const handlers = {
       setOutcome(step, "Nobody decided in time: not run", "failed");
     } else {
       for (const node of step.querySelectorAll(".decide, .to-inbox")) node.remove();
-      const outcome = `${data.state} by ${data.decided_by}`;
+      const outcome = `${data.state} by ${data.decided_by}${data.grant_id ? ` (grant ${data.grant_id}: not asked again)` : ""}`;
       setOutcome(step, outcome, data.state === "approved" ? "done" : "failed");
       // what the reviewer changed of the call (from what to what) and why, or why they rejected it
       if (data.note) $(".review", step).textContent = data.note;
