@@ -3,7 +3,8 @@
 A section is the text between `<!-- name -->` and `<!-- /name -->` (each on its own line); a module
 replaces its own and leaves the rest of the file as it is. The names: `bench.run` (the main report,
 first in the file), `bench.observability`, `bench.mcp`, `bench.conversation_length`, `bench.inbox`,
-`bench.hostile`, `bench.cost` (Countersign against the bare loop), `bench.load`, `bench.effects`
+`bench.hostile`, `bench.cost` (Countersign against the bare loop), `bench.load`, `bench.effects`,
+`bench.mcp_face` (a read through `/mcp` against the same call in a conversation)
 and `bench.soak`;
 `cost.gate` (what `bench.cost --check` found this round) and `cost.notes` (the profile and each
 cut's effect), both written by hand, follow `bench.cost`, and

@@ -37,6 +37,7 @@ with workflow.unsafe.imports_passed_through():
     )
     from countersign.core.calls import ToolInvocation, ToolResult, ToolSpec
     from countersign.core.contract import PendingQuestion, WaitingTurn
+    from countersign.core.grants import Granted
     from countersign.observability.workflow_metrics import record_approval_wait
 
 from workflows.conversation import Conversation
@@ -88,19 +89,24 @@ class ApprovalGate:
                 voided_by=voided.decided_by if voided else None,
             )
             conversation.approvals[approval.call_id] = approval
-            await self._record_request(approval, spec)
+            granted = await self._record_request(approval, spec)
+            if granted is not None:  # a reviewer's grant covers it: approved unasked, nobody told
+                approval.state, approval.decided_by = "approved", granted.approver
+                approval.grant_id = granted.grant_id
+                return approval
             self._notify(approval, "request")
         await self._wait_for_people(self._await_decision(approval, timedelta(seconds=policy.reminder_lead_s)))
         waited = (workflow.now() - approval.requested_at).total_seconds()
         record_approval_wait(spec.risk, approval.state, waited)
         return approval
 
-    async def _record_request(self, approval: Approval, spec: ToolSpec) -> None:
+    async def _record_request(self, approval: Approval, spec: ToolSpec) -> Granted | None:
         """Write the request where reviewers see it (`approval_requests`), before anyone is told:
-        the inbox lists what this worker recorded, never what a query answers."""
+        the inbox lists what this worker recorded, never what a query answers. A live grant that
+        covers the call is spent there instead (the answer; None in histories from before grants)."""
         conversation = self.conversation
         assert conversation.context is not None
-        await bookkeeping(
+        return await bookkeeping(
             RECORD_APPROVAL_REQUEST,
             RecordedApproval(
                 **conversation.pending_call(approval).model_dump(),

@@ -76,14 +76,15 @@ class ToolCalls:
         store: MessageStore,
         gate: ApprovalGate,
         outbox: EmailOutbox,
-        rollbacks_requested: Callable[[], bool],
+        unparkable: Callable[[], bool],
     ) -> None:
         self.conversation = conversation
         self.store = store
         self.gate = gate
         self.outbox = outbox
-        # a rollback accepted mid-turn runs after the turn, in this run: it is never carried
-        self.rollbacks_requested = rollbacks_requested
+        # what must finish in this run, so the batch may not park: a rollback accepted mid-turn (it
+        # runs after the turn and is never carried), a client's served call (workflows/served.py)
+        self.unparkable = unparkable
 
     async def run(self, calls: list[ToolCall], budget: int) -> list[StoredResult]:
         """Run a batch concurrently; results in call order. Calls past `budget` are refused.
@@ -141,7 +142,7 @@ class ToolCalls:
             continue_suggested(workflow.info())
             and unfinished <= self.gate.parked()
             and self.conversation.authorizing == 0
-            and not self.rollbacks_requested()
+            and not self.unparkable()
         )
 
     def _waiting(self, batch: WaitingTurn, tasks: list[asyncio.Task[StoredResult]]) -> WaitingTurn:
@@ -157,6 +158,11 @@ class ToolCalls:
         spec = self.conversation.spec(tool)
         assert spec is not None  # it was screened and waited for approval in the previous run
         return spec
+
+    async def one(self, call: ToolCall) -> StoredResult:
+        """A call a client asked for directly (workflows/served.py): the same path as a model's
+        call, as a batch of one within no turn's budget; its result stored at the next seq."""
+        return await self._handle(call, True, self.store.next_seq())
 
     async def _handle(self, call: ToolCall, within_budget: bool, seq: int) -> StoredResult:
         """Screen, check, approve or ask, and run one call; `seq`: where its result is stored."""
@@ -252,6 +258,7 @@ class ToolCalls:
             update={
                 "arguments": approval.edited_args or invocation.arguments,
                 "approved_by": approval.decided_by,
+                "grant_id": approval.grant_id,
                 **edit,
             }
         )

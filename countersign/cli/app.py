@@ -31,6 +31,7 @@ COMMANDS: dict[str, tuple[str, ...]] = {
     "dev": ("dev",),
     "drafts": ("leads",),
     "end": ("conversations",),
+    "grants": ("grants",),
     "healthcheck": ("health",),
     "inbox": ("inbox",),
     "leads": ("leads",),

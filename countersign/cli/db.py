@@ -51,7 +51,8 @@ def upgrade() -> None:
 @click.option(
     "--reset",
     is_flag=True,
-    help="Also set the seeded rows back to their seed values (the demo's leads, tasks, cases, …).",
+    help="Also set the seeded rows back to their seed values (the demo's leads, tasks, cases, …) "
+    "and cancel the scheduler's sessions and the meetings booked from them.",
 )
 def seed(reset: bool) -> None:
     """Load the seed data (tenants, users, business data, agents) into DATABASE_URL: what is missing,

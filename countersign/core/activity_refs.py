@@ -28,6 +28,7 @@ from countersign.core.authority import ActionCheck, ProofRequest
 from countersign.core.calls import McpCall, StoredResult, ToolInvocation, ToolResult, UnexecutedCall
 from countersign.core.contract import ConversationContext, StartConversation, TurnResult
 from countersign.core.envelopes import AppendMessages, RepliedTurn, Summarized, SummaryRequest
+from countersign.core.grants import Granted
 from countersign.core.messages import ModelReply, ModelRequest
 from countersign.core.saga import (
     CompensationOutcome,
@@ -90,9 +91,10 @@ RECORD_UNEXECUTED_CALL: ActivityRef[UnexecutedCall, None] = ActivityRef(
 )  # the audit row (and stored envelope) of a call refused, rejected or failed before it ran
 
 # --- approvals and the people around them -------------------------------------------------
-RECORD_APPROVAL_REQUEST: ActivityRef[RecordedApproval, None] = ActivityRef(
-    "record_approval_request", RecordedApproval, NONE
-)  # what reviewers are shown and a decision's proof binds
+RECORD_APPROVAL_REQUEST: ActivityRef[RecordedApproval, Granted] = ActivityRef(
+    "record_approval_request", RecordedApproval, Granted
+)  # what reviewers are shown and a decision's proof binds; the grant that approved it unasked, or
+# None (then nobody's grant covered it; and in histories recorded before grants)
 RECORD_DECISION: ActivityRef[DecisionRecord, Verdict] = ActivityRef(
     "record_decision", DecisionRecord, Verdict
 )

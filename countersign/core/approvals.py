@@ -12,9 +12,10 @@ from typing import Any, Literal
 from pydantic import BaseModel
 
 from countersign.core.bounds import BoundedJson, Identifier, Proof, Reason
-from countersign.core.calls import Risk, ToolSpec
+from countersign.core.calls import ApproverEdit, Risk, ToolSpec
 from countersign.core.conversation_ref import ConversationRef
 from countersign.core.effects import FieldChange
+from countersign.core.grants import GrantTerms
 
 ApprovalState = Literal["pending", "approved", "rejected", "expired"]
 DecisionKind = Literal["approve", "reject"]
@@ -26,6 +27,17 @@ APPROVER_ROLES: dict[Risk, frozenset[str]] = {
     "high": frozenset({"reviewer", "admin"}),
 }
 FOUR_EYES: frozenset[Risk] = frozenset({"high"})
+
+
+def decision_note(approver: str, decision: str, reason: str | None, changes: dict[str, Any] | None) -> str:
+    """What the requester is told of an accepted decision (`approval_decisions`: its `changes` as
+    stored, {name: {before, after}}): who decided, what they changed of the call (from what to
+    what) and why; for an edit, the line the model reads with the call's result."""
+    if changes:
+        changed = {name: FieldChange.model_validate(change) for name, change in changes.items()}
+        return ApproverEdit(approver=approver, changes=changed, reason=reason).note()
+    verb = "approved" if decision == "approve" else "rejected"
+    return f"{approver} {verb} it" + (f" (reason: {reason})" if reason else " (no reason given)")
 
 
 class Approval(BaseModel):
@@ -48,6 +60,9 @@ class Approval(BaseModel):
     # Asked again: who approved the earlier request of this call, voided because the call's effect
     # changed between that decision and its execution.
     voided_by: str | None = None
+    # Approved unasked: the grant that covered the call (countersign.core.grants), whose approver
+    # is `decided_by`.
+    grant_id: int | None = None
 
 
 class Decision(BaseModel):
@@ -59,6 +74,7 @@ class Decision(BaseModel):
     reason: Reason | None = None
     args: BoundedJson | None = None  # edited arguments (approve only)
     proof: Proof | None = None  # APPROVER_AUTH=signed: the inbox's proof for exactly this decision
+    grant: GrantTerms | None = None  # approve only: the same again, for a while (the proof binds it)
 
 
 class ApproveSignal(BaseModel):
@@ -67,6 +83,7 @@ class ApproveSignal(BaseModel):
     reason: Reason | None = None
     args: BoundedJson | None = None
     proof: Proof | None = None
+    grant: GrantTerms | None = None
 
     def decision(self) -> Decision:
         return Decision(decision="approve", **self.model_dump())

@@ -206,6 +206,7 @@ class ToolInvocation(BaseModel):
     arguments: str  # raw JSON text from the model (or edited by an approver)
     turn: int = 0
     approved_by: str | None = None
+    grant_id: int | None = None  # approved unasked, by this grant of `approved_by` (core/grants.py)
     # The model's arguments when the approver edited them (`arguments` then holds the edit): the
     # audit keeps both (tool_executions.args and edited_args), and the model is told of the edit.
     model_arguments: str | None = None

@@ -24,7 +24,7 @@ from countersign.core.bounds import (
 )
 from countersign.core.calls import Risk, StoredResult, ToolSpec
 from countersign.core.envelopes import Cursor, WindowPolicy
-from countersign.core.messages import ChatMessage, ToolCall, Usage
+from countersign.core.messages import MAX_ARGUMENTS_CHARS, MAX_TOOL_NAME_CHARS, ChatMessage, ToolCall, Usage
 from countersign.core.saga import Saga
 
 WORKFLOW_TYPE = "AgentWorkflow"
@@ -286,3 +286,33 @@ class Reply(BaseModel):
     state: Literal["replied", "waiting", "running", "ended"]
     turn: TurnResult | None = None
     status: StatusView | None = None
+
+
+class ServedCall(BaseModel):
+    """A tool call a client asks the conversation for directly, without a model turn (Countersign
+        as an MCP server: `countersign/server/mcp_face.py`): the `serve_call` update's payload.
+
+        `arguments` is the JSON text as the client sent it; it goes through the same screening,
+        argument check, tiers, approval and audit as a model's call. Sending the same `call_id` again
+        (with the same tool and arguments) asks how that call stands: it never runs it twice; `resume`
+    asks only that, refused when this run has no such call."""
+
+    user_id: Identifier
+    call_id: Identifier
+    tool: str = Field(min_length=1, max_length=MAX_TOOL_NAME_CHARS)
+    arguments: str = Field("{}", max_length=MAX_ARGUMENTS_CHARS)
+    proof: Proof | None = None  # signed mode: the server's proof for exactly this call
+    resume: bool = False  # only wait for an earlier call to finish: never start one
+
+    def tool_call(self) -> ToolCall:
+        return ToolCall(id=self.call_id, name=self.tool, arguments=self.arguments)
+
+
+class ServedOutcome(BaseModel):
+    """How a served call stands: `done` (its result's envelope; the body is in the store at
+    `result.seq`) or `waiting` for a reviewer (`expires_at`: when it fails closed)."""
+
+    call_id: str
+    state: Literal["done", "waiting"]
+    result: StoredResult | None = None
+    expires_at: datetime | None = None

@@ -57,3 +57,9 @@ def screen_call(call: ToolCall, tools: dict[str, ToolSpec], roles: list[str]) ->
 def offered_tools(tools: list[ToolSpec]) -> list[ToolSpec]:
     """What the model is shown: every tool of the agent except blocked ones."""
     return [t for t in tools if t.tier != "blocked"]
+
+
+def callable_tools(tools: list[ToolSpec], roles: list[str]) -> list[ToolSpec]:
+    """What a client calling tools directly is offered: the model's tools (`offered_tools`) that
+    `roles` may call (`screen_call` refuses the others as FORBIDDEN)."""
+    return [t for t in offered_tools(tools) if not t.required_roles or set(t.required_roles) & set(roles)]

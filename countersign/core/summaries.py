@@ -47,7 +47,20 @@ def summarize_result(content: str) -> str:
         candidates = value.get("candidates") or []
         which = f": {_items(candidates)}" if isinstance(candidates, list) and candidates else ""
         return _cut(f"needs {asked}{which}")
-    return _cut(f"ok: {_data(value.get('data'))}")
+    data = value.get("data")
+    note = _approver_note(data)
+    if isinstance(data, dict) and note is not None:  # ran as a reviewer edited it: what, and why
+        result = _cut("ok: " + _data(data.get("result")))
+        return f"{result} · {' '.join(note.split())}"
+    return _cut(f"ok: {_data(data)}")
+
+
+def _approver_note(data: Any) -> str | None:
+    """The note of a result whose call ran with a reviewer's edit (core.calls.result_for_model):
+    `bob changed new_status from "qualified" to "contacted" before approving (reason: …)`."""
+    edit = data.get("approver_edit") if isinstance(data, dict) else None
+    note = edit.get("note") if isinstance(edit, dict) else None
+    return note if isinstance(note, str) else None
 
 
 def _data(data: Any) -> str:

@@ -49,6 +49,8 @@ from countersign.db.schema import (
     Base,
     Compensation,
     DraftEdit,
+    Grant,
+    GrantUse,
     InputAudit,
     ProofCheck,
     RollbackRecord,
@@ -68,6 +70,8 @@ CHAINED: dict[str, type[Base]] = {
         TierChange,
         InputAudit,
         DraftEdit,
+        Grant,
+        GrantUse,
     )
 }
 

@@ -545,6 +545,8 @@ class ToolExecution(Base):
     outcome: Mapped[str]
     error: Mapped[str | None]
     approved_by: Mapped[str | None]
+    # approved unasked, by this grant (grants.id) of `approved_by`
+    grant_id: Mapped[int | None] = mapped_column(BigInteger)
     decision_reason: Mapped[str | None]
     idempotency_key: Mapped[str | None]
     started_at: Mapped[datetime | None]  # None for calls that never ran (rejected, blocked, ...)
@@ -590,6 +592,59 @@ class ApprovalDecision(Base):
     attempt_key: Mapped[str | None] = mapped_column(unique=True)  # workflow id:run id:activity id
     # True: the approver was shown by a proof (APPROVER_AUTH=signed); False: the name was claimed
     proven: Mapped[bool] = mapped_column(server_default=false())
+
+
+class Grant(Base):
+    """A reviewer's "the same again, for a while" (countersign.core.grants): minted by the accepted
+    approval `decision_id`, covering later calls of `tool` by `requester` in `agent` whose arguments,
+    free ones aside, hash to `args_sha256`, until `expires_at` or its uses run out, unless revoked.
+    Every change (a use spent, a revocation) is chained again (countersign.db.chain)."""
+
+    __tablename__ = "grants"
+    __table_args__ = (
+        Index(None, "tenant_id", "tool", "requester", "agent", "args_sha256"),
+        CheckConstraint("minutes BETWEEN 1 AND 10080", name="minutes"),
+        CheckConstraint("uses BETWEEN 1 AND 100", name="uses"),
+        CheckConstraint("uses_left BETWEEN 0 AND uses", name="uses_left"),
+    )
+
+    id: Mapped[int] = identity_pk()
+    tenant_id: Mapped[str] = tenant_column(indexed=False)
+    tool: Mapped[str]
+    requester: Mapped[str]
+    agent: Mapped[str]
+    args_sha256: Mapped[str]
+    args: Mapped[str]  # the approved arguments (JSON text), shown when the grant is listed
+    decision_id: Mapped[int] = mapped_column(BigInteger, ForeignKey("approval_decisions.id"), unique=True)
+    approver: Mapped[str]
+    workflow_id: Mapped[str]  # the conversation and call of the approval that minted it
+    call_id: Mapped[str]
+    minutes: Mapped[int]
+    uses: Mapped[int]
+    uses_left: Mapped[int]
+    expires_at: Mapped[datetime]
+    revoked_at: Mapped[datetime | None]
+    revoked_by: Mapped[str | None]
+    created_at: Mapped[datetime] = created_at()
+
+
+class GrantUse(Base):
+    """One call a grant let run unasked: keyed by the call's idempotency key, so a retried activity
+    finds its use instead of spending another."""
+
+    __tablename__ = "grant_uses"
+
+    id: Mapped[int] = identity_pk()
+    tenant_id: Mapped[str] = tenant_column(indexed=False)
+    grant_id: Mapped[int] = mapped_column(BigInteger, ForeignKey("grants.id"), index=True)
+    # the grant's approval, and its approver: what the use stands on
+    decision_id: Mapped[int] = mapped_column(BigInteger)
+    approver: Mapped[str]
+    workflow_id: Mapped[str]
+    conversation_id: Mapped[str] = conversation_column()
+    call_id: Mapped[str]
+    idempotency_key: Mapped[str] = mapped_column(unique=True)
+    created_at: Mapped[datetime] = created_at()
 
 
 class Compensation(Base):
@@ -1046,7 +1101,7 @@ class RequesterAction(Base):
     user_id: Mapped[str]
     via: Mapped[str]
     token_id: Mapped[int | None] = mapped_column(BigInteger)
-    action: Mapped[str]  # start, message, answer, rollback, end, status, transcript, audit
+    action: Mapped[str]  # start, message, answer, rollback, end, status, transcript, audit, mcp
     workflow_id: Mapped[str | None]
     status: Mapped[int]
     reason: Mapped[str | None]
@@ -1080,6 +1135,19 @@ class SpentSeal(Base):
     workflow_id: Mapped[str]
     conversation_id: Mapped[str]
     run_id: Mapped[str]
+    created_at: Mapped[datetime] = created_at()
+
+
+class McpContinuation(Base):
+    """A waiting MCP tool call's request state (countersign/core/continuation.py), spent: a state
+    counts once; presenting it again is refused as a replay."""
+
+    __tablename__ = "mcp_continuations"
+
+    nonce: Mapped[str] = mapped_column(primary_key=True)
+    tenant_id: Mapped[str]  # no foreign key, like spent_seals
+    workflow_id: Mapped[str]
+    call_id: Mapped[str]
     created_at: Mapped[datetime] = created_at()
 
 

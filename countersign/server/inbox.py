@@ -32,9 +32,11 @@ from countersign.core.bounds import MAX_REASON_CHARS
 from countersign.core.calls import Risk
 from countersign.core.effects import Effect, effect_lines, effect_warnings
 from countersign.core.evidence import bundle_tar
+from countersign.core.grants import GrantTerms, grant_refusal
 from countersign.core.messages import ChatMessage
 from countersign.core.shown import argument_lines, argument_warnings
 from countersign.db.chain import export_bundle
+from countersign.db.grants import GrantRefused, grant_view, grants_of, revoke_grant
 from countersign.db.instances import current_instance
 from countersign.db.messages import ConversationStore
 from countersign.db.people import check_password, roles_of
@@ -65,6 +67,7 @@ class DecisionRequest(BaseModel, extra="forbid"):
     decision: Literal["approve", "reject"]
     reason: str | None = Field(None, max_length=MAX_REASON_CHARS)
     args: dict[str, Any] | None = None
+    grant: GrantTerms | None = None  # approve only: later identical calls run unasked, for a while
 
 
 class BatchItem(BaseModel, extra="forbid"):
@@ -482,6 +485,8 @@ class Inbox:
         stale item gets 409 from there)."""
         if request.args is not None and request.decision != "approve":
             raise HttpRefusal(400, "edited arguments come only with an approval")
+        if request.grant is not None and (refusal := grant_refusal(request.decision)) is not None:
+            raise HttpRefusal(400, refusal)
         if request.args is not None and len(json.dumps(request.args)) > MAX_ARGS_CHARS:
             raise HttpRefusal(400, f"edited arguments longer than {MAX_ARGS_CHARS} characters")
         pending: PendingItem | None
@@ -507,6 +512,7 @@ class Inbox:
             request.decision,
             request.args if request.args is not None else pending.args,
             pending.effect_digest,  # as recorded in approval_requests: never the client's
+            request.grant,
         )
         decision = Decision(
             call_id=call_id,
@@ -515,6 +521,7 @@ class Inbox:
             reason=request.reason,
             args=request.args,
             proof=mint_proof(self._key, reviewer.user_id, binding, datetime.now(UTC)),
+            grant=request.grant,
         )
         try:
             approval: Approval = await self.client.get_workflow_handle(workflow_id).execute_update(
@@ -530,6 +537,25 @@ class Inbox:
                 raise
             raise await self._not_pending(workflow_id, call_id) from None
         return approval
+
+    # --- grants ---------------------------------------------------------------------------------
+
+    async def grants(self, reviewer: Reviewer) -> list[dict[str, Any]]:
+        """The tenant's grants the reviewer may see: all of them for an admin, else those they
+        made or that let their own calls run (countersign.db.grants.grants_of)."""
+        async with self._sessions() as session:
+            found = await grants_of(session, reviewer.tenant_id, seen_by=reviewer.user_id)
+        now = datetime.now(UTC)
+        return [grant_view(g, now) for g in found]
+
+    async def revoke_grant(self, reviewer: Reviewer, grant_id: int) -> dict[str, Any]:
+        """Revoke a grant of the reviewer's tenant (an admin, or the approver who made it), chained."""
+        try:
+            async with self._sessions() as session, session.begin():
+                grant = await revoke_grant(session, grant_id, reviewer.user_id, reviewer.tenant_id)
+                return grant_view(grant, datetime.now(UTC))
+        except GrantRefused as refused:
+            raise HttpRefusal(refused.status, str(refused)) from None
 
     async def always_allow(self, reviewer: Reviewer, workflow_id: str, call_id: str) -> dict[str, Any]:
         """An admin's standing "always allow this tool for this agent" from a pending call: the

@@ -21,6 +21,7 @@ from countersign.core.approvals import (
     DecisionRecord,
     RejectSignal,
     approver_refusal,
+    decision_note,
     decision_state_refusal,
 )
 from countersign.core.calls import McpTool, Risk, ToolSpec
@@ -248,3 +249,14 @@ def test_reviewers_see_times_as_text_and_an_mcp_tools_own_description_and_schema
     )
     shown = PendingApproval.of(waiting(), spec)
     assert (shown.description, shown.parameters) == (spec.description, spec.parameters)
+
+
+def test_a_decision_note_says_who_decided_what_they_changed_and_why() -> None:
+    """What the requester reads of a decision (issue 41): the reason, and an edit from what to what
+    (as `approval_decisions.changes` stores it), in the words the model reads with the result."""
+    assert decision_note("bob", "approve", "ok", None) == "bob approved it (reason: ok)"
+    assert decision_note("bob", "reject", None, {}) == "bob rejected it (no reason given)"
+    changes = {"new_status": {"before": "qualified", "after": "contacted"}}
+    assert decision_note("bob", "approve", "only contacted", changes) == (
+        'bob changed new_status from "qualified" to "contacted" before approving (reason: only contacted)'
+    )

@@ -57,7 +57,7 @@ PAYLOADS: dict[type[BaseModel], tuple[str, str]] = {
         f"{T} conversation_user request",
     ),
     ProofRequest: (
-        f"{A} action actor agent call_id content message_id proof text",
+        f"{A} action actor agent call_id content message_id proof text tool",
         f"{T} action actor",
     ),
     StoredInput: (
@@ -68,9 +68,10 @@ PAYLOADS: dict[type[BaseModel], tuple[str, str]] = {
     SummaryRequest: (f"{A} agent previous seq seqs", f"{T} previous seq seqs"),
     ConversationInstance: (f"{A} agent user_id", f"{A} agent user_id"),
     SealRequest: (f"{A} agent digest user_id", f"{A} agent digest user_id"),
-    # effect_sha256: what the reviewer saw (issue 34), added with a default after the address was shared
+    # effect_sha256: what the reviewer saw (issue 34), grant: the grant the decision makes (issue 35),
+    # both added with a default after the address was shared
     Binding: (
-        f"{A} action args_sha256 effect_sha256 nonce risk target tool",
+        f"{A} action args_sha256 effect_sha256 grant nonce risk target tool",
         f"{T} action args_sha256 target",
     ),
     # continued_from: the run that sealed it (issue 40), added with a default after the address was shared

@@ -62,6 +62,7 @@ NOT_RUN = {
     "docker run -d -p 16686:16686": "no Docker engine here (Jaeger)",
     ".venv/bin/countersign rollback WF": "WF stands for one of the reader's conversations",
     ".venv/bin/countersign stats ": "its numbers are this machine's durations and this day's calls",
+    ".venv/bin/countersign tokens create --tenant acme --name desktop": "it prints a new secret each time",
 }
 SSO_SECTION = "#### Single sign-on with the mock provider"
 # Ports the README types (mock provider, a second inbox, the worker's metrics): moved like the stack's.
