@@ -16,8 +16,8 @@ from typing import Any
 WIDTH = 160  # characters of one summary line before it is cut with …
 SHOWN_ITEMS = 5  # items of a list named before "+N more"
 # Fields that name a record, most telling first; `user_local` is a scheduling slot in the user's zone.
-LABELS = ("user_local", "name", "title", "email", "subject", "id")
-DETAILS = ("email", "status", "state", "company", "due_date")
+LABELS = ("user_local", "name", "title", "email", "subject", "message", "id")
+DETAILS = ("email", "status", "state", "company", "due_date", "kind")
 
 
 def counted(n: int, noun: str) -> str:
@@ -93,6 +93,9 @@ def _label(record: dict[str, Any]) -> str | None:
 
 
 def _describe(record: dict[str, Any]) -> str:
+    found = record.get("record")
+    if isinstance(found, dict):  # a search hit: the record it found, in its collection (`7 hits: 3; 1`)
+        return (f"{record['collection']}: " if record.get("collection") else "") + _describe(found)
     label = _label(record) or json.dumps(record, default=str)
     details = [str(record[k]) for k in DETAILS if record.get(k) not in (None, "") and str(record[k]) != label]
     index = f"{record['index']}. " if isinstance(record.get("index"), int) else ""

@@ -46,6 +46,21 @@ def ok(data: object) -> str:
         (ok({"name": "Jane", "email": "jane@x", "status": "new"}), "ok: Jane (jane@x, new)"),
         (ok({"email": "jane@x", "status": "new"}), "ok: jane@x (new)"),  # the label is not repeated
         (ok({"text": "12:00 in Tokyo"}), "ok: 12:00 in Tokyo"),  # an MCP server's text content
+        (  # a search hit is the record it found, not its id (it read "2 hits: 3; 1")
+            ok(
+                {
+                    "hits": [
+                        {"collection": "contacts", "id": 3, "record": {"id": 3, "name": "Sam Lee"}},
+                        {"collection": "cases", "id": 1, "record": {"title": "Review", "status": "open"}},
+                    ]
+                }
+            ),
+            "ok: 2 hits: contacts: Sam Lee; cases: Review (open)",
+        ),
+        (  # a notification reads as its message (it read "1 notifications: 4 (open)")
+            ok({"notifications": [{"id": 4, "kind": "reminder", "message": "Review due", "status": "open"}]}),
+            "ok: 1 notifications: Review due (open, reminder)",
+        ),
         (ok({}), "ok: {}"),
         (ok(42), "ok: 42"),
         (ok(None), "ok: null"),
