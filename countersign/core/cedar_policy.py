@@ -262,11 +262,9 @@ def counters_named(policies: Mapping[str, Any]) -> frozenset[str]:
     return frozenset(named & set(HISTORY_COUNTERS))
 
 
-def compile_policies(text: str, tools: Iterable[ToolSpec]) -> CompiledPolicies:
-    """Check a policy set against the tenant's tools and parse it; raises PolicySetError with every
-    problem found (a syntax error, an unknown annotation, a bad @approvals, a schema error, an
-    auto-allowed high-risk tool without @allow_high)."""
-    specs = {spec.name: spec for spec in tools}
+def _parsed(text: str) -> tuple[dict[str, Any], dict[str, PolicyInfo], list[str]]:
+    """The set's policies (Cedar's JSON form), what their annotations declare, and the problems
+    found in them."""
     try:
         parsed = json.loads(cedarpy.policies_to_json_str(text))
     except ValueError as err:
@@ -274,10 +272,18 @@ def compile_policies(text: str, tools: Iterable[ToolSpec]) -> CompiledPolicies:
     if parsed.get("templates"):
         raise PolicySetError(["templates are not supported: write each policy out"])
     problems: list[str] = []
-    infos = {pid: _info(pid, policy, problems) for pid, policy in parsed["staticPolicies"].items()}
+    policies: dict[str, Any] = parsed["staticPolicies"]
+    infos = {pid: _info(pid, policy, problems) for pid, policy in policies.items()}
     names = [info.id for info in infos.values() if info.id]
     problems += [f"@id({n!r}) is used twice" for n in sorted({n for n in names if names.count(n) > 1})]
-    for pid, policy in parsed["staticPolicies"].items():
+    return policies, infos, problems
+
+
+def _high_risk_problems(
+    policies: Mapping[str, Any], infos: Mapping[str, PolicyInfo], specs: Mapping[str, ToolSpec]
+) -> list[str]:
+    problems = []
+    for pid, policy in policies.items():
         info = infos[pid]
         if info.effect != "permit" or info.approvals or "allow_high" in (policy.get("annotations") or {}):
             continue
@@ -289,17 +295,36 @@ def compile_policies(text: str, tools: Iterable[ToolSpec]) -> CompiledPolicies:
                 f"policy {info.id!r} would run high-risk tools without asking ({', '.join(high)}): "
                 'add @approvals("N"), narrow its action, or say why with @allow_high("why")'
             )
+    return problems
+
+
+def compile_policies(text: str, tools: Iterable[ToolSpec]) -> CompiledPolicies:
+    """Check a policy set against the tenant's tools and parse it (at `policy apply`); raises
+    PolicySetError with every problem found (a syntax error, an unknown annotation, a bad
+    @approvals, a schema error, an auto-allowed high-risk tool without @allow_high)."""
+    specs = {spec.name: spec for spec in tools}
+    policies, infos, problems = _parsed(text)
+    problems += _high_risk_problems(policies, infos, specs)
     validation = cedarpy.validate_policies(text, schema_for(specs.values()))
     for error in validation.errors:
         named = validation.id_annotations_by_policy_id.get(error.policy_id) or error.policy_id
         problems.append(f"policy {named!r}: {error.error}" if named else error.error)
     if problems:
         raise PolicySetError(problems)
+    return load_policies(text)
+
+
+def load_policies(text: str) -> CompiledPolicies:
+    """An applied set (checked by compile_policies when it was applied), parsed for evaluation:
+    the tools it was checked against may have changed since, its annotations may not."""
+    policies, infos, problems = _parsed(text)
+    if problems:
+        raise PolicySetError(problems)
     return CompiledPolicies(
         text=text,
         handle=cedarpy.PolicySet.from_str(text),
         policies=infos,
-        counters=counters_named(parsed["staticPolicies"]),
+        counters=counters_named(policies),
     )
 
 

@@ -50,6 +50,7 @@ from countersign.db.schema import (
     Compensation,
     DraftEdit,
     InputAudit,
+    PolicyChange,
     ProofCheck,
     RollbackRecord,
     TierChange,
@@ -66,6 +67,7 @@ CHAINED: dict[str, type[Base]] = {
         Compensation,
         RollbackRecord,
         TierChange,
+        PolicyChange,
         InputAudit,
         DraftEdit,
     )
