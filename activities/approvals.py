@@ -27,6 +27,7 @@ from countersign.core.approvals import (
     RecordedApproval,
     Verdict,
     approver_refusal,
+    quorum_refusal,
 )
 from countersign.core.calls import CallerContext, argument_changes
 from countersign.core.effects import Effect, FieldChange, arguments_effect, one_line
@@ -50,6 +51,15 @@ def unresolved(request: RecordedApproval, problem: str) -> Effect:
     )
     effect = arguments_effect(request.tool, load_arguments_or_raw(request.args))
     return effect.model_copy(update={"summary": summary, "problem": problem})
+
+
+def pending(record: DecisionRecord) -> bool:
+    """An accepted approval that leaves its quorum short: the request stays open for the next."""
+    return (
+        record.quorum is not None
+        and record.decision.decision == "approve"
+        and len(record.approved_by) + 1 < record.quorum.approvals
+    )
 
 
 class ApprovalActivities:
@@ -95,6 +105,10 @@ class ApprovalActivities:
                     refusal = approver_refusal(
                         decision.decision, record.risk, record.requested_by, decision.approver, roles
                     )
+                    if refusal is None and record.quorum is not None:
+                        refusal = quorum_refusal(
+                            record.quorum, decision, record.requested_by, record.approved_by, roles or []
+                        )
                 if refusal is None and decision.decision == "approve" and record.risk in FOUR_EYES:
                     refusal = await self._editor_refusal(session, record)
                 edited, changes, effect = None, None, None
@@ -103,7 +117,7 @@ class ApprovalActivities:
                 if edited is not None:
                     changes = self._changes(record, edited)
                     effect = await self._edited_effect(session, record, edited)
-                if refusal is None:
+                if refusal is None and not pending(record):
                     await self._close(
                         session, record, "approved" if decision.decision == "approve" else "rejected"
                     )
@@ -128,6 +142,7 @@ class ApprovalActivities:
             await chain(session, row)  # a re-run finds it chained: nothing is appended twice
             if row.accepted:
                 state = "approved" if row.decision == "approve" else "rejected"
+                state = "pending" if pending(record) else state  # a quorum's approval short of N
                 decided = {
                     "call_id": row.call_id,
                     "tool": row.tool,
@@ -239,8 +254,12 @@ class ApprovalActivities:
 
     @staticmethod
     async def _record(session: AsyncSession, request: RecordedApproval, effect: Effect) -> None:
-        values = request.model_dump(exclude={"parameters"}) | {
+        values = request.model_dump(exclude={"parameters", "quorum"}) | {
             "parameters": request.parameters,
+            "approvals_required": request.quorum.approvals if request.quorum else 1,
+            "policy": request.quorum.model_dump(mode="json", exclude_defaults=True)
+            if request.quorum
+            else None,
             "args_sha256": args_digest(request.args),
             "effect": effect.model_dump(mode="json"),
             "effect_sha256": effect.digest,

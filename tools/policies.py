@@ -20,13 +20,11 @@ from typing import Any
 from sqlalchemy import func, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from countersign.core.calls import ToolSpec
+from countersign.core.calls import NO_MATCH, PolicyDecision, ToolSpec
 from countersign.core.cedar_policy import (
     HISTORY_COUNTERS,
-    NO_MATCH,
     CallFacts,
     CompiledPolicies,
-    PolicyDecision,
     PolicySetError,
     compile_policies,
     decide,

@@ -45,7 +45,9 @@ async def require_tenant(session: AsyncSession, tenant: str) -> None:
 @click.option("--shadow", is_flag=True, help="Evaluate it beside the enforced set, changing nothing.")
 def apply(file: str, tenant: str, changed_by: str, shadow: bool) -> None:
     """Validate FILE against the tenant's tools and install it (an empty FILE removes the set).
-    Applies to calls from now on, in running conversations too."""
+
+    Conversations started afterwards check every call against the tenant's sets as they are at
+    the call; a conversation started while the tenant had none keeps its snapshot (no policy step)."""
     text = read_file(file)
 
     async def attempt(session: AsyncSession) -> schema.PolicyChange:

@@ -37,9 +37,8 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import cedarpy
-from pydantic import BaseModel, Field
 
-from countersign.core.calls import ToolSpec
+from countersign.core.calls import NO_MATCH, PolicyDecision, ToolSpec
 from countersign.core.effects import Effect
 
 NAMESPACE = "Countersign"
@@ -75,21 +74,6 @@ EFFECT_TYPE: dict[str, Any] = {
         "changes": {"type": "Long"},  # how many records it changes, deletes or creates
     },
 }
-
-Outcome = Literal["forbid", "permit_run", "permit_approvals", "no_match"]
-
-
-class PolicyDecision(BaseModel):
-    """What the tenant's policies say about one call; `policy` is the deciding policy's `@id`."""
-
-    outcome: Outcome
-    policy: str | None = None
-    approvals: int = 0  # permit_approvals: how many distinct approvers
-    approvers: list[str] = Field(default_factory=list)  # roles that may approve ([]: the tool's own)
-    error: str | None = None  # a policy's evaluation failed: the call is refused, naming it
-
-
-NO_MATCH = PolicyDecision(outcome="no_match")
 
 
 class PolicySetError(ValueError):

@@ -551,7 +551,10 @@ class ShadowDifference(Base):
     (each a PolicyDecision as JSON; `enforced` no_match: the tiers decided)."""
 
     __tablename__ = "shadow_differences"
-    __table_args__ = (Index(None, "tenant_id", "created_at"),)
+    __table_args__ = (
+        UniqueConstraint("workflow_id", "conversation_id", "call_id"),
+        Index(None, "tenant_id", "created_at"),
+    )
 
     id: Mapped[int] = identity_pk()
     tenant_id: Mapped[str] = tenant_column(indexed=False)

@@ -9,12 +9,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from countersign.core.calls import Risk, ToolSpec
+from countersign.core.calls import PolicyDecision, Risk, ToolSpec
 from countersign.core.cedar_policy import (
     ANNOTATIONS,
     MAX_APPROVALS,
     CallFacts,
-    PolicyDecision,
     PolicySetError,
     cedar_type,
     cedar_value,

@@ -9,7 +9,7 @@ tiers; `shadow` is evaluated beside it and changes nothing), with its version an
 `policy_changes`: every attempt to apply one, accepted or refused with why, chained in the tenant's
 audit like `tier_changes` (countersign/db/chain.py CHAINED).
 `shadow_differences`: each call whose outcome under the shadow set differs from the enforced one's,
-for admins to read before they enforce it.
+for admins to read before they enforce it (once per call).
 `approval_requests.approvals_required`: how many distinct approvers the call needs (a policy's
 `@approvals`; 1 on every request before it), and `.policy` / `tool_executions.policy`: the policy
 decision on the call (which policy, what outcome), on the card and in the audit row.
@@ -80,6 +80,12 @@ def upgrade() -> None:
             ["tenant_id"], ["tenants.id"], name="fk_shadow_differences_tenant_id_tenants"
         ),
         sa.PrimaryKeyConstraint("id", name="pk_shadow_differences"),
+        sa.UniqueConstraint(
+            "workflow_id",
+            "conversation_id",
+            "call_id",
+            name="uq_shadow_differences_workflow_id_conversation_id_call_id",
+        ),
     )
     op.create_index(
         "ix_shadow_differences_tenant_id_created_at", "shadow_differences", ["tenant_id", "created_at"]

@@ -1,0 +1,194 @@
+"""The policy gate on real parts (Temporal, PostgreSQL, the worker): a tenant's Cedar policies decide
+beside the tiers. A forbid refuses unasked; a permit runs unasked; @approvals("2") needs two distinct
+approvers, never the requester; a shadow set changes nothing and records the difference; a tenant
+without policies adds no step to the conversation."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+import pytest_asyncio
+from sqlalchemy import delete, select
+from sqlalchemy.ext.asyncio import AsyncEngine
+from temporalio.client import WorkflowHandle, WorkflowUpdateFailedError
+
+from countersign.core.approvals import Decision
+from countersign.db.engine import session_factory
+from countersign.db.schema import ApprovalRequest, ShadowDifference, TenantPolicy
+from tests.fixtures.agent import AgentHarness
+from tests.fixtures.updates import execute_update
+from tests.workflows.test_approvals import (
+    ECHO_RESULT,
+    audit,
+    jane_is_new,  # noqa: F401  (a fixture, used by name)
+    last_tool_result,
+    lead_status,
+    pending,
+    qualify,
+)
+from tools.policies import apply_policies
+from workflows.agent import AgentWorkflow
+
+STATUS = 'Countersign::Action::"update_lead_status"'
+pytestmark = pytest.mark.usefixtures("jane_is_new")
+
+
+@pytest_asyncio.fixture
+async def policies(db_engine: AsyncEngine) -> AsyncIterator[Any]:
+    """Apply a set for acme (by carol, its admin); acme has none again afterwards."""
+
+    async def apply(text: str, shadow: bool = False) -> None:
+        async with session_factory(db_engine)() as session, session.begin():
+            change = await apply_policies(
+                session, tenant_id="acme", text=text, shadow=shadow, changed_by="carol", via="cli"
+            )
+            assert change.accepted, change.reason
+
+    yield apply
+    async with db_engine.begin() as conn:
+        await conn.execute(delete(TenantPolicy).where(TenantPolicy.tenant_id == "acme"))
+
+
+async def asked_policies(handle: WorkflowHandle[Any, Any]) -> bool:
+    """Whether the conversation's history holds a policy evaluation."""
+    history = await handle.fetch_history()
+    markers = [
+        e.marker_recorded_event_attributes
+        for e in history.events
+        if e.HasField("marker_recorded_event_attributes")
+    ]
+    recorded = [p.data for m in markers for p in m.details["data"].payloads]
+    return any(b'"evaluate_policy"' in data for data in recorded)
+
+
+async def test_a_forbidden_call_is_refused_unasked_naming_the_policy(
+    agent: AgentHarness, db_engine: AsyncEngine, policies: Any
+) -> None:
+    await policies(f'@id("never-qualify") forbid(principal, action == {STATUS}, resource) '
+                   'when { context.args.new_status == "qualified" };')  # fmt: skip
+    agent.script(qualify(), ECHO_RESULT)
+    handle = await agent.start("qualify jane", single_turn=True)
+    await handle.result()
+    result = last_tool_result(await agent.transcript(handle))
+    assert result["error"]["code"] == "FORBIDDEN"
+    assert "policy never-qualify forbids this update_lead_status call" in result["error"]["message"]
+    (row,) = await audit(db_engine, handle.id)
+    assert (row.outcome, row.policy) == ("blocked", {"outcome": "forbid", "policy": "never-qualify"})
+    async with db_engine.connect() as conn:
+        asked = (
+            await conn.execute(select(ApprovalRequest).where(ApprovalRequest.workflow_id == handle.id))
+        ).all()
+    assert asked == [] and await lead_status(db_engine, "acme") == "new"
+
+
+async def test_a_permitted_call_runs_unasked(
+    agent: AgentHarness, db_engine: AsyncEngine, policies: Any
+) -> None:
+    await policies(
+        f'@id("qualify-freely") @allow_high("demo") permit(principal, action == {STATUS}, resource);'
+    )
+    agent.script(qualify(), ECHO_RESULT)
+    handle = await agent.start("qualify jane", single_turn=True)
+    await handle.result()
+    (row,) = await audit(db_engine, handle.id)
+    assert (row.outcome, row.approved_by) == ("executed", None)
+    assert row.policy == {"outcome": "permit_run", "policy": "qualify-freely"}
+    assert await lead_status(db_engine, "acme") == "qualified"
+
+
+async def test_two_approvers_distinct_and_never_the_requester(
+    agent: AgentHarness, db_engine: AsyncEngine, policies: Any
+) -> None:
+    await policies(f'@id("two-for-status") @approvals("2") permit(principal, action == {STATUS}, resource);')
+    agent.script(qualify(), ECHO_RESULT)
+    handle = await agent.start("qualify jane", single_turn=True)  # by alice
+    (waiting,) = (await pending(handle)).pending_approvals
+
+    async def decide(approver: str) -> Any:
+        return await execute_update(
+            handle,
+            AgentWorkflow.decide,
+            Decision(call_id=waiting.call_id, decision="approve", approver=approver),
+        )
+
+    first = await decide("bob")
+    assert first.state == "pending" and first.progress() == "1 of 2: bob approved"
+    for again, why in (("bob", "bob already approved"), ("alice", "alice may not decide high-risk calls")):
+        with pytest.raises(WorkflowUpdateFailedError) as refused:
+            await decide(again)
+        assert why in str(refused.value.cause)
+    assert await lead_status(db_engine, "acme") == "new", "one approval of two runs nothing"
+    async with db_engine.connect() as conn:
+        request = (
+            await conn.execute(select(ApprovalRequest).where(ApprovalRequest.workflow_id == handle.id))
+        ).one()
+    assert (request.state, request.approvals_required) == ("pending", 2)
+    assert request.policy == {"outcome": "permit_approvals", "policy": "two-for-status", "approvals": 2}
+
+    second = await decide("carol")
+    assert second.state == "approved" and second.decided_by == "bob, carol"
+    await handle.result()
+    assert await lead_status(db_engine, "acme") == "qualified"
+    (row,) = await audit(db_engine, handle.id)
+    assert (row.outcome, row.approved_by, row.policy["policy"]) == (
+        "executed",
+        "bob, carol",
+        "two-for-status",
+    )
+
+
+async def test_one_rejection_ends_a_quorum(
+    agent: AgentHarness, db_engine: AsyncEngine, policies: Any
+) -> None:
+    await policies(f'@id("two-for-status") @approvals("2") permit(principal, action == {STATUS}, resource);')
+    agent.script(qualify(), ECHO_RESULT)
+    handle = await agent.start("qualify jane", single_turn=True)
+    (waiting,) = (await pending(handle)).pending_approvals
+    await execute_update(
+        handle, AgentWorkflow.decide, Decision(call_id=waiting.call_id, decision="approve", approver="bob")
+    )
+    rejected = await execute_update(
+        handle, AgentWorkflow.decide, Decision(call_id=waiting.call_id, decision="reject", approver="carol")
+    )
+    assert rejected.state == "rejected"
+    await handle.result()
+    assert last_tool_result(await agent.transcript(handle))["error"]["code"] == "REJECTED"
+    assert await lead_status(db_engine, "acme") == "new"
+
+
+async def test_a_shadow_set_changes_nothing_and_records_the_difference(
+    agent: AgentHarness, db_engine: AsyncEngine, policies: Any
+) -> None:
+    await policies(f'@id("would-forbid") forbid(principal, action == {STATUS}, resource);', shadow=True)
+    agent.script(qualify(), ECHO_RESULT)
+    handle = await agent.start("qualify jane", single_turn=True)
+    (waiting,) = (await pending(handle)).pending_approvals  # the tiers decide, as before
+    await execute_update(
+        handle, AgentWorkflow.decide, Decision(call_id=waiting.call_id, decision="approve", approver="bob")
+    )
+    await handle.result()
+    assert await lead_status(db_engine, "acme") == "qualified"
+    (row,) = await audit(db_engine, handle.id)
+    assert row.policy is None  # no enforced set decided anything
+    async with db_engine.connect() as conn:
+        (difference,) = (
+            await conn.execute(select(ShadowDifference).where(ShadowDifference.workflow_id == handle.id))
+        ).all()
+    assert (difference.enforced, difference.shadow) == (
+        {"outcome": "no_match"},
+        {"outcome": "forbid", "policy": "would-forbid"},
+    )
+    assert await asked_policies(handle)
+
+
+async def test_a_tenant_without_policies_adds_no_step(agent: AgentHarness) -> None:
+    agent.script(qualify(), ECHO_RESULT)
+    handle = await agent.start("qualify jane", single_turn=True)
+    (waiting,) = (await pending(handle)).pending_approvals
+    await execute_update(
+        handle, AgentWorkflow.decide, Decision(call_id=waiting.call_id, decision="approve", approver="bob")
+    )
+    await handle.result()
+    assert not await asked_policies(handle)
