@@ -28,6 +28,14 @@ APPROVER_ROLES: dict[Risk, frozenset[str]] = {
 FOUR_EYES: frozenset[Risk] = frozenset({"high"})
 
 
+def quorum_line(required: int, approved_by: list[str]) -> str:
+    """ "1 of 2: bob approved": a quorum's card line; "" for a call that needs one approver."""
+    if required < 2:
+        return ""
+    said = f": {', '.join(approved_by)} approved" if approved_by else ""
+    return f"{len(approved_by)} of {required}{said}"
+
+
 class Approval(BaseModel):
     call_id: str
     tool: str
@@ -58,11 +66,7 @@ class Approval(BaseModel):
         return self.quorum.approvals if self.quorum else 1
 
     def progress(self) -> str:
-        """ "1 of 2: bob approved" (a quorum's card line); "" for a single approval."""
-        if self.quorum is None:
-            return ""
-        said = f": {', '.join(self.approvals)} approved" if self.approvals else ""
-        return f"{len(self.approvals)} of {self.required}{said}"
+        return quorum_line(self.required, self.approvals)
 
 
 class Decision(BaseModel):
