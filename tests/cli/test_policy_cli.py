@@ -15,10 +15,13 @@ import pytest_asyncio
 from sqlalchemy import delete, insert, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from countersign.core.cedar_policy import compile_policies
 from countersign.db.chain import verify_live
 from countersign.db.engine import session_factory
 from countersign.db.schema import AuditChainRecord, PolicyChange, TenantPolicy, ToolExecution
+from countersign.runtime.config import PROJECT_ROOT
 from tests.fixtures.cli import run_starter
+from tools.registry import REGISTRY
 
 FORBID_COMPETITOR = """
 @id("no-competitor")
@@ -140,3 +143,14 @@ async def test_policy_test_replays_recorded_calls_with_their_history(
         in text.stdout
     )
     assert f"({marker} c0" not in text.stdout
+
+
+def test_the_readmes_policy_file_is_a_valid_set_with_each_kind() -> None:
+    """README, "Policies, grants and quorum": the file people copy applies as shown."""
+    readme = (PROJECT_ROOT / "README.md").read_text()
+    section = readme[readme.index("A policy file with each kind") :]
+    text = section[section.index("```text\n") + len("```text\n") : section.index("```\n", 10)]
+    compiled = compile_policies(text, [tool.spec() for tool in REGISTRY.values()])
+    kinds = {(p.effect, p.approvals > 0) for p in compiled.policies.values()}
+    assert kinds == {("forbid", False), ("permit", False), ("permit", True)}
+    assert compiled.counters == {"calls_today_by_requester"}
