@@ -102,6 +102,7 @@ class CompiledPolicies:
     handle: cedarpy.PolicySet
     policies: Mapping[str, PolicyInfo]  # by Cedar's own id (policy0, policy1…)
     counters: frozenset[str]  # the HISTORY_COUNTERS the set names
+    reads_effect: bool  # a condition reads `context.effect`: the gate resolves the call's effect
 
 
 # --- the schema ------------------------------------------------------------------------------------
@@ -235,6 +236,20 @@ def _is_history(node: Any) -> bool:
     )
 
 
+def reads_effect(policies: Mapping[str, Any]) -> bool:
+    """Whether a set's conditions read the call's effect (`context.effect…`, `context has effect`)."""
+    for node in _walk(policies):
+        for op in (".", "has"):
+            access = node.get(op)
+            if (
+                isinstance(access, Mapping)
+                and access.get("attr") == "effect"
+                and access.get("left") == {"Var": "context"}
+            ):
+                return True
+    return False
+
+
 def counters_named(policies: Mapping[str, Any]) -> frozenset[str]:
     """The HISTORY_COUNTERS a set's conditions read (`context.history.x`, `context.history has x`)."""
     named = set()
@@ -309,6 +324,7 @@ def load_policies(text: str) -> CompiledPolicies:
         handle=cedarpy.PolicySet.from_str(text),
         policies=infos,
         counters=counters_named(policies),
+        reads_effect=reads_effect(policies),
     )
 
 

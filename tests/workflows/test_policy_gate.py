@@ -83,6 +83,20 @@ async def test_a_forbidden_call_is_refused_unasked_naming_the_policy(
     assert asked == [] and await lead_status(db_engine, "acme") == "new"
 
 
+async def test_a_policy_reads_the_calls_resolved_effect(
+    agent: AgentHarness, db_engine: AsyncEngine, policies: Any
+) -> None:
+    """The arguments name the lead by email; only the resolved effect says whose company it is."""
+    whose = 'context has effect && context.effect.summary like "*Doe Consulting*"'
+    await policies(f'@id("not-doe") forbid(principal, action == {STATUS}, resource) when {{ {whose} }};')
+    agent.script(qualify(), ECHO_RESULT)
+    handle = await agent.start("qualify jane", single_turn=True)
+    await handle.result()
+    assert last_tool_result(await agent.transcript(handle))["error"]["code"] == "FORBIDDEN"
+    (row,) = await audit(db_engine, handle.id)
+    assert row.policy == {"outcome": "forbid", "policy": "not-doe"}
+
+
 async def test_a_permitted_call_runs_unasked(
     agent: AgentHarness, db_engine: AsyncEngine, policies: Any
 ) -> None:
