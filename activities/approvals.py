@@ -192,7 +192,12 @@ class ApprovalActivities:
         )
         if request is None:
             return None
-        fields = {name: getattr(request, name) for name in RecordedApproval.model_fields if name != "args"}
+        # the request as recorded, with the edit's arguments (its quorum is in `policy`: not needed here)
+        fields = {
+            name: getattr(request, name)
+            for name in RecordedApproval.model_fields
+            if name not in ("args", "quorum")
+        }
         recorded = RecordedApproval(**fields, args=edited)
         try:
             async with session.begin_nested():
