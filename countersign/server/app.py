@@ -38,6 +38,7 @@ from countersign.server import (
     inbox_routes,
     notifications,
     pages,
+    policies,
 )
 from countersign.server.auth import SESSION_TTL
 from countersign.server.conversation_events import ConversationEvents
@@ -236,6 +237,7 @@ def create_app(
     inbox_routes.add_routes(app, inbox)
     door.add_routes(app, requesters, readers)
     agent_tools.add_routes(app, requesters.sessions)
+    policies.add_routes(app, requesters.sessions)
     channels.add_routes(app)
     drafts.add_routes(app)
     notifications.add_routes(app)

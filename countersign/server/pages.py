@@ -7,6 +7,8 @@ The pages added here, beside the inbox (`/`) and the chat (`/chat`) that counter
 - `/tools`: a tenant admin's tier panel, each agent's tools with risk, category, whether they can be
   undone and their tier, changed through `PUT /api/agents/{agent}/tools` (countersign.server.agent_tools,
   whose rules hold) and its history from `tier_changes`;
+- `/policies`: a tenant admin's Cedar policies (countersign.server.policies): the enforced and
+  shadow sets, validate, apply, apply as shadow, and the calls the shadow set would decide otherwise;
 - `/drafts`: a person's email drafts (read, edit through `PATCH /api/drafts/{id}`, and send: a link
   to the chat with an agent that has `send_draft`, the message ready, so that it goes through
   approval like every email) and notifications (list, resolve through countersign.server.notifications).
@@ -73,6 +75,15 @@ async def tools_page(request: web.Request) -> web.Response:
     return response
 
 
+async def policies_page(request: web.Request) -> web.Response:
+    """The tenant's Cedar policies: for anyone but an admin of the tenant, a refusal (403)."""
+    header = await header_of(request)
+    status = 403 if header["person"] is not None and not header["admin"] else 200
+    response = render("policies.html", here="policies", **header)
+    response.set_status(status)
+    return response
+
+
 async def drafts_page(request: web.Request) -> web.Response:
     """The drafts and notifications; a draft is sent by asking the first agent (by name) that has the
     sending tool, in the chat ("" when none has: the page then offers no way to send)."""
@@ -88,4 +99,5 @@ async def drafts_page(request: web.Request) -> web.Response:
 
 def add_routes(app: web.Application) -> None:
     app.router.add_get("/tools", tools_page)
+    app.router.add_get("/policies", policies_page)
     app.router.add_get("/drafts", drafts_page)
