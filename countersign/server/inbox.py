@@ -182,15 +182,16 @@ def item_of(
 async def quorum_approvals(
     session: AsyncSession, rows: list[ApprovalRequest]
 ) -> dict[tuple[str, str], list[str]]:
-    """Who approved each of these open quorum requests so far (accepted, not voided, since the
-    request was recorded), in order, by (conversation, call)."""
+    """Who approved each of these open quorum requests so far (accepted and not voided), in order,
+    by (conversation, call)."""
     if not rows:
         return {}
-    since = {(r.conversation_id, r.call_id): r.requested_at for r in rows}
-    decisions = await session.scalars(
-        select(ApprovalDecision)
+    decisions = await session.execute(
+        select(ApprovalDecision.conversation_id, ApprovalDecision.call_id, ApprovalDecision.approver)
         .where(
-            tuple_(ApprovalDecision.conversation_id, ApprovalDecision.call_id).in_(list(since)),
+            tuple_(ApprovalDecision.conversation_id, ApprovalDecision.call_id).in_(
+                [(r.conversation_id, r.call_id) for r in rows]
+            ),
             ApprovalDecision.decision == "approve",
             ApprovalDecision.accepted.is_(True),
             ApprovalDecision.voided_at.is_(None),
@@ -198,9 +199,8 @@ async def quorum_approvals(
         .order_by(ApprovalDecision.id)
     )
     approved: dict[tuple[str, str], list[str]] = {}
-    for d in decisions:
-        if d.created_at >= since[(d.conversation_id, d.call_id)]:
-            approved.setdefault((d.conversation_id, d.call_id), []).append(d.approver)
+    for conversation_id, call_id, approver in decisions:
+        approved.setdefault((conversation_id, call_id), []).append(approver)
     return approved
 
 

@@ -1,0 +1,100 @@
+"""Issue 35 end to end, in signed mode through the real server, worker, Temporal and PostgreSQL:
+a forbidden call is refused without anyone being asked; a call a policy gives two approvers runs
+only after two distinct proven approvals, never after one, and the requester never counts."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+import pytest_asyncio
+from sqlalchemy import delete, select
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from countersign.db.engine import session_factory
+from countersign.db.schema import ApprovalDecision, ApprovalRequest, TenantPolicy, ToolExecution
+from tests.e2e.test_asked_again import card
+from tests.fixtures.inbox import SignedStack
+from tests.workflows.test_approvals import ECHO_RESULT, lead_status, qualify
+from tests.workflows.test_approvals import jane_is_new as jane_is_new
+from tools.policies import apply_policies
+
+STATUS = 'Countersign::Action::"update_lead_status"'
+pytestmark = pytest.mark.usefixtures("jane_is_new")
+
+
+@pytest_asyncio.fixture
+async def policies(db_engine: AsyncEngine) -> AsyncIterator[Any]:
+    async def apply(text: str) -> None:
+        async with session_factory(db_engine)() as session, session.begin():
+            change = await apply_policies(
+                session, tenant_id="acme", text=text, shadow=False, changed_by="carol", via="cli"
+            )
+            assert change.accepted, change.reason
+
+    yield apply
+    async with db_engine.begin() as conn:
+        await conn.execute(delete(TenantPolicy).where(TenantPolicy.tenant_id == "acme"))
+
+
+async def test_a_forbidden_call_is_refused_unasked(
+    signed_agent: SignedStack, db_engine: AsyncEngine, policies: Any
+) -> None:
+    stack = signed_agent
+    await policies(f'@id("never-qualify") forbid(principal, action == {STATUS}, resource);')
+    stack.agent.script(qualify(), ECHO_RESULT)
+    handle = await stack.agent.start("qualify jane", single_turn=True)
+    await handle.result()
+    result = json.loads(
+        [m for m in await stack.agent.transcript(handle) if m.role == "tool"][-1].content or ""
+    )
+    assert result["error"]["code"] == "FORBIDDEN" and "never-qualify" in result["error"]["message"]
+    async with db_engine.connect() as conn:
+        asked = (
+            await conn.execute(select(ApprovalRequest).where(ApprovalRequest.workflow_id == handle.id))
+        ).all()
+        outcome = await conn.scalar(
+            select(ToolExecution.outcome).where(ToolExecution.workflow_id == handle.id)
+        )
+    assert asked == [] and outcome == "blocked"
+    assert await lead_status(db_engine, "acme") == "new"
+
+
+async def test_two_proven_approvals_and_never_one(
+    signed_agent: SignedStack, db_engine: AsyncEngine, policies: Any
+) -> None:
+    stack = signed_agent
+    await policies(f'@id("two-for-status") @approvals("2") permit(principal, action == {STATUS}, resource);')
+    stack.agent.script(qualify(), ECHO_RESULT)
+    handle = await stack.agent.start("qualify jane", single_turn=True)  # by alice
+    alice, bob, carol = await stack.login("alice"), await stack.login("bob"), await stack.login("carol")
+    seen = await card(stack, bob, handle.id)
+    assert (seen["approvals_required"], seen["policy"], seen["quorum"]) == (2, "two-for-status", "0 of 2")
+    path = f"/api/approvals/{handle.id}/{seen['call_id']}"
+
+    status, body = await stack.call("POST", path, bob, {"decision": "approve"})
+    assert status == 200 and body["state"] == "pending", body
+    again = await card(stack, carol, handle.id)
+    assert again["quorum"] == "1 of 2: bob approved"
+    assert await lead_status(db_engine, "acme") == "new", "one approval of two runs nothing"
+
+    status, body = await stack.call("POST", path, bob, {"decision": "approve"})
+    assert status == 409 and "bob already approved" in body["error"], body
+    status, body = await stack.call("POST", path, alice, {"decision": "approve"})
+    assert status == 403, body  # the requester never counts
+    status, body = await stack.call("POST", path, carol, {"decision": "approve"})
+    assert status == 200 and body["state"] == "approved" and body["decided_by"] == "bob, carol", body
+    await handle.result()
+    assert await lead_status(db_engine, "acme") == "qualified"
+    async with db_engine.connect() as conn:
+        rows = (
+            await conn.execute(
+                select(ApprovalDecision.approver, ApprovalDecision.accepted, ApprovalDecision.proven)
+                .where(ApprovalDecision.workflow_id == handle.id)
+                .order_by(ApprovalDecision.id)
+            )
+        ).all()
+    accepted = [(approver, proven) for approver, ok, proven in rows if ok]
+    assert accepted == [("bob", True), ("carol", True)]
