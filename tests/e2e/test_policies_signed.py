@@ -1,6 +1,7 @@
 """Issue 35 end to end, in signed mode through the real server, worker, Temporal and PostgreSQL:
 a forbidden call is refused without anyone being asked; a call a policy gives two approvers runs
-only after two distinct proven approvals, never after one, and the requester never counts."""
+only after two distinct proven approvals, never after one, and the requester never counts; a
+shadow set changes nothing and the admins' policies API reports what it would have changed."""
 
 from __future__ import annotations
 
@@ -27,10 +28,10 @@ pytestmark = pytest.mark.usefixtures("jane_is_new")
 
 @pytest_asyncio.fixture
 async def policies(db_engine: AsyncEngine) -> AsyncIterator[Any]:
-    async def apply(text: str) -> None:
+    async def apply(text: str, shadow: bool = False) -> None:
         async with session_factory(db_engine)() as session, session.begin():
             change = await apply_policies(
-                session, tenant_id="acme", text=text, shadow=False, changed_by="carol", via="cli"
+                session, tenant_id="acme", text=text, shadow=shadow, changed_by="carol", via="cli"
             )
             assert change.accepted, change.reason
 
@@ -98,3 +99,29 @@ async def test_two_proven_approvals_and_never_one(
         ).all()
     accepted = [(approver, proven) for approver, ok, proven in rows if ok]
     assert accepted == [("bob", True), ("carol", True)]
+
+
+async def test_a_shadow_set_changes_nothing_and_reports_the_difference(
+    signed_agent: SignedStack, db_engine: AsyncEngine, policies: Any
+) -> None:
+    stack = signed_agent
+    await policies(f'@id("would-forbid") forbid(principal, action == {STATUS}, resource);', shadow=True)
+    stack.agent.script(qualify(), ECHO_RESULT)
+    handle = await stack.agent.start("qualify jane", single_turn=True)
+    bob, carol = await stack.login("bob"), await stack.login("carol")
+    seen = await card(stack, bob, handle.id)  # asked as before: the tiers decide
+    status, body = await stack.call(
+        "POST", f"/api/approvals/{handle.id}/{seen['call_id']}", bob, {"decision": "approve"}
+    )
+    assert status == 200 and body["state"] == "approved", body
+    await handle.result()
+    assert await lead_status(db_engine, "acme") == "qualified"
+    status, shown = await stack.call("GET", "/api/policies", carol)
+    assert status == 200 and shown["enforced"] is None, shown
+    (difference,) = [d for d in shown["differences"] if d["workflowId"] == handle.id]
+    assert (difference["enforced"], difference["shadow"]) == (
+        {"outcome": "no_match"},
+        {"outcome": "forbid", "policy": "would-forbid"},
+    )
+    status, refused = await stack.call("GET", "/api/policies", bob)
+    assert status == 403 and "only an admin of acme" in refused["error"], refused
