@@ -6,42 +6,24 @@ shadow set changes nothing and the admins' policies API reports what it would ha
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
-from typing import Any
 
 import pytest
-import pytest_asyncio
-from sqlalchemy import delete, select
+from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from countersign.db.engine import session_factory
-from countersign.db.schema import ApprovalDecision, ApprovalRequest, TenantPolicy, ToolExecution
+from countersign.db.schema import ApprovalDecision, ApprovalRequest, ToolExecution
 from tests.e2e.test_asked_again import card
 from tests.fixtures.inbox import SignedStack
+from tests.fixtures.policies import ApplyPolicies
 from tests.workflows.test_approvals import ECHO_RESULT, lead_status, qualify
 from tests.workflows.test_approvals import jane_is_new as jane_is_new
-from tools.policies import apply_policies
 
 STATUS = 'Countersign::Action::"update_lead_status"'
 pytestmark = pytest.mark.usefixtures("jane_is_new")
 
 
-@pytest_asyncio.fixture
-async def policies(db_engine: AsyncEngine) -> AsyncIterator[Any]:
-    async def apply(text: str, shadow: bool = False) -> None:
-        async with session_factory(db_engine)() as session, session.begin():
-            change = await apply_policies(
-                session, tenant_id="acme", text=text, shadow=shadow, changed_by="carol", via="cli"
-            )
-            assert change.accepted, change.reason
-
-    yield apply
-    async with db_engine.begin() as conn:
-        await conn.execute(delete(TenantPolicy).where(TenantPolicy.tenant_id == "acme"))
-
-
 async def test_a_forbidden_call_is_refused_unasked(
-    signed_agent: SignedStack, db_engine: AsyncEngine, policies: Any
+    signed_agent: SignedStack, db_engine: AsyncEngine, policies: ApplyPolicies
 ) -> None:
     stack = signed_agent
     await policies(f'@id("never-qualify") forbid(principal, action == {STATUS}, resource);')
@@ -64,7 +46,7 @@ async def test_a_forbidden_call_is_refused_unasked(
 
 
 async def test_two_proven_approvals_and_never_one(
-    signed_agent: SignedStack, db_engine: AsyncEngine, policies: Any
+    signed_agent: SignedStack, db_engine: AsyncEngine, policies: ApplyPolicies
 ) -> None:
     stack = signed_agent
     await policies(f'@id("two-for-status") @approvals("2") permit(principal, action == {STATUS}, resource);')
@@ -102,7 +84,7 @@ async def test_two_proven_approvals_and_never_one(
 
 
 async def test_a_shadow_set_changes_nothing_and_reports_the_difference(
-    signed_agent: SignedStack, db_engine: AsyncEngine, policies: Any
+    signed_agent: SignedStack, db_engine: AsyncEngine, policies: ApplyPolicies
 ) -> None:
     stack = signed_agent
     await policies(f'@id("would-forbid") forbid(principal, action == {STATUS}, resource);', shadow=True)

@@ -5,19 +5,17 @@ without policies adds no step to the conversation."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-import pytest_asyncio
-from sqlalchemy import delete, select
+from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 from temporalio.client import WorkflowHandle, WorkflowUpdateFailedError
 
 from countersign.core.approvals import Decision
-from countersign.db.engine import session_factory
-from countersign.db.schema import ApprovalRequest, ShadowDifference, TenantPolicy
+from countersign.db.schema import ApprovalRequest, ShadowDifference
 from tests.fixtures.agent import AgentHarness
+from tests.fixtures.policies import ApplyPolicies
 from tests.fixtures.updates import execute_update
 from tests.workflows.test_approvals import (
     ECHO_RESULT,
@@ -28,27 +26,10 @@ from tests.workflows.test_approvals import (
     pending,
     qualify,
 )
-from tools.policies import apply_policies
 from workflows.agent import AgentWorkflow
 
 STATUS = 'Countersign::Action::"update_lead_status"'
 pytestmark = pytest.mark.usefixtures("jane_is_new")
-
-
-@pytest_asyncio.fixture
-async def policies(db_engine: AsyncEngine) -> AsyncIterator[Any]:
-    """Apply a set for acme (by carol, its admin); acme has none again afterwards."""
-
-    async def apply(text: str, shadow: bool = False) -> None:
-        async with session_factory(db_engine)() as session, session.begin():
-            change = await apply_policies(
-                session, tenant_id="acme", text=text, shadow=shadow, changed_by="carol", via="cli"
-            )
-            assert change.accepted, change.reason
-
-    yield apply
-    async with db_engine.begin() as conn:
-        await conn.execute(delete(TenantPolicy).where(TenantPolicy.tenant_id == "acme"))
 
 
 async def asked_policies(handle: WorkflowHandle[Any, Any]) -> bool:
@@ -64,7 +45,7 @@ async def asked_policies(handle: WorkflowHandle[Any, Any]) -> bool:
 
 
 async def test_a_forbidden_call_is_refused_unasked_naming_the_policy(
-    agent: AgentHarness, db_engine: AsyncEngine, policies: Any
+    agent: AgentHarness, db_engine: AsyncEngine, policies: ApplyPolicies
 ) -> None:
     await policies(f'@id("never-qualify") forbid(principal, action == {STATUS}, resource) '
                    'when { context.args.new_status == "qualified" };')  # fmt: skip
@@ -84,7 +65,7 @@ async def test_a_forbidden_call_is_refused_unasked_naming_the_policy(
 
 
 async def test_a_policy_reads_the_calls_resolved_effect(
-    agent: AgentHarness, db_engine: AsyncEngine, policies: Any
+    agent: AgentHarness, db_engine: AsyncEngine, policies: ApplyPolicies
 ) -> None:
     """The arguments name the lead by email; only the resolved effect says whose company it is."""
     whose = 'context has effect && context.effect.summary like "*Doe Consulting*"'
@@ -98,7 +79,7 @@ async def test_a_policy_reads_the_calls_resolved_effect(
 
 
 async def test_a_permitted_call_runs_unasked(
-    agent: AgentHarness, db_engine: AsyncEngine, policies: Any
+    agent: AgentHarness, db_engine: AsyncEngine, policies: ApplyPolicies
 ) -> None:
     await policies(
         f'@id("qualify-freely") @allow_high("demo") permit(principal, action == {STATUS}, resource);'
@@ -113,7 +94,7 @@ async def test_a_permitted_call_runs_unasked(
 
 
 async def test_two_approvers_distinct_and_never_the_requester(
-    agent: AgentHarness, db_engine: AsyncEngine, policies: Any
+    agent: AgentHarness, db_engine: AsyncEngine, policies: ApplyPolicies
 ) -> None:
     await policies(f'@id("two-for-status") @approvals("2") permit(principal, action == {STATUS}, resource);')
     agent.script(qualify(), ECHO_RESULT)
@@ -156,7 +137,7 @@ async def test_two_approvers_distinct_and_never_the_requester(
 
 
 async def test_one_rejection_ends_a_quorum(
-    agent: AgentHarness, db_engine: AsyncEngine, policies: Any
+    agent: AgentHarness, db_engine: AsyncEngine, policies: ApplyPolicies
 ) -> None:
     await policies(f'@id("two-for-status") @approvals("2") permit(principal, action == {STATUS}, resource);')
     agent.script(qualify(), ECHO_RESULT)
@@ -175,7 +156,7 @@ async def test_one_rejection_ends_a_quorum(
 
 
 async def test_a_shadow_set_changes_nothing_and_records_the_difference(
-    agent: AgentHarness, db_engine: AsyncEngine, policies: Any
+    agent: AgentHarness, db_engine: AsyncEngine, policies: ApplyPolicies
 ) -> None:
     await policies(f'@id("would-forbid") forbid(principal, action == {STATUS}, resource);', shadow=True)
     agent.script(qualify(), ECHO_RESULT)
