@@ -8,12 +8,12 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 from temporalio.client import WorkflowHandle, WorkflowUpdateFailedError
 
 from countersign.core.approvals import Decision
-from countersign.db.schema import ApprovalRequest, ShadowDifference
+from countersign.db.schema import ApprovalRequest, ShadowDifference, ToolExecution
 from tests.fixtures.agent import AgentHarness
 from tests.fixtures.policies import ApplyPolicies
 from tests.fixtures.updates import execute_update
@@ -29,6 +29,11 @@ from tests.workflows.test_approvals import (
 from workflows.agent import AgentWorkflow
 
 STATUS = 'Countersign::Action::"update_lead_status"'
+SEARCH = 'Countersign::Action::"search_leads"'
+FIND = {
+    "when": {"user_contains": "jane"},
+    "reply": {"tool_calls": [{"name": "search_leads", "arguments": {"query": "Jane"}}]},
+}
 pytestmark = pytest.mark.usefixtures("jane_is_new")
 
 
@@ -189,3 +194,45 @@ async def test_a_tenant_without_policies_adds_no_step(agent: AgentHarness) -> No
     )
     await handle.result()
     assert not await asked_policies(handle)
+
+
+async def test_a_quorum_short_of_n_at_its_deadline_expires_and_nothing_runs(
+    agent: AgentHarness, db_engine: AsyncEngine, policies: ApplyPolicies
+) -> None:
+    await policies(f'@id("two-for-status") @approvals("2") permit(principal, action == {STATUS}, resource);')
+    agent.script(qualify(), ECHO_RESULT)
+    handle = await agent.start("qualify jane", single_turn=True)
+    (waiting,) = (await pending(handle)).pending_approvals
+    await execute_update(
+        handle, AgentWorkflow.decide, Decision(call_id=waiting.call_id, decision="approve", approver="bob")
+    )
+    await handle.result()  # the time-skipping server jumps to the deadline: fail closed
+    assert last_tool_result(await agent.transcript(handle))["error"]["code"] == "EXPIRED"
+    assert await lead_status(db_engine, "acme") == "new"
+    (row,) = await audit(db_engine, handle.id)
+    assert row.outcome == "expired"
+
+
+async def test_a_history_aware_limit_refuses_the_call_past_it(
+    agent: AgentHarness, db_engine: AsyncEngine, policies: ApplyPolicies
+) -> None:
+    """search_leads runs unasked (its tier); the policy allows alice one more today, then refuses."""
+    async with db_engine.connect() as conn:
+        ran = await conn.scalar(
+            select(func.count()).where(
+                ToolExecution.tenant_id == "acme", ToolExecution.user_id == "alice",
+                ToolExecution.tool == "search_leads", ToolExecution.outcome == "executed",
+                ToolExecution.created_at >= func.date_trunc("day", func.now(), "UTC"),
+            )
+        )  # fmt: skip
+    limit = "context.history.calls_today_by_requester >= " + str((ran or 0) + 1)
+    await policies(f'@id("one-more") forbid(principal, action == {SEARCH}, resource) when {{ {limit} }};')
+    outcomes = []
+    for _ in range(2):
+        agent.script(FIND, {"when": {"after_tool": "search_leads"}, "reply": {"content": "done"}})
+        handle = await agent.start("find jane", single_turn=True)
+        await handle.result()
+        outcomes.append(
+            [(r.outcome, (r.policy or {}).get("policy")) for r in await audit(db_engine, handle.id)]
+        )
+    assert outcomes == [[("executed", None)], [("blocked", "one-more")]]
