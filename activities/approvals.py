@@ -261,7 +261,7 @@ class ApprovalActivities:
     async def _record(session: AsyncSession, request: RecordedApproval, effect: Effect) -> None:
         values = request.model_dump(exclude={"parameters", "quorum"}) | {
             "parameters": request.parameters,
-            "approvals_required": request.quorum.approvals if request.quorum else 1,
+            "approvals_required": request.approvals_required,
             "policy": request.quorum.model_dump(mode="json", exclude_defaults=True)
             if request.quorum
             else None,

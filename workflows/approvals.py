@@ -200,7 +200,7 @@ class ApprovalGate:
         approver = decision.approver
         if approval.quorum is not None and decision.decision == "approve":
             approval.approvals.append(decision.approver)
-            if len(approval.approvals) < approval.required:  # "1 of 2: bob approved": still pending
+            if len(approval.approvals) < approval.approvals_required:  # "1 of 2: bob approved": still pending
                 return approval
             approver = ", ".join(approval.approvals)
         approval.state = "approved" if decision.decision == "approve" else "rejected"

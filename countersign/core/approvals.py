@@ -28,6 +28,11 @@ APPROVER_ROLES: dict[Risk, frozenset[str]] = {
 FOUR_EYES: frozenset[Risk] = frozenset({"high"})
 
 
+def approvals_required(quorum: PolicyDecision | None) -> int:
+    """A policy's @approvals("N"), or the one approval every other call needs."""
+    return quorum.approvals if quorum else 1
+
+
 def quorum_line(required: int, approved_by: list[str]) -> str:
     """ "1 of 2: bob approved": a quorum's card line; "" for a call that needs one approver."""
     if required < 2:
@@ -62,11 +67,12 @@ class Approval(BaseModel):
     approvals: list[str] = []
 
     @property
-    def required(self) -> int:
-        return self.quorum.approvals if self.quorum else 1
+    def approvals_required(self) -> int:
+        """How many distinct approvers the call needs (approval_requests.approvals_required)."""
+        return approvals_required(self.quorum)
 
     def progress(self) -> str:
-        return quorum_line(self.required, self.approvals)
+        return quorum_line(self.approvals_required, self.approvals)
 
 
 class Decision(BaseModel):
@@ -147,7 +153,11 @@ class RecordedApproval(PendingCall):
     description: str | None = None  # an MCP tool's, from the conversation's snapshot
     parameters: dict[str, Any] | None = None
     voided_by: str | None = None  # asked again: the approver of the voided earlier request
-    quorum: PolicyDecision | None = None  # the policy asking for N approvers (approvals_required)
+    quorum: PolicyDecision | None = None  # the policy asking for N approvers
+
+    @property
+    def approvals_required(self) -> int:
+        return approvals_required(self.quorum)
 
 
 class Verdict(BaseModel):

@@ -292,6 +292,6 @@ def test_a_quorums_card_says_how_far_it_is() -> None:
         call_id="c1", tool="t", args="{}", risk="high", requested_by="alice", requested_at=NOW,
         expires_at=NOW + timedelta(hours=1), quorum=quorum(2), approvals=["bob"],
     )  # fmt: skip
-    assert (approval.required, approval.progress()) == (2, "1 of 2: bob approved")
+    assert (approval.approvals_required, approval.progress()) == (2, "1 of 2: bob approved")
     single = approval.model_copy(update={"quorum": None, "approvals": []})
-    assert (single.required, single.progress()) == (1, "")
+    assert (single.approvals_required, single.progress()) == (1, "")
