@@ -145,7 +145,10 @@ async def me(request: web.Request) -> web.Response:
 
 async def page(request: web.Request) -> web.Response:
     header = await header_of(request)
-    return render("inbox.html", here="inbox", workflow_url=request.app[WORKFLOW_URL], **header)
+    shadow = None
+    if header["admin"]:  # the shadow policy set's differences, for admins to see before enforcing it
+        shadow = await policies.shadow_summary(request.app[REQUESTERS].sessions, header["person"].tenant_id)
+    return render("inbox.html", here="inbox", workflow_url=request.app[WORKFLOW_URL], shadow=shadow, **header)
 
 
 async def favicon(request: web.Request) -> web.StreamResponse:

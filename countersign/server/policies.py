@@ -8,6 +8,7 @@
   rules of `policy apply` (tools/policies.py): admins only, every attempt in `policy_changes`.
 
 A caller who is not an admin of their tenant (roles from PostgreSQL) gets 403, an API token too.
+The inbox page tells admins when the shadow set would have decided calls otherwise (`shadow_summary`).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any
 
 from aiohttp import web
 from pydantic import BaseModel, ConfigDict, Field
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from countersign.core.cedar_policy import PolicySetError, compile_policies
@@ -117,6 +118,21 @@ async def apply(request: web.Request) -> web.Response:
     if not change.accepted:  # recorded, refused: the set was not valid (an admin asked)
         raise HttpRefusal(422, f"refused (recorded): {change.reason}")
     return web.json_response(answer)
+
+
+async def shadow_summary(sessions: async_sessionmaker[AsyncSession], tenant: str) -> dict[str, int] | None:
+    """What the inbox tells the tenant's admins: the shadow set's version and how many calls it
+    would have decided otherwise; None without a shadow set or while it has decided none otherwise."""
+    async with sessions() as session:
+        shadow = (await tenant_policies(session, tenant)).get("shadow")
+        if shadow is None:
+            return None
+        count = await session.scalar(
+            select(func.count()).where(
+                ShadowDifference.tenant_id == tenant, ShadowDifference.shadow_version == shadow.version
+            )
+        )
+    return {"version": shadow.version, "differences": count} if count else None
 
 
 def add_routes(app: web.Application, sessions: async_sessionmaker[AsyncSession]) -> None:

@@ -5,6 +5,7 @@ every attempt is listed. alice has no link to the page and it refuses her."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator
 
 import pytest
@@ -81,6 +82,13 @@ async def test_carol_validates_shadows_and_enforces_a_set_and_alice_cannot_reach
         assert cells[1:] == ["update_lead_status", "alice", "tiers", "2 approvers by two-for-status"], cells
 
         assert await carol.get_by_label("Policy set").input_value() == SET  # the shadow set, to enforce
+        await go_by_link(carol, "Inbox")  # the inbox tells admins before they enforce it
+        told = await carol.text_content("#shadow-differences") or ""
+        # other tests of the same database may have left differences of a version 1 too
+        assert re.search(r"shadow policy set \(version 1\) would have\s+decided [1-9]\d* call", told), told
+        await go_by_link(carol, "Policies")
+        await carol.locator("#differences tbody tr").first.wait_for()  # drawn after the editor is filled
+        assert await carol.get_by_label("Policy set").input_value() == SET
         await carol.get_by_role("button", name="Apply", exact=True).click()
         await carol.locator("#status", has_text="Applied as the enforced set").wait_for()
         applied = carol.locator("#policy-changes tbody tr", has_text="enforced version").first
