@@ -1,7 +1,9 @@
 """`policy apply`, `policy show`, `policy test`: a tenant's Cedar policy set (tools/policies.py).
 
-Like `permissions set --tenant`, run with access to DATABASE_URL and on behalf of a tenant admin
-(`--as`, checked against the database's roles; every attempt recorded in the tenant's audit chain).
+`policy apply` acts for a tenant admin: named with `--as` on a machine with DATABASE_URL, like
+`permissions set --tenant` (checked against the database's roles), or, in signed mode without
+`--as`, the admin `login` signed in, through the server (`PUT /api/policies`, which checks the
+same). Every attempt is recorded in the tenant's audit chain.
 """
 
 from __future__ import annotations
@@ -11,9 +13,11 @@ from pathlib import Path
 from typing import Any
 
 import click
+from pydantic import ValidationError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from countersign.cli.app import cli, print_json, run
+from countersign.cli.session import InboxSession, inbox_request, login_hint, session_file, signed_mode
 from countersign.cli.ux import with_session
 from countersign.core.cedar_policy import PolicySetError, compile_policies
 from countersign.db import schema
@@ -33,6 +37,21 @@ def read_file(path: str) -> str:
         raise click.ClickException(f"cannot read {path}: {err}") from None
 
 
+def signed_in(tenant: str) -> InboxSession:
+    """The CLI's server session (`login`), which must be in `tenant`: the server decides whether
+    its person is an admin there."""
+    try:
+        session = InboxSession.model_validate_json(session_file().read_text())
+    except (FileNotFoundError, ValidationError):
+        raise click.ClickException(
+            f"signed mode: log in as an admin of {tenant} first ({login_hint(tenant, 'ADMIN')}), or "
+            "name one with --as on a machine with DATABASE_URL"
+        ) from None
+    if session.tenant_id != tenant:
+        raise click.ClickException(f"logged in to {session.tenant_id}, not {tenant}")
+    return session
+
+
 async def require_tenant(session: AsyncSession, tenant: str) -> None:
     if await session.get(schema.Tenant, tenant) is None:
         raise click.ClickException(f"no tenant named {tenant!r}")
@@ -41,14 +60,27 @@ async def require_tenant(session: AsyncSession, tenant: str) -> None:
 @policy.command("apply")
 @click.argument("file", type=click.Path(dir_okay=False))
 @click.option("--tenant", required=True)
-@click.option("--as", "changed_by", required=True, help="The admin of the tenant applying it (audited).")
+@click.option(
+    "--as",
+    "changed_by",
+    help="The admin of the tenant applying it, straight to the database (audited). Without it, in "
+    "signed mode: through the server, as the admin `login` signed in.",
+)
 @click.option("--shadow", is_flag=True, help="Evaluate it beside the enforced set, changing nothing.")
-def apply(file: str, tenant: str, changed_by: str, shadow: bool) -> None:
+def apply(file: str, tenant: str, changed_by: str | None, shadow: bool) -> None:
     """Validate FILE against the tenant's tools and install it (an empty FILE removes the set).
 
     Conversations started afterwards check every call against the tenant's sets as they are at
     the call; a conversation started while the tenant had none keeps its snapshot (no policy step)."""
     text = read_file(file)
+    kind = "shadow" if shadow else "enforced"
+    if changed_by is None:
+        if not signed_mode():
+            raise click.ClickException("--as ADMIN: who applies the tenant's policies (audited)")
+        session = signed_in(tenant)
+        applied = run(inbox_request(session, "PUT", "/api/policies", {"text": text, "shadow": shadow}))
+        click.echo(f"{tenant}: {kind} policy set version {applied['version']} applied by {session.user_id}")
+        return
 
     async def attempt(session: AsyncSession) -> schema.PolicyChange:
         await require_tenant(session, tenant)
@@ -59,7 +91,6 @@ def apply(file: str, tenant: str, changed_by: str, shadow: bool) -> None:
     change = run(with_session(attempt))
     if not change.accepted:
         raise click.ClickException(f"refused (recorded): {change.reason}")
-    kind = "shadow" if shadow else "enforced"
     click.echo(f"{tenant}: {kind} policy set version {change.version} applied by {changed_by}")
 
 

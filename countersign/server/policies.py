@@ -21,10 +21,13 @@ from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from countersign.core.cedar_policy import PolicySetError, compile_policies
+from countersign.db.people import roles_of
 from countersign.db.schema import PolicyChange, ShadowDifference
 from countersign.server.agent_tools import admin_of
+from countersign.server.door import CALLER
 from countersign.server.http import HttpRefusal, parse
 from tools.policies import MAX_POLICY_CHARS, apply_policies, tenant_policies, tenant_tools
+from tools.tiers import ADMIN_ROLE
 
 POLICIES = web.AppKey("policies", async_sessionmaker[AsyncSession])
 WHAT = "its policies"
@@ -108,16 +111,21 @@ async def validate(request: web.Request) -> web.Response:
 
 
 async def apply(request: web.Request) -> web.Response:
+    """Every attempt by a person is recorded, a non-admin's too (403), like tier changes; an
+    invalid set answers 422."""
     body = await parse(request, PolicyText)
+    caller = request[CALLER]
+    if caller.person is None:
+        raise HttpRefusal(403, f"an API token cannot change {WHAT}")
     async with request.app[POLICIES].begin() as session:
-        tenant, person = await admin_of(request, session, WHAT)
+        admin = ADMIN_ROLE in (await roles_of(session, caller.tenant_id, caller.person) or [])
         change = await apply_policies(
-            session, tenant_id=tenant, text=body.text, shadow=body.shadow, changed_by=person, via="inbox"
-        )
-        answer = {"accepted": change.accepted, "version": change.version, "reason": change.reason}
-    if not change.accepted:  # recorded, refused: the set was not valid (an admin asked)
-        raise HttpRefusal(422, f"refused (recorded): {change.reason}")
-    return web.json_response(answer)
+            session, tenant_id=caller.tenant_id, text=body.text, shadow=body.shadow, changed_by=caller.person,
+            via="inbox",
+        )  # fmt: skip
+    if not change.accepted:
+        raise HttpRefusal(422 if admin else 403, f"refused (recorded): {change.reason}")
+    return web.json_response({"accepted": True, "version": change.version})
 
 
 async def shadow_summary(sessions: async_sessionmaker[AsyncSession], tenant: str) -> dict[str, int] | None:

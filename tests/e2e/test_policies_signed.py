@@ -6,6 +6,7 @@ shadow set changes nothing and the admins' policies API reports what it would ha
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from sqlalchemy import select
@@ -13,6 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from countersign.db.schema import ApprovalDecision, ApprovalRequest, ToolExecution
 from tests.e2e.test_asked_again import card
+from tests.fixtures.cli import run_starter
 from tests.fixtures.inbox import SignedStack
 from tests.fixtures.policies import ApplyPolicies
 from tests.workflows.test_approvals import ECHO_RESULT, lead_status, qualify
@@ -107,3 +109,28 @@ async def test_a_shadow_set_changes_nothing_and_reports_the_difference(
     )
     status, refused = await stack.call("GET", "/api/policies", bob)
     assert status == 403 and "only an admin of acme" in refused["error"], refused
+
+
+async def test_policy_apply_without_as_goes_through_the_server_as_the_signed_in_admin(
+    signed_agent: SignedStack, tmp_path: Path, policies: ApplyPolicies
+) -> None:
+    """Signed mode: the CLI's `login` session, and the server decides whether its person is an admin."""
+    stack = signed_agent
+    file = tmp_path / "set.cedar"
+    file.write_text(f'@id("never-qualify") forbid(principal, action == {STATUS}, resource);')
+    for user, said in (
+        ("bob", "inbox: refused (recorded): only an admin of acme may change its policies (bob is not)"),
+        ("carol", "acme: enforced policy set version 1 applied by carol"),
+    ):
+        session = tmp_path / f"{user}-session.json"
+        token = await stack.login(user)
+        session.write_text(
+            json.dumps({"inbox_url": stack.url, "tenant_id": "acme", "user_id": user, "token": token})
+        )
+        env = {"APPROVER_AUTH": "signed", "COUNTERSIGN_SESSION_FILE": str(session)}
+        done = await run_starter("policy", "apply", str(file), "--tenant", "acme", env=env)
+        assert said in done.stdout + done.stderr, (done.stdout, done.stderr)
+    status, shown = await stack.call("GET", "/api/policies", await stack.login("carol"))
+    assert status == 200 and shown["enforced"]["appliedBy"] == "carol", shown
+    latest = [(c["changedBy"], c["via"], c["accepted"]) for c in shown["changes"][:2]]
+    assert latest == [("carol", "inbox", True), ("bob", "inbox", False)]
