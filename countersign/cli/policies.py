@@ -1,9 +1,9 @@
 """`policy apply`, `policy show`, `policy test`: a tenant's Cedar policy set (tools/policies.py).
 
 `policy apply` acts for a tenant admin: named with `--as` on a machine with DATABASE_URL, like
-`permissions set --tenant` (checked against the database's roles), or, in signed mode without
-`--as`, the admin `login` signed in, through the server (`PUT /api/policies`, which checks the
-same). Every attempt is recorded in the tenant's audit chain.
+`permissions set --tenant` (checked against the database's roles), or, without `--as`, the
+admin `login` signed in, through the server (`PUT /api/policies`, which checks the same). Every
+attempt is recorded in the tenant's audit chain.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from pydantic import ValidationError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from countersign.cli.app import cli, print_json, run
-from countersign.cli.session import InboxSession, inbox_request, login_hint, session_file, signed_mode
+from countersign.cli.session import InboxSession, inbox_request, login_hint, session_file
 from countersign.cli.ux import with_session
 from countersign.core.cedar_policy import PolicySetError, compile_policies
 from countersign.db import schema
@@ -44,8 +44,8 @@ def signed_in(tenant: str) -> InboxSession:
         session = InboxSession.model_validate_json(session_file().read_text())
     except (FileNotFoundError, ValidationError):
         raise click.ClickException(
-            f"signed mode: log in as an admin of {tenant} first ({login_hint(tenant, 'ADMIN')}), or "
-            "name one with --as on a machine with DATABASE_URL"
+            f"log in as an admin of {tenant} first ({login_hint(tenant, 'ADMIN')}), or name one with "
+            "--as on a machine with DATABASE_URL"
         ) from None
     if session.tenant_id != tenant:
         raise click.ClickException(f"logged in to {session.tenant_id}, not {tenant}")
@@ -63,8 +63,8 @@ async def require_tenant(session: AsyncSession, tenant: str) -> None:
 @click.option(
     "--as",
     "changed_by",
-    help="The admin of the tenant applying it, straight to the database (audited). Without it, in "
-    "signed mode: through the server, as the admin `login` signed in.",
+    help="The admin of the tenant applying it, straight to the database (audited). Without it: "
+    "through the server, as the admin `login` signed in.",
 )
 @click.option("--shadow", is_flag=True, help="Evaluate it beside the enforced set, changing nothing.")
 def apply(file: str, tenant: str, changed_by: str | None, shadow: bool) -> None:
@@ -74,9 +74,7 @@ def apply(file: str, tenant: str, changed_by: str | None, shadow: bool) -> None:
     the call; a conversation started while the tenant had none keeps its snapshot (no policy step)."""
     text = read_file(file)
     kind = "shadow" if shadow else "enforced"
-    if changed_by is None:
-        if not signed_mode():
-            raise click.ClickException("--as ADMIN: who applies the tenant's policies (audited)")
+    if changed_by is None:  # the person `login` signed in, through the server (which checks)
         session = signed_in(tenant)
         applied = run(inbox_request(session, "PUT", "/api/policies", {"text": text, "shadow": shadow}))
         click.echo(f"{tenant}: {kind} policy set version {applied['version']} applied by {session.user_id}")

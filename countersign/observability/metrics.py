@@ -134,7 +134,7 @@ class CountersignMetrics:
         )
         self.policy_evaluations = Histogram(
             "countersign_policy_evaluation_seconds",
-            "Time the policy gate took for one call (the tenant's sets read, counts, Cedar), by outcome "
+            "Time the policy gate took for one call (policy sets read, history counts, Cedar), by outcome "
             "(forbid, permit_run, permit_approvals, no_match)",
             ["outcome"],
             buckets=POLICY_BUCKETS,

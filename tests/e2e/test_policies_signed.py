@@ -127,7 +127,7 @@ async def test_policy_apply_without_as_goes_through_the_server_as_the_signed_in_
         session.write_text(
             json.dumps({"inbox_url": stack.url, "tenant_id": "acme", "user_id": user, "token": token})
         )
-        env = {"APPROVER_AUTH": "signed", "COUNTERSIGN_SESSION_FILE": str(session)}
+        env = {"COUNTERSIGN_SESSION_FILE": str(session)}
         done = await run_starter("policy", "apply", str(file), "--tenant", "acme", env=env)
         assert said in done.stdout + done.stderr, (done.stdout, done.stderr)
     status, shown = await stack.call("GET", "/api/policies", await stack.login("carol"))
