@@ -25,6 +25,7 @@ from activities.failures import DatabaseRefusals
 from activities.mcp import McpActivities
 from activities.model import ModelActivities
 from activities.notifications import NotificationActivities
+from activities.policies import PolicyActivities
 from activities.proofs import ProofActivities
 from activities.rollback import RollbackActivities
 from activities.saga import SagaActivities
@@ -103,6 +104,7 @@ def build_worker(
             stored.append_messages,
             stored.load_turn_reply,
             tools.check_arguments,
+            PolicyActivities(sessions).evaluate_policy,
             tools.execute_tool,
             audit.record_unexecuted_call,
             approvals.record_decision,

@@ -26,13 +26,15 @@ from countersign.core.approvals import (
     DecisionRecord,
     RecordedApproval,
     Verdict,
+    approvals_required,
     approver_refusal,
     decision_note,
+    quorum_refusal,
 )
 from countersign.core.bounds import loads_strict
 from countersign.core.calls import CallerContext, argument_changes, call_key
 from countersign.core.effects import Effect, FieldChange, arguments_effect, one_line
-from countersign.core.grants import Granted, GrantScope, grant_refusal, scope_digest
+from countersign.core.grants import Granted, GrantScope, grant_allowed, grant_refusal, scope_digest
 from countersign.db.attempts import attempt_key, record_once
 from countersign.db.chain import chain
 from countersign.db.events import publish
@@ -77,6 +79,15 @@ def unresolved(request: RecordedApproval, problem: str) -> Effect:
     )
     effect = arguments_effect(request.tool, load_arguments_or_raw(request.args))
     return effect.model_copy(update={"summary": summary, "problem": problem})
+
+
+def pending(record: DecisionRecord) -> bool:
+    """An accepted approval that leaves its quorum short: the request stays open for the next."""
+    return (
+        record.quorum is not None
+        and record.decision.decision == "approve"
+        and len(record.approved_by) + 1 < record.quorum.approvals
+    )
 
 
 class ApprovalActivities:
@@ -124,8 +135,12 @@ class ApprovalActivities:
                     refusal = approver_refusal(
                         decision.decision, record.risk, record.requested_by, decision.approver, roles
                     )
+                    if refusal is None and record.quorum is not None:
+                        refusal = quorum_refusal(
+                            record.quorum, decision, record.requested_by, record.approved_by, roles or []
+                        )
                 if refusal is None and decision.grant is not None:
-                    refusal = grant_refusal(decision.decision)
+                    refusal = grant_refusal(decision.decision, approvals_required(record.quorum))
                 if refusal is None and decision.decision == "approve" and record.risk in FOUR_EYES:
                     refusal = await self._editor_refusal(session, record)
                 edited, changes, effect = None, None, None
@@ -136,7 +151,7 @@ class ApprovalActivities:
                     effect = await self._edited_effect(session, record, edited)
                 if refusal is None and decision.grant is not None:
                     refusal = await self._grant_refusal(session, record, edited, granting)
-                if refusal is None:
+                if refusal is None and not pending(record):
                     await self._close(
                         session, record, "approved" if decision.decision == "approve" else "rejected"
                     )
@@ -164,6 +179,7 @@ class ApprovalActivities:
                 await mint_grant(session, row, scope, granted_args, decision.grant)
             if row.accepted:
                 state = "approved" if row.decision == "approve" else "rejected"
+                state = "pending" if pending(record) else state  # a quorum's approval short of N
                 decided = {
                     "call_id": row.call_id,
                     "tool": row.tool,
@@ -243,7 +259,12 @@ class ApprovalActivities:
         )
         if request is None:
             return None
-        fields = {name: getattr(request, name) for name in RecordedApproval.model_fields if name != "args"}
+        # the request as recorded, with the edit's arguments (its quorum is in `policy`: not needed here)
+        fields = {
+            name: getattr(request, name)
+            for name in RecordedApproval.model_fields
+            if name not in ("args", "quorum")
+        }
         recorded = RecordedApproval(**fields, args=edited)
         try:
             async with session.begin_nested():
@@ -324,8 +345,8 @@ class ApprovalActivities:
     @staticmethod
     async def _granted(session: AsyncSession, request: RecordedApproval) -> Granted | None:
         """A use of a live grant covering the call, spent now (or the one spent on it before)."""
-        if request.voided_by is not None:
-            return None
+        if request.voided_by is not None or not grant_allowed(request.approvals_required):
+            return None  # asked again, or a quorum: one approver's grant never stands in for it
         scope = grant_scope(
             request.tenant_id,
             request.tool,
@@ -351,8 +372,12 @@ class ApprovalActivities:
         session: AsyncSession, request: RecordedApproval, effect: Effect, granted: Granted | None = None
     ) -> None:
         """`granted`: the request is written decided, by the grant's approver."""
-        values = request.model_dump(exclude={"parameters"}) | {
+        values = request.model_dump(exclude={"parameters", "quorum"}) | {
             "parameters": request.parameters,
+            "approvals_required": request.approvals_required,
+            "policy": request.quorum.model_dump(mode="json", exclude_defaults=True)
+            if request.quorum
+            else None,
             "args_sha256": args_digest(request.args),
             "effect": effect.model_dump(mode="json"),
             "effect_sha256": effect.digest,

@@ -62,6 +62,7 @@ def audit_row(
         "result": redact(result.envelope()),
         "outcome": outcome,
         "error": storable(result.error.message) if result.error else None,
+        "policy": inv.policy.model_dump(mode="json", exclude_defaults=True) if inv.policy else None,
     }
 
 

@@ -42,6 +42,7 @@ COMMANDS: dict[str, tuple[str, ...]] = {
     "model": ("model",),
     "notifications": ("notifications",),
     "permissions": ("records", "catalog"),
+    "policy": ("policies",),
     "rate-limits": ("users",),
     "reject": ("approvals",),
     "rollback": ("conversations",),

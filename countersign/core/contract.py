@@ -106,6 +106,9 @@ class ConversationContext(BaseModel):
     email_delivery_delay_s: float = 60.0
     agent_limits: AgentLimits = Field(default_factory=AgentLimits)
     policy: WindowPolicy = Field(default_factory=WindowPolicy)  # what the model sees and may spend
+    # The tenant has a Cedar policy set (enforced or shadow): each call passes the policy gate
+    # (`evaluate_policy`). False (and recorded histories): the step is as before, nothing added.
+    has_policies: bool = False
 
 
 class SubmitMessage(BaseModel):
@@ -244,6 +247,7 @@ class PendingApproval(BaseModel):
     hints: str | None = None  # an MCP tool's annotations as the server claims them: shown, never trusted
     description: str | None = None  # an MCP tool's, from the snapshot (native ones: the registry)
     parameters: dict[str, Any] | None = None  # an MCP tool's input schema, from the snapshot
+    quorum: str = ""  # a policy's quorum so far: "1 of 2: bob approved" ("" for one approval)
 
     @staticmethod
     def of(approval: Approval, mcp_spec: ToolSpec | None = None) -> PendingApproval:
@@ -261,6 +265,7 @@ class PendingApproval(BaseModel):
             hints=approval.hints,
             description=mcp_spec.description if mcp_spec else None,
             parameters=mcp_spec.parameters if mcp_spec else None,
+            quorum=approval.progress(),
         )
 
 

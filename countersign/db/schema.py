@@ -505,6 +505,70 @@ class TierChange(Base):
     created_at: Mapped[datetime] = created_at()
 
 
+POLICY_MODES = ("enforced", "shadow")
+
+
+class TenantPolicy(Base):
+    """A tenant's Cedar policy set (countersign/core/cedar_policy.py), as applied: the enforced one
+    decides beside the tiers; a shadow one is evaluated beside it and changes nothing, each call
+    whose outcome would differ recorded in `shadow_differences`. Every attempt is in `policy_changes`.
+    `version` counts the tenant's accepted applies of that mode."""
+
+    __tablename__ = "tenant_policies"
+    __table_args__ = (one_of("mode", POLICY_MODES),)
+
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"), primary_key=True)
+    mode: Mapped[str] = mapped_column(primary_key=True)
+    version: Mapped[int]
+    text: Mapped[str]  # the policy file as applied ("" : no policies)
+    sha256: Mapped[str]
+    applied_by: Mapped[str]
+    applied_at: Mapped[datetime] = created_at()
+
+
+class PolicyChange(Base):
+    """Every attempt to apply a tenant's policy set (accepted or refused, with why), chained like
+    tier changes: who, when, which mode, the text and the version it became."""
+
+    __tablename__ = "policy_changes"
+    __table_args__ = (Index(None, "tenant_id", "created_at"), one_of("mode", POLICY_MODES))
+
+    id: Mapped[int] = identity_pk()
+    tenant_id: Mapped[str] = tenant_column(indexed=False)
+    mode: Mapped[str]
+    version: Mapped[int | None]  # None: refused
+    text: Mapped[str]
+    sha256: Mapped[str]
+    changed_by: Mapped[str]
+    via: Mapped[str]  # "inbox" or "cli"
+    accepted: Mapped[bool]
+    reason: Mapped[str | None]  # why it was refused
+    created_at: Mapped[datetime] = created_at()
+
+
+class ShadowDifference(Base):
+    """A call whose outcome under the tenant's shadow policy set differs from the enforced one's
+    (each a PolicyDecision as JSON; `enforced` no_match: the tiers decided)."""
+
+    __tablename__ = "shadow_differences"
+    __table_args__ = (
+        UniqueConstraint("workflow_id", "conversation_id", "call_id"),
+        Index(None, "tenant_id", "created_at"),
+    )
+
+    id: Mapped[int] = identity_pk()
+    tenant_id: Mapped[str] = tenant_column(indexed=False)
+    shadow_version: Mapped[int]
+    workflow_id: Mapped[str]
+    conversation_id: Mapped[str] = conversation_column()
+    call_id: Mapped[str]
+    tool: Mapped[str]
+    requested_by: Mapped[str]
+    enforced: Mapped[dict[str, Any]]
+    shadow: Mapped[dict[str, Any]]
+    created_at: Mapped[datetime] = created_at()
+
+
 # --- what happened: audit, approvals, compensations, rate limits -----------------------------------
 
 
@@ -548,6 +612,7 @@ class ToolExecution(Base):
     # approved unasked, by this grant (grants.id) of `approved_by`
     grant_id: Mapped[int | None] = mapped_column(BigInteger)
     decision_reason: Mapped[str | None]
+    policy: Mapped[dict[str, Any] | None]  # the tenant's policy decision (None: no policies)
     idempotency_key: Mapped[str | None]
     started_at: Mapped[datetime | None]  # None for calls that never ran (rejected, blocked, ...)
     finished_at: Mapped[datetime | None]
@@ -1196,6 +1261,10 @@ class ApprovalRequest(Base):
     # that request showed (what changed since is it against `effect`).
     voided_by: Mapped[str | None]
     voided_effect: Mapped[dict[str, Any] | None]
+    # How many distinct approvers the call needs (a policy's @approvals; 1 otherwise), and the
+    # tenant's policy decision on it (countersign.core.cedar_policy.PolicyDecision; None: no policies).
+    approvals_required: Mapped[int] = mapped_column(server_default=text("1"))
+    policy: Mapped[dict[str, Any] | None]
 
 
 # --- the tenant's chat channel (send_chat_message) --------------------------------------------------

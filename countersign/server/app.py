@@ -39,6 +39,7 @@ from countersign.server import (
     mcp_face,
     notifications,
     pages,
+    policies,
 )
 from countersign.server.auth import SESSION_TTL
 from countersign.server.conversation_events import ConversationEvents
@@ -146,7 +147,10 @@ async def me(request: web.Request) -> web.Response:
 
 async def page(request: web.Request) -> web.Response:
     header = await header_of(request)
-    return render("inbox.html", here="inbox", workflow_url=request.app[WORKFLOW_URL], **header)
+    shadow = None
+    if header["admin"]:  # the shadow policy set's differences, for admins to see before enforcing it
+        shadow = await policies.shadow_summary(request.app[REQUESTERS].sessions, header["person"].tenant_id)
+    return render("inbox.html", here="inbox", workflow_url=request.app[WORKFLOW_URL], shadow=shadow, **header)
 
 
 async def favicon(request: web.Request) -> web.StreamResponse:
@@ -241,6 +245,7 @@ def create_app(
     door.add_routes(app, requesters, readers)
     mcp_face.add_routes(app, requesters)
     agent_tools.add_routes(app, requesters.sessions)
+    policies.add_routes(app, requesters.sessions)
     channels.add_routes(app)
     drafts.add_routes(app)
     notifications.add_routes(app)

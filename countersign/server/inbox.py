@@ -22,12 +22,12 @@ from typing import Any, Literal
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from pydantic import BaseModel, Field
-from sqlalchemy import func, select
+from sqlalchemy import func, select, tuple_
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowUpdateFailedError
 from temporalio.service import RPCError, RPCStatusCode
 
-from countersign.core.approvals import Approval, Decision, PendingCall, approver_refusal
+from countersign.core.approvals import Approval, Decision, PendingCall, approver_refusal, quorum_line
 from countersign.core.bounds import MAX_REASON_CHARS
 from countersign.core.calls import Risk
 from countersign.core.effects import Effect, effect_lines, effect_warnings
@@ -124,6 +124,12 @@ class PendingItem(BaseModel):
     # was voided because what the call would do changed between the decision and its execution.
     voided_by: str | None = None
     voided_effect: Effect | None = None
+    # A policy's quorum (`@approvals("N")`): how many distinct approvers, the policy, who approved
+    # so far, and the card's line ("1 of 2: bob approved"; "" for a single approval).
+    approvals_required: int = 1
+    policy: str | None = None
+    approved_by: list[str] = Field(default_factory=list)
+    quorum: str = ""
 
     @property
     def key(self) -> str:
@@ -136,9 +142,13 @@ class PendingItem(BaseModel):
         return PendingCall.model_validate(self.model_dump())
 
 
-def item_of(row: ApprovalRequest, said: list[dict[str, str]]) -> PendingItem:
+def item_of(
+    row: ApprovalRequest, said: list[dict[str, str]], approved_by: list[str] | None = None
+) -> PendingItem:
     """A recorded approval request as reviewers see it (a native tool's description and schema
-    from this registry, an MCP tool's from the conversation's snapshot, as recorded)."""
+    from this registry, an MCP tool's from the conversation's snapshot, as recorded);
+    `approved_by`: a quorum's approvers so far."""
+    approved_by = approved_by or []
     tool = REGISTRY.get(row.tool)
     effect = Effect.model_validate(row.effect) if row.effect is not None else None
     return PendingItem(
@@ -165,7 +175,36 @@ def item_of(row: ApprovalRequest, said: list[dict[str, str]]) -> PendingItem:
         effect_lines=effect_lines(effect) if effect else [],
         voided_by=row.voided_by,
         voided_effect=Effect.model_validate(row.voided_effect) if row.voided_effect is not None else None,
+        approvals_required=row.approvals_required,
+        policy=(row.policy or {}).get("policy"),
+        approved_by=approved_by,
+        quorum=quorum_line(row.approvals_required, approved_by),
     )
+
+
+async def quorum_approvals(
+    session: AsyncSession, rows: list[ApprovalRequest]
+) -> dict[tuple[str, str], list[str]]:
+    """Who approved each of these open quorum requests so far (accepted and not voided), in order,
+    by (conversation, call)."""
+    if not rows:
+        return {}
+    decisions = await session.execute(
+        select(ApprovalDecision.conversation_id, ApprovalDecision.call_id, ApprovalDecision.approver)
+        .where(
+            tuple_(ApprovalDecision.conversation_id, ApprovalDecision.call_id).in_(
+                [(r.conversation_id, r.call_id) for r in rows]
+            ),
+            ApprovalDecision.decision == "approve",
+            ApprovalDecision.accepted.is_(True),
+            ApprovalDecision.voided_at.is_(None),
+        )
+        .order_by(ApprovalDecision.id)
+    )
+    approved: dict[tuple[str, str], list[str]] = {}
+    for conversation_id, call_id, approver in decisions:
+        approved.setdefault((conversation_id, call_id), []).append(approver)
+    return approved
 
 
 def last_messages(messages: list[ChatMessage]) -> list[dict[str, str]]:
@@ -327,14 +366,16 @@ class Inbox:
                     .order_by(ApprovalRequest.expires_at)
                 )
             )
+            approvals = await quorum_approvals(session, [r for r in rows if r.approvals_required > 1])
         items: list[PendingItem] = []
         for row in await self._of_running(rows):
             key = f"{row.workflow_id}/{row.call_id}"
-            if key in known and known[key].nonce == row.nonce:
+            approved_by = approvals.get((row.conversation_id, row.call_id), [])
+            if key in known and known[key].nonce == row.nonce and known[key].approved_by == approved_by:
                 items.append(known[key])
                 continue
             said = await self._store.last_said(row.workflow_id, row.conversation_id, LAST_MESSAGES)
-            items.append(item_of(row, last_messages(said)))
+            items.append(item_of(row, last_messages(said), approved_by))
         return items
 
     async def _of_running(self, rows: list[ApprovalRequest]) -> list[ApprovalRequest]:

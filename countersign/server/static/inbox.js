@@ -142,6 +142,10 @@ function card(item) {
             + (item.voided_effect ? ` (then: ${item.voided_effect.summary})` : "")
             + ", so nothing ran and that approval was voided. Decide on it as it is now." })
       : "",
+    item.quorum
+      ? el("p", { class: "quorum", role: "status",
+          text: `Needs ${item.approvals_required} distinct approvers (policy ${item.policy}), never the requester: ${item.quorum}` })
+      : "",
     effectView(item.effect_lines, item.effect && !item.effect.resolved),
     (item.warnings || []).length
       ? el("ul", { class: "warnings", role: "alert", "aria-label": "Check these arguments" },
