@@ -20,6 +20,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from activities.approvals import ApprovalActivities, grant_scope
 from countersign.core.approvals import RecordedApproval
+from countersign.core.calls import PolicyDecision
 from countersign.core.grants import GrantTerms
 from countersign.db.chain import chain, verify_live
 from countersign.db.engine import session_factory
@@ -27,6 +28,7 @@ from countersign.db.grants import mint_grant, revoke_grant
 from countersign.db.schema import ApprovalDecision, ApprovalRequest, Grant, GrantUse
 
 TOOL = "update_lead_status"
+TWO_APPROVERS = PolicyDecision(outcome="permit_approvals", policy="two-for-leads", approvals=2)
 
 
 def request(
@@ -139,6 +141,7 @@ async def test_another_scope_or_a_dead_grant_is_asked(
         request(lead_args, agent="operations"),  # another agent
         request(lead_args).model_copy(update={"tenant_id": "globex"}),  # another tenant
         request(lead_args).model_copy(update={"voided_by": "bob"}),  # asked again: never granted
+        request(lead_args).model_copy(update={"quorum": TWO_APPROVERS}),  # one grant never stands in for two
     ]
     for asked in others:
         assert await activities.record_approval_request(asked) is None, asked
