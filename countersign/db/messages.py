@@ -201,6 +201,12 @@ async def insert_message(session: AsyncSession | AsyncConnection, row: dict[str,
         await publish_message(session, row)
 
 
+# The rows are the statement's parameters (one INSERT of as many VALUES, by SQLAlchemy's
+# "insertmanyvalues"), not its values: a multi-VALUES statement has no cache key, so SQLAlchemy
+# compiled it again for every model reply.
+APPEND = insert(ConversationMessage).on_conflict_do_nothing().returning(ConversationMessage.seq)
+
+
 class ConversationStore:
     """Reads and writes `conversation_messages`; shared by the store, model and CLI sides."""
 
@@ -249,15 +255,8 @@ class ConversationStore:
                 insert(ModelCall).values(**model_call).on_conflict_do_nothing() if model_call else None
             )
             if rows:
-                statement = (
-                    insert(ConversationMessage)
-                    .values(rows)
-                    .on_conflict_do_nothing()
-                    .returning(ConversationMessage.seq)
-                )
-                if usage_row is not None:
-                    statement = statement.add_cte(usage_row.cte("usage"))
-                inserted = set((await connection.scalars(statement)).all())
+                statement = APPEND if usage_row is None else APPEND.add_cte(usage_row.cte("usage"))
+                inserted = set((await connection.scalars(statement, rows)).all())
                 for row in rows:  # the events of the rows this attempt inserted, in seq order
                     if row["seq"] in inserted:
                         await publish_message(connection, row)
