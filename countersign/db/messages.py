@@ -12,13 +12,15 @@ Shared by the store and model activities and by the client side (transcripts of 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from sqlalchemy import ColumnElement, Select, func, select
+from sqlalchemy import ColumnElement, Select, bindparam, func, select, tuple_
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, async_sessionmaker
+from sqlalchemy.orm import aliased
 from temporalio.exceptions import ApplicationError
 
 from countersign.core.bounds import storable
@@ -207,6 +209,32 @@ async def insert_message(session: AsyncSession | AsyncConnection, row: dict[str,
 APPEND = insert(ConversationMessage).on_conflict_do_nothing().returning(ConversationMessage.seq)
 
 
+def _last_said() -> Select[ConversationMessage]:
+    """The latest `:count` messages with text of each of the conversations `:instances`."""
+    m = ConversationMessage
+    latest = func.row_number().over(partition_by=(m.workflow_id, m.conversation_id), order_by=m.seq.desc())
+    ranked = (
+        select(m, latest.label("latest"))
+        .where(
+            tuple_(m.workflow_id, m.conversation_id).in_(bindparam("instances", expanding=True)),
+            m.role.in_(("user", "assistant")),
+            m.content.is_not(None),
+            m.content != "",
+        )
+        .subquery()
+    )
+    said = aliased(m, ranked)
+    return (
+        select(said)
+        .where(ranked.c.latest <= bindparam("count"))
+        .order_by(said.workflow_id, said.conversation_id, said.seq)
+    )
+
+
+LAST_SAID = _last_said()
+LAST_SAID_BATCH = 1000  # conversations per statement: two parameters each, under asyncpg's 32,767
+
+
 class ConversationStore:
     """Reads and writes `conversation_messages`; shared by the store, model and CLI sides."""
 
@@ -295,22 +323,19 @@ class ConversationStore:
         async with self.sessions() as session:
             return {r.seq: message_of(r) for r in await session.scalars(query)}
 
-    async def last_said(self, workflow_id: str, conversation_id: str, count: int) -> list[ChatMessage]:
-        """The latest `count` user and assistant messages with text, oldest first."""
-        query = (
-            select(ConversationMessage)
-            .where(
-                *of(workflow_id, conversation_id),
-                ConversationMessage.role.in_(("user", "assistant")),
-                ConversationMessage.content.is_not(None),
-                ConversationMessage.content != "",
-            )
-            .order_by(ConversationMessage.seq.desc())
-            .limit(count)
-        )
+    async def last_said(
+        self, instances: Sequence[tuple[str, str]], count: int
+    ) -> dict[tuple[str, str], list[ChatMessage]]:
+        """Of each conversation (workflow id, instance), the latest `count` user and assistant
+        messages with text, oldest first; a statement per LAST_SAID_BATCH conversations, not one
+        per conversation (the inbox lists thousands of waiting calls)."""
+        said: dict[tuple[str, str], list[ChatMessage]] = {}
         async with self.sessions() as session:
-            rows = list(await session.scalars(query))
-        return [message_of(r) for r in reversed(rows)]
+            for at in range(0, len(instances), LAST_SAID_BATCH):
+                batch = instances[at : at + LAST_SAID_BATCH]
+                for r in await session.scalars(LAST_SAID, {"instances": batch, "count": count}):
+                    said.setdefault((r.workflow_id, r.conversation_id), []).append(message_of(r))
+        return said
 
     async def model_input(self, stored: StoredInput) -> ModelInput:
         """What a stored model call needs, in one statement: the reply an earlier attempt stored at
