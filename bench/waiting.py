@@ -28,7 +28,6 @@ import asyncio
 import json
 import os
 import sys
-import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -42,7 +41,7 @@ from sqlalchemy import select, update
 from bench import stack, workloads
 from bench.report import met, num, rss_at, table
 from bench.scenario import JOHN, STEPS_MESSAGE, bench_scenario
-from bench.sections import put_section, recorded_run
+from bench.sections import recorded_run, write_section
 from bench.stats import Summary
 from countersign.db.engine import session_factory
 from countersign.db.schema import Lead
@@ -211,26 +210,20 @@ async def measure(sizes: Sizes, do_waiting: bool, do_scale: bool) -> Json:
 
 async def measure_with(sizes: Sizes, do_waiting: bool, do_scale: bool, mail: SmtpServer) -> Json:
     results: Json = {"sizes": asdict(sizes)}
-    with tempfile.TemporaryDirectory(prefix="countersign-waiting-") as tmp:
-        root = Path(tmp)
-        progress(f"starting PostgreSQL and the dev server in {root}")
-        async with (
-            stack.postgres(root) as url,
-            stack.temporal(root, "waiting", stack.ServerSetup()) as server,
-            stack.parts(url, server.config, bench_scenario(STEPS)) as base,
-        ):
-            mailed = base.settings.model_copy(update={"smtp_host": mail.host, "smtp_port": mail.port})
-            parts = stack.Parts(base.client, mailed, base.engine, base.model)
-            if do_scale:
-                others = {SERVER: server.pid, POSTGRES: stack.postmaster_pid(root), BENCH: os.getpid()}
-                rows = []
-                for n in range(1, sizes.workers + 1):
-                    rows.append(await scale_out(parts, root, n, sizes, others))
-                    progress(f"{n} worker(s): {rows[-1]['tool_calls_per_s']} tool calls/s")
-                results["scale_out"] = rows
-            if do_waiting:  # last: its conversations stay in the server
-                progress(f"waiting: {sizes.waiting} conversations on one worker")
-                results["waiting"] = await waiting(parts, root, sizes.waiting, sizes.approvals)
+    progress("starting PostgreSQL and the dev server")
+    async with stack.started("waiting", bench_scenario(STEPS)) as (root, server, base):
+        mailed = base.settings.model_copy(update={"smtp_host": mail.host, "smtp_port": mail.port})
+        parts = stack.Parts(base.client, mailed, base.engine, base.model)
+        if do_scale:
+            others = {SERVER: server.pid, POSTGRES: stack.postmaster_pid(root), BENCH: os.getpid()}
+            rows = []
+            for n in range(1, sizes.workers + 1):
+                rows.append(await scale_out(parts, root, n, sizes, others))
+                progress(f"{n} worker(s): {rows[-1]['tool_calls_per_s']} tool calls/s")
+            results["scale_out"] = rows
+        if do_waiting:  # last: its conversations stay in the server
+            progress(f"waiting: {sizes.waiting} conversations on one worker")
+            results["waiting"] = await waiting(parts, root, sizes.waiting, sizes.approvals)
     return results
 
 
@@ -330,10 +323,7 @@ def main(argv: list[str] | None = None) -> None:
         )
         args.out.write_text(json.dumps(results, indent=2) + "\n")
     text = render(results)
-    if args.no_markdown:
-        print(text)
-    else:
-        put_section(args.markdown, "bench.waiting", text)
+    write_section(args.markdown, "bench.waiting", text, only_print=args.no_markdown)
 
 
 if __name__ == "__main__":
