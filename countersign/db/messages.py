@@ -179,17 +179,18 @@ async def audited_answer(
     stored, envelope = tool_message(invocation, result)
     row = row_of(invocation.workflow_id, invocation.conversation_id, invocation.caller.tenant_id, stored)
     message = insert(ConversationMessage).values(**row).on_conflict_do_nothing()
-    inserted = await session.scalar(
-        message.add_cte(audited.cte("audited")).returning(ConversationMessage.seq)
-    )
+    # both inserts are CTEs of one SELECT that answers the audit row as written (for its chain
+    # link) and the message's seq when it was inserted: one round trip, no read-back of the row
+    audit_cte = audited.returning(*ToolExecution.__table__.columns).cte("audited")
+    message_cte = message.returning(ConversationMessage.seq).cte("message")
+    written, inserted = (
+        await session.execute(
+            select(aliased(ToolExecution, audit_cte), select(message_cte.c.seq).scalar_subquery())
+        )
+    ).one()
     if inserted is not None:
         await publish_message(session, row)
-    written = select(ToolExecution).where(
-        ToolExecution.workflow_id == invocation.workflow_id,
-        ToolExecution.conversation_id == invocation.conversation_id,
-        ToolExecution.call_id == invocation.call_id,
-    )
-    await chain(session, (await session.scalars(written)).one())  # the CTE's row, now visible
+    await chain(session, written)
     return envelope
 
 

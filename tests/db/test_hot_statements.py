@@ -1,4 +1,4 @@
-"""The statements of the two hot paths hit SQLAlchemy's compiled cache (issue 36): a statement
+"""The statements of the two hot paths (issue 36) hit SQLAlchemy's compiled cache: a statement
 without a cache key (a multi-VALUES insert) is compiled again at every call, which the worker's
 profile showed (`SQLCompiler`, cache-key generation). Each is run twice; the second run's
 statements must all be served from the cache, and the rows must be what they were before."""
@@ -14,12 +14,16 @@ from typing import Any
 from sqlalchemy import event, func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from activities.tools import ToolActivities
+from countersign.core.calls import CallerContext, StoredResult, ToolInvocation
 from countersign.core.envelopes import AppendMessages, StoredMessage
+from countersign.core.evidence import fact_digest
 from countersign.core.messages import ChatMessage, ToolCall
+from countersign.db.chain import fact_of, last_fact, source_id_of
 from countersign.db.engine import session_factory
 from countersign.db.messages import ConversationStore
-from countersign.db.ratelimit import CallLimits, RateLimit, take_call
-from countersign.db.schema import ConversationMessage, ModelCall, RateLimitBucket
+from countersign.db.ratelimit import UNLIMITED, CallLimits, RateLimit, take_call
+from countersign.db.schema import ConversationMessage, ModelCall, RateLimitBucket, ToolExecution
 
 
 @contextmanager
@@ -105,3 +109,34 @@ async def test_a_tool_calls_buckets_are_taken_by_a_cached_statement(db_engine: A
             ).all()
         )
     assert tokens == {"alice": 0.0, "": 1.0}
+
+
+async def test_a_tool_calls_audit_row_is_chained_as_written_without_reading_it_back(
+    db_engine: AsyncEngine,
+) -> None:
+    """The audit row and the stored result are one statement that answers the row as written; its
+    chain link is made from that answer (no SELECT of the row it just inserted)."""
+    caller = CallerContext(tenant_id="acme", user_id="alice", roles=["sales"], agent="lead-qualifier")
+    invocation = ToolInvocation(
+        caller=caller, workflow_id=f"hot-{uuid.uuid4()}", conversation_id=str(uuid.uuid4()),
+        run_id="r", call_id="c1", tool="search_leads", arguments='{"query": "Jane"}', store_seq=2,
+    )  # fmt: skip
+    sessions = session_factory(db_engine)
+    statements: list[str] = []
+
+    def executed(_c: Any, _cur: Any, statement: str, *_: Any) -> None:
+        statements.append(statement)
+
+    event.listen(db_engine.sync_engine, "before_cursor_execute", executed)
+    try:
+        answer = await ToolActivities(sessions, rate_limits=UNLIMITED).execute_tool(invocation)
+    finally:
+        event.remove(db_engine.sync_engine, "before_cursor_execute", executed)
+    assert isinstance(answer, StoredResult) and answer.ok
+    (written,) = [i for i, s in enumerate(statements) if "INSERT INTO tool_executions" in s]
+    assert not [s for s in statements[written + 1 :] if "FROM tool_executions" in s]
+    async with sessions() as session:
+        audited = select(ToolExecution).where(ToolExecution.workflow_id == invocation.workflow_id)
+        row = (await session.scalars(audited)).one()
+        chained = await last_fact(session, "acme", "tool_executions", source_id_of(row))
+    assert chained == fact_digest(fact_of(row))
