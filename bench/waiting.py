@@ -61,7 +61,8 @@ ISSUE_WAITING = 10_000
 STALLED_S = 60.0  # no conversation newly waiting for this long: the rest are not coming
 SATURATED_CORES = 0.85  # a single-threaded process this busy has no headroom left
 STEPS = 5
-WORKER, SERVER, POSTGRES, BENCH = "worker processes", "Temporal dev server", "PostgreSQL", "bench process"
+WORKER, SERVER, POSTGRES = "worker processes", "Temporal dev server", "PostgreSQL"
+BENCH = "bench process (client, scripted model)"
 
 
 @dataclass(frozen=True)
@@ -88,12 +89,13 @@ def spread(items: Sequence[Any], count: int) -> list[Any]:
 
 
 def saturated(rows: list[Json]) -> str:
-    """Which shared part limits the scale-out `rows` (one per worker count, in order): the dev server
-    or PostgreSQL when one of them is near a full core at the largest count; else the machine's cores
-    when all the parts together keep them busy; else none."""
+    """Which shared part limits the scale-out `rows` (one per worker count, in order): the dev server,
+    PostgreSQL, or this bench's own process (the client and the scripted model: one Python thread)
+    when one of them is near a full core at the largest count; else the machine's cores when all the
+    parts together keep them busy; else none."""
     last = rows[-1]
     busy = last["cores_busy"]
-    for part in (SERVER, POSTGRES):
+    for part in (SERVER, POSTGRES, BENCH):
         if busy[part] >= SATURATED_CORES:
             return f"the {part} ({busy[part]:.2f} cores at {last['workers']} workers)"
     total = sum(busy.values())

@@ -44,6 +44,10 @@ def row(workers: int, server: float, postgres: float, worker: float, cores: int 
         (row(3, server=0.3, postgres=0.95, worker=0.5), "the PostgreSQL (0.95 cores at 3 workers)"),
         (row(3, server=0.6, postgres=0.1, worker=1.1), "the machine's 2 cores"),
         (row(3, server=0.3, postgres=0.1, worker=0.4), "none of the parts"),
+        (
+            {**row(3, 0.3, 0.1, 0.6), "cores_busy": {WORKER: 0.6, SERVER: 0.3, POSTGRES: 0.1, BENCH: 0.9}},
+            "the bench process (client, scripted model) (0.90 cores at 3 workers)",
+        ),
     ],
 )
 def test_what_saturates_is_read_from_the_largest_worker_count(last: dict[str, object], says: str) -> None:
