@@ -9,6 +9,7 @@ import asyncio
 import os
 from collections.abc import Sequence
 
+from pydantic import ValidationError
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
 from temporalio.common import VersioningBehavior, WorkerDeploymentVersion
@@ -24,6 +25,7 @@ from activities.failures import DatabaseRefusals
 from activities.mcp import McpActivities
 from activities.model import ModelActivities
 from activities.notifications import NotificationActivities
+from activities.policies import PolicyActivities
 from activities.proofs import ProofActivities
 from activities.rollback import RollbackActivities
 from activities.saga import SagaActivities
@@ -102,6 +104,7 @@ def build_worker(
             stored.append_messages,
             stored.load_turn_reply,
             tools.check_arguments,
+            PolicyActivities(sessions).evaluate_policy,
             tools.execute_tool,
             audit.record_unexecuted_call,
             approvals.record_decision,
@@ -130,6 +133,14 @@ def build_worker(
     )
 
 
+def settings_refused(invalid: ValidationError) -> str:
+    """Why the environment's settings were refused, one clause per setting (COUNTERSIGN_BUILD_ID is
+    `build_id`), without the value's repr pydantic appends."""
+    return "; ".join(
+        f"{'.'.join(map(str, e['loc']))}: {e['msg'].removeprefix('Value error, ')}" for e in invalid.errors()
+    )
+
+
 def deployment_config(settings: Settings) -> WorkerDeploymentConfig | None:
     """The worker's build in its Worker Deployment (COUNTERSIGN_BUILD_ID), or None: unversioned.
 
@@ -149,7 +160,10 @@ def deployment_config(settings: Settings) -> WorkerDeploymentConfig | None:
 async def main() -> None:
     configure_logging()
     log = get_logger("countersign.worker")
-    settings = load_settings()
+    try:
+        settings = load_settings()
+    except ValidationError as invalid:  # a setting from the environment: name it, no traceback
+        raise SystemExit(f"worker: {settings_refused(invalid)}") from None
     database_url = settings.database_url
     if not database_url:
         raise SystemExit("worker: no DATABASE_URL: run `python starter.py dev up` or set DATABASE_URL")

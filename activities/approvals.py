@@ -26,13 +26,19 @@ from countersign.core.approvals import (
     DecisionRecord,
     RecordedApproval,
     Verdict,
+    approvals_required,
     approver_refusal,
+    decision_note,
+    quorum_refusal,
 )
-from countersign.core.calls import CallerContext, argument_changes
+from countersign.core.bounds import loads_strict
+from countersign.core.calls import CallerContext, argument_changes, call_key
 from countersign.core.effects import Effect, FieldChange, arguments_effect, one_line
+from countersign.core.grants import Granted, GrantScope, grant_allowed, grant_refusal, scope_digest
 from countersign.db.attempts import attempt_key, record_once
 from countersign.db.chain import chain
 from countersign.db.events import publish
+from countersign.db.grants import mint_grant, spend_grant
 from countersign.db.people import roles_of
 from countersign.db.schema import ApprovalDecision, ApprovalRequest, Notification
 from countersign.identity.proofs import Binding, ProofVerifier, args_digest, check_proof
@@ -43,6 +49,29 @@ from tools.effects import preview_effect
 from tools.registry import REGISTRY, ToolContext, ToolFailure
 
 
+def grant_scope(
+    tenant_id: str, tool: str, requester: str, agent: str, args: str, mcp: bool
+) -> GrantScope | None:
+    """What a grant for this call is scoped to, and what a grant must be scoped to to cover it:
+    a native tool's arguments as its model reads them (a default left out is the default), without
+    its free ones; an MCP tool's as sent. None when they do not read as an object (nothing granted)."""
+    registered = None if mcp else REGISTRY.get(tool)
+    try:
+        values = validate(registered, args).model_dump(mode="json") if registered else loads_strict(args)
+    except (ToolFailure, ValueError, RecursionError):
+        return None
+    if not isinstance(values, dict):
+        return None
+    free = registered.free_args if registered else ()
+    return GrantScope(
+        tenant_id=tenant_id,
+        tool=tool,
+        requester=requester,
+        agent=agent,
+        args_sha256=scope_digest(values, free),
+    )
+
+
 def unresolved(request: RecordedApproval, problem: str) -> Effect:
     """The arguments as the effect of a call whose effect could not be resolved, and why."""
     summary = one_line(
@@ -50,6 +79,15 @@ def unresolved(request: RecordedApproval, problem: str) -> Effect:
     )
     effect = arguments_effect(request.tool, load_arguments_or_raw(request.args))
     return effect.model_copy(update={"summary": summary, "problem": problem})
+
+
+def pending(record: DecisionRecord) -> bool:
+    """An accepted approval that leaves its quorum short: the request stays open for the next."""
+    return (
+        record.quorum is not None
+        and record.decision.decision == "approve"
+        and len(record.approved_by) + 1 < record.quorum.approvals
+    )
 
 
 class ApprovalActivities:
@@ -70,6 +108,7 @@ class ApprovalActivities:
         """
         decision = record.decision
         key = attempt_key()
+        granting: list[tuple[GrantScope, str]] = []  # an accepted grant's scope and arguments
 
         async with self._sessions() as session, session.begin():
 
@@ -85,6 +124,7 @@ class ApprovalActivities:
                             decision.decision,
                             decision.args if decision.args is not None else record.args,
                             await self._recorded_effect(session, record),
+                            decision.grant,
                         ),
                         decision.approver,
                         datetime.now(UTC),
@@ -95,6 +135,12 @@ class ApprovalActivities:
                     refusal = approver_refusal(
                         decision.decision, record.risk, record.requested_by, decision.approver, roles
                     )
+                    if refusal is None and record.quorum is not None:
+                        refusal = quorum_refusal(
+                            record.quorum, decision, record.requested_by, record.approved_by, roles or []
+                        )
+                if refusal is None and decision.grant is not None:
+                    refusal = grant_refusal(decision.decision, approvals_required(record.quorum))
                 if refusal is None and decision.decision == "approve" and record.risk in FOUR_EYES:
                     refusal = await self._editor_refusal(session, record)
                 edited, changes, effect = None, None, None
@@ -103,7 +149,9 @@ class ApprovalActivities:
                 if edited is not None:
                     changes = self._changes(record, edited)
                     effect = await self._edited_effect(session, record, edited)
-                if refusal is None:
+                if refusal is None and decision.grant is not None:
+                    refusal = await self._grant_refusal(session, record, edited, granting)
+                if refusal is None and not pending(record):
                     await self._close(
                         session, record, "approved" if decision.decision == "approve" else "rejected"
                     )
@@ -126,13 +174,20 @@ class ApprovalActivities:
 
             row = await record_once(session, ApprovalDecision, ApprovalDecision.attempt_key, key, attempt)
             await chain(session, row)  # a re-run finds it chained: nothing is appended twice
+            if row.accepted and decision.grant is not None and granting:  # a re-run finds it minted
+                scope, granted_args = granting[0]
+                await mint_grant(session, row, scope, granted_args, decision.grant)
             if row.accepted:
                 state = "approved" if row.decision == "approve" else "rejected"
+                state = "pending" if pending(record) else state  # a quorum's approval short of N
                 decided = {
                     "call_id": row.call_id,
                     "tool": row.tool,
                     "state": state,
                     "decided_by": row.approver,
+                    "reason": row.reason,
+                    "note": decision_note(row.approver, row.decision, row.reason, row.changes),
+                    "edited": bool(row.changes),
                 }
                 await publish(
                     session,
@@ -144,6 +199,33 @@ class ApprovalActivities:
                     f"approval:{row.call_id}:decided",
                 )
             return self._verdict(row, record)
+
+    @staticmethod
+    async def _grant_refusal(
+        session: AsyncSession,
+        record: DecisionRecord,
+        edited: str | None,
+        granting: list[tuple[GrantScope, str]],
+    ) -> str | None:
+        """Why the decision's grant cannot be scoped (None: its scope and arguments are added to
+        `granting`): the agent is the recorded request's, the arguments the ones approved."""
+        agent = await session.scalar(
+            select(ApprovalRequest.agent).where(
+                ApprovalRequest.conversation_id == record.conversation_id,
+                ApprovalRequest.call_id == record.decision.call_id,
+            )
+        )
+        args = edited or record.args
+        mcp = record.mcp_spec is not None and record.mcp_spec.name == record.tool
+        scope = (
+            grant_scope(record.tenant_id, record.tool, record.requested_by, agent, args, mcp)
+            if agent is not None and args is not None
+            else None
+        )
+        if scope is None or args is None:
+            return "this call cannot be granted: its request or its arguments are not on record"
+        granting.append((scope, args))
+        return None
 
     @staticmethod
     async def _editor_refusal(session: AsyncSession, record: DecisionRecord) -> str | None:
@@ -177,7 +259,12 @@ class ApprovalActivities:
         )
         if request is None:
             return None
-        fields = {name: getattr(request, name) for name in RecordedApproval.model_fields if name != "args"}
+        # the request as recorded, with the edit's arguments (its quorum is in `policy`: not needed here)
+        fields = {
+            name: getattr(request, name)
+            for name in RecordedApproval.model_fields
+            if name not in ("args", "quorum")
+        }
         recorded = RecordedApproval(**fields, args=edited)
         try:
             async with session.begin_nested():
@@ -217,18 +304,35 @@ class ApprovalActivities:
             await chain(session, request)
 
     @activity.defn(name=RECORD_APPROVAL_REQUEST.name)
-    async def record_approval_request(self, request: RecordedApproval) -> None:
+    async def record_approval_request(self, request: RecordedApproval) -> Granted | None:
         """Write what reviewers are shown and what their proofs will bind: the call as this worker's
         conversation holds it, and its effect as the tool resolves it now (once: a retry changes
         nothing, the first resolution stays what reviewers decide).
 
+        A live grant covering the call (countersign.core.grants) is spent on it first, once per call
+        (its idempotency key), and the request is written as approved by the grant's approver: the
+        answer says so, and nobody is asked. A call asked again (`voided_by`) is never granted.
+
         The preview reads in the transaction that writes the request (no savepoint: it changes
         nothing). One that breaks (a bug, a statement PostgreSQL refuses) takes that transaction
-        with it; the request is then written in another, with the arguments as its effect, marked
-        unresolved, rather than not at all."""
+        with it, a grant's use too; the request is then written in another, with the arguments as its
+        effect, marked unresolved, and asked, rather than not at all."""
         try:
             async with self._sessions() as session, session.begin():
-                await self._record(session, request, await self.resolve_effect(session, request))
+                granted = await self._granted(session, request)
+                await self._record(session, request, await self.resolve_effect(session, request), granted)
+                if granted is not None:  # the conversation's readers see it approved, by the grant
+                    decided = {
+                        "call_id": request.call_id,
+                        "tool": request.tool,
+                        "state": "approved",
+                        "decided_by": granted.approver,
+                        "grant_id": granted.grant_id,
+                    }
+                    instance = request.workflow_id, request.conversation_id
+                    key = f"approval:{request.call_id}:decided"
+                    await publish(session, *instance, request.tenant_id, "approval", decided, key)
+                return granted
         except Exception as exc:
             if is_connection_error(exc):
                 raise  # the database is out of reach: Temporal retries the activity
@@ -236,15 +340,50 @@ class ApprovalActivities:
             problem = "INTERNAL_ERROR: the effect could not be resolved; the operators' log has details"
             async with self._sessions() as session, session.begin():
                 await self._record(session, request, unresolved(request, problem))
+            return None
 
     @staticmethod
-    async def _record(session: AsyncSession, request: RecordedApproval, effect: Effect) -> None:
-        values = request.model_dump(exclude={"parameters"}) | {
+    async def _granted(session: AsyncSession, request: RecordedApproval) -> Granted | None:
+        """A use of a live grant covering the call, spent now (or the one spent on it before)."""
+        if request.voided_by is not None or not grant_allowed(request.approvals_required):
+            return None  # asked again, or a quorum: one approver's grant never stands in for it
+        scope = grant_scope(
+            request.tenant_id,
+            request.tool,
+            request.requested_by,
+            request.agent,
+            request.args,
+            mcp=request.parameters is not None,
+        )
+        if scope is None:
+            return None
+        return await spend_grant(
+            session,
+            scope,
+            key=call_key(request.workflow_id, request.conversation_id, request.call_id),
+            workflow_id=request.workflow_id,
+            conversation_id=request.conversation_id,
+            call_id=request.call_id,
+            now=datetime.now(UTC),
+        )
+
+    @staticmethod
+    async def _record(
+        session: AsyncSession, request: RecordedApproval, effect: Effect, granted: Granted | None = None
+    ) -> None:
+        """`granted`: the request is written decided, by the grant's approver."""
+        values = request.model_dump(exclude={"parameters", "quorum"}) | {
             "parameters": request.parameters,
+            "approvals_required": request.approvals_required,
+            "policy": request.quorum.model_dump(mode="json", exclude_defaults=True)
+            if request.quorum
+            else None,
             "args_sha256": args_digest(request.args),
             "effect": effect.model_dump(mode="json"),
             "effect_sha256": effect.digest,
         }
+        if granted is not None:
+            values |= {"state": "approved", "decided_by": granted.approver, "closed_at": func.now()}
         statement = insert(ApprovalRequest).values(**values)
         # a call asked again (its approved effect changed before it ran) reopens its row as a new
         # request, keeping the effect approved before (`voided_effect`: what changed since); a retry
@@ -290,6 +429,7 @@ class ApprovalActivities:
             call_id=request.call_id,
             now=datetime.now(UTC),
             conversation_id=request.conversation_id,
+            asked_at=request.requested_at,
         )
         return await preview_effect(tool, context, args)
 

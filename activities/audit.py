@@ -20,6 +20,7 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
+from sqlalchemy import ColumnElement, select
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
@@ -31,7 +32,7 @@ from countersign.core.effects import Effect
 from countersign.core.guards import redact
 from countersign.db.chain import chain
 from countersign.db.messages import store_tool_result
-from countersign.db.schema import ToolExecution
+from countersign.db.schema import ApprovalDecision, ToolExecution
 from countersign.mcp.catalog import MCP_CATEGORY, MCP_RISK
 from countersign.mcp.servers import server_of
 from tools.arguments import load_arguments_or_raw
@@ -61,7 +62,34 @@ def audit_row(
         "result": redact(result.envelope()),
         "outcome": outcome,
         "error": storable(result.error.message) if result.error else None,
+        "policy": inv.policy.model_dump(mode="json", exclude_defaults=True) if inv.policy else None,
     }
+
+
+def standing_approvals(invocation: ToolInvocation) -> tuple[ColumnElement[bool], ...]:
+    """The call's accepted approvals that no changed effect voided (`approval_decisions`)."""
+    return (
+        ApprovalDecision.workflow_id == invocation.workflow_id,
+        ApprovalDecision.conversation_id == invocation.conversation_id,
+        ApprovalDecision.call_id == invocation.call_id,
+        ApprovalDecision.decision == "approve",
+        ApprovalDecision.accepted.is_(True),
+        ApprovalDecision.voided_at.is_(None),
+    )
+
+
+async def approval_reason(session: AsyncSession, invocation: ToolInvocation) -> str | None:
+    """The reason the reviewer gave for approving the call, as their standing decision recorded
+    it (None for a call nobody approved, or approved without a reason): the audit row of the call
+    keeps it beside who approved, as it keeps a rejection's."""
+    if invocation.approved_by is None:
+        return None
+    return await session.scalar(
+        select(ApprovalDecision.reason)
+        .where(*standing_approvals(invocation))
+        .order_by(ApprovalDecision.id.desc())
+        .limit(1)
+    )
 
 
 def ran_audit_row(
@@ -74,13 +102,17 @@ def ran_audit_row(
     clock: float,
     unknown: bool = False,
     effect: Effect | None = None,
+    decision_reason: str | None = None,
 ) -> dict[str, Any]:
     """The row of a call its activity ran, from `started` (and `time.perf_counter()` at `clock`)
     until now: `unknown` when its effect was sent out and no usable answer came; `effect`, the one
-    it made, resolved again where it was made (an approved call's, issue 34)."""
+    it made, resolved again where it was made (an approved call's, issue 34); `decision_reason`,
+    why its reviewer approved it (`approval_reason`)."""
     outcome = "unknown" if unknown else outcome_of(result.code, ran=True)
     return audit_row(inv, result, outcome, risk=risk, category=category) | {
         "approved_by": inv.approved_by,
+        "grant_id": inv.grant_id,
+        "decision_reason": decision_reason,
         "effect": effect.model_dump(mode="json") if effect is not None else None,
         "idempotency_key": inv.key,
         "started_at": started,

@@ -20,6 +20,7 @@ from countersign.db import schema
 from countersign.mcp.pool import McpPool
 from countersign.mcp.servers import server_of
 from countersign.mcp.snapshot import mcp_specs
+from tools.policies import tenant_policies
 from tools.records import RECORD_TOOLS, schema_map
 from tools.registry import REGISTRY
 from tools.tiers import tenant_tiers
@@ -66,6 +67,7 @@ class ContextActivities:
             )
             # the tenant's own tiers (tools.tiers) replace the agent's, for this tenant only
             overrides = await tenant_tiers(session, start.tenant_id, start.agent)
+            has_policies = bool(await tenant_policies(session, start.tenant_id))
         tiers = {p.tool: overrides[p.tool].tier if p.tool in overrides else p.tier for p in permissions}
         unknown_tools = [p.tool for p in permissions if p.tool not in REGISTRY and not server_of(p.tool)]
         if unknown_tools:
@@ -94,6 +96,7 @@ class ContextActivities:
             email_delivery_delay_s=self._email_delay,
             agent_limits=agent_limits(profile),
             policy=WindowPolicy.model_validate(policy, from_attributes=True) if policy else WindowPolicy(),
+            has_policies=has_policies,
         )
 
     async def _mcp_tools(self, start: StartConversation, tiers: dict[str, str | None]) -> list[ToolSpec]:

@@ -28,7 +28,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
 
 from activities.access import admit, check_standing
-from activities.audit import ran_audit_row
+from activities.audit import approval_reason, ran_audit_row
 from activities.heartbeat import heartbeats
 from countersign.core.activity_refs import CHECK_MCP_ARGUMENTS, EXECUTE_MCP_TOOL
 from countersign.core.calls import McpCall, StoredResult, ToolInvocation, ToolResult, lock_key
@@ -175,10 +175,11 @@ class McpActivities:
         unknown: bool = False,
     ) -> ToolResult | StoredResult:
         inv, spec = call.invocation, call.spec
-        row = ran_audit_row(
-            inv, result, risk=spec.risk, category=spec.category, started=started, clock=clock, unknown=unknown
-        )
         async with self._sessions() as session, session.begin():
+            row = ran_audit_row(
+                inv, result, risk=spec.risk, category=spec.category, started=started, clock=clock,
+                unknown=unknown, decision_reason=await approval_reason(session, inv),
+            )  # fmt: skip
             inserted = await session.scalar(
                 insert(ToolExecution).values(**row).on_conflict_do_nothing().returning(ToolExecution)
             )

@@ -23,7 +23,8 @@ from countersign.identity.proofs import Binding, ProofVerifier, check_proof
 
 def binding_of(request: ProofRequest) -> Binding:
     """What a requester's proof must bind: the agent and what the start asks; the message's id and
-    exact text; the question's call and the exact answer, in this instance; or this instance's end."""
+    exact text; the question's call and the exact answer, in this instance; this instance's end; or a
+    client's call, its tool and exact arguments."""
     tenant, workflow_id = request.tenant_id, request.workflow_id
     match request.action:
         case "start":
@@ -36,6 +37,10 @@ def binding_of(request: ProofRequest) -> Binding:
             )
         case "end":
             return Binding.end(tenant, workflow_id, request.conversation_id)
+        case "call":
+            return Binding.call(
+                tenant, workflow_id, request.call_id or "", request.tool or "", request.text or ""
+            )
 
 
 class ProofActivities:

@@ -36,11 +36,19 @@ from countersign.identity.proofs import Binding, ProofVerifier, check_proof
 from tools.arguments import validate
 from tools.registry import REGISTRY, ToolContext, ToolFailure
 
+# Why undoing a call ended as it did, for its readers, by the compensation's outcome.
+UNDO_WHY = {
+    "undone": "its change was reversed",
+    "already_undone": "it was already undone",
+    "never_happened": "it never took effect: there was nothing to undo",
+    "irreversible": "its tool says it cannot be undone now (an email already delivered, say)",
+}
 
-async def told(session: AsyncSession, request: CompensationRequest, state: str) -> None:
-    """The conversation's readers learn how undoing a call ended (once per call and state)."""
+
+async def told(session: AsyncSession, request: CompensationRequest, state: str, why: str) -> None:
+    """The conversation's readers learn how undoing a call ended, and why (once per call and state)."""
     entry = request.entry
-    undone = {"call_id": entry.call_id, "tool": entry.tool, "state": state}
+    undone = {"call_id": entry.call_id, "tool": entry.tool, "state": state, "why": why}
     key = f"rollback:{entry.call_id}:{state}"
     instance = request.workflow_id, request.conversation_id
     await publish(session, *instance, request.caller.tenant_id, "rollback", undone, key)
@@ -59,9 +67,10 @@ class SagaActivities:
         entry = request.entry
         tool = REGISTRY.get(entry.tool)
         if tool is None or tool.compensation is None:
+            detail = f"{entry.tool} declares no compensation"
             async with self._sessions() as session, session.begin():
-                await told(session, request, "irreversible")
-            return CompensationOutcome(state="irreversible", detail=f"{entry.tool} declares no compensation")
+                await told(session, request, "irreversible", f"{detail}: it cannot be undone")
+            return CompensationOutcome(state="irreversible", detail=detail)
         async with self._sessions() as session, session.begin():
             key = f"{lock_key(request.workflow_id, entry.call_id)}:undo"
             await session.execute(select(func.pg_advisory_xact_lock(func.hashtextextended(key, 0))))
@@ -110,7 +119,7 @@ class SagaActivities:
                     ) from refusal
             state = undo_state(outcome)
             await self._record(session, request, state, None)
-            await told(session, request, state)
+            await told(session, request, state, UNDO_WHY.get(outcome, outcome))
             if state == "done":
                 undone = await session.scalars(
                     update(ToolExecution)
@@ -131,7 +140,7 @@ class SagaActivities:
     async def record_compensation_failure(self, request: CompensationRequest) -> None:
         async with self._sessions() as session, session.begin():
             await self._record(session, request, "failed", request.entry.error)
-            await told(session, request, "failed")
+            await told(session, request, "failed", f"undoing it failed: {request.entry.error}")
 
     @staticmethod
     async def _record(

@@ -23,15 +23,15 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from pydantic import BaseModel
-from sqlalchemy import ColumnElement, func, select, update
+from sqlalchemy import func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
 
 from activities.access import admit, check_standing
-from activities.audit import ran_audit_row
+from activities.audit import approval_reason, ran_audit_row, standing_approvals
 from activities.failures import is_connection_error
 from activities.heartbeat import heartbeats
 from countersign.core.activity_refs import CHECK_ARGUMENTS, EXECUTE_TOOL
@@ -86,39 +86,40 @@ async def same_effect(tool: Tool, context: ToolContext, args: ToolArgs, approved
     return effect
 
 
-def standing_approvals(invocation: ToolInvocation) -> tuple[ColumnElement[bool], ...]:
-    """The call's accepted approvals that no changed effect voided (`approval_decisions`)."""
-    return (
-        ApprovalDecision.workflow_id == invocation.workflow_id,
-        ApprovalDecision.conversation_id == invocation.conversation_id,
-        ApprovalDecision.call_id == invocation.call_id,
-        ApprovalDecision.decision == "approve",
-        ApprovalDecision.accepted.is_(True),
-        ApprovalDecision.voided_at.is_(None),
-    )
+class Approved(NamedTuple):
+    """What a reviewer approved for a call: its effect's digest, and when the call was asked (its
+    approval request's `requested_at`, where the preview they were shown started its clock)."""
+
+    digest: str
+    asked_at: datetime | None
 
 
-async def approved_effect(session: AsyncSession, invocation: ToolInvocation) -> str | None:
-    """The digest of the effect a reviewer approved for this call: as its approval request recorded
-    it, or, when the approver edited the arguments, as their decision recorded the edit's; None for
-    a call nobody approved, or one approved before effects were recorded."""
+async def approved_effect(session: AsyncSession, invocation: ToolInvocation) -> Approved | None:
+    """The effect a reviewer approved for this call: as its approval request recorded it, or, when
+    the approver edited the arguments, as their decision recorded the edit's; None for a call nobody
+    approved, or one approved before effects were recorded."""
     if invocation.approved_by is None:
         return None
+    request = (
+        await session.execute(
+            select(ApprovalRequest.effect_sha256, ApprovalRequest.requested_at, ApprovalRequest.state).where(
+                ApprovalRequest.conversation_id == invocation.conversation_id,
+                ApprovalRequest.call_id == invocation.call_id,
+                ApprovalRequest.workflow_id == invocation.workflow_id,
+            )
+        )
+    ).one_or_none()
+    asked_at = request.requested_at if request is not None else None
     if invocation.arguments_edited:
-        return await session.scalar(
+        digest = await session.scalar(
             select(ApprovalDecision.effect_sha256)
             .where(*standing_approvals(invocation))
             .order_by(ApprovalDecision.id.desc())
             .limit(1)
         )
-    return await session.scalar(
-        select(ApprovalRequest.effect_sha256).where(
-            ApprovalRequest.conversation_id == invocation.conversation_id,
-            ApprovalRequest.call_id == invocation.call_id,
-            ApprovalRequest.workflow_id == invocation.workflow_id,
-            ApprovalRequest.state == "approved",
-        )
-    )
+    else:
+        digest = request.effect_sha256 if request is not None and request.state == "approved" else None
+    return Approved(digest, asked_at) if digest is not None else None
 
 
 class ToolActivities:
@@ -251,7 +252,8 @@ class ToolActivities:
             ):  # a failing tool's partial writes roll back; the audit row stays
                 approved = await approved_effect(session, invocation)
                 if approved is not None:
-                    effect = await same_effect(tool, context, parsed, approved)
+                    context = replace(context, asked_at=approved.asked_at)
+                    effect = await same_effect(tool, context, parsed, approved.digest)
                 result = output_result(await tool.fn(context, parsed))
         except EffectChanged:
             raise
@@ -277,6 +279,7 @@ class ToolActivities:
             clock=clock,
             unknown=unknown,
             effect=effect,
+            decision_reason=await approval_reason(session, invocation),
         )
         if audit["outcome"] == "executed" and tool.compensation is not None:
             session.add(saga_record(invocation))  # what a rollback after the conversation's end undoes

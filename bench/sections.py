@@ -4,7 +4,8 @@ A section is the text between `<!-- name -->` and `<!-- /name -->` (each on its 
 replaces its own and leaves the rest of the file as it is. The names: `bench.run` (the main report,
 first in the file), `bench.observability`, `bench.mcp`, `bench.conversation_length`, `bench.inbox`,
 `bench.hostile`, `bench.cost` (Countersign against the bare loop), `bench.waiting` (waiting at scale,
-scale-out), `bench.load`, `bench.effects`
+scale-out), `bench.load`, `bench.effects`, `bench.mcp_face` (a read through `/mcp` against the same
+call in a conversation)
 and `bench.soak`;
 `cost.gate` (what `bench.cost --check` found this round), `cost.second` (issue 36: the profile,
 the cuts, waiting at scale) and `cost.notes` (issue 25's profile and each cut's effect), all written

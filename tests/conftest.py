@@ -12,6 +12,7 @@ pytest_plugins = [
     "tests.fixtures.inbox",
     "tests.fixtures.mcp",
     "tests.fixtures.chat",
+    "tests.fixtures.policies",
 ]
 
 # The files that take a minute or more on two cores, slowest first (per-file sums of `--durations`),

@@ -118,7 +118,7 @@ async def preview_lead_status(ctx: ToolContext, args: UpdateLeadStatusArgs) -> E
     )
 
 
-@tool(risk="high", category="write", preview=preview_lead_status)
+@tool(risk="high", category="write", free_args=("reason",), preview=preview_lead_status)
 async def update_lead_status(ctx: ToolContext, args: UpdateLeadStatusArgs) -> LeadStatusChange:
     """Set a lead's qualification status (new, contacted, qualified, disqualified, converted).
 

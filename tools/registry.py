@@ -119,6 +119,16 @@ class ToolContext:
     # A preview sets it when it runs inside the transaction that makes the change: it then takes the
     # rows it reads FOR UPDATE, so nothing changes them between the check and the change.
     lock_reads: bool = False
+    # When the call was put to a reviewer (its approval request's `requested_at`), for the preview the
+    # reviewer is shown and for the run after the decision alike; None for a call nobody was asked
+    # about. A default that depends on the clock (schedule_meeting's window) starts from `asked`, so
+    # the run resolves what was approved however long the decision took.
+    asked_at: datetime | None = None
+
+    @property
+    def asked(self) -> datetime:
+        """When the call was asked: its approval request's time, else now."""
+        return self.asked_at or self.now
 
     @property
     def tenant_id(self) -> str:
@@ -162,6 +172,8 @@ class Tool:
     compensation: CompensationFn | None = field(default=None, repr=False)
     # the grants the conversation's user must hold for it to run (activities/access.py)
     scopes: tuple[Scope, ...] = ()
+    # arguments a reviewer's grant does not bind (countersign/core/grants.py: `scope_digest`)
+    free_args: tuple[str, ...] = ()
 
     def spec(self, tier: Tier | None = None) -> ToolSpec:
         return ToolSpec(
@@ -194,6 +206,7 @@ def tool(
     roles: tuple[str, ...] = (),
     local: bool | None = None,
     scopes: tuple[Scope, ...] = (),
+    free_args: tuple[str, ...] = (),
     preview: PreviewFn,
 ) -> Callable[[ToolFn], ToolFn]:
     """Declare a tool. See the module docstring.
@@ -203,6 +216,9 @@ def tool(
     be the tool's.
 
     `scopes` are the grants the conversation's user must hold (`user_scopes`) for the tool to run.
+
+    `free_args` (default none) are arguments a reviewer's grant of "the same again" does not bind
+    (countersign/core/grants.py): a later call differing only in them (a `reason`, say) is covered.
 
     `local` (default: reads) runs the tool as a local activity. It suits short, idempotent calls
     whose only I/O is this process's PostgreSQL: a retry re-runs them, and they hold the
@@ -224,6 +240,9 @@ def tool(
         if fn.__name__ in REGISTRY:
             raise ValueError(f"tool {fn.__name__} is declared twice")
         check_preview(fn.__name__, preview, args_model)
+        unknown = set(free_args) - set(args_model.model_fields)
+        if unknown:
+            raise TypeError(f"tool {fn.__name__}: free arguments {sorted(unknown)} are not its arguments")
         REGISTRY[fn.__name__] = Tool(
             name=fn.__name__,
             description=inspect.cleandoc(fn.__doc__ or "").strip(),
@@ -237,6 +256,7 @@ def tool(
             fn=fn,
             preview=preview,
             scopes=scopes,
+            free_args=free_args,
         )
         return fn
 

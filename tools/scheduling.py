@@ -6,10 +6,16 @@ Friday) in *each* person's time zone: a user's `tz` from the database, a contact
 caller's `tz_hint` (UTC without one). The counterpart is told: a notification row (theirs when
 they are a user) and an email through the outbox, delivered after the turn's undo window.
 confirm_meeting books proposal N of a session, or a custom time, and emails an invite to both.
-A session past its 30 minutes answers `needs` (propose again): calendars move.
+A session past its 30 minutes answers `needs` (propose again): calendars move. Asking again for the
+same person and length while a session for an overlapping window is open answers that session
+(`still_open`, nothing sent twice); a booking with the same person inside its window, with or
+without naming the session, closes it.
 
 A person is busy during every event that is not cancelled and that they own or attend (listed by
-user id or email). The only clock is `ctx.now`, so proposals are deterministic.
+user id or email). The clocks are `ctx.now` and `ctx.asked` (when the call was put to a reviewer),
+so proposals are deterministic. The default window starts MIN_NOTICE after the call was asked, not
+after now: the run after an approval proposes exactly the times the reviewer saw, as long as they
+are still free and still ahead; a time taken or begun meanwhile is a changed effect, asked again.
 
 confirm_meeting cannot double-book: it takes a transaction-scoped advisory lock per person (in a
 fixed order, so two bookings never deadlock) before checking the slot again, and the lock is held
@@ -68,6 +74,9 @@ DEFAULT_DAYS = 5
 MAX_WINDOW = timedelta(days=31)
 MAX_SLOTS = 5
 SESSION_TTL = timedelta(minutes=30)
+# How far ahead of the call the first default proposal lies: the counterpart needs time to answer,
+# and a reviewer to decide (a decision taking longer than this may find the first time begun).
+MIN_NOTICE = timedelta(hours=1)
 
 WITH_HELP = "The counterpart: a contact's name or email, or a user's id, name or email"
 MIN_MINUTES, MAX_MINUTES = 5, 240
@@ -95,15 +104,15 @@ def is_business_day(day: date) -> bool:
     return day.weekday() < 5
 
 
-def default_window(now: datetime) -> tuple[datetime, datetime]:
-    """From now to the end of the fifth business day (UTC) that still has working time left."""
-    day, days = now.date(), 0
+def default_window(start: datetime) -> tuple[datetime, datetime]:
+    """From `start` to the end of the fifth business day (UTC) that still has working time left."""
+    day, days = start.date(), 0
     while True:
         closes = datetime.combine(day, DAY_END, tzinfo=UTC)
-        if is_business_day(day) and closes > now:
+        if is_business_day(day) and closes > start:
             days += 1
             if days == DEFAULT_DAYS:
-                return now, closes
+                return start, closes
         day += timedelta(days=1)
 
 
@@ -114,36 +123,87 @@ def round_up(moment: datetime) -> datetime:
     return midnight + steps * SLOT_STEP
 
 
-def in_business_hours(start: datetime, end: datetime, zone: zoneinfo.ZoneInfo) -> bool:
-    """[start, end) lies within one business day's 09:00-17:00 in `zone`."""
-    local_start, local_end = start.astimezone(zone), end.astimezone(zone)
-    return (
-        is_business_day(local_start.date())
-        and local_start.date() == local_end.date()
-        and local_start.time() >= DAY_START
-        and local_end.time() <= DAY_END
-    )
+def business_spans(
+    zone: zoneinfo.ZoneInfo, start: datetime, end: datetime
+) -> list[tuple[datetime, datetime]]:
+    """09:00-17:00 of each business day in `zone` from `start`'s local date to `end`'s, in UTC, in
+    time order."""
+    spans = []
+    day, last = start.astimezone(zone).date(), end.astimezone(zone).date()
+    while day <= last:
+        if is_business_day(day):
+            opens = datetime.combine(day, DAY_START, tzinfo=zone).astimezone(UTC)
+            spans.append((opens, datetime.combine(day, DAY_END, tzinfo=zone).astimezone(UTC)))
+        day += timedelta(days=1)
+    return spans
 
 
-def candidate_starts(
-    start: datetime, end: datetime, length: timedelta, zones: Sequence[zoneinfo.ZoneInfo]
+def intersect(
+    a: Sequence[tuple[datetime, datetime]], b: Sequence[tuple[datetime, datetime]]
+) -> list[tuple[datetime, datetime]]:
+    """Where two lists of disjoint spans in time order overlap, in time order."""
+    both: list[tuple[datetime, datetime]] = []
+    i = j = 0
+    while i < len(a) and j < len(b):
+        lo, hi = max(a[i][0], b[j][0]), min(a[i][1], b[j][1])
+        if lo < hi:
+            both.append((lo, hi))
+        if a[i][1] < b[j][1]:
+            i += 1
+        else:
+            j += 1
+    return both
+
+
+def without(
+    spans: Sequence[tuple[datetime, datetime]], busy: Sequence[tuple[datetime, datetime]]
+) -> list[tuple[datetime, datetime]]:
+    """`spans` (disjoint, in time order) less the `busy` times (in any order, overlapping or not)."""
+    taken = sorted(busy)
+    left: list[tuple[datetime, datetime]] = []
+    for lo, hi in spans:
+        for b_lo, b_hi in taken:
+            if b_lo >= hi:
+                break
+            if b_hi <= lo:
+                continue
+            if b_lo > lo:
+                left.append((lo, b_lo))
+            lo = max(lo, b_hi)
+        if lo < hi:
+            left.append((lo, hi))
+    return left
+
+
+def free_starts(
+    start: datetime,
+    end: datetime,
+    length: timedelta,
+    zones: Sequence[zoneinfo.ZoneInfo],
+    busy: Sequence[tuple[datetime, datetime]],
 ) -> Iterator[datetime]:
-    """Slot starts inside the window and inside business hours in every zone, in time order."""
-    moment = round_up(start)
-    while moment + length <= end:
-        if all(in_business_hours(moment, moment + length, zone) for zone in zones):
+    """Slot starts (multiples of SLOT_STEP past midnight UTC) whose whole slot lies inside the
+    window, inside one business day's 09:00-17:00 in every zone, and outside every busy time, in
+    time order.
+
+    Found span by span (the window intersected with each zone's working days, less the busy times),
+    not by testing every step of the window in each zone and against each busy time: a week's
+    nights and weekend are most of its steps (docs/benchmark.md, "schedule_meeting, second pass")."""
+    spans = [(start, end)]
+    for zone in zones:
+        spans = intersect(spans, business_spans(zone, start, end))
+    for opens, closes in without(spans, busy):
+        moment = round_up(opens)
+        while moment + length <= closes:
             yield moment
-        moment += SLOT_STEP
-
-
-def is_free(start: datetime, end: datetime, busy: Sequence[tuple[datetime, datetime]]) -> bool:
-    return all(not (b_start < end and b_end > start) for b_start, b_end in busy)
+            moment += SLOT_STEP
 
 
 def pick_slots(starts: Sequence[datetime], limit: int) -> list[datetime]:
     """Spread proposals: the first free slot of each day, then the earliest others, in time order."""
     firsts = [s for i, s in enumerate(starts) if i == 0 or starts[i - 1].date() != s.date()]
-    others = [s for s in starts if s not in set(firsts)]
+    chosen = set(firsts)
+    others = [s for s in starts if s not in chosen]
     return sorted((firsts + others)[:limit])
 
 
@@ -195,7 +255,9 @@ class ScheduleMeetingArgs(ToolArgs):
     # the user instead of inventing a length or a person (a VALIDATION_ERROR invites a guess).
     counterpart: str | None = Field(None, alias="with", min_length=1, max_length=320, description=WITH_HELP)
     duration_minutes: int | None = Field(None, ge=MIN_MINUTES, le=MAX_MINUTES, description=DURATION_HELP)
-    window_start: UtcDatetime | None = Field(None, description="Earliest start, ISO date-time (default: now)")
+    window_start: UtcDatetime | None = Field(
+        None, description="Earliest start, ISO date-time (default: an hour from now)"
+    )
     window_end: UtcDatetime | None = Field(
         None, description="Latest end, ISO date-time (default: the end of the fifth business day)"
     )
@@ -248,7 +310,9 @@ class MeetingProposal(BaseModel):
 
 
 def proposal_window(ctx: ToolContext, args: ScheduleMeetingArgs) -> tuple[datetime, datetime]:
-    start, end = default_window(ctx.now)
+    """The window asked for; by default from MIN_NOTICE after the call was asked (`ctx.asked`: the
+    same for the preview a reviewer decides on and the run after it) to the fifth business day's end."""
+    start, end = default_window(ctx.asked + MIN_NOTICE)
     start = args.window_start or start
     end = args.window_end or (default_window(start)[1] if args.window_start else end)
     if end <= start:
@@ -285,7 +349,8 @@ class Proposing:
 
     caller: Person
     other: Person
-    proposal: MeetingProposal  # without session, notification and outbox ids
+    proposal: MeetingProposal  # without session, notification and outbox ids; or the open one's
+    still_open: bool = False  # the proposal is a session already open for the same request
 
     def message(self) -> str:
         """The counterpart's notification."""
@@ -311,12 +376,23 @@ async def proposing(ctx: ToolContext, args: ScheduleMeetingArgs, *, lock: bool) 
     start, end = proposal_window(ctx, args)
     if lock:
         await lock_calendars(ctx, [caller, other])
-    await refuse_duplicate(ctx, other, start, end)
     user_tz, other_tz = zone_of(caller, None), zone_of(other, args.tz_hint)
+    duplicate = await open_duplicate(ctx, other, start, end)
+    if duplicate is not None:
+        if duplicate.duration_minutes != args.duration_minutes:
+            raise ToolFailure(
+                "CONFLICT",
+                f"session {duplicate.id} with {duplicate.counterpart_name} is still open until "
+                f"{duplicate.expires_at.isoformat()} for an overlapping window and "
+                f"{duplicate.duration_minutes} minutes: confirm one of its proposals with "
+                f"confirm_meeting (session {duplicate.id}) instead of proposing again",
+            )
+        return Proposing(caller, other, open_proposal(duplicate, other, user_tz), still_open=True)
     zones = [zoneinfo.ZoneInfo(user_tz), zoneinfo.ZoneInfo(other_tz)]
     length = timedelta(minutes=args.duration_minutes)
     busy = await busy_times(ctx, [caller, other], start, end)
-    free = [s for s in candidate_starts(start, end, length, zones) if is_free(s, s + length, busy)]
+    begun = max(start, ctx.now)  # a time already begun is not proposed
+    free = list(free_starts(begun, end, length, zones, busy))
     slots = [
         Slot(
             index=i,
@@ -350,6 +426,13 @@ async def preview_schedule_meeting(ctx: ToolContext, args: ScheduleMeetingArgs) 
     """The times proposed (from the calendars as they are now) and the email that offers them."""
     plan = await proposing(ctx, args, lock=ctx.lock_reads)
     p = plan.proposal
+    if plan.still_open:
+        return Effect(
+            summary=one_line(
+                f"Changes nothing: proposal {p.session} to {plan.other.name} is still open until "
+                f"{p.expires_at:%Y-%m-%d %H:%M} UTC; its {len(p.slots)} times are answered again"
+            )
+        )
     if not p.slots:
         return Effect(summary=one_line(f"Nothing: {plan.other.name} and the user have no common free time"))
     assert plan.other.email is not None  # resolve_person refuses a contact without one
@@ -383,9 +466,10 @@ async def schedule_meeting(ctx: ToolContext, args: ScheduleMeetingArgs) -> Meeti
     proposals when both are free, within 09:00-17:00 Monday-Friday in *each* person's time zone
     (a contact's from `tz_hint`, else UTC) and the window (default: the next 5 business days). The
     counterpart is notified and emailed the proposals. Books nothing: confirm_meeting books one
-    with the returned `session` within 30 minutes."""
+    with the returned `session` within 30 minutes. Asked again for the same person and length while
+    that session is open, it answers the open session (status `still_open`) and sends nothing."""
     plan = await proposing(ctx, args, lock=True)
-    if not plan.proposal.slots:
+    if plan.still_open or not plan.proposal.slots:
         return plan.proposal
     session = await open_session(ctx, plan, args)
     assert plan.other.email is not None
@@ -414,11 +498,14 @@ def same_counterpart(person: Person) -> ColumnElement[bool]:
     return func.lower(MeetingSession.counterpart_email) == (person.email or "").lower()
 
 
-async def refuse_duplicate(ctx: ToolContext, other: Person, start: datetime, end: datetime) -> None:
-    """CONFLICT naming the caller's session with the same counterpart that is still open and whose
-    window overlaps [start, end): the counterpart would get two competing sets of proposals. A retry
-    of this very call finds its own session instead (same idempotency key), so it is not refused."""
-    duplicate = await ctx.session.scalar(
+async def open_duplicate(
+    ctx: ToolContext, other: Person, start: datetime, end: datetime
+) -> MeetingSession | None:
+    """The caller's session with the same counterpart that is still open and whose window overlaps
+    [start, end): the counterpart has these proposals already, and must not get two competing sets.
+    A retry of this very call finds its own session instead (same idempotency key), so it is not
+    this one."""
+    return await ctx.session.scalar(
         select(MeetingSession)
         .where(
             MeetingSession.tenant_id == ctx.tenant_id,
@@ -433,13 +520,25 @@ async def refuse_duplicate(ctx: ToolContext, other: Person, start: datetime, end
         .order_by(MeetingSession.id)
         .limit(1)
     )
-    if duplicate is not None:
-        raise ToolFailure(
-            "CONFLICT",
-            f"session {duplicate.id} with {duplicate.counterpart_name} is still open until "
-            f"{duplicate.expires_at.isoformat()} for an overlapping window: confirm one of its "
-            f"proposals with confirm_meeting (session {duplicate.id}) instead of proposing again",
-        )
+
+
+def open_proposal(session: MeetingSession, other: Person, user_tz: str) -> MeetingProposal:
+    """An open session as schedule_meeting answers it when asked again: nothing new was sent."""
+    return MeetingProposal(
+        session=session.id,
+        expires_at=session.expires_at,
+        counterpart=PersonView.model_validate(other),
+        title=session.title,
+        duration_minutes=session.duration_minutes,
+        window_start=session.window_start,
+        window_end=session.window_end,
+        user_time_zone=user_tz,
+        counterpart_time_zone=session.counterpart_tz,
+        slots=[Slot.model_validate(slot) for slot in session.proposals],
+        notification_id=session.notification_id,
+        outbox_ids=[],
+        status="still_open",
+    )
 
 
 async def open_session(ctx: ToolContext, plan: Proposing, args: ScheduleMeetingArgs) -> MeetingSession:
@@ -490,8 +589,8 @@ async def withdraw_proposal(
 ) -> UndoOutcome:
     """Cancel the session, delete its notification and cancel the email while still queued; an
     email already delivered cannot be taken back ("irreversible")."""
-    if result is None or result.get("session") is None:
-        return "never_happened"
+    if result is None or result.get("session") is None or result.get("status") == "still_open":
+        return "never_happened"  # nothing proposed, or another call's open session answered again
     session = await locked_row(ctx, MeetingSession, result["session"])
     if session is None:
         return "never_happened"
@@ -616,6 +715,26 @@ async def session_counterpart(ctx: ToolContext, session: MeetingSession) -> Pers
     return Person(f"email:{email}", session.counterpart_name, session.counterpart_email, None, (email,))
 
 
+async def session_answered(
+    ctx: ToolContext, other: Person, start: datetime, end: datetime, *, lock: bool
+) -> MeetingSession | None:
+    """The caller's open session with `other` whose window holds [start, end) (`lock`: locked): a
+    booking with them agreed without naming it answers that negotiation, so it closes it as a
+    selection would (left open, it would answer the next request for them with its stale times)."""
+    rows = await match_first(
+        ctx,
+        MeetingSession,
+        (MeetingSession.requested_by == ctx.caller.user_id)
+        & (MeetingSession.status == "open")
+        & (MeetingSession.expires_at > ctx.now)
+        & same_counterpart(other)
+        & (MeetingSession.window_start <= start)
+        & (MeetingSession.window_end >= end),
+        lock=lock,
+    )
+    return rows[0] if rows else None
+
+
 def proposed_start(session: MeetingSession, selection: int) -> datetime:
     if selection > len(session.proposals):
         raise ToolFailure("VALIDATION_ERROR", f"session {session.id} has {len(session.proposals)} proposals")
@@ -625,13 +744,16 @@ def proposed_start(session: MeetingSession, selection: int) -> datetime:
 async def meeting_parties(
     ctx: ToolContext, args: ConfirmMeetingArgs, *, lock: bool
 ) -> tuple[Person, Person, datetime, int, MeetingSession | None]:
-    """Who meets when, from the session (a selection or a custom start) or from `with` and starts_at."""
+    """Who meets when, from the session (a selection or a custom start) or from `with` and starts_at
+    (the session then being the caller's open one with them whose window holds the meeting)."""
     if args.session is None:
         assert args.counterpart is not None and args.starts_at is not None
         ask_for_missing({"duration_minutes": args.duration_minutes})
         assert args.duration_minutes is not None
         caller, other = await both_parties(ctx, args.counterpart)
-        return caller, other, args.starts_at, args.duration_minutes, None
+        end = args.starts_at + timedelta(minutes=args.duration_minutes)
+        answered = await session_answered(ctx, other, args.starts_at, end, lock=lock)
+        return caller, other, args.starts_at, args.duration_minutes, answered
     session = await open_session_for(ctx, args.session, lock=lock)
     duration = args.duration_minutes or session.duration_minutes
     start = args.starts_at if args.selection is None else proposed_start(session, args.selection)

@@ -78,6 +78,7 @@ from workflows.options import (
     execute,
 )
 from workflows.rules import failed_write, turn_failure
+from workflows.served import ServedCalls
 from workflows.tools import Parked, ToolCalls
 
 
@@ -97,8 +98,13 @@ class AgentWorkflow(Handlers):
         self.authority = Authority(self.conversation)
         self.rollbacks = Rollbacks(self.conversation, self.store)
         self.tools = ToolCalls(
-            self.conversation, self.store, self.gate, self.outbox, lambda: bool(self.rollbacks.requested)
+            self.conversation,
+            self.store,
+            self.gate,
+            self.outbox,
+            lambda: bool(self.rollbacks.requested) or self.served.busy(),
         )
+        self.served = ServedCalls(self.conversation, self.tools)
 
     # --- the conversation -------------------------------------------------------------------
 
@@ -182,9 +188,13 @@ class AgentWorkflow(Handlers):
                 conversation.ended_by = conversation.ended_by or "idle_timeout"
             await self.rollbacks.run_requested()
             if conversation.ended_by:
+                if self.served.busy():  # a client's call in flight finishes (or fails closed) first
+                    await workflow.wait_condition(lambda: not self.served.busy())
                 return
             if not conversation.inbox:
-                if continue_suggested(workflow.info()):  # signals alone filled it: continue while idle
+                if (
+                    continue_suggested(workflow.info()) and not self.served.busy()
+                ):  # signals alone filled it: continue while idle
                     await self._continue_as_new()
                 continue
             message = conversation.inbox.pop(0)
@@ -209,13 +219,13 @@ class AgentWorkflow(Handlers):
                     bool(conversation.inbox)
                     or bool(self.rollbacks.requested)
                     or conversation.ended_by is not None
-                    or continue_suggested(workflow.info())
+                    or (continue_suggested(workflow.info()) and not self.served.busy())
                 ),
                 timeout=timedelta(seconds=conversation.limits.idle_timeout_s),
                 timeout_summary="idle timeout",
             )
         except TimeoutError:
-            return False
+            return self.served.busy()  # not idle while a client's call is in flight
         return True
 
     async def _continue_as_new(self, waiting: WaitingTurn | None = None) -> None:

@@ -35,8 +35,9 @@ with workflow.unsafe.imports_passed_through():
         RecordedApproval,
         decision_state_refusal,
     )
-    from countersign.core.calls import ToolInvocation, ToolResult, ToolSpec
+    from countersign.core.calls import PolicyDecision, ToolInvocation, ToolResult, ToolSpec
     from countersign.core.contract import PendingQuestion, WaitingTurn
+    from countersign.core.grants import Granted
     from countersign.observability.workflow_metrics import record_approval_wait
 
 from workflows.conversation import Conversation
@@ -62,11 +63,16 @@ class ApprovalGate:
     # --- approvals ----------------------------------------------------------------------------
 
     async def approval(
-        self, invocation: ToolInvocation, spec: ToolSpec, voided: Approval | None = None
+        self,
+        invocation: ToolInvocation,
+        spec: ToolSpec,
+        voided: Approval | None = None,
+        quorum: PolicyDecision | None = None,
     ) -> Approval:
         """Ask reviewers to approve `invocation`; answers once it is approved, rejected or expired.
         `voided`: the call's earlier approval, whose effect changed before the call ran: asked again,
-        as a new request (a new nonce and deadline) that names who approved the voided one."""
+        as a new request (a new nonce and deadline) that names who approved the voided one.
+        `quorum`: a policy's `@approvals("N")`: approved once N distinct people approved."""
         conversation = self.conversation
         assert conversation.context is not None
         policy, now = conversation.context.approval, workflow.now()
@@ -86,21 +92,27 @@ class ApprovalGate:
                 hints=spec.mcp.hints() if spec.mcp else None,
                 nonce=str(workflow.uuid4()),
                 voided_by=voided.decided_by if voided else None,
+                quorum=quorum,
             )
             conversation.approvals[approval.call_id] = approval
-            await self._record_request(approval, spec)
+            granted = await self._record_request(approval, spec)
+            if granted is not None:  # a reviewer's grant covers it: approved unasked, nobody told
+                approval.state, approval.decided_by = "approved", granted.approver
+                approval.grant_id = granted.grant_id
+                return approval
             self._notify(approval, "request")
         await self._wait_for_people(self._await_decision(approval, timedelta(seconds=policy.reminder_lead_s)))
         waited = (workflow.now() - approval.requested_at).total_seconds()
         record_approval_wait(spec.risk, approval.state, waited)
         return approval
 
-    async def _record_request(self, approval: Approval, spec: ToolSpec) -> None:
+    async def _record_request(self, approval: Approval, spec: ToolSpec) -> Granted | None:
         """Write the request where reviewers see it (`approval_requests`), before anyone is told:
-        the inbox lists what this worker recorded, never what a query answers."""
+        the inbox lists what this worker recorded, never what a query answers. A live grant that
+        covers the call is spent there instead (the answer; None in histories from before grants)."""
         conversation = self.conversation
         assert conversation.context is not None
-        await bookkeeping(
+        return await bookkeeping(
             RECORD_APPROVAL_REQUEST,
             RecordedApproval(
                 **conversation.pending_call(approval).model_dump(),
@@ -113,6 +125,7 @@ class ApprovalGate:
                 description=spec.description if spec.mcp else None,
                 parameters=spec.parameters if spec.mcp else None,
                 voided_by=approval.voided_by,
+                quorum=approval.quorum,
             ),
             f"record the approval request of {approval.tool} ({approval.call_id})",
         )
@@ -179,6 +192,8 @@ class ApprovalGate:
                     args=approval.args if approval else None,
                     mcp_spec=conversation.mcp_spec(approval.tool) if approval else None,
                     nonce=approval.nonce if approval else "",
+                    quorum=approval.quorum if approval else None,
+                    approved_by=list(approval.approvals) if approval else [],
                 ),
                 f"{decision.decision} {decision.call_id} by {decision.approver}",
             )
@@ -188,9 +203,15 @@ class ApprovalGate:
             raise ApplicationError(
                 f"decision refused: {verdict.reason}", type="DecisionRefused", non_retryable=True
             )
+        approver = decision.approver
+        if approval.quorum is not None and decision.decision == "approve":
+            approval.approvals.append(decision.approver)
+            if len(approval.approvals) < approval.approvals_required:  # "1 of 2: bob approved": still pending
+                return approval
+            approver = ", ".join(approval.approvals)
         approval.state = "approved" if decision.decision == "approve" else "rejected"
         approval.decided_by, approval.reason, approval.edited_args, approval.edit_changes = (
-            decision.approver,
+            approver,
             decision.reason,
             verdict.args,
             verdict.changes,

@@ -120,7 +120,7 @@ class Authority:
 
     async def proof_refusal(
         self,
-        action: Literal["answer", "end", "start", "message"],
+        action: Literal["answer", "end", "start", "message", "call"],
         actor: str,
         proof: str | None,
         **bound: Any,

@@ -16,15 +16,19 @@ with workflow.unsafe.imports_passed_through():
     from countersign.core.approvals import Approval, ApproveSignal, Decision, RejectSignal
     from countersign.core.authority import action_state_refusal
     from countersign.core.bounds import Unreadable
+    from countersign.core.calls import ToolSpec
     from countersign.core.contract import (
         AnswerSignal,
         EndConversation,
         PendingApproval,
+        ServedCall,
+        ServedOutcome,
         StatusView,
         SubmitMessage,
         TurnResult,
     )
     from countersign.core.messages import ChatMessage
+    from countersign.core.policy import callable_tools
     from countersign.core.saga import RollbackRequest, Saga
     from countersign.observability.workflow_metrics import record_history
 
@@ -35,6 +39,7 @@ from workflows.conversation import Conversation
 from workflows.messages import MessageStore
 from workflows.options import acting_for
 from workflows.rules import turn_wait_refusal
+from workflows.served import ServedCalls
 
 # Updates that only wait (for a turn, a reply): a run that ends first owes them nothing.
 ABANDON = workflow.HandlerUnfinishedPolicy.ABANDON
@@ -48,6 +53,7 @@ class Handlers:
     gate: ApprovalGate
     authority: Authority
     rollbacks: Rollbacks
+    served: ServedCalls
 
     def _received(self) -> None:
         """A signal's place among the run's signals names its audit rows (`acting_for`); the
@@ -173,6 +179,35 @@ class Handlers:
                 non_retryable=True,
             )
         return await self.gate.decide(decision)
+
+    # --- a client's own tool calls (Countersign as an MCP server) ------------------------------
+
+    @workflow.update(name="serve_call")
+    async def serve_call(self, call: ServedCall | Unreadable) -> ServedOutcome:
+        """Run a client's tool call through the conversation's gate, for its user only (with a proof
+        in signed mode); answers when it is done or waits for a reviewer (ask again to know more)."""
+        if isinstance(call, Unreadable):
+            await self.authority.refuse_unreadable("serve_call", call)
+            raise ApplicationError(
+                f"call refused: unreadable payload: {call.unreadable}", type="CallRefused", non_retryable=True
+            )
+        refusal = action_state_refusal("serve_call", call.user_id, self.conversation.start.user_id)
+        if refusal is not None:
+            await self.authority.refuse("serve_call", call.user_id, refusal)
+        elif call.call_id not in self.served.calls:  # asking how a proven call stands needs no proof
+            refusal = await self.authority.proof_refusal(
+                "call", call.user_id, call.proof, call_id=call.call_id, tool=call.tool, text=call.arguments
+            )
+        if refusal:
+            raise ApplicationError(f"call refused: {refusal}", type="CallRefused", non_retryable=True)
+        return await self.served.serve(call)
+
+    @workflow.query(name="served_tools")
+    def served_tools(self) -> list[ToolSpec]:
+        """The tools a client may call here (`tools/list`): the agent's, as its model sees them,
+        less those the user's roles cannot call (empty until the context is loaded)."""
+        context = self.conversation.context
+        return callable_tools(context.tools, context.roles) if context else []
 
     # --- waiting for a turn or a reply ----------------------------------------------------------
 

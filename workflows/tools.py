@@ -21,6 +21,7 @@ with workflow.unsafe.imports_passed_through():
     from countersign.core.activity_refs import (
         CHECK_ARGUMENTS,
         CHECK_MCP_ARGUMENTS,
+        EVALUATE_POLICY,
         EXECUTE_MCP_TOOL,
         EXECUTE_TOOL,
         RECORD_UNEXECUTED_CALL,
@@ -29,6 +30,7 @@ with workflow.unsafe.imports_passed_through():
     from countersign.core.calls import (
         ApproverEdit,
         McpCall,
+        PolicyDecision,
         StoredResult,
         ToolInvocation,
         ToolResult,
@@ -39,7 +41,7 @@ with workflow.unsafe.imports_passed_through():
     from countersign.core.envelopes import tool_message
     from countersign.core.history import continue_suggested
     from countersign.core.messages import ToolCall
-    from countersign.core.policy import screen_call
+    from countersign.core.policy import PolicyCheck, Screening, forbidden, screen_call
 
 from workflows.approvals import ApprovalGate
 from workflows.conversation import Conversation
@@ -76,14 +78,15 @@ class ToolCalls:
         store: MessageStore,
         gate: ApprovalGate,
         outbox: EmailOutbox,
-        rollbacks_requested: Callable[[], bool],
+        unparkable: Callable[[], bool],
     ) -> None:
         self.conversation = conversation
         self.store = store
         self.gate = gate
         self.outbox = outbox
-        # a rollback accepted mid-turn runs after the turn, in this run: it is never carried
-        self.rollbacks_requested = rollbacks_requested
+        # what must finish in this run, so the batch may not park: a rollback accepted mid-turn (it
+        # runs after the turn and is never carried), a client's served call (workflows/served.py)
+        self.unparkable = unparkable
 
     async def run(self, calls: list[ToolCall], budget: int) -> list[StoredResult]:
         """Run a batch concurrently; results in call order. Calls past `budget` are refused.
@@ -141,7 +144,7 @@ class ToolCalls:
             continue_suggested(workflow.info())
             and unfinished <= self.gate.parked()
             and self.conversation.authorizing == 0
-            and not self.rollbacks_requested()
+            and not self.unparkable()
         )
 
     def _waiting(self, batch: WaitingTurn, tasks: list[asyncio.Task[StoredResult]]) -> WaitingTurn:
@@ -158,6 +161,11 @@ class ToolCalls:
         assert spec is not None  # it was screened and waited for approval in the previous run
         return spec
 
+    async def one(self, call: ToolCall) -> StoredResult:
+        """A call a client asked for directly (workflows/served.py): the same path as a model's
+        call, as a batch of one within no turn's budget; its result stored at the next seq."""
+        return await self._handle(call, True, self.store.next_seq())
+
     async def _handle(self, call: ToolCall, within_budget: bool, seq: int) -> StoredResult:
         """Screen, check, approve or ask, and run one call; `seq`: where its result is stored."""
         conversation = self.conversation
@@ -171,6 +179,25 @@ class ToolCalls:
         screening = screen_call(call, conversation.tools(), conversation.context.roles)
         if screening.refusal is not None:
             return await self._unexecuted(invocation, screening.refusal)
+        quorum = None
+        # Only a tenant with policies asks: recorded histories (and tenants without) take no new step.
+        if conversation.context.has_policies and screening.action in ("run", "approve"):
+            assert screening.spec is not None
+            decision = await bookkeeping(
+                EVALUATE_POLICY,
+                PolicyCheck(invocation=invocation, spec=screening.spec),
+                f"policies on {call.name}",
+            )
+            if decision.outcome != "no_match":  # the tiers did not decide: the audit row says who did
+                invocation = invocation.model_copy(update={"policy": decision})
+            if decision.outcome == "forbid":
+                return await self._unexecuted(
+                    invocation, forbidden(decision, call.name), f"forbidden by policy {decision.policy}"
+                )
+            if decision.outcome == "permit_run":
+                return await self._execute(invocation)
+            if decision.outcome == "permit_approvals":
+                screening, quorum = Screening(action="approve", spec=screening.spec), decision
         if screening.action == "run":
             return await self._execute(invocation)
         checked = await self._check_arguments(invocation)
@@ -179,7 +206,7 @@ class ToolCalls:
         if screening.action == "ask_human":
             return await self._ask_human(invocation, str(checked.data["question"]))
         assert screening.spec is not None
-        return await self._run_after_approval(invocation, screening.spec)
+        return await self._run_after_approval(invocation, screening.spec, quorum)
 
     def _invocation(self, call: ToolCall, seq: int) -> ToolInvocation:
         info = workflow.info()
@@ -214,15 +241,18 @@ class ToolCalls:
             return await bookkeeping(CHECK_MCP_ARGUMENTS, McpCall(invocation=invocation, spec=spec), summary)
         return await bookkeeping(CHECK_ARGUMENTS, invocation, summary)
 
-    async def _run_after_approval(self, invocation: ToolInvocation, spec: ToolSpec) -> StoredResult:
-        approval = await self.gate.approval(invocation, spec)
+    async def _run_after_approval(
+        self, invocation: ToolInvocation, spec: ToolSpec, quorum: PolicyDecision | None = None
+    ) -> StoredResult:
+        """`quorum`: the policy that asks for several approvers (one otherwise)."""
+        approval = await self.gate.approval(invocation, spec, quorum=quorum)
         while approval.state == "approved":
             result = await self._execute(self._approved(invocation, approval))
             # Only a call whose effect changed since it was approved answers EFFECT_CHANGED (nothing
             # ran, nothing was stored): it is asked again. Histories from before never take this branch.
             if result.code != "EFFECT_CHANGED":
                 return result
-            approval = await self.gate.approval(invocation, spec, voided=approval)
+            approval = await self.gate.approval(invocation, spec, voided=approval, quorum=quorum)
         if approval.state == "rejected":
             why = f": {approval.reason}" if approval.reason else ""
             refusal = ToolResult.failure("REJECTED", f"{approval.decided_by} rejected {spec.name}{why}")
@@ -248,11 +278,14 @@ class ToolCalls:
             if approval.edited_args is not None
             else {}
         )
+        quorum = {"policy": approval.quorum} if approval.quorum else {}  # also when carried across runs
         return invocation.model_copy(
             update={
                 "arguments": approval.edited_args or invocation.arguments,
                 "approved_by": approval.decided_by,
+                "grant_id": approval.grant_id,
                 **edit,
+                **quorum,
             }
         )
 

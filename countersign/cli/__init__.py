@@ -1,4 +1,5 @@
-"""`countersign …` (or `python starter.py …`): the starter CLI (commands are listed in CONTRACT.md)."""
+"""`countersign …` (or `.venv/bin/python starter.py …`): the starter CLI (`countersign --help` lists
+its commands)."""
 
 import os
 import sys

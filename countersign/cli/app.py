@@ -5,9 +5,10 @@ from __future__ import annotations
 import asyncio
 import importlib
 import json
+import os
 import sys
 from collections.abc import Coroutine
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import click
 
@@ -30,6 +31,7 @@ COMMANDS: dict[str, tuple[str, ...]] = {
     "dev": ("dev",),
     "drafts": ("leads",),
     "end": ("conversations",),
+    "grants": ("grants",),
     "healthcheck": ("health",),
     "inbox": ("inbox",),
     "leads": ("leads",),
@@ -40,6 +42,7 @@ COMMANDS: dict[str, tuple[str, ...]] = {
     "model": ("model",),
     "notifications": ("notifications",),
     "permissions": ("records", "catalog"),
+    "policy": ("policies",),
     "rate-limits": ("users",),
     "reject": ("approvals",),
     "rollback": ("conversations",),
@@ -87,8 +90,17 @@ def run(coro: Coroutine[Any, Any, T]) -> T:
         raise
     except KeyboardInterrupt:
         raise click.Abort() from None
+    except BrokenPipeError:
+        reader_left()
     except Exception as exc:  # the CLI's contract: one line, non-zero exit
         raise click.ClickException(reason(exc)) from exc
+
+
+def reader_left() -> NoReturn:
+    """The reader stopped reading (`conversations list | head -1`): what it wanted was printed, so
+    exit 0, and send what is still buffered nowhere instead of failing on it at exit."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    sys.exit(0)
 
 
 def print_json(value: Any) -> None:

@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import click
+from pydantic import ValidationError
 from sqlalchemy import select, tuple_
 from sqlalchemy.ext.asyncio import AsyncSession
 from temporalio.client import Client
@@ -24,6 +25,7 @@ from countersign.cli.ux import relative, with_session
 from countersign.core.approvals import Decision
 from countersign.core.bounds import DuplicateKey, loads_strict
 from countersign.core.effects import Effect, effect_lines, effect_warnings
+from countersign.core.grants import MAX_GRANT_MINUTES, MAX_GRANT_USES, GrantTerms
 from countersign.core.shown import argument_lines, argument_warnings
 from countersign.db.schema import ApprovalRequest
 
@@ -123,6 +125,20 @@ def approvals() -> None:
     """Pending approvals across conversations."""
 
 
+def grant_terms(minutes: int | None, uses: int | None) -> GrantTerms | None:
+    """The grant `--grant-minutes` and `--grant-uses` ask for: both or neither, within the bounds."""
+    if minutes is None and uses is None:
+        return None
+    if minutes is None or uses is None:
+        raise click.UsageError("a grant needs both --grant-minutes and --grant-uses")
+    try:
+        return GrantTerms(minutes=minutes, uses=uses)
+    except ValidationError:
+        raise click.UsageError(
+            f"a grant lasts 1 to {MAX_GRANT_MINUTES} minutes and 1 to {MAX_GRANT_USES} uses"
+        ) from None
+
+
 @approvals.command("list")
 @click.option("--tenant", help="Only this tenant's conversations.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
@@ -156,6 +172,8 @@ def list_approvals(tenant: str | None, as_json: bool) -> None:
 @click.option("--as", "approver", required=True, help="Who approves (verified against the database).")
 @click.option("--reason", help="Why.")
 @click.option("--args", "args_json", help="Edited arguments as JSON (validated again).")
+@click.option("--grant-minutes", type=int, help="Grant the same again for this long (with --grant-uses).")
+@click.option("--grant-uses", type=int, help="…and at most this many calls (whichever ends first).")
 def approve(
     workflow_id: str,
     call_id: str | None,
@@ -163,22 +181,32 @@ def approve(
     approver: str,
     reason: str | None,
     args_json: str | None,
+    grant_minutes: int | None,
+    grant_uses: int | None,
 ) -> None:
-    """Approve a pending call (or --all of them) and show what was recorded."""
+    """Approve a pending call (or --all of them) and show what was recorded.
+
+    With --grant-minutes M --grant-uses N, later calls of the same tool by the same requester in the
+    same agent with the same arguments (the tool's free ones aside) run without asking, for M minutes
+    or N calls, whichever ends first (at most 10080 minutes and 100 calls)."""
     if bool(call_id) == approve_all:
         raise click.UsageError("give a CALL_ID or --all")
     if approve_all and args_json:
         raise click.UsageError("--args edits one call: name its CALL_ID")
+    if approve_all and (grant_minutes or grant_uses):
+        raise click.UsageError("a grant comes with one approval: name its CALL_ID")
     edited = parse_args(args_json)
+    grant = grant_terms(grant_minutes, grant_uses)
 
     async def body() -> None:
         client = conversation_client(approver, workflow_id=workflow_id)  # signed: the server proves who
         for cid in [call_id] if call_id else await client.approvable(workflow_id, approver):
             decision = Decision(
-                call_id=cid, decision="approve", approver=approver, reason=reason, args=edited
+                call_id=cid, decision="approve", approver=approver, reason=reason, args=edited, grant=grant
             )
             approval = await client.decide(workflow_id, decision)
-            click.echo(f"approved {cid}: {approval.tool} by {approval.decided_by}{proven(client)}")
+            granted = f", granted for {grant.minutes} min or {grant.uses} use(s)" if grant else ""
+            click.echo(f"approved {cid}: {approval.tool} by {approval.decided_by}{proven(client)}{granted}")
 
     run(body())
 
@@ -221,3 +249,6 @@ def answer(workflow_id: str, call_id: str, text: str, user: str) -> None:
         click.echo(f"answered {call_id}")
 
     run(body())
+
+
+approvals.add_command(approve)  # `approvals approve …` is `approve …`

@@ -36,6 +36,7 @@ from countersign.core.approvals import (
     Decision,
     DecisionKind,
     approver_refusal,
+    decision_note,
 )
 from countersign.core.contract import (
     PendingApproval,
@@ -399,6 +400,9 @@ class Chat:
             else:
                 past = "approved" if decision.decision == "approve" else "rejected"
                 click.echo(f"  ✓ {past} {call_id}: {approval.tool} by {decision.approver}")
+                if decision.reason or decision.changes:  # what they changed, and why
+                    why = decision.approver, decision.decision, decision.reason, decision.changes
+                    click.echo(f"    {decision_note(*why)}")
 
     async def may_decide(self, tenant_id: str, approval: PendingApproval) -> bool:
         """Whether the workflow would accept this person's approval (the same rule, from the database)."""

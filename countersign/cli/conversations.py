@@ -16,7 +16,7 @@ from temporalio.client import Client
 from countersign.cli.app import cli, print_json, run
 from countersign.cli.conversation_client import ConversationClient, conversation_client
 from countersign.cli.session import signed_hint
-from countersign.cli.ux import EXIT_WAITING, command, relative, temporal_settings
+from countersign.cli.ux import EXIT_STOPPED, EXIT_WAITING, command, relative, temporal_settings
 from countersign.cli.waiting import SignedHint, ctrl_c, waiting_lines
 from countersign.client.handles import render_message, render_transcript
 from countersign.client.temporal_client import connect
@@ -122,10 +122,18 @@ def start(
             print_json(out)
         elif wait:
             await show_outcome(started.workflow_id, outcome, user, client)
-        if isinstance(outcome, StatusView):
-            raise SystemExit(EXIT_WAITING)
+        turn_exit(outcome)
 
     run(body())
+
+
+def turn_exit(outcome: TurnResult | StatusView | None) -> None:
+    """Exit EXIT_WAITING when the turn waits for a person, EXIT_STOPPED when it stopped short of a
+    reply (a limit, an error); return (exit 0) when it completed or was not followed."""
+    if isinstance(outcome, StatusView):
+        raise SystemExit(EXIT_WAITING)
+    if isinstance(outcome, TurnResult) and outcome.stop != "completed":
+        raise SystemExit(EXIT_STOPPED)
 
 
 async def show_outcome(
@@ -145,7 +153,8 @@ async def show_outcome(
         )
         for line in waiting_lines(workflow_id, outcome, user, lambda a: names.get(a.call_id, ()), signed):
             click.echo(line)
-        click.echo(f"the reply follows the decision: `{command()} transcript {workflow_id}` shows it")
+        awaited = "decision" if outcome.pending_approvals else "answer"
+        click.echo(f"the reply follows the {awaited}: `{command()} transcript {workflow_id}` shows it")
     else:
         click.echo(outcome.reply or "(no reply)")
 
@@ -207,8 +216,7 @@ def send(
                 return
             outcome = await client.follow(sent, interrupted)
         await show_outcome(sent.workflow_id, outcome, user, client)
-        if isinstance(outcome, StatusView):
-            raise SystemExit(EXIT_WAITING)
+        turn_exit(outcome)
 
     run(body())
 
@@ -346,6 +354,13 @@ def end(workflow_id: str, requested_by: str) -> None:
     run(body())
 
 
+def as_listed(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Newest first, whatever order visibility returned them in; a closed run's state is `ended`,
+    not the search attribute it stopped with (`idle` after a cancel)."""
+    settled = [r if r["status"] in (None, "RUNNING") else {**r, "state": "ended"} for r in rows]
+    return sorted(settled, key=lambda r: str(r["started_at"]), reverse=True)
+
+
 @cli.group()
 def conversations() -> None:
     """Conversations across tenants (the Web UI's workflow list, from the terminal)."""
@@ -382,6 +397,7 @@ def list_conversations(
                     "closed_at": execution.close_time.isoformat() if execution.close_time else None,
                 }
             )
+        rows = as_listed(rows)
         if as_json:
             print_json(rows)
             return

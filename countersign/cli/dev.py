@@ -1,17 +1,21 @@
-"""Commands: `dev up | down | status [--json]`, the embedded stack (countersign.devstack.stack)."""
+"""Commands: `dev up | down | status [--json] | temporal …`, the embedded stack
+(countersign.devstack.stack)."""
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import click
 
 from countersign.cli.app import cli, print_json, run
-from countersign.cli.ux import command, shown_path
+from countersign.cli.ux import command, shown_path, stack_down
 from countersign.devstack import stack
+from countersign.devstack.temporal import temporal_binary
 from countersign.identity.mode import deployment_mode
 from countersign.runtime.config import DATA_DIR, load_settings
 
@@ -45,6 +49,25 @@ def up() -> None:
 def down() -> None:
     """Stop what `dev up` started, keeping the data; idempotent."""
     run(asyncio.to_thread(stack.down, _plan(), click.echo))
+
+
+@dev.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.argument("temporal_args", nargs=-1, type=click.UNPROCESSED)
+def temporal(temporal_args: tuple[str, ...]) -> None:
+    """The Temporal CLI `make` installed, on the stack's server and namespace (TEMPORAL_ADDRESS and
+    TEMPORAL_NAMESPACE when set): `dev temporal worker deployment describe --deployment-name
+    countersign`. Needs no activated virtualenv and follows the stack's ports."""
+    down = stack_down("temporal", "TEMPORAL_ADDRESS")
+    if down:
+        raise click.ClickException(down)
+    settings = load_settings()
+    env = os.environ | {"TEMPORAL_ADDRESS": settings.temporal_address}
+    env["TEMPORAL_NAMESPACE"] = settings.namespace
+    try:
+        binary = temporal_binary()
+    except RuntimeError as missing:
+        raise click.ClickException(str(missing)) from None
+    sys.exit(subprocess.run([binary, *temporal_args], env=env, check=False).returncode)
 
 
 @dev.command()

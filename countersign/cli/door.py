@@ -142,10 +142,20 @@ class Door:
 
     async def decide(self, workflow_id: str, decision: Decision) -> Approval:
         """Decided by the session's person, whatever `decision.approver` says: the server proves it."""
-        body = {"decision": decision.decision, "reason": decision.reason, "args": decision.args}
+        body = {
+            "decision": decision.decision,
+            "reason": decision.reason,
+            "args": decision.args,
+            "grant": decision.grant.model_dump() if decision.grant else None,
+        }
         return Approval.model_validate(
             await self._call("POST", f"/api/approvals/{workflow_id}/{decision.call_id}", body)
         )
+
+    async def revoke_grant(self, grant_id: int, revoker: str) -> dict[str, Any]:
+        """Revoked by the session's person: the server checks who may."""
+        revoked: dict[str, Any] = await self._call("POST", f"/api/grants/{grant_id}/revoke", {})
+        return revoked
 
     async def answer(self, workflow_id: str, user: str, call_id: str, text: str) -> None:
         await self._call("POST", self._at(workflow_id, f"/answers/{quote(call_id, safe='')}"), {"text": text})

@@ -11,6 +11,7 @@ import asyncio
 import os
 import signal
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import aiohttp
 import click
@@ -160,8 +161,9 @@ def webhook(tenant: str, url: str | None, clear: bool) -> None:
     """Set the tenant's Slack-compatible webhook URL for reviewers' notifications (or --clear it)."""
     if bool(url) == clear:
         raise click.UsageError("give a URL or --clear")
-    if url and not url.startswith(("https://", "http://")):
-        raise click.BadParameter("the webhook URL must be http(s)://…")
+    refused = webhook_refusal(url) if url else None
+    if refused:
+        raise click.BadParameter(refused, param_hint="URL")
 
     async def body() -> None:
         if await rows_updated(update(Tenant).where(Tenant.id == tenant).values(webhook_url=url)) == 0:
@@ -169,6 +171,19 @@ def webhook(tenant: str, url: str | None, clear: bool) -> None:
         click.echo(f"{tenant}: webhook {'cleared' if clear else url}")
 
     run(body())
+
+
+def webhook_refusal(url: str) -> str | None:
+    """Why `url` cannot be a webhook, or None. A placeholder copied from the docs
+    (`https://hooks.slack.com/…`) was accepted and every notice then failed to post."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("https", "http") or not parts.hostname:
+        return "the webhook URL must be http(s)://HOST/…, the whole URL your chat tool gave you"
+    if "…" in url or "..." in url:
+        return "the URL still has a placeholder (…): paste the whole URL your chat tool gave you"
+    if any(c.isspace() for c in url):
+        return "the webhook URL has a space in it"
+    return None
 
 
 async def rows_updated(statement: Update) -> int:

@@ -64,10 +64,10 @@ def list_mail(as_json: bool) -> None:
 @mail.command()
 @click.argument("number", type=int)
 def show(number: int) -> None:
-    """One caught message, headers and text."""
+    """One caught message: headers, and its text decoded."""
     from countersign.devstack.mail import caught
 
     kept = caught(MAILBOX)
     if not 1 <= number <= len(kept):
         raise click.ClickException(f"no caught mail number {number} ({len(kept)} kept)")
-    click.echo(kept[number - 1].path.read_text(errors="replace"))
+    click.echo(kept[number - 1].readable())

@@ -73,6 +73,8 @@ def audit(ctx: click.Context, workflow_id: str | None, tenant: str | None, limit
             tuple(
                 str(r[c])[:19]  # a datetime, or its str() from the server
                 if c == "created_at"
+                else f"{r[c]} (grant {r['grant_id']})"  # approved unasked, by that approver's grant
+                if c == "approved_by" and r.get("grant_id")
                 else str(r[c] if r[c] is not None else "-")
                 for c in AUDIT_COLUMNS
             )

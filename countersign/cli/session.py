@@ -26,8 +26,21 @@ class InboxSession(BaseModel):
 
 
 def session_file() -> Path:
-    """COUNTERSIGN_SESSION_FILE, else `.data/inbox-session.json`."""
-    return Path(os.environ.get("COUNTERSIGN_SESSION_FILE") or DATA_DIR / "inbox-session.json")
+    """COUNTERSIGN_SESSION_FILE; else `.data/inbox-session.json` where this user may write the data
+    directory (a checkout, COUNTERSIGN_DATA_DIR); else `~/.countersign/inbox-session.json`. Installed
+    as a package (the compose image's worker), the data directory is under site-packages, which
+    belongs to root: `docker compose exec worker countersign login …` must still keep its session."""
+    if os.environ.get("COUNTERSIGN_SESSION_FILE"):
+        return Path(os.environ["COUNTERSIGN_SESSION_FILE"])
+    if writable(DATA_DIR):
+        return DATA_DIR / "inbox-session.json"
+    return Path.home() / ".countersign" / "inbox-session.json"
+
+
+def writable(directory: Path) -> bool:
+    """Whether this user may create `directory`'s files: it, or its nearest existing parent."""
+    existing = next(p for p in (directory, *directory.parents) if p.exists())
+    return os.access(existing, os.W_OK)
 
 
 def tenant_of(workflow_id: str | None) -> str:

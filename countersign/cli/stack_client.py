@@ -6,11 +6,13 @@ names-mode `ConversationClient` (countersign.cli.conversation_client)."""
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC, datetime
 from typing import Any
 
 import click
 from sqlalchemy import select
 from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.ext.asyncio import AsyncSession
 from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
 
 from countersign.cli.session import signed_hint
@@ -40,6 +42,7 @@ from countersign.core.saga import RollbackRequest, SagaEntry
 from countersign.db import events
 from countersign.db.audit import audit_rows
 from countersign.db.engine import create_engine
+from countersign.db.grants import GrantRefused, grant_view, revoke_grant
 from countersign.db.schema import UserRole
 from countersign.runtime.config import Settings
 
@@ -195,6 +198,18 @@ class StackClient:
         except WorkflowUpdateFailedError as err:
             raise click.ClickException(signed_hint(reason(err), decision.approver, workflow_id)) from err
         return approval
+
+    async def revoke_grant(self, grant_id: int, revoker: str) -> dict[str, Any]:
+        """Revoked by `revoker`, checked against the grant's tenant in the database."""
+
+        async def revoke(session: AsyncSession) -> dict[str, Any]:
+            try:
+                grant = await revoke_grant(session, grant_id, revoker)
+            except GrantRefused as refused:
+                raise click.ClickException(str(refused)) from None
+            return grant_view(grant, datetime.now(UTC))
+
+        return await with_session(revoke)
 
     async def answer(self, workflow_id: str, user: str, call_id: str, text: str) -> None:
         signal = AnswerSignal(call_id=call_id, user_id=user, text=text)

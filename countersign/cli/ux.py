@@ -27,6 +27,9 @@ T = TypeVar("T")
 # `start --wait` / `send` exit with this when the turn waits for a person (an approval or an answer):
 # the conversation goes on, and the output names the command that lets it continue.
 EXIT_WAITING = 3
+# ... with this when the turn stopped short of a reply: a budget or limit reached, or an error (the
+# reply says which). A script must not read "LIMIT_REACHED: …" as the agent's answer.
+EXIT_STOPPED = 4
 # Ctrl-C while following a turn: the conversation goes on without the display.
 EXIT_INTERRUPTED = 130
 
@@ -93,6 +96,11 @@ def reason(exc: BaseException) -> str:
             f"(`{command()} dev status` shows it)"
         )
     if isinstance(exc, RPCError):
+        if exc.status == RPCStatusCode.NOT_FOUND and "already completed" in exc.message:
+            return (
+                "the conversation has ended (ended, cancelled or timed out; `status` says which): "
+                "nothing was sent; `start` begins a new one"
+            )
         if exc.status == RPCStatusCode.NOT_FOUND:
             return f"not found: {exc.message}"
         if exc.status == RPCStatusCode.UNAVAILABLE:

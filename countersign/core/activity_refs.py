@@ -25,10 +25,19 @@ from countersign.core.approvals import (
     Verdict,
 )
 from countersign.core.authority import ActionCheck, ProofRequest
-from countersign.core.calls import McpCall, StoredResult, ToolInvocation, ToolResult, UnexecutedCall
+from countersign.core.calls import (
+    McpCall,
+    PolicyDecision,
+    StoredResult,
+    ToolInvocation,
+    ToolResult,
+    UnexecutedCall,
+)
 from countersign.core.contract import ConversationContext, StartConversation, TurnResult
 from countersign.core.envelopes import AppendMessages, RepliedTurn, Summarized, SummaryRequest
+from countersign.core.grants import Granted
 from countersign.core.messages import ModelReply, ModelRequest
+from countersign.core.policy import PolicyCheck
 from countersign.core.saga import (
     CompensationOutcome,
     CompensationRequest,
@@ -81,6 +90,9 @@ CHECK_ARGUMENTS: ActivityRef[ToolInvocation, ToolResult] = ActivityRef(
 CHECK_MCP_ARGUMENTS: ActivityRef[McpCall, ToolResult] = ActivityRef(
     "check_mcp_arguments", McpCall, ToolResult
 )
+EVALUATE_POLICY: ActivityRef[PolicyCheck, PolicyDecision] = ActivityRef(
+    "evaluate_policy", PolicyCheck, PolicyDecision
+)  # the tenant's Cedar policies on the call (only when its snapshot says it has some)
 EXECUTE_TOOL: ActivityRef[ToolInvocation, StoredResult] = ActivityRef(
     "execute_tool", ToolInvocation, StoredResult
 )  # the workflow always sets `store_seq`: the result is stored, history holds its `StoredResult`
@@ -90,9 +102,10 @@ RECORD_UNEXECUTED_CALL: ActivityRef[UnexecutedCall, None] = ActivityRef(
 )  # the audit row (and stored envelope) of a call refused, rejected or failed before it ran
 
 # --- approvals and the people around them -------------------------------------------------
-RECORD_APPROVAL_REQUEST: ActivityRef[RecordedApproval, None] = ActivityRef(
-    "record_approval_request", RecordedApproval, NONE
-)  # what reviewers are shown and a decision's proof binds
+RECORD_APPROVAL_REQUEST: ActivityRef[RecordedApproval, Granted] = ActivityRef(
+    "record_approval_request", RecordedApproval, Granted
+)  # what reviewers are shown and a decision's proof binds; the grant that approved it unasked, or
+# None (then nobody's grant covered it; and in histories recorded before grants)
 RECORD_DECISION: ActivityRef[DecisionRecord, Verdict] = ActivityRef(
     "record_decision", DecisionRecord, Verdict
 )
@@ -131,6 +144,7 @@ ACTIVITIES: tuple[ActivityRef[Any, Any], ...] = (
     LOAD_TURN_REPLY,
     CHECK_ARGUMENTS,
     CHECK_MCP_ARGUMENTS,
+    EVALUATE_POLICY,
     EXECUTE_TOOL,
     EXECUTE_MCP_TOOL,
     RECORD_UNEXECUTED_CALL,

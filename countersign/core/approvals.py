@@ -12,9 +12,10 @@ from typing import Any, Literal
 from pydantic import BaseModel
 
 from countersign.core.bounds import BoundedJson, Identifier, Proof, Reason
-from countersign.core.calls import Risk, ToolSpec
+from countersign.core.calls import ApproverEdit, PolicyDecision, Risk, ToolSpec
 from countersign.core.conversation_ref import ConversationRef
 from countersign.core.effects import FieldChange
+from countersign.core.grants import GrantTerms
 
 ApprovalState = Literal["pending", "approved", "rejected", "expired"]
 DecisionKind = Literal["approve", "reject"]
@@ -26,6 +27,30 @@ APPROVER_ROLES: dict[Risk, frozenset[str]] = {
     "high": frozenset({"reviewer", "admin"}),
 }
 FOUR_EYES: frozenset[Risk] = frozenset({"high"})
+
+
+def decision_note(approver: str, decision: str, reason: str | None, changes: dict[str, Any] | None) -> str:
+    """What the requester is told of an accepted decision (`approval_decisions`: its `changes` as
+    stored, {name: {before, after}}): who decided, what they changed of the call (from what to
+    what) and why; for an edit, the line the model reads with the call's result."""
+    if changes:
+        changed = {name: FieldChange.model_validate(change) for name, change in changes.items()}
+        return ApproverEdit(approver=approver, changes=changed, reason=reason).note()
+    verb = "approved" if decision == "approve" else "rejected"
+    return f"{approver} {verb} it" + (f" (reason: {reason})" if reason else " (no reason given)")
+
+
+def approvals_required(quorum: PolicyDecision | None) -> int:
+    """A policy's @approvals("N"), or the one approval every other call needs."""
+    return quorum.approvals if quorum else 1
+
+
+def quorum_line(required: int, approved_by: list[str]) -> str:
+    """ "1 of 2: bob approved": a quorum's card line; "" for a call that needs one approver."""
+    if required < 2:
+        return ""
+    said = f": {', '.join(approved_by)} approved" if approved_by else ""
+    return f"{len(approved_by)} of {required}{said}"
 
 
 class Approval(BaseModel):
@@ -48,6 +73,21 @@ class Approval(BaseModel):
     # Asked again: who approved the earlier request of this call, voided because the call's effect
     # changed between that decision and its execution.
     voided_by: str | None = None
+    # Approved unasked: the grant that covered the call (countersign.core.grants), whose approver
+    # is `decided_by`.
+    grant_id: int | None = None
+    # A policy's quorum (`@approvals("N")`, `@approvers("role,…")`): the call runs after N distinct
+    # approvals; `approvals` are the approvers so far, in order. None: one approval, as ever.
+    quorum: PolicyDecision | None = None
+    approvals: list[str] = []
+
+    @property
+    def approvals_required(self) -> int:
+        """How many distinct approvers the call needs (approval_requests.approvals_required)."""
+        return approvals_required(self.quorum)
+
+    def progress(self) -> str:
+        return quorum_line(self.approvals_required, self.approvals)
 
 
 class Decision(BaseModel):
@@ -59,6 +99,7 @@ class Decision(BaseModel):
     reason: Reason | None = None
     args: BoundedJson | None = None  # edited arguments (approve only)
     proof: Proof | None = None  # APPROVER_AUTH=signed: the inbox's proof for exactly this decision
+    grant: GrantTerms | None = None  # approve only: the same again, for a while (the proof binds it)
 
 
 class ApproveSignal(BaseModel):
@@ -67,6 +108,7 @@ class ApproveSignal(BaseModel):
     reason: Reason | None = None
     args: BoundedJson | None = None
     proof: Proof | None = None
+    grant: GrantTerms | None = None
 
     def decision(self) -> Decision:
         return Decision(decision="approve", **self.model_dump())
@@ -106,6 +148,8 @@ class DecisionRecord(ConversationRef):
     # An MCP tool as the conversation snapshotted it: edited arguments are checked against its schema.
     mcp_spec: ToolSpec | None = None
     nonce: str = ""  # the pending approval's (Approval.nonce)
+    quorum: PolicyDecision | None = None  # Approval.quorum
+    approved_by: list[str] = []  # the quorum's approvers so far (Approval.approvals)
 
     def pending_call(self) -> PendingCall:
         """The call as the conversation itself holds it: what the decision's proof must name."""
@@ -126,6 +170,11 @@ class RecordedApproval(PendingCall):
     description: str | None = None  # an MCP tool's, from the conversation's snapshot
     parameters: dict[str, Any] | None = None
     voided_by: str | None = None  # asked again: the approver of the voided earlier request
+    quorum: PolicyDecision | None = None  # the policy asking for N approvers
+
+    @property
+    def approvals_required(self) -> int:
+        return approvals_required(self.quorum)
 
 
 class Verdict(BaseModel):
@@ -166,6 +215,26 @@ def approver_refusal(
         return f"{approver} may not decide {risk}-risk calls (needs one of: {', '.join(sorted(allowed))})"
     if risk in FOUR_EYES and approver == requester:
         return f"{approver} requested this {risk}-risk call and may not approve it (four-eyes rule)"
+    return None
+
+
+def quorum_refusal(
+    quorum: PolicyDecision, decision: Decision, requester: str, approved_by: list[str], roles: list[str]
+) -> str | None:
+    """Why a decision may not count toward a policy's quorum, or None: the requester never counts,
+    nobody counts twice, `@approvers` narrows who may, and N people approve one thing (no edits).
+    Anyone who may decide may still reject: one rejection ends it."""
+    if decision.decision == "reject":
+        return None
+    named = f"policy {quorum.policy}" if quorum.policy else "the tenant's policy"
+    if decision.approver == requester:
+        return f"{decision.approver} requested this call and never counts toward its quorum ({named})"
+    if decision.approver in approved_by:
+        return f"{decision.approver} already approved; {named} needs {quorum.approvals} distinct approvers"
+    if quorum.approvers and not set(quorum.approvers) & set(roles):
+        return f"{named} needs approvers with one of the roles: {', '.join(quorum.approvers)}"
+    if decision.args is not None and quorum.approvals > 1:
+        return f"a call {named} has {quorum.approvals} people approve is approved as asked, never edited"
     return None
 
 

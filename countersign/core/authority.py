@@ -24,15 +24,18 @@ from pydantic import BaseModel
 
 from countersign.core.conversation_ref import ConversationRef
 
-Action = Literal["submit_message", "answer", "end", "rollback", "approve", "reject", "decide", "start"]
+Action = Literal[
+    "submit_message", "answer", "end", "rollback", "approve", "reject", "decide", "start", "serve_call"
+]
 ADMIN = "admin"
 # Actions the conversation's user may take, and those a tenant admin may take on anyone's.
-OWNER_ONLY: frozenset[Action] = frozenset({"submit_message", "answer"})
+OWNER_ONLY: frozenset[Action] = frozenset({"submit_message", "answer", "serve_call"})
 OWNER_OR_ADMIN: frozenset[Action] = frozenset({"end", "rollback"})
 VERB: dict[str, str] = {
     "submit_message": "send messages to",
     "answer": "answer questions in",
     "rollback": "roll back",
+    "serve_call": "call tools in",
 }
 
 
@@ -83,11 +86,12 @@ class ProofRequest(ConversationRef):
     """What `check_action_proof` checks; the conversation instance is what an answer's or an end's
     proof must name."""
 
-    action: Literal["answer", "end", "start", "message"]
+    action: Literal["answer", "end", "start", "message", "call"]
     actor: str
     proof: str | None = None
-    call_id: str | None = None  # answer: the question's call
-    text: str | None = None  # answer, message: the exact text the proof binds
+    call_id: str | None = None  # answer: the question's call; call: the client's call
+    text: str | None = None  # answer, message: the exact text the proof binds; call: the arguments
+    tool: str | None = None  # call: the tool
     message_id: str | None = None  # message: its id
     agent: str | None = None  # start: the agent
     content: dict[str, Any] | None = None  # start: what it asks (StartConversation.proof_content)

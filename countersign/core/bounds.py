@@ -54,10 +54,16 @@ SUGGEST_CONTINUE_BYTES = 4 * 1024 * 1024
 SUGGEST_CONTINUE_EVENTS = 4096
 MAX_SIGNALS_PER_RUN = 5000
 # The Temporal server's dynamic config keys that enforce MAX_PAYLOAD_BYTES (warn at half) and the
-# per-run limits above: the embedded dev server and compose's deploy/dynamicconfig.yaml.
+# per-run limits above: the embedded dev server and compose's deploy/dynamicconfig.yaml. The blob
+# size limit does not cover an update's request: the bound on the requests of a run's updates in
+# flight does (one update over MAX_PAYLOAD_BYTES is refused at the door, as a signal is, instead of
+# reaching the worker, whose SDK fails the workflow tasks that would answer it; docs/security.md).
+# Countersign's own updates are far lighter: a decision is at most MAX_JSON_BYTES of edited
+# arguments and a reason, a turn or reply wait a number or an id.
 SERVER_LIMITS: dict[str, int] = {
     "limit.blobSize.error": MAX_PAYLOAD_BYTES,
     "limit.blobSize.warn": MAX_PAYLOAD_BYTES // 2,
+    "history.maxInFlightUpdatePayloads": MAX_PAYLOAD_BYTES,
     "limit.historySize.suggestContinueAsNew": SUGGEST_CONTINUE_BYTES,
     "limit.historyCount.suggestContinueAsNew": SUGGEST_CONTINUE_EVENTS,
     "history.maximumSignalsPerExecution": MAX_SIGNALS_PER_RUN,

@@ -38,6 +38,23 @@ ErrorCode = Literal[
 ]
 
 
+# A tenant's Cedar policy set on one call (countersign/core/cedar_policy.py decides it, in an activity).
+PolicyOutcome = Literal["forbid", "permit_run", "permit_approvals", "no_match"]
+
+
+class PolicyDecision(BaseModel):
+    """What the tenant's policies say about one call; `policy` is the deciding policy's `@id`."""
+
+    outcome: PolicyOutcome
+    policy: str | None = None
+    approvals: int = 0  # permit_approvals: how many distinct approvers
+    approvers: list[str] = Field(default_factory=list)  # roles that may approve ([]: the tool's own)
+    error: str | None = None  # a policy's evaluation failed: the call is refused, naming it
+
+
+NO_MATCH = PolicyDecision(outcome="no_match")
+
+
 class ToolError(BaseModel):
     code: ErrorCode
     message: str
@@ -206,6 +223,7 @@ class ToolInvocation(BaseModel):
     arguments: str  # raw JSON text from the model (or edited by an approver)
     turn: int = 0
     approved_by: str | None = None
+    grant_id: int | None = None  # approved unasked, by this grant of `approved_by` (core/grants.py)
     # The model's arguments when the approver edited them (`arguments` then holds the edit): the
     # audit keeps both (tool_executions.args and edited_args), and the model is told of the edit.
     model_arguments: str | None = None
@@ -215,6 +233,8 @@ class ToolInvocation(BaseModel):
     # tool message (conversation store), answering with a `StoredResult`; AgentWorkflow always sets
     # it. None (a call outside a conversation, e.g. the bench's in-process loop): the whole `ToolResult`.
     store_seq: int | None = None
+    # The tenant's policy decision on the call, when its policies decided (tool_executions.policy)
+    policy: PolicyDecision | None = None
 
     @property
     def key(self) -> str:

@@ -24,7 +24,7 @@ from countersign.core.bounds import (
 )
 from countersign.core.calls import Risk, StoredResult, ToolSpec
 from countersign.core.envelopes import Cursor, WindowPolicy
-from countersign.core.messages import ChatMessage, ToolCall, Usage
+from countersign.core.messages import MAX_ARGUMENTS_CHARS, MAX_TOOL_NAME_CHARS, ChatMessage, ToolCall, Usage
 from countersign.core.saga import Saga
 
 WORKFLOW_TYPE = "AgentWorkflow"
@@ -106,6 +106,9 @@ class ConversationContext(BaseModel):
     email_delivery_delay_s: float = 60.0
     agent_limits: AgentLimits = Field(default_factory=AgentLimits)
     policy: WindowPolicy = Field(default_factory=WindowPolicy)  # what the model sees and may spend
+    # The tenant has a Cedar policy set (enforced or shadow): each call passes the policy gate
+    # (`evaluate_policy`). False (and recorded histories): the step is as before, nothing added.
+    has_policies: bool = False
 
 
 class SubmitMessage(BaseModel):
@@ -244,6 +247,7 @@ class PendingApproval(BaseModel):
     hints: str | None = None  # an MCP tool's annotations as the server claims them: shown, never trusted
     description: str | None = None  # an MCP tool's, from the snapshot (native ones: the registry)
     parameters: dict[str, Any] | None = None  # an MCP tool's input schema, from the snapshot
+    quorum: str = ""  # a policy's quorum so far: "1 of 2: bob approved" ("" for one approval)
 
     @staticmethod
     def of(approval: Approval, mcp_spec: ToolSpec | None = None) -> PendingApproval:
@@ -261,6 +265,7 @@ class PendingApproval(BaseModel):
             hints=approval.hints,
             description=mcp_spec.description if mcp_spec else None,
             parameters=mcp_spec.parameters if mcp_spec else None,
+            quorum=approval.progress(),
         )
 
 
@@ -286,3 +291,33 @@ class Reply(BaseModel):
     state: Literal["replied", "waiting", "running", "ended"]
     turn: TurnResult | None = None
     status: StatusView | None = None
+
+
+class ServedCall(BaseModel):
+    """A tool call a client asks the conversation for directly, without a model turn (Countersign
+        as an MCP server: `countersign/server/mcp_face.py`): the `serve_call` update's payload.
+
+        `arguments` is the JSON text as the client sent it; it goes through the same screening,
+        argument check, tiers, approval and audit as a model's call. Sending the same `call_id` again
+        (with the same tool and arguments) asks how that call stands: it never runs it twice; `resume`
+    asks only that, refused when this run has no such call."""
+
+    user_id: Identifier
+    call_id: Identifier
+    tool: str = Field(min_length=1, max_length=MAX_TOOL_NAME_CHARS)
+    arguments: str = Field("{}", max_length=MAX_ARGUMENTS_CHARS)
+    proof: Proof | None = None  # signed mode: the server's proof for exactly this call
+    resume: bool = False  # only wait for an earlier call to finish: never start one
+
+    def tool_call(self) -> ToolCall:
+        return ToolCall(id=self.call_id, name=self.tool, arguments=self.arguments)
+
+
+class ServedOutcome(BaseModel):
+    """How a served call stands: `done` (its result's envelope; the body is in the store at
+    `result.seq`) or `waiting` for a reviewer (`expires_at`: when it fails closed)."""
+
+    call_id: str
+    state: Literal["done", "waiting"]
+    result: StoredResult | None = None
+    expires_at: datetime | None = None

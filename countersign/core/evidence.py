@@ -128,6 +128,30 @@ def attribution(source: str, fact: Mapping[str, Any], context: Mapping[str, Any]
                 "evidence": {"via": f("via"), "changes": f("changes")},
                 "at": f("edited_at"),
             }
+        case "grants":  # "the same again, for a while": made by its approver, revoked by whoever did
+            return {
+                "asked_by": {"human": f("requester"), "agent": f("agent")},
+                "decided_by": f("revoked_by") or f("approver"),
+                "evidence": {
+                    "decision_id": f("decision_id"),
+                    "args_sha256": f("args_sha256"),
+                    "uses_left": f("uses_left"),
+                    "expires_at": f("expires_at"),
+                    "revoked": f("revoked_at") is not None,
+                },
+                "at": _when(f("revoked_at"), f("created_at")),
+            }
+        case "grant_uses":  # a call a grant let run unasked, as approved by the grant's approver
+            return {
+                "asked_by": None,
+                "decided_by": f("approver"),
+                "evidence": {
+                    "grant_id": f("grant_id"),
+                    "decision_id": f("decision_id"),
+                    "call_id": f("call_id"),
+                },
+                "at": f("created_at"),
+            }
         case _:  # compensations
             return {
                 "asked_by": None,

@@ -10,7 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from countersign.core.calls import ToolResult, ToolSpec
+from pydantic import BaseModel
+
+from countersign.core.calls import PolicyDecision, ToolInvocation, ToolResult, ToolSpec
 from countersign.core.messages import MAX_ARGUMENTS_CHARS, ToolCall
 
 ASK_HUMAN = "ask_human"  # handled by the workflow itself, never by an activity
@@ -57,3 +59,27 @@ def screen_call(call: ToolCall, tools: dict[str, ToolSpec], roles: list[str]) ->
 def offered_tools(tools: list[ToolSpec]) -> list[ToolSpec]:
     """What the model is shown: every tool of the agent except blocked ones."""
     return [t for t in tools if t.tier != "blocked"]
+
+
+def callable_tools(tools: list[ToolSpec], roles: list[str]) -> list[ToolSpec]:
+    """What a client calling tools directly is offered: the model's tools (`offered_tools`) that
+    `roles` may call (`screen_call` refuses the others as FORBIDDEN)."""
+    return [t for t in offered_tools(tools) if not t.required_roles or set(t.required_roles) & set(roles)]
+
+
+# --- a tenant's Cedar policies (countersign/core/cedar_policy.py evaluates them, in an activity) ----
+
+
+class PolicyCheck(BaseModel):
+    """One call for the policy gate (`evaluate_policy`), with its spec from the snapshot."""
+
+    invocation: ToolInvocation
+    spec: ToolSpec
+
+
+def forbidden(decision: PolicyDecision, tool: str) -> ToolResult:
+    """The refusal a forbidding policy gives the model: nobody was asked, and asking again is useless."""
+    why = f" (its evaluation failed: {decision.error})" if decision.error else ""
+    return ToolResult.failure(
+        "FORBIDDEN", f"the tenant's policy {decision.policy or '(unnamed)'} forbids this {tool} call{why}"
+    )

@@ -16,8 +16,8 @@ from typing import Any
 WIDTH = 160  # characters of one summary line before it is cut with …
 SHOWN_ITEMS = 5  # items of a list named before "+N more"
 # Fields that name a record, most telling first; `user_local` is a scheduling slot in the user's zone.
-LABELS = ("user_local", "name", "title", "email", "subject", "id")
-DETAILS = ("email", "status", "state", "company", "due_date")
+LABELS = ("user_local", "name", "title", "email", "subject", "message", "id")
+DETAILS = ("email", "status", "state", "company", "due_date", "kind")
 
 
 def counted(n: int, noun: str) -> str:
@@ -47,7 +47,20 @@ def summarize_result(content: str) -> str:
         candidates = value.get("candidates") or []
         which = f": {_items(candidates)}" if isinstance(candidates, list) and candidates else ""
         return _cut(f"needs {asked}{which}")
-    return _cut(f"ok: {_data(value.get('data'))}")
+    data = value.get("data")
+    note = _approver_note(data)
+    if isinstance(data, dict) and note is not None:  # ran as a reviewer edited it: what, and why
+        result = _cut("ok: " + _data(data.get("result")))
+        return f"{result} · {' '.join(note.split())}"
+    return _cut(f"ok: {_data(data)}")
+
+
+def _approver_note(data: Any) -> str | None:
+    """The note of a result whose call ran with a reviewer's edit (core.calls.result_for_model):
+    `bob changed new_status from "qualified" to "contacted" before approving (reason: …)`."""
+    edit = data.get("approver_edit") if isinstance(data, dict) else None
+    note = edit.get("note") if isinstance(edit, dict) else None
+    return note if isinstance(note, str) else None
 
 
 def _data(data: Any) -> str:
@@ -80,6 +93,9 @@ def _label(record: dict[str, Any]) -> str | None:
 
 
 def _describe(record: dict[str, Any]) -> str:
+    found = record.get("record")
+    if isinstance(found, dict):  # a search hit: the record it found, in its collection (`7 hits: 3; 1`)
+        return (f"{record['collection']}: " if record.get("collection") else "") + _describe(found)
     label = _label(record) or json.dumps(record, default=str)
     details = [str(record[k]) for k in DETAILS if record.get(k) not in (None, "") and str(record[k]) != label]
     index = f"{record['index']}. " if isinstance(record.get("index"), int) else ""

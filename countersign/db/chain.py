@@ -49,7 +49,10 @@ from countersign.db.schema import (
     Base,
     Compensation,
     DraftEdit,
+    Grant,
+    GrantUse,
     InputAudit,
+    PolicyChange,
     ProofCheck,
     RollbackRecord,
     TierChange,
@@ -66,8 +69,11 @@ CHAINED: dict[str, type[Base]] = {
         Compensation,
         RollbackRecord,
         TierChange,
+        PolicyChange,
         InputAudit,
         DraftEdit,
+        Grant,
+        GrantUse,
     )
 }
 

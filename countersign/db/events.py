@@ -30,6 +30,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession, async_sessionm
 
 from countersign.core.contract import TurnStop
 from countersign.core.direct import MARKER_NAME
+from countersign.core.summaries import summarize_result
 from countersign.db.instances import CURRENT_INSTANCE_SQL, current_instance
 from countersign.db.schema import ConversationEvent, ConversationMessage
 
@@ -37,6 +38,7 @@ CHANNEL = "conversation_events"
 TURN_STOPS: tuple[TurnStop, ...] = ("limit_reached", "error")  # a turn's closing note names how it stopped
 QUESTION_TOOL = "ask_human"
 ARGS_SHOWN = 2000  # a tool call's arguments in an event, at most (the transcript has them whole)
+RESULT_SHOWN = 4000  # a tool call's result in an event, at most (the transcript has it whole)
 
 
 class Event(BaseModel):
@@ -101,6 +103,15 @@ def result_ok(content: str | None) -> bool:
     return isinstance(parsed, dict) and parsed.get("ok") is True
 
 
+def result_shown(content: str | None) -> dict[str, str]:
+    """A tool result as its step shows it: one line (`summary`: what the transcript prints, an
+    error's code and message, an approver's edit and why) and the result as the model read it
+    (`result`: already bounded and redacted by the tool activity's guards, cut at RESULT_SHOWN)."""
+    text = content or ""
+    cut = text if len(text) <= RESULT_SHOWN else text[: RESULT_SHOWN - 1] + "…"
+    return {"summary": summarize_result(text), "result": cut}
+
+
 async def publish_message(session: AsyncSession | AsyncConnection, row: dict[str, Any]) -> None:
     """The events of a message the store has just inserted (a `conversation_messages` row's values):
     the user's message, an assistant's tool calls, a tool's result, or the reply that ends a turn.
@@ -112,6 +123,7 @@ async def publish_message(session: AsyncSession | AsyncConnection, row: dict[str
     if row["role"] == "tool" and row["tool_call_id"]:
         call_id = row["tool_call_id"]
         data = {"call_id": call_id, "tool": row["name"], "ok": result_ok(row["content"]), "seq": row["seq"]}
+        data |= result_shown(row["content"])
         await publish(session, *instance, tenant_id, "tool_result", data, f"tool_result:{call_id}")
     if row["role"] != "assistant" or row["name"] == MARKER_NAME:  # direct mode's marker: the turn goes on
         return

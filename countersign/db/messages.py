@@ -21,7 +21,7 @@ from sqlalchemy import ColumnElement, Select, bindparam, func, select, tuple_
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, async_sessionmaker
 from sqlalchemy.orm import aliased
-from temporalio.exceptions import ApplicationError
+from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
 from countersign.core.bounds import storable
 from countersign.core.calls import StoredResult, ToolInvocation, ToolResult
@@ -161,6 +161,9 @@ async def refuse_over_budget(
             f"{budget} per day (tenant_token_budgets)",
             type="LimitReached",
             non_retryable=True,
+            # a refusal the tenant's budget asked for, not a fault: the SDK logs a benign failure
+            # without the traceback it writes for every other one (the turn ends saying why)
+            category=ApplicationErrorCategory.BENIGN,
         )
 
 

@@ -505,6 +505,70 @@ class TierChange(Base):
     created_at: Mapped[datetime] = created_at()
 
 
+POLICY_MODES = ("enforced", "shadow")
+
+
+class TenantPolicy(Base):
+    """A tenant's Cedar policy set (countersign/core/cedar_policy.py), as applied: the enforced one
+    decides beside the tiers; a shadow one is evaluated beside it and changes nothing, each call
+    whose outcome would differ recorded in `shadow_differences`. Every attempt is in `policy_changes`.
+    `version` counts the tenant's accepted applies of that mode."""
+
+    __tablename__ = "tenant_policies"
+    __table_args__ = (one_of("mode", POLICY_MODES),)
+
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"), primary_key=True)
+    mode: Mapped[str] = mapped_column(primary_key=True)
+    version: Mapped[int]
+    text: Mapped[str]  # the policy file as applied ("" : no policies)
+    sha256: Mapped[str]
+    applied_by: Mapped[str]
+    applied_at: Mapped[datetime] = created_at()
+
+
+class PolicyChange(Base):
+    """Every attempt to apply a tenant's policy set (accepted or refused, with why), chained like
+    tier changes: who, when, which mode, the text and the version it became."""
+
+    __tablename__ = "policy_changes"
+    __table_args__ = (Index(None, "tenant_id", "created_at"), one_of("mode", POLICY_MODES))
+
+    id: Mapped[int] = identity_pk()
+    tenant_id: Mapped[str] = tenant_column(indexed=False)
+    mode: Mapped[str]
+    version: Mapped[int | None]  # None: refused
+    text: Mapped[str]
+    sha256: Mapped[str]
+    changed_by: Mapped[str]
+    via: Mapped[str]  # "inbox" or "cli"
+    accepted: Mapped[bool]
+    reason: Mapped[str | None]  # why it was refused
+    created_at: Mapped[datetime] = created_at()
+
+
+class ShadowDifference(Base):
+    """A call whose outcome under the tenant's shadow policy set differs from the enforced one's
+    (each a PolicyDecision as JSON; `enforced` no_match: the tiers decided)."""
+
+    __tablename__ = "shadow_differences"
+    __table_args__ = (
+        UniqueConstraint("workflow_id", "conversation_id", "call_id"),
+        Index(None, "tenant_id", "created_at"),
+    )
+
+    id: Mapped[int] = identity_pk()
+    tenant_id: Mapped[str] = tenant_column(indexed=False)
+    shadow_version: Mapped[int]
+    workflow_id: Mapped[str]
+    conversation_id: Mapped[str] = conversation_column()
+    call_id: Mapped[str]
+    tool: Mapped[str]
+    requested_by: Mapped[str]
+    enforced: Mapped[dict[str, Any]]
+    shadow: Mapped[dict[str, Any]]
+    created_at: Mapped[datetime] = created_at()
+
+
 # --- what happened: audit, approvals, compensations, rate limits -----------------------------------
 
 
@@ -545,7 +609,10 @@ class ToolExecution(Base):
     outcome: Mapped[str]
     error: Mapped[str | None]
     approved_by: Mapped[str | None]
+    # approved unasked, by this grant (grants.id) of `approved_by`
+    grant_id: Mapped[int | None] = mapped_column(BigInteger)
     decision_reason: Mapped[str | None]
+    policy: Mapped[dict[str, Any] | None]  # the tenant's policy decision (None: no policies)
     idempotency_key: Mapped[str | None]
     started_at: Mapped[datetime | None]  # None for calls that never ran (rejected, blocked, ...)
     finished_at: Mapped[datetime | None]
@@ -590,6 +657,59 @@ class ApprovalDecision(Base):
     attempt_key: Mapped[str | None] = mapped_column(unique=True)  # workflow id:run id:activity id
     # True: the approver was shown by a proof (APPROVER_AUTH=signed); False: the name was claimed
     proven: Mapped[bool] = mapped_column(server_default=false())
+
+
+class Grant(Base):
+    """A reviewer's "the same again, for a while" (countersign.core.grants): minted by the accepted
+    approval `decision_id`, covering later calls of `tool` by `requester` in `agent` whose arguments,
+    free ones aside, hash to `args_sha256`, until `expires_at` or its uses run out, unless revoked.
+    Every change (a use spent, a revocation) is chained again (countersign.db.chain)."""
+
+    __tablename__ = "grants"
+    __table_args__ = (
+        Index(None, "tenant_id", "tool", "requester", "agent", "args_sha256"),
+        CheckConstraint("minutes BETWEEN 1 AND 10080", name="minutes"),
+        CheckConstraint("uses BETWEEN 1 AND 100", name="uses"),
+        CheckConstraint("uses_left BETWEEN 0 AND uses", name="uses_left"),
+    )
+
+    id: Mapped[int] = identity_pk()
+    tenant_id: Mapped[str] = tenant_column(indexed=False)
+    tool: Mapped[str]
+    requester: Mapped[str]
+    agent: Mapped[str]
+    args_sha256: Mapped[str]
+    args: Mapped[str]  # the approved arguments (JSON text), shown when the grant is listed
+    decision_id: Mapped[int] = mapped_column(BigInteger, ForeignKey("approval_decisions.id"), unique=True)
+    approver: Mapped[str]
+    workflow_id: Mapped[str]  # the conversation and call of the approval that minted it
+    call_id: Mapped[str]
+    minutes: Mapped[int]
+    uses: Mapped[int]
+    uses_left: Mapped[int]
+    expires_at: Mapped[datetime]
+    revoked_at: Mapped[datetime | None]
+    revoked_by: Mapped[str | None]
+    created_at: Mapped[datetime] = created_at()
+
+
+class GrantUse(Base):
+    """One call a grant let run unasked: keyed by the call's idempotency key, so a retried activity
+    finds its use instead of spending another."""
+
+    __tablename__ = "grant_uses"
+
+    id: Mapped[int] = identity_pk()
+    tenant_id: Mapped[str] = tenant_column(indexed=False)
+    grant_id: Mapped[int] = mapped_column(BigInteger, ForeignKey("grants.id"), index=True)
+    # the grant's approval, and its approver: what the use stands on
+    decision_id: Mapped[int] = mapped_column(BigInteger)
+    approver: Mapped[str]
+    workflow_id: Mapped[str]
+    conversation_id: Mapped[str] = conversation_column()
+    call_id: Mapped[str]
+    idempotency_key: Mapped[str] = mapped_column(unique=True)
+    created_at: Mapped[datetime] = created_at()
 
 
 class Compensation(Base):
@@ -1046,7 +1166,7 @@ class RequesterAction(Base):
     user_id: Mapped[str]
     via: Mapped[str]
     token_id: Mapped[int | None] = mapped_column(BigInteger)
-    action: Mapped[str]  # start, message, answer, rollback, end, status, transcript, audit
+    action: Mapped[str]  # start, message, answer, rollback, end, status, transcript, audit, mcp
     workflow_id: Mapped[str | None]
     status: Mapped[int]
     reason: Mapped[str | None]
@@ -1080,6 +1200,19 @@ class SpentSeal(Base):
     workflow_id: Mapped[str]
     conversation_id: Mapped[str]
     run_id: Mapped[str]
+    created_at: Mapped[datetime] = created_at()
+
+
+class McpContinuation(Base):
+    """A waiting MCP tool call's request state (countersign/core/continuation.py), spent: a state
+    counts once; presenting it again is refused as a replay."""
+
+    __tablename__ = "mcp_continuations"
+
+    nonce: Mapped[str] = mapped_column(primary_key=True)
+    tenant_id: Mapped[str]  # no foreign key, like spent_seals
+    workflow_id: Mapped[str]
+    call_id: Mapped[str]
     created_at: Mapped[datetime] = created_at()
 
 
@@ -1128,6 +1261,10 @@ class ApprovalRequest(Base):
     # that request showed (what changed since is it against `effect`).
     voided_by: Mapped[str | None]
     voided_effect: Mapped[dict[str, Any] | None]
+    # How many distinct approvers the call needs (a policy's @approvals; 1 otherwise), and the
+    # tenant's policy decision on it (countersign.core.cedar_policy.PolicyDecision; None: no policies).
+    approvals_required: Mapped[int] = mapped_column(server_default=text("1"))
+    policy: Mapped[dict[str, Any] | None]
 
 
 # --- the tenant's chat channel (send_chat_message) --------------------------------------------------

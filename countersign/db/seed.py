@@ -413,6 +413,27 @@ async def upsert(
     return row
 
 
+async def close_negotiations(session: AsyncSession) -> None:
+    """`--reset` for the scheduler, which keeps state between commands: the seeded tenants' meeting
+    sessions are cancelled, with the events booked from them and their open proposal notifications
+    (resolved), so its first-hour commands run again as on a fresh seed (an open session answers a
+    new request for the same person with its own times; a booked slot refuses the same booking).
+    The rows stay, as every row added since does."""
+    sessions = schema.MeetingSession
+    live = (sessions.tenant_id.in_(TENANTS), sessions.status != "cancelled")
+    booked = select(sessions.event_id).where(*live, sessions.event_id.is_not(None))
+    events = schema.CalendarEvent
+    await session.execute(update(events).where(events.id.in_(booked)).values(status="cancelled"))
+    notes = schema.Notification
+    proposed = select(sessions.notification_id).where(*live, sessions.notification_id.is_not(None))
+    await session.execute(
+        update(notes)
+        .where(notes.id.in_(proposed), notes.status == "open")
+        .values(status="resolved", resolved_at=func.now())
+    )
+    await session.execute(update(sessions).where(*live).values(status="cancelled"))
+
+
 async def _load(session: AsyncSession, reset: bool) -> None:
     # Serialize concurrent seeds: the find-then-insert of `upsert` is not atomic on its own.
     await session.execute(select(func.pg_advisory_xact_lock(func.hashtext("countersign:seed"))))
@@ -522,6 +543,8 @@ async def _load(session: AsyncSession, reset: bool) -> None:
             status=status,
             type=kind,
         )
+    if reset:
+        await close_negotiations(session)
     await rescore_all(session)  # from the leads and the meetings booked with them, just written
     for tenant_id, title, status, contact_email, notes in CASES:
         await upsert(

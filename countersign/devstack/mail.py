@@ -51,6 +51,15 @@ class Caught:
         """A reviewers' notice's kind (request, reminder, escalation), or `email` (an agent's)."""
         return str(self.message.get(NOTICE_HEADER) or "email")
 
+    def readable(self) -> str:
+        """Its headers, then its text as the sender wrote it: quoted-printable and base64 are how the
+        message travelled, not what a person reads (`mail show` printed `=E2=80=94` and `=\n`)."""
+        m = self.message
+        headers = [f"{name}: {value}" for name, value in m.items() if name != "Content-Transfer-Encoding"]
+        body = m.get_body(preferencelist=("plain", "html"))
+        text = body.get_content() if body is not None else ""
+        return "\n".join(headers) + "\n\n" + str(text).rstrip("\n")
+
     def summary(self) -> dict[str, str | int]:
         m = self.message
         return {

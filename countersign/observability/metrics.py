@@ -33,8 +33,16 @@ from temporalio import activity
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 from temporalio.worker import ActivityInboundInterceptor, ExecuteActivityInput, Interceptor
 
-from countersign.core.calls import StoredResult, ToolInvocation, ToolResult, UnexecutedCall, outcome_of
+from countersign.core.calls import (
+    PolicyDecision,
+    StoredResult,
+    ToolInvocation,
+    ToolResult,
+    UnexecutedCall,
+    outcome_of,
+)
 from countersign.core.messages import ModelReply, ModelRequest
+from countersign.core.policy import PolicyCheck
 from countersign.observability.workflow_metrics import (
     APPROVAL_WAIT,
     APPROVAL_WAIT_BUCKETS,
@@ -47,6 +55,8 @@ from tools.registry import REGISTRY
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 TOOL_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+# A policy evaluation: a few database reads and Cedar's (sub-millisecond) decision.
+POLICY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
 MODEL_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 BREAKER_STATES = ("closed", "open", "half_open")
 
@@ -122,6 +132,14 @@ class CountersignMetrics:
             buckets=MODEL_BUCKETS,
             registry=self.registry,
         )
+        self.policy_evaluations = Histogram(
+            "countersign_policy_evaluation_seconds",
+            "Time the policy gate took for one call (policy sets read, history counts, Cedar), by outcome "
+            "(forbid, permit_run, permit_approvals, no_match)",
+            ["outcome"],
+            buckets=POLICY_BUCKETS,
+            registry=self.registry,
+        )
         self._breakers: list[CircuitBreaker] = []
         self.registry.register(_BreakerCollector(self._breakers))
 
@@ -157,6 +175,9 @@ class CountersignMetrics:
             )
         elif activity_type == "call_model" and isinstance(arg, ModelRequest):
             self.model_call(arg, result if isinstance(result, ModelReply) else None, seconds)
+        elif activity_type == "evaluate_policy" and isinstance(arg, PolicyCheck):
+            if isinstance(result, PolicyDecision):
+                self.policy_evaluations.labels(result.outcome).observe(seconds)
 
     def model_call(self, request: ModelRequest, reply: ModelReply | None, seconds: float) -> None:
         caller = request.caller

@@ -32,8 +32,16 @@ from temporalio import activity
 from temporalio.contrib.opentelemetry import TracingInterceptor
 from temporalio.worker import ActivityInboundInterceptor, ExecuteActivityInput, Interceptor
 
-from countersign.core.calls import StoredResult, ToolInvocation, ToolResult, UnexecutedCall, outcome_of
+from countersign.core.calls import (
+    PolicyDecision,
+    StoredResult,
+    ToolInvocation,
+    ToolResult,
+    UnexecutedCall,
+    outcome_of,
+)
 from countersign.core.messages import ModelReply, ModelRequest
+from countersign.core.policy import PolicyCheck
 from countersign.observability import ENDPOINT_ENV
 
 TRACER_NAME = "countersign"
@@ -112,12 +120,25 @@ class _Spans(ActivityInboundInterceptor):
             return await self._model_call(input, arg)
         if activity_type == "execute_tool" and isinstance(arg, ToolInvocation):
             return await self._tool_call(input, arg)
+        if activity_type == "evaluate_policy" and isinstance(arg, PolicyCheck):
+            return await self._policy(input, arg.invocation)
         if activity_type == "record_unexecuted_call" and isinstance(arg, UnexecutedCall):
             call, result = arg.invocation, arg.result
             attributes = tool_attributes(call) | result_attributes(result, outcome_of(result.code, ran=False))
             with self._tracer.start_as_current_span(f"tool_call {call.tool}", attributes=attributes):
                 return await super().execute_activity(input)
         return await super().execute_activity(input)
+
+    async def _policy(self, input: ExecuteActivityInput, invocation: ToolInvocation) -> Any:
+        """A `policy <tool>` span per evaluation, with the deciding policy and its outcome."""
+        attributes = tool_attributes(invocation) | {"gen_ai.operation.name": "policy"}
+        with self._tracer.start_as_current_span(f"policy {invocation.tool}", attributes=attributes) as span:
+            decision = await super().execute_activity(input)
+            if isinstance(decision, PolicyDecision):
+                span.set_attribute("countersign.policy.outcome", decision.outcome)
+                if decision.policy is not None:
+                    span.set_attribute("countersign.policy.id", decision.policy)
+            return decision
 
     async def _model_call(self, input: ExecuteActivityInput, request: ModelRequest) -> Any:
         attributes: dict[str, Any] = {

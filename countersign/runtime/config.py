@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 DATA_DIR = Path(os.environ.get("COUNTERSIGN_DATA_DIR", PROJECT_ROOT / ".data"))
@@ -70,8 +70,20 @@ class Settings(BaseModel):
     # serves deployment `deployment_name` as that build, and a conversation stays on the build it
     # started on until it continues as new. Unset (the embedded stack, tests): an unversioned worker,
     # which runs every open conversation on its code.
-    build_id: str | None = Field(None, pattern=r"^[^.\s]+$")
-    deployment_name: str = Field("countersign", pattern=r"^[^.\s]+$")
+    build_id: str | None = None
+    deployment_name: str = "countersign"
+
+    @field_validator("build_id", "deployment_name")
+    @classmethod
+    def _no_dot(cls, name: str | None) -> str | None:
+        """Temporal writes a version as DEPLOYMENT.BUILD_ID (the SDK's canonical string): a dot or a
+        space in either part would make it ambiguous, so it is refused here, saying so."""
+        if name is not None and (not name or any(c == "." or c.isspace() for c in name)):
+            raise ValueError(
+                f"{name!r} has a dot or a space: Temporal writes a version as DEPLOYMENT.BUILD_ID, "
+                "so use letters, digits, - or _ (e.g. COUNTERSIGN_BUILD_ID=2026-11-25-1)"
+            )
+        return name
 
     @property
     def scripted_model(self) -> bool:

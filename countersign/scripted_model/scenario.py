@@ -22,7 +22,8 @@ class _Strict(BaseModel):
 
 
 class When(_Strict):
-    user_contains: str | None = None
+    # one text, or several that must all appear ("score" and "jane": the lead the user asked about)
+    user_contains: str | tuple[str, ...] | None = None
     after_tool: str | None = None
     result_contains: str | None = None
     turn_calls: int | None = Field(default=None, ge=0)
@@ -157,8 +158,10 @@ class _Turn:
             return False
         if when.result_contains is not None and when.result_contains.casefold() not in self.result_text:
             return False
-        if when.user_contains is not None and when.user_contains.casefold() not in self.user_text:
-            return False
+        if when.user_contains is not None:
+            texts = (when.user_contains,) if isinstance(when.user_contains, str) else when.user_contains
+            if any(text.casefold() not in self.user_text for text in texts):
+                return False
         return when.turn_calls is None or when.turn_calls == self.calls_since_user
 
 

@@ -62,13 +62,16 @@ async def grants_of(session: AsyncSession, agent: str) -> list[AgentToolPermissi
     return list(await session.scalars(query.order_by(AgentToolPermission.tool)))
 
 
-async def admin_of(request: web.Request, session: AsyncSession) -> tuple[str, str]:
-    """(tenant, admin) for a logged-in admin of their tenant; else 403."""
+async def admin_of(
+    request: web.Request, session: AsyncSession, what: str = "its agents' tools"
+) -> tuple[str, str]:
+    """(tenant, admin) for a logged-in admin of their tenant (roles from PostgreSQL); else 403
+    saying that only an admin sees and changes `what`."""
     caller = request[CALLER]
     if caller.person is None:
-        raise HttpRefusal(403, "an API token cannot change tools")
+        raise HttpRefusal(403, f"an API token cannot change {what}")
     if ADMIN_ROLE not in (await roles_of(session, caller.tenant_id, caller.person) or []):
-        raise HttpRefusal(403, f"only an admin of {caller.tenant_id} sees and changes its agents' tools")
+        raise HttpRefusal(403, f"only an admin of {caller.tenant_id} sees and changes {what}")
     return caller.tenant_id, caller.person
 
 

@@ -36,8 +36,10 @@ from countersign.server import (
     drafts,
     headers,
     inbox_routes,
+    mcp_face,
     notifications,
     pages,
+    policies,
 )
 from countersign.server.auth import SESSION_TTL
 from countersign.server.conversation_events import ConversationEvents
@@ -48,6 +50,7 @@ from countersign.server.inbox_routes import INBOX
 from countersign.server.oidc import CALLBACK_PATH, FLOW_TTL, OidcConfig, OidcProvider, OidcRefused, open_flow
 from countersign.server.pages import OIDC, header_of, render, session_of
 from countersign.server.requesters import ApiRate, Caller, Requesters
+from tools.registry import REGISTRY
 
 HERE = Path(__file__).resolve().parent
 FLOW_COOKIE = "countersign_oidc_flow"
@@ -144,7 +147,10 @@ async def me(request: web.Request) -> web.Response:
 
 async def page(request: web.Request) -> web.Response:
     header = await header_of(request)
-    return render("inbox.html", here="inbox", workflow_url=request.app[WORKFLOW_URL], **header)
+    shadow = None
+    if header["admin"]:  # the shadow policy set's differences, for admins to see before enforcing it
+        shadow = await policies.shadow_summary(request.app[REQUESTERS].sessions, header["person"].tenant_id)
+    return render("inbox.html", here="inbox", workflow_url=request.app[WORKFLOW_URL], shadow=shadow, **header)
 
 
 async def favicon(request: web.Request) -> web.StreamResponse:
@@ -153,8 +159,10 @@ async def favicon(request: web.Request) -> web.StreamResponse:
 
 
 async def chat_page(request: web.Request) -> web.Response:
-    """The requesters' page (static/chat.js draws conversations from their events stream)."""
-    return render("chat.html", here="chat", **await header_of(request))
+    """The requesters' page (static/chat.js draws conversations from their events stream); it
+    offers Undo on the steps of tools that can be undone (a compensation declared), only."""
+    undoable = " ".join(sorted(name for name, tool in REGISTRY.items() if tool.compensation is not None))
+    return render("chat.html", here="chat", undoable=undoable, **await header_of(request))
 
 
 # --- login through the OIDC provider (countersign.server.oidc) ------------------------------------
@@ -235,7 +243,9 @@ def create_app(
     app.router.add_get("/api/me", me)
     inbox_routes.add_routes(app, inbox)
     door.add_routes(app, requesters, readers)
+    mcp_face.add_routes(app, requesters)
     agent_tools.add_routes(app, requesters.sessions)
+    policies.add_routes(app, requesters.sessions)
     channels.add_routes(app)
     drafts.add_routes(app)
     notifications.add_routes(app)

@@ -22,19 +22,21 @@ from typing import Any, Literal
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from pydantic import BaseModel, Field
-from sqlalchemy import func, select
+from sqlalchemy import func, select, tuple_
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowUpdateFailedError
 from temporalio.service import RPCError, RPCStatusCode
 
-from countersign.core.approvals import Approval, Decision, PendingCall, approver_refusal
+from countersign.core.approvals import Approval, Decision, PendingCall, approver_refusal, quorum_line
 from countersign.core.bounds import MAX_REASON_CHARS
 from countersign.core.calls import Risk
 from countersign.core.effects import Effect, effect_lines, effect_warnings
 from countersign.core.evidence import bundle_tar
+from countersign.core.grants import GrantTerms, grant_refusal
 from countersign.core.messages import ChatMessage
 from countersign.core.shown import argument_lines, argument_warnings
 from countersign.db.chain import export_bundle
+from countersign.db.grants import GrantRefused, grant_view, grants_of, revoke_grant
 from countersign.db.instances import current_instance
 from countersign.db.messages import ConversationStore
 from countersign.db.people import check_password, roles_of
@@ -66,6 +68,7 @@ class DecisionRequest(BaseModel, extra="forbid"):
     decision: Literal["approve", "reject"]
     reason: str | None = Field(None, max_length=MAX_REASON_CHARS)
     args: dict[str, Any] | None = None
+    grant: GrantTerms | None = None  # approve only: later identical calls run unasked, for a while
 
 
 class BatchItem(BaseModel, extra="forbid"):
@@ -122,6 +125,12 @@ class PendingItem(BaseModel):
     # was voided because what the call would do changed between the decision and its execution.
     voided_by: str | None = None
     voided_effect: Effect | None = None
+    # A policy's quorum (`@approvals("N")`): how many distinct approvers, the policy, who approved
+    # so far, and the card's line ("1 of 2: bob approved"; "" for a single approval).
+    approvals_required: int = 1
+    policy: str | None = None
+    approved_by: list[str] = Field(default_factory=list)
+    quorum: str = ""
 
     @property
     def key(self) -> str:
@@ -134,9 +143,13 @@ class PendingItem(BaseModel):
         return PendingCall.model_validate(self.model_dump())
 
 
-def item_of(row: ApprovalRequest, said: list[dict[str, str]]) -> PendingItem:
+def item_of(
+    row: ApprovalRequest, said: list[dict[str, str]], approved_by: list[str] | None = None
+) -> PendingItem:
     """A recorded approval request as reviewers see it (a native tool's description and schema
-    from this registry, an MCP tool's from the conversation's snapshot, as recorded)."""
+    from this registry, an MCP tool's from the conversation's snapshot, as recorded);
+    `approved_by`: a quorum's approvers so far."""
+    approved_by = approved_by or []
     tool = REGISTRY.get(row.tool)
     effect = Effect.model_validate(row.effect) if row.effect is not None else None
     return PendingItem(
@@ -163,7 +176,36 @@ def item_of(row: ApprovalRequest, said: list[dict[str, str]]) -> PendingItem:
         effect_lines=effect_lines(effect) if effect else [],
         voided_by=row.voided_by,
         voided_effect=Effect.model_validate(row.voided_effect) if row.voided_effect is not None else None,
+        approvals_required=row.approvals_required,
+        policy=(row.policy or {}).get("policy"),
+        approved_by=approved_by,
+        quorum=quorum_line(row.approvals_required, approved_by),
     )
+
+
+async def quorum_approvals(
+    session: AsyncSession, rows: list[ApprovalRequest]
+) -> dict[tuple[str, str], list[str]]:
+    """Who approved each of these open quorum requests so far (accepted and not voided), in order,
+    by (conversation, call)."""
+    if not rows:
+        return {}
+    decisions = await session.execute(
+        select(ApprovalDecision.conversation_id, ApprovalDecision.call_id, ApprovalDecision.approver)
+        .where(
+            tuple_(ApprovalDecision.conversation_id, ApprovalDecision.call_id).in_(
+                [(r.conversation_id, r.call_id) for r in rows]
+            ),
+            ApprovalDecision.decision == "approve",
+            ApprovalDecision.accepted.is_(True),
+            ApprovalDecision.voided_at.is_(None),
+        )
+        .order_by(ApprovalDecision.id)
+    )
+    approved: dict[tuple[str, str], list[str]] = {}
+    for conversation_id, call_id, approver in decisions:
+        approved.setdefault((conversation_id, call_id), []).append(approver)
+    return approved
 
 
 def last_messages(messages: list[ChatMessage]) -> list[dict[str, str]]:
@@ -325,22 +367,28 @@ class Inbox:
                     .order_by(ApprovalRequest.expires_at)
                 )
             )
+            approvals = await quorum_approvals(session, [r for r in rows if r.approvals_required > 1])
         running = await self._of_running(rows)
-        fresh = [r for r in running if not self._known(r, known)]
+
+        def approved_by(row: ApprovalRequest) -> list[str]:
+            return approvals.get((row.conversation_id, row.call_id), [])
+
+        def listed(row: ApprovalRequest) -> PendingItem | None:
+            """The item listed before for `row`, when nothing it shows has changed since."""
+            item = known.get(f"{row.workflow_id}/{row.call_id}")
+            same = item is not None and item.nonce == row.nonce and item.approved_by == approved_by(row)
+            return item if same else None
+
+        fresh = [r for r in running if listed(r) is None]
         said = await self._store.last_said(
             list(dict.fromkeys((r.workflow_id, r.conversation_id) for r in fresh)), LAST_MESSAGES
         )
-        return [
-            known[f"{row.workflow_id}/{row.call_id}"]
-            if self._known(row, known)
-            else item_of(row, last_messages(said.get((row.workflow_id, row.conversation_id), [])))
-            for row in running
-        ]
 
-    @staticmethod
-    def _known(row: ApprovalRequest, known: dict[str, PendingItem]) -> bool:
-        item = known.get(f"{row.workflow_id}/{row.call_id}")
-        return item is not None and item.nonce == row.nonce
+        def new_item(row: ApprovalRequest) -> PendingItem:
+            words = said.get((row.workflow_id, row.conversation_id), [])
+            return item_of(row, last_messages(words), approved_by(row))
+
+        return [listed(row) or new_item(row) for row in running]
 
     async def _of_running(self, rows: list[ApprovalRequest]) -> list[ApprovalRequest]:
         """The requests whose conversation still runs. One terminated, failed or timed out while
@@ -500,6 +548,8 @@ class Inbox:
         stale item gets 409 from there)."""
         if request.args is not None and request.decision != "approve":
             raise HttpRefusal(400, "edited arguments come only with an approval")
+        if request.grant is not None and (refusal := grant_refusal(request.decision)) is not None:
+            raise HttpRefusal(400, refusal)
         if request.args is not None and len(json.dumps(request.args)) > MAX_ARGS_CHARS:
             raise HttpRefusal(400, f"edited arguments longer than {MAX_ARGS_CHARS} characters")
         pending: PendingItem | None
@@ -525,6 +575,7 @@ class Inbox:
             request.decision,
             request.args if request.args is not None else pending.args,
             pending.effect_digest,  # as recorded in approval_requests: never the client's
+            request.grant,
         )
         decision = Decision(
             call_id=call_id,
@@ -533,6 +584,7 @@ class Inbox:
             reason=request.reason,
             args=request.args,
             proof=mint_proof(self._key, reviewer.user_id, binding, datetime.now(UTC)),
+            grant=request.grant,
         )
         try:
             approval: Approval = await self.client.get_workflow_handle(workflow_id).execute_update(
@@ -548,6 +600,25 @@ class Inbox:
                 raise
             raise await self._not_pending(workflow_id, call_id) from None
         return approval
+
+    # --- grants ---------------------------------------------------------------------------------
+
+    async def grants(self, reviewer: Reviewer) -> list[dict[str, Any]]:
+        """The tenant's grants the reviewer may see: all of them for an admin, else those they
+        made or that let their own calls run (countersign.db.grants.grants_of)."""
+        async with self._sessions() as session:
+            found = await grants_of(session, reviewer.tenant_id, seen_by=reviewer.user_id)
+        now = datetime.now(UTC)
+        return [grant_view(g, now) for g in found]
+
+    async def revoke_grant(self, reviewer: Reviewer, grant_id: int) -> dict[str, Any]:
+        """Revoke a grant of the reviewer's tenant (an admin, or the approver who made it), chained."""
+        try:
+            async with self._sessions() as session, session.begin():
+                grant = await revoke_grant(session, grant_id, reviewer.user_id, reviewer.tenant_id)
+                return grant_view(grant, datetime.now(UTC))
+        except GrantRefused as refused:
+            raise HttpRefusal(refused.status, str(refused)) from None
 
     async def always_allow(self, reviewer: Reviewer, workflow_id: str, call_id: str) -> dict[str, Any]:
         """An admin's standing "always allow this tool for this agent" from a pending call: the

@@ -1,7 +1,7 @@
 """The reviewers' side of the server: the calls waiting for them (listed, and streamed as they
-change), decisions one by one or in a batch across conversations, the history of decisions, an
-admin's "always allow" and an admin's export of the audit. The work is in
-countersign.server.inbox; the live view in countersign.server.watcher."""
+change), decisions one by one or in a batch across conversations, the history of decisions, the
+grants reviewers made (listed, revoked), an admin's "always allow" and an admin's export of the
+audit. The work is in countersign.server.inbox; the live view in countersign.server.watcher."""
 
 from __future__ import annotations
 
@@ -69,6 +69,19 @@ async def always_allow(request: web.Request) -> web.Response:
     return web.json_response(change)
 
 
+async def grants(request: web.Request) -> web.Response:
+    """The tenant's grants the caller may see (Inbox.grants)."""
+    return web.json_response(await request.app[INBOX].grants(request[REVIEWER]))
+
+
+async def revoke_grant(request: web.Request) -> web.Response:
+    """Revoke a grant: its approver, or an admin of the tenant (Inbox.revoke_grant)."""
+    raw = request.match_info["grant_id"]
+    if not raw.isascii() or not raw.isdigit() or len(raw) > 18:
+        raise HttpRefusal(404, f"no grant {raw}")
+    return web.json_response(await request.app[INBOX].revoke_grant(request[REVIEWER], int(raw)))
+
+
 async def history(request: web.Request) -> web.Response:
     return web.json_response(await request.app[INBOX].history(request[REVIEWER]))
 
@@ -101,6 +114,8 @@ def add_routes(app: web.Application, inbox: Inbox) -> None:
     app.on_shutdown.append(close_watcher)
     app.router.add_get("/api/approvals", approvals)
     app.router.add_get("/api/history", history)
+    app.router.add_get("/api/grants", grants)
+    app.router.add_post("/api/grants/{grant_id}/revoke", revoke_grant)
     app.router.add_get("/api/events", events)
     app.router.add_get("/api/audit/export", export_audit)
     app.router.add_post("/api/approvals/batch", decide_batch)

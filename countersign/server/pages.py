@@ -7,6 +7,8 @@ The pages added here, beside the inbox (`/`) and the chat (`/chat`) that counter
 - `/tools`: a tenant admin's tier panel, each agent's tools with risk, category, whether they can be
   undone and their tier, changed through `PUT /api/agents/{agent}/tools` (countersign.server.agent_tools,
   whose rules hold) and its history from `tier_changes`;
+- `/policies`: a tenant admin's Cedar policies (countersign.server.policies): the enforced and
+  shadow sets, validate, apply, apply as shadow, and the calls the shadow set would decide otherwise;
 - `/drafts`: a person's email drafts (read, edit through `PATCH /api/drafts/{id}`, and send: a link
   to the chat with an agent that has `send_draft`, the message ready, so that it goes through
   approval like every email) and notifications (list, resolve through countersign.server.notifications).
@@ -16,6 +18,7 @@ Each page is drawn by its script under /static from the JSON API: no inline scri
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -64,13 +67,18 @@ def render(name: str, **values: Any) -> web.Response:
     return web.Response(text=templates.get_template(name).render(**values), content_type="text/html")
 
 
-async def tools_page(request: web.Request) -> web.Response:
-    """The tier panel: for anyone but an admin of the tenant, a refusal (403) instead of the panel."""
-    header = await header_of(request)
-    status = 403 if header["person"] is not None and not header["admin"] else 200
-    response = render("tools.html", here="tools", **header)
-    response.set_status(status)
-    return response
+def admin_page(template: str, here: str) -> Callable[[web.Request], Awaitable[web.Response]]:
+    """A page for the tenant's admins (the tools, the policies): for anyone else signed in, a
+    refusal (403) instead of its panel; signed out, the login form."""
+
+    async def page(request: web.Request) -> web.Response:
+        header = await header_of(request)
+        status = 403 if header["person"] is not None and not header["admin"] else 200
+        response = render(template, here=here, **header)
+        response.set_status(status)
+        return response
+
+    return page
 
 
 async def drafts_page(request: web.Request) -> web.Response:
@@ -87,5 +95,6 @@ async def drafts_page(request: web.Request) -> web.Response:
 
 
 def add_routes(app: web.Application) -> None:
-    app.router.add_get("/tools", tools_page)
+    app.router.add_get("/tools", admin_page("tools.html", "tools"))
+    app.router.add_get("/policies", admin_page("policies.html", "policies"))
     app.router.add_get("/drafts", drafts_page)

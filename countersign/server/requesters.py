@@ -62,7 +62,7 @@ from countersign.server.conversation_events import ConversationEvents
 from countersign.server.http import HttpRefusal
 
 RequesterActionName = Literal[
-    "start", "message", "answer", "rollback", "end", "status", "transcript", "reply", "audit"
+    "start", "message", "answer", "rollback", "end", "status", "transcript", "reply", "audit", "mcp"
 ]
 ADMIN = "admin"
 # What a tenant admin may do to a conversation of another user of the tenant (countersign.core.authority).
@@ -180,6 +180,11 @@ class Requesters:
         self._rate = rate or ApiRate.from_env()
         self._store = ConversationStore(sessions)
 
+    @property
+    def signing_key(self) -> Ed25519PrivateKey:
+        """The server's key: its proofs, and the MAC key of MCP request states (server.mcp_face)."""
+        return self._key
+
     # --- who, how much, the record ---------------------------------------------------------------
 
     async def token_caller(self, secret: str) -> Caller | None:
@@ -212,13 +217,16 @@ class Requesters:
         workflow_id: str | None,
         status: int,
         reason: str | None = None,
+        via: Literal["mcp"] | None = None,
     ) -> None:
+        """One request on the record; `via` "mcp" for a token's request through /mcp
+        (countersign.server.mcp_face), else the caller's kind."""
         async with self.sessions.begin() as session:
             session.add(
                 RequesterAction(
                     tenant_id=caller.tenant_id,
                     user_id=user_id or caller.person or "",
-                    via=caller.via,
+                    via=via or caller.via,
                     token_id=caller.token.id if caller.token else None,
                     action=action,
                     workflow_id=workflow_id,

@@ -38,9 +38,9 @@ from tests.e2e.test_compromised_model import (  # noqa: F401 (a fixture)
     acme_restored,
     audit_rows,
     script_turn,
-    task_failures,
 )
 from tests.fixtures.agent import running_agent
+from tests.fixtures.temporal import failed_tasks
 from tools.registry import Tool
 from workflows.options import DB_OUTAGE_TOLERANCE
 
@@ -184,7 +184,7 @@ async def test_a_tool_call_the_database_refuses_is_tried_once_and_audited(
     assert described.close_time and described.start_time
     assert described.close_time - described.start_time < DB_OUTAGE_TOLERANCE / 10  # no retry loop
     assert RefusedAudit.attempts == 1
-    assert await task_failures(handle) == 0
+    assert await failed_tasks(handle) == []
     [row] = await audit_rows(db_engine, handle.id)  # audited once, as the call that did not run
     assert row.outcome == "failed" and row.turn == 1
     assert row.error == "create_task was refused by the database; it did not run"

@@ -40,6 +40,8 @@ from countersign.db.schema import (
     EmailOutbox,
     Lead,
     LeadEvent,
+    MeetingSession,
+    Notification,
     ToolExecution,
 )
 from tests.tools.test_effects import MODELS, RUNNABLE, Sample, fingerprint, sample_context
@@ -86,12 +88,16 @@ async def resolved(
 
 
 async def approved_by_bob(
-    sessions: async_sessionmaker[AsyncSession], inv: ToolInvocation, effect: Effect
+    sessions: async_sessionmaker[AsyncSession],
+    inv: ToolInvocation,
+    effect: Effect,
+    requested_at: datetime | None = None,
 ) -> None:
-    """The call's request, and bob's accepted approval of `effect`, as the worker's
-    record_approval_request and record_decision leave them (an edit's effect on the decision)."""
+    """The call's request (asked at `requested_at`, default now), and bob's accepted approval of
+    `effect`, as the worker's record_approval_request and record_decision leave them (an edit's
+    effect on the decision)."""
     edited = inv.arguments_edited
-    now = datetime.now(UTC)
+    now = requested_at or datetime.now(UTC)
     async with sessions() as session, session.begin():
         session.add(
             ApprovalRequest(
@@ -137,9 +143,11 @@ class Outcome:
     voided: dict[str, Any] | None  # approval_decisions.voided of bob's approval
 
 
-async def execute(engine: AsyncEngine, inv: ToolInvocation, approved: Effect) -> Outcome:
+async def execute(
+    engine: AsyncEngine, inv: ToolInvocation, approved: Effect, requested_at: datetime | None = None
+) -> Outcome:
     sessions = session_factory(engine)
-    await approved_by_bob(sessions, inv, approved)
+    await approved_by_bob(sessions, inv, approved, requested_at)
     result = await ToolActivities(sessions, rate_limits=UNLIMITED).execute_tool(inv)
     assert isinstance(result, ToolResult)
     async with sessions() as session:
@@ -168,6 +176,33 @@ def check(outcome: Outcome, approved: Effect, now: Effect) -> bool:
     assert outcome.result.data == now.model_dump(mode="json")
     assert not outcome.audited and outcome.voided == now.model_dump(mode="json")
     return False
+
+
+# --- a proposal (schedule_meeting): its default window starts when the call was asked ----------------
+
+
+@pytest.mark.security
+async def test_an_approved_proposal_runs_the_times_shown_whenever_it_runs(db_engine: AsyncEngine) -> None:
+    """The reviewer was shown the proposals resolved when the call was asked (10:20 on a Monday, a
+    future one: the worker's clock at the run is hours or days away from it); the tool activity
+    resolves the window from the approval request's `requested_at`, so the call runs the times shown
+    instead of coming back as EFFECT_CHANGED."""
+    asked = datetime(2030, 1, 7, 10, 20, tzinfo=UTC)
+    raw = {"with": "bob", "duration_minutes": 30, "title": "Pricing"}
+    inv = invocation("schedule_meeting", raw)
+    declared = REGISTRY["schedule_meeting"]
+    async with session_factory(db_engine)() as session, session.begin():
+        ctx = ToolContext(CALLER, session, "wf-preview", "c0", asked, asked_at=asked)
+        shown = await preview_effect(declared, ctx, parse_arguments(declared, raw))
+    assert shown.creates[0].fields["slots"][0] == "Mon 2030-01-07 11:30-12:00 UTC"  # type: ignore[index]
+    outcome = await execute(db_engine, inv, shown, requested_at=asked)
+    assert outcome.result.ok and outcome.audited and outcome.voided is None, outcome.result
+    proposal = outcome.result.data
+    assert [slot["counterpart_local"] for slot in proposal["slots"]] == shown.creates[0].fields["slots"]
+    async with db_engine.begin() as conn:
+        await conn.execute(delete(MeetingSession).where(MeetingSession.id == proposal["session"]))
+        await conn.execute(delete(Notification).where(Notification.id == proposal["notification_id"]))
+        await conn.execute(delete(EmailOutbox).where(EmailOutbox.id.in_(proposal["outbox_ids"])))
 
 
 # --- a lead's status (update_lead_status) ----------------------------------------------------------

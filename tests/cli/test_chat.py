@@ -129,6 +129,7 @@ async def test_the_requester_gets_no_prompt_and_sees_who_approved_elsewhere(
         "→ update_lead_status",
         "⏸ c1",
         "✓ approved c1: update_lead_status by carol",
+        "    carol approved it (reason: checked)",  # why, as the requester reads it (issue 41)
         "← update_lead_status [c1]",
     ]
     positions = [output.index(text) for text in order]

@@ -21,9 +21,11 @@ from countersign.core.approvals import (
     DecisionRecord,
     RejectSignal,
     approver_refusal,
+    decision_note,
     decision_state_refusal,
+    quorum_refusal,
 )
-from countersign.core.calls import McpTool, Risk, ToolSpec
+from countersign.core.calls import McpTool, PolicyDecision, Risk, ToolSpec
 from countersign.core.contract import PendingApproval
 
 NOW = datetime(2026, 11, 27, 12, 0, tzinfo=UTC)
@@ -248,3 +250,60 @@ def test_reviewers_see_times_as_text_and_an_mcp_tools_own_description_and_schema
     )
     shown = PendingApproval.of(waiting(), spec)
     assert (shown.description, shown.parameters) == (spec.description, spec.parameters)
+
+
+def test_a_decision_note_says_who_decided_what_they_changed_and_why() -> None:
+    """What the requester reads of a decision (issue 41): the reason, and an edit from what to what
+    (as `approval_decisions.changes` stores it), in the words the model reads with the result."""
+    assert decision_note("bob", "approve", "ok", None) == "bob approved it (reason: ok)"
+    assert decision_note("bob", "reject", None, {}) == "bob rejected it (no reason given)"
+    changes = {"new_status": {"before": "qualified", "after": "contacted"}}
+    assert decision_note("bob", "approve", "only contacted", changes) == (
+        'bob changed new_status from "qualified" to "contacted" before approving (reason: only contacted)'
+    )
+
+
+# --- a policy's quorum (@approvals("N"), @approvers("role,…")) -----------------------------------
+
+
+def quorum(n: int, roles: tuple[str, ...] = ()) -> PolicyDecision:
+    return PolicyDecision(outcome="permit_approvals", policy="q", approvals=n, approvers=list(roles))
+
+
+people = st.sampled_from(["alice", "bob", "carol", "dave", "erin"])
+
+
+@given(requester=people, approvers=st.lists(people, max_size=8), n=st.integers(1, 5))
+def test_the_requester_never_counts_and_nobody_counts_twice(
+    requester: str, approvers: list[str], n: int
+) -> None:
+    """Whatever order people approve in, the approvals that count are distinct and never the requester's."""
+    counted: list[str] = []
+    for approver in approvers:
+        decision = Decision(call_id="c1", decision="approve", approver=approver)
+        if quorum_refusal(quorum(n), decision, requester, counted, ["reviewer"]) is None:
+            counted.append(approver)
+    assert requester not in counted
+    assert len(counted) == len(set(counted))
+
+
+def test_a_quorum_narrows_who_approves_and_is_approved_as_asked() -> None:
+    by_bob = Decision(call_id="c1", decision="approve", approver="bob")
+    assert quorum_refusal(quorum(2, ("admin",)), by_bob, "alice", [], ["reviewer"]) == (
+        "policy q needs approvers with one of the roles: admin"
+    )
+    assert quorum_refusal(quorum(2, ("admin", "reviewer")), by_bob, "alice", [], ["reviewer"]) is None
+    edited = Decision(call_id="c1", decision="approve", approver="bob", args={"x": 1})
+    assert "approved as asked" in (quorum_refusal(quorum(2), edited, "alice", [], ["reviewer"]) or "")
+    rejection = Decision(call_id="c1", decision="reject", approver="alice")
+    assert quorum_refusal(quorum(2, ("admin",)), rejection, "alice", ["alice"], []) is None
+
+
+def test_a_quorums_card_says_how_far_it_is() -> None:
+    approval = Approval(
+        call_id="c1", tool="t", args="{}", risk="high", requested_by="alice", requested_at=NOW,
+        expires_at=NOW + timedelta(hours=1), quorum=quorum(2), approvals=["bob"],
+    )  # fmt: skip
+    assert (approval.approvals_required, approval.progress()) == (2, "1 of 2: bob approved")
+    single = approval.model_copy(update={"quorum": None, "approvals": []})
+    assert (single.approvals_required, single.progress()) == (1, "")

@@ -89,4 +89,4 @@ def test_the_workflow_refuses_alone_only_what_only_the_user_may_do() -> None:
         refused = action_state_refusal(action, "bob", "alice") is not None
         assert refused == (action in OWNER_ONLY)
         assert action_state_refusal(action, "alice", "alice") is None
-    assert OWNER_ONLY == {"submit_message", "answer"} and OWNER_OR_ADMIN == {"end", "rollback"}
+    assert OWNER_ONLY == {"submit_message", "answer", "serve_call"} and OWNER_OR_ADMIN == {"end", "rollback"}

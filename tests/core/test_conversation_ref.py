@@ -34,14 +34,16 @@ T = "tenant_id workflow_id"  # what of it was required (before instances, no con
 # payload: (its keys, the required ones), as they were before they shared ConversationRef
 PAYLOADS: dict[type[BaseModel], tuple[str, str]] = {
     PendingCall: (f"{A} call_id nonce risk tool", f"{A} call_id nonce risk tool"),
-    # voided_by: asked again after its effect changed (issue 34), added with a default
+    # voided_by: asked again after its effect changed (issue 34), added with a default; quorum: a
+    # policy's @approvals (issue 35), added with a default
     RecordedApproval: (
-        f"{A} agent args call_id description expires_at hints nonce parameters requested_at requested_by"
-        " risk tool voided_by",
+        f"{A} agent args call_id description expires_at hints nonce parameters quorum requested_at"
+        " requested_by risk tool voided_by",
         f"{A} agent args call_id expires_at nonce requested_at requested_by risk tool",
     ),
+    # approved_by, quorum: a policy's quorum so far (issue 35), added with defaults
     DecisionRecord: (
-        f"{A} args decision mcp_spec nonce refusal requested_by risk tool",
+        f"{A} approved_by args decision mcp_spec nonce quorum refusal requested_by risk tool",
         f"{T} decision requested_by risk tool",
     ),
     ApprovalReminder: (
@@ -57,7 +59,7 @@ PAYLOADS: dict[type[BaseModel], tuple[str, str]] = {
         f"{T} conversation_user request",
     ),
     ProofRequest: (
-        f"{A} action actor agent call_id content message_id proof text",
+        f"{A} action actor agent call_id content message_id proof text tool",
         f"{T} action actor",
     ),
     StoredInput: (
@@ -68,9 +70,10 @@ PAYLOADS: dict[type[BaseModel], tuple[str, str]] = {
     SummaryRequest: (f"{A} agent previous seq seqs", f"{T} previous seq seqs"),
     ConversationInstance: (f"{A} agent user_id", f"{A} agent user_id"),
     SealRequest: (f"{A} agent digest user_id", f"{A} agent digest user_id"),
-    # effect_sha256: what the reviewer saw (issue 34), added with a default after the address was shared
+    # effect_sha256: what the reviewer saw (issue 34), grant: the grant the decision makes (issue 35),
+    # both added with a default after the address was shared
     Binding: (
-        f"{A} action args_sha256 effect_sha256 nonce risk target tool",
+        f"{A} action args_sha256 effect_sha256 grant nonce risk target tool",
         f"{T} action args_sha256 target",
     ),
     # continued_from: the run that sealed it (issue 40), added with a default after the address was shared

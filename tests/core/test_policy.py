@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from countersign.core.calls import Tier, ToolSpec
 from countersign.core.messages import ToolCall
-from countersign.core.policy import ASK_HUMAN, offered_tools, screen_call
+from countersign.core.policy import ASK_HUMAN, callable_tools, offered_tools, screen_call
 
 TIERS: tuple[Tier, ...] = get_args(Tier)
 
@@ -120,3 +120,13 @@ def test_a_call_runs_only_when_everything_says_it_may(
     assert (screening.refusal is not None) == (screening.action == "refuse")
     if admissible and name != ASK_HUMAN:
         assert screening.action == ("approve" if tools[name].tier == "needs_approval" else "run")
+
+
+@given(roles=st.lists(st.sampled_from(["admin", "reviewer", "sales", "viewer"]), max_size=3))
+def test_a_client_is_offered_exactly_what_screening_would_let_it_call(roles: list[str]) -> None:
+    """`callable_tools` (what an MCP client lists) leaves out just the tools `screen_call` would
+    refuse before their arguments are read: blocked ones and those the roles lack."""
+    offered = {t.name for t in callable_tools(list(TOOLS.values()), roles)}
+    for name in TOOLS:
+        refusal = screen_call(ToolCall(id="c", name=name), TOOLS, roles).refusal
+        assert (name in offered) == (refusal is None), (name, roles)

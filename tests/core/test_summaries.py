@@ -9,6 +9,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from countersign.core.calls import (
+    ApproverEdit,
+    CallerContext,
+    ToolInvocation,
+    ToolResult,
+    result_for_model,
+)
+from countersign.core.effects import FieldChange
 from countersign.core.summaries import SHOWN_ITEMS, WIDTH, counted, summarize_result, usage_line
 
 
@@ -38,6 +46,21 @@ def ok(data: object) -> str:
         (ok({"name": "Jane", "email": "jane@x", "status": "new"}), "ok: Jane (jane@x, new)"),
         (ok({"email": "jane@x", "status": "new"}), "ok: jane@x (new)"),  # the label is not repeated
         (ok({"text": "12:00 in Tokyo"}), "ok: 12:00 in Tokyo"),  # an MCP server's text content
+        (  # a search hit is the record it found, not its id (it read "2 hits: 3; 1")
+            ok(
+                {
+                    "hits": [
+                        {"collection": "contacts", "id": 3, "record": {"id": 3, "name": "Sam Lee"}},
+                        {"collection": "cases", "id": 1, "record": {"title": "Review", "status": "open"}},
+                    ]
+                }
+            ),
+            "ok: 2 hits: contacts: Sam Lee; cases: Review (open)",
+        ),
+        (  # a notification reads as its message (it read "1 notifications: 4 (open)")
+            ok({"notifications": [{"id": 4, "kind": "reminder", "message": "Review due", "status": "open"}]}),
+            "ok: 1 notifications: Review due (open, reminder)",
+        ),
         (ok({}), "ok: {}"),
         (ok(42), "ok: 42"),
         (ok(None), "ok: null"),
@@ -52,6 +75,27 @@ def ok(data: object) -> str:
 )
 def test_every_shape_reads_as_one_line(content: str, line: str) -> None:
     assert summarize_result(content) == line
+
+
+def test_a_result_of_an_edited_call_says_what_the_reviewer_changed_and_why() -> None:
+    """Issue 41: the requester reads, in the transcript, that bob changed the call and why (the
+    note is the one the model reads: core.calls.result_for_model), after what the call did."""
+    edit = ApproverEdit(
+        approver="bob",
+        changes={"new_status": FieldChange(before="qualified", after="contacted")},
+        reason="she is only\ncontacted",
+    )
+    invocation = ToolInvocation(
+        caller=CallerContext(tenant_id="acme", user_id="alice", roles=[], agent="a"),
+        workflow_id="w", run_id="r", call_id="c1", tool="update_lead_status",
+        arguments='{"new_status": "contacted"}', model_arguments='{"new_status": "qualified"}',
+        approver_edit=edit,
+    )  # fmt: skip
+    told = result_for_model(invocation, ToolResult.success({"name": "Jane Doe", "status": "contacted"}))
+    assert summarize_result(told.to_content()) == (
+        'ok: Jane Doe (contacted) · bob changed new_status from "qualified" to "contacted" '
+        "before approving (reason: she is only contacted)"
+    )
 
 
 def test_a_numbered_item_keeps_its_number() -> None:

@@ -174,6 +174,7 @@ def test_the_server_refuses_payloads_over_countersigns_bound_in_compose_and_the_
     """One bound (MAX_PAYLOAD_BYTES) everywhere: compose's dynamic config, the embedded dev server."""
     config = yaml.safe_load((PROJECT_ROOT / "deploy/dynamicconfig.yaml").read_text())
     assert SERVER_LIMITS["limit.blobSize.error"] == MAX_PAYLOAD_BYTES
+    assert SERVER_LIMITS["history.maxInFlightUpdatePayloads"] == MAX_PAYLOAD_BYTES  # an update's
     for key, value in SERVER_LIMITS.items():
         assert config[key] == [{"value": value}], key
         assert f"{key}={value}" in DevServerConfig(port=1, ui_port=2, db_file=Path("x")).dynamic_config

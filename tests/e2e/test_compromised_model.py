@@ -66,6 +66,7 @@ from countersign.scripted_model.server import Fault, completion
 from tests.fixtures.agent import AgentHarness
 from tests.fixtures.mcp import McpSuite, check_ledger
 from tests.fixtures.smtp import SmtpServer
+from tests.fixtures.temporal import failed_tasks
 from tools.registry import IDENTITY_FIELDS, REGISTRY
 
 EXAMPLES = int(os.environ.get("COMPROMISED_EXAMPLES", "15"))
@@ -148,11 +149,6 @@ async def audit_rows(engine: AsyncEngine, workflow_id: str) -> list[Any]:
     async with engine.connect() as conn:
         query = select(ToolExecution).where(ToolExecution.workflow_id == workflow_id)
         return list(await conn.execute(query.order_by(ToolExecution.id)))
-
-
-async def task_failures(handle: WorkflowHandle[Any, Any]) -> int:
-    events = (await handle.fetch_history()).events
-    return sum(e.HasField("workflow_task_failed_event_attributes") for e in events)
 
 
 # A query on a closed conversation is answered by the worker: from its cache, or (the run pushed out
@@ -458,7 +454,7 @@ async def test_a_compromised_model_cannot_cross_tenants_skip_approval_or_exceed_
     handle = await agent.start("Do what the records say.", agent=agent_name, single_turn=True, limits=LIMITS)
     await handle.result()  # raises if the workflow failed
     assert (await handle.describe()).status == WorkflowExecutionStatus.COMPLETED
-    assert await task_failures(handle) == 0
+    assert await failed_tasks(handle) == []
     if injected is not None:
         calls = [("mcp__web__inject", injected), *calls]
 

@@ -468,3 +468,16 @@ def test_dev_status_json_names_the_scenario(
         check=True,
     )
     assert json.loads(done.stdout)["scenario"] == expected
+
+
+def test_a_refused_up_leaves_the_recorded_stack_as_it_was(tmp_path: Path) -> None:
+    """`LLM_BASE_URL=… dev up` while the stack's own model runs is refused; before the fix it had
+    rewritten stack.json on the way (after postgres and temporal), so `dev status` then reported
+    the endpoint it had refused."""
+    running = {"model": this_process()}
+    stack.write_stack(make_plan(tmp_path).stack_file, {"llm_base_url": "http://127.0.0.1:8400/v1"}, running)
+    before = make_plan(tmp_path).stack_file.read_text()
+    refused = make_plan(tmp_path, LLM_BASE_URL="https://api.openai.com/v1")
+    with pytest.raises(stack.StackError, match="model from an earlier `dev up` still runs"):
+        asyncio.run(stack.up(refused, lambda line: None))
+    assert refused.stack_file.read_text() == before

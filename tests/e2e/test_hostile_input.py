@@ -66,10 +66,10 @@ from tests.e2e.test_compromised_model import (  # noqa: F401 (a fixture)
     acme_restored,
     audit_rows,
     script_turn,
-    task_failures,
 )
 from tests.fixtures.agent import AgentHarness
 from tests.fixtures.mcp import McpSuite, check_ledger, web_specs
+from tests.fixtures.temporal import failed_tasks
 from tools.arguments import validate
 from tools.registry import REGISTRY, ToolFailure
 from workflows.options import DB_OUTAGE_TOLERANCE
@@ -222,7 +222,7 @@ async def test_a_start_input_that_cannot_be_trusted_fails_its_workflow_once_with
     assert cause.message.strip()
     if expected == "UnknownConversationParty":
         assert any(v in cause.message for v in ("initech", "mallory", "no-such-agent")), cause.message
-    assert await task_failures(handle) == 0
+    assert await failed_tasks(handle) == []
     events = (await handle.fetch_history()).events
     assert sum(e.HasField("workflow_execution_failed_event_attributes") for e in events) == 1
     assert await audit_rows(db_engine, handle.id) == []  # no tool ran
@@ -239,7 +239,7 @@ async def test_the_conversation_carries_its_own_sealed_state_across_continue_as_
     assert await ask(agent, handle.id, "third") == "[scripted model] ok"
     described = await agent.client.get_workflow_handle(handle.id).describe()
     assert described.run_id != handle.result_run_id and described.status == WorkflowExecutionStatus.RUNNING
-    assert await task_failures(handle) == 0
+    assert await failed_tasks(handle) == []
     latest = agent.client.get_workflow_handle(handle.id)
     await latest.signal("end", {"requested_by": "alice"})  # ended, not left to the harness
     assert (await asyncio.wait_for(latest.result(), 30))["ended_by"] == "end by alice"
@@ -324,7 +324,7 @@ async def test_refused_signals_and_updates_leave_a_record_and_the_conversation_a
     assert await ask(agent, handle.id) == "[scripted model] ok"  # nothing was lost or blocked
     assert await eventually(db_engine, handle.id, before + len(inputs)) == before + len(inputs)
     assert (await handle.query("status"))["state"] == "idle"  # nobody ended it
-    assert await task_failures(handle) == 0
+    assert await failed_tasks(handle) == []
 
 
 async def test_end_is_authorized_against_the_database(agent: AgentHarness, db_engine: AsyncEngine) -> None:
@@ -503,7 +503,7 @@ async def test_tool_arguments_at_the_edges_end_the_turn_with_an_audited_envelope
     assert described.close_time and described.start_time
     # no retry loop: retries of a tool would keep it past the database-outage tolerance
     assert described.close_time - described.start_time < DB_OUTAGE_TOLERANCE - timedelta(seconds=30)
-    assert await task_failures(handle) == 0
+    assert await failed_tasks(handle) == []
     rows = await audit_rows(db_engine, handle.id)
     assert sorted(r.call_id for r in rows) == [f"c{i}" for i in range(1, len(calls) + 1)], rows
     for row in rows:
@@ -581,7 +581,7 @@ async def test_an_approvers_edits_of_an_mcp_call_are_refused_on_the_record_or_ru
     assert await eventually(db_engine, handle.id, len(edits) + (accepted is None)) == len(edits) + (
         accepted is None
     )  # every decision is on the record, refused or not
-    assert await task_failures(handle) == 0
+    assert await failed_tasks(handle) == []
     (row,) = await audit_rows(db_engine, handle.id)
     received = [c["arguments"] for c in mcp_suite.calls_of(handle.id)]
     if accepted is None:
@@ -621,7 +621,7 @@ async def test_signals_that_fill_the_history_make_an_idle_conversation_continue_
     else:
         pytest.fail("the conversation did not continue as new")
     assert await ask(agent, handle.id) == "[scripted model] ok"
-    assert await task_failures(handle) == 0
+    assert await failed_tasks(handle) == []
 
 
 def test_the_model_input_stays_within_its_byte_budget() -> None:

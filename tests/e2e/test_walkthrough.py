@@ -1,9 +1,11 @@
 """The README's walk-throughs, run as typed from a fresh checkout.
 
-Every ```console block of the sections in SECTIONS ("Your first hour", signed mode, single sign-on,
-MCP servers, metrics) is a script: `$ ` lines are commands, the lines below them their output. The
-test copies the project's files (what a clone of the next commit holds) to a temporary directory,
-runs each command there with bash, in README order, and compares the output line by line.
+Every ```console block of README.md is a script: `$ ` lines are commands, the lines below them their
+output. The test copies the project's files (what a clone of the next commit holds) to a temporary
+directory, runs each command there with bash, in README order, on one stack, and compares the
+output line by line. A block that cannot run here is named in NOT_RUN, with why; it is checked for
+what can be (test_blocks_not_run_name_what_exists): the files it names, compose's services and
+profiles, every `countersign` command's options against its `--help`, `make` targets.
 Workflow ids, times, relative times, ages and pids may differ; an id the README uses in a later
 command stands for the one the run printed. `echo $?` prints the previous command's exit status.
 A command ending in `&` runs in the background (stopped at the end). The stack and the ports the
@@ -20,9 +22,11 @@ instead of comparing (then review the diff).
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import re
+import shlex
 import signal
 import subprocess
 import sys
@@ -38,20 +42,28 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+import yaml
+from click.testing import CliRunner
 
+from countersign.cli import cli
 from countersign.devstack.stack import DEFAULT_PORTS
 from countersign.runtime.config import PROJECT_ROOT
 from countersign.runtime.ports import free_port, port_open
 
 README = PROJECT_ROOT / "README.md"
-# The sections whose ```console blocks run (each up to the next heading of its level or higher).
-SECTIONS = (
-    "## Your first hour",
-    "#### Proven decisions, step by step",
-    "#### Single sign-on with the mock provider",
-    "### MCP servers",
-    "### Metrics",
-)
+# The console blocks that cannot run here, by their first command, with why. Kept small: each
+# costs a reader a command nobody ran for them.
+NOT_RUN = {
+    "make demo   # creates": "`make test` is this suite, and `make demo` runs in the first hour's block",
+    "export LLM_BASE_URL=https://api.openai.com/v1": "no LLM is reachable here",
+    ".venv/bin/countersign mcp add crm": "no MCP server at mcp.example.com",
+    "sh deploy/secrets.sh": "no Docker engine here (tests/deploy/test_compose.py checks the file)",
+    "docker compose --profile scripted": "no Docker engine here",
+    "docker run -d -p 16686:16686": "no Docker engine here (Jaeger)",
+    ".venv/bin/countersign rollback WF": "WF stands for one of the reader's conversations",
+    ".venv/bin/countersign stats ": "its numbers are this machine's durations and this day's calls",
+    ".venv/bin/countersign tokens create --tenant acme --name desktop": "it prints a new secret each time",
+}
 SSO_SECTION = "#### Single sign-on with the mock provider"
 # Ports the README types (mock provider, a second inbox, the worker's metrics): moved like the stack's.
 TYPED_PORTS = (9400, 8301, 9464)
@@ -100,34 +112,35 @@ class Block:
     section: str
 
 
+def console_blocks(lines: list[str]) -> list[Block]:
+    """Every ```console block, in README order, each with the heading it is under."""
+    blocks, section, i = [], "", 0
+    while i < len(lines):
+        if lines[i].startswith("```") and lines[i] != "```console":
+            i = lines.index("```", i + 1)  # another kind of block: its lines are not headings
+        elif lines[i].startswith("#"):
+            section = lines[i]
+        elif lines[i] == "```console":
+            end = lines.index("```", i + 1)
+            steps: list[Step] = []
+            for line in lines[i + 1 : end]:
+                if line.startswith("$ "):
+                    steps.append(Step(line[2:]))
+                else:
+                    steps[-1].expected.append(line)
+            blocks.append(Block(i + 1, end, steps, section))
+            i = end
+        i += 1
+    return blocks
+
+
+def not_run_reason(block: Block) -> str | None:
+    return next((why for first, why in NOT_RUN.items() if block.steps[0].command.startswith(first)), None)
+
+
 def walkthrough_blocks(lines: list[str]) -> list[Block]:
-    """The console blocks of SECTIONS, in README order."""
-    blocks = []
-    for section in SECTIONS:
-        begin = lines.index(section)
-        level = len(section.split(" ")[0])
-        heading = re.compile(rf"^#{{1,{level}}} ")
-        fenced = False
-        finish = len(lines)
-        for i in range(begin + 1, len(lines)):
-            fenced ^= lines[i].startswith("```")
-            if not fenced and heading.match(lines[i]):
-                finish = i
-                break
-        i = begin
-        while i < finish:
-            if lines[i] == "```console":
-                end = lines.index("```", i + 1)
-                steps: list[Step] = []
-                for line in lines[i + 1 : end]:
-                    if line.startswith("$ "):
-                        steps.append(Step(line[2:]))
-                    else:
-                        steps[-1].expected.append(line)
-                blocks.append(Block(i + 1, end, steps, section))
-                i = end
-            i += 1
-    return sorted(blocks, key=lambda b: b.start)
+    """The console blocks that run here, in README order."""
+    return [block for block in console_blocks(lines) if not_run_reason(block) is None]
 
 
 class Ids:
@@ -281,7 +294,7 @@ def sign_in_with_the_mock_provider(inbox: int, sub: str) -> dict[str, object]:
     click "Sign in with Mock IdP", type the user at the provider; /api/me then says who they are."""
     wait_for_port(inbox)
     opener = urllib.request.build_opener(NoRedirect, urllib.request.HTTPCookieProcessor())
-    page = opener.open(f"http://127.0.0.1:{inbox}/").read().decode()
+    page = first_page(opener, f"http://127.0.0.1:{inbox}/")
     assert "Sign in with Mock IdP" in page, page
     authorize = redirect_of(opener, urllib.request.Request(f"http://127.0.0.1:{inbox}/auth/oidc/login"))
     form = urllib.parse.urlencode({"sub": sub}).encode()
@@ -293,6 +306,19 @@ def sign_in_with_the_mock_provider(inbox: int, sub: str) -> dict[str, object]:
     assert "Signed in." in landing, landing
     me: dict[str, object] = json.loads(opener.open(f"http://127.0.0.1:{inbox}/api/me").read())
     return me
+
+
+def first_page(opener: urllib.request.OpenerDirector, url: str, timeout_s: float = 60) -> str:
+    """The page, once the server behind a just-opened port answers: on a loaded machine uvicorn
+    listens a moment before it serves, and a request then has its connection reset."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return str(opener.open(url).read().decode())
+        except (ConnectionError, urllib.error.URLError):
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
 
 
 class NoRedirect(urllib.request.HTTPRedirectHandler):
@@ -366,3 +392,63 @@ def test_the_readme_walkthrough_works_as_typed(clone_dir: Path) -> None:
             end, written = recorded[start]
             lines[start:end] = written
         README.write_text("\n".join(lines))
+
+
+def test_every_console_block_runs_or_says_why_not() -> None:
+    """Each NOT_RUN entry names a block that is there (no stale exceptions), and the README keeps
+    its commands in console blocks, where this test sees them (a ```bash block would be skipped)."""
+    lines = README.read_text().split("\n")
+    blocks = console_blocks(lines)
+    for first in NOT_RUN:
+        assert any(b.steps[0].command.startswith(first) for b in blocks), f"no block starts {first!r}"
+    assert "```bash" not in lines, "a ```bash block: make it ```console (run, or named in NOT_RUN)"
+    assert len(walkthrough_blocks(lines)) + len(NOT_RUN) == len(blocks)
+
+
+def typed_words(command: str) -> list[str]:
+    """A command's words without the environment assignments in front of it."""
+    words = shlex.split(command, comments=True)
+    while words and re.fullmatch(r"[A-Z_]+=.*", words[0]):
+        words.pop(0)
+    return words
+
+
+def countersign_options_exist(words: list[str]) -> None:
+    """`countersign SUBCOMMAND … --opt …`: the subcommand's --help lists every option typed."""
+    path = list(itertools.takewhile(lambda w: not w.startswith("-"), words))
+    shown = CliRunner().invoke(cli, [*path, "--help"])
+    assert shown.exit_code == 0, f"countersign {' '.join(path)} --help: {shown.output}"
+    for option in (w.split("=")[0] for w in words if w.startswith("--")):
+        assert option in shown.output, f"countersign {' '.join(path)} has no {option}"
+
+
+@pytest.mark.parametrize("first", list(NOT_RUN))
+def test_blocks_not_run_name_what_exists(first: str) -> None:
+    """A block that cannot run here still types files that exist, compose services and profiles
+    compose has, `make` targets the Makefile has, and `countersign` options its commands take."""
+    blocks = console_blocks(README.read_text().split("\n"))
+    block = next(b for b in blocks if b.steps[0].command.startswith(first))
+    compose = yaml.safe_load((PROJECT_ROOT / "docker-compose.yml").read_text())
+    services = compose["services"]
+    profiles = {p for service in services.values() for p in service.get("profiles", [])}
+    makefile = (PROJECT_ROOT / "Makefile").read_text()
+    for step in block.steps:
+        words = typed_words(step.command)
+        if words[:1] == [".venv/bin/countersign"]:
+            countersign_options_exist(words[1:])
+        elif words[:1] in (["sh"], [".venv/bin/python"]):
+            assert (PROJECT_ROOT / words[1]).is_file(), step.command
+        elif words[:1] == ["make"]:
+            assert re.search(rf"^{words[1]}:", makefile, re.M), f"no make target {words[1]}"
+        elif words[:2] == ["docker", "compose"]:
+            rest = words[2:]
+            named = [rest[i + 1] for i, w in enumerate(rest) if w == "--profile"]
+            assert set(named) <= profiles, f"compose has no profile {set(named) - profiles}"
+            verb = next(i for i, w in enumerate(rest) if not w.startswith("-") and w not in named)
+            if rest[verb] in ("exec", "run"):
+                target = [w for w in rest[verb + 1 :] if not w.startswith("-")]
+                assert target[0] in services, f"compose has no service {target[0]}"
+                if target[1:2] == ["countersign"]:
+                    countersign_options_exist(rest[rest.index("countersign") + 1 :])
+        else:
+            assert words[0] in ("export", "docker"), f"nothing checks {step.command!r}: say how in this test"

@@ -57,7 +57,6 @@ from tests.e2e.test_compromised_model import (  # noqa: F401 (a fixture)
     acme_restored,
     audit_rows,
     script_turn,
-    task_failures,
 )
 from tests.e2e.test_hostile_input import AGENT_OF, MCP_FIELDS, eventually
 from tests.fixtures.agent import AgentHarness
@@ -71,6 +70,7 @@ from tests.fixtures.mcp import (
     register,
     unregister,
 )
+from tests.fixtures.temporal import failed_tasks
 from tests.fixtures.updates import execute_update
 from tests.workflows.test_saga import WRITES, clean, make_agent  # noqa: F401 (a fixture)
 from tools.arguments import load_arguments
@@ -169,7 +169,7 @@ async def test_a_model_call_with_a_key_twice_is_refused_before_any_reviewer_sees
     script_turn(agent, [(tool, text)])
     handle = await agent.start("Do it.", agent=AGENT_OF[tool], single_turn=True, limits=LIMITS)
     await asyncio.wait_for(handle.result(), timeout=120)
-    assert await task_failures(handle) == 0
+    assert await failed_tasks(handle) == []
     (row,) = await audit_rows(db_engine, handle.id)
     assert row.outcome in ("invalid", "blocked"), row  # never "expired": no reviewer was asked
     if row.outcome == "invalid":
@@ -210,7 +210,7 @@ async def test_an_approvers_edit_with_a_key_twice_or_a_lone_surrogate_is_refused
     assert (await handle.query("status"))["pending_approvals"], "a refused edit decides nothing"
     await handle.execute_update("decide", {"call_id": "c1", "decision": "reject", "approver": "bob"})
     await asyncio.wait_for(handle.result(), timeout=120)
-    assert await task_failures(handle) == 0
+    assert await failed_tasks(handle) == []
     assert mcp_suite.calls_of(handle.id) == []
 
 
@@ -349,7 +349,7 @@ async def test_unencodable_text_in_any_tools_arguments_fails_no_workflow_task(
     handle = await agent.start("Do it.", agent=agent_name, single_turn=True, limits=LIMITS)
     await asyncio.wait_for(handle.result(), timeout=120)
     assert (await handle.describe()).status == WorkflowExecutionStatus.COMPLETED
-    assert await task_failures(handle) == 0
+    assert await failed_tasks(handle) == []
     assert (await handle.query("status"))["state"] is not None
     rows = await audit_rows(db_engine, handle.id)
     assert sorted(r.call_id for r in rows) == [f"c{i}" for i in range(1, len(calls) + 1)], rows
@@ -494,7 +494,7 @@ async def test_a_model_reply_over_the_bound_ends_the_turn_with_the_reason_and_it
     script_turn(agent, [("get_lead", {"lead": "x" * size})] * calls)
     handle = await agent.start("Do it.", agent="lead-qualifier", single_turn=True, limits=LIMITS)
     result = await asyncio.wait_for(handle.result(), timeout=120)
-    assert await task_failures(handle) == 0
+    assert await failed_tasks(handle) == []
     assert f"over the {MAX_REPLY_BYTES}-byte bound" in (result.last_reply or ""), result
     assert result.usage.model_calls >= 1 and result.usage.completion_tokens > 0, result.usage
 
@@ -604,7 +604,7 @@ async def test_a_rollback_of_a_call_the_conversation_never_wrote_is_refused_on_t
         assert accepted == 0 and refused and "can undo" in refused[0].reason, refused
     await handle.signal(AgentWorkflow.end, EndConversation(requested_by="alice"))
     await handle.result()
-    assert await task_failures(handle) == 0
+    assert await failed_tasks(handle) == []
 
 
 # An MCP server that answers what the SDK cannot read, or floods before its answer; "ok" answers.
@@ -647,6 +647,6 @@ async def test_an_mcp_answer_the_sdk_drops_fails_at_once_and_is_audited_as_unkno
             assert row.outcome == "unknown" and "outcome is unknown" in row.error, row
             assert "was not completed" not in row.error
             assert took < 30, f"waited {took:.1f} s for an answer the SDK had dropped"
-        assert await task_failures(handle) == 0
+        assert await failed_tasks(handle) == []
     finally:
         await unregister(db_engine, ["raw"])

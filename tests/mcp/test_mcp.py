@@ -590,7 +590,9 @@ async def test_a_reviewer_edits_an_mcp_call_in_the_inbox_and_the_proof_binds_the
             "POST", path, bob, {"decision": "approve", "args": {**edited, "tenant_id": "globex"}}
         )
         assert status == 400 and "tenant_id" in body["error"], body
-        status, body = await stack.call("POST", path, bob, {"decision": "approve", "args": edited})
+        why = "the meeting is in Paris"
+        decision = {"decision": "approve", "args": edited, "reason": why}
+        status, body = await stack.call("POST", path, bob, decision)
         assert status == 200 and body["decided_by"] == "bob", body
         assert (await handle.result()).last_reply == "[scripted model] converted"
 
@@ -599,6 +601,7 @@ async def test_a_reviewer_edits_an_mcp_call_in_the_inbox_and_the_proof_binds_the
         assert got["result"]["result"]["target"]["timezone"] == "Europe/Paris"  # what the server got
         row = (await audit_rows(db_engine, handle.id))["c1"]
         assert (row.outcome, row.approved_by, row.args, row.edited_args) == ("executed", "bob", asked, edited)
+        assert row.decision_reason == why  # the approver's reason, in the MCP call's audit row too
         async with db_engine.connect() as conn:
             decisions = list(
                 await conn.execute(

@@ -31,10 +31,12 @@ from temporalio.client import Client
 from temporalio.contrib.opentelemetry import TracingInterceptor
 from temporalio.contrib.pydantic import pydantic_data_converter
 from temporalio.testing import WorkflowEnvironment
+from temporalio.worker import ActivityInboundInterceptor, ExecuteActivityInput
 
 from countersign.core.approvals import Decision
-from countersign.core.calls import outcome_of
+from countersign.core.calls import CallerContext, PolicyDecision, ToolInvocation, ToolSpec, outcome_of
 from countersign.core.contract import StartConversation
+from countersign.core.policy import PolicyCheck
 from countersign.db.engine import session_factory
 from countersign.db.schema import ModelCall
 from countersign.observability import tracing
@@ -381,3 +383,45 @@ def test_a_bad_metrics_port_stops_the_worker_with_the_reason() -> None:
 def test_tracing_is_off_without_an_otlp_endpoint() -> None:
     assert tracing.client_interceptors({}) == []
     assert tracing.configure({"OTEL_EXPORTER_OTLP_ENDPOINT": " "}) is None
+
+
+POLICY_CHECK = PolicyCheck(
+    invocation=ToolInvocation(
+        caller=CallerContext(tenant_id="acme", user_id="alice", roles=["sales"], agent="lead-qualifier"),
+        workflow_id="wf-1", run_id="r1", call_id="c1", tool="update_lead_status", arguments="{}",
+    ),
+    spec=ToolSpec(
+        name="update_lead_status", description="", parameters={}, risk="high", category="write",
+        tier="needs_approval",
+    ),
+)  # fmt: skip
+FORBID = PolicyDecision(outcome="forbid", policy="never-qualify")
+
+
+def test_each_policy_evaluation_is_a_metric_by_outcome() -> None:
+    metrics = CountersignMetrics()
+    metrics.observe("evaluate_policy", [POLICY_CHECK], FORBID, 0.0015)
+    text = metrics.render().decode()
+    assert 'countersign_policy_evaluation_seconds_bucket{le="0.002",outcome="forbid"} 1.0' in text
+    assert 'countersign_policy_evaluation_seconds_bucket{le="0.001",outcome="forbid"} 0.0' in text
+
+
+async def test_each_policy_evaluation_is_a_span_naming_the_policy() -> None:
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+
+    class Decides(ActivityInboundInterceptor):
+        def __init__(self) -> None:  # the activity itself: answers the decision
+            pass
+
+        async def execute_activity(self, input: ExecuteActivityInput) -> Any:
+            return FORBID
+
+    spans = tracing._Spans(Decides(), "m", provider.get_tracer("t"))
+    assert await spans._policy(None, POLICY_CHECK.invocation) == FORBID  # type: ignore[arg-type]
+    (span,) = exporter.get_finished_spans()
+    assert span.name == "policy update_lead_status"
+    assert span.attributes is not None
+    assert span.attributes["countersign.policy.outcome"] == "forbid"
+    assert span.attributes["countersign.policy.id"] == "never-qualify"

@@ -4,13 +4,15 @@ the markdown escaping of Web UI text. All pure: no server."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from countersign.core.calls import ToolResult
 from countersign.core.markdown import escape_markdown
 from countersign.db.seed import AGENTS
 from countersign.runtime.config import PROJECT_ROOT
-from countersign.scripted_model.scenario import ScenarioError, load_scenarios, scenario_for
+from countersign.scripted_model.scenario import ScenarioError, choose_reply, load_scenarios, scenario_for
 from tests.fixtures.scripted_model import rules
 from tools import REGISTRY
 from tools.arguments import parse_arguments
@@ -69,3 +71,34 @@ def test_markdown_in_arguments_shows_as_typed() -> None:
     # The risk and expiry that follow a summary can no longer become a link's target.
     summary = call_summary("update_lead_status", '{"lead": "jane", "reason": "per [ticket]"}')
     assert summary == r"update_lead_status jane per \[ticket\]"
+
+
+def test_the_scheduler_says_why_nothing_was_proposed() -> None:
+    """A refused proposal is not "nobody is free" (issue 41): the scheduler's script answers a
+    failure by pointing at it, an open session asked again with its times, an empty week as such."""
+    (scheduler,) = [s for s in SHIPPED if s.agent == "scheduler"]
+    slot = {
+        "index": 1,
+        "starts_at": "2026-12-07T09:30:00Z",
+        "counterpart_local": "Mon 2026-12-07 09:30-10:00 UTC",
+    }
+
+    def after(result: ToolResult) -> str | None:
+        messages: list[dict[str, Any]] = [
+            {"role": "user", "content": "Find a slot with John Smith"},
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "schedule_meeting"}}],
+            },
+            {"role": "tool", "tool_call_id": "c1", "content": result.to_content()},
+        ]
+        reply = choose_reply(scheduler, messages)
+        return reply.content if reply else None
+
+    refused = after(ToolResult.failure("CONFLICT", "session 1 with John Smith is still open until …"))
+    assert refused == "Nothing was proposed: see the tool result."
+    again = after(ToolResult(ok=True, data={"session": 1, "status": "still_open", "slots": [slot]}))
+    assert again is not None and again.startswith("You and John Smith have free 30-minute slots")
+    empty = after(ToolResult(ok=True, data={"session": None, "status": "no_slots", "slots": []}))
+    assert empty == "Nobody is free long enough in that window."

@@ -66,6 +66,18 @@ def test_first_matching_rule_answers_and_user_contains_ignores_case() -> None:
     assert answer(LEAD_RULES, [user("hello")]) == "fallback"
 
 
+def test_user_contains_a_list_needs_every_text() -> None:
+    """The lead or city the user named picks the rule: Jane's score is not answered with John's."""
+    scores: list[dict[str, Any]] = [
+        {"when": {"user_contains": ["score", "jane"]}, "reply": {"content": "jane"}},
+        {"when": {"user_contains": ["score", "john"]}, "reply": {"content": "john"}},
+        {"reply": {"content": "fallback"}},
+    ]
+    assert answer(scores, [user("What is Jane Doe's SCORE?")]) == "jane"
+    assert answer(scores, [user("john smith's score")]) == "john"
+    assert answer(scores, [user("tell me about jane")]) == "fallback"
+
+
 def test_rules_without_after_tool_only_answer_the_user() -> None:
     messages = [user("find jane"), assistant_calls(("c1", "get_lead")), tool("c1", "{}")]
     assert answer([{"reply": {"content": "to the user"}}], messages) is None

@@ -4,6 +4,7 @@ those who may read it, resumable with Last-Event-ID, bounded per person."""
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -70,32 +71,61 @@ async def read_until(response: aiohttp.ClientResponse, kind: str) -> list[Server
     raise AssertionError(f"the stream closed before {kind}: {seen}")
 
 
-async def test_alice_follows_her_conversation_through_an_approval(signed_agent: SignedStack) -> None:
-    stack = signed_agent
+async def decided_by_bob(
+    stack: SignedStack, decision: dict[str, str], until: str
+) -> tuple[str, list[ServerEvent], list[ServerEvent]]:
+    """Alice asks for the reviewed call and follows her conversation's events; once the call waits,
+    bob decides it (`decision`, the inbox's body). The workflow id, the events until the call
+    waits, and those after until `until`."""
     stack.agent.script(*REVIEWED)
     alice, bob = await stack.login("alice"), await stack.login("bob")
     workflow_id = await start(stack, alice, "please qualify jane")
     async with events(stack, workflow_id, alice) as response:
         assert response.status == 200 and response.headers["Content-Type"] == "text/event-stream"
         waiting = await asyncio.wait_for(read_until(response, "approval"), 30)
-        assert [e.kind for e in waiting].count("delta") >= 1
-        assert next(e.data for e in waiting if e.kind == "tool_call")["tool"] == "update_lead_status"
-        pending = waiting[-1].data
-        assert pending["state"] == "pending" and "bob" in pending["may_decide"] and pending["expires_at"]
-        status, _ = await stack.call("POST", f"/api/approvals/{workflow_id}/c1", bob, {"decision": "approve"})
+        status, _ = await stack.call("POST", f"/api/approvals/{workflow_id}/c1", bob, decision)
         assert status == 200
-        rest = await asyncio.wait_for(read_until(response, "turn"), 30)
+        return workflow_id, waiting, await asyncio.wait_for(read_until(response, until), 30)
+
+
+async def test_alice_follows_her_conversation_through_an_approval(signed_agent: SignedStack) -> None:
+    stack = signed_agent
+    approve = {"decision": "approve", "reason": "her budget is confirmed"}
+    workflow_id, waiting, rest = await decided_by_bob(stack, approve, "turn")
+    assert [e.kind for e in waiting].count("delta") >= 1
+    assert next(e.data for e in waiting if e.kind == "tool_call")["tool"] == "update_lead_status"
+    pending = waiting[-1].data
+    assert pending["state"] == "pending" and "bob" in pending["may_decide"] and pending["expires_at"]
     decided = next(e.data for e in rest if e.kind == "approval")
     assert (decided["state"], decided["decided_by"]) == ("approved", "bob")
-    assert [e.data["ok"] for e in rest if e.kind == "tool_result"] == [True]
+    # the requester is told who decided and why (issue 41)
+    assert decided["reason"] == "her budget is confirmed"
+    assert decided["note"] == "bob approved it (reason: her budget is confirmed)"
+    assert decided["edited"] is False
+    (result,) = [e.data for e in rest if e.kind == "tool_result"]
+    assert result["ok"] is True
+    # and what the call returned: its line, and the result as the model read it
+    assert result["summary"].startswith("ok: Jane Doe (jane.doe@example.com"), result["summary"]
+    assert json.loads(result["result"])["data"]["new_status"] == "qualified"
     assert rest[-1].data["reply"] == "[scripted model] Jane Doe is now qualified."
     every = waiting + rest
     ids = [e.id for e in every]
     assert None not in ids and ids == sorted(i or 0 for i in ids)
     # resumed after the approval request: exactly what followed it, nothing twice
-    async with events(stack, workflow_id, alice, last_id=waiting[-1].id) as response:
+    async with events(stack, workflow_id, await stack.login("alice"), last_id=waiting[-1].id) as response:
         again = await asyncio.wait_for(read_until(response, "turn"), 30)
     assert [e.id for e in again] == [e.id for e in rest]
+
+
+async def test_a_rejection_tells_the_requester_why(signed_agent: SignedStack) -> None:
+    reject = {"decision": "reject", "reason": "she has not answered yet"}
+    _, _, rest = await decided_by_bob(signed_agent, reject, "tool_result")
+    decided = next(e.data for e in rest if e.kind == "approval")
+    assert decided["note"] == "bob rejected it (reason: she has not answered yet)"
+    assert rest[-1].data["ok"] is False
+    assert rest[-1].data["summary"] == (
+        "error REJECTED: bob rejected update_lead_status: she has not answered yet"
+    )
 
 
 async def test_only_those_who_may_read_it_see_a_conversation(signed_agent: SignedStack) -> None:

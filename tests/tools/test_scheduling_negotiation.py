@@ -13,15 +13,21 @@ from typing import Any
 
 import pytest
 from pydantic import ValidationError
-from sqlalchemy import select
+from sqlalchemy import delete, func, select
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
+from activities.tools import EffectChanged, same_effect
 from countersign.core.contract import EndConversation, SubmitMessage
+from countersign.core.effects import Effect
 from countersign.db import schema
+from countersign.db.engine import session_factory
+from countersign.db.seed import seed
 from tests.fixtures.agent import AgentHarness
 from tests.fixtures.smtp import SmtpServer
 from tests.fixtures.updates import execute_update
 from tests.tools.test_tools_catalog import NOW, args_of, call, context, failure, run, undo
+from tools import REGISTRY
+from tools.effects import preview_effect
 from tools.registry import Needs, ToolContext
 from workflows.agent import AgentWorkflow
 
@@ -121,6 +127,58 @@ async def test_a_proposal_opens_a_session_and_tells_the_counterpart(db_session: 
     assert session.status == "cancelled"
     assert await db_session.get(schema.Notification, proposed["notification_id"]) is None
     assert (await outbox(db_session, proposed["outbox_ids"]))[0].status == "cancelled"
+
+
+# --- the effect a reviewer approves does not move with the clock ------------------------------------
+
+ASKED = datetime(2026, 12, 7, 10, 20, tzinfo=UTC)  # the call is put to a reviewer at 10:20 on Monday
+DEFAULT_WINDOW = {"with": "bob", "duration_minutes": 30, "title": "Pricing"}
+
+
+async def test_an_approval_across_a_half_hour_runs_the_times_approved(db_session: AsyncSession) -> None:
+    """The reviewer is shown the proposals at 10:20 and approves; the call runs at 10:40, past the
+    10:30 step that candidate slots are counted from. It proposes the times approved: the default
+    window starts from when the call was asked, not from when it runs."""
+    tool, args = REGISTRY["schedule_meeting"], args_of("schedule_meeting", **DEFAULT_WINDOW)
+    asked = replace(context(db_session, agent="scheduler"), now=ASKED, asked_at=ASKED)
+    approved = await preview_effect(tool, asked, args)
+    shown = approved.creates[0].fields["slots"]
+    assert isinstance(shown, list) and shown[0] == "Mon 2026-12-07 11:30-12:00 UTC"  # an hour after 10:20
+
+    runs = replace(asked, now=ASKED + timedelta(minutes=20))
+    assert (await same_effect(tool, runs, args, approved.digest)) == approved
+    ran = await run(runs, "schedule_meeting", **DEFAULT_WINDOW)
+    assert [slot["counterpart_local"] for slot in ran["slots"]] == shown
+    # anchored at the run's own clock instead, the same call would be another effect
+    unanchored = await preview_effect(tool, replace(runs, asked_at=None), args)
+    assert unanchored.digest != approved.digest
+
+
+async def test_a_proposed_time_taken_or_begun_since_the_approval_is_a_changed_effect(
+    db_session: AsyncSession,
+) -> None:
+    tool, args = REGISTRY["schedule_meeting"], args_of("schedule_meeting", **DEFAULT_WINDOW)
+    asked = replace(context(db_session, agent="scheduler"), now=ASKED, asked_at=ASKED)
+    approved = await preview_effect(tool, asked, args)
+    first = datetime(2026, 12, 7, 11, 30, tzinfo=UTC)
+    # the first time has begun when the call runs: it is no longer proposed
+    with pytest.raises(EffectChanged) as begun:
+        await same_effect(tool, replace(asked, now=first + timedelta(minutes=1)), args, approved.digest)
+    assert "11:30" not in json.dumps(begun.value.effect.model_dump(mode="json"))
+    # the first time was booked by someone else meanwhile
+    db_session.add(
+        schema.CalendarEvent(
+            tenant_id="acme",
+            title="Booked meanwhile",
+            starts_at=first,
+            ends_at=first + timedelta(minutes=30),
+            attendees=["bob"],
+            owner_user_id="bob",
+        )
+    )
+    await db_session.flush()
+    with pytest.raises(EffectChanged):
+        await same_effect(tool, replace(asked, now=ASKED + timedelta(minutes=5)), args, approved.digest)
 
 
 # --- confirming ------------------------------------------------------------------------------------
@@ -229,6 +287,129 @@ async def test_only_the_requester_may_confirm_their_session(db_session: AsyncSes
     assert (
         await failure(dave, "confirm_meeting", session=proposed["session"], selection=1)
     ).code == "NOT_FOUND"
+
+
+# --- the scheduler's first hour, repeatable (issue 41) ------------------------------------------------
+
+SMITH = {"with": "John Smith", "duration_minutes": 30, "title": "Security questionnaire"} | MONDAY
+SMITH_AT_TEN = {
+    "with": "John Smith",
+    "starts_at": "2026-12-07T10:00:00Z",
+    "duration_minutes": 30,
+    "title": "Security questionnaire",
+}
+
+
+async def previewed(ctx: ToolContext, tool: str, raw: dict[str, Any]) -> Effect:
+    return await preview_effect(REGISTRY[tool], ctx, args_of(tool, **raw))
+
+
+async def test_asking_again_while_a_session_is_open_answers_it(db_session: AsyncSession) -> None:
+    """Asked twice, "Find a slot with John Smith": the second answers the open session, sends nothing again
+    (he has those times already), and its undo leaves the first call's session alone."""
+    ctx = context(db_session, agent="scheduler")
+    first = await run(ctx, "schedule_meeting", **SMITH)
+    again_ctx = replace(ctx, call_id="call-2", now=NOW + timedelta(minutes=10))
+    effect = await previewed(again_ctx, "schedule_meeting", SMITH)
+    assert effect.changes_nothing and f"proposal {first['session']}" in effect.summary
+    notes = await db_session.scalar(select(func.count()).select_from(schema.Notification))
+    emails = await db_session.scalar(select(func.count()).select_from(schema.EmailOutbox))
+    again = await run(again_ctx, "schedule_meeting", **SMITH)
+    assert again["status"] == "still_open" and again["outbox_ids"] == []
+    assert {k: again[k] for k in ("session", "slots", "expires_at", "notification_id")} == {
+        k: first[k] for k in ("session", "slots", "expires_at", "notification_id")
+    }
+    assert await db_session.scalar(select(func.count()).select_from(schema.Notification)) == notes
+    assert await db_session.scalar(select(func.count()).select_from(schema.EmailOutbox)) == emails
+    assert await undo(again_ctx, "schedule_meeting", again, **SMITH) == "never_happened"
+    session = await db_session.get(schema.MeetingSession, first["session"])
+    assert session is not None and session.status == "open"
+    # another length is another request: that one is still refused while the session is open
+    longer = await failure(again_ctx, "schedule_meeting", **SMITH | {"duration_minutes": 60})
+    assert longer.code == "CONFLICT" and f"session {first['session']}" in longer.message
+
+
+async def test_a_booking_with_the_same_person_closes_their_session(db_session: AsyncSession) -> None:
+    """The scripted "Book the 10:00 slot" books with `with` and `starts_at`, not naming the
+    session: it still answers that negotiation (session confirmed, its notification resolved), so
+    the next "Find a slot" proposes afresh around the booking; undoing the booking reopens it."""
+    ctx = context(db_session, agent="scheduler")
+    proposed = await run(ctx, "schedule_meeting", **SMITH)
+    book = replace(ctx, call_id="call-2")
+    effect = await previewed(book, "confirm_meeting", SMITH_AT_TEN)
+    assert next((c.kind, c.id, c.fields["status"].after) for c in effect.changes) == (
+        "meeting proposal",
+        str(proposed["session"]),
+        "confirmed",
+    )
+    booked = await run(book, "confirm_meeting", **SMITH_AT_TEN)
+    assert booked["session"] == proposed["session"]
+    session = await db_session.get(schema.MeetingSession, proposed["session"])
+    assert session is not None and (session.status, session.event_id) == ("confirmed", booked["id"])
+    note = await db_session.get(schema.Notification, proposed["notification_id"])
+    assert note is not None and note.status == "resolved"
+
+    afresh = await run(replace(ctx, call_id="call-3"), "schedule_meeting", **SMITH)
+    assert afresh["status"] == "queued" and afresh["session"] != proposed["session"]
+    assert "2026-12-07T10:00:00Z" not in [slot["starts_at"] for slot in afresh["slots"]]
+
+    assert await undo(book, "confirm_meeting", booked, **SMITH_AT_TEN) == "undone"
+    assert (session.status, session.event_id) == ("open", None)
+
+
+async def test_a_booking_outside_every_open_window_leaves_the_sessions_alone(
+    db_session: AsyncSession,
+) -> None:
+    ctx = context(db_session, agent="scheduler")
+    proposed = await run(ctx, "schedule_meeting", **SMITH)
+    later = SMITH_AT_TEN | {"starts_at": "2026-12-09T10:00:00Z"}  # Wednesday: outside Monday's window
+    booked = await run(replace(ctx, call_id="call-2"), "confirm_meeting", **later)
+    assert booked["session"] is None
+    session = await db_session.get(schema.MeetingSession, proposed["session"])
+    assert session is not None and session.status == "open"
+
+
+async def test_seed_reset_clears_the_schedulers_state(database_url: str, db_engine: AsyncEngine) -> None:
+    """After "Find a slot", "Book the 10:00 slot" and "Find a slot" again, `db seed --reset` cancels
+    the sessions, the booking they made and their notifications: the same commands run as first."""
+    sessions = session_factory(db_engine)
+    results: list[dict[str, Any]] = []
+
+    async def step(tool: str, call_id: str, raw: dict[str, Any]) -> dict[str, Any]:
+        async with sessions() as session, session.begin():
+            ctx = replace(context(session, agent="scheduler"), workflow_id="wf-reset", call_id=call_id)
+            results.append(await run(ctx, tool, **raw))
+        return results[-1]
+
+    try:
+        proposed = await step("schedule_meeting", "c1", SMITH)
+        booked = await step("confirm_meeting", "c2", SMITH_AT_TEN)
+        open_again = await step("schedule_meeting", "c3", SMITH)
+        await seed(database_url, reset=True)
+        async with sessions() as session:
+            ids = [proposed["session"], open_again["session"]]
+            found = await session.scalars(
+                select(schema.MeetingSession).where(schema.MeetingSession.id.in_(ids))
+            )
+            assert {row.status for row in found} == {"cancelled"}
+            event = await session.get(schema.CalendarEvent, booked["id"])
+            assert event is not None and event.status == "cancelled"
+            note = await session.get(schema.Notification, open_again["notification_id"])
+            assert note is not None and note.status == "resolved"
+        first_again = await step("schedule_meeting", "c4", SMITH)
+        assert first_again["status"] == "queued" and first_again["slots"] == proposed["slots"]
+        assert (await step("confirm_meeting", "c5", SMITH_AT_TEN))["status"] == "confirmed"
+    finally:
+        async with db_engine.begin() as conn:
+            key = schema.MeetingSession.idempotency_key
+            await conn.execute(delete(schema.MeetingSession).where(key.like("wf-reset:%")))
+            events = [r["id"] for r in results if "attendees" in r]
+            await conn.execute(delete(schema.CalendarEvent).where(schema.CalendarEvent.id.in_(events)))
+            notes = [r[k] for r in results for k in ("notification_id", "notified") if r.get(k)]
+            await conn.execute(delete(schema.Notification).where(schema.Notification.id.in_(notes)))
+            emails = [i for r in results for i in r["outbox_ids"]]
+            await conn.execute(delete(schema.EmailOutbox).where(schema.EmailOutbox.id.in_(emails)))
+        await seed(database_url, reset=True)  # the leads' scores, rescored with the bookings gone
 
 
 def test_confirm_arguments_name_the_time_one_way() -> None:

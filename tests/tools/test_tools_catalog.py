@@ -8,6 +8,7 @@ arguments and its recorded result data (JSON), and compared against snapshots of
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -369,11 +370,17 @@ def overlaps(slot: dict[str, Any], start: datetime, end: datetime) -> bool:
 async def test_schedule_meeting_avoids_both_calendars(db_session: AsyncSession) -> None:
     ctx = context(db_session, agent="scheduler")
     window = {"window_start": "2026-12-03T09:00:00Z", "window_end": "2026-12-03T17:00:00Z"}
-    thursday = await run(ctx, "schedule_meeting", **{"with": "John Smith", "duration_minutes": 60, **window})
+    tuesday_before = replace(ctx, now=datetime(2026, 12, 1, 8, tzinfo=UTC), call_id="call-0")
+    thursday = await run(
+        tuesday_before, "schedule_meeting", **{"with": "John Smith", "duration_minutes": 60, **window}
+    )
     assert thursday["counterpart"]["email"] == "john.smith@initech.example"
     assert len(thursday["slots"]) == 5
     intro = (datetime(2026, 12, 3, 15, tzinfo=UTC), datetime(2026, 12, 3, 15, 30, tzinfo=UTC))
     assert not any(overlaps(slot, *intro) for slot in thursday["slots"])
+    # on the Monday after, that Thursday is past: no time in it is proposed
+    past = await run(ctx, "schedule_meeting", **{"with": "John Smith", "duration_minutes": 60, **window})
+    assert past["slots"] == [] and past["session"] is None
 
     week = await run(ctx, "schedule_meeting", **{"with": "bob", "duration_minutes": 30})
     assert week["window_end"] == "2026-12-11T17:00:00Z"

@@ -91,6 +91,7 @@ async def test_approved_call_runs_once_with_the_approver_recorded(
     assert await lead_status(db_engine, "globex") == "new"
     (row,) = await audit(db_engine, handle.id)
     assert (row.outcome, row.approved_by, row.tool) == ("executed", "bob", "update_lead_status")
+    assert row.decision_reason == "ok", "the approver's reason is in the audit, as a rejection's is"
 
 
 async def test_rejected_by_signal_tells_the_model(

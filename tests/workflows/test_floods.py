@@ -36,6 +36,7 @@ from countersign.devstack.temporal import DevServerConfig
 from tests.e2e.test_hostile_input import PROPERTY, ask, eventually, raw, records
 from tests.fixtures.agent import AgentHarness
 from tests.fixtures.postgres import reset_jane
+from tests.fixtures.temporal import failed_tasks
 from tests.fixtures.updates import execute_update
 from tests.workflows.test_approvals import ECHO_RESULT, audit, lead_status, pending, qualify
 from tests.workflows.test_approvals import jane_is_new as jane_is_new
@@ -112,12 +113,6 @@ async def waiting(handle: WorkflowHandle[Any, Any], what: str) -> StatusView:
     raise AssertionError(f"nothing in {what}: {status}")
 
 
-async def task_failures(agent: AgentHarness, handle: WorkflowHandle[Any, Any]) -> int:
-    """Failed workflow tasks in the first run and the current one."""
-    histories = [await run.fetch_history() for run in (handle, latest(agent, handle))]
-    return sum(e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED for h in histories for e in h.events)
-
-
 async def waiting_in(
     agent: AgentHarness, db_engine: AsyncEngine, state: str
 ) -> tuple[WorkflowHandle[Any, Any], StatusView | None]:
@@ -168,7 +163,7 @@ async def goes_on(
             AgentWorkflow.answer, AnswerSignal(call_id=question.call_id, user_id="alice", text="the acme one")
         )
         assert (await handle.result()).last_reply == "[scripted model] Thanks."
-    assert await task_failures(agent, handle) == 0
+    assert await failed_tasks(handle, latest(agent, handle)) == []
 
 
 @pytest.fixture
@@ -291,21 +286,29 @@ async def test_the_dev_server_refuses_a_signal_over_countersigns_bound_before_hi
 
 
 @pytest.mark.devserver
-async def test_an_update_over_the_bound_fails_its_caller_and_the_conversation_goes_on(
+async def test_an_update_over_the_bound_is_refused_at_the_door_and_the_conversation_goes_on(
     dev_agent: AgentHarness, db_engine: AsyncEngine, jane_is_new: None
 ) -> None:
-    """The server does not bound an update's payload at its door (it does a signal's); the worker's
-    SDK then fails the workflow tasks that would accept or reject it, until the server gives the
-    update up (about 20 s on the dev server). What is measured: the caller gets an error, the
-    conversation answers again afterwards and its approval is still decided as usual."""
+    """The blob size limit does not bound an update's request; the bound on a run's updates in
+    flight (`history.maxInFlightUpdatePayloads`, bounds.SERVER_LIMITS) does: the server refuses it
+    (RESOURCE_EXHAUSTED, which the caller's client retries for a while) before any worker sees it.
+    Without that bound the worker's SDK failed the workflow tasks that would answer it until the
+    server gave it up (about 20 s without queries). Nothing of it reaches the conversation, which
+    answers queries meanwhile and takes its decision as usual."""
     dev_agent.script(qualify(), ECHO_RESULT)
     handle = await dev_agent.start("please qualify jane")
     call = (await pending(handle)).pending_approvals[0]
     heavy = {"call_id": call.call_id, "decision": "approve", "approver": "bob", "comment": "x" * 1_500_000}
-    with pytest.raises(RPCError):
-        await handle.execute_update("decide", heavy)
-    status = await until_answers(handle)
+    sent = asyncio.create_task(handle.execute_update("decide", heavy))
+    await asyncio.sleep(2)
+    status = await asyncio.wait_for(handle.query(AgentWorkflow.status), timeout=5)
     assert status.state == "awaiting_approval" and status.pending_approvals[0].call_id == call.call_id
+    with pytest.raises(RPCError) as refused:
+        await sent
+    assert refused.value.status == RPCStatusCode.RESOURCE_EXHAUSTED
+    assert "payload size of in-flight updates" in refused.value.message
+    failed = EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED
+    assert failed not in [event.event_type async for event in handle.fetch_history_events()]
     decided = await execute_update(
         handle, AgentWorkflow.decide, Decision(call_id=call.call_id, decision="approve", approver="bob")
     )

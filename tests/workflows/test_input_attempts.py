@@ -14,15 +14,22 @@ update's own id, the signal's place in the run's history, the run itself for the
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
+import pytest_asyncio
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 from temporalio.service import RPCError
 
 from countersign.db.schema import ApprovalDecision, InputAudit, ProofCheck
+from countersign.devstack.temporal import DYNAMIC_CONFIG
+from countersign.scripted_model.server import ScriptedModelServer
 from tests.e2e.test_hostile_input import eventually
-from tests.fixtures.inbox import SignedStack
+from tests.fixtures.inbox import ProofKeys, SignedStack, signed_dev_stack
+from tests.fixtures.smtp import SmtpServer
+from tests.fixtures.temporal_dev import running_dev_server
 from tests.fixtures.updates import execute_update
 from tests.workflows.test_approvals import ECHO_RESULT, lead_status, pending, qualify
 from tests.workflows.test_approvals import jane_is_new as jane_is_new
@@ -30,6 +37,29 @@ from tests.workflows.test_floods import until_answers
 from workflows.agent import AgentWorkflow
 
 REFUSED_MESSAGES = 12
+UPDATE_BOUND = "history.maxInFlightUpdatePayloads="
+
+
+@pytest_asyncio.fixture
+async def unbounded_signed_dev_agent(
+    tmp_path: Path,
+    database_url: str,
+    db_engine: AsyncEngine,
+    scripted_model: ScriptedModelServer,
+    smtp_server: SmtpServer,
+    proof_keys: ProofKeys,
+) -> AsyncIterator[SignedStack]:
+    """signed_dev_agent on a dev server without Countersign's bound on updates' requests: there an
+    oversized update reaches the worker, whose SDK fails the workflow tasks that would answer it,
+    the way these tests provoke failed tasks that carry an input (with the bound, the server
+    refuses such an update at its door: tests/workflows/test_floods.py)."""
+    unbounded = tuple(value for value in DYNAMIC_CONFIG if not value.startswith(UPDATE_BOUND))
+    assert len(unbounded) == len(DYNAMIC_CONFIG) - 1
+    async with (
+        running_dev_server(tmp_path, unbounded) as server,
+        signed_dev_stack(server, database_url, db_engine, scripted_model, smtp_server, proof_keys) as stack,
+    ):
+        yield stack
 
 
 async def refusals_of(engine: AsyncEngine, workflow_id: str, actor: str) -> int:
@@ -45,14 +75,14 @@ async def refusals_of(engine: AsyncEngine, workflow_id: str, actor: str) -> int:
 @pytest.mark.devserver
 @pytest.mark.security
 async def test_an_oversized_decide_leaves_no_row_for_bobs_real_decision_and_no_refusal_twice(
-    signed_dev_agent: SignedStack, db_engine: AsyncEngine, jane_is_new: None
+    unbounded_signed_dev_agent: SignedStack, db_engine: AsyncEngine, jane_is_new: None
 ) -> None:
-    """A 1.5 MB `decide` in bob's name, without a proof, is held off while the workflow tasks that
-    would accept it fail (its handler runs in each, and records its refusal); alice's unproven end
-    and refused messages arrive meanwhile. Once the server gives the update up, bob's real, proven
-    decision through the inbox is accepted first time, and each refused input is on the record
-    exactly once."""
-    stack = signed_dev_agent
+    """A 1.5 MB `decide` in bob's name, without a proof, reaches the worker (a server without the
+    bound on updates) and is held off while the workflow tasks that would accept it fail (its
+    handler runs in each, and records its refusal); alice's unproven end and refused messages
+    arrive meanwhile. Once the server gives the update up, bob's real, proven decision through the
+    inbox is accepted first time, and each refused input is on the record exactly once."""
+    stack = unbounded_signed_dev_agent
     agent = stack.agent
     agent.script(qualify(), ECHO_RESULT)
     handle = await agent.start("please qualify jane")

@@ -20,6 +20,7 @@ from countersign.db.schema import (
     AgentProfile,
     AgentToolPermission,
     Compensation,
+    ConversationEvent,
     EmailOutbox,
     Lead,
     RollbackRecord,
@@ -251,6 +252,17 @@ async def test_atomic_turn_undoes_earlier_writes_when_one_fails(
     saga = await handle.query(AgentWorkflow.saga)
     assert [(e.tool, e.state) for e in saga.entries] == [("create_task", "done"), ("update_task", "skipped")]
     assert (await snapshot(db_engine))["tasks"] == before["tasks"]
+    # the conversation's readers (the chat page) are told how each undo ended, and why (issue 41)
+    async with db_engine.connect() as conn:
+        told = await conn.execute(
+            select(ConversationEvent.data)
+            .where(ConversationEvent.workflow_id == handle.id, ConversationEvent.kind == "rollback")
+            .order_by(ConversationEvent.id)
+        )
+        assert [(d["tool"], d["state"], d["why"]) for (d,) in told] == [
+            ("update_task", "skipped", "it never took effect: there was nothing to undo"),
+            ("create_task", "done", "its change was reversed"),
+        ]
 
 
 async def test_a_failing_compensation_is_reported_and_the_rest_still_run(

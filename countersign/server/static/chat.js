@@ -1,8 +1,10 @@
 // The chat page: plain JS, no build step. A conversation is drawn from its events stream
 // (/api/conversations/{id}/events, server-sent events), from the first event on: the model's text
-// as it streams, tool calls as steps with their results, approvals waiting (for whom, until when)
-// and decided (by whom), questions answered in place, rollbacks, turns. Every text from the
-// server goes through textContent, never innerHTML.
+// as it streams, tool calls as steps with their results (a line, and the result as the agent read
+// it), approvals waiting (for whom, until when) and decided (by whom, what they changed and why),
+// questions answered in place, rollbacks (and why they ended so), turns. Undo is offered for steps
+// whose tool can be undone, while the conversation runs; undoing it all and ending it ask first.
+// Every text from the server goes through textContent, never innerHTML.
 "use strict";
 
 function say(text) { $("#status").textContent = text; }
@@ -10,7 +12,10 @@ function say(text) { $("#status").textContent = text; }
 signInOut();
 
 // --- one conversation ------------------------------------------------------------------------
-let current = null; // {id, source, replies: Map(seq -> {node, attempt}), steps: Map(call_id -> node)}
+let current = null; // {id, source, replies: Map(seq -> {node, attempt}), steps: Map(call_id -> node), ended}
+
+// The tools whose steps can be undone (a compensation declared: tools/registry.py), from the page.
+const undoable = new Set(($("#log")?.dataset.undoable || "").split(" ").filter(Boolean));
 
 function timeLeft(iso) {
   const s = Math.max(0, Math.round((new Date(iso) - Date.now()) / 1000));
@@ -100,6 +105,7 @@ const handlers = {
       el("h3", { text: `Step ${data.call_id}: ${data.tool}` }),
       el("pre", { class: "args", text: args }),
       el("p", { class: "outcome", "aria-live": "polite", text: "running…" }),
+      el("p", { class: "review" }),
       el("p", { class: "actions" })));
     current.steps.set(data.call_id, step);
   },
@@ -125,8 +131,15 @@ const handlers = {
       setOutcome(step, "Nobody decided in time: not run", "failed");
     } else {
       for (const node of step.querySelectorAll(".decide, .to-inbox")) node.remove();
-      const outcome = `${data.state} by ${data.decided_by}`;
+      const outcome = `${data.state} by ${data.decided_by}${data.grant_id ? ` (grant ${data.grant_id}: not asked again)` : ""}`;
       setOutcome(step, outcome, data.state === "approved" ? "done" : "failed");
+      // what the reviewer changed of the call (from what to what) and why, or why they rejected it
+      if (data.note) $(".review", step).textContent = data.note;
+      const asked = $(".effect", step);
+      if (data.edited && asked) { // what it showed is what the agent asked, not what runs
+        asked.classList.add("superseded");
+        asked.prepend(el("p", { class: "muted", text: `As the agent asked it; ${data.decided_by} changed it (below)` }));
+      }
       setBusy(true, "The agent is working…");
       say(`${data.tool} ${outcome}`);
     }
@@ -160,15 +173,16 @@ const handlers = {
     const decided = step.classList.contains("done") ? `${$(".outcome", step).textContent}; ` : "";
     setOutcome(step, `${decided}${data.ok ? "done" : "did not succeed"}`, data.ok ? "done" : "failed");
     $(".answer", step)?.remove();
-    if (data.ok && data.tool !== "ask_human") {
-      const undo = el("button", { type: "button", text: `Undo ${data.call_id}` });
+    if (data.summary) $(".actions", step).before(resultView(data));
+    if (data.ok && undoable.has(data.tool) && !current.ended) {
+      const undo = el("button", { type: "button", class: "undo-call", text: `Undo ${data.call_id}` });
       undo.addEventListener("click", () => rollback("call", data.call_id));
       $(".actions", step).append(undo);
     }
   },
   rollback(data) {
     const step = stepNode(data.call_id);
-    const text = `Undo of ${data.call_id} (${data.tool}): ${data.state}`;
+    const text = `Undo of ${data.call_id} (${data.tool}): ${data.state}${data.why ? ` (${data.why})` : ""}`;
     if (step) $(".actions", step).replaceChildren(el("p", { class: "note", text }));
     else add(el("li", { class: "note", text }));
     say(text);
@@ -178,17 +192,30 @@ const handlers = {
     reply.node.textContent = data.reply || "";
     reply.node.classList.remove("streaming");
     if (data.stop !== "completed") reply.node.classList.add("note");
-    $("#undo-bar").hidden = false;
+    $("#undo-bar").hidden = current.ended;
     setBusy(false, `Turn ${data.turn} done`);
     say(`The agent replied: ${data.reply || ""}`);
   },
   ended() {
     add(el("li", { class: "note", text: "The conversation has ended." }));
     setBusy(true, "Ended");
+    current.ended = true; // nothing to undo from here: its writes stand (the CLI's rollback still reaches them)
+    for (const undo of document.querySelectorAll("#log .undo-call")) undo.remove();
+    $("#undo-bar").hidden = true;
     $("#message").disabled = true;
     current.source.close();
   },
 };
+
+// A step's result: its line (what the transcript prints: an error's code and message, a reviewer's
+// edit) and, folded, the result as the agent read it (bounded and redacted before the agent saw it).
+function resultView(data) {
+  let shown = data.result || "";
+  try { shown = JSON.stringify(JSON.parse(shown), null, 1); } catch { /* not JSON (cut): as it is */ }
+  return el("div", { class: "result" },
+    el("p", { class: "result-summary", text: data.summary }),
+    shown ? el("details", {}, el("summary", { text: "The result as the agent read it" }), el("pre", { text: shown })) : "");
+}
 
 function open(id, title) {
   if (current) current.source.close();
@@ -200,7 +227,7 @@ function open(id, title) {
   for (const b of document.querySelectorAll("#conversations button")) b.setAttribute("aria-current", String(b.dataset.id === id));
   // EventSource resumes by itself after a dropped connection, sending the last id it saw
   const source = new EventSource(`/api/conversations/${encodeURIComponent(id)}/events`);
-  current = { id, source, replies: new Map(), steps: new Map() };
+  current = { id, source, replies: new Map(), steps: new Map(), ended: false };
   for (const [name, handle] of Object.entries(handlers)) {
     source.addEventListener(name, (event) => { if (current && current.source === source) handle(JSON.parse(event.data)); });
   }
@@ -273,8 +300,11 @@ if ($("#compose")) {
   });
   $("#new").addEventListener("click", startNew);
   $("#undo-turn").addEventListener("click", () => rollback("turn"));
-  $("#undo-all").addEventListener("click", () => rollback("conversation"));
+  $("#undo-all").addEventListener("click", () => {
+    if (confirm("Undo everything this conversation changed? Each step that can be undone is undone.")) rollback("conversation");
+  });
   $("#end").addEventListener("click", async () => {
+    if (!confirm("End this conversation? Nothing more can be sent to it.")) return;
     try { await api("POST", `/api/conversations/${encodeURIComponent(current.id)}/end`, {}); say("End requested"); }
     catch (err) { say(err.message); }
   });
@@ -282,7 +312,10 @@ if ($("#compose")) {
     for (const span of document.querySelectorAll("[data-expires]")) span.textContent = timeLeft(span.dataset.expires);
   }, 1000);
   api("GET", "/api/agents").then((agents) => {
-    $("#agent").replaceChildren(...agents.map((a) => el("option", { value: a.name, text: a.description ? `${a.name}: ${a.description}` : a.name })));
+    // the name only (a description would widen the page past a phone's); the chosen one's description under it
+    $("#agent").replaceChildren(...agents.map((a) => el("option", { value: a.name, text: a.name, title: a.description || a.name })));
+    const describe = () => { $("#agent-about").textContent = agents.find((a) => a.name === $("#agent").value)?.description || ""; };
+    $("#agent").addEventListener("change", describe);
     // another page's request, ready to send (the drafts page's "Send it"): the person sends it
     const asked = new URLSearchParams(location.search);
     if (asked.get("message")) {
@@ -291,6 +324,7 @@ if ($("#compose")) {
       $("#message").focus();
       say(`Ready to send to ${$("#agent").value}: press Enter`);
     }
+    describe();
   }).catch((err) => say(err.message));
   loadConversations().catch((err) => say(err.message));
   $("#message").focus();

@@ -121,6 +121,9 @@ function card(item) {
   const approve = el("button", { type: "button", "data-action": "approve", text: "Approve" });
   const approveEdited = el("button", { type: "button", "data-action": "approve-edited", text: "Approve with these arguments" });
   const reject = el("button", { type: "button", "data-action": "reject", text: "Reject" });
+  const grantMinutes = el("input", { id: `${id}-grant-minutes`, type: "number", min: "1", max: "10080", step: "1", value: "60" });
+  const grantUses = el("input", { id: `${id}-grant-uses`, type: "number", min: "1", max: "100", step: "1", value: "1" });
+  const approveGranted = el("button", { type: "button", "data-action": "approve-grant", text: "Approve and grant the same again" });
   const expires = el("span", { class: "expires", "data-expires": item.expires_at, text: timeLeft(item.expires_at) });
   const messages = el("ul", { class: "messages", "aria-label": "Latest messages" });
   for (const m of item.last_messages || []) messages.append(el("li", { text: `${m.name}: ${m.content}` }));
@@ -139,6 +142,10 @@ function card(item) {
             + (item.voided_effect ? ` (then: ${item.voided_effect.summary})` : "")
             + ", so nothing ran and that approval was voided. Decide on it as it is now." })
       : "",
+    item.quorum
+      ? el("p", { class: "quorum", role: "status",
+          text: `Needs ${item.approvals_required} distinct approvers (policy ${item.policy}), never the requester: ${item.quorum}` })
+      : "",
     effectView(item.effect_lines, item.effect && !item.effect.resolved),
     (item.warnings || []).length
       ? el("ul", { class: "warnings", role: "alert", "aria-label": "Check these arguments" },
@@ -152,16 +159,27 @@ function card(item) {
     el("details", {}, el("summary", { text: "Edit arguments" }), fields, approveEdited),
     el("p", { class: "decision" }, el("label", { for: reason.id, text: "Your reason for this decision" }), reason),
     el("p", {}, approve, reject),
+    el("fieldset", { class: "grant" },
+      el("legend", { text: "Or approve, and let the same call run again without asking" }),
+      el("p", { class: "muted", text: `Later calls of ${item.tool} by ${item.requested_by} with ${item.agent}, with these `
+        + "same arguments (a tool's free ones, such as a reason, aside), run unasked until the time or the uses run out, "
+        + "whichever comes first; each use is audited as approved by you. Revoke it below at any time." }),
+      el("p", {},
+        el("label", { for: grantMinutes.id, text: "Grant minutes" }), grantMinutes, " ",
+        el("label", { for: grantUses.id, text: "Grant uses" }), grantUses, " ",
+        approveGranted)),
     el("p", { class: "error", role: "alert" }),
   );
-  const decide = async (decision, edited) => {
+  const decide = async (decision, edited, granted) => {
     const body = { decision, reason: reason.value || null };
     try {
       if (edited) body.args = readArgs(fields);
+      if (granted) body.grant = { minutes: Number(grantMinutes.value), uses: Number(grantUses.value) };
       const result = await api("POST", `/api/approvals/${encodeURIComponent(item.workflow_id)}/${encodeURIComponent(item.call_id)}`, body);
       say(`${result.state} ${item.tool} (${item.call_id}) in ${item.workflow_id} as ${result.decided_by}`);
       removeCard(key);
       loadHistory();
+      if (granted) loadGrants();
     } catch (err) {
       $(".error", node).textContent = err.message;
     }
@@ -169,6 +187,7 @@ function card(item) {
   if (item.risk !== "high") me.then((who) => { if (who.roles.includes("admin")) node.append(standingAllow(item, node)); });
   approve.addEventListener("click", () => decide("approve", false));
   approveEdited.addEventListener("click", () => decide("approve", true));
+  approveGranted.addEventListener("click", () => decide("approve", false, true));
   reject.addEventListener("click", () => {
     if (!reason.value.trim()) {
       $(".error", node).textContent = "Give a reason to reject: the agent is told why.";
@@ -241,6 +260,44 @@ async function loadHistory() {
     el("td", { text: `${r.approver} ${r.proven ? "(proven)" : "(claimed)"}`, title: r.proven ? "the inbox authenticated this person and the worker checked its proof" : "a name given without proof (names mode)" }),
     el("td", { text: r.reason || "" }),
   )));
+  labelCells($("#history"));
+}
+
+// Each cell named by its column: on a phone a table's rows are stacked, each cell under its name (inbox.css).
+function labelCells(table) {
+  const columns = [...table.querySelectorAll("thead th")].map((th) => th.textContent);
+  for (const row of table.tBodies[0].rows) [...row.cells].forEach((cell, i) => { cell.dataset.label = columns[i]; });
+}
+
+// The grants this person may see (all of the tenant's for an admin; else those they made or that let
+// their calls run), each live one revocable by its approver or an admin (the server checks again).
+async function loadGrants() {
+  const rows = await api("GET", "/api/grants").catch(() => []);
+  const who = await me;
+  $("#no-grants").hidden = rows.length > 0;
+  $("#grants tbody").replaceChildren(...rows.map((g) => {
+    const revoke = el("button", { type: "button", "data-action": "revoke", text: "Revoke" });
+    revoke.addEventListener("click", async () => {
+      if (!confirm(`Revoke grant ${g.id}? Later calls of ${g.tool} by ${g.requester} are asked again.`)) return;
+      try {
+        const done = await api("POST", `/api/grants/${g.id}/revoke`, {});
+        say(`grant ${done.id} (${done.tool} for ${done.requester}) revoked by ${done.revoked_by}`);
+      } catch (err) { say(err.message); }
+      loadGrants();
+    });
+    const mayRevoke = g.state === "live" && (who.roles.includes("admin") || who.user_id === g.approver);
+    return el("tr", { "data-grant": g.id },
+      el("td", { text: g.id }),
+      el("td", { text: g.tool }),
+      el("td", { text: `${g.requester} · ${g.agent}` }),
+      el("td", {}, el("code", { text: g.args })),
+      el("td", { text: g.approver }),
+      el("td", { text: `${g.uses_left} of ${g.uses}` }),
+      el("td", { text: new Date(g.expires_at).toLocaleString() }),
+      el("td", { class: "state", text: g.state === "revoked" ? `revoked by ${g.revoked_by}` : g.state }),
+      el("td", {}, mayRevoke ? revoke : ""));
+  }));
+  labelCells($("#grants"));
 }
 
 if ($("#pending")) {
@@ -280,4 +337,5 @@ if ($("#pending")) {
     });
   }
   loadHistory();
+  loadGrants();
 }

@@ -1,0 +1,175 @@
+"""What a tenant's Cedar policies cost per call (issue 35).
+
+    .venv/bin/python -m bench.policy [--calls 2000] [--policies 100]
+
+Two measures, one call at a time (the machine is shared: a sequential measure is the honest one):
+
+- Cedar's decision on one call (`countersign.core.cedar_policy.decide`: the request built, the
+  parsed set evaluated, forbid > strictest permit) with `--policies` policies in the set: forbids on
+  argument values, quorum permits, history-aware limits, spread over the registry's tools;
+- the whole policy gate (`evaluate_policy`: the tenant's sets, the requester's roles and the history
+  counts the set names read from PostgreSQL, then the decision), against a real, seeded PostgreSQL
+  (embedded unless DATABASE_URL is set), with the same set applied for a bench tenant.
+
+A tenant with no policies never reaches the gate (the workflow skips it on its snapshot's
+`has_policies`); `python -m bench.cost` confirms the step costs what it did.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import statistics
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+from sqlalchemy import delete
+from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+
+from activities.policies import PolicyActivities
+from countersign.core.calls import CallerContext, ToolInvocation, ToolSpec
+from countersign.core.cedar_policy import CallFacts, compile_policies, decide
+from countersign.core.policy import PolicyCheck
+from countersign.db.engine import create_engine, session_factory
+from countersign.db.schema import Tenant, TenantPolicy, User, UserRole
+from countersign.devstack.postgres import seeded_postgres
+from countersign.runtime.ports import free_port
+from tools.policies import apply_policies
+from tools.registry import REGISTRY
+
+
+def policy_set(count: int, specs: list[ToolSpec], rng: random.Random) -> str:
+    """`count` policies over the tools: a third forbids on an argument, a third quorum permits, a
+    third history-aware limits (every tool named by its action, as a tenant writes them)."""
+    lines = []
+    for n in range(count):
+        spec = specs[n % len(specs)]
+        action = f'action == Countersign::Action::"{spec.name}"'
+        strings = [a for a, s in spec.parameters.get("properties", {}).items() if s.get("type") == "string"]
+        kind = n % 3
+        if kind == 0 and strings:
+            arg = rng.choice(strings)
+            condition = f'context.args has {arg} && context.args.{arg} like "*blocked-{n}*"'
+            lines.append(f'@id("forbid-{n}") forbid(principal, {action}, resource) when {{ {condition} }};')
+        elif kind == 1:
+            lines.append(
+                f'@id("quorum-{n}") @approvals("2") @approvers("reviewer,admin") '
+                f'permit(principal, {action}, resource) when {{ principal.roles.contains("sales") }};'
+            )
+        else:
+            lines.append(
+                f'@id("limit-{n}") forbid(principal, {action}, resource) '
+                f"when {{ context.history.calls_today_by_requester >= {20 + n} }};"
+            )
+    return "\n".join(lines)
+
+
+def arguments(spec: ToolSpec, n: int) -> dict[str, object]:
+    """Plausible arguments: every string property filled, the rest left out."""
+    properties = spec.parameters.get("properties", {})
+    return {a: f"value-{n}" for a, s in properties.items() if s.get("type") == "string"}
+
+
+def ms(samples: list[float], q: int) -> str:
+    return f"{statistics.quantiles(samples, n=100)[q - 1] * 1000:.3f}"
+
+
+def row(name: str, samples: list[float]) -> str:
+    return f"| {name} | {ms(samples, 50)} | {ms(samples, 95)} | {ms(samples, 99)} |"
+
+
+def cedar_times(text: str, specs: list[ToolSpec], calls: int) -> tuple[float, list[float]]:
+    started = time.perf_counter()
+    compiled = compile_policies(text, specs)
+    apply_s = time.perf_counter() - started
+    samples = []
+    for n in range(calls):
+        spec = specs[n % len(specs)]
+        call = CallFacts(
+            user="alice", roles=("sales",), agent="operations", spec=spec, arguments=arguments(spec, n),
+            history={"calls_today_by_requester": n % 30},
+        )  # fmt: skip
+        started = time.perf_counter()
+        decide(compiled, call)
+        samples.append(time.perf_counter() - started)
+    return apply_s, samples
+
+
+async def gate_times(
+    sessions: async_sessionmaker[AsyncSession], text: str, specs: list[ToolSpec], calls: int
+) -> list[float]:
+    """The whole activity for a bench tenant that has the set (its admin applies it)."""
+    tenant = f"bench-policy-{uuid.uuid4().hex[:6]}"
+    async with sessions.begin() as session:
+        session.add(Tenant(id=tenant, name=tenant))
+        await session.flush()
+        for user, role in (("alice", "sales"), ("carol", "admin")):
+            session.add(User(tenant_id=tenant, id=user, display_name=user, email=f"{user}@{tenant}.example"))
+            await session.flush()
+            session.add(UserRole(tenant_id=tenant, user_id=user, role=role))
+        await session.flush()
+        change = await apply_policies(
+            session, tenant_id=tenant, text=text, shadow=False, changed_by="carol", via="cli"
+        )
+        assert change.accepted, change.reason
+    gate = PolicyActivities(sessions)
+    caller = CallerContext(tenant_id=tenant, user_id="alice", roles=["sales"], agent="operations")
+    samples: list[float] = []
+    try:
+        for n in range(calls + 20):  # the first 20 warm the pool and the plans
+            spec = specs[n % len(specs)]
+            invocation = ToolInvocation(
+                caller=caller, workflow_id=f"wf-{n}", run_id="r", call_id=f"c{n}", tool=spec.name,
+                arguments=json.dumps(arguments(spec, n)),
+            )  # fmt: skip
+            started = time.perf_counter()
+            await gate.evaluate_policy(PolicyCheck(invocation=invocation, spec=spec))
+            if n >= 20:
+                samples.append(time.perf_counter() - started)
+    finally:  # policy_changes are chained and stay, like every audit row (and the tenant with them)
+        async with sessions.begin() as session:
+            for model in (TenantPolicy, UserRole, User):
+                await session.execute(delete(model).where(model.tenant_id == tenant))
+    return samples
+
+
+async def run(url: str | None, calls: int, count: int) -> str:
+    specs = [tool.spec() for tool in REGISTRY.values()]
+    text = policy_set(count, specs, random.Random(35))
+    apply_s, cedar = cedar_times(text, specs, calls)
+    lines = ["| measured (ms) | p50 | p95 | p99 |", "|---|---:|---:|---:|"]
+    lines.append(row("Cedar's decision (`decide`)", cedar))
+    if url is not None:
+        engine = create_engine(url)
+        try:
+            gate = await gate_times(session_factory(engine), text, specs, calls)
+        finally:
+            await engine.dispose()
+        lines.append(row("the whole gate (`evaluate_policy`, PostgreSQL)", gate))
+    return (
+        f"{count} policies over {len(specs)} tools, {calls} calls, one at a time; checking and parsing the "
+        f"set at `policy apply`: {apply_s * 1000:.0f} ms\n\n" + "\n".join(lines)
+    )
+
+
+async def main(calls: int, count: int) -> None:
+    url = os.environ.get("DATABASE_URL")
+    if url:
+        print(await run(url, calls, count))
+        return
+    with tempfile.TemporaryDirectory() as data:
+        async with seeded_postgres(Path(data), free_port()) as own:
+            print(await run(own, calls, count))
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", type=int, default=2000)
+    parser.add_argument("--policies", type=int, default=100)
+    arguments_ = parser.parse_args()
+    asyncio.run(main(arguments_.calls, arguments_.policies))

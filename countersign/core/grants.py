@@ -1,0 +1,119 @@
+"""Grants: a reviewer's "the same again, for a while", and the pure rules of what one covers.
+
+A reviewer approving a call may grant later calls the same approval for `minutes` or `uses`,
+whichever ends first (at most 7 days and 100 uses). The grant is minted only by the accepted,
+approving decision it comes with (activities/approvals.py, `record_decision`; in signed mode that
+decision's proof binds its terms, `grant_claim`, so nobody can add a grant to another's approval),
+and it covers only what that decision approved: the same tenant, tool, requester and agent, and
+the same arguments, apart from the ones the tool declares free (`@tool(free_args=…)`, a `reason`
+say: `scope_digest`). A revoked grant covers nothing. A call that needs two or more approvers is
+never granted (`grant_allowed`).
+
+These rules are plain functions; `countersign/db/grants.py` finds, locks and spends grants in
+PostgreSQL, and applies `covers` to the row it locked.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Collection, Mapping
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field, StrictInt
+
+from countersign.core.evidence import canonical
+
+MAX_GRANT_MINUTES = 7 * 24 * 60
+MAX_GRANT_USES = 100
+
+
+class GrantTerms(BaseModel, extra="forbid"):
+    """How long a grant lasts: `minutes` from the decision, or `uses` calls, whichever ends first."""
+
+    minutes: StrictInt = Field(ge=1, le=MAX_GRANT_MINUTES)
+    uses: StrictInt = Field(ge=1, le=MAX_GRANT_USES)
+
+
+def grant_claim(terms: GrantTerms | None) -> str:
+    """What a decision's proof binds of its grant: "" for none, else both terms."""
+    return "" if terms is None else f"{terms.minutes}m/{terms.uses}u"
+
+
+def grant_allowed(approvals_required: int = 1) -> bool:
+    """Whether a call that needs `approvals_required` approvers may be granted: one approver's
+    grant must not stand in for a quorum."""
+    return approvals_required == 1
+
+
+def grant_refusal(decision: str, approvals_required: int = 1) -> str | None:
+    """Why a decision may not carry a grant, or None."""
+    if decision != "approve":
+        return "a grant comes only with an approval"
+    if not grant_allowed(approvals_required):
+        return f"this call needs {approvals_required} approvers: it cannot be granted"
+    return None
+
+
+class GrantScope(BaseModel, frozen=True):
+    """What a grant is for, and what a call is: equal scopes are the only match."""
+
+    tenant_id: str
+    tool: str
+    requester: str
+    agent: str
+    args_sha256: str  # `scope_digest` of the arguments
+
+
+class GrantState(BaseModel):
+    """What `covers` reads of a stored grant."""
+
+    scope: GrantScope
+    expires_at: datetime
+    uses_left: int
+    revoked: bool = False
+
+
+def scope_digest(arguments: Mapping[str, Any], free_args: Collection[str]) -> str:
+    """SHA-256 (hex) of the canonical JSON of the arguments without the tool's free ones: two calls
+    differing only in a free argument (a `reason`) have the same digest, any other difference not."""
+    bound = {name: value for name, value in arguments.items() if name not in free_args}
+    return hashlib.sha256(canonical(bound).encode()).hexdigest()
+
+
+def covers(grant: GrantState, call: GrantScope, now: datetime) -> bool:
+    """Whether `grant` lets `call` run unasked at `now`: the same scope, not revoked, not expired,
+    a use left."""
+    return grant.scope == call and not grant.revoked and now < grant.expires_at and grant.uses_left > 0
+
+
+Standing = Literal["live", "expired", "used up", "revoked"]
+
+
+def standing(grant: GrantState, now: datetime) -> Standing:
+    """What a grant is now, as a list shows it: revoked first, then expired, then used up."""
+    if grant.revoked:
+        return "revoked"
+    if now >= grant.expires_at:
+        return "expired"
+    return "used up" if grant.uses_left <= 0 else "live"
+
+
+def revoke_refusal(revoker: str, roles: list[str] | None, approver: str) -> str | None:
+    """Why `revoker` (with `roles` in the grant's tenant, None: not a user of it) may not revoke a
+    grant `approver` made, or None: the tenant's admins and the approver who granted it may."""
+    if roles is None:
+        return f"{revoker!r} is not a user of this tenant"
+    if "admin" in roles or revoker == approver:
+        return None
+    return f"{revoker} may not revoke a grant {approver} made (admins and its approver may)"
+
+
+class Granted(BaseModel):
+    """A grant spent on one call (`record_approval_request`'s answer): the call runs unasked, as
+    approved by the grant's approver, and its audit row names the grant."""
+
+    grant_id: int
+    decision_id: int  # the approval that minted the grant
+    approver: str
+    uses_left: int

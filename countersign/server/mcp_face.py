@@ -1,0 +1,521 @@
+"""Countersign as an MCP server: `/mcp/{agent}`, Streamable HTTP (CONTRACT.md, "Countersign as an
+MCP server"), for clients outside Countersign (Claude, Cursor, any agent with an MCP client).
+
+Who calls: an API token (`Authorization: Bearer cst_…`), acting for its only user or the one
+`X-Countersign-User` names; the token and the user's standing are read from PostgreSQL on every
+request (a revoked token or a deactivated user is refused at once, also mid-conversation), the
+token's tenant scopes everything. Every request is a `requester_actions` row (`via` "mcp"),
+refusals included.
+
+Where calls go: a token's user and agent have ONE conversation (keyed `mcp:<token id>:<user>:<agent>`),
+started on first use, not one per MCP session: the 2026-07-28 protocol has no sessions (every
+request stands alone), and a conversation per token, user and agent keeps what the calls changed
+in one saga, so the user can undo one call or all of them (`POST /api/conversations/{id}/rollback`
+with the same token; every result's `_meta` names the conversation and the call). A call is the
+workflow's `serve_call` update: the model's own path (workflows/served.py), without a model turn.
+
+A call that waits for a reviewer answers `input_required` (2026-07-28, SEP-2322): a URL
+elicitation pointing at the call's inbox card and a `requestState` the client echoes when it asks
+again (countersign/core/continuation.py: MACed, bound to principal, agent, conversation, call,
+tool and arguments, short-lived, spent once in `mcp_continuations`). Asking again holds the
+request up to HOLD_S for the decision; the tool's result comes once decided (a rejection or an
+expiry: an error result with the reason). A client on an earlier protocol, which has no
+`input_required`, is told where the call waits in an error result.
+
+The SDK's transport (mcp.server.streamable_http_manager, stateless, JSON responses) serves the
+protocol: it is an ASGI app, which `serve` drives from the aiohttp handler after authenticating,
+bounding the body (the app's `client_max_size`) and admitting the request; the caller travels in
+the ASGI scope. Driving the SDK's own transport, rather than answering JSON-RPC by hand, keeps
+every protocol version, header and error code the SDK knows correct as it evolves.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import secrets
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import mcp_types as types
+from aiohttp import web
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from cryptography.hazmat.primitives.hashes import SHA256
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+from mcp.server.context import ServerRequestContext
+from mcp.server.lowlevel import Server
+from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from mcp.shared.exceptions import MCPError
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+from pydantic import TypeAdapter
+from sqlalchemy.dialects.postgresql import insert
+from temporalio.client import WorkflowUpdateFailedError, WorkflowUpdateRPCTimeoutOrCancelledError
+from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCError, RPCStatusCode
+
+from countersign.client.handles import keyed_workflow_id
+from countersign.core.calls import ToolSpec
+from countersign.core.continuation import (
+    CONTINUATION_TTL,
+    CallBinding,
+    Continuation,
+    Principal,
+    arguments_digest,
+    opened,
+    sealed,
+)
+from countersign.core.contract import ServedCall, ServedOutcome
+from countersign.core.messages import MAX_ARGUMENTS_CHARS, MAX_TOOL_NAME_CHARS
+from countersign.db.messages import ConversationStore
+from countersign.db.schema import AgentProfile, McpContinuation
+from countersign.identity import tokens
+from countersign.identity.proofs import Binding, mint_proof
+from countersign.server.http import HttpRefusal, bearer_of
+from countersign.server.requesters import Caller, Requesters, StartBody
+
+SCOPE_KEY = "countersign.mcp"  # where the ASGI scope carries the authenticated caller
+USER_HEADER = "X-Countersign-User"
+HOLD_S = 20.0  # how long asking again about a waiting call holds the request for its decision
+TOOLS_WAIT_S = 10.0  # how long tools/list waits for a conversation just started to load its tools
+SERVED_TOOLS = TypeAdapter(list[ToolSpec])
+
+
+@dataclass(frozen=True)
+class McpCaller:
+    """An authenticated request: the token's caller, the user it acts for, the agent it addresses."""
+
+    caller: Caller
+    user_id: str
+    agent: str
+    key: str  # the conversation key of this token, user and agent (one conversation for their calls)
+    workflow_id: str  # that conversation's
+
+    @property
+    def principal(self) -> Principal:
+        assert self.caller.token is not None
+        return Principal(tenant_id=self.caller.tenant_id, token_id=self.caller.token.id, user_id=self.user_id)
+
+
+def continuation_key(server_key: Ed25519PrivateKey) -> bytes:
+    """The HMAC key of request states: derived from the server's own key (the deployment's, which
+    every server replica holds), for this use only, so nothing MACed with it passes as anything else."""
+    raw = server_key.private_bytes(
+        serialization.Encoding.Raw, serialization.PrivateFormat.Raw, serialization.NoEncryption()
+    )
+    return HKDF(algorithm=SHA256(), length=32, salt=None, info=b"countersign mcp request state").derive(raw)
+
+
+def hints(spec: ToolSpec) -> types.ToolAnnotations:
+    """The MCP hints of a tool, from its risk and category: a read changes nothing (and asking
+    twice is the same); a write or an outbound message is destructive unless it is low-risk or can
+    be undone."""
+    read = spec.category == "read"
+    return types.ToolAnnotations(
+        read_only_hint=read,
+        destructive_hint=not read and (spec.risk == "high" or not spec.compensable),
+        idempotent_hint=read,
+    )
+
+
+def listed(spec: ToolSpec) -> types.Tool:
+    return types.Tool(
+        name=spec.name,
+        description=spec.description,
+        input_schema=spec.parameters,
+        annotations=hints(spec),
+    )
+
+
+def bound_refusal(tool: str, arguments: str) -> str | None:
+    """Why a call's name or arguments exceed what a conversation takes (`ServedCall`), else None."""
+    if not tool or len(tool) > MAX_TOOL_NAME_CHARS:
+        return f"no tool named {tool[:MAX_TOOL_NAME_CHARS]!r}"
+    if len(arguments) > MAX_ARGUMENTS_CHARS:
+        return f"arguments of {len(arguments)} characters, over the limit of {MAX_ARGUMENTS_CHARS}"
+    return None
+
+
+def refused(code: int, message: str) -> MCPError:
+    return MCPError(code, message)
+
+
+class McpFace:
+    def __init__(self, requesters: Requesters) -> None:
+        self.requesters = requesters
+        self._proof_key = requesters.signing_key
+        self._state_key = continuation_key(requesters.signing_key)
+        self._store = ConversationStore(requesters.sessions)
+        self.server: Server[Any] = Server(
+            "countersign", on_list_tools=self.list_tools, on_call_tool=self.call_tool
+        )
+        self.manager = StreamableHTTPSessionManager(self.server, json_response=True, stateless=True)
+
+    # --- who calls (the HTTP edge) ----------------------------------------------------------------
+
+    async def authenticate(self, request: web.Request) -> McpCaller:
+        """The token's caller for the user it acts for, or HttpRefusal (recorded when the tenant is
+        known: an unknown token names no tenant to record under)."""
+        bearer = bearer_of(request)
+        if bearer is None or not tokens.looks_like_token(bearer):
+            raise HttpRefusal(401, "send an API token: Authorization: Bearer cst_…")
+        caller = await self.requesters.token_caller(bearer)
+        if caller is None or caller.token is None:
+            raise HttpRefusal(401, "unknown or revoked API token")
+        named = request.headers.get(USER_HEADER)
+        user = named or (next(iter(caller.token.act_as)) if len(caller.token.act_as) == 1 else None)
+        agent = request.match_info["agent"][:200]
+        if user is None or not caller.may_act_for(user):
+            why = (
+                f"token {caller.token.name} may not act for {named} (not its user, or deactivated)"
+                if named
+                else f"token {caller.token.name} acts for no active user"
+                if not caller.token.act_as
+                else f"token {caller.token.name} acts for several users: name one in {USER_HEADER}"
+            )
+            await self.record(caller, named, agent, "mcp", 403, why)
+            raise HttpRefusal(403, why)
+        async with self.requesters.sessions() as session:
+            known = await session.get(AgentProfile, agent) is not None
+        if not known:
+            await self.record(caller, user, agent, "mcp", 404, f"no agent {agent}")
+            raise HttpRefusal(404, f"no agent {agent}")
+        key = f"mcp:{caller.token.id}:{user}:{agent}"
+        try:
+            workflow_id = keyed_workflow_id(caller.tenant_id, key)
+        except ValueError as err:  # a user id a conversation key cannot hold (spaces, say)
+            await self.record(caller, user, agent, "mcp", 422, str(err))
+            raise HttpRefusal(422, str(err)) from None
+        await self.requesters.admit(caller, user)
+        return McpCaller(caller=caller, user_id=user, agent=agent, key=key, workflow_id=workflow_id)
+
+    async def record(
+        self, caller: Caller, user_id: str | None, agent: str, what: str, status: int, reason: str | None
+    ) -> None:
+        """A `requester_actions` row naming the token, the user and "mcp"."""
+        await self.requesters.record(
+            caller,
+            user_id,
+            "mcp",
+            None,
+            status,
+            f"{agent} {what}: {reason}" if reason else f"{agent} {what}",
+            via="mcp",
+        )
+
+    # --- the protocol's handlers ----------------------------------------------------------------
+
+    async def list_tools(
+        self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
+        who = caller_of(ctx)
+        await self._start(who)
+        specs = await self._served_tools(who.workflow_id)
+        await self.record(who.caller, who.user_id, who.agent, "tools/list", 200, f"{len(specs)} tools")
+        return types.ListToolsResult(tools=[listed(s) for s in specs])
+
+    async def call_tool(
+        self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
+    ) -> types.CallToolResult | types.InputRequiredResult:
+        who = caller_of(ctx)
+        workflow_id = who.workflow_id
+        arguments = json.dumps(params.arguments or {}, separators=(",", ":"), ensure_ascii=False)
+        binding = CallBinding(
+            principal=who.principal,
+            agent=who.agent,
+            workflow_id=workflow_id,
+            tool=params.name,
+            args_sha256=arguments_digest(arguments),
+        )
+        bound = bound_refusal(params.name, arguments)
+        if bound is not None:  # what no call of this server could take: no conversation is asked
+            await self.record(who.caller, who.user_id, who.agent, "tools/call", 422, bound)
+            raise refused(types.INVALID_PARAMS, bound)
+        if params.request_state is not None:
+            call_id = await self._spend(who, binding, params.request_state)
+            call = ServedCall(
+                user_id=who.user_id, call_id=call_id, tool=params.name, arguments=arguments, resume=True
+            )
+        else:
+            call_id = f"mcp-{uuid.uuid4().hex}"
+            proof = mint_proof(
+                self._proof_key,
+                who.user_id,
+                Binding.call(who.caller.tenant_id, workflow_id, call_id, params.name, arguments),
+                datetime.now(UTC),
+            )
+            call = ServedCall(
+                user_id=who.user_id, call_id=call_id, tool=params.name, arguments=arguments, proof=proof
+            )
+        outcome = await self._serve(who, workflow_id, call)
+        if outcome.state == "done":
+            return await self._result(who, workflow_id, outcome)
+        card = f"{origin_of(ctx)}/#{workflow_id}/{call_id}"
+        await self.record(
+            who.caller,
+            who.user_id,
+            who.agent,
+            f"tools/call {params.name} {call_id}",
+            202,
+            f"waits for a reviewer: {card}",
+        )
+        if ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS:
+            return error_result(
+                f"{params.name} waits for a reviewer's decision ({card}); this client's protocol "
+                f"({ctx.protocol_version}) cannot wait for it: the result will be in conversation "
+                f"{workflow_id}, call {call_id}",
+                workflow_id,
+                call_id,
+            )
+        state = self._seal(binding, call_id)
+        if call.resume:  # the client opened the card already: only ask again
+            return types.InputRequiredResult(request_state=state)
+        elicitation = types.ElicitRequest(
+            params=types.ElicitRequestURLParams(
+                message=f"{params.name} waits for a reviewer's approval: its card in the Countersign inbox",
+                url=card,
+                elicitation_id=call_id,
+            )
+        )
+        return types.InputRequiredResult(input_requests={"approval": elicitation}, request_state=state)
+
+    # --- the conversation behind them -------------------------------------------------------------
+
+    async def _start(self, who: McpCaller) -> None:
+        """Start this token's, user's and agent's conversation (`who.workflow_id`) unless it runs."""
+        body = StartBody(agent=who.agent, key=who.key, user_id=who.user_id)
+        try:
+            await self.requesters.start(who.caller, who.user_id, body)
+        except HttpRefusal as err:
+            await self.record(who.caller, who.user_id, who.agent, "start", err.status, str(err))
+            raise refused(types.INVALID_REQUEST, str(err)) from None
+
+    async def _served_tools(self, workflow_id: str) -> list[ToolSpec]:
+        handle = self.requesters.client.get_workflow_handle(workflow_id)
+        deadline = asyncio.get_running_loop().time() + TOOLS_WAIT_S
+        while True:  # a conversation just started loads its tools first (an empty list until then)
+            specs = SERVED_TOOLS.validate_python(await handle.query("served_tools"))
+            if specs or asyncio.get_running_loop().time() >= deadline:
+                return specs
+            await asyncio.sleep(0.05)
+
+    async def _serve(self, who: McpCaller, workflow_id: str, call: ServedCall) -> ServedOutcome:
+        """The call's outcome from its conversation, which is started first when none runs (its
+        first call, or the previous one ended): asking first saves a start on every call."""
+        try:
+            return await self._update(who, workflow_id, call)
+        except RPCError as err:
+            if err.status != RPCStatusCode.NOT_FOUND or call.resume:
+                await self.record(who.caller, who.user_id, who.agent, "tools/call", 503, err.message)
+                raise refused(types.INTERNAL_ERROR, f"Temporal: {err.message}") from None
+        await self._start(who)
+        return await self._update(who, workflow_id, call)
+
+    async def _update(self, who: McpCaller, workflow_id: str, call: ServedCall) -> ServedOutcome:
+        what = f"tools/call {call.tool} {call.call_id}"
+        handle = self.requesters.client.get_workflow_handle(workflow_id)
+        update = handle.execute_update("serve_call", call, result_type=ServedOutcome)
+        try:
+            if call.resume:  # hold the request a while for the decision, then ask the client again
+                try:
+                    return await asyncio.wait_for(update, HOLD_S)
+                except (TimeoutError, WorkflowUpdateRPCTimeoutOrCancelledError):  # still waiting
+                    return ServedOutcome(call_id=call.call_id, state="waiting")
+            outcome: ServedOutcome = await update
+            return outcome
+        except WorkflowUpdateFailedError as err:
+            reason = err.cause.message if isinstance(err.cause, ApplicationError) else str(err.cause)
+            await self.record(who.caller, who.user_id, who.agent, what, 409, reason)
+            raise refused(types.INVALID_REQUEST, reason) from None
+
+    async def _result(self, who: McpCaller, workflow_id: str, outcome: ServedOutcome) -> types.CallToolResult:
+        """The tool's result as its conversation stored it (the body is in PostgreSQL)."""
+        stored = outcome.result
+        assert stored is not None
+        what = f"tools/call {stored.tool} {stored.call_id}"
+        instance = await self._store.latest_instance(workflow_id)
+        message = (await self._store.at(workflow_id, instance, [stored.seq])).get(stored.seq)
+        text = message.content if message is not None and message.content else json.dumps({"ok": stored.ok})
+        failure = None if stored.ok else error_message(text)[:500]
+        await self.record(who.caller, who.user_id, who.agent, what, 200 if stored.ok else 422, failure)
+        if stored.code == "UNKNOWN_TOOL":  # the protocol's error for a tool that is not there
+            raise refused(types.INVALID_PARAMS, error_message(text))
+        try:
+            structured = json.loads(text)
+        except ValueError:
+            structured = None
+        return types.CallToolResult(
+            content=[types.TextContent(text=text)],
+            structured_content=structured if isinstance(structured, dict) else None,
+            is_error=not stored.ok,
+            _meta=conversation_meta(workflow_id, stored.call_id),
+        )
+
+    # --- request states ---------------------------------------------------------------------------
+
+    def _seal(self, binding: CallBinding, call_id: str) -> str:
+        expires = datetime.now(UTC) + CONTINUATION_TTL
+        continuation = Continuation(
+            **binding.model_dump(), call_id=call_id, nonce=secrets.token_urlsafe(18), expires_at=expires
+        )
+        return sealed(self._state_key, continuation)
+
+    async def _spend(self, who: McpCaller, binding: CallBinding, state: str) -> str:
+        """The call a request state is for, once: a forged, altered, expired, misbound or replayed
+        state is refused and recorded."""
+        continuation = opened(self._state_key, state, binding, datetime.now(UTC))
+        if isinstance(continuation, Continuation):
+            async with self.requesters.sessions.begin() as session:
+                spent = await session.scalar(
+                    insert(McpContinuation)
+                    .values(
+                        nonce=continuation.nonce,
+                        tenant_id=who.caller.tenant_id,
+                        workflow_id=binding.workflow_id,
+                        call_id=continuation.call_id,
+                    )
+                    .on_conflict_do_nothing()
+                    .returning(McpContinuation.nonce)
+                )
+            if spent is not None:
+                return continuation.call_id
+            continuation = "the request state was used before (a replay)"
+        await self.record(who.caller, who.user_id, who.agent, f"tools/call {binding.tool}", 403, continuation)
+        raise refused(types.INVALID_PARAMS, f"request state refused: {continuation}")
+
+    # --- the HTTP side --------------------------------------------------------------------------
+
+    async def serve(self, request: web.Request) -> web.StreamResponse:
+        """Authenticate, bound and admit the request, then hand it to the SDK's transport."""
+        try:
+            who = await self.authenticate(request)
+            try:
+                body = await request.read()
+            except web.HTTPRequestEntityTooLarge:
+                why = f"request body larger than {request.client_max_size} bytes"
+                await self.record(who.caller, who.user_id, who.agent, "request", 413, why)
+                raise HttpRefusal(413, why) from None
+        except HttpRefusal as err:
+            return jsonrpc_error(err)
+        response = await drive_asgi(self.manager.handle_request, request, body, {SCOPE_KEY: who})
+        if response.status >= 400:  # what never reached a handler (malformed, unknown method) too
+            why = f"{request.method} refused by the MCP transport"
+            await self.record(who.caller, who.user_id, who.agent, "request", response.status, why)
+        return response
+
+
+def caller_of(ctx: ServerRequestContext[Any]) -> McpCaller:
+    """The caller `serve` authenticated, carried in the ASGI scope of the request."""
+    who = ctx.request.scope.get(SCOPE_KEY) if ctx.request is not None else None
+    if not isinstance(who, McpCaller):  # never: every request comes through `serve`
+        raise refused(types.INVALID_REQUEST, "unauthenticated")
+    return who
+
+
+def origin_of(ctx: ServerRequestContext[Any]) -> str:
+    assert ctx.request is not None
+    return str(ctx.request.base_url).rstrip("/")
+
+
+def error_message(text: str) -> str:
+    """The message of a stored error envelope (`{"ok": false, "error": {"code", "message"}}`)."""
+    try:
+        return str(json.loads(text)["error"]["message"])
+    except (ValueError, KeyError, TypeError):
+        return text
+
+
+def conversation_meta(workflow_id: str, call_id: str) -> dict[str, Any]:
+    return {"countersign": {"workflow_id": workflow_id, "call_id": call_id}}
+
+
+def error_result(text: str, workflow_id: str, call_id: str) -> types.CallToolResult:
+    return types.CallToolResult(
+        content=[types.TextContent(text=text)], is_error=True, _meta=conversation_meta(workflow_id, call_id)
+    )
+
+
+def jsonrpc_error(refusal: HttpRefusal) -> web.Response:
+    """A refusal before the protocol: the HTTP status (401 says how to authenticate, 429 when to
+    come back), and a JSON-RPC error a client can show."""
+    headers = {"WWW-Authenticate": 'Bearer realm="countersign"'} if refusal.status == 401 else {}
+    if refusal.retry_after_s is not None:
+        headers["Retry-After"] = str(refusal.retry_after_s)
+    error = {"code": types.INVALID_REQUEST, "message": str(refusal)}
+    return web.json_response(
+        {"jsonrpc": "2.0", "id": None, "error": error}, status=refusal.status, headers=headers
+    )
+
+
+async def drive_asgi(
+    app: Any, request: web.Request, body: bytes, extra: dict[str, Any]
+) -> web.StreamResponse:
+    """Run ASGI `app` for an aiohttp request whose body was read already: its response streamed
+    back as the app sends it."""
+    scope: dict[str, Any] = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": request.method,
+        "scheme": request.scheme,
+        "path": request.path,
+        "raw_path": request.raw_path.split("?")[0].encode(),
+        "query_string": request.query_string.encode(),
+        "root_path": "",
+        "headers": [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in request.headers.items()],
+        "client": (request.remote or "", 0),
+        "server": (request.url.host or "", request.url.port or 0),
+        **extra,
+    }
+    delivered = False
+    response: web.StreamResponse | None = None
+
+    async def receive() -> dict[str, Any]:
+        nonlocal delivered
+        if not delivered:
+            delivered = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        await asyncio.Event().wait()  # nothing more comes: the app is cancelled when the client goes
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        nonlocal response
+        if message["type"] == "http.response.start":
+            response = web.StreamResponse(status=message["status"])
+            for name, value in message.get("headers", []):
+                response.headers.add(name.decode("latin-1"), value.decode("latin-1"))
+            await response.prepare(request)
+        elif message["type"] == "http.response.body" and response is not None:
+            await response.write(message.get("body", b""))
+            if not message.get("more_body", False):
+                await response.write_eof()
+
+    await app(scope, receive, send)
+    assert response is not None  # an ASGI app always starts its response
+    return response
+
+
+def add_routes(app: web.Application, requesters: Requesters) -> None:
+    face = McpFace(requesters)
+
+    async def running(_: web.Application) -> AsyncIterator[None]:
+        """The SDK's manager runs in a task of its own: aiohttp may start and clean up the app in
+        different tasks, and the manager's task group must be left in the task that entered it."""
+        started, stop = asyncio.Event(), asyncio.Event()
+
+        async def manage() -> None:
+            async with face.manager.run():
+                started.set()
+                await stop.wait()
+
+        task = asyncio.create_task(manage())
+        await started.wait()
+        yield
+        stop.set()
+        await task
+
+    app.cleanup_ctx.append(running)
+    app.router.add_route("*", "/mcp/{agent}", face.serve)

@@ -1,0 +1,229 @@
+"""Tenants' Cedar policy sets in PostgreSQL: applied by a tenant's admin, every attempt chained.
+
+The pure part (schema, checks, one call's decision) is countersign/core/cedar_policy.py. Here: the
+tools a tenant's set is validated against (the registry's and the MCP tools its servers last
+listed), `apply_policies` (admins only, per the database, like tier changes: tools/tiers.py; the
+attempt, refused or not, is a `policy_changes` row in the tenant's audit chain), the tenant's sets
+as applied, and a cache of parsed sets by digest so that a call parses nothing.
+
+An empty file applied removes the tenant's policies of that mode: with no enforced set, a
+conversation's snapshot says so and its calls skip the policy gate entirely.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from datetime import UTC, datetime, timedelta
+from functools import lru_cache
+from typing import Any
+
+from sqlalchemy import func, or_, select
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from countersign.core.calls import NO_MATCH, PolicyDecision, ToolSpec
+from countersign.core.cedar_policy import (
+    HISTORY_COUNTERS,
+    CallFacts,
+    CompiledPolicies,
+    PolicySetError,
+    compile_policies,
+    decide,
+    load_policies,
+)
+from countersign.core.effects import Effect
+from countersign.db.chain import chain
+from countersign.db.schema import McpServer, PolicyChange, TenantPolicy, ToolExecution, UserRole
+from countersign.mcp.catalog import ListedTool, spec_of
+from tools.registry import REGISTRY
+from tools.tiers import ADMIN_ROLE, Via
+
+MAX_POLICY_CHARS = 200_000  # a policy file, as text: a set of a few hundred policies fits many times
+
+
+def digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+async def tenant_tools(session: AsyncSession, tenant_id: str) -> list[ToolSpec]:
+    """Every tool a policy of the tenant may name: the registry's, and the MCP tools of the servers
+    the tenant can use as they last listed them."""
+    specs = [tool.spec() for tool in REGISTRY.values()]
+    servers = await session.scalars(
+        select(McpServer).where(or_(McpServer.tenant_id.is_(None), McpServer.tenant_id == tenant_id))
+    )
+    for server in servers:
+        for listed in server.tools or []:
+            spec = spec_of(server.name, ListedTool.model_validate(listed), None)
+            if spec is not None:
+                specs.append(spec)
+    return specs
+
+
+@lru_cache(maxsize=256)
+def loaded(text: str) -> CompiledPolicies:
+    """An applied set, parsed once per process (a call evaluates, it does not parse)."""
+    return load_policies(text)
+
+
+async def tenant_policies(session: AsyncSession, tenant_id: str) -> dict[str, TenantPolicy]:
+    """The tenant's applied sets by mode (`enforced`, `shadow`); a mode without one is absent."""
+    rows = await session.scalars(
+        select(TenantPolicy).where(TenantPolicy.tenant_id == tenant_id, TenantPolicy.text != "")
+    )
+    return {row.mode: row for row in rows}
+
+
+async def apply_policies(
+    session: AsyncSession, *, tenant_id: str, text: str, shadow: bool, changed_by: str, via: Via
+) -> PolicyChange:
+    """Install `text` as the tenant's enforced (or shadow) set if `changed_by` (an admin of the
+    tenant, per the database) may and the set passes every check; record the attempt either way, in
+    the caller's transaction. The returned row says whether it was accepted and, if not, why."""
+    mode = "shadow" if shadow else "enforced"
+    current = await session.get(TenantPolicy, (tenant_id, mode), with_for_update=True)
+    roles = await session.scalars(
+        select(UserRole.role).where(UserRole.tenant_id == tenant_id, UserRole.user_id == changed_by)
+    )
+    refusal: str | None = None
+    if ADMIN_ROLE not in set(roles):
+        refusal = f"only an admin of {tenant_id} may change its policies ({changed_by} is not)"
+    elif len(text) > MAX_POLICY_CHARS:
+        refusal = f"the policy file is {len(text)} characters, over the limit of {MAX_POLICY_CHARS}"
+    elif text.strip():
+        try:
+            compile_policies(text, await tenant_tools(session, tenant_id))
+        except PolicySetError as err:
+            refusal = str(err)
+    version = (current.version if current else 0) + 1
+    change = PolicyChange(
+        tenant_id=tenant_id,
+        mode=mode,
+        version=version if refusal is None else None,
+        text=text,
+        sha256=digest(text),
+        changed_by=changed_by,
+        via=via,
+        accepted=refusal is None,
+        reason=refusal,
+    )
+    session.add(change)
+    if refusal is None:
+        if current is None:
+            current = TenantPolicy(tenant_id=tenant_id, mode=mode)
+            session.add(current)
+        current.version, current.text, current.sha256 = version, text, change.sha256
+        current.applied_by, current.applied_at = changed_by, func.now()
+    await session.flush()
+    await session.refresh(change)  # its created_at, for the chain
+    await chain(session, change)
+    return change
+
+
+# --- history-aware context: the audit's counts a set names -------------------------------------------
+
+
+def _since(name: str, at: datetime) -> datetime:
+    if name.endswith("_last_hour_by_requester"):
+        return at - timedelta(hours=1)
+    return at.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+
+
+async def history_counts(
+    session: AsyncSession, *, tenant_id: str, user: str, tool: str, at: datetime, names: frozenset[str]
+) -> dict[str, int]:
+    """The HISTORY_COUNTERS `names` for a call of `tool` by `user` at `at`: calls of the tool that
+    ran (`executed`) before it, in one statement; nothing is read when the set names none."""
+    wanted = sorted(names & set(HISTORY_COUNTERS))
+    if not wanted:
+        return {}
+    counts = []
+    for name in wanted:
+        scope = ToolExecution.created_at >= _since(name, at)
+        if name.endswith("_by_requester"):
+            scope = scope & (ToolExecution.user_id == user)
+        counts.append(func.count().filter(scope))
+    row = (
+        await session.execute(
+            select(*counts).where(
+                ToolExecution.tenant_id == tenant_id,
+                ToolExecution.tool == tool,
+                ToolExecution.outcome == "executed",
+                ToolExecution.created_at >= min(_since(n, at) for n in wanted),
+                ToolExecution.created_at < at,
+            )
+        )
+    ).one()
+    return dict(zip(wanted, row, strict=True))
+
+
+async def roles_of(session: AsyncSession, tenant_id: str, user: str) -> tuple[str, ...]:
+    rows = await session.scalars(
+        select(UserRole.role).where(UserRole.tenant_id == tenant_id, UserRole.user_id == user)
+    )
+    return tuple(sorted(rows))
+
+
+# --- policy test: the recorded calls against a candidate set -----------------------------------------
+
+
+async def replay(
+    session: AsyncSession,
+    *,
+    tenant_id: str,
+    candidate: CompiledPolicies,
+    since: datetime,
+    limit: int = 10_000,
+) -> dict[str, Any]:
+    """The tenant's recorded calls since `since` (newest `limit`), each decided by the enforced set
+    (none: no match, the tiers) and by `candidate`; the calls whose decision would change.
+
+    The audit keeps the arguments as recorded (redacted where the tool redacts), an approver's
+    edit, and the effect the call resolved; roles are the requester's today and the history counts
+    are those before each call."""
+    applied = (await tenant_policies(session, tenant_id)).get("enforced")
+    current = loaded(applied.text) if applied else None
+    specs = {spec.name: spec for spec in await tenant_tools(session, tenant_id)}
+    rows = (
+        await session.scalars(
+            select(ToolExecution)
+            .where(ToolExecution.tenant_id == tenant_id, ToolExecution.created_at >= since)
+            .order_by(ToolExecution.created_at.desc())
+            .limit(limit)
+        )
+    ).all()
+    roles: dict[str, tuple[str, ...]] = {}
+    changed: list[dict[str, Any]] = []
+    for row in rows:
+        spec = specs.get(row.tool)
+        if spec is None:  # a tool nobody declares (any more): no policy can name it
+            continue
+        if row.user_id not in roles:
+            roles[row.user_id] = await roles_of(session, tenant_id, row.user_id)
+        names = candidate.counters | (current.counters if current else frozenset())
+        call = CallFacts(
+            user=row.user_id,
+            roles=roles[row.user_id],
+            agent=row.agent,
+            spec=spec,
+            arguments=row.edited_args or row.args,
+            effect=Effect.model_validate(row.effect) if row.effect else None,
+            history=await history_counts(
+                session, tenant_id=tenant_id, user=row.user_id, tool=row.tool, at=row.created_at, names=names
+            ),
+        )
+        before: PolicyDecision = decide(current, call) if current else NO_MATCH
+        after = decide(candidate, call)
+        if before != after:
+            changed.append(
+                {
+                    "at": row.created_at.isoformat(),
+                    "workflow_id": row.workflow_id,
+                    "call_id": row.call_id,
+                    "tool": row.tool,
+                    "requested_by": row.user_id,
+                    "outcome": row.outcome,
+                    "enforced": before.model_dump(exclude_defaults=True),
+                    "candidate": after.model_dump(exclude_defaults=True),
+                }
+            )
+    return {"tenant": tenant_id, "replayed": len(rows), "changed": changed}
