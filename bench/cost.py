@@ -29,7 +29,6 @@ import signal
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -46,7 +45,7 @@ from bench import bare, stack, workloads
 from bench.clock import ActivityClock
 from bench.report import met, num, table
 from bench.scenario import STEPS_MESSAGE, bench_scenario
-from bench.sections import put_section, recorded_run
+from bench.sections import put_section, recorded_run, write_section
 from bench.stats import Summary
 from countersign.core.policy import offered_tools
 from countersign.db.engine import session_factory
@@ -340,20 +339,14 @@ def medians(batches: list[Json]) -> Json:
 
 async def measure(sizes: Sizes, profile: Path | None) -> Json:
     began = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="countersign-cost-") as tmp:
-        root = Path(tmp)
-        progress(f"starting PostgreSQL and the dev server in {root}")
-        async with (
-            stack.postgres(root) as url,
-            stack.temporal(root, "cost", stack.ServerSetup()) as server,
-            stack.parts(url, server.config, bench_scenario(sizes.steps)) as parts,
-        ):
-            sides = [countersign_side(parts), await bare_side(parts)]
-            progress(f"steps: {sizes.conversations} conversations of each, interleaved")
-            stepped = await steps(parts, sides, sizes.conversations)
-            progress(f"concurrency {sizes.concurrency}: {sizes.rounds} rounds of {sizes.batch} conversations")
-            others = {"Temporal dev server": server.pid, "PostgreSQL": stack.postmaster_pid(root)}
-            rates = await concurrent(parts, sides, sizes, root, others, profile)
+    progress("starting PostgreSQL and the dev server")
+    async with stack.started("cost", bench_scenario(sizes.steps)) as (root, server, parts):
+        sides = [countersign_side(parts), await bare_side(parts)]
+        progress(f"steps: {sizes.conversations} conversations of each, interleaved")
+        stepped = await steps(parts, sides, sizes.conversations)
+        progress(f"concurrency {sizes.concurrency}: {sizes.rounds} rounds of {sizes.batch} conversations")
+        others = {"Temporal dev server": server.pid, "PostgreSQL": stack.postmaster_pid(root)}
+        rates = await concurrent(parts, sides, sizes, root, others, profile)
     return {
         "steps": stepped,
         "concurrent": rates,
@@ -509,10 +502,7 @@ def main(argv: list[str] | None = None) -> int:
     results["ratios"] = ratios(results)
     args.out.write_text(json.dumps(results, indent=2) + "\n")
     text = render(results)
-    if args.no_markdown:
-        print(text)
-    else:
-        put_section(args.markdown, "bench.cost", text)
+    write_section(args.markdown, "bench.cost", text, only_print=args.no_markdown)
     progress(f"ratios: {json.dumps({k: round(v, 2) for k, v in results['ratios'].items()})}")
     return check(results) if args.check else 0
 

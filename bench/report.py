@@ -50,12 +50,13 @@ def run_label(run: Json) -> str:
     return f"{run['workload']}, {where}, c={run['concurrency']}"
 
 
-def rss_at_1000(rss: Json) -> float:
-    """The RSS of 1000 waiting conversations: what the run measured, scaled to 1000 when it had fewer
-    (only the cached ones cost memory: at most max_cached_workflows)."""
+def rss_at(rss: Json, conversations: int = PER_1000) -> float:
+    """The worker's RSS (MB) with `conversations` waiting, from a run with another count: only the
+    cached ones cost memory (at most max_cached_workflows; the others are history in the server until
+    their decision), so a run at or past the cache's size measured the plateau itself."""
     cache = rss["max_cached_workflows"]
     loaded = rss["rss_mb"] - rss["idle_rss_mb"]
-    return float(rss["idle_rss_mb"] + loaded * min(PER_1000, cache) / min(rss["conversations"], cache))
+    return float(rss["idle_rss_mb"] + loaded * min(conversations, cache) / min(rss["conversations"], cache))
 
 
 def _intro(r: Json) -> list[str]:
@@ -101,7 +102,7 @@ def _targets(r: Json) -> list[str]:
         key=lambda row: row["tool_calls_per_s"],
     )
     rss = main["rss"][0]
-    rss_1000 = rss_at_1000(rss)
+    rss_1000 = rss_at(rss)
     rows = [
         ["orchestration overhead per step, p50", f"≤ {TARGET_OVERHEAD_MS:g} ms", f"{num(overhead)} ms",
          met(overhead <= TARGET_OVERHEAD_MS)],
@@ -218,7 +219,7 @@ def _rss(r: Json) -> list[str]:
         approvals = rss["approvals"]["to_execution_ms"]
         rows.append(
             [str(rss["max_cached_workflows"]), num(rss["idle_rss_mb"]), num(rss["rss_mb"]),
-             num(rss["per_conversation_kb"]), num(rss_at_1000(rss)), num(rss["all_awaiting_after_s"]),
+             num(rss["per_conversation_kb"]), num(rss_at(rss)), num(rss["all_awaiting_after_s"]),
              f"{num(approvals['p50'])} / {num(approvals['p95'])} (n={approvals['n']})"]
         )  # fmt: skip
     first = r["main"]["rss"][0]
@@ -332,9 +333,9 @@ def _gaps(r: Json) -> list[str]:
             " or fewer model round trips per tool call."
         )
     rss = main["rss"][0]
-    if rss_at_1000(rss) > TARGET_RSS_MB:
+    if rss_at(rss) > TARGET_RSS_MB:
         lines.append(
-            f"- **Memory ({num(rss_at_1000(rss))} MB).** Each cached conversation holds its own copy of the"
+            f"- **Memory ({num(rss_at(rss))} MB).** Each cached conversation holds its own copy of the"
             f" workflow module in the sandbox plus its state, about {num(rss['per_conversation_kb'])} KB; a"
             " smaller `WORKER_MAX_CACHED_WORKFLOWS` bounds it, at the price of a replay per decision on a"
             " conversation pushed out (section 4)."

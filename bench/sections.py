@@ -3,11 +3,13 @@
 A section is the text between `<!-- name -->` and `<!-- /name -->` (each on its own line); a module
 replaces its own and leaves the rest of the file as it is. The names: `bench.run` (the main report,
 first in the file), `bench.observability`, `bench.mcp`, `bench.conversation_length`, `bench.inbox`,
-`bench.hostile`, `bench.cost` (Countersign against the bare loop), `bench.load`, `bench.effects`,
-`bench.mcp_face` (a read through `/mcp` against the same call in a conversation)
+`bench.hostile`, `bench.cost` (Countersign against the bare loop), `bench.waiting` (waiting at scale,
+scale-out), `bench.load`, `bench.effects`, `bench.mcp_face` (a read through `/mcp` against the same
+call in a conversation)
 and `bench.soak`;
-`cost.gate` (what `bench.cost --check` found this round) and `cost.notes` (the profile and each
-cut's effect), both written by hand, follow `bench.cost`, and
+`cost.gate` (what `bench.cost --check` found this round), `cost.second` (issue 36: the profile,
+the cuts, waiting at scale) and `cost.notes` (issue 25's profile and each cut's effect), all written
+by hand, follow `bench.cost`, and
 `effects.notes` (where a preview's time goes) `bench.effects`.
 """
 
@@ -58,3 +60,11 @@ def put_section(path: Path, name: str, text: str, *, first: bool = False) -> Non
         updated = current.rstrip("\n") + "\n\n" + block + "\n"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(updated)
+
+
+def write_section(markdown: Path, name: str, text: str, *, only_print: bool) -> None:
+    """A bench module's section: printed (`--no-markdown`), or put into `markdown`."""
+    if only_print:
+        print(text)
+    else:
+        put_section(markdown, name, text)

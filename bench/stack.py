@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+import tempfile
 import time
 from collections.abc import AsyncIterator, Iterator, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
@@ -229,3 +230,17 @@ async def worker_subprocesses(
             for n in range(count)
         ]
         yield pids
+
+
+@asynccontextmanager
+async def started(name: str, scenario: Scenario) -> AsyncIterator[tuple[Path, Server, Parts]]:
+    """PostgreSQL, a dev server and the parts over them (the scripted model answering from
+    `scenario`), all in a temporary directory that goes with them: (that directory, server, parts)."""
+    with tempfile.TemporaryDirectory(prefix=f"countersign-{name}-") as tmp:
+        root = Path(tmp)
+        async with (
+            postgres(root) as url,
+            temporal(root, name, ServerSetup()) as server,
+            parts(url, server.config, scenario) as found,
+        ):
+            yield root, server, found

@@ -23,7 +23,7 @@ from typing import Any
 
 import asyncpg
 from pydantic import BaseModel
-from sqlalchemy import func, select
+from sqlalchemy import Select, bindparam, func, literal, select
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession, async_sessionmaker
@@ -51,6 +51,25 @@ class Event(BaseModel):
         return f"id: {self.id}\nevent: {self.kind}\ndata: {json.dumps(self.data)}\n\n".encode()
 
 
+def _published() -> Select[tuple[int, Any]]:
+    """The one statement of `publish`: the event inserted (a data-modifying CTE, which runs whether
+    or not its rows are read) and, for a row it inserted, the NOTIFY, in one round trip. Built once:
+    a statement built per call would have its cache key generated again at every event."""
+    event = ConversationEvent.__table__
+    inserted = (
+        insert(ConversationEvent)
+        .values({c: bindparam(c, type_=event.c[c].type) for c in PUBLISHED})
+        .on_conflict_do_nothing()
+        .returning(ConversationEvent.id, ConversationEvent.workflow_id)
+        .cte("inserted")
+    )
+    return select(inserted.c.id, func.pg_notify(literal(CHANNEL), inserted.c.workflow_id))
+
+
+PUBLISHED = ("workflow_id", "conversation_id", "tenant_id", "kind", "data", "key")
+PUBLISH = _published()
+
+
 async def publish(
     session: AsyncSession | AsyncConnection,
     workflow_id: str,
@@ -62,21 +81,8 @@ async def publish(
 ) -> int | None:
     """Write one event in the caller's transaction and wake its readers at commit; None when an
     event with this `key` was written before (a retried activity)."""
-    inserted = await session.scalar(
-        insert(ConversationEvent)
-        .values(
-            workflow_id=workflow_id,
-            conversation_id=conversation_id,
-            tenant_id=tenant_id,
-            kind=kind,
-            data=data,
-            key=key,
-        )
-        .on_conflict_do_nothing()
-        .returning(ConversationEvent.id)
-    )
-    if inserted is not None:
-        await session.execute(select(func.pg_notify(CHANNEL, workflow_id)))
+    values = dict(zip(PUBLISHED, (workflow_id, conversation_id, tenant_id, kind, data, key), strict=True))
+    inserted: int | None = await session.scalar(PUBLISH, values)
     return inserted
 
 

@@ -12,13 +12,15 @@ Shared by the store and model activities and by the client side (transcripts of 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from sqlalchemy import ColumnElement, Select, func, select
+from sqlalchemy import ColumnElement, Select, bindparam, func, select, tuple_
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, async_sessionmaker
+from sqlalchemy.orm import aliased
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
 from countersign.core.bounds import storable
@@ -180,17 +182,18 @@ async def audited_answer(
     stored, envelope = tool_message(invocation, result)
     row = row_of(invocation.workflow_id, invocation.conversation_id, invocation.caller.tenant_id, stored)
     message = insert(ConversationMessage).values(**row).on_conflict_do_nothing()
-    inserted = await session.scalar(
-        message.add_cte(audited.cte("audited")).returning(ConversationMessage.seq)
-    )
+    # both inserts are CTEs of one SELECT that answers the audit row as written (for its chain
+    # link) and the message's seq when it was inserted: one round trip, no read-back of the row
+    audit_cte = audited.returning(*ToolExecution.__table__.columns).cte("audited")
+    message_cte = message.returning(ConversationMessage.seq).cte("message")
+    written, inserted = (
+        await session.execute(
+            select(aliased(ToolExecution, audit_cte), select(message_cte.c.seq).scalar_subquery())
+        )
+    ).one()
     if inserted is not None:
         await publish_message(session, row)
-    written = select(ToolExecution).where(
-        ToolExecution.workflow_id == invocation.workflow_id,
-        ToolExecution.conversation_id == invocation.conversation_id,
-        ToolExecution.call_id == invocation.call_id,
-    )
-    await chain(session, (await session.scalars(written)).one())  # the CTE's row, now visible
+    await chain(session, written)
     return envelope
 
 
@@ -202,6 +205,38 @@ async def insert_message(session: AsyncSession | AsyncConnection, row: dict[str,
     )
     if inserted is not None:
         await publish_message(session, row)
+
+
+# The rows are the statement's parameters (one INSERT of as many VALUES, by SQLAlchemy's
+# "insertmanyvalues"), not its values: a multi-VALUES statement has no cache key, so SQLAlchemy
+# compiled it again for every model reply.
+APPEND = insert(ConversationMessage).on_conflict_do_nothing().returning(ConversationMessage.seq)
+
+
+def _last_said() -> Select[ConversationMessage]:
+    """The latest `:count` messages with text of each of the conversations `:instances`."""
+    m = ConversationMessage
+    latest = func.row_number().over(partition_by=(m.workflow_id, m.conversation_id), order_by=m.seq.desc())
+    ranked = (
+        select(m, latest.label("latest"))
+        .where(
+            tuple_(m.workflow_id, m.conversation_id).in_(bindparam("instances", expanding=True)),
+            m.role.in_(("user", "assistant")),
+            m.content.is_not(None),
+            m.content != "",
+        )
+        .subquery()
+    )
+    said = aliased(m, ranked)
+    return (
+        select(said)
+        .where(ranked.c.latest <= bindparam("count"))
+        .order_by(said.workflow_id, said.conversation_id, said.seq)
+    )
+
+
+LAST_SAID = _last_said()
+LAST_SAID_BATCH = 1000  # conversations per statement: two parameters each, under asyncpg's 32,767
 
 
 class ConversationStore:
@@ -252,15 +287,8 @@ class ConversationStore:
                 insert(ModelCall).values(**model_call).on_conflict_do_nothing() if model_call else None
             )
             if rows:
-                statement = (
-                    insert(ConversationMessage)
-                    .values(rows)
-                    .on_conflict_do_nothing()
-                    .returning(ConversationMessage.seq)
-                )
-                if usage_row is not None:
-                    statement = statement.add_cte(usage_row.cte("usage"))
-                inserted = set((await connection.scalars(statement)).all())
+                statement = APPEND if usage_row is None else APPEND.add_cte(usage_row.cte("usage"))
+                inserted = set((await connection.scalars(statement, rows)).all())
                 for row in rows:  # the events of the rows this attempt inserted, in seq order
                     if row["seq"] in inserted:
                         await publish_message(connection, row)
@@ -299,22 +327,19 @@ class ConversationStore:
         async with self.sessions() as session:
             return {r.seq: message_of(r) for r in await session.scalars(query)}
 
-    async def last_said(self, workflow_id: str, conversation_id: str, count: int) -> list[ChatMessage]:
-        """The latest `count` user and assistant messages with text, oldest first."""
-        query = (
-            select(ConversationMessage)
-            .where(
-                *of(workflow_id, conversation_id),
-                ConversationMessage.role.in_(("user", "assistant")),
-                ConversationMessage.content.is_not(None),
-                ConversationMessage.content != "",
-            )
-            .order_by(ConversationMessage.seq.desc())
-            .limit(count)
-        )
+    async def last_said(
+        self, instances: Sequence[tuple[str, str]], count: int
+    ) -> dict[tuple[str, str], list[ChatMessage]]:
+        """Of each conversation (workflow id, instance), the latest `count` user and assistant
+        messages with text, oldest first; a statement per LAST_SAID_BATCH conversations, not one
+        per conversation (the inbox lists thousands of waiting calls)."""
+        said: dict[tuple[str, str], list[ChatMessage]] = {}
         async with self.sessions() as session:
-            rows = list(await session.scalars(query))
-        return [message_of(r) for r in reversed(rows)]
+            for at in range(0, len(instances), LAST_SAID_BATCH):
+                batch = instances[at : at + LAST_SAID_BATCH]
+                for r in await session.scalars(LAST_SAID, {"instances": batch, "count": count}):
+                    said.setdefault((r.workflow_id, r.conversation_id), []).append(message_of(r))
+        return said
 
     async def model_input(self, stored: StoredInput) -> ModelInput:
         """What a stored model call needs, in one statement: the reply an earlier attempt stored at

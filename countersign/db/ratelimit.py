@@ -121,6 +121,16 @@ def refill(tokens: float, last: datetime, now: datetime, rate_per_s: float, burs
     return min(burst, tokens + elapsed * rate_per_s)
 
 
+_BUCKETS = insert(RateLimitBucket)
+# Built once, its rows given as parameters (one INSERT of as many VALUES, in their order, by
+# SQLAlchemy's "insertmanyvalues"): a multi-VALUES statement has no cache key, so SQLAlchemy
+# compiled it again at every tool call.
+LOCK_BUCKETS = _BUCKETS.on_conflict_do_update(
+    index_elements=[RateLimitBucket.tenant_id, RateLimitBucket.tool, RateLimitBucket.user_id],
+    set_={"tool": _BUCKETS.excluded.tool},
+).returning(RateLimitBucket.user_id, RateLimitBucket.tokens, RateLimitBucket.updated_at)
+
+
 @dataclass(frozen=True)
 class Bucket:
     """A bucket as read under its row lock, refilled to `now` (`tokens`) with the limit it has."""
@@ -137,17 +147,13 @@ async def _locked(
     """Create the buckets of `limits` (user id -> limit; "" the tenant's) if needed, lock their rows
     in `limits`' order and read them, in one round trip: the no-op DO UPDATE takes each row lock (as
     SELECT ... FOR UPDATE would) and RETURNING gives the rows as they were."""
-    statement = insert(RateLimitBucket).values(
+    connection = await session.connection()  # Core: the rows are parameters, not ORM objects
+    rows = await connection.execute(
+        LOCK_BUCKETS,
         [
             {"tenant_id": tenant_id, "tool": tool, "user_id": who, "tokens": limit.burst, "updated_at": now}
             for who, limit in limits.items()
-        ]
-    )
-    rows = await session.execute(
-        statement.on_conflict_do_update(
-            index_elements=[RateLimitBucket.tenant_id, RateLimitBucket.tool, RateLimitBucket.user_id],
-            set_={"tool": statement.excluded.tool},
-        ).returning(RateLimitBucket.user_id, RateLimitBucket.tokens, RateLimitBucket.updated_at)
+        ],
     )
     return {
         row.user_id: Bucket(

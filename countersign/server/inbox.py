@@ -52,6 +52,7 @@ from tools.tiers import change_tenant_tier
 MAX_ARGS_CHARS = 100_000
 LAST_MESSAGES = 4
 LIVE_FOR_S = 5.0  # a conversation Temporal said runs is taken to run this long before it is asked again
+DESCRIBES_AT_ONCE = 20  # conversations asked of Temporal at a time when a listing finds many unknown
 
 
 # --- what clients send (validated at the edge) -------------------------------------------------
@@ -367,16 +368,27 @@ class Inbox:
                 )
             )
             approvals = await quorum_approvals(session, [r for r in rows if r.approvals_required > 1])
-        items: list[PendingItem] = []
-        for row in await self._of_running(rows):
-            key = f"{row.workflow_id}/{row.call_id}"
-            approved_by = approvals.get((row.conversation_id, row.call_id), [])
-            if key in known and known[key].nonce == row.nonce and known[key].approved_by == approved_by:
-                items.append(known[key])
-                continue
-            said = await self._store.last_said(row.workflow_id, row.conversation_id, LAST_MESSAGES)
-            items.append(item_of(row, last_messages(said), approved_by))
-        return items
+        running = await self._of_running(rows)
+
+        def approved_by(row: ApprovalRequest) -> list[str]:
+            return approvals.get((row.conversation_id, row.call_id), [])
+
+        def listed(row: ApprovalRequest) -> PendingItem | None:
+            """The item listed before for `row`, when nothing it shows has changed since."""
+            item = known.get(f"{row.workflow_id}/{row.call_id}")
+            same = item is not None and item.nonce == row.nonce and item.approved_by == approved_by(row)
+            return item if same else None
+
+        fresh = [r for r in running if listed(r) is None]
+        said = await self._store.last_said(
+            list(dict.fromkeys((r.workflow_id, r.conversation_id) for r in fresh)), LAST_MESSAGES
+        )
+
+        def new_item(row: ApprovalRequest) -> PendingItem:
+            words = said.get((row.workflow_id, row.conversation_id), [])
+            return item_of(row, last_messages(words), approved_by(row))
+
+        return [listed(row) or new_item(row) for row in running]
 
     async def _of_running(self, rows: list[ApprovalRequest]) -> list[ApprovalRequest]:
         """The requests whose conversation still runs. One terminated, failed or timed out while
@@ -385,15 +397,25 @@ class Inbox:
         any worker), asked at most every LIVE_FOR_S per conversation."""
         now, clock = datetime.now(UTC), time.monotonic()
         self._closed = {k: until for k, until in self._closed.items() if until > now}
-        for row in rows:
-            key = (row.workflow_id, row.conversation_id)
-            if key in self._closed or clock - self._running.get(key, -LIVE_FOR_S) < LIVE_FOR_S:
-                continue
-            if await self._runs(row.workflow_id):
+        unsure = {
+            (row.workflow_id, row.conversation_id): row.expires_at
+            for row in rows
+            if (key := (row.workflow_id, row.conversation_id)) not in self._closed
+            and clock - self._running.get(key, -LIVE_FOR_S) >= LIVE_FOR_S
+        }
+        at_once = asyncio.Semaphore(DESCRIBES_AT_ONCE)
+
+        async def runs(workflow_id: str) -> bool:
+            async with at_once:
+                return await self._runs(workflow_id)
+
+        answers = await asyncio.gather(*(runs(workflow_id) for workflow_id, _ in unsure))
+        for (key, expires_at), running in zip(unsure.items(), answers, strict=True):
+            if running:
                 self._running[key] = clock
             else:
                 self._running.pop(key, None)
-                self._closed[key] = row.expires_at
+                self._closed[key] = expires_at
         self._running = {k: at for k, at in self._running.items() if clock - at < LIVE_FOR_S}
         return [r for r in rows if (r.workflow_id, r.conversation_id) not in self._closed]
 

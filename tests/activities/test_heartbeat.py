@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+from typing import Any
 
 from temporalio.testing import ActivityEnvironment
 
@@ -49,3 +50,21 @@ async def test_cancelling_the_activity_stops_the_work() -> None:
     env.cancel()
     await asyncio.wait_for(stopped.wait(), 1)
     assert running.cancelled() or isinstance(running.exception(), asyncio.CancelledError)
+
+
+async def test_the_work_runs_in_the_activity_task_without_a_second_task() -> None:
+    """A call that ends in milliseconds costs a timer, not a task beside it (issue 36)."""
+    env = ActivityEnvironment()
+    beats: list[object] = []
+    env.on_heartbeat = lambda *details: beats.append(details)
+
+    async def tasks_seen() -> tuple[asyncio.Task[Any] | None, asyncio.Task[Any] | None]:
+        async def work() -> asyncio.Task[Any] | None:
+            return asyncio.current_task()
+
+        return asyncio.current_task(), await heartbeating(work(), 0.05)
+
+    outer, inner = await env.run(tasks_seen)
+    assert inner is outer
+    await asyncio.sleep(0.1)  # the cancelled timer never beats after the work is done
+    assert beats == []

@@ -115,6 +115,13 @@ def test_only_the_tls_proxy_is_public_and_temporal_stays_inside() -> None:
     assert "APPROVER_AUTH" not in SERVICES["worker"]["environment"]
 
 
+def test_the_worker_scales_out_with_compose() -> None:
+    """`docker compose up --scale worker=3`: replicas need no fixed name and publish no port (two
+    replicas could not hold either); they poll one task queue, so Temporal spreads the work."""
+    worker = SERVICES["worker"]
+    assert "container_name" not in worker and "ports" not in worker
+
+
 def test_healthchecks() -> None:
     long_running = set(SERVICES) - ONE_SHOTS
     assert all("healthcheck" in SERVICES[name] for name in long_running), long_running
@@ -178,7 +185,8 @@ def test_prometheus_scrapes_the_worker_metrics_port_and_grafana_loads_the_dashbo
     mount = next(v for v in SERVICES["prometheus"]["volumes"] if v.startswith("./"))
     config = yaml.safe_load((PROJECT_ROOT / mount.split(":")[0]).read_text())
     (job,) = config["scrape_configs"]
-    assert job["static_configs"][0]["targets"] == [f"worker:{port}"]
+    (found,) = job["dns_sd_configs"]  # each replica of `--scale worker=N` a target of its own
+    assert found == {"names": ["worker"], "type": "A", "port": int(port)}
     mounted = {v.split(":")[1]: v.split(":")[0] for v in SERVICES["grafana"]["volumes"]}
     provider = yaml.safe_load(
         (PROJECT_ROOT / mounted["/etc/grafana/provisioning/dashboards/countersign.yml"]).read_text()
