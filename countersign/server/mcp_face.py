@@ -236,6 +236,11 @@ class McpFace:
             raise refused(types.INVALID_PARAMS, bound)
         if params.request_state is not None:
             call_id = await self._spend(who, binding, params.request_state)
+            # decided and stored already: the run that held the call may have continued or ended
+            answered = await self._store.answer_to(workflow_id, call_id)
+            if answered is not None:
+                text = answered.content or ""
+                return await self._answer(who, workflow_id, call_id, params.name, text, *envelope_of(text))
             call = ServedCall(
                 user_id=who.user_id, call_id=call_id, tool=params.name, arguments=arguments, resume=True
             )
@@ -335,13 +340,19 @@ class McpFace:
         """The tool's result as its conversation stored it (the body is in PostgreSQL)."""
         stored = outcome.result
         assert stored is not None
-        what = f"tools/call {stored.tool} {stored.call_id}"
         instance = await self._store.latest_instance(workflow_id)
         message = (await self._store.at(workflow_id, instance, [stored.seq])).get(stored.seq)
         text = message.content if message is not None and message.content else json.dumps({"ok": stored.ok})
-        failure = None if stored.ok else error_message(text)[:500]
-        await self.record(who.caller, who.user_id, who.agent, what, 200 if stored.ok else 422, failure)
-        if stored.code == "UNKNOWN_TOOL":  # the protocol's error for a tool that is not there
+        return await self._answer(who, workflow_id, stored.call_id, stored.tool, text, stored.ok, stored.code)
+
+    async def _answer(
+        self, who: McpCaller, workflow_id: str, call_id: str, tool: str, text: str, ok: bool, code: str | None
+    ) -> types.CallToolResult:
+        """The client's result of a stored tool message (`text`), recorded."""
+        what = f"tools/call {tool} {call_id}"
+        failure = None if ok else error_message(text)[:500]
+        await self.record(who.caller, who.user_id, who.agent, what, 200 if ok else 422, failure)
+        if code == "UNKNOWN_TOOL":  # the protocol's error for a tool that is not there
             raise refused(types.INVALID_PARAMS, error_message(text))
         try:
             structured = json.loads(text)
@@ -350,8 +361,8 @@ class McpFace:
         return types.CallToolResult(
             content=[types.TextContent(text=text)],
             structured_content=structured if isinstance(structured, dict) else None,
-            is_error=not stored.ok,
-            _meta=conversation_meta(workflow_id, stored.call_id),
+            is_error=not ok,
+            _meta=conversation_meta(workflow_id, call_id),
         )
 
     # --- request states ---------------------------------------------------------------------------
@@ -426,6 +437,21 @@ def error_message(text: str) -> str:
         return str(json.loads(text)["error"]["message"])
     except (ValueError, KeyError, TypeError):
         return text
+
+
+def envelope_of(text: str) -> tuple[bool, str | None]:
+    """Whether a stored tool message's text is a success, and its error code when it is not
+    (`{"ok": true, ...}` | `{"ok": false, "error": {"code", ...}}`), for a result read back from the
+    store without its envelope; text that is neither is a failure."""
+    try:
+        parsed = json.loads(text)
+    except ValueError:
+        return False, None
+    if not isinstance(parsed, dict):
+        return False, None
+    error = parsed.get("error")
+    code = error.get("code") if isinstance(error, dict) else None
+    return parsed.get("ok") is True, code if isinstance(code, str) else None
 
 
 def conversation_meta(workflow_id: str, call_id: str) -> dict[str, Any]:

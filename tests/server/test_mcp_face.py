@@ -182,6 +182,45 @@ async def test_a_rejected_call_is_an_error_result_with_the_reason(
     assert await lead_status(db_engine, "acme") == "new"
 
 
+async def test_a_call_decided_before_its_conversation_ended_still_answers_its_client_once(
+    signed_agent: SignedStack, alice_token: str, db_engine: AsyncEngine, jane_is_new: None
+) -> None:
+    """Bob approves, the conversation ends, then the client asks again with its request state: the
+    result comes from the store by (conversation, call id), not "no call in this run"; the state
+    answers once."""
+    stack = signed_agent
+    bob = await stack.login("bob")
+    async with client(stack, alice_token) as mcp:
+        first = await mcp.session.call_tool("update_lead_status", QUALIFY, allow_input_required=True)
+        assert isinstance(first, types.InputRequiredResult) and first.request_state, first
+        (elicitation,) = (first.input_requests or {}).values()
+        call_id = elicitation.params.url.rsplit("/", 1)[1]  # type: ignore[union-attr]
+        card = await waiting_card(stack, bob, call_id)
+        workflow_id = card["workflow_id"]
+        code, body = await stack.call(
+            "POST", f"/api/approvals/{workflow_id}/{call_id}", bob, {"decision": "approve"}
+        )
+        assert code == 200, body
+        code, body = await stack.call("POST", f"/api/conversations/{workflow_id}/end", alice_token)
+        assert code == 202, body
+        await stack.agent.client.get_workflow_handle(workflow_id).result()
+        result = await mcp.session.call_tool(
+            "update_lead_status", QUALIFY, request_state=first.request_state, allow_input_required=True
+        )
+        assert isinstance(result, types.CallToolResult) and not result.is_error, result
+        assert (result.meta or {})["countersign"] == {"workflow_id": workflow_id, "call_id": call_id}
+        with pytest.raises(MCPError, match="replay"):
+            await mcp.session.call_tool(
+                "update_lead_status", QUALIFY, request_state=first.request_state, allow_input_required=True
+            )
+    stack.agent.track(workflow_id)
+    assert await lead_status(db_engine, "acme") == "qualified"
+    (ran,) = await executions(db_engine, call_id)
+    assert ran.approved_by == "bob"
+    answered = [r for r in await mcp_rows(db_engine) if f"{call_id}" in (r.reason or "") and r.status == 200]
+    assert len(answered) == 1, answered
+
+
 async def test_a_forged_or_replayed_request_state_is_refused_and_recorded(
     signed_agent: SignedStack, alice_token: str, db_engine: AsyncEngine, jane_is_new: None
 ) -> None:
