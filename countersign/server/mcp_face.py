@@ -74,7 +74,9 @@ from countersign.db.messages import ConversationStore
 from countersign.db.schema import AgentProfile, McpContinuation
 from countersign.identity import tokens
 from countersign.identity.proofs import Binding, mint_proof
+from countersign.server.auth import Reviewer
 from countersign.server.http import HttpRefusal, bearer_of
+from countersign.server.inbox import DecisionRequest, Inbox
 from countersign.server.requesters import Caller, Requesters, StartBody
 
 SCOPE_KEY = "countersign.mcp"  # where the ASGI scope carries the authenticated caller
@@ -144,8 +146,9 @@ def refused(code: int, message: str) -> MCPError:
 
 
 class McpFace:
-    def __init__(self, requesters: Requesters) -> None:
+    def __init__(self, requesters: Requesters, inbox: Inbox) -> None:
         self.requesters = requesters
+        self.inbox = inbox
         self._proof_key = requesters.signing_key
         self._state_key = continuation_key(requesters.signing_key)
         self._store = ConversationStore(requesters.sessions)
@@ -236,6 +239,9 @@ class McpFace:
             raise refused(types.INVALID_PARAMS, bound)
         if params.request_state is not None:
             call_id = await self._spend(who, binding, params.request_state)
+            declined = declined_by(params.input_responses)
+            if declined is not None:
+                await self._withdraw(who, workflow_id, call_id, params.name, declined)
             # decided and stored already: the run that held the call may have continued or ended
             answered = await self._store.answer_to(workflow_id, call_id)
             if answered is not None:
@@ -365,6 +371,22 @@ class McpFace:
             _meta=conversation_meta(workflow_id, call_id),
         )
 
+    async def _withdraw(self, who: McpCaller, workflow_id: str, call_id: str, tool: str, how: str) -> None:
+        """The client declined or cancelled the call's card: its user withdraws the call, as a
+        requester may always reject their own (the decision proven, recorded and audited, the call
+        never run, the card gone from the inbox). A call decided meanwhile stays as decided; the
+        client then gets its result as asked."""
+        what = f"tools/call {tool} {call_id}"
+        reason = f"withdrawn by the requester: the MCP client {how} the approval"
+        request = DecisionRequest(decision="reject", reason=reason)
+        requester = Reviewer(tenant_id=who.caller.tenant_id, user_id=who.user_id)
+        try:
+            await self.inbox.decide(requester, workflow_id, call_id, request)
+        except HttpRefusal as err:
+            await self.record(who.caller, who.user_id, who.agent, what, err.status, f"not withdrawn: {err}")
+            return
+        await self.record(who.caller, who.user_id, who.agent, what, 200, reason)
+
     # --- request states ---------------------------------------------------------------------------
 
     def _seal(self, binding: CallBinding, call_id: str) -> str:
@@ -437,6 +459,16 @@ def error_message(text: str) -> str:
         return str(json.loads(text)["error"]["message"])
     except (ValueError, KeyError, TypeError):
         return text
+
+
+WITHDRAWING = {"decline": "declined", "cancel": "cancelled"}
+
+
+def declined_by(responses: types.InputResponses | None) -> str | None:
+    """How the client answered the approval's URL elicitation when it did not accept it
+    ("declined", "cancelled"), else None (accepted, or asking again without an answer)."""
+    answer = (responses or {}).get("approval")
+    return WITHDRAWING.get(answer.action) if isinstance(answer, types.ElicitResult) else None
 
 
 def envelope_of(text: str) -> tuple[bool, str | None]:
@@ -524,8 +556,8 @@ async def drive_asgi(
     return response
 
 
-def add_routes(app: web.Application, requesters: Requesters) -> None:
-    face = McpFace(requesters)
+def add_routes(app: web.Application, requesters: Requesters, inbox: Inbox) -> None:
+    face = McpFace(requesters, inbox)
 
     async def running(_: web.Application) -> AsyncIterator[None]:
         """The SDK's manager runs in a task of its own: aiohttp may start and clean up the app in

@@ -182,6 +182,36 @@ async def test_a_rejected_call_is_an_error_result_with_the_reason(
     assert await lead_status(db_engine, "acme") == "new"
 
 
+@pytest.mark.parametrize("action", ["decline", "cancel"])
+async def test_a_client_that_declines_the_card_withdraws_the_call(
+    signed_agent: SignedStack, alice_token: str, db_engine: AsyncEngine, jane_is_new: None, action: str
+) -> None:
+    """The client declines (or cancels) the URL elicitation: the call is withdrawn by its requester
+    (a recorded rejection, never run), bob's card goes, and the client gets an error result."""
+    stack = signed_agent
+    bob = await stack.login("bob")
+    shown: list[str] = []
+
+    async def decline(context: Any, params: Any) -> types.ElicitResult:
+        call_id = params.url.rsplit("/", 1)[1]
+        await waiting_card(stack, bob, call_id)
+        shown.append(call_id)
+        return types.ElicitResult(action=action)  # type: ignore[arg-type]
+
+    async with client(stack, alice_token, elicitation_callback=decline) as mcp:
+        result = await mcp.call_tool("update_lead_status", QUALIFY)
+    (call_id,) = shown
+    assert result.is_error, result
+    text = result.content[0].text  # type: ignore[union-attr]
+    assert "REJECTED" in text and "withdrawn by the requester" in text, text
+    assert call_id not in [c["call_id"] for c in await approvals_of(stack, bob, "update_lead_status")]
+    assert await lead_status(db_engine, "acme") == "new"
+    (row,) = await executions(db_engine, call_id)
+    assert row.outcome == "rejected" and row.user_id == "alice", row
+    reasons = [r.reason or "" for r in await mcp_rows(db_engine) if r.status == 200]
+    assert any(call_id in r and "withdrawn" in r for r in reasons), reasons
+
+
 async def test_a_call_decided_before_its_conversation_ended_still_answers_its_client_once(
     signed_agent: SignedStack, alice_token: str, db_engine: AsyncEngine, jane_is_new: None
 ) -> None:
