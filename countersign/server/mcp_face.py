@@ -19,8 +19,11 @@ elicitation pointing at the call's inbox card and a `requestState` the client ec
 again (countersign/core/continuation.py: MACed, bound to principal, agent, conversation, call,
 tool and arguments, short-lived, spent once in `mcp_continuations`). Asking again holds the
 request up to HOLD_S for the decision; the tool's result comes once decided (a rejection or an
-expiry: an error result with the reason). A client on an earlier protocol, which has no
-`input_required`, is told where the call waits in an error result.
+expiry: an error result with the reason). A client that declines or cancels the elicitation
+withdraws the call (its user rejects it, as a requester always may). A result decided before the
+client asked again is answered from the store by (conversation, call id), so it still comes once
+after the run that held the call continued as new or ended. A client on an earlier protocol, which
+has no `input_required`, is told where the call waits in an error result.
 
 The SDK's transport (mcp.server.streamable_http_manager, stateless, JSON responses) serves the
 protocol: it is an ASGI app, which `serve` drives from the aiohttp handler after authenticating,

@@ -196,7 +196,7 @@ async def test_a_client_that_declines_the_card_withdraws_the_call(
         call_id = params.url.rsplit("/", 1)[1]
         await waiting_card(stack, bob, call_id)
         shown.append(call_id)
-        return types.ElicitResult(action=action)  # type: ignore[arg-type]
+        return types.ElicitResult(action=action)
 
     async with client(stack, alice_token, elicitation_callback=decline) as mcp:
         result = await mcp.call_tool("update_lead_status", QUALIFY)
