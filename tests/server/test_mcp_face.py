@@ -514,3 +514,23 @@ async def test_the_readmes_client_runs_as_typed_and_its_desktop_block_is_json(
         "url": "http://127.0.0.1:8300/mcp/lead-qualifier",
         "headers": {"Authorization": "Bearer cst_…"},
     }
+
+
+def test_a_stored_results_text_is_read_as_success_or_failure_with_its_code() -> None:
+    assert mcp_face.envelope_of('{"ok":true,"data":{"n":1}}') == (True, None)
+    failed = '{"ok":false,"error":{"code":"REJECTED","message":"bob: no"}}'
+    assert mcp_face.envelope_of(failed) == (False, "REJECTED")
+    assert mcp_face.envelope_of('{"ok":false,"error":{"code":7}}') == (False, None)
+    assert mcp_face.envelope_of("not json") == (False, None)
+    assert mcp_face.envelope_of("[true]") == (False, None)
+
+
+def test_only_a_declined_or_cancelled_card_withdraws() -> None:
+    def answered(action: str) -> dict[str, types.InputResponse]:
+        return {"approval": types.ElicitResult(action=action)}
+
+    assert mcp_face.declined_by(answered("decline")) == "declined"
+    assert mcp_face.declined_by(answered("cancel")) == "cancelled"
+    assert mcp_face.declined_by(answered("accept")) is None
+    assert mcp_face.declined_by({"other": types.ElicitResult(action="decline")}) is None
+    assert mcp_face.declined_by(None) is None
