@@ -327,6 +327,25 @@ class ConversationStore:
         async with self.sessions() as session:
             return {r.seq: message_of(r) for r in await session.scalars(query)}
 
+    async def answer_to(self, workflow_id: str, call_id: str) -> ChatMessage | None:
+        """The tool message that answers `call_id` under `workflow_id`, whichever instance stored it:
+        a served call's client asks again by (conversation, call id) after the run that held the
+        call continued as new or ended, maybe followed by the next conversation under the same
+        key. The server mints each call id unique (countersign/server/mcp_face.py), so the pair
+        names one call."""
+        query = (
+            select(ConversationMessage)
+            .where(
+                ConversationMessage.workflow_id == workflow_id,
+                ConversationMessage.role == "tool",
+                ConversationMessage.tool_call_id == call_id,
+            )
+            .limit(1)
+        )
+        async with self.sessions() as session:
+            row = await session.scalar(query)
+        return message_of(row) if row is not None else None
+
     async def last_said(
         self, instances: Sequence[tuple[str, str]], count: int
     ) -> dict[tuple[str, str], list[ChatMessage]]:

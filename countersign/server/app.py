@@ -243,7 +243,7 @@ def create_app(
     app.router.add_get("/api/me", me)
     inbox_routes.add_routes(app, inbox)
     door.add_routes(app, requesters, readers)
-    mcp_face.add_routes(app, requesters)
+    mcp_face.add_routes(app, requesters, inbox)
     agent_tools.add_routes(app, requesters.sessions)
     policies.add_routes(app, requesters.sessions)
     channels.add_routes(app)

@@ -19,8 +19,11 @@ elicitation pointing at the call's inbox card and a `requestState` the client ec
 again (countersign/core/continuation.py: MACed, bound to principal, agent, conversation, call,
 tool and arguments, short-lived, spent once in `mcp_continuations`). Asking again holds the
 request up to HOLD_S for the decision; the tool's result comes once decided (a rejection or an
-expiry: an error result with the reason). A client on an earlier protocol, which has no
-`input_required`, is told where the call waits in an error result.
+expiry: an error result with the reason). A client that declines or cancels the elicitation
+withdraws the call (its user rejects it, as a requester always may). A result decided before the
+client asked again is answered from the store by (conversation, call id), so it still comes once
+after the run that held the call continued as new or ended. A client on an earlier protocol, which
+has no `input_required`, is told where the call waits in an error result.
 
 The SDK's transport (mcp.server.streamable_http_manager, stateless, JSON responses) serves the
 protocol: it is an ASGI app, which `serve` drives from the aiohttp handler after authenticating,
@@ -74,7 +77,9 @@ from countersign.db.messages import ConversationStore
 from countersign.db.schema import AgentProfile, McpContinuation
 from countersign.identity import tokens
 from countersign.identity.proofs import Binding, mint_proof
+from countersign.server.auth import Reviewer
 from countersign.server.http import HttpRefusal, bearer_of
+from countersign.server.inbox import DecisionRequest, Inbox
 from countersign.server.requesters import Caller, Requesters, StartBody
 
 SCOPE_KEY = "countersign.mcp"  # where the ASGI scope carries the authenticated caller
@@ -144,8 +149,9 @@ def refused(code: int, message: str) -> MCPError:
 
 
 class McpFace:
-    def __init__(self, requesters: Requesters) -> None:
+    def __init__(self, requesters: Requesters, inbox: Inbox) -> None:
         self.requesters = requesters
+        self.inbox = inbox
         self._proof_key = requesters.signing_key
         self._state_key = continuation_key(requesters.signing_key)
         self._store = ConversationStore(requesters.sessions)
@@ -236,6 +242,14 @@ class McpFace:
             raise refused(types.INVALID_PARAMS, bound)
         if params.request_state is not None:
             call_id = await self._spend(who, binding, params.request_state)
+            declined = declined_by(params.input_responses)
+            if declined is not None:
+                await self._withdraw(who, workflow_id, call_id, params.name, declined)
+            # decided and stored already: the run that held the call may have continued or ended
+            answered = await self._store.answer_to(workflow_id, call_id)
+            if answered is not None:
+                text = answered.content or ""
+                return await self._answer(who, workflow_id, call_id, params.name, text, *envelope_of(text))
             call = ServedCall(
                 user_id=who.user_id, call_id=call_id, tool=params.name, arguments=arguments, resume=True
             )
@@ -335,13 +349,19 @@ class McpFace:
         """The tool's result as its conversation stored it (the body is in PostgreSQL)."""
         stored = outcome.result
         assert stored is not None
-        what = f"tools/call {stored.tool} {stored.call_id}"
         instance = await self._store.latest_instance(workflow_id)
         message = (await self._store.at(workflow_id, instance, [stored.seq])).get(stored.seq)
         text = message.content if message is not None and message.content else json.dumps({"ok": stored.ok})
-        failure = None if stored.ok else error_message(text)[:500]
-        await self.record(who.caller, who.user_id, who.agent, what, 200 if stored.ok else 422, failure)
-        if stored.code == "UNKNOWN_TOOL":  # the protocol's error for a tool that is not there
+        return await self._answer(who, workflow_id, stored.call_id, stored.tool, text, stored.ok, stored.code)
+
+    async def _answer(
+        self, who: McpCaller, workflow_id: str, call_id: str, tool: str, text: str, ok: bool, code: str | None
+    ) -> types.CallToolResult:
+        """The client's result of a stored tool message (`text`), recorded."""
+        what = f"tools/call {tool} {call_id}"
+        failure = None if ok else error_message(text)[:500]
+        await self.record(who.caller, who.user_id, who.agent, what, 200 if ok else 422, failure)
+        if code == "UNKNOWN_TOOL":  # the protocol's error for a tool that is not there
             raise refused(types.INVALID_PARAMS, error_message(text))
         try:
             structured = json.loads(text)
@@ -350,9 +370,25 @@ class McpFace:
         return types.CallToolResult(
             content=[types.TextContent(text=text)],
             structured_content=structured if isinstance(structured, dict) else None,
-            is_error=not stored.ok,
-            _meta=conversation_meta(workflow_id, stored.call_id),
+            is_error=not ok,
+            _meta=conversation_meta(workflow_id, call_id),
         )
+
+    async def _withdraw(self, who: McpCaller, workflow_id: str, call_id: str, tool: str, how: str) -> None:
+        """The client declined or cancelled the call's card: its user withdraws the call, as a
+        requester may always reject their own (the decision proven, recorded and audited, the call
+        never run, the card gone from the inbox). A call decided meanwhile stays as decided; the
+        client then gets its result as asked."""
+        what = f"tools/call {tool} {call_id}"
+        reason = f"withdrawn by the requester: the MCP client {how} the approval"
+        request = DecisionRequest(decision="reject", reason=reason)
+        requester = Reviewer(tenant_id=who.caller.tenant_id, user_id=who.user_id)
+        try:
+            await self.inbox.decide(requester, workflow_id, call_id, request)
+        except HttpRefusal as err:
+            await self.record(who.caller, who.user_id, who.agent, what, err.status, f"not withdrawn: {err}")
+            return
+        await self.record(who.caller, who.user_id, who.agent, what, 200, reason)
 
     # --- request states ---------------------------------------------------------------------------
 
@@ -428,6 +464,31 @@ def error_message(text: str) -> str:
         return text
 
 
+WITHDRAWING = {"decline": "declined", "cancel": "cancelled"}
+
+
+def declined_by(responses: types.InputResponses | None) -> str | None:
+    """How the client answered the approval's URL elicitation when it did not accept it
+    ("declined", "cancelled"), else None (accepted, or asking again without an answer)."""
+    answer = (responses or {}).get("approval")
+    return WITHDRAWING.get(answer.action) if isinstance(answer, types.ElicitResult) else None
+
+
+def envelope_of(text: str) -> tuple[bool, str | None]:
+    """Whether a stored tool message's text is a success, and its error code when it is not
+    (`{"ok": true, ...}` | `{"ok": false, "error": {"code", ...}}`), for a result read back from the
+    store without its envelope; text that is neither is a failure."""
+    try:
+        parsed = json.loads(text)
+    except ValueError:
+        return False, None
+    if not isinstance(parsed, dict):
+        return False, None
+    error = parsed.get("error")
+    code = error.get("code") if isinstance(error, dict) else None
+    return parsed.get("ok") is True, code if isinstance(code, str) else None
+
+
 def conversation_meta(workflow_id: str, call_id: str) -> dict[str, Any]:
     return {"countersign": {"workflow_id": workflow_id, "call_id": call_id}}
 
@@ -498,8 +559,8 @@ async def drive_asgi(
     return response
 
 
-def add_routes(app: web.Application, requesters: Requesters) -> None:
-    face = McpFace(requesters)
+def add_routes(app: web.Application, requesters: Requesters, inbox: Inbox) -> None:
+    face = McpFace(requesters, inbox)
 
     async def running(_: web.Application) -> AsyncIterator[None]:
         """The SDK's manager runs in a task of its own: aiohttp may start and clean up the app in

@@ -182,6 +182,75 @@ async def test_a_rejected_call_is_an_error_result_with_the_reason(
     assert await lead_status(db_engine, "acme") == "new"
 
 
+@pytest.mark.parametrize("action", ["decline", "cancel"])
+async def test_a_client_that_declines_the_card_withdraws_the_call(
+    signed_agent: SignedStack, alice_token: str, db_engine: AsyncEngine, jane_is_new: None, action: str
+) -> None:
+    """The client declines (or cancels) the URL elicitation: the call is withdrawn by its requester
+    (a recorded rejection, never run), bob's card goes, and the client gets an error result."""
+    stack = signed_agent
+    bob = await stack.login("bob")
+    shown: list[str] = []
+
+    async def decline(context: Any, params: Any) -> types.ElicitResult:
+        call_id = params.url.rsplit("/", 1)[1]
+        await waiting_card(stack, bob, call_id)
+        shown.append(call_id)
+        return types.ElicitResult(action=action)
+
+    async with client(stack, alice_token, elicitation_callback=decline) as mcp:
+        result = await mcp.call_tool("update_lead_status", QUALIFY)
+    (call_id,) = shown
+    assert result.is_error, result
+    text = result.content[0].text  # type: ignore[union-attr]
+    assert "REJECTED" in text and "withdrawn by the requester" in text, text
+    assert call_id not in [c["call_id"] for c in await approvals_of(stack, bob, "update_lead_status")]
+    assert await lead_status(db_engine, "acme") == "new"
+    (row,) = await executions(db_engine, call_id)
+    assert row.outcome == "rejected" and row.user_id == "alice", row
+    reasons = [r.reason or "" for r in await mcp_rows(db_engine) if r.status == 200]
+    assert any(call_id in r and "withdrawn" in r for r in reasons), reasons
+
+
+async def test_a_call_decided_before_its_conversation_ended_still_answers_its_client_once(
+    signed_agent: SignedStack, alice_token: str, db_engine: AsyncEngine, jane_is_new: None
+) -> None:
+    """Bob approves, the conversation ends, then the client asks again with its request state: the
+    result comes from the store by (conversation, call id), not "no call in this run"; the state
+    answers once."""
+    stack = signed_agent
+    bob = await stack.login("bob")
+    async with client(stack, alice_token) as mcp:
+        first = await mcp.session.call_tool("update_lead_status", QUALIFY, allow_input_required=True)
+        assert isinstance(first, types.InputRequiredResult) and first.request_state, first
+        (elicitation,) = (first.input_requests or {}).values()
+        call_id = elicitation.params.url.rsplit("/", 1)[1]  # type: ignore[union-attr]
+        card = await waiting_card(stack, bob, call_id)
+        workflow_id = card["workflow_id"]
+        code, body = await stack.call(
+            "POST", f"/api/approvals/{workflow_id}/{call_id}", bob, {"decision": "approve"}
+        )
+        assert code == 200, body
+        code, body = await stack.call("POST", f"/api/conversations/{workflow_id}/end", alice_token)
+        assert code == 202, body
+        await stack.agent.client.get_workflow_handle(workflow_id).result()
+        result = await mcp.session.call_tool(
+            "update_lead_status", QUALIFY, request_state=first.request_state, allow_input_required=True
+        )
+        assert isinstance(result, types.CallToolResult) and not result.is_error, result
+        assert (result.meta or {})["countersign"] == {"workflow_id": workflow_id, "call_id": call_id}
+        with pytest.raises(MCPError, match="replay"):
+            await mcp.session.call_tool(
+                "update_lead_status", QUALIFY, request_state=first.request_state, allow_input_required=True
+            )
+    stack.agent.track(workflow_id)
+    assert await lead_status(db_engine, "acme") == "qualified"
+    (ran,) = await executions(db_engine, call_id)
+    assert ran.approved_by == "bob"
+    answered = [r for r in await mcp_rows(db_engine) if f"{call_id}" in (r.reason or "") and r.status == 200]
+    assert len(answered) == 1, answered
+
+
 async def test_a_forged_or_replayed_request_state_is_refused_and_recorded(
     signed_agent: SignedStack, alice_token: str, db_engine: AsyncEngine, jane_is_new: None
 ) -> None:
@@ -445,3 +514,23 @@ async def test_the_readmes_client_runs_as_typed_and_its_desktop_block_is_json(
         "url": "http://127.0.0.1:8300/mcp/lead-qualifier",
         "headers": {"Authorization": "Bearer cst_…"},
     }
+
+
+def test_a_stored_results_text_is_read_as_success_or_failure_with_its_code() -> None:
+    assert mcp_face.envelope_of('{"ok":true,"data":{"n":1}}') == (True, None)
+    failed = '{"ok":false,"error":{"code":"REJECTED","message":"bob: no"}}'
+    assert mcp_face.envelope_of(failed) == (False, "REJECTED")
+    assert mcp_face.envelope_of('{"ok":false,"error":{"code":7}}') == (False, None)
+    assert mcp_face.envelope_of("not json") == (False, None)
+    assert mcp_face.envelope_of("[true]") == (False, None)
+
+
+def test_only_a_declined_or_cancelled_card_withdraws() -> None:
+    def answered(action: str) -> dict[str, types.InputResponse]:
+        return {"approval": types.ElicitResult(action=action)}
+
+    assert mcp_face.declined_by(answered("decline")) == "declined"
+    assert mcp_face.declined_by(answered("cancel")) == "cancelled"
+    assert mcp_face.declined_by(answered("accept")) is None
+    assert mcp_face.declined_by({"other": types.ElicitResult(action="decline")}) is None
+    assert mcp_face.declined_by(None) is None

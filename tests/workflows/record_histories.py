@@ -14,6 +14,7 @@ and checks what each covers.
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -21,7 +22,14 @@ from temporalio.client import Client
 
 from countersign.client.handles import wait_reply
 from countersign.core.approvals import Decision, RejectSignal
-from countersign.core.contract import AnswerSignal, EndConversation, Limits, SubmitMessage, TurnResult
+from countersign.core.contract import (
+    AnswerSignal,
+    EndConversation,
+    Limits,
+    ServedCall,
+    SubmitMessage,
+    TurnResult,
+)
 from countersign.core.saga import RollbackRequest
 from tests.e2e.test_hostile_input import raw
 from tests.fixtures.agent import AgentHarness
@@ -235,3 +243,25 @@ async def test_tool_results_stored(agent: AgentHarness) -> None:
     )
     await write(agent.client, "tool_results_stored_refusal_carried", handle.id, handle.result_run_id)
     await write(agent.client, "tool_results_stored_earlier_reply", handle.id, second_run)
+
+
+async def test_served_call_approved(agent: AgentHarness, db_engine: AsyncEngine) -> None:
+    """A client's own call (`serve_call`, Countersign as an MCP server): a high-risk write answers
+    `waiting`, bob approves it by `decide`, and asking again (`resume`) answers with its result; then
+    the user ends the conversation. Recorded after the `input-activity-ids` patch: it takes the new
+    branch (tests/workflows/test_replay.py, RECORDED_AFTER)."""
+    await reset_jane(db_engine)
+    handle = await agent.start(None)
+    arguments = json.dumps({"lead": JANE, "new_status": "qualified", "reason": "budget"})
+    call = ServedCall(user_id="alice", call_id="s1", tool="update_lead_status", arguments=arguments)
+    waiting = await execute_update(handle, AgentWorkflow.serve_call, call)
+    assert waiting.state == "waiting", waiting
+    await execute_update(
+        handle, AgentWorkflow.decide, Decision(call_id="s1", decision="approve", approver="bob")
+    )
+    done = await execute_update(handle, AgentWorkflow.serve_call, call.model_copy(update={"resume": True}))
+    assert done.state == "done" and done.result is not None, done
+    await handle.signal(AgentWorkflow.end, EndConversation(requested_by="alice"))
+    await handle.result()
+    await reset_jane(db_engine)
+    await write(agent.client, "served_call_approved", handle.id)

@@ -21,6 +21,7 @@ from countersign.runtime.payloads import data_converter
 from tests.fixtures.agent import AgentHarness
 from tests.workflows.test_agent_workflow import FIND_JANE
 from workflows.agent import AgentWorkflow
+from workflows.options import INPUT_ACTIVITY_IDS
 
 HISTORIES_DIR = Path(__file__).parent / "histories"
 HISTORIES = sorted(HISTORIES_DIR.glob("*.json"))
@@ -78,19 +79,34 @@ def handlers(stem: str) -> set[str]:
     } - {""}
 
 
-def test_no_recorded_history_takes_a_patched_branch() -> None:
-    """One path through the loop: before 1.0 no history needs a `workflow.patched` branch, and the
-    fixtures are recorded from it (a patch marker here would mean a second path came back)."""
+def patches(stem: str) -> set[str]:
+    """The `workflow.patched` ids a history's run took the new branch of (its patch markers)."""
+    return {
+        json.loads(e.marker_recorded_event_attributes.details["patch-data"].payloads[0].data)["id"]
+        for e in events(stem)
+        if e.marker_recorded_event_attributes.marker_name == "core_patch"
+    }
+
+
+# The histories recorded after a patch, and the patches they take: every other history was
+# recorded before any patch, so it proves the old branches still replay.
+RECORDED_AFTER = {"served_call_approved": {INPUT_ACTIVITY_IDS}}
+
+
+def test_histories_take_only_the_patches_they_were_recorded_after() -> None:
+    """A history recorded before a patch must replay through the old branch (no patch marker), or
+    nothing proves that branch still works for the runs it was kept for; one recorded after takes
+    exactly the patches it is listed with."""
     for path in HISTORIES:
-        assert not any(
-            e.marker_recorded_event_attributes.marker_name == "core_patch" for e in events(path.stem)
-        ), path.stem
+        assert patches(path.stem) == RECORDED_AFTER.get(path.stem, set()), path.stem
+    assert any(path.stem not in RECORDED_AFTER for path in HISTORIES), "no history takes the old branch"
 
 
 def test_the_recorded_histories_cover_the_loop_and_every_handler() -> None:
     """Between them the fixtures run each part of the workflow: local and regular tool calls, an
     MCP call, approvals decided, rejected and expired, a question, a rollback, the message store,
-    sealed continue-as-new and its verification, refused signals, and every signal and update."""
+    sealed continue-as-new and its verification, refused signals, a client's own call approved
+    (`serve_call`), and every signal and update."""
     assert {"execute_tool", "append_messages"} <= local_activities("lead_lookup_local_reads")
     assert "execute_mcp_tool" in activities("mcp_time_read")
     assert {"check_arguments", "record_decision"} <= local_activities("approved_status_change")
@@ -106,5 +122,6 @@ def test_the_recorded_histories_cover_the_loop_and_every_handler() -> None:
     )
     assert "load_turn_reply" in local_activities("tool_results_stored_earlier_reply")
     received = set().union(*(handlers(p.stem) for p in HISTORIES))
-    contract = {"submit_message", "approve", "reject", "answer", "rollback", "end", "decide"}
+    assert {"check_arguments", "record_decision"} <= local_activities("served_call_approved")
+    contract = {"submit_message", "approve", "reject", "answer", "rollback", "end", "decide", "serve_call"}
     assert contract | {"wait_turn", "wait_reply"} <= received
