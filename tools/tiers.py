@@ -71,7 +71,7 @@ async def change_tenant_tier(
     tenant_id: str,
     agent: str,
     tool: str,
-    tier: Tier,
+    tier: Tier | None,
     changed_by: str,
     via: Via,
     workflow_id: str | None = None,
@@ -79,13 +79,19 @@ async def change_tenant_tier(
 ) -> TierChange:
     """Set the tenant's tier for the agent's tool if `changed_by` (an admin of the tenant, per the
     database) may, and record the attempt either way, in the caller's transaction. The returned row
-    says whether it was accepted and, if not, why."""
+    says whether it was accepted and, if not, why.
+
+    `tier=None` resets: the tenant's own tier is removed and its conversations get the agent's tier
+    again (recorded as the new tier). That is never refused for risk: the agent's tier is an
+    operator's decision, which the tenant only ever overrode."""
     override = await session.get(TenantToolTier, (tenant_id, agent, tool), with_for_update=True)
     granted = await session.get(AgentToolPermission, (agent, tool))
     declared = risk_and_default(tool)
     old: str | None = None
+    agent_tier: str | None = None
     if granted is not None and declared is not None:
-        old = override.tier if override is not None else granted.tier or declared[1]
+        agent_tier = granted.tier or declared[1]
+        old = override.tier if override is not None else agent_tier
     roles = await session.scalars(
         select(UserRole.role).where(UserRole.tenant_id == tenant_id, UserRole.user_id == changed_by)
     )
@@ -94,6 +100,8 @@ async def change_tenant_tier(
         refusal = f"only an admin of {tenant_id} may change its tiers ({changed_by} is not)"
     elif granted is None or declared is None:
         refusal = f"agent {agent} does not have the tool {tool}"
+    elif tier is None:
+        refusal = None if override else f"{tenant_id} has no tier of its own for {agent}'s {tool}"
     else:
         refusal = tier_refusal(declared[0], tier)
     change = TierChange(
@@ -101,7 +109,7 @@ async def change_tenant_tier(
         agent=agent,
         tool=tool,
         old_tier=old,
-        new_tier=tier,
+        new_tier=tier or agent_tier or "blocked",  # a tool the agent lacks is never offered
         changed_by=changed_by,
         via=via,
         accepted=refusal is None,
@@ -110,7 +118,9 @@ async def change_tenant_tier(
         call_id=call_id,
     )
     session.add(change)
-    if refusal is None:
+    if refusal is None and tier is None and override is not None:
+        await session.delete(override)
+    elif refusal is None and tier is not None:
         values = {"tenant_id": tenant_id, "agent": agent, "tool": tool, "tier": tier, "set_by": changed_by}
         statement = insert(TenantToolTier).values(**values)
         await session.execute(

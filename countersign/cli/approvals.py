@@ -8,7 +8,6 @@ call) exits non-zero with the workflow's reason; in signed mode the server, whic
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
 from typing import Any
 
 import click
@@ -28,15 +27,6 @@ from countersign.core.effects import Effect, effect_lines, effect_warnings
 from countersign.core.grants import MAX_GRANT_MINUTES, MAX_GRANT_USES, GrantTerms
 from countersign.core.shown import argument_lines, argument_warnings
 from countersign.db.schema import ApprovalRequest
-
-
-def age(iso: str) -> str:
-    seconds = int((datetime.now(UTC) - datetime.fromisoformat(iso)).total_seconds())
-    return (
-        f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
-        if seconds >= 3600
-        else f"{seconds // 60}m{seconds % 60:02d}s"
-    )
 
 
 async def pending_approvals(client: Client, tenant: str | None) -> list[dict[str, Any]]:
@@ -101,7 +91,7 @@ def shown_pending(row: dict[str, Any], effect: Effect | None) -> str:
         + ("    arguments:\n" if does else "")
         + "".join(f"    {'  ' if does else ''}{line}\n" for line in argument_lines(row["args"]))
         + "".join(f"    ⚠ {w}\n" for w in found)
-        + f"    risk {row['risk']} · requested by {row['requested_by']} {age(row['requested_at'])} ago"
+        + f"    risk {row['risk']} · requested by {row['requested_by']} {relative(row['requested_at'])}"
         f" · expires {relative(row['expires_at'])}" + (f"\n    {row['hints']}" if row.get("hints") else "")
     )
 

@@ -354,11 +354,11 @@ def end(workflow_id: str, requested_by: str) -> None:
     run(body())
 
 
-def as_listed(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Newest first, whatever order visibility returned them in; a closed run's state is `ended`,
-    not the search attribute it stopped with (`idle` after a cancel)."""
+def as_listed(rows: list[dict[str, Any]], limit: int) -> list[dict[str, Any]]:
+    """The `limit` newest, newest first, whatever order visibility returned them in; a closed run's
+    state is `ended`, not the search attribute it stopped with (`idle` after a cancel)."""
     settled = [r if r["status"] in (None, "RUNNING") else {**r, "state": "ended"} for r in rows]
-    return sorted(settled, key=lambda r: str(r["started_at"]), reverse=True)
+    return sorted(settled, key=lambda r: str(r["started_at"]), reverse=True)[:limit]
 
 
 @cli.group()
@@ -384,7 +384,9 @@ def list_conversations(
         clauses += [f"TenantId = '{tenant}'"] if tenant else []
         clauses += [f"AgentName = '{agent}'"] if agent else []
         rows: list[dict[str, Any]] = []
-        async for execution in client.list_workflows(" AND ".join(clauses), limit=limit):
+        # every match, not `limit` of them: visibility lists running runs first and closed ones by
+        # close time, so its first N are not the N started last (issue 41: `--all --limit`)
+        async for execution in client.list_workflows(" AND ".join(clauses)):
             attributes = execution.typed_search_attributes
             rows.append(
                 {
@@ -397,7 +399,7 @@ def list_conversations(
                     "closed_at": execution.close_time.isoformat() if execution.close_time else None,
                 }
             )
-        rows = as_listed(rows)
+        rows = as_listed(rows, limit)
         if as_json:
             print_json(rows)
             return

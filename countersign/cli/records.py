@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import click
-from sqlalchemy import select
+from sqlalchemy import delete, select
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -179,7 +179,10 @@ def set_permission(agent: str, tool: str, tier: Tier, tenant: str | None, change
     click.echo(f"{agent}: {tool} is now {tier} (new conversations only; running ones keep their snapshot)")
 
 
-def set_tenant_permission(agent: str, tool: str, tier: Tier, tenant: str, changed_by: str | None) -> None:
+def set_tenant_permission(
+    agent: str, tool: str, tier: Tier | None, tenant: str, changed_by: str | None
+) -> None:
+    """Change (`tier=None`: reset) the tenant's own tier as its named admin; refusals are recorded."""
     if not changed_by:
         raise click.ClickException("--tenant needs --as ADMIN: who changes the tenant's tier (audited)")
 
@@ -195,9 +198,48 @@ def set_tenant_permission(agent: str, tool: str, tier: Tier, tenant: str, change
     if not change.accepted:
         raise click.ClickException(f"refused (recorded): {change.reason}")
     click.echo(
-        f"{agent}: {tool} is now {tier} for tenant {tenant} (was {change.old_tier}; new conversations "
-        "only; running ones keep their snapshot)"
+        f"{agent}: {tool} is now {change.new_tier} for tenant {tenant} "
+        + ("(was" if tier else "(the agent's tier; its own was")
+        + f" {change.old_tier}; new conversations only; running ones keep their snapshot)"
     )
+
+
+@permissions.command("reset")
+@click.argument("agent")
+@click.argument("tool")
+@click.option("--tenant", required=True, help="The tenant whose own tier is removed (audited).")
+@click.option("--as", "changed_by", help="The admin of the tenant making the change.")
+def reset_permission(agent: str, tool: str, tenant: str, changed_by: str | None) -> None:
+    """Remove a tenant's own tier for one of an agent's tools (set by `permissions set --tenant` or
+    the inbox's "Always allow"): the tenant's conversations get the agent's tier again. An admin of
+    the tenant (--as); recorded in tier_changes and the audit chain like every tier change."""
+    set_tenant_permission(agent, tool, None, tenant, changed_by)
+
+
+@permissions.command("remove")
+@click.argument("agent")
+@click.argument("tool")
+def remove_permission(agent: str, tool: str) -> None:
+    """Take a tool away from an agent, for every tenant (the undo of `permissions set AGENT TOOL
+    TIER`; tenants' own tiers for it go too, so adding it back starts from the agent's tier)."""
+
+    async def change(session: AsyncSession) -> None:
+        await require_agent(session, agent)
+        if await session.get(AgentToolPermission, (agent, tool)) is None:
+            raise click.ClickException(f"agent {agent} does not have the tool {tool}")
+        await session.execute(
+            delete(schema.TenantToolTier).where(
+                schema.TenantToolTier.agent == agent, schema.TenantToolTier.tool == tool
+            )
+        )
+        await session.execute(
+            delete(AgentToolPermission).where(
+                AgentToolPermission.agent == agent, AgentToolPermission.tool == tool
+            )
+        )
+
+    run(with_session(change))
+    click.echo(f"{agent}: {tool} removed (new conversations only; running ones keep their snapshot)")
 
 
 async def mcp_permissions(

@@ -9,7 +9,7 @@ import json
 import os
 import pkgutil
 import sys
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import click
@@ -17,6 +17,7 @@ import pytest
 
 import countersign.cli
 from countersign.cli.app import COMMANDS, cli
+from countersign.cli.approvals import shown_pending
 from countersign.cli.session import tenant_of
 from countersign.cli.ux import EXIT_INTERRUPTED, relative
 from countersign.cli.waiting import SignedHint, approval_lines, unless_interrupted, who_can_decide
@@ -194,3 +195,20 @@ async def test_a_wait_through_the_server_answers_when_no_ctrl_c_comes() -> None:
         await unless_interrupted("conv-acme-0123456789ab", asyncio.sleep(0, "replied"), asyncio.Event())
         == "replied"
     )
+
+
+def test_a_pending_call_says_its_age_and_expiry_in_one_format() -> None:
+    """`approvals list` wrote an age as `0m01s` beside `in 23 h 59 min`; one format now (issue 41)."""
+    now = datetime.now(UTC)
+    row = {
+        "workflow_id": "conv-acme-000000000001",
+        "call_id": "c1",
+        "tool": "update_lead_status",
+        "args": json.dumps({"lead": "jane.doe@example.com"}),
+        "risk": "high",
+        "requested_by": "alice",
+        "requested_at": (now - timedelta(minutes=5, seconds=30)).isoformat(),
+        "expires_at": (now + timedelta(hours=3, minutes=10, seconds=30)).isoformat(),
+    }
+    last = shown_pending(row, None).splitlines()[-1]
+    assert last == "    risk high · requested by alice 5 min ago · expires in 3 h 10 min"

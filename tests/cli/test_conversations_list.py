@@ -18,10 +18,23 @@ def test_newest_first_and_a_closed_run_has_ended() -> None:
             row("conv-acme-000000000001", "2026-11-27T15:40:01+00:00", "idle", "RUNNING"),
             row("conv-acme-000000000003", "2026-11-27T15:40:03+00:00", "idle", "CANCELED"),
             row("conv-acme-000000000002", "2026-11-27T15:40:02+00:00", "awaiting_approval", "RUNNING"),
-        ]
+        ],
+        limit=50,
     )
     assert [(r["workflow_id"][-1], r["state"]) for r in listed] == [
         ("3", "ended"),
         ("2", "awaiting_approval"),
         ("1", "idle"),
     ]
+
+
+def test_the_limit_keeps_the_newest_whatever_order_visibility_returned() -> None:
+    """Visibility lists running runs first, then closed ones by close time: `--all --limit 2` must
+    still be the two started last, not the first two it returned."""
+    returned = [
+        row("conv-acme-000000000001", "2026-11-27T15:40:01+00:00", "idle", "RUNNING"),
+        row("conv-acme-000000000002", "2026-11-27T15:40:02+00:00", "idle", "RUNNING"),
+        row("conv-acme-000000000004", "2026-11-27T15:40:04+00:00", "idle", "COMPLETED"),
+        row("conv-acme-000000000003", "2026-11-27T15:40:03+00:00", "idle", "CANCELED"),
+    ]
+    assert [r["workflow_id"][-1] for r in as_listed(returned, limit=2)] == ["4", "3"]

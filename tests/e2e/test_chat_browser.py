@@ -8,11 +8,14 @@ And: the agent asks alice a question, she answers in the page. Screenshots in te
 from __future__ import annotations
 
 import os
+import re
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 from playwright.async_api import Page, async_playwright
 
+from countersign.cli.ux import relative
 from countersign.runtime.config import PROJECT_ROOT
 from tests.e2e.test_inbox_browser import ARTIFACTS, CHROMIUM_ARGS, log_in
 from tests.e2e.test_web_ui import chromium as chromium
@@ -89,7 +92,16 @@ async def test_alice_watches_her_request_stream_wait_for_bob_and_finish(
         step = alice.locator('#log li.step[data-call="c1"]')
         await step.locator(".outcome:has-text('Waiting for a reviewer')").wait_for(timeout=30_000)
         outcome = await step.locator(".outcome").text_content() or ""
-        assert "bob" in outcome and "expires in" in outcome
+        assert "bob" in outcome and re.search(r"expires in \d+ h( \d+ min)?$", outcome), outcome
+        # one countdown format: the pages' (dom.js, the inbox's too) is the CLI's, to the second
+        offsets = [0, 12, 59, 61, 600, 3599, 3600, 3660, 86399, 90061, -240, -7200]
+        base = datetime(2026, 11, 27, 12, 0, tzinfo=UTC)
+        shown = await alice.evaluate(
+            "([now, offsets]) => offsets.map((o) =>"
+            " relativeTime(new Date(now + o * 1000).toISOString(), now))",
+            [base.timestamp() * 1000, offsets],
+        )
+        assert shown == [relative((base + timedelta(seconds=o)).isoformat(), base) for o in offsets]
         # issue 34: the step shows what bob decides on, resolved, above the model's arguments
         effect = await step.locator(".effect-summary").text_content() or ""
         assert effect == "Jane Doe, Doe Consulting (jane.doe@example.com): status new → qualified"

@@ -6,6 +6,7 @@ once with the edited arguments and the audit shows bob as proven. Screenshots in
 from __future__ import annotations
 
 import json
+import re
 import time
 import uuid
 from typing import Any
@@ -65,6 +66,9 @@ async def test_bob_edits_and_approves_alices_request_live_in_the_inbox(
         lines = (await card.locator(".raw-args").text_content() or "").splitlines()
         assert lines == [f"lead: {json.dumps(JANE)}", 'new_status: "qualified"', 'reason: "budget confirmed"']
         assert "requested by alice" in (await card.text_content() or "")
+        # the CLI's time format (dom.js relativeTime), not a format of the inbox's own
+        expires = await card.locator(".expires").evaluate("(n) => n.parentNode.textContent")
+        assert re.search(r"· expires in \d+ h( \d+ min)?$", expires), expires
         await page.screenshot(path=ARTIFACTS / "inbox-pending.png", full_page=True)
 
         await card.locator("summary").click()

@@ -6,7 +6,7 @@ directory, runs each command there with bash, in README order, on one stack, and
 output line by line. A block that cannot run here is named in NOT_RUN, with why; it is checked for
 what can be (test_blocks_not_run_name_what_exists): the files it names, compose's services and
 profiles, every `countersign` command's options against its `--help`, `make` targets.
-Workflow ids, times, relative times, ages and pids may differ; an id the README uses in a later
+Workflow ids, times, relative times and pids may differ; an id the README uses in a later
 command stands for the one the run printed. `echo $?` prints the previous command's exit status.
 A command ending in `&` runs in the background (stopped at the end). The stack and the ports the
 README names (the mock identity provider's, a second inbox's, the metrics port) are moved to free
@@ -90,7 +90,6 @@ VARYING = {
     "id": WORKFLOW_ID,
     "time": r"\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}:\d{2}(?:\.\d+)?(?:\+00:00|Z)?",
     "pid": r"pid \d+",
-    "age": r"\d+[hm]\d{2}[ms]",
     "relative": r"in \d+ (?:s|min|h|d)(?: \d+ (?:min|h))?|\d+ (?:s|min|h|d)(?: \d+ (?:min|h))? ago",
     "weekday": r"(?:Mon|Tues|Wednes|Thurs|Fri|Satur|Sun)day",
     "elided": r"…",

@@ -17,13 +17,6 @@ let current = null; // {id, source, replies: Map(seq -> {node, attempt}), steps:
 // The tools whose steps can be undone (a compensation declared: tools/registry.py), from the page.
 const undoable = new Set(($("#log")?.dataset.undoable || "").split(" ").filter(Boolean));
 
-function timeLeft(iso) {
-  const s = Math.max(0, Math.round((new Date(iso) - Date.now()) / 1000));
-  const [h, m, sec] = [Math.floor(s / 3600), Math.floor((s % 3600) / 60), s % 60];
-  const pad = (n) => String(n).padStart(2, "0");
-  return h ? `${h} h ${pad(m)} min` : `${m}:${pad(sec)}`;
-}
-
 function setBusy(busy, why) {
   $("#send").disabled = busy;
   $("#state").textContent = why || "";
@@ -116,8 +109,8 @@ const handlers = {
       const who = (data.may_decide || []).join(", ") || "a reviewer";
       if (!$(".effect", step)) $("h3", step).after(effectView(data.effect_lines, data.resolved === false));
       setOutcome(step, `Waiting for a reviewer (${who} may decide)`, "waiting");
-      const countdown = el("span", { class: "countdown", "data-expires": data.expires_at, text: timeLeft(data.expires_at) });
-      $(".outcome", step).append(" · expires in ", countdown);
+      const countdown = el("span", { class: "countdown", "data-expires": data.expires_at, text: relativeTime(data.expires_at) });
+      $(".outcome", step).append(" · expires ", countdown);
       setBusy(true, `Waiting for ${who}`);
       if ((data.may_decide || []).includes($("#whoami").textContent)) {
         $(".actions", step).append(decideForm(data));
@@ -309,7 +302,7 @@ if ($("#compose")) {
     catch (err) { say(err.message); }
   });
   setInterval(() => {
-    for (const span of document.querySelectorAll("[data-expires]")) span.textContent = timeLeft(span.dataset.expires);
+    for (const span of document.querySelectorAll("[data-expires]")) span.textContent = relativeTime(span.dataset.expires);
   }, 1000);
   api("GET", "/api/agents").then((agents) => {
     // the name only (a description would widen the page past a phone's); the chosen one's description under it

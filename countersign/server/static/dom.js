@@ -15,6 +15,21 @@ function el(tag, attrs = {}, ...children) {
   return node;
 }
 
+// A time next to now, as the CLI prints it (countersign/cli/ux.py `relative`; one format on every
+// side, tests/e2e/test_chat_browser.py compares them): `in 23 h 59 min`, `4 min ago`, `in 12 s`.
+function relativeTime(iso, now = Date.now()) {
+  const seconds = Math.trunc((new Date(iso) - now) / 1000);
+  const left = Math.abs(seconds);
+  let text;
+  if (left < 60) text = `${left} s`;
+  else if (left < 3600) text = `${Math.floor(left / 60)} min`;
+  else if (left < 86400) {
+    const h = Math.floor(left / 3600), m = Math.floor((left % 3600) / 60);
+    text = m ? `${h} h ${m} min` : `${h} h`;
+  } else text = `${Math.floor(left / 86400)} d ${Math.floor((left % 86400) / 3600)} h`;
+  return seconds >= 0 ? `in ${text}` : `${text} ago`;
+}
+
 // What a call will do (the approval request's effect, as the server lays it out in lines with hidden
 // characters made visible): its summary first, then each change, message and creation. Shared by
 // the inbox card and the chat page's step; `lines` empty (a request from before effects): nothing.

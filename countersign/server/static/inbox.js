@@ -99,13 +99,6 @@ function readArgs(fieldset) {
 // --- cards -------------------------------------------------------------------------------------
 const cards = new Map(); // key -> element
 
-function timeLeft(expiresAt) {
-  const seconds = Math.max(0, Math.round((new Date(expiresAt) - Date.now()) / 1000));
-  const h = Math.floor(seconds / 3600), m = Math.floor((seconds % 3600) / 60), s = seconds % 60;
-  if (seconds === 0) return "expired";
-  return `${h ? `${h}h ` : ""}${m}m ${String(s).padStart(2, "0")}s left`;
-}
-
 function card(item) {
   const key = `${item.workflow_id}/${item.call_id}`;
   const id = key.replace(/[^A-Za-z0-9_-]/g, "_");
@@ -124,7 +117,7 @@ function card(item) {
   const grantMinutes = el("input", { id: `${id}-grant-minutes`, type: "number", min: "1", max: "10080", step: "1", value: "60" });
   const grantUses = el("input", { id: `${id}-grant-uses`, type: "number", min: "1", max: "100", step: "1", value: "1" });
   const approveGranted = el("button", { type: "button", "data-action": "approve-grant", text: "Approve and grant the same again" });
-  const expires = el("span", { class: "expires", "data-expires": item.expires_at, text: timeLeft(item.expires_at) });
+  const expires = el("span", { class: "expires", "data-expires": item.expires_at, text: relativeTime(item.expires_at) });
   const messages = el("ul", { class: "messages", "aria-label": "Latest messages" });
   for (const m of item.last_messages || []) messages.append(el("li", { text: `${m.name}: ${m.content}` }));
   const node = el(
@@ -135,7 +128,7 @@ function card(item) {
       ` ${item.tool} `, el("small", { text: `risk ${item.risk}` })),
     el("p", { class: "muted" },
       `requested by ${item.requested_by} · agent ${item.agent} · conversation `, conversationLink(item.workflow_id),
-      ` · call ${item.call_id} · `, expires),
+      ` · call ${item.call_id} · expires `, expires),
     item.voided_by
       ? el("p", { class: "asked-again", role: "alert",
           text: `Asked again: what this call would do changed after ${item.voided_by} approved it`
@@ -313,7 +306,7 @@ if ($("#pending")) {
     if (events.readyState === EventSource.CLOSED && (await fetch("/api/me")).status === 401) location.reload();
   });
   setInterval(() => {
-    for (const span of document.querySelectorAll("[data-expires]")) span.textContent = timeLeft(span.dataset.expires);
+    for (const span of document.querySelectorAll("[data-expires]")) span.textContent = relativeTime(span.dataset.expires);
   }, 1000);
   for (const button of document.querySelectorAll("[data-batch]")) {
     button.addEventListener("click", async () => {
