@@ -3,8 +3,9 @@
 The workflow asks only when its snapshot says the tenant has policies (`ConversationContext.
 has_policies`): a tenant without any adds nothing to a step. Authority comes from the database, at
 the call: the requester's roles now, the enforced set now (a set applied since the conversation
-started counts), the audit's counts the set names (tools/policies.py `history_counts`), and, when a
-condition reads `context.effect`, what the call would do now (its tool's preview, read-only).
+started counts), the audit's counts and sums the set names (tools/policies.py `audit_history`),
+and, when a condition reads `context.effect`, what the call would do now (its tool's preview,
+read-only).
 
 A shadow set is evaluated beside the enforced one and changes nothing: a call whose outcome would
 differ is recorded in `shadow_differences` for the tenant's admins (once per call: a retried
@@ -28,7 +29,7 @@ from countersign.core.policy import PolicyCheck
 from countersign.db.schema import ShadowDifference
 from tools.arguments import load_arguments, validate
 from tools.effects import preview_effect
-from tools.policies import history_counts, loaded, roles_of, tenant_policies
+from tools.policies import audit_history, loaded, roles_of, tenant_policies
 from tools.registry import REGISTRY, ToolContext, ToolFailure
 
 
@@ -54,6 +55,15 @@ class PolicyActivities:
             effect = None
             if any(s.reads_effect for s in sets.values()):
                 effect = await resolved_effect(session, check, roles, arguments)
+            history = await audit_history(
+                session,
+                tenant_id=caller.tenant_id,
+                user=caller.user_id,
+                spec=check.spec,
+                at=datetime.now(UTC),
+                counters=frozenset().union(*(s.counters for s in sets.values())),
+                sums=frozenset().union(*(s.sums for s in sets.values())),
+            )
             call = CallFacts(
                 user=caller.user_id,
                 roles=roles,
@@ -61,14 +71,8 @@ class PolicyActivities:
                 spec=check.spec,
                 arguments=arguments,
                 effect=effect,
-                history=await history_counts(
-                    session,
-                    tenant_id=caller.tenant_id,
-                    user=caller.user_id,
-                    tool=invocation.tool,
-                    at=datetime.now(UTC),
-                    names=frozenset().union(*(s.counters for s in sets.values())),
-                ),
+                history=history.counts,
+                sums=history.sums,
             )
             enforced = decide(sets["enforced"], call) if "enforced" in sets else NO_MATCH
             if "shadow" in sets:

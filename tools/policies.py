@@ -13,22 +13,26 @@ conversation's snapshot says so and its calls skip the policy gate entirely.
 from __future__ import annotations
 
 import hashlib
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from functools import lru_cache
 from typing import Any
 
-from sqlalchemy import func, or_, select
+from sqlalchemy import Numeric, case, cast, func, or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.sql.elements import ColumnElement
 
 from countersign.core.calls import NO_MATCH, PolicyDecision, ToolSpec
 from countersign.core.cedar_policy import (
     HISTORY_COUNTERS,
+    HISTORY_SUMS,
     CallFacts,
     CompiledPolicies,
     PolicySetError,
     compile_policies,
     decide,
     load_policies,
+    summed_fields,
 )
 from countersign.core.effects import Effect
 from countersign.db.chain import chain
@@ -119,7 +123,15 @@ async def apply_policies(
     return change
 
 
-# --- history-aware context: the audit's counts a set names -------------------------------------------
+# --- history-aware context: the audit's counts and sums a set names ----------------------------------
+
+
+@dataclass(frozen=True)
+class AuditHistory:
+    """The audit's history of a call, as far as the sets name it (CallFacts' `history`, `sums`)."""
+
+    counts: dict[str, int]
+    sums: dict[tuple[str, str], int]
 
 
 def _since(name: str, at: datetime) -> datetime:
@@ -128,32 +140,53 @@ def _since(name: str, at: datetime) -> datetime:
     return at.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
 
 
-async def history_counts(
-    session: AsyncSession, *, tenant_id: str, user: str, tool: str, at: datetime, names: frozenset[str]
-) -> dict[str, int]:
-    """The HISTORY_COUNTERS `names` for a call of `tool` by `user` at `at`: calls of the tool that
-    ran (`executed`) before it, in one statement; nothing is read when the set names none."""
-    wanted = sorted(names & set(HISTORY_COUNTERS))
-    if not wanted:
-        return {}
-    counts = []
-    for name in wanted:
-        scope = ToolExecution.created_at >= _since(name, at)
-        if name.endswith("_by_requester"):
-            scope = scope & (ToolExecution.user_id == user)
-        counts.append(func.count().filter(scope))
+async def audit_history(
+    session: AsyncSession,
+    *,
+    tenant_id: str,
+    user: str,
+    spec: ToolSpec,
+    at: datetime,
+    counters: frozenset[str],
+    sums: frozenset[tuple[str, str]],
+) -> AuditHistory:
+    """The HISTORY_COUNTERS `counters` and HISTORY_SUMS `sums` for a call of `spec` by `user` at
+    `at`, over calls of the tool that ran (`executed`) before it, in one statement; nothing is read
+    when the sets name none. A sum totals the field as the call ran (an approver's edit counts) and
+    skips a call whose value is no number; a field the tool does not declare an integer is not
+    summed (the schema refused it at apply; the tool may have changed since)."""
+    wanted = sorted(counters & set(HISTORY_COUNTERS))
+    totals = sorted((n, f) for n, f in sums if n in HISTORY_SUMS and f in summed_fields(spec))
+    if not wanted and not totals:
+        return AuditHistory(counts={}, sums={})
+
+    def scope(name: str) -> ColumnElement[bool]:
+        within = ToolExecution.created_at >= _since(name, at)
+        return within & (ToolExecution.user_id == user) if name.endswith("_by_requester") else within
+
+    def total(field: str) -> ColumnElement[Any]:
+        edited = func.jsonb_typeof(ToolExecution.edited_args) == "object"  # none is JSON null, not NULL
+        ran = case((edited, ToolExecution.edited_args), else_=ToolExecution.args)
+        number = func.jsonb_typeof(func.jsonb_extract_path(ran, field)) == "number"
+        return func.sum(case((number, cast(func.jsonb_extract_path_text(ran, field), Numeric))))
+
+    columns = [func.count().filter(scope(name)) for name in wanted]
+    columns += [total(field).filter(scope(name)) for name, field in totals]
     row = (
         await session.execute(
-            select(*counts).where(
+            select(*columns).where(
                 ToolExecution.tenant_id == tenant_id,
-                ToolExecution.tool == tool,
+                ToolExecution.tool == spec.name,
                 ToolExecution.outcome == "executed",
-                ToolExecution.created_at >= min(_since(n, at) for n in wanted),
+                ToolExecution.created_at >= min(_since(n, at) for n in [*wanted, *(n for n, _ in totals)]),
                 ToolExecution.created_at < at,
             )
         )
     ).one()
-    return dict(zip(wanted, row, strict=True))
+    return AuditHistory(
+        counts=dict(zip(wanted, row[: len(wanted)], strict=True)),
+        sums={key: int(value or 0) for key, value in zip(totals, row[len(wanted) :], strict=True)},
+    )
 
 
 async def roles_of(session: AsyncSession, tenant_id: str, user: str) -> tuple[str, ...]:
@@ -199,7 +232,15 @@ async def replay(
             continue
         if row.user_id not in roles:
             roles[row.user_id] = await roles_of(session, tenant_id, row.user_id)
-        names = candidate.counters | (current.counters if current else frozenset())
+        history = await audit_history(
+            session,
+            tenant_id=tenant_id,
+            user=row.user_id,
+            spec=spec,
+            at=row.created_at,
+            counters=candidate.counters | (current.counters if current else frozenset()),
+            sums=candidate.sums | (current.sums if current else frozenset()),
+        )
         call = CallFacts(
             user=row.user_id,
             roles=roles[row.user_id],
@@ -207,9 +248,8 @@ async def replay(
             spec=spec,
             arguments=row.edited_args or row.args,
             effect=Effect.model_validate(row.effect) if row.effect else None,
-            history=await history_counts(
-                session, tenant_id=tenant_id, user=row.user_id, tool=row.tool, at=row.created_at, names=names
-            ),
+            history=history.counts,
+            sums=history.sums,
         )
         before: PolicyDecision = decide(current, call) if current else NO_MATCH
         after = decide(candidate, call)

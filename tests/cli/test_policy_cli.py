@@ -152,3 +152,4 @@ def test_the_readmes_policy_file_is_a_valid_set_with_each_kind() -> None:
     kinds = {(p.effect, p.approvals > 0) for p in compiled.policies.values()}
     assert kinds == {("forbid", False), ("permit", False), ("permit", True)}
     assert compiled.counters == {"calls_today_by_requester"}
+    assert compiled.sums == {("sum_last_hour_by_requester", "limit")}
