@@ -36,8 +36,16 @@ from countersign.core.cedar_policy import (
 )
 from countersign.core.effects import Effect
 from countersign.db.chain import chain
-from countersign.db.schema import McpServer, PolicyChange, TenantPolicy, ToolExecution, UserRole
+from countersign.db.schema import (
+    ApprovalRequest,
+    McpServer,
+    PolicyChange,
+    TenantPolicy,
+    ToolExecution,
+    UserRole,
+)
 from countersign.mcp.catalog import ListedTool, spec_of
+from tools.arguments import load_arguments_or_raw
 from tools.registry import REGISTRY
 from tools.tiers import ADMIN_ROLE, Via
 
@@ -199,6 +207,61 @@ async def roles_of(session: AsyncSession, tenant_id: str, user: str) -> tuple[st
 # --- policy test: the recorded calls against a candidate set -----------------------------------------
 
 
+@dataclass(frozen=True)
+class RecordedCall:
+    """A call `policy test` replays: one that ran or was refused (the audit), or one waiting for its
+    approval now (a pending approval request: a policy set applied today would decide it too)."""
+
+    at: datetime
+    workflow_id: str
+    call_id: str
+    tool: str
+    user: str
+    agent: str
+    arguments: dict[str, Any]
+    effect: dict[str, Any] | None
+    outcome: str  # the audit's outcome, or "pending"
+
+
+async def recorded_calls(
+    session: AsyncSession, tenant_id: str, since: datetime, limit: int
+) -> list[RecordedCall]:
+    """The tenant's calls since `since`, newest first (at most `limit`): the audit's, with an
+    approver's edit, and the approval requests still pending, with the arguments they ask for."""
+    ran = await session.scalars(
+        select(ToolExecution)
+        .where(ToolExecution.tenant_id == tenant_id, ToolExecution.created_at >= since)
+        .order_by(ToolExecution.created_at.desc())
+        .limit(limit)
+    )
+    waiting = await session.scalars(
+        select(ApprovalRequest)
+        .where(
+            ApprovalRequest.tenant_id == tenant_id,
+            ApprovalRequest.state == "pending",
+            ApprovalRequest.requested_at >= since,
+        )
+        .order_by(ApprovalRequest.requested_at.desc())
+        .limit(limit)
+    )
+    calls = [
+        RecordedCall(
+            at=row.created_at, workflow_id=row.workflow_id, call_id=row.call_id, tool=row.tool,
+            user=row.user_id, agent=row.agent, arguments=row.edited_args or row.args,
+            effect=row.effect, outcome=row.outcome,
+        )
+        for row in ran
+    ] + [
+        RecordedCall(
+            at=row.requested_at, workflow_id=row.workflow_id, call_id=row.call_id, tool=row.tool,
+            user=row.requested_by, agent=row.agent, arguments=load_arguments_or_raw(row.args),
+            effect=row.effect, outcome="pending",
+        )
+        for row in waiting
+    ]  # fmt: skip
+    return sorted(calls, key=lambda c: c.at, reverse=True)[:limit]
+
+
 async def replay(
     session: AsyncSession,
     *,
@@ -207,46 +270,40 @@ async def replay(
     since: datetime,
     limit: int = 10_000,
 ) -> dict[str, Any]:
-    """The tenant's recorded calls since `since` (newest `limit`), each decided by the enforced set
-    (none: no match, the tiers) and by `candidate`; the calls whose decision would change.
+    """The tenant's recorded calls since `since` (`recorded_calls`), each decided by the enforced
+    set (none: no match, the tiers) and by `candidate`; the calls whose decision would change.
 
     The audit keeps the arguments as recorded (redacted where the tool redacts), an approver's
-    edit, and the effect the call resolved; roles are the requester's today and the history counts
-    are those before each call."""
+    edit, and the effect the call resolved; a pending request, the arguments and effect it asks
+    approval for. Roles are the requester's today and the history counts and sums are those
+    before each call."""
     applied = (await tenant_policies(session, tenant_id)).get("enforced")
     current = loaded(applied.text) if applied else None
     specs = {spec.name: spec for spec in await tenant_tools(session, tenant_id)}
-    rows = (
-        await session.scalars(
-            select(ToolExecution)
-            .where(ToolExecution.tenant_id == tenant_id, ToolExecution.created_at >= since)
-            .order_by(ToolExecution.created_at.desc())
-            .limit(limit)
-        )
-    ).all()
+    rows = await recorded_calls(session, tenant_id, since, limit)
     roles: dict[str, tuple[str, ...]] = {}
     changed: list[dict[str, Any]] = []
     for row in rows:
         spec = specs.get(row.tool)
         if spec is None:  # a tool nobody declares (any more): no policy can name it
             continue
-        if row.user_id not in roles:
-            roles[row.user_id] = await roles_of(session, tenant_id, row.user_id)
+        if row.user not in roles:
+            roles[row.user] = await roles_of(session, tenant_id, row.user)
         history = await audit_history(
             session,
             tenant_id=tenant_id,
-            user=row.user_id,
+            user=row.user,
             spec=spec,
-            at=row.created_at,
+            at=row.at,
             counters=candidate.counters | (current.counters if current else frozenset()),
             sums=candidate.sums | (current.sums if current else frozenset()),
         )
         call = CallFacts(
-            user=row.user_id,
-            roles=roles[row.user_id],
+            user=row.user,
+            roles=roles[row.user],
             agent=row.agent,
             spec=spec,
-            arguments=row.edited_args or row.args,
+            arguments=row.arguments,
             effect=Effect.model_validate(row.effect) if row.effect else None,
             history=history.counts,
             sums=history.sums,
@@ -256,11 +313,11 @@ async def replay(
         if before != after:
             changed.append(
                 {
-                    "at": row.created_at.isoformat(),
+                    "at": row.at.isoformat(),
                     "workflow_id": row.workflow_id,
                     "call_id": row.call_id,
                     "tool": row.tool,
-                    "requested_by": row.user_id,
+                    "requested_by": row.user,
                     "outcome": row.outcome,
                     "enforced": before.model_dump(exclude_defaults=True),
                     "candidate": after.model_dump(exclude_defaults=True),
