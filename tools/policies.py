@@ -13,12 +13,13 @@ conversation's snapshot says so and its calls skip the policy gate entirely.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from functools import lru_cache
 from typing import Any
 
-from sqlalchemy import Numeric, case, cast, func, or_, select
+from sqlalchemy import Numeric, Select, case, cast, func, or_, select, true
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.sql.elements import ColumnElement
 
@@ -148,8 +149,24 @@ def _since(name: str, at: datetime) -> datetime:
     return at.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
 
 
-async def audit_history(
-    session: AsyncSession,
+@dataclass(frozen=True)
+class HistoryQuery:
+    """The statement reading the history a call's sets name, and the names of its columns."""
+
+    counters: list[str]
+    sums: list[tuple[str, str]]
+    statement: Select[*tuple[Any, ...]] | None  # None: the sets name no history, nothing to read
+
+    def read(self, row: Sequence[Any]) -> AuditHistory:
+        """The history from the statement's row (its columns in order)."""
+        n = len(self.counters)
+        return AuditHistory(
+            counts=dict(zip(self.counters, row[:n], strict=True)),
+            sums={key: int(value or 0) for key, value in zip(self.sums, row[n:], strict=True)},
+        )
+
+
+def history_query(
     *,
     tenant_id: str,
     user: str,
@@ -157,16 +174,16 @@ async def audit_history(
     at: datetime,
     counters: frozenset[str],
     sums: frozenset[tuple[str, str]],
-) -> AuditHistory:
+) -> HistoryQuery:
     """The HISTORY_COUNTERS `counters` and HISTORY_SUMS `sums` for a call of `spec` by `user` at
-    `at`, over calls of the tool that ran (`executed`) before it, in one statement; nothing is read
-    when the sets name none. A sum totals the field as the call ran (an approver's edit counts) and
-    skips a call whose value is no number; a field the tool does not declare an integer is not
-    summed (the schema refused it at apply; the tool may have changed since)."""
+    `at`, over calls of the tool that ran (`executed`) before it, as one statement. A sum totals
+    the field as the call ran (an approver's edit counts) and skips a call whose value is no number;
+    a field the tool does not declare an integer is not summed (the schema refused it at apply; the
+    tool may have changed since)."""
     wanted = sorted(counters & set(HISTORY_COUNTERS))
     totals = sorted((n, f) for n, f in sums if n in HISTORY_SUMS and f in summed_fields(spec))
     if not wanted and not totals:
-        return AuditHistory(counts={}, sums={})
+        return HistoryQuery(counters=[], sums=[], statement=None)
 
     def scope(name: str) -> ColumnElement[bool]:
         within = ToolExecution.created_at >= _since(name, at)
@@ -178,23 +195,85 @@ async def audit_history(
         number = func.jsonb_typeof(func.jsonb_extract_path(ran, field)) == "number"
         return func.sum(case((number, cast(func.jsonb_extract_path_text(ran, field), Numeric))))
 
-    columns = [func.count().filter(scope(name)) for name in wanted]
-    columns += [total(field).filter(scope(name)) for name, field in totals]
-    row = (
-        await session.execute(
-            select(*columns).where(
-                ToolExecution.tenant_id == tenant_id,
-                ToolExecution.tool == spec.name,
-                ToolExecution.outcome == "executed",
-                ToolExecution.created_at >= min(_since(n, at) for n in [*wanted, *(n for n, _ in totals)]),
-                ToolExecution.created_at < at,
-            )
-        )
-    ).one()
-    return AuditHistory(
-        counts=dict(zip(wanted, row[: len(wanted)], strict=True)),
-        sums={key: int(value or 0) for key, value in zip(totals, row[len(wanted) :], strict=True)},
+    columns = [func.count().filter(scope(name)).label(f"h{i}") for i, name in enumerate(wanted)]
+    columns += [total(f).filter(scope(n)).label(f"h{len(wanted) + i}") for i, (n, f) in enumerate(totals)]
+    statement = select(*columns).where(
+        ToolExecution.tenant_id == tenant_id,
+        ToolExecution.tool == spec.name,
+        ToolExecution.outcome == "executed",
+        ToolExecution.created_at >= min(_since(n, at) for n in [*wanted, *(n for n, _ in totals)]),
+        ToolExecution.created_at < at,
     )
+    return HistoryQuery(counters=wanted, sums=totals, statement=statement)
+
+
+async def audit_history(
+    session: AsyncSession,
+    *,
+    tenant_id: str,
+    user: str,
+    spec: ToolSpec,
+    at: datetime,
+    counters: frozenset[str],
+    sums: frozenset[tuple[str, str]],
+) -> AuditHistory:
+    """`history_query`'s history, read (nothing is read when the sets name none)."""
+    query = history_query(tenant_id=tenant_id, user=user, spec=spec, at=at, counters=counters, sums=sums)
+    if query.statement is None:
+        return AuditHistory(counts={}, sums={})
+    return query.read((await session.execute(query.statement)).one())
+
+
+@dataclass(frozen=True)
+class GateReads:
+    """What the policy gate reads for one call: the tenant's sets by mode (text, version), the
+    requester's roles, and the history the sets name."""
+
+    sets: dict[str, tuple[str, int]]
+    roles: tuple[str, ...]
+    history: AuditHistory
+
+
+# The history each tenant's sets named when the gate last read them, by the sets' digests: the gate
+# reads sets, roles and that history in one statement, and the history again only when the sets
+# changed since (the first call after an apply, or in a fresh process).
+_NAMED: dict[str, tuple[frozenset[str], frozenset[str], frozenset[tuple[str, str]]]] = {}
+
+
+async def gate_reads(
+    session: AsyncSession, *, tenant_id: str, user: str, spec: ToolSpec, at: datetime
+) -> GateReads | None:
+    """The gate's reads in one round trip while the tenant's sets are unchanged; None when the
+    tenant has no sets."""
+    digests, counters, sums = _NAMED.get(tenant_id, (frozenset(), frozenset(), frozenset()))
+    guess = history_query(tenant_id=tenant_id, user=user, spec=spec, at=at, counters=counters, sums=sums)
+    roles = select(func.array_agg(UserRole.role)).where(
+        UserRole.tenant_id == tenant_id, UserRole.user_id == user
+    )
+    statement = select(
+        TenantPolicy.mode,
+        TenantPolicy.text,
+        TenantPolicy.version,
+        TenantPolicy.sha256,
+        roles.scalar_subquery(),
+    ).where(TenantPolicy.tenant_id == tenant_id, TenantPolicy.text != "")
+    if guess.statement is not None:
+        named = guess.statement.subquery()
+        statement = statement.add_columns(*named.c).join(named, true())
+    rows = (await session.execute(statement)).all()
+    if not rows:
+        return None
+    sets = {row[0]: (row[1], row[2]) for row in rows}
+    if frozenset(row[3] for row in rows) == digests:
+        return GateReads(sets=sets, roles=tuple(sorted(rows[0][4] or ())), history=guess.read(rows[0][5:]))
+    parsed = [loaded(text) for text, _ in sets.values()]
+    counters = frozenset().union(*(p.counters for p in parsed))
+    sums = frozenset().union(*(p.sums for p in parsed))
+    _NAMED[tenant_id] = (frozenset(row[3] for row in rows), counters, sums)
+    history = await audit_history(
+        session, tenant_id=tenant_id, user=user, spec=spec, at=at, counters=counters, sums=sums
+    )
+    return GateReads(sets=sets, roles=tuple(sorted(rows[0][4] or ())), history=history)
 
 
 async def roles_of(session: AsyncSession, tenant_id: str, user: str) -> tuple[str, ...]:
