@@ -42,7 +42,15 @@ from countersign.db.engine import create_engine, session_factory
 from countersign.db.schema import Tenant, TenantPolicy, User, UserRole
 from countersign.devstack.postgres import seeded_postgres
 from countersign.runtime.ports import free_port
-from tools.policies import apply_policies, audit_history, gate_reads, loaded, roles_of, tenant_policies
+from tools.policies import (
+    apply_policies,
+    audit_history,
+    gate_reads,
+    history_query,
+    loaded,
+    roles_of,
+    tenant_policies,
+)
 from tools.registry import REGISTRY
 
 
@@ -111,8 +119,10 @@ async def three_reads(session: AsyncSession, tenant: str, spec: ToolSpec) -> Non
         frozenset().union(*(s.counters for s in sets)),
         frozenset().union(*(s.sums for s in sets)),
     )
+    at = datetime.now(UTC)
     await audit_history(
-        session, tenant_id=tenant, user="alice", spec=spec, at=datetime.now(UTC), counters=counters, sums=sums
+        session,
+        history_query(tenant_id=tenant, user="alice", spec=spec, at=at, counters=counters, sums=sums),
     )
 
 

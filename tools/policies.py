@@ -207,18 +207,8 @@ def history_query(
     return HistoryQuery(counters=wanted, sums=totals, statement=statement)
 
 
-async def audit_history(
-    session: AsyncSession,
-    *,
-    tenant_id: str,
-    user: str,
-    spec: ToolSpec,
-    at: datetime,
-    counters: frozenset[str],
-    sums: frozenset[tuple[str, str]],
-) -> AuditHistory:
-    """`history_query`'s history, read (nothing is read when the sets name none)."""
-    query = history_query(tenant_id=tenant_id, user=user, spec=spec, at=at, counters=counters, sums=sums)
+async def audit_history(session: AsyncSession, query: HistoryQuery) -> AuditHistory:
+    """The history `query` reads (nothing is read when the sets name none)."""
     if query.statement is None:
         return AuditHistory(counts={}, sums={})
     return query.read((await session.execute(query.statement)).one())
@@ -271,7 +261,8 @@ async def gate_reads(
     sums = frozenset().union(*(p.sums for p in parsed))
     _NAMED[tenant_id] = (frozenset(row[3] for row in rows), counters, sums)
     history = await audit_history(
-        session, tenant_id=tenant_id, user=user, spec=spec, at=at, counters=counters, sums=sums
+        session,
+        history_query(tenant_id=tenant_id, user=user, spec=spec, at=at, counters=counters, sums=sums),
     )
     return GateReads(sets=sets, roles=tuple(sorted(rows[0][4] or ())), history=history)
 
@@ -370,12 +361,14 @@ async def replay(
             roles[row.user] = await roles_of(session, tenant_id, row.user)
         history = await audit_history(
             session,
-            tenant_id=tenant_id,
-            user=row.user,
-            spec=spec,
-            at=row.at,
-            counters=candidate.counters | (current.counters if current else frozenset()),
-            sums=candidate.sums | (current.sums if current else frozenset()),
+            history_query(
+                tenant_id=tenant_id,
+                user=row.user,
+                spec=spec,
+                at=row.at,
+                counters=candidate.counters | (current.counters if current else frozenset()),
+                sums=candidate.sums | (current.sums if current else frozenset()),
+            ),
         )
         call = CallFacts(
             user=row.user,
