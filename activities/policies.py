@@ -3,8 +3,9 @@
 The workflow asks only when its snapshot says the tenant has policies (`ConversationContext.
 has_policies`): a tenant without any adds nothing to a step. Authority comes from the database, at
 the call: the requester's roles now, the enforced set now (a set applied since the conversation
-started counts), the audit's counts the set names (tools/policies.py `history_counts`), and, when a
-condition reads `context.effect`, what the call would do now (its tool's preview, read-only).
+started counts), the audit's counts and sums the set names, all three in one statement
+(tools/policies.py `gate_reads`), and, when a condition reads `context.effect`, what the call
+would do now (its tool's preview, read-only).
 
 A shadow set is evaluated beside the enforced one and changes nothing: a call whose outcome would
 differ is recorded in `shadow_differences` for the tenant's admins (once per call: a retried
@@ -28,7 +29,7 @@ from countersign.core.policy import PolicyCheck
 from countersign.db.schema import ShadowDifference
 from tools.arguments import load_arguments, validate
 from tools.effects import preview_effect
-from tools.policies import history_counts, loaded, roles_of, tenant_policies
+from tools.policies import gate_reads, loaded
 from tools.registry import REGISTRY, ToolContext, ToolFailure
 
 
@@ -46,35 +47,34 @@ class PolicyActivities:
         except ToolFailure:
             return NO_MATCH
         async with self._sessions() as session, session.begin():
-            rows = await tenant_policies(session, caller.tenant_id)
-            if not rows:
+            reads = await gate_reads(
+                session,
+                tenant_id=caller.tenant_id,
+                user=caller.user_id,
+                spec=check.spec,
+                at=datetime.now(UTC),
+            )
+            if reads is None:
                 return NO_MATCH
-            sets = {mode: loaded(row.text) for mode, row in rows.items()}
-            roles = await roles_of(session, caller.tenant_id, caller.user_id)
+            sets = {mode: loaded(text) for mode, (text, _) in reads.sets.items()}
             effect = None
             if any(s.reads_effect for s in sets.values()):
-                effect = await resolved_effect(session, check, roles, arguments)
+                effect = await resolved_effect(session, check, reads.roles, arguments)
             call = CallFacts(
                 user=caller.user_id,
-                roles=roles,
+                roles=reads.roles,
                 agent=caller.agent,
                 spec=check.spec,
                 arguments=arguments,
                 effect=effect,
-                history=await history_counts(
-                    session,
-                    tenant_id=caller.tenant_id,
-                    user=caller.user_id,
-                    tool=invocation.tool,
-                    at=datetime.now(UTC),
-                    names=frozenset().union(*(s.counters for s in sets.values())),
-                ),
+                history=reads.history.counts,
+                sums=reads.history.sums,
             )
             enforced = decide(sets["enforced"], call) if "enforced" in sets else NO_MATCH
             if "shadow" in sets:
                 would = decide(sets["shadow"], call)
                 if would != enforced:
-                    await record_difference(session, invocation, rows["shadow"].version, enforced, would)
+                    await record_difference(session, invocation, reads.sets["shadow"][1], enforced, would)
             return enforced
 
 

@@ -9,7 +9,9 @@ Two measures, one call at a time (the machine is shared: a sequential measure is
   argument values, quorum permits, history-aware limits, spread over the registry's tools;
 - the whole policy gate (`evaluate_policy`: the tenant's sets, the requester's roles and the history
   counts the set names read from PostgreSQL, then the decision), against a real, seeded PostgreSQL
-  (embedded unless DATABASE_URL is set), with the same set applied for a bench tenant.
+  (embedded unless DATABASE_URL is set), with the same set applied for a bench tenant; beside it,
+  per call, its reads in one statement (`gate_reads`) and the same reads as the three statements
+  they were before, and the ratio of the two.
 
 A tenant with no policies never reaches the gate (the workflow skips it on its snapshot's
 `has_policies`); `python -m bench.cost` confirms the step costs what it did.
@@ -26,6 +28,7 @@ import statistics
 import tempfile
 import time
 import uuid
+from datetime import UTC, datetime
 from pathlib import Path
 
 from sqlalchemy import delete
@@ -39,7 +42,15 @@ from countersign.db.engine import create_engine, session_factory
 from countersign.db.schema import Tenant, TenantPolicy, User, UserRole
 from countersign.devstack.postgres import seeded_postgres
 from countersign.runtime.ports import free_port
-from tools.policies import apply_policies
+from tools.policies import (
+    apply_policies,
+    audit_history,
+    gate_reads,
+    history_query,
+    loaded,
+    roles_of,
+    tenant_policies,
+)
 from tools.registry import REGISTRY
 
 
@@ -100,10 +111,27 @@ def cedar_times(text: str, specs: list[ToolSpec], calls: int) -> tuple[float, li
     return apply_s, samples
 
 
+async def three_reads(session: AsyncSession, tenant: str, spec: ToolSpec) -> None:
+    """The gate's reads as they were before `gate_reads`: sets, roles, history, a round trip each."""
+    sets = [loaded(row.text) for row in (await tenant_policies(session, tenant)).values()]
+    await roles_of(session, tenant, "alice")
+    counters, sums = (
+        frozenset().union(*(s.counters for s in sets)),
+        frozenset().union(*(s.sums for s in sets)),
+    )
+    at = datetime.now(UTC)
+    await audit_history(
+        session,
+        history_query(tenant_id=tenant, user="alice", spec=spec, at=at, counters=counters, sums=sums),
+    )
+
+
 async def gate_times(
     sessions: async_sessionmaker[AsyncSession], text: str, specs: list[ToolSpec], calls: int
-) -> list[float]:
-    """The whole activity for a bench tenant that has the set (its admin applies it)."""
+) -> dict[str, list[float]]:
+    """For a bench tenant that has the set (its admin applies it), per call, interleaved so that
+    each sees the same load: the whole activity, its reads in one statement (`gate_reads`), and the
+    same reads as three statements (before)."""
     tenant = f"bench-policy-{uuid.uuid4().hex[:6]}"
     async with sessions.begin() as session:
         session.add(Tenant(id=tenant, name=tenant))
@@ -119,7 +147,7 @@ async def gate_times(
         assert change.accepted, change.reason
     gate = PolicyActivities(sessions)
     caller = CallerContext(tenant_id=tenant, user_id="alice", roles=["sales"], agent="operations")
-    samples: list[float] = []
+    samples: dict[str, list[float]] = {"gate": [], "one": [], "three": []}
     try:
         for n in range(calls + 20):  # the first 20 warm the pool and the plans
             spec = specs[n % len(specs)]
@@ -129,8 +157,18 @@ async def gate_times(
             )  # fmt: skip
             started = time.perf_counter()
             await gate.evaluate_policy(PolicyCheck(invocation=invocation, spec=spec))
+            gate_s = time.perf_counter() - started
+            async with sessions.begin() as session:
+                started = time.perf_counter()
+                await gate_reads(session, tenant_id=tenant, user="alice", spec=spec, at=datetime.now(UTC))
+                one_s = time.perf_counter() - started
+            async with sessions.begin() as session:
+                started = time.perf_counter()
+                await three_reads(session, tenant, spec)
+                three_s = time.perf_counter() - started
             if n >= 20:
-                samples.append(time.perf_counter() - started)
+                for name, value in (("gate", gate_s), ("one", one_s), ("three", three_s)):
+                    samples[name].append(value)
     finally:  # policy_changes are chained and stay, like every audit row (and the tenant with them)
         async with sessions.begin() as session:
             for model in (TenantPolicy, UserRole, User):
@@ -150,7 +188,11 @@ async def run(url: str | None, calls: int, count: int) -> str:
             gate = await gate_times(session_factory(engine), text, specs, calls)
         finally:
             await engine.dispose()
-        lines.append(row("the whole gate (`evaluate_policy`, PostgreSQL)", gate))
+        lines.append(row("the whole gate (`evaluate_policy`, PostgreSQL)", gate["gate"]))
+        lines.append(row("its reads, one statement (`gate_reads`)", gate["one"]))
+        lines.append(row("the same reads, three statements (before)", gate["three"]))
+        ratio = statistics.median(gate["one"]) / statistics.median(gate["three"])
+        lines.append(f"\nOne statement ÷ three, p50: **{ratio:.2f}**")
     return (
         f"{count} policies over {len(specs)} tools, {calls} calls, one at a time; checking and parsing the "
         f"set at `policy apply`: {apply_s * 1000:.0f} ms\n\n" + "\n".join(lines)

@@ -13,27 +13,40 @@ conversation's snapshot says so and its calls skip the policy gate entirely.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from functools import lru_cache
 from typing import Any
 
-from sqlalchemy import func, or_, select
+from sqlalchemy import Numeric, Select, case, cast, func, or_, select, true
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.sql.elements import ColumnElement
 
 from countersign.core.calls import NO_MATCH, PolicyDecision, ToolSpec
 from countersign.core.cedar_policy import (
     HISTORY_COUNTERS,
+    HISTORY_SUMS,
     CallFacts,
     CompiledPolicies,
     PolicySetError,
     compile_policies,
     decide,
     load_policies,
+    summed_fields,
 )
 from countersign.core.effects import Effect
 from countersign.db.chain import chain
-from countersign.db.schema import McpServer, PolicyChange, TenantPolicy, ToolExecution, UserRole
+from countersign.db.schema import (
+    ApprovalRequest,
+    McpServer,
+    PolicyChange,
+    TenantPolicy,
+    ToolExecution,
+    UserRole,
+)
 from countersign.mcp.catalog import ListedTool, spec_of
+from tools.arguments import load_arguments_or_raw
 from tools.registry import REGISTRY
 from tools.tiers import ADMIN_ROLE, Via
 
@@ -119,7 +132,15 @@ async def apply_policies(
     return change
 
 
-# --- history-aware context: the audit's counts a set names -------------------------------------------
+# --- history-aware context: the audit's counts and sums a set names ----------------------------------
+
+
+@dataclass(frozen=True)
+class AuditHistory:
+    """The audit's history of a call, as far as the sets name it (CallFacts' `history`, `sums`)."""
+
+    counts: dict[str, int]
+    sums: dict[tuple[str, str], int]
 
 
 def _since(name: str, at: datetime) -> datetime:
@@ -128,32 +149,122 @@ def _since(name: str, at: datetime) -> datetime:
     return at.astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
 
 
-async def history_counts(
-    session: AsyncSession, *, tenant_id: str, user: str, tool: str, at: datetime, names: frozenset[str]
-) -> dict[str, int]:
-    """The HISTORY_COUNTERS `names` for a call of `tool` by `user` at `at`: calls of the tool that
-    ran (`executed`) before it, in one statement; nothing is read when the set names none."""
-    wanted = sorted(names & set(HISTORY_COUNTERS))
-    if not wanted:
-        return {}
-    counts = []
-    for name in wanted:
-        scope = ToolExecution.created_at >= _since(name, at)
-        if name.endswith("_by_requester"):
-            scope = scope & (ToolExecution.user_id == user)
-        counts.append(func.count().filter(scope))
-    row = (
-        await session.execute(
-            select(*counts).where(
-                ToolExecution.tenant_id == tenant_id,
-                ToolExecution.tool == tool,
-                ToolExecution.outcome == "executed",
-                ToolExecution.created_at >= min(_since(n, at) for n in wanted),
-                ToolExecution.created_at < at,
-            )
+@dataclass(frozen=True)
+class HistoryQuery:
+    """The statement reading the history a call's sets name, and the names of its columns."""
+
+    counters: list[str]
+    sums: list[tuple[str, str]]
+    statement: Select[*tuple[Any, ...]] | None  # None: the sets name no history, nothing to read
+
+    def read(self, row: Sequence[Any]) -> AuditHistory:
+        """The history from the statement's row (its columns in order)."""
+        n = len(self.counters)
+        return AuditHistory(
+            counts=dict(zip(self.counters, row[:n], strict=True)),
+            sums={key: int(value or 0) for key, value in zip(self.sums, row[n:], strict=True)},
         )
-    ).one()
-    return dict(zip(wanted, row, strict=True))
+
+
+def history_query(
+    *,
+    tenant_id: str,
+    user: str,
+    spec: ToolSpec,
+    at: datetime,
+    counters: frozenset[str],
+    sums: frozenset[tuple[str, str]],
+) -> HistoryQuery:
+    """The HISTORY_COUNTERS `counters` and HISTORY_SUMS `sums` for a call of `spec` by `user` at
+    `at`, over calls of the tool that ran (`executed`) before it, as one statement. A sum totals
+    the field as the call ran (an approver's edit counts) and skips a call whose value is no number;
+    a field the tool does not declare an integer is not summed (the schema refused it at apply; the
+    tool may have changed since)."""
+    wanted = sorted(counters & set(HISTORY_COUNTERS))
+    totals = sorted((n, f) for n, f in sums if n in HISTORY_SUMS and f in summed_fields(spec))
+    if not wanted and not totals:
+        return HistoryQuery(counters=[], sums=[], statement=None)
+
+    def scope(name: str) -> ColumnElement[bool]:
+        within = ToolExecution.created_at >= _since(name, at)
+        return within & (ToolExecution.user_id == user) if name.endswith("_by_requester") else within
+
+    def total(field: str) -> ColumnElement[Any]:
+        edited = func.jsonb_typeof(ToolExecution.edited_args) == "object"  # none is JSON null, not NULL
+        ran = case((edited, ToolExecution.edited_args), else_=ToolExecution.args)
+        number = func.jsonb_typeof(func.jsonb_extract_path(ran, field)) == "number"
+        return func.sum(case((number, cast(func.jsonb_extract_path_text(ran, field), Numeric))))
+
+    columns = [func.count().filter(scope(name)).label(f"h{i}") for i, name in enumerate(wanted)]
+    columns += [total(f).filter(scope(n)).label(f"h{len(wanted) + i}") for i, (n, f) in enumerate(totals)]
+    statement = select(*columns).where(
+        ToolExecution.tenant_id == tenant_id,
+        ToolExecution.tool == spec.name,
+        ToolExecution.outcome == "executed",
+        ToolExecution.created_at >= min(_since(n, at) for n in [*wanted, *(n for n, _ in totals)]),
+        ToolExecution.created_at < at,
+    )
+    return HistoryQuery(counters=wanted, sums=totals, statement=statement)
+
+
+async def audit_history(session: AsyncSession, query: HistoryQuery) -> AuditHistory:
+    """The history `query` reads (nothing is read when the sets name none)."""
+    if query.statement is None:
+        return AuditHistory(counts={}, sums={})
+    return query.read((await session.execute(query.statement)).one())
+
+
+@dataclass(frozen=True)
+class GateReads:
+    """What the policy gate reads for one call: the tenant's sets by mode (text, version), the
+    requester's roles, and the history the sets name."""
+
+    sets: dict[str, tuple[str, int]]
+    roles: tuple[str, ...]
+    history: AuditHistory
+
+
+# The history each tenant's sets named when the gate last read them, by the sets' digests: the gate
+# reads sets, roles and that history in one statement, and the history again only when the sets
+# changed since (the first call after an apply, or in a fresh process).
+_NAMED: dict[str, tuple[frozenset[str], frozenset[str], frozenset[tuple[str, str]]]] = {}
+
+
+async def gate_reads(
+    session: AsyncSession, *, tenant_id: str, user: str, spec: ToolSpec, at: datetime
+) -> GateReads | None:
+    """The gate's reads in one round trip while the tenant's sets are unchanged; None when the
+    tenant has no sets."""
+    digests, counters, sums = _NAMED.get(tenant_id, (frozenset(), frozenset(), frozenset()))
+    guess = history_query(tenant_id=tenant_id, user=user, spec=spec, at=at, counters=counters, sums=sums)
+    roles = select(func.array_agg(UserRole.role)).where(
+        UserRole.tenant_id == tenant_id, UserRole.user_id == user
+    )
+    statement = select(
+        TenantPolicy.mode,
+        TenantPolicy.text,
+        TenantPolicy.version,
+        TenantPolicy.sha256,
+        roles.scalar_subquery(),
+    ).where(TenantPolicy.tenant_id == tenant_id, TenantPolicy.text != "")
+    if guess.statement is not None:
+        named = guess.statement.subquery()
+        statement = statement.add_columns(*named.c).join(named, true())
+    rows = (await session.execute(statement)).all()
+    if not rows:
+        return None
+    sets = {row[0]: (row[1], row[2]) for row in rows}
+    if frozenset(row[3] for row in rows) == digests:
+        return GateReads(sets=sets, roles=tuple(sorted(rows[0][4] or ())), history=guess.read(rows[0][5:]))
+    parsed = [loaded(text) for text, _ in sets.values()]
+    counters = frozenset().union(*(p.counters for p in parsed))
+    sums = frozenset().union(*(p.sums for p in parsed))
+    _NAMED[tenant_id] = (frozenset(row[3] for row in rows), counters, sums)
+    history = await audit_history(
+        session,
+        history_query(tenant_id=tenant_id, user=user, spec=spec, at=at, counters=counters, sums=sums),
+    )
+    return GateReads(sets=sets, roles=tuple(sorted(rows[0][4] or ())), history=history)
 
 
 async def roles_of(session: AsyncSession, tenant_id: str, user: str) -> tuple[str, ...]:
@@ -166,6 +277,61 @@ async def roles_of(session: AsyncSession, tenant_id: str, user: str) -> tuple[st
 # --- policy test: the recorded calls against a candidate set -----------------------------------------
 
 
+@dataclass(frozen=True)
+class RecordedCall:
+    """A call `policy test` replays: one that ran or was refused (the audit), or one waiting for its
+    approval now (a pending approval request: a policy set applied today would decide it too)."""
+
+    at: datetime
+    workflow_id: str
+    call_id: str
+    tool: str
+    user: str
+    agent: str
+    arguments: dict[str, Any]
+    effect: dict[str, Any] | None
+    outcome: str  # the audit's outcome, or "pending"
+
+
+async def recorded_calls(
+    session: AsyncSession, tenant_id: str, since: datetime, limit: int
+) -> list[RecordedCall]:
+    """The tenant's calls since `since`, newest first (at most `limit`): the audit's, with an
+    approver's edit, and the approval requests still pending, with the arguments they ask for."""
+    ran = await session.scalars(
+        select(ToolExecution)
+        .where(ToolExecution.tenant_id == tenant_id, ToolExecution.created_at >= since)
+        .order_by(ToolExecution.created_at.desc())
+        .limit(limit)
+    )
+    waiting = await session.scalars(
+        select(ApprovalRequest)
+        .where(
+            ApprovalRequest.tenant_id == tenant_id,
+            ApprovalRequest.state == "pending",
+            ApprovalRequest.requested_at >= since,
+        )
+        .order_by(ApprovalRequest.requested_at.desc())
+        .limit(limit)
+    )
+    calls = [
+        RecordedCall(
+            at=row.created_at, workflow_id=row.workflow_id, call_id=row.call_id, tool=row.tool,
+            user=row.user_id, agent=row.agent, arguments=row.edited_args or row.args,
+            effect=row.effect, outcome=row.outcome,
+        )
+        for row in ran
+    ] + [
+        RecordedCall(
+            at=row.requested_at, workflow_id=row.workflow_id, call_id=row.call_id, tool=row.tool,
+            user=row.requested_by, agent=row.agent, arguments=load_arguments_or_raw(row.args),
+            effect=row.effect, outcome="pending",
+        )
+        for row in waiting
+    ]  # fmt: skip
+    return sorted(calls, key=lambda c: c.at, reverse=True)[:limit]
+
+
 async def replay(
     session: AsyncSession,
     *,
@@ -174,53 +340,56 @@ async def replay(
     since: datetime,
     limit: int = 10_000,
 ) -> dict[str, Any]:
-    """The tenant's recorded calls since `since` (newest `limit`), each decided by the enforced set
-    (none: no match, the tiers) and by `candidate`; the calls whose decision would change.
+    """The tenant's recorded calls since `since` (`recorded_calls`), each decided by the enforced
+    set (none: no match, the tiers) and by `candidate`; the calls whose decision would change.
 
     The audit keeps the arguments as recorded (redacted where the tool redacts), an approver's
-    edit, and the effect the call resolved; roles are the requester's today and the history counts
-    are those before each call."""
+    edit, and the effect the call resolved; a pending request, the arguments and effect it asks
+    approval for. Roles are the requester's today and the history counts and sums are those
+    before each call."""
     applied = (await tenant_policies(session, tenant_id)).get("enforced")
     current = loaded(applied.text) if applied else None
     specs = {spec.name: spec for spec in await tenant_tools(session, tenant_id)}
-    rows = (
-        await session.scalars(
-            select(ToolExecution)
-            .where(ToolExecution.tenant_id == tenant_id, ToolExecution.created_at >= since)
-            .order_by(ToolExecution.created_at.desc())
-            .limit(limit)
-        )
-    ).all()
+    rows = await recorded_calls(session, tenant_id, since, limit)
     roles: dict[str, tuple[str, ...]] = {}
     changed: list[dict[str, Any]] = []
     for row in rows:
         spec = specs.get(row.tool)
         if spec is None:  # a tool nobody declares (any more): no policy can name it
             continue
-        if row.user_id not in roles:
-            roles[row.user_id] = await roles_of(session, tenant_id, row.user_id)
-        names = candidate.counters | (current.counters if current else frozenset())
+        if row.user not in roles:
+            roles[row.user] = await roles_of(session, tenant_id, row.user)
+        history = await audit_history(
+            session,
+            history_query(
+                tenant_id=tenant_id,
+                user=row.user,
+                spec=spec,
+                at=row.at,
+                counters=candidate.counters | (current.counters if current else frozenset()),
+                sums=candidate.sums | (current.sums if current else frozenset()),
+            ),
+        )
         call = CallFacts(
-            user=row.user_id,
-            roles=roles[row.user_id],
+            user=row.user,
+            roles=roles[row.user],
             agent=row.agent,
             spec=spec,
-            arguments=row.edited_args or row.args,
+            arguments=row.arguments,
             effect=Effect.model_validate(row.effect) if row.effect else None,
-            history=await history_counts(
-                session, tenant_id=tenant_id, user=row.user_id, tool=row.tool, at=row.created_at, names=names
-            ),
+            history=history.counts,
+            sums=history.sums,
         )
         before: PolicyDecision = decide(current, call) if current else NO_MATCH
         after = decide(candidate, call)
         if before != after:
             changed.append(
                 {
-                    "at": row.created_at.isoformat(),
+                    "at": row.at.isoformat(),
                     "workflow_id": row.workflow_id,
                     "call_id": row.call_id,
                     "tool": row.tool,
-                    "requested_by": row.user_id,
+                    "requested_by": row.user,
                     "outcome": row.outcome,
                     "enforced": before.model_dump(exclude_defaults=True),
                     "candidate": after.model_dump(exclude_defaults=True),

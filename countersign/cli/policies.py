@@ -131,8 +131,9 @@ def show(tenant: str, as_json: bool) -> None:
 @click.option("--since-days", type=click.IntRange(1, 90), default=7, show_default=True)
 @click.option("--json", "as_json", is_flag=True)
 def test(file: str, tenant: str, since_days: int, as_json: bool) -> None:
-    """Replay the tenant's recorded calls of the last days against FILE (changing nothing) and
-    print each call whose decision would differ from the enforced set's (or the tiers')."""
+    """Replay the tenant's recorded calls of the last days, and those waiting for an approval,
+    against FILE (changing nothing) and print each call whose decision would differ from the
+    enforced set's (or the tiers')."""
     text = read_file(file)
 
     async def replayed(session: AsyncSession) -> dict[str, Any]:

@@ -8,7 +8,8 @@ Cedar (`cedarpy`, the Cedar engine's own binding) decides beside the tiers (shar
 - resource `Countersign::Agent::"<agent>"`;
 - context `{args, risk, category, effect?, history}`: the validated arguments, the tool's declared
   risk and category, the call's resolved effect when its tool resolves one (`EFFECT_TYPE`), and the
-  audit's counts the set names (`HISTORY_COUNTERS`; only those are computed).
+  audit's counts and sums the set names (`HISTORY_COUNTERS`, `HISTORY_SUMS`; only those are
+  computed).
 
 The outcome (`PolicyDecision`): a matching `forbid` refuses the call (it always wins, whatever
 permits match); a matching `permit` annotated `@approvals("N")` needs N distinct approvers
@@ -60,6 +61,15 @@ HISTORY_COUNTERS: dict[str, str] = {
     "calls_last_hour_by_requester": "this tool's calls by this requester in the last hour",
     "calls_today_by_tenant": "this tool's calls in the whole tenant today",
 }
+# The audit's sums a policy may name as `context.history.<name>.<field>`: the total of the tool's
+# integer argument `field` over the same windows as the counters (each a Record with one Long per
+# integer argument the tool declares, so a field the tool lacks is refused at apply), each computed
+# in SQL only for the fields the set names.
+HISTORY_SUMS: dict[str, str] = {
+    "sum_today_by_requester": "a field's total over this tool's calls by this requester today",
+    "sum_last_hour_by_requester": "a field's total over this tool's calls by this requester in the last hour",
+    "sum_today_by_tenant": "a field's total over this tool's calls in the whole tenant today",
+}
 
 _STRINGS = {"type": "Set", "element": {"type": "String"}}
 EFFECT_TYPE: dict[str, Any] = {
@@ -102,6 +112,7 @@ class CompiledPolicies:
     handle: cedarpy.PolicySet
     policies: Mapping[str, PolicyInfo]  # by Cedar's own id (policy0, policy1…)
     counters: frozenset[str]  # the HISTORY_COUNTERS the set names
+    sums: frozenset[tuple[str, str]]  # the HISTORY_SUMS the set names, as (sum, field)
     reads_effect: bool  # a condition reads `context.effect`: the gate resolves the call's effect
 
 
@@ -139,8 +150,26 @@ def _attributes(schema: Mapping[str, Any]) -> dict[str, Any]:
     return attributes
 
 
+def _integer(schema: Any) -> bool:
+    """An integer argument, or one that may also be null (a call whose value is null adds nothing)."""
+    if not isinstance(schema, Mapping):
+        return False
+    kinds = [k.get("type") for k in schema.get("anyOf") or [schema] if isinstance(k, Mapping)]
+    return "integer" in kinds and set(kinds) <= {"integer", "null"}
+
+
+def summed_fields(spec: ToolSpec) -> tuple[str, ...]:
+    """The tool's arguments a HISTORY_SUMS record totals: its top-level integer ones."""
+    properties = spec.parameters.get("properties")
+    if not isinstance(properties, Mapping):
+        return ()
+    return tuple(sorted(name for name, sub in properties.items() if _integer(sub)))
+
+
 def _context_type(spec: ToolSpec) -> dict[str, Any]:
-    history = {name: {"type": "Long"} for name in HISTORY_COUNTERS}
+    history: dict[str, Any] = {name: {"type": "Long"} for name in HISTORY_COUNTERS}
+    totals = {"type": "Record", "attributes": {field: {"type": "Long"} for field in summed_fields(spec)}}
+    history |= {name: totals for name in HISTORY_SUMS}
     return {
         "type": "Record",
         "attributes": {
@@ -236,29 +265,40 @@ def _is_history(node: Any) -> bool:
     )
 
 
-def reads_effect(policies: Mapping[str, Any]) -> bool:
-    """Whether a set's conditions read the call's effect (`context.effect…`, `context has effect`)."""
+def _accesses(policies: Mapping[str, Any]) -> Iterable[tuple[Any, str]]:
+    """Each attribute access in a set's conditions (`x.attr`, `x has attr`): `x` and `attr`."""
     for node in _walk(policies):
         for op in (".", "has"):
             access = node.get(op)
-            if (
-                isinstance(access, Mapping)
-                and access.get("attr") == "effect"
-                and access.get("left") == {"Var": "context"}
-            ):
-                return True
-    return False
+            if isinstance(access, Mapping):
+                yield access.get("left"), str(access.get("attr"))
+
+
+def reads_effect(policies: Mapping[str, Any]) -> bool:
+    """Whether a set's conditions read the call's effect (`context.effect…`, `context has effect`)."""
+    return any(left == {"Var": "context"} and attr == "effect" for left, attr in _accesses(policies))
+
+
+def sums_named(policies: Mapping[str, Any]) -> frozenset[tuple[str, str]]:
+    """The HISTORY_SUMS fields a set's conditions read (`context.history.sum_….x`, `… has x`), as
+    (sum, field)."""
+    named = set()
+    for left, field in _accesses(policies):
+        inner = left.get(".") if isinstance(left, Mapping) else None
+        if (
+            isinstance(inner, Mapping)
+            and inner.get("attr") in HISTORY_SUMS
+            and _is_history(inner.get("left"))
+        ):
+            named.add((str(inner["attr"]), field))
+    return frozenset(named)
 
 
 def counters_named(policies: Mapping[str, Any]) -> frozenset[str]:
     """The HISTORY_COUNTERS a set's conditions read (`context.history.x`, `context.history has x`)."""
-    named = set()
-    for node in _walk(policies):
-        for op in (".", "has"):
-            access = node.get(op)
-            if isinstance(access, Mapping) and _is_history(access.get("left")):
-                named.add(str(access.get("attr")))
-    return frozenset(named & set(HISTORY_COUNTERS))
+    return frozenset(
+        {name for left, name in _accesses(policies) if _is_history(left)} & set(HISTORY_COUNTERS)
+    )
 
 
 def _parsed(text: str) -> tuple[dict[str, Any], dict[str, PolicyInfo], list[str]]:
@@ -324,6 +364,7 @@ def load_policies(text: str) -> CompiledPolicies:
         handle=cedarpy.PolicySet.from_str(text),
         policies=infos,
         counters=counters_named(policies),
+        sums=sums_named(policies),
         reads_effect=reads_effect(policies),
     )
 
@@ -369,12 +410,18 @@ class CallFacts:
     arguments: Mapping[str, Any]
     effect: Effect | None = None
     history: Mapping[str, int] | None = None  # the counters the set names; the rest are 0
+    sums: Mapping[tuple[str, str], int] | None = None  # the (sum, field)s the set names; the rest 0
 
 
 def _request(call: CallFacts) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     user = {"type": USER, "id": call.user}
     agent = {"type": AGENT, "id": call.agent}
-    history = {name: (call.history or {}).get(name, 0) for name in HISTORY_COUNTERS}
+    history: dict[str, Any] = {name: (call.history or {}).get(name, 0) for name in HISTORY_COUNTERS}
+    for name in HISTORY_SUMS:  # a total past Cedar's Long is held at its bound: still past any limit
+        history[name] = {
+            field: min(max((call.sums or {}).get((name, field), 0), _LONG[0]), _LONG[1])
+            for field in summed_fields(call.spec)
+        }
     context: dict[str, Any] = {
         "args": cedar_value(dict(call.arguments)),
         "risk": call.spec.risk,

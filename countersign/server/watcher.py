@@ -34,10 +34,15 @@ class TenantFeed:
 
 
 def listed_differently(now: dict[str, PendingItem], before: dict[str, PendingItem]) -> bool:
-    """Whether reviewers must be told: a request came or went, or a call was asked again (same key,
-    a new request: its nonce). A poll can miss the moment between a decision and the call being
-    asked again (its effect changed before it ran), so the keys alone may not change."""
-    return {k: i.nonce for k, i in now.items()} != {k: i.nonce for k, i in before.items()}
+    """Whether reviewers must be told: a request came or went, a call was asked again (same key,
+    a new request: its nonce), or a quorum's call was approved by one more person (still pending:
+    its card says "1 of 2: bob approved"). A poll can miss the moment between a decision and the
+    call being asked again (its effect changed before it ran), so the keys alone may not change."""
+
+    def shown(items: dict[str, PendingItem]) -> dict[str, tuple[str, list[str]]]:
+        return {k: (i.nonce, i.approved_by) for k, i in items.items()}
+
+    return shown(now) != shown(before)
 
 
 class Watcher:

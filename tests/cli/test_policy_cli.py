@@ -17,7 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from countersign.core.cedar_policy import compile_policies
 from countersign.db.engine import session_factory
-from countersign.db.schema import AuditChainRecord, PolicyChange, TenantPolicy, ToolExecution
+from countersign.db.schema import ApprovalRequest, AuditChainRecord, PolicyChange, TenantPolicy, ToolExecution
 from countersign.runtime.config import PROJECT_ROOT
 from tests.fixtures.cli import run_starter
 from tools.registry import REGISTRY
@@ -47,6 +47,7 @@ async def acme_without_policies(db_engine: AsyncEngine) -> AsyncIterator[str]:
     async with db_engine.begin() as conn:
         await conn.execute(delete(TenantPolicy).where(TenantPolicy.tenant_id == "acme"))
         await conn.execute(delete(ToolExecution).where(ToolExecution.workflow_id == marker))
+        await conn.execute(delete(ApprovalRequest).where(ApprovalRequest.workflow_id == marker))
 
 
 def written(tmp_path: Path, text: str) -> str:
@@ -119,14 +120,27 @@ async def test_policy_test_replays_recorded_calls_with_their_history(
                     outcome="executed", created_at=start + timedelta(seconds=i),
                 )
             )  # fmt: skip
+        for i, state in ((3, "pending"), (4, "approved")):  # waiting now, and decided (its call ran)
+            await conn.execute(
+                insert(ApprovalRequest).values(
+                    conversation_id=marker, call_id=f"c{i}", workflow_id=marker, tenant_id="acme",
+                    agent="sales-assistant", tool="send_email", risk="high",
+                    args=json.dumps({"to": "d@ok.example", "subject": "s", "body": "b"}), args_sha256="x",
+                    nonce=f"n{i}", requested_by="alice", requested_at=start + timedelta(seconds=i),
+                    expires_at=now + timedelta(hours=1), state=state,
+                )
+            )  # fmt: skip
     replayed = await policy(
         database_url, "test", written(tmp_path, DAILY_CAP), "--tenant", "acme", "--since-days", "1", "--json"
     )
     assert replayed.returncode == 0, replayed.stderr
     changed = [c for c in json.loads(replayed.stdout)["changed"] if c["workflow_id"] == marker]
-    # the third call had two before it today: the cap would have refused it, and only it
-    assert [(c["call_id"], c["enforced"], c["candidate"]) for c in changed] == [
-        ("c2", {"outcome": "no_match"}, {"outcome": "forbid", "policy": "two-a-day"})
+    # the third call had two before it today: the cap would have refused it, and so the call
+    # waiting for its approval (three before it); the decided request is its call's audit row
+    cap = {"outcome": "forbid", "policy": "two-a-day"}
+    assert [(c["call_id"], c["outcome"], c["enforced"], c["candidate"]) for c in changed] == [
+        ("c3", "pending", {"outcome": "no_match"}, cap),
+        ("c2", "executed", {"outcome": "no_match"}, cap),
     ]
 
     applied = await policy(
@@ -140,6 +154,7 @@ async def test_policy_test_replays_recorded_calls_with_their_history(
         f"send_email by alice ({marker} c2, was executed): forbid by no-competitor -> forbid by two-a-day"
         in text.stdout
     )
+    assert f"send_email by alice ({marker} c3, was pending): tiers -> forbid by two-a-day" in text.stdout
     assert f"({marker} c0" not in text.stdout
 
 
@@ -154,3 +169,4 @@ def test_the_readmes_policy_file_is_a_valid_set_with_each_kind() -> None:
     kinds = {(p.effect, p.approvals > 0) for p in compiled.policies.values()}
     assert kinds == {("forbid", False), ("permit", False), ("permit", True)}
     assert compiled.counters == {"calls_today_by_requester"}
+    assert compiled.sums == {("sum_last_hour_by_requester", "limit")}

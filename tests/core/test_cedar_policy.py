@@ -45,6 +45,7 @@ EMAIL = spec(
             "cc": {"type": "array", "items": {"type": "string"}},
             "note": {"anyOf": [{"type": "string"}, {"type": "null"}]},
             "ratio": {"type": "number"},
+            "copies": {"anyOf": [{"type": "integer"}, {"type": "null"}]},
         },
         "required": ["to", "amount", "note", "ratio"],
     },
@@ -188,6 +189,27 @@ def test_the_set_names_only_the_history_counters_it_reads() -> None:
     assert not compile_policies(none + text, TOOLS).reads_effect
     effect = rule("forbid", "e", None, 'context has effect && context.effect.channels.contains("email")')
     assert compile_policies(none + effect, TOOLS).reads_effect
+    assert compile_policies(text, TOOLS).sums == set()
+
+
+def test_the_set_names_only_the_sums_it_reads_and_only_of_integer_arguments() -> None:
+    """A sum is of one integer argument of the tool: another field is refused at apply (the schema's
+    records hold only the tool's integer arguments)."""
+    text = rule(
+        "forbid", "spend", "send_email", "context.history.sum_last_hour_by_requester.amount > 1000"
+    ) + rule("forbid", "any", "send_email", "context.history.sum_today_by_tenant has amount")
+    compiled = compile_policies(text, TOOLS)
+    assert compiled.sums == {("sum_last_hour_by_requester", "amount"), ("sum_today_by_tenant", "amount")}
+    assert compiled.counters == set()
+    compile_policies(
+        rule("forbid", "p", "send_email", "context.history.sum_today_by_tenant.copies > 9"), TOOLS
+    )
+    for field in ("to", "note", "ratio", "nothing"):  # a string, string-or-null, a float, nothing
+        (problem,) = refused(
+            rule("forbid", "p", "send_email", f"context.history.sum_today_by_requester.{field} > 1")
+        )
+        assert "policy 'p'" in problem
+    assert refused(rule("forbid", "p", "create_task", "context.history.sum_today_by_requester.amount > 1"))
 
 
 # --- one call -------------------------------------------------------------------------------------
@@ -227,6 +249,24 @@ def test_context_carries_arguments_risk_effect_history_and_roles() -> None:
         outcome="permit_run", policy="sales-run"
     )
     assert decide(compiled, call("create_task", roles=("support",), arguments={})).outcome == "no_match"
+
+
+def test_a_sum_limit_decides_on_the_total_and_an_unnamed_sum_is_zero() -> None:
+    compiled = compile_policies(
+        rule(
+            "forbid",
+            "spend",
+            "send_email",
+            "context.history.sum_today_by_requester.amount + context.args.amount > 100",
+        ),
+        TOOLS,
+    )
+    spent = ("sum_today_by_requester", "amount")
+    assert decide(compiled, call(sums={spent: 98})).policy == "spend"  # 98 today and this call's 3
+    assert decide(compiled, call(sums={spent: 97})).outcome == "no_match"
+    assert decide(compiled, call(sums={("sum_today_by_tenant", "amount"): 500})).outcome == "no_match"
+    huge = decide(compiled, call(sums={spent: 2**70}))  # held at Long's bound: the addition overflows
+    assert (huge.outcome, huge.policy) == ("forbid", "spend")
 
 
 def test_the_strictest_matching_permit_decides() -> None:

@@ -7,11 +7,11 @@ from countersign.server.inbox import PendingItem
 from countersign.server.watcher import listed_differently
 
 
-def item(call_id: str, nonce: str) -> PendingItem:
+def item(call_id: str, nonce: str, approved_by: tuple[str, ...] = ()) -> PendingItem:
     return PendingItem(
         workflow_id="wf-1", call_id=call_id, tool="update_lead_status", args="{}", risk="high",
         requested_by="alice", requested_at="2026-11-27T14:00:00Z", expires_at="2026-11-28T14:00:00Z",
-        nonce=nonce,
+        nonce=nonce, approved_by=list(approved_by),
     )  # fmt: skip
 
 
@@ -32,3 +32,11 @@ def test_a_call_asked_again_is_news_though_its_key_is_the_same() -> None:
     """Issue 34: an approved call whose effect changed before it ran is asked again under the same
     key with a new nonce; a poll that missed the moment in between must still tell the page."""
     assert listed_differently(listing(item("c1", "n2")), listing(item("c1", "n1")))
+
+
+def test_one_more_approval_of_a_quorum_is_news() -> None:
+    """Issue 35: a call that needs two approvers stays pending after the first; the cards must say
+    "1 of 2: bob approved" (the poll's new listing was dropped when only nonces were compared)."""
+    before = listing(item("c1", "n1"))
+    assert listed_differently(listing(item("c1", "n1", ("bob",))), before)
+    assert not listed_differently(listing(item("c1", "n1", ("bob",))), listing(item("c1", "n1", ("bob",))))

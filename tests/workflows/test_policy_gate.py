@@ -236,3 +236,34 @@ async def test_a_history_aware_limit_refuses_the_call_past_it(
             [(r.outcome, (r.policy or {}).get("policy")) for r in await audit(db_engine, handle.id)]
         )
     assert outcomes == [[("executed", None)], [("blocked", "one-more")]]
+
+
+async def test_a_sum_limit_refuses_the_call_whose_field_total_reached_it(
+    agent: AgentHarness, db_engine: AsyncEngine, policies: ApplyPolicies
+) -> None:
+    """A limit on the total of search_leads' `limit` argument alice asked for today: the first call
+    (limit 5) runs, and the next finds the total at the limit and is refused."""
+    async with db_engine.connect() as conn:
+        asked = await conn.execute(
+            select(ToolExecution.edited_args, ToolExecution.args).where(
+                ToolExecution.tenant_id == "acme", ToolExecution.user_id == "alice",
+                ToolExecution.tool == "search_leads", ToolExecution.outcome == "executed",
+                ToolExecution.created_at >= func.date_trunc("day", func.now(), "UTC"),
+            )
+        )  # fmt: skip
+        total = sum((edited or args).get("limit") or 0 for edited, args in asked)
+    limit = f"context.history.sum_today_by_requester.limit >= {total + 5}"
+    await policies(f'@id("rows-a-day") forbid(principal, action == {SEARCH}, resource) when {{ {limit} }};')
+    find = {
+        **FIND,
+        "reply": {"tool_calls": [{"name": "search_leads", "arguments": {"query": "Jane", "limit": 5}}]},
+    }
+    outcomes = []
+    for _ in range(2):
+        agent.script(find, {"when": {"after_tool": "search_leads"}, "reply": {"content": "done"}})
+        handle = await agent.start("find jane", single_turn=True)
+        await handle.result()
+        outcomes.append(
+            [(r.outcome, (r.policy or {}).get("policy")) for r in await audit(db_engine, handle.id)]
+        )
+    assert outcomes == [[("executed", None)], [("blocked", "rows-a-day")]]

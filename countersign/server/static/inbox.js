@@ -135,10 +135,7 @@ function card(item) {
             + (item.voided_effect ? ` (then: ${item.voided_effect.summary})` : "")
             + ", so nothing ran and that approval was voided. Decide on it as it is now." })
       : "",
-    item.quorum
-      ? el("p", { class: "quorum", role: "status",
-          text: `Needs ${item.approvals_required} distinct approvers (policy ${item.policy}), never the requester: ${item.quorum}` })
-      : "",
+    item.quorum ? el("p", { class: "quorum", role: "status", text: quorumLine(item) }) : "",
     effectView(item.effect_lines, item.effect && !item.effect.resolved),
     (item.warnings || []).length
       ? el("ul", { class: "warnings", role: "alert", "aria-label": "Check these arguments" },
@@ -224,12 +221,20 @@ function updateCount() {
   $("#empty").hidden = cards.size > 0;
 }
 
+function quorumLine(item) {
+  return `Needs ${item.approvals_required} distinct approvers (policy ${item.policy}), never the requester: ${item.quorum}`;
+}
+
 function render(items) {
   const keys = new Set(items.map((i) => `${i.workflow_id}/${i.call_id}`));
   for (const key of [...cards.keys()]) if (!keys.has(key)) removeCard(key);
   for (const item of items) {
     const key = `${item.workflow_id}/${item.call_id}`;
-    if (cards.has(key)) continue; // keep a card a reviewer may be editing
+    if (cards.has(key)) { // keep a card a reviewer may be editing: only its quorum line moves on
+      const line = $(".quorum", cards.get(key));
+      if (line && item.quorum) line.textContent = quorumLine(item);
+      continue;
+    }
     const node = card(item);
     cards.set(key, node);
     $("#pending").append(node);
