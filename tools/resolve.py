@@ -260,13 +260,8 @@ def _best_rank(rows: Sequence[Row[Any]]) -> list[Row[Any]]:
     return [row for row in rows if row.rank == rows[0].rank]
 
 
-async def match_people(ctx: ToolContext, refs: Sequence[str]) -> list[tuple[list[User], list[Contact]]]:
-    """For each of `refs`, what `match_users` and `match_contacts` find, all in one round trip (a
-    union of their ranked selects). The rows come back as unattached `User` and `Contact` objects
-    holding what a person is made of."""
-    if not refs:
-        return []
-    user_columns: list[ColumnElement[Any] | InstrumentedAttribute[Any]] = [
+def _user_columns() -> list[ColumnElement[Any] | InstrumentedAttribute[Any]]:
+    return [
         literal_column("false", Boolean).label("contact"),
         User.id.label("user_id"),
         User.display_name.label("name"),
@@ -274,6 +269,29 @@ async def match_people(ctx: ToolContext, refs: Sequence[str]) -> list[tuple[list
         null().label("company"),
         User.tz,
     ]
+
+
+def _caller_branch(ctx: ToolContext) -> Select[Any]:
+    """The caller's own row shaped as a branch of the people union (ref -1, so it sorts first): read
+    by key, active or not, as `session.get` would, in the same round trip as the people named."""
+    return select(
+        literal_column("0", Integer).label("rank"),
+        literal_column("1", Integer).label("n"),
+        literal_column("-1", Integer).label("ref"),
+        *_user_columns(),
+    ).where(User.tenant_id == ctx.tenant_id, User.id == ctx.caller.user_id)
+
+
+def _user_of(ctx: ToolContext, row: Row[Any]) -> User:
+    return User(tenant_id=ctx.tenant_id, id=row.user_id, display_name=row.name, email=row.email, tz=row.tz)
+
+
+async def _read_people(
+    ctx: ToolContext, refs: Sequence[str], *, with_caller: bool
+) -> tuple[User | None, list[tuple[list[User], list[Contact]]]]:
+    """The caller's row (when `with_caller`, else None) and, for each of `refs`, what `match_users`
+    and `match_contacts` find, all in one round trip (a union of their ranked selects). The rows
+    come back as unattached `User` and `Contact` objects holding what a person is made of."""
     contact_columns: list[ColumnElement[Any] | InstrumentedAttribute[Any]] = [
         literal_column("true", Boolean).label("contact"),
         null().label("user_id"),
@@ -282,29 +300,33 @@ async def match_people(ctx: ToolContext, refs: Sequence[str]) -> list[tuple[list
         Contact.company,
         null().label("tz"),
     ]
-    branches = []
+    branches = [_caller_branch(ctx)] if with_caller else []
     for i, ref in enumerate(refs):
         index = literal_column(str(i), Integer).label("ref")  # which ref a row answers
-        users = _best_first(User, [index, *user_columns], user_clauses(ref), ctx.tenant_id)
+        users = _best_first(User, [index, *_user_columns()], user_clauses(ref), ctx.tenant_id)
         contacts = _best_first(Contact, [index, *contact_columns], contact_clauses(ref), ctx.tenant_id)
         branches += [users, contacts]
+    if not branches:
+        return None, []
     # by output names: no subqueries to build column collections for (the Python side of this
     # statement costs more than its round trip)
     rows = (await ctx.session.execute(union_all(*branches).order_by("ref", "contact", "n"))).all()
+    caller = next((_user_of(ctx, row) for row in rows if row.ref == -1), None)
     found = []
     for i in range(len(refs)):
         user_rows = _best_rank([row for row in rows if row.ref == i and not row.contact])
         contact_rows = _best_rank([row for row in rows if row.ref == i and row.contact])
-        users_found = [
-            User(tenant_id=ctx.tenant_id, id=r.user_id, display_name=r.name, email=r.email, tz=r.tz)
-            for r in user_rows
-        ]
         contacts_found = [
             Contact(tenant_id=ctx.tenant_id, name=r.name, email=r.email, company=r.company)
             for r in contact_rows
         ]
-        found.append((users_found, contacts_found))
-    return found
+        found.append(([_user_of(ctx, r) for r in user_rows], contacts_found))
+    return caller, found
+
+
+async def match_people(ctx: ToolContext, refs: Sequence[str]) -> list[tuple[list[User], list[Contact]]]:
+    """For each of `refs`, what `match_users` and `match_contacts` find, all in one round trip."""
+    return (await _read_people(ctx, refs, with_caller=False))[1]
 
 
 async def resolve_user(ctx: ToolContext, ref: str, *, field: str) -> User:
@@ -386,11 +408,24 @@ async def resolve_person(ctx: ToolContext, ref: str, *, field: str) -> Person:
     return person_named(ref, users, contacts, field=field)
 
 
+def not_a_user() -> ToolFailure:
+    return ToolFailure("UNAUTHORIZED", "the conversation's user is not a user of this workspace")
+
+
 async def resolve_caller(ctx: ToolContext) -> Person:
     user = await ctx.session.get(User, (ctx.tenant_id, ctx.caller.user_id))
     if user is None:
-        raise ToolFailure("UNAUTHORIZED", "the conversation's user is not a user of this workspace")
+        raise not_a_user()
     return Person.of_user(user)
+
+
+async def caller_and_person(ctx: ToolContext, ref: str, *, field: str) -> tuple[Person, Person]:
+    """`resolve_caller` and `resolve_person` in one round trip: the caller's row rides in the people
+    union (the caller checked first, as when read apart)."""
+    caller, [(users, contacts)] = await _read_people(ctx, [ref], with_caller=True)
+    if caller is None:
+        raise not_a_user()
+    return Person.of_user(caller), person_named(ref, users, contacts, field=field)
 
 
 async def resolve_attendees(ctx: ToolContext, refs: Sequence[str]) -> list[str]:

@@ -33,7 +33,7 @@ from datetime import UTC, date, datetime, time, timedelta
 from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
-from sqlalchemy import ColumnElement, delete, func, or_, select
+from sqlalchemy import ColumnElement, and_, delete, func, or_, select
 
 from countersign.core.effects import Creation, Effect, RecordChange, one_line
 from countersign.db.leads import rescore_attendees
@@ -58,12 +58,12 @@ from tools.resolve import (
     UtcDatetime,
     answers_needs,
     belongs_to,
+    caller_and_person,
     cancel_created,
     locked_row,
     match_first,
     overlapping,
     resolve_caller,
-    resolve_person,
     restore_fields,
     saved,
 )
@@ -207,16 +207,23 @@ def pick_slots(starts: Sequence[datetime], limit: int) -> list[datetime]:
     return sorted((firsts + others)[:limit])
 
 
+def busy_during(
+    ctx: ToolContext, people: Sequence[Person], start: datetime, end: datetime
+) -> ColumnElement[bool]:
+    """The tenant's events that make any of `people` busy during [start, end)."""
+    return and_(
+        CalendarEvent.tenant_id == ctx.tenant_id,
+        overlapping(start, end),
+        or_(*(belongs_to(person) for person in people)),
+    )
+
+
 async def busy_times(
     ctx: ToolContext, people: Sequence[Person], start: datetime, end: datetime
 ) -> list[tuple[datetime, datetime]]:
     """When any of `people` has a live event overlapping [start, end)."""
     rows = await ctx.session.execute(
-        select(CalendarEvent.starts_at, CalendarEvent.ends_at).where(
-            CalendarEvent.tenant_id == ctx.tenant_id,
-            overlapping(start, end),
-            or_(*(belongs_to(person) for person in people)),
-        )
+        select(CalendarEvent.starts_at, CalendarEvent.ends_at).where(busy_during(ctx, people, start, end))
     )
     return [(start, end) for start, end in rows]
 
@@ -231,8 +238,7 @@ async def lock_calendars(ctx: ToolContext, people: Sequence[Person]) -> None:
 
 async def both_parties(ctx: ToolContext, counterpart: str) -> tuple[Person, Person]:
     """The caller and the counterpart they named, who must be someone else."""
-    caller = await resolve_caller(ctx)
-    other = await resolve_person(ctx, counterpart, field="with")
+    caller, other = await caller_and_person(ctx, counterpart, field="with")
     if other.key == caller.key:
         raise ToolFailure("VALIDATION_ERROR", "`with` names the user themself; name the other person")
     return caller, other
@@ -377,7 +383,7 @@ async def proposing(ctx: ToolContext, args: ScheduleMeetingArgs, *, lock: bool) 
     if lock:
         await lock_calendars(ctx, [caller, other])
     user_tz, other_tz = zone_of(caller, None), zone_of(other, args.tz_hint)
-    duplicate = await open_duplicate(ctx, other, start, end)
+    duplicate, busy = await open_duplicate_or_busy(ctx, caller, other, start, end)
     if duplicate is not None:
         if duplicate.duration_minutes != args.duration_minutes:
             raise ToolFailure(
@@ -390,7 +396,6 @@ async def proposing(ctx: ToolContext, args: ScheduleMeetingArgs, *, lock: bool) 
         return Proposing(caller, other, open_proposal(duplicate, other, user_tz), still_open=True)
     zones = [zoneinfo.ZoneInfo(user_tz), zoneinfo.ZoneInfo(other_tz)]
     length = timedelta(minutes=args.duration_minutes)
-    busy = await busy_times(ctx, [caller, other], start, end)
     begun = max(start, ctx.now)  # a time already begun is not proposed
     free = list(free_starts(begun, end, length, zones, busy))
     slots = [
@@ -498,15 +503,16 @@ def same_counterpart(person: Person) -> ColumnElement[bool]:
     return func.lower(MeetingSession.counterpart_email) == (person.email or "").lower()
 
 
-async def open_duplicate(
-    ctx: ToolContext, other: Person, start: datetime, end: datetime
-) -> MeetingSession | None:
+async def open_duplicate_or_busy(
+    ctx: ToolContext, caller: Person, other: Person, start: datetime, end: datetime
+) -> tuple[MeetingSession | None, list[tuple[datetime, datetime]]]:
     """The caller's session with the same counterpart that is still open and whose window overlaps
-    [start, end): the counterpart has these proposals already, and must not get two competing sets.
-    A retry of this very call finds its own session instead (same idempotency key), so it is not
-    this one."""
-    return await ctx.session.scalar(
-        select(MeetingSession)
+    [start, end) (the counterpart has these proposals already, and must not get two competing
+    sets), else `busy_times` of both: the session's id and both calendars in one round trip (the
+    session itself is read only when there is one). A retry of this very call finds its own
+    session instead (same idempotency key), so it is not this one."""
+    duplicate = (
+        select(MeetingSession.id)
         .where(
             MeetingSession.tenant_id == ctx.tenant_id,
             MeetingSession.requested_by == ctx.caller.user_id,
@@ -519,7 +525,18 @@ async def open_duplicate(
         )
         .order_by(MeetingSession.id)
         .limit(1)
+        .scalar_subquery()
     )
+    # one row even without events: an aggregate's (arrays of NULL when nothing is busy)
+    found = await ctx.session.execute(
+        select(
+            duplicate, func.array_agg(CalendarEvent.starts_at), func.array_agg(CalendarEvent.ends_at)
+        ).where(busy_during(ctx, [caller, other], start, end))
+    )
+    session_id, starts, ends = found.one()
+    if session_id is not None:
+        return await ctx.session.get_one(MeetingSession, session_id), []
+    return None, list(zip(starts or [], ends or [], strict=True))
 
 
 def open_proposal(session: MeetingSession, other: Person, user_tz: str) -> MeetingProposal:
