@@ -32,12 +32,15 @@ from pydantic_core import to_jsonable_python
 from sqlalchemy import (
     Boolean,
     ColumnElement,
+    CompoundSelect,
     Date,
     DateTime,
     Integer,
     Row,
     Select,
+    String,
     and_,
+    bindparam,
     case,
     func,
     literal_column,
@@ -171,12 +174,17 @@ def same_text(
     return func.lower(column) == ref.lower()
 
 
+def like_pattern(ref: str) -> str:
+    """An ILIKE pattern for `ref` anywhere, its LIKE wildcards taken literally (escape `\\`)."""
+    escaped = ref.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return f"%{escaped}%"
+
+
 def containing(
     column: InstrumentedAttribute[str] | InstrumentedAttribute[str | None], ref: str
 ) -> ColumnElement[bool]:
     """Case-insensitive substring, with LIKE wildcards in `ref` taken literally."""
-    escaped = ref.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-    return column.ilike(f"%{escaped}%", escape="\\")
+    return column.ilike(like_pattern(ref), escape="\\")
 
 
 async def find_record(
@@ -218,30 +226,60 @@ def contact_candidate(contact: Contact) -> dict[str, Any]:
 ACTIVE_USER = User.deactivated_at.is_(None)
 
 
-def user_clauses(ref: str) -> tuple[ColumnElement[bool], ...]:
+@dataclass(frozen=True)
+class Ref:
+    """A name as the people clauses compare it: as given (a user id), lowercased (emails and names)
+    and as a LIKE pattern, each a value or a bound parameter. Lowercased in Python, not by SQL's
+    `lower()`, so a bound name matches exactly what the literal one does."""
+
+    given: Any
+    lowered: Any
+    pattern: Any
+
+    @classmethod
+    def of(cls, ref: str) -> Ref:
+        return cls(ref, ref.lower(), like_pattern(ref))
+
+    @classmethod
+    def bound(cls, i: int) -> Ref:
+        """The parameters of the `i`th name in a cached statement (`values` fills them)."""
+        return cls(*(bindparam(f"{part}_{i}", type_=String) for part in ("given", "lowered", "pattern")))
+
+    @staticmethod
+    def values(i: int, ref: str) -> dict[str, str]:
+        of = Ref.of(ref)
+        return {f"given_{i}": of.given, f"lowered_{i}": of.lowered, f"pattern_{i}": of.pattern}
+
+
+def user_clauses(ref: Ref) -> tuple[ColumnElement[bool], ...]:
     """How `ref` names active users, from exact (id, email, name) to loose (part of the name)."""
-    exact = or_(User.id == ref, same_text(User.email, ref), same_text(User.display_name, ref))
-    return ACTIVE_USER & exact, ACTIVE_USER & containing(User.display_name, ref)
+    exact = or_(
+        User.id == ref.given,
+        func.lower(User.email) == ref.lowered,
+        func.lower(User.display_name) == ref.lowered,
+    )
+    return ACTIVE_USER & exact, ACTIVE_USER & User.display_name.ilike(ref.pattern, escape="\\")
 
 
-def contact_clauses(ref: str) -> tuple[ColumnElement[bool], ...]:
+def contact_clauses(ref: Ref) -> tuple[ColumnElement[bool], ...]:
     """How `ref` names contacts, from exact (email, name) to loose (part of the name)."""
-    return or_(same_text(Contact.email, ref), same_text(Contact.name, ref)), containing(Contact.name, ref)
+    exact = or_(func.lower(Contact.email) == ref.lowered, func.lower(Contact.name) == ref.lowered)
+    return exact, Contact.name.ilike(ref.pattern, escape="\\")
 
 
 async def match_users(ctx: ToolContext, ref: str) -> list[User]:
-    return await match_first(ctx, User, *user_clauses(ref))
+    return await match_first(ctx, User, *user_clauses(Ref.of(ref)))
 
 
 async def match_contacts(ctx: ToolContext, ref: str) -> list[Contact]:
-    return await match_first(ctx, Contact, *contact_clauses(ref))
+    return await match_first(ctx, Contact, *contact_clauses(Ref.of(ref)))
 
 
 def _best_first(
     model: type[Base],
     columns: Sequence[ColumnElement[Any] | InstrumentedAttribute[Any]],
     clauses: Sequence[ColumnElement[bool]],
-    tenant_id: str,
+    tenant_id: Any,
 ) -> Select[Any]:
     """`match_first`'s answer as one ranked select: the rows matching any of `clauses`, each ranked by
     the first it matches, best rank first, then in key order (`n`), at most one more than shown.
@@ -271,7 +309,7 @@ def _user_columns() -> list[ColumnElement[Any] | InstrumentedAttribute[Any]]:
     ]
 
 
-def _caller_branch(ctx: ToolContext) -> Select[Any]:
+def _caller_branch() -> Select[Any]:
     """The caller's own row shaped as a branch of the people union (ref -1, so it sorts first): read
     by key, active or not, as `session.get` would, in the same round trip as the people named."""
     return select(
@@ -279,19 +317,18 @@ def _caller_branch(ctx: ToolContext) -> Select[Any]:
         literal_column("1", Integer).label("n"),
         literal_column("-1", Integer).label("ref"),
         *_user_columns(),
-    ).where(User.tenant_id == ctx.tenant_id, User.id == ctx.caller.user_id)
+    ).where(User.tenant_id == bindparam("tenant_id"), User.id == bindparam("caller_id"))
 
 
 def _user_of(ctx: ToolContext, row: Row[Any]) -> User:
     return User(tenant_id=ctx.tenant_id, id=row.user_id, display_name=row.name, email=row.email, tz=row.tz)
 
 
-async def _read_people(
-    ctx: ToolContext, refs: Sequence[str], *, with_caller: bool
-) -> tuple[User | None, list[tuple[list[User], list[Contact]]]]:
-    """The caller's row (when `with_caller`, else None) and, for each of `refs`, what `match_users`
-    and `match_contacts` find, all in one round trip (a union of their ranked selects). The rows
-    come back as unattached `User` and `Contact` objects holding what a person is made of."""
+@functools.lru_cache(maxsize=64)
+def _people_statement(refs: int, with_caller: bool) -> CompoundSelect[Any]:
+    """The people union for `refs` names (and the caller), built once per shape with every value a
+    bound parameter: building it per call, and generating its cache key, cost more Python than its
+    round trip (docs/benchmark.md, "schedule_meeting, third pass")."""
     contact_columns: list[ColumnElement[Any] | InstrumentedAttribute[Any]] = [
         literal_column("true", Boolean).label("contact"),
         null().label("user_id"),
@@ -300,17 +337,31 @@ async def _read_people(
         Contact.company,
         null().label("tz"),
     ]
-    branches = [_caller_branch(ctx)] if with_caller else []
-    for i, ref in enumerate(refs):
+    tenant = bindparam("tenant_id", type_=String)
+    branches = [_caller_branch()] if with_caller else []
+    for i in range(refs):
         index = literal_column(str(i), Integer).label("ref")  # which ref a row answers
-        users = _best_first(User, [index, *_user_columns()], user_clauses(ref), ctx.tenant_id)
-        contacts = _best_first(Contact, [index, *contact_columns], contact_clauses(ref), ctx.tenant_id)
+        ref = Ref.bound(i)
+        users = _best_first(User, [index, *_user_columns()], user_clauses(ref), tenant)
+        contacts = _best_first(Contact, [index, *contact_columns], contact_clauses(ref), tenant)
         branches += [users, contacts]
-    if not branches:
+    # by output names: no subqueries to build column collections for
+    return union_all(*branches).order_by("ref", "contact", "n")
+
+
+async def _read_people(
+    ctx: ToolContext, refs: Sequence[str], *, with_caller: bool
+) -> tuple[User | None, list[tuple[list[User], list[Contact]]]]:
+    """The caller's row (when `with_caller`, else None) and, for each of `refs`, what `match_users`
+    and `match_contacts` find, all in one round trip (a union of their ranked selects). The rows
+    come back as unattached `User` and `Contact` objects holding what a person is made of."""
+    if not refs and not with_caller:
         return None, []
-    # by output names: no subqueries to build column collections for (the Python side of this
-    # statement costs more than its round trip)
-    rows = (await ctx.session.execute(union_all(*branches).order_by("ref", "contact", "n"))).all()
+    values = {"tenant_id": ctx.tenant_id} | ({"caller_id": ctx.caller.user_id} if with_caller else {})
+    for i, ref in enumerate(refs):
+        values |= Ref.values(i, ref)
+    statement = _people_statement(len(refs), with_caller)
+    rows = (await ctx.session.execute(statement, values)).all()
     caller = next((_user_of(ctx, row) for row in rows if row.ref == -1), None)
     found = []
     for i in range(len(refs)):
