@@ -495,8 +495,13 @@ async def resolve_attendees(ctx: ToolContext, refs: Sequence[str]) -> list[str]:
 
 def belongs_to(person: Person) -> ColumnElement[bool]:
     """Events on `person`'s calendar: owned by them, or listing one of their handles as an attendee."""
-    owned = [CalendarEvent.owner_user_id == person.user_id] if person.user_id else []
-    invited = [CalendarEvent.attendees.op("?")(handle) for handle in person.handles]
+    return events_of(person.user_id, person.handles)
+
+
+def events_of(user_id: Any | None, handles: Sequence[Any]) -> ColumnElement[bool]:
+    """`belongs_to` from a person's user id (None: a contact) and handles, values or bound parameters."""
+    owned = [CalendarEvent.owner_user_id == user_id] if user_id is not None else []
+    invited = [CalendarEvent.attendees.op("?")(handle) for handle in handles]
     return or_(*owned, *invited)
 
 

@@ -33,7 +33,19 @@ from datetime import UTC, date, datetime, time, timedelta
 from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
-from sqlalchemy import ColumnElement, and_, delete, func, or_, select
+from sqlalchemy import (
+    BindParameter,
+    ColumnElement,
+    DateTime,
+    Select,
+    String,
+    and_,
+    bindparam,
+    delete,
+    func,
+    or_,
+    select,
+)
 
 from countersign.core.effects import Creation, Effect, RecordChange, one_line
 from countersign.db.leads import rescore_attendees
@@ -60,6 +72,7 @@ from tools.resolve import (
     belongs_to,
     caller_and_person,
     cancel_created,
+    events_of,
     locked_row,
     match_first,
     overlapping,
@@ -208,14 +221,10 @@ def pick_slots(starts: Sequence[datetime], limit: int) -> list[datetime]:
 
 
 def busy_during(
-    ctx: ToolContext, people: Sequence[Person], start: datetime, end: datetime
+    tenant_id: Any, calendars: Sequence[ColumnElement[bool]], start: Any, end: Any
 ) -> ColumnElement[bool]:
-    """The tenant's events that make any of `people` busy during [start, end)."""
-    return and_(
-        CalendarEvent.tenant_id == ctx.tenant_id,
-        overlapping(start, end),
-        or_(*(belongs_to(person) for person in people)),
-    )
+    """The tenant's events on any of `calendars` (`belongs_to`) that are live during [start, end)."""
+    return and_(CalendarEvent.tenant_id == tenant_id, overlapping(start, end), or_(*calendars))
 
 
 async def busy_times(
@@ -223,7 +232,9 @@ async def busy_times(
 ) -> list[tuple[datetime, datetime]]:
     """When any of `people` has a live event overlapping [start, end)."""
     rows = await ctx.session.execute(
-        select(CalendarEvent.starts_at, CalendarEvent.ends_at).where(busy_during(ctx, people, start, end))
+        select(CalendarEvent.starts_at, CalendarEvent.ends_at).where(
+            busy_during(ctx.tenant_id, [belongs_to(person) for person in people], start, end)
+        )
     )
     return [(start, end) for start, end in rows]
 
@@ -497,10 +508,59 @@ def ask_for_missing(values: dict[str, object]) -> None:
         raise NeedsInput(Needs(fields=missing))
 
 
-def same_counterpart(person: Person) -> ColumnElement[bool]:
+def counterpart_handle(person: Person) -> tuple[bool, str]:
+    """How a session names its counterpart: (True, their user id) or (False, the contact's email,
+    lowercased)."""
     if person.user_id is not None:
-        return MeetingSession.counterpart_user_id == person.user_id
-    return func.lower(MeetingSession.counterpart_email) == (person.email or "").lower()
+        return True, person.user_id
+    return False, (person.email or "").lower()
+
+
+def counterpart_is(user: bool, handle: str | BindParameter[str]) -> ColumnElement[bool]:
+    """Sessions whose counterpart is `handle` (`counterpart_handle`: a value or a bound parameter)."""
+    if user:
+        return MeetingSession.counterpart_user_id == handle
+    return func.lower(MeetingSession.counterpart_email) == handle
+
+
+def same_counterpart(person: Person) -> ColumnElement[bool]:
+    return counterpart_is(*counterpart_handle(person))
+
+
+@functools.lru_cache(maxsize=8)
+def duplicate_or_busy_statement(counterpart_user: bool, handles: tuple[int, ...]) -> Select[Any]:
+    """`open_duplicate_or_busy`'s statement for a counterpart of this kind and people with this
+    many handles each (the caller first), built once with every value a bound parameter: built per
+    call, its Python cost more than its round trip (docs/benchmark.md, "schedule_meeting, third
+    pass"). An aggregate answers one row even without events (arrays of NULL)."""
+    moment = DateTime(timezone=True)
+    start, end = bindparam("start", type_=moment), bindparam("end", type_=moment)
+    duplicate = (
+        select(MeetingSession.id)
+        .where(
+            MeetingSession.tenant_id == bindparam("tenant_id"),
+            MeetingSession.requested_by == bindparam("caller_id"),
+            MeetingSession.status == "open",
+            MeetingSession.expires_at > bindparam("now", type_=moment),
+            MeetingSession.idempotency_key != bindparam("idempotency_key"),
+            counterpart_is(counterpart_user, bindparam("counterpart", type_=String)),
+            MeetingSession.window_start < end,
+            MeetingSession.window_end > start,
+        )
+        .order_by(MeetingSession.id)
+        .limit(1)
+        .scalar_subquery()
+    )
+    calendars = [
+        events_of(
+            bindparam(f"user_{j}", type_=String) if j == 0 or counterpart_user else None,
+            [bindparam(f"handle_{j}_{k}", type_=String) for k in range(n)],
+        )
+        for j, n in enumerate(handles)
+    ]
+    return select(
+        duplicate, func.array_agg(CalendarEvent.starts_at), func.array_agg(CalendarEvent.ends_at)
+    ).where(busy_during(bindparam("tenant_id"), calendars, start, end))
 
 
 async def open_duplicate_or_busy(
@@ -511,29 +571,23 @@ async def open_duplicate_or_busy(
     sets), else `busy_times` of both: the session's id and both calendars in one round trip (the
     session itself is read only when there is one). A retry of this very call finds its own
     session instead (same idempotency key), so it is not this one."""
-    duplicate = (
-        select(MeetingSession.id)
-        .where(
-            MeetingSession.tenant_id == ctx.tenant_id,
-            MeetingSession.requested_by == ctx.caller.user_id,
-            MeetingSession.status == "open",
-            MeetingSession.expires_at > ctx.now,
-            MeetingSession.idempotency_key != ctx.idempotency_key,
-            same_counterpart(other),
-            MeetingSession.window_start < end,
-            MeetingSession.window_end > start,
-        )
-        .order_by(MeetingSession.id)
-        .limit(1)
-        .scalar_subquery()
-    )
-    # one row even without events: an aggregate's (arrays of NULL when nothing is busy)
-    found = await ctx.session.execute(
-        select(
-            duplicate, func.array_agg(CalendarEvent.starts_at), func.array_agg(CalendarEvent.ends_at)
-        ).where(busy_during(ctx, [caller, other], start, end))
-    )
-    session_id, starts, ends = found.one()
+    counterpart_user, counterpart = counterpart_handle(other)
+    values: dict[str, Any] = {
+        "tenant_id": ctx.tenant_id,
+        "caller_id": ctx.caller.user_id,
+        "now": ctx.now,
+        "idempotency_key": ctx.idempotency_key,
+        "counterpart": counterpart,
+        "start": start,
+        "end": end,
+    }
+    people = [caller, other]
+    for j, person in enumerate(people):
+        values |= {f"handle_{j}_{k}": handle for k, handle in enumerate(person.handles)}
+        if person.user_id is not None:
+            values[f"user_{j}"] = person.user_id
+    statement = duplicate_or_busy_statement(counterpart_user, tuple(len(p.handles) for p in people))
+    session_id, starts, ends = (await ctx.session.execute(statement, values)).one()
     if session_id is not None:
         return await ctx.session.get_one(MeetingSession, session_id), []
     return None, list(zip(starts or [], ends or [], strict=True))
