@@ -22,8 +22,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import delete, select
-from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
+from sqlalchemy import delete, event, select
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from activities.approvals import ApprovalActivities
 from bench import stack
@@ -111,20 +111,35 @@ async def round_trip(session: AsyncSession) -> float:
     return (time.perf_counter() - started) * 1000
 
 
-async def measure(sessions: async_sessionmaker[AsyncSession], n: int) -> dict[str, dict[str, list[float]]]:
+class Statements:
+    """Counts the statements an engine sends: the preview's round trips, which the load does not move."""
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self.sent = 0
+        event.listen(engine.sync_engine, "before_cursor_execute", self.count)
+
+    def count(self, *_: Any) -> None:
+        self.sent += 1
+
+
+async def measure(
+    sessions: async_sessionmaker[AsyncSession], statements: Statements, n: int
+) -> dict[str, dict[str, list[float]]]:
     """The tools take turns, one call each per round: the machine's load falls on all of them alike."""
     activities = ApprovalActivities(sessions)
     todo = calls(await setup(sessions))
     results: dict[str, dict[str, list[float]]] = {
-        tool: {"preview": [], "cpu": [], "recorded": [], "select_1": []} for tool, _, _ in todo
+        tool: {"preview": [], "cpu": [], "recorded": [], "select_1": [], "statements": []}
+        for tool, _, _ in todo
     }
     for i in range(n + 5):  # the first five rounds warm the caches and the pool, and are not counted
         for tool, user, args in todo:
             asked = request(tool, user, args, f"{tool}-{i}")
             async with sessions() as session, session.begin():
-                started, cpu = time.perf_counter(), time.process_time()
+                sent, started, cpu = statements.sent, time.perf_counter(), time.process_time()
                 effect = await activities.resolve_effect(session, asked)
                 took, cpu = (time.perf_counter() - started) * 1000, (time.process_time() - cpu) * 1000
+                sent = statements.sent - sent
                 query = await round_trip(session)
             assert effect.resolved and effect.problem is None, (tool, effect)
             started = time.perf_counter()
@@ -136,6 +151,7 @@ async def measure(sessions: async_sessionmaker[AsyncSession], n: int) -> dict[st
                     ("cpu", cpu),
                     ("recorded", whole),
                     ("select_1", query),
+                    ("statements", sent),
                 ):
                     results[tool][name].append(value)
     async with sessions() as session, session.begin():  # what this run wrote
@@ -161,7 +177,7 @@ async def collect(n: int) -> dict[str, Any]:
         async with stack.postgres(Path(root)) as url:
             engine = create_engine(url)
             try:
-                samples = await measure(session_factory(engine), n)
+                samples = await measure(session_factory(engine), Statements(engine), n)
             finally:
                 await engine.dispose()
     return {"calls": n, "samples": samples}
@@ -189,8 +205,8 @@ def section(results: dict[str, Any]) -> str:
         "absolute numbers move from run to run, the share of the activity is what compares.",
         "",
         "| tool | what the preview reads | preview p50 ms | preview p95 ms | its CPU p50 ms "
-        "| recorded p50 ms | preview / recorded | preview / `SELECT 1` |",
-        "|---|---|---|---|---|---|---|---|",
+        "| recorded p50 ms | preview / recorded | preview / `SELECT 1` | statements |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     reads = {
         "update_lead_status": "one lead",
@@ -212,7 +228,8 @@ def section(results: dict[str, Any]) -> str:
         lines.append(
             f"| {tool} | {reads.get(tool, '')} | {p50:.2f} | {percentile(s['preview'], 95):.2f} "
             f"| {statistics.median(s['cpu']):.2f} "
-            f"| {recorded:.2f} | {p50 / recorded:.0%} | {p50 / unit:.1f} |"
+            f"| {recorded:.2f} | {p50 / recorded:.0%} | {p50 / unit:.1f} "
+            f"| {statistics.median(s['statements']):g} |"
         )
     every = [x for s in samples.values() for x in s["preview"]]
     lines += [
@@ -224,7 +241,7 @@ def section(results: dict[str, Any]) -> str:
         "preview's own work, the digest; PostgreSQL's is not in it), which other processes on the "
         "machine move least. The last column divides the preview's p50 by the p50 of one `SELECT 1` "
         "round trip timed in the same transaction right after each preview: the preview in queries' "
-        "worth.",
+        "worth. *Statements*: what the preview sends to PostgreSQL (the requester's roles included).",
         "A call that needs no decision never runs `record_approval_request`: no preview, nothing "
         "added. "
         "(Re-resolving the effect when an approved call runs is the execution side's, measured there.)",

@@ -32,12 +32,15 @@ from pydantic_core import to_jsonable_python
 from sqlalchemy import (
     Boolean,
     ColumnElement,
+    CompoundSelect,
     Date,
     DateTime,
     Integer,
     Row,
     Select,
+    String,
     and_,
+    bindparam,
     case,
     func,
     literal_column,
@@ -171,12 +174,17 @@ def same_text(
     return func.lower(column) == ref.lower()
 
 
+def like_pattern(ref: str) -> str:
+    """An ILIKE pattern for `ref` anywhere, its LIKE wildcards taken literally (escape `\\`)."""
+    escaped = ref.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    return f"%{escaped}%"
+
+
 def containing(
     column: InstrumentedAttribute[str] | InstrumentedAttribute[str | None], ref: str
 ) -> ColumnElement[bool]:
     """Case-insensitive substring, with LIKE wildcards in `ref` taken literally."""
-    escaped = ref.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
-    return column.ilike(f"%{escaped}%", escape="\\")
+    return column.ilike(like_pattern(ref), escape="\\")
 
 
 async def find_record(
@@ -218,30 +226,60 @@ def contact_candidate(contact: Contact) -> dict[str, Any]:
 ACTIVE_USER = User.deactivated_at.is_(None)
 
 
-def user_clauses(ref: str) -> tuple[ColumnElement[bool], ...]:
+@dataclass(frozen=True)
+class Ref:
+    """A name as the people clauses compare it: as given (a user id), lowercased (emails and names)
+    and as a LIKE pattern, each a value or a bound parameter. Lowercased in Python, not by SQL's
+    `lower()`, so a bound name matches exactly what the literal one does."""
+
+    given: Any
+    lowered: Any
+    pattern: Any
+
+    @classmethod
+    def of(cls, ref: str) -> Ref:
+        return cls(ref, ref.lower(), like_pattern(ref))
+
+    @classmethod
+    def bound(cls, i: int) -> Ref:
+        """The parameters of the `i`th name in a cached statement (`values` fills them)."""
+        return cls(*(bindparam(f"{part}_{i}", type_=String) for part in ("given", "lowered", "pattern")))
+
+    @staticmethod
+    def values(i: int, ref: str) -> dict[str, str]:
+        of = Ref.of(ref)
+        return {f"given_{i}": of.given, f"lowered_{i}": of.lowered, f"pattern_{i}": of.pattern}
+
+
+def user_clauses(ref: Ref) -> tuple[ColumnElement[bool], ...]:
     """How `ref` names active users, from exact (id, email, name) to loose (part of the name)."""
-    exact = or_(User.id == ref, same_text(User.email, ref), same_text(User.display_name, ref))
-    return ACTIVE_USER & exact, ACTIVE_USER & containing(User.display_name, ref)
+    exact = or_(
+        User.id == ref.given,
+        func.lower(User.email) == ref.lowered,
+        func.lower(User.display_name) == ref.lowered,
+    )
+    return ACTIVE_USER & exact, ACTIVE_USER & User.display_name.ilike(ref.pattern, escape="\\")
 
 
-def contact_clauses(ref: str) -> tuple[ColumnElement[bool], ...]:
+def contact_clauses(ref: Ref) -> tuple[ColumnElement[bool], ...]:
     """How `ref` names contacts, from exact (email, name) to loose (part of the name)."""
-    return or_(same_text(Contact.email, ref), same_text(Contact.name, ref)), containing(Contact.name, ref)
+    exact = or_(func.lower(Contact.email) == ref.lowered, func.lower(Contact.name) == ref.lowered)
+    return exact, Contact.name.ilike(ref.pattern, escape="\\")
 
 
 async def match_users(ctx: ToolContext, ref: str) -> list[User]:
-    return await match_first(ctx, User, *user_clauses(ref))
+    return await match_first(ctx, User, *user_clauses(Ref.of(ref)))
 
 
 async def match_contacts(ctx: ToolContext, ref: str) -> list[Contact]:
-    return await match_first(ctx, Contact, *contact_clauses(ref))
+    return await match_first(ctx, Contact, *contact_clauses(Ref.of(ref)))
 
 
 def _best_first(
     model: type[Base],
     columns: Sequence[ColumnElement[Any] | InstrumentedAttribute[Any]],
     clauses: Sequence[ColumnElement[bool]],
-    tenant_id: str,
+    tenant_id: Any,
 ) -> Select[Any]:
     """`match_first`'s answer as one ranked select: the rows matching any of `clauses`, each ranked by
     the first it matches, best rank first, then in key order (`n`), at most one more than shown.
@@ -260,13 +298,8 @@ def _best_rank(rows: Sequence[Row[Any]]) -> list[Row[Any]]:
     return [row for row in rows if row.rank == rows[0].rank]
 
 
-async def match_people(ctx: ToolContext, refs: Sequence[str]) -> list[tuple[list[User], list[Contact]]]:
-    """For each of `refs`, what `match_users` and `match_contacts` find, all in one round trip (a
-    union of their ranked selects). The rows come back as unattached `User` and `Contact` objects
-    holding what a person is made of."""
-    if not refs:
-        return []
-    user_columns: list[ColumnElement[Any] | InstrumentedAttribute[Any]] = [
+def _user_columns() -> list[ColumnElement[Any] | InstrumentedAttribute[Any]]:
+    return [
         literal_column("false", Boolean).label("contact"),
         User.id.label("user_id"),
         User.display_name.label("name"),
@@ -274,6 +307,28 @@ async def match_people(ctx: ToolContext, refs: Sequence[str]) -> list[tuple[list
         null().label("company"),
         User.tz,
     ]
+
+
+def _caller_branch() -> Select[Any]:
+    """The caller's own row shaped as a branch of the people union (ref -1, so it sorts first): read
+    by key, active or not, as `session.get` would, in the same round trip as the people named."""
+    return select(
+        literal_column("0", Integer).label("rank"),
+        literal_column("1", Integer).label("n"),
+        literal_column("-1", Integer).label("ref"),
+        *_user_columns(),
+    ).where(User.tenant_id == bindparam("tenant_id"), User.id == bindparam("caller_id"))
+
+
+def _user_of(ctx: ToolContext, row: Row[Any]) -> User:
+    return User(tenant_id=ctx.tenant_id, id=row.user_id, display_name=row.name, email=row.email, tz=row.tz)
+
+
+@functools.lru_cache(maxsize=64)
+def _people_statement(refs: int, with_caller: bool) -> CompoundSelect[Any]:
+    """The people union for `refs` names (and the caller), built once per shape with every value a
+    bound parameter: building it per call, and generating its cache key, cost more Python than its
+    round trip (docs/benchmark.md, "schedule_meeting, third pass")."""
     contact_columns: list[ColumnElement[Any] | InstrumentedAttribute[Any]] = [
         literal_column("true", Boolean).label("contact"),
         null().label("user_id"),
@@ -282,29 +337,47 @@ async def match_people(ctx: ToolContext, refs: Sequence[str]) -> list[tuple[list
         Contact.company,
         null().label("tz"),
     ]
-    branches = []
-    for i, ref in enumerate(refs):
+    tenant = bindparam("tenant_id", type_=String)
+    branches = [_caller_branch()] if with_caller else []
+    for i in range(refs):
         index = literal_column(str(i), Integer).label("ref")  # which ref a row answers
-        users = _best_first(User, [index, *user_columns], user_clauses(ref), ctx.tenant_id)
-        contacts = _best_first(Contact, [index, *contact_columns], contact_clauses(ref), ctx.tenant_id)
+        ref = Ref.bound(i)
+        users = _best_first(User, [index, *_user_columns()], user_clauses(ref), tenant)
+        contacts = _best_first(Contact, [index, *contact_columns], contact_clauses(ref), tenant)
         branches += [users, contacts]
-    # by output names: no subqueries to build column collections for (the Python side of this
-    # statement costs more than its round trip)
-    rows = (await ctx.session.execute(union_all(*branches).order_by("ref", "contact", "n"))).all()
+    # by output names: no subqueries to build column collections for
+    return union_all(*branches).order_by("ref", "contact", "n")
+
+
+async def _read_people(
+    ctx: ToolContext, refs: Sequence[str], *, with_caller: bool
+) -> tuple[User | None, list[tuple[list[User], list[Contact]]]]:
+    """The caller's row (when `with_caller`, else None) and, for each of `refs`, what `match_users`
+    and `match_contacts` find, all in one round trip (a union of their ranked selects). The rows
+    come back as unattached `User` and `Contact` objects holding what a person is made of."""
+    if not refs and not with_caller:
+        return None, []
+    values = {"tenant_id": ctx.tenant_id} | ({"caller_id": ctx.caller.user_id} if with_caller else {})
+    for i, ref in enumerate(refs):
+        values |= Ref.values(i, ref)
+    statement = _people_statement(len(refs), with_caller)
+    rows = (await ctx.session.execute(statement, values)).all()
+    caller = next((_user_of(ctx, row) for row in rows if row.ref == -1), None)
     found = []
     for i in range(len(refs)):
         user_rows = _best_rank([row for row in rows if row.ref == i and not row.contact])
         contact_rows = _best_rank([row for row in rows if row.ref == i and row.contact])
-        users_found = [
-            User(tenant_id=ctx.tenant_id, id=r.user_id, display_name=r.name, email=r.email, tz=r.tz)
-            for r in user_rows
-        ]
         contacts_found = [
             Contact(tenant_id=ctx.tenant_id, name=r.name, email=r.email, company=r.company)
             for r in contact_rows
         ]
-        found.append((users_found, contacts_found))
-    return found
+        found.append(([_user_of(ctx, r) for r in user_rows], contacts_found))
+    return caller, found
+
+
+async def match_people(ctx: ToolContext, refs: Sequence[str]) -> list[tuple[list[User], list[Contact]]]:
+    """For each of `refs`, what `match_users` and `match_contacts` find, all in one round trip."""
+    return (await _read_people(ctx, refs, with_caller=False))[1]
 
 
 async def resolve_user(ctx: ToolContext, ref: str, *, field: str) -> User:
@@ -386,11 +459,24 @@ async def resolve_person(ctx: ToolContext, ref: str, *, field: str) -> Person:
     return person_named(ref, users, contacts, field=field)
 
 
+def not_a_user() -> ToolFailure:
+    return ToolFailure("UNAUTHORIZED", "the conversation's user is not a user of this workspace")
+
+
 async def resolve_caller(ctx: ToolContext) -> Person:
     user = await ctx.session.get(User, (ctx.tenant_id, ctx.caller.user_id))
     if user is None:
-        raise ToolFailure("UNAUTHORIZED", "the conversation's user is not a user of this workspace")
+        raise not_a_user()
     return Person.of_user(user)
+
+
+async def caller_and_person(ctx: ToolContext, ref: str, *, field: str) -> tuple[Person, Person]:
+    """`resolve_caller` and `resolve_person` in one round trip: the caller's row rides in the people
+    union (the caller checked first, as when read apart)."""
+    caller, [(users, contacts)] = await _read_people(ctx, [ref], with_caller=True)
+    if caller is None:
+        raise not_a_user()
+    return Person.of_user(caller), person_named(ref, users, contacts, field=field)
 
 
 async def resolve_attendees(ctx: ToolContext, refs: Sequence[str]) -> list[str]:
@@ -409,8 +495,13 @@ async def resolve_attendees(ctx: ToolContext, refs: Sequence[str]) -> list[str]:
 
 def belongs_to(person: Person) -> ColumnElement[bool]:
     """Events on `person`'s calendar: owned by them, or listing one of their handles as an attendee."""
-    owned = [CalendarEvent.owner_user_id == person.user_id] if person.user_id else []
-    invited = [CalendarEvent.attendees.op("?")(handle) for handle in person.handles]
+    return events_of(person.user_id, person.handles)
+
+
+def events_of(user_id: Any | None, handles: Sequence[Any]) -> ColumnElement[bool]:
+    """`belongs_to` from a person's user id (None: a contact) and handles, values or bound parameters."""
+    owned = [CalendarEvent.owner_user_id == user_id] if user_id is not None else []
+    invited = [CalendarEvent.attendees.op("?")(handle) for handle in handles]
     return or_(*owned, *invited)
 
 

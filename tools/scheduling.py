@@ -33,7 +33,19 @@ from datetime import UTC, date, datetime, time, timedelta
 from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
-from sqlalchemy import ColumnElement, delete, func, or_, select
+from sqlalchemy import (
+    BindParameter,
+    ColumnElement,
+    DateTime,
+    Select,
+    String,
+    and_,
+    bindparam,
+    delete,
+    func,
+    or_,
+    select,
+)
 
 from countersign.core.effects import Creation, Effect, RecordChange, one_line
 from countersign.db.leads import rescore_attendees
@@ -58,12 +70,13 @@ from tools.resolve import (
     UtcDatetime,
     answers_needs,
     belongs_to,
+    caller_and_person,
     cancel_created,
+    events_of,
     locked_row,
     match_first,
     overlapping,
     resolve_caller,
-    resolve_person,
     restore_fields,
     saved,
 )
@@ -207,15 +220,20 @@ def pick_slots(starts: Sequence[datetime], limit: int) -> list[datetime]:
     return sorted((firsts + others)[:limit])
 
 
+def busy_during(
+    tenant_id: Any, calendars: Sequence[ColumnElement[bool]], start: Any, end: Any
+) -> ColumnElement[bool]:
+    """The tenant's events on any of `calendars` (`belongs_to`) that are live during [start, end)."""
+    return and_(CalendarEvent.tenant_id == tenant_id, overlapping(start, end), or_(*calendars))
+
+
 async def busy_times(
     ctx: ToolContext, people: Sequence[Person], start: datetime, end: datetime
 ) -> list[tuple[datetime, datetime]]:
     """When any of `people` has a live event overlapping [start, end)."""
     rows = await ctx.session.execute(
         select(CalendarEvent.starts_at, CalendarEvent.ends_at).where(
-            CalendarEvent.tenant_id == ctx.tenant_id,
-            overlapping(start, end),
-            or_(*(belongs_to(person) for person in people)),
+            busy_during(ctx.tenant_id, [belongs_to(person) for person in people], start, end)
         )
     )
     return [(start, end) for start, end in rows]
@@ -231,8 +249,7 @@ async def lock_calendars(ctx: ToolContext, people: Sequence[Person]) -> None:
 
 async def both_parties(ctx: ToolContext, counterpart: str) -> tuple[Person, Person]:
     """The caller and the counterpart they named, who must be someone else."""
-    caller = await resolve_caller(ctx)
-    other = await resolve_person(ctx, counterpart, field="with")
+    caller, other = await caller_and_person(ctx, counterpart, field="with")
     if other.key == caller.key:
         raise ToolFailure("VALIDATION_ERROR", "`with` names the user themself; name the other person")
     return caller, other
@@ -377,7 +394,7 @@ async def proposing(ctx: ToolContext, args: ScheduleMeetingArgs, *, lock: bool) 
     if lock:
         await lock_calendars(ctx, [caller, other])
     user_tz, other_tz = zone_of(caller, None), zone_of(other, args.tz_hint)
-    duplicate = await open_duplicate(ctx, other, start, end)
+    duplicate, busy = await open_duplicate_or_busy(ctx, caller, other, start, end)
     if duplicate is not None:
         if duplicate.duration_minutes != args.duration_minutes:
             raise ToolFailure(
@@ -390,7 +407,6 @@ async def proposing(ctx: ToolContext, args: ScheduleMeetingArgs, *, lock: bool) 
         return Proposing(caller, other, open_proposal(duplicate, other, user_tz), still_open=True)
     zones = [zoneinfo.ZoneInfo(user_tz), zoneinfo.ZoneInfo(other_tz)]
     length = timedelta(minutes=args.duration_minutes)
-    busy = await busy_times(ctx, [caller, other], start, end)
     begun = max(start, ctx.now)  # a time already begun is not proposed
     free = list(free_starts(begun, end, length, zones, busy))
     slots = [
@@ -492,34 +508,89 @@ def ask_for_missing(values: dict[str, object]) -> None:
         raise NeedsInput(Needs(fields=missing))
 
 
-def same_counterpart(person: Person) -> ColumnElement[bool]:
+def counterpart_handle(person: Person) -> tuple[bool, str]:
+    """How a session names its counterpart: (True, their user id) or (False, the contact's email,
+    lowercased)."""
     if person.user_id is not None:
-        return MeetingSession.counterpart_user_id == person.user_id
-    return func.lower(MeetingSession.counterpart_email) == (person.email or "").lower()
+        return True, person.user_id
+    return False, (person.email or "").lower()
 
 
-async def open_duplicate(
-    ctx: ToolContext, other: Person, start: datetime, end: datetime
-) -> MeetingSession | None:
-    """The caller's session with the same counterpart that is still open and whose window overlaps
-    [start, end): the counterpart has these proposals already, and must not get two competing sets.
-    A retry of this very call finds its own session instead (same idempotency key), so it is not
-    this one."""
-    return await ctx.session.scalar(
-        select(MeetingSession)
+def counterpart_is(user: bool, handle: str | BindParameter[str]) -> ColumnElement[bool]:
+    """Sessions whose counterpart is `handle` (`counterpart_handle`: a value or a bound parameter)."""
+    if user:
+        return MeetingSession.counterpart_user_id == handle
+    return func.lower(MeetingSession.counterpart_email) == handle
+
+
+def same_counterpart(person: Person) -> ColumnElement[bool]:
+    return counterpart_is(*counterpart_handle(person))
+
+
+@functools.lru_cache(maxsize=8)
+def duplicate_or_busy_statement(counterpart_user: bool, handles: tuple[int, ...]) -> Select[Any]:
+    """`open_duplicate_or_busy`'s statement for a counterpart of this kind and people with this
+    many handles each (the caller first), built once with every value a bound parameter: built per
+    call, its Python cost more than its round trip (docs/benchmark.md, "schedule_meeting, third
+    pass"). An aggregate answers one row even without events (arrays of NULL)."""
+    moment = DateTime(timezone=True)
+    start, end = bindparam("start", type_=moment), bindparam("end", type_=moment)
+    duplicate = (
+        select(MeetingSession.id)
         .where(
-            MeetingSession.tenant_id == ctx.tenant_id,
-            MeetingSession.requested_by == ctx.caller.user_id,
+            MeetingSession.tenant_id == bindparam("tenant_id"),
+            MeetingSession.requested_by == bindparam("caller_id"),
             MeetingSession.status == "open",
-            MeetingSession.expires_at > ctx.now,
-            MeetingSession.idempotency_key != ctx.idempotency_key,
-            same_counterpart(other),
+            MeetingSession.expires_at > bindparam("now", type_=moment),
+            MeetingSession.idempotency_key != bindparam("idempotency_key"),
+            counterpart_is(counterpart_user, bindparam("counterpart", type_=String)),
             MeetingSession.window_start < end,
             MeetingSession.window_end > start,
         )
         .order_by(MeetingSession.id)
         .limit(1)
+        .scalar_subquery()
     )
+    calendars = [
+        events_of(
+            bindparam(f"user_{j}", type_=String) if j == 0 or counterpart_user else None,
+            [bindparam(f"handle_{j}_{k}", type_=String) for k in range(n)],
+        )
+        for j, n in enumerate(handles)
+    ]
+    return select(
+        duplicate, func.array_agg(CalendarEvent.starts_at), func.array_agg(CalendarEvent.ends_at)
+    ).where(busy_during(bindparam("tenant_id"), calendars, start, end))
+
+
+async def open_duplicate_or_busy(
+    ctx: ToolContext, caller: Person, other: Person, start: datetime, end: datetime
+) -> tuple[MeetingSession | None, list[tuple[datetime, datetime]]]:
+    """The caller's session with the same counterpart that is still open and whose window overlaps
+    [start, end) (the counterpart has these proposals already, and must not get two competing
+    sets), else `busy_times` of both: the session's id and both calendars in one round trip (the
+    session itself is read only when there is one). A retry of this very call finds its own
+    session instead (same idempotency key), so it is not this one."""
+    counterpart_user, counterpart = counterpart_handle(other)
+    values: dict[str, Any] = {
+        "tenant_id": ctx.tenant_id,
+        "caller_id": ctx.caller.user_id,
+        "now": ctx.now,
+        "idempotency_key": ctx.idempotency_key,
+        "counterpart": counterpart,
+        "start": start,
+        "end": end,
+    }
+    people = [caller, other]
+    for j, person in enumerate(people):
+        values |= {f"handle_{j}_{k}": handle for k, handle in enumerate(person.handles)}
+        if person.user_id is not None:
+            values[f"user_{j}"] = person.user_id
+    statement = duplicate_or_busy_statement(counterpart_user, tuple(len(p.handles) for p in people))
+    session_id, starts, ends = (await ctx.session.execute(statement, values)).one()
+    if session_id is not None:
+        return await ctx.session.get_one(MeetingSession, session_id), []
+    return None, list(zip(starts or [], ends or [], strict=True))
 
 
 def open_proposal(session: MeetingSession, other: Person, user_tz: str) -> MeetingProposal:
