@@ -19,7 +19,6 @@ from temporalio.client import WorkflowUpdateFailedError
 
 from countersign.core.approvals import Decision, PendingCall
 from countersign.core.grants import GrantTerms
-from countersign.db.chain import verify_live
 from countersign.db.engine import session_factory
 from countersign.db.grants import revoke_grant
 from countersign.db.schema import (
@@ -31,6 +30,7 @@ from countersign.db.schema import (
     ToolExecution,
 )
 from countersign.identity.proofs import Binding, mint_proof
+from tests.activities.test_grant_spending import grant_chained
 from tests.e2e.test_asked_again import card, decisions
 from tests.fixtures.inbox import SignedStack
 from tests.fixtures.postgres import JANE
@@ -145,7 +145,7 @@ async def test_a_one_use_grant_covers_exactly_one_later_identical_call(
             "call_id": row.call_id, "tool": "update_lead_status", "state": "approved", "decided_by": "bob",
             "grant_id": grant.id,
         }  # fmt: skip
-        assert await verify_live(session, "acme") > 0  # every use and change chained
+    await grant_chained(db_engine, grant.id)  # every use and change chained
 
     # its one use is spent: the next identical call is asked
     again = await asked(stack, bob, "qualify jane")
@@ -176,7 +176,7 @@ async def test_a_revoked_grant_covers_nothing(
     await asked(stack, bob, "qualify jane")  # identical, within its time and uses: asked all the same
     async with session_factory(db_engine)() as session:
         assert list(await session.scalars(select(GrantUse).where(GrantUse.grant_id == grant["id"]))) == []
-        assert await verify_live(session, "acme") > 0
+    await grant_chained(db_engine, grant["id"])
 
 
 async def test_a_grant_no_proof_names_counts_for_nothing(

@@ -91,8 +91,9 @@ async def test_carol_validates_shadows_and_enforces_a_set_and_alice_cannot_reach
         assert await carol.get_by_label("Policy set").input_value() == SET
         await carol.get_by_role("button", name="Apply", exact=True).click()
         await carol.locator("#status", has_text="Applied as the enforced set").wait_for()
-        applied = carol.locator("#policy-changes tbody tr", has_text="enforced version").first
-        await applied.wait_for()
+        # the list is redrawn after the status: wait for this apply's row, then it must be the newest
+        await carol.locator("#policy-changes tbody tr", has_text="carol (inbox)").first.wait_for()
+        applied = carol.locator("#policy-changes tbody tr").first
         cells = [(await c.text_content() or "").strip() for c in await applied.locator("td").all()]
         assert cells[2:] == ["carol (inbox)", "applied"], cells
         await carol.locator("#enforced-version", has_text="applied by carol").wait_for()
