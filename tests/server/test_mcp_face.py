@@ -252,8 +252,13 @@ async def test_a_call_decided_before_its_conversation_ended_still_answers_its_cl
 
 
 async def test_a_forged_or_replayed_request_state_is_refused_and_recorded(
-    signed_agent: SignedStack, alice_token: str, db_engine: AsyncEngine, jane_is_new: None
+    signed_agent: SignedStack,
+    alice_token: str,
+    db_engine: AsyncEngine,
+    jane_is_new: None,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    monkeypatch.setattr(mcp_face, "HOLD_S", 1.0)  # the valid resume below is held, then told to ask again
     async with client(signed_agent, alice_token) as mcp:
         first = await mcp.session.call_tool("update_lead_status", QUALIFY, allow_input_required=True)
         assert isinstance(first, types.InputRequiredResult) and first.request_state, first
