@@ -141,9 +141,8 @@ async def test_two_approvers_distinct_and_never_the_requester(
     )
 
 
-async def test_one_rejection_ends_a_quorum(
-    agent: AgentHarness, db_engine: AsyncEngine, policies: ApplyPolicies
-) -> None:
+async def approved_once_of_two(agent: AgentHarness, policies: ApplyPolicies) -> tuple[Any, str]:
+    """A call under a two-approver policy, approved by bob alone: its conversation and call id."""
     await policies(f'@id("two-for-status") @approvals("2") permit(principal, action == {STATUS}, resource);')
     agent.script(qualify(), ECHO_RESULT)
     handle = await agent.start("qualify jane", single_turn=True)
@@ -151,8 +150,15 @@ async def test_one_rejection_ends_a_quorum(
     await execute_update(
         handle, AgentWorkflow.decide, Decision(call_id=waiting.call_id, decision="approve", approver="bob")
     )
+    return handle, waiting.call_id
+
+
+async def test_one_rejection_ends_a_quorum(
+    agent: AgentHarness, db_engine: AsyncEngine, policies: ApplyPolicies
+) -> None:
+    handle, call_id = await approved_once_of_two(agent, policies)
     rejected = await execute_update(
-        handle, AgentWorkflow.decide, Decision(call_id=waiting.call_id, decision="reject", approver="carol")
+        handle, AgentWorkflow.decide, Decision(call_id=call_id, decision="reject", approver="carol")
     )
     assert rejected.state == "rejected"
     await handle.result()
@@ -199,13 +205,7 @@ async def test_a_tenant_without_policies_adds_no_step(agent: AgentHarness) -> No
 async def test_a_quorum_short_of_n_at_its_deadline_expires_and_nothing_runs(
     agent: AgentHarness, db_engine: AsyncEngine, policies: ApplyPolicies
 ) -> None:
-    await policies(f'@id("two-for-status") @approvals("2") permit(principal, action == {STATUS}, resource);')
-    agent.script(qualify(), ECHO_RESULT)
-    handle = await agent.start("qualify jane", single_turn=True)
-    (waiting,) = (await pending(handle)).pending_approvals
-    await execute_update(
-        handle, AgentWorkflow.decide, Decision(call_id=waiting.call_id, decision="approve", approver="bob")
-    )
+    handle, _ = await approved_once_of_two(agent, policies)
     await handle.result()  # the time-skipping server jumps to the deadline: fail closed
     assert last_tool_result(await agent.transcript(handle))["error"]["code"] == "EXPIRED"
     assert await lead_status(db_engine, "acme") == "new"
