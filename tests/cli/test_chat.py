@@ -18,6 +18,7 @@ from tests.fixtures.agent import AgentHarness
 pytestmark = pytest.mark.devserver
 
 STEP_TIMEOUT_S = 20
+FINISH_TIMEOUT_S = 40  # a whole turn, then the chat's exit, on a machine shared with other test workers
 QUALIFY = (
     {
         "when": {"user_contains": "qualify"},
@@ -73,7 +74,13 @@ class ChatProcess:
     async def finish(self, *lines: str) -> str:
         """Send the last lines, close stdin and return everything the chat printed."""
         self.send(*lines)
-        out, _ = await asyncio.wait_for(self.process.communicate(), STEP_TIMEOUT_S)
+        try:
+            out, _ = await asyncio.wait_for(self.process.communicate(), FINISH_TIMEOUT_S)
+        except TimeoutError:  # say what the chat had printed, not only that it did not end
+            self.process.kill()
+            assert self.process.stdout is not None
+            self.output += (await self.process.stdout.read()).decode()
+            raise AssertionError(f"chat did not end in {FINISH_TIMEOUT_S} s:\n{self.output}") from None
         self.output += out.decode()
         assert self.process.returncode == 0, self.output
         return self.output
