@@ -2,12 +2,40 @@
 
 from __future__ import annotations
 
+import random
 import socket
 import time
+from pathlib import Path
+
+EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+BELOW_EPHEMERAL = 10_000  # the lowest port handed out; above the well-known and most registered ones
+
+
+def _ephemeral_start() -> int:
+    try:
+        return int(EPHEMERAL_RANGE.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32_768  # Linux's default
 
 
 def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+    """A port nothing listens on now, for a process started next to bind.
+
+    Chosen at random below the kernel's ephemeral range, not by binding port 0: that hands out a
+    port from the ephemeral range, which every outgoing connection on the machine draws from too,
+    so in the moment before the process binds it, a client socket (a test's, a browser's) could
+    take it ("port … is taken by a process this stack did not start"). Below the range only
+    another explicit bind can take it."""
+    top = _ephemeral_start()
+    for _ in range(100) if top > BELOW_EPHEMERAL + 1_000 else ():
+        port = random.randrange(BELOW_EPHEMERAL, top)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind((host, port))
+            except OSError:
+                continue
+            return port
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:  # no room below the range
         s.bind((host, 0))
         return int(s.getsockname()[1])
 
