@@ -23,6 +23,7 @@ from sqlalchemy import Numeric, Select, case, cast, func, or_, select, true
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.sql.elements import ColumnElement
 
+from countersign.core.bounds import load_arguments_or_raw
 from countersign.core.calls import NO_MATCH, PolicyDecision, ToolSpec
 from countersign.core.cedar_policy import (
     HISTORY_COUNTERS,
@@ -46,7 +47,6 @@ from countersign.db.schema import (
     UserRole,
 )
 from countersign.mcp.catalog import ListedTool, spec_of
-from tools.arguments import load_arguments_or_raw
 from tools.registry import REGISTRY
 from tools.tiers import ADMIN_ROLE, Via
 
