@@ -31,7 +31,7 @@ from countersign.core.approvals import (
     decision_note,
     quorum_refusal,
 )
-from countersign.core.bounds import loads_strict
+from countersign.core.bounds import load_arguments_or_raw, loads_strict
 from countersign.core.calls import CallerContext, argument_changes, call_key
 from countersign.core.effects import Effect, FieldChange, arguments_effect, one_line
 from countersign.core.grants import Granted, GrantScope, grant_allowed, grant_refusal, scope_digest
@@ -43,7 +43,7 @@ from countersign.db.people import roles_of
 from countersign.db.schema import ApprovalDecision, ApprovalRequest, Notification
 from countersign.identity.proofs import Binding, ProofVerifier, args_digest, check_proof
 from countersign.mcp.catalog import argument_errors
-from tools.arguments import load_arguments_or_raw, validate
+from tools.arguments import validate
 from tools.drafts import drafts_named, last_editor
 from tools.effects import preview_effect
 from tools.registry import REGISTRY, ToolContext, ToolFailure

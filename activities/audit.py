@@ -26,7 +26,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
 
 from countersign.core.activity_refs import RECORD_UNEXECUTED_CALL
-from countersign.core.bounds import storable
+from countersign.core.bounds import load_arguments_or_raw, storable
 from countersign.core.calls import ToolInvocation, ToolResult, UnexecutedCall, outcome_of
 from countersign.core.effects import Effect
 from countersign.core.guards import redact
@@ -35,7 +35,6 @@ from countersign.db.messages import store_tool_result
 from countersign.db.schema import ApprovalDecision, ToolExecution
 from countersign.mcp.catalog import MCP_CATEGORY, MCP_RISK
 from countersign.mcp.servers import server_of
-from tools.arguments import load_arguments_or_raw
 from tools.registry import REGISTRY
 
 

@@ -17,10 +17,10 @@ from countersign.core.calls import ToolSpec
 from countersign.core.contract import AgentLimits, AgentSnapshot, ConversationContext, StartConversation
 from countersign.core.envelopes import WindowPolicy
 from countersign.db import schema
+from countersign.db.policies import tenant_policies
 from countersign.mcp.pool import McpPool
 from countersign.mcp.servers import server_of
 from countersign.mcp.snapshot import mcp_specs
-from tools.policies import tenant_policies
 from tools.records import RECORD_TOOLS, schema_map
 from tools.registry import REGISTRY
 from tools.tiers import tenant_tiers

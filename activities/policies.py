@@ -4,7 +4,7 @@ The workflow asks only when its snapshot says the tenant has policies (`Conversa
 has_policies`): a tenant without any adds nothing to a step. Authority comes from the database, at
 the call: the requester's roles now, the enforced set now (a set applied since the conversation
 started counts), the audit's counts and sums the set names, all three in one statement
-(tools/policies.py `gate_reads`), and, when a condition reads `context.effect`, what the call
+(countersign/db/policies.py `gate_reads`), and, when a condition reads `context.effect`, what the call
 would do now (its tool's preview, read-only).
 
 A shadow set is evaluated beside the enforced one and changes nothing: a call whose outcome would
@@ -26,10 +26,10 @@ from countersign.core.calls import NO_MATCH, PolicyDecision, ToolInvocation
 from countersign.core.cedar_policy import CallFacts, decide
 from countersign.core.effects import Effect, arguments_effect
 from countersign.core.policy import PolicyCheck
+from countersign.db.policies import gate_reads, loaded
 from countersign.db.schema import ShadowDifference
 from tools.arguments import load_arguments, validate
 from tools.effects import preview_effect
-from tools.policies import gate_reads, loaded
 from tools.registry import REGISTRY, ToolContext, ToolFailure
 
 

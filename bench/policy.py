@@ -39,10 +39,7 @@ from countersign.core.calls import CallerContext, ToolInvocation, ToolSpec
 from countersign.core.cedar_policy import CallFacts, compile_policies, decide
 from countersign.core.policy import PolicyCheck
 from countersign.db.engine import create_engine, session_factory
-from countersign.db.schema import Tenant, TenantPolicy, User, UserRole
-from countersign.devstack.postgres import seeded_postgres
-from countersign.runtime.ports import free_port
-from tools.policies import (
+from countersign.db.policies import (
     apply_policies,
     audit_history,
     gate_reads,
@@ -51,6 +48,10 @@ from tools.policies import (
     roles_of,
     tenant_policies,
 )
+from countersign.db.schema import Tenant, TenantPolicy, User, UserRole
+from countersign.devstack.postgres import seeded_postgres
+from countersign.runtime.ports import free_port
+from tools.policies import tenant_tools
 from tools.registry import REGISTRY
 
 
@@ -142,7 +143,13 @@ async def gate_times(
             session.add(UserRole(tenant_id=tenant, user_id=user, role=role))
         await session.flush()
         change = await apply_policies(
-            session, tenant_id=tenant, text=text, shadow=False, changed_by="carol", via="cli"
+            session,
+            tenant_id=tenant,
+            text=text,
+            shadow=False,
+            changed_by="carol",
+            via="cli",
+            tools=await tenant_tools(session, tenant),
         )
         assert change.accepted, change.reason
     gate = PolicyActivities(sessions)

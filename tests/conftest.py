@@ -13,6 +13,7 @@ pytest_plugins = [
     "tests.fixtures.mcp",
     "tests.fixtures.chat",
     "tests.fixtures.policies",
+    "tests.fixtures.grants",
 ]
 
 # The files that take longest on two cores, roughly slowest first (per-file sums of `--durations`),

@@ -17,29 +17,16 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from countersign.core.bounds import loads_bounded, unstorable_refusal
+from countersign.core.bounds import loads_object
 from tools.registry import IDENTITY_FIELDS, Tool, ToolArgs, ToolFailure
 
 
 def load_arguments(raw: str) -> dict[str, Any]:
     """The arguments as a JSON object, or VALIDATION_ERROR: too deep or large, no object, not storable."""
-    value, refusal = loads_bounded(raw or "{}")
-    if refusal is not None:
-        raise ToolFailure("VALIDATION_ERROR", f"arguments refused: {refusal}")
-    if not isinstance(value, dict):
-        raise ToolFailure("VALIDATION_ERROR", "arguments must be a JSON object")
-    unstorable = unstorable_refusal(value)
-    if unstorable is not None:
-        raise ToolFailure("VALIDATION_ERROR", f"arguments {unstorable}")
+    value, refusal = loads_object(raw)
+    if value is None:
+        raise ToolFailure("VALIDATION_ERROR", f"arguments {refusal}")
     return value
-
-
-def load_arguments_or_raw(raw: str) -> dict[str, Any]:
-    """The arguments as a dict for the audit, even when they are not a JSON object."""
-    try:
-        return load_arguments(raw)
-    except ToolFailure:
-        return {"_raw": raw[:2000]}
 
 
 def parse_arguments(tool: Tool, raw: dict[str, Any]) -> ToolArgs:

@@ -19,8 +19,6 @@ in `tier_changes` with who, when and the tier before and after.
 
 from __future__ import annotations
 
-from typing import Literal
-
 from sqlalchemy import func, select
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -28,13 +26,12 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from countersign.core.approvals import FOUR_EYES
 from countersign.core.calls import Risk, Tier
 from countersign.db.chain import chain
-from countersign.db.schema import AgentToolPermission, TenantToolTier, TierChange, UserRole
+from countersign.db.schema import AgentToolPermission, TenantToolTier, TierChange, UserRole, Via
 from countersign.mcp.catalog import MCP_DEFAULT_TIER, MCP_RISK
 from countersign.mcp.servers import server_of
 from tools.registry import REGISTRY
 
 ADMIN_ROLE = "admin"
-Via = Literal["inbox", "cli"]
 
 
 def risk_and_default(tool: str) -> tuple[Risk, Tier] | None:

@@ -1,4 +1,4 @@
-"""`policy apply`, `policy show`, `policy test`: a tenant's Cedar policy set (tools/policies.py).
+"""`policy apply`, `policy show`, `policy test`: a tenant's Cedar policy set (countersign/db/policies.py).
 
 `policy apply` acts for a tenant admin: named with `--as` on a machine with DATABASE_URL, like
 `permissions set --tenant` (checked against the database's roles), or, without `--as`, the
@@ -21,7 +21,8 @@ from countersign.cli.session import InboxSession, inbox_request, login_hint, ses
 from countersign.cli.ux import with_session
 from countersign.core.cedar_policy import PolicySetError, compile_policies
 from countersign.db import schema
-from tools.policies import apply_policies, replay, tenant_policies, tenant_tools
+from countersign.db.policies import apply_policies, replay, tenant_policies
+from tools.policies import tenant_tools
 
 
 @cli.group()
@@ -83,7 +84,13 @@ def apply(file: str, tenant: str, changed_by: str | None, shadow: bool) -> None:
     async def attempt(session: AsyncSession) -> schema.PolicyChange:
         await require_tenant(session, tenant)
         return await apply_policies(
-            session, tenant_id=tenant, text=text, shadow=shadow, changed_by=changed_by, via="cli"
+            session,
+            tenant_id=tenant,
+            text=text,
+            shadow=shadow,
+            changed_by=changed_by,
+            via="cli",
+            tools=await tenant_tools(session, tenant),
         )
 
     change = run(with_session(attempt))
@@ -139,11 +146,12 @@ def test(file: str, tenant: str, since_days: int, as_json: bool) -> None:
     async def replayed(session: AsyncSession) -> dict[str, Any]:
         await require_tenant(session, tenant)
         try:
-            candidate = compile_policies(text, await tenant_tools(session, tenant))
+            tools = await tenant_tools(session, tenant)
+            candidate = compile_policies(text, tools)
         except PolicySetError as err:
             raise click.ClickException(f"not valid: {err}") from None
         since = datetime.now(UTC) - timedelta(days=since_days)
-        return await replay(session, tenant_id=tenant, candidate=candidate, since=since)
+        return await replay(session, tenant_id=tenant, candidate=candidate, tools=tools, since=since)
 
     report = run(with_session(replayed))
     if as_json:

@@ -11,7 +11,8 @@ signal and update payloads, the CLI and the model's replies (see docs/security.m
 - JSON from outside (edited arguments, the model's arguments, every client payload): `loads_bounded`
   and `BoundedJson` bound depth and size before anything parses it further, and `loads_strict`
   refuses an object that names a key twice (parsers disagree on which one counts: a reviewer shown
-  the first `to` would approve the last); `storable_json` is what any JSON becomes in the database.
+  the first `to` would approve the last); `loads_object` is arguments' text as such an object,
+  `load_arguments_or_raw` the audit's reading of it; `storable_json` is what any JSON becomes in the database.
 
 Everything here is pure and raises only pydantic `ValidationError`s (or returns a refusal string).
 """
@@ -267,6 +268,28 @@ def loads_bounded(text: str) -> tuple[Any, str | None]:
         return None, str(exc)
     except (ValueError, RecursionError) as exc:
         return None, f"not valid JSON ({exc})"
+
+
+def loads_object(text: str) -> tuple[dict[str, Any] | None, str | None]:
+    """(object, None) for arguments' JSON text that is a bounded object the database can store (the
+    empty text is `{}`), else (None, why not: "refused: …", "must be a JSON object", or what in it
+    cannot be stored). Never raises."""
+    value, refusal = loads_bounded(text or "{}")
+    if refusal is not None:
+        return None, f"refused: {refusal}"
+    if not isinstance(value, dict):
+        return None, "must be a JSON object"
+    unstorable = unstorable_refusal(value)
+    if unstorable is not None:
+        return None, unstorable
+    return value, None
+
+
+def load_arguments_or_raw(text: str) -> dict[str, Any]:
+    """Arguments' JSON text as an object for the audit, even when it is none: then `{"_raw": …}`,
+    its first 2 000 characters (what the audit keeps of a call whose arguments were refused)."""
+    value, _ = loads_object(text)
+    return value if value is not None else {"_raw": text[:2000]}
 
 
 class Unreadable(BaseModel):

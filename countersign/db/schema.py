@@ -19,7 +19,7 @@ and these models describe the same schema.
 from __future__ import annotations
 
 from datetime import date, datetime
-from typing import Any
+from typing import Any, Literal
 
 from sqlalchemy import (
     BigInteger,
@@ -76,6 +76,7 @@ EVENT_TYPES = ("meeting", "call", "demo", "deadline", "reminder", "other")
 LEAD_EVENT_KINDS = ("status_changed", "email_answered")
 # Where a draft was edited: a person's inbox session, the agent's `update_draft`, the operator's CLI.
 DRAFT_EDIT_VIAS = ("inbox", "tool", "cli")
+Via = Literal["inbox", "cli"]  # where a tier or a policy change was made (TierChange.via, PolicyChange.via)
 
 # Deterministic constraint names: the migration spells the same names, and later migrations can drop them.
 NAMING_CONVENTION = {

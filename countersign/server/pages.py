@@ -14,6 +14,8 @@ The pages added here, beside the inbox (`/`) and the chat (`/chat`) that counter
   approval like every email) and notifications (list, resolve through countersign.server.notifications).
 
 Each page is drawn by its script under /static from the JSON API: no inline script or handler.
+Every template extends templates/page.html (the head, the header, the login form for who is signed
+out, the scripts), the admins' pages through admin_page.html (the refusal for who is no admin).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@
 - `POST /api/policies/validate` `{"text"}`: the set checked against the tenant's tools, changing
   nothing: `{"ok": true}`, or 422 with every problem;
 - `PUT /api/policies` `{"text", "shadow"}`: the set applied (an empty text removes it), with the
-  rules of `policy apply` (tools/policies.py): admins only, every attempt in `policy_changes`.
+  rules of `policy apply` (countersign/db/policies.py): admins only, every attempt in `policy_changes`.
 
 A caller who is not an admin of their tenant (roles from PostgreSQL) gets 403, an API token too.
 The inbox page tells admins when the shadow set would have decided calls otherwise (`shadow_summary`).
@@ -22,11 +22,12 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from countersign.core.cedar_policy import PolicySetError, compile_policies
 from countersign.db.people import roles_of
+from countersign.db.policies import MAX_POLICY_CHARS, apply_policies, tenant_policies
 from countersign.db.schema import PolicyChange, ShadowDifference
 from countersign.server.agent_tools import admin_of
 from countersign.server.door import CALLER
 from countersign.server.http import HttpRefusal, parse
-from tools.policies import MAX_POLICY_CHARS, apply_policies, tenant_policies, tenant_tools
+from tools.policies import tenant_tools
 from tools.tiers import ADMIN_ROLE
 
 POLICIES = web.AppKey("policies", async_sessionmaker[AsyncSession])
@@ -121,7 +122,7 @@ async def apply(request: web.Request) -> web.Response:
         admin = ADMIN_ROLE in (await roles_of(session, caller.tenant_id, caller.person) or [])
         change = await apply_policies(
             session, tenant_id=caller.tenant_id, text=body.text, shadow=body.shadow, changed_by=caller.person,
-            via="inbox",
+            via="inbox", tools=await tenant_tools(session, caller.tenant_id),
         )  # fmt: skip
     if not change.accepted:
         raise HttpRefusal(422 if admin else 403, f"refused (recorded): {change.reason}")

@@ -21,12 +21,12 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from activities.approvals import ApprovalActivities, grant_scope
 from countersign.core.approvals import RecordedApproval
 from countersign.core.calls import PolicyDecision
-from countersign.core.evidence import fact_digest
 from countersign.core.grants import GrantTerms
-from countersign.db.chain import chain, fact_of, last_fact, source_id_of
+from countersign.db.chain import chain
 from countersign.db.engine import session_factory
 from countersign.db.grants import mint_grant, revoke_grant
 from countersign.db.schema import ApprovalDecision, ApprovalRequest, Grant, GrantUse
+from tests.fixtures.grants import grant_chained
 
 TOOL = "update_lead_status"
 TWO_APPROVERS = PolicyDecision(outcome="permit_approvals", policy="two-for-leads", approvals=2)
@@ -102,18 +102,6 @@ async def state_of(engine: AsyncEngine, asked: RecordedApproval) -> str | None:
                 ApprovalRequest.call_id == asked.call_id,
             )
         )
-
-
-async def grant_chained(engine: AsyncEngine, grant_id: int) -> None:
-    """The grant and each of its uses are in acme's chain as they are now. (Not the whole chain of
-    acme: in a full suite other tests' clean-ups delete rows of that shared tenant.)"""
-    async with session_factory(engine)() as session:
-        grant = await session.get(Grant, grant_id)
-        uses = await session.scalars(select(GrantUse).where(GrantUse.grant_id == grant_id))
-        for row in [grant, *uses]:
-            assert row is not None
-            source, source_id = type(row).__tablename__, source_id_of(row)
-            assert await last_fact(session, "acme", source, source_id) == fact_digest(fact_of(row)), row
 
 
 async def test_a_retried_activity_spends_one_use(db_engine: AsyncEngine, lead_args: dict[str, Any]) -> None:

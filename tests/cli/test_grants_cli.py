@@ -13,14 +13,13 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from tests.cli.test_inbox_cli import starter
 from tests.e2e.test_asked_again import decisions
-from tests.e2e.test_grants import SCRIPT, no_grants_left, ran_unasked
+from tests.e2e.test_grants import SCRIPT, ran_unasked
 from tests.fixtures.agent import AgentHarness
 from tests.fixtures.inbox import SignedStack
 from tests.workflows.test_approvals import jane_is_new as jane_is_new
 from tests.workflows.test_approvals import pending
 
 pytestmark = pytest.mark.devserver
-no_grants_left = no_grants_left  # the fixture, by name
 
 
 def runner(env: dict[str, str]) -> Any:

@@ -28,7 +28,9 @@ from countersign.core.bounds import (
     has_control,
     json_depth_refusal,
     json_text_refusal,
+    load_arguments_or_raw,
     loads_bounded,
+    loads_object,
     loads_strict,
     storable,
     storable_json,
@@ -226,3 +228,27 @@ def test_a_model_is_encoded_as_its_dump() -> None:
         "text": "a\ufffd",
         "tags": ["\ufffd", "ok"],
     }
+
+
+@pytest.mark.parametrize(
+    ("text", "why"),
+    [
+        ('{"a": 1, "a": 2}', "refused: "),
+        ("[1]", "must be a JSON object"),
+        ("{", "refused: not valid JSON"),
+        ('{"to": "\\u0000"}', "NUL"),
+    ],
+)
+def test_arguments_that_are_no_storable_object_say_why_and_the_audit_keeps_their_text(
+    text: str, why: str
+) -> None:
+    value, refusal = loads_object(text)
+    assert value is None and refusal is not None and why in refusal
+    assert load_arguments_or_raw(text) == {"_raw": text}
+    assert load_arguments_or_raw(text * 2000)["_raw"] == (text * 2000)[:2000]
+
+
+def test_arguments_as_an_object_are_read_and_no_text_is_the_empty_object() -> None:
+    assert loads_object('{"to": "jane@example.com"}') == ({"to": "jane@example.com"}, None)
+    assert loads_object("") == ({}, None)
+    assert load_arguments_or_raw('{"n": 1}') == {"n": 1}

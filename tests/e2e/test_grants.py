@@ -7,12 +7,10 @@ nothing; bad terms record nothing.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-import pytest_asyncio
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 from temporalio.client import WorkflowUpdateFailedError
@@ -20,7 +18,6 @@ from temporalio.client import WorkflowUpdateFailedError
 from countersign.core.approvals import Decision, PendingCall
 from countersign.core.grants import GrantTerms
 from countersign.db.engine import session_factory
-from countersign.db.grants import revoke_grant
 from countersign.db.schema import (
     ApprovalDecision,
     ApprovalRequest,
@@ -30,8 +27,8 @@ from countersign.db.schema import (
     ToolExecution,
 )
 from countersign.identity.proofs import Binding, mint_proof
-from tests.activities.test_grant_spending import grant_chained
 from tests.e2e.test_asked_again import card, decisions
+from tests.fixtures.grants import grant_chained
 from tests.fixtures.inbox import SignedStack
 from tests.fixtures.postgres import JANE
 from tests.workflows.test_approvals import ECHO_RESULT
@@ -54,19 +51,6 @@ SCRIPT = (
     update("qualified", "budget confirmed", "qualify"),
     ECHO_RESULT,
 )
-
-
-@pytest_asyncio.fixture
-async def no_grants_left(db_engine: AsyncEngine) -> AsyncIterator[None]:
-    """Every grant a test made is revoked after it (by carol, acme's admin: chained like any other
-    revocation), so no later test's call is covered by it."""
-    yield
-    async with session_factory(db_engine)() as session, session.begin():
-        live = await session.scalars(
-            select(Grant.id).where(Grant.tenant_id == "acme", Grant.revoked_at.is_(None))
-        )
-        for grant_id in list(live):
-            await revoke_grant(session, grant_id, "carol", "acme")
 
 
 async def decide(

@@ -14,14 +14,13 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from countersign.db.engine import session_factory
 from countersign.db.schema import Grant
-from tests.e2e.test_grants import SCRIPT, no_grants_left, ran_unasked
+from tests.e2e.test_grants import SCRIPT, ran_unasked
 from tests.e2e.test_inbox_browser import ARTIFACTS, CHROMIUM_ARGS, log_in
 from tests.e2e.test_web_ui import chromium as chromium
 from tests.fixtures.inbox import SignedStack
 from tests.workflows.test_approvals import jane_is_new as jane_is_new
 
 pytestmark = pytest.mark.devserver
-no_grants_left = no_grants_left  # the fixture, by name
 
 
 async def test_bob_grants_the_same_again_and_revokes_it_on_the_page(

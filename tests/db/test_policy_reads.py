@@ -1,4 +1,4 @@
-"""The policy gate's reads (tools/policies.py `gate_reads`) against a real PostgreSQL: the sets, the
+"""The policy gate's reads (countersign/db/policies.py `gate_reads`) against a real PostgreSQL: the sets, the
 requester's roles and the history the sets name in one statement while the sets are unchanged,
 and a set applied since is read in full (its history too), never decided on a stale guess."""
 
@@ -13,8 +13,8 @@ from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from countersign.db.engine import session_factory
+from countersign.db.policies import gate_reads
 from tests.fixtures.policies import ApplyPolicies
-from tools.policies import gate_reads
 from tools.registry import REGISTRY
 
 RULE = '@id("{}") forbid(principal, action == Countersign::Action::"search_leads", resource) when {{ {} }};'
