@@ -72,6 +72,7 @@ class Sizes:
     workers: int = 3  # the scale-out goes 1..workers
     concurrency: int = 30
     batch: int = 60  # conversations per scale-out batch (five tool calls each)
+    wave: int = 200  # waiting conversations on their way at once (under the workflow cache's 250)
 
 
 def progress(message: str) -> None:
@@ -138,7 +139,7 @@ async def settled(parts: stack.Parts, count: int) -> set[str]:
     return {w.id async for w in parts.client.list_workflows(query)}
 
 
-async def waiting(parts: stack.Parts, root: Path, count: int, approvals: int) -> Json:
+async def waiting(parts: stack.Parts, root: Path, count: int, approvals: int, wave: int) -> Json:
     john = (Lead.tenant_id == workloads.TENANT, Lead.email == JOHN)
     lead_status = select(Lead.status).where(*john)
     settings = parts.settings.model_copy(update={"task_queue": f"bench-waiting-{time.monotonic_ns()}"})
@@ -148,9 +149,9 @@ async def waiting(parts: stack.Parts, root: Path, count: int, approvals: int) ->
         await asyncio.sleep(2)
         idle = process.memory_info().rss
         began = time.perf_counter()
-        handles = await workloads.start_waiting(sub, count)
+        handles = await workloads.start_waiting(sub, count, wave=wave, stalled_s=STALLED_S)
         started_s = time.perf_counter() - began
-        progress(f"{count} started in {started_s:.0f} s; waiting for them to await approval")
+        progress(f"{count} started in waves of {wave} in {started_s:.0f} s; waiting for the last")
         awaiting = await settled(sub, count)
         settled_s = time.perf_counter() - began
         await asyncio.sleep(2)
@@ -177,6 +178,7 @@ async def waiting(parts: stack.Parts, root: Path, count: int, approvals: int) ->
         "idle_rss_mb": round(idle / MB, 1),
         "rss_mb": round(loaded / MB, 1),
         "rss_after_approvals_mb": round(after / MB, 1),
+        "wave": wave,
         "started_s": round(started_s, 1),
         "all_awaiting_after_s": round(settled_s, 1),
         "inbox": listing,
@@ -243,7 +245,7 @@ async def measure_with(sizes: Sizes, do_waiting: bool, do_scale: bool, mail: Smt
             results["scale_out"] = rows
         if do_waiting:  # last: its conversations stay in the server
             progress(f"waiting: {sizes.waiting} conversations on one worker")
-            results["waiting"] = await waiting(parts, root, sizes.waiting, sizes.approvals)
+            results["waiting"] = await waiting(parts, root, sizes.waiting, sizes.approvals, sizes.wave)
     return results
 
 
@@ -264,7 +266,7 @@ def render_waiting(w: Json) -> list[str]:
     ]  # fmt: skip
     return [
         f"**Waiting**: {count:,} conversations on one `python worker.py` (`max_cached_workflows`"
-        f" {w['max_cached_workflows']}), started in {w['started_s']} s,"
+        f" {w['max_cached_workflows']}), started in waves of {w.get('wave', 'all')} in {w['started_s']} s,"
         f" {w.get('awaiting', count):,} `awaiting_approval` after"
         f" {w['all_awaiting_after_s']} s. Worker RSS idle {num(w['idle_rss_mb'])} MB, with them waiting"
         f" {num(w['rss_mb'])} MB, after the approvals {num(w['rss_after_approvals_mb'])} MB.",
@@ -319,6 +321,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
         "--workers": (d.workers, "the scale-out goes from 1 to this many worker processes"),
         "--concurrency": (d.concurrency, "scale-out conversations in flight"),
         "--batch": (d.batch, "scale-out conversations measured per worker count"),
+        "--wave": (d.wave, "waiting conversations on their way at once (keep it under the workflow cache)"),
     }
     for flag, (default, text) in knobs.items():
         parser.add_argument(flag, type=int, default=default, help=text)
@@ -337,7 +340,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.render:
         results = json.loads(args.out.read_text())
     else:
-        sizes = Sizes(args.waiting, args.approvals, args.workers, args.concurrency, args.batch)
+        sizes = Sizes(args.waiting, args.approvals, args.workers, args.concurrency, args.batch, args.wave)
         configure_logging("WARNING")
         results = recorded_run(
             "bench.waiting", given, measure(sizes, not args.skip_waiting, not args.skip_scale_out)

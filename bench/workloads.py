@@ -187,14 +187,37 @@ async def approve(handle: Handle, call_id: str, via: Via) -> ApprovalSample:
 # --- conversations waiting on approval (metric 4) ------------------------------------------------------
 
 
-async def start_waiting(parts: Parts, count: int, in_flight: int = 50) -> list[Handle]:
+async def start_waiting(
+    parts: Parts, count: int, in_flight: int = 50, wave: int | None = None, stalled_s: float = 60.0
+) -> list[Handle]:
+    """`count` conversations that stop on an approval, `in_flight` start requests at a time.
+
+    With `wave`, at most that many are on their way at once: each wave is started once every
+    conversation before it awaits approval (or their number has not grown for `stalled_s`). Keep
+    it under the worker's workflow cache: 10,000 started at once all progress together, every
+    workflow task then misses the cache and replays its history in a new sandbox, and a
+    conversation comes to wait after about a second of the worker's CPU, not tens of milliseconds.
+    A reviewer's queue fills over time, not in one burst, so waves measure the waiting, not a
+    thundering herd of starts."""
     gate = asyncio.Semaphore(in_flight)
 
     async def one() -> Handle:
         async with gate:
             return await start(parts, WAIT_MESSAGE)
 
-    return list(await asyncio.gather(*(one() for _ in range(count))))
+    handles: list[Handle] = []
+    for first in range(0, count, wave or count):
+        size = min(wave or count, count - first)
+        handles += await asyncio.gather(*(one() for _ in range(size)))
+        if wave:
+            seen, grew = 0, time.perf_counter()
+            while (found := await count_awaiting(parts)) < len(handles):
+                if found > seen:
+                    seen, grew = found, time.perf_counter()
+                elif time.perf_counter() - grew > stalled_s:
+                    break
+                await asyncio.sleep(0.5)
+    return handles
 
 
 async def count_awaiting(parts: Parts) -> int:
