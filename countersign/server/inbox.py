@@ -57,6 +57,7 @@ LAST_MESSAGES = 4
 LIVE_FOR_S = 5.0  # a conversation Temporal said runs is taken to run this long before it is asked again
 DESCRIBES_AT_ONCE = 20  # conversations asked of Temporal at a time when a listing finds many unknown
 MAX_PAGE = 500  # the most calls one page lists (`?limit=` of GET /api/approvals and /api/events)
+FIRST_PAGE = 50  # the inbox page shows this many cards, and this many more at each "Show more"
 MAX_CURSOR_CHARS = 2000
 
 

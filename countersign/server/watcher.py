@@ -18,8 +18,9 @@ from countersign.server.auth import SessionClaims
 from countersign.server.http import HttpRefusal
 from countersign.server.inbox import Decidable, Inbox, Page, PendingItem
 
-# How often the events stream looks for new, decided and expired approvals (one poll per tenant
-# with an open inbox, shared by its reviewers), and how often an idle stream sends a keep-alive.
+# How often the events stream looks for new, decided and expired approvals (one poll per tenant and
+# Decidable with an open inbox, shared by those reviewers), and how often an idle stream sends a
+# keep-alive.
 POLL_INTERVAL_S = 0.25
 KEEPALIVE_S = 15.0
 MAX_STREAMS_PER_SESSION = 8  # a reviewer's tabs; each stream holds a connection open
@@ -36,8 +37,9 @@ class Feed:
     listeners: dict[asyncio.Queue[None], int | None] = field(default_factory=dict)  # each one's page
     task: asyncio.Task[None] | None = None
     # Held while the first stream loads the list and starts the loop: streams opened together wait
-    # for it instead of each starting a loop of their own (all but the last ran forever).
-    starting: asyncio.Lock = field(default_factory=asyncio.Lock)
+    # for it instead of each starting a loop of their own (all but the last ran forever); and while
+    # a read is under way, so a poll that began with a shorter head never overwrites a longer one.
+    reading: asyncio.Lock = field(default_factory=asyncio.Lock)
 
     def wanted(self) -> int | None:
         """The largest page an open stream shows (None: one shows them all)."""
@@ -118,7 +120,7 @@ class Watcher:
         queue: asyncio.Queue[None] = asyncio.Queue(maxsize=1)
         feed.listeners[queue] = limit
         try:
-            async with feed.starting:
+            async with feed.reading:
                 if feed.task is None or not covers(feed.head, limit):
                     head = feed.wanted()
                     feed.read(await self._inbox.page(tenant_id, decidable, head, known=feed.items), head)
@@ -143,14 +145,15 @@ class Watcher:
     async def _polling(self, tenant_id: str, decidable: Decidable, feed: Feed) -> None:
         while True:
             await asyncio.sleep(POLL_INTERVAL_S)
-            head = feed.wanted()
-            try:
-                page = await self._inbox.page(tenant_id, decidable, head, known=feed.items)
-            except Exception:  # Temporal briefly unreachable: keep the last view, try again
-                continue
-            items = {i.key: i for i in page.items}
-            changed = listed_differently(items, feed.items) or page.more != feed.more
-            feed.read(page, head)
+            async with feed.reading:
+                head = feed.wanted()
+                try:
+                    page = await self._inbox.page(tenant_id, decidable, head, known=feed.items)
+                except Exception:  # Temporal briefly unreachable: keep the last view, try again
+                    continue
+                items = {i.key: i for i in page.items}
+                changed = listed_differently(items, feed.items) or page.more != feed.more
+                feed.read(page, head)
             if changed:
                 for queue in feed.listeners:
                     with contextlib.suppress(asyncio.QueueFull):
