@@ -15,21 +15,62 @@ import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, get_args
 
 import aiohttp
 import pytest
 import pytest_asyncio
+from hypothesis import given
+from hypothesis import strategies as st
 from sqlalchemy import delete
 from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker
 
+from countersign.core.approvals import approver_refusal
 from countersign.core.calls import Risk
 from countersign.db.people import hash_password
 from countersign.db.schema import ApprovalRequest, LoginAttempt, RateLimitBucket, Tenant, User, UserRole
-from countersign.server.inbox import MAX_PAGE, Inbox
+from countersign.server.inbox import MAX_PAGE, Cursor, Decidable, Inbox
 from tests.fixtures.inbox import AuthInbox
 
 REVIEWER, SALES = "bob", "alice"  # bob: reviewer (low, medium, high; four-eyes on high); alice: sales (low)
+
+
+ROLES = ["sales", "reviewer", "admin", "auditor"]
+
+
+@given(roles=st.lists(st.sampled_from(ROLES), unique=True), own=st.booleans())
+def test_the_filter_the_database_applies_is_the_approvers_rule(roles: list[str], own: bool) -> None:
+    """Decidable (the SQL filter) lets through exactly the (risk, requester) pairs approver_refusal
+    allows: the rule stays in one place."""
+    decidable = Decidable.of("bob", roles)
+    for risk in get_args(Risk):
+        requester = "bob" if own else "alice"
+        may = approver_refusal("approve", risk, requester, "bob", roles) is None
+        passes = risk in decidable.risks or (
+            risk in decidable.others_risks and requester != decidable.user_id
+        )
+        assert passes == may, (risk, requester, roles)
+
+
+def test_reviewers_with_the_same_roles_and_no_four_eyes_risk_share_a_filter() -> None:
+    assert Decidable.of("alice", ["sales"]) == Decidable.of("dave", ["sales"])
+    assert Decidable.of("bob", ["reviewer"]) != Decidable.of("erin", ["reviewer"])  # high: not their own
+
+
+@given(at=st.datetimes(timezones=st.just(UTC)), workflow_id=st.text(min_size=1), call_id=st.text(min_size=1))
+def test_a_cursor_comes_back_from_its_token_whatever_the_ids_hold(
+    at: datetime, workflow_id: str, call_id: str
+) -> None:
+    cursor = Cursor(expires_at=at, workflow_id=workflow_id, call_id=call_id)
+    assert Cursor.parse(cursor.token()) == cursor
+
+
+@pytest.mark.parametrize(
+    "token", ["", "x", "bm90IGEgY3Vyc29y", "WzEsMiwzXQ", "WyJ4IiwiYSIsImIiXQ", "A" * 3000]
+)
+def test_a_token_the_server_did_not_give_is_a_value_error(token: str) -> None:
+    with pytest.raises(ValueError):
+        Cursor.parse(token)
 
 
 @dataclass(frozen=True)
