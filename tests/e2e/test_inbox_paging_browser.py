@@ -20,7 +20,8 @@ PAGE = 4
 
 
 async def shown(page: Page) -> list[str]:
-    return await page.locator("#pending > li").evaluate_all("(cards) => cards.map((c) => c.dataset.key)")
+    keys = await page.locator("#pending > li").evaluate_all("(cards) => cards.map((c) => c.dataset.key)")
+    return [str(k) for k in keys]
 
 
 @pytest.mark.parametrize("waiting", [14], indirect=True)  # bob may decide 10 of them
