@@ -6,10 +6,12 @@
 
 **Waiting**: one `python worker.py` process (the product's workflow cache) and N single-turn
 conversations that each stop on an `update_lead_status` approval nobody decides. Measured: the
-worker's RSS idle and once visibility counts all N `awaiting_approval`; the reviewer's inbox listing
-them (`Inbox.pending_for`, as `GET /api/pending` and the events stream call it), cold (a new
-server process: every conversation is asked of Temporal and its last messages read) and warm (the
-same process again within its cache's lifetime); then approval → execution of a few of them spread
+worker's RSS idle and once visibility counts all N `awaiting_approval`; the reviewer's inbox: the
+page it shows (`Inbox.pending_for` with the page's limit, as the inbox page's events stream and
+`GET /api/approvals?limit=` read it: only the page's conversations asked of Temporal, the rest
+counted), and beside it the full list of all N (`GET /api/approvals` without a limit), each cold (a
+new server process: each conversation listed is asked of Temporal and its last messages read) and
+warm (the same process again within its cache's lifetime); then approval → execution of a few of them spread
 over the start order (the first started are the first the workflow cache pushed out, so their
 decision replays their history), one at a time, while the others go on waiting.
 
@@ -48,7 +50,7 @@ from countersign.db.schema import Lead
 from countersign.runtime.config import Settings
 from countersign.runtime.logs import configure as configure_logging
 from countersign.server.auth import Reviewer
-from countersign.server.inbox import Inbox
+from countersign.server.inbox import FIRST_PAGE, Inbox
 from tests.fixtures.smtp import SmtpServer
 
 Json = dict[str, Any]
@@ -112,17 +114,21 @@ def saturated(rows: list[Json]) -> str:
 
 
 async def inbox_listing(parts: stack.Parts, expected: int) -> Json:
-    """The reviewer's listing, cold (a new Inbox: nothing known of any conversation) and warm."""
-    inbox = Inbox(parts.client, session_factory(parts.engine), Ed25519PrivateKey.generate())
+    """The reviewer's first page (what the inbox shows) and, for comparison, the full list: each cold
+    (a new Inbox: nothing known of any conversation) and warm."""
     reviewer = Reviewer(tenant_id=workloads.TENANT, user_id=workloads.APPROVER)
-    timed: dict[str, float] = {}
-    for kind in ("cold", "warm"):
-        began = time.perf_counter()
-        items = await inbox.pending_for(reviewer)
-        timed[f"{kind}_ms"] = round((time.perf_counter() - began) * MS, 1)
-        if len(items) < expected:
-            raise RuntimeError(f"the inbox listed {len(items)} of {expected} waiting calls")
-    return {"items": expected, **timed}
+    timed: Json = {"items": expected, "page": min(FIRST_PAGE, expected)}
+    for listing, limit in (("page", FIRST_PAGE), ("full", None)):
+        inbox = Inbox(parts.client, session_factory(parts.engine), Ed25519PrivateKey.generate())
+        for kind in ("cold", "warm"):
+            began = time.perf_counter()
+            page = await inbox.pending_for(reviewer, limit)
+            timed[f"{listing}_{kind}_ms"] = round((time.perf_counter() - began) * MS, 1)
+            if len(page.items) + page.more < expected:
+                raise RuntimeError(
+                    f"the inbox counted {len(page.items) + page.more} of {expected} waiting calls"
+                )
+    return timed
 
 
 async def settled(parts: stack.Parts, count: int) -> set[str]:
@@ -160,7 +166,10 @@ async def waiting(parts: stack.Parts, root: Path, count: int, approvals: int, wa
             f"{len(awaiting)} await approval after {settled_s:.0f} s; RSS {loaded / MB:.0f} MB; the inbox"
         )
         listing = await inbox_listing(parts, len(awaiting))
-        progress(f"inbox: cold {listing['cold_ms']} ms, warm {listing['warm_ms']} ms; approvals")
+        progress(
+            f"inbox page: cold {listing['page_cold_ms']} ms, warm {listing['page_warm_ms']} ms; full list:"
+            f" cold {listing['full_cold_ms']} ms, warm {listing['full_warm_ms']} ms; approvals"
+        )
         samples = []
         async with parts.engine.begin() as connection:
             status = (await connection.execute(lead_status)).scalar_one()
@@ -249,6 +258,26 @@ async def measure_with(sizes: Sizes, do_waiting: bool, do_scale: bool, mail: Smt
     return results
 
 
+def inbox_rows(inbox: Json) -> list[list[str]]:
+    """The inbox's page against the target, then the full list beside it (no target: nobody reads
+    it all; a run from before paging has only the full list, as `cold_ms`/`warm_ms`)."""
+    count = f"{inbox['items']:,}"
+    full = {k: inbox.get(f"full_{k}_ms", inbox.get(f"{k}_ms")) for k in ("cold", "warm")}
+    rows = [
+        [f"the full list of all {count} waiting calls, {kind}", "", f"{num(full[kind])} ms", ""]
+        for kind in ("cold", "warm")
+    ]
+    if "page_cold_ms" not in inbox:
+        return rows
+    page = [
+        [f"the inbox's page ({inbox['page']} of {count} waiting, the rest counted), {kind}",
+         f"≤ {TARGET_INBOX_MS:g} ms", f"{num(inbox[f'page_{kind}_ms'])} ms",
+         met(inbox[f"page_{kind}_ms"] <= TARGET_INBOX_MS)]
+        for kind in ("cold", "warm")
+    ]  # fmt: skip
+    return page + rows
+
+
 def render_waiting(w: Json) -> list[str]:
     count, approval = w["conversations"], w["approval_to_execution_ms"]
     at_issue = rss_at(w, ISSUE_WAITING)
@@ -256,10 +285,7 @@ def render_waiting(w: Json) -> list[str]:
     rows = [
         [f"worker RSS at {ISSUE_WAITING:,} waiting", f"≤ {TARGET_RSS_MB:g} MB",
          f"{num(w['rss_mb'])} MB at {count:,} ({measured_at})", met(at_issue <= TARGET_RSS_MB)],
-        [f"inbox listing {w['inbox']['items']:,} waiting calls, cold", f"≤ {TARGET_INBOX_MS:g} ms",
-         f"{num(w['inbox']['cold_ms'])} ms", met(w["inbox"]["cold_ms"] <= TARGET_INBOX_MS)],
-        ["the same listing, warm", f"≤ {TARGET_INBOX_MS:g} ms", f"{num(w['inbox']['warm_ms'])} ms",
-         met(w["inbox"]["warm_ms"] <= TARGET_INBOX_MS)],
+        *inbox_rows(w["inbox"]),
         [f"approval → execution while they wait, p50 / p95 (n={approval['n']})",
          f"p95 ≤ {TARGET_APPROVAL_P95_MS:g} ms", f"{num(approval['p50'])} / {num(approval['p95'])} ms",
          met(approval["p95"] <= TARGET_APPROVAL_P95_MS)],

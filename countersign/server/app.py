@@ -45,7 +45,7 @@ from countersign.server.auth import SESSION_TTL
 from countersign.server.conversation_events import ConversationEvents
 from countersign.server.door import CALLER, REQUESTERS
 from countersign.server.http import COOKIE, REVIEWER, SESSION, HttpRefusal, bearer_of, error, parse
-from countersign.server.inbox import Inbox, LoginRequest
+from countersign.server.inbox import FIRST_PAGE, MAX_PAGE, Inbox, LoginRequest
 from countersign.server.inbox_routes import INBOX
 from countersign.server.oidc import CALLBACK_PATH, FLOW_TTL, OidcConfig, OidcProvider, OidcRefused, open_flow
 from countersign.server.pages import OIDC, header_of, render, session_of
@@ -150,7 +150,15 @@ async def page(request: web.Request) -> web.Response:
     shadow = None
     if header["admin"]:  # the shadow policy set's differences, for admins to see before enforcing it
         shadow = await policies.shadow_summary(request.app[REQUESTERS].sessions, header["person"].tenant_id)
-    return render("inbox.html", here="inbox", workflow_url=request.app[WORKFLOW_URL], shadow=shadow, **header)
+    return render(
+        "inbox.html",
+        here="inbox",
+        workflow_url=request.app[WORKFLOW_URL],
+        shadow=shadow,
+        page=FIRST_PAGE,
+        max_page=MAX_PAGE,
+        **header,
+    )
 
 
 async def favicon(request: web.Request) -> web.StreamResponse:

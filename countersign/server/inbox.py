@@ -13,16 +13,19 @@ checks it again, with the proof, where it records the decision.
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import csv
 import io
 import json
 import time
+from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from pydantic import BaseModel, Field
-from sqlalchemy import func, select, tuple_
+from sqlalchemy import ColumnElement, Select, and_, func, or_, select, tuple_
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowUpdateFailedError
 from temporalio.service import RPCError, RPCStatusCode
@@ -53,6 +56,9 @@ MAX_ARGS_CHARS = 100_000
 LAST_MESSAGES = 4
 LIVE_FOR_S = 5.0  # a conversation Temporal said runs is taken to run this long before it is asked again
 DESCRIBES_AT_ONCE = 20  # conversations asked of Temporal at a time when a listing finds many unknown
+MAX_PAGE = 500  # the most calls one page lists (`?limit=` of GET /api/approvals and /api/events)
+FIRST_PAGE = 50  # the inbox page shows this many cards, and this many more at each "Show more"
+MAX_CURSOR_CHARS = 2000
 
 
 # --- what clients send (validated at the edge) -------------------------------------------------
@@ -181,6 +187,94 @@ def item_of(
         approved_by=approved_by,
         quorum=quorum_line(row.approvals_required, approved_by),
     )
+
+
+# --- which calls, in which order (a page of them) ---------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Decidable:
+    """Which pending calls a reviewer may approve, as a filter the database applies: the risks
+    they may approve whoever asked, and those they may approve only when someone else asked
+    (four-eyes; `user_id` is None when there are none). Derived from `approver_refusal`, which
+    depends on the requester only through whether it is the approver, so the rule stays there.
+    Reviewers with the same roles and no four-eyes risk share one (and one events poll)."""
+
+    risks: frozenset[Risk]
+    others_risks: frozenset[Risk]
+    user_id: str | None
+
+    @classmethod
+    def of(cls, user_id: str, roles: list[str]) -> Decidable:
+        someone_else = f"not {user_id}"
+
+        def may(risk: Risk, requester: str) -> bool:
+            return approver_refusal("approve", risk, requester, user_id, roles) is None
+
+        risks = frozenset(r for r in get_args(Risk) if may(r, user_id))
+        others = frozenset(r for r in get_args(Risk) if r not in risks and may(r, someone_else))
+        return cls(risks=risks, others_risks=others, user_id=user_id if others else None)
+
+    def clause(self) -> ColumnElement[bool]:
+        return or_(
+            ApprovalRequest.risk.in_(self.risks),
+            and_(ApprovalRequest.risk.in_(self.others_risks), ApprovalRequest.requested_by != self.user_id),
+        )
+
+
+# The inbox's order: the soonest to expire first; ties by the call's key, so pages never overlap.
+ORDER = (ApprovalRequest.expires_at, ApprovalRequest.workflow_id, ApprovalRequest.call_id)
+
+
+@dataclass(frozen=True)
+class Cursor:
+    """Where a page ended: the last listed request's place in the inbox's ORDER. Its token (the
+    `after` of the next page's URL) is opaque to clients: ids may hold any character."""
+
+    expires_at: datetime
+    workflow_id: str
+    call_id: str
+
+    @classmethod
+    def of(cls, row: ApprovalRequest) -> Cursor:
+        return cls(expires_at=row.expires_at, workflow_id=row.workflow_id, call_id=row.call_id)
+
+    def token(self) -> str:
+        text = json.dumps([self.expires_at.isoformat(), self.workflow_id, self.call_id])
+        return base64.urlsafe_b64encode(text.encode()).decode().rstrip("=")
+
+    @classmethod
+    def parse(cls, token: str) -> Cursor:
+        """The cursor a token names; ValueError for anything this server did not give."""
+        if len(token) > MAX_CURSOR_CHARS:
+            raise ValueError("too long")
+        try:
+            fields = json.loads(base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)))
+        except binascii.Error as err:
+            raise ValueError(str(err)) from None
+        if not (isinstance(fields, list) and len(fields) == 3 and all(isinstance(f, str) for f in fields)):
+            raise ValueError("not a cursor")
+        expires_at = datetime.fromisoformat(fields[0])
+        if expires_at.tzinfo is None:
+            raise ValueError("not a cursor")
+        return cls(expires_at=expires_at, workflow_id=fields[1], call_id=fields[2])
+
+
+def after_cursor(statement: Select[ApprovalRequest], after: Cursor | None) -> Select[ApprovalRequest]:
+    """`statement`'s requests that come after `after` in the inbox's ORDER (all when None)."""
+    if after is None:
+        return statement
+    return statement.where(tuple_(*ORDER) > tuple_(after.expires_at, after.workflow_id, after.call_id))
+
+
+@dataclass(frozen=True)
+class Page:
+    """The first pending calls a reviewer may decide, and how many more wait after them (a count
+    of requests: one whose conversation ended unseen is counted until a page reaches it)."""
+
+    items: list[PendingItem]
+    more: int
+    next: Cursor | None = None  # where the next page starts (None: nothing more waits)
 
 
 async def quorum_approvals(
@@ -345,30 +439,49 @@ class Inbox:
 
     # --- pending approvals ---------------------------------------------------------------------
 
-    async def tenant_pending(
-        self, tenant_id: str, known: dict[str, PendingItem] | None = None
-    ) -> list[PendingItem]:
-        """Every pending, unexpired approval of the tenant's conversations (the instance each
-        workflow id names now), as the real worker recorded it in `approval_requests` (never a
-        `status` query's answer: any worker polling the task queue could give one). Items in
-        `known` (by key) are reused as they are: only a new request is asked for its
-        conversation's latest messages."""
+    async def page(
+        self,
+        tenant_id: str,
+        decidable: Decidable,
+        limit: int | None,
+        after: Cursor | None = None,
+        known: dict[str, PendingItem] | None = None,
+    ) -> Page:
+        """The first `limit` (None: all) pending, unexpired approvals of the tenant's conversations
+        (the instance each workflow id names now) that `decidable` lets its reviewer approve,
+        after `after`, soonest to expire first; as the real worker recorded them in
+        `approval_requests` (never a `status` query's answer: any worker polling the task queue
+        could give one); and how many more wait.
+
+        Only the page's rows are read, asked of Temporal and given their conversation's last
+        messages: a chunk of the rows still missing at a time, again after a chunk whose
+        conversations had closed, so a page has no gap. Items in `known` (by key) are reused as
+        they are: only a new request is asked for its conversation's latest messages."""
         known = known or {}
-        async with self._sessions() as session:
-            rows = list(
-                await session.scalars(
-                    select(ApprovalRequest)
-                    .where(
-                        ApprovalRequest.tenant_id == tenant_id,
-                        ApprovalRequest.conversation_id == current_instance(ApprovalRequest.workflow_id),
-                        ApprovalRequest.state == "pending",
-                        ApprovalRequest.expires_at > func.now(),
-                    )
-                    .order_by(ApprovalRequest.expires_at)
+        pending = select(ApprovalRequest).where(
+            ApprovalRequest.tenant_id == tenant_id,
+            ApprovalRequest.conversation_id == current_instance(ApprovalRequest.workflow_id),
+            ApprovalRequest.state == "pending",
+            ApprovalRequest.expires_at > func.now(),
+            decidable.clause(),
+        )
+        rows: list[ApprovalRequest] = []
+        approvals: dict[tuple[str, str], list[str]] = {}
+        while True:
+            wanted = None if limit is None else limit - len(rows)
+            async with self._sessions() as session, session.begin():
+                chunk = list(
+                    await session.scalars(after_cursor(pending, after).order_by(*ORDER).limit(wanted))
                 )
-            )
-            approvals = await quorum_approvals(session, [r for r in rows if r.approvals_required > 1])
-        running = await self._of_running(rows)
+                approvals |= await quorum_approvals(session, [r for r in chunk if r.approvals_required > 1])
+                after = Cursor.of(chunk[-1]) if chunk else after
+                more = 0
+                if wanted is not None and len(chunk) == wanted:  # the rest, counted in the same transaction
+                    rest = select(func.count()).select_from(after_cursor(pending, after).subquery())
+                    more = await session.scalar(rest) or 0
+            rows += await self._of_running(chunk)
+            if not more or len(rows) == limit:
+                break
 
         def approved_by(row: ApprovalRequest) -> list[str]:
             return approvals.get((row.conversation_id, row.call_id), [])
@@ -379,7 +492,7 @@ class Inbox:
             same = item is not None and item.nonce == row.nonce and item.approved_by == approved_by(row)
             return item if same else None
 
-        fresh = [r for r in running if listed(r) is None]
+        fresh = [r for r in rows if listed(r) is None]
         said = await self._store.last_said(
             list(dict.fromkeys((r.workflow_id, r.conversation_id) for r in fresh)), LAST_MESSAGES
         )
@@ -388,7 +501,11 @@ class Inbox:
             words = said.get((row.workflow_id, row.conversation_id), [])
             return item_of(row, last_messages(words), approved_by(row))
 
-        return [listed(row) or new_item(row) for row in running]
+        return Page(
+            items=[listed(row) or new_item(row) for row in rows],
+            more=more,
+            next=Cursor.of(rows[-1]) if more and rows else None,
+        )
 
     async def _of_running(self, rows: list[ApprovalRequest]) -> list[ApprovalRequest]:
         """The requests whose conversation still runs. One terminated, failed or timed out while
@@ -428,15 +545,15 @@ class Inbox:
             return err.status != RPCStatusCode.NOT_FOUND
         return described.status == WorkflowExecutionStatus.RUNNING
 
-    @staticmethod
-    def may_decide(item: PendingItem, reviewer: Reviewer, roles: list[str]) -> bool:
-        return approver_refusal("approve", item.risk, item.requested_by, reviewer.user_id, roles) is None
+    async def decidable(self, reviewer: Reviewer) -> Decidable:
+        return Decidable.of(reviewer.user_id, await self.roles(reviewer))
 
-    async def pending_for(self, reviewer: Reviewer) -> list[PendingItem]:
-        """The pending approvals `reviewer` may approve (role and four-eyes rules)."""
-        roles = await self.roles(reviewer)
-        items = await self.tenant_pending(reviewer.tenant_id)
-        return [i for i in items if self.may_decide(i, reviewer, roles)]
+    async def pending_for(
+        self, reviewer: Reviewer, limit: int | None = None, after: Cursor | None = None
+    ) -> Page:
+        """The pending approvals `reviewer` may approve (role and four-eyes rules): the first
+        `limit` after `after` (None: all of them)."""
+        return await self.page(reviewer.tenant_id, await self.decidable(reviewer), limit, after)
 
     async def history(self, reviewer: Reviewer, limit: int | None = 50) -> list[dict[str, Any]]:
         """The tenant's latest decisions (None: all of them), refused attempts included, newest first."""

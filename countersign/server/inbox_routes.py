@@ -10,29 +10,69 @@ import contextlib
 from aiohttp import web
 
 from countersign.server.http import REVIEWER, SESSION, SSE_HEADERS, HttpRefusal, parse
-from countersign.server.inbox import AlwaysAllowRequest, BatchRequest, DecisionRequest, Inbox
+from countersign.server.inbox import (
+    MAX_PAGE,
+    AlwaysAllowRequest,
+    BatchRequest,
+    Cursor,
+    DecisionRequest,
+    Inbox,
+)
 from countersign.server.watcher import Watcher, stream_approvals
 
 INBOX = web.AppKey("inbox", Inbox)
 WATCHER = web.AppKey("watcher", Watcher)
 
 
+def page_limit(request: web.Request) -> int | None:
+    """`?limit=N`: how many calls a page lists, 1 to MAX_PAGE (None when not asked: all of them)."""
+    raw = request.query.get("limit")
+    if raw is None:
+        return None
+    if not (raw.isascii() and raw.isdigit() and len(raw) <= len(str(MAX_PAGE)) and 1 <= int(raw) <= MAX_PAGE):
+        raise HttpRefusal(400, f"limit must be a whole number from 1 to {MAX_PAGE}, not {raw[:20]!r}")
+    return int(raw)
+
+
+def page_after(request: web.Request, limit: int | None) -> Cursor | None:
+    """`?after=CURSOR`: the page after the one whose `Link: <…>; rel="next"` gave it."""
+    raw = request.query.get("after")
+    if raw is None:
+        return None
+    if limit is None:
+        raise HttpRefusal(400, "after comes with limit (the next page's link has both)")
+    try:
+        return Cursor.parse(raw)
+    except ValueError:
+        raise HttpRefusal(400, "after is not a cursor this server gave (take the next page's link)") from None
+
+
 async def events(request: web.Request) -> web.StreamResponse:
-    """`approvals` events: the caller's pending approvals, sent at once and after every change."""
-    reviewer = request[REVIEWER]
+    """`approvals` events: the caller's pending approvals (all, or the first `?limit=` and how many
+    more wait), sent at once and after every change."""
+    limit = page_limit(request)
     inbox, watcher = request.app[INBOX], request.app[WATCHER]
-    roles = await inbox.roles(reviewer)
+    decidable = await inbox.decidable(request[REVIEWER])
     response = web.StreamResponse(headers=SSE_HEADERS)
     with watcher.stream_of(request[SESSION].session_id):
         await response.prepare(request)
         with contextlib.suppress(ConnectionResetError):  # the reviewer closed the page
-            await stream_approvals(response, watcher, inbox, request[SESSION], roles)
+            await stream_approvals(response, watcher, inbox, request[SESSION], decidable, limit)
     return response
 
 
 async def approvals(request: web.Request) -> web.Response:
-    items = await request.app[INBOX].pending_for(request[REVIEWER])
-    return web.json_response([i.as_json() for i in items])
+    """The caller's pending approvals: all of them, or with `?limit=N` the first N (after
+    `?after=`), how many more wait (`More-Waiting`) and the next page's `Link` (rel="next")."""
+    limit = page_limit(request)
+    page = await request.app[INBOX].pending_for(request[REVIEWER], limit, page_after(request, limit))
+    response = web.json_response([i.as_json() for i in page.items])
+    if limit is not None:
+        response.headers["More-Waiting"] = str(page.more)
+        if page.next is not None:
+            url = request.rel_url.update_query(after=page.next.token())
+            response.headers["Link"] = f'<{url}>; rel="next"'
+    return response
 
 
 async def decide(request: web.Request) -> web.Response:

@@ -52,6 +52,7 @@ from countersign.mcp.servers import SERVER_NAME, ServerConfig, clashes, server_o
 from countersign.mcp.snapshot import mcp_specs
 from countersign.runtime.payloads import data_converter
 from countersign.server.http import HttpRefusal
+from countersign.server.inbox import Decidable, Page
 from countersign.server.watcher import MAX_STREAMS_PER_SESSION, Watcher
 from tests.e2e.test_compromised_model import (  # noqa: F401 (a fixture)
     acme_restored,
@@ -505,10 +506,12 @@ class CountingInbox:
     def __init__(self) -> None:
         self.listings = 0
 
-    async def tenant_pending(self, tenant_id: str, known: object = None) -> list[Any]:
+    async def page(
+        self, tenant_id: str, decidable: Decidable, limit: int | None, known: object = None
+    ) -> Page:
         self.listings += 1
         await asyncio.sleep(0.01)  # a visibility list and queries take a while
-        return []
+        return Page(items=[], more=0)
 
 
 @settings(max_examples=max(EXAMPLES * 5, 40), deadline=None, database=None)
@@ -522,7 +525,7 @@ def test_streams_opened_together_share_one_poll_loop_per_tenant(tenants: list[st
         running: list[int] = []  # poll loops running while every stream is open
 
         async def stream(tenant: str) -> None:
-            async with watcher.listen(tenant):
+            async with watcher.listen(tenant, Decidable.of("bob", ["reviewer"]), 50):
                 entered.append(tenant)
                 if len(entered) == len(tenants):
                     opened.set()

@@ -3,8 +3,8 @@ a plain rule tested without a server."""
 
 from __future__ import annotations
 
-from countersign.server.inbox import PendingItem
-from countersign.server.watcher import listed_differently
+from countersign.server.inbox import Page, PendingItem
+from countersign.server.watcher import Feed, covers, listed_differently
 
 
 def item(call_id: str, nonce: str, approved_by: tuple[str, ...] = ()) -> PendingItem:
@@ -40,3 +40,18 @@ def test_one_more_approval_of_a_quorum_is_news() -> None:
     before = listing(item("c1", "n1"))
     assert listed_differently(listing(item("c1", "n1", ("bob",))), before)
     assert not listed_differently(listing(item("c1", "n1", ("bob",))), listing(item("c1", "n1", ("bob",))))
+
+
+def test_a_shorter_page_of_a_longer_read_counts_what_it_leaves_out() -> None:
+    """One poll reads the largest page its streams show; each stream shows its own page of it, and
+    what it leaves out is counted with what the poll did not read."""
+    feed = Feed()
+    feed.read(Page(items=[item(f"c{n}", "n") for n in range(5)], more=7), 5)
+    short = feed.shown(2)
+    assert [i.call_id for i in short.items] == ["c0", "c1"] and short.more == 3 + 7
+    assert feed.shown(5).more == 7 and feed.shown(50).more == 7 and len(feed.shown(None).items) == 5
+
+
+def test_a_read_covers_a_page_no_longer_than_it() -> None:
+    assert covers(None, None) and covers(None, 50) and covers(50, 50) and covers(50, 10)
+    assert not covers(50, 51) and not covers(50, None) and not covers(0, 1)

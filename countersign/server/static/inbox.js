@@ -1,5 +1,5 @@
 // The inbox page: plain JS, no build step. Pending approvals arrive over server-sent events
-// (/api/events); each card shows first what the call will do (its effect: the records it changes,
+// (/api/events?limit=N: the first N, soonest to expire first, and how many more wait); each card shows first what the call will do (its effect: the records it changes,
 // before and after, the messages it sends as they will leave), then the parsed arguments one key
 // per line (hidden characters made visible, look-alikes and bidi flagged by the server) and a form
 // generated from the tool's JSON schema to edit them (the worker validates the edit again).
@@ -298,18 +298,42 @@ async function loadGrants() {
   labelCells($("#grants"));
 }
 
+// How many more calls wait after the cards shown; "Show more" grows the page (up to the server's
+// largest), while the cards shown stay as they are.
+function showMore(more, full) {
+  $("#more").hidden = more === 0;
+  $("#more-count").textContent = `${more} more waiting${full ? " (decide these first: this is the longest page)" : ""}.`;
+  $("#show-more").hidden = full;
+}
+
 if ($("#pending")) {
-  const events = new EventSource("/api/events");
-  events.addEventListener("approvals", (event) => {
-    render(JSON.parse(event.data));
-    $("#live").textContent = `live · updated ${new Date().toLocaleTimeString()}`;
+  // The first page of calls (the soonest to expire first) and the count of the rest, streamed; a
+  // longer page is a new stream with a larger limit (the server reads only what its streams show).
+  const { page, maxPage } = $("#pending").dataset;
+  let limit = Number(page);
+  let events = null;
+  const listen = () => {
+    if (events) events.close();
+    const source = new EventSource(`/api/events?limit=${limit}`);
+    events = source;
+    source.addEventListener("approvals", (event) => {
+      const shown = JSON.parse(event.data);
+      render(shown.items);
+      showMore(shown.more, limit >= Number(maxPage));
+      $("#live").textContent = `live · updated ${new Date().toLocaleTimeString()}`;
+    });
+    source.addEventListener("error", async () => {
+      $("#live").textContent = "reconnecting…";
+      // a refused reconnect closes the stream for good: if the session ended (logged out elsewhere,
+      // password changed, expired), show the login form
+      if (source.readyState === EventSource.CLOSED && (await fetch("/api/me")).status === 401) location.reload();
+    });
+  };
+  $("#show-more").addEventListener("click", () => {
+    limit = Math.min(limit + Number(page), Number(maxPage));
+    listen();
   });
-  events.addEventListener("error", async () => {
-    $("#live").textContent = "reconnecting…";
-    // a refused reconnect closes the stream for good: if the session ended (logged out elsewhere,
-    // password changed, expired), show the login form
-    if (events.readyState === EventSource.CLOSED && (await fetch("/api/me")).status === 401) location.reload();
-  });
+  listen();
   setInterval(() => {
     for (const span of document.querySelectorAll("[data-expires]")) span.textContent = relativeTime(span.dataset.expires);
   }, 1000);
