@@ -19,7 +19,7 @@ in `tier_changes` with who, when and the tier before and after.
 
 from __future__ import annotations
 
-from sqlalchemy import func, select
+from sqlalchemy import delete, func, select
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -130,3 +130,35 @@ async def change_tenant_tier(
     await session.refresh(change)  # its created_at, for the chain
     await chain(session, change)  # a grant, or its refusal, is evidence too
     return change
+
+
+OPERATOR = "operator"  # who changed an agent's own tools: the CLI's user, with the database's rights
+
+
+async def remove_agent_tool(session: AsyncSession, agent: str, tool: str) -> list[TierChange]:
+    """Take `tool` away from `agent` for every tenant, in the caller's transaction. A tenant's own
+    tier for it goes too (adding the tool back starts from the agent's tier), and each such removal
+    is recorded in `tier_changes` and the audit chain, as the operator's: a tenant's history of its
+    tiers does not lose a tier without saying who took it and when."""
+    overrides = await session.scalars(
+        select(TenantToolTier)
+        .where(TenantToolTier.agent == agent, TenantToolTier.tool == tool)
+        .order_by(TenantToolTier.tenant_id)
+        .with_for_update()
+    )
+    changes = []
+    for override in overrides.all():
+        change = TierChange(
+            tenant_id=override.tenant_id, agent=agent, tool=tool, old_tier=override.tier,
+            new_tier="blocked", changed_by=OPERATOR, via="cli", accepted=True,
+            reason=f"the operator removed {tool} from {agent}",
+        )  # fmt: skip
+        session.add(change)
+        await session.delete(override)
+        await session.flush()
+        await session.refresh(change)  # its created_at, for the chain
+        await chain(session, change)
+        changes.append(change)
+    granted = AgentToolPermission
+    await session.execute(delete(granted).where(granted.agent == agent, granted.tool == tool))
+    return changes

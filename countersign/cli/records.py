@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import click
-from sqlalchemy import delete, select
+from sqlalchemy import select
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -18,7 +18,7 @@ from countersign.db import schema
 from countersign.db.audit import audit_rows
 from countersign.db.schema import TIERS, AgentProfile, AgentToolPermission, McpServer
 from countersign.mcp.servers import server_of
-from tools.tiers import change_tenant_tier, tenant_tiers
+from tools.tiers import change_tenant_tier, remove_agent_tool, tenant_tiers
 
 AUDIT_COLUMNS = (
     "created_at",
@@ -221,25 +221,19 @@ def reset_permission(agent: str, tool: str, tenant: str, changed_by: str | None)
 @click.argument("tool")
 def remove_permission(agent: str, tool: str) -> None:
     """Take a tool away from an agent, for every tenant (the undo of `permissions set AGENT TOOL
-    TIER`; tenants' own tiers for it go too, so adding it back starts from the agent's tier)."""
+    TIER`; tenants' own tiers for it go too, so adding it back starts from the agent's tier; each
+    such tier's removal is recorded in that tenant's tier changes and the audit chain)."""
 
-    async def change(session: AsyncSession) -> None:
+    async def change(session: AsyncSession) -> list[str]:
         await require_agent(session, agent)
         if await session.get(AgentToolPermission, (agent, tool)) is None:
             raise click.ClickException(f"agent {agent} does not have the tool {tool}")
-        await session.execute(
-            delete(schema.TenantToolTier).where(
-                schema.TenantToolTier.agent == agent, schema.TenantToolTier.tool == tool
-            )
-        )
-        await session.execute(
-            delete(AgentToolPermission).where(
-                AgentToolPermission.agent == agent, AgentToolPermission.tool == tool
-            )
-        )
+        return [c.tenant_id for c in await remove_agent_tool(session, agent, tool)]
 
-    run(with_session(change))
+    tenants = run(with_session(change))
     click.echo(f"{agent}: {tool} removed (new conversations only; running ones keep their snapshot)")
+    if tenants:
+        click.echo(f"  the own tier of {', '.join(tenants)} went too (recorded in their tier changes)")
 
 
 async def mcp_permissions(

@@ -91,13 +91,33 @@ async def test_an_operator_removes_a_tool_from_an_agent(
     db_engine: AsyncEngine, database_url: str, operations_as_seeded: None
 ) -> None:
     own = await starter(
-        database_url, "permissions", "set", "operations", "create_task", "blocked",
+        database_url, "permissions", "set", "operations", "create_task", "always_allow",
         "--tenant", "acme", "--as", "carol",
     )  # fmt: skip
     assert own.returncode == 0, own.stderr
     removed = await starter(database_url, "permissions", "remove", "operations", "create_task")
     assert removed.returncode == 0, removed.stderr
     assert removed.stdout.startswith("operations: create_task removed"), removed.stdout
+    assert "the own tier of acme went too" in removed.stdout, removed.stdout
+    async with db_engine.connect() as conn:  # acme's history says who took its tier, and when
+        [taken] = (
+            await conn.execute(
+                select(TierChange)
+                .where(TierChange.tool == "create_task")
+                .order_by(TierChange.id.desc())
+                .limit(1)
+            )
+        ).all()
+        chained = await conn.scalar(
+            select(AuditChainRecord.seq).where(
+                AuditChainRecord.tenant_id == "acme", AuditChainRecord.source == "tier_changes",
+                AuditChainRecord.source_id == f"[{taken.id}]",
+            )
+        )  # fmt: skip
+    assert (taken.tenant_id, taken.old_tier, taken.new_tier, taken.changed_by, taken.accepted) == (
+        "acme", "always_allow", "blocked", "operator", True,
+    ), taken  # fmt: skip
+    assert chained is not None
     shown = await starter(database_url, "permissions", "show", "operations")
     assert not any(line.startswith("create_task ") for line in shown.stdout.splitlines()), shown.stdout
     async with db_engine.connect() as conn:
