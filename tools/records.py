@@ -56,6 +56,7 @@ from sqlalchemy.dialects.postgresql import REGCONFIG
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.sql.expression import cast as sql_cast
 
+from countersign.core.authority import ADMIN
 from countersign.core.effects import Creation, Effect, one_line
 from countersign.core.guards import MAX_ROWS
 from countersign.db.leads import forget_status_change, record_lead_event, rescore_attendees, rescore_ids
@@ -94,7 +95,6 @@ Kind = Literal["text", "integer", "number", "date", "datetime", "string_list"]
 
 # Columns no one writes through a generic tool, whatever a collection declares.
 NEVER_WRITABLE = frozenset({"id", "tenant_id", "created_at", "updated_at"})
-ADMIN_ROLE = "admin"
 
 
 @dataclass(frozen=True)
@@ -841,7 +841,7 @@ async def update_record(
 def admin_values(ctx: ToolContext, args: WriteRecordArgs) -> dict[str, Any]:
     """The values to write, for an administrator only (the workflow checks roles first; this is
     defence in depth)."""
-    if ADMIN_ROLE not in ctx.caller.roles:
+    if ADMIN not in ctx.caller.roles:
         raise ToolFailure("FORBIDDEN", "write_record is for administrators")
     return coerced_values(args)
 
@@ -859,7 +859,7 @@ async def preview_write_record(ctx: ToolContext, args: WriteRecordArgs) -> Effec
     return record_change(args.collection, args.id, f"{args.collection} {args.id}", previous, values)
 
 
-@tool(risk="high", category="write", roles=(ADMIN_ROLE,), preview=preview_write_record)
+@tool(risk="high", category="write", roles=(ADMIN,), preview=preview_write_record)
 async def write_record(ctx: ToolContext, args: WriteRecordArgs) -> WriteResult:
     """Create a record (no id) or change fields of one (with its id) in a collection. Administrators
     only. describe_collection tells which fields are writable and which a new record needs."""

@@ -24,14 +24,13 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from countersign.core.approvals import FOUR_EYES
+from countersign.core.authority import ADMIN
 from countersign.core.calls import Risk, Tier
 from countersign.db.chain import chain
 from countersign.db.schema import AgentToolPermission, TenantToolTier, TierChange, UserRole, Via
 from countersign.mcp.catalog import MCP_DEFAULT_TIER, MCP_RISK
 from countersign.mcp.servers import server_of
 from tools.registry import REGISTRY
-
-ADMIN_ROLE = "admin"
 
 
 def risk_and_default(tool: str) -> tuple[Risk, Tier] | None:
@@ -93,7 +92,7 @@ async def change_tenant_tier(
         select(UserRole.role).where(UserRole.tenant_id == tenant_id, UserRole.user_id == changed_by)
     )
     refusal: str | None
-    if ADMIN_ROLE not in set(roles):
+    if ADMIN not in set(roles):
         refusal = f"only an admin of {tenant_id} may change its tiers ({changed_by} is not)"
     elif granted is None or declared is None:
         refusal = f"agent {agent} does not have the tool {tool}"

@@ -23,13 +23,14 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from countersign.core.authority import ADMIN
 from countersign.db.people import roles_of
 from countersign.db.schema import AgentProfile, AgentToolPermission, TierChange
 from countersign.mcp.servers import server_of
 from countersign.server.door import CALLER
 from countersign.server.http import HttpRefusal, refuse_keys_twice
 from tools.registry import REGISTRY
-from tools.tiers import ADMIN_ROLE, change_tenant_tier, risk_and_default, tenant_tiers, tier_refusal
+from tools.tiers import change_tenant_tier, risk_and_default, tenant_tiers, tier_refusal
 
 Tier = Literal["always_allow", "needs_approval", "blocked"]
 AGENT_TOOLS = web.AppKey("agent_tools", async_sessionmaker[AsyncSession])
@@ -70,7 +71,7 @@ async def admin_of(
     caller = request[CALLER]
     if caller.person is None:
         raise HttpRefusal(403, f"an API token cannot change {what}")
-    if ADMIN_ROLE not in (await roles_of(session, caller.tenant_id, caller.person) or []):
+    if ADMIN not in (await roles_of(session, caller.tenant_id, caller.person) or []):
         raise HttpRefusal(403, f"only an admin of {caller.tenant_id} sees and changes {what}")
     return caller.tenant_id, caller.person
 
@@ -144,7 +145,7 @@ async def replace_tools(request: web.Request) -> web.Response:
         raise HttpRefusal(403, f"{person} may change the tools of {tenant} only, not of {body.tenantId}")
     sessions = request.app[AGENT_TOOLS]
     async with sessions() as session:
-        is_admin = ADMIN_ROLE in (await roles_of(session, tenant, person) or [])
+        is_admin = ADMIN in (await roles_of(session, tenant, person) or [])
         before = {row["toolName"]: row["permissionStatus"] for row in await current(session, tenant, agent)}
     wanted = {t.toolName: t.permissionStatus for t in body.tools}
     if len(wanted) != len(body.tools) or wanted.keys() != before.keys():

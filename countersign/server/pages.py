@@ -28,6 +28,7 @@ import jinja2
 from aiohttp import web
 from sqlalchemy import select
 
+from countersign.core.authority import ADMIN
 from countersign.db.schema import AgentToolPermission
 from countersign.identity import tokens
 from countersign.server.auth import Reviewer, SessionClaims
@@ -35,7 +36,6 @@ from countersign.server.door import REQUESTERS
 from countersign.server.http import bearer_of
 from countersign.server.inbox_routes import INBOX
 from countersign.server.oidc import OidcProvider
-from tools.tiers import ADMIN_ROLE
 
 HERE = Path(__file__).resolve().parent
 SENDS_DRAFTS = "send_draft"  # the tool a draft is sent with (tools/drafts.py)
@@ -60,7 +60,7 @@ async def header_of(request: web.Request) -> dict[str, Any]:
     tenant (roles from PostgreSQL): only admins get the tools page's link."""
     claims = await session_of(request)
     person: Reviewer | None = claims.reviewer if claims else None
-    admin = person is not None and ADMIN_ROLE in await request.app[INBOX].roles(person)
+    admin = person is not None and ADMIN in await request.app[INBOX].roles(person)
     oidc = request.app.get(OIDC)
     return {"person": person, "admin": admin, "oidc_name": oidc.config.name if oidc else None}
 

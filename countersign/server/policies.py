@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from countersign.core.authority import ADMIN
 from countersign.core.cedar_policy import PolicySetError, compile_policies
 from countersign.db.people import roles_of
 from countersign.db.policies import MAX_POLICY_CHARS, apply_policies, tenant_policies
@@ -28,7 +29,6 @@ from countersign.server.agent_tools import admin_of
 from countersign.server.door import CALLER
 from countersign.server.http import HttpRefusal, parse
 from tools.policies import tenant_tools
-from tools.tiers import ADMIN_ROLE
 
 POLICIES = web.AppKey("policies", async_sessionmaker[AsyncSession])
 WHAT = "its policies"
@@ -119,7 +119,7 @@ async def apply(request: web.Request) -> web.Response:
     if caller.person is None:
         raise HttpRefusal(403, f"an API token cannot change {WHAT}")
     async with request.app[POLICIES].begin() as session:
-        admin = ADMIN_ROLE in (await roles_of(session, caller.tenant_id, caller.person) or [])
+        admin = ADMIN in (await roles_of(session, caller.tenant_id, caller.person) or [])
         change = await apply_policies(
             session, tenant_id=caller.tenant_id, text=body.text, shadow=body.shadow, changed_by=caller.person,
             via="inbox", tools=await tenant_tools(session, caller.tenant_id),
