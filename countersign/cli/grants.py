@@ -15,7 +15,6 @@ import click
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from countersign.cli.app import cli, print_json, run
-from countersign.cli.conversation_client import conversation_client
 from countersign.cli.records import table
 from countersign.cli.ux import with_session
 from countersign.db.grants import grant_view, grants_of
@@ -54,6 +53,8 @@ def list_grants(tenant: str, as_json: bool) -> None:
 @click.option("--as", "revoker", required=True, help="Who revokes: an admin of its tenant, or its approver.")
 def revoke(grant_id: int, revoker: str) -> None:
     """Revoke a grant: it covers nothing from now on (calls it would have covered are asked)."""
+    from countersign.cli.conversation_client import conversation_client  # Temporal's client: only here
+
     grant = run(conversation_client(revoker).revoke_grant(grant_id, revoker))
     covered = f"{grant['tool']} for {grant['requester']}"
     click.echo(f"revoked grant {grant['id']} ({covered}) by {grant['revoked_by']}")

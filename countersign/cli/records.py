@@ -10,7 +10,6 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from countersign.cli.app import cli, print_json, run
-from countersign.cli.conversation_client import conversation_client
 from countersign.cli.ux import with_session
 from countersign.core.calls import Tier
 from countersign.core.envelopes import WindowPolicy, describe_policy
@@ -61,6 +60,8 @@ def audit(ctx: click.Context, workflow_id: str | None, tenant: str | None, limit
     if ctx.invoked_subcommand is not None:
         return
     if workflow_id:  # one conversation's, through its client (signed mode: the server's answer)
+        from countersign.cli.conversation_client import conversation_client  # Temporal's client: only here
+
         found = run(conversation_client().audit(workflow_id, tenant, limit))
     else:
         found = run(with_session(lambda session: audit_rows(session, None, tenant, limit)))
