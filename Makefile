@@ -24,7 +24,8 @@ demo: $(STAMP)
 
 # TEST_WORKERS: pytest-xdist workers, one test file each at a time (0 runs in this process), the
 # slowest files first (tests/conftest.py's SLOW_FILES). Three on two cores: many tests wait on servers,
-# timers and subprocesses, so a third worker fills that time (clean clone: 559 s against 595-638 s with two).
+# timers and subprocesses, so a third worker fills that time (clean clone, 1518 tests: 480 s in all); a fourth is
+# no faster (607 s): the suite is CPU-bound then.
 # --basetemp: pytest makes its default temp root (/tmp/pytest-of-USER) private again whenever a worker
 # starts, which locks the embedded PostgreSQL's system user out of data directories under it.
 TEST_WORKERS ?= 3
