@@ -55,6 +55,7 @@ from countersign.runtime.config import PROJECT_ROOT
 from countersign.runtime.logs import configure as configure_logging
 
 Json = dict[str, Any]
+SPY = Path(sys.executable).with_name("py-spy")  # the profiler, beside this Python
 MS = 1000.0
 COUNTERSIGN, BARE = "Countersign", "bare loop"
 TARGET_ORCHESTRATION_MS = 10.0  # the long goal: shown in the section, not gated (not a ratio)
@@ -237,11 +238,10 @@ def profiled(pid: int, out: Path | None) -> Iterator[None]:
     if out is None:
         yield
         return
-    spy = Path(sys.executable).with_name("py-spy")
     form = "flamegraph" if out.suffix == ".svg" else "raw"
     # --gil: only the thread holding the GIL, so a thread waiting for it is not counted where it waits
     command = [
-        str(spy),
+        str(SPY),
         "record",
         "--pid",
         str(pid),
@@ -494,6 +494,10 @@ def main(argv: list[str] | None = None) -> int:
         recorded = json.loads(args.out.read_text())
         put_section(args.markdown, "bench.cost", render(recorded))
         return check(recorded) if args.check else 0
+    if args.profile and not SPY.exists():  # before minutes of measuring, not after
+        raise SystemExit(
+            f"--profile needs py-spy (from PyPI): {Path(sys.executable).with_name('pip')} install py-spy"
+        )
     sizes = FULL if args.full else DEFAULT
     if args.rounds:
         sizes = Sizes(sizes.steps, sizes.conversations, args.rounds, sizes.batch, sizes.concurrency)
