@@ -135,13 +135,7 @@ async def settled(parts: stack.Parts, count: int) -> set[str]:
     """The ids of the task queue's conversations that await approval (visibility's view), once all
     `count` do or their number has not grown for STALLED_S (a straggler is reported, not waited for)."""
     query = f'TaskQueue="{parts.settings.task_queue}" AND AgentStatus="awaiting_approval"'
-    seen, grew = 0, time.perf_counter()
-    while (found := await workloads.count_awaiting(parts)) < count:
-        if found > seen:
-            seen, grew = found, time.perf_counter()
-        elif time.perf_counter() - grew > STALLED_S:
-            break
-        await asyncio.sleep(1.0)
+    await workloads.until_awaiting(parts, count, STALLED_S, poll_s=1.0)
     return {w.id async for w in parts.client.list_workflows(query)}
 
 

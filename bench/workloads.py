@@ -210,14 +210,21 @@ async def start_waiting(
         size = min(wave or count, count - first)
         handles += await asyncio.gather(*(one() for _ in range(size)))
         if wave:
-            seen, grew = 0, time.perf_counter()
-            while (found := await count_awaiting(parts)) < len(handles):
-                if found > seen:
-                    seen, grew = found, time.perf_counter()
-                elif time.perf_counter() - grew > stalled_s:
-                    break
-                await asyncio.sleep(0.5)
+            await until_awaiting(parts, len(handles), stalled_s)
     return handles
+
+
+async def until_awaiting(parts: Parts, count: int, stalled_s: float, poll_s: float = 0.5) -> int:
+    """How many of the task queue's conversations await approval once `count` do, or once their
+    number has not grown for `stalled_s` (a straggler is reported, not waited for)."""
+    seen, grew = 0, time.perf_counter()
+    while (found := await count_awaiting(parts)) < count:
+        if found > seen:
+            seen, grew = found, time.perf_counter()
+        elif time.perf_counter() - grew > stalled_s:
+            break
+        await asyncio.sleep(poll_s)
+    return found
 
 
 async def count_awaiting(parts: Parts) -> int:
