@@ -26,7 +26,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from countersign.core.approvals import FOUR_EYES
 from countersign.core.authority import ADMIN
 from countersign.core.calls import Risk, Tier
-from countersign.db.chain import chain
+from countersign.db.chain import chain_written
 from countersign.db.schema import AgentToolPermission, TenantToolTier, TierChange, UserRole, Via
 from countersign.mcp.catalog import MCP_DEFAULT_TIER, MCP_RISK
 from countersign.mcp.servers import server_of
@@ -125,9 +125,7 @@ async def change_tenant_tier(
                 set_={"tier": tier, "set_by": changed_by, "set_at": func.now()},
             )
         )
-    await session.flush()
-    await session.refresh(change)  # its created_at, for the chain
-    await chain(session, change)  # a grant, or its refusal, is evidence too
+    await chain_written(session, change)  # a change, or its refusal, is evidence too
     return change
 
 
@@ -154,9 +152,7 @@ async def remove_agent_tool(session: AsyncSession, agent: str, tool: str) -> lis
         )  # fmt: skip
         session.add(change)
         await session.delete(override)
-        await session.flush()
-        await session.refresh(change)  # its created_at, for the chain
-        await chain(session, change)
+        await chain_written(session, change)
         changes.append(change)
     granted = AgentToolPermission
     await session.execute(delete(granted).where(granted.agent == agent, granted.tool == tool))

@@ -113,6 +113,14 @@ async def chain(session: AsyncSession, row: Base, context: Mapping[str, Any] | N
     )
 
 
+async def chain_written(session: AsyncSession, row: Base) -> None:
+    """Write `row` (added to `session`) and read back what the database filled in (its id and
+    created_at, which the chain's record holds), then append it to its tenant's chain."""
+    await session.flush()
+    await session.refresh(row)
+    await chain(session, row)
+
+
 def chained(r: AuditChainRecord) -> Chained:
     return Chained(seq=r.seq, prev_hash=r.prev_hash, text=r.record, hash=r.hash)
 

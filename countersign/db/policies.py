@@ -41,7 +41,7 @@ from countersign.core.cedar_policy import (
     summed_fields,
 )
 from countersign.core.effects import Effect
-from countersign.db.chain import chain
+from countersign.db.chain import chain_written
 from countersign.db.schema import (
     ApprovalRequest,
     PolicyChange,
@@ -120,9 +120,7 @@ async def apply_policies(
             session.add(current)
         current.version, current.text, current.sha256 = version, text, change.sha256
         current.applied_by, current.applied_at = changed_by, func.now()
-    await session.flush()
-    await session.refresh(change)  # its created_at, for the chain
-    await chain(session, change)
+    await chain_written(session, change)
     return change
 
 

@@ -38,7 +38,7 @@ from aiohttp import web
 from sqlalchemy.ext.asyncio import AsyncSession
 from temporalio.service import RPCError
 
-from countersign.db.chain import chain
+from countersign.db.chain import chain_written
 from countersign.db.channels import ChannelSettings, SenderSettings, channel_view, set_channel, set_sender
 from countersign.db.people import roles_of
 from countersign.db.schema import ChatChannel, ChatSender, InputAudit
@@ -159,9 +159,7 @@ async def refused(request: web.Request, tenant: str, kind: str, reason: str, sta
             accepted=False, reason=reason,
         )  # fmt: skip
         session.add(row)
-        await session.flush()
-        await session.refresh(row)  # its created_at, for the chain
-        await chain(session, row)
+        await chain_written(session, row)
     if status >= 400:
         return web.json_response({"error": reason}, status=status)
     return web.json_response({"ok": True, "ignored": reason})
