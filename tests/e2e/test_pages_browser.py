@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 import pytest_asyncio
-from playwright.async_api import Page, Route, async_playwright
+from playwright.async_api import Browser, Page, Route, async_playwright
 from sqlalchemy import delete, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -90,6 +90,16 @@ async def go_by_link(page: Page, name: str) -> None:
     await page.get_by_role("navigation", name="Pages").get_by_role("link", name=name).focus()
     async with page.expect_navigation():
         await page.keyboard.press("Enter")
+
+
+async def carol_on(browser: Browser, url: str, link: str) -> tuple[Page, list[str]]:
+    """carol, acme's admin, on the admin page `link` opens (from the inbox's header), at desktop
+    width under STRICT_CSP: her page and the list of violations it reports."""
+    carol = await browser.new_page(viewport={"width": 1280, "height": 1100})
+    violations = await under_strict_csp(carol)
+    await log_in(carol, url, "carol")
+    await go_by_link(carol, link)
+    return carol, violations
 
 
 @pytest_asyncio.fixture
@@ -247,10 +257,7 @@ async def test_carol_changes_a_tier_on_the_tools_page_and_alice_cannot_reach_it(
     stack = signed_dev_agent
     async with async_playwright() as p:
         browser = await p.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
-        carol = await browser.new_page(viewport={"width": 1280, "height": 1100})
-        violations = await under_strict_csp(carol)
-        await log_in(carol, stack.url, "carol")
-        await go_by_link(carol, "Tools")
+        carol, violations = await carol_on(browser, stack.url, "Tools")
         await carol.get_by_label("Agent", exact=True).select_option("lead-qualifier")
         row = carol.locator('#tools tr[data-tool="search_leads"]')
         await row.wait_for()

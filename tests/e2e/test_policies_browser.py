@@ -16,7 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from countersign.db.schema import ShadowDifference, TenantPolicy
 from tests.e2e.test_inbox_browser import ARTIFACTS, CHROMIUM_ARGS, log_in
-from tests.e2e.test_pages_browser import go_by_link, under_strict_csp
+from tests.e2e.test_pages_browser import carol_on, go_by_link
 from tests.e2e.test_web_ui import chromium as chromium
 from tests.fixtures.inbox import SignedStack
 
@@ -42,10 +42,7 @@ async def test_carol_validates_shadows_and_enforces_a_set_and_alice_cannot_reach
     stack = signed_dev_agent
     async with async_playwright() as p:
         browser = await p.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
-        carol = await browser.new_page(viewport={"width": 1280, "height": 1100})
-        violations = await under_strict_csp(carol)
-        await log_in(carol, stack.url, "carol")
-        await go_by_link(carol, "Policies")
+        carol, violations = await carol_on(browser, stack.url, "Policies")
         await carol.locator("#enforced-version", has_text="Enforced: none").wait_for()
 
         await carol.get_by_label("Policy set").fill(TYPO)
