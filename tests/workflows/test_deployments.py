@@ -66,6 +66,8 @@ async def build_of(client: Client, workflow_id: str) -> tuple[str, VersioningBeh
 
 async def tasks_completed_since_signal(handle: WorkflowHandle[AgentWorkflow, ConversationResult]) -> int:
     events = [e.event_type for e in (await handle.fetch_history()).events]
+    if EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED not in events:
+        return 0  # the server holds the signal back behind a task the stopped worker had taken
     since = events[events.index(EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED) :]
     return since.count(EventType.EVENT_TYPE_WORKFLOW_TASK_COMPLETED)
 
