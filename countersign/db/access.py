@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import delete, select, update
+from sqlalchemy import bindparam, delete, select, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -28,14 +28,16 @@ class Standing:
     scopes: frozenset[str]
 
 
+# Read by every tool call (the access gate): built once, not per call (issue 36).
+STANDING = (
+    select(User.deactivated_at, UserScope.scope)
+    .outerjoin(UserScope, (UserScope.tenant_id == User.tenant_id) & (UserScope.user_id == User.id))
+    .where(User.tenant_id == bindparam("tenant_id"), User.id == bindparam("user_id"))
+)
+
+
 async def standing(session: AsyncSession, tenant_id: str, user_id: str) -> Standing:
-    rows = (
-        await session.execute(
-            select(User.deactivated_at, UserScope.scope)
-            .outerjoin(UserScope, (UserScope.tenant_id == User.tenant_id) & (UserScope.user_id == User.id))
-            .where(User.tenant_id == tenant_id, User.id == user_id)
-        )
-    ).all()
+    rows = (await session.execute(STANDING, {"tenant_id": tenant_id, "user_id": user_id})).all()
     if not rows:
         return Standing(exists=False, active=False, scopes=frozenset())
     return Standing(

@@ -27,7 +27,7 @@ from datetime import datetime
 from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from sqlalchemy import func, inspect, select
+from sqlalchemy import String, bindparam, func, inspect, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from countersign.core.evidence import (
@@ -100,6 +100,14 @@ async def next_link(session: AsyncSession, tenant: str) -> tuple[int, str]:
     return (head.seq + 1, head.hash) if head else (1, GENESIS)
 
 
+# Run once per chained row, on every tool call: built once, not per call (issue 36).
+APPEND_LINK = select(
+    func.audit_chain_append(
+        *(bindparam(name, type_=String) for name in ("tenant", "source", "source_id", "digest", "record"))
+    )
+)
+
+
 async def chain(session: AsyncSession, row: Base, context: Mapping[str, Any] | None = None) -> None:
     """Append `row` (a row of a table in CHAINED, as just written and read back in `session`'s
     transaction) to its tenant's chain; `context` is what its writer knew beside it (a proof's
@@ -109,7 +117,14 @@ async def chain(session: AsyncSession, row: Base, context: Mapping[str, Any] | N
     source, source_id = type(row).__tablename__, source_id_of(row)
     record = canonical(record_of(tenant, source, source_id, fact, context))
     await session.execute(
-        select(func.audit_chain_append(tenant, source, source_id, fact_digest(fact), record))
+        APPEND_LINK,
+        {
+            "tenant": tenant,
+            "source": source,
+            "source_id": source_id,
+            "digest": fact_digest(fact),
+            "record": record,
+        },
     )
 
 

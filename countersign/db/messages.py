@@ -12,15 +12,17 @@ Shared by the store and model activities and by the client side (transcripts of 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from sqlalchemy import ColumnElement, Select, bindparam, func, select, tuple_
-from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy import BindParameter, ColumnElement, Select, bindparam, func, select, tuple_
+from sqlalchemy.dialects.postgresql import Insert, insert
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, async_sessionmaker
 from sqlalchemy.orm import aliased
+from sqlalchemy.sql.dml import ReturningInsert
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
 from countersign.core.bounds import storable
@@ -142,7 +144,7 @@ async def used_today(session: AsyncSession | AsyncConnection, tenant_id: str) ->
     return int(used or 0)
 
 
-def budget_of(tenant_id: str) -> Select[int]:
+def budget_of(tenant_id: str | BindParameter[str]) -> Select[int]:
     """The tenant's model tokens per day (no row: unbounded)."""
     return select(TenantTokenBudget.tokens_per_day).where(TenantTokenBudget.tenant_id == tenant_id)
 
@@ -167,6 +169,37 @@ async def refuse_over_budget(
         )
 
 
+def _values(
+    model: type[ToolExecution] | type[ConversationMessage] | type[ModelCall],
+    keys: tuple[str, ...],
+    prefix: str,
+) -> Insert:
+    """An INSERT of `model` whose values are the parameters `prefix` + key, typed as their columns."""
+    columns = model.__mapper__.columns
+    return insert(model).values({k: bindparam(prefix + k, type_=columns[k].type) for k in keys})
+
+
+# The statements of audited_answer, built once per set of columns written (one, in practice): built
+# per call, their construction and cache keys cost more than running them (issue 36's profile).
+@functools.cache
+def _audit_only(audit: tuple[str, ...]) -> ReturningInsert[ToolExecution]:
+    return _values(ToolExecution, audit, "a_").returning(ToolExecution)
+
+
+@functools.cache
+def _audited(audit: tuple[str, ...], message: tuple[str, ...]) -> Select[Any]:
+    """Both inserts as CTEs of one SELECT that answers the audit row as written (for its chain
+    link) and the message's seq when it was inserted: one round trip, no read-back of the row."""
+    audit_cte = _values(ToolExecution, audit, "a_").returning(*ToolExecution.__table__.columns).cte("audited")
+    message_cte = (
+        _values(ConversationMessage, message, "m_")
+        .on_conflict_do_nothing()
+        .returning(ConversationMessage.seq)
+        .cte("message")
+    )
+    return select(aliased(ToolExecution, audit_cte), select(message_cte.c.seq).scalar_subquery())
+
+
 async def audited_answer(
     session: AsyncSession, invocation: ToolInvocation, result: ToolResult, audit: dict[str, Any]
 ) -> ToolResult | StoredResult:
@@ -175,22 +208,15 @@ async def audited_answer(
     transaction (the audit row's insert is a CTE of the message's), and chain the audit row
     (countersign.db.chain); answer what `store_tool_result` would. A second attempt of the call
     never gets here: it finds the audit row."""
-    audited = insert(ToolExecution).values(**audit)
+    given = {f"a_{k}": v for k, v in audit.items()}
     if invocation.store_seq is None:
-        await chain(session, (await session.scalars(audited.returning(ToolExecution))).one())
+        statement = _audit_only(tuple(audit))
+        await chain(session, (await session.scalars(statement, given)).one())
         return result
     stored, envelope = tool_message(invocation, result)
     row = row_of(invocation.workflow_id, invocation.conversation_id, invocation.caller.tenant_id, stored)
-    message = insert(ConversationMessage).values(**row).on_conflict_do_nothing()
-    # both inserts are CTEs of one SELECT that answers the audit row as written (for its chain
-    # link) and the message's seq when it was inserted: one round trip, no read-back of the row
-    audit_cte = audited.returning(*ToolExecution.__table__.columns).cte("audited")
-    message_cte = message.returning(ConversationMessage.seq).cte("message")
-    written, inserted = (
-        await session.execute(
-            select(aliased(ToolExecution, audit_cte), select(message_cte.c.seq).scalar_subquery())
-        )
-    ).one()
+    given |= {f"m_{k}": v for k, v in row.items()}
+    written, inserted = (await session.execute(_audited(tuple(audit), tuple(row)), given)).one()
     if inserted is not None:
         await publish_message(session, row)
     await chain(session, written)
@@ -205,6 +231,19 @@ async def insert_message(session: AsyncSession | AsyncConnection, row: dict[str,
     )
     if inserted is not None:
         await publish_message(session, row)
+
+
+@functools.cache
+def _reply_with_usage(message: tuple[str, ...], usage: tuple[str, ...]) -> ReturningInsert[int]:
+    """A model reply's insert with its usage row as a CTE, built once (per set of columns): built
+    per call with the values in it, it had a new cache key at every model call (issue 36)."""
+    usage_row = _values(ModelCall, usage, "u_").on_conflict_do_nothing().cte("usage")
+    return (
+        _values(ConversationMessage, message, "m_")
+        .on_conflict_do_nothing()
+        .returning(ConversationMessage.seq)
+        .add_cte(usage_row)
+    )
 
 
 # The rows are the statement's parameters (one INSERT of as many VALUES, by SQLAlchemy's
@@ -237,6 +276,18 @@ def _last_said() -> Select[ConversationMessage]:
 
 LAST_SAID = _last_said()
 LAST_SAID_BATCH = 1000  # conversations per statement: two parameters each, under asyncpg's 32,767
+
+
+# What a stored model call reads (ConversationStore.model_input), built once: the messages at
+# `:seqs` of one instance, each row with the tenant's budget as a scalar subquery.
+MODEL_INPUT = select(
+    *ConversationMessage.__table__.columns,
+    budget_of(bindparam("tenant_id")).scalar_subquery().label("budget"),
+).where(
+    ConversationMessage.workflow_id == bindparam("workflow_id"),
+    ConversationMessage.conversation_id == bindparam("conversation_id"),
+    ConversationMessage.seq.in_(bindparam("seqs", expanding=True)),
+)
 
 
 class ConversationStore:
@@ -283,17 +334,24 @@ class ConversationStore:
                     rows.append(
                         row_of(batch.workflow_id, batch.conversation_id, batch.tenant_id, stored, usage)
                     )
-            usage_row = (
-                insert(ModelCall).values(**model_call).on_conflict_do_nothing() if model_call else None
-            )
             if rows:
-                statement = APPEND if usage_row is None else APPEND.add_cte(usage_row.cte("usage"))
-                inserted = set((await connection.scalars(statement, rows)).all())
+                if model_call is not None and len(rows) == 1:  # a model reply, its usage a CTE
+                    statement = _reply_with_usage(tuple(rows[0]), tuple(model_call))
+                    given = {f"m_{k}": v for k, v in rows[0].items()} | {
+                        f"u_{k}": v for k, v in model_call.items()
+                    }
+                    found = await connection.scalars(statement, given)
+                elif model_call is not None:
+                    usage_row = insert(ModelCall).values(**model_call).on_conflict_do_nothing()
+                    found = await connection.scalars(APPEND.add_cte(usage_row.cte("usage")), rows)
+                else:
+                    found = await connection.scalars(APPEND, rows)
+                inserted = set(found.all())
                 for row in rows:  # the events of the rows this attempt inserted, in seq order
                     if row["seq"] in inserted:
                         await publish_message(connection, row)
-            elif usage_row is not None:
-                await connection.execute(usage_row)
+            elif model_call is not None:
+                await connection.execute(insert(ModelCall).values(**model_call).on_conflict_do_nothing())
             await connection.commit()
         return refused
 
@@ -365,15 +423,16 @@ class ConversationStore:
         `stored.reply_seq` (a retried model call answers with it, once), else the tenant's budget
         checked (LIMIT_REACHED when spent) and the messages `stored.seqs` in the order given. The
         budget rides along each row as a scalar subquery."""
-        budget = budget_of(stored.tenant_id).scalar_subquery().label("budget")
-        query = select(*ConversationMessage.__table__.columns, budget).where(
-            *of(stored.workflow_id, stored.conversation_id),
-            ConversationMessage.seq.in_([*stored.seqs, stored.reply_seq]),
-        )
+        given = {
+            "tenant_id": stored.tenant_id,
+            "workflow_id": stored.workflow_id,
+            "conversation_id": stored.conversation_id,
+            "seqs": [*stored.seqs, stored.reply_seq],
+        }
         async with self.engine.connect() as connection:
             # reads only, usually the one statement: no BEGIN and ROLLBACK round trips around it
             await connection.execution_options(isolation_level="AUTOCOMMIT")
-            found = (await connection.execute(query)).all()
+            found = (await connection.execute(MODEL_INPUT, given)).all()
             rows = {row.seq: row for row in found}
             earlier = rows.pop(stored.reply_seq, None)
             if earlier is not None:

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
-from sqlalchemy import select, update
+from sqlalchemy import bindparam, select, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -166,16 +166,30 @@ async def _locked(
     }
 
 
+# Built once and run on the Core connection: the ORM's bulk UPDATE by primary key built its
+# statement on every tool call.
+STORE_BUCKETS = (
+    update(RateLimitBucket)
+    .where(
+        RateLimitBucket.tenant_id == bindparam("b_tenant_id"),
+        RateLimitBucket.tool == bindparam("b_tool"),
+        RateLimitBucket.user_id == bindparam("b_user_id"),
+    )
+    .values(tokens=bindparam("b_tokens"), updated_at=bindparam("b_updated_at"))
+)
+
+
 async def _store(session: AsyncSession, tenant_id: str, tool: str, buckets: list[Bucket]) -> None:
-    await session.execute(
-        update(RateLimitBucket),
+    connection = await session.connection()
+    await connection.execute(
+        STORE_BUCKETS,
         [
             {
-                "tenant_id": tenant_id,
-                "tool": tool,
-                "user_id": b.user_id,
-                "tokens": b.tokens,
-                "updated_at": b.updated_at,
+                "b_tenant_id": tenant_id,
+                "b_tool": tool,
+                "b_user_id": b.user_id,
+                "b_tokens": b.tokens,
+                "b_updated_at": b.updated_at,
             }
             for b in buckets
         ],
