@@ -14,7 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client
 from temporalio.common import VersioningBehavior, WorkerDeploymentVersion
 from temporalio.worker import Interceptor, Worker, WorkerDeploymentConfig
-from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
+from temporalio.worker.workflow_sandbox import SandboxRestrictions
 
 from activities.approvals import ApprovalActivities
 from activities.audit import AuditActivities
@@ -45,6 +45,7 @@ from countersign.runtime.config import Settings, load_settings
 from countersign.runtime.logs import ActivityLogContext, get_logger
 from countersign.runtime.logs import configure as configure_logging
 from countersign.runtime.payloads import data_converter
+from countersign.runtime.sandbox import sandbox_runner
 from workflows.agent import AgentWorkflow
 from workflows.rollback import RollbackWorkflow
 
@@ -126,7 +127,7 @@ def build_worker(
         ],
         interceptors=[ActivityLogContext(), DatabaseRefusals(), *observability, *interceptors],
         max_cached_workflows=settings.max_cached_workflows,
-        workflow_runner=SandboxedWorkflowRunner(
+        workflow_runner=sandbox_runner(
             restrictions=SandboxRestrictions.default.with_passthrough_modules(*PASSTHROUGH)
         ),
         deployment_config=deployment_config(settings),

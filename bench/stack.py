@@ -142,7 +142,7 @@ def remote_activities() -> Iterator[None]:
 @contextmanager
 def unsandboxed() -> Iterator[None]:
     """`build_worker` with the SDK's UnsandboxedWorkflowRunner instead of the sandbox."""
-    with mock.patch.object(worker_module, "SandboxedWorkflowRunner", lambda **_: UnsandboxedWorkflowRunner()):
+    with mock.patch.object(worker_module, "sandbox_runner", lambda **_: UnsandboxedWorkflowRunner()):
         yield
 
 
