@@ -25,13 +25,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import signal
 import statistics
 import subprocess
 import sys
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -58,6 +59,7 @@ Json = dict[str, Any]
 SPY = Path(sys.executable).with_name("py-spy")  # the profiler, beside this Python
 MS = 1000.0
 COUNTERSIGN, BARE = "Countersign", "bare loop"
+DEFAULT_OUT = Path("docs/benchmark-cost.json")
 TARGET_ORCHESTRATION_MS = 10.0  # the long goal: shown in the section, not gated (not a ratio)
 
 
@@ -218,15 +220,34 @@ class BareWorkerProcess(WorkerProcess):
             )
 
 
+# What `--without` can switch off in the Countersign worker process (bench/without/sitecustomize.py;
+# `stream` is the LLM_STREAM setting): each is a guarantee, so a run without one is a measurement of
+# what it costs, never a configuration.
+WITHOUT = ("sandbox", "chain", "events", "access", "savepoint", "stream")
+WITHOUT_PATH = PROJECT_ROOT / "bench" / "without"
+
+
+def without_env(without: Sequence[str]) -> dict[str, str]:
+    """The Countersign worker's environment for a run `--without` these guarantees."""
+    if not without:
+        return {}
+    path = os.pathsep.join(p for p in (str(WITHOUT_PATH), os.environ.get("PYTHONPATH", "")) if p)
+    env = {"PYTHONPATH": path, "COUNTERSIGN_BENCH_WITHOUT": ",".join(without)}
+    return env | ({"LLM_STREAM": "false"} if "stream" in without else {})
+
+
 @asynccontextmanager
-async def worker_processes(parts: stack.Parts, root: Path) -> AsyncIterator[dict[str, tuple[str, int]]]:
+async def worker_processes(
+    parts: stack.Parts, root: Path, without: Sequence[str] = ()
+) -> AsyncIterator[dict[str, tuple[str, int]]]:
     """One worker process of each implementation, each on its own task queue: (queue, pid)."""
     found: dict[str, tuple[str, int]] = {}
     async with AsyncExitStack() as scope:
         for name, kind in ((COUNTERSIGN, WorkerProcess), (BARE, BareWorkerProcess)):
             queue = f"bench-cost-{name.split()[0].lower()}-{time.monotonic_ns()}"
             settings = parts.settings.model_copy(update={"task_queue": queue})
-            process = kind(settings, root / queue, UNLIMITED_ENV)
+            extra = UNLIMITED_ENV | (without_env(without) if name == COUNTERSIGN else {})
+            process = kind(settings, root / queue, extra)
             scope.callback(process.stop)
             found[name] = (queue, await process.start())
         yield found
@@ -306,9 +327,10 @@ async def concurrent(
     root: Path,
     others: dict[str, int],
     profile: Path | None,
+    without: Sequence[str] = (),
 ) -> Json:
     rows: dict[str, list[Json]] = {side.name: [] for side in sides}
-    async with worker_processes(parts, root) as workers:
+    async with worker_processes(parts, root, without) as workers:
         for side in sides:  # warm-up: imports, connection pools, sandbox caches
             await batch(side, workers[side.name][0], {}, sizes.concurrency, sizes.concurrency, parts.engine)
         for round_ in range(sizes.rounds):
@@ -337,7 +359,7 @@ def medians(batches: list[Json]) -> Json:
 # --- the run ---------------------------------------------------------------------------------------
 
 
-async def measure(sizes: Sizes, profile: Path | None) -> Json:
+async def measure(sizes: Sizes, profile: Path | None, without: Sequence[str] = ()) -> Json:
     began = time.perf_counter()
     progress("starting PostgreSQL and the dev server")
     async with stack.started("cost", bench_scenario(sizes.steps)) as (root, server, parts):
@@ -346,8 +368,9 @@ async def measure(sizes: Sizes, profile: Path | None) -> Json:
         stepped = await steps(parts, sides, sizes.conversations)
         progress(f"concurrency {sizes.concurrency}: {sizes.rounds} rounds of {sizes.batch} conversations")
         others = {"Temporal dev server": server.pid, "PostgreSQL": stack.postmaster_pid(root)}
-        rates = await concurrent(parts, sides, sizes, root, others, profile)
+        rates = await concurrent(parts, sides, sizes, root, others, profile, without)
     return {
+        "without": list(without),
         "steps": stepped,
         "concurrent": rates,
         "sizes": asdict(sizes),
@@ -473,7 +496,15 @@ def parse(argv: list[str]) -> argparse.Namespace:
         help="py-spy of each worker's first batch: PATH-countersign.svg and PATH-bare.svg (.svg: flame"
         " graphs; another suffix: collapsed stacks)",
     )
-    parser.add_argument("--out", type=Path, default=Path("docs/benchmark-cost.json"))
+    parser.add_argument(
+        "--without",
+        type=lambda text: [w.strip() for w in text.split(",") if w.strip()],
+        default=[],
+        help=f"switch these guarantees off in the Countersign worker process, to measure what they cost"
+        f" (comma-separated: {', '.join(WITHOUT)}); only the c=10 figures change, the markdown is"
+        " only printed, and the JSON written only with --out",
+    )
+    parser.add_argument("--out", type=Path, help="default: docs/benchmark-cost.json (none with --without)")
     parser.add_argument("--markdown", type=Path, default=Path("docs/benchmark.md"))
     parser.add_argument("--no-markdown", action="store_true", help="only the JSON (and print the section)")
     parser.add_argument("--render", action="store_true", help="only rewrite the markdown section from --out")
@@ -490,8 +521,15 @@ def main(argv: list[str] | None = None) -> int:
     finds a target missed."""
     given = sys.argv[1:] if argv is None else argv
     args = parse(given)
+    unknown = sorted(set(args.without) - set(WITHOUT))
+    if unknown:
+        raise SystemExit(
+            f"--without: no guarantee named {', '.join(unknown)} (there are: {', '.join(WITHOUT)})"
+        )
+    out = args.out or (None if args.without else DEFAULT_OUT)
     if args.render:
-        recorded = json.loads(args.out.read_text())
+        out = args.out or DEFAULT_OUT
+        recorded = json.loads(out.read_text())
         put_section(args.markdown, "bench.cost", render(recorded))
         return check(recorded) if args.check else 0
     if args.profile and not SPY.exists():  # before minutes of measuring, not after
@@ -502,11 +540,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.rounds:
         sizes = Sizes(sizes.steps, sizes.conversations, args.rounds, sizes.batch, sizes.concurrency)
     configure_logging("WARNING")
-    results = recorded_run("bench.cost", given, measure(sizes, args.profile))
+    results = recorded_run("bench.cost", given, measure(sizes, args.profile, args.without))
     results["ratios"] = ratios(results)
-    args.out.write_text(json.dumps(results, indent=2) + "\n")
+    if out is not None:
+        out.write_text(json.dumps(results, indent=2) + "\n")
     text = render(results)
-    write_section(args.markdown, "bench.cost", text, only_print=args.no_markdown)
+    write_section(args.markdown, "bench.cost", text, only_print=args.no_markdown or bool(args.without))
     progress(f"ratios: {json.dumps({k: round(v, 2) for k, v in results['ratios'].items()})}")
     return check(results) if args.check else 0
 
