@@ -14,6 +14,7 @@ pytest_plugins = [
     "tests.fixtures.chat",
     "tests.fixtures.policies",
     "tests.fixtures.grants",
+    "tests.fixtures.approvals",
 ]
 
 # The files that take longest on two cores, roughly slowest first (per-file sums of `--durations`),

@@ -40,10 +40,10 @@ from countersign.db.schema import (
 )
 from countersign.db.seed import TENANT_RATE_LIMITS
 from tests.fixtures.agent import AgentHarness
+from tests.fixtures.approvals import ECHO_RESULT, pending, qualify
 from tests.fixtures.cli import run_starter
 from tests.fixtures.postgres import JANE
 from tests.fixtures.updates import execute_update
-from tests.workflows.test_approvals import ECHO_RESULT, pending, qualify
 from tools.registry import ToolContext, ToolFailure
 from tools.resolve import NeedsInput, resolve_person, resolve_user
 from workflows.agent import AgentWorkflow

@@ -18,9 +18,8 @@ from temporalio.testing import WorkflowEnvironment
 
 from countersign.db.schema import Tenant
 from tests.fixtures.agent import AgentHarness
+from tests.fixtures.approvals import ECHO_RESULT, pending, qualify
 from tests.fixtures.smtp import SmtpServer
-from tests.workflows.test_approvals import ECHO_RESULT, pending, qualify
-from tests.workflows.test_approvals import jane_is_new as jane_is_new
 from tests.workflows.test_replay import replayer
 
 

@@ -17,9 +17,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from countersign.runtime.config import PROJECT_ROOT
 from tests.cli.test_chat import QUALIFY, ChatProcess
 from tests.cli.test_inbox_cli import starter
+from tests.fixtures.approvals import ECHO_RESULT, qualify
 from tests.fixtures.inbox import SignedStack
-from tests.workflows.test_approvals import ECHO_RESULT, qualify
-from tests.workflows.test_approvals import jane_is_new as jane_is_new
 
 pytestmark = pytest.mark.devserver
 

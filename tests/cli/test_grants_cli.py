@@ -15,9 +15,8 @@ from tests.cli.test_inbox_cli import starter
 from tests.e2e.test_asked_again import decisions
 from tests.e2e.test_grants import SCRIPT, ran_unasked
 from tests.fixtures.agent import AgentHarness
+from tests.fixtures.approvals import pending
 from tests.fixtures.inbox import SignedStack
-from tests.workflows.test_approvals import jane_is_new as jane_is_new
-from tests.workflows.test_approvals import pending
 
 pytestmark = pytest.mark.devserver
 

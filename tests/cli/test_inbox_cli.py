@@ -12,10 +12,9 @@ from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from countersign.db.schema import ApprovalDecision
+from tests.fixtures.approvals import ECHO_RESULT, pending, qualify
 from tests.fixtures.cli import run_starter
 from tests.fixtures.inbox import SignedStack
-from tests.workflows.test_approvals import ECHO_RESULT, pending, qualify
-from tests.workflows.test_approvals import jane_is_new as jane_is_new
 
 pytestmark = pytest.mark.devserver
 

@@ -21,10 +21,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from countersign.core.saga import Saga
 from countersign.db.engine import session_factory
 from countersign.db.schema import ApprovalDecision, EmailDraft, EmailOutbox, Lead
+from tests.fixtures.approvals import ECHO_RESULT, qualify
 from tests.fixtures.inbox import SignedStack
 from tests.fixtures.postgres import JANE
-from tests.workflows.test_approvals import ECHO_RESULT, qualify
-from tests.workflows.test_approvals import jane_is_new as jane_is_new
 
 PARTNER, ATTACKER = "partner@example.org", "attacker@evil.example"
 

@@ -25,7 +25,6 @@ from tests.e2e.test_inbox_browser import ARTIFACTS, CHROMIUM_ARGS, log_in
 from tests.e2e.test_web_ui import chromium as chromium
 from tests.fixtures.inbox import SignedStack
 from tests.fixtures.postgres import JANE
-from tests.workflows.test_approvals import jane_is_new as jane_is_new
 
 pytestmark = pytest.mark.devserver
 

@@ -28,11 +28,10 @@ from countersign.db.schema import (
 )
 from countersign.identity.proofs import Binding, mint_proof
 from tests.e2e.test_asked_again import card, decisions
+from tests.fixtures.approvals import ECHO_RESULT
 from tests.fixtures.grants import grant_chained
 from tests.fixtures.inbox import SignedStack
 from tests.fixtures.postgres import JANE
-from tests.workflows.test_approvals import ECHO_RESULT
-from tests.workflows.test_approvals import jane_is_new as jane_is_new
 
 
 def update(new_status: str, reason: str, when: str) -> dict[str, Any]:

@@ -20,11 +20,10 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from countersign.db.schema import AgentProfile, ApprovalDecision, McpServer, ToolExecution
 from countersign.runtime.config import PROJECT_ROOT
 from tests.e2e.test_web_ui import chromium as chromium
+from tests.fixtures.approvals import ECHO_RESULT, lead_status, qualify
 from tests.fixtures.inbox import SignedStack
 from tests.fixtures.mcp import HttpServer, http_config, register
 from tests.fixtures.postgres import JANE
-from tests.workflows.test_approvals import ECHO_RESULT, lead_status, qualify
-from tests.workflows.test_approvals import jane_is_new as jane_is_new
 
 pytestmark = pytest.mark.devserver
 

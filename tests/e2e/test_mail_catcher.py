@@ -24,8 +24,7 @@ from countersign.runtime.config import PROJECT_ROOT
 from countersign.runtime.ports import free_port
 from countersign.scripted_model.server import ScriptedModelServer
 from tests.fixtures.agent import running_agent
-from tests.workflows.test_approvals import ECHO_RESULT, qualify
-from tests.workflows.test_approvals import jane_is_new as jane_is_new
+from tests.fixtures.approvals import ECHO_RESULT, qualify
 
 
 async def test_the_catcher_keeps_what_is_sent_and_mail_list_reads_it(tmp_path: Path) -> None:

@@ -14,11 +14,10 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from countersign.db.schema import ApprovalDecision, ApprovalRequest, ToolExecution
 from tests.e2e.test_asked_again import card
+from tests.fixtures.approvals import ECHO_RESULT, lead_status, qualify
 from tests.fixtures.cli import run_starter
 from tests.fixtures.inbox import SignedStack
 from tests.fixtures.policies import ApplyPolicies
-from tests.workflows.test_approvals import ECHO_RESULT, lead_status, qualify
-from tests.workflows.test_approvals import jane_is_new as jane_is_new
 
 STATUS = 'Countersign::Action::"update_lead_status"'
 pytestmark = pytest.mark.usefixtures("jane_is_new")

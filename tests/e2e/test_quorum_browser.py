@@ -12,10 +12,9 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from tests.e2e.test_asked_again import card
 from tests.e2e.test_inbox_browser import ARTIFACTS, CHROMIUM_ARGS, log_in
 from tests.e2e.test_web_ui import chromium as chromium
+from tests.fixtures.approvals import ECHO_RESULT, lead_status, qualify
 from tests.fixtures.inbox import SignedStack
 from tests.fixtures.policies import ApplyPolicies
-from tests.workflows.test_approvals import ECHO_RESULT, lead_status, qualify
-from tests.workflows.test_approvals import jane_is_new as jane_is_new
 
 pytestmark = pytest.mark.devserver
 TWO = '@id("two-for-status") @approvals("2") permit(principal, action == Countersign::Action::"update_lead_status", resource);'  # noqa: E501

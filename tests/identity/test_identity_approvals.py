@@ -40,11 +40,10 @@ from countersign.db.schema import ApprovalDecision, ApprovalRequest
 from countersign.identity.proofs import Binding, mint_proof
 from countersign.runtime.search_attributes import AGENT_STATUS, TENANT_ID
 from tests.fixtures.agent import AgentHarness
+from tests.fixtures.approvals import ECHO_RESULT, pending, qualify
 from tests.fixtures.inbox import SignedStack
 from tests.fixtures.postgres import JANE
 from tests.fixtures.updates import execute_update
-from tests.workflows.test_approvals import ECHO_RESULT, pending, qualify
-from tests.workflows.test_approvals import jane_is_new as jane_is_new
 from workflows.agent import AgentWorkflow
 
 PROPERTY = settings(

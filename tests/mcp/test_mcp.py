@@ -34,10 +34,10 @@ from countersign.mcp.pool import McpPool, McpUnavailable
 from countersign.mcp.servers import ENV_KEY, ServerConfig, env_references, server_of, tool_name
 from countersign.runtime.ports import free_port
 from tests.fixtures.agent import AgentHarness
+from tests.fixtures.approvals import pending
 from tests.fixtures.inbox import SignedStack
 from tests.fixtures.mcp import BIN, HttpServer, http_config, register, time_server
 from tests.fixtures.updates import execute_update
-from tests.workflows.test_approvals import pending
 from tests.workflows.test_saga import rolled_back
 from workflows.agent import AgentWorkflow
 

@@ -45,11 +45,11 @@ from countersign.runtime.config import PROJECT_ROOT, Settings
 from countersign.runtime.ports import free_port
 from countersign.scripted_model.server import ScriptedModelServer
 from tests.fixtures.agent import AgentHarness
+from tests.fixtures.approvals import ECHO_RESULT, pending, qualify
 from tests.fixtures.postgres import reset_jane
 from tests.fixtures.scripted_model import scenario_from
 from tests.fixtures.updates import execute_update
 from tests.workflows.test_agent_workflow import FIND_JANE
-from tests.workflows.test_approvals import ECHO_RESULT, pending, qualify
 from worker import build_worker
 from workflows.agent import AgentWorkflow
 

@@ -32,9 +32,8 @@ from countersign.db.schema import (
 from countersign.identity import tokens
 from countersign.server.app import running_server
 from countersign.server.requesters import ApiRate
+from tests.fixtures.approvals import ECHO_RESULT, lead_status, pending, qualify
 from tests.fixtures.inbox import SignedStack
-from tests.workflows.test_approvals import ECHO_RESULT, lead_status, pending, qualify
-from tests.workflows.test_approvals import jane_is_new as jane_is_new
 from tests.workflows.test_replay import replayer
 from workflows.agent import AgentWorkflow
 

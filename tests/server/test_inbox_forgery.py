@@ -20,10 +20,9 @@ from countersign.core.contract import AnswerSignal, ConversationResult, EndConve
 from countersign.core.saga import RollbackRequest
 from countersign.db.schema import ApprovalDecision, ApprovalRequest, ProofCheck, RollbackRecord, ToolExecution
 from countersign.identity.proofs import Binding, load_private_key, mint_proof
+from tests.fixtures.approvals import ECHO_RESULT, pending, qualify
 from tests.fixtures.inbox import SignedStack
 from tests.fixtures.postgres import JANE
-from tests.workflows.test_approvals import ECHO_RESULT, pending, qualify
-from tests.workflows.test_approvals import jane_is_new as jane_is_new
 from tests.workflows.test_replay import replayer
 from workflows.agent import AgentWorkflow
 

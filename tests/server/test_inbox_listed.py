@@ -21,10 +21,9 @@ from countersign.server import inbox as inbox_service
 from countersign.server.auth import Reviewer
 from countersign.server.http import HttpRefusal
 from countersign.server.inbox import DecisionRequest, Inbox, PendingItem
+from tests.fixtures.approvals import ECHO_RESULT, qualify
 from tests.fixtures.inbox import SignedStack
 from tests.fixtures.postgres import JANE
-from tests.workflows.test_approvals import ECHO_RESULT, qualify
-from tests.workflows.test_approvals import jane_is_new as jane_is_new
 
 pytestmark = pytest.mark.devserver
 

@@ -36,11 +36,10 @@ from countersign.db.schema import InputAudit, RequesterAction, ToolExecution, Us
 from countersign.identity import tokens
 from countersign.runtime.config import PROJECT_ROOT
 from countersign.server import mcp_face
+from tests.fixtures.approvals import lead_status
 from tests.fixtures.inbox import SignedStack
 from tests.fixtures.postgres import JANE
 from tests.server.test_front_door import token_for, until
-from tests.workflows.test_approvals import jane_is_new as jane_is_new
-from tests.workflows.test_approvals import lead_status
 
 QUALIFY = {"lead": JANE, "new_status": "qualified", "reason": "budget confirmed"}
 

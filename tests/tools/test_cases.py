@@ -18,9 +18,9 @@ from countersign.db.schema import Case, ToolExecution
 from countersign.db.seed import seed
 from countersign.scripted_model.scenario import load_scenario
 from tests.fixtures.agent import AgentHarness
+from tests.fixtures.approvals import pending
 from tests.fixtures.updates import execute_update
 from tests.tools.test_tools_catalog import call, context, failure, run, undo
-from tests.workflows.test_approvals import pending
 from tests.workflows.test_saga import rolled_back
 from tools import REGISTRY
 from tools.registry import Needs

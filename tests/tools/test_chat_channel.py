@@ -22,9 +22,9 @@ from countersign.core.calls import CallerContext, ToolInvocation, ToolResult, ca
 from countersign.db.engine import session_factory
 from countersign.db.schema import ChatChannel, ChatPost, ToolExecution
 from tests.fixtures.agent import AgentHarness
+from tests.fixtures.approvals import pending
 from tests.fixtures.chat import TOKEN, Receiver, acme_channel
 from tests.fixtures.updates import execute_update
-from tests.workflows.test_approvals import pending
 from tools.arguments import parse_arguments
 from tools.registry import REGISTRY, OutcomeUnknown, ToolContext, ToolFailure
 from workflows.agent import AgentWorkflow

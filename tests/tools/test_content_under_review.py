@@ -24,12 +24,12 @@ from countersign.core.approvals import Decision
 from countersign.db.engine import session_factory
 from countersign.db.schema import ApprovalRequest, DraftEdit, EmailDraft, EmailOutbox
 from tests.fixtures.agent import AgentHarness
+from tests.fixtures.approvals import pending
 from tests.fixtures.inbox import AuthInbox
 from tests.fixtures.updates import execute_update
 from tests.server.test_agent_tools_api import token
 from tests.tools.test_lead_engagement import starter
 from tests.tools.test_tools_catalog import context, failure, run
-from tests.workflows.test_approvals import pending
 from tools.drafts import DraftEditor, UpdateDraftArgs, draft_of, edit_draft, last_editor
 from workflows.agent import AgentWorkflow
 

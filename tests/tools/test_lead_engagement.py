@@ -21,6 +21,7 @@ from countersign.db.engine import session_factory
 from countersign.db.leads import rescore
 from countersign.db.schema import CalendarEvent, EmailDraft, EmailOutbox, Lead, LeadEvent
 from tests.fixtures.agent import AgentHarness
+from tests.fixtures.approvals import pending
 from tests.fixtures.cli import run_starter
 from tests.fixtures.inbox import AuthInbox
 from tests.fixtures.postgres import JANE
@@ -28,7 +29,6 @@ from tests.fixtures.smtp import SmtpServer
 from tests.fixtures.updates import execute_update
 from tests.server.test_agent_tools_api import token
 from tests.tools.test_tools_catalog import args_of, context, failure, run, undo
-from tests.workflows.test_approvals import pending
 from tools.registry import ToolContext
 from workflows.agent import AgentWorkflow
 

@@ -18,11 +18,11 @@ from countersign.db.instances import instance_of
 from countersign.db.schema import EmailDraft, EmailOutbox, Lead
 from countersign.db.seed import seed
 from tests.fixtures.agent import AgentHarness
+from tests.fixtures.approvals import pending
 from tests.fixtures.postgres import JANE
 from tests.fixtures.smtp import SmtpServer
 from tests.fixtures.updates import execute_update
 from tests.tools.test_tools_catalog import call, context, failure, run, undo
-from tests.workflows.test_approvals import pending
 from tests.workflows.test_saga import rolled_back
 from tools import REGISTRY
 from tools.registry import Needs

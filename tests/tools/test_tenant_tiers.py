@@ -22,10 +22,9 @@ from countersign.db.schema import AgentToolPermission, Task, TenantToolTier, Tie
 from countersign.runtime.config import PROJECT_ROOT
 from tests.e2e.test_inbox_browser import ARTIFACTS, CHROMIUM_ARGS, log_in
 from tests.e2e.test_web_ui import chromium as chromium
+from tests.fixtures.approvals import ECHO_RESULT, pending, qualify
 from tests.fixtures.inbox import SignedStack
 from tests.fixtures.postgres import JANE
-from tests.workflows.test_approvals import ECHO_RESULT, pending, qualify
-from tests.workflows.test_approvals import jane_is_new as jane_is_new
 from tools.tiers import tier_refusal
 
 TASK_TITLE = "Call Initech (tenant tier test)"  # removed afterwards: other tests count the seeded tasks

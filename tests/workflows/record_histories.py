@@ -33,11 +33,11 @@ from countersign.core.contract import (
 from countersign.core.saga import RollbackRequest
 from tests.e2e.test_hostile_input import raw
 from tests.fixtures.agent import AgentHarness
+from tests.fixtures.approvals import ECHO_RESULT, pending, qualify
 from tests.fixtures.mcp import register, time_server
 from tests.fixtures.postgres import reset_jane
 from tests.fixtures.updates import execute_update
 from tests.workflows.test_agent_workflow import FIND_JANE
-from tests.workflows.test_approvals import ECHO_RESULT, pending, qualify
 from tests.workflows.test_saga import make_agent
 from workflows.agent import AgentWorkflow
 

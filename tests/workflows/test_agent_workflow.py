@@ -15,7 +15,6 @@ from countersign.core.messages import ChatMessage
 from countersign.db.schema import ToolExecution
 from tests.fixtures.agent import AgentHarness
 from tests.fixtures.updates import execute_update, start_update
-from tests.workflows.test_approvals import jane_is_new as jane_is_new
 from workflows.agent import AgentWorkflow
 
 FIND_JANE = (

@@ -5,67 +5,21 @@ from __future__ import annotations
 import asyncio
 import json
 from datetime import datetime, timedelta
-from typing import Any
 
 import pytest
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
-from temporalio.client import WorkflowHandle, WorkflowUpdateFailedError
+from temporalio.client import WorkflowUpdateFailedError
 
 from countersign.core.approvals import ApproveSignal, Decision, RejectSignal
 from countersign.core.calls import ApproverEdit, argument_changes
-from countersign.core.contract import AnswerSignal, Limits, StatusView
-from countersign.core.messages import ChatMessage
-from countersign.db.schema import ApprovalDecision, Lead, Notification, ToolExecution
+from countersign.core.contract import AnswerSignal, Limits
+from countersign.db.schema import ApprovalDecision, Notification, ToolExecution
 from tests.fixtures.agent import AgentHarness
-from tests.fixtures.postgres import JANE, reset_jane
+from tests.fixtures.approvals import ECHO_RESULT, audit, last_tool_result, lead_status, pending, qualify
+from tests.fixtures.postgres import JANE
 from tests.fixtures.updates import execute_update
 from workflows.agent import AgentWorkflow
-
-
-def qualify(reason: str = "budget confirmed") -> dict[str, Any]:
-    args = {"lead": JANE, "new_status": "qualified", "reason": reason}
-    return {
-        "when": {"user_contains": "qualify"},
-        "reply": {"tool_calls": [{"name": "update_lead_status", "arguments": args}]},
-    }
-
-
-ECHO_RESULT = {"when": {"after_tool": "update_lead_status"}, "reply": {"content": "done"}}
-
-
-async def pending(handle: WorkflowHandle[Any, Any], count: int = 1) -> StatusView:
-    """The status once `count` approvals wait (a test polls; users have the wait_turn update)."""
-    for _ in range(200):
-        status = await handle.query(AgentWorkflow.status)
-        if len(status.pending_approvals) >= count:
-            return status
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"no {count} pending approvals: {status}")
-
-
-async def lead_status(engine: AsyncEngine, tenant: str) -> str:
-    async with engine.connect() as conn:
-        return (
-            await conn.execute(select(Lead.status).where(Lead.tenant_id == tenant, Lead.email == JANE))
-        ).scalar_one()
-
-
-async def audit(engine: AsyncEngine, workflow_id: str) -> list[Any]:
-    async with engine.connect() as conn:
-        return list(await conn.execute(select(ToolExecution).where(ToolExecution.workflow_id == workflow_id)))
-
-
-def last_tool_result(transcript: list[ChatMessage]) -> dict[str, Any]:
-    result: dict[str, Any] = json.loads([m for m in transcript if m.role == "tool"][-1].content or "")
-    return result
-
-
-@pytest.fixture
-async def jane_is_new(db_engine: AsyncEngine) -> Any:
-    await reset_jane(db_engine)
-    yield
-    await reset_jane(db_engine)
 
 
 async def test_approved_call_runs_once_with_the_approver_recorded(

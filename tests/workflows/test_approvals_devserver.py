@@ -21,9 +21,9 @@ from countersign.devstack.temporal import DevServerConfig, temporal_binary
 from countersign.runtime.config import Settings
 from countersign.runtime.search_attributes import AGENT_STATUS
 from countersign.scripted_model.server import ScriptedModelServer
+from tests.fixtures.approvals import pending, qualify
 from tests.fixtures.postgres import JANE, reset_jane
 from tests.fixtures.scripted_model import scenario_from
-from tests.workflows.test_approvals import pending, qualify
 from worker import build_worker
 from workflows.agent import AgentWorkflow
 

@@ -18,10 +18,10 @@ from temporalio.client import WorkflowExecutionStatus
 
 from tests.e2e.test_hostile_input import PROPERTY, records
 from tests.fixtures.agent import AgentHarness
+from tests.fixtures.approvals import ECHO_RESULT, lead_status, qualify
 from tests.fixtures.inbox import SignedStack
 from tests.fixtures.postgres import reset_jane
 from tests.server.test_front_door import HELLO, HI
-from tests.workflows.test_approvals import ECHO_RESULT, lead_status, qualify
 from tests.workflows.test_floods import flood_until_continued, goes_on, latest, waiting, waiting_in
 from tests.workflows.test_floods import small_history_budget as small_history_budget
 

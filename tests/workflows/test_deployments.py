@@ -28,11 +28,11 @@ from countersign.devstack.temporal import DevServerConfig
 from countersign.runtime.config import Settings
 from countersign.runtime.payloads import data_converter
 from countersign.scripted_model.server import ScriptedModelServer
+from tests.fixtures.approvals import ECHO_RESULT, lead_status, pending, qualify
 from tests.fixtures.postgres import reset_jane
 from tests.fixtures.scripted_model import scenario_from
 from tests.fixtures.smtp import SmtpServer
 from tests.fixtures.updates import execute_update
-from tests.workflows.test_approvals import ECHO_RESULT, lead_status, pending, qualify
 from worker import build_worker
 from workflows.agent import AgentWorkflow
 

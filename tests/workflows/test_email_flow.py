@@ -12,9 +12,9 @@ from countersign.core.saga import RollbackRequest
 from countersign.db.instances import instance_of
 from countersign.db.schema import EmailOutbox
 from tests.fixtures.agent import AgentHarness
+from tests.fixtures.approvals import pending
 from tests.fixtures.smtp import SmtpServer
 from tests.fixtures.updates import execute_update
-from tests.workflows.test_approvals import pending
 from tests.workflows.test_saga import rolled_back
 from workflows.agent import AgentWorkflow
 

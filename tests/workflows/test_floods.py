@@ -35,11 +35,10 @@ from countersign.db.schema import Notification
 from countersign.devstack.temporal import DevServerConfig
 from tests.e2e.test_hostile_input import PROPERTY, ask, eventually, raw, records
 from tests.fixtures.agent import AgentHarness
+from tests.fixtures.approvals import ECHO_RESULT, audit, lead_status, pending, qualify
 from tests.fixtures.postgres import reset_jane
 from tests.fixtures.temporal import failed_tasks
 from tests.fixtures.updates import execute_update
-from tests.workflows.test_approvals import ECHO_RESULT, audit, lead_status, pending, qualify
-from tests.workflows.test_approvals import jane_is_new as jane_is_new
 from workflows.agent import AgentWorkflow
 
 ASK = {

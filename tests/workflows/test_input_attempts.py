@@ -27,12 +27,11 @@ from countersign.db.schema import ApprovalDecision, InputAudit, ProofCheck
 from countersign.devstack.temporal import DYNAMIC_CONFIG
 from countersign.scripted_model.server import ScriptedModelServer
 from tests.e2e.test_hostile_input import eventually
+from tests.fixtures.approvals import ECHO_RESULT, lead_status, pending, qualify
 from tests.fixtures.inbox import ProofKeys, SignedStack, signed_dev_stack
 from tests.fixtures.smtp import SmtpServer
 from tests.fixtures.temporal_dev import running_dev_server
 from tests.fixtures.updates import execute_update
-from tests.workflows.test_approvals import ECHO_RESULT, lead_status, pending, qualify
-from tests.workflows.test_approvals import jane_is_new as jane_is_new
 from tests.workflows.test_floods import until_answers
 from workflows.agent import AgentWorkflow
 

@@ -15,17 +15,16 @@ from temporalio.client import WorkflowHandle, WorkflowUpdateFailedError
 from countersign.core.approvals import Decision
 from countersign.db.schema import ApprovalRequest, ShadowDifference, ToolExecution
 from tests.fixtures.agent import AgentHarness
-from tests.fixtures.policies import ApplyPolicies
-from tests.fixtures.updates import execute_update
-from tests.workflows.test_approvals import (
+from tests.fixtures.approvals import (
     ECHO_RESULT,
     audit,
-    jane_is_new,  # noqa: F401  (a fixture, used by name)
     last_tool_result,
     lead_status,
     pending,
     qualify,
 )
+from tests.fixtures.policies import ApplyPolicies
+from tests.fixtures.updates import execute_update
 from workflows.agent import AgentWorkflow
 
 STATUS = 'Countersign::Action::"update_lead_status"'
