@@ -192,6 +192,13 @@ async def waiting(parts: stack.Parts, root: Path, count: int, approvals: int, wa
 # --- scale-out ---------------------------------------------------------------------------------------
 
 
+def part_cpu_s(part: str, pid: int) -> float:
+    """CPU seconds of one part of the scale-out: a process with its descendants (PostgreSQL's
+    backends), except the bench process itself, whose descendants are the other parts (the worker
+    processes, the dev server, PostgreSQL): counted with them, it read as the part that saturated."""
+    return stack.cpu_s(pid, children=part != BENCH)
+
+
 async def scale_out(
     parts: stack.Parts, root: Path, workers: int, sizes: Sizes, others: dict[str, int]
 ) -> Json:
@@ -202,9 +209,9 @@ async def scale_out(
     async with stack.worker_subprocesses(settings, root / settings.task_queue, workers) as pids:
         await workloads.throughput(sub, sizes.concurrency, sizes.concurrency, STEPS_MESSAGE)
         processes = {WORKER: pids, **{k: [pid] for k, pid in others.items()}}
-        before = {k: sum(stack.cpu_s(p) for p in ps) for k, ps in processes.items()}
+        before = {k: sum(part_cpu_s(k, p) for p in ps) for k, ps in processes.items()}
         done = await workloads.throughput(sub, sizes.concurrency, sizes.batch, STEPS_MESSAGE)
-        used = {k: sum(stack.cpu_s(p) for p in ps) - before[k] for k, ps in processes.items()}
+        used = {k: sum(part_cpu_s(k, p) for p in ps) - before[k] for k, ps in processes.items()}
     return {
         "workers": workers,
         "concurrency": sizes.concurrency,

@@ -2,12 +2,17 @@
 part it says saturates, and the section it writes."""
 
 import json
+import os
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 
+from bench import stack
 from bench.report import rss_at
-from bench.waiting import BENCH, POSTGRES, SERVER, WORKER, main, render, saturated, spread
+from bench.waiting import BENCH, POSTGRES, SERVER, WORKER, main, part_cpu_s, render, saturated, spread
 
 
 def test_spread_takes_the_first_the_last_and_evenly_between() -> None:
@@ -108,3 +113,17 @@ def test_render_rewrites_the_section_from_the_recorded_json(tmp_path: Path) -> N
     text = markdown.read_text()
     assert text.startswith("# Benchmark\n\n<!-- bench.waiting -->\n## Waiting at scale")
     assert "**Waiting**" not in text and "**Scale-out**" in text
+
+
+def test_the_bench_process_is_counted_without_the_parts_it_started() -> None:
+    """Its descendants are the worker processes, the dev server and PostgreSQL, measured apart."""
+    busy = subprocess.Popen([sys.executable, "-c", "import time; sum(range(30_000_000)); time.sleep(30)"])
+    try:
+        time.sleep(1.5)
+        assert part_cpu_s(BENCH, os.getpid()) == pytest.approx(
+            stack.cpu_s(os.getpid(), children=False), abs=0.05
+        )
+        assert part_cpu_s(SERVER, os.getpid()) > part_cpu_s(BENCH, os.getpid()) + 0.2  # the busy child
+    finally:
+        busy.kill()
+        busy.wait()
