@@ -1,15 +1,22 @@
-"""The SDK's workflow sandbox, with the code it runs in the sandbox compiled once (issue 36).
+"""The SDK's workflow sandbox, entered for less (issue 36).
 
 The sandbox enters a workflow's isolated module globals with `exec` of a short source string: to
 create each run's instance, for every activation, and, for every payload a workflow task carries
 (six passes over each activation and its completion), to ask the workflow for its serialization
-context. `exec` of a string compiles it every time. In issue 36's profile the compiling alone was
-5 % of the worker's CPU (about 30 of these calls per agent step), as much as the context code it ran.
+context. In issue 36's profile those calls were Countersign's largest single cost beside its
+guarantees' statements. Two changes, nothing else:
 
-Here the same strings are compiled once and the code object is run instead: the same code in the
-same globals under the same import hook and restrictions, so nothing the sandbox checks changes.
-`_Instance` is the SDK's (its module is marked unstable): `tests/runtime/test_sandbox.py` holds the
-class to it, and the stock runner is used if the SDK no longer has it.
+- `exec` of a string compiles it every time: here each string is compiled once and its code object
+  run, the same code in the same globals under the same import hook and restrictions.
+- A payload's serialization context is the SDK's own lookup of the pending command (an activity's
+  or child workflow's ids and types, as a frozen dataclass): no workflow code and no import runs in
+  it, so it is asked directly instead of through the import hook, still flagged as in the sandbox.
+  Workflow code (instances, activations) still runs only under the hook.
+
+`_Instance` and its attributes are the SDK's (its module is marked unstable): the stock runner is
+used if the class moved, a worker whose sandbox instance lacks what this uses refuses to start (the
+SDK creates one per workflow type when the worker starts), and `tests/runtime/test_sandbox.py`
+holds both changes to the stock runner's behaviour on a test server.
 """
 
 from __future__ import annotations
@@ -22,13 +29,13 @@ from types import CodeType
 from typing import Any
 
 from temporalio.converter import SerializationContext
-from temporalio.converter._extstore import StorageDriverStoreContext
 from temporalio.worker import WorkflowInstance, WorkflowInstanceDetails
-from temporalio.worker._command_aware_visitor import CommandInfo
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner
 from temporalio.workflow import unsafe
 
-try:
+try:  # the SDK's internals (the annotations' types, and the class extended)
+    from temporalio.converter._extstore import StorageDriverStoreContext
+    from temporalio.worker._command_aware_visitor import CommandInfo
     from temporalio.worker.workflow_sandbox._in_sandbox import InSandbox
     from temporalio.worker.workflow_sandbox._runner import _Instance as SdkInstance
 except ImportError:  # pragma: no cover - an SDK that moved it: the stock runner (sandbox_runner)
@@ -55,6 +62,16 @@ def _compiled_instance_class() -> Callable[..., WorkflowInstance]:
         """The SDK's sandboxed instance, running each of its source strings compiled once, and
         asking for a payload's serialization context without swapping the interpreter's import
         machinery in and out around it."""
+
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            # What _flagged uses of the SDK's instance. The worker creates one per workflow type
+            # when it starts (the SDK's `prepare_workflow`): an SDK that renamed these stops the
+            # worker there, not every workflow task later.
+            if "__temporal_in_sandbox" not in self.globals_and_locals or not hasattr(
+                self.importer, "restriction_context"
+            ):
+                raise RuntimeError("countersign.runtime.sandbox no longer matches the SDK's sandbox instance")
 
         def _run_code(self, code: str, **extra_globals: Any) -> None:
             super()._run_code(compiled(code), **extra_globals)  # type: ignore[arg-type]  # exec runs either

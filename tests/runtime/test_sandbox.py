@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
+import pytest
 from temporalio import activity, workflow
 from temporalio.api.common.v1 import Payload
 from temporalio.client import Client
@@ -25,6 +26,7 @@ from temporalio.converter import (
 from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
+from temporalio.worker.workflow_sandbox._runner import _Instance
 
 with workflow.unsafe.imports_passed_through():  # the sandbox imports this module for its workflows
     from countersign.runtime.sandbox import CompiledSandboxRunner, compiled, sandbox_runner
@@ -141,3 +143,14 @@ async def test_a_codec_gets_the_contexts_the_stock_sandbox_gives(temporal_env: W
     assert ours == await contexts_seen(temporal_env, stock)
     # the activity's input, encoded by the workflow's task with the activity's context
     assert (b'"hi"', "ActivitySerializationContext") in [(data, kind) for data, kind, _ in ours], ours
+
+
+async def test_the_worker_refuses_to_start_on_a_sandbox_instance_it_no_longer_matches(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """As a worker checks each workflow type when it starts: an SDK whose instance no longer holds
+    what the runner uses (here: nothing created in its globals) stops it there."""
+    runner().prepare_workflow(workflow._Definition.must_from_class(WellBehaved))  # as it is: fine
+    monkeypatch.setattr(_Instance, "_create_instance", lambda self: None)
+    with pytest.raises(RuntimeError, match="no longer matches the SDK's sandbox instance"):
+        runner().prepare_workflow(workflow._Definition.must_from_class(WellBehaved))
