@@ -169,6 +169,11 @@ async def refuse_over_budget(
         )
 
 
+def _prefixed(values: dict[str, Any], prefix: str) -> dict[str, Any]:
+    """`values` as the parameters of a statement built by `_values` with `prefix`."""
+    return {prefix + k: v for k, v in values.items()}
+
+
 def _values(
     model: type[ToolExecution] | type[ConversationMessage] | type[ModelCall],
     keys: tuple[str, ...],
@@ -208,14 +213,14 @@ async def audited_answer(
     transaction (the audit row's insert is a CTE of the message's), and chain the audit row
     (countersign.db.chain); answer what `store_tool_result` would. A second attempt of the call
     never gets here: it finds the audit row."""
-    given = {f"a_{k}": v for k, v in audit.items()}
+    given = _prefixed(audit, "a_")
     if invocation.store_seq is None:
         statement = _audit_only(tuple(audit))
         await chain(session, (await session.scalars(statement, given)).one())
         return result
     stored, envelope = tool_message(invocation, result)
     row = row_of(invocation.workflow_id, invocation.conversation_id, invocation.caller.tenant_id, stored)
-    given |= {f"m_{k}": v for k, v in row.items()}
+    given |= _prefixed(row, "m_")
     written, inserted = (await session.execute(_audited(tuple(audit), tuple(row)), given)).one()
     if inserted is not None:
         await publish_message(session, row)
@@ -234,15 +239,20 @@ async def insert_message(session: AsyncSession | AsyncConnection, row: dict[str,
 
 
 @functools.cache
+def _usage(usage: tuple[str, ...]) -> Insert:
+    """A model call's usage row (`model_calls`), once per attempt, built once (per set of columns)."""
+    return _values(ModelCall, usage, "u_").on_conflict_do_nothing()
+
+
+@functools.cache
 def _reply_with_usage(message: tuple[str, ...], usage: tuple[str, ...]) -> ReturningInsert[int]:
     """A model reply's insert with its usage row as a CTE, built once (per set of columns): built
     per call with the values in it, it had a new cache key at every model call (issue 36)."""
-    usage_row = _values(ModelCall, usage, "u_").on_conflict_do_nothing().cte("usage")
     return (
         _values(ConversationMessage, message, "m_")
         .on_conflict_do_nothing()
         .returning(ConversationMessage.seq)
-        .add_cte(usage_row)
+        .add_cte(_usage(usage).cte("usage"))
     )
 
 
@@ -307,8 +317,8 @@ class ConversationStore:
         """Append `batch`; the seqs refused because their message id was stored at another seq.
         `model_call`: the usage audit's row of the reply appended, in the same transaction.
 
-        Messages without an id (model replies, tool results) go in one statement, the usage row a
-        CTE of it; it returns the rows it inserted, whose events (db.events) are written in the same
+        Messages without an id (model replies, tool results) go in one statement (a model reply's
+        usage row a CTE of it; any other usage row its own statement); it returns the rows it inserted, whose events (db.events) are written in the same
         transaction, so a retried append inserts nothing and tells nobody twice."""
         refused: list[int] = []
         rows: list[dict[str, Any]] = []
@@ -334,24 +344,17 @@ class ConversationStore:
                     rows.append(
                         row_of(batch.workflow_id, batch.conversation_id, batch.tenant_id, stored, usage)
                     )
-            if rows:
-                if model_call is not None and len(rows) == 1:  # a model reply, its usage a CTE
-                    statement = _reply_with_usage(tuple(rows[0]), tuple(model_call))
-                    given = {f"m_{k}": v for k, v in rows[0].items()} | {
-                        f"u_{k}": v for k, v in model_call.items()
-                    }
-                    found = await connection.scalars(statement, given)
-                elif model_call is not None:
-                    usage_row = insert(ModelCall).values(**model_call).on_conflict_do_nothing()
-                    found = await connection.scalars(APPEND.add_cte(usage_row.cte("usage")), rows)
-                else:
-                    found = await connection.scalars(APPEND, rows)
-                inserted = set(found.all())
-                for row in rows:  # the events of the rows this attempt inserted, in seq order
-                    if row["seq"] in inserted:
-                        await publish_message(connection, row)
-            elif model_call is not None:
-                await connection.execute(insert(ModelCall).values(**model_call).on_conflict_do_nothing())
+            if model_call is not None and len(rows) == 1:  # a model reply: its usage row a CTE of it
+                statement = _reply_with_usage(tuple(rows[0]), tuple(model_call))
+                given = _prefixed(rows[0], "m_") | _prefixed(model_call, "u_")
+                inserted = set((await connection.scalars(statement, given)).all())
+            else:
+                inserted = set((await connection.scalars(APPEND, rows)).all()) if rows else set()
+                if model_call is not None:
+                    await connection.execute(_usage(tuple(model_call)), _prefixed(model_call, "u_"))
+            for row in rows:  # the events of the rows this attempt inserted, in seq order
+                if row["seq"] in inserted:
+                    await publish_message(connection, row)
             await connection.commit()
         return refused
 
