@@ -526,10 +526,8 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(
             f"--without: no guarantee named {', '.join(unknown)} (there are: {', '.join(WITHOUT)})"
         )
-    out = args.out or (None if args.without else DEFAULT_OUT)
     if args.render:
-        out = args.out or DEFAULT_OUT
-        recorded = json.loads(out.read_text())
+        recorded = json.loads((args.out or DEFAULT_OUT).read_text())
         put_section(args.markdown, "bench.cost", render(recorded))
         return check(recorded) if args.check else 0
     if args.profile and not SPY.exists():  # before minutes of measuring, not after
@@ -539,6 +537,7 @@ def main(argv: list[str] | None = None) -> int:
     sizes = FULL if args.full else DEFAULT
     if args.rounds:
         sizes = Sizes(sizes.steps, sizes.conversations, args.rounds, sizes.batch, sizes.concurrency)
+    out = args.out or (None if args.without else DEFAULT_OUT)  # a run --without is no record
     configure_logging("WARNING")
     results = recorded_run("bench.cost", given, measure(sizes, args.profile, args.without))
     results["ratios"] = ratios(results)

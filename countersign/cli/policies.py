@@ -145,8 +145,8 @@ def test(file: str, tenant: str, since_days: int, as_json: bool) -> None:
 
     async def replayed(session: AsyncSession) -> dict[str, Any]:
         await require_tenant(session, tenant)
+        tools = await tenant_tools(session, tenant)
         try:
-            tools = await tenant_tools(session, tenant)
             candidate = compile_policies(text, tools)
         except PolicySetError as err:
             raise click.ClickException(f"not valid: {err}") from None
