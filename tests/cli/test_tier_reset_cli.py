@@ -42,6 +42,17 @@ async def changes(engine: AsyncEngine) -> list[Any]:
         return list(await conn.execute(query))
 
 
+async def chained(engine: AsyncEngine) -> set[tuple[str, str]]:
+    """The tier changes in the audit chain: (tenant, source id) of each."""
+    async with engine.connect() as conn:
+        links = await conn.execute(
+            select(AuditChainRecord.tenant_id, AuditChainRecord.source_id).where(
+                AuditChainRecord.source == "tier_changes"
+            )
+        )
+        return {(tenant, source_id) for tenant, source_id in links}
+
+
 async def test_an_admin_resets_the_tenants_own_tier_and_every_attempt_is_recorded(
     db_engine: AsyncEngine, database_url: str, operations_as_seeded: None
 ) -> None:
@@ -80,11 +91,7 @@ async def test_an_admin_resets_the_tenants_own_tier_and_every_attempt_is_recorde
         ("carol", True, "needs_approval", "always_allow", "cli"),
         ("carol", False, "always_allow", "always_allow", "cli"),
     ]
-    async with db_engine.connect() as conn:
-        chained = await conn.scalars(
-            select(AuditChainRecord.source_id).where(AuditChainRecord.source == "tier_changes")
-        )
-        assert {f"[{r.id}]" for r in rows} <= set(chained)
+    assert {(r.tenant_id, f"[{r.id}]") for r in rows} <= await chained(db_engine)
 
 
 async def test_an_operator_removes_a_tool_from_an_agent(
@@ -99,25 +106,11 @@ async def test_an_operator_removes_a_tool_from_an_agent(
     assert removed.returncode == 0, removed.stderr
     assert removed.stdout.startswith("operations: create_task removed"), removed.stdout
     assert "the own tier of acme went too" in removed.stdout, removed.stdout
-    async with db_engine.connect() as conn:  # acme's history says who took its tier, and when
-        [taken] = (
-            await conn.execute(
-                select(TierChange)
-                .where(TierChange.tool == "create_task")
-                .order_by(TierChange.id.desc())
-                .limit(1)
-            )
-        ).all()
-        chained = await conn.scalar(
-            select(AuditChainRecord.seq).where(
-                AuditChainRecord.tenant_id == "acme", AuditChainRecord.source == "tier_changes",
-                AuditChainRecord.source_id == f"[{taken.id}]",
-            )
-        )  # fmt: skip
+    taken = (await changes(db_engine))[-1]  # acme's history says who took its tier, and when
     assert (taken.tenant_id, taken.old_tier, taken.new_tier, taken.changed_by, taken.accepted) == (
         "acme", "always_allow", "blocked", "operator", True,
     ), taken  # fmt: skip
-    assert chained is not None
+    assert ("acme", f"[{taken.id}]") in await chained(db_engine)
     shown = await starter(database_url, "permissions", "show", "operations")
     assert not any(line.startswith("create_task ") for line in shown.stdout.splitlines()), shown.stdout
     async with db_engine.connect() as conn:
