@@ -15,7 +15,6 @@ activity finds its row).
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
 
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
@@ -29,8 +28,7 @@ from countersign.core.policy import PolicyCheck
 from countersign.db.policies import gate_reads, loaded
 from countersign.db.schema import ShadowDifference
 from tools.arguments import load_arguments, validate
-from tools.effects import preview_effect
-from tools.registry import REGISTRY, ToolContext, ToolFailure
+from tools.registry import REGISTRY, Plan, ToolContext, ToolFailure
 
 
 class PolicyActivities:
@@ -57,9 +55,10 @@ class PolicyActivities:
             if reads is None:
                 return NO_MATCH
             sets = {mode: loaded(text) for mode, (text, _) in reads.sets.items()}
-            effect = None
-            if any(s.reads_effect for s in sets.values()):
-                effect = await resolved_effect(session, check, reads.roles, arguments)
+            effect: Effect | None = arguments_effect(invocation.tool, arguments)
+            if check.spec.mcp is None:
+                plan = await planned(session, check, reads.roles)
+                arguments, effect = (plan.arguments(), plan.effect()) if plan else (arguments, None)
             call = CallFacts(
                 user=caller.user_id,
                 roles=reads.roles,
@@ -78,16 +77,14 @@ class PolicyActivities:
             return enforced
 
 
-async def resolved_effect(
-    session: AsyncSession, check: PolicyCheck, roles: tuple[str, ...], arguments: dict[str, Any]
-) -> Effect | None:
-    """What the call would do now, as its tool's preview resolves it (read-only, in a savepoint)
-    for the requester; an MCP tool's is its arguments. None when its arguments do not validate
-    (its own checks refuse it next) or the preview breaks: policies see no `context.effect`."""
+async def planned(session: AsyncSession, check: PolicyCheck, roles: tuple[str, ...]) -> Plan | None:
+    """The call's plan now, made read-only (in a savepoint) for the requester. None when its tool is
+    unknown or its arguments do not validate (its own checks refuse it next), or when the plan
+    breaks: policies then judge the arguments as the model wrote them, with no `context.effect`."""
     invocation = check.invocation
     tool = REGISTRY.get(invocation.tool)
-    if tool is None or check.spec.mcp is not None:
-        return arguments_effect(invocation.tool, arguments)
+    if tool is None:
+        return None
     try:
         args = validate(tool, invocation.arguments)
     except ToolFailure:
@@ -102,9 +99,9 @@ async def resolved_effect(
     )
     try:
         async with session.begin_nested():
-            return await preview_effect(tool, context, args)
-    except Exception:  # a preview that breaks decides nothing here: the approval step shows it
-        activity.logger.exception("resolving the effect of %s for its policies failed", invocation.tool)
+            return await tool.plan(context, args)
+    except Exception:  # a plan that breaks decides nothing here: the approval step shows it
+        activity.logger.exception("planning %s for its policies failed", invocation.tool)
         return None
 
 

@@ -36,8 +36,7 @@ from countersign.db import schema
 from countersign.db.engine import session_factory
 from tools import REGISTRY
 from tools.arguments import parse_arguments
-from tools.effects import preview_effect, reads_only
-from tools.registry import Needs, ToolArgs, ToolContext, tool
+from tools.registry import Needs, Plan, ToolArgs, ToolContext, tool
 from tools.resolve import as_json
 
 NOW = datetime(2026, 12, 7, 8, 0, tzinfo=UTC)  # a Monday, before business hours
@@ -49,7 +48,8 @@ def context(session: AsyncSession, user: str = "alice", roles: tuple[str, ...] =
 
 
 async def preview(ctx: ToolContext, name: str, raw: dict[str, Any]) -> Effect:
-    return await preview_effect(REGISTRY[name], ctx, parse_arguments(REGISTRY[name], raw))
+    """The effect of the call's plan: what a reviewer is shown."""
+    return (await REGISTRY[name].plan(ctx, parse_arguments(REGISTRY[name], raw))).effect()
 
 
 # --- the pure model --------------------------------------------------------------------------------
@@ -156,33 +156,56 @@ async def probe(ctx: ToolContext, args: ProbeArgs) -> Probe:
     return Probe(ok=True)
 
 
-async def preview_other(ctx: ToolContext, args: OtherArgs) -> Effect:
-    return Effect(summary="other")
+@dataclass(kw_only=True)
+class ProbePlan(Plan):
+    def effect(self) -> Effect:
+        return Effect(summary="probe")
 
 
-def sync_preview(ctx: ToolContext, args: ProbeArgs) -> Effect:
-    return Effect(summary="sync")
+async def plan_other(ctx: ToolContext, args: OtherArgs) -> ProbePlan:
+    return ProbePlan(args=args)
 
 
-async def untyped_preview(ctx: ToolContext, args: ProbeArgs) -> dict[str, str]:
-    return {"summary": "not an Effect"}
+def sync_plan(ctx: ToolContext, args: ProbeArgs) -> ProbePlan:
+    return ProbePlan(args=args)
 
 
-def test_a_tool_cannot_be_registered_without_a_preview_for_its_arguments() -> None:
+async def untyped_plan(ctx: ToolContext, args: ProbeArgs) -> Effect:
+    return Effect(summary="an Effect, not a plan")
+
+
+async def plan_probe(ctx: ToolContext, args: ProbeArgs) -> ProbePlan:
+    return ProbePlan(args=args)
+
+
+async def apply_probe(ctx: ToolContext, plan: ProbePlan) -> Probe:
+    return Probe(ok=True)
+
+
+def test_a_write_cannot_be_registered_without_a_plan_for_its_arguments() -> None:
     register: Callable[..., Any] = tool
-    with pytest.raises(TypeError, match="preview"):
+    with pytest.raises(TypeError, match="plan"):
         register(risk="low", category="write")(probe)
-    for wrong in (None, sync_preview, untyped_preview, preview_other):
-        with pytest.raises(TypeError, match="preview"):
-            register(risk="low", category="write", preview=wrong)(probe)
-    assert "probe" not in REGISTRY
+    for wrong in (sync_plan, untyped_plan):
+        with pytest.raises(TypeError, match="plan"):
+            register(risk="low", category="write", plan=wrong)(apply_probe)
+    with pytest.raises(TypeError, match="ProbeArgs"):  # the plan's arguments are OtherArgs
+        register(risk="low", category="write", plan=plan_other)(probe)
+    with pytest.raises(TypeError, match="applies"):  # the body takes arguments, not the plan
+        register(risk="low", category="write", plan=plan_probe)(probe)
+    with pytest.raises(TypeError, match="plan"):  # a read has none: its plan is its arguments
+        register(risk="low", category="read", plan=plan_probe)(apply_probe)
+    assert "probe" not in REGISTRY and "apply_probe" not in REGISTRY
 
 
-def test_every_tool_has_a_preview_and_every_change_is_sampled_below() -> None:
+def test_every_write_declares_a_plan_and_no_preview_remains() -> None:
+    """The registry test of the construction: a write is a plan and its application, a read its
+    body; no tool carries a separate preview, and every write is sampled below."""
     readers = {name for name, t in REGISTRY.items() if t.category == "read"}
-    assert all(REGISTRY[name].preview is reads_only for name in readers)
+    assert all(REGISTRY[name].planner is None for name in readers)
     changers = set(REGISTRY) - readers
-    assert not [name for name in changers if REGISTRY[name].preview is reads_only]
+    assert not [name for name in changers if REGISTRY[name].planner is None]
+    assert not [name for name, t in REGISTRY.items() if hasattr(t, "preview")]
     assert {sample.tool for sample in SAMPLES} == changers
 
 
@@ -226,7 +249,7 @@ async def a_chat_channel(session: AsyncSession) -> dict[str, Any]:
 
 
 async def a_proposal_to_bob(session: AsyncSession) -> dict[str, Any]:
-    proposal = await REGISTRY["schedule_meeting"].fn(
+    proposal = await REGISTRY["schedule_meeting"].run(
         context(session),
         parse_arguments(REGISTRY["schedule_meeting"], {"with": "bob", "duration_minutes": 30}),
     )
@@ -332,7 +355,6 @@ MODELS: dict[str, type[schema.Base]] = {
     "draft": schema.EmailDraft,
     "notification": schema.Notification,
     "task": schema.Task,
-    "tasks": schema.Task,
     "project": schema.Project,
     "event": schema.CalendarEvent,
     "meeting proposal": schema.MeetingSession,
@@ -350,7 +372,7 @@ async def test_what_runs_is_what_the_preview_said(db_session: AsyncSession, samp
     ctx, raw = await sample_context(db_session, sample)
     effect = await preview(ctx, sample.tool, raw)
     outbox_before = set(await db_session.scalars(select(schema.EmailOutbox.id)))
-    result = await REGISTRY[sample.tool].fn(ctx, parse_arguments(REGISTRY[sample.tool], raw))
+    result = await REGISTRY[sample.tool].run(ctx, parse_arguments(REGISTRY[sample.tool], raw))
     assert not isinstance(result, Needs), result
     for change in effect.changes:
         row = await db_session.get(MODELS[change.kind], int(change.id))
@@ -464,7 +486,7 @@ async def recorded(engine: AsyncEngine, call_id: str) -> tuple[Effect, str]:
     return Effect.model_validate(row.effect), row.effect_sha256
 
 
-async def broken_preview(ctx: ToolContext, args: ToolArgs) -> Effect:
+async def broken_plan(ctx: ToolContext, args: ToolArgs) -> Plan:
     await ctx.session.execute(text("SELECT 1/0"))  # PostgreSQL refuses it: the transaction is lost
     raise AssertionError("unreachable")
 
@@ -479,7 +501,7 @@ async def test_the_request_is_recorded_with_its_effect_even_when_the_preview_bre
         effect, digest = await recorded(db_engine, "c1")
         assert effect.changes[0].fields["status"].after == "qualified" and digest == effect.digest
 
-        broken = replace(REGISTRY["update_lead_status"], preview=broken_preview)
+        broken = replace(REGISTRY["update_lead_status"], planner=broken_plan)
         monkeypatch.setitem(REGISTRY, "update_lead_status", broken)
         await activities.record_approval_request(approval_request("c2", "update_lead_status", raw))
         effect, digest = await recorded(db_engine, "c2")
