@@ -227,10 +227,11 @@ def test_send_email_arguments_are_validated(raw: dict[str, Any], field: str) -> 
     assert failure.value.code == "VALIDATION_ERROR" and failure.value.message.startswith(field)
 
 
-def test_send_email_keeps_only_the_address() -> None:
-    arguments = {"to": "Jane Doe <Jane.Doe@EXAMPLE.com>", "subject": "Hello", "body": "Hi!"}
+def test_send_email_keeps_only_the_address_in_its_one_spelling() -> None:
+    """The address, trimmed and lowercased (shared/CONTRACT.md): what policies judge and what leaves."""
+    arguments = {"to": " Jane Doe <Jane.Doe@EXAMPLE.com>", "subject": "Hello", "body": "Hi!"}
     assert (
-        validate(REGISTRY["send_email"], json.dumps(arguments)).model_dump()["to"] == "Jane.Doe@example.com"
+        validate(REGISTRY["send_email"], json.dumps(arguments)).model_dump()["to"] == "jane.doe@example.com"
     )
 
 

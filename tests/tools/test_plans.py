@@ -26,6 +26,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from countersign.core.calls import PolicyDecision
 from countersign.core.cedar_policy import CallFacts, compile_policies, decide
 from countersign.db import schema
+from tests.fixtures.policies import NEVER_CONVERTED, NOT_JANE, TO_COMPETITOR
 from tests.fixtures.postgres import JANE
 from tests.tools.test_effects import MODELS, context
 from tools import REGISTRY
@@ -41,18 +42,6 @@ PROPERTY = settings(
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 SPECS = [tool.spec() for tool in REGISTRY.values()]
-
-TO_COMPETITOR = """@id("no-competitors")
-forbid(principal, action, resource)
-when { context.args has to && context.args.to like "*@competitor.example" };"""
-NOT_JANE = """@id("leave-jane")
-forbid(principal, action, resource)
-when { context.args has lead && context.args.lead == "jane.doe@example.com" };"""
-NEVER_CONVERTED = """@id("never-converted")
-forbid(principal, action, resource) when {
-  context has effect && context.effect has fields &&
-  context.effect.fields.contains({kind: "lead", field: "status", value: "converted"})
-};"""
 
 
 def spelled(text: str, upper: list[bool], before: str, after: str) -> str:
