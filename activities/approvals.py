@@ -42,7 +42,7 @@ from countersign.db.grants import mint_grant, spend_grant
 from countersign.db.people import roles_of
 from countersign.db.schema import ApprovalDecision, ApprovalRequest, Notification
 from countersign.identity.proofs import Binding, ProofVerifier, args_digest, check_proof
-from countersign.mcp.catalog import argument_errors
+from countersign.mcp.catalog import argument_errors, normalized
 from tools.arguments import validate
 from tools.drafts import drafts_named, last_editor
 from tools.registry import REGISTRY, ToolContext, ToolFailure
@@ -411,8 +411,9 @@ class ApprovalActivities:
         from the database) in `session`; an MCP tool's (`parameters` from the snapshot) is its
         arguments, not resolved."""
         tool = REGISTRY.get(request.tool)
-        if tool is None or request.parameters is not None:
-            return arguments_effect(request.tool, load_arguments_or_raw(request.args))
+        if tool is None or request.parameters is not None:  # an MCP tool's plan: its call, normalized
+            arguments = normalized(request.parameters, load_arguments_or_raw(request.args))
+            return arguments_effect(request.tool, arguments)
         try:
             args = validate(tool, request.args)
         except ToolFailure as invalid:  # validated before the request: only if validation changed since

@@ -4,8 +4,9 @@ The workflow asks only when its snapshot says the tenant has policies (`Conversa
 has_policies`): a tenant without any adds nothing to a step. Authority comes from the database, at
 the call: the requester's roles now, the enforced set now (a set applied since the conversation
 started counts), the audit's counts and sums the set names, all three in one statement
-(countersign/db/policies.py `gate_reads`), and, when a condition reads `context.effect`, what the call
-would do now (its tool's preview, read-only).
+(countersign/db/policies.py `gate_reads`), and the call's plan now (read-only; tools/registry.py
+`Plan`): policies judge its normalized arguments (`context.args`, one spelling for every spelling
+the tool accepts) and its effect (`context.effect`), never the model's text.
 
 A shadow set is evaluated beside the enforced one and changes nothing: a call whose outcome would
 differ is recorded in `shadow_differences` for the tenant's admins (once per call: a retried
@@ -27,6 +28,7 @@ from countersign.core.effects import Effect, arguments_effect
 from countersign.core.policy import PolicyCheck
 from countersign.db.policies import gate_reads, loaded
 from countersign.db.schema import ShadowDifference
+from countersign.mcp.catalog import normalized
 from tools.arguments import load_arguments, validate
 from tools.registry import REGISTRY, Plan, ToolContext, ToolFailure
 
@@ -55,6 +57,8 @@ class PolicyActivities:
             if reads is None:
                 return NO_MATCH
             sets = {mode: loaded(text) for mode, (text, _) in reads.sets.items()}
+            if check.spec.mcp is not None:  # an MCP tool's plan: its call, normalized by its schema
+                arguments = normalized(check.spec.parameters, arguments)
             effect: Effect | None = arguments_effect(invocation.tool, arguments)
             if check.spec.mcp is None:
                 plan = await planned(session, check, reads.roles)

@@ -124,12 +124,6 @@ class LeadPlan(Plan):
     lead: Lead
 
 
-async def planned_lead(ctx: ToolContext, ref: str) -> dict[str, Any]:
-    """The `lead` and `named` fields of a plan about the lead `ref` names."""
-    lead = await find_lead(ctx, ref, lock=ctx.lock_reads)
-    return {"lead": lead, "named": {"lead": lead_named(lead)}}
-
-
 @dataclass(kw_only=True)
 class LeadStatusPlan(LeadPlan):
     args: UpdateLeadStatusArgs
@@ -141,8 +135,8 @@ class LeadStatusPlan(LeadPlan):
 
 
 async def plan_lead_status(ctx: ToolContext, args: UpdateLeadStatusArgs) -> LeadStatusPlan:
-    planned = await planned_lead(ctx, args.lead)
-    return LeadStatusPlan(args=args, previous=planned["lead"].status, **planned)
+    lead = await find_lead(ctx, args.lead, lock=ctx.lock_reads)
+    return LeadStatusPlan(args=args, lead=lead, previous=lead.status, named={"lead": lead_named(lead)})
 
 
 @tool(risk="high", category="write", free_args=("reason",), plan=plan_lead_status)
@@ -251,7 +245,8 @@ class ReplyPlan(LeadPlan):
 
 
 async def plan_lead_reply(ctx: ToolContext, args: RecordReplyArgs) -> ReplyPlan:
-    return ReplyPlan(args=args, **await planned_lead(ctx, args.lead))
+    lead = await find_lead(ctx, args.lead, lock=ctx.lock_reads)
+    return ReplyPlan(args=args, lead=lead, named={"lead": lead_named(lead)})
 
 
 @tool(risk="low", category="write", plan=plan_lead_reply)

@@ -328,7 +328,8 @@ class MeetingProposal(BaseModel):
 
 def proposal_window(ctx: ToolContext, args: ScheduleMeetingArgs) -> tuple[datetime, datetime]:
     """The window asked for; by default from MIN_NOTICE after the call was asked (`ctx.asked`: the
-    same for the preview a reviewer decides on and the run after it) to the fifth business day's end."""
+    same for the plan a reviewer decides on and the one that runs after it) to the fifth business
+    day's end."""
     start, end = default_window(ctx.asked + MIN_NOTICE)
     start = args.window_start or start
     end = args.window_end or (default_window(start)[1] if args.window_start else end)
