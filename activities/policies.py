@@ -101,6 +101,8 @@ async def planned(session: AsyncSession, check: PolicyCheck, roles: tuple[str, .
         now=datetime.now(UTC),
         conversation_id=invocation.conversation_id,
     )
+    if tool.planner is None:  # a read's plan is its arguments: nothing is read, no savepoint needed
+        return await tool.plan(context, args)
     try:
         async with session.begin_nested():
             return await tool.plan(context, args)
