@@ -112,10 +112,8 @@ async def test_a_forbid_on_a_lead_holds_for_every_spelling_that_names_her(
     other = await planned(
         ctx, "update_lead_status", {"lead": "John.Smith@initech.example", "new_status": status, "reason": "x"}
     )
-    assert (
-        judged(NOT_JANE, other, "update_lead_status", ctx).outcome == "no_match"
-        or not other.effect().resolved
-    )
+    assert other.arguments()["lead"] == "john.smith@initech.example"
+    assert judged(NOT_JANE, other, "update_lead_status", ctx).outcome == "no_match"
 
 
 async def test_one_forbid_on_the_field_change_covers_every_tool_that_makes_it(
