@@ -57,12 +57,12 @@ class PolicyActivities:
             if reads is None:
                 return NO_MATCH
             sets = {mode: loaded(text) for mode, (text, _) in reads.sets.items()}
+            effect: Effect | None = None
             if check.spec.mcp is not None:  # an MCP tool's plan: its call, normalized by its schema
                 arguments = normalized(check.spec.parameters, arguments)
-            effect: Effect | None = arguments_effect(invocation.tool, arguments)
-            if check.spec.mcp is None:
-                plan = await planned(session, check, reads.roles)
-                arguments, effect = (plan.arguments(), plan.effect()) if plan else (arguments, None)
+                effect = arguments_effect(invocation.tool, arguments)
+            elif (plan := await planned(session, check, reads.roles)) is not None:
+                arguments, effect = plan.arguments(), plan.effect()
             call = CallFacts(
                 user=caller.user_id,
                 roles=reads.roles,
