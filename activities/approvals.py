@@ -42,10 +42,9 @@ from countersign.db.grants import mint_grant, spend_grant
 from countersign.db.people import roles_of
 from countersign.db.schema import ApprovalDecision, ApprovalRequest, Notification
 from countersign.identity.proofs import Binding, ProofVerifier, args_digest, check_proof
-from countersign.mcp.catalog import argument_errors
+from countersign.mcp.catalog import argument_errors, normalized
 from tools.arguments import validate
 from tools.drafts import drafts_named, last_editor
-from tools.effects import preview_effect
 from tools.registry import REGISTRY, ToolContext, ToolFailure
 
 
@@ -248,7 +247,7 @@ class ApprovalActivities:
     ) -> Effect | None:
         """What the call does with the approver's edited arguments, resolved now as its request's
         effect was: what the approver approves, and what the call must still resolve to when it
-        runs (activities/tools.py). None when the request was never recorded. A preview that breaks
+        runs (activities/tools.py). None when the request was never recorded. A plan that breaks
         rolls back its savepoint, not the decision: the edit's effect is then its arguments,
         unresolved (the call, resolving it when it runs, is asked again)."""
         request = await session.scalar(
@@ -313,7 +312,7 @@ class ApprovalActivities:
         (its idempotency key), and the request is written as approved by the grant's approver: the
         answer says so, and nobody is asked. A call asked again (`voided_by`) is never granted.
 
-        The preview reads in the transaction that writes the request (no savepoint: it changes
+        The plan reads in the transaction that writes the request (no savepoint: it changes
         nothing). One that breaks (a bug, a statement PostgreSQL refuses) takes that transaction
         with it, a grant's use too; the request is then written in another, with the arguments as its
         effect, marked unresolved, and asked, rather than not at all."""
@@ -408,12 +407,13 @@ class ApprovalActivities:
 
     @staticmethod
     async def resolve_effect(session: AsyncSession, request: RecordedApproval) -> Effect:
-        """What the call will do, resolved read-only by its tool's preview for the requester (roles
+        """What the call will do, as its tool plans it (read-only) for the requester (roles
         from the database) in `session`; an MCP tool's (`parameters` from the snapshot) is its
         arguments, not resolved."""
         tool = REGISTRY.get(request.tool)
-        if tool is None or request.parameters is not None:
-            return arguments_effect(request.tool, load_arguments_or_raw(request.args))
+        if tool is None or request.parameters is not None:  # an MCP tool's plan: its call, normalized
+            arguments = normalized(request.parameters, load_arguments_or_raw(request.args))
+            return arguments_effect(request.tool, arguments)
         try:
             args = validate(tool, request.args)
         except ToolFailure as invalid:  # validated before the request: only if validation changed since
@@ -431,7 +431,7 @@ class ApprovalActivities:
             conversation_id=request.conversation_id,
             asked_at=request.requested_at,
         )
-        return await preview_effect(tool, context, args)
+        return (await tool.plan(context, args)).effect()
 
     def _verdict(self, row: ApprovalDecision, record: DecisionRecord) -> Verdict:
         """The verdict a recorded attempt stands for; the same on every run of the attempt.

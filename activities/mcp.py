@@ -37,7 +37,7 @@ from countersign.db.chain import chain
 from countersign.db.messages import result_or_envelope
 from countersign.db.ratelimit import RateLimits
 from countersign.db.schema import McpServer, ToolExecution
-from countersign.mcp.catalog import argument_errors, mcp_result
+from countersign.mcp.catalog import argument_errors, mcp_result, normalized
 from countersign.mcp.pool import McpOutcomeUnknown, McpPool, McpRefused, McpUnavailable
 from countersign.mcp.servers import ServerConfig
 from tools.arguments import load_arguments
@@ -191,9 +191,11 @@ class McpActivities:
 
 
 def validated(call: McpCall) -> dict[str, Any]:
-    """The call's arguments, checked against the snapshotted schema, or VALIDATION_ERROR."""
+    """The call's arguments, checked against the snapshotted schema and normalized by it (its plan:
+    what policies judged and reviewers were shown is what is sent), or VALIDATION_ERROR."""
     arguments = load_arguments(call.invocation.arguments)
     errors = argument_errors(call.spec, arguments)
     if errors:
         raise ToolFailure("VALIDATION_ERROR", errors)
-    return arguments
+    planned: dict[str, Any] = normalized(call.spec.parameters, arguments)
+    return planned

@@ -4,8 +4,9 @@ The workflow asks only when its snapshot says the tenant has policies (`Conversa
 has_policies`): a tenant without any adds nothing to a step. Authority comes from the database, at
 the call: the requester's roles now, the enforced set now (a set applied since the conversation
 started counts), the audit's counts and sums the set names, all three in one statement
-(countersign/db/policies.py `gate_reads`), and, when a condition reads `context.effect`, what the call
-would do now (its tool's preview, read-only).
+(countersign/db/policies.py `gate_reads`), and the call's plan now (read-only; tools/registry.py
+`Plan`): policies judge its normalized arguments (`context.args`, one spelling for every spelling
+the tool accepts) and its effect (`context.effect`), never the model's text.
 
 A shadow set is evaluated beside the enforced one and changes nothing: a call whose outcome would
 differ is recorded in `shadow_differences` for the tenant's admins (once per call: a retried
@@ -15,7 +16,6 @@ activity finds its row).
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
 
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
@@ -28,9 +28,9 @@ from countersign.core.effects import Effect, arguments_effect
 from countersign.core.policy import PolicyCheck
 from countersign.db.policies import gate_reads, loaded
 from countersign.db.schema import ShadowDifference
+from countersign.mcp.catalog import normalized
 from tools.arguments import load_arguments, validate
-from tools.effects import preview_effect
-from tools.registry import REGISTRY, ToolContext, ToolFailure
+from tools.registry import REGISTRY, Plan, ToolContext, ToolFailure
 
 
 class PolicyActivities:
@@ -57,9 +57,12 @@ class PolicyActivities:
             if reads is None:
                 return NO_MATCH
             sets = {mode: loaded(text) for mode, (text, _) in reads.sets.items()}
-            effect = None
-            if any(s.reads_effect for s in sets.values()):
-                effect = await resolved_effect(session, check, reads.roles, arguments)
+            effect: Effect | None = None
+            if check.spec.mcp is not None:  # an MCP tool's plan: its call, normalized by its schema
+                arguments = normalized(check.spec.parameters, arguments)
+                effect = arguments_effect(invocation.tool, arguments)
+            elif (plan := await planned(session, check, reads.roles)) is not None:
+                arguments, effect = plan.arguments(), plan.effect()
             call = CallFacts(
                 user=caller.user_id,
                 roles=reads.roles,
@@ -78,16 +81,14 @@ class PolicyActivities:
             return enforced
 
 
-async def resolved_effect(
-    session: AsyncSession, check: PolicyCheck, roles: tuple[str, ...], arguments: dict[str, Any]
-) -> Effect | None:
-    """What the call would do now, as its tool's preview resolves it (read-only, in a savepoint)
-    for the requester; an MCP tool's is its arguments. None when its arguments do not validate
-    (its own checks refuse it next) or the preview breaks: policies see no `context.effect`."""
+async def planned(session: AsyncSession, check: PolicyCheck, roles: tuple[str, ...]) -> Plan | None:
+    """The call's plan now, made read-only (in a savepoint) for the requester. None when its tool is
+    unknown or its arguments do not validate (its own checks refuse it next), or when the plan
+    breaks: policies then judge the arguments as the model wrote them, with no `context.effect`."""
     invocation = check.invocation
     tool = REGISTRY.get(invocation.tool)
-    if tool is None or check.spec.mcp is not None:
-        return arguments_effect(invocation.tool, arguments)
+    if tool is None:
+        return None
     try:
         args = validate(tool, invocation.arguments)
     except ToolFailure:
@@ -100,11 +101,13 @@ async def resolved_effect(
         now=datetime.now(UTC),
         conversation_id=invocation.conversation_id,
     )
+    if tool.planner is None:  # a read's plan is its arguments: nothing is read, no savepoint needed
+        return await tool.plan(context, args)
     try:
         async with session.begin_nested():
-            return await preview_effect(tool, context, args)
-    except Exception:  # a preview that breaks decides nothing here: the approval step shows it
-        activity.logger.exception("resolving the effect of %s for its policies failed", invocation.tool)
+            return await tool.plan(context, args)
+    except Exception:  # a plan that breaks decides nothing here: the approval step shows it
+        activity.logger.exception("planning %s for its policies failed", invocation.tool)
         return None
 
 

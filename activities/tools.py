@@ -10,12 +10,13 @@ its recorded result takes none, and a call over the limit is audited as failed w
 Before any of it, the access gate (activities/access.py) checks again that the conversation's user is
 still an active user with the scopes the tool needs: refused calls are audited as refused.
 
-An approved call runs only on what was approved: its tool resolves the effect again, inside the
-transaction that makes the change and locking what it reads (`ctx.lock_reads`), and when the digest
-differs from the approved one (`approval_requests.effect_sha256`, what the reviewer was shown and
-their proof bound; for an approver's edit, the edit's effect on its decision) nothing changes: the
-approval is recorded as voided, no audit row or result is written (the call is not over), and the
-activity answers EFFECT_CHANGED, on which the workflow asks for a decision again.
+A call is planned once, inside the transaction that makes the change and locking what the plan
+reads (`ctx.lock_reads`), and its tool applies that same plan (tools/registry.py `Plan`). An approved
+call runs only on what was approved: when its plan's effect digest differs from the approved one
+(`approval_requests.effect_sha256`, what the reviewer was shown and their proof bound; for an
+approver's edit, the edit's effect on its decision) nothing changes: the approval is recorded as
+voided, no audit row or result is written (the call is not over), and the activity answers
+EFFECT_CHANGED, on which the workflow asks for a decision again.
 """
 
 from __future__ import annotations
@@ -44,12 +45,11 @@ from countersign.db.messages import audited_answer, result_or_envelope
 from countersign.db.ratelimit import RateLimits
 from countersign.db.schema import ApprovalDecision, ApprovalRequest, SagaRecord, ToolExecution
 from tools.arguments import validate
-from tools.effects import preview_effect
-from tools.registry import REGISTRY, Needs, OutcomeUnknown, Tool, ToolArgs, ToolContext, ToolFailure
+from tools.registry import REGISTRY, Needs, OutcomeUnknown, Plan, Tool, ToolArgs, ToolContext, ToolFailure
 
 
 class EffectChanged(Exception):
-    """An approved call's effect, resolved again where it would be made, is not the approved one."""
+    """An approved call's plan, made where it is applied, does not have the approved effect."""
 
     def __init__(self, effect: Effect) -> None:
         super().__init__(f"the effect changed since it was approved: {effect.summary}")
@@ -77,18 +77,22 @@ def saga_record(invocation: ToolInvocation) -> SagaRecord:
     )
 
 
-async def same_effect(tool: Tool, context: ToolContext, args: ToolArgs, approved: str) -> Effect:
-    """The call's effect resolved again in `context`'s transaction, locking the rows it reads until
-    that transaction ends; raises EffectChanged unless its digest is the `approved` one."""
-    effect = await preview_effect(tool, replace(context, lock_reads=True), args)
+async def approved_plan(
+    tool: Tool, context: ToolContext, args: ToolArgs, approved: str
+) -> tuple[Plan, Effect]:
+    """The call's plan and its effect, made in `context`'s transaction with the rows it reads
+    locked until that transaction ends; raises EffectChanged unless the effect's digest is the
+    `approved` one."""
+    plan = await tool.plan(replace(context, lock_reads=True), args)
+    effect = plan.effect()
     if effect.digest != approved:
         raise EffectChanged(effect)
-    return effect
+    return plan, effect
 
 
 class Approved(NamedTuple):
     """What a reviewer approved for a call: its effect's digest, and when the call was asked (its
-    approval request's `requested_at`, where the preview they were shown started its clock)."""
+    approval request's `requested_at`, where the plan they were shown started its clock)."""
 
     digest: str
     asked_at: datetime | None
@@ -256,15 +260,18 @@ class ToolActivities:
                 call_id=invocation.call_id,
                 now=started,
                 conversation_id=invocation.conversation_id,
+                lock_reads=True,  # what the plan reads stays as read until the plan is applied
             )
             async with (
                 session.begin_nested()
             ):  # a failing tool's partial writes roll back; the audit row stays
                 approved = await approved_effect(session, invocation)
-                if approved is not None:
+                if approved is None:
+                    plan = await tool.plan(context, parsed)
+                else:
                     context = replace(context, asked_at=approved.asked_at)
-                    effect = await same_effect(tool, context, parsed, approved.digest)
-                result = output_result(await tool.fn(context, parsed))
+                    plan, effect = await approved_plan(tool, context, parsed, approved.digest)
+                result = output_result(await tool.apply(context, plan))
         except EffectChanged:
             raise
         except ToolFailure as failure:

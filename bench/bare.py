@@ -125,7 +125,7 @@ class BareActivities:
         info = activity.info()
         async with self._sessions() as session, session.begin():
             context = ToolContext(caller, session, info.workflow_id or "", call.call_id, datetime.now(UTC))
-            output = await tool.fn(context, parse_arguments(tool, json.loads(call.arguments)))
+            output = await tool.run(context, parse_arguments(tool, json.loads(call.arguments)))
         return output.model_dump_json()
 
 

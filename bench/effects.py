@@ -60,7 +60,7 @@ async def setup(sessions: async_sessionmaker[AsyncSession]) -> dict[str, dict[st
         later = ctx.now + timedelta(days=14)  # every proposed time stays in the future while this runs
         window = {"window_start": later.isoformat(), "window_end": (later + timedelta(days=5)).isoformat()}
         asked = {"with": "bob", "duration_minutes": 30} | window
-        proposal = await schedule.fn(ctx, parse_arguments(schedule, asked))
+        proposal = await schedule.run(ctx, parse_arguments(schedule, asked))
         assert not isinstance(proposal, Needs)
         return {"draft": {"draft": draft.id}, "proposal": {"session": proposal.model_dump()["session"]}}
 

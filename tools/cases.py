@@ -15,17 +15,15 @@ from pydantic import BaseModel, Field
 from sqlalchemy import and_, func, or_, select
 from sqlalchemy.sql import Select
 
-from countersign.core.effects import Effect
 from countersign.core.guards import MAX_ROWS
 from countersign.db.schema import Case, Contact
-from tools.effects import reads_only, record_change
+from tools.effects import RowUpdate
 from tools.registry import ToolArgs, ToolContext, UndoOutcome, compensates, tool
 from tools.resolve import (
     ChangeArgs,
     RowView,
     Updated,
     answers_needs,
-    apply_changes,
     containing,
     find_record,
     saved,
@@ -113,7 +111,7 @@ async def find_case(ctx: ToolContext, ref: str, *, lock: bool = False) -> Case:
     )
 
 
-@tool(risk="low", category="read", preview=reads_only)
+@tool(risk="low", category="read")
 async def search_cases(ctx: ToolContext, args: SearchCasesArgs) -> CaseList:
     """Search the workspace's client cases by title, notes, or the client's name or email
     (case-insensitive substring), optionally by status; most recently updated first."""
@@ -134,7 +132,7 @@ async def search_cases(ctx: ToolContext, args: SearchCasesArgs) -> CaseList:
     return CaseList(cases=cases, count=len(cases))
 
 
-@tool(risk="low", category="read", preview=reads_only)
+@tool(risk="low", category="read")
 @answers_needs
 async def get_case(ctx: ToolContext, args: GetCaseArgs) -> CaseView:
     """Get one case by its exact title or id, with its status, notes and client contact."""
@@ -142,23 +140,21 @@ async def get_case(ctx: ToolContext, args: GetCaseArgs) -> CaseView:
     return CaseView.of(case, await client_of(ctx, case))
 
 
-async def preview_update_case(ctx: ToolContext, args: UpdateCaseArgs) -> Effect:
+async def plan_update_case(ctx: ToolContext, args: UpdateCaseArgs) -> RowUpdate[Case]:
     case = await find_case(ctx, args.case, lock=ctx.lock_reads)
-    wanted = args.provided("status", "notes")
     client = f", client {case.contact_email}" if case.contact_email else ""
     label = f"case {case.id} “{case.title}”{client}"
-    return record_change("case", case.id, label, {name: getattr(case, name) for name in wanted}, wanted)
+    wanted = args.provided("status", "notes")
+    return RowUpdate(args=args, kind="case", row=case, label=label, wanted=wanted, ref="case")
 
 
-@tool(risk="high", category="write", preview=preview_update_case)
-@answers_needs
-async def update_case(ctx: ToolContext, args: UpdateCaseArgs) -> Updated[CaseView]:
+@tool(risk="high", category="write", plan=plan_update_case)
+async def update_case(ctx: ToolContext, plan: RowUpdate[Case]) -> Updated[CaseView]:
     """Change a case's status (open, in_progress, on_hold, closed) or replace its notes. Only the
     fields given change; the result lists their previous and new values. Waits for a reviewer's
     approval unless the agent is allowed more."""
-    case = await find_case(ctx, args.case, lock=True)
-    previous, changed = apply_changes(case, args.provided("status", "notes"))
-    case = await saved(ctx, case)
+    previous, changed = plan.write()
+    case = await saved(ctx, plan.row)
     return Updated[CaseView](
         record=CaseView.of(case, await client_of(ctx, case)), previous=previous, changed=changed
     )

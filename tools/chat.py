@@ -19,6 +19,7 @@ no compensation.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import httpx
@@ -29,7 +30,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
 from countersign.core.effects import Effect, OutgoingMessage, one_line
 from countersign.db.schema import ChatChannel, ChatPost
-from tools.registry import OutcomeUnknown, ToolArgs, ToolContext, ToolFailure, tool
+from tools.registry import OutcomeUnknown, Plan, ToolArgs, ToolContext, ToolFailure, tool
 
 POST_TIMEOUT_S = 10.0
 MAX_CHAT_TEXT = 4_000  # under Telegram's 4,096; Slack takes more
@@ -153,20 +154,31 @@ async def channel_of(ctx: ToolContext) -> ChatChannel:
     return channel
 
 
-async def preview_chat_message(ctx: ToolContext, args: SendChatMessageArgs) -> Effect:
-    """The channel it will be posted to (by name, never its URL: it may hold a token) and the text."""
-    channel = await channel_of(ctx)
-    message = OutgoingMessage(channel=channel.kind, to=[channel.name], body=args.text)
-    return Effect(
-        summary=one_line(f"Posts to {channel.kind} channel {channel.name}: {args.text}"), messages=[message]
-    )
+@dataclass(kw_only=True)
+class ChatPlan(Plan):
+    """The text, to the channel the plan read (locked, when it runs)."""
+
+    args: SendChatMessageArgs
+    channel: ChatChannel
+
+    def effect(self) -> Effect:
+        """The channel it will be posted to (by name, never its URL: it may hold a token) and the text."""
+        channel, text = self.channel, self.args.text
+        message = OutgoingMessage(channel=channel.kind, to=[channel.name], body=text)
+        return Effect(
+            summary=one_line(f"Posts to {channel.kind} channel {channel.name}: {text}"), messages=[message]
+        )
 
 
-@tool(risk="high", category="external", preview=preview_chat_message)
-async def send_chat_message(ctx: ToolContext, args: SendChatMessageArgs) -> ChatPosted:
+async def plan_chat_message(ctx: ToolContext, args: SendChatMessageArgs) -> ChatPlan:
+    return ChatPlan(args=args, channel=await channel_of(ctx))
+
+
+@tool(risk="high", category="external", plan=plan_chat_message)
+async def send_chat_message(ctx: ToolContext, plan: ChatPlan) -> ChatPosted:
     """Post a message to the workspace's team chat channel (configured by an operator: a Telegram
     group or a Slack channel). It waits for a reviewer's approval and cannot be taken back."""
-    channel = await channel_of(ctx)
+    channel, args = plan.channel, plan.args
     claimed = await claim(ctx, channel, args.text)
     if claimed is None:
         return await earlier(ctx, channel)

@@ -6,7 +6,6 @@ from pydantic import BaseModel, Field
 from sqlalchemy import or_, select
 
 from countersign.db.schema import Contact
-from tools.effects import reads_only
 from tools.registry import ToolArgs, ToolContext, tool
 from tools.resolve import RowView, containing
 
@@ -30,7 +29,7 @@ class SearchContactsArgs(ToolArgs):
     limit: int = Field(10, ge=1, le=50, description="Most rows to return")
 
 
-@tool(risk="low", category="read", preview=reads_only)
+@tool(risk="low", category="read")
 async def search_contacts(ctx: ToolContext, args: SearchContactsArgs) -> ContactList:
     """Search the workspace's contacts by name, email or company (case-insensitive substring).
 

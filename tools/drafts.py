@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, ClassVar, Literal
 
-from pydantic import BaseModel, EmailStr, Field, ValidationError
+from pydantic import BaseModel, Field, ValidationError
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -30,7 +30,7 @@ from countersign.db.instances import current_instance
 from countersign.db.people import roles_of
 from countersign.db.schema import ApprovalRequest, DraftEdit, EmailDraft, EmailOutbox, Lead
 from tools.arguments import parse_arguments
-from tools.effects import reads_only, record_change
+from tools.effects import RowUpdate
 from tools.email import (
     EmailContent,
     QueuedEmail,
@@ -39,8 +39,26 @@ from tools.email import (
     queued_once,
     sanitized_html,
 )
-from tools.registry import REGISTRY, ToolArgs, ToolContext, ToolFailure, UndoOutcome, compensates, tool
-from tools.resolve import ChangeArgs, RowView, Updated, apply_changes, locked_row, restore_fields, saved
+from tools.registry import (
+    REGISTRY,
+    Plan,
+    ToolArgs,
+    ToolContext,
+    ToolFailure,
+    UndoOutcome,
+    compensates,
+    tool,
+)
+from tools.resolve import (
+    Address,
+    ChangeArgs,
+    RowView,
+    Updated,
+    apply_changes,
+    locked_row,
+    restore_fields,
+    saved,
+)
 
 DraftState = Literal["unsent", "sent", "all"]
 DraftEditVia = Literal["inbox", "tool", "cli"]  # schema.DRAFT_EDIT_VIAS
@@ -95,7 +113,7 @@ class DraftArgs(NamesDraft):
 class DraftChanges(ToolArgs):
     """What an edit may change (the tool's arguments; the server's `PATCH /api/drafts/{id}` body)."""
 
-    to: EmailStr | None = Field(None, description="New recipient (a draft about a lead stays the lead's)")
+    to: Address | None = Field(None, description="New recipient (a draft about a lead stays the lead's)")
     subject: str | None = Field(
         None, min_length=1, max_length=200, pattern=r"^[^\r\n]*$", description="One line"
     )
@@ -225,7 +243,13 @@ async def edit_draft(
     tool, the server and the CLI alike; an email about a lead must stay addressed to that lead.
     Refused while a call naming the draft waits for a decision, and to anyone but its author or an
     admin; recorded with its diff. Returns (previous, changed) values."""
-    wanted = await draft_changes(session, draft, args)
+    return await edited(session, draft, await draft_changes(session, draft, args), editor)
+
+
+async def edited(
+    session: AsyncSession, draft: EmailDraft, wanted: dict[str, Any], editor: DraftEditor
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Set `wanted` (`draft_changes`) on the locked draft, as `edit_draft` says."""
     await check_editor(session, draft, editor)
     reviewed = await pending_on(session, draft.tenant_id, draft.id)
     if reviewed:
@@ -262,13 +286,13 @@ async def draft_changes(session: AsyncSession, draft: EmailDraft, args: UpdateDr
     return wanted
 
 
-@tool(risk="low", category="read", preview=reads_only)
+@tool(risk="low", category="read")
 async def list_drafts(ctx: ToolContext, args: ListDraftsArgs) -> DraftList:
     """List the workspace's email drafts, newest first: unsent ones by default (state: sent, all)."""
     return await drafts_of(ctx.session, ctx.tenant_id, args.state, args.limit)
 
 
-@tool(risk="low", category="read", preview=reads_only)
+@tool(risk="low", category="read")
 async def get_draft(ctx: ToolContext, args: DraftArgs) -> DraftDetail:
     """Read one draft by id: recipient, subject, body, HTML, lead, and whether it was sent."""
     return DraftDetail.model_validate(await draft_of(ctx.session, ctx.tenant_id, args.draft))
@@ -278,19 +302,18 @@ def draft_label(draft: EmailDraft) -> str:
     return f"draft {draft.id} to {draft.to_address} (“{draft.subject}”)"
 
 
-async def preview_update_draft(ctx: ToolContext, args: UpdateDraftArgs) -> Effect:
+async def plan_update_draft(ctx: ToolContext, args: UpdateDraftArgs) -> RowUpdate[EmailDraft]:
     draft = await draft_of(ctx.session, ctx.tenant_id, args.draft, lock=ctx.lock_reads)
     wanted = await draft_changes(ctx.session, draft, args)
-    before = {name: getattr(draft, name) for name in wanted}
-    return record_change("draft", draft.id, draft_label(draft), before, wanted)
+    return RowUpdate(args=args, kind="draft", row=draft, label=draft_label(draft), wanted=wanted)
 
 
-@tool(risk="low", category="write", preview=preview_update_draft)
-async def update_draft(ctx: ToolContext, args: UpdateDraftArgs) -> Updated[DraftDetail]:
+@tool(risk="low", category="write", plan=plan_update_draft)
+async def update_draft(ctx: ToolContext, plan: RowUpdate[EmailDraft]) -> Updated[DraftDetail]:
     """Edit an unsent draft: recipient, subject, body or HTML. Nothing is sent; the result lists the
     previous and new values."""
-    draft = await draft_of(ctx.session, ctx.tenant_id, args.draft, lock=True)
-    previous, changed = await edit_draft(ctx.session, draft, args, DraftEditor(ctx.caller.user_id, "tool"))
+    draft, editor = plan.row, DraftEditor(ctx.caller.user_id, "tool")
+    previous, changed = await edited(ctx.session, draft, plan.wanted, editor)
     return Updated[DraftDetail](record=DraftDetail.model_validate(draft), previous=previous, changed=changed)
 
 
@@ -333,18 +356,28 @@ def draft_content(draft: EmailDraft) -> EmailContent:
     return EmailContent(subject=draft.subject, body=draft.body, html_body=draft.html_body)
 
 
-async def preview_send_draft(ctx: ToolContext, args: DraftArgs) -> Effect:
-    """The draft's recipient, subject and body as they are now: what will be sent."""
-    draft = await unsent_draft(ctx, args.draft, lock=ctx.lock_reads)
-    email = email_effect(draft.to_address, draft_content(draft))
-    return email.model_copy(update={"summary": one_line(f"Sends draft {draft.id}: {email.summary}")})
+@dataclass(kw_only=True)
+class SendDraftPlan(Plan):
+    """The draft to send, read (and locked, when it runs) by the plan: what it holds is what leaves."""
+
+    draft: EmailDraft
+
+    def effect(self) -> Effect:
+        """The draft's recipient, subject and body as the plan read them: what will be sent."""
+        draft = self.draft
+        email = email_effect(draft.to_address, draft_content(draft))
+        return email.model_copy(update={"summary": one_line(f"Sends draft {draft.id}: {email.summary}")})
 
 
-@tool(risk="high", category="external", preview=preview_send_draft)
-async def send_draft(ctx: ToolContext, args: DraftArgs) -> SentDraft:
+async def plan_send_draft(ctx: ToolContext, args: DraftArgs) -> SendDraftPlan:
+    return SendDraftPlan(args=args, draft=await unsent_draft(ctx, args.draft, lock=ctx.lock_reads))
+
+
+@tool(risk="high", category="external", plan=plan_send_draft)
+async def send_draft(ctx: ToolContext, plan: SendDraftPlan) -> SentDraft:
     """Send a saved draft by id, as send_email would: it waits for approval, is queued and delivered
     after the turn, and can be cancelled until then. A draft is sent once."""
-    draft = await unsent_draft(ctx, args.draft, lock=True)
+    draft = plan.draft
     queued = await queued_once(ctx, draft.to_address, draft_content(draft), draft.lead_id)
     draft.sent_outbox_id = queued.outbox_id
     await saved(ctx, draft)

@@ -7,17 +7,19 @@ already queued instead of queueing a second one. `deliver_email` (activities/ema
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import nh3
-from pydantic import BaseModel, EmailStr, Field
+from pydantic import BaseModel, Field
 from sqlalchemy import select, update
 from sqlalchemy.dialects.postgresql import insert
 
 from countersign.core.effects import Effect, OutgoingMessage, one_line
 from countersign.db.schema import EmailOutbox, Lead
-from tools.leads import find_lead, lead_label
-from tools.registry import ToolArgs, ToolContext, ToolFailure, UndoOutcome, compensates, tool
+from tools.leads import find_lead, lead_label, lead_named
+from tools.registry import Plan, ToolArgs, ToolContext, ToolFailure, UndoOutcome, compensates, tool
+from tools.resolve import Address
 
 
 class EmailContent(ToolArgs):
@@ -35,7 +37,7 @@ class EmailContent(ToolArgs):
 
 
 class SendEmailArgs(EmailContent):
-    to: EmailStr = Field(description="The recipient's email address (one address, no display name)")
+    to: Address = Field(description="The recipient's email address (one address, no display name)")
     lead: str | None = Field(
         None,
         min_length=1,
@@ -53,14 +55,6 @@ def sanitized_html(html: str | None) -> str | None:
     """The HTML with only Ammonia's allow-listed tags and attributes left (nh3's defaults: no script,
     style, event handler or javascript: URL; links get rel="noopener noreferrer")."""
     return None if html is None else nh3.clean(html)
-
-
-async def lead_of(ctx: ToolContext, ref: str | None, to: str) -> int | None:
-    """The id of the lead an email is about, which must be the recipient (no mail "about" one lead
-    sent to someone else)."""
-    if ref is None:
-        return None
-    return addressed_to(await find_lead(ctx, ref), to).id
 
 
 def addressed_to(lead: Lead, to: str) -> Lead:
@@ -106,19 +100,32 @@ def email_effect(to: str, content: EmailContent, about: str | None = None) -> Ef
     return Effect(summary=one_line(f"Email to {to}{regarding}: “{content.subject}”"), messages=[message])
 
 
-async def preview_send_email(ctx: ToolContext, args: SendEmailArgs) -> Effect:
+@dataclass(kw_only=True)
+class EmailPlan(Plan):
+    """One email as it will leave: to `args.to`, about `lead` when the call names one."""
+
+    args: SendEmailArgs
+    lead: Lead | None
+
+    def effect(self) -> Effect:
+        return email_effect(self.args.to, self.args, lead_label(self.lead) if self.lead else None)
+
+
+async def plan_send_email(ctx: ToolContext, args: SendEmailArgs) -> EmailPlan:
+    """The email, and the lead it is about (its address must be `to`: an email about a lead is
+    never sent to someone else)."""
     if args.lead is None:
-        return email_effect(args.to, args)
+        return EmailPlan(args=args, lead=None)
     lead = addressed_to(await find_lead(ctx, args.lead, lock=ctx.lock_reads), args.to)
-    return email_effect(args.to, args, lead_label(lead))
+    return EmailPlan(args=args, lead=lead, named={"lead": lead_named(lead)})
 
 
-@tool(risk="high", category="external", preview=preview_send_email)
-async def send_email(ctx: ToolContext, args: SendEmailArgs) -> QueuedEmail:
+@tool(risk="high", category="external", plan=plan_send_email)
+async def send_email(ctx: ToolContext, plan: EmailPlan) -> QueuedEmail:
     """Send an email to one address: plain text, optionally with an HTML version, optionally about
     one of the workspace's leads. The email is queued and delivered after the turn; the result's
     status says where it stands ("queued" until delivered)."""
-    return await queued_once(ctx, args.to, args, await lead_of(ctx, args.lead, args.to))
+    return await queued_once(ctx, plan.args.to, plan.args, plan.lead.id if plan.lead else None)
 
 
 async def queued_once(

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-from tools.effects import reads_only
 from tools.registry import ToolArgs, ToolContext, ToolFailure, tool
 
 
@@ -22,7 +21,7 @@ class HumanAnswer(BaseModel):
     answer: str
 
 
-@tool(risk="low", category="read", preview=reads_only)
+@tool(risk="low", category="read")
 async def ask_human(ctx: ToolContext, args: AskHumanArgs) -> HumanAnswer:
     """Ask the user a question and wait for their answer. Use it for information only the user has,
     or to confirm an intention before acting on it."""

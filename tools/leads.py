@@ -3,6 +3,7 @@ is scoped to the caller's tenant; the score's rules are countersign/core/leadsco
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
@@ -14,8 +15,8 @@ from countersign.core.effects import Creation, Effect, one_line
 from countersign.core.leadscore import LeadScore
 from countersign.db.leads import current_score, forget_status_change, record_lead_event, rescore
 from countersign.db.schema import Lead, LeadEvent
-from tools.effects import reads_only, record_change
-from tools.registry import ToolArgs, ToolContext, ToolFailure, UndoOutcome, compensates, record_id, tool
+from tools.effects import record_change
+from tools.registry import Plan, ToolArgs, ToolContext, ToolFailure, UndoOutcome, compensates, record_id, tool
 from tools.resolve import RowView, as_json, locked_row, restore_fields, same_text, saved
 
 LeadStatus = Literal["new", "contacted", "qualified", "disqualified", "converted"]
@@ -83,7 +84,7 @@ async def find_lead(ctx: ToolContext, ref: str, *, lock: bool = False) -> Lead:
     return await lead_by_ref(ctx.session, ctx.tenant_id, ref, lock=lock)
 
 
-@tool(risk="low", category="read", preview=reads_only)
+@tool(risk="low", category="read")
 async def search_leads(ctx: ToolContext, args: SearchLeadsArgs) -> LeadList:
     """Search the workspace's leads by name, email or company (case-insensitive substring)."""
     pattern = f"%{args.query}%"
@@ -98,7 +99,7 @@ async def search_leads(ctx: ToolContext, args: SearchLeadsArgs) -> LeadList:
     return LeadList(leads=leads, count=len(leads))
 
 
-@tool(risk="low", category="read", preview=reads_only)
+@tool(risk="low", category="read")
 async def get_lead(ctx: ToolContext, args: GetLeadArgs) -> LeadView:
     """Get one lead by email address or id, with its status, owner, notes, score (0-100) and last
     engagement."""
@@ -111,23 +112,43 @@ def lead_label(lead: Lead) -> str:
     return f"{who} ({lead.email})"
 
 
-async def preview_lead_status(ctx: ToolContext, args: UpdateLeadStatusArgs) -> Effect:
+def lead_named(lead: Lead) -> str:
+    """A lead's canonical spelling in a plan's arguments: its email, lowercased (shared/CONTRACT.md)."""
+    return lead.email.lower()
+
+
+@dataclass(kw_only=True)
+class LeadPlan(Plan):
+    """A call about one lead, resolved (and locked, when it runs) by its plan."""
+
+    lead: Lead
+
+
+@dataclass(kw_only=True)
+class LeadStatusPlan(LeadPlan):
+    args: UpdateLeadStatusArgs
+    previous: str  # the status the plan read: what the change starts from
+
+    def effect(self) -> Effect:
+        before, after = {"status": self.previous}, {"status": self.args.new_status}
+        return record_change("lead", self.lead.id, lead_label(self.lead), before, after)
+
+
+async def plan_lead_status(ctx: ToolContext, args: UpdateLeadStatusArgs) -> LeadStatusPlan:
     lead = await find_lead(ctx, args.lead, lock=ctx.lock_reads)
-    return record_change(
-        "lead", lead.id, lead_label(lead), {"status": lead.status}, {"status": args.new_status}
-    )
+    return LeadStatusPlan(args=args, lead=lead, previous=lead.status, named={"lead": lead_named(lead)})
 
 
-@tool(risk="high", category="write", free_args=("reason",), preview=preview_lead_status)
-async def update_lead_status(ctx: ToolContext, args: UpdateLeadStatusArgs) -> LeadStatusChange:
+@tool(risk="high", category="write", free_args=("reason",), plan=plan_lead_status)
+async def update_lead_status(ctx: ToolContext, plan: LeadStatusPlan) -> LeadStatusChange:
     """Set a lead's qualification status (new, contacted, qualified, disqualified, converted).
 
     `lead` is the lead's email address or id; give a short `reason`. Setting the status it already has
     changes nothing (`changed` is false). Needs a reviewer's approval unless the agent is allowed more.
     """
-    lead = await find_lead(ctx, args.lead, lock=True)
-    previous = lead.status
-    if previous != args.new_status:
+    lead, args = plan.lead, plan.args
+    changed = plan.previous != args.new_status
+    if changed:
         lead.status = args.new_status
         lead = await saved(ctx, lead)
         await record_lead_event(
@@ -136,13 +157,13 @@ async def update_lead_status(ctx: ToolContext, args: UpdateLeadStatusArgs) -> Le
             "status_changed",
             ctx.caller.user_id,
             note=args.reason,
-            previous_status=previous,
+            previous_status=plan.previous,
         )
     return LeadStatusChange(
         lead=LeadView.model_validate(lead),
-        previous_status=previous,
+        previous_status=plan.previous,
         new_status=args.new_status,
-        changed=previous != args.new_status,
+        changed=changed,
     )
 
 
@@ -190,7 +211,7 @@ def score_view(lead: Lead, scored: LeadScore) -> LeadScoreView:
     )
 
 
-@tool(risk="low", category="read", preview=reads_only)
+@tool(risk="low", category="read")
 async def get_lead_score(ctx: ToolContext, args: GetLeadArgs) -> LeadScoreView:
     """A lead's score (0-100) with the parts that make it up: source, company, emails delivered,
     replies, meetings booked, status and status history. Use it to rank and qualify leads, and quote
@@ -211,19 +232,28 @@ class RecordedReply(LeadScoreView):
     changed: dict[str, Any]
 
 
-async def preview_lead_reply(ctx: ToolContext, args: RecordReplyArgs) -> Effect:
-    """The reply recorded on the lead (its last engagement becomes the moment the call runs, and its
-    score follows: derived, not part of the effect)."""
-    label = lead_label(await find_lead(ctx, args.lead, lock=ctx.lock_reads))
-    reply = Creation(kind="lead event", label=f"reply from {label}", fields={"summary": args.summary})
-    return Effect(summary=one_line(f"Records a reply from {label}: {args.summary}"), creates=[reply])
+@dataclass(kw_only=True)
+class ReplyPlan(LeadPlan):
+    args: RecordReplyArgs
+
+    def effect(self) -> Effect:
+        """The reply recorded on the lead (its last engagement becomes the moment the call runs, and
+        its score follows: derived, not part of the effect)."""
+        label, summary = lead_label(self.lead), self.args.summary
+        reply = Creation(kind="lead event", label=f"reply from {label}", fields={"summary": summary})
+        return Effect(summary=one_line(f"Records a reply from {label}: {summary}"), creates=[reply])
 
 
-@tool(risk="low", category="write", preview=preview_lead_reply)
-async def record_lead_reply(ctx: ToolContext, args: RecordReplyArgs) -> RecordedReply:
+async def plan_lead_reply(ctx: ToolContext, args: RecordReplyArgs) -> ReplyPlan:
+    lead = await find_lead(ctx, args.lead, lock=ctx.lock_reads)
+    return ReplyPlan(args=args, lead=lead, named={"lead": lead_named(lead)})
+
+
+@tool(risk="low", category="write", plan=plan_lead_reply)
+async def record_lead_reply(ctx: ToolContext, plan: ReplyPlan) -> RecordedReply:
     """Record that a lead answered (an email reply, say, as the user reports it); the lead's score
     and last engagement are updated and the new score returned with its parts."""
-    lead = await find_lead(ctx, args.lead, lock=True)
+    lead, args = plan.lead, plan.args
     previous = {"last_engaged_at": as_json(lead.last_engaged_at)}
     event, scored = await record_lead_event(
         ctx.session, lead, "email_answered", ctx.caller.user_id, note=args.summary

@@ -13,17 +13,17 @@ from __future__ import annotations
 from pydantic import Field
 from sqlalchemy import select
 
-from countersign.core.effects import Effect
 from countersign.db.schema import MeetingSession, User
-from tools.registry import Needs, ToolArgs, ToolContext, ToolFailure, compensates, tool
-from tools.resolve import NeedsInput, Person, answers_needs, needs, resolve_caller
+from tools.registry import Needs, NeedsInput, ToolArgs, ToolContext, ToolFailure, compensates, tool
+from tools.resolve import Person, needs, resolve_caller
 from tools.scheduling import (
     MAX_SLOTS,
     BookedMeeting,
     Booking,
+    BookingPlan,
     book,
     booking,
-    booking_effect,
+    booking_plan,
     cancel_booking,
     proposed_start,
     still_open,
@@ -96,24 +96,23 @@ async def accepting(ctx: ToolContext, args: AcceptMeetingArgs, *, lock: bool) ->
     return await booking(ctx, requester, caller, start, session.duration_minutes, session, lock=lock)
 
 
-async def preview_accept_meeting(ctx: ToolContext, args: AcceptMeetingArgs) -> Effect:
-    return await booking_effect(ctx, await accepting(ctx, args, lock=ctx.lock_reads))
+async def plan_accept_meeting(ctx: ToolContext, args: AcceptMeetingArgs) -> BookingPlan:
+    return await booking_plan(ctx, args, await accepting(ctx, args, lock=ctx.lock_reads))
 
 
 @tool(
     risk="medium",
     category="external",
     scopes=("calendar:availability", "calendar:book"),
-    preview=preview_accept_meeting,
+    plan=plan_accept_meeting,
 )
-@answers_needs
-async def accept_meeting(ctx: ToolContext, args: AcceptMeetingArgs) -> BookedMeeting:
+async def accept_meeting(ctx: ToolContext, plan: BookingPlan) -> BookedMeeting:
     """Accept a meeting someone proposed to the user: book proposed time `selection` of `session`
     (list_notifications shows the proposals addressed to the user; without a selection, or with
     several open and no session, this answers `needs` listing them). Both calendars are checked
     again (CONFLICT if taken meanwhile), both people get an invite by email, the proposal's
     notification is resolved and the requester is notified. Accept only the time the user chose."""
-    return await book(ctx, await accepting(ctx, args, lock=True))
+    return await book(ctx, plan.booking)
 
 
 compensates(accept_meeting)(cancel_booking)

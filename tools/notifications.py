@@ -7,6 +7,7 @@ another user's look exactly like none.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
@@ -21,11 +22,10 @@ from countersign.db.notifications import (
     visible_to,
 )
 from countersign.db.schema import Notification
-from tools.effects import reads_only, record_change
-from tools.registry import ToolArgs, ToolContext, ToolFailure, UndoOutcome, compensates, record_id, tool
+from tools.effects import record_change
+from tools.registry import Plan, ToolArgs, ToolContext, ToolFailure, UndoOutcome, compensates, record_id, tool
 from tools.resolve import (
     RowView,
-    answers_needs,
     containing,
     locked_row,
     match_first,
@@ -58,7 +58,7 @@ class NotificationList(BaseModel):
     notifications: list[NotificationView]
 
 
-@tool(risk="low", category="read", preview=reads_only)
+@tool(risk="low", category="read")
 async def list_notifications(ctx: ToolContext, args: ListNotificationsArgs) -> NotificationList:
     """The user's notifications, newest first (default: the open ones): meeting proposals addressed
     to them (accept one with accept_meeting), bookings others made with them, approval reminders."""
@@ -99,23 +99,34 @@ async def find_notification(ctx: ToolContext, ref: str) -> Notification:
     return rows[0]
 
 
-async def preview_resolve_notification(ctx: ToolContext, args: ResolveNotificationArgs) -> Effect:
-    """Its status (the time it is resolved at is the moment the call runs, not part of the effect)."""
+@dataclass(kw_only=True)
+class ResolvePlan(Plan):
+    args: ResolveNotificationArgs
+    notification: Notification
+    resolver: str
+
+    def effect(self) -> Effect:
+        """Its status (the time it is resolved at is the moment the call runs, not part of the effect)."""
+        notification = self.notification
+        label = one_line(f"notification {notification.id} ({notification.kind}: {notification.message})", 160)
+        after = {"status": "resolved", "resolved_by": self.resolver}
+        if notification.status != "open":
+            after = {}  # already resolved: left as it is
+        before = {"status": notification.status, "resolved_by": notification.resolved_by}
+        return record_change("notification", notification.id, label, before, after)
+
+
+async def plan_resolve_notification(ctx: ToolContext, args: ResolveNotificationArgs) -> ResolvePlan:
     notification = await find_notification(ctx, args.notification)
-    label = one_line(f"notification {notification.id} ({notification.kind}: {notification.message})", 160)
-    after = {"status": "resolved", "resolved_by": ctx.caller.user_id}
-    if notification.status != "open":
-        after = {}  # already resolved: left as it is
-    before = {"status": notification.status, "resolved_by": notification.resolved_by}
-    return record_change("notification", notification.id, label, before, after)
+    named = {"notification": str(notification.id)}
+    return ResolvePlan(args=args, notification=notification, resolver=ctx.caller.user_id, named=named)
 
 
-@tool(risk="low", category="write", preview=preview_resolve_notification)
-@answers_needs
-async def resolve_notification(ctx: ToolContext, args: ResolveNotificationArgs) -> ResolvedNotification:
+@tool(risk="low", category="write", plan=plan_resolve_notification)
+async def resolve_notification(ctx: ToolContext, plan: ResolvePlan) -> ResolvedNotification:
     """Mark one of the user's open notifications resolved, named by its id or by words from its
     message, with an optional note on what was done. An already resolved one is left as it is."""
-    notification = await find_notification(ctx, args.notification)
+    notification, args = plan.notification, plan.args
     changed = mark_resolved(notification, ctx.caller.user_id, ctx.now)
     if changed:
         notification = await saved(ctx, notification)

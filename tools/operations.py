@@ -14,11 +14,10 @@ from typing import Any, ClassVar, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from sqlalchemy import ColumnElement, select
 
-from countersign.core.effects import Creation, Effect, one_line
 from countersign.core.guards import MAX_ROWS
 from countersign.db.leads import rescore_attendees
 from countersign.db.schema import CalendarEvent, Project, Task
-from tools.effects import json_fields, reads_only, record_change
+from tools.effects import RowCreation, RowUpdate
 from tools.registry import ToolArgs, ToolContext, ToolFailure, UndoOutcome, compensates, tool
 from tools.resolve import (
     ChangeArgs,
@@ -26,7 +25,6 @@ from tools.resolve import (
     Updated,
     UtcDatetime,
     answers_needs,
-    apply_changes,
     as_json,
     belongs_to,
     cancel_created,
@@ -227,7 +225,7 @@ async def task_filters(ctx: ToolContext, args: ListTasksArgs) -> list[ColumnElem
     return filters
 
 
-@tool(risk="low", category="read", preview=reads_only)
+@tool(risk="low", category="read")
 @answers_needs
 async def list_tasks(ctx: ToolContext, args: ListTasksArgs) -> TaskList:
     """List the workspace's tasks, soonest due first, optionally only those with a status, of an
@@ -264,23 +262,16 @@ async def new_task(ctx: ToolContext, args: CreateTaskArgs) -> dict[str, Any]:
     }
 
 
-def creation(kind: str, label: str, values: dict[str, Any]) -> Effect:
-    """The effect of creating one row with these column values."""
-    created = Creation(kind=kind, label=label, fields=json_fields(values))
-    return Effect(summary=one_line(f"Creates {label}"), creates=[created])
+async def plan_create_task(ctx: ToolContext, args: CreateTaskArgs) -> RowCreation:
+    return RowCreation(args=args, kind="task", label=f"task “{args.title}”", values=await new_task(ctx, args))
 
 
-async def preview_create_task(ctx: ToolContext, args: CreateTaskArgs) -> Effect:
-    return creation("task", f"task “{args.title}”", await new_task(ctx, args))
-
-
-@tool(risk="medium", category="write", preview=preview_create_task)
-@answers_needs
-async def create_task(ctx: ToolContext, args: CreateTaskArgs) -> TaskView:
+@tool(risk="medium", category="write", plan=plan_create_task)
+async def create_task(ctx: ToolContext, plan: RowCreation) -> TaskView:
     """Create a task, optionally with a description, a due date (YYYY-MM-DD), an assignee (user id,
     display name or email), a project (name or id) and an initial status (open unless given). It is
     created by the user."""
-    task = Task(tenant_id=ctx.tenant_id, **await new_task(ctx, args))
+    task = Task(tenant_id=ctx.tenant_id, **plan.values)
     return await task_view(ctx, await saved(ctx, task))
 
 
@@ -291,31 +282,22 @@ async def cancel_created_task(
     return await cancel_created(ctx, Task, result)
 
 
-async def task_update(ctx: ToolContext, args: UpdateTaskArgs, *, lock: bool) -> tuple[Task, dict[str, Any]]:
+async def plan_update_task(ctx: ToolContext, args: UpdateTaskArgs) -> RowUpdate[Task]:
     """The task an update names and the column values it sets."""
     wanted = args.provided("status", "title", "description", "due_date")
     wanted |= await task_references(ctx, args.assignee, args.project)
-    return await find_task(ctx, args.task, lock=lock), wanted
+    task = await find_task(ctx, args.task, lock=ctx.lock_reads)
+    label = f"task {task.id} “{task.title}”"
+    return RowUpdate(args=args, kind="task", row=task, label=label, wanted=wanted, ref="task")
 
 
-def changed_row(kind: str, row: Task | Project | CalendarEvent, label: str, wanted: dict[str, Any]) -> Effect:
-    return record_change(kind, row.id, label, {name: getattr(row, name) for name in wanted}, wanted)
-
-
-async def preview_update_task(ctx: ToolContext, args: UpdateTaskArgs) -> Effect:
-    task, wanted = await task_update(ctx, args, lock=ctx.lock_reads)
-    return changed_row("task", task, f"task {task.id} “{task.title}”", wanted)
-
-
-@tool(risk="medium", category="write", preview=preview_update_task)
-@answers_needs
-async def update_task(ctx: ToolContext, args: UpdateTaskArgs) -> Updated[TaskView]:
+@tool(risk="medium", category="write", plan=plan_update_task)
+async def update_task(ctx: ToolContext, plan: RowUpdate[Task]) -> Updated[TaskView]:
     """Change a task, named by its id or exact title: its status (open, in_progress, done, cancelled),
     title, description, due date, assignee (user id, name or email) or project. Only the fields given
     change; the result lists their previous and new values."""
-    task, wanted = await task_update(ctx, args, lock=True)
-    previous, changed = apply_changes(task, wanted)
-    task = await saved(ctx, task)
+    previous, changed = plan.write()
+    task = await saved(ctx, plan.row)
     return Updated[TaskView](record=await task_view(ctx, task), previous=previous, changed=changed)
 
 
@@ -349,7 +331,7 @@ class UpdateProjectArgs(ChangeArgs):
     name: str | None = Field(None, min_length=1, max_length=200, description="New name")
 
 
-@tool(risk="low", category="read", preview=reads_only)
+@tool(risk="low", category="read")
 async def list_projects(ctx: ToolContext, args: ListProjectsArgs) -> ProjectList:
     """List the workspace's projects by name, optionally only those with a status
     (planned, active, on_hold, done, cancelled)."""
@@ -373,15 +355,16 @@ async def new_project(ctx: ToolContext, args: CreateProjectArgs) -> dict[str, An
     }
 
 
-async def preview_create_project(ctx: ToolContext, args: CreateProjectArgs) -> Effect:
-    return creation("project", f"project “{args.name}”", await new_project(ctx, args))
+async def plan_create_project(ctx: ToolContext, args: CreateProjectArgs) -> RowCreation:
+    values = await new_project(ctx, args)
+    return RowCreation(args=args, kind="project", label=f"project “{args.name}”", values=values)
 
 
-@tool(risk="medium", category="write", preview=preview_create_project)
-async def create_project(ctx: ToolContext, args: CreateProjectArgs) -> ProjectView:
+@tool(risk="medium", category="write", plan=plan_create_project)
+async def create_project(ctx: ToolContext, plan: RowCreation) -> ProjectView:
     """Create a project owned by the user, with a unique name, an optional description and due date
     (YYYY-MM-DD). It starts as planned."""
-    project = Project(tenant_id=ctx.tenant_id, **await new_project(ctx, args))
+    project = Project(tenant_id=ctx.tenant_id, **plan.values)
     return ProjectView.model_validate(await saved(ctx, project))
 
 
@@ -392,30 +375,23 @@ async def cancel_created_project(
     return await cancel_created(ctx, Project, result)
 
 
-async def project_update(
-    ctx: ToolContext, args: UpdateProjectArgs, *, lock: bool
-) -> tuple[Project, dict[str, Any]]:
+async def plan_update_project(ctx: ToolContext, args: UpdateProjectArgs) -> RowUpdate[Project]:
     """The project an update names and the column values it sets (a new name must be free)."""
-    project = await find_project(ctx, args.project, lock=lock)
+    project = await find_project(ctx, args.project, lock=ctx.lock_reads)
     if args.name is not None and args.name.lower() != project.name.lower():
         await ensure_project_name_free(ctx, args.name)
-    return project, args.provided("status", "description", "due_date", "name")
+    wanted = args.provided("status", "description", "due_date", "name")
+    label = f"project {project.id} “{project.name}”"
+    return RowUpdate(args=args, kind="project", row=project, label=label, wanted=wanted, ref="project")
 
 
-async def preview_update_project(ctx: ToolContext, args: UpdateProjectArgs) -> Effect:
-    project, wanted = await project_update(ctx, args, lock=ctx.lock_reads)
-    return changed_row("project", project, f"project {project.id} “{project.name}”", wanted)
-
-
-@tool(risk="medium", category="write", preview=preview_update_project)
-@answers_needs
-async def update_project(ctx: ToolContext, args: UpdateProjectArgs) -> Updated[ProjectView]:
+@tool(risk="medium", category="write", plan=plan_update_project)
+async def update_project(ctx: ToolContext, plan: RowUpdate[Project]) -> Updated[ProjectView]:
     """Change a project, named by its name or id: its status (planned, active, on_hold, done,
     cancelled), description, due date or name. Only the fields given change; the result lists their
     previous and new values."""
-    project, wanted = await project_update(ctx, args, lock=True)
-    previous, changed = apply_changes(project, wanted)
-    project = await saved(ctx, project)
+    previous, changed = plan.write()
+    project = await saved(ctx, plan.row)
     return Updated[ProjectView](
         record=ProjectView.model_validate(project), previous=previous, changed=changed
     )
@@ -482,7 +458,7 @@ async def attendee_handles(ctx: ToolContext, refs: Sequence[str]) -> list[str]:
     return list(dict.fromkeys(await resolve_attendees(ctx, refs)))
 
 
-@tool(risk="low", category="read", preview=reads_only)
+@tool(risk="low", category="read")
 @answers_needs
 async def list_events(ctx: ToolContext, args: ListEventsArgs) -> EventList:
     """List calendar events (not cancelled ones) in time order, from `from` (default: now) to `to`
@@ -515,19 +491,18 @@ async def new_event(ctx: ToolContext, args: CreateEventArgs) -> dict[str, Any]:
     }
 
 
-async def preview_create_event(ctx: ToolContext, args: CreateEventArgs) -> Effect:
+async def plan_create_event(ctx: ToolContext, args: CreateEventArgs) -> RowCreation:
     label = f"{args.type} “{args.title}” at {args.starts_at.isoformat()}"
-    return creation("event", label, await new_event(ctx, args))
+    return RowCreation(args=args, kind="event", label=label, values=await new_event(ctx, args))
 
 
-@tool(risk="medium", category="write", preview=preview_create_event)
-@answers_needs
-async def create_event(ctx: ToolContext, args: CreateEventArgs) -> EventView:
+@tool(risk="medium", category="write", plan=plan_create_event)
+async def create_event(ctx: ToolContext, plan: RowCreation) -> EventView:
     """Put a confirmed event on the calendar, owned by the user. Times are ISO date-times with a time
     zone; attendees are user ids, names or emails (outside emails are invited as written); `type` is
     meeting (the default), call, demo, deadline, reminder or other. This does not check for conflicts:
     look at list_events first."""
-    event = CalendarEvent(tenant_id=ctx.tenant_id, **await new_event(ctx, args))
+    event = CalendarEvent(tenant_id=ctx.tenant_id, **plan.values)
     event = await saved(ctx, event)
     await rescore_attendees(ctx.session, ctx.tenant_id, event.attendees)
     return EventView.model_validate(event)
@@ -542,35 +517,26 @@ async def cancel_created_event(
     return outcome
 
 
-async def event_update(
-    ctx: ToolContext, args: UpdateEventArgs, *, lock: bool
-) -> tuple[CalendarEvent, dict[str, Any]]:
+async def plan_update_event(ctx: ToolContext, args: UpdateEventArgs) -> RowUpdate[CalendarEvent]:
     """The event an update names and the column values it sets (it must still end after it starts)."""
     wanted = args.provided("title", "starts_at", "ends_at", "location", "description", "status", "type")
     if args.attendees is not None:
         wanted["attendees"] = await attendee_handles(ctx, args.attendees)
-    event = await find_event(ctx, args.event, lock=lock)
+    event = await find_event(ctx, args.event, lock=ctx.lock_reads)
     if wanted.get("ends_at", event.ends_at) <= wanted.get("starts_at", event.starts_at):
         raise ToolFailure("VALIDATION_ERROR", "the event would end before it starts")
-    return event, wanted
+    label = f"event {event.id} “{event.title}” at {event.starts_at.isoformat()}"
+    return RowUpdate(args=args, kind="event", row=event, label=label, wanted=wanted, ref="event")
 
 
-async def preview_update_event(ctx: ToolContext, args: UpdateEventArgs) -> Effect:
-    event, wanted = await event_update(ctx, args, lock=ctx.lock_reads)
-    return changed_row(
-        "event", event, f"event {event.id} “{event.title}” at {event.starts_at.isoformat()}", wanted
-    )
-
-
-@tool(risk="medium", category="write", preview=preview_update_event)
-@answers_needs
-async def update_event(ctx: ToolContext, args: UpdateEventArgs) -> Updated[EventView]:
+@tool(risk="medium", category="write", plan=plan_update_event)
+async def update_event(ctx: ToolContext, plan: RowUpdate[CalendarEvent]) -> Updated[EventView]:
     """Change a calendar event, named by its id or exact title: title, start or end (ISO date-times
     with a time zone), the full attendee list, location, description, status (tentative, confirmed,
     cancelled) or type. Only the fields given change; the result lists their previous and new values."""
-    event, wanted = await event_update(ctx, args, lock=True)
+    event = plan.row
     before = list(event.attendees)
-    previous, changed = apply_changes(event, wanted)
+    previous, changed = plan.write()
     event = await saved(ctx, event)
     await rescore_attendees(ctx.session, ctx.tenant_id, [*before, *event.attendees])
     return Updated[EventView](record=EventView.model_validate(event), previous=previous, changed=changed)

@@ -3,6 +3,7 @@ through send_email's outbox, approval and undo window)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, Field
@@ -13,17 +14,17 @@ from countersign.core.effects import Creation, Effect, one_line
 from countersign.db.schema import EmailDraft
 from tools.email import (
     EmailContent,
+    EmailPlan,
     QueuedEmail,
     SendEmailArgs,
     cancel_queued_email,
     email_effect,
-    lead_of,
-    preview_send_email,
+    plan_send_email,
     queued_once,
     sanitized_html,
 )
-from tools.registry import ToolContext, ToolFailure, UndoOutcome, compensates, tool
-from tools.resolve import answers_needs, resolve_contact
+from tools.registry import Plan, ToolContext, ToolFailure, UndoOutcome, compensates, tool
+from tools.resolve import resolve_contact
 
 
 class DraftView(BaseModel):
@@ -34,21 +35,30 @@ class DraftView(BaseModel):
     has_html: bool
 
 
-async def preview_draft_email(ctx: ToolContext, args: SendEmailArgs) -> Effect:
-    """A draft is stored, nothing sent: the effect is the draft as it will exist."""
-    email = await preview_send_email(ctx, args)
-    message = email.messages[0]
-    draft = Creation(
-        kind="draft", label=f"draft to {message.to[0]}", fields=message.model_dump(exclude={"channel"})
-    )
-    return Effect(summary=one_line(f"Saves a draft (nothing is sent): {email.summary}"), creates=[draft])
+@dataclass(kw_only=True)
+class DraftPlan(EmailPlan):
+    """send_email's plan, kept as a draft: nothing is sent."""
+
+    def effect(self) -> Effect:
+        """The draft as it will exist."""
+        email = super().effect()
+        message = email.messages[0]
+        draft = Creation(
+            kind="draft", label=f"draft to {message.to[0]}", fields=message.model_dump(exclude={"channel"})
+        )
+        return Effect(summary=one_line(f"Saves a draft (nothing is sent): {email.summary}"), creates=[draft])
 
 
-@tool(risk="low", category="write", preview=preview_draft_email)
-async def draft_email(ctx: ToolContext, args: SendEmailArgs) -> DraftView:
+async def plan_draft_email(ctx: ToolContext, args: SendEmailArgs) -> DraftPlan:
+    email = await plan_send_email(ctx, args)
+    return DraftPlan(args=email.args, lead=email.lead, named=email.named)
+
+
+@tool(risk="low", category="write", plan=plan_draft_email)
+async def draft_email(ctx: ToolContext, plan: DraftPlan) -> DraftView:
     """Save an email as a draft for a person to review and send: nothing is sent. Same fields as
     send_email (`lead`: the lead it is about, whose address `to` must be)."""
-    lead_id = await lead_of(ctx, args.lead, args.to)
+    args, lead_id = plan.args, plan.lead.id if plan.lead else None
     statement = (
         insert(EmailDraft)
         .values(
@@ -102,27 +112,33 @@ class QueuedContactEmail(QueuedEmail):
     contact: str
 
 
-async def contact_address(ctx: ToolContext, ref: str) -> tuple[str, str]:
-    """(email address, name) of the contact `ref` names."""
-    contact = await resolve_contact(ctx, ref, field="contact")
+@dataclass(kw_only=True)
+class ContactEmailPlan(Plan):
+    """An email to the contact the call names, at the address the plan read."""
+
+    args: SendToContactArgs
+    address: str
+    name: str
+
+    def effect(self) -> Effect:
+        return email_effect(self.address, self.args, self.name)
+
+
+async def plan_contact_email(ctx: ToolContext, args: SendToContactArgs) -> ContactEmailPlan:
+    """The contact `args.contact` names, by its address (lowercased in the arguments policies read)."""
+    contact = await resolve_contact(ctx, args.contact, field="contact")
     if not contact.email:
         raise ToolFailure("VALIDATION_ERROR", f"the contact {contact.name!r} has no email address")
-    return contact.email, contact.name
+    named = {"contact": contact.email.strip().lower()}
+    return ContactEmailPlan(args=args, address=contact.email, name=contact.name, named=named)
 
 
-async def preview_contact_email(ctx: ToolContext, args: SendToContactArgs) -> Effect:
-    address, name = await contact_address(ctx, args.contact)
-    return email_effect(address, args, name)
-
-
-@tool(risk="high", category="external", preview=preview_contact_email)
-@answers_needs
-async def send_email_to_contact(ctx: ToolContext, args: SendToContactArgs) -> QueuedContactEmail:
+@tool(risk="high", category="external", plan=plan_contact_email)
+async def send_email_to_contact(ctx: ToolContext, plan: ContactEmailPlan) -> QueuedContactEmail:
     """Email one of the workspace's contacts, named by name or email (several matches: you are asked
     which). Queued and delivered after the turn, like send_email; plain text, optional HTML."""
-    address, name = await contact_address(ctx, args.contact)
-    queued = await queued_once(ctx, address, args)
-    return QueuedContactEmail(**queued.model_dump(), to=address, contact=name)
+    queued = await queued_once(ctx, plan.address, plan.args)
+    return QueuedContactEmail(**queued.model_dump(), to=plan.address, contact=plan.name)
 
 
 @compensates(send_email_to_contact)

@@ -82,8 +82,17 @@ from countersign.db.schema import (
     Project,
     Task,
 )
-from tools.effects import json_fields, reads_only, record_change
-from tools.registry import ToolArgs, ToolContext, ToolFailure, UndoOutcome, compensates, out_of_range, tool
+from tools.effects import json_fields, record_change
+from tools.registry import (
+    Plan,
+    ToolArgs,
+    ToolContext,
+    ToolFailure,
+    UndoOutcome,
+    compensates,
+    out_of_range,
+    tool,
+)
 
 # --- the whitelist -----------------------------------------------------------------------------------
 
@@ -218,6 +227,15 @@ COLLECTIONS: dict[CollectionName, Collection] = {
     ),
 }  # fmt: skip
 
+# A writable collection's records by the kind every other tool's plan names them with (a lead is a
+# "lead" whichever tool changes it), so one policy on `context.effect` covers them all.
+RECORD_KINDS: dict[WritableCollection, str] = {
+    "leads": "lead",
+    "contacts": "contact",
+    "tasks": "task",
+    "projects": "project",
+    "calendar_events": "event",
+}
 WRITABLE_COLLECTIONS: tuple[WritableCollection, ...] = get_args(WritableCollection)
 READ_ONLY_COLLECTIONS: tuple[ReadOnlyCollection, ...] = get_args(ReadOnlyCollection)
 
@@ -651,7 +669,7 @@ class WriteResult(BaseModel):
 # --- read tools --------------------------------------------------------------------------------------
 
 
-@tool(risk="low", category="read", preview=reads_only)
+@tool(risk="low", category="read")
 async def describe_collection(ctx: ToolContext, args: CollectionArgs) -> CollectionInfo:
     """Describe a collection: its fields, their types, which can be filtered, sorted, written, searched."""
     c = COLLECTIONS[args.collection]
@@ -673,7 +691,7 @@ async def describe_collection(ctx: ToolContext, args: CollectionArgs) -> Collect
     return CollectionInfo(collection=args.collection, fields=fields)
 
 
-@tool(risk="low", category="read", preview=reads_only)
+@tool(risk="low", category="read")
 async def query_records(ctx: ToolContext, args: QueryRecordsArgs) -> RecordList:
     """Read records of a collection that match all filters, sorted, at most `limit` of them."""
     query = (
@@ -687,7 +705,7 @@ async def query_records(ctx: ToolContext, args: QueryRecordsArgs) -> RecordList:
     return RecordList(collection=args.collection, records=records, count=len(records))
 
 
-@tool(risk="low", category="read", preview=reads_only)
+@tool(risk="low", category="read")
 async def count_records(ctx: ToolContext, args: CountRecordsArgs) -> RecordCount:
     """Count the records of a collection that match all filters."""
     c = COLLECTIONS[args.collection]
@@ -699,7 +717,7 @@ async def count_records(ctx: ToolContext, args: CountRecordsArgs) -> RecordCount
     return RecordCount(collection=args.collection, count=await ctx.session.scalar(query) or 0)
 
 
-@tool(risk="low", category="read", preview=reads_only)
+@tool(risk="low", category="read")
 async def get_record(ctx: ToolContext, args: GetRecordArgs) -> Record:
     """Read one record of a collection by id."""
     c = COLLECTIONS[args.collection]
@@ -727,7 +745,7 @@ def text_search(c: Collection, tenant_id: str, text: str, limit: int) -> Select[
     )
 
 
-@tool(risk="low", category="read", preview=reads_only)
+@tool(risk="low", category="read")
 async def search_text(ctx: ToolContext, args: SearchTextArgs) -> SearchResults:
     """Full-text search over the text fields of one or more collections (whole words; "phrases",
     OR and -word work). Best matches first."""
@@ -821,12 +839,10 @@ async def create_record(ctx: ToolContext, name: CollectionName, values: dict[str
 
 
 async def update_record(
-    ctx: ToolContext, name: CollectionName, record_id: int, values: dict[str, Any]
+    ctx: ToolContext, name: CollectionName, record_id: int, values: dict[str, Any], previous: dict[str, Any]
 ) -> WriteResult:
+    """Write `values` over the record whose fields the plan read (and locked) as `previous`."""
     c = COLLECTIONS[name]
-    previous = await lock_row(ctx, c, record_id, values)
-    if previous is None:
-        raise ToolFailure("NOT_FOUND", f"no record {record_id} in {name}")
     statement = (
         update(c.table)
         .where(c.column("tenant_id") == ctx.tenant_id, c.column("id") == record_id)
@@ -846,28 +862,45 @@ def admin_values(ctx: ToolContext, args: WriteRecordArgs) -> dict[str, Any]:
     return coerced_values(args)
 
 
-async def preview_write_record(ctx: ToolContext, args: WriteRecordArgs) -> Effect:
+@dataclass(kw_only=True)
+class WritePlan(Plan):
+    """The values to write (coerced to their columns); for a change, the fields as the plan read
+    (and locked, when it runs) them: `previous`, None for a creation."""
+
+    args: WriteRecordArgs
+    values: dict[str, Any]
+    previous: dict[str, Any] | None
+
+    def effect(self) -> Effect:
+        args, kind = self.args, RECORD_KINDS[self.args.collection]
+        if self.previous is None:
+            label = f"a {kind} in {args.collection}"
+            created = Creation(kind=kind, label=label, fields=json_fields(self.values))
+            return Effect(summary=one_line(f"Creates {label}: {created.fields}"), creates=[created])
+        label = f"{kind} {args.id} in {args.collection}"
+        return record_change(kind, args.id, label, self.previous, self.values)
+
+
+async def plan_write_record(ctx: ToolContext, args: WriteRecordArgs) -> WritePlan:
     values = admin_values(ctx, args)
     if args.id is None:
-        label = f"a record in {args.collection}"
-        created = Creation(kind=args.collection, label=label, fields=json_fields(values))
-        return Effect(summary=one_line(f"Creates {label}: {created.fields}"), creates=[created])
+        return WritePlan(args=args, values=values, previous=None)
     c = COLLECTIONS[args.collection]
     previous = await lock_row(ctx, c, args.id, values, lock=ctx.lock_reads)
     if previous is None:
         raise ToolFailure("NOT_FOUND", f"no record {args.id} in {args.collection}")
-    return record_change(args.collection, args.id, f"{args.collection} {args.id}", previous, values)
+    return WritePlan(args=args, values=values, previous=previous)
 
 
-@tool(risk="high", category="write", roles=(ADMIN,), preview=preview_write_record)
-async def write_record(ctx: ToolContext, args: WriteRecordArgs) -> WriteResult:
+@tool(risk="high", category="write", roles=(ADMIN,), plan=plan_write_record)
+async def write_record(ctx: ToolContext, plan: WritePlan) -> WriteResult:
     """Create a record (no id) or change fields of one (with its id) in a collection. Administrators
     only. describe_collection tells which fields are writable and which a new record needs."""
-    values = admin_values(ctx, args)
-    if args.id is None:
+    args, values = plan.args, plan.values
+    if plan.previous is None or args.id is None:
         result = await create_record(ctx, args.collection, values)
     else:
-        result = await update_record(ctx, args.collection, args.id, values)
+        result = await update_record(ctx, args.collection, args.id, values, plan.previous)
         await lead_history(ctx, result, undone=False)
     await rescore_touched(ctx, result)
     return result

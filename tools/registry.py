@@ -1,5 +1,7 @@
 """The tool registry: a tool is one decorated async function, declared once in typed code.
 
+A read is its body:
+
     class SearchLeadsArgs(ToolArgs):
         query: str = Field(description="Name, email or company to look for")
 
@@ -7,10 +9,19 @@
     async def search_leads(ctx: ToolContext, args: SearchLeadsArgs) -> LeadList:
         \"\"\"Search the tenant's leads.\"\"\"
 
-The name is the function's, the description its docstring, the arguments model its second
-parameter's annotation and the result model its return annotation. The OpenAI schema is generated
-from the arguments model in strict mode. Tenant, user and roles reach a tool only through
-`ToolContext`; an arguments model that declares them is refused at import time.
+A write is a plan and its application (docs/how-to/write-a-tool.md):
+
+    @tool(risk="high", category="write", plan=plan_lead_status)
+    async def update_lead_status(ctx: ToolContext, plan: LeadStatusPlan) -> LeadStatusChange:
+
+`plan(ctx, args) -> P` only reads: it resolves every reference, normalizes the arguments and returns
+a `Plan` holding everything the call will do; `P.effect()` is what a reviewer is shown, what their
+proof binds and what policies judge. The body applies exactly that plan, resolving nothing again.
+
+The name is the function's, the description its docstring, the arguments model the second
+parameter's annotation (of the plan for a write) and the result model its return annotation. The
+OpenAI schema is generated from the arguments model in strict mode. Tenant, user and roles reach a
+tool only through `ToolContext`; an arguments model that declares them is refused at import time.
 """
 
 from __future__ import annotations
@@ -20,17 +31,18 @@ import functools
 import inspect
 import math
 import re
-from collections.abc import Awaitable, Callable
+from abc import ABC, abstractmethod
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import date, datetime, timedelta
-from typing import Any, Literal, Self, get_type_hints
+from typing import Any, Literal, Self, get_origin, get_type_hints
 
-from pydantic import BaseModel, ConfigDict, model_validator
+from pydantic import BaseModel, ConfigDict, JsonValue, model_validator
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from countersign.core.access import Scope
 from countersign.core.calls import CallerContext, Category, ErrorCode, Risk, Tier, ToolSpec, call_key
-from countersign.core.effects import Effect
+from countersign.core.effects import Effect, one_line
 
 # Identity fields only the trusted caller may set; no arguments model may declare them.
 IDENTITY_FIELDS = frozenset({"tenant_id", "tenant", "user_id", "user", "roles", "role", "caller"})
@@ -106,6 +118,15 @@ class Needs(BaseModel):
     candidates: list[dict[str, Any]] = []
 
 
+class NeedsInput(Exception):
+    """Raised by a resolver that cannot pick one row: the call answers its `Needs` (a plan that
+    raises it is `Unplannable`; `tools.resolve.answers_needs` for a read)."""
+
+    def __init__(self, needs: Needs) -> None:
+        super().__init__(f"needs {sorted(needs.fields)}")
+        self.needs = needs
+
+
 @dataclass
 class ToolContext:
     """What a tool may know about the call. `session` is inside the call's transaction."""
@@ -116,11 +137,11 @@ class ToolContext:
     call_id: str
     now: datetime
     conversation_id: str = ""
-    # A preview sets it when it runs inside the transaction that makes the change: it then takes the
-    # rows it reads FOR UPDATE, so nothing changes them between the check and the change.
+    # Set when a plan is made inside the transaction that applies it: the plan then takes the rows it
+    # reads FOR UPDATE, so nothing changes them between the plan and its application.
     lock_reads: bool = False
-    # When the call was put to a reviewer (its approval request's `requested_at`), for the preview the
-    # reviewer is shown and for the run after the decision alike; None for a call nobody was asked
+    # When the call was put to a reviewer (its approval request's `requested_at`), for the plan the
+    # reviewer is shown and for the one that runs after the decision alike; None for a call nobody was asked
     # about. A default that depends on the clock (schedule_meeting's window) starts from `asked`, so
     # the run resolves what was approved however long the decision took.
     asked_at: datetime | None = None
@@ -150,10 +171,62 @@ UndoOutcome = Literal["undone", "already_undone", "never_happened", "irreversibl
 # (context, the forward call's validated arguments, the forward call's recorded result data or None
 # when the forward step never recorded one) -> outcome
 CompensationFn = Callable[[ToolContext, Any, dict[str, Any] | None], Awaitable[UndoOutcome]]
-# (context, the call's validated arguments) -> what the call would do if it ran now, resolved without
-# changing anything (countersign/core/effects.py); see tools/effects.py. It may raise what the tool
-# raises for the same arguments (ToolFailure, NeedsInput): the effect then names the problem.
-PreviewFn = Callable[[ToolContext, Any], Awaitable[Effect]]
+
+
+@dataclass(kw_only=True)
+class Plan(ABC):
+    """What one call will do, resolved once against the tenant's data and changing nothing.
+
+    A write tool's plan holds every record it changes (with the values read: its preconditions),
+    creates or deletes and every message as it will leave; `effect()` is derived from it alone, and
+    the tool's body applies exactly it. `args` are the call's validated arguments; `named` gives
+    the canonical spelling of each reference the plan resolved (a lead by its email, lowercased),
+    so `arguments()`, what policies read as `context.args`, is the same for every spelling the tool
+    accepts.
+    """
+
+    args: ToolArgs
+    named: Mapping[str, JsonValue] = field(default_factory=dict)
+
+    @abstractmethod
+    def effect(self) -> Effect:
+        """What the call will change, send and create (countersign/core/effects.py)."""
+
+    def arguments(self) -> dict[str, JsonValue]:
+        """The arguments in their canonical spelling: validated, references as `named`."""
+        values: dict[str, JsonValue] = self.args.model_dump(mode="json")
+        return values | dict(self.named)
+
+
+@dataclass(kw_only=True)
+class Reads(Plan):
+    """The plan of a tool that only reads: its normalized arguments, changing nothing."""
+
+    def effect(self) -> Effect:
+        return Effect(summary="Changes nothing: reads only")
+
+
+@dataclass(kw_only=True)
+class Unplannable(Plan):
+    """A call its plan stopped (no such record, a name matching two people): its effect names the
+    problem, which the reviewer sees, and applying it answers what stopped it."""
+
+    tool: str
+    stop: ToolFailure | NeedsInput
+
+    @property
+    def problem(self) -> str:
+        if isinstance(self.stop, NeedsInput):
+            return f"needs {', '.join(sorted(self.stop.needs.fields))}: more than one match, or none"
+        return f"{self.stop.code}: {self.stop.message}"
+
+    def effect(self) -> Effect:
+        return Effect(summary=one_line(f"{self.tool} would fail now: {self.problem}"), problem=self.problem)
+
+
+# (context, the call's validated arguments) -> the call's plan, read without changing anything. It
+# may raise what the call would meet (ToolFailure, NeedsInput): the plan is then `Unplannable`.
+PlanFn = Callable[[ToolContext, Any], Awaitable[Plan]]
 
 
 @dataclass(frozen=True)
@@ -167,13 +240,36 @@ class Tool:
     default_tier: Tier
     required_roles: tuple[str, ...]
     local: bool
+    # a read's body `(ctx, args)`; a write's `apply(ctx, plan)`, writing exactly the plan
     fn: ToolFn = field(repr=False)
-    preview: PreviewFn = field(repr=False)
+    # a write's plan; None for a read (its plan is `Reads`: the arguments, changing nothing)
+    planner: PlanFn | None = field(default=None, repr=False)
     compensation: CompensationFn | None = field(default=None, repr=False)
     # the grants the conversation's user must hold for it to run (activities/access.py)
     scopes: tuple[Scope, ...] = ()
     # arguments a reviewer's grant does not bind (countersign/core/grants.py: `scope_digest`)
     free_args: tuple[str, ...] = ()
+
+    async def plan(self, ctx: ToolContext, args: ToolArgs) -> Plan:
+        """The call's plan (see `Plan`); a call its plan stops is `Unplannable`, not an error."""
+        if self.planner is None:
+            return Reads(args=args)
+        try:
+            return await self.planner(ctx, args)
+        except (ToolFailure, NeedsInput) as stop:
+            return Unplannable(args=args, tool=self.name, stop=stop)
+
+    async def apply(self, ctx: ToolContext, plan: Plan) -> BaseModel:
+        """Carry out `plan`, made by `self.plan` (in the same transaction when it must hold)."""
+        if isinstance(plan, Unplannable):
+            if isinstance(plan.stop, NeedsInput):
+                return plan.stop.needs
+            raise plan.stop
+        return await self.fn(ctx, plan.args if isinstance(plan, Reads) else plan)
+
+    async def run(self, ctx: ToolContext, args: ToolArgs) -> BaseModel:
+        """Plan the call and apply that plan at once (no approval between them)."""
+        return await self.apply(ctx, await self.plan(replace(ctx, lock_reads=True), args))
 
     def spec(self, tier: Tier | None = None) -> ToolSpec:
         return ToolSpec(
@@ -207,13 +303,12 @@ def tool(
     local: bool | None = None,
     scopes: tuple[Scope, ...] = (),
     free_args: tuple[str, ...] = (),
-    preview: PreviewFn,
+    plan: PlanFn | None = None,
 ) -> Callable[[ToolFn], ToolFn]:
     """Declare a tool. See the module docstring.
 
-    `preview` resolves what a call will do (tools/effects.py): what a reviewer is shown and
-    decides. Every tool has one, reads too (`tools.effects.reads_only`); its arguments model must
-    be the tool's.
+    `plan` (every tool that is not a read must have one) resolves what a call will do: its
+    arguments model is the tool's, and the decorated function applies the plan it returns.
 
     `scopes` are the grants the conversation's user must hold (`user_scopes`) for the tool to run.
 
@@ -230,7 +325,11 @@ def tool(
         params = list(inspect.signature(fn).parameters)
         if len(params) != 2:
             raise TypeError(f"tool {fn.__name__} must take (ctx: ToolContext, args: <ToolArgs model>)")
+        if (plan is None) != (category == "read"):
+            raise TypeError(f"tool {fn.__name__}: a write declares a plan, a read does not")
         args_model = hints[params[1]]
+        if plan is not None:
+            args_model = planned_arguments(fn.__name__, plan, args_model)
         result_model = hints["return"]
         if not (isinstance(args_model, type) and issubclass(args_model, ToolArgs)):
             raise TypeError(f"tool {fn.__name__}: arguments must be a ToolArgs subclass")
@@ -239,7 +338,6 @@ def tool(
             raise TypeError(f"tool {fn.__name__}: arguments may not carry identity fields {sorted(leaked)}")
         if fn.__name__ in REGISTRY:
             raise ValueError(f"tool {fn.__name__} is declared twice")
-        check_preview(fn.__name__, preview, args_model)
         unknown = set(free_args) - set(args_model.model_fields)
         if unknown:
             raise TypeError(f"tool {fn.__name__}: free arguments {sorted(unknown)} are not its arguments")
@@ -254,7 +352,7 @@ def tool(
             required_roles=roles,
             local=category == "read" if local is None else local,
             fn=fn,
-            preview=preview,
+            planner=plan,
             scopes=scopes,
             free_args=free_args,
         )
@@ -263,20 +361,20 @@ def tool(
     return register
 
 
-def check_preview(name: str, preview: object, args_model: type[ToolArgs]) -> None:
-    """Refuse a tool whose preview is missing or is not one for its arguments: a tool cannot be
-    registered without saying what it changes."""
-    if not inspect.iscoroutinefunction(preview):
-        raise TypeError(f"tool {name} needs a preview: an async (ctx, args) -> Effect (tools/effects.py)")
-    hints = get_type_hints(preview)
-    params = list(inspect.signature(preview).parameters)
-    if len(params) != 2 or hints.get("return") is not Effect:
-        raise TypeError(f"tool {name}: its preview {preview.__name__} must be (ctx, args) -> Effect")
-    accepted = hints.get(params[1])
-    if not (accepted is ToolArgs or (isinstance(accepted, type) and issubclass(args_model, accepted))):
-        raise TypeError(
-            f"tool {name}: its preview {preview.__name__} takes {accepted}, not {args_model.__name__}"
-        )
+def planned_arguments(name: str, plan: object, applied: object) -> type[ToolArgs]:
+    """The arguments model of a write tool's plan: refuse a plan that is not an async
+    `(ctx, args: <ToolArgs model>) -> P` whose `P` (a `Plan`) is what the tool's body applies."""
+    if not inspect.iscoroutinefunction(plan):
+        raise TypeError(f"tool {name} needs a plan: an async (ctx, args) -> Plan (tools/registry.py)")
+    hints = get_type_hints(plan)
+    params = list(inspect.signature(plan).parameters)
+    planned = get_origin(hints.get("return")) or hints.get("return")  # RowUpdate[Task]: RowUpdate
+    applied = get_origin(applied) or applied
+    if len(params) != 2 or not (isinstance(planned, type) and issubclass(planned, Plan)):
+        raise TypeError(f"tool {name}: its plan {plan.__name__} must be (ctx, args) -> a Plan")
+    if not (isinstance(applied, type) and issubclass(planned, applied)):
+        raise TypeError(f"tool {name} applies {applied}, not its plan's {planned.__name__}")
+    return hints[params[1]]  # type: ignore[no-any-return]
 
 
 def compensates(forward: ToolFn) -> Callable[[CompensationFn], CompensationFn]:

@@ -6,9 +6,10 @@ helpers turn a name into one row of the caller's tenant, or stop the call:
 
 - the record a call acts on (the task to update, the event to move) that does not exist is
   `ToolFailure("NOT_FOUND")`;
-- a name that matches several rows, or a person that matches nobody, raises `NeedsInput`; a tool
-  decorated with `@answers_needs` returns its `Needs` (`{"ok": false, "needs": {field: true}}` plus
-  the candidates), so the model asks instead of guessing.
+- a name that matches several rows, or a person that matches nobody, raises `NeedsInput`; a write
+  whose plan raises it, or a read decorated with `@answers_needs`, returns its `Needs`
+  (`{"ok": false, "needs": {field: true}}` plus the candidates), so the model asks instead of
+  guessing.
 
 Every query filters on `ctx.tenant_id`; no helper takes a tenant from anywhere else.
 
@@ -27,7 +28,7 @@ from datetime import UTC, date, datetime
 from typing import Annotated, Any, ClassVar, Generic, TypeVar, cast
 
 import structlog
-from pydantic import AfterValidator, BaseModel, ConfigDict, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, EmailStr, model_validator
 from pydantic_core import to_jsonable_python
 from sqlalchemy import (
     Boolean,
@@ -52,7 +53,16 @@ from sqlalchemy import (
 from sqlalchemy.orm import InstrumentedAttribute
 
 from countersign.db.schema import Base, CalendarEvent, Contact, User
-from tools.registry import Needs, ToolArgs, ToolContext, ToolFailure, UndoOutcome, out_of_range, record_id
+from tools.registry import (
+    Needs,
+    NeedsInput,
+    ToolArgs,
+    ToolContext,
+    ToolFailure,
+    UndoOutcome,
+    out_of_range,
+    record_id,
+)
 
 log = structlog.get_logger(__name__)
 
@@ -82,6 +92,10 @@ def _require_timezone(value: datetime) -> datetime:
 # An ISO 8601 date-time with an explicit offset, normalized to UTC; a naive value is a validation error.
 UtcDatetime = Annotated[datetime, AfterValidator(_require_timezone)]
 
+# An email address in its one canonical spelling: trimmed and lowercased (shared/CONTRACT.md), so a
+# plan, a policy's `context.args` and the message that leaves all read the same text.
+Address = Annotated[EmailStr, AfterValidator(str.lower)]
+
 
 class ChangeArgs(ToolArgs):
     """Arguments of an update tool: `target` names the record, every other field is an optional change.
@@ -106,14 +120,6 @@ class ChangeArgs(ToolArgs):
 
 
 # --- needs -----------------------------------------------------------------------------------------
-
-
-class NeedsInput(Exception):
-    """Raised by a resolver that cannot pick one row; `@answers_needs` turns it into the tool's result."""
-
-    def __init__(self, needs: Needs) -> None:
-        super().__init__(f"needs {sorted(needs.fields)}")
-        self.needs = needs
 
 
 def answers_needs(

@@ -56,6 +56,8 @@ from tools.email import EmailContent, cancel_queued_email, email_effect, queued_
 from tools.operations import EventView
 from tools.registry import (
     Needs,
+    NeedsInput,
+    Plan,
     ToolArgs,
     ToolContext,
     ToolFailure,
@@ -64,11 +66,9 @@ from tools.registry import (
     tool,
 )
 from tools.resolve import (
-    NeedsInput,
     Person,
     RowView,
     UtcDatetime,
-    answers_needs,
     belongs_to,
     caller_and_person,
     cancel_created,
@@ -328,7 +328,8 @@ class MeetingProposal(BaseModel):
 
 def proposal_window(ctx: ToolContext, args: ScheduleMeetingArgs) -> tuple[datetime, datetime]:
     """The window asked for; by default from MIN_NOTICE after the call was asked (`ctx.asked`: the
-    same for the preview a reviewer decides on and the run after it) to the fifth business day's end."""
+    same for the plan a reviewer decides on and the one that runs after it) to the fifth business
+    day's end."""
     start, end = default_window(ctx.asked + MIN_NOTICE)
     start = args.window_start or start
     end = args.window_end or (default_window(start)[1] if args.window_start else end)
@@ -438,9 +439,25 @@ async def proposing(ctx: ToolContext, args: ScheduleMeetingArgs, *, lock: bool) 
     return Proposing(caller, other, proposal)
 
 
-async def preview_schedule_meeting(ctx: ToolContext, args: ScheduleMeetingArgs) -> Effect:
-    """The times proposed (from the calendars as they are now) and the email that offers them."""
-    plan = await proposing(ctx, args, lock=ctx.lock_reads)
+@dataclass(kw_only=True)
+class ProposalPlan(Plan):
+    """A schedule_meeting call's plan: the proposal as `proposing` resolved it."""
+
+    args: ScheduleMeetingArgs
+    proposing: Proposing
+    requester: str  # the user notified when the counterpart is no user
+
+    def effect(self) -> Effect:
+        return proposal_effect(self.proposing, self.requester)
+
+
+async def plan_schedule_meeting(ctx: ToolContext, args: ScheduleMeetingArgs) -> ProposalPlan:
+    proposed = await proposing(ctx, args, lock=ctx.lock_reads)
+    return ProposalPlan(args=args, proposing=proposed, requester=ctx.caller.user_id)
+
+
+def proposal_effect(plan: Proposing, requester: str) -> Effect:
+    """The times proposed (from the calendars as the plan read them) and the email that offers them."""
     p = plan.proposal
     if plan.still_open:
         return Effect(
@@ -460,7 +477,7 @@ async def preview_schedule_meeting(ctx: ToolContext, args: ScheduleMeetingArgs) 
     )
     notice = Creation(
         kind="notification",
-        label=f"notification for {plan.other.user_id or ctx.caller.user_id}",
+        label=f"notification for {plan.other.user_id or requester}",
         fields={"message": plan.message()},
     )
     return Effect(
@@ -474,17 +491,16 @@ async def preview_schedule_meeting(ctx: ToolContext, args: ScheduleMeetingArgs) 
     risk="medium",
     category="external",
     scopes=("calendar:availability", "calendar:propose"),
-    preview=preview_schedule_meeting,
+    plan=plan_schedule_meeting,
 )
-@answers_needs
-async def schedule_meeting(ctx: ToolContext, args: ScheduleMeetingArgs) -> MeetingProposal:
+async def schedule_meeting(ctx: ToolContext, planned: ProposalPlan) -> MeetingProposal:
     """Open a scheduling negotiation with `with` (a contact's name or email, or a user): up to 5
     proposals when both are free, within 09:00-17:00 Monday-Friday in *each* person's time zone
     (a contact's from `tz_hint`, else UTC) and the window (default: the next 5 business days). The
     counterpart is notified and emailed the proposals. Books nothing: confirm_meeting books one
     with the returned `session` within 30 minutes. Asked again for the same person and length while
     that session is open, it answers the open session (status `still_open`) and sends nothing."""
-    plan = await proposing(ctx, args, lock=True)
+    plan, args = planned.proposing, planned.args
     if plan.still_open or not plan.proposal.slots:
         return plan.proposal
     session = await open_session(ctx, plan, args)
@@ -975,7 +991,30 @@ async def book(ctx: ToolContext, plan: Booking) -> BookedMeeting:
     )
 
 
-async def booking_effect(ctx: ToolContext, plan: Booking) -> Effect:
+@dataclass(kw_only=True)
+class BookingPlan(Plan):
+    """A booking call's plan: the meeting `booking` resolved, and its session's proposal
+    notification as the plan read it (resolved by the booking while open)."""
+
+    booking: Booking
+    notification: Notification | None
+
+    def effect(self) -> Effect:
+        return booking_effect(self.booking, self.notification)
+
+
+async def booking_plan(ctx: ToolContext, args: ToolArgs, booked: Booking) -> BookingPlan:
+    """The plan of booking `booked`: it reads the session's proposal notification."""
+    session = booked.session
+    notification = (
+        await ctx.session.get(Notification, session.notification_id)
+        if session is not None and session.notification_id
+        else None
+    )
+    return BookingPlan(args=args, booking=booked, notification=notification)
+
+
+def booking_effect(plan: Booking, notification: Notification | None) -> Effect:
     """The event created, the invites as they will leave, the session confirmed and its proposal's
     notification resolved, the other user notified."""
     event = Creation(kind="event", label=f"event “{plan.title}”", fields=json_fields(plan.event_values()))
@@ -1001,9 +1040,6 @@ async def booking_effect(ctx: ToolContext, plan: Booking) -> Effect:
                 fields=fields,
             )
         )
-        notification = (
-            await ctx.session.get(Notification, session.notification_id) if session.notification_id else None
-        )
         if notification is not None and notification.status == "open":
             fields = field_changes({"status": "open"}, {"status": "resolved"})
             label = f"notification {notification.id} ({notification.kind})"
@@ -1023,29 +1059,26 @@ async def booking_effect(ctx: ToolContext, plan: Booking) -> Effect:
     )
 
 
-async def preview_confirm_meeting(ctx: ToolContext, args: ConfirmMeetingArgs) -> Effect:
+async def plan_confirm_meeting(ctx: ToolContext, args: ConfirmMeetingArgs) -> BookingPlan:
     caller, other, start, duration, session = await meeting_parties(ctx, args, lock=ctx.lock_reads)
-    return await booking_effect(
-        ctx, await booking(ctx, caller, other, start, duration, session, args.title, lock=ctx.lock_reads)
-    )
+    booked = await booking(ctx, caller, other, start, duration, session, args.title, lock=ctx.lock_reads)
+    return await booking_plan(ctx, args, booked)
 
 
 @tool(
     risk="medium",
     category="external",
     scopes=("calendar:availability", "calendar:book"),
-    preview=preview_confirm_meeting,
+    plan=plan_confirm_meeting,
 )
-@answers_needs
-async def confirm_meeting(ctx: ToolContext, args: ConfirmMeetingArgs) -> BookedMeeting:
+async def confirm_meeting(ctx: ToolContext, plan: BookingPlan) -> BookedMeeting:
     """Book a meeting and email an invite to both people: proposal `selection` of a schedule_meeting
     `session`, or a custom `starts_at` with that session; or, without a session, `with` at
     `starts_at` for `duration_minutes`. Both calendars are checked again under a lock: CONFLICT if
     either is no longer free (propose again). An expired session (30 minutes) answers `needs`.
     Only confirm a time the counterpart agreed to. The counterpart's proposal notification is
     resolved, and a counterpart who is a user is notified of the booking."""
-    caller, other, start, duration, session = await meeting_parties(ctx, args, lock=True)
-    return await book(ctx, await booking(ctx, caller, other, start, duration, session, args.title, lock=True))
+    return await book(ctx, plan.booking)
 
 
 async def cancel_booking(ctx: ToolContext, args: Any, result: dict[str, Any] | None) -> UndoOutcome:

@@ -6,10 +6,12 @@ Cedar (`cedarpy`, the Cedar engine's own binding) decides beside the tiers (shar
 - principal `Countersign::User::"<requester>"` with `roles` (a Set of String, from the database);
 - action `Countersign::Action::"<tool>"` (an MCP tool by its flat name `mcp__SERVER__TOOL`);
 - resource `Countersign::Agent::"<agent>"`;
-- context `{args, risk, category, effect?, history}`: the validated arguments, the tool's declared
-  risk and category, the call's resolved effect when its tool resolves one (`EFFECT_TYPE`), and the
-  audit's counts and sums the set names (`HISTORY_COUNTERS`, `HISTORY_SUMS`; only those are
-  computed).
+- context `{args, risk, category, effect?, history}`: the arguments as the call's plan normalizes
+  them (tools/registry.py `Plan.arguments`: addresses trimmed and lowercased, a lead by its email),
+  the tool's declared risk and category, the plan's effect (`EFFECT_TYPE`: its kinds, targets,
+  recipients and each field it sets with its new value, so one rule covers every tool with the same
+  effect), and the audit's counts and sums the set names (`HISTORY_COUNTERS`, `HISTORY_SUMS`; only
+  those are computed).
 
 The outcome (`PolicyDecision`): a matching `forbid` refuses the call (it always wins, whatever
 permits match); a matching `permit` annotated `@approvals("N")` needs N distinct approvers
@@ -40,7 +42,7 @@ from typing import Any, Literal
 import cedarpy
 
 from countersign.core.calls import NO_MATCH, PolicyDecision, ToolSpec
-from countersign.core.effects import Effect
+from countersign.core.effects import Effect, canonical_json
 
 NAMESPACE = "Countersign"
 USER, ACTION, AGENT = (f"{NAMESPACE}::{kind}" for kind in ("User", "Action", "Agent"))
@@ -72,6 +74,14 @@ HISTORY_SUMS: dict[str, str] = {
 }
 
 _STRINGS = {"type": "Set", "element": {"type": "String"}}
+
+
+def _records(*names: str) -> dict[str, Any]:
+    """A Set of Records whose attributes are all Strings."""
+    attributes = {name: {"type": "String"} for name in names}
+    return {"type": "Set", "element": {"type": "Record", "attributes": attributes}}
+
+
 EFFECT_TYPE: dict[str, Any] = {
     "type": "Record",
     "attributes": {
@@ -82,6 +92,11 @@ EFFECT_TYPE: dict[str, Any] = {
         "kinds": _STRINGS,  # kinds of the records it changes, deletes or creates
         "deletes": {"type": "Boolean"},
         "changes": {"type": "Long"},  # how many records it changes, deletes or creates
+        # each record it changes or deletes: {kind: "lead", id: "12"}
+        "targets": {**_records("kind", "id"), "required": False},
+        # each field it sets, on a record it changes or creates, with its new value as text
+        # (`field_text`): {kind: "lead", field: "status", value: "converted"}, whichever tool sets it
+        "fields": {**_records("kind", "field", "value"), "required": False},
     },
 }
 
@@ -386,8 +401,19 @@ def cedar_value(value: Any) -> Any:
     return None
 
 
+def field_text(value: Any) -> str:
+    """A field's new value as `context.effect.fields` holds it: text as is, nothing as "", any
+    other JSON value canonical ("3", "true", "[\"bob\"]")."""
+    if value is None:
+        return ""
+    return value if isinstance(value, str) else canonical_json(value)
+
+
 def effect_context(effect: Effect) -> dict[str, Any]:
     """The call's resolved effect as EFFECT_TYPE."""
+    changed = [(c.kind, name, field.after) for c in effect.changes for name, field in c.fields.items()]
+    created = [(c.kind, name, value) for c in effect.creates for name, value in c.fields.items()]
+    fields = dict.fromkeys((kind, name, field_text(value)) for kind, name, value in changed + created)
     return {
         "summary": effect.summary,
         "resolved": effect.resolved,
@@ -396,6 +422,8 @@ def effect_context(effect: Effect) -> dict[str, Any]:
         "kinds": sorted({c.kind for c in effect.changes} | {c.kind for c in effect.creates}),
         "deletes": any(c.deleted for c in effect.changes),
         "changes": len(effect.changes) + len(effect.creates),
+        "targets": [{"kind": c.kind, "id": c.id} for c in effect.changes],
+        "fields": [{"kind": kind, "field": name, "value": value} for kind, name, value in fields],
     }
 
 

@@ -3,9 +3,10 @@ decides: the effect, not the model's text").
 
 The model writes arguments ("lead": "jane.doe@example.com", "draft": 1); what they mean is only known
 once they are resolved against the tenant's data: whose lead, what its status is now, which
-recipients and body draft 1 has at this moment. A tool's preview (tools/effects.py) resolves them,
-read-only, into an `Effect`; the approval request records it with its `digest`, the reviewer's proof
-binds the digest, and the call runs only while a fresh resolution still has the same digest.
+recipients and body draft 1 has at this moment. A tool's plan (tools/registry.py `Plan`) resolves
+them, read-only, and its `effect()` is an `Effect`; the approval request records it with its
+`digest`, the reviewer's proof binds the digest, and the call runs only while its plan, made where
+it is applied, still has the same digest.
 
 Pure: no I/O, safe in workflow code.
 """

@@ -111,6 +111,27 @@ def argument_errors(spec: ToolSpec, arguments: dict[str, Any]) -> str | None:
     )
 
 
+def normalized(schema: Any, value: Any) -> Any:
+    """`value` in the one spelling its schema gives it: an MCP tool's plan (Countersign resolves
+    nothing of what its arguments mean, so its plan is the call, normalized). Strings of
+    `format: "email"` trimmed and lowercased, a whole number given as `3.0` where the schema wants
+    an integer as `3`, objects' keys sorted, recursing into `properties` and `items`; anything else
+    as given. The arguments must already fit the schema (`argument_errors`)."""
+    if not isinstance(schema, dict):
+        return value
+    if isinstance(value, str) and schema.get("format") == "email":
+        return value.strip().lower()
+    if isinstance(value, float) and schema.get("type") == "integer" and value.is_integer():
+        return int(value)
+    if isinstance(value, list):
+        return [normalized(schema.get("items"), item) for item in value]
+    if isinstance(value, dict):
+        properties = schema.get("properties")
+        fields = properties if isinstance(properties, dict) else {}
+        return {key: normalized(fields.get(key), value[key]) for key in sorted(value)}
+    return value
+
+
 def mcp_result(outcome: CallOutcome, tool: str) -> ToolResult:
     """The envelope the model sees (before the common redaction and truncation)."""
     text = "\n".join(outcome.texts)

@@ -44,8 +44,8 @@ from tests.fixtures.approvals import ECHO_RESULT, pending, qualify
 from tests.fixtures.cli import run_starter
 from tests.fixtures.postgres import JANE
 from tests.fixtures.updates import execute_update
-from tools.registry import ToolContext, ToolFailure
-from tools.resolve import NeedsInput, resolve_person, resolve_user
+from tools.registry import NeedsInput, ToolContext, ToolFailure
+from tools.resolve import resolve_person, resolve_user
 from workflows.agent import AgentWorkflow
 
 NewUser = Callable[..., Awaitable[str]]

@@ -27,7 +27,7 @@ from sqlalchemy import delete, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
-from activities.tools import EffectChanged, ToolActivities, same_effect
+from activities.tools import EffectChanged, ToolActivities, approved_plan
 from countersign.core.calls import CallerContext, ToolInvocation, ToolResult
 from countersign.core.effects import Effect
 from countersign.db.engine import session_factory
@@ -46,7 +46,6 @@ from countersign.db.schema import (
 )
 from tests.tools.test_effects import MODELS, RUNNABLE, Sample, fingerprint, sample_context
 from tools.arguments import parse_arguments
-from tools.effects import preview_effect
 from tools.registry import REGISTRY, Needs, ToolContext, ToolFailure
 from tools.resolve import as_json
 
@@ -80,11 +79,11 @@ def invocation(tool: str, arguments: dict[str, Any], asked: dict[str, Any] | Non
 async def resolved(
     sessions: async_sessionmaker[AsyncSession], tool: str, arguments: dict[str, Any]
 ) -> Effect:
-    """The effect a reviewer is shown: the tool's preview, read-only, in its own transaction."""
+    """The effect a reviewer is shown: the tool's plan's, read-only, in its own transaction."""
     declared = REGISTRY[tool]
     async with sessions() as session, session.begin():
         ctx = ToolContext(CALLER, session, "wf-preview", "c0", datetime.now(UTC))
-        return await preview_effect(declared, ctx, parse_arguments(declared, arguments))
+        return (await declared.plan(ctx, parse_arguments(declared, arguments))).effect()
 
 
 async def approved_by_bob(
@@ -193,7 +192,7 @@ async def test_an_approved_proposal_runs_the_times_shown_whenever_it_runs(db_eng
     declared = REGISTRY["schedule_meeting"]
     async with session_factory(db_engine)() as session, session.begin():
         ctx = ToolContext(CALLER, session, "wf-preview", "c0", asked, asked_at=asked)
-        shown = await preview_effect(declared, ctx, parse_arguments(declared, raw))
+        shown = (await declared.plan(ctx, parse_arguments(declared, raw))).effect()
     assert shown.creates[0].fields["slots"][0] == "Mon 2030-01-07 11:30-12:00 UTC"  # type: ignore[index]
     outcome = await execute(db_engine, inv, shown, requested_at=asked)
     assert outcome.result.ok and outcome.audited and outcome.voided is None, outcome.result
@@ -404,7 +403,8 @@ async def mutate(session: AsyncSession, approved: Effect, mutation: str) -> bool
 async def test_what_runs_is_what_was_approved_for_every_tool_that_changes_something(
     db_session: AsyncSession, sample: Sample, mutation: str
 ) -> None:
-    """The execution's check (`activities.tools.same_effect`, then the tool) in one transaction, on
+    """The execution's plan and check (`activities.tools.approved_plan`), then that plan applied,
+    in one transaction, on
     the seeded data (rolled back after each example): the call runs only on the approved effect,
     and then its records hold the approved values; otherwise nothing changes."""
     declared = REGISTRY[sample.tool]
@@ -412,15 +412,15 @@ async def test_what_runs_is_what_was_approved_for_every_tool_that_changes_someth
     try:
         ctx, raw = await sample_context(db_session, sample)
         args = parse_arguments(declared, raw)
-        approved = await preview_effect(declared, ctx, args)
+        approved = (await declared.plan(ctx, args)).effect()
         assume(await mutate(db_session, approved, mutation))
-        now = await preview_effect(declared, ctx, args)
+        now = (await declared.plan(ctx, args)).effect()
         before = await fingerprint(db_session)
         outbox = set(await db_session.scalars(select(EmailOutbox.id)))
         try:
             async with db_session.begin_nested():
-                await same_effect(declared, ctx, args, approved.digest)
-                result = await declared.fn(ctx, args)
+                plan, _ = await approved_plan(declared, ctx, args, approved.digest)
+                result = await declared.apply(ctx, plan)
         except EffectChanged as changed:
             assert now.digest != approved.digest and changed.effect.digest == now.digest
             assert await fingerprint(db_session) == before  # nothing ran

@@ -146,7 +146,7 @@ class Outbox:
             REGISTRY["send_email"], json.dumps({"to": JANE, "subject": "Hello", "body": "Hi!"} | raw)
         )
         async with self.sessions() as session, session.begin():
-            result = await REGISTRY["send_email"].fn(self.context(session, call_id), args)
+            result = await REGISTRY["send_email"].run(self.context(session, call_id), args)
         return result.model_dump(mode="json")
 
     async def cancel(self, result: dict[str, Any] | None) -> str:
@@ -227,10 +227,11 @@ def test_send_email_arguments_are_validated(raw: dict[str, Any], field: str) -> 
     assert failure.value.code == "VALIDATION_ERROR" and failure.value.message.startswith(field)
 
 
-def test_send_email_keeps_only_the_address() -> None:
-    arguments = {"to": "Jane Doe <Jane.Doe@EXAMPLE.com>", "subject": "Hello", "body": "Hi!"}
+def test_send_email_keeps_only_the_address_in_its_one_spelling() -> None:
+    """The address, trimmed and lowercased (shared/CONTRACT.md): what policies judge and what leaves."""
+    arguments = {"to": " Jane Doe <Jane.Doe@EXAMPLE.com>", "subject": "Hello", "body": "Hi!"}
     assert (
-        validate(REGISTRY["send_email"], json.dumps(arguments)).model_dump()["to"] == "Jane.Doe@example.com"
+        validate(REGISTRY["send_email"], json.dumps(arguments)).model_dump()["to"] == "jane.doe@example.com"
     )
 
 
@@ -250,7 +251,7 @@ async def test_concurrent_calls_with_one_key_queue_one_row(outbox: Outbox) -> No
     """The second insert waits on the first's uncommitted row, then finds it."""
     args = validate(REGISTRY["send_email"], json.dumps({"to": JANE, "subject": "Hello", "body": "Hi!"}))
     async with outbox.sessions() as first, first.begin():
-        queued = await REGISTRY["send_email"].fn(outbox.context(first), args)
+        queued = await REGISTRY["send_email"].run(outbox.context(first), args)
         second = asyncio.create_task(outbox.send())
         await asyncio.sleep(0.3)
         assert not second.done()

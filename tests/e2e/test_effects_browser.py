@@ -58,7 +58,7 @@ async def setup_rows(engine: AsyncEngine) -> dict[str, dict[str, Any]]:
         alice = CallerContext(tenant_id="acme", user_id="alice", roles=["sales"], agent="scheduler")
         ctx = ToolContext(caller=alice, session=session, workflow_id=KEY, call_id="c1", now=NOW)
         schedule = REGISTRY["schedule_meeting"]
-        proposal = await schedule.fn(
+        proposal = await schedule.run(
             ctx, parse_arguments(schedule, {"with": "carol", "duration_minutes": 30})
         )
         assert not isinstance(proposal, Needs)

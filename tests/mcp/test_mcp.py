@@ -29,7 +29,7 @@ from countersign.core.contract import EndConversation, Limits, SubmitMessage
 from countersign.core.saga import RollbackRequest
 from countersign.db.schema import AgentProfile, ApprovalDecision, McpServer, ToolExecution
 from countersign.identity.proofs import Binding, load_private_key, mint_proof
-from countersign.mcp.catalog import CallOutcome, ListedTool, argument_errors, mcp_result, spec_of
+from countersign.mcp.catalog import CallOutcome, ListedTool, argument_errors, mcp_result, normalized, spec_of
 from countersign.mcp.pool import McpPool, McpUnavailable
 from countersign.mcp.servers import ENV_KEY, ServerConfig, env_references, server_of, tool_name
 from countersign.runtime.ports import free_port
@@ -97,6 +97,30 @@ def test_a_listed_tool_becomes_a_closed_needs_approval_spec() -> None:
     assert "opts" in (argument_errors(spec, {"timezone": "UTC", "opts": {"x": 1}}) or "")
     broken = TIME_TOOL.model_copy(update={"input_schema": {"type": "object", "properties": 5}})
     assert spec_of("time", broken, None) is None
+
+
+def test_an_mcp_tools_plan_is_its_call_normalized_by_its_schema() -> None:
+    """Issue 48: what policies judge, reviewers see and the server is sent is one spelling of the
+    call: addresses the schema declares trimmed and lowercased, whole numbers as integers, keys sorted."""
+    schema = {
+        "type": "object",
+        "properties": {
+            "to": {"type": "string", "format": "email"},
+            "cc": {"type": "array", "items": {"type": "string", "format": "email"}},
+            "count": {"type": "integer"},
+            "note": {"type": "string"},
+        },
+    }
+    given = {"note": " Kept As Is ", "count": 3.0, "cc": ["B@Example.ORG "], "to": " X@COMPETITOR.example"}
+    planned = normalized(schema, given)
+    assert planned == {
+        "cc": ["b@example.org"],
+        "count": 3,
+        "note": " Kept As Is ",
+        "to": "x@competitor.example",
+    }
+    assert list(planned) == sorted(planned) and isinstance(planned["count"], int)
+    assert normalized(schema, planned) == planned  # one spelling: normalizing again changes nothing
 
 
 def test_results_become_envelopes() -> None:

@@ -114,7 +114,7 @@ async def test_an_attempt_after_a_lost_commit_does_not_post_again(
         await session.begin()
         ctx = ToolContext(inv.caller, session, inv.workflow_id, inv.call_id, datetime.now(UTC))
         args = parse_arguments(REGISTRY["send_chat_message"], {"text": "once"})
-        crashed = await REGISTRY["send_chat_message"].fn(ctx, args)
+        crashed = await REGISTRY["send_chat_message"].run(ctx, args)
         await session.rollback()  # the tool's own transaction (and audit row) never committed
     retried = await ToolActivities(sessions).execute_tool(inv)
     assert isinstance(retried, ToolResult) and retried.ok
@@ -151,7 +151,7 @@ async def test_a_lost_answer_is_an_unknown_outcome_never_posted_again(
     async with session_factory(db_engine)() as session, session.begin():  # an attempt whose commit was lost
         ctx = ToolContext(inv.caller, session, inv.workflow_id, inv.call_id, datetime.now(UTC))
         with pytest.raises(OutcomeUnknown):
-            await REGISTRY["send_chat_message"].fn(
+            await REGISTRY["send_chat_message"].run(
                 ctx, parse_arguments(REGISTRY["send_chat_message"], {"text": "x"})
             )
     assert len(chat_receiver.posts) == 1
@@ -164,7 +164,7 @@ async def test_a_tenant_without_a_channel_is_told_so(db_engine: AsyncEngine) -> 
         caller = CallerContext(tenant_id="globex", user_id="dave", roles=["sales"], agent="admin-assistant")
         ctx = ToolContext(caller, session, "wf-none", "c1", datetime.now(UTC))
         with pytest.raises(ToolFailure) as failure:
-            await REGISTRY["send_chat_message"].fn(
+            await REGISTRY["send_chat_message"].run(
                 ctx, parse_arguments(REGISTRY["send_chat_message"], {"text": "x"})
             )
     assert failure.value.code == "NOT_FOUND"

@@ -1,8 +1,10 @@
-"""Every tool previews its effect (tools/effects.py): what a reviewer decides.
+"""Every write is a plan and its application (tools/registry.py `Plan`), and the plan's effect is
+what a reviewer decides.
 
-The catalog is checked as a whole: no tool without a preview, a sample call for every tool that is
-not a read, and for each sample the preview changes nothing, resolves the arguments against the
-seeded data, and names what then runs (the records' fields after the call, the emails queued).
+The catalog is checked as a whole: no write without a plan, a sample call for every tool that is
+not a read, and for each sample the plan changes nothing, resolves the arguments against the
+seeded data, and its effect names what then runs (the records' fields after the call, the emails
+queued).
 """
 
 from __future__ import annotations
@@ -36,8 +38,7 @@ from countersign.db import schema
 from countersign.db.engine import session_factory
 from tools import REGISTRY
 from tools.arguments import parse_arguments
-from tools.effects import preview_effect, reads_only
-from tools.registry import Needs, ToolArgs, ToolContext, tool
+from tools.registry import Needs, Plan, ToolArgs, ToolContext, tool
 from tools.resolve import as_json
 
 NOW = datetime(2026, 12, 7, 8, 0, tzinfo=UTC)  # a Monday, before business hours
@@ -48,8 +49,9 @@ def context(session: AsyncSession, user: str = "alice", roles: tuple[str, ...] =
     return ToolContext(caller=caller, session=session, workflow_id="wf-effects", call_id="c1", now=NOW)
 
 
-async def preview(ctx: ToolContext, name: str, raw: dict[str, Any]) -> Effect:
-    return await preview_effect(REGISTRY[name], ctx, parse_arguments(REGISTRY[name], raw))
+async def planned_effect(ctx: ToolContext, name: str, raw: dict[str, Any]) -> Effect:
+    """The effect of the call's plan: what a reviewer is shown."""
+    return (await REGISTRY[name].plan(ctx, parse_arguments(REGISTRY[name], raw))).effect()
 
 
 # --- the pure model --------------------------------------------------------------------------------
@@ -156,33 +158,56 @@ async def probe(ctx: ToolContext, args: ProbeArgs) -> Probe:
     return Probe(ok=True)
 
 
-async def preview_other(ctx: ToolContext, args: OtherArgs) -> Effect:
-    return Effect(summary="other")
+@dataclass(kw_only=True)
+class ProbePlan(Plan):
+    def effect(self) -> Effect:
+        return Effect(summary="probe")
 
 
-def sync_preview(ctx: ToolContext, args: ProbeArgs) -> Effect:
-    return Effect(summary="sync")
+async def plan_other(ctx: ToolContext, args: OtherArgs) -> ProbePlan:
+    return ProbePlan(args=args)
 
 
-async def untyped_preview(ctx: ToolContext, args: ProbeArgs) -> dict[str, str]:
-    return {"summary": "not an Effect"}
+def sync_plan(ctx: ToolContext, args: ProbeArgs) -> ProbePlan:
+    return ProbePlan(args=args)
 
 
-def test_a_tool_cannot_be_registered_without_a_preview_for_its_arguments() -> None:
+async def untyped_plan(ctx: ToolContext, args: ProbeArgs) -> Effect:
+    return Effect(summary="an Effect, not a plan")
+
+
+async def plan_probe(ctx: ToolContext, args: ProbeArgs) -> ProbePlan:
+    return ProbePlan(args=args)
+
+
+async def apply_probe(ctx: ToolContext, plan: ProbePlan) -> Probe:
+    return Probe(ok=True)
+
+
+def test_a_write_cannot_be_registered_without_a_plan_for_its_arguments() -> None:
     register: Callable[..., Any] = tool
-    with pytest.raises(TypeError, match="preview"):
+    with pytest.raises(TypeError, match="plan"):
         register(risk="low", category="write")(probe)
-    for wrong in (None, sync_preview, untyped_preview, preview_other):
-        with pytest.raises(TypeError, match="preview"):
-            register(risk="low", category="write", preview=wrong)(probe)
-    assert "probe" not in REGISTRY
+    for wrong in (sync_plan, untyped_plan):
+        with pytest.raises(TypeError, match="plan"):
+            register(risk="low", category="write", plan=wrong)(apply_probe)
+    with pytest.raises(TypeError, match="ProbeArgs"):  # the plan's arguments are OtherArgs
+        register(risk="low", category="write", plan=plan_other)(probe)
+    with pytest.raises(TypeError, match="applies"):  # the body takes arguments, not the plan
+        register(risk="low", category="write", plan=plan_probe)(probe)
+    with pytest.raises(TypeError, match="plan"):  # a read has none: its plan is its arguments
+        register(risk="low", category="read", plan=plan_probe)(apply_probe)
+    assert "probe" not in REGISTRY and "apply_probe" not in REGISTRY
 
 
-def test_every_tool_has_a_preview_and_every_change_is_sampled_below() -> None:
+def test_every_write_declares_a_plan_and_no_preview_remains() -> None:
+    """The registry test of the construction: a write is a plan and its application, a read its
+    body; no tool carries a separate preview, and every write is sampled below."""
     readers = {name for name, t in REGISTRY.items() if t.category == "read"}
-    assert all(REGISTRY[name].preview is reads_only for name in readers)
+    assert all(REGISTRY[name].planner is None for name in readers)
     changers = set(REGISTRY) - readers
-    assert not [name for name in changers if REGISTRY[name].preview is reads_only]
+    assert not [name for name in changers if REGISTRY[name].planner is None]
+    assert not [name for name, t in REGISTRY.items() if hasattr(t, "preview")]
     assert {sample.tool for sample in SAMPLES} == changers
 
 
@@ -226,7 +251,7 @@ async def a_chat_channel(session: AsyncSession) -> dict[str, Any]:
 
 
 async def a_proposal_to_bob(session: AsyncSession) -> dict[str, Any]:
-    proposal = await REGISTRY["schedule_meeting"].fn(
+    proposal = await REGISTRY["schedule_meeting"].run(
         context(session),
         parse_arguments(REGISTRY["schedule_meeting"], {"with": "bob", "duration_minutes": 30}),
     )
@@ -300,7 +325,7 @@ SAMPLES = [
 
 
 async def fingerprint(session: AsyncSession) -> dict[str, str]:
-    """Every table's rows, hashed: a preview must leave all of them as they were."""
+    """Every table's rows, hashed: a plan must leave all of them as they were."""
     sums = {}
     for table in schema.Base.metadata.sorted_tables:
         query = f"SELECT md5(coalesce(string_agg(t::text, ',' ORDER BY t::text), '')) FROM \"{table.name}\" t"
@@ -314,16 +339,16 @@ async def sample_context(session: AsyncSession, sample: Sample) -> tuple[ToolCon
 
 
 @pytest.mark.parametrize("sample", SAMPLES, ids=lambda s: s.id)
-async def test_a_preview_resolves_the_call_and_changes_nothing(
-    db_session: AsyncSession, sample: Sample
-) -> None:
+async def test_a_plan_resolves_the_call_and_changes_nothing(db_session: AsyncSession, sample: Sample) -> None:
     ctx, raw = await sample_context(db_session, sample)
     before = await fingerprint(db_session)
-    effect = await preview(ctx, sample.tool, raw)
+    effect = await planned_effect(ctx, sample.tool, raw)
     assert await fingerprint(db_session) == before
     assert effect.problem is None and effect.resolved and not effect.changes_nothing, effect
     assert sample.summary in effect.summary, effect.summary
-    assert (await preview(ctx, sample.tool, raw)).digest == effect.digest  # nothing changed: same effect
+    assert (
+        await planned_effect(ctx, sample.tool, raw)
+    ).digest == effect.digest  # nothing changed: same effect
 
 
 MODELS: dict[str, type[schema.Base]] = {
@@ -332,7 +357,6 @@ MODELS: dict[str, type[schema.Base]] = {
     "draft": schema.EmailDraft,
     "notification": schema.Notification,
     "task": schema.Task,
-    "tasks": schema.Task,
     "project": schema.Project,
     "event": schema.CalendarEvent,
     "meeting proposal": schema.MeetingSession,
@@ -344,13 +368,13 @@ RUNNABLE = [sample for sample in SAMPLES if sample.tool != "send_chat_message"]
 
 
 @pytest.mark.parametrize("sample", RUNNABLE, ids=lambda s: s.id)
-async def test_what_runs_is_what_the_preview_said(db_session: AsyncSession, sample: Sample) -> None:
-    """Each changed record holds the previewed `after` values once the call ran, and each email the
-    preview showed is queued with the same recipient, subject and body."""
+async def test_what_runs_is_what_the_plan_said(db_session: AsyncSession, sample: Sample) -> None:
+    """Each changed record holds the planned `after` values once the call ran, and each email the
+    effect showed is queued with the same recipient, subject and body."""
     ctx, raw = await sample_context(db_session, sample)
-    effect = await preview(ctx, sample.tool, raw)
+    effect = await planned_effect(ctx, sample.tool, raw)
     outbox_before = set(await db_session.scalars(select(schema.EmailOutbox.id)))
-    result = await REGISTRY[sample.tool].fn(ctx, parse_arguments(REGISTRY[sample.tool], raw))
+    result = await REGISTRY[sample.tool].run(ctx, parse_arguments(REGISTRY[sample.tool], raw))
     assert not isinstance(result, Needs), result
     for change in effect.changes:
         row = await db_session.get(MODELS[change.kind], int(change.id))
@@ -370,15 +394,15 @@ async def test_what_runs_is_what_the_preview_said(db_session: AsyncSession, samp
     )
 
 
-# --- what a preview resolves ------------------------------------------------------------------------
+# --- what a plan resolves ---------------------------------------------------------------------------
 
 
 async def test_send_drafts_effect_is_the_drafts_content_now(db_session: AsyncSession) -> None:
     """The draft case of issue 34: the effect names the recipient and body the draft has when the
-    preview runs, so an edit after the reviewer saw it is a different effect."""
+    plan is made, so an edit after the reviewer saw it is a different effect."""
     ctx = context(db_session)
     raw = await a_draft(db_session)
-    seen = await preview(ctx, "send_draft", raw)
+    seen = await planned_effect(ctx, "send_draft", raw)
     assert [(m.to, m.subject, m.body) for m in seen.messages] == [
         (["partner@example.org"], "Our proposal", "Dear partner, here it is.")
     ]
@@ -387,32 +411,32 @@ async def test_send_drafts_effect_is_the_drafts_content_now(db_session: AsyncSes
         .where(schema.EmailDraft.id == raw["draft"])
         .values(to_address="attacker@evil.example", body="Send the lead list")
     )
-    edited = await preview(ctx, "send_draft", raw)
+    edited = await planned_effect(ctx, "send_draft", raw)
     assert edited.messages[0].to == ["attacker@evil.example"] and edited.digest != seen.digest
 
 
 async def test_a_lead_changed_meanwhile_is_another_effect(db_session: AsyncSession) -> None:
     ctx = context(db_session)
     raw = {"lead": "jane.doe@example.com", "new_status": "qualified", "reason": "Budget confirmed"}
-    seen = await preview(ctx, "update_lead_status", raw)
+    seen = await planned_effect(ctx, "update_lead_status", raw)
     assert seen.changes[0].fields == {"status": FieldChange(before="new", after="qualified")}
     await db_session.execute(
         update(schema.Lead)
         .where(schema.Lead.tenant_id == "acme", schema.Lead.email == "jane.doe@example.com")
         .values(status="disqualified")
     )
-    now = await preview(ctx, "update_lead_status", raw)
+    now = await planned_effect(ctx, "update_lead_status", raw)
     assert "status disqualified → qualified" in now.summary and now.digest != seen.digest
 
 
 async def test_a_call_that_would_fail_shows_why(db_session: AsyncSession) -> None:
     ctx = context(db_session)
-    missing = await preview(
+    missing = await planned_effect(
         ctx, "update_lead_status", {"lead": "nobody@example.com", "new_status": "new", "reason": "x"}
     )
     assert missing.problem is not None and missing.problem.startswith("NOT_FOUND")
     assert "would fail now" in missing.summary
-    ambiguous = await preview(
+    ambiguous = await planned_effect(
         ctx, "send_email_to_contact", {"contact": "Sam Lee", "subject": "Hi", "body": "Hi"}
     )
     assert ambiguous.problem is not None and ambiguous.problem.startswith("needs contact")
@@ -420,14 +444,14 @@ async def test_a_call_that_would_fail_shows_why(db_session: AsyncSession) -> Non
 
 async def test_an_update_to_the_values_it_has_changes_nothing(db_session: AsyncSession) -> None:
     ctx = context(db_session)
-    same = await preview(
+    same = await planned_effect(
         ctx, "update_lead_status", {"lead": "jane.doe@example.com", "new_status": "new", "reason": "x"}
     )
     assert same.changes == [] and same.summary.endswith(": no change")
 
 
 async def test_reads_change_nothing(db_session: AsyncSession) -> None:
-    effect = await preview(context(db_session), "get_lead", {"lead": "jane.doe@example.com"})
+    effect = await planned_effect(context(db_session), "get_lead", {"lead": "jane.doe@example.com"})
     assert effect.changes_nothing and effect.summary == "Changes nothing: reads only"
 
 
@@ -464,12 +488,12 @@ async def recorded(engine: AsyncEngine, call_id: str) -> tuple[Effect, str]:
     return Effect.model_validate(row.effect), row.effect_sha256
 
 
-async def broken_preview(ctx: ToolContext, args: ToolArgs) -> Effect:
+async def broken_plan(ctx: ToolContext, args: ToolArgs) -> Plan:
     await ctx.session.execute(text("SELECT 1/0"))  # PostgreSQL refuses it: the transaction is lost
     raise AssertionError("unreachable")
 
 
-async def test_the_request_is_recorded_with_its_effect_even_when_the_preview_breaks(
+async def test_the_request_is_recorded_with_its_effect_even_when_the_plan_breaks(
     db_engine: AsyncEngine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     activities = ApprovalActivities(session_factory(db_engine))
@@ -479,7 +503,7 @@ async def test_the_request_is_recorded_with_its_effect_even_when_the_preview_bre
         effect, digest = await recorded(db_engine, "c1")
         assert effect.changes[0].fields["status"].after == "qualified" and digest == effect.digest
 
-        broken = replace(REGISTRY["update_lead_status"], preview=broken_preview)
+        broken = replace(REGISTRY["update_lead_status"], planner=broken_plan)
         monkeypatch.setitem(REGISTRY, "update_lead_status", broken)
         await activities.record_approval_request(approval_request("c2", "update_lead_status", raw))
         effect, digest = await recorded(db_engine, "c2")

@@ -138,7 +138,7 @@ async def run(ctx: ToolContext, tool: str, raw: dict[str, Any], undo: bool) -> N
         given_args = {k: v for k, v in arguments.items() if v is not None}  # update_event: unset fields
         args = validate(spec, json.dumps(given_args))
         async with ctx.session.begin_nested():
-            result = (await spec.fn(ctx, args)).model_dump(mode="json")
+            result = (await spec.run(ctx, args)).model_dump(mode="json")
         if undo and spec.compensation is not None:
             async with ctx.session.begin_nested():
                 await spec.compensation(ctx, args, result)
@@ -190,11 +190,11 @@ async def test_a_step_back_by_write_record_is_in_the_history_and_its_undo_forget
         forward = validate(
             spec, json.dumps({"collection": "leads", "id": lead.id, "values": {"status": "qualified"}})
         )
-        await spec.fn(ctx, forward)
+        await spec.run(ctx, forward)
         back = validate(
             spec, json.dumps({"collection": "leads", "id": lead.id, "values": {"status": "contacted"}})
         )
-        result = (await spec.fn(ctx, back)).model_dump(mode="json")
+        result = (await spec.run(ctx, back)).model_dump(mode="json")
         assert await history(ctx, lead) == [("contacted", "qualified"), ("qualified", "contacted")]
         await ctx.session.refresh(lead)
         assert lead.score == start - 10

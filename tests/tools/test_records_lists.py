@@ -111,7 +111,7 @@ async def test_read_only_collections_are_read_in_the_tenant_only(
         now=datetime.now(UTC),
     )
     args = validate(REGISTRY["query_records"], json.dumps({"collection": collection, "limit": 50}))
-    result = (await REGISTRY["query_records"].fn(ctx, args)).model_dump(mode="json")
+    result = (await REGISTRY["query_records"].run(ctx, args)).model_dump(mode="json")
     assert result["collection"] == collection
     for row in result["records"]:
         assert set(row) == set(COLLECTIONS[collection].fields)  # no tenant, no internal column

@@ -58,7 +58,7 @@ async def query(session: AsyncSession, **raw: Any) -> list[dict[str, Any]]:
     ctx = ToolContext(
         caller=caller, session=session, workflow_id=f"wf-{uuid.uuid4()}", call_id="c", now=datetime.now(UTC)
     )
-    result = await REGISTRY["query_records"].fn(ctx, validate(REGISTRY["query_records"], json.dumps(raw)))
+    result = await REGISTRY["query_records"].run(ctx, validate(REGISTRY["query_records"], json.dumps(raw)))
     return list(result.model_dump(mode="json")["records"])
 
 

@@ -16,7 +16,7 @@ from pydantic import ValidationError
 from sqlalchemy import delete, func, select
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
-from activities.tools import EffectChanged, same_effect
+from activities.tools import EffectChanged, approved_plan
 from countersign.core.contract import EndConversation, SubmitMessage
 from countersign.core.effects import Effect
 from countersign.db import schema
@@ -27,7 +27,6 @@ from tests.fixtures.smtp import SmtpServer
 from tests.fixtures.updates import execute_update
 from tests.tools.test_tools_catalog import NOW, args_of, call, context, failure, run, undo
 from tools import REGISTRY
-from tools.effects import preview_effect
 from tools.registry import Needs, ToolContext
 from workflows.agent import AgentWorkflow
 
@@ -141,16 +140,16 @@ async def test_an_approval_across_a_half_hour_runs_the_times_approved(db_session
     window starts from when the call was asked, not from when it runs."""
     tool, args = REGISTRY["schedule_meeting"], args_of("schedule_meeting", **DEFAULT_WINDOW)
     asked = replace(context(db_session, agent="scheduler"), now=ASKED, asked_at=ASKED)
-    approved = await preview_effect(tool, asked, args)
+    approved = (await tool.plan(asked, args)).effect()
     shown = approved.creates[0].fields["slots"]
     assert isinstance(shown, list) and shown[0] == "Mon 2026-12-07 11:30-12:00 UTC"  # an hour after 10:20
 
     runs = replace(asked, now=ASKED + timedelta(minutes=20))
-    assert (await same_effect(tool, runs, args, approved.digest)) == approved
+    assert (await approved_plan(tool, runs, args, approved.digest))[1] == approved
     ran = await run(runs, "schedule_meeting", **DEFAULT_WINDOW)
     assert [slot["counterpart_local"] for slot in ran["slots"]] == shown
     # anchored at the run's own clock instead, the same call would be another effect
-    unanchored = await preview_effect(tool, replace(runs, asked_at=None), args)
+    unanchored = (await tool.plan(replace(runs, asked_at=None), args)).effect()
     assert unanchored.digest != approved.digest
 
 
@@ -159,11 +158,11 @@ async def test_a_proposed_time_taken_or_begun_since_the_approval_is_a_changed_ef
 ) -> None:
     tool, args = REGISTRY["schedule_meeting"], args_of("schedule_meeting", **DEFAULT_WINDOW)
     asked = replace(context(db_session, agent="scheduler"), now=ASKED, asked_at=ASKED)
-    approved = await preview_effect(tool, asked, args)
+    approved = (await tool.plan(asked, args)).effect()
     first = datetime(2026, 12, 7, 11, 30, tzinfo=UTC)
     # the first time has begun when the call runs: it is no longer proposed
     with pytest.raises(EffectChanged) as begun:
-        await same_effect(tool, replace(asked, now=first + timedelta(minutes=1)), args, approved.digest)
+        await approved_plan(tool, replace(asked, now=first + timedelta(minutes=1)), args, approved.digest)
     assert "11:30" not in json.dumps(begun.value.effect.model_dump(mode="json"))
     # the first time was booked by someone else meanwhile
     db_session.add(
@@ -178,7 +177,7 @@ async def test_a_proposed_time_taken_or_begun_since_the_approval_is_a_changed_ef
     )
     await db_session.flush()
     with pytest.raises(EffectChanged):
-        await same_effect(tool, replace(asked, now=ASKED + timedelta(minutes=5)), args, approved.digest)
+        await approved_plan(tool, replace(asked, now=ASKED + timedelta(minutes=5)), args, approved.digest)
 
 
 # --- confirming ------------------------------------------------------------------------------------
@@ -301,7 +300,7 @@ SMITH_AT_TEN = {
 
 
 async def previewed(ctx: ToolContext, tool: str, raw: dict[str, Any]) -> Effect:
-    return await preview_effect(REGISTRY[tool], ctx, args_of(tool, **raw))
+    return (await REGISTRY[tool].plan(ctx, args_of(tool, **raw))).effect()
 
 
 async def test_asking_again_while_a_session_is_open_answers_it(db_session: AsyncSession) -> None:

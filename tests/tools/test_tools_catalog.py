@@ -38,7 +38,7 @@ def args_of(tool: str, **raw: Any) -> ToolArgs:
 
 
 async def call(ctx: ToolContext, tool: str, **raw: Any) -> BaseModel:
-    return await REGISTRY[tool].fn(ctx, args_of(tool, **raw))
+    return await REGISTRY[tool].run(ctx, args_of(tool, **raw))
 
 
 async def run(ctx: ToolContext, tool: str, **raw: Any) -> dict[str, Any]:

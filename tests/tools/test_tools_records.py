@@ -49,7 +49,7 @@ async def call(ctx: ToolContext, tool: str, **raw: Any) -> dict[str, Any]:
     """Validate and run a tool the way the tool activity does (partial writes roll back on failure)."""
     args = parse(tool, **raw)
     async with ctx.session.begin_nested():
-        result = await REGISTRY[tool].fn(ctx, args)
+        result = await REGISTRY[tool].run(ctx, args)
     return result.model_dump(mode="json")
 
 
