@@ -10,6 +10,12 @@ reader made visible:
   holds non-ASCII characters is flagged, naming each such character (`U+0430 CYRILLIC SMALL LETTER
   A`), and one word written in two scripts (Latin and Cyrillic, ...) is flagged wherever it is.
 
+Nothing is cut silently: a line longer than `MAX_LINE_CHARS` is *folded*, its first
+`MAX_LINE_CHARS` characters followed by the fold mark, ` … 2,412 more characters: show all` (the
+count of what follows, with thousands separators), and the rest of it kept beside the lines as a
+`Fold`, one click away on a page (the mark's "show all"), one command away in the CLI (`approvals
+show`), one link away in a notice (the card). The shown part and the fold's rest are the whole line.
+
 Pure: the same lines and warnings wherever they are shown.
 """
 
@@ -19,6 +25,8 @@ import json
 import re
 import unicodedata
 from typing import Any
+
+from pydantic import BaseModel, ConfigDict
 
 from countersign.core.bounds import loads_bounded
 
@@ -31,6 +39,63 @@ HIDDEN_CATEGORIES = frozenset({"Cf", "Cc", "Cs", "Co", "Zl", "Zp"})
 # A value with no spaces and one of these names something (an address, a domain, a file, an id).
 NAMES_SOMETHING = re.compile(r"[0-9@./:_+-]")
 ADDRESS = re.compile(r"^[^\s@]+@[^\s@]+$|^[a-zA-Z][a-zA-Z0-9+.-]*://|^www\.", re.IGNORECASE)
+
+
+class Fold(BaseModel):
+    """The rest of a folded line: what follows its shown part (`line`: the line's index)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    line: int
+    rest: str
+
+
+class Folded(BaseModel):
+    """Lines as shown (each long one cut, with the fold mark) and the rests of those folded."""
+
+    model_config = ConfigDict(frozen=True)
+
+    lines: list[str]
+    folds: list[Fold] = []
+
+
+def fold_mark(more: int) -> str:
+    """What ends a folded line: ` … 2,412 more characters: show all`."""
+    return f" … {more:,} more characters: show all"
+
+
+def fold_at(line: str, limit: int) -> int:
+    """Where a line longer than `limit` is cut: at `limit`, or before a `⟨U+…⟩` the cut would split
+    (a hidden character is shown whole or not at all)."""
+    opened = line.rfind("⟨", max(0, limit - len("⟨U+10FFFF⟩") + 1), limit)
+    return opened if opened > 0 and line.find("⟩", opened) >= limit else limit
+
+
+def fold(line: str, limit: int = MAX_LINE_CHARS) -> tuple[str, str]:
+    """`line` as shown (cut with the fold mark when longer than `limit`) and its rest ("" if whole)."""
+    if len(line) <= limit:
+        return line, ""
+    cut = fold_at(line, limit)
+    return line[:cut] + fold_mark(len(line) - cut), line[cut:]
+
+
+def folded(lines: list[str], limit: int = MAX_LINE_CHARS) -> Folded:
+    """Every line folded at `limit`, with the rests of those that were."""
+    shown: list[str] = []
+    folds: list[Fold] = []
+    for n, line in enumerate(lines):
+        head, rest = fold(line, limit)
+        shown.append(head)
+        if rest:
+            folds.append(Fold(line=n, rest=rest))
+    return Folded(lines=shown, folds=folds)
+
+
+def capped(warnings: list[str]) -> list[str]:
+    """At most `MAX_WARNINGS` distinct warnings, and how many more there were."""
+    unique = list(dict.fromkeys(warnings))
+    more = len(unique) - MAX_WARNINGS
+    return unique[:MAX_WARNINGS] + ([f"... and {more} more"] if more > 0 else [])
 
 
 def is_hidden(char: str) -> bool:
@@ -99,19 +164,18 @@ def argument_warnings(arguments: str) -> list[str]:
         return [f"the arguments are refused: {refusal}"]
     found: list[str] = []
     _walk("", value, found)
-    unique = list(dict.fromkeys(found))
-    more = len(unique) - MAX_WARNINGS
-    return unique[:MAX_WARNINGS] + ([f"... and {more} more"] if more > 0 else [])
+    return capped(found)
+
+
+def argument_text(arguments: str) -> list[str]:
+    """The parsed arguments, one key per line (`key: <JSON value>`), hidden characters visible,
+    whole (`argument_lines` folds them)."""
+    value, refusal = loads_bounded(arguments or "{}")
+    if refusal is not None or not isinstance(value, dict):
+        return [visible(f"(not a JSON object: {refusal or type(value).__name__}) {arguments}")]
+    return [visible(f"{key}: {json.dumps(item, ensure_ascii=False)}") for key, item in value.items()]
 
 
 def argument_lines(arguments: str) -> list[str]:
-    """The parsed arguments, one key per line (`key: <JSON value>`), hidden characters visible."""
-    value, refusal = loads_bounded(arguments or "{}")
-    if refusal is not None or not isinstance(value, dict):
-        return [
-            visible(f"(not a JSON object: {refusal or type(value).__name__}) {arguments}")[:MAX_LINE_CHARS]
-        ]
-    return [
-        visible(f"{key}: {json.dumps(item, ensure_ascii=False)}")[:MAX_LINE_CHARS]
-        for key, item in value.items()
-    ]
+    """The arguments' lines as shown: each long one folded (the rests: `folded(argument_text(…))`)."""
+    return folded(argument_text(arguments)).lines

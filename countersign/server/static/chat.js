@@ -107,7 +107,7 @@ const handlers = {
     if (!step) return;
     if (data.state === "pending") {
       const who = (data.may_decide || []).join(", ") || "a reviewer";
-      if (!$(".effect", step)) $("h3", step).after(effectView(data.effect_lines, data.resolved === false));
+      if (!$(".effect", step)) $("h3", step).after(effectView(data.effect_lines, data.effect_folds, data.resolved === false));
       setOutcome(step, `Waiting for a reviewer (${who} may decide)`, "waiting");
       const countdown = el("span", { class: "countdown", "data-expires": data.expires_at, text: relativeTime(data.expires_at) });
       $(".outcome", step).append(" · expires ", countdown);
