@@ -4,8 +4,9 @@ APPROVER_AUTH=signed mode, the scripted model, headless Chromium, `starter.py` a
 alice's agent asks to send an email whose text part is harmless, with a body line longer than the
 card's limit whose end is a P.S., and whose HTML part (what a mail program shows) holds a link to
 somewhere else than it says, a customer list (behind a hiding style, which the sanitizer strips: it
-leaves in plain sight) and small print in a closed `<details>` (hidden until the reader opens it). Everywhere the call is shown, the reviewer reads the HTML as its reader would see it,
-with the link's real target and the hidden text, and the long line folds visibly, its end reachable:
+leaves in plain sight) and small print in a closed `<details>` (hidden until the reader opens it).
+Everywhere the call is shown, the reviewer reads the HTML as its reader would see it, with the
+link's real target and the hidden text, and the long line folds visibly, its end reachable:
 the inbox card (at 390 and 1280 px; "show all" reveals the P.S., the HTML source is one press away),
 `GET /api/approvals` (`effect_lines` folded with the mark, `effect_folds` the rest, `effect` whole),
 `approvals list` (folded, saying how to see all) and `approvals show` (whole), and the notice (a
@@ -24,6 +25,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from countersign.db.schema import NotificationOutbox
 from tests.cli.test_grants_cli import runner
+from tests.e2e.test_chat_browser import ask, chat_log_in
 from tests.e2e.test_inbox_browser import ARTIFACTS, CHROMIUM_ARGS, log_in
 from tests.e2e.test_web_ui import chromium as chromium
 from tests.fixtures.approvals import pending
@@ -112,7 +114,7 @@ async def test_the_html_part_and_a_long_lines_end_are_shown_everywhere_the_call_
             assert await effect.get_by_text(PS).is_visible()
             source = card.locator("details.html-source")
             await source.locator("summary").click()
-            assert "href=\"https://evil.example/login\"" in await source.locator("pre").inner_text()
+            assert 'href="https://evil.example/login"' in await source.locator("pre").inner_text()
             await card.screenshot(path=shots / f"card-{width}-shown.png")
             wide = await page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
             assert wide <= 0, f"the page is {wide} px wider than the window at {width} px"
@@ -139,3 +141,32 @@ async def test_the_html_part_and_a_long_lines_end_are_shown_everywhere_the_call_
     assert code == 200, body
     result: Any = await handle.result()
     assert result.last_reply == "[scripted model] done"
+
+
+async def test_the_chat_pages_step_folds_the_long_line_and_shows_all_of_it(
+    signed_dev_agent: SignedStack, chromium: str
+) -> None:
+    """alice, who asked, reads on her step what the call waits with: the HTML as its reader sees it
+    and the long line folded, its end one press away (the `approval` event carries the rests)."""
+    stack = signed_dev_agent
+    stack.agent.script(
+        {"when": {"user_contains": "offer"}, "reply": {"tool_calls": [SEND]}},
+        {"when": {"after_tool": "send_email"}, "reply": {"content": "done"}},
+    )
+    async with async_playwright() as p:
+        browser = await p.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
+        alice = await browser.new_page(viewport={"width": 390, "height": 900})
+        await chat_log_in(alice, stack.url, "alice")
+        workflow_id = await ask(alice, "send the offer")
+        stack.agent.track(workflow_id)
+        step = alice.locator('#log li.step[data-call="c1"]')
+        await step.locator(".outcome:has-text('Waiting for a reviewer')").wait_for(timeout=30_000)
+        effect = step.locator(".effect-lines")
+        shown = await effect.inner_text()
+        assert PS not in shown and TARGET in shown and HIDDEN in shown, shown
+        show_all = effect.locator("button.show-all")
+        assert MARK in (await show_all.inner_text())
+        await show_all.click()
+        await effect.get_by_text(PS).wait_for()
+        await step.screenshot(path=ARTIFACTS / "folds" / "chat-step-390-shown.png")
+        await browser.close()
