@@ -59,14 +59,21 @@ class _Open:
     hides: bool = False  # its content is hidden from the reader (counted in `_Layout.hidden`)
     marks: bool = False  # it opened the hidden region (wrote `[hidden: `, writes its `]`)
     start: int = 0  # the output's chunk where its text starts (a link's text)
+    length: int = 0  # how many characters were written before it
 
 
 class _Layout(HTMLParser):
+    """One pass over the HTML, each event in constant time (amortized) however deep the nesting:
+    open elements are counted by tag, so no event searches the stack."""
+
     def __init__(self) -> None:
         super().__init__(convert_charrefs=True)
         self.out: list[str] = []
+        self.length = 0  # characters written
         self.last = "\n"  # the last character written ("\n" before any)
         self.stack: list[_Open] = []
+        self.open: dict[str, int] = {}  # open elements by tag
+        self.details: list[_Open] = []  # the open <details>, innermost last
         self.hidden = 0  # how many open elements hide their content
         self.hides = False
 
@@ -75,6 +82,7 @@ class _Layout(HTMLParser):
     def _write(self, text: str) -> None:
         if text:
             self.out.append(text)
+            self.length += len(text)
             self.last = text[-1]
 
     def _break(self) -> None:
@@ -113,8 +121,11 @@ class _Layout(HTMLParser):
             or HIDING_STYLE.search(values.get("style", ""))
         ):
             self._hide(opened)
-        opened.start = len(self.out)
+        opened.start, opened.length = len(self.out), self.length
         self.stack.append(opened)
+        self.open[tag] = self.open.get(tag, 0) + 1
+        if tag == "details":
+            self.details.append(opened)
 
     def handle_startendtag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         self.handle_starttag(tag, attrs)
@@ -122,22 +133,26 @@ class _Layout(HTMLParser):
             self.handle_endtag(tag)
 
     def handle_endtag(self, tag: str) -> None:
-        if not any(o.tag == tag for o in self.stack):
+        if not self.open.get(tag):
             return  # an end tag nothing opened: ignored, as a browser does
         while self.stack:
             opened = self.stack.pop()
             self._closed(opened)
             if opened.tag == tag:
                 break
-        if tag == "summary":  # what follows a <details>' summary shows only once the reader opens it
-            details = next((o for o in reversed(self.stack) if o.tag == "details"), None)
-            if details is not None and not details.hides:
-                self._hide(details)
+        # what follows a <details>' summary shows only once the reader opens it
+        if tag == "summary" and self.details and not self.details[-1].hides:
+            self._hide(self.details[-1])
 
     def _closed(self, opened: _Open) -> None:
+        self.open[opened.tag] -= 1
+        if opened.tag == "details":
+            self.details.pop()
         if opened.href is not None:
             target = opened.href.strip()
-            said = " ".join("".join(self.out[opened.start :]).split())
+            # the link's text, read only when it may be its target (a long text cannot be)
+            near = self.length - opened.length <= 2 * len(target) + 16
+            said = " ".join("".join(self.out[opened.start :]).split()) if near else None
             if target and target != said:
                 self._write(f" [{target}]" if said else f"[{target}]")
         if opened.hides:
@@ -148,7 +163,7 @@ class _Layout(HTMLParser):
             self._break()
 
     def handle_data(self, data: str) -> None:
-        if any(o.tag == "pre" for o in self.stack):
+        if self.open.get("pre"):
             self._write(data)
             return
         text = SPACES.sub(" ", data)
