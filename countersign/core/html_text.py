@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 from html.parser import HTMLParser
 
 # Elements that start and end a line of their own.
@@ -187,6 +188,7 @@ class _Layout(HTMLParser):
         return HtmlText("\n".join(kept).strip("\n"), self.hides)
 
 
+@lru_cache(maxsize=256)  # a card's lines and its warnings read the same HTML; the inbox, every page
 def readable(html: str) -> HtmlText:
     """`html` as the text a reviewer reads (module docstring): all of its text, links with their
     targets, hidden text shown and marked."""

@@ -102,8 +102,15 @@ def is_hidden(char: str) -> bool:
     return unicodedata.category(char) in HIDDEN_CATEGORIES
 
 
+def plain(text: str) -> bool:
+    """Printable ASCII (newlines and tabs aside): nothing in it hides, looks alike or mixes scripts."""
+    return text.isascii() and text.replace("\n", "").replace("\t", "").isprintable()
+
+
 def visible(text: str) -> str:
     """`text` with each hidden character written as `⟨U+XXXX⟩`."""
+    if text.isascii() and text.isprintable():  # the common case, read at once
+        return text
     return "".join(f"⟨U+{ord(c):04X}⟩" if is_hidden(c) else c for c in text)
 
 
@@ -121,6 +128,8 @@ def described(char: str) -> str:
 
 def string_warnings(where: str, text: str) -> list[str]:
     """What in one string (a key or a value) could deceive its reader."""
+    if plain(text):
+        return []
     warnings: list[str] = []
     hidden = sorted({f"U+{ord(c):04X}" for c in text if is_hidden(c) and c not in "\n\t"})
     if hidden:
