@@ -112,6 +112,10 @@ async def test_the_html_part_and_a_long_lines_end_are_shown_everywhere_the_call_
             await show_all.click()
             assert PS in await effect.inner_text()
             assert await effect.get_by_text(PS).is_visible()
+            args = card.locator(".raw-args")  # the model's arguments fold the same way
+            assert PS not in await args.inner_text()
+            await args.locator("button.show-all").click()
+            assert PS in await args.inner_text()
             source = card.locator("details.html-source")
             await source.locator("summary").click()
             assert 'href="https://evil.example/login"' in await source.locator("pre").inner_text()
