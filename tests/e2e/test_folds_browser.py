@@ -151,7 +151,9 @@ async def test_the_chat_pages_step_folds_the_long_line_and_shows_all_of_it(
     signed_dev_agent: SignedStack, chromium: str
 ) -> None:
     """alice, who asked, reads on her step what the call waits with: the HTML as its reader sees it
-    and the long line folded, its end one press away (the `approval` event carries the rests)."""
+    and the long line folded, its end one press away (the `approval` event carries the rests); the
+    call's arguments, longer than a `tool_call` event carries, fold too, read whole from the
+    transcript on a press."""
     stack = signed_dev_agent
     stack.agent.script(
         {"when": {"user_contains": "offer"}, "reply": {"tool_calls": [SEND]}},
@@ -172,5 +174,9 @@ async def test_the_chat_pages_step_folds_the_long_line_and_shows_all_of_it(
         assert MARK in (await show_all.inner_text())
         await show_all.click()
         await effect.get_by_text(PS).wait_for()
+        args = step.locator("pre.args")  # the call's arguments: the event's first 2,000, then the whole
+        assert PS not in await args.inner_text()
+        await args.locator("button.show-all").click()
+        await args.get_by_text(PS, exact=False).wait_for()
         await step.screenshot(path=ARTIFACTS / "folds" / "chat-step-390-shown.png")
         await browser.close()
