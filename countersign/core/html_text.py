@@ -12,7 +12,11 @@ HTML parser (`html.parser`, lenient: it never raises on malformed input):
   `display:none`, `visibility:hidden`, `font-size:0`, `opacity:0`; the content of `<head>`,
   `<title>`, `<style>`, `<script>`, `<template>`, `<noscript>`; a closed `<details>` beyond its
   summary) is shown all the same, between `[hidden: ` and `]`, and `hides` says there was some;
-- a comment is shown as `[comment: …]`: some mail programs render conditional comments.
+- a comment (and what a browser reads as one: `<![CDATA[…]]>`, `<?…>`) is shown as `[comment: …]`:
+  some mail programs render conditional comments.
+
+Marking is best effort (text coloured as its background is not detected); showing is not: every
+piece of text is in `text`, marked or not.
 
 Pure: no I/O, the same text wherever it is shown.
 """
@@ -175,6 +179,10 @@ class _Layout(HTMLParser):
     def handle_comment(self, data: str) -> None:
         if data.strip():
             self._write(f"[comment: {SPACES.sub(' ', data).strip()}]")
+
+    # `<![CDATA[…]]>` and `<?…>` are comments to a browser: shown as such, not dropped
+    unknown_decl = handle_comment
+    handle_pi = handle_comment
 
     def laid_out(self) -> HtmlText:
         self.close()

@@ -215,3 +215,9 @@ def test_html_nested_as_deep_as_its_bound_allows_is_read_in_linear_time() -> Non
         text = readable(html).text
         assert text.replace("[hidden: ", "").count(html[-1]) >= 3_000 or html.startswith("<pre>")
     assert time.perf_counter() - started < 5
+
+
+def test_what_a_browser_reads_as_a_comment_is_shown_as_one() -> None:
+    assert readable("a<!-- if mso: x -->b<![CDATA[secret]]>c<?php evil ?>d").text == (
+        "a[comment: if mso: x]b[comment: CDATA[secret]c[comment: php evil ?]d"
+    )
