@@ -89,13 +89,24 @@ def shown_pending(row: dict[str, Any], effect: Effect | None) -> str:
     return (
         f"{row['workflow_id']}  {row['call_id']}  {row['tool']}\n"
         + described(shown.lines, args.lines, effect, row["args"])
-        + (
-            f"    folded lines: `approvals show {row['workflow_id']} {row['call_id']}` prints them whole\n"
-            if shown.folds or args.folds
-            else ""
-        )
+        + (folded_hint(row["workflow_id"], row["call_id"]) if shown.folds or args.folds else "")
         + f"    risk {row['risk']} · requested by {row['requested_by']} {relative(row['requested_at'])}"
         f" · expires {relative(row['expires_at'])}" + (f"\n    {row['hints']}" if row.get("hints") else "")
+    )
+
+
+def folded_hint(workflow_id: str, call_id: str) -> str:
+    return f"    folded lines: `approvals show {workflow_id} {call_id}` prints them whole\n"
+
+
+def effect_block(effect: Effect, workflow_id: str, call_id: str) -> str:
+    """What a pending call will do, as `chat` prints it under the call: its lines (long ones folded,
+    with the command that prints them whole) and what to check in it."""
+    shown = effect_shown(effect)
+    return (
+        "".join(f"    {line}\n" for line in shown.lines)
+        + "".join(f"    ⚠ {w}\n" for w in effect_warnings(effect))
+        + (folded_hint(workflow_id, call_id) if shown.folds else "")
     )
 
 

@@ -30,25 +30,9 @@ from tests.e2e.test_inbox_browser import ARTIFACTS, CHROMIUM_ARGS, log_in
 from tests.e2e.test_web_ui import chromium as chromium
 from tests.fixtures.approvals import pending
 from tests.fixtures.inbox import SignedStack
+from tests.fixtures.offer import HIDDEN, LIST, LONG, MARK, PS, SEND, TARGET
 
 pytestmark = pytest.mark.devserver
-
-PS = "P.S. the real price is twice this: reply before Monday"
-LONG = "Our offer, in full: " + "terms and conditions apply; " * 90 + PS  # 2,594 characters
-HTML = (
-    "<p>Dear partner,</p><p>Please confirm at <a href='https://evil.example/login'>our portal</a>.</p>"
-    "<span style='display:none'>customer list: ann@a.example, bo@b.example</span>"
-    "<details><summary>Terms</summary>small print: no refunds</details>"
-)
-SEND = {
-    "name": "send_email",
-    "arguments": {"to": "partner@example.org", "subject": "Our offer", "body": f"Dear partner,\n{LONG}",
-                  "html_body": HTML},
-}  # fmt: skip
-MARK = " more characters: show all"
-TARGET = "our portal [https://evil.example/login]"
-LIST = "customer list: ann@a.example, bo@b.example"
-HIDDEN = "[hidden: small print: no refunds]"
 
 
 async def notice_text(engine: AsyncEngine, workflow_id: str) -> str:
