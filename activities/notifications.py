@@ -27,9 +27,9 @@ from activities.heartbeat import heartbeats
 from countersign.core.activity_refs import NOTIFY_APPROVAL
 from countersign.core.approvals import APPROVER_ROLES, FOUR_EYES, ApprovalNotice
 from countersign.core.calls import call_key
-from countersign.core.effects import Effect, effect_lines, effect_warnings
+from countersign.core.effects import Effect, effect_shown, effect_warnings
 from countersign.core.mail import message_id
-from countersign.core.shown import argument_lines, argument_warnings
+from countersign.core.shown import Folded, argument_text, argument_warnings, folded
 from countersign.db.events import publish
 from countersign.db.schema import ApprovalRequest, NotificationOutbox, Tenant, User, UserRole
 
@@ -61,11 +61,21 @@ def wording(notice: ApprovalNotice, link: str, effect: Effect | None) -> tuple[s
         if notice.kind == "escalation"
         else f"waits for a decision until {notice.expires_at.isoformat()}"
     )
-    lines = "\n".join(f"  {line[:ARGS_SHOWN]}" for line in argument_lines(notice.args)[:ARG_LINES_SHOWN])
+    every = argument_text(notice.args)
+    args = folded(every[:ARG_LINES_SHOWN], ARGS_SHOWN)
+    lines = "\n".join(f"  {line}" for line in args.lines)
+    if len(every) > ARG_LINES_SHOWN:
+        lines += f"\n  … {len(every) - ARG_LINES_SHOWN:,} more arguments: show all on the card"
     found = (effect_warnings(effect) if effect else []) + argument_warnings(notice.args)
     warnings = "".join(f"Check: {w}\n" for w in found)
-    does = "".join(f"{line}\n" for line in effect_lines(effect)) if effect else ""
-    text = f"{what} {state}.\n{does}Arguments:\n{lines}\n{warnings}Open it: {link}"
+    shown = effect_shown(effect) if effect else Folded(lines=[])
+    does = "".join(f"{line}\n" for line in shown.lines)
+    whole = (
+        f"Some lines are folded here; the card shows all of them: {link}\n"
+        if args.folds or shown.folds or len(every) > ARG_LINES_SHOWN
+        else ""
+    )
+    text = f"{what} {state}.\n{does}Arguments:\n{lines}\n{warnings}{whole}Open it: {link}"
     return subject, text
 
 
@@ -170,7 +180,12 @@ class NotificationActivities:
         if state == "pending":
             data |= {"may_decide": reviewers, "expires_at": notice.expires_at.isoformat()}
             if effect is not None:
-                data |= {"effect_lines": effect_lines(effect), "resolved": effect.resolved}
+                shown = effect_shown(effect)
+                data |= {
+                    "effect_lines": shown.lines,
+                    "effect_folds": [f.model_dump() for f in shown.folds],
+                    "resolved": effect.resolved,
+                }
         key = f"approval:{notice.call_id}:{state}"
         instance = notice.workflow_id, notice.conversation_id
         await publish(session, *instance, notice.tenant_id, "approval", data, key)

@@ -23,9 +23,9 @@ from countersign.cli.stack_client import query_status
 from countersign.cli.ux import relative, with_session
 from countersign.core.approvals import Decision
 from countersign.core.bounds import DuplicateKey, loads_strict
-from countersign.core.effects import Effect, effect_lines, effect_warnings
+from countersign.core.effects import Effect, effect_shown, effect_text, effect_warnings
 from countersign.core.grants import MAX_GRANT_MINUTES, MAX_GRANT_USES, GrantTerms
-from countersign.core.shown import argument_lines, argument_warnings
+from countersign.core.shown import Folded, argument_text, argument_warnings, folded
 from countersign.db.schema import ApprovalRequest
 
 
@@ -82,17 +82,59 @@ async def recorded_effects(rows: list[dict[str, Any]]) -> dict[tuple[str, str], 
 
 
 def shown_pending(row: dict[str, Any], effect: Effect | None) -> str:
-    """One pending call as `approvals list` prints it: what it will do first, then its arguments."""
-    does = "".join(f"    {line}\n" for line in effect_lines(effect)) if effect else ""
-    found = (effect_warnings(effect) if effect else []) + argument_warnings(row["args"])
+    """One pending call as `approvals list` prints it: what it will do first, then its arguments;
+    a long line folded, with the command that prints it whole (`approvals show`)."""
+    shown = effect_shown(effect) if effect else Folded(lines=[])
+    args = folded(argument_text(row["args"]))
     return (
         f"{row['workflow_id']}  {row['call_id']}  {row['tool']}\n"
-        + does
-        + ("    arguments:\n" if does else "")
-        + "".join(f"    {'  ' if does else ''}{line}\n" for line in argument_lines(row["args"]))
-        + "".join(f"    ⚠ {w}\n" for w in found)
+        + described(shown.lines, args.lines, effect, row["args"])
+        + (folded_hint(row["workflow_id"], row["call_id"]) if shown.folds or args.folds else "")
         + f"    risk {row['risk']} · requested by {row['requested_by']} {relative(row['requested_at'])}"
         f" · expires {relative(row['expires_at'])}" + (f"\n    {row['hints']}" if row.get("hints") else "")
+    )
+
+
+def folded_hint(workflow_id: str, call_id: str) -> str:
+    return f"    folded lines: `approvals show {workflow_id} {call_id}` prints them whole\n"
+
+
+def effect_block(effect: Effect, workflow_id: str, call_id: str) -> str:
+    """What a pending call will do, as `chat` prints it under the call: its lines (long ones folded,
+    with the command that prints them whole) and what to check in it."""
+    shown = effect_shown(effect)
+    return (
+        "".join(f"    {line}\n" for line in shown.lines)
+        + "".join(f"    ⚠ {w}\n" for w in effect_warnings(effect))
+        + (folded_hint(workflow_id, call_id) if shown.folds else "")
+    )
+
+
+def described(does: list[str], args: list[str], effect: Effect | None, arguments: str) -> str:
+    """A call's lines as the CLI prints them: what it will do, its arguments, what to check."""
+    found = (effect_warnings(effect) if effect else []) + argument_warnings(arguments)
+    return (
+        "".join(f"    {line}\n" for line in does)
+        + ("    arguments:\n" if does else "")
+        + "".join(f"    {'  ' if does else ''}{line}\n" for line in args)
+        + "".join(f"    ⚠ {w}\n" for w in found)
+    )
+
+
+def shown_whole(row: ApprovalRequest, effect: Effect | None) -> str:
+    """One recorded approval request as `approvals show` prints it: every line whole, and each
+    message's HTML source after its lines."""
+    sources = "".join(
+        f"    HTML source of the {m.channel} to {', '.join(m.to)}:\n"
+        + "".join(f"      {line}\n" for line in m.html.split("\n"))
+        for m in (effect.messages if effect else [])
+        if m.html is not None
+    )
+    return (
+        f"{row.workflow_id}  {row.call_id}  {row.tool}  ({row.state})\n"
+        + described(effect_text(effect) if effect else [], argument_text(row.args), effect, row.args)
+        + sources
+        + f"    risk {row.risk} · requested by {row.requested_by} at {row.requested_at.isoformat()}"
     )
 
 
@@ -153,6 +195,44 @@ def list_approvals(tenant: str | None, as_json: bool) -> None:
             click.echo(shown_pending(r, effects.get((r["workflow_id"], r["call_id"]), (None, ""))[0]))
 
     run(body())
+
+
+@approvals.command("show")
+@click.argument("workflow_id")
+@click.argument("call_id")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+def show_approval(workflow_id: str, call_id: str, as_json: bool) -> None:
+    """Show one call's approval request whole: what it will do and its arguments, every line in
+    full (`approvals list` folds long ones), and each message's HTML source."""
+
+    async def read(session: AsyncSession) -> ApprovalRequest | None:
+        return await session.scalar(
+            select(ApprovalRequest)
+            .where(ApprovalRequest.workflow_id == workflow_id, ApprovalRequest.call_id == call_id)
+            .order_by(ApprovalRequest.requested_at.desc())  # the latest instance's request
+            .limit(1)
+        )
+
+    row = run(with_session(read))
+    if row is None:
+        raise click.ClickException(f"no approval request for call {call_id} in {workflow_id}")
+    effect = Effect.model_validate(row.effect) if row.effect is not None else None
+    if as_json:
+        print_json(
+            {
+                "workflow_id": row.workflow_id,
+                "call_id": row.call_id,
+                "tool": row.tool,
+                "args": row.args,
+                "state": row.state,
+                "effect": effect.model_dump(mode="json") if effect else None,
+                "effect_digest": row.effect_sha256 or "",
+                "effect_lines": effect_text(effect) if effect else [],
+                "arg_lines": argument_text(row.args),
+            }
+        )
+        return
+    click.echo(shown_whole(row, effect))
 
 
 @cli.command()

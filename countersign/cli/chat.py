@@ -20,9 +20,11 @@ from typing import Any
 
 import click
 from sqlalchemy import select
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from countersign.cli.app import cli, run
+from countersign.cli.approvals import effect_block, recorded_effects
 from countersign.cli.conversation_client import ConversationClient, conversation_client
 from countersign.cli.conversations import parse_limits
 from countersign.cli.ux import command, relative, with_session
@@ -420,6 +422,7 @@ class Chat:
             f" expires {relative(approval.expires_at)})"
             + (f"\n    {approval.hints}" if approval.hints else "")
         )
+        await self.show_effect(approval.call_id)
         if not await self.may_decide(tenant_id, approval):
             click.echo(f"  waiting for a decision: {self.who_can_decide(approval)}")
             return
@@ -432,6 +435,18 @@ class Chat:
             click.echo(f"  waiting for a decision: {self.who_can_decide(approval)}")
             return
         await self.decide(kind, approval.call_id, reason.strip() or None, approval)
+
+    async def show_effect(self, call_id: str) -> None:
+        """What the call will do, as the worker recorded it for its reviewers (the card's lines);
+        nothing when the request is not recorded yet or the database cannot be read."""
+        workflow_id = self.conversation or ""
+        try:
+            found = await recorded_effects([{"workflow_id": workflow_id, "call_id": call_id}])
+        except (OSError, SQLAlchemyError):
+            return
+        recorded = found.get((workflow_id, call_id))
+        if recorded is not None:
+            click.echo(effect_block(recorded[0], workflow_id, call_id), nl=False)
 
     async def ask_answer(self, question: PendingQuestion) -> None:
         assert self.conversation is not None

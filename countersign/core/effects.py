@@ -19,7 +19,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
-from countersign.core.shown import MAX_LINE_CHARS, MAX_WARNINGS, string_warnings, visible
+from countersign.core.html_text import readable
+from countersign.core.shown import Folded, capped, folded, string_warnings, visible
 
 # Longest summary line kept: a summary is one line on a card, not a second body.
 SUMMARY_CHARS = 300
@@ -46,8 +47,19 @@ class RecordChange(BaseModel):
     deleted: bool = False
 
 
+class Attachment(BaseModel):
+    """A file a message carries: shown by name and size; its content bound by `sha256`."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    size: int = Field(ge=0)  # bytes
+    content_type: str = "application/octet-stream"
+    sha256: str  # hex digest of the content: a proof binds the bytes, not only the name
+
+
 class OutgoingMessage(BaseModel):
-    """Something that leaves Countersign, exactly as it will be sent."""
+    """Something that leaves Countersign, exactly as it will be sent: every part of it."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -55,7 +67,10 @@ class OutgoingMessage(BaseModel):
     to: list[str]
     subject: str | None = None
     body: str
-    html: str | None = None  # an email's HTML version, as sanitized for sending
+    html: str | None = None  # an email's HTML version, as sanitized for sending (its source)
+    # Left out of the JSON while empty, so a message without attachments (every one recorded
+    # before they existed) keeps its canonical form and digest.
+    attachments: list[Attachment] = Field(default_factory=list, exclude_if=lambda found: not found)
 
 
 class Creation(BaseModel):
@@ -141,7 +156,7 @@ def arguments_effect(tool: str, arguments: dict[str, JsonValue]) -> Effect:
 
 def _text_lines(text: str, indent: str) -> list[str]:
     """A multi-line text (a body) as lines, each with hidden characters made visible."""
-    return [visible(f"{indent}{line}")[:MAX_LINE_CHARS] for line in text.split("\n")]
+    return [visible(f"{indent}{line}") for line in text.split("\n")]
 
 
 def named(kind: str, label: str) -> str:
@@ -150,10 +165,30 @@ def named(kind: str, label: str) -> str:
     return label if label.startswith(f"{kind} ") else f"{kind} {label}"
 
 
-def effect_lines(effect: Effect) -> list[str]:
-    """The effect as a person reads it: the summary, then each change (field: before → after),
-    each message as it will be sent (recipients, subject, body) and each creation. Hidden
-    characters are made visible (countersign.core.shown), as in the arguments' lines."""
+def message_lines(message: OutgoingMessage) -> list[str]:
+    """A message as it will leave: recipients, subject, the text, the HTML as its reader sees it
+    (countersign.core.html_text: links with their targets, hidden text shown and marked) and each
+    attachment by name and size."""
+    lines = [visible(f"  sends {message.channel} to {', '.join(message.to)}")]
+    if message.subject is not None:
+        lines.append(visible(f"    subject: {message.subject}"))
+    lines.append("    body:")
+    lines.extend(_text_lines(message.body, "      "))
+    if message.html is not None:
+        lines.append("    HTML version, as its reader sees it (links with [their targets], [hidden: text]):")
+        lines.extend(_text_lines(readable(message.html).text, "      "))
+    for attached in message.attachments:
+        lines.append(
+            visible(f"    attaches {attached.name} ({attached.size:,} bytes, {attached.content_type})")
+        )
+    return lines
+
+
+def effect_text(effect: Effect) -> list[str]:
+    """The effect as a person reads it, whole: the summary, then each change (field: before →
+    after), each message as it will be sent (`message_lines`) and each creation. Hidden characters
+    are made visible (countersign.core.shown), as in the arguments' lines. Shown folded
+    (`effect_shown`, `effect_lines`)."""
     lines = [visible(effect.summary)]
     if effect.problem is not None:
         lines.append(visible(f"  would fail: {effect.problem}"))
@@ -164,17 +199,10 @@ def effect_lines(effect: Effect) -> list[str]:
             visible(f"  {'deletes' if change.deleted else 'changes'} {named(change.kind, change.label)}")
         )
         lines.extend(
-            visible(f"    {name}: {shown(c.before)} → {shown(c.after)}")[:MAX_LINE_CHARS]
-            for name, c in change.fields.items()
+            visible(f"    {name}: {shown(c.before)} → {shown(c.after)}") for name, c in change.fields.items()
         )
     for message in effect.messages:
-        lines.append(visible(f"  sends {message.channel} to {', '.join(message.to)}"))
-        if message.subject is not None:
-            lines.append(visible(f"    subject: {message.subject}")[:MAX_LINE_CHARS])
-        lines.append("    body:")
-        lines.extend(_text_lines(message.body, "      "))
-        if message.html is not None:
-            lines.append("    (and an HTML version of it)")
+        lines.extend(message_lines(message))
     for created in effect.creates:
         lines.append(visible(f"  creates {named(created.kind, created.label)}"))
         for name, value in created.fields.items():
@@ -182,8 +210,19 @@ def effect_lines(effect: Effect) -> list[str]:
                 lines.append(f"    {visible(name)}:")
                 lines.extend(_text_lines(value, "      "))
             else:
-                lines.append(visible(f"    {name}: {shown(value)}")[:MAX_LINE_CHARS])
+                lines.append(visible(f"    {name}: {shown(value)}"))
     return lines
+
+
+def effect_shown(effect: Effect) -> Folded:
+    """The effect's lines as a card shows them: each long one folded with its mark, the rests beside
+    (countersign.core.shown: nothing is cut silently)."""
+    return folded(effect_text(effect))
+
+
+def effect_lines(effect: Effect) -> list[str]:
+    """The effect's lines as shown (`effect_shown(effect).lines`)."""
+    return effect_shown(effect).lines
 
 
 def effect_warnings(effect: Effect) -> list[str]:
@@ -195,8 +234,17 @@ def effect_warnings(effect: Effect) -> list[str]:
         if message.subject is not None:
             found.extend(string_warnings(f"effect: {message.channel} subject", message.subject))
         found.extend(string_warnings(f"effect: {message.channel} body", message.body))
+        if message.html is not None:
+            html = readable(message.html)
+            if html.hides:
+                found.append(
+                    f"effect: {message.channel} HTML hides text from its reader (shown as [hidden: …])"
+                )
+            found.extend(string_warnings(f"effect: {message.channel} HTML", html.text))
+        for attached in message.attachments:
+            found.extend(string_warnings(f"effect: {message.channel} attachment", attached.name))
     for change in effect.changes:
         for name, c in change.fields.items():
             if isinstance(c.after, str):
                 found.extend(string_warnings(f"effect: {change.kind} {name}", c.after))
-    return list(dict.fromkeys(found))[:MAX_WARNINGS]
+    return capped(found)

@@ -30,6 +30,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession, async_sessionm
 
 from countersign.core.contract import TurnStop
 from countersign.core.direct import MARKER_NAME
+from countersign.core.shown import fold
 from countersign.core.summaries import summarize_result
 from countersign.db.instances import CURRENT_INSTANCE_SQL, current_instance
 from countersign.db.schema import ConversationEvent, ConversationMessage
@@ -87,11 +88,15 @@ async def publish(
 
 
 def arguments_of(arguments: str) -> Any:
-    """A tool call's arguments as JSON for a reader (the text itself when it is not JSON)."""
+    """A tool call's arguments as JSON for a reader (the text itself when it is not JSON); longer
+    than ARGS_SHOWN, their first characters folded with the visible mark (countersign.core.shown):
+    the transcript has them whole."""
+    if len(arguments) > ARGS_SHOWN:
+        return fold(arguments, ARGS_SHOWN)[0]
     try:
-        return json.loads(arguments[:ARGS_SHOWN])
+        return json.loads(arguments)
     except ValueError:
-        return arguments[:ARGS_SHOWN]
+        return arguments
 
 
 def result_ok(content: str | None) -> bool:

@@ -38,6 +38,7 @@ from aiohttp import web
 from sqlalchemy.ext.asyncio import AsyncSession
 from temporalio.service import RPCError
 
+from countersign.core.shown import fold
 from countersign.db.chain import chain_written
 from countersign.db.channels import ChannelSettings, SenderSettings, channel_view, set_channel, set_sender
 from countersign.db.people import roles_of
@@ -54,6 +55,9 @@ ADMIN = "admin"
 SLACK_SKEW_S = 300  # Slack's own advice: refuse a request signed more than 5 minutes ago
 REPLY_WAIT_S = 600.0  # how long a channel's message waits for its reply before the post gives up
 TELEGRAM_SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"
+# Characters of a reply posted as one chat message (Telegram takes 4,096): a longer one is folded,
+# its mark and the link to the whole after it.
+REPLY_CHARS = 3_800
 
 
 @dataclass
@@ -237,6 +241,13 @@ async def deliver(request: web.Request, channel: ChatChannel, inbound: Inbound) 
     return web.json_response({"ok": True, "workflow_id": workflow_id}, status=200)
 
 
+def chat_text(text: str, chat_url: str) -> str:
+    """`text` as one chat message: a long one folded with its visible mark (countersign.core.shown)
+    and where the whole of it is, never cut silently."""
+    shown, rest = fold(text, REPLY_CHARS)
+    return f"{shown}\nThe whole of it: {chat_url}" if rest else shown
+
+
 def reply_text(state: str, reply: str | None) -> str | None:
     if state == "replied":
         return reply
@@ -269,7 +280,7 @@ async def answer_back(
         bot_token=channel.bot_token, chat_id=inbound.chat, name=channel.name,
     )  # fmt: skip
     try:
-        await post(to, text[:4_000], f"{workflow_id}:{inbound.message_id}")
+        await post(to, chat_text(text, requesters.chat_url), f"{workflow_id}:{inbound.message_id}")
     except (ToolFailure, OutcomeUnknown) as failure:  # its message names no URL nor token
         log.warning("reply to %s channel of %s not posted: %s", channel.kind, channel.tenant_id, failure)
 

@@ -33,11 +33,11 @@ from temporalio.service import RPCError, RPCStatusCode
 from countersign.core.approvals import Approval, Decision, PendingCall, approver_refusal, quorum_line
 from countersign.core.bounds import MAX_REASON_CHARS
 from countersign.core.calls import Risk
-from countersign.core.effects import Effect, effect_lines, effect_warnings
+from countersign.core.effects import Effect, effect_shown, effect_warnings
 from countersign.core.evidence import bundle_tar
 from countersign.core.grants import GrantTerms, grant_refusal
 from countersign.core.messages import ChatMessage
-from countersign.core.shown import argument_lines, argument_warnings
+from countersign.core.shown import Fold, Folded, argument_text, argument_warnings, folded
 from countersign.db.chain import export_bundle
 from countersign.db.grants import GrantRefused, grant_view, grants_of, revoke_grant
 from countersign.db.instances import current_instance
@@ -118,8 +118,11 @@ class PendingItem(BaseModel):
     hints: str | None = None  # an MCP server's claims about the tool: shown, never trusted
     last_messages: list[dict[str, str]] = Field(default_factory=list)
     # What the card shows: the parsed arguments one key per line, hidden characters made visible,
-    # and what could deceive a reader (look-alikes, bidi) flagged (countersign.core.shown).
+    # and what could deceive a reader (look-alikes, bidi) flagged (countersign.core.shown). A long
+    # line is folded (its first 2,000 characters and ` … N more characters: show all`); the rest of
+    # each folded line is in `arg_folds` (`{"line": index, "rest": text}`), as for `effect_lines`.
     arg_lines: list[str] = Field(default_factory=list)
+    arg_folds: list[Fold] = Field(default_factory=list)
     warnings: list[str] = Field(default_factory=list)
     # What the call will do, as the tool resolved it when the request was recorded: shown first
     # (`effect_lines`, hidden characters visible; what could deceive in it is in `warnings`), and
@@ -127,6 +130,7 @@ class PendingItem(BaseModel):
     effect: Effect | None = None
     effect_digest: str = ""
     effect_lines: list[str] = Field(default_factory=list)
+    effect_folds: list[Fold] = Field(default_factory=list)
     # Asked again: who approved this call before, and what it would have done then; that approval
     # was voided because what the call would do changed between the decision and its execution.
     voided_by: str | None = None
@@ -158,6 +162,8 @@ def item_of(
     approved_by = approved_by or []
     tool = REGISTRY.get(row.tool)
     effect = Effect.model_validate(row.effect) if row.effect is not None else None
+    args = folded(argument_text(row.args))
+    does = effect_shown(effect) if effect else Folded(lines=[])
     return PendingItem(
         workflow_id=row.workflow_id,
         call_id=row.call_id,
@@ -175,11 +181,13 @@ def item_of(
         schema=tool.spec().parameters if tool else row.parameters or {},
         hints=row.hints,
         last_messages=said,
-        arg_lines=argument_lines(row.args),
+        arg_lines=args.lines,
+        arg_folds=args.folds,
         warnings=(effect_warnings(effect) if effect else []) + argument_warnings(row.args),
         effect=effect,
         effect_digest=row.effect_sha256 or "",
-        effect_lines=effect_lines(effect) if effect else [],
+        effect_lines=does.lines,
+        effect_folds=does.folds,
         voided_by=row.voided_by,
         voided_effect=Effect.model_validate(row.voided_effect) if row.voided_effect is not None else None,
         approvals_required=row.approvals_required,

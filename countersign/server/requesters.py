@@ -181,6 +181,11 @@ class Requesters:
         self._store = ConversationStore(sessions)
 
     @property
+    def chat_url(self) -> str:
+        """The chat page, where a requester reads a conversation whole."""
+        return f"{self._settings.inbox_url.rstrip('/')}/chat"
+
+    @property
     def signing_key(self) -> Ed25519PrivateKey:
         """The server's key: its proofs, and the MAC key of MCP request states (server.mcp_face)."""
         return self._key

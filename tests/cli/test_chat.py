@@ -14,6 +14,7 @@ from countersign.cli.stack_client import query_status
 from countersign.core.approvals import Approval, Decision
 from countersign.runtime.config import PROJECT_ROOT
 from tests.fixtures.agent import AgentHarness
+from tests.fixtures.offer import HIDDEN, MARK, SEND, TARGET
 
 pytestmark = pytest.mark.devserver
 
@@ -183,3 +184,37 @@ async def test_chat_shows_the_reply_as_it_streams(dev_agent: AgentHarness, tmp_p
     output = await chat.finish("/quit")
     assert "agent> [scripted model] one two three four five six seven eight nine ten\n" in output
     assert output.count("one two three") == 1, "streamed once, not printed again from the transcript"
+
+
+async def test_a_waiting_call_shows_what_it_will_do_folded_with_how_to_see_all(
+    dev_agent: AgentHarness, tmp_path: Path
+) -> None:
+    """Under a call that waits, the chat prints its effect as the card shows it (issue 48 items 2
+    and 3): the email's HTML as its reader sees it (the link's real target, the hidden small print)
+    and the long body line folded with its mark, then the command that prints it whole."""
+    dev_agent.script(
+        {"when": {"user_contains": "offer"}, "reply": {"tool_calls": [SEND]}},
+        {"when": {"after_tool": "send_email"}, "reply": {"content": "done"}},
+    )
+    chat = await ChatProcess.start(
+        dev_agent, tmp_path, "--tenant", "acme", "--user", "alice", "--agent", "lead-qualifier"
+    )
+    chat.send("send the offer")
+    workflow_id = (await chat.until(r"conversation (conv-acme-\w+)"))[1]
+    await chat.until(r"waiting for a decision: .*\n")
+    decision = Decision(call_id="c1", decision="reject", approver="bob", reason="seen")
+    await dev_agent.client.get_workflow_handle(workflow_id).execute_update(
+        "decide", decision, result_type=Approval
+    )
+    await chat.until(r"agent> \[scripted model\] done")
+    output = await chat.finish("/quit")
+    order = [
+        "⏸ c1 send_email",
+        "    Email to partner@example.org: “Our offer”",
+        f"{MARK}\n",
+        f"      Please confirm at {TARGET}.",
+        f"      {HIDDEN}",
+        f"    folded lines: `approvals show {workflow_id} c1` prints them whole",
+    ]
+    positions = [output.index(text) for text in order]
+    assert positions == sorted(positions), output

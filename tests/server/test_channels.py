@@ -16,8 +16,10 @@ import pytest_asyncio
 from sqlalchemy import delete, select, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from countersign.core.shown import fold_mark
 from countersign.db.schema import ChatChannel, ChatSender, InputAudit
 from countersign.server.channels import (
+    REPLY_CHARS,
     TELEGRAM_SECRET_HEADER,
     slack_message,
     slack_signature,
@@ -123,6 +125,30 @@ async def test_a_telegram_message_reaches_the_mapped_user_and_the_reply_comes_ba
         "GET", f"/api/conversations/{answer['workflow_id']}/transcript", await stack.login("alice")
     )
     assert [m.get("content") for m in transcript if m["role"] == "user"].count("hello bot") == 1
+
+
+async def test_a_reply_longer_than_one_chat_message_is_folded_with_a_link_to_the_whole(
+    signed_agent: SignedStack, chat_receiver: Receiver, cleanup: None
+) -> None:
+    """Nothing cut silently (issue 48 item 3): the end of a long reply is not dropped unsaid."""
+    stack = signed_agent
+    long = "a long answer; " * 300 + "P.S. the end"
+    stack.agent.script({"when": {"user_contains": "hello"}, "reply": {"content": long}})
+    channel = {"kind": "telegram", "name": "Sales group", "endpoint": chat_receiver.base_url,
+               "bot_token": TOKEN, "chat_id": "-100200", "webhook_secret": SECRET}  # fmt: skip
+    await set_up(stack, channel)
+    update = {"update_id": 78, "message": {"message_id": 6, "from": {"id": int(SENDER)},
+                                          "chat": {"id": -555}, "text": "hello bot"}}  # fmt: skip
+    code, answer = await webhook(
+        stack, "/channels/telegram/acme", json.dumps(update).encode(), {TELEGRAM_SECRET_HEADER: SECRET}
+    )
+    assert code == 200, answer
+    stack.agent.track(answer["workflow_id"])
+    (reply,) = await posted(chat_receiver)
+    whole = f"[scripted model] {long}"
+    head, link = reply["json"]["text"].split("\nThe whole of it: ")
+    assert head == whole[:REPLY_CHARS] + fold_mark(len(whole) - REPLY_CHARS)
+    assert link == f"{stack.agent.settings.inbox_url}/chat" and len(reply["json"]["text"]) <= 4_096
 
 
 async def test_a_slack_event_is_verified_by_its_signature_and_answered_through_the_webhook(

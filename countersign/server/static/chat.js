@@ -75,6 +75,26 @@ function decideForm(data) {
   return form;
 }
 
+// A step's arguments. The event carries at most its first 2,000 characters, a longer text folded
+// with its mark (countersign/db/events.py `arguments_of`): the mark is a button that reads the call's
+// whole arguments from the transcript. Nothing is cut silently.
+function stepArgs(data) {
+  if (typeof data.args !== "string") return el("pre", { class: "args", text: JSON.stringify(data.args, null, 1) });
+  const mark = data.args.lastIndexOf(" … ");
+  if (mark < 0 || !/ more characters: show all$/.test(data.args)) return el("pre", { class: "args", text: data.args });
+  const id = current.id;
+  const showAll = el("button", { type: "button", class: "show-all", text: data.args.slice(mark + 1) });
+  const pre = el("pre", { class: "args" }, data.args.slice(0, mark), showAll);
+  showAll.addEventListener("click", async () => {
+    try {
+      const messages = await api("GET", `/api/conversations/${encodeURIComponent(id)}/transcript`);
+      const call = messages.flatMap((m) => m.tool_calls || []).find((c) => c.id === data.call_id);
+      if (call) pre.textContent = call.arguments;
+    } catch (err) { say(err.message); }
+  });
+  return pre;
+}
+
 const handlers = {
   message(data) {
     add(el("li", { class: "user", text: data.text }));
@@ -93,10 +113,9 @@ const handlers = {
       reply.node.classList.remove("streaming");
       if (!reply.node.textContent) reply.node.remove();
     }
-    const args = typeof data.args === "string" ? data.args : JSON.stringify(data.args, null, 1);
     const step = add(el("li", { class: "step", "data-call": data.call_id },
       el("h3", { text: `Step ${data.call_id}: ${data.tool}` }),
-      el("pre", { class: "args", text: args }),
+      stepArgs(data),
       el("p", { class: "outcome", "aria-live": "polite", text: "running…" }),
       el("p", { class: "review" }),
       el("p", { class: "actions" })));
@@ -107,7 +126,7 @@ const handlers = {
     if (!step) return;
     if (data.state === "pending") {
       const who = (data.may_decide || []).join(", ") || "a reviewer";
-      if (!$(".effect", step)) $("h3", step).after(effectView(data.effect_lines, data.resolved === false));
+      if (!$(".effect", step)) $("h3", step).after(effectView(data.effect_lines, data.effect_folds, data.resolved === false));
       setOutcome(step, `Waiting for a reviewer (${who} may decide)`, "waiting");
       const countdown = el("span", { class: "countdown", "data-expires": data.expires_at, text: relativeTime(data.expires_at) });
       $(".outcome", step).append(" · expires ", countdown);

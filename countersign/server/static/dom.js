@@ -30,15 +30,43 @@ function relativeTime(iso, now = Date.now()) {
   return seconds >= 0 ? `in ${text}` : `${text} ago`;
 }
 
+// Lines as the server laid them out (countersign/core/shown.py), each folded one with its rest
+// beside it (`folds`: [{line, rest}]): a folded line ends with its mark, " … 2,412 more characters:
+// show all", which is a button here; pressing it shows the rest where the mark was. Nothing is cut
+// silently: every character of every line is one press away.
+function foldedLines(lines, folds, attrs) {
+  const rests = new Map((folds || []).map((f) => [f.line, f.rest]));
+  const pre = el("pre", attrs);
+  lines.forEach((line, n) => {
+    if (n) pre.append("\n");
+    const rest = rests.get(n);
+    const mark = rest === undefined ? -1 : line.lastIndexOf(" … ");
+    if (mark < 0) { pre.append(line); return; }
+    const showAll = el("button", { type: "button", class: "show-all", text: line.slice(mark + 1) });
+    showAll.addEventListener("click", () => {
+      showAll.replaceWith(el("span", { class: "rest", text: rest }));
+    });
+    pre.append(line.slice(0, mark), showAll);
+  });
+  return pre;
+}
+
 // What a call will do (the approval request's effect, as the server lays it out in lines with hidden
-// characters made visible): its summary first, then each change, message and creation. Shared by
-// the inbox card and the chat page's step; `lines` empty (a request from before effects): nothing.
-function effectView(lines, unresolved) {
+// characters made visible, long ones folded): its summary first, then each change, message and
+// creation, and each message's HTML source one press away. Shared by the inbox card and the chat
+// page's step; `lines` empty (a request from before effects): nothing.
+function effectView(lines, folds, unresolved, effect) {
   if (!lines || !lines.length) return "";
   const [summary, ...rest] = lines;
+  const sources = ((effect && effect.messages) || []).filter((m) => m.html !== null && m.html !== undefined)
+    .map((m) => el("details", { class: "html-source" },
+      el("summary", { text: `HTML source of the ${m.channel} to ${m.to.join(", ")}` }),
+      el("pre", { text: m.html })));
+  const restFolds = (folds || []).filter((f) => f.line > 0).map((f) => ({ line: f.line - 1, rest: f.rest }));
   return el("section", { class: unresolved ? "effect unresolved" : "effect", "aria-label": "What this call will do" },
     el("p", { class: "effect-summary" }, el("strong", { text: summary })),
-    rest.length ? el("pre", { class: "effect-lines", text: rest.join("\n") }) : "");
+    rest.length ? foldedLines(rest, restFolds, { class: "effect-lines" }) : "",
+    ...sources);
 }
 
 async function api(method, path, body) {

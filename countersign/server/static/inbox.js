@@ -136,7 +136,7 @@ function card(item) {
             + ", so nothing ran and that approval was voided. Decide on it as it is now." })
       : "",
     item.quorum ? el("p", { class: "quorum", role: "status", text: quorumLine(item) }) : "",
-    effectView(item.effect_lines, item.effect && !item.effect.resolved),
+    effectView(item.effect_lines, item.effect_folds, item.effect && !item.effect.resolved, item.effect),
     (item.warnings || []).length
       ? el("ul", { class: "warnings", role: "alert", "aria-label": "Check these arguments" },
           ...item.warnings.map((w) => el("li", { text: `⚠ ${w}` })))
@@ -145,7 +145,7 @@ function card(item) {
     item.hints ? el("p", { class: "hints", text: item.hints }) : "",
     messages,
     el("p", {}, el("strong", { text: "Arguments, one per line, as the tool will receive them:" })),
-    el("pre", { class: "raw-args", text: (item.arg_lines || []).join("\n") }),
+    foldedLines(item.arg_lines || [], item.arg_folds, { class: "raw-args" }),
     el("details", {}, el("summary", { text: "Edit arguments" }), fields, approveEdited),
     el("p", { class: "decision" }, el("label", { for: reason.id, text: "Your reason for this decision" }), reason),
     el("p", {}, approve, reject),
