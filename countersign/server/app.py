@@ -11,6 +11,7 @@ form cannot send: with SameSite=Strict, that keeps other sites from deciding in 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -24,6 +25,7 @@ from temporalio.service import RPCError
 from countersign.client.temporal_client import connect
 from countersign.db.engine import create_engine, session_factory
 from countersign.identity import tokens
+from countersign.identity.checkpoints import keep_checkpoints
 from countersign.identity.mode import recorded_mode
 from countersign.identity.proofs import load_private_key
 from countersign.runtime.config import Settings
@@ -285,7 +287,7 @@ async def running_server(
     readers = ConversationEvents(sessions, settings.database_url)
     runner = web.AppRunner(
         create_app(
-            Inbox(client, sessions, key),
+            Inbox(client, sessions, key, settings.checkpoint_dir),
             Requesters(client, sessions, key, settings, readers, rate),
             readers,
             oidc,
@@ -296,11 +298,20 @@ async def running_server(
         shutdown_timeout=1.0,
     )
     await runner.setup()
+    checkpoints = (
+        asyncio.create_task(
+            keep_checkpoints(sessions, key, settings.checkpoint_dir, settings.checkpoint_interval_s)
+        )
+        if settings.checkpoint_interval_s > 0
+        else None
+    )
     try:
         site = web.TCPSite(runner, host, port)
         await site.start()
         bound = runner.addresses[0][1]
         yield f"http://{host}:{bound}"
     finally:
+        if checkpoints is not None:
+            checkpoints.cancel()
         await runner.cleanup()
         await engine.dispose()

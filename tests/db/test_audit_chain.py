@@ -240,7 +240,11 @@ async def test_export_and_verify_through_the_cli(
 ) -> None:
     await audited(db_engine, tenant)
     private, _ = pem_pair()
-    env = {"DATABASE_URL": database_url, "COUNTERSIGN_PROOF_PRIVATE_KEY": private}
+    env = {
+        "DATABASE_URL": database_url,
+        "COUNTERSIGN_PROOF_PRIVATE_KEY": private,
+        "COUNTERSIGN_CHECKPOINT_DIR": str(tmp_path / "checkpoints"),
+    }
     out = tmp_path / "bundle"
     exported = await run_starter("audit", "export", "--tenant", tenant, "--out", str(out), env=env)
     assert exported.returncode == 0, exported.stderr
@@ -251,8 +255,9 @@ async def test_export_and_verify_through_the_cli(
     (out / "records.jsonl").write_bytes(records.replace(b"alice", b"alicf", 1))
     broken = await run_starter("audit", "verify", str(out))
     assert broken.returncode == 1 and "record 1 (line 1) does not verify" in broken.stderr
-    live = await run_starter("audit", "verify", "--tenant", tenant, env={"DATABASE_URL": database_url})
+    live = await run_starter("audit", "verify", "--tenant", tenant, env=env)
     assert live.returncode == 0 and f"chain of {tenant} verifies: {CALLS + 2} records" in live.stdout
+    assert "reaching its checkpoint of " in live.stdout
 
 
 async def test_a_bundle_of_the_last_days_starts_at_its_anchor(db_engine: AsyncEngine, tenant: str) -> None:
