@@ -24,6 +24,7 @@ from countersign.core.evidence import (
     MANIFEST_FILE,
     RECORDS_FILE,
     Broken,
+    Checkpoint,
     fingerprint,
     manifest_key,
     public_pem,
@@ -104,16 +105,17 @@ def checkpoint(tenant: str | None) -> None:
     signing = load_private_key(settings.proof_private_key)
     now = datetime.now(UTC)
     directory = settings.checkpoint_dir
-    try:
-        if tenant is not None:
-            one = run(
-                with_session(lambda session: write_checkpoint(session, signing, directory, tenant, now))
-            )
-            written = [one] if one is not None else []
-        else:
-            written = run(with_session(lambda session: checkpoint_all(session, signing, directory, now)))
-    except Broken as broken:
-        raise click.ClickException(f"no checkpoint written: {broken}") from None
+
+    async def written_now(session: AsyncSession) -> list[Checkpoint]:
+        try:
+            if tenant is None:
+                return await checkpoint_all(session, signing, directory, now)
+            one = await write_checkpoint(session, signing, directory, tenant, now)
+        except Broken as broken:
+            raise click.ClickException(f"no checkpoint written: {broken}") from None
+        return [one] if one is not None else []
+
+    written = run(with_session(written_now))
     for c in written:
         click.echo(f"checkpoint of {c.tenant}: record {c.seq} ({c.hash[:16]}…) in {shown_path(directory)}")
     if not written:
