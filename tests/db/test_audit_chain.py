@@ -499,15 +499,12 @@ async def newest_removed(db_engine: AsyncEngine, tenant: str, count: int) -> Non
         gone = (
             await conn.execute(
                 delete(AuditChainRecord)
-                .where(AuditChainRecord.tenant_id == tenant, AuditChainRecord.seq > head - count)
+                .where(AuditChainRecord.tenant_id == tenant, AuditChainRecord.seq > (head or 0) - count)
                 .returning(AuditChainRecord.source, AuditChainRecord.source_id)
             )
         ).all()
         for source, source_id in gone:
-            model = {"tool_executions": ToolExecution, "approval_decisions": ApprovalDecision}.get(
-                source, Compensation
-            )
-            await conn.execute(delete(model).where(model.id == json.loads(source_id)[0]))
+            await conn.execute(text(f"DELETE FROM {source} WHERE id = :id"), {"id": json.loads(source_id)[0]})
 
 
 async def test_truncating_the_newest_records_fails_against_the_latest_checkpoint(
