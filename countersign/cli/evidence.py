@@ -80,12 +80,21 @@ def export(tenant: str, out: Path, since_days: int | None) -> None:
 
 @audit.command("key")
 @click.option("--json", "as_json", is_flag=True, help="Print {public_key, fingerprint} as JSON.")
-def key(as_json: bool) -> None:
+@click.option(
+    "--out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Write the PEM to this file; print the fingerprint.",
+)
+def key(as_json: bool, out: Path | None) -> None:
     """Print the deployment's public key (PEM) and its fingerprint: what an auditor pins with
     `audit verify PATH --key FILE` or `--fingerprint`, so a bundle signed by any other key fails."""
     from countersign.identity.checkpoints import deployment_public_key
 
     public = deployment_public_key(load_settings())
+    if out is not None:
+        out.write_text(public_pem(public))
+        click.echo(f"{shown_path(out)}: the deployment's public key, fingerprint {fingerprint(public)}")
+        return
     if as_json:
         click.echo(json.dumps({"public_key": public_pem(public), "fingerprint": fingerprint(public)}))
         return

@@ -27,7 +27,7 @@ from datetime import datetime
 from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from sqlalchemy import String, bindparam, func, inspect, select
+from sqlalchemy import ColumnElement, String, bindparam, func, inspect, select, tuple_
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from countersign.core.evidence import (
@@ -242,14 +242,34 @@ async def verify_live(session: AsyncSession, tenant: str, checkpoint: Checkpoint
     return seq - 1
 
 
+# When a row of a table of the audit was written, where it is not `created_at`.
+WRITTEN_AT = {"approval_requests": "requested_at", "draft_edits": "edited_at"}
+
+
 async def unchained_rows(session: AsyncSession, tenant: str, chained_ids: set[tuple[str, str]]) -> None:
     """Raises Broken naming the first row of the tenant in a table of the audit that no record of
-    the chain holds: its record was removed (say, with the newest records of the chain), or the row
-    was written behind Countersign's back."""
+    the chain holds, though it was written after the table's first chained row: its record was
+    removed (say, with the newest records of the chain), or the row was written behind
+    Countersign's back. Rows older than a table's first chained row were written before chaining
+    began (migration 0023) and are left alone: ids and request times only grow."""
+    began = await session.scalar(
+        select(func.min(AuditChainRecord.created_at)).where(AuditChainRecord.tenant_id == tenant)
+    )
+    if began is None:
+        return  # an empty chain: the checkpoint's to find, if it was not always empty
     for source, model in CHAINED.items():
-        keys = inspect(model).primary_key
+        keys = list(inspect(model).primary_key)
+        ids = [json.loads(source_id) for s, source_id in chained_ids if s == source]
+        written: Any = getattr(model, WRITTEN_AT.get(source, "created_at"))
+        newer: ColumnElement[bool] = written >= began  # written after the chain began
+        if ids and source == "approval_requests":  # or after the table's first chained row
+            requests = tuple_(ApprovalRequest.conversation_id, ApprovalRequest.call_id)
+            first_asked = select(func.min(written)).where(requests.in_([tuple(i) for i in ids]))
+            newer = written >= first_asked.scalar_subquery()
+        elif ids:
+            newer = keys[0] >= min(i[0] for i in ids)
         rows = await session.execute(
-            select(*keys).where(model.tenant_id == tenant).order_by(*keys)  # type: ignore[attr-defined]
+            select(*keys).where(model.tenant_id == tenant, newer).order_by(*keys)  # type: ignore[attr-defined]
         )
         for values in rows:
             source_id = canonical([jsonable(v) for v in values])

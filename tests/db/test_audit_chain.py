@@ -463,7 +463,9 @@ async def test_a_bundle_signed_by_another_key_fails_against_the_pinned_key(
     assert printed.returncode == 0, printed.stderr
     deployment = json.loads(printed.stdout)
     assert deployment["public_key"] == public and deployment["fingerprint"].startswith("SHA256:")
-    (tmp_path / "deployment.pem").write_text(deployment["public_key"])
+    written = await run_starter("audit", "key", "--out", str(tmp_path / "deployment.pem"), env=env)
+    assert written.returncode == 0 and deployment["fingerprint"] in written.stdout
+    assert (tmp_path / "deployment.pem").read_text() == public
 
     real = tmp_path / "real"
     assert (
