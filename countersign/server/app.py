@@ -46,7 +46,17 @@ from countersign.server import (
 from countersign.server.auth import SESSION_TTL
 from countersign.server.conversation_events import ConversationEvents
 from countersign.server.door import CALLER, REQUESTERS
-from countersign.server.http import COOKIE, REVIEWER, SESSION, HttpRefusal, bearer_of, error, parse
+from countersign.server.http import (
+    COOKIE,
+    REVIEWER,
+    SESSION,
+    HttpRefusal,
+    bearer_of,
+    error,
+    parse,
+    refuse_cross_origin,
+    refuse_odd_text,
+)
 from countersign.server.inbox import FIRST_PAGE, MAX_PAGE, Inbox, LoginRequest
 from countersign.server.inbox_routes import INBOX
 from countersign.server.oidc import CALLBACK_PATH, FLOW_TTL, OidcConfig, OidcProvider, OidcRefused, open_flow
@@ -84,6 +94,8 @@ async def errors_and_auth(request: web.Request, handler: Handler) -> web.StreamR
     """API calls other than login need a session, or an API token for the conversation API;
     HttpRefusal becomes its JSON error."""
     try:
+        refuse_odd_text(request)
+        refuse_cross_origin(request)
         if request.path.startswith("/api/") and request.path != "/api/login":
             bearer = bearer_of(request)
             if bearer is not None and tokens.looks_like_token(bearer):
