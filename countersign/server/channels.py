@@ -38,6 +38,7 @@ from aiohttp import web
 from sqlalchemy.ext.asyncio import AsyncSession
 from temporalio.service import RPCError
 
+from countersign.client.handles import channel_key
 from countersign.db.chain import chain_written
 from countersign.db.channels import ChannelSettings, SenderSettings, channel_view, set_channel, set_sender
 from countersign.db.people import roles_of
@@ -225,7 +226,7 @@ async def deliver(request: web.Request, channel: ChatChannel, inbound: Inbound) 
     if mapped is None:
         return await refused(request, channel.tenant_id, channel.kind, "a sender nobody mapped", 200)
     caller = Caller(tenant_id=channel.tenant_id, person=mapped.user_id)
-    key = f"{channel.kind}_{inbound.sender}"
+    key = channel_key(channel.kind, inbound.sender)
     workflow_id = None
     try:
         await requesters.admit(caller, mapped.user_id)

@@ -42,13 +42,15 @@ def refuse_odd_text(request: web.Request) -> None:
     """The edge rule for text from a request's address: HttpRefusal 400 when a path parameter (a
     conversation id, a call id, an agent, a tenant, a sender) or a query parameter holds a control
     character or a lone surrogate. Such text is no name of anything here, and PostgreSQL cannot
-    store a NUL: refused before any handler reads it, on every route."""
+    store a NUL: refused before any handler reads it, on every route, with the route's status for
+    an invalid request (the conversation API's 422, shared/CONTRACT.md; 400 elsewhere)."""
+    status = 422 if request.path.startswith("/api/conversations") else 400
     for name, value in request.match_info.items():
         if has_control(value):
-            raise HttpRefusal(400, f"invalid request: {name} {ODD_TEXT}")
+            raise HttpRefusal(status, f"invalid request: {name} {ODD_TEXT}")
     for name, value in request.query.items():
         if has_control(name) or has_control(value):
-            raise HttpRefusal(400, f"invalid request: query parameter {name!r} {ODD_TEXT}")
+            raise HttpRefusal(status, f"invalid request: query parameter {name!r} {ODD_TEXT}")
 
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})

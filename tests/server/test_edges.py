@@ -4,8 +4,8 @@
    the same site on another subdomain or port: SameSite=Strict lets its cookie through) is refused
    with 403 and changes nothing: ending a conversation, logging out, revoking a grant. The pages'
    own requests (same origin) and bearer clients go on.
-10. Odd input answers 400, never 500: a NUL or a lone surrogate in a path parameter, a query
-   parameter or a body's key, and a webhook secret or signature that is not ASCII (refused and
+10. Odd input answers 400 (the conversation API's 422), never 500: a NUL or a lone surrogate in a
+   path parameter, a query parameter or a body's key, and a webhook secret or signature that is not ASCII (refused and
    recorded like any wrong secret)."""
 
 from __future__ import annotations
@@ -99,21 +99,28 @@ async def test_odd_text_in_an_address_or_a_key_is_a_400(signed_agent: SignedStac
     )
     workflow_id = started["workflow_id"]
     stack.agent.track(workflow_id)
-    odd = [  # each answered 500 on main
-        ("GET", "/api/conversations/%00", alice, None),
-        ("GET", "/api/conversations/a%00b/transcript", alice, None),
-        ("POST", f"/api/conversations/{workflow_id}/answers/%00", alice, b'{"text": "x"}'),
-        ("POST", f"/api/conversations/{workflow_id}/answer", alice, b'{"call_id": "\\u0000", "text": "x"}'),
-        ("POST", f"/api/conversations/{workflow_id}/rollback", alice, b'{"sc\\u0000ope": "turn"}'),
-        ("POST", "/api/approvals/%00/%00", carol, b'{"decision": "approve"}'),
-        ("GET", "/api/agents/%00/tools", carol, None),
-        ("POST", "/channels/telegram/%00", None, b"{}"),
-        ("GET", "/api/approvals?cursor=%00", carol, None),
-        ("GET", "/api/history?cursor=a%0Ab", carol, None),
+    odd = [  # each answered 500 on main; the conversation API answers 422 for what is invalid, and
+        # a body's odd key is refused like a key named twice, 400
+        ("GET", "/api/conversations/%00", alice, None, 422),
+        ("GET", "/api/conversations/a%00b/transcript", alice, None, 422),
+        ("POST", f"/api/conversations/{workflow_id}/answers/%00", alice, b'{"text": "x"}', 422),
+        (
+            "POST",
+            f"/api/conversations/{workflow_id}/answer",
+            alice,
+            b'{"call_id": "\\u0000", "text": "x"}',
+            400,
+        ),
+        ("POST", f"/api/conversations/{workflow_id}/rollback", alice, b'{"sc\\u0000ope": "turn"}', 400),
+        ("POST", "/api/approvals/%00/%00", carol, b'{"decision": "approve"}', 400),
+        ("GET", "/api/agents/%00/tools", carol, None, 400),
+        ("POST", "/channels/telegram/%00", None, b"{}", 400),
+        ("GET", "/api/approvals?cursor=%00", carol, None, 400),
+        ("GET", "/api/history?cursor=a%0Ab", carol, None, 400),
     ]
-    for method, path, token, body in odd:
+    for method, path, token, body, invalid in odd:
         code, said = await raw(stack, method, path, token=token, body=body)
-        assert code == 400, (method, path, code, said)
+        assert code == invalid, (method, path, code, said)
         assert "may not contain control characters" in said and "Traceback" not in said, said
     assert (await status_of(stack, alice, workflow_id))["state"] in ("idle", "running")
 
