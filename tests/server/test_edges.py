@@ -5,8 +5,8 @@
    with 403 and changes nothing: ending a conversation, logging out, revoking a grant. The pages'
    own requests (same origin) and bearer clients go on.
 10. Odd input answers 400 (the conversation API's 422), never 500: a NUL or a lone surrogate in a
-   path parameter, a query parameter or a body's key, and a webhook secret or signature that is not ASCII (refused and
-   recorded like any wrong secret)."""
+   path parameter, a query parameter or a body's key, and a webhook secret or signature that is
+   not ASCII (refused and recorded like any wrong secret)."""
 
 from __future__ import annotations
 
