@@ -66,6 +66,10 @@ class Settings(BaseModel):
     # server writes one every `checkpoint_interval_s` seconds for each tenant whose head moved (0:
     # never; exports still write one). Env: COUNTERSIGN_CHECKPOINT_DIR, COUNTERSIGN_CHECKPOINT_INTERVAL_S.
     checkpoint_dir: Path = DATA_DIR / "checkpoints"
+    # How long an open circuit breaker (the model, the SMTP server, each MCP server) refuses calls
+    # before it lets one probe through: five minutes, the design's figure, so an integration that is
+    # down is not hammered. Env: COUNTERSIGN_BREAKER_COOL_DOWN_S.
+    breaker_cool_down_s: float = Field(300.0, ge=1, le=86_400)
     checkpoint_interval_s: float = Field(300.0, ge=0)
     inbox_port: int = 8300
     inbox_public_url: str | None = None  # what notifications link to, when not http://127.0.0.1:PORT
@@ -151,6 +155,7 @@ def load_settings(env: dict[str, str] | None = None) -> Settings:
         "proof_private_key": env.get("COUNTERSIGN_PROOF_PRIVATE_KEY"),
         "secrets_key": env.get("COUNTERSIGN_SECRETS_KEY"),
         "checkpoint_dir": env.get("COUNTERSIGN_CHECKPOINT_DIR"),
+        "breaker_cool_down_s": env.get("COUNTERSIGN_BREAKER_COOL_DOWN_S"),
         "checkpoint_interval_s": env.get("COUNTERSIGN_CHECKPOINT_INTERVAL_S"),
         "inbox_port": env.get("COUNTERSIGN_INBOX_PORT"),
         "inbox_public_url": env.get("COUNTERSIGN_INBOX_URL"),
