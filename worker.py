@@ -67,7 +67,7 @@ def build_worker(
     environment: RATE_LIMIT_PER_S, RATE_LIMIT_BURST); `interceptors` run inside the logging one;
     `metrics` is filled by the worker's activities (and watches its circuit breakers); `mcp_pool`
     holds the MCP connections (its owner closes it when the worker stops)."""
-    mcp_pool = mcp_pool or McpPool()
+    mcp_pool = mcp_pool or McpPool(cool_down_s=settings.breaker_cool_down_s)
     mcp = McpActivities(sessions, mcp_pool, rate_limits=RateLimits.from_env(os.environ))
     context = ContextActivities(sessions, settings.email_delivery_delay_s, mcp_pool)
     store = ConversationStore(sessions)
@@ -80,14 +80,17 @@ def build_worker(
     saga = SagaActivities(sessions, verifier)
     proofs = ProofActivities(sessions, verifier)
     authority = AuthorityActivities(sessions)
-    email = EmailActivities(sessions, settings.smtp_host, settings.smtp_port, settings.smtp_sender)
+    email = EmailActivities(
+        sessions, settings.smtp_host, settings.smtp_port, settings.smtp_sender,
+        cool_down_s=settings.breaker_cool_down_s,
+    )  # fmt: skip
     notifications = NotificationActivities(
         sessions, settings.inbox_url, settings.smtp_host, settings.smtp_port, settings.smtp_sender,
         smtp_configured=settings.smtp_configured,
     )  # fmt: skip
     observability: list[Interceptor] = [ModelCallAudit(sessions), GenAiSpans(settings.llm_model)]
     if metrics is not None:
-        metrics.watch_breaker(email.breaker)
+        metrics.watch_breakers(lambda: [model.breaker, email.breaker, *mcp_pool.breakers])
         observability.append(MetricsInterceptor(metrics))
     # Client input is untrusted: signals, updates and start inputs that do not decode reach their
     # handler as `Unreadable` (countersign.runtime.payloads), whatever converter the caller's client has.
@@ -178,7 +181,7 @@ async def main() -> None:
     metrics = WorkerMetrics.from_env()  # COUNTERSIGN_METRICS_PORT
     client = await connect(settings, metrics.runtime if metrics else None)
     engine = create_engine(database_url)
-    mcp_pool = McpPool()
+    mcp_pool = McpPool(cool_down_s=settings.breaker_cool_down_s)
     try:
         worker = build_worker(
             client,
@@ -187,10 +190,10 @@ async def main() -> None:
             metrics=metrics.metrics if metrics else None,
             mcp_pool=mcp_pool,
         )
-        if metrics:
-            await metrics.server.start()
+        metrics_port = await metrics.server.start() if metrics else None
         log.info(
             "worker started",
+            metrics_port=metrics_port,
             task_queue=settings.task_queue,
             temporal=settings.temporal_address,
             model=settings.llm_model,

@@ -66,13 +66,14 @@ class EmailActivities:
         *,
         breaker: CircuitBreaker | None = None,
         timeout: float = 30.0,
+        cool_down_s: float = 300.0,
     ) -> None:
         self._sessions = sessions
         self._host = smtp_host
         self._port = smtp_port
         self._sender = sender
         self._timeout = timeout
-        self.breaker = breaker or CircuitBreaker("smtp", failure_threshold=5, cool_down=30.0)
+        self.breaker = breaker or CircuitBreaker("smtp", failure_threshold=5, cool_down=cool_down_s)
 
     @activity.defn(name=DELIVER_EMAIL.name)
     @heartbeats

@@ -319,7 +319,9 @@ class ModelActivities:
         self._client = openai.AsyncOpenAI(
             base_url=settings.llm_base_url, api_key=settings.llm_api_key, max_retries=0, timeout=110.0
         )
-        self.breaker = breaker or CircuitBreaker("model", failure_threshold=5, cool_down=30.0)
+        self.breaker = breaker or CircuitBreaker(
+            "model", failure_threshold=5, cool_down=settings.breaker_cool_down_s
+        )
 
     @activity.defn(name=CALL_MODEL.name)
     @heartbeats

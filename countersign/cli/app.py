@@ -32,6 +32,7 @@ COMMANDS: dict[str, tuple[str, ...]] = {
     "drafts": ("leads",),
     "end": ("conversations",),
     "grants": ("grants",),
+    "health": ("health",),
     "healthcheck": ("health",),
     "inbox": ("inbox",),
     "leads": ("leads",),

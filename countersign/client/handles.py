@@ -25,6 +25,7 @@ from countersign.core.markdown import escape_markdown
 from countersign.core.messages import ChatMessage
 from countersign.core.saga import RollbackRequest, Saga, SagaEntry
 from countersign.core.summaries import summarize_result, usage_line
+from countersign.db.schema import CHAT_KINDS
 from countersign.runtime.config import SCRIPTED_LABEL, Settings
 from countersign.runtime.search_attributes import AGENT_NAME, AGENT_STATUS, TENANT_ID
 
@@ -36,6 +37,26 @@ def new_workflow_id(tenant_id: str) -> str:
 def static_summary(start: StartConversation) -> str:
     first = f": {escape_markdown(start.message[:120])}" if start.message else ""
     return f"{start.tenant_id}/{start.user_id} → {start.agent}{first}"
+
+
+def channel_key(kind: str, sender: str) -> str:
+    """The key of a chat sender's conversation (`telegram_5618410820`): derived by the server."""
+    return f"{kind}_{sender}"
+
+
+def mcp_key(token_id: int, user_id: str, agent: str) -> str:
+    """The key of an MCP client's conversation (one per token, user and agent): derived by the server."""
+    return f"mcp:{token_id}:{user_id}:{agent}"
+
+
+# The prefixes of the keys above: every chat kind's, and MCP clients'.
+DERIVED_KEY_PREFIXES = (*(f"{kind}_" for kind in CHAT_KINDS), "mcp:")
+
+
+def derived_key(key: str) -> bool:
+    """Whether `key` is one the server derives for a chat sender or an MCP client: such a key is
+    never claimed through the API, or whoever claimed it first would lock its owner out (409)."""
+    return key.startswith(DERIVED_KEY_PREFIXES)
 
 
 def keyed_workflow_id(tenant_id: str, key: str) -> str:

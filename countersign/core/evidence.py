@@ -263,6 +263,17 @@ def manifest_of(
     return body | {"signature": base64.b64encode(signature).decode()}
 
 
+# What verifying reads of a manifest, with its JSON type (anything else: a one-line refusal).
+MANIFEST_FIELDS: dict[str, type] = {
+    "tenant": str,
+    "first_seq": int,
+    "count": int,
+    "anchor": str,
+    "head": str,
+    "records_sha256": str,
+}
+
+
 def _manifest(raw: bytes) -> dict[str, Any]:
     try:
         manifest: dict[str, Any] = json.loads(raw)
@@ -279,6 +290,9 @@ def _manifest(raw: bytes) -> dict[str, Any]:
         raise Broken("the manifest", f"it is not a signed manifest ({exc})") from None
     if manifest.get("format") != BUNDLE_FORMAT:
         raise Broken("the manifest", f"unknown format {manifest.get('format')!r}")
+    wrong = [name for name, kind in MANIFEST_FIELDS.items() if type(manifest.get(name)) is not kind]
+    if wrong:
+        raise Broken("the manifest", f"it is not a signed manifest (bad {', '.join(wrong)})")
     return manifest
 
 
@@ -296,11 +310,24 @@ def _chained_line(where: str, line: bytes) -> Chained:
     return c
 
 
-def verify_bundle(manifest_raw: bytes, records: bytes) -> dict[str, Any]:
+def verify_bundle(
+    manifest_raw: bytes, records: bytes, origin: Ed25519PublicKey | str | None = None
+) -> dict[str, Any]:
     """The manifest when the bundle is whole: the manifest signed by the key it carries, every line
     the canonical text of a record that follows the one before it, from the manifest's first
-    record after its anchor to its head. Else raises Broken naming the first line that is not."""
+    record after its anchor to its head. Else raises Broken naming the first line that is not.
+
+    A bundle anyone made with a key of their own is whole too: only `origin` (the deployment's
+    public key, or its fingerprint) says who signed it, and a bundle signed by any other is refused."""
     manifest = _manifest(manifest_raw)
+    if origin is not None:
+        carried = manifest_key(manifest)
+        pinned = fingerprint(origin) if isinstance(origin, Ed25519PublicKey) else origin
+        if not same_fingerprint(pinned, carried):
+            raise Broken(
+                "the manifest",
+                f"it is signed by the key {fingerprint(carried)}, not by the pinned {pinned}",
+            )
     first = manifest["first_seq"]
     lines = records.split(b"\n")
     if lines and lines[-1] == b"":
@@ -330,3 +357,144 @@ def bundle_tar(records: bytes, manifest: bytes) -> bytes:
             info.size = len(data)
             archive.addfile(info, io.BytesIO(data))
     return out.getvalue()
+
+
+# --- what never changes after the fact ---------------------------------------------------------------
+
+# The columns a writer may change after a row's first record (a call undone, a request closed, a
+# decision voided by a changed effect, a grant spent or revoked, a compensation run): every other
+# column of a chained row is fixed once recorded. A row changed in SQL and re-appended with `chain()`
+# links up like any record, so verifying compares each record's fixed columns with its row's first
+# record, not only the row with its last record: a decision's approver rewritten bob -> eve fails.
+MUTABLE: dict[str, frozenset[str]] = {
+    "tool_executions": frozenset({"rolled_back", "rolled_back_at"}),
+    "approval_decisions": frozenset({"voided_at", "voided"}),
+    "approval_requests": frozenset({"state", "decided_by", "closed_at"}),
+    "grants": frozenset({"uses_left", "revoked_at", "revoked_by"}),
+    "compensations": frozenset({"state", "error", "finished_at"}),
+}
+# A request asked again (its approved effect changed before the call ran) is the same row opened
+# anew under a new nonce: its fixed columns start again, and the new one keeps the effect it replaced
+# (`voided_effect`), which must be the effect recorded before.
+EPOCH: dict[str, str] = {"approval_requests": "nonce"}
+
+
+def fixed_columns(source: str, fact: Mapping[str, Any]) -> dict[str, Any]:
+    """The columns of a fact of `source` that never change once recorded (see MUTABLE, EPOCH)."""
+    mutable = MUTABLE.get(source, frozenset())
+    return {name: value for name, value in fact.items() if name not in mutable}
+
+
+def new_epoch(source: str, first: Mapping[str, Any], now: Mapping[str, Any]) -> bool:
+    """Whether `now` opens a new epoch of the row whose epoch began with `first` (EPOCH)."""
+    epoch = EPOCH.get(source)
+    return epoch is not None and first.get(epoch) != now.get(epoch)
+
+
+def fixed_change(source: str, first: Mapping[str, Any], now: Mapping[str, Any]) -> str | None:
+    """Why the fact `now` cannot follow `first` (the same row's first record, or the first of its
+    epoch), or None: the first fixed column whose value differs, named with both values."""
+    if new_epoch(source, first, now):
+        return None  # compared from its own first record on (see `reopened`)
+    was, is_ = fixed_columns(source, first), fixed_columns(source, now)
+    for name in sorted(was.keys() | is_.keys()):
+        if was.get(name) != is_.get(name):
+            first_value, now_value = canonical(was.get(name)), canonical(is_.get(name))
+            return f"its {name} is not the one first recorded ({first_value} -> {now_value})"
+    return None
+
+
+def reopened(source: str, before: Mapping[str, Any], now: Mapping[str, Any]) -> str | None:
+    """Why `now`, a new epoch of the row whose latest fact was `before`, is not an honest re-ask, or
+    None: a reopened request keeps the effect it replaces as `voided_effect`."""
+    epoch = EPOCH.get(source)
+    if epoch is None or before.get(epoch) == now.get(epoch):
+        return None
+    if now.get("voided_effect") != before.get("effect"):
+        return "it reopens the request without keeping the effect it replaces"
+    return None
+
+
+# --- keys and checkpoints --------------------------------------------------------------------------
+
+
+def fingerprint(key: Ed25519PublicKey) -> str:
+    """The key's fingerprint: `SHA256:` and the hex SHA-256 of its 32 raw bytes (what `audit key`
+    prints and `audit verify --fingerprint` pins)."""
+    raw = key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    return f"SHA256:{hashlib.sha256(raw).hexdigest()}"
+
+
+def same_fingerprint(given: str, key: Ed25519PublicKey) -> bool:
+    """Whether `given` (as printed, or its hex alone, in either case, colons and spaces allowed)
+    names `key`."""
+    digits = "".join(c for c in given.lower().removeprefix("sha256:") if c not in ": ")
+    return digits == fingerprint(key).removeprefix("SHA256:")
+
+
+def manifest_key(manifest: Mapping[str, Any]) -> Ed25519PublicKey:
+    """The public key a verified manifest carries."""
+    key = serialization.load_pem_public_key(manifest["public_key"].encode())
+    assert isinstance(key, Ed25519PublicKey)  # _manifest refused any other
+    return key
+
+
+CHECKPOINT_FORMAT = "countersign-audit-checkpoint/1"
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """A tenant's chain head as the deployment signed it, kept outside the database: records
+    removed from the end of the chain (with or without their rows), or rewritten from a point
+    before it, no longer reach this head."""
+
+    tenant: str
+    seq: int  # 0: the chain was empty
+    hash: str
+    at: str  # when it was taken (ISO 8601)
+
+
+def checkpoint_text(key: Ed25519PrivateKey, checkpoint: Checkpoint) -> str:
+    """The checkpoint as signed JSON (one file)."""
+    body = {
+        "format": CHECKPOINT_FORMAT,
+        "tenant": checkpoint.tenant,
+        "seq": checkpoint.seq,
+        "hash": checkpoint.hash,
+        "at": checkpoint.at,
+    }
+    signature = base64.b64encode(key.sign(canonical(body).encode())).decode()
+    return canonical(body | {"signature": signature}) + "\n"
+
+
+def read_checkpoint(raw: bytes, key: Ed25519PublicKey) -> Checkpoint:
+    """The checkpoint in `raw` when the deployment's `key` signed it; else raises Broken."""
+    try:
+        body: dict[str, Any] = json.loads(raw)
+        signature = base64.b64decode(body.pop("signature"), validate=True)
+        key.verify(signature, canonical(body).encode())
+        if body.get("format") != CHECKPOINT_FORMAT:
+            raise ValueError(f"unknown format {body.get('format')!r}")
+        return Checkpoint(tenant=body["tenant"], seq=int(body["seq"]), hash=body["hash"], at=body["at"])
+    except InvalidSignature:
+        raise Broken("the checkpoint", "it is not signed by the deployment's key") from None
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise Broken("the checkpoint", f"it is not a checkpoint ({exc})") from None
+
+
+def reaches(checkpoint: Checkpoint, hash_at: str | None, head_seq: int) -> None:
+    """Raises Broken unless a chain whose head is record `head_seq`, and whose record numbered as the
+    checkpoint's head has the hash `hash_at`, still holds that head."""
+    if checkpoint.seq == 0:
+        return
+    if head_seq < checkpoint.seq:
+        raise Broken(
+            f"record {head_seq + 1}",
+            f"it is missing: the checkpoint of {checkpoint.at} saw the chain reach record "
+            f"{checkpoint.seq}, so records were removed from its end",
+        )
+    if hash_at != checkpoint.hash:
+        raise Broken(
+            f"record {checkpoint.seq}",
+            f"it is not the record the checkpoint of {checkpoint.at} saw: the chain was rewritten up to it",
+        )

@@ -27,20 +27,25 @@ from datetime import datetime
 from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-from sqlalchemy import String, bindparam, func, inspect, select
+from sqlalchemy import ColumnElement, String, bindparam, func, inspect, select, tuple_
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from countersign.core.evidence import (
     GENESIS,
     Broken,
     Chained,
+    Checkpoint,
     bundle_line,
     canonical,
     fact_digest,
+    fixed_change,
     follows,
     jsonable,
     manifest_of,
+    new_epoch,
+    reaches,
     record_of,
+    reopened,
 )
 from countersign.db.schema import (
     ApprovalDecision,
@@ -185,15 +190,39 @@ async def last_fact(session: AsyncSession, tenant: str, source: str, source_id: 
     )
 
 
-async def verify_live(session: AsyncSession, tenant: str) -> int:
-    """The number of records when the tenant's chain in PostgreSQL is whole and every chained row
-    still holds its last chained fact; else raises Broken naming the first record that does not."""
+async def verify_live(session: AsyncSession, tenant: str, checkpoint: Checkpoint | None = None) -> int:
+    """The number of records when the tenant's chain in PostgreSQL is whole; else raises Broken
+    naming the first record (or row) that is not. Whole means:
+    - every record follows the one before it (`follows`);
+    - no record changes what its row's first record fixed (`fixed_change`): a row rewritten in SQL
+      and re-appended with `chain()` links up, but its approver is not the first one recorded;
+    - every chained row still holds its last chained fact, and every row of a table of the audit
+      has a record (one whose record was removed is named);
+    - the chain still reaches `checkpoint`, the head the deployment signed outside the database:
+      records removed from the end, rows and all, or the end rewritten, are named."""
     prev, seq = GENESIS, 1
     last: dict[tuple[str, str], tuple[int, str]] = {}  # (source, source id) -> its last record
+    first: dict[tuple[str, str], dict[str, Any]] = {}  # -> its first fact (of its epoch)
+    latest: dict[tuple[str, str], dict[str, Any]] = {}  # -> its latest fact
+    at_checkpoint: str | None = None
     async for r in chain_records(session, tenant):
-        follows(tenant, chained(r), seq, prev, f"record {seq}")
-        last[(r.source, r.source_id)] = (r.seq, r.fact_sha256)
+        where = f"record {seq}"
+        follows(tenant, chained(r), seq, prev, where)
+        row_id = (r.source, r.source_id)
+        fact = json.loads(r.record)["fact"]
+        if row_id in latest:
+            why = reopened(r.source, latest[row_id], fact) or fixed_change(r.source, first[row_id], fact)
+            if why is not None:
+                raise Broken(f"{where} ({r.source} {r.source_id})", why)
+        if row_id not in first or new_epoch(r.source, first[row_id], fact):
+            first[row_id] = fact
+        latest[row_id] = fact
+        last[row_id] = (r.seq, r.fact_sha256)
+        if checkpoint is not None and r.seq == checkpoint.seq:
+            at_checkpoint = r.hash
         prev, seq = r.hash, seq + 1
+    if checkpoint is not None:
+        reaches(checkpoint, at_checkpoint, seq - 1)
     for (source, source_id), (at, digest) in sorted(last.items(), key=lambda item: item[1][0]):
         model = CHAINED.get(source)
         where = f"record {at} ({source} {source_id})"
@@ -202,10 +231,60 @@ async def verify_live(session: AsyncSession, tenant: str) -> int:
         row = await session.get(model, tuple(json.loads(source_id)), populate_existing=True)
         if row is None:
             raise Broken(where, "the row was deleted")
-        now = fact_digest(fact_of(row))
+        fact = fact_of(row)
+        now = fact_digest(fact)
         if now != digest and now != await last_fact(session, tenant, source, source_id):
             raise Broken(where, "the row was changed")
+        why = fixed_change(source, first[(source, source_id)], fact)
+        if why is not None:
+            raise Broken(where, why)
+    await unchained_rows(session, tenant, set(last))
     return seq - 1
+
+
+# When a row of a table of the audit was written, where it is not `created_at`.
+WRITTEN_AT = {"approval_requests": "requested_at", "draft_edits": "edited_at"}
+
+
+async def unchained_rows(session: AsyncSession, tenant: str, chained_ids: set[tuple[str, str]]) -> None:
+    """Raises Broken naming the first row of the tenant in a table of the audit that no record of
+    the chain holds, though it was written after the table's first chained row: its record was
+    removed (say, with the newest records of the chain), or the row was written behind
+    Countersign's back. Rows older than a table's first chained row were written before chaining
+    began (migration 0023) and are left alone: ids and request times only grow."""
+    began = await session.scalar(
+        select(func.min(AuditChainRecord.created_at)).where(AuditChainRecord.tenant_id == tenant)
+    )
+    if began is None:
+        return  # an empty chain: the checkpoint's to find, if it was not always empty
+    for source, model in CHAINED.items():
+        keys = list(inspect(model).primary_key)
+        ids = [json.loads(source_id) for s, source_id in chained_ids if s == source]
+        written: Any = getattr(model, WRITTEN_AT.get(source, "created_at"))
+        newer: ColumnElement[bool] = written >= began  # written after the chain began
+        if ids and source == "approval_requests":  # or after the table's first chained row
+            requests = tuple_(ApprovalRequest.conversation_id, ApprovalRequest.call_id)
+            first_asked = select(func.min(written)).where(requests.in_([tuple(i) for i in ids]))
+            newer = written >= first_asked.scalar_subquery()
+        elif ids:
+            newer = keys[0] >= min(i[0] for i in ids)
+        rows = await session.execute(
+            select(*keys).where(model.tenant_id == tenant, newer).order_by(*keys)  # type: ignore[attr-defined]
+        )
+        for values in rows:
+            source_id = canonical([jsonable(v) for v in values])
+            if (source, source_id) not in chained_ids:
+                raise Broken(
+                    f"{source} {source_id}",
+                    "the row has no record in the chain (its record was removed, or the row was "
+                    "written behind Countersign's back)",
+                )
+
+
+async def chain_head(session: AsyncSession, tenant: str) -> tuple[int, str]:
+    """The number and hash of the tenant's newest record ((0, GENESIS) before the first)."""
+    seq, prev = await next_link(session, tenant)
+    return seq - 1, prev
 
 
 async def export_bundle(

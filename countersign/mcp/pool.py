@@ -176,7 +176,7 @@ class McpPool:
         connect_timeout_s: float = 10.0,
         call_timeout_s: float = 45.0,
         failure_threshold: int = 3,
-        cool_down_s: float = 30.0,
+        cool_down_s: float = 300.0,
     ) -> None:
         self._environ = os.environ if environ is None else environ
         self.connect_timeout_s = connect_timeout_s
@@ -185,6 +185,11 @@ class McpPool:
         self._cool_down_s = cool_down_s
         self._connections: dict[str, _Connection] = {}
         self._breakers: dict[str, CircuitBreaker] = {}
+
+    @property
+    def breakers(self) -> list[CircuitBreaker]:
+        """The breakers of the servers this pool has called so far (the metrics read them)."""
+        return list(self._breakers.values())
 
     def breaker(self, server: str) -> CircuitBreaker:
         if server not in self._breakers:

@@ -19,9 +19,10 @@ workflow ids never do.
 
 from __future__ import annotations
 
+import errno
 import os
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import aiohttp
@@ -50,6 +51,7 @@ from countersign.observability.workflow_metrics import (
     HISTORY_BYTES_BUCKETS,
 )
 from countersign.runtime.circuit import CircuitBreaker
+from countersign.runtime.logs import get_logger
 from countersign.runtime.ports import free_port
 from tools.registry import REGISTRY
 
@@ -59,6 +61,7 @@ TOOL_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 3
 POLICY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
 MODEL_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 BREAKER_STATES = ("closed", "open", "half_open")
+log = get_logger("countersign.metrics")
 
 # No `<name>_created` series: in the text format Prometheus ingests each as one more series per
 # label set (a third more lines to scrape) and nothing here reads them. Process-wide, as the
@@ -72,11 +75,13 @@ def tool_label(name: str) -> str:
 
 
 class _BreakerCollector(Collector):
-    """`countersign_breaker_state{breaker, state}`: 1 for the state each breaker is in right now,
-    read at scrape time (an open breaker turns half-open by the clock, with no call to notice)."""
+    """`countersign_breaker_state{breaker, state}`: 1 for the state each breaker is in right now, and
+    `countersign_breaker_retry_seconds{breaker}`: how long an open one still refuses calls; read at
+    scrape time (an open breaker turns half-open by the clock, with no call to notice) from
+    `sources`, each naming the breakers it has now (an MCP pool makes one per server it calls)."""
 
-    def __init__(self, breakers: list[CircuitBreaker]) -> None:
-        self._breakers = breakers
+    def __init__(self, sources: list[Callable[[], Iterable[CircuitBreaker]]]) -> None:
+        self._sources = sources
 
     def collect(self) -> Iterable[Metric]:
         family = GaugeMetricFamily(
@@ -84,11 +89,18 @@ class _BreakerCollector(Collector):
             "Circuit breaker state: 1 for the current state (closed, open, half_open)",
             labels=["breaker", "state"],
         )
-        for breaker in self._breakers:
+        retry = GaugeMetricFamily(
+            "countersign_breaker_retry_seconds",
+            "Seconds an open circuit breaker still refuses calls before it lets a probe through",
+            labels=["breaker"],
+        )
+        for breaker in (b for source in self._sources for b in source()):
             current = breaker.state
             for state in BREAKER_STATES:
                 family.add_metric([breaker.name, state], 1.0 if state == current else 0.0)
+            retry.add_metric([breaker.name], breaker.retry_in)
         yield family
+        yield retry
 
 
 class CountersignMetrics:
@@ -140,7 +152,7 @@ class CountersignMetrics:
             buckets=POLICY_BUCKETS,
             registry=self.registry,
         )
-        self._breakers: list[CircuitBreaker] = []
+        self._breakers: list[Callable[[], Iterable[CircuitBreaker]]] = []
         self.registry.register(_BreakerCollector(self._breakers))
 
     @classmethod
@@ -149,8 +161,9 @@ class CountersignMetrics:
             tenant_label=env.get("COUNTERSIGN_METRICS_TENANT_LABEL", "").lower() in ("1", "true", "yes")
         )
 
-    def watch_breaker(self, breaker: CircuitBreaker) -> None:
-        self._breakers.append(breaker)
+    def watch_breakers(self, source: Callable[[], Iterable[CircuitBreaker]]) -> None:
+        """Report the breakers `source` names at each scrape."""
+        self._breakers.append(source)
 
     def _tenant(self, tenant_id: str) -> list[str]:
         return [tenant_id] if self.tenant_label else []
@@ -269,13 +282,34 @@ class MetricsServer:
             sdk = f"# temporal sdk metrics unavailable: {type(exc).__name__}\n".encode()
         return web.Response(body=own + sdk, headers={"Content-Type": CONTENT_TYPE})
 
-    async def start(self) -> None:
+    async def start(self) -> int:
+        """Serve, and answer the port served on. A port another process holds (a second worker on
+        the same host: a deploy runs the new build beside the old one) is no reason to stop the
+        worker: its metrics go on a free port instead, said in the log, rather than a crash."""
         self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5))
         app = web.Application()
         app.router.add_get("/metrics", self._scrape)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
-        await web.TCPSite(self._runner, self._host, self._port).start()
+        try:
+            await web.TCPSite(self._runner, self._host, self._port).start()
+        except OSError as taken:
+            if taken.errno != errno.EADDRINUSE:
+                raise
+            await web.TCPSite(self._runner, self._host, 0).start()
+            log.warning(
+                "metrics port taken; serving on a free port instead",
+                wanted=self._port,
+                port=self.port,
+                hint="another worker on this host holds COUNTERSIGN_METRICS_PORT: give each its own",
+            )
+        return self.port
+
+    @property
+    def port(self) -> int:
+        """The port metrics are served on (after `start`)."""
+        assert self._runner is not None
+        return int(self._runner.addresses[0][1])
 
     async def stop(self) -> None:
         if self._runner is not None:

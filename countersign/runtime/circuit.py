@@ -40,7 +40,7 @@ class CircuitBreaker:
         name: str,
         *,
         failure_threshold: int = 5,
-        cool_down: float = 30.0,
+        cool_down: float = 300.0,
         probe_wait: float = 1.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -60,6 +60,11 @@ class CircuitBreaker:
         if self._opened_at is None:
             return "closed"
         return "half_open" if self._remaining() <= 0 else "open"
+
+    @property
+    def retry_in(self) -> float:
+        """Seconds until an open breaker lets a probe through (0 when it is not open)."""
+        return max(0.0, self._remaining()) if self.state == "open" else 0.0
 
     def _remaining(self) -> float:
         assert self._opened_at is not None

@@ -61,6 +61,16 @@ class Settings(BaseModel):
     # The key chat channels' secrets are stored with (countersign/db/sealed.py): Fernet keys, comma
     # separated (the first encrypts), or a file; unset, the embedded stack's `.data/secrets.key`.
     secrets_key: str | None = None
+    # Where signed checkpoints of each tenant's audit chain head are written (countersign/identity/
+    # checkpoints.py): a place the database's users cannot write, e.g. a volume of its own. The
+    # server writes one every `checkpoint_interval_s` seconds for each tenant whose head moved (0:
+    # never; exports still write one). Env: COUNTERSIGN_CHECKPOINT_DIR, COUNTERSIGN_CHECKPOINT_INTERVAL_S.
+    checkpoint_dir: Path = DATA_DIR / "checkpoints"
+    # How long an open circuit breaker (the model, the SMTP server, each MCP server) refuses calls
+    # before it lets one probe through: five minutes, the design's figure, so an integration that is
+    # down is not hammered. Env: COUNTERSIGN_BREAKER_COOL_DOWN_S.
+    breaker_cool_down_s: float = Field(300.0, ge=1, le=86_400)
+    checkpoint_interval_s: float = Field(300.0, ge=0)
     inbox_port: int = 8300
     inbox_public_url: str | None = None  # what notifications link to, when not http://127.0.0.1:PORT
     # The server's cookies are `Secure` (sent over TLS only): set behind a TLS proxy; a request that
@@ -144,6 +154,9 @@ def load_settings(env: dict[str, str] | None = None) -> Settings:
         "proof_public_key": env.get("COUNTERSIGN_PROOF_PUBLIC_KEY"),
         "proof_private_key": env.get("COUNTERSIGN_PROOF_PRIVATE_KEY"),
         "secrets_key": env.get("COUNTERSIGN_SECRETS_KEY"),
+        "checkpoint_dir": env.get("COUNTERSIGN_CHECKPOINT_DIR"),
+        "breaker_cool_down_s": env.get("COUNTERSIGN_BREAKER_COOL_DOWN_S"),
+        "checkpoint_interval_s": env.get("COUNTERSIGN_CHECKPOINT_INTERVAL_S"),
         "inbox_port": env.get("COUNTERSIGN_INBOX_PORT"),
         "inbox_public_url": env.get("COUNTERSIGN_INBOX_URL"),
         "cookie_secure": env.get("COUNTERSIGN_COOKIE_SECURE"),

@@ -11,6 +11,7 @@ form cannot send: with SameSite=Strict, that keeps other sites from deciding in 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -24,6 +25,7 @@ from temporalio.service import RPCError
 from countersign.client.temporal_client import connect
 from countersign.db.engine import create_engine, session_factory
 from countersign.identity import tokens
+from countersign.identity.checkpoints import keep_checkpoints
 from countersign.identity.mode import recorded_mode
 from countersign.identity.proofs import load_private_key
 from countersign.runtime.config import Settings
@@ -44,7 +46,17 @@ from countersign.server import (
 from countersign.server.auth import SESSION_TTL
 from countersign.server.conversation_events import ConversationEvents
 from countersign.server.door import CALLER, REQUESTERS
-from countersign.server.http import COOKIE, REVIEWER, SESSION, HttpRefusal, bearer_of, error, parse
+from countersign.server.http import (
+    COOKIE,
+    REVIEWER,
+    SESSION,
+    HttpRefusal,
+    bearer_of,
+    error,
+    parse,
+    refuse_cross_origin,
+    refuse_odd_text,
+)
 from countersign.server.inbox import FIRST_PAGE, MAX_PAGE, Inbox, LoginRequest
 from countersign.server.inbox_routes import INBOX
 from countersign.server.oidc import CALLBACK_PATH, FLOW_TTL, OidcConfig, OidcProvider, OidcRefused, open_flow
@@ -82,6 +94,8 @@ async def errors_and_auth(request: web.Request, handler: Handler) -> web.StreamR
     """API calls other than login need a session, or an API token for the conversation API;
     HttpRefusal becomes its JSON error."""
     try:
+        refuse_odd_text(request)
+        refuse_cross_origin(request)
         if request.path.startswith("/api/") and request.path != "/api/login":
             bearer = bearer_of(request)
             if bearer is not None and tokens.looks_like_token(bearer):
@@ -285,7 +299,7 @@ async def running_server(
     readers = ConversationEvents(sessions, settings.database_url)
     runner = web.AppRunner(
         create_app(
-            Inbox(client, sessions, key),
+            Inbox(client, sessions, key, settings.checkpoint_dir),
             Requesters(client, sessions, key, settings, readers, rate),
             readers,
             oidc,
@@ -296,11 +310,20 @@ async def running_server(
         shutdown_timeout=1.0,
     )
     await runner.setup()
+    checkpoints = (
+        asyncio.create_task(
+            keep_checkpoints(sessions, key, settings.checkpoint_dir, settings.checkpoint_interval_s)
+        )
+        if settings.checkpoint_interval_s > 0
+        else None
+    )
     try:
         site = web.TCPSite(runner, host, port)
         await site.start()
         bound = runner.addresses[0][1]
         yield f"http://{host}:{bound}"
     finally:
+        if checkpoints is not None:
+            checkpoints.cancel()
         await runner.cleanup()
         await engine.dispose()

@@ -38,6 +38,7 @@ from aiohttp import web
 from sqlalchemy.ext.asyncio import AsyncSession
 from temporalio.service import RPCError
 
+from countersign.client.handles import channel_key
 from countersign.core.shown import fold
 from countersign.db.chain import chain_written
 from countersign.db.channels import ChannelSettings, SenderSettings, channel_view, set_channel, set_sender
@@ -84,7 +85,11 @@ class Inbound:
 
 
 def telegram_secret_holds(expected: str | None, given: str | None) -> bool:
-    return expected is not None and given is not None and hmac.compare_digest(expected, given)
+    """Compared as bytes: `hmac.compare_digest` refuses two texts unless both are ASCII, and a
+    header may carry anything (aiohttp decodes it as UTF-8 with surrogate escapes)."""
+    if expected is None or given is None:
+        return False
+    return hmac.compare_digest(expected.encode(), given.encode(errors="surrogateescape"))
 
 
 def slack_signature(secret: str, timestamp: str, body: bytes) -> str:
@@ -95,11 +100,13 @@ def slack_signature(secret: str, timestamp: str, body: bytes) -> str:
 def slack_signature_holds(
     secret: str | None, timestamp: str | None, signature: str | None, body: bytes, now: float
 ) -> bool:
-    if secret is None or not timestamp or not signature or not timestamp.isdigit():
+    if secret is None or not timestamp or not signature or not (timestamp.isascii() and timestamp.isdigit()):
         return False
     if abs(now - int(timestamp)) > SLACK_SKEW_S:
         return False
-    return hmac.compare_digest(slack_signature(secret, timestamp, body), signature)
+    return hmac.compare_digest(
+        slack_signature(secret, timestamp, body).encode(), signature.encode(errors="surrogateescape")
+    )
 
 
 # --- what the channel sent (pure; never raises on outside data) -----------------------------------
@@ -223,7 +230,7 @@ async def deliver(request: web.Request, channel: ChatChannel, inbound: Inbound) 
     if mapped is None:
         return await refused(request, channel.tenant_id, channel.kind, "a sender nobody mapped", 200)
     caller = Caller(tenant_id=channel.tenant_id, person=mapped.user_id)
-    key = f"{channel.kind}_{inbound.sender}"
+    key = channel_key(channel.kind, inbound.sender)
     workflow_id = None
     try:
         await requesters.admit(caller, mapped.user_id)

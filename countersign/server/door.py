@@ -14,6 +14,7 @@ from aiohttp import web
 from pydantic import BaseModel, Field, ValidationError
 from temporalio.service import RPCError
 
+from countersign.client.handles import derived_key
 from countersign.core.bounds import Identifier
 from countersign.server import sessions
 from countersign.server.conversation_events import ConversationEvents, resume_point, stream_events
@@ -85,6 +86,11 @@ async def start(request: web.Request) -> web.Response:
     async with recorded(request, "start") as record:
         requesters, caller = request.app[REQUESTERS], request[CALLER]
         body = await parse(request, StartBody)
+        if body.key is not None and derived_key(body.key):
+            raise HttpRefusal(
+                403,
+                f"the conversation key {body.key} is one the server keeps for a chat sender or an MCP client",
+            )
         record.user_id = body.user_id  # as claimed, until checked
         record.user_id = requesters.requester_of(caller, body)
         await requesters.admit(caller, record.user_id)

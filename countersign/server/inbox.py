@@ -18,9 +18,11 @@ import binascii
 import csv
 import io
 import json
+import logging
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any, Literal, get_args
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -34,7 +36,7 @@ from countersign.core.approvals import Approval, Decision, PendingCall, approver
 from countersign.core.bounds import MAX_REASON_CHARS
 from countersign.core.calls import Risk
 from countersign.core.effects import Effect, effect_shown, effect_warnings
-from countersign.core.evidence import bundle_tar
+from countersign.core.evidence import Broken, bundle_tar
 from countersign.core.grants import GrantTerms, grant_refusal
 from countersign.core.messages import ChatMessage
 from countersign.core.shown import Fold, Folded, argument_text, argument_warnings, folded
@@ -44,6 +46,7 @@ from countersign.db.instances import current_instance
 from countersign.db.messages import ConversationStore
 from countersign.db.people import check_password, roles_of
 from countersign.db.schema import ApprovalDecision, ApprovalRequest, ToolExecution
+from countersign.identity.checkpoints import write_checkpoint
 from countersign.identity.proofs import Binding, mint_proof
 from countersign.server import sessions, throttle
 from countersign.server.auth import Reviewer, SessionClaims, issue_session, read_session
@@ -59,6 +62,8 @@ DESCRIBES_AT_ONCE = 20  # conversations asked of Temporal at a time when a listi
 MAX_PAGE = 500  # the most calls one page lists (`?limit=` of GET /api/approvals and /api/events)
 FIRST_PAGE = 50  # the inbox page shows this many cards, and this many more at each "Show more"
 MAX_CURSOR_CHARS = 2000
+
+log = logging.getLogger(__name__)
 
 
 # --- what clients send (validated at the edge) -------------------------------------------------
@@ -353,9 +358,11 @@ class Inbox:
         client: Client,
         sessions: async_sessionmaker[AsyncSession],
         signing_key: Ed25519PrivateKey,
+        checkpoints: Path | None = None,
     ) -> None:
         self.client = client
         self._sessions = sessions
+        self._checkpoints = checkpoints  # where an export also checkpoints the chain's head
         self._store = ConversationStore(sessions)
         self._key = signing_key
         self.public_key = signing_key.public_key()
@@ -610,7 +617,13 @@ class Inbox:
         if form == "csv":
             return decisions_csv(await self.history(reviewer, limit=None))
         async with self._sessions() as session:
-            records, manifest = await export_bundle(session, self._key, reviewer.tenant_id, datetime.now(UTC))
+            now = datetime.now(UTC)
+            records, manifest = await export_bundle(session, self._key, reviewer.tenant_id, now)
+            if self._checkpoints is not None:
+                try:
+                    await write_checkpoint(session, self._key, self._checkpoints, reviewer.tenant_id, now)
+                except Broken as broken:  # the bundle is still what the chain holds; the operator is told
+                    log.error("audit chain of %s: %s", reviewer.tenant_id, broken)
         return bundle_tar(records, manifest)
 
     # --- deciding ------------------------------------------------------------------------------

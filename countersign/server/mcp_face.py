@@ -60,7 +60,7 @@ from temporalio.client import WorkflowUpdateFailedError, WorkflowUpdateRPCTimeou
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
-from countersign.client.handles import keyed_workflow_id
+from countersign.client.handles import keyed_workflow_id, mcp_key
 from countersign.core.calls import ToolSpec
 from countersign.core.continuation import (
     CONTINUATION_TTL,
@@ -189,7 +189,7 @@ class McpFace:
         if not known:
             await self.record(caller, user, agent, "mcp", 404, f"no agent {agent}")
             raise HttpRefusal(404, f"no agent {agent}")
-        key = f"mcp:{caller.token.id}:{user}:{agent}"
+        key = mcp_key(caller.token.id, user, agent)
         try:
             workflow_id = keyed_workflow_id(caller.tenant_id, key)
         except ValueError as err:  # a user id a conversation key cannot hold (spaces, say)

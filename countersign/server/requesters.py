@@ -142,7 +142,7 @@ class AnswerBody(BaseModel):
 class AnswerRequest(BaseModel, extra="forbid"):
     """The inbox's older spelling of an answer (`POST …/answer`): the call in the body, not the path."""
 
-    call_id: str = Field(min_length=1, max_length=100)
+    call_id: Identifier
     text: str = Field(min_length=1, max_length=10_000)
 
 

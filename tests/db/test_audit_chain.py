@@ -7,6 +7,7 @@ Each test chains into a tenant of its own: other tests delete audit rows of the 
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import uuid
 from collections.abc import AsyncIterator
@@ -20,6 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import delete, func, select, text, update
 from sqlalchemy.ext.asyncio import AsyncEngine
+from temporalio.client import Client
 from temporalio.testing import ActivityEnvironment
 
 from activities.audit import AuditActivities
@@ -27,7 +29,7 @@ from activities.authority import AuthorityActivities
 from activities.tools import ToolActivities
 from countersign.core.authority import ActionCheck
 from countersign.core.calls import CallerContext, ToolInvocation, ToolResult, UnexecutedCall
-from countersign.core.evidence import Broken, verify_bundle
+from countersign.core.evidence import GENESIS, Broken, canonical, manifest_of, read_checkpoint, verify_bundle
 from countersign.db.chain import chain, export_bundle, verify_live
 from countersign.db.engine import session_factory
 from countersign.db.schema import (
@@ -43,7 +45,16 @@ from countersign.db.schema import (
     TierChange,
     ToolExecution,
 )
-from countersign.identity.proofs import Binding, ProofVerifier, check_proof, mint_proof, pem_pair
+from countersign.identity.proofs import (
+    Binding,
+    ProofVerifier,
+    check_proof,
+    load_private_key,
+    mint_proof,
+    pem_pair,
+)
+from countersign.runtime.config import Settings
+from countersign.server.app import running_server
 from tests.fixtures.cli import run_starter
 from tools.drafts import DraftEditor, UpdateDraftArgs, edit_draft
 from tools.tiers import change_tenant_tier
@@ -240,7 +251,11 @@ async def test_export_and_verify_through_the_cli(
 ) -> None:
     await audited(db_engine, tenant)
     private, _ = pem_pair()
-    env = {"DATABASE_URL": database_url, "COUNTERSIGN_PROOF_PRIVATE_KEY": private}
+    env = {
+        "DATABASE_URL": database_url,
+        "COUNTERSIGN_PROOF_PRIVATE_KEY": private,
+        "COUNTERSIGN_CHECKPOINT_DIR": str(tmp_path / "checkpoints"),
+    }
     out = tmp_path / "bundle"
     exported = await run_starter("audit", "export", "--tenant", tenant, "--out", str(out), env=env)
     assert exported.returncode == 0, exported.stderr
@@ -251,8 +266,9 @@ async def test_export_and_verify_through_the_cli(
     (out / "records.jsonl").write_bytes(records.replace(b"alice", b"alicf", 1))
     broken = await run_starter("audit", "verify", str(out))
     assert broken.returncode == 1 and "record 1 (line 1) does not verify" in broken.stderr
-    live = await run_starter("audit", "verify", "--tenant", tenant, env={"DATABASE_URL": database_url})
+    live = await run_starter("audit", "verify", "--tenant", tenant, env=env)
     assert live.returncode == 0 and f"chain of {tenant} verifies: {CALLS + 2} records" in live.stdout
+    assert "reaching its checkpoint of " in live.stdout
 
 
 async def test_a_bundle_of_the_last_days_starts_at_its_anchor(db_engine: AsyncEngine, tenant: str) -> None:
@@ -421,3 +437,207 @@ async def test_a_draft_edit_and_a_refused_input_are_chained(db_engine: AsyncEngi
         async with db_engine.begin() as conn:
             for model in (DraftEdit, InputAudit, EmailDraft):
                 await conn.execute(delete(model).where(model.tenant_id == tenant))
+
+
+# --- issue 53: who signed, what was removed from the end, what was rewritten and re-appended ---------
+
+
+def cli_env(database_url: str, private: str, checkpoints: Path) -> dict[str, str]:
+    """The deployment as the CLI sees it: its database, its signing key, its checkpoints."""
+    return {
+        "DATABASE_URL": database_url,
+        "COUNTERSIGN_PROOF_PRIVATE_KEY": private,
+        "COUNTERSIGN_CHECKPOINT_DIR": str(checkpoints),
+    }
+
+
+async def test_a_bundle_signed_by_another_key_fails_against_the_pinned_key(
+    db_engine: AsyncEngine, database_url: str, tenant: str, tmp_path: Path
+) -> None:
+    """A one-record bundle fabricated with a key of one's own ("carol approved send_email") is
+    whole; only the deployment's pinned key or fingerprint tells it apart."""
+    await audited(db_engine, tenant)
+    private, public = pem_pair()
+    env = cli_env(database_url, private, tmp_path / "checkpoints")
+    printed = await run_starter("audit", "key", "--json", env=env)
+    assert printed.returncode == 0, printed.stderr
+    deployment = json.loads(printed.stdout)
+    assert deployment["public_key"] == public and deployment["fingerprint"].startswith("SHA256:")
+    written = await run_starter("audit", "key", "--out", str(tmp_path / "deployment.pem"), env=env)
+    assert written.returncode == 0 and deployment["fingerprint"] in written.stdout
+    assert (tmp_path / "deployment.pem").read_text() == public
+
+    real = tmp_path / "real"
+    assert (
+        await run_starter("audit", "export", "--tenant", tenant, "--out", str(real), env=env)
+    ).returncode == 0
+    forged = tmp_path / "forged"
+    forged.mkdir()
+    manifest, records = await bundle(db_engine, tenant)  # the same records, signed by another key
+    (forged / "manifest.json").write_bytes(manifest)
+    (forged / "records.jsonl").write_bytes(records)
+
+    unpinned = await run_starter("audit", "verify", str(forged))
+    assert unpinned.returncode == 0 and "its origin is NOT checked" in unpinned.stdout
+    for pin in (["--key", str(tmp_path / "deployment.pem")], ["--fingerprint", deployment["fingerprint"]]):
+        refused = await run_starter("audit", "verify", str(forged), *pin)
+        assert refused.returncode == 1, refused.stdout
+        assert "the manifest does not verify: it is signed by the key SHA256:" in refused.stderr
+        assert (
+            f"not by the pinned {deployment['fingerprint']}" in refused.stderr or "pinned" in refused.stderr
+        )
+        kept = await run_starter("audit", "verify", str(real), *pin)
+        assert kept.returncode == 0 and "signed by the pinned key" in kept.stdout, kept.stderr
+    bare = deployment["fingerprint"].removeprefix("SHA256:").upper()  # as another tool may print it
+    assert (await run_starter("audit", "verify", str(real), "--fingerprint", bare)).returncode == 0
+
+
+async def newest_removed(db_engine: AsyncEngine, tenant: str, count: int) -> None:
+    """Remove the tenant's newest `count` chain records and the rows they record, in SQL."""
+    async with db_engine.begin() as conn:
+        head = await conn.scalar(
+            select(func.max(AuditChainRecord.seq)).where(AuditChainRecord.tenant_id == tenant)
+        )
+        gone = (
+            await conn.execute(
+                delete(AuditChainRecord)
+                .where(AuditChainRecord.tenant_id == tenant, AuditChainRecord.seq > (head or 0) - count)
+                .returning(AuditChainRecord.source, AuditChainRecord.source_id)
+            )
+        ).all()
+        for source, source_id in gone:
+            await conn.execute(text(f"DELETE FROM {source} WHERE id = :id"), {"id": json.loads(source_id)[0]})
+
+
+async def test_truncating_the_newest_records_fails_against_the_latest_checkpoint(
+    db_engine: AsyncEngine, database_url: str, tenant: str, tmp_path: Path
+) -> None:
+    await audited(db_engine, tenant)
+    private, _ = pem_pair()
+    env = cli_env(database_url, private, tmp_path / "checkpoints")
+    written = await run_starter("audit", "checkpoint", "--tenant", tenant, env=env)
+    assert written.returncode == 0 and f"checkpoint of {tenant}: record {CALLS + 2}" in written.stdout
+    assert (await run_starter("audit", "verify", "--tenant", tenant, env=env)).returncode == 0
+
+    await newest_removed(db_engine, tenant, 2)  # the decision and the compensation, rows and all
+    truncated = await run_starter("audit", "verify", "--tenant", tenant, env=env)
+    assert truncated.returncode == 1
+    assert f"record {CALLS + 1} does not verify: it is missing: the checkpoint of" in truncated.stderr
+    assert f"saw the chain reach record {CALLS + 2}" in truncated.stderr
+    # nor can the truncation be checkpointed over: the evidence of the removed head stays
+    again = await run_starter("audit", "checkpoint", "--tenant", tenant, env=env)
+    assert again.returncode == 1 and "no checkpoint written" in again.stderr
+
+    # the next records reuse the freed numbers: the chain is long enough again, but not the same
+    audit = AuditActivities(session_factory(db_engine))
+    for n in range(2):
+        await audit.record_unexecuted_call(refused_call(tenant, 10 + n))
+    reused = await run_starter("audit", "verify", "--tenant", tenant, env=env)
+    assert reused.returncode == 1
+    assert f"record {CALLS + 2} does not verify: it is not the record the checkpoint of" in reused.stderr
+
+
+async def test_a_chain_record_removed_with_its_row_kept_is_named_without_a_checkpoint(
+    db_engine: AsyncEngine, tenant: str
+) -> None:
+    """The newest record gone, its row left: the row has no record (no checkpoint needed)."""
+    await audited(db_engine, tenant)
+    async with db_engine.begin() as conn:
+        head = await conn.scalar(
+            select(func.max(AuditChainRecord.seq)).where(AuditChainRecord.tenant_id == tenant)
+        )
+        await conn.execute(
+            delete(AuditChainRecord).where(AuditChainRecord.tenant_id == tenant, AuditChainRecord.seq == head)
+        )
+    async with session_factory(db_engine)() as session:
+        with pytest.raises(Broken, match=r"^compensations \[\d+\] does not verify: the row has no record"):
+            await verify_live(session, tenant)
+
+
+async def test_a_rewritten_approver_reappended_with_chain_fails(db_engine: AsyncEngine, tenant: str) -> None:
+    """bob's decision rewritten to eve in SQL, and the row chained again with the project's own
+    chain(): every link holds, and the last record matches the row, but not the first record."""
+    await audited(db_engine, tenant)
+    sessions = session_factory(db_engine)
+    async with sessions.begin() as session:
+        decision = await session.scalar(select(ApprovalDecision).where(ApprovalDecision.tenant_id == tenant))
+        assert decision is not None and decision.approver == "bob"
+        decision.approver = "eve"
+        await session.flush()
+        await chain(session, decision)
+    async with sessions() as session:
+        with pytest.raises(Broken) as broken:
+            await verify_live(session, tenant)
+    assert str(broken.value) == (
+        f"record {CALLS + 3} (approval_decisions [{decision.id}]) does not verify: "
+        'its approver is not the one first recorded ("bob" -> "eve")'
+    )
+
+
+async def test_columns_a_writer_changes_later_still_verify(db_engine: AsyncEngine, tenant: str) -> None:
+    """A decision voided after the fact and a compensation finished are chained again: honest."""
+    await audited(db_engine, tenant)
+    sessions = session_factory(db_engine)
+    async with sessions.begin() as session:
+        decision = await session.scalar(select(ApprovalDecision).where(ApprovalDecision.tenant_id == tenant))
+        assert decision is not None
+        decision.voided = {"summary": "changed"}
+        await session.flush()
+        await chain(session, decision)
+        undone = await session.scalar(select(Compensation).where(Compensation.tenant_id == tenant))
+        assert undone is not None
+        undone.state = "done"
+        await session.flush()
+        await chain(session, undone)
+    async with sessions() as session:
+        assert await verify_live(session, tenant) == CALLS + 4
+
+
+@pytest.mark.parametrize(
+    "manifest",
+    [b"[]", b"{}", b'{"signature": "x"}', "not json \udcff".encode(errors="surrogateescape"), b"\xff\xfe"],
+)
+async def test_a_malformed_manifest_is_a_one_line_reason(tmp_path: Path, manifest: bytes) -> None:
+    (tmp_path / "manifest.json").write_bytes(manifest)
+    (tmp_path / "records.jsonl").write_bytes(b"")
+    done = await run_starter("audit", "verify", str(tmp_path))
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert done.stderr.startswith("Error: the manifest does not verify") and done.stderr.count("\n") == 1
+
+
+async def test_a_manifest_of_the_wrong_types_signed_by_its_own_key_is_a_one_line_reason(
+    tmp_path: Path,
+) -> None:
+    key = Ed25519PrivateKey.generate()
+    body = manifest_of(key, "acme", b"", [], GENESIS, 1, datetime.now(UTC), None)
+    body.pop("signature")
+    body["first_seq"] = "1"  # a string where a number belongs, signed all the same
+    signed = body | {"signature": base64.b64encode(key.sign(canonical(body).encode())).decode()}
+    (tmp_path / "manifest.json").write_text(json.dumps(signed))
+    (tmp_path / "records.jsonl").write_bytes(b"")
+    done = await run_starter("audit", "verify", str(tmp_path))
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    assert "the manifest does not verify: it is not a signed manifest (bad first_seq)" in done.stderr
+
+
+async def test_the_server_checkpoints_every_tenant_whose_head_moved(
+    db_engine: AsyncEngine, database_url: str, tenant: str, tmp_path: Path
+) -> None:
+    await audited(db_engine, tenant)
+    private, _ = pem_pair()
+    settings = Settings(
+        database_url=database_url,
+        proof_private_key=private,
+        checkpoint_dir=tmp_path / "checkpoints",
+        checkpoint_interval_s=0.2,
+    )
+    client = await Client.connect("127.0.0.1:1", lazy=True)  # the server never reaches Temporal here
+    async with running_server(settings, "127.0.0.1", 0, client=client):
+        for _ in range(100):
+            found = list((tmp_path / "checkpoints").glob(f"*/{tenant}/*.checkpoint.json"))
+            if found:
+                break
+            await asyncio.sleep(0.1)
+    assert len(found) == 1
+    checked = read_checkpoint(found[0].read_bytes(), load_private_key(private).public_key())
+    assert (checked.tenant, checked.seq) == (tenant, CALLS + 2)

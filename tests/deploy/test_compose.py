@@ -516,11 +516,13 @@ def test_each_service_starts_as_its_images_user_with_keys_made_once_and_shared(h
         opened = host.run_as(service, [sys.executable, "-c", opens], host.environment(service))
         assert (opened.returncode, opened.stdout.strip()) == (0, "shared"), (service, opened.stderr)
     assert not (host.app / ".data").exists()  # nothing written under the image's /app
-    # every file a service of the image names in its environment is readable by its user
+    # every file a service of the image names in its environment is readable by its user, and every
+    # directory (the audit checkpoints') writable by it
     for service in OUR_IMAGE:
         for value in host.environment(service).values():
             if value.startswith(str(host.root)):
-                assert host.run_as(service, ["cat", value], {}).returncode == 0, (service, value)
+                check = ["test", "-w", value] if Path(value).is_dir() else ["cat", value]
+                assert host.run_as(service, check, {}).returncode == 0, (service, value)
 
 
 def test_prometheus_alerts_on_a_history_that_did_not_continue_as_new() -> None:

@@ -104,6 +104,14 @@ async def test_a_telegram_message_reaches_the_mapped_user_and_the_reply_comes_ba
     assert await refusals(db_engine, "telegram") == before + 2
     assert chat_receiver.posts == []
 
+    # a colleague cannot take the sender's conversation key first (it would be theirs, and the
+    # sender's messages would answer 409 for good), nor an MCP client's (issue 53, item 4)
+    carol = await stack.login("carol")
+    for key in (f"telegram_{SENDER}", f"slack_{SENDER}", "mcp:1:alice:lead-qualifier"):
+        squat = {"agent": "lead-qualifier", "message": "mine now", "key": key}
+        code, said = await stack.call("POST", "/api/conversations", carol, squat)
+        assert code == 403 and "keeps for a chat sender or an MCP client" in said["error"], said
+
     code, answer = await webhook(stack, "/channels/telegram/acme", body, {TELEGRAM_SECRET_HEADER: SECRET})
     assert code == 200 and answer["workflow_id"] == "conv-acme-key-telegram_4242", answer
     stack.agent.track(answer["workflow_id"])

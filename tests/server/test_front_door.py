@@ -294,7 +294,7 @@ async def test_a_keyed_conversation_is_its_first_users(signed_agent: SignedStack
     stack = signed_agent
     stack.agent.script(HELLO)
     alice, carol = await stack.login("alice"), await stack.login("carol")
-    body = {"agent": "lead-qualifier", "message": "hello", "key": "telegram_42"}
+    body = {"agent": "lead-qualifier", "message": "hello", "key": "support-42"}
     code, first = await stack.call("POST", "/api/conversations", alice, body)
     assert code == 201 and first["message_id"], first
     stack.agent.track(first["workflow_id"])
