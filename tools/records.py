@@ -27,7 +27,7 @@ import hashlib
 import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 from typing import Any, Literal, cast, get_args
 
@@ -117,6 +117,10 @@ class Collection:
     # delete the row when None.
     cancelled_status: str | None = None
     creator_field: str | None = None  # stamped with the caller's user id on create
+    # A field holding a parent record's id, and the parent's collection: `tasks.project_id ->
+    # projects.id`. The schema map states each link, so the model resolves a parent named in words
+    # to its id before it filters the children (tests hold these against the tables' foreign keys).
+    links: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def table(self) -> Table:
@@ -168,6 +172,7 @@ COLLECTIONS: dict[CollectionName, Collection] = {
         choices={"status": TASK_STATUSES},
         cancelled_status="cancelled",
         creator_field="created_by",
+        links={"project_id": "projects"},
     ),
     "projects": Collection(
         Project,
@@ -209,6 +214,7 @@ COLLECTIONS: dict[CollectionName, Collection] = {
         writable=(),
         searchable=("to_address", "subject", "body"),
         choices={},
+        links={"lead_id": "leads"},
     ),
     "email_outbox": Collection(  # what was sent or queued; errors and attempts are the operator's
         EmailOutbox,
@@ -216,6 +222,7 @@ COLLECTIONS: dict[CollectionName, Collection] = {
         writable=(),
         searchable=("to_address", "subject", "body"),
         choices={"status": EMAIL_STATUSES},
+        links={"lead_id": "leads"},
     ),
     "meeting_sessions": Collection(  # proposals (JSON slots) are read through the scheduler's tools
         MeetingSession,
@@ -224,6 +231,7 @@ COLLECTIONS: dict[CollectionName, Collection] = {
         writable=(),
         searchable=("counterpart_name", "counterpart_email", "title"),
         choices={"status": MEETING_SESSION_STATUSES},
+        links={"event_id": "calendar_events"},
     ),
 }  # fmt: skip
 
@@ -329,6 +337,17 @@ def schema_map() -> str:
         access = "WRITABLE" if c.writable else "read-only"
         fields = " ".join(field_line(c, f, required) for f in c.fields)
         lines.append(f"- {name} ({access}; search_text: {','.join(c.searchable)}): {fields}")
+    links = ", ".join(
+        f"{name}.{child} -> {parent}.id"
+        for name, c in COLLECTIONS.items()
+        for child, parent in c.links.items()
+    )
+    lines.append(
+        f"Links (a child's field holds its parent's id): {links}. To read the children of a parent named "
+        "in words (the open tasks of project Apollo), first find the parent's id (query_records projects "
+        "where name contains Apollo), then filter the children by it (tasks where project_id eq that id "
+        "and status eq open). A question about one collection alone needs no join."
+    )
     return "\n".join(lines)
 
 
