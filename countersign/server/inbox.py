@@ -281,11 +281,17 @@ async def quorum_approvals(
     session: AsyncSession, rows: list[ApprovalRequest]
 ) -> dict[tuple[str, str], list[str]]:
     """Who approved each of these open quorum requests so far (accepted and not voided), in order,
-    by (conversation, call)."""
+    by (conversation, call): those that count, as the latest approval recorded them (`counted`:
+    earlier approvers no longer active or entitled left out), else each approver in turn."""
     if not rows:
         return {}
     decisions = await session.execute(
-        select(ApprovalDecision.conversation_id, ApprovalDecision.call_id, ApprovalDecision.approver)
+        select(
+            ApprovalDecision.conversation_id,
+            ApprovalDecision.call_id,
+            ApprovalDecision.approver,
+            ApprovalDecision.counted,
+        )
         .where(
             tuple_(ApprovalDecision.conversation_id, ApprovalDecision.call_id).in_(
                 [(r.conversation_id, r.call_id) for r in rows]
@@ -297,8 +303,9 @@ async def quorum_approvals(
         .order_by(ApprovalDecision.id)
     )
     approved: dict[tuple[str, str], list[str]] = {}
-    for conversation_id, call_id, approver in decisions:
-        approved.setdefault((conversation_id, call_id), []).append(approver)
+    for conversation_id, call_id, approver, counted in decisions:
+        before = approved.get((conversation_id, call_id), [])
+        approved[conversation_id, call_id] = list(counted) if counted is not None else [*before, approver]
     return approved
 
 
