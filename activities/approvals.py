@@ -481,9 +481,10 @@ class ApprovalActivities:
         conversation holds it, and its effect as the tool resolves it now (once: a retry changes
         nothing, the first resolution stays what reviewers decide).
 
-        A live grant covering the call (countersign.core.grants) is spent on it first, once per call
-        (its idempotency key), and the request is written as approved by the grant's approver: the
-        answer says so, and nobody is asked. A call asked again (`voided_by`) is never granted.
+        A live grant covering the call (countersign.core.grants: the same content as the effect just
+        resolved, an approver who still stands) is spent on it, once per call (its idempotency key),
+        and the request is written as approved by the grant's approver: the answer says so, and
+        nobody is asked. A call asked again (`voided_by`) is never granted.
 
         The preview reads in the transaction that writes the request (no savepoint: it changes
         nothing). One that breaks (a bug, a statement PostgreSQL refuses) takes that transaction
