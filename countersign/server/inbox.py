@@ -43,7 +43,7 @@ from countersign.db.grants import GrantRefused, grant_view, grants_of, revoke_gr
 from countersign.db.instances import current_instance
 from countersign.db.messages import ConversationStore
 from countersign.db.people import check_password, roles_of
-from countersign.db.schema import ApprovalDecision, ApprovalRequest, ToolExecution
+from countersign.db.schema import ApprovalDecision, ApprovalRequest, ToolExecution, User
 from countersign.identity.proofs import Binding, mint_proof
 from countersign.server import sessions, throttle
 from countersign.server.auth import Reviewer, SessionClaims, issue_session, read_session
@@ -455,8 +455,10 @@ class Inbox:
         known: dict[str, PendingItem] | None = None,
     ) -> Page:
         """The first `limit` (None: all) pending, unexpired approvals of the tenant's conversations
-        (the instance each workflow id names now) that `decidable` lets its reviewer approve,
-        after `after`, soonest to expire first; as the real worker recorded them in
+        (the instance each workflow id names now) that `decidable` lets its reviewer approve and
+        whose requester is still an active user (a call that can no longer run is not offered; a
+        decision on it is refused with the reason), after `after`, soonest to expire first; as the
+        real worker recorded them in
         `approval_requests` (never a `status` query's answer: any worker polling the task queue
         could give one); and how many more wait.
 
@@ -471,6 +473,13 @@ class Inbox:
             ApprovalRequest.state == "pending",
             ApprovalRequest.expires_at > func.now(),
             decidable.clause(),
+            select(User.id)
+            .where(
+                User.tenant_id == ApprovalRequest.tenant_id,
+                User.id == ApprovalRequest.requested_by,
+                User.deactivated_at.is_(None),
+            )
+            .exists(),
         )
         rows: list[ApprovalRequest] = []
         approvals: dict[tuple[str, str], list[str]] = {}
