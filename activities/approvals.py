@@ -9,6 +9,8 @@ run's row.
 from __future__ import annotations
 
 import json
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -19,22 +21,28 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from activities.failures import is_connection_error
+from activities.policy_gate import judge
+from countersign.core.access import missing_scopes
 from countersign.core.activity_refs import RECORD_APPROVAL_REQUEST, RECORD_DECISION, SEND_APPROVAL_REMINDER
 from countersign.core.approvals import (
     FOUR_EYES,
     ApprovalReminder,
+    Decision,
     DecisionRecord,
     RecordedApproval,
     Verdict,
     approvals_required,
     approver_refusal,
     decision_note,
+    edit_policy_refusal,
     quorum_refusal,
 )
-from countersign.core.bounds import load_arguments_or_raw, loads_strict
-from countersign.core.calls import CallerContext, argument_changes, call_key
+from countersign.core.bounds import load_arguments_or_raw
+from countersign.core.calls import CallerContext, ToolInvocation, argument_changes, call_key
 from countersign.core.effects import Effect, FieldChange, arguments_effect, one_line
-from countersign.core.grants import Granted, GrantScope, grant_allowed, grant_refusal, scope_digest
+from countersign.core.grants import Granted, GrantScope, content_digest, grant_allowed, grant_refusal
+from countersign.core.policy import PolicyCheck
+from countersign.db.access import standing
 from countersign.db.attempts import attempt_key, record_once
 from countersign.db.chain import chain
 from countersign.db.events import publish
@@ -48,29 +56,6 @@ from tools.drafts import drafts_named, last_editor
 from tools.registry import REGISTRY, ToolContext, ToolFailure
 
 
-def grant_scope(
-    tenant_id: str, tool: str, requester: str, agent: str, args: str, mcp: bool
-) -> GrantScope | None:
-    """What a grant for this call is scoped to, and what a grant must be scoped to to cover it:
-    a native tool's arguments as its model reads them (a default left out is the default), without
-    its free ones; an MCP tool's as sent. None when they do not read as an object (nothing granted)."""
-    registered = None if mcp else REGISTRY.get(tool)
-    try:
-        values = validate(registered, args).model_dump(mode="json") if registered else loads_strict(args)
-    except (ToolFailure, ValueError, RecursionError):
-        return None
-    if not isinstance(values, dict):
-        return None
-    free = registered.free_args if registered else ()
-    return GrantScope(
-        tenant_id=tenant_id,
-        tool=tool,
-        requester=requester,
-        agent=agent,
-        args_sha256=scope_digest(values, free),
-    )
-
-
 def unresolved(request: RecordedApproval, problem: str) -> Effect:
     """The arguments as the effect of a call whose effect could not be resolved, and why."""
     summary = one_line(
@@ -80,13 +65,345 @@ def unresolved(request: RecordedApproval, problem: str) -> Effect:
     return effect.model_copy(update={"summary": summary, "problem": problem})
 
 
-def pending(record: DecisionRecord) -> bool:
-    """An accepted approval that leaves its quorum short: the request stays open for the next."""
-    return (
-        record.quorum is not None
-        and record.decision.decision == "approve"
-        and len(record.approved_by) + 1 < record.quorum.approvals
+def is_mcp(record: DecisionRecord) -> bool:
+    """Whether the decided call is an MCP tool's (its spec snapshotted by the conversation)."""
+    return record.mcp_spec is not None and record.mcp_spec.name == record.tool
+
+
+def free_args(tool: str, mcp: bool) -> tuple[str, ...]:
+    """The arguments a grant of `tool` does not bind (`@tool(free_args=…)`; an MCP tool's: none)."""
+    registered = None if mcp else REGISTRY.get(tool)
+    return registered.free_args if registered else ()
+
+
+async def last_editors(session: AsyncSession, tenant_id: str, tool: str, *args: str) -> dict[int, str]:
+    """Who last edited each draft a call of `tool` with any of `args` (JSON texts) sends, by draft
+    id: for the four-eyes rule, each counts as a requester of the call."""
+    named = sorted({draft_id for text in args for draft_id in drafts_named(tool, text)})
+    found = {draft_id: await last_editor(session, tenant_id, draft_id) for draft_id in named}
+    return {draft_id: editor for draft_id, editor in found.items() if editor is not None}
+
+
+@dataclass(frozen=True)
+class EditedCall:
+    """A reviewer's edit, computed once: the validated arguments (JSON text), each argument changed
+    (as asked → as approved), and what the call does with them (None: the request was never
+    recorded). What the row records, the policies judge, a grant binds and the verdict carries."""
+
+    args: str
+    changes: dict[str, FieldChange]
+    effect: Effect | None
+
+
+@dataclass
+class Attempt:
+    """One decision attempt as DECISION_CHECKS read it; a check may note what a later one needs."""
+
+    record: DecisionRecord
+    proofs: ProofVerifier
+    key: str  # the attempt key (countersign.db.attempts): what a proof is spent under
+    request: ApprovalRequest | None  # the request as recorded (None: never recorded)
+    roles: list[str] | None = None  # the approver's (None: not an active user of the tenant)
+    edited: EditedCall | None = None
+    granting: tuple[GrantScope, str] | None = None  # an accepted grant's scope and arguments
+
+    @property
+    def decision(self) -> Decision:
+        return self.record.decision
+
+    @property
+    def approves(self) -> bool:
+        return self.record.decision.decision == "approve"
+
+
+DecisionCheck = Callable[[AsyncSession, Attempt], Awaitable[str | None]]
+
+
+async def conversation_state(session: AsyncSession, attempt: Attempt) -> str | None:
+    """The conversation's own refusal (unknown call, already decided, expired)."""
+    return attempt.record.refusal
+
+
+async def proven(session: AsyncSession, attempt: Attempt) -> str | None:
+    """Who it is first: the proof binds this call's request, decision, arguments, effect and grant."""
+    record, decision, request = attempt.record, attempt.decision, attempt.request
+    return await check_proof(
+        session,
+        attempt.proofs,
+        decision.proof,
+        Binding.decision(
+            record.pending_call(),
+            decision.decision,
+            decision.args if decision.args is not None else record.args,
+            (request.effect_sha256 if request is not None else None) or "",
+            decision.grant,
+        ),
+        decision.approver,
+        datetime.now(UTC),
+        attempt.key,
     )
+
+
+async def approver_may_decide(session: AsyncSession, attempt: Attempt) -> str | None:
+    """The approver's roles now allow deciding a call of this risk (four-eyes on the requester)."""
+    record, decision = attempt.record, attempt.decision
+    attempt.roles = await roles_of(session, record.tenant_id, decision.approver)
+    return approver_refusal(
+        decision.decision, record.risk, record.requested_by, decision.approver, attempt.roles
+    )
+
+
+async def counts_toward_quorum(session: AsyncSession, attempt: Attempt) -> str | None:
+    """A policy's quorum: distinct approvers, never the requester, `@approvers`, no edits."""
+    record = attempt.record
+    if record.quorum is None:
+        return None
+    return quorum_refusal(
+        record.quorum, attempt.decision, record.requested_by, record.approved_by, attempt.roles or []
+    )
+
+
+async def may_carry_grant(session: AsyncSession, attempt: Attempt) -> str | None:
+    """Only an approval of a call one approver decides carries a grant."""
+    if attempt.decision.grant is None:
+        return None
+    return grant_refusal(attempt.decision.decision, approvals_required(attempt.record.quorum))
+
+
+async def not_last_editor(session: AsyncSession, attempt: Attempt) -> str | None:
+    """Four-eyes for content: whoever last edited a draft the call sends (as asked, or as the
+    approver's edit would have it) counts as its requester and may not approve it."""
+    record, approver = attempt.record, attempt.decision.approver
+    if not attempt.approves or record.risk not in FOUR_EYES:
+        return None
+    sent = [record.args or "{}"]
+    if attempt.decision.args is not None:
+        sent.append(json.dumps(attempt.decision.args))
+    for draft_id, editor in (await last_editors(session, record.tenant_id, record.tool, *sent)).items():
+        if editor == approver:
+            return (
+                f"{approver} last edited draft {draft_id} and may not approve a call that sends it "
+                "(four-eyes rule)"
+            )
+    return None
+
+
+async def requester_stands(session: AsyncSession, attempt: Attempt) -> str | None:
+    """An approval of a call that can no longer run is refused, saying why: its requester was
+    deactivated, or lost a scope the tool needs, since it was asked (read now, as the access gate
+    reads it when the call runs). A rejection still ends the call."""
+    record = attempt.record
+    if not attempt.approves:
+        return None
+    requester = await standing(session, record.tenant_id, record.requested_by)
+    if not requester.active:
+        state = "deactivated" if requester.exists else "no longer a user"
+        return f"{record.requested_by} is {state} in {record.tenant_id}: this call can no longer run"
+    registered = None if is_mcp(record) else REGISTRY.get(record.tool)
+    missing = missing_scopes(registered.scopes if registered else (), requester.scopes)
+    if missing:
+        return (
+            f"{record.requested_by} no longer has the scope {', '.join(missing)} that {record.tool} "
+            "needs: this call can no longer run"
+        )
+    return None
+
+
+async def valid_edit(session: AsyncSession, attempt: Attempt) -> str | None:
+    """Edited arguments validate as the call's did; the edit (`EditedCall`) is then computed once."""
+    record, args = attempt.record, attempt.decision.args
+    if args is None:
+        return None
+    edited, invalid = edited_arguments(record, args)
+    if edited is None:
+        return invalid
+    effect = await edited_effect(session, attempt.request, edited)
+    attempt.edited = EditedCall(args=edited, changes=argument_changes_of(record, edited), effect=effect)
+    return None
+
+
+async def edit_permitted(session: AsyncSession, attempt: Attempt) -> str | None:
+    """An edit is a new call, judged again by the tenant's current policies (`judge`, as the model's
+    call was): a forbid refuses it naming the policy, and so does a policy that would want more
+    approvers, or other roles, than this decision has."""
+    record, edited = attempt.record, attempt.edited
+    if edited is None:
+        return None
+    # judged for the conversation's agent as its request recorded it (a call from before requests were
+    # recorded: without one, so a condition on the agent does not match)
+    agent = attempt.request.agent if attempt.request is not None else ""
+    spec = record.mcp_spec if record.mcp_spec is not None and is_mcp(record) else REGISTRY[record.tool].spec()
+    invocation = ToolInvocation(
+        caller=CallerContext(tenant_id=record.tenant_id, user_id=record.requested_by, roles=[], agent=agent),
+        workflow_id=record.workflow_id,
+        conversation_id=record.conversation_id,
+        run_id="",
+        call_id=attempt.decision.call_id,
+        tool=record.tool,
+        arguments=edited.args,
+    )
+    judged = await judge(session, PolicyCheck(invocation=invocation, spec=spec), json.loads(edited.args))
+    return edit_policy_refusal(judged, record.tool, approvals_required(record.quorum), attempt.roles or [])
+
+
+async def grant_bound(session: AsyncSession, attempt: Attempt) -> str | None:
+    """A grant binds the approved effect's content (the edit's, if edited): noted in
+    `attempt.granting` with the approved arguments; refused when there is no such effect on record."""
+    record, request, edited = attempt.record, attempt.request, attempt.edited
+    if attempt.decision.grant is None:
+        return None
+    args = edited.args if edited is not None else record.args
+    effect = edited.effect if edited is not None else None
+    if edited is None and request is not None and request.effect is not None:
+        effect = Effect.model_validate(request.effect)
+    if request is None or args is None or effect is None:
+        return "this call cannot be granted: its request or its effect is not on record"
+    if effect.problem is not None:
+        return f"this call cannot be granted: its effect could not be resolved ({effect.problem})"
+    scope = GrantScope(
+        tenant_id=record.tenant_id,
+        tool=record.tool,
+        requester=record.requested_by,
+        agent=request.agent,
+        content_sha256=content_digest(effect, free_args(record.tool, is_mcp(record))),
+    )
+    attempt.granting = scope, args
+    return None
+
+
+# In order, until the first refusal: the conversation's state, who it is (the proof), what they may
+# decide, then what the decision carries (a grant, an edit) and whether the call can still run.
+DECISION_CHECKS: tuple[DecisionCheck, ...] = (
+    conversation_state,
+    proven,
+    approver_may_decide,
+    counts_toward_quorum,
+    may_carry_grant,
+    not_last_editor,
+    requester_stands,
+    valid_edit,
+    edit_permitted,
+    grant_bound,
+)
+
+
+async def counted(session: AsyncSession, record: DecisionRecord) -> list[str]:
+    """A quorum's approvals that count with this accepted approval: the earlier ones of people still
+    active and entitled now (read from the database as the last one completes it), then this one."""
+    quorum, still = record.quorum, list[str]()
+    assert quorum is not None
+    for person in record.approved_by:
+        roles = await roles_of(session, record.tenant_id, person)
+        again = Decision(call_id=record.decision.call_id, decision="approve", approver=person)
+        if approver_refusal("approve", record.risk, record.requested_by, person, roles) is None and (
+            quorum_refusal(quorum, again, record.requested_by, still, roles or []) is None
+        ):
+            still.append(person)
+    return [*still, record.decision.approver]
+
+
+def still_short(record: DecisionRecord, approvals: list[str] | None) -> bool:
+    """An accepted approval that leaves its quorum short (`approvals`: those that count with it):
+    the request stays open for the next."""
+    return record.quorum is not None and approvals is not None and len(approvals) < record.quorum.approvals
+
+
+async def edited_effect(session: AsyncSession, request: ApprovalRequest | None, edited: str) -> Effect | None:
+    """What the call does with the approver's edited arguments, resolved now as its request's
+    effect was: what the approver approves, and what the call must still resolve to when it runs
+    (activities/tools.py). None when the request was never recorded. A plan that breaks rolls
+    back its savepoint, not the decision: the edit's effect is then its arguments, unresolved (the
+    call, resolving it when it runs, is asked again)."""
+    if request is None:
+        return None
+    # the request as recorded, with the edit's arguments (its quorum is in `policy`: not needed here)
+    fields = {
+        name: getattr(request, name)
+        for name in RecordedApproval.model_fields
+        if name not in ("args", "quorum")
+    }
+    recorded = RecordedApproval(**fields, args=edited)
+    try:
+        async with session.begin_nested():
+            return await ApprovalActivities.resolve_effect(session, recorded)
+    except Exception as exc:
+        if is_connection_error(exc):
+            raise  # the database is out of reach: Temporal retries the activity
+        activity.logger.exception("resolving the edited effect of %s failed", request.call_id)
+        return unresolved(recorded, "INTERNAL_ERROR: the effect could not be resolved")
+
+
+def argument_changes_of(record: DecisionRecord, edited: str) -> dict[str, FieldChange]:
+    """Each argument the approver changed, as the model asked it and as approved: a native tool's
+    both read through its arguments model, so a default the model left out is no change."""
+    asked: dict[str, Any] = json.loads(record.args or "{}")
+    tool = REGISTRY.get(record.tool)
+    if tool is not None and not is_mcp(record):
+        try:
+            asked = validate(tool, record.args or "{}").model_dump(mode="json")
+        except ToolFailure:  # checked before it was asked: only a changed validator gets here
+            pass
+    return argument_changes(asked, json.loads(edited))
+
+
+def edited_arguments(record: DecisionRecord, args: dict[str, object]) -> tuple[str | None, str | None]:
+    """(validated arguments as JSON, None) or (None, why they are invalid).
+
+    A native tool's are parsed by its arguments model; an MCP tool's are checked, unknown keys
+    refused, against the input schema the conversation snapshotted (`record.mcp_spec`), the
+    same check its call passes before approval and again before the server is called. They
+    are passed on unchanged, so the server receives exactly what the approver's proof binds.
+    """
+    spec = record.mcp_spec
+    if spec is not None and is_mcp(record):
+        errors = argument_errors(spec, args)
+        if errors is not None:
+            return None, f"edited arguments are invalid: {errors}"
+        return json.dumps(args, ensure_ascii=False), None
+    tool = REGISTRY.get(record.tool)
+    if tool is None:
+        return None, f"no tool named {record.tool!r}"
+    try:
+        return validate(tool, json.dumps(args)).model_dump_json(), None
+    except ToolFailure as failure:
+        return None, f"edited arguments are invalid: {failure.message}"
+
+
+def decision_row(attempt: Attempt, refusal: str | None, approvals: list[str] | None) -> dict[str, Any]:
+    """The `approval_decisions` row of an attempt (`refusal`: the first check's, or None)."""
+    record, decision, edited = attempt.record, attempt.decision, attempt.edited
+    effect = edited.effect if edited is not None else None
+    return {
+        "tenant_id": record.tenant_id,
+        "workflow_id": record.workflow_id,
+        "conversation_id": record.conversation_id,
+        "call_id": decision.call_id,
+        "tool": record.tool,
+        "approver": decision.approver,
+        "decision": decision.decision,
+        "accepted": refusal is None,
+        "reason": refusal or decision.reason,
+        "args": decision.args,
+        "changes": edited and {k: c.model_dump(mode="json") for k, c in edited.changes.items()},
+        "effect": effect.model_dump(mode="json") if effect is not None else None,
+        "effect_sha256": effect.digest if effect is not None else None,
+        "proven": refusal is None and attempt.proofs.mode == "signed",
+        "counted": approvals,
+    }
+
+
+def decided_event(row: ApprovalDecision, record: DecisionRecord) -> dict[str, Any]:
+    """What the conversation's readers are told of an accepted decision (a quorum's short of N: pending)."""
+    state = "approved" if row.decision == "approve" else "rejected"
+    return {
+        "call_id": row.call_id,
+        "tool": row.tool,
+        "state": "pending" if still_short(record, row.counted) else state,
+        "decided_by": row.approver,
+        "reason": row.reason,
+        "note": decision_note(row.approver, row.decision, row.reason, row.changes),
+        "edited": bool(row.changes),
+    }
 
 
 class ApprovalActivities:
@@ -98,193 +415,48 @@ class ApprovalActivities:
 
     @activity.defn(name=RECORD_DECISION.name)
     async def record_decision(self, record: DecisionRecord) -> Verdict:
-        """Verify the approver against the database, re-validate edited arguments, audit the attempt.
+        """Verify the decision (DECISION_CHECKS, against the database), audit the attempt, mint its
+        grant, close the request once decided, and tell the conversation's readers.
 
         Exactly once per attempt: the row's `attempt_key` names this activity invocation, which a
         retry or a replayed local activity shares. A re-run (or a concurrent twin) inserts nothing
         and answers from the recorded row, so it returns the verdict the first run returned even if
         the approver's roles changed in between.
         """
-        decision = record.decision
         key = attempt_key()
-        granting: list[tuple[GrantScope, str]] = []  # an accepted grant's scope and arguments
-
         async with self._sessions() as session, session.begin():
+            request = await session.scalar(
+                select(ApprovalRequest).where(
+                    ApprovalRequest.conversation_id == record.conversation_id,
+                    ApprovalRequest.call_id == record.decision.call_id,
+                )
+            )
+            attempt = Attempt(record=record, proofs=self._proofs, key=key, request=request)
 
-            async def attempt() -> dict[str, Any]:
-                refusal = record.refusal
-                if refusal is None:  # who it is first (the proof), then what they may do
-                    refusal = await check_proof(
-                        session,
-                        self._proofs,
-                        decision.proof,
-                        Binding.decision(
-                            record.pending_call(),
-                            decision.decision,
-                            decision.args if decision.args is not None else record.args,
-                            await self._recorded_effect(session, record),
-                            decision.grant,
-                        ),
-                        decision.approver,
-                        datetime.now(UTC),
-                        key,
-                    )
-                if refusal is None:
-                    roles = await roles_of(session, record.tenant_id, decision.approver)
-                    refusal = approver_refusal(
-                        decision.decision, record.risk, record.requested_by, decision.approver, roles
-                    )
-                    if refusal is None and record.quorum is not None:
-                        refusal = quorum_refusal(
-                            record.quorum, decision, record.requested_by, record.approved_by, roles or []
-                        )
-                if refusal is None and decision.grant is not None:
-                    refusal = grant_refusal(decision.decision, approvals_required(record.quorum))
-                if refusal is None and decision.decision == "approve" and record.risk in FOUR_EYES:
-                    refusal = await self._editor_refusal(session, record)
-                edited, changes, effect = None, None, None
-                if refusal is None and decision.args is not None:
-                    edited, refusal = self._edited(record, decision.args)
-                if edited is not None:
-                    changes = self._changes(record, edited)
-                    effect = await self._edited_effect(session, record, edited)
-                if refusal is None and decision.grant is not None:
-                    refusal = await self._grant_refusal(session, record, edited, granting)
-                if refusal is None and not pending(record):
-                    await self._close(
-                        session, record, "approved" if decision.decision == "approve" else "rejected"
-                    )
-                return {
-                    "tenant_id": record.tenant_id,
-                    "workflow_id": record.workflow_id,
-                    "conversation_id": record.conversation_id,
-                    "call_id": decision.call_id,
-                    "tool": record.tool,
-                    "approver": decision.approver,
-                    "decision": decision.decision,
-                    "accepted": refusal is None,
-                    "reason": refusal or decision.reason,
-                    "args": decision.args,
-                    "changes": changes and {k: c.model_dump(mode="json") for k, c in changes.items()},
-                    "effect": effect.model_dump(mode="json") if effect is not None else None,
-                    "effect_sha256": effect.digest if effect is not None else None,
-                    "proven": refusal is None and self._proofs.mode == "signed",
-                }
+            async def checked() -> dict[str, Any]:
+                refusal = None
+                for check in DECISION_CHECKS:
+                    refusal = await check(session, attempt)
+                    if refusal is not None:
+                        break
+                approvals = None
+                if refusal is None and record.quorum is not None and attempt.approves:
+                    approvals = await counted(session, record)
+                if refusal is None and not still_short(record, approvals):
+                    await self._close(session, record, "approved" if attempt.approves else "rejected")
+                return decision_row(attempt, refusal, approvals)
 
-            row = await record_once(session, ApprovalDecision, ApprovalDecision.attempt_key, key, attempt)
+            row = await record_once(session, ApprovalDecision, ApprovalDecision.attempt_key, key, checked)
             await chain(session, row)  # a re-run finds it chained: nothing is appended twice
-            if row.accepted and decision.grant is not None and granting:  # a re-run finds it minted
-                scope, granted_args = granting[0]
-                await mint_grant(session, row, scope, granted_args, decision.grant)
+            if row.accepted and attempt.granting is not None and record.decision.grant is not None:
+                await mint_grant(session, row, *attempt.granting, record.decision.grant)  # once
             if row.accepted:
-                state = "approved" if row.decision == "approve" else "rejected"
-                state = "pending" if pending(record) else state  # a quorum's approval short of N
-                decided = {
-                    "call_id": row.call_id,
-                    "tool": row.tool,
-                    "state": state,
-                    "decided_by": row.approver,
-                    "reason": row.reason,
-                    "note": decision_note(row.approver, row.decision, row.reason, row.changes),
-                    "edited": bool(row.changes),
-                }
+                instance = record.workflow_id, record.conversation_id
+                event = decided_event(row, record)
                 await publish(
-                    session,
-                    record.workflow_id,
-                    record.conversation_id,
-                    record.tenant_id,
-                    "approval",
-                    decided,
-                    f"approval:{row.call_id}:decided",
+                    session, *instance, record.tenant_id, "approval", event, f"approval:{row.call_id}:decided"
                 )
             return self._verdict(row, record)
-
-    @staticmethod
-    async def _grant_refusal(
-        session: AsyncSession,
-        record: DecisionRecord,
-        edited: str | None,
-        granting: list[tuple[GrantScope, str]],
-    ) -> str | None:
-        """Why the decision's grant cannot be scoped (None: its scope and arguments are added to
-        `granting`): the agent is the recorded request's, the arguments the ones approved."""
-        agent = await session.scalar(
-            select(ApprovalRequest.agent).where(
-                ApprovalRequest.conversation_id == record.conversation_id,
-                ApprovalRequest.call_id == record.decision.call_id,
-            )
-        )
-        args = edited or record.args
-        mcp = record.mcp_spec is not None and record.mcp_spec.name == record.tool
-        scope = (
-            grant_scope(record.tenant_id, record.tool, record.requested_by, agent, args, mcp)
-            if agent is not None and args is not None
-            else None
-        )
-        if scope is None or args is None:
-            return "this call cannot be granted: its request or its arguments are not on record"
-        granting.append((scope, args))
-        return None
-
-    @staticmethod
-    async def _editor_refusal(session: AsyncSession, record: DecisionRecord) -> str | None:
-        """Four-eyes for content: whoever last edited a draft the call sends (as asked, or as the
-        approver's edit would have it) counts as its requester and may not approve it."""
-        approver, named = record.decision.approver, drafts_named(record.tool, record.args or "{}")
-        if record.decision.args is not None:
-            named += drafts_named(record.tool, json.dumps(record.decision.args))
-        for draft_id in sorted(set(named)):
-            if await last_editor(session, record.tenant_id, draft_id) == approver:
-                return (
-                    f"{approver} last edited draft {draft_id} and may not approve a call that sends it "
-                    "(four-eyes rule)"
-                )
-        return None
-
-    @classmethod
-    async def _edited_effect(
-        cls, session: AsyncSession, record: DecisionRecord, edited: str
-    ) -> Effect | None:
-        """What the call does with the approver's edited arguments, resolved now as its request's
-        effect was: what the approver approves, and what the call must still resolve to when it
-        runs (activities/tools.py). None when the request was never recorded. A plan that breaks
-        rolls back its savepoint, not the decision: the edit's effect is then its arguments,
-        unresolved (the call, resolving it when it runs, is asked again)."""
-        request = await session.scalar(
-            select(ApprovalRequest).where(
-                ApprovalRequest.conversation_id == record.conversation_id,
-                ApprovalRequest.call_id == record.decision.call_id,
-            )
-        )
-        if request is None:
-            return None
-        # the request as recorded, with the edit's arguments (its quorum is in `policy`: not needed here)
-        fields = {
-            name: getattr(request, name)
-            for name in RecordedApproval.model_fields
-            if name not in ("args", "quorum")
-        }
-        recorded = RecordedApproval(**fields, args=edited)
-        try:
-            async with session.begin_nested():
-                return await cls.resolve_effect(session, recorded)
-        except Exception as exc:
-            if is_connection_error(exc):
-                raise  # the database is out of reach: Temporal retries the activity
-            activity.logger.exception("resolving the edited effect of %s failed", record.decision.call_id)
-            return unresolved(recorded, "INTERNAL_ERROR: the effect could not be resolved")
-
-    @staticmethod
-    async def _recorded_effect(session: AsyncSession, record: DecisionRecord) -> str:
-        """The digest of the effect the request recorded: what the reviewer was shown, and what
-        their proof must bind ("" for a request recorded before effects, or never recorded)."""
-        digest = await session.scalar(
-            select(ApprovalRequest.effect_sha256).where(
-                ApprovalRequest.conversation_id == record.conversation_id,
-                ApprovalRequest.call_id == record.decision.call_id,
-            )
-        )
-        return digest or ""
 
     @staticmethod
     async def _close(session: AsyncSession, record: DecisionRecord, state: str) -> None:
@@ -308,9 +480,10 @@ class ApprovalActivities:
         conversation holds it, and its effect as the tool resolves it now (once: a retry changes
         nothing, the first resolution stays what reviewers decide).
 
-        A live grant covering the call (countersign.core.grants) is spent on it first, once per call
-        (its idempotency key), and the request is written as approved by the grant's approver: the
-        answer says so, and nobody is asked. A call asked again (`voided_by`) is never granted.
+        A live grant covering the call (countersign.core.grants: the same content as the effect just
+        resolved, an approver who still stands) is spent on it, once per call (its idempotency key),
+        and the request is written as approved by the grant's approver: the answer says so, and
+        nobody is asked. A call asked again (`voided_by`) is never granted.
 
         The plan reads in the transaction that writes the request (no savepoint: it changes
         nothing). One that breaks (a bug, a statement PostgreSQL refuses) takes that transaction
@@ -318,8 +491,9 @@ class ApprovalActivities:
         effect, marked unresolved, and asked, rather than not at all."""
         try:
             async with self._sessions() as session, session.begin():
-                granted = await self._granted(session, request)
-                await self._record(session, request, await self.resolve_effect(session, request), granted)
+                effect = await self.resolve_effect(session, request)
+                granted = await self._granted(session, request, effect)
+                await self._record(session, request, effect, granted)
                 if granted is not None:  # the conversation's readers see it approved, by the grant
                     decided = {
                         "call_id": request.call_id,
@@ -342,20 +516,21 @@ class ApprovalActivities:
             return None
 
     @staticmethod
-    async def _granted(session: AsyncSession, request: RecordedApproval) -> Granted | None:
-        """A use of a live grant covering the call, spent now (or the one spent on it before)."""
+    async def _granted(session: AsyncSession, request: RecordedApproval, effect: Effect) -> Granted | None:
+        """A use of a live grant covering the call, spent now (or the one spent on it before): one
+        whose approved content is this call's `effect`, whose approver still stands and did not last
+        edit what the call sends."""
         if request.voided_by is not None or not grant_allowed(request.approvals_required):
             return None  # asked again, or a quorum: one approver's grant never stands in for it
-        scope = grant_scope(
-            request.tenant_id,
-            request.tool,
-            request.requested_by,
-            request.agent,
-            request.args,
-            mcp=request.parameters is not None,
+        if effect.problem is not None:
+            return None  # what would fail now was never what a grant approved
+        scope = GrantScope(
+            tenant_id=request.tenant_id,
+            tool=request.tool,
+            requester=request.requested_by,
+            agent=request.agent,
+            content_sha256=content_digest(effect, free_args(request.tool, request.parameters is not None)),
         )
-        if scope is None:
-            return None
         return await spend_grant(
             session,
             scope,
@@ -364,6 +539,8 @@ class ApprovalActivities:
             conversation_id=request.conversation_id,
             call_id=request.call_id,
             now=datetime.now(UTC),
+            risk=request.risk,
+            editors=(await last_editors(session, request.tenant_id, request.tool, request.args)).values(),
         )
 
     @staticmethod
@@ -433,7 +610,8 @@ class ApprovalActivities:
         )
         return (await tool.plan(context, args)).effect()
 
-    def _verdict(self, row: ApprovalDecision, record: DecisionRecord) -> Verdict:
+    @staticmethod
+    def _verdict(row: ApprovalDecision, record: DecisionRecord) -> Verdict:
         """The verdict a recorded attempt stands for; the same on every run of the attempt.
 
         Edited arguments are re-derived from the activity's input (identical on every run of the
@@ -455,8 +633,8 @@ class ApprovalActivities:
         if not row.accepted:
             return Verdict(accepted=False, reason=row.reason)
         if decision.args is None:
-            return Verdict(accepted=True)
-        edited, invalid = self._edited(record, decision.args)
+            return Verdict(accepted=True, approvals=row.counted)
+        edited, invalid = edited_arguments(record, decision.args)
         if edited is None:  # only if validation changed between the runs: fail, never drop the edit
             raise ApplicationError(
                 f"decision attempt {row.attempt_key} was accepted but its edited arguments no "
@@ -464,43 +642,7 @@ class ApprovalActivities:
                 type="DecisionAttemptConflict",
                 non_retryable=True,
             )
-        return Verdict(accepted=True, args=edited, changes=self._changes(record, edited))
-
-    @staticmethod
-    def _changes(record: DecisionRecord, edited: str) -> dict[str, FieldChange]:
-        """Each argument the approver changed, as the model asked it and as approved: a native tool's
-        both read through its arguments model, so a default the model left out is no change."""
-        asked: dict[str, Any] = json.loads(record.args or "{}")
-        tool = REGISTRY.get(record.tool)
-        if tool is not None and not (record.mcp_spec is not None and record.mcp_spec.name == record.tool):
-            try:
-                asked = validate(tool, record.args or "{}").model_dump(mode="json")
-            except ToolFailure:  # checked before it was asked: only a changed validator gets here
-                pass
-        return argument_changes(asked, json.loads(edited))
-
-    @staticmethod
-    def _edited(record: DecisionRecord, args: dict[str, object]) -> tuple[str | None, str | None]:
-        """(validated arguments as JSON, None) or (None, why they are invalid).
-
-        A native tool's are parsed by its arguments model; an MCP tool's are checked, unknown keys
-        refused, against the input schema the conversation snapshotted (`record.mcp_spec`), the
-        same check its call passes before approval and again before the server is called. They
-        are passed on unchanged, so the server receives exactly what the approver's proof binds.
-        """
-        spec = record.mcp_spec
-        if spec is not None and spec.name == record.tool:
-            errors = argument_errors(spec, args)
-            if errors is not None:
-                return None, f"edited arguments are invalid: {errors}"
-            return json.dumps(args, ensure_ascii=False), None
-        tool = REGISTRY.get(record.tool)
-        if tool is None:
-            return None, f"no tool named {record.tool!r}"
-        try:
-            return validate(tool, json.dumps(args)).model_dump_json(), None
-        except ToolFailure as failure:
-            return None, f"edited arguments are invalid: {failure.message}"
+        return Verdict(accepted=True, args=edited, changes=argument_changes_of(record, edited))
 
     @activity.defn(name=SEND_APPROVAL_REMINDER.name)
     async def send_approval_reminder(self, reminder: ApprovalReminder) -> None:

@@ -205,7 +205,13 @@ class ApprovalGate:
             )
         approver = decision.approver
         if approval.quorum is not None and decision.decision == "approve":
-            approval.approvals.append(decision.approver)
+            # those that count now (earlier approvers no longer active or entitled dropped); histories
+            # from before that answer carry none: this approval is added to the earlier ones
+            approval.approvals = (
+                verdict.approvals
+                if verdict.approvals is not None
+                else [*approval.approvals, decision.approver]
+            )
             if len(approval.approvals) < approval.approvals_required:  # "1 of 2: bob approved": still pending
                 return approval
             approver = ", ".join(approval.approvals)

@@ -182,6 +182,9 @@ class Verdict(BaseModel):
     reason: str | None = None
     args: str | None = None  # validated edited arguments, as JSON text
     changes: dict[str, FieldChange] | None = None  # with args: each argument, as asked and as approved
+    # A quorum's accepted approval: the approvals that count with it, in order (earlier approvers no
+    # longer active or entitled dropped); None otherwise, and in histories from before it
+    approvals: list[str] | None = None
 
 
 def decision_state_refusal(approval: Approval | None, decision: Decision, now: datetime) -> str | None:
@@ -235,6 +238,26 @@ def quorum_refusal(
         return f"{named} needs approvers with one of the roles: {', '.join(quorum.approvers)}"
     if decision.args is not None and quorum.approvals > 1:
         return f"a call {named} has {quorum.approvals} people approve is approved as asked, never edited"
+    return None
+
+
+def edit_policy_refusal(
+    judged: PolicyDecision, tool: str, approvals: int, approver_roles: list[str]
+) -> str | None:
+    """Why the tenant's policies refuse a reviewer's edit (`judged`: their decision on the call with
+    the edited arguments), or None. An edit is a new call: a forbid refuses it, naming the policy,
+    and so does a permit that would want more approvers than the call has (`approvals`), or
+    approvers with roles this one lacks."""
+    named = f"the tenant's policy {judged.policy or '(unnamed)'}"
+    edited, instead = f"this {tool} call as edited", "approve it as asked or reject it"
+    if judged.outcome == "forbid":
+        why = f" (its evaluation failed: {judged.error})" if judged.error else ""
+        return f"{named} forbids {edited}{why}; {instead}"
+    if judged.outcome == "permit_approvals":
+        if judged.approvals > approvals:
+            return f"{named} has {judged.approvals} people approve {edited}; {instead}"
+        if judged.approvers and not set(judged.approvers) & set(approver_roles):
+            return f"{named} needs approvers with one of the roles {', '.join(judged.approvers)} for {edited}"
     return None
 
 

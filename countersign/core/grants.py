@@ -5,9 +5,15 @@ whichever ends first (at most 7 days and 100 uses). The grant is minted only by 
 approving decision it comes with (activities/approvals.py, `record_decision`; in signed mode that
 decision's proof binds its terms, `grant_claim`, so nobody can add a grant to another's approval),
 and it covers only what that decision approved: the same tenant, tool, requester and agent, and
-the same arguments, apart from the ones the tool declares free (`@tool(free_args=…)`, a `reason`
-say: `scope_digest`). A revoked grant covers nothing. A call that needs two or more approvers is
-never granted (`grant_allowed`).
+a call whose resolved effect has the approved content (`content_digest`: the effect without the
+record ids and the summary that names them, and without the arguments the tool declares free,
+`@tool(free_args=…)`, a `reason` say). The arguments are not what is bound: `send_draft {"draft": 3}`
+after draft 3 was rewritten to another recipient is another effect, and is asked. A revoked grant
+covers nothing. A call that needs two or more approvers is never granted (`grant_allowed`).
+
+A grant also stands on its approver: when it is spent (countersign/db/grants.py), the approver must
+still be an active user whose roles let them approve the call (`approver_refusal`), and must not be
+the last editor of what the call sends (the four-eyes rule decisions apply).
 
 These rules are plain functions; `countersign/db/grants.py` finds, locks and spends grants in
 PostgreSQL, and applies `covers` to the row it locked.
@@ -16,13 +22,13 @@ PostgreSQL, and applies `covers` to the row it locked.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Collection, Mapping
+from collections.abc import Collection
 from datetime import datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field, StrictInt
 
-from countersign.core.evidence import canonical
+from countersign.core.effects import Effect, canonical_json
 
 MAX_GRANT_MINUTES = 7 * 24 * 60
 MAX_GRANT_USES = 100
@@ -62,7 +68,7 @@ class GrantScope(BaseModel, frozen=True):
     tool: str
     requester: str
     agent: str
-    args_sha256: str  # `scope_digest` of the arguments
+    content_sha256: str  # `content_digest` of the call's resolved effect
 
 
 class GrantState(BaseModel):
@@ -74,11 +80,19 @@ class GrantState(BaseModel):
     revoked: bool = False
 
 
-def scope_digest(arguments: Mapping[str, Any], free_args: Collection[str]) -> str:
-    """SHA-256 (hex) of the canonical JSON of the arguments without the tool's free ones: two calls
-    differing only in a free argument (a `reason`) have the same digest, any other difference not."""
-    bound = {name: value for name, value in arguments.items() if name not in free_args}
-    return hashlib.sha256(canonical(bound).encode()).hexdigest()
+def content_digest(effect: Effect, free_args: Collection[str] = ()) -> str:
+    """SHA-256 (hex) of what a call does, as a grant binds it: the resolved effect without its
+    `summary` (a rendering of the rest, which names record ids) and the `id` of each record it
+    changes, and, for an effect that is its arguments (an MCP tool's), without the tool's free ones.
+    Every field's old and new value, every recipient and word of a message, every creation, and a
+    `problem` stay: two calls differing in any of them have different digests. The effect holds no
+    clock reading (a time in it is content, a meeting's start say)."""
+    content: dict[str, Any] = effect.model_dump(mode="json", exclude={"summary"})
+    for change in content["changes"]:
+        del change["id"]
+    if content["arguments"] is not None:
+        content["arguments"] = {k: v for k, v in content["arguments"].items() if k not in free_args}
+    return hashlib.sha256(canonical_json(content).encode()).hexdigest()
 
 
 def covers(grant: GrantState, call: GrantScope, now: datetime) -> bool:

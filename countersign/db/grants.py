@@ -4,11 +4,15 @@ grants them, spent once per call under a row lock, listed, revoked. Every write 
 A use is keyed by the call's idempotency key (`grant_uses.idempotency_key`): the activity that
 spends it may run again (a retry, a local activity replayed after a crash) and then finds its use
 instead of spending another. Candidates are locked (`FOR UPDATE`) before one is spent: two calls
-racing for a grant's last use wait for each other, and the second finds none left.
+racing for a grant's last use wait for each other, and the second finds none left. A candidate is
+spent only while its approver stands (`stands`): still active, with a role that lets them approve the
+call, and not the last editor of what it sends; read from the database when it is spent, so a grant
+dies with its approver's standing without anyone revoking it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -16,6 +20,8 @@ from sqlalchemy import func, or_, select, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from countersign.core.approvals import approver_refusal
+from countersign.core.calls import Risk
 from countersign.core.grants import (
     Granted,
     GrantScope,
@@ -45,7 +51,7 @@ def state_of(grant: Grant) -> GrantState:
             tool=grant.tool,
             requester=grant.requester,
             agent=grant.agent,
-            args_sha256=grant.args_sha256,
+            content_sha256=grant.content_sha256 or "",  # none: a grant bound to arguments (before 0029)
         ),
         expires_at=grant.expires_at,
         uses_left=grant.uses_left,
@@ -78,6 +84,16 @@ async def mint_grant(
         await chain(session, grant)
 
 
+async def stands(session: AsyncSession, grant: Grant, risk: Risk, editors: Collection[str]) -> bool:
+    """Whether the grant's approver may still approve a call of `risk` by its requester now: an
+    active user of the tenant whose roles allow it (as a decision's approver must), and not one of
+    `editors` (who last edited what the call sends: four-eyes)."""
+    if grant.approver in editors:
+        return False
+    roles = await roles_of(session, grant.tenant_id, grant.approver)
+    return approver_refusal("approve", risk, grant.requester, grant.approver, roles) is None
+
+
 async def spend_grant(
     session: AsyncSession,
     scope: GrantScope,
@@ -87,9 +103,12 @@ async def spend_grant(
     conversation_id: str,
     call_id: str,
     now: datetime,
+    risk: Risk,
+    editors: Collection[str] = (),
 ) -> Granted | None:
-    """Spend one use of a live grant covering the call (`key`: its idempotency key) and record the
-    use; the use already recorded for `key`, if any; None when no grant covers the call."""
+    """Spend one use of a live grant covering the call (`key`: its idempotency key) whose approver
+    still stands (`stands`: `risk` is the call's, `editors` who last edited what it sends) and record
+    the use; the use already recorded for `key`, if any; None when no grant covers the call."""
     spent = await session.scalar(select(GrantUse).where(GrantUse.idempotency_key == key))
     if spent is not None:
         left = await session.scalar(select(Grant.uses_left).where(Grant.id == spent.grant_id))
@@ -106,7 +125,7 @@ async def spend_grant(
             Grant.tool == scope.tool,
             Grant.requester == scope.requester,
             Grant.agent == scope.agent,
-            Grant.args_sha256 == scope.args_sha256,
+            Grant.content_sha256 == scope.content_sha256,
             Grant.revoked_at.is_(None),
             Grant.expires_at > now,
             Grant.uses_left > 0,
@@ -114,7 +133,11 @@ async def spend_grant(
         .order_by(Grant.expires_at, Grant.id)  # the one that ends first
         .with_for_update()
     )
-    grant = next((g for g in candidates if covers(state_of(g), scope, now)), None)
+    grant = None
+    for candidate in list(candidates):
+        if covers(state_of(candidate), scope, now) and await stands(session, candidate, risk, editors):
+            grant = candidate
+            break
     if grant is None:
         return None
     spent_on = await session.scalar(

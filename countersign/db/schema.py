@@ -658,17 +658,21 @@ class ApprovalDecision(Base):
     attempt_key: Mapped[str | None] = mapped_column(unique=True)  # workflow id:run id:activity id
     # True: the approver was shown by a proof (APPROVER_AUTH=signed); False: the name was claimed
     proven: Mapped[bool] = mapped_column(server_default=false())
+    # A quorum's accepted approval: the approvals that count after it, in order (earlier approvers
+    # no longer active or entitled dropped, this one added); None otherwise, and before 0029
+    counted: Mapped[list[str] | None] = mapped_column(JSONB(none_as_null=True))
 
 
 class Grant(Base):
     """A reviewer's "the same again, for a while" (countersign.core.grants): minted by the accepted
-    approval `decision_id`, covering later calls of `tool` by `requester` in `agent` whose arguments,
-    free ones aside, hash to `args_sha256`, until `expires_at` or its uses run out, unless revoked.
-    Every change (a use spent, a revocation) is chained again (countersign.db.chain)."""
+    approval `decision_id`, covering later calls of `tool` by `requester` in `agent` whose resolved
+    effect has the approved content (`content_sha256`, countersign.core.grants.content_digest), until
+    `expires_at` or its uses run out, unless revoked, while its approver stands. Every change (a use
+    spent, a revocation) is chained again (countersign.db.chain)."""
 
     __tablename__ = "grants"
     __table_args__ = (
-        Index(None, "tenant_id", "tool", "requester", "agent", "args_sha256"),
+        Index(None, "tenant_id", "tool", "requester", "agent", "content_sha256"),
         CheckConstraint("minutes BETWEEN 1 AND 10080", name="minutes"),
         CheckConstraint("uses BETWEEN 1 AND 100", name="uses"),
         CheckConstraint("uses_left BETWEEN 0 AND uses", name="uses_left"),
@@ -679,7 +683,9 @@ class Grant(Base):
     tool: Mapped[str]
     requester: Mapped[str]
     agent: Mapped[str]
-    args_sha256: Mapped[str]
+    # grants minted before migration 0029 bound the arguments' digest, and cover nothing since
+    args_sha256: Mapped[str | None]
+    content_sha256: Mapped[str | None]  # None: minted before 0029
     args: Mapped[str]  # the approved arguments (JSON text), shown when the grant is listed
     decision_id: Mapped[int] = mapped_column(BigInteger, ForeignKey("approval_decisions.id"), unique=True)
     approver: Mapped[str]

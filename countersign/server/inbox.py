@@ -45,7 +45,7 @@ from countersign.db.grants import GrantRefused, grant_view, grants_of, revoke_gr
 from countersign.db.instances import current_instance
 from countersign.db.messages import ConversationStore
 from countersign.db.people import check_password, roles_of
-from countersign.db.schema import ApprovalDecision, ApprovalRequest, ToolExecution
+from countersign.db.schema import ApprovalDecision, ApprovalRequest, ToolExecution, User
 from countersign.identity.checkpoints import write_checkpoint
 from countersign.identity.proofs import Binding, mint_proof
 from countersign.server import sessions, throttle
@@ -294,11 +294,17 @@ async def quorum_approvals(
     session: AsyncSession, rows: list[ApprovalRequest]
 ) -> dict[tuple[str, str], list[str]]:
     """Who approved each of these open quorum requests so far (accepted and not voided), in order,
-    by (conversation, call)."""
+    by (conversation, call): those that count, as the latest approval recorded them (`counted`:
+    earlier approvers no longer active or entitled left out), else each approver in turn."""
     if not rows:
         return {}
     decisions = await session.execute(
-        select(ApprovalDecision.conversation_id, ApprovalDecision.call_id, ApprovalDecision.approver)
+        select(
+            ApprovalDecision.conversation_id,
+            ApprovalDecision.call_id,
+            ApprovalDecision.approver,
+            ApprovalDecision.counted,
+        )
         .where(
             tuple_(ApprovalDecision.conversation_id, ApprovalDecision.call_id).in_(
                 [(r.conversation_id, r.call_id) for r in rows]
@@ -310,8 +316,9 @@ async def quorum_approvals(
         .order_by(ApprovalDecision.id)
     )
     approved: dict[tuple[str, str], list[str]] = {}
-    for conversation_id, call_id, approver in decisions:
-        approved.setdefault((conversation_id, call_id), []).append(approver)
+    for conversation_id, call_id, approver, counted in decisions:
+        before = approved.get((conversation_id, call_id), [])
+        approved[conversation_id, call_id] = list(counted) if counted is not None else [*before, approver]
     return approved
 
 
@@ -463,8 +470,10 @@ class Inbox:
         known: dict[str, PendingItem] | None = None,
     ) -> Page:
         """The first `limit` (None: all) pending, unexpired approvals of the tenant's conversations
-        (the instance each workflow id names now) that `decidable` lets its reviewer approve,
-        after `after`, soonest to expire first; as the real worker recorded them in
+        (the instance each workflow id names now) that `decidable` lets its reviewer approve and
+        whose requester is still an active user (a call that can no longer run is not offered; a
+        decision on it is refused with the reason), after `after`, soonest to expire first; as the
+        real worker recorded them in
         `approval_requests` (never a `status` query's answer: any worker polling the task queue
         could give one); and how many more wait.
 
@@ -479,6 +488,13 @@ class Inbox:
             ApprovalRequest.state == "pending",
             ApprovalRequest.expires_at > func.now(),
             decidable.clause(),
+            select(User.id)
+            .where(
+                User.tenant_id == ApprovalRequest.tenant_id,
+                User.id == ApprovalRequest.requested_by,
+                User.deactivated_at.is_(None),
+            )
+            .exists(),
         )
         rows: list[ApprovalRequest] = []
         approvals: dict[tuple[str, str], list[str]] = {}

@@ -73,7 +73,9 @@ from countersign.core.continuation import (
 )
 from countersign.core.contract import ServedCall, ServedOutcome
 from countersign.core.messages import MAX_ARGUMENTS_CHARS, MAX_TOOL_NAME_CHARS
+from countersign.core.policy import callable_tools
 from countersign.db.messages import ConversationStore
+from countersign.db.people import roles_of
 from countersign.db.schema import AgentProfile, McpContinuation
 from countersign.identity import tokens
 from countersign.identity.proofs import Binding, mint_proof
@@ -81,6 +83,7 @@ from countersign.server.auth import Reviewer
 from countersign.server.http import HttpRefusal, bearer_of
 from countersign.server.inbox import DecisionRequest, Inbox
 from countersign.server.requesters import Caller, Requesters, StartBody
+from tools.registry import REGISTRY
 
 SCOPE_KEY = "countersign.mcp"  # where the ASGI scope carries the authenticated caller
 USER_HEADER = "X-Countersign-User"
@@ -219,7 +222,8 @@ class McpFace:
     ) -> types.ListToolsResult:
         who = caller_of(ctx)
         await self._start(who)
-        specs = await self._served_tools(who.workflow_id)
+        # the user's roles now, not as the conversation loaded them: a demoted admin sees no admin tool
+        specs = callable_tools(await self._served_tools(who.workflow_id), await self._roles(who))
         await self.record(who.caller, who.user_id, who.agent, "tools/list", 200, f"{len(specs)} tools")
         return types.ListToolsResult(tools=[listed(s) for s in specs])
 
@@ -240,6 +244,8 @@ class McpFace:
         if bound is not None:  # what no call of this server could take: no conversation is asked
             await self.record(who.caller, who.user_id, who.agent, "tools/call", 422, bound)
             raise refused(types.INVALID_PARAMS, bound)
+        if params.request_state is None:
+            await self._callable(who, params.name)
         if params.request_state is not None:
             call_id = await self._spend(who, binding, params.request_state)
             declined = declined_by(params.input_responses)
@@ -295,6 +301,21 @@ class McpFace:
             )
         )
         return types.InputRequiredResult(input_requests={"approval": elicitation}, request_state=state)
+
+    async def _roles(self, who: McpCaller) -> list[str]:
+        """The user's roles in the token's tenant now (none once deactivated)."""
+        async with self.requesters.sessions() as session:
+            return await roles_of(session, who.caller.tenant_id, who.user_id) or []
+
+    async def _callable(self, who: McpCaller, tool: str) -> None:
+        """Refuse (and record) a new call of a tool the user's roles no longer allow: read now, since
+        the conversation's own check reads the roles it loaded when it started."""
+        registered = REGISTRY.get(tool)
+        needs = registered.required_roles if registered is not None else ()
+        if needs and not set(needs) & set(await self._roles(who)):
+            why = f"{tool} needs the role {' or '.join(needs)}, which {who.user_id} does not have"
+            await self.record(who.caller, who.user_id, who.agent, f"tools/call {tool}", 403, why)
+            raise refused(types.INVALID_REQUEST, why)
 
     # --- the conversation behind them -------------------------------------------------------------
 

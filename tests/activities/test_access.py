@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import delete, insert, select
 from sqlalchemy.ext.asyncio import AsyncEngine
-from temporalio.client import WorkflowFailureError
+from temporalio.client import WorkflowFailureError, WorkflowUpdateFailedError
 
 from activities.tools import ToolActivities
 from countersign.core.access import SCOPES, Scope
@@ -113,30 +113,29 @@ async def audit(engine: AsyncEngine, workflow_id: str) -> list[Any]:
 async def test_a_user_deactivated_mid_conversation_cannot_act_through_it(
     agent: AgentHarness, db_engine: AsyncEngine, new_user: NewUser
 ) -> None:
-    """The call waits for approval; meanwhile the user is deactivated. The reviewer approves, and
-    the call is refused when it would run: membership is checked at the call, not at the start."""
+    """The call waits for approval; meanwhile the user is deactivated. The reviewer's approval is
+    refused, saying why (the call could no longer run: issue 48 item 9); a rejection ends it, and
+    nothing ran: membership is checked at the decision and the call, not at the start."""
     user = await new_user()
     agent.script(qualify(), ECHO_RESULT)
     handle = await agent.start("qualify jane", user=user, single_turn=True)
     (waiting,) = (await pending(handle)).pending_approvals
     await set_active(db_engine, user, active=False)
+    with pytest.raises(WorkflowUpdateFailedError) as refused:
+        await execute_update(
+            handle,
+            AgentWorkflow.decide,
+            Decision(call_id=waiting.call_id, decision="approve", approver="bob"),
+        )
+    assert f"{user} is deactivated in acme: this call can no longer run" in str(refused.value.cause)
     decided = await execute_update(
-        handle, AgentWorkflow.decide, Decision(call_id=waiting.call_id, decision="approve", approver="bob")
+        handle, AgentWorkflow.decide, Decision(call_id=waiting.call_id, decision="reject", approver="bob")
     )
-    assert decided.state == "approved"
+    assert decided.state == "rejected"
     await handle.result()
 
     (result,) = tool_results(await agent.transcript(handle))
-    assert result["error"]["code"] == "CONNECTION_INACTIVE"
-    assert f"{user} is deactivated in acme" in result["error"]["message"]
-    (row,) = await audit(db_engine, handle.id)
-    assert (row.tool, row.outcome, row.approved_by, row.user_id) == (
-        "update_lead_status",
-        "refused",
-        "bob",
-        user,
-    )
-    assert "deactivated" in row.error
+    assert result["error"]["code"] == "REJECTED"
     async with db_engine.connect() as conn:
         assert (
             await conn.scalar(select(Lead.status).where(Lead.tenant_id == "acme", Lead.email == JANE))

@@ -1,7 +1,7 @@
 """Spending a grant where a call's approval request is recorded (activities/approvals.py,
 `record_approval_request`) against the real PostgreSQL: once per call however often the activity
-runs, never past its uses (two calls racing for the last one), never for another scope, and every
-change chained."""
+runs, never past its uses (two calls racing for the last one), never for another scope or content,
+never once its approver no longer stands, and every change chained."""
 
 from __future__ import annotations
 
@@ -13,19 +13,19 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest_asyncio
-from hypothesis import given
-from hypothesis import strategies as st
-from sqlalchemy import insert, select, update
+from sqlalchemy import delete, insert, select, update
+from sqlalchemy.dialects.postgresql import insert as upsert
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from activities.approvals import ApprovalActivities, grant_scope
+from activities.approvals import ApprovalActivities
 from countersign.core.approvals import RecordedApproval
 from countersign.core.calls import PolicyDecision
-from countersign.core.grants import GrantTerms
+from countersign.core.grants import GrantScope, GrantTerms, content_digest
+from countersign.db.access import set_active
 from countersign.db.chain import chain
 from countersign.db.engine import session_factory
 from countersign.db.grants import mint_grant, revoke_grant
-from countersign.db.schema import ApprovalDecision, ApprovalRequest, Grant, GrantUse
+from countersign.db.schema import ApprovalDecision, ApprovalRequest, Grant, GrantUse, Lead, UserRole
 from tests.fixtures.grants import grant_chained
 
 TOOL = "update_lead_status"
@@ -55,9 +55,13 @@ def request(
 
 @pytest_asyncio.fixture
 async def lead_args(db_engine: AsyncEngine) -> AsyncIterator[dict[str, Any]]:
-    """Arguments no other test's call has (a lead of its own), and every grant revoked after."""
-    yield {"lead": f"grant-{uuid.uuid4().hex[:8]}@example.com", "new_status": "qualified", "reason": "r"}
+    """Arguments no other test's call has (a new lead of its own), and every grant revoked after."""
+    email = f"grant-{uuid.uuid4().hex[:8]}@example.com"
     async with session_factory(db_engine)() as session, session.begin():
+        session.add(Lead(tenant_id="acme", email=email, name="Grant Test", status="new"))
+    yield {"lead": email, "new_status": "qualified", "reason": "r"}
+    async with session_factory(db_engine)() as session, session.begin():
+        await session.execute(delete(Lead).where(Lead.tenant_id == "acme", Lead.email == email))
         for grant_id in list(
             await session.scalars(
                 select(Grant.id).where(Grant.tenant_id == "acme", Grant.revoked_at.is_(None))
@@ -78,8 +82,12 @@ async def granted_for(engine: AsyncEngine, args: dict[str, Any], uses: int, minu
             .returning(ApprovalDecision)
         )  # fmt: skip
         assert decision is not None
-        scope = grant_scope("acme", TOOL, "alice", "lead-qualifier", json.dumps(args), mcp=False)
-        assert scope is not None
+        effect = await ApprovalActivities.resolve_effect(session, request(args))
+        assert effect.problem is None, effect
+        scope = GrantScope(
+            tenant_id="acme", tool=TOOL, requester="alice", agent="lead-qualifier",
+            content_sha256=content_digest(effect, ("reason",)),
+        )  # fmt: skip
         await mint_grant(session, decision, scope, json.dumps(args), GrantTerms(minutes=minutes, uses=uses))
         grant_id = await session.scalar(select(Grant.id).where(Grant.decision_id == decision.id))
         assert grant_id is not None
@@ -168,25 +176,31 @@ async def test_another_scope_or_a_dead_grant_is_asked(
         await grant_chained(db_engine, dead)
 
 
-lead_calls = st.fixed_dictionaries({
-    "lead": st.sampled_from(["jane.doe@example.com", "john@example.com", "42"]),
-    "new_status": st.sampled_from(["new", "contacted", "qualified"]),
-    "reason": st.text(alphabet="ab yz.é", min_size=1, max_size=12).filter(str.strip),  # valid ones
-})  # fmt: skip
-
-
-@given(lead_calls, lead_calls)
-def test_a_grant_of_update_lead_status_binds_all_but_its_reason(
-    one: dict[str, Any], other: dict[str, Any]
+async def test_a_grant_dies_with_its_approvers_standing(
+    db_engine: AsyncEngine, lead_args: dict[str, Any]
 ) -> None:
-    """The real tool's declared free argument (`reason`) is the only one a grant does not bind."""
-    scope = grant_scope("acme", TOOL, "alice", "lead-qualifier", json.dumps(one), mcp=False)
-    their = grant_scope("acme", TOOL, "alice", "lead-qualifier", json.dumps(other), mcp=False)
-    assert scope is not None and their is not None
-    assert (scope == their) == ((one["lead"], one["new_status"]) == (other["lead"], other["new_status"]))
-
-
-def test_arguments_that_do_not_read_as_an_object_are_never_granted() -> None:
-    for args in ("[1]", "not json", '{"lead": 1}'):
-        assert grant_scope("acme", TOOL, "alice", "lead-qualifier", args, mcp=False) is None
-    assert grant_scope("acme", "mcp__x__y", "alice", "ops", "[1]", mcp=True) is None
+    """Read when it is spent: bob deactivated, or without the role that let him approve, covers
+    nothing; back in standing, his grant covers again (it was never revoked)."""
+    activities = ApprovalActivities(session_factory(db_engine))
+    grant_id = await granted_for(db_engine, lead_args, uses=5)
+    try:
+        async with session_factory(db_engine)() as session, session.begin():
+            await set_active(session, "acme", "bob", False, datetime.now(UTC))
+        assert await activities.record_approval_request(request(lead_args)) is None
+        async with session_factory(db_engine)() as session, session.begin():
+            await set_active(session, "acme", "bob", True, datetime.now(UTC))
+            await session.execute(
+                delete(UserRole).where(UserRole.tenant_id == "acme", UserRole.user_id == "bob")
+            )
+        assert await activities.record_approval_request(request(lead_args)) is None
+        assert await uses_of(db_engine, grant_id) == (0, 5)
+    finally:
+        async with session_factory(db_engine)() as session, session.begin():
+            await set_active(session, "acme", "bob", True, datetime.now(UTC))
+            await session.execute(
+                upsert(UserRole)
+                .values(tenant_id="acme", user_id="bob", role="reviewer")
+                .on_conflict_do_nothing()
+            )
+    covered = await activities.record_approval_request(request(lead_args))
+    assert covered is not None and covered.grant_id == grant_id

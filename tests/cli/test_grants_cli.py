@@ -13,7 +13,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from tests.cli.test_inbox_cli import starter
 from tests.e2e.test_asked_again import decisions
-from tests.e2e.test_grants import SCRIPT, ran_unasked
+from tests.e2e.test_grants import SCRIPT, ran_and_jane_is_new_again, ran_unasked
 from tests.fixtures.agent import AgentHarness
 from tests.fixtures.approvals import pending
 from tests.fixtures.inbox import SignedStack
@@ -69,6 +69,7 @@ async def test_bob_grants_lists_and_revokes_through_the_server(
         "alice",
     )
 
+    await ran_and_jane_is_new_again(stack, db_engine, handle.id)  # the approved change is possible again
     used = await ran_unasked(stack, db_engine, "qualify jane again")
     assert used.grant_id == grant["id"]
     listed = await cli("grants", "list", "--tenant", "acme")

@@ -10,6 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
+from countersign.core.effects import Creation, Effect, FieldChange, OutgoingMessage, RecordChange
 from countersign.core.evidence import attribution
 from countersign.core.grants import (
     MAX_GRANT_MINUTES,
@@ -17,12 +18,12 @@ from countersign.core.grants import (
     GrantScope,
     GrantState,
     GrantTerms,
+    content_digest,
     covers,
     grant_allowed,
     grant_claim,
     grant_refusal,
     revoke_refusal,
-    scope_digest,
     standing,
 )
 
@@ -36,7 +37,7 @@ people = st.sampled_from(["alice", "bob", "dave"])
 agents = st.sampled_from(["lead-qualifier", "operations"])
 digests = st.sampled_from(["d1", "d2"])
 scopes = st.builds(
-    GrantScope, tenant_id=names, tool=tools, requester=people, agent=agents, args_sha256=digests
+    GrantScope, tenant_id=names, tool=tools, requester=people, agent=agents, content_sha256=digests
 )
 moments = st.integers(min_value=-3 * 24 * 60, max_value=10 * 24 * 60).map(lambda m: T0 + timedelta(minutes=m))
 grants = st.builds(
@@ -82,21 +83,90 @@ json_values = st.recursive(
     max_leaves=8,
 )
 arguments = st.dictionaries(st.sampled_from(["lead", "new_status", "reason", "to"]), json_values, max_size=4)
+words = st.text(max_size=6)
+changes = st.builds(
+    RecordChange,
+    kind=st.sampled_from(["lead", "draft"]),
+    id=st.integers(1, 9).map(str),
+    label=words,
+    fields=st.dictionaries(words, st.builds(FieldChange, before=json_values, after=json_values), max_size=2),
+    deleted=st.booleans(),
+)
+messages = st.builds(
+    OutgoingMessage, channel=st.just("email"), to=st.lists(words, max_size=2), subject=words, body=words
+)
+creations = st.builds(
+    Creation, kind=words, label=words, fields=st.dictionaries(words, json_values, max_size=2)
+)
+effects = st.builds(
+    Effect,
+    summary=words,
+    changes=st.lists(changes, max_size=2),
+    messages=st.lists(messages, max_size=2),
+    creates=st.lists(creations, max_size=1),
+    problem=st.none() | words,
+    arguments=st.none() | arguments,
+)
+
+
+@given(effects, st.integers(1, 9), words)
+def test_record_ids_and_the_summary_do_not_count(effect: Effect, other_id: int, summary: str) -> None:
+    """Two calls doing the same thing to records of other ids (a summary names them) have the same
+    content: what a grant binds is what the call does."""
+    renamed = effect.model_copy(
+        update={
+            "summary": summary,
+            "changes": [c.model_copy(update={"id": str(other_id)}) for c in effect.changes],
+        }
+    )
+    assert content_digest(renamed) == content_digest(effect)
+
+
+@given(effects, effects)
+def test_any_other_difference_of_the_effect_counts(one: Effect, other: Effect) -> None:
+    """Every old and new value, recipient, word, creation and problem is bound."""
+
+    def content(effect: Effect) -> dict[str, Any]:
+        dumped = effect.model_dump(mode="json", exclude={"summary"})
+        for change in dumped["changes"]:
+            del change["id"]
+        return dumped
+
+    assert (content_digest(one) == content_digest(other)) == (content(one) == content(other))
 
 
 @given(arguments, json_values)
-def test_free_arguments_do_not_count_and_the_others_do(args: dict[str, Any], value: Any) -> None:
+def test_free_arguments_of_an_effect_that_is_its_arguments_do_not_count(
+    args: dict[str, Any], value: Any
+) -> None:
+    """An MCP tool's effect is its arguments: a free one aside, they are all bound."""
+
+    def of(arguments: dict[str, Any]) -> Effect:
+        return Effect(summary="s", resolved=False, arguments=arguments)
+
     with_reason = {**args, "reason": value}
-    assert scope_digest(with_reason, {"reason"}) == scope_digest(args, {"reason"})
+    assert content_digest(of(with_reason), {"reason"}) == content_digest(of(args), {"reason"})
     if "reason" not in args or args["reason"] != value:
-        assert scope_digest(with_reason, ()) != scope_digest(args, ())
+        assert content_digest(of(with_reason)) != content_digest(of(args))
     for name in args.keys() - {"reason"}:
         changed = {**args, name: [args[name]]}  # any other value of a bound argument
-        assert scope_digest(changed, {"reason"}) != scope_digest(args, {"reason"})
+        assert content_digest(of(changed), {"reason"}) != content_digest(of(args), {"reason"})
 
 
-def test_key_order_does_not_matter() -> None:
-    assert scope_digest({"a": 1, "b": 2}, ()) == scope_digest({"b": 2, "a": 1}, ())
+def test_a_draft_rewritten_to_another_recipient_is_other_content() -> None:
+    """Issue 48 item 1, as the digest sees it: `send_draft {"draft": 3}` before and after the draft was
+    readdressed are two effects, whatever the arguments say."""
+
+    def sent(to: str, body: str) -> Effect:
+        message = OutgoingMessage(channel="email", to=[to], subject="Our offer", body=body)
+        return Effect(summary="Sends draft 3", messages=[message])
+
+    approved = sent("partner@example.org", "Dear partner")
+    assert content_digest(sent("partner@example.org", "Dear partner")) == content_digest(approved)
+    assert content_digest(sent("attacker@evil.example", "Dear partner")) != content_digest(approved)
+    assert content_digest(sent("partner@example.org", "exfil: the full lead list")) != content_digest(
+        approved
+    )
 
 
 @given(
@@ -140,7 +210,7 @@ def test_only_a_single_approvers_approval_grants() -> None:
 
 
 def test_standing_names_why_a_grant_covers_nothing() -> None:
-    scope = GrantScope(tenant_id="acme", tool="t", requester="alice", agent="a", args_sha256="d")
+    scope = GrantScope(tenant_id="acme", tool="t", requester="alice", agent="a", content_sha256="d")
     live = GrantState(scope=scope, expires_at=T0 + timedelta(minutes=1), uses_left=1)
     assert standing(live, T0) == "live"
     assert standing(live, T0 + timedelta(minutes=1)) == "expired"

@@ -10,22 +10,17 @@ for a lead someone changes between the decision and the execution.
 from __future__ import annotations
 
 import asyncio
-import uuid
-from collections.abc import AsyncIterator
 from typing import Any
 
-import pytest_asyncio
-from sqlalchemy import delete, select, update
+from sqlalchemy import select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from countersign.core.saga import Saga
 from countersign.db.engine import session_factory
 from countersign.db.schema import ApprovalDecision, EmailDraft, EmailOutbox, Lead
-from tests.fixtures.approvals import ECHO_RESULT, qualify
+from tests.fixtures.approvals import ATTACKER, ECHO_RESULT, PARTNER, qualify
 from tests.fixtures.inbox import SignedStack
 from tests.fixtures.postgres import JANE
-
-PARTNER, ATTACKER = "partner@example.org", "attacker@evil.example"
 
 
 async def card(
@@ -58,28 +53,6 @@ async def decisions(engine: AsyncEngine, workflow_id: str) -> list[tuple[str, bo
             .order_by(ApprovalDecision.id)
         )
         return [(approver, accepted, voided is not None) for approver, accepted, voided in rows]
-
-
-@pytest_asyncio.fixture
-async def partner_draft(db_engine: AsyncEngine) -> AsyncIterator[int]:
-    async with session_factory(db_engine)() as session, session.begin():
-        draft = EmailDraft(
-            tenant_id="acme",
-            idempotency_key=f"asked-again-{uuid.uuid4().hex}",
-            created_by="alice",
-            to_address=PARTNER,
-            subject="Our offer",
-            body="Dear partner, here is our offer.",
-        )
-        session.add(draft)
-        await session.flush()
-        draft_id = draft.id
-    yield draft_id
-    async with session_factory(db_engine)() as session, session.begin():
-        sent = await session.scalar(select(EmailDraft.sent_outbox_id).where(EmailDraft.id == draft_id))
-        await session.execute(delete(EmailDraft).where(EmailDraft.id == draft_id))
-        if sent is not None:
-            await session.execute(delete(EmailOutbox).where(EmailOutbox.id == sent))
 
 
 async def test_a_draft_changed_after_bob_saw_it_is_never_sent_unseen(

@@ -31,7 +31,7 @@ from tests.e2e.test_asked_again import card, decisions
 from tests.fixtures.approvals import ECHO_RESULT
 from tests.fixtures.grants import grant_chained
 from tests.fixtures.inbox import SignedStack
-from tests.fixtures.postgres import JANE
+from tests.fixtures.postgres import JANE, reset_jane
 
 
 def update(new_status: str, reason: str, when: str) -> dict[str, Any]:
@@ -80,6 +80,13 @@ async def bob_is_asked(stack: SignedStack) -> tuple[str, dict[str, Any]]:
     return bob, await asked(stack, bob, "qualify jane")
 
 
+async def ran_and_jane_is_new_again(stack: SignedStack, engine: AsyncEngine, workflow_id: str) -> None:
+    """The approved call of `workflow_id` ran (Jane qualified), and someone set her back to new: a
+    later "qualify jane" has the approved content again (new → qualified), which a grant binds."""
+    await asyncio.wait_for(stack.agent.client.get_workflow_handle(workflow_id).result(), 30)
+    await reset_jane(engine)
+
+
 async def ran_unasked(stack: SignedStack, engine: AsyncEngine, message: str) -> ToolExecution:
     """Start alice's conversation with `message`; its call ran without anyone deciding it."""
     handle = await stack.agent.start(message, single_turn=True)
@@ -108,7 +115,8 @@ async def test_a_one_use_grant_covers_exactly_one_later_identical_call(
     other = await asked(stack, bob, "mark jane contacted")
     assert other["tool"] == "update_lead_status" and '"contacted"' in other["args"]
 
-    # the same arguments but for the free `reason`: runs unasked, as approved by bob's grant
+    # the same arguments but for the free `reason`, the same change: runs unasked, by bob's grant
+    await ran_and_jane_is_new_again(stack, db_engine, first["workflow_id"])
     row = await ran_unasked(stack, db_engine, "qualify jane again")
     assert (row.outcome, row.approved_by, row.grant_id) == ("executed", "bob", grant.id)
     assert row.args["reason"] == "asked again later"
@@ -131,6 +139,7 @@ async def test_a_one_use_grant_covers_exactly_one_later_identical_call(
     await grant_chained(db_engine, grant.id)  # every use and change chained
 
     # its one use is spent: the next identical call is asked
+    await ran_and_jane_is_new_again(stack, db_engine, row.workflow_id)
     again = await asked(stack, bob, "qualify jane")
     assert again["workflow_id"] != first["workflow_id"]
 
@@ -156,6 +165,7 @@ async def test_a_revoked_grant_covers_nothing(
 
     status, revoked = await stack.call("POST", f"/api/grants/{grant['id']}/revoke", bob)
     assert status == 200 and revoked["state"] == "revoked" and revoked["revoked_by"] == "bob", revoked
+    await ran_and_jane_is_new_again(stack, db_engine, first["workflow_id"])
     await asked(stack, bob, "qualify jane")  # identical, within its time and uses: asked all the same
     async with session_factory(db_engine)() as session:
         assert list(await session.scalars(select(GrantUse).where(GrantUse.grant_id == grant["id"]))) == []

@@ -14,7 +14,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from countersign.db.engine import session_factory
 from countersign.db.schema import Grant
-from tests.e2e.test_grants import SCRIPT, ran_unasked
+from tests.e2e.test_grants import SCRIPT, ran_and_jane_is_new_again, ran_unasked
 from tests.e2e.test_inbox_browser import ARTIFACTS, CHROMIUM_ARGS, log_in
 from tests.e2e.test_web_ui import chromium as chromium
 from tests.fixtures.inbox import SignedStack
@@ -54,6 +54,7 @@ async def test_bob_grants_the_same_again_and_revokes_it_on_the_page(
         assert await row.locator(".state").text_content() == "live"
         await page.screenshot(path=ARTIFACTS / "inbox-grant.png", full_page=True)
 
+        await ran_and_jane_is_new_again(stack, db_engine, handle.id)  # the approved change is possible again
         used = await ran_unasked(stack, db_engine, "qualify jane again")  # nobody asked
         assert used.approved_by == "bob" and used.grant_id == grant_id
 
@@ -65,6 +66,7 @@ async def test_bob_grants_the_same_again_and_revokes_it_on_the_page(
         assert await row.get_by_role("button", name="Revoke").count() == 0
         await page.screenshot(path=ARTIFACTS / "inbox-grant-revoked.png", full_page=True)
 
+        await ran_and_jane_is_new_again(stack, db_engine, used.workflow_id)  # revoked, not the content
         again = await stack.agent.start("qualify jane", single_turn=True)
         await page.locator(f'li[data-key="{again.id}/c1"]').wait_for(timeout=15_000)  # asked again
         await browser.close()

@@ -26,13 +26,14 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.exceptions import MCPError
 from mcp_types import CLIENT_CAPABILITIES_META_KEY, PROTOCOL_VERSION_META_KEY
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
-from sqlalchemy import func, select, update
+from sqlalchemy import delete, func, select, update
+from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncEngine
 from temporalio.client import WorkflowUpdateFailedError
 
 from countersign.core.contract import ServedCall, ServedOutcome
 from countersign.db.engine import session_factory
-from countersign.db.schema import InputAudit, RequesterAction, ToolExecution, User
+from countersign.db.schema import InputAudit, RequesterAction, ToolExecution, User, UserRole
 from countersign.identity import tokens
 from countersign.runtime.config import PROJECT_ROOT
 from countersign.server import mcp_face
@@ -538,3 +539,33 @@ def test_only_a_declined_or_cancelled_card_withdraws() -> None:
     assert mcp_face.declined_by(answered("accept")) is None
     assert mcp_face.declined_by({"other": types.ElicitResult(action="decline")}) is None
     assert mcp_face.declined_by(None) is None
+
+
+async def test_an_admin_demoted_mid_conversation_no_longer_sees_or_runs_admin_tools(
+    signed_agent: SignedStack, db_engine: AsyncEngine
+) -> None:
+    """Issue 48 item 9: tools/list and tools/call read the user's roles from the database, not from
+    the conversation's start (which keeps carol's admin role for as long as it runs)."""
+    admin = {"tenant_id": "acme", "user_id": "carol", "role": "admin"}
+    async with (
+        token_for(db_engine, "acme", "mcp-carol-admin", "carol") as secret,
+        client(signed_agent, secret, agent="admin-assistant") as mcp,
+    ):
+        assert "write_record" in {t.name for t in (await mcp.list_tools()).tools}
+        async with db_engine.begin() as conn:
+            await conn.execute(delete(UserRole).filter_by(**admin))
+        try:
+            listed = {t.name for t in (await mcp.list_tools()).tools}
+            assert "write_record" not in listed and "query_records" in listed, sorted(listed)
+            with pytest.raises(MCPError, match="write_record needs the role admin"):
+                await mcp.call_tool(
+                    "write_record", {"collection": "tasks", "id": 1, "values": {"title": "x"}}
+                )
+        finally:
+            async with db_engine.begin() as conn:
+                await conn.execute(insert(UserRole).values(**admin).on_conflict_do_nothing())
+        assert "write_record" in {t.name for t in (await mcp.list_tools()).tools}
+    refused = [
+        r for r in await mcp_rows(db_engine) if "write_record needs the role admin" in (r.reason or "")
+    ]
+    assert refused and refused[-1].status == 403
