@@ -1,15 +1,21 @@
-# Two commands on a fresh machine: `make demo` and `make test`. Both bootstrap .venv from PyPI.
+# Two commands on a fresh machine: `make demo` and `make test`. Both bootstrap .venv from PyPI, from
+# requirements.lock: every package of the whole environment (dev, docs, the lock's own tool) pinned
+# with its hashes, installed as listed, then the project itself, with nothing resolved again.
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: demo test lint up down status bench clean bytecode
+.PHONY: demo test lint docs lock up down status bench clean bytecode
 
-$(STAMP): pyproject.toml
+LOCK   := requirements.lock
+PIP    := $(PY) -m pip install --disable-pip-version-check --progress-bar on
+
+$(STAMP): pyproject.toml $(LOCK)
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	@echo "installing Countersign and its dependencies into $(VENV) (a few minutes on a fresh machine)"
-	$(PY) -m pip install --disable-pip-version-check --progress-bar on -e '.[dev]'
+	@echo "installing Countersign and its dependencies into $(VENV) from $(LOCK) (a few minutes on a fresh machine)"
+	$(PIP) --require-hashes --no-deps -r $(LOCK)
+	$(PIP) --no-deps --no-build-isolation -e .
 	@$(MAKE) --no-print-directory bytecode
 	@touch $(STAMP)
 
@@ -32,6 +38,26 @@ TEST_WORKERS ?= 3
 test: $(STAMP)
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --basetemp=.pytest-tmp
 
+# The lock, written again from pyproject.toml's dependencies (after changing them; then `make` again
+# installs it). uv: it resolves for every platform at once (--universal) with hashes in seconds, and
+# its pip-compatible output needs only pip to install; it is itself in the lock (the `lock` extra).
+# setuptools is pyproject's build backend: locked too, so installing the project resolves nothing.
+lock: $(STAMP)
+	printf 'setuptools>=68\n' | $(VENV)/bin/uv pip compile pyproject.toml - --extra dev --extra docs \
+		--extra lock --universal --python-version 3.11 --generate-hashes --no-emit-package countersign \
+		--quiet -o $(LOCK)
+
+# The documentation site (docs/, mkdocs.yml) into site/: --strict fails on a broken link, a missing
+# anchor or a page that is in no nav section.
+# NO_MKDOCS_2_WARNING: Material's banner about MkDocs 2, printed on every build. Never --quiet: it
+# drops the warnings before --strict counts them, and a broken link then passes.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
+
+# The benchmark (a script, not a test; docs/benchmark.md): BENCH_ARGS=--quick for a short run.
+bench: $(STAMP)
+	$(PY) -m bench.run $(BENCH_ARGS)
+
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
@@ -48,4 +74,4 @@ status: $(STAMP)
 
 clean:
 	-$(VENV)/bin/countersign dev down
-	rm -rf .data
+	rm -rf .data site

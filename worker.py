@@ -149,7 +149,7 @@ def deployment_config(settings: Settings) -> WorkerDeploymentConfig | None:
     """The worker's build in its Worker Deployment (COUNTERSIGN_BUILD_ID), or None: unversioned.
 
     Its workflows are pinned: a run stays on the build that started it, and a conversation moves to
-    the deployment's current build when it continues as new (README, "Deploying a new build"). Set
+    the deployment's current build when it continues as new (docs/how-to/deploy-a-new-build.md). Set
     here, not on the workflow definitions: a server refuses a versioning behavior from an
     unversioned worker.
     """

@@ -352,7 +352,7 @@ Settled: the single-turn conversation whose model sent the arguments finished; t
 workflow failed; the refused signal's row is in PostgreSQL; the flood's refusals are all recorded
 and the approval it waited on, carried when the run continued as new, decided the turn (issue 26,
 class 5); the server refused the oversized signal; the conversation answers again after the
-oversized update (the server does not bound updates; docs/security.md). The flood is random text:
+oversized update (the server does not bound updates; docs/explanation/security.md). The flood is random text:
 the dev server counts a history's size compressed (12 messages of 900 KB of `x` counted 0.4 MB and
 never filled the 10 MB at which a run continues as new; random text counted 10.8 MB). Measured on
 {os.cpu_count()} shared cores, load average {os.getloadavg()[0]:.1f} at the end, so the maxima are noisy.

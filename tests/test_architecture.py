@@ -1,10 +1,10 @@
-"""The layers of docs/architecture.md, checked from the code's own imports: no layer reaches up.
+"""The layers of docs/explanation/architecture.md, checked from the code's own imports: no layer reaches up.
 
 Each package may import only the packages listed for it (and itself). Workflow code may import only the
 pure core and the two workflow-safe modules named below, never activities, tools or storage. Within
 activities/, an activity module imports no other activity module: only the helpers that define no
 activity (the access gate, `@heartbeats`, the failure classes) and the audit row's home, audit.py.
-The table in docs/architecture.md says the same, checked below.
+The table in docs/explanation/architecture.md says the same, checked below.
 """
 
 from __future__ import annotations
@@ -115,12 +115,12 @@ def test_an_activity_module_imports_no_other_activity_module() -> None:
 
 def test_no_loose_modules_in_countersign() -> None:
     loose = [p.name for p in (ROOT / "countersign").glob("*.py") if p.name != "__init__.py"]
-    assert not loose, f"put these in the package they belong to (docs/architecture.md): {loose}"
+    assert not loose, f"put these in the package they belong to (docs/explanation/architecture.md): {loose}"
 
 
 def documented_layers() -> dict[str, set[str]]:
-    """docs/architecture.md's package table: each package's row and the packages it may import."""
-    text = (ROOT / "docs" / "architecture.md").read_text()
+    """docs/explanation/architecture.md's package table: each package's row and the packages it may import."""
+    text = (ROOT / "docs" / "explanation" / "architecture.md").read_text()
     table = text.split("## The packages, bottom to top", 1)[1].split("\n## ", 1)[0]
     rows = [line.split(" | ") for line in table.splitlines() if line.startswith("| `")]
     layers: dict[str, set[str]] = {}

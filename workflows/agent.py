@@ -263,8 +263,8 @@ class AgentWorkflow(Handlers):
             SealRequest(**conversation.instance().model_dump(), digest=digest(carried)),
             "seal the carried state",
         )
-        # A versioned worker's conversation is pinned to its build (worker.py, README "Deploying a
-        # new build"); its next run starts on the deployment's current build. State crosses builds
+        # A versioned worker's conversation is pinned to its build (worker.py, docs/how-to/
+        # deploy-a-new-build.md); its next run starts on the deployment's current build. State crosses builds
         # only here: StartConversation and CarriedState stay readable by the next build.
         versioned = workflow.info().get_current_deployment_version() is not None
         workflow.continue_as_new(

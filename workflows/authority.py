@@ -1,7 +1,7 @@
 """Authority: whether a client's signal may act, asked of the database and recorded either way;
 and whether a run's start is this conversation's (its carried state's seal, its instance).
 
-Client input is untrusted (docs/security.md). A payload that does not decode arrives as
+Client input is untrusted (docs/explanation/security.md). A payload that does not decode arrives as
 `Unreadable` (countersign.runtime.payloads); who may take an action is answered by
 `authorize_action` from the database, never from the payload; in signed mode a proof minted by the
 server for that person and action is checked by `check_action_proof`: a start, a message, an

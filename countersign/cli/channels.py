@@ -114,7 +114,8 @@ def sender_command(tenant: str, sender: str, user: str, agent: str) -> None:
 @channels.command("rekey")
 def rekey_command() -> None:
     """Encrypt every channel secret again with the first key of COUNTERSIGN_SECRETS_KEY: run it after
-    putting a new key first, then drop the old one (docs/security.md, "Rotating the secrets key")."""
+    putting a new key first, then drop the old one (docs/explanation/security.md, "Rotating the
+    secrets key")."""
     count = run(with_session(rekey))
     click.echo(f"{count} channel(s) encrypted with the first key")
 

@@ -1,5 +1,5 @@
 """`db upgrade`, `db seed`, `db url` and `db shell`: apply the migrations, load the seed data, and
-reach DATABASE_URL with psql (the README's SQL is typed there)."""
+reach DATABASE_URL with psql (the documentation's SQL is typed there)."""
 
 from __future__ import annotations
 

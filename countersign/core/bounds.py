@@ -1,7 +1,7 @@
 """The edge bounds: every value a client (CLI, Temporal client, inbox API) or the model sends.
 
 One place per kind of input, as reusable annotated pydantic types, used by the start input, the
-signal and update payloads, the CLI and the model's replies (see docs/security.md):
+signal and update payloads, the CLI and the model's replies (see docs/explanation/security.md):
 
 - `Identifier`: user ids, approvers, call ids, tenant and agent names. 1..200 characters, no control
   characters (NUL included): refused, never altered, because an id names someone.
@@ -50,7 +50,7 @@ MAX_PAYLOAD_BYTES = 1_048_576
 # adds an event, so a run has been told to continue long before it meets the cap; a burst that
 # keeps it from continuing (its workflow tasks force-closed, FORCE_CLOSE_COMMAND) is then refused
 # before history instead of growing it to the server's 51 200 events. Bytes are not bounded this
-# way: 50 MB of history is about 50 signals of 1 MiB (docs/security.md, "Floods").
+# way: 50 MB of history is about 50 signals of 1 MiB (docs/explanation/security.md, "Floods").
 SUGGEST_CONTINUE_BYTES = 4 * 1024 * 1024
 SUGGEST_CONTINUE_EVENTS = 4096
 MAX_SIGNALS_PER_RUN = 5000
@@ -58,7 +58,7 @@ MAX_SIGNALS_PER_RUN = 5000
 # per-run limits above: the embedded dev server and compose's deploy/dynamicconfig.yaml. The blob
 # size limit does not cover an update's request: the bound on the requests of a run's updates in
 # flight does (one update over MAX_PAYLOAD_BYTES is refused at the door, as a signal is, instead of
-# reaching the worker, whose SDK fails the workflow tasks that would answer it; docs/security.md).
+# reaching the worker, whose SDK fails the workflow tasks that would answer it; docs/explanation/security.md).
 # Countersign's own updates are far lighter: a decision is at most MAX_JSON_BYTES of edited
 # arguments and a reason, a turn or reply wait a number or an id.
 SERVER_LIMITS: dict[str, int] = {

@@ -8,7 +8,7 @@ path of a file holding one), else the embedded stack's `.data/secrets.key`, crea
 carried-state key. Every process that reads or writes these columns (worker, server, CLI, migrate)
 must hold the same key.
 
-Rotation (docs/security.md): COUNTERSIGN_SECRETS_KEY may list keys separated by commas; the first
+Rotation (docs/explanation/security.md): COUNTERSIGN_SECRETS_KEY may list keys separated by commas; the first
 encrypts, every one decrypts (MultiFernet). Put the new key first, run `countersign channels rekey`
 (every sealed value re-encrypted with it), then drop the old key.
 

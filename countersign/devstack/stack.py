@@ -392,7 +392,7 @@ async def _model(plan: StackPlan, previous: ProcessRecord | None) -> tuple[Proce
 
 
 def _in_project(path: str) -> str:
-    """A path inside the project as the README writes it (`countersign/scenarios`)."""
+    """A path inside the project as the documentation writes it (`countersign/scenarios`)."""
     with contextlib.suppress(ValueError):
         return str(Path(path).resolve().relative_to(PROJECT_ROOT))
     return path

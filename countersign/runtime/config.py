@@ -76,7 +76,7 @@ class Settings(BaseModel):
     # The server's cookies are `Secure` (sent over TLS only): set behind a TLS proxy; a request that
     # arrived over TLS gets them anyway. Env: COUNTERSIGN_COOKIE_SECURE.
     cookie_secure: bool = False
-    # Worker Deployment Versioning (README, "Deploying a new build"): with a build id the worker
+    # Worker Deployment Versioning (docs/how-to/deploy-a-new-build.md): with a build id the worker
     # serves deployment `deployment_name` as that build, and a conversation stays on the build it
     # started on until it continues as new. Unset (the embedded stack, tests): an unversioned worker,
     # which runs every open conversation on its code.

@@ -16,7 +16,9 @@ guarantees' statements. Two changes, nothing else:
 `_Instance` and its attributes are the SDK's (its module is marked unstable): the stock runner is
 used if the class moved, a worker whose sandbox instance lacks what this uses refuses to start (the
 SDK creates one per workflow type when the worker starts), and `tests/runtime/test_sandbox.py`
-holds both changes to the stock runner's behaviour on a test server.
+holds both changes to the stock runner's behaviour on a test server. pyproject.toml pins temporalio
+to the minor version this was written against (1.35), and `tests/runtime/test_sandbox_sdk_shape.py`
+fails by name when the source of a method of `_Instance` that this relies on changes.
 """
 
 from __future__ import annotations

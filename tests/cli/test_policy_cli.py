@@ -159,9 +159,9 @@ async def test_policy_test_replays_recorded_calls_with_their_history(
 
 
 def test_the_readmes_policy_file_is_a_valid_set_with_each_kind() -> None:
-    """README, "Policies, grants and quorum": the file it shows is the repository's
+    """docs/reference/policies.md, "Policies, grants and quorum": the file it shows is the repository's
     examples/policies.cedar (which its commands apply), and it is a valid set with each kind."""
-    readme = (PROJECT_ROOT / "README.md").read_text()
+    readme = (PROJECT_ROOT / "docs" / "reference" / "policies.md").read_text()
     section = readme[readme.index("A policy file with each kind") :]
     text = section[section.index("```text\n") + len("```text\n") : section.index("```\n", 10)]
     assert text == (PROJECT_ROOT / "examples" / "policies.cedar").read_text()

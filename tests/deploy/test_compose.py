@@ -93,7 +93,7 @@ def published(service: str) -> list[str]:
 
 def test_only_the_tls_proxy_is_public_and_temporal_stays_inside() -> None:
     """The server is the one public door, behind TLS; Temporal, its UI and the metrics are not
-    published, or only on 127.0.0.1 (docs/security.md)."""
+    published, or only on 127.0.0.1 (docs/explanation/security.md)."""
     public = {
         name: ports
         for name in SERVICES

@@ -3,7 +3,7 @@ with the worker in APPROVER_AUTH=signed mode: alice logs in at /chat, asks for s
 must approve, watches the reply arrive in parts, sees the call wait for bob (and its countdown);
 bob approves in the inbox; alice's page shows "approved by bob" and the reply, without a reload.
 And: the agent asks alice a question, she answers in the page. Screenshots in test-artifacts/
-(docs/chat.png is the README's)."""
+(docs/chat.png is the tutorial's)."""
 
 from __future__ import annotations
 
@@ -129,7 +129,7 @@ async def test_alice_watches_her_request_stream_wait_for_bob_and_finish(
         assert "done" in (await step.locator(".outcome").text_content() or "")
         await alice.wait_for_selector("#state:has-text('Turn 1 done')")
         await alice.screenshot(path=ARTIFACTS / "chat-approved.png", full_page=True)
-        if os.environ.get("WALKTHROUGH_RECORD") == "1":  # the README's picture, re-taken on request only
+        if os.environ.get("WALKTHROUGH_RECORD") == "1":  # the tutorial's picture, re-taken on request only
             await alice.screenshot(path=PROJECT_ROOT / "docs" / "chat.png", full_page=True)
         await browser.close()
 

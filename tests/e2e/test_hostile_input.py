@@ -1,5 +1,5 @@
 """Hostile input is contained: no client or model input grants authority, loses work, or leaves a
-conversation stuck (issue 12, docs/security.md).
+conversation stuck (issue 12, docs/explanation/security.md).
 
 Property tests generate values of each class of hostile input and run them against the real parts:
 the time-skipping Temporal server, the real worker, PostgreSQL, and the scripted model over HTTP.

@@ -14,7 +14,7 @@ Debian's chromium) against the dev server with the worker in APPROVER_AUTH=signe
 Every page is served with a strict Content-Security-Policy here (scripts and styles from /static
 only), and the browser reports no violation.
 
-Screenshots in test-artifacts/; WALKTHROUGH_RECORD=1 also writes the README's in docs/."""
+Screenshots in test-artifacts/; WALKTHROUGH_RECORD=1 also writes the documentation's in docs/."""
 
 from __future__ import annotations
 
@@ -52,7 +52,8 @@ DRAFT = {
 
 
 def picture(page_name: str) -> Path | None:
-    """Where the README's screenshot of a page goes, when they are being re-taken (WALKTHROUGH_RECORD=1)."""
+    """Where the documentation's screenshot of a page goes, when they are being re-taken
+    (WALKTHROUGH_RECORD=1)."""
     return PROJECT_ROOT / "docs" / page_name if os.environ.get("WALKTHROUGH_RECORD") == "1" else None
 
 

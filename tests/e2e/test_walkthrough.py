@@ -1,27 +1,31 @@
-"""The README's walk-throughs, run as typed from a fresh checkout.
+"""The walk-throughs of the README and of the documentation, run as typed from a fresh checkout.
 
-Every ```console block of README.md is a script: `$ ` lines are commands, the lines below them their
-output. The test copies the project's files (what a clone of the next commit holds) to a temporary
-directory, runs each command there with bash, in README order, on one stack, and compares the
-output line by line. A block that cannot run here is named in NOT_RUN, with why; it is checked for
-what can be (test_blocks_not_run_name_what_exists): the files it names, compose's services and
-profiles, every `countersign` command's options against its `--help`, `make` targets.
+Every ```console block of README.md, then of the site's tutorials and how-to guides (docs/, in
+mkdocs.yml's nav order, with the pages its hook adds to a section) is a script: `$ ` lines are
+commands, the lines below them their output. The test copies the project's files (what a clone of
+the next commit holds) to a temporary directory, runs each command there with bash, in that order,
+on one stack, and compares the output line by line. A block that cannot run here is named in
+NOT_RUN, with why; it is checked for what can be (test_blocks_not_run_name_what_exists): the files
+it names, compose's services and profiles, every `countersign` command's options against its
+`--help`, `make` targets. A console block on another page of the site (reference, explanation)
+must be one of NOT_RUN: the walk-through does not run those pages.
 Workflow ids, times, relative times and pids may differ; an id the README uses in a later
 command stands for the one the run printed. `echo $?` prints the previous command's exit status.
 A command ending in `&` runs in the background (stopped at the end). The stack and the ports the
-README names (the mock identity provider's, a second inbox's, the metrics port) are moved to free
-ports; the output is compared as if on the README's. After the single sign-on block, the test
+pages name (the mock identity provider's, a second inbox's, the metrics port) are moved to free
+ports; the output is compared as if on the pages' own. After the single sign-on block, the test
 signs in as bob through the mock provider as a browser would (the one step a console cannot show).
 
 Knobs: WALKTHROUGH_VENV=reuse (default) gives the checkout a virtualenv that uses this one's
 packages, so `make` has nothing to install; `fresh` lets `make demo` create and install one from
-PyPI, as on a new machine. WALKTHROUGH_RECORD=1 writes the outputs of the run into README.md
+PyPI, as on a new machine. WALKTHROUGH_RECORD=1 writes the outputs of the run into the pages
 instead of comparing (then review the diff).
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import itertools
 import json
 import os
@@ -51,6 +55,9 @@ from countersign.runtime.config import PROJECT_ROOT
 from countersign.runtime.ports import free_port, port_open
 
 README = PROJECT_ROOT / "README.md"
+DOCS = PROJECT_ROOT / "docs"
+MKDOCS = PROJECT_ROOT / "mkdocs.yml"
+WALKED_SECTIONS = {"Tutorials", "How-to guides"}  # nav sections whose console blocks run, in order
 # The console blocks that cannot run here, by their first command, with why. Kept small: each
 # costs a reader a command nobody ran for them.
 NOT_RUN = {
@@ -64,8 +71,8 @@ NOT_RUN = {
     ".venv/bin/countersign stats ": "its numbers are this machine's durations and this day's calls",
     ".venv/bin/countersign tokens create --tenant acme --name desktop": "it prints a new secret each time",
 }
-SSO_SECTION = "#### Single sign-on with the mock provider"
-# Ports the README types (mock provider, a second inbox, the worker's metrics): moved like the stack's.
+SSO_SECTION = "## Single sign-on with the mock provider"
+# Ports the pages type (mock provider, a second inbox, the worker's metrics): moved like the stack's.
 TYPED_PORTS = (9400, 8301, 9464)
 COMMAND_TIMEOUT_S = 300  # `make demo` on a loaded machine; the others take seconds
 # What the stack and the CLI read from the environment: the walk-through runs with none of it set.
@@ -105,14 +112,36 @@ class Step:
 
 @dataclass
 class Block:
+    page: Path
     start: int  # line index of the first line inside the fence
     end: int  # line index of the closing fence
     steps: list[Step]
     section: str
 
 
-def console_blocks(lines: list[str]) -> list[Block]:
-    """Every ```console block, in README order, each with the heading it is under."""
+def site_hooks() -> object:
+    """docs/hooks/countersign_docs.py, which completes the site's nav (mkdocs.yml `hooks:`)."""
+    spec = importlib.util.spec_from_file_location("countersign_docs", DOCS / "hooks" / "countersign_docs.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def walked_pages() -> list[Path]:
+    """The README, then the site's tutorials and how-to guides, in the site's order."""
+    nav = yaml.safe_load(MKDOCS.read_text())["nav"]
+    return [README, *site_hooks().pages(nav, DOCS, WALKED_SECTIONS)]  # type: ignore[attr-defined]
+
+
+def every_page() -> list[Path]:
+    """The README and every page of the site."""
+    return [README, *sorted(DOCS.rglob("*.md"))]
+
+
+def console_blocks(page: Path) -> list[Block]:
+    """Every ```console block of `page`, in order, each with the heading it is under."""
+    lines = page.read_text().split("\n")
     blocks, section, i = [], "", 0
     while i < len(lines):
         if lines[i].startswith("```") and lines[i] != "```console":
@@ -127,7 +156,7 @@ def console_blocks(lines: list[str]) -> list[Block]:
                     steps.append(Step(line[2:]))
                 else:
                     steps[-1].expected.append(line)
-            blocks.append(Block(i + 1, end, steps, section))
+            blocks.append(Block(page, i + 1, end, steps, section))
             i = end
         i += 1
     return blocks
@@ -137,17 +166,23 @@ def not_run_reason(block: Block) -> str | None:
     return next((why for first, why in NOT_RUN.items() if block.steps[0].command.startswith(first)), None)
 
 
-def walkthrough_blocks(lines: list[str]) -> list[Block]:
-    """The console blocks that run here, in README order."""
-    return [block for block in console_blocks(lines) if not_run_reason(block) is None]
+def walkthrough_blocks() -> list[Block]:
+    """The console blocks that run here, in the walk-through's order."""
+    return [
+        block for page in walked_pages() for block in console_blocks(page) if not_run_reason(block) is None
+    ]
+
+
+def every_block() -> list[Block]:
+    return [block for page in every_page() for block in console_blocks(page)]
 
 
 class Ids:
-    """README workflow ids and the ids the run printed in their place."""
+    """The pages' workflow ids and the ids the run printed in their place."""
 
     def __init__(self) -> None:
         self.actual: dict[str, str] = {}
-        self.unclaimed: list[str] = []  # recording: printed ids no README id stands for yet, newest last
+        self.unclaimed: list[str] = []  # recording: printed ids no page's id stands for yet, newest last
 
     def saw(self, printed: list[str]) -> None:
         claimed = set(self.actual.values())
@@ -162,7 +197,7 @@ class Ids:
         return re.sub(WORKFLOW_ID, actual, text)
 
     def line_pattern(self, expected: str) -> tuple[re.Pattern[str], list[str]]:
-        """A pattern for one expected line, and the README ids its groups capture (in order)."""
+        """A pattern for one expected line, and the pages' ids its groups capture (in order)."""
         parts, new_ids, last = [], [], 0
         for m in SPLIT.finditer(expected):
             parts.append(re.escape(expected[last : m.start()]))
@@ -275,7 +310,7 @@ def as_default_ports(output: str, ports: dict[str, int], typed: dict[int, int]) 
 
 
 def on_free_ports(command: str, typed: dict[int, int]) -> str:
-    """A command as typed, with the README's fixed ports moved to the run's free ones."""
+    """A command as typed, with the pages' fixed ports moved to the run's free ones."""
     for readme_port, port in typed.items():
         command = re.sub(rf"\b{readme_port}\b", str(port), command)
     return command
@@ -289,7 +324,7 @@ def wait_for_port(port: int, timeout_s: float = 60) -> None:
 
 
 def sign_in_with_the_mock_provider(inbox: int, sub: str) -> dict[str, object]:
-    """What a person does in the browser after the README's single sign-on block: open the inbox,
+    """What a person does in the browser after the single sign-on block: open the inbox,
     click "Sign in with Mock IdP", type the user at the provider; /api/me then says who they are."""
     wait_for_port(inbox)
     opener = urllib.request.build_opener(NoRedirect, urllib.request.HTTPCookieProcessor())
@@ -355,10 +390,10 @@ def test_the_readme_walkthrough_works_as_typed(clone_dir: Path) -> None:
     env |= {name: str(port) for name, port in ports.items()}
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     record = os.environ.get("WALKTHROUGH_RECORD") == "1"
-    lines = README.read_text().split("\n")
-    ids, status, recorded = Ids(), 0, {}
+    ids, status = Ids(), 0
+    recorded: dict[Path, dict[int, tuple[int, list[str]]]] = {}
     try:
-        for block in walkthrough_blocks(lines):
+        for block in walkthrough_blocks():
             written: list[str] = []
             for step in block.steps:
                 command = ids.command(step.command)
@@ -373,8 +408,9 @@ def test_the_readme_walkthrough_works_as_typed(clone_dir: Path) -> None:
                     ids.saw(re.findall(WORKFLOW_ID, output))
                     continue
                 problem = ids.match(step.expected, got)
-                assert problem is None, f"`{step.command}`: {problem}\n--- output:\n{output}"
-            recorded[block.start] = (block.end, written)
+                where = f"{block.page.relative_to(PROJECT_ROOT)} {block.section}"
+                assert problem is None, f"{where}: `{step.command}`: {problem}\n--- output:\n{output}"
+            recorded.setdefault(block.page, {})[block.start] = (block.end, written)
             if block.section == SSO_SECTION:
                 me = sign_in_with_the_mock_provider(typed[8301], "bob")
                 assert (me["tenant_id"], me["user_id"]) == ("acme", "bob"), me
@@ -386,22 +422,43 @@ def test_the_readme_walkthrough_works_as_typed(clone_dir: Path) -> None:
         subprocess.run(
             [root / ".venv" / "bin" / "countersign", "dev", "down"], cwd=root, env=env, check=False
         )
-    if record:
-        for start in sorted(recorded, reverse=True):
-            end, written = recorded[start]
+    for page, blocks in recorded.items() if record else ():
+        lines = page.read_text().split("\n")
+        for start in sorted(blocks, reverse=True):
+            end, written = blocks[start]
             lines[start:end] = written
-        README.write_text("\n".join(lines))
+        page.write_text("\n".join(lines))
+
+
+def test_the_walk_through_reads_the_readme_then_the_tutorials_and_how_tos_in_the_sites_order() -> None:
+    """The pages it runs are the README and every page of the two sections (a page the hook adds
+    to a folder's section included), in mkdocs.yml's order."""
+    pages = [page.relative_to(PROJECT_ROOT).as_posix() for page in walked_pages()]
+    assert pages[:3] == ["README.md", "docs/tutorials/index.md", "docs/tutorials/first-hour.md"], pages
+    assert pages.index("docs/how-to/reviewers.md") < pages.index("docs/how-to/observability.md")
+    on_disk = {
+        p.relative_to(PROJECT_ROOT).as_posix()
+        for d in ("tutorials", "how-to")
+        for p in (DOCS / d).glob("*.md")
+    }
+    assert set(pages[1:]) == on_disk
 
 
 def test_every_console_block_runs_or_says_why_not() -> None:
-    """Each NOT_RUN entry names a block that is there (no stale exceptions), and the README keeps
-    its commands in console blocks, where this test sees them (a ```bash block would be skipped)."""
-    lines = README.read_text().split("\n")
-    blocks = console_blocks(lines)
+    """Each NOT_RUN entry names a block that is there (no stale exceptions); the walked pages keep
+    their commands in console blocks, where this test sees them (a ```bash block would be skipped);
+    and a page the walk-through does not run (reference, explanation) has no block it would run."""
+    blocks = every_block()
     for first in NOT_RUN:
         assert any(b.steps[0].command.startswith(first) for b in blocks), f"no block starts {first!r}"
-    assert "```bash" not in lines, "a ```bash block: make it ```console (run, or named in NOT_RUN)"
-    assert len(walkthrough_blocks(lines)) + len(NOT_RUN) == len(blocks)
+    for page in walked_pages():
+        assert "```bash" not in page.read_text().split("\n"), f"{page}: a ```bash block: make it ```console"
+    walked = walkthrough_blocks()
+    unwalked = [b for b in blocks if not_run_reason(b) is None and b not in walked]
+    assert not unwalked, (
+        f"blocks on pages the walk-through does not run: {[(str(b.page), b.section) for b in unwalked]}"
+    )
+    assert len(walked) + len(NOT_RUN) == len(blocks)
 
 
 def typed_words(command: str) -> list[str]:
@@ -425,8 +482,7 @@ def countersign_options_exist(words: list[str]) -> None:
 def test_blocks_not_run_name_what_exists(first: str) -> None:
     """A block that cannot run here still types files that exist, compose services and profiles
     compose has, `make` targets the Makefile has, and `countersign` options its commands take."""
-    blocks = console_blocks(README.read_text().split("\n"))
-    block = next(b for b in blocks if b.steps[0].command.startswith(first))
+    block = next(b for b in every_block() if b.steps[0].command.startswith(first))
     compose = yaml.safe_load((PROJECT_ROOT / "docker-compose.yml").read_text())
     services = compose["services"]
     profiles = {p for service in services.values() for p in service.get("profiles", [])}

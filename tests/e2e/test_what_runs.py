@@ -1,5 +1,5 @@
 """What a reviewer sees is what runs; nothing from outside fails a workflow task; a tool has one
-identity; the smaller residue (issue 26, classes 3, 4, 6 and 7; docs/security.md).
+identity; the smaller residue (issue 26, classes 3, 4, 6 and 7; docs/explanation/security.md).
 
 Property tests generate each class against the real parts (the time-skipping Temporal server, the
 real worker, PostgreSQL, the scripted model over HTTP, the MCP test server over HTTP):

@@ -21,7 +21,8 @@ from workflows.rules import call_summary
 SHIPPED = load_scenarios(PROJECT_ROOT / "countersign" / "scenarios")
 
 
-# The MCP tools a shipped scenario calls, per agent (the README registers their server for it).
+# The MCP tools a shipped scenario calls, per agent (docs/how-to/mcp-servers.md registers their
+# server for it).
 MCP_TOOLS = {"lead-qualifier": {"mcp__time__get_current_time"}}
 
 
@@ -31,7 +32,7 @@ def test_every_seeded_agent_has_its_own_scenario() -> None:
 
 @pytest.mark.parametrize("scenario", SHIPPED, ids=lambda s: s.agent)
 def test_a_scenario_calls_only_its_agents_tools_with_valid_arguments(scenario) -> None:
-    """MCP tools (`mcp__time__…`) are a registered server's, not the catalog's: the README's MCP
+    """MCP tools (`mcp__time__…`) are a registered server's, not the catalog's: the documentation's MCP
     section registers `mcp-server-time` and `tests/e2e/test_walkthrough.py` runs that call."""
     _, _, native = AGENTS[scenario.agent]
     tools = {*native, *MCP_TOOLS.get(scenario.agent, ())}

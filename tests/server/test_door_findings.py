@@ -1,4 +1,4 @@
-"""What issue 34 found on the server's newer surfaces, each fixed at its class (docs/security.md):
+"""What issue 34 found on the server's newer surfaces, each fixed at its class (docs/explanation/security.md):
 a token acts only for active users (every request, every stream, mid-stream too); a status says
 what Temporal knows of the run; an event id past 64 bits is a 400; every API route and stream
 opening takes from the caller's buckets; a reply's wait is woken by the conversation's events

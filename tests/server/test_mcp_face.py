@@ -46,7 +46,7 @@ QUALIFY = {"lead": JANE, "new_status": "qualified", "reason": "budget confirmed"
 
 
 def client(stack: SignedStack, token: str, agent: str = "lead-qualifier", **kwargs: Any) -> Client:
-    """The real client, as README's "Countersign as an MCP server" connects it."""
+    """The real client, as docs/how-to/mcp-face.md connects it."""
     http = create_mcp_http_client(headers={"Authorization": f"Bearer {token}"})
     return Client(streamable_http_client(f"{stack.url}/mcp/{agent}", http_client=http), **kwargs)
 
@@ -493,17 +493,16 @@ async def test_a_client_on_an_earlier_protocol_lists_and_calls_and_is_told_where
 
 
 def readme_blocks(language: str) -> list[str]:
-    """The ```LANGUAGE blocks of README's "### Countersign as an MCP server", as typed there."""
-    text = (PROJECT_ROOT / "README.md").read_text()
-    section = text.split("### Countersign as an MCP server", 1)[1].split("\n### ", 1)[0]
+    """The ```LANGUAGE blocks of docs/how-to/mcp-face.md ("Countersign as an MCP server"), as typed there."""
+    section = (PROJECT_ROOT / "docs" / "how-to" / "mcp-face.md").read_text().split("\n## ", 1)[0]
     return re.findall(rf"```{language}\n(.*?)```", section, flags=re.DOTALL)
 
 
 async def test_the_readmes_client_runs_as_typed_and_its_desktop_block_is_json(
     signed_agent: SignedStack, alice_token: str
 ) -> None:
-    """README's few lines, with only the demo stack's address and the token put in, against the
-    real server; the desktop client's block names the same endpoint and header."""
+    """docs/how-to/mcp-face.md's few lines, with only the demo stack's address and the token put
+    in, against the real server; the desktop client's block names the same endpoint and header."""
     (code,) = readme_blocks("python")
     assert code.count("http://127.0.0.1:8300") == 1 and code.count("cst_…") == 1
     code = code.replace("http://127.0.0.1:8300", signed_agent.url).replace("cst_…", alice_token)

@@ -154,7 +154,7 @@ async def test_case_researcher_flow_approval_then_rollback(
 
 
 async def test_the_case_research_scenario_drives_the_agent(agent: AgentHarness) -> None:
-    """The scenario the README points at, through the real workflow: a read-only question."""
+    """The scenario the documentation points at, through the real workflow: a read-only question."""
     agent.model.set_scenario(
         load_scenario(PROJECT_ROOT / "countersign" / "scenarios" / "case-researcher.yaml")
     )

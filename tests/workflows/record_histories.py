@@ -1,8 +1,8 @@
 """Records the replay fixtures in tests/workflows/histories/ from real runs of the current workflow code.
 
 Not collected by `make test` (the name does not start with `test_`); run it when the workflow's
-commands change on purpose (before 1.0, or for a new build's fixtures, see README "Deploying a new
-build"):
+commands change on purpose (before 1.0, or for a new build's fixtures, see
+docs/how-to/deploy-a-new-build.md):
 
     .venv/bin/python -m pytest tests/workflows/record_histories.py -q
 

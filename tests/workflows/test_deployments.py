@@ -1,5 +1,6 @@
-"""Deploying a new build (README): a conversation stays on the build it started on, and moves to the
-deployment's current build when it continues as new (Worker Deployment Versioning, real dev server)."""
+"""Deploying a new build (docs/how-to/deploy-a-new-build.md): a conversation stays on the build it
+started on, and moves to the deployment's current build when it continues as new (Worker Deployment
+Versioning, real dev server)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Determinism: histories recorded from real runs must replay with the current workflow code.
 
 A change that alters the commands AgentWorkflow issues for an existing history breaks running
-conversations; these tests catch that before a deploy does (README, "Deploying a new build").
+conversations; these tests catch that before a deploy does (docs/how-to/deploy-a-new-build.md).
 The histories are recorded by tests/workflows/record_histories.py; one more from a running stack:
     temporal workflow show --workflow-id WF --output json > tests/workflows/histories/NAME.json
 """

@@ -222,7 +222,7 @@ async def test_only_the_user_or_an_admin_may_roll_back(
 async def test_cancelling_the_conversation_stops_it_and_undoes_nothing(
     agent: AgentHarness, db_engine: AsyncEngine, clean: None
 ) -> None:
-    """A Temporal cancel is an operator's stop, not an undo (docs/security.md): an undo is a
+    """A Temporal cancel is an operator's stop, not an undo (docs/explanation/security.md): an undo is a
     `rollback`, authorized and recorded."""
     handle = await after_one_write(agent, db_engine, WRITES[0])
     async with db_engine.connect() as conn:
