@@ -19,9 +19,9 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from countersign.cli.app import cli, print_json, run
 from countersign.cli.session import InboxSession, inbox_request, login_hint, session_file
 from countersign.cli.ux import with_session
-from countersign.core.cedar_policy import PolicySetError, compile_policies
+from countersign.core.cedar_policy import PolicySetError
 from countersign.db import schema
-from countersign.db.policies import apply_policies, replay, tenant_policies
+from countersign.db.policies import apply_policies, checked_policies, replay, tenant_policies
 from tools.policies import tenant_tools
 
 
@@ -147,7 +147,7 @@ def test(file: str, tenant: str, since_days: int, as_json: bool) -> None:
         await require_tenant(session, tenant)
         tools = await tenant_tools(session, tenant)
         try:
-            candidate = compile_policies(text, tools)
+            candidate = await checked_policies(text, tools)
         except PolicySetError as err:
             raise click.ClickException(f"not valid: {err}") from None
         since = datetime.now(UTC) - timedelta(days=since_days)
