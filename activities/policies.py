@@ -1,7 +1,6 @@
-"""The policy gate: a tenant's Cedar policies on one tool call, evaluated where I/O is allowed.
-
-The workflow asks only when its snapshot says the tenant has policies (`ConversationContext.
-has_policies`): a tenant without any adds nothing to a step. Authority comes from the database, at
+"""The policy gate of runs that snapshotted `ConversationContext.has_policies` (started before the
+rules in force were read at each call, activities/rules.py): their histories take this step, and it
+still decides as the tenant's sets are now. Authority comes from the database, at
 the call: the requester's roles now, the enforced set now (a set applied since the conversation
 started counts), the audit's counts and sums the set names, all three in one statement
 (countersign/db/policies.py `gate_reads`), and, when a condition reads `context.effect`, what the call
@@ -14,23 +13,13 @@ activity finds its row).
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
-from typing import Any
-
-from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
 
+from activities.rules import policy_decision
 from countersign.core.activity_refs import EVALUATE_POLICY
-from countersign.core.calls import NO_MATCH, PolicyDecision, ToolInvocation
-from countersign.core.cedar_policy import CallFacts, decide
-from countersign.core.effects import Effect, arguments_effect
+from countersign.core.calls import PolicyDecision
 from countersign.core.policy import PolicyCheck
-from countersign.db.policies import gate_reads, loaded
-from countersign.db.schema import ShadowDifference
-from tools.arguments import load_arguments, validate
-from tools.effects import preview_effect
-from tools.registry import REGISTRY, ToolContext, ToolFailure
 
 
 class PolicyActivities:
@@ -39,95 +28,6 @@ class PolicyActivities:
 
     @activity.defn(name=EVALUATE_POLICY.name)
     async def evaluate_policy(self, check: PolicyCheck) -> PolicyDecision:
-        """The enforced set's decision on the call (no set, or arguments that are no JSON object:
-        no match, and the call's own checks refuse what is wrong with it)."""
-        invocation, caller = check.invocation, check.invocation.caller
-        try:
-            arguments = load_arguments(invocation.arguments)
-        except ToolFailure:
-            return NO_MATCH
+        """The enforced set's decision on the call (activities/rules.py `policy_decision`)."""
         async with self._sessions() as session, session.begin():
-            reads = await gate_reads(
-                session,
-                tenant_id=caller.tenant_id,
-                user=caller.user_id,
-                spec=check.spec,
-                at=datetime.now(UTC),
-            )
-            if reads is None:
-                return NO_MATCH
-            sets = {mode: loaded(text) for mode, (text, _) in reads.sets.items()}
-            effect = None
-            if any(s.reads_effect for s in sets.values()):
-                effect = await resolved_effect(session, check, reads.roles, arguments)
-            call = CallFacts(
-                user=caller.user_id,
-                roles=reads.roles,
-                agent=caller.agent,
-                spec=check.spec,
-                arguments=arguments,
-                effect=effect,
-                history=reads.history.counts,
-                sums=reads.history.sums,
-            )
-            enforced = decide(sets["enforced"], call) if "enforced" in sets else NO_MATCH
-            if "shadow" in sets:
-                would = decide(sets["shadow"], call)
-                if would != enforced:
-                    await record_difference(session, invocation, reads.sets["shadow"][1], enforced, would)
-            return enforced
-
-
-async def resolved_effect(
-    session: AsyncSession, check: PolicyCheck, roles: tuple[str, ...], arguments: dict[str, Any]
-) -> Effect | None:
-    """What the call would do now, as its tool's preview resolves it (read-only, in a savepoint)
-    for the requester; an MCP tool's is its arguments. None when its arguments do not validate
-    (its own checks refuse it next) or the preview breaks: policies see no `context.effect`."""
-    invocation = check.invocation
-    tool = REGISTRY.get(invocation.tool)
-    if tool is None or check.spec.mcp is not None:
-        return arguments_effect(invocation.tool, arguments)
-    try:
-        args = validate(tool, invocation.arguments)
-    except ToolFailure:
-        return None
-    context = ToolContext(
-        caller=invocation.caller.model_copy(update={"roles": list(roles)}),
-        session=session,
-        workflow_id=invocation.workflow_id,
-        call_id=invocation.call_id,
-        now=datetime.now(UTC),
-        conversation_id=invocation.conversation_id,
-    )
-    try:
-        async with session.begin_nested():
-            return await preview_effect(tool, context, args)
-    except Exception:  # a preview that breaks decides nothing here: the approval step shows it
-        activity.logger.exception("resolving the effect of %s for its policies failed", invocation.tool)
-        return None
-
-
-async def record_difference(
-    session: AsyncSession,
-    invocation: ToolInvocation,
-    version: int,
-    enforced: PolicyDecision,
-    shadow: PolicyDecision,
-) -> None:
-    """A call the shadow set would decide otherwise, once (a retried activity finds its row)."""
-    await session.execute(
-        insert(ShadowDifference)
-        .values(
-            tenant_id=invocation.caller.tenant_id,
-            shadow_version=version,
-            workflow_id=invocation.workflow_id,
-            conversation_id=invocation.conversation_id,
-            call_id=invocation.call_id,
-            tool=invocation.tool,
-            requested_by=invocation.caller.user_id,
-            enforced=enforced.model_dump(mode="json", exclude_defaults=True),
-            shadow=shadow.model_dump(mode="json", exclude_defaults=True),
-        )
-        .on_conflict_do_nothing()
-    )
+            return await policy_decision(session, check)
