@@ -127,7 +127,7 @@ class McpActivities:
                 result = ToolResult.failure(failure.code, failure.message)
                 unknown = isinstance(failure, OutcomeUnknown)
         result = result.model_copy(update={"data": sanitize(result.data, self._limits)})
-        return await self._audit(call, result, started, clock, unknown=unknown)
+        return await self._audit(call, result, started, clock, unknown=unknown, blocked=refusal is not None)
 
     async def _server(self, session: AsyncSession, call: McpCall) -> ServerConfig:
         """The server as registered now: still there, still for this agent and tenant."""
@@ -190,13 +190,17 @@ class McpActivities:
         clock: float,
         *,
         unknown: bool = False,
+        blocked: bool = False,
     ) -> ToolResult | StoredResult:
+        """`blocked`: the rules in force stopped the call before the server was asked."""
         inv, spec = call.invocation, call.spec
         async with self._sessions() as session, session.begin():
             row = ran_audit_row(
                 inv, result, risk=spec.risk, category=spec.category, started=started, clock=clock,
                 unknown=unknown, decision_reason=await approval_reason(session, inv),
             )  # fmt: skip
+            if blocked:
+                row["outcome"] = "blocked"
             inserted = await session.scalar(
                 insert(ToolExecution).values(**row).on_conflict_do_nothing().returning(ToolExecution)
             )

@@ -173,6 +173,10 @@ class ToolActivities:
                 invocation = invocation.model_copy(update={"policy": rules.policy})
             try:
                 result, audit = await self._run(session, tool, invocation, refusal)
+                if (
+                    refusal is not None
+                ):  # stopped by the rules in force, before the tool, as the workflow stops one
+                    audit["outcome"] = "blocked"
             except EffectChanged as changed:
                 return await self._voided(session, invocation, changed.effect)
             return await audited_answer(session, invocation, result, audit)

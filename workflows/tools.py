@@ -181,7 +181,8 @@ class ToolCalls:
         if screening.refusal is not None:
             return await self._unexecuted(invocation, screening.refusal)
         quorum = None
-        # Only a tenant with policies asks: recorded histories (and tenants without) take no new step.
+        # Runs that loaded `has_policies` (before the activities read the rules in force) keep this
+        # step, so that their histories replay; runs load it False now.
         if conversation.context.has_policies and screening.action in ("run", "approve"):
             assert screening.spec is not None
             decision = await bookkeeping(
@@ -209,20 +210,23 @@ class ToolCalls:
             screening = Screening(action="approve", spec=screening.spec)
         checked = await self._check_arguments(invocation)
         rules = checked.rules  # the rules in force now (None in results recorded before them)
-        if rules is not None and rules.policy is not None:  # the audit and the request name the set
-            invocation = invocation.model_copy(update={"policy": rules.policy})
+        policy = rules.policy if rules is not None else None
+        if policy is not None:  # the audit row and the approval request name the set that decided
+            invocation = invocation.model_copy(update={"policy": policy})
         if not checked.ok:
-            forbid = rules is not None and rules.policy is not None and rules.policy.outcome == "forbid"
-            why = f"forbidden by policy {rules.policy.policy}" if forbid and rules and rules.policy else None
+            why = f"forbidden by policy {policy.policy}" if policy and policy.outcome == "forbid" else None
             return await self._unexecuted(invocation, checked.envelope_result(), why)
         if screening.action == "ask_human":
             return await self._ask_human(invocation, str(checked.data["question"]))
         assert screening.spec is not None
         if rules is not None and quorum is None:
-            if rules.policy is not None and rules.policy.outcome == "permit_approvals":
-                quorum = rules.policy
-            elif rules.policy is not None or rules.tier == "always_allow":  # permit_run, or the tier now
-                return await self._execute(invocation)
+            if policy is not None and policy.outcome == "permit_approvals":
+                quorum = policy
+            elif policy is not None or rules.tier == "always_allow":  # permit_run, or the tier now
+                result = await self._execute(invocation)
+                if result.code != "APPROVAL_REQUIRED":
+                    return result
+                # the rules changed again between the check and the run: asked, as they say now
         return await self._run_after_approval(invocation, screening.spec, quorum)
 
     def _invocation(self, call: ToolCall, seq: int) -> ToolInvocation:

@@ -379,7 +379,7 @@ OUTCOME_OF: dict[ErrorCode, str] = {
     "SCOPES_MISSING": "refused",
     "CONNECTION_INACTIVE": "refused",
 }
-BEFORE_THE_TOOL = frozenset({"invalid", "refused", "blocked"})  # blocked: by the rules in force at the call
+BEFORE_THE_TOOL = frozenset({"invalid", "refused"})
 
 
 def outcome_of(code: ErrorCode | None, *, ran: bool) -> str:

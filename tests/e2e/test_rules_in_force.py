@@ -21,6 +21,8 @@ from tests.e2e.test_asked_again import card
 from tests.fixtures.approvals import ECHO_RESULT, qualify
 from tests.fixtures.inbox import SignedStack
 from tests.fixtures.policies import ApplyPolicies
+from tests.server.test_front_door import token_for
+from tests.server.test_mcp_face import client
 
 STATUS = 'Countersign::Action::"update_lead_status"'
 HELLO = {"when": {"user_contains": "hello"}, "reply": {"content": "hi"}}
@@ -156,3 +158,41 @@ async def test_a_tool_blocked_mid_conversation_is_refused_there(
                     TenantToolTier.tenant_id == "acme", TenantToolTier.tool == "search_leads"
                 )
             )
+
+
+async def test_a_tool_blocked_mid_conversation_is_refused_in_an_mcp_clients_conversation(
+    signed_agent: SignedStack, db_engine: AsyncEngine
+) -> None:
+    """The long-lived conversation of a client of Countersign's MCP face (one per token's user and
+    agent): a read that ran is refused at its next call once an operator blocks it, in the same
+    conversation, and audited as blocked."""
+    stack = signed_agent
+    async with token_for(db_engine, "acme", "mcp-rules", "alice") as secret:
+        async with client(stack, secret) as mcp:
+            first = await mcp.call_tool("search_leads", {"query": "jane"})
+            assert not first.is_error, first
+            workflow_id = (first.meta or {})["countersign"]["workflow_id"]
+            tier = {"tenant_id": "acme", "agent": "lead-qualifier", "tool": "search_leads", "tier": "blocked"}
+            async with db_engine.begin() as conn:
+                await conn.execute(insert(TenantToolTier).values(**tier, set_by="carol"))
+            try:
+                again = await mcp.call_tool("search_leads", {"query": "jane"})
+                assert again.is_error and "blocked" in again.content[0].text, again  # type: ignore[union-attr]
+                assert (again.meta or {})["countersign"]["workflow_id"] == workflow_id
+            finally:
+                async with db_engine.begin() as conn:
+                    await conn.execute(
+                        delete(TenantToolTier).where(
+                            TenantToolTier.tenant_id == "acme", TenantToolTier.tool == "search_leads"
+                        )
+                    )
+        stack.agent.track(workflow_id)
+    async with db_engine.connect() as conn:
+        outcomes = list(
+            await conn.scalars(
+                select(ToolExecution.outcome)
+                .where(ToolExecution.workflow_id == workflow_id)
+                .order_by(ToolExecution.id)
+            )
+        )
+    assert outcomes[-2:] == ["executed", "blocked"]
