@@ -71,8 +71,8 @@ async def require_tenant(session: AsyncSession, tenant: str) -> None:
 def apply(file: str, tenant: str, changed_by: str | None, shadow: bool) -> None:
     """Validate FILE against the tenant's tools and install it (an empty FILE removes the set).
 
-    Conversations started afterwards check every call against the tenant's sets as they are at
-    the call; a conversation started while the tenant had none keeps its snapshot (no policy step)."""
+    Every call checked or run afterwards is decided by it, in every conversation however old
+    (activities/rules.py)."""
     text = read_file(file)
     kind = "shadow" if shadow else "enforced"
     if changed_by is None:  # the person `login` signed in, through the server (which checks)

@@ -9,8 +9,8 @@ sets by digest so that a call parses nothing, the policy gate's reads (`gate_rea
 requester's roles and the audit's history the sets name) and `policy test`'s replay of the
 recorded calls against a candidate set.
 
-An empty file applied removes the tenant's policies of that mode: with no enforced set, a
-conversation's snapshot says so and its calls skip the policy gate entirely.
+An empty file applied removes the tenant's policies of that mode: with no set at all, a call's
+rules in force (activities/rules.py) are its tier alone, read in the one statement that finds no set.
 """
 
 from __future__ import annotations
