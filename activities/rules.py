@@ -93,12 +93,12 @@ async def policy_decision(session: AsyncSession, check: PolicyCheck) -> PolicyDe
         arguments = load_arguments(invocation.arguments)
     except ToolFailure:
         return NO_MATCH
-    reads = await gate_reads(
-        session, tenant_id=caller.tenant_id, user=caller.user_id, spec=check.spec, at=datetime.now(UTC)
-    )
-    if reads is None:
-        return NO_MATCH
-    try:
+    try:  # both parse the sets (once per process): a set past the bounds is never parsed
+        reads = await gate_reads(
+            session, tenant_id=caller.tenant_id, user=caller.user_id, spec=check.spec, at=datetime.now(UTC)
+        )
+        if reads is None:
+            return NO_MATCH
         sets = {mode: loaded(text) for mode, (text, _) in reads.sets.items()}
     except PolicySetError as broken:
         return PolicyDecision(outcome="forbid", error=f"the tenant's policy set cannot be loaded: {broken}")

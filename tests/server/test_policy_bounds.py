@@ -6,16 +6,19 @@ server goes on answering every tenant; `policy apply|test` says the same in one 
 
 from __future__ import annotations
 
+import json
 import subprocess
 import uuid
 from pathlib import Path
 
 import pytest
-from sqlalchemy import select
+from sqlalchemy import delete, insert, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from countersign.core.policy_bounds import MAX_NESTING
-from countersign.db.schema import PolicyChange
+from countersign.db.policies import digest
+from countersign.db.schema import PolicyChange, TenantPolicy
+from tests.fixtures.approvals import ECHO_RESULT, qualify
 from tests.fixtures.cli import run_starter
 from tests.fixtures.inbox import SignedStack
 
@@ -59,3 +62,27 @@ async def test_the_cli_refuses_a_deep_policy_in_one_line(database_url: str, tmp_
         assert done.returncode == 1, (done.returncode, done.stderr[-500:])
         lines = done.stderr.strip().splitlines()
         assert len(lines) == 1 and f"nests deeper than {MAX_NESTING} levels" in lines[0], lines
+
+
+async def test_a_set_past_the_bounds_applied_before_them_refuses_calls_and_never_reaches_the_engine(
+    signed_agent: SignedStack, db_engine: AsyncEngine
+) -> None:
+    """A set stored before the bounds existed (written here as it would have been applied): the
+    worker checks the bounds before it parses an applied set, so the call is refused, naming why,
+    instead of the worker's process dying at the call (on main: a segfault of the worker)."""
+    stack = signed_agent
+    stack.agent.script(qualify(), ECHO_RESULT)
+    row = {"tenant_id": "acme", "mode": "enforced", "version": 1, "text": DEEP_PARENS, "applied_by": "carol"}
+    async with db_engine.begin() as conn:
+        await conn.execute(insert(TenantPolicy).values(**row, sha256=digest(DEEP_PARENS)))
+    try:
+        handle = await stack.agent.start("qualify jane", single_turn=True)
+        await handle.result()
+        result = json.loads(
+            [m for m in await stack.agent.transcript(handle) if m.role == "tool"][-1].content or ""
+        )
+        assert result["error"]["code"] == "FORBIDDEN" and "cannot be loaded" in result["error"]["message"]
+        assert "nests deeper than" in result["error"]["message"]
+    finally:
+        async with db_engine.begin() as conn:
+            await conn.execute(delete(TenantPolicy).where(TenantPolicy.tenant_id == "acme"))
