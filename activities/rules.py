@@ -52,13 +52,12 @@ from tools.registry import REGISTRY, ToolContext, ToolFailure
 _TENANT = bindparam("tenant_id", type_=String)
 _AGENT = bindparam("agent", type_=String)
 _TOOL = bindparam("tool", type_=String)
-# Built once (every call reads it): the tenant's tier, the agent's row and tier, and whether the
-# tenant has a policy set.
+# Built once (every call reads it): the tenant's tier, the agent's tier, and whether the tenant has
+# a policy set.
 TIER_NOW = select(
     select(TenantToolTier.tier)
     .where(TenantToolTier.tenant_id == _TENANT, TenantToolTier.agent == _AGENT, TenantToolTier.tool == _TOOL)
     .scalar_subquery(),
-    exists().where(AgentToolPermission.agent == _AGENT, AgentToolPermission.tool == _TOOL),
     select(AgentToolPermission.tier)
     .where(AgentToolPermission.agent == _AGENT, AgentToolPermission.tool == _TOOL)
     .scalar_subquery(),
@@ -67,17 +66,16 @@ TIER_NOW = select(
 
 
 async def rules_now(session: AsyncSession, invocation: ToolInvocation, spec: ToolSpec) -> RulesNow:
-    """The tier of the call's tool now (the tenant's own, else the agent's, else the tool's default;
-    a native tool the agent no longer has is blocked) and, for a tenant with policies, the enforced
-    set's decision now."""
+    """The tier of the call's tool now (the tenant's own, else the agent's, else the tool's default)
+    and, for a tenant with policies, the enforced set's decision now."""
     caller = invocation.caller
-    own, listed, agent_tier, has_sets = (
+    own, agent_tier, has_sets = (
         await session.execute(
             TIER_NOW, {"tenant_id": caller.tenant_id, "agent": caller.agent, "tool": spec.name}
         )
     ).one()
     default: Tier = MCP_DEFAULT_TIER if spec.mcp is not None else REGISTRY[spec.name].default_tier
-    tier: Tier = own or agent_tier or (default if listed or spec.mcp is not None else "blocked")
+    tier: Tier = own or agent_tier or default
     policy = (
         await policy_decision(session, PolicyCheck(invocation=invocation, spec=spec)) if has_sets else None
     )
