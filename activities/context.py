@@ -1,7 +1,8 @@
 """Loads who is acting and what the agent may do, once, when a conversation starts.
 
-The result is snapshotted in workflow state: roles and permission tiers changed later apply to new
-conversations, not running ones (a reviewer's decision should not shift under them).
+The result is snapshotted in workflow state: the tools it offers the model and their tiers as they
+were at the start. What decides a call is read again when it is checked and when it runs: the
+operators' tier for its tool and the tenant's policy set now (activities/rules.py).
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ from countersign.core.calls import ToolSpec
 from countersign.core.contract import AgentLimits, AgentSnapshot, ConversationContext, StartConversation
 from countersign.core.envelopes import WindowPolicy
 from countersign.db import schema
-from countersign.db.policies import tenant_policies
 from countersign.mcp.pool import McpPool
 from countersign.mcp.servers import server_of
 from countersign.mcp.snapshot import mcp_specs
@@ -67,7 +67,6 @@ class ContextActivities:
             )
             # the tenant's own tiers (tools.tiers) replace the agent's, for this tenant only
             overrides = await tenant_tiers(session, start.tenant_id, start.agent)
-            has_policies = bool(await tenant_policies(session, start.tenant_id))
         tiers = {p.tool: overrides[p.tool].tier if p.tool in overrides else p.tier for p in permissions}
         unknown_tools = [p.tool for p in permissions if p.tool not in REGISTRY and not server_of(p.tool)]
         if unknown_tools:
@@ -96,7 +95,6 @@ class ContextActivities:
             email_delivery_delay_s=self._email_delay,
             agent_limits=agent_limits(profile),
             policy=WindowPolicy.model_validate(policy, from_attributes=True) if policy else WindowPolicy(),
-            has_policies=has_policies,
         )
 
     async def _mcp_tools(self, start: StartConversation, tiers: dict[str, str | None]) -> list[ToolSpec]:

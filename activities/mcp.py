@@ -30,8 +30,9 @@ from temporalio import activity
 from activities.access import admit, check_standing
 from activities.audit import approval_reason, ran_audit_row
 from activities.heartbeat import heartbeats
+from activities.rules import approval_required, asks_now, refusal_now, ruled, rules_now
 from countersign.core.activity_refs import CHECK_MCP_ARGUMENTS, EXECUTE_MCP_TOOL
-from countersign.core.calls import McpCall, StoredResult, ToolInvocation, ToolResult, lock_key
+from countersign.core.calls import CheckedCall, McpCall, StoredResult, ToolInvocation, ToolResult, lock_key
 from countersign.core.guards import TruncationLimits, sanitize
 from countersign.db.chain import chain
 from countersign.db.messages import result_or_envelope
@@ -62,23 +63,30 @@ class McpActivities:
     # --- before approval ----------------------------------------------------------------------
 
     @activity.defn(name=CHECK_MCP_ARGUMENTS.name)
-    async def check_mcp_arguments(self, call: McpCall) -> ToolResult:
-        """`{"ok": true, "data": <arguments>}`, the VALIDATION_ERROR envelope or the access gate's refusal."""
+    async def check_mcp_arguments(self, call: McpCall) -> CheckedCall:
+        """`{"ok": true, "data": <arguments>}`, the VALIDATION_ERROR envelope or the access gate's
+        refusal, with the rules in force now (activities/rules.py), as `check_arguments`."""
         try:
             arguments = validated(call)
         except ToolFailure as failure:
-            return ToolResult.failure(failure.code, failure.message)
+            return CheckedCall.failure(failure.code, failure.message)
         except Exception:  # the schema check itself broke: refuse now, never retried, never asked
             activity.logger.exception("checking %s arguments failed", call.spec.name)
-            return ToolResult.failure(
+            return CheckedCall.failure(
                 "INTERNAL_ERROR", f"the arguments of {call.spec.name} could not be checked"
             )
         async with self._sessions() as session:
             try:  # as for native tools: nobody approves a call for a user who can no longer act
                 await check_standing(session, call.invocation.caller, call.spec.name, ())
             except ToolFailure as refused:
-                return ToolResult.failure(refused.code, refused.message)
-        return ToolResult.success(arguments)
+                return CheckedCall.failure(refused.code, refused.message)
+            checked = ruled(
+                CheckedCall.success(arguments),
+                await rules_now(session, call.invocation, call.spec),
+                call.spec.name,
+            )
+            await session.commit()  # a shadow set's difference, found on the way, is kept
+        return checked
 
     # --- the call -----------------------------------------------------------------------------
 
@@ -97,7 +105,16 @@ class McpActivities:
             recorded = await self._recorded(session, inv)
             if recorded is not None:
                 return await result_or_envelope(session, inv, recorded)
+            rules = await rules_now(session, inv, call.spec)
+            refusal = refusal_now(rules, call.spec.name)
+            if refusal is None and asks_now(rules, inv):
+                return approval_required(inv)
+            if rules.policy is not None:  # the decision in force, with its set's version, in the audit
+                inv = inv.model_copy(update={"policy": rules.policy})
+                call = call.model_copy(update={"invocation": inv})
             try:
+                if refusal is not None:
+                    raise refusal
                 await admit(session, inv.caller, inv.tool, (), self._rate_limits, started)
                 server: ServerConfig | None = await self._server(session, call)
             except ToolFailure as refused:
@@ -110,7 +127,7 @@ class McpActivities:
                 result = ToolResult.failure(failure.code, failure.message)
                 unknown = isinstance(failure, OutcomeUnknown)
         result = result.model_copy(update={"data": sanitize(result.data, self._limits)})
-        return await self._audit(call, result, started, clock, unknown=unknown)
+        return await self._audit(call, result, started, clock, unknown=unknown, blocked=refusal is not None)
 
     async def _server(self, session: AsyncSession, call: McpCall) -> ServerConfig:
         """The server as registered now: still there, still for this agent and tenant."""
@@ -173,13 +190,17 @@ class McpActivities:
         clock: float,
         *,
         unknown: bool = False,
+        blocked: bool = False,
     ) -> ToolResult | StoredResult:
+        """`blocked`: the rules in force stopped the call before the server was asked."""
         inv, spec = call.invocation, call.spec
         async with self._sessions() as session, session.begin():
             row = ran_audit_row(
                 inv, result, risk=spec.risk, category=spec.category, started=started, clock=clock,
                 unknown=unknown, decision_reason=await approval_reason(session, inv),
             )  # fmt: skip
+            if blocked:
+                row["outcome"] = "blocked"
             inserted = await session.scalar(
                 insert(ToolExecution).values(**row).on_conflict_do_nothing().returning(ToolExecution)
             )

@@ -1,8 +1,8 @@
-"""The policy gate: a tenant's Cedar policies on one tool call, evaluated where I/O is allowed.
-
-The workflow asks only when its snapshot says the tenant has policies (`ConversationContext.
-has_policies`): a tenant without any adds nothing to a step. What the gate reads and how it decides
-is `judge` (activities/policy_gate.py), which a reviewer's edit meets too.
+"""The policy gate of runs that snapshotted `ConversationContext.has_policies` (started before the
+rules in force were read at each call, activities/rules.py): their histories take this step, and it
+still decides as the tenant's sets are now, with the judgement every call meets
+(activities/policy_gate.py `judge`: the requester's roles now, the enforced set now, the audit's
+counts and sums the set names, and the call's plan).
 """
 
 from __future__ import annotations
@@ -10,12 +10,10 @@ from __future__ import annotations
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
 
-from activities.policy_gate import judge
+from activities.rules import policy_decision
 from countersign.core.activity_refs import EVALUATE_POLICY
-from countersign.core.calls import NO_MATCH, PolicyDecision
+from countersign.core.calls import PolicyDecision
 from countersign.core.policy import PolicyCheck
-from tools.arguments import load_arguments
-from tools.registry import ToolFailure
 
 
 class PolicyActivities:
@@ -24,11 +22,6 @@ class PolicyActivities:
 
     @activity.defn(name=EVALUATE_POLICY.name)
     async def evaluate_policy(self, check: PolicyCheck) -> PolicyDecision:
-        """The enforced set's decision on the call (no set, or arguments that are no JSON object:
-        no match, and the call's own checks refuse what is wrong with it)."""
-        try:
-            arguments = load_arguments(check.invocation.arguments)
-        except ToolFailure:
-            return NO_MATCH
+        """The enforced set's decision on the call (activities/rules.py `policy_decision`)."""
         async with self._sessions() as session, session.begin():
-            return await judge(session, check, arguments)
+            return await policy_decision(session, check)

@@ -22,7 +22,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from temporalio import activity
 
 from countersign.core.calls import NO_MATCH, PolicyDecision, ToolInvocation
-from countersign.core.cedar_policy import CallFacts, decide
+from countersign.core.cedar_policy import CallFacts, PolicySetError, decide
 from countersign.core.effects import Effect, arguments_effect
 from countersign.core.policy import PolicyCheck
 from countersign.db.policies import gate_reads, loaded
@@ -34,18 +34,22 @@ from tools.registry import REGISTRY, Plan, ToolContext, ToolFailure
 
 async def judge(session: AsyncSession, check: PolicyCheck, arguments: dict[str, Any]) -> PolicyDecision:
     """The enforced set's decision on the call with `arguments` (its parsed JSON object) in
-    `session`'s transaction; no set: no match."""
+    `session`'s transaction, with the set's version; no set: no match; a set that cannot be loaded
+    (applied before the bounds, and past them) refuses every call, naming why."""
     invocation, caller = check.invocation, check.invocation.caller
-    reads = await gate_reads(
-        session,
-        tenant_id=caller.tenant_id,
-        user=caller.user_id,
-        spec=check.spec,
-        at=datetime.now(UTC),
-    )
-    if reads is None:
-        return NO_MATCH
-    sets = {mode: loaded(text) for mode, (text, _) in reads.sets.items()}
+    try:  # both parse the sets (once per process): a set past the bounds is never parsed
+        reads = await gate_reads(
+            session,
+            tenant_id=caller.tenant_id,
+            user=caller.user_id,
+            spec=check.spec,
+            at=datetime.now(UTC),
+        )
+        if reads is None:
+            return NO_MATCH
+        sets = {mode: loaded(text) for mode, (text, _) in reads.sets.items()}
+    except PolicySetError as broken:  # applied before the bounds, and past them: refuse, saying why
+        return PolicyDecision(outcome="forbid", error=f"the tenant's policy set cannot be loaded: {broken}")
     effect: Effect | None = None
     if check.spec.mcp is not None:  # an MCP tool's plan: its call, normalized by its schema
         arguments = normalized(check.spec.parameters, arguments)
@@ -67,6 +71,8 @@ async def judge(session: AsyncSession, check: PolicyCheck, arguments: dict[str, 
         would = decide(sets["shadow"], call)
         if would != enforced:
             await record_difference(session, invocation, reads.sets["shadow"][1], enforced, would)
+    if "enforced" in sets and enforced.outcome != "no_match":  # which set decided, for the record
+        return enforced.model_copy(update={"version": reads.sets["enforced"][1]})
     return enforced
 
 

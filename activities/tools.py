@@ -35,8 +35,9 @@ from activities.access import admit, check_standing
 from activities.audit import approval_reason, ran_audit_row, standing_approvals
 from activities.failures import is_connection_error
 from activities.heartbeat import heartbeats
+from activities.rules import approval_required, asks_now, refusal_now, ruled, rules_now
 from countersign.core.activity_refs import CHECK_ARGUMENTS, EXECUTE_TOOL
-from countersign.core.calls import StoredResult, ToolError, ToolInvocation, ToolResult, lock_key
+from countersign.core.calls import CheckedCall, StoredResult, ToolError, ToolInvocation, ToolResult, lock_key
 from countersign.core.effects import Effect
 from countersign.core.guards import TruncationLimits, sanitize
 from countersign.db.chain import chain
@@ -168,8 +169,17 @@ class ToolActivities:
             )
             if recorded is not None:
                 return await result_or_envelope(session, invocation, ToolResult.model_validate(recorded))
+            rules = await rules_now(session, invocation, tool.spec())
+            refusal = refusal_now(rules, tool.name)
+            if refusal is None and asks_now(rules, invocation):
+                return approval_required(invocation)
+            if rules.policy is not None:  # the decision in force, with its set's version, in the audit
+                invocation = invocation.model_copy(update={"policy": rules.policy})
             try:
-                result, audit = await self._run(session, tool, invocation)
+                result, audit = await self._run(session, tool, invocation, refusal)
+                # stopped by the rules in force, before the tool, as the workflow stops one
+                if refusal is not None:
+                    audit["outcome"] = "blocked"
             except EffectChanged as changed:
                 return await self._voided(session, invocation, changed.effect)
             return await audited_answer(session, invocation, result, audit)
@@ -209,29 +219,34 @@ class ToolActivities:
         )
 
     @activity.defn(name=CHECK_ARGUMENTS.name)
-    async def check_arguments(self, invocation: ToolInvocation) -> ToolResult:
+    async def check_arguments(self, invocation: ToolInvocation) -> CheckedCall:
         """Validate a call's arguments before a human is asked to approve it.
 
         Answers `{"ok": true, "data": <normalized arguments>}`, the VALIDATION_ERROR envelope, or the
-        access gate's refusal (the user deactivated, a scope missing: activities/access.py).
+        access gate's refusal (the user deactivated, a scope missing: activities/access.py), with
+        the rules in force now (activities/rules.py), which the workflow acts on: a refusal by them
+        is the envelope too.
         An `ask_human` call whose question checks is asked next: its readers are told here (the
         `question` event), when the workflow is about to wait for the answer, not before.
         """
         tool = REGISTRY.get(invocation.tool)
         if tool is None:
-            return ToolResult.failure("UNKNOWN_TOOL", f"no tool named {invocation.tool!r}")
+            return CheckedCall.failure("UNKNOWN_TOOL", f"no tool named {invocation.tool!r}")
         try:
-            checked = ToolResult.success(validate(tool, invocation.arguments).model_dump(mode="json"))
+            checked = CheckedCall.success(validate(tool, invocation.arguments).model_dump(mode="json"))
         except ToolFailure as failure:
-            return ToolResult.failure(failure.code, failure.message)
+            return CheckedCall.failure(failure.code, failure.message)
         except Exception:  # a bug in a validator: refuse now (never retried, never sent to a reviewer)
             activity.logger.exception("checking %s arguments failed", tool.name)
-            return ToolResult.failure("INTERNAL_ERROR", f"the arguments of {tool.name} could not be checked")
+            return CheckedCall.failure("INTERNAL_ERROR", f"the arguments of {tool.name} could not be checked")
         async with self._sessions() as session:
             try:  # nobody is asked to approve, or to answer, for a user who can no longer act
                 await check_standing(session, invocation.caller, tool.name, tool.scopes)
             except ToolFailure as refused:
-                return ToolResult.failure(refused.code, refused.message)
+                return CheckedCall.failure(refused.code, refused.message)
+            if tool.name != QUESTION_TOOL:
+                checked = ruled(checked, await rules_now(session, invocation, tool.spec()), tool.name)
+                await session.commit()  # a shadow set's difference, found on the way, is kept
         if tool.name == QUESTION_TOOL and isinstance(checked.data, dict):
             asked = {"call_id": invocation.call_id, "question": str(checked.data.get("question", ""))}
             async with self._sessions() as session, session.begin():
@@ -243,14 +258,21 @@ class ToolActivities:
         return checked
 
     async def _run(
-        self, session: AsyncSession, tool: Tool, invocation: ToolInvocation
+        self,
+        session: AsyncSession,
+        tool: Tool,
+        invocation: ToolInvocation,
+        refusal: ToolFailure | None = None,
     ) -> tuple[ToolResult, dict[str, Any]]:
-        """Run the call in `session`'s transaction: its result, and its audit row's values."""
+        """Run the call in `session`'s transaction: its result, and its audit row's values;
+        `refusal`: the rules in force stop it (activities/rules.py), audited, before anything runs."""
         started = datetime.now(UTC)
         clock = time.perf_counter()
         unknown = False
         effect: Effect | None = None
         try:
+            if refusal is not None:
+                raise refusal
             await admit(session, invocation.caller, tool.name, tool.scopes, self._rate_limits, started)
             parsed = validate(tool, invocation.arguments)
             context = ToolContext(

@@ -13,8 +13,11 @@ Two measures, one call at a time (the machine is shared: a sequential measure is
   per call, its reads in one statement (`gate_reads`) and the same reads as the three statements
   they were before, and the ratio of the two.
 
-A tenant with no policies never reaches the gate (the workflow skips it on its snapshot's
-`has_policies`); `python -m bench.cost` confirms the step costs what it did.
+Beside them, what the rules in force add to every call's check and run (`activities/rules.py`
+`rules_now`: the tier now and, for a tenant with sets, the gate), for the bench tenant with the set
+and for a tenant without one (one statement), with this process's CPU; and what evaluating each call
+in a child process of its own would add (`run_isolated`), the isolation apply, validate and test
+have.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from sqlalchemy import delete
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from activities.policies import PolicyActivities
+from activities.rules import rules_now
 from countersign.core.calls import CallerContext, ToolInvocation, ToolSpec
 from countersign.core.cedar_policy import CallFacts, compile_policies, decide
 from countersign.core.policy import PolicyCheck
@@ -50,6 +54,7 @@ from countersign.db.policies import (
 )
 from countersign.db.schema import Tenant, TenantPolicy, User, UserRole
 from countersign.devstack.postgres import seeded_postgres
+from countersign.runtime.isolated import run_isolated
 from countersign.runtime.ports import free_port
 from tools.policies import tenant_tools
 from tools.registry import REGISTRY
@@ -154,7 +159,10 @@ async def gate_times(
         assert change.accepted, change.reason
     gate = PolicyActivities(sessions)
     caller = CallerContext(tenant_id=tenant, user_id="alice", roles=["sales"], agent="operations")
-    samples: dict[str, list[float]] = {"gate": [], "one": [], "three": []}
+    samples: dict[str, list[float]] = {
+        name: [] for name in ("gate", "one", "three", "rules", "rules_cpu", "bare", "bare_cpu")
+    }
+    acme = CallerContext(tenant_id="acme", user_id="alice", roles=["sales"], agent="operations")
     try:
         for n in range(calls + 20):  # the first 20 warm the pool and the plans
             spec = specs[n % len(specs)]
@@ -173,13 +181,40 @@ async def gate_times(
                 started = time.perf_counter()
                 await three_reads(session, tenant, spec)
                 three_s = time.perf_counter() - started
+            # what every call's check and run add (activities/rules.py): with the set, and for a
+            # tenant without one (acme, seeded without policies: one statement)
+            rules_s, rules_cpu = await timed(sessions, invocation, spec)
+            bare_s, bare_cpu = await timed(sessions, invocation.model_copy(update={"caller": acme}), spec)
             if n >= 20:
-                for name, value in (("gate", gate_s), ("one", one_s), ("three", three_s)):
+                for name, value in (
+                    ("gate", gate_s), ("one", one_s), ("three", three_s), ("rules", rules_s),
+                    ("rules_cpu", rules_cpu), ("bare", bare_s), ("bare_cpu", bare_cpu),
+                ):  # fmt: skip
                     samples[name].append(value)
     finally:  # policy_changes are chained and stay, like every audit row (and the tenant with them)
         async with sessions.begin() as session:
             for model in (TenantPolicy, UserRole, User):
                 await session.execute(delete(model).where(model.tenant_id == tenant))
+    return samples
+
+
+async def timed(
+    sessions: async_sessionmaker[AsyncSession], invocation: ToolInvocation, spec: ToolSpec
+) -> tuple[float, float]:
+    """`rules_now` on one call in its own transaction: wall and this process's CPU, in seconds."""
+    async with sessions.begin() as session:
+        started, cpu = time.perf_counter(), time.process_time()
+        await rules_now(session, invocation, spec)
+        return time.perf_counter() - started, time.process_time() - cpu
+
+
+async def isolated_times(calls: int) -> list[float]:
+    """What evaluating each call in a child process of its own would add: one child's round trip."""
+    samples = []
+    for _ in range(calls):
+        started = time.perf_counter()
+        await run_isolated("json:dumps", 1)
+        samples.append(time.perf_counter() - started)
     return samples
 
 
@@ -198,8 +233,16 @@ async def run(url: str | None, calls: int, count: int) -> str:
         lines.append(row("the whole gate (`evaluate_policy`, PostgreSQL)", gate["gate"]))
         lines.append(row("its reads, one statement (`gate_reads`)", gate["one"]))
         lines.append(row("the same reads, three statements (before)", gate["three"]))
+        lines.append(row("the rules in force (`rules_now`), a tenant with the set", gate["rules"]))
+        lines.append(row("the rules in force (`rules_now`), a tenant without a set", gate["bare"]))
+        lines.append(row("evaluation in a child process per call (`run_isolated`)", await isolated_times(20)))
         ratio = statistics.median(gate["one"]) / statistics.median(gate["three"])
         lines.append(f"\nOne statement ÷ three, p50: **{ratio:.2f}**")
+        cpu = {k: statistics.mean(gate[k]) * 1000 for k in ("rules_cpu", "bare_cpu")}
+        lines.append(
+            f"\nThis process's CPU per `rules_now`, mean: with the set {cpu['rules_cpu']:.3f} ms, "
+            f"without {cpu['bare_cpu']:.3f} ms"
+        )
     return (
         f"{count} policies over {len(specs)} tools, {calls} calls, one at a time; checking and parsing the "
         f"set at `policy apply`: {apply_s * 1000:.0f} ms\n\n" + "\n".join(lines)

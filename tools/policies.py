@@ -6,6 +6,7 @@ storage may not import the tool catalog.
 
 from __future__ import annotations
 
+from pydantic import ValidationError
 from sqlalchemy import or_, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -24,7 +25,11 @@ async def tenant_tools(session: AsyncSession, tenant_id: str) -> list[ToolSpec]:
     )
     for server in servers:
         for listed in server.tools or []:
-            spec = spec_of(server.name, ListedTool.model_validate(listed), None)
+            try:
+                tool = ListedTool.model_validate(listed)
+            except ValidationError:  # kept before listings kept schemas: nameable once listed again
+                continue
+            spec = spec_of(server.name, tool, None)
             if spec is not None:
                 specs.append(spec)
     return specs

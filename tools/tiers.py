@@ -2,9 +2,9 @@
 
 Agents (and their `agent_tool_permissions`) are shared by every tenant, so a tenant admin's "always
 allow this tool for this agent" is stored per tenant (`tenant_tool_tiers`) and replaces the agent's
-tier only in that tenant's conversation snapshots (activities/context.py). Like every tier change it
-applies to conversations started afterwards: a running conversation keeps its snapshot, and a call
-already waiting still needs its own decision.
+tier only in that tenant (activities/context.py's snapshot, and activities/rules.py at each call).
+Like every tier change it decides every call checked or run afterwards, in running conversations
+too; a call already waiting for a decision still needs its own.
 
 Security rule: a high-risk tool is never made `always_allow` for a tenant. High risk is where the
 four-eyes rule holds (countersign.core.approvals.FOUR_EYES): a second person must look at each call. A

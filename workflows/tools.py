@@ -29,6 +29,7 @@ with workflow.unsafe.imports_passed_through():
     from countersign.core.approvals import Approval
     from countersign.core.calls import (
         ApproverEdit,
+        CheckedCall,
         McpCall,
         PolicyDecision,
         StoredResult,
@@ -180,7 +181,8 @@ class ToolCalls:
         if screening.refusal is not None:
             return await self._unexecuted(invocation, screening.refusal)
         quorum = None
-        # Only a tenant with policies asks: recorded histories (and tenants without) take no new step.
+        # Runs that loaded `has_policies` (before the activities read the rules in force) keep this
+        # step, so that their histories replay; runs load it False now.
         if conversation.context.has_policies and screening.action in ("run", "approve"):
             assert screening.spec is not None
             decision = await bookkeeping(
@@ -199,13 +201,32 @@ class ToolCalls:
             if decision.outcome == "permit_approvals":
                 screening, quorum = Screening(action="approve", spec=screening.spec), decision
         if screening.action == "run":
-            return await self._execute(invocation)
+            result = await self._execute(invocation)
+            # The rules in force ask for an approval the snapshot did not (a tier set since, a
+            # policy's quorum): nothing ran, and the call is checked and asked below. Recorded
+            # histories never have this answer.
+            if result.code != "APPROVAL_REQUIRED":
+                return result
+            screening = Screening(action="approve", spec=screening.spec)
         checked = await self._check_arguments(invocation)
+        rules = checked.rules  # the rules in force now (None in results recorded before them)
+        policy = rules.policy if rules is not None else None
+        if policy is not None:  # the audit row and the approval request name the set that decided
+            invocation = invocation.model_copy(update={"policy": policy})
         if not checked.ok:
-            return await self._unexecuted(invocation, checked)
+            why = f"forbidden by policy {policy.policy}" if policy and policy.outcome == "forbid" else None
+            return await self._unexecuted(invocation, checked.envelope_result(), why)
         if screening.action == "ask_human":
             return await self._ask_human(invocation, str(checked.data["question"]))
         assert screening.spec is not None
+        if rules is not None and quorum is None:
+            if policy is not None and policy.outcome == "permit_approvals":
+                quorum = policy
+            elif policy is not None or rules.tier == "always_allow":  # permit_run, or the tier now
+                result = await self._execute(invocation)
+                if result.code != "APPROVAL_REQUIRED":
+                    return result
+                # the rules changed again between the check and the run: asked, as they say now
         return await self._run_after_approval(invocation, screening.spec, quorum)
 
     def _invocation(self, call: ToolCall, seq: int) -> ToolInvocation:
@@ -234,7 +255,7 @@ class ToolCalls:
         )
         return tool_message(invocation, result)[1]
 
-    async def _check_arguments(self, invocation: ToolInvocation) -> ToolResult:
+    async def _check_arguments(self, invocation: ToolInvocation) -> CheckedCall:
         spec = self.conversation.mcp_spec(invocation.tool)
         summary = f"validate {invocation.tool} arguments"
         if spec is not None:
@@ -331,7 +352,7 @@ class ToolCalls:
                 "INTERNAL_ERROR", f"{invocation.tool} {execution_failure(err)}; it did not run"
             )
             return await self._unexecuted(invocation, failure)
-        if entry is not None and result.code == "EFFECT_CHANGED":  # it did not run: asked again
+        if entry is not None and result.code in ("EFFECT_CHANGED", "APPROVAL_REQUIRED"):  # did not run: asked
             self.conversation.saga.withdraw(entry)
             return result
         # a compensation reads the result from the call's audit row; emails wait for the undo window

@@ -19,9 +19,9 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from countersign.cli.app import cli, print_json, run
 from countersign.cli.session import InboxSession, inbox_request, login_hint, session_file
 from countersign.cli.ux import with_session
-from countersign.core.cedar_policy import PolicySetError, compile_policies
+from countersign.core.cedar_policy import PolicySetError
 from countersign.db import schema
-from countersign.db.policies import apply_policies, replay, tenant_policies
+from countersign.db.policies import apply_policies, checked_policies, replay, tenant_policies
 from tools.policies import tenant_tools
 
 
@@ -71,8 +71,8 @@ async def require_tenant(session: AsyncSession, tenant: str) -> None:
 def apply(file: str, tenant: str, changed_by: str | None, shadow: bool) -> None:
     """Validate FILE against the tenant's tools and install it (an empty FILE removes the set).
 
-    Conversations started afterwards check every call against the tenant's sets as they are at
-    the call; a conversation started while the tenant had none keeps its snapshot (no policy step)."""
+    Every call checked or run afterwards is decided by it, in every conversation however old
+    (activities/rules.py)."""
     text = read_file(file)
     kind = "shadow" if shadow else "enforced"
     if changed_by is None:  # the person `login` signed in, through the server (which checks)
@@ -147,7 +147,7 @@ def test(file: str, tenant: str, since_days: int, as_json: bool) -> None:
         await require_tenant(session, tenant)
         tools = await tenant_tools(session, tenant)
         try:
-            candidate = compile_policies(text, tools)
+            candidate = await checked_policies(text, tools)
         except PolicySetError as err:
             raise click.ClickException(f"not valid: {err}") from None
         since = datetime.now(UTC) - timedelta(days=since_days)

@@ -26,11 +26,11 @@ from countersign.core.approvals import (
 )
 from countersign.core.authority import ActionCheck, ProofRequest
 from countersign.core.calls import (
+    CheckedCall,
     McpCall,
     PolicyDecision,
     StoredResult,
     ToolInvocation,
-    ToolResult,
     UnexecutedCall,
 )
 from countersign.core.contract import ConversationContext, StartConversation, TurnResult
@@ -84,11 +84,11 @@ LOAD_TURN_REPLY: ActivityRef[RepliedTurn, TurnResult] = ActivityRef(
 )
 
 # --- tool calls ---------------------------------------------------------------------------
-CHECK_ARGUMENTS: ActivityRef[ToolInvocation, ToolResult] = ActivityRef(
-    "check_arguments", ToolInvocation, ToolResult
+CHECK_ARGUMENTS: ActivityRef[ToolInvocation, CheckedCall] = ActivityRef(
+    "check_arguments", ToolInvocation, CheckedCall
 )
-CHECK_MCP_ARGUMENTS: ActivityRef[McpCall, ToolResult] = ActivityRef(
-    "check_mcp_arguments", McpCall, ToolResult
+CHECK_MCP_ARGUMENTS: ActivityRef[McpCall, CheckedCall] = ActivityRef(
+    "check_mcp_arguments", McpCall, CheckedCall
 )
 EVALUATE_POLICY: ActivityRef[PolicyCheck, PolicyDecision] = ActivityRef(
     "evaluate_policy", PolicyCheck, PolicyDecision

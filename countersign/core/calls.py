@@ -8,7 +8,7 @@ JSON the model sees (CONTRACT.md, "Tool results").
 from __future__ import annotations
 
 import json
-from typing import Any, Literal
+from typing import Any, Literal, Self
 
 from pydantic import BaseModel, Field
 
@@ -35,6 +35,9 @@ ErrorCode = Literal[
     "CONNECTION_INACTIVE",  # the conversation's user was removed or deactivated since it started
     # what an approved call would do now differs from what was approved: nothing ran, it is asked again
     "EFFECT_CHANGED",
+    # a call nobody approved needs approval under the rules in force now (a tier set since, a
+    # policy's quorum): nothing ran, it is asked (activities/rules.py); the model never reads it
+    "APPROVAL_REQUIRED",
 ]
 
 
@@ -50,9 +53,19 @@ class PolicyDecision(BaseModel):
     approvals: int = 0  # permit_approvals: how many distinct approvers
     approvers: list[str] = Field(default_factory=list)  # roles that may approve ([]: the tool's own)
     error: str | None = None  # a policy's evaluation failed: the call is refused, naming it
+    version: int | None = None  # the enforced set's version that decided (recorded with the decision)
 
 
 NO_MATCH = PolicyDecision(outcome="no_match")
+
+
+class RulesNow(BaseModel):
+    """The rules in force at a call, read when it is checked or run (activities/rules.py): the
+    operators' tier for its tool now, and the tenant's enforced set's decision now (None: no set,
+    or none of its policies matched, and the tier decides)."""
+
+    tier: Tier
+    policy: PolicyDecision | None = None
 
 
 class ToolError(BaseModel):
@@ -69,11 +82,11 @@ class ToolResult(BaseModel):
     error: ToolError | None = None
 
     @classmethod
-    def success(cls, data: Any) -> ToolResult:
+    def success(cls, data: Any) -> Self:
         return cls(ok=True, data=data)
 
     @classmethod
-    def failure(cls, code: ErrorCode, message: str) -> ToolResult:
+    def failure(cls, code: ErrorCode, message: str) -> Self:
         return cls(ok=False, error=ToolError(code=code, message=message))
 
     @classmethod
@@ -296,6 +309,17 @@ def result_for_model(invocation: ToolInvocation, result: ToolResult) -> ToolResu
             "reason": edit.reason,
         }
     return result.model_copy(update={"data": data})
+
+
+class CheckedCall(ToolResult):
+    """A call's arguments checked before anyone is asked (`check_arguments`, `check_mcp_arguments`),
+    with the rules in force then, which the workflow acts on; None in results recorded before."""
+
+    rules: RulesNow | None = None
+
+    def envelope_result(self) -> ToolResult:
+        """The result alone, as the model reads it and the audit keeps it."""
+        return ToolResult(ok=self.ok, data=self.data, needs=self.needs, error=self.error)
 
 
 class StoredResult(BaseModel):

@@ -43,6 +43,7 @@ import cedarpy
 
 from countersign.core.calls import NO_MATCH, PolicyDecision, ToolSpec
 from countersign.core.effects import Effect, canonical_json
+from countersign.core.policy_bounds import bounds_refusal
 
 NAMESPACE = "Countersign"
 USER, ACTION, AGENT = (f"{NAMESPACE}::{kind}" for kind in ("User", "Action", "Agent"))
@@ -318,7 +319,10 @@ def counters_named(policies: Mapping[str, Any]) -> frozenset[str]:
 
 def _parsed(text: str) -> tuple[dict[str, Any], dict[str, PolicyInfo], list[str]]:
     """The set's policies (Cedar's JSON form), what their annotations declare, and the problems
-    found in them."""
+    found in them. Text past the bounds (countersign/core/policy_bounds.py) never reaches the engine."""
+    refusal = bounds_refusal(text)
+    if refusal is not None:
+        raise PolicySetError([refusal])
     try:
         parsed = json.loads(cedarpy.policies_to_json_str(text))
     except ValueError as err:
@@ -366,6 +370,17 @@ def compile_policies(text: str, tools: Iterable[ToolSpec]) -> CompiledPolicies:
     if problems:
         raise PolicySetError(problems)
     return load_policies(text)
+
+
+def set_problems(check: Mapping[str, Any]) -> list[str]:
+    """compile_policies' problems with `check["text"]` against `check["tools"]` (ToolSpecs as JSON),
+    none when it may be applied: what a child process answers (countersign/runtime/isolated.py),
+    where the engine may crash."""
+    try:
+        compile_policies(check["text"], [ToolSpec.model_validate(t) for t in check["tools"]])
+    except PolicySetError as err:
+        return err.problems
+    return []
 
 
 def load_policies(text: str) -> CompiledPolicies:

@@ -106,8 +106,9 @@ class ConversationContext(BaseModel):
     email_delivery_delay_s: float = 60.0
     agent_limits: AgentLimits = Field(default_factory=AgentLimits)
     policy: WindowPolicy = Field(default_factory=WindowPolicy)  # what the model sees and may spend
-    # The tenant has a Cedar policy set (enforced or shadow): each call passes the policy gate
-    # (`evaluate_policy`). False (and recorded histories): the step is as before, nothing added.
+    # Read only from runs that loaded it (before the rules in force were read at each call,
+    # activities/rules.py): True made each call pass the policy gate (`evaluate_policy`) first.
+    # Runs load it False: the activities each call runs anyway read the tenant's sets now.
     has_policies: bool = False
 
 

@@ -9,8 +9,8 @@ sets by digest so that a call parses nothing, the policy gate's reads (`gate_rea
 requester's roles and the audit's history the sets name) and `policy test`'s replay of the
 recorded calls against a candidate set.
 
-An empty file applied removes the tenant's policies of that mode: with no enforced set, a
-conversation's snapshot says so and its calls skip the policy gate entirely.
+An empty file applied removes the tenant's policies of that mode: with no set at all, a call's
+rules in force (activities/rules.py) are its tier alone, read in the one statement that finds no set.
 """
 
 from __future__ import annotations
@@ -35,12 +35,13 @@ from countersign.core.cedar_policy import (
     CallFacts,
     CompiledPolicies,
     PolicySetError,
-    compile_policies,
     decide,
     load_policies,
+    set_problems,
     summed_fields,
 )
 from countersign.core.effects import Effect
+from countersign.core.policy_bounds import bounds_refusal
 from countersign.db.chain import chain_written
 from countersign.db.schema import (
     ApprovalRequest,
@@ -50,12 +51,31 @@ from countersign.db.schema import (
     UserRole,
     Via,
 )
-
-MAX_POLICY_CHARS = 200_000  # a policy file, as text: a set of a few hundred policies fits many times
+from countersign.runtime.isolated import ChildDied, run_isolated
 
 
 def digest(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
+
+
+async def checked_policies(text: str, tools: Sequence[ToolSpec]) -> CompiledPolicies:
+    """`text` checked as `policy apply` checks it (compile_policies), and parsed: raises
+    PolicySetError with every problem. The bounds are checked here, before any engine reads the
+    text; the engine then checks it in a child process (countersign/runtime/isolated.py), so that a
+    text that crashes it costs that child, not this process; only a text the child survived is
+    parsed here."""
+    refusal = bounds_refusal(text)
+    if refusal is not None:
+        raise PolicySetError([refusal])
+    try:
+        check = {"text": text, "tools": [t.model_dump(mode="json") for t in tools]}
+        problems: list[str] = await run_isolated(f"{set_problems.__module__}:{set_problems.__name__}", check)
+    except ChildDied as died:
+        failed = f"the policy engine failed on this text ({died}); nothing was applied"
+        raise PolicySetError([failed]) from None
+    if problems:
+        raise PolicySetError(problems)
+    return loaded(text)
 
 
 @lru_cache(maxsize=256)
@@ -94,11 +114,9 @@ async def apply_policies(
     refusal: str | None = None
     if ADMIN not in set(roles):
         refusal = f"only an admin of {tenant_id} may change its policies ({changed_by} is not)"
-    elif len(text) > MAX_POLICY_CHARS:
-        refusal = f"the policy file is {len(text)} characters, over the limit of {MAX_POLICY_CHARS}"
     elif text.strip():
         try:
-            compile_policies(text, tools)
+            await checked_policies(text, tools)
         except PolicySetError as err:
             refusal = str(err)
     version = (current.version if current else 0) + 1

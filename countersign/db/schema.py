@@ -869,7 +869,9 @@ class McpServer(Base):
     headers: Mapped[dict[str, Any]] = mapped_column(server_default=text("'{}'::jsonb"))  # header -> env var
     agents: Mapped[list[str]]
     tenant_id: Mapped[str | None] = mapped_column(ForeignKey("tenants.id"))  # None: every tenant
-    # The tools as last listed (name, description, annotations): what `permissions show` prints.
+    # The tools as last listed (name, description, annotations, inputSchema): what `permissions show`
+    # prints and what policies naming them are checked against (a row kept before inputSchema was
+    # has none: its tools are nameable once a worker lists them again, at a conversation's start).
     tools: Mapped[list[Any] | None] = mapped_column(JSONB(none_as_null=True))
     created_at: Mapped[datetime] = created_at()
 

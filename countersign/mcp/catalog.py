@@ -43,8 +43,14 @@ class ListedTool(BaseModel):
         return listing_hash([self.name, self.description, self.input_schema])
 
     def shown(self) -> dict[str, Any]:
-        """What `permissions show` prints of it."""
-        return {"name": self.name, "description": self.description[:300], "annotations": self.annotations}
+        """What a server's row keeps of it (`remember_listing`): what `permissions show` prints, and
+        its input schema, which a tenant's policies are checked against (tools/policies.py)."""
+        return {
+            "name": self.name,
+            "description": self.description[:300],
+            "annotations": self.annotations,
+            "inputSchema": self.input_schema,
+        }
 
 
 class CallOutcome(BaseModel):

@@ -208,7 +208,8 @@ async def servers_for(session: AsyncSession, agent: str, tenant_id: str) -> list
 
 
 async def remember_listing(session: AsyncSession, server: str, listed: Sequence[Shown]) -> None:
-    """Keep a server's latest tool listing (names, descriptions, annotations) for `permissions show`."""
+    """Keep a server's latest tool listing (names, descriptions, annotations, input schemas) for
+    `permissions show` and for checking the policies that name its tools."""
     shown = [t.shown() for t in listed]
     await session.execute(update(McpServer).where(McpServer.name == server).values(tools=shown))
 

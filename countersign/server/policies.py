@@ -21,9 +21,10 @@ from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from countersign.core.authority import ADMIN
-from countersign.core.cedar_policy import PolicySetError, compile_policies
+from countersign.core.cedar_policy import PolicySetError
+from countersign.core.policy_bounds import MAX_POLICY_CHARS
 from countersign.db.people import roles_of
-from countersign.db.policies import MAX_POLICY_CHARS, apply_policies, tenant_policies
+from countersign.db.policies import apply_policies, checked_policies, tenant_policies
 from countersign.db.schema import PolicyChange, ShadowDifference
 from countersign.server.agent_tools import admin_of
 from countersign.server.door import CALLER
@@ -105,7 +106,7 @@ async def validate(request: web.Request) -> web.Response:
     async with request.app[POLICIES]() as session:
         tenant, _ = await admin_of(request, session, WHAT)
         try:
-            compile_policies(body.text, await tenant_tools(session, tenant))
+            await checked_policies(body.text, await tenant_tools(session, tenant))
         except PolicySetError as err:
             raise HttpRefusal(422, str(err)) from None
     return web.json_response({"ok": True})

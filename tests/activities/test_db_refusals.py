@@ -41,7 +41,7 @@ from tests.e2e.test_compromised_model import (  # noqa: F401 (a fixture)
 )
 from tests.fixtures.agent import running_agent
 from tests.fixtures.temporal import failed_tasks
-from tools.registry import Tool
+from tools.registry import Tool, ToolFailure
 from workflows.options import DB_OUTAGE_TOLERANCE
 
 PROBE = Table("json_probe", MetaData(), Column("id", Integer, primary_key=True), Column("v", JSONB))
@@ -162,10 +162,14 @@ class RefusedAudit(ToolActivities):
     attempts = 0
 
     async def _run(
-        self, session: AsyncSession, tool: Tool, invocation: ToolInvocation
+        self,
+        session: AsyncSession,
+        tool: Tool,
+        invocation: ToolInvocation,
+        refusal: ToolFailure | None = None,
     ) -> tuple[ToolResult, dict[str, Any]]:
         RefusedAudit.attempts += 1
-        return await super()._run(session, tool, invocation.model_copy(update={"turn": 2**40}))
+        return await super()._run(session, tool, invocation.model_copy(update={"turn": 2**40}), refusal)
 
 
 @pytest.mark.security

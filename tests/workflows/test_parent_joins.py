@@ -35,7 +35,7 @@ async def apollo(db_engine: AsyncEngine) -> AsyncIterator[tuple[int, str]]:
             )
         ).scalar_one()
         other = await conn.scalar(select(Project.id).where(Project.tenant_id == "acme", Project.name != name))
-        rows = [
+        rows: list[dict[str, object]] = [
             *({"title": f"{t} ({name})", "status": "open", "project_id": project_id} for t in APOLLO_TASKS),
             {"title": f"Write the press kit ({name})", "status": "done", "project_id": project_id},
             {"title": f"Unrelated open task ({name})", "status": "open", "project_id": other},
@@ -58,8 +58,8 @@ def test_every_link_is_a_foreign_key_of_the_tables_and_every_key_between_collect
             for element in constraint.elements
             if element.column.table.name in tables and element.parent.name != "tenant_id"
         }
-        for child, parent in keyed.items():
-            assert c.links.get(child) == parent, f"{name}.{child} -> {parent}.id is not in the map"
+        for child, linked in keyed.items():
+            assert c.links.get(child) == linked, f"{name}.{child} -> {linked}.id is not in the map"
         for child, parent in c.links.items():
             assert child in c.fields and parent in COLLECTIONS, (name, child, parent)
             assert child.endswith("_id") and c.kind(child) == "integer", (name, child)
