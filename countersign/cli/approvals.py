@@ -21,7 +21,7 @@ from countersign.cli.conversation_client import ConversationClient, conversation
 from countersign.cli.conversations import connected
 from countersign.cli.stack_client import query_status
 from countersign.cli.ux import relative, with_session
-from countersign.core.approvals import Decision
+from countersign.core.approvals import Approval, Decision
 from countersign.core.bounds import DuplicateKey, loads_strict
 from countersign.core.effects import Effect, effect_shown, effect_text, effect_warnings
 from countersign.core.grants import MAX_GRANT_MINUTES, MAX_GRANT_USES, GrantTerms
@@ -276,9 +276,15 @@ def approve(
             )
             approval = await client.decide(workflow_id, decision)
             granted = f", granted for {grant.minutes} min or {grant.uses} use(s)" if grant else ""
-            click.echo(f"approved {cid}: {approval.tool} by {approval.decided_by}{proven(client)}{granted}")
+            click.echo(f"approved {cid}: {approval.tool} {decided(approval)}{proven(client)}{granted}")
 
     run(body())
+
+
+def decided(approval: Approval) -> str:
+    """ "by bob" once decided; a quorum's approval that is not the last says how far it is
+    ("(1 of 2 approved (bob); 1 more approval needed)"), never "by None"."""
+    return f"by {approval.decided_by}" if approval.decided_by else f"({approval.outcome()})"
 
 
 @cli.command()
@@ -293,7 +299,7 @@ def reject(workflow_id: str, call_id: str, approver: str, reason: str | None) ->
         client = conversation_client(approver, workflow_id=workflow_id)
         decision = Decision(call_id=call_id, decision="reject", approver=approver, reason=reason)
         approval = await client.decide(workflow_id, decision)
-        click.echo(f"rejected {call_id}: {approval.tool} by {approval.decided_by}{proven(client)}")
+        click.echo(f"rejected {call_id}: {approval.tool} {decided(approval)}{proven(client)}")
 
     run(body())
 

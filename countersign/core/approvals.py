@@ -46,11 +46,12 @@ def approvals_required(quorum: PolicyDecision | None) -> int:
 
 
 def quorum_line(required: int, approved_by: list[str]) -> str:
-    """ "1 of 2: bob approved": a quorum's card line; "" for a call that needs one approver."""
+    """ "1 of 2 approved (bob)": a quorum's card line, as everything a person sees says it (CLI,
+    inbox, chat page, notices); "" for a call that needs one approver."""
     if required < 2:
         return ""
-    said = f": {', '.join(approved_by)} approved" if approved_by else ""
-    return f"{len(approved_by)} of {required}{said}"
+    said = f" ({', '.join(approved_by)})" if approved_by else ""
+    return f"{len(approved_by)} of {required} approved{said}"
 
 
 class Approval(BaseModel):
@@ -88,6 +89,15 @@ class Approval(BaseModel):
 
     def progress(self) -> str:
         return quorum_line(self.approvals_required, self.approvals)
+
+    def outcome(self) -> str:
+        """What a decision left, as a person reads it: "approved by bob", or, a quorum's approval
+        that is not the last, "1 of 2 approved (bob); 1 more approval needed" (never "by None")."""
+        if self.state == "pending":
+            more = self.approvals_required - len(self.approvals)
+            needed = f"{more} more approval{'s' if more != 1 else ''} needed"
+            return f"{self.progress()}; {needed}" if self.progress() else needed
+        return f"{self.state} by {self.decided_by}" if self.decided_by else self.state
 
 
 class Decision(BaseModel):

@@ -7,6 +7,7 @@ so tests exercise it without a server and the server stays a thin HTTP shell aro
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,9 @@ class _Strict(BaseModel):
 class When(_Strict):
     # one text, or several that must all appear ("score" and "jane": the lead the user asked about)
     user_contains: str | tuple[str, ...] | None = None
+    # a regular expression the latest user message matches (case-insensitive); its named groups
+    # fill the reply's arguments written "{name}" (the drafts page's "send draft 7" names draft 7)
+    user_matches: str | None = Field(default=None, max_length=500)
     after_tool: str | None = None
     result_contains: str | None = None
     turn_calls: int | None = Field(default=None, ge=0)
@@ -33,6 +37,11 @@ class When(_Strict):
         # Without `after_tool` the latest message must be the user's, so there is no result to search.
         if self.result_contains is not None and self.after_tool is None:
             raise ValueError("`result_contains` needs `after_tool` (it searches that tool's result)")
+        if self.user_matches is not None:
+            try:
+                re.compile(self.user_matches)
+            except re.error as err:
+                raise ValueError(f"`user_matches` is not a regular expression: {err}") from None
         return self
 
 
@@ -133,7 +142,31 @@ Message = Mapping[str, Any]
 def choose_reply(scenario: Scenario, messages: Sequence[Message]) -> Reply | None:
     """The reply of the first rule whose `when` all hold for this model turn, or None."""
     turn = _Turn(messages)
-    return next((rule.reply for rule in scenario.rules if turn.matches(rule.when)), None)
+    rule = next((rule for rule in scenario.rules if turn.matches(rule.when)), None)
+    if rule is None:
+        return None
+    if rule.when.user_matches is None or not rule.reply.tool_calls:
+        return rule.reply
+    found = re.search(rule.when.user_matches, turn.user_text, re.IGNORECASE)
+    groups = {k: v for k, v in found.groupdict().items() if v is not None} if found else {}
+    calls = [
+        call.model_copy(update={"arguments": filled(call.arguments, groups)})
+        for call in rule.reply.tool_calls
+    ]
+    return rule.reply.model_copy(update={"tool_calls": calls})
+
+
+def filled(value: Any, groups: Mapping[str, str]) -> Any:
+    """`value` with each "{name}" of a string replaced by the group `name` matched."""
+    if isinstance(value, str):
+        for name, text in groups.items():
+            value = value.replace("{" + name + "}", text)
+        return value
+    if isinstance(value, dict):
+        return {k: filled(v, groups) for k, v in value.items()}
+    if isinstance(value, list):
+        return [filled(v, groups) for v in value]
+    return value
 
 
 class _Turn:
@@ -162,6 +195,8 @@ class _Turn:
             texts = (when.user_contains,) if isinstance(when.user_contains, str) else when.user_contains
             if any(text.casefold() not in self.user_text for text in texts):
                 return False
+        if when.user_matches is not None and not re.search(when.user_matches, self.user_text, re.IGNORECASE):
+            return False
         return when.turn_calls is None or when.turn_calls == self.calls_since_user
 
 

@@ -6,9 +6,11 @@ audit. The work is in countersign.server.inbox; the live view in countersign.ser
 from __future__ import annotations
 
 import contextlib
+from typing import Any
 
 from aiohttp import web
 
+from countersign.core.approvals import Approval
 from countersign.server.http import REVIEWER, SESSION, SSE_HEADERS, HttpRefusal, parse
 from countersign.server.inbox import (
     MAX_PAGE,
@@ -75,12 +77,18 @@ async def approvals(request: web.Request) -> web.Response:
     return response
 
 
+def decided(approval: Approval) -> dict[str, Any]:
+    """A recorded decision as the API answers it, with `outcome`: the line a person is shown
+    ("approved by bob", "1 of 2 approved (bob); 1 more approval needed")."""
+    return {**approval.model_dump(mode="json"), "outcome": approval.outcome()}
+
+
 async def decide(request: web.Request) -> web.Response:
     body: DecisionRequest = await parse(request, DecisionRequest, invalid=400)
     reviewer, match = request[REVIEWER], request.match_info
     known = request.app[WATCHER].listed(reviewer.tenant_id, match["workflow_id"], match["call_id"])
     approval = await request.app[INBOX].decide(reviewer, match["workflow_id"], match["call_id"], body, known)
-    return web.json_response(approval.model_dump(mode="json"))
+    return web.json_response(decided(approval))
 
 
 async def decide_batch(request: web.Request) -> web.Response:
@@ -94,7 +102,7 @@ async def decide_batch(request: web.Request) -> web.Response:
         try:
             known = request.app[WATCHER].listed(reviewer.tenant_id, item.workflow_id, item.call_id)
             approval = await inbox.decide(reviewer, item.workflow_id, item.call_id, single, known)
-            results.append({**item.model_dump(), "status": 200, "decision": approval.model_dump(mode="json")})
+            results.append({**item.model_dump(), "status": 200, "decision": decided(approval)})
         except HttpRefusal as err:
             results.append({**item.model_dump(), "status": err.status, "error": str(err)})
     return web.json_response(results)

@@ -26,6 +26,7 @@ from typing import Any, Literal
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from pydantic import BaseModel, ConfigDict, Field
+from sqlalchemy import exists, or_, select
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
@@ -53,13 +54,21 @@ from countersign.db.audit import audit_rows
 from countersign.db.instances import PENDING
 from countersign.db.messages import ConversationStore
 from countersign.db.people import roles_of
-from countersign.db.schema import AgentProfile, Conversation, RequesterAction, User
+from countersign.db.schema import (
+    AgentProfile,
+    ApprovalDecision,
+    ApprovalRequest,
+    Conversation,
+    RequesterAction,
+    User,
+)
 from countersign.identity import tokens
 from countersign.identity.mode import recorded_mode
 from countersign.identity.proofs import Binding, mint_proof
 from countersign.runtime.config import Settings
 from countersign.server.conversation_events import ConversationEvents
 from countersign.server.http import HttpRefusal
+from countersign.server.inbox import Decidable
 
 RequesterActionName = Literal[
     "start", "message", "answer", "rollback", "end", "status", "transcript", "reply", "audit", "mcp"
@@ -67,12 +76,34 @@ RequesterActionName = Literal[
 ADMIN = "admin"
 # What a tenant admin may do to a conversation of another user of the tenant (countersign.core.authority).
 ADMIN_MAY: frozenset[str] = frozenset({"status", "transcript", "rollback", "end", "audit"})
+# What a reviewer of one of its calls may do to a conversation: read it, to judge the call in its
+# context (who decided one of its calls, or may decide one that waits); acting in it stays its user's.
+REVIEWER_MAY: frozenset[str] = frozenset({"status", "transcript", "audit"})
 MAX_WAIT_S = 50.0  # the longest `GET …/reply` holds a request open
 FIRST_LOOK_S = 0.25  # a reply's wait asks the status this soon (a turn that is done answers first)
 RECHECK_S = 5.0  # and again this often when no event says it may have changed
 # The conversation events after which a reply's wait asks the status again (countersign.db.events).
 STATUS_EVENTS = frozenset({"approval", "question", "turn", "rollback"})
 INSTANCE_WAIT_S = 10.0  # how long an answer, rollback or end waits for a new conversation to register
+
+
+async def reviews(session: AsyncSession, row: Conversation, person: str, roles: list[str]) -> bool:
+    """Whether `person` reviews a call of the conversation `row`, as the database says: they
+    decided one (approved or rejected, accepted), or one waits that they may decide (the inbox's
+    own filter, so whoever sees the card may open its conversation)."""
+    decided = select(ApprovalDecision.id).where(
+        ApprovalDecision.tenant_id == row.tenant_id,
+        ApprovalDecision.workflow_id == row.workflow_id,
+        ApprovalDecision.approver == person,
+        ApprovalDecision.accepted,
+    )
+    waits = select(ApprovalRequest.call_id).where(
+        ApprovalRequest.tenant_id == row.tenant_id,
+        ApprovalRequest.workflow_id == row.workflow_id,
+        ApprovalRequest.state == "pending",
+        Decidable.of(person, roles).clause(),
+    )
+    return bool(await session.scalar(select(or_(exists(decided), exists(waits)))))
 
 
 @dataclass(frozen=True)
@@ -251,9 +282,11 @@ class Requesters:
                 raise HttpRefusal(404, f"no conversation {workflow_id}")
             if caller.may_act_for(row.user_id):
                 return row
-            if caller.person is not None and action in ADMIN_MAY:
+            if caller.person is not None and action in ADMIN_MAY | REVIEWER_MAY:
                 roles = await roles_of(session, caller.tenant_id, caller.person) or []
-                if ADMIN in roles:
+                if action in ADMIN_MAY and ADMIN in roles:
+                    return row
+                if action in REVIEWER_MAY and await reviews(session, row, caller.person, roles):
                     return row
         raise HttpRefusal(404, f"no conversation {workflow_id}")
 

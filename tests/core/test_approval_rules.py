@@ -304,6 +304,20 @@ def test_a_quorums_card_says_how_far_it_is() -> None:
         call_id="c1", tool="t", args="{}", risk="high", requested_by="alice", requested_at=NOW,
         expires_at=NOW + timedelta(hours=1), quorum=quorum(2), approvals=["bob"],
     )  # fmt: skip
-    assert (approval.approvals_required, approval.progress()) == (2, "1 of 2: bob approved")
+    assert (approval.approvals_required, approval.progress()) == (2, "1 of 2 approved (bob)")
     single = approval.model_copy(update={"quorum": None, "approvals": []})
     assert (single.approvals_required, single.progress()) == (1, "")
+
+
+def test_a_quorums_first_approval_reads_as_how_far_it_is_never_by_none() -> None:
+    """Issue 50 item 5: after the first of two approvals, the decide answer (CLI `approve`, the
+    inbox's notice) says who approved and how many are still needed."""
+    first = Approval(
+        call_id="c1", tool="t", args="{}", risk="high", requested_by="alice", requested_at=NOW,
+        expires_at=NOW + timedelta(hours=1), quorum=quorum(2), approvals=["bob"],
+    )  # fmt: skip
+    assert first.outcome() == "1 of 2 approved (bob); 1 more approval needed"
+    done = first.model_copy(
+        update={"state": "approved", "decided_by": "carol", "approvals": ["bob", "carol"]}
+    )
+    assert done.outcome() == "approved by carol"

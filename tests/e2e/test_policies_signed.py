@@ -55,13 +55,17 @@ async def test_two_proven_approvals_and_never_one(
     handle = await stack.agent.start("qualify jane", single_turn=True)  # by alice
     alice, bob, carol = await stack.login("alice"), await stack.login("bob"), await stack.login("carol")
     seen = await card(stack, bob, handle.id)
-    assert (seen["approvals_required"], seen["policy"], seen["quorum"]) == (2, "two-for-status", "0 of 2")
+    assert (seen["approvals_required"], seen["policy"], seen["quorum"]) == (
+        2,
+        "two-for-status",
+        "0 of 2 approved",
+    )
     path = f"/api/approvals/{handle.id}/{seen['call_id']}"
 
     status, body = await stack.call("POST", path, bob, {"decision": "approve"})
     assert status == 200 and body["state"] == "pending", body
     again = await card(stack, carol, handle.id)
-    assert again["quorum"] == "1 of 2: bob approved"
+    assert again["quorum"] == "1 of 2 approved (bob)"
     assert await lead_status(db_engine, "acme") == "new", "one approval of two runs nothing"
 
     status, body = await stack.call("POST", path, bob, {"decision": "approve"})

@@ -1,6 +1,6 @@
 """A policy's quorum on the inbox card in headless Chromium against the dev server (APPROVER_AUTH=
 signed): alice's call needs two distinct approvers; carol's card says how far it is ("0 of 2",
-then "1 of 2: bob approved" once bob approved), and her approval on the page is the second, which
+then "1 of 2 approved (bob)" once bob approved), and her approval on the page is the second, which
 runs the call. Screenshot in test-artifacts/."""
 
 from __future__ import annotations
@@ -43,13 +43,17 @@ async def test_the_card_shows_the_quorum_and_the_second_approval_runs_the_call(
         quorum = listed.locator(".quorum")
         await quorum.wait_for(timeout=15_000)
         assert "Needs 2 distinct approvers (policy two-for-status)" in (await quorum.text_content() or "")
-        assert (await quorum.text_content() or "").endswith("0 of 2")
+        assert (await quorum.text_content() or "").endswith("0 of 2 approved")
 
         path = f"/api/approvals/{handle.id}/{item['call_id']}"
         status, body = await stack.call("POST", path, bob, {"decision": "approve"})
         assert status == 200 and body["state"] == "pending", body
+        assert body["outcome"] == "1 of 2 approved (bob); 1 more approval needed", body  # never "by None"
+        # a quorum's card offers no grant that would fail: it says why there is none
+        assert await listed.get_by_role("button", name="Approve and grant the same again").count() == 0
+        assert "No grant: this call needs 2 distinct approvers" in (await listed.text_content() or "")
         # live, without a reload: the open stream tells the page
-        await listed.locator(".quorum", has_text="1 of 2: bob approved").wait_for(timeout=15_000)
+        await listed.locator(".quorum", has_text="1 of 2 approved (bob)").wait_for(timeout=15_000)
         assert await lead_status(db_engine, "acme") == "new", "one approval of two runs nothing"
         await page.screenshot(path=ARTIFACTS / "inbox-quorum.png", full_page=True)
 

@@ -3,6 +3,7 @@ the markdown escaping of Web UI text. All pure: no server."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +13,13 @@ from countersign.core.calls import ToolResult
 from countersign.core.markdown import escape_markdown
 from countersign.db.seed import AGENTS
 from countersign.runtime.config import PROJECT_ROOT
-from countersign.scripted_model.scenario import ScenarioError, choose_reply, load_scenarios, scenario_for
+from countersign.scripted_model.scenario import (
+    ScenarioError,
+    choose_reply,
+    filled,
+    load_scenarios,
+    scenario_for,
+)
 from tests.fixtures.scripted_model import rules
 from tools import REGISTRY
 from tools.arguments import parse_arguments
@@ -39,8 +46,10 @@ def test_a_scenario_calls_only_its_agents_tools_with_valid_arguments(scenario) -
     for rule in scenario.rules:
         for call in rule.reply.tool_calls:
             assert call.name in tools, f"{scenario.agent} has no tool {call.name}"
-            if call.name in REGISTRY:
-                parse_arguments(REGISTRY[call.name], call.arguments)  # raises when invalid
+            if call.name in REGISTRY:  # a "{group}" of `user_matches` as a number the user typed
+                groups = re.compile(rule.when.user_matches or "").groupindex
+                args = filled(call.arguments, dict.fromkeys(groups, "1"))
+                parse_arguments(REGISTRY[call.name], args)  # raises when invalid
         if rule.when.after_tool is not None:
             assert rule.when.after_tool in tools
 
@@ -103,3 +112,17 @@ def test_the_scheduler_says_why_nothing_was_proposed() -> None:
     assert again is not None and again.startswith("You and John Smith have free 30-minute slots")
     empty = after(ToolResult(ok=True, data={"session": None, "status": "no_slots", "slots": []}))
     assert empty == "Nobody is free long enough in that window."
+
+
+def test_the_drafts_pages_send_it_sends_that_draft_through_send_draft() -> None:
+    """Issue 50 item 3: the message the Drafts page's "Send it" puts in the chat (drafts.js) asks the
+    shipped lead-qualifier for send_draft of that draft, even when its subject says "draft" or
+    "qualify"; it used to save another draft."""
+    script = scenario_for(SHIPPED, "lead-qualifier")
+    assert script is not None
+    asked = 'Please send draft 42 ("Qualify: our draft" to jane.doe@example.com).'
+    reply = choose_reply(script, [{"role": "user", "content": asked}])
+    assert reply is not None and [c.name for c in reply.tool_calls] == ["send_draft"]
+    assert parse_arguments(REGISTRY["send_draft"], reply.tool_calls[0].arguments).model_dump() == {
+        "draft": 42
+    }

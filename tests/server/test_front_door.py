@@ -448,3 +448,50 @@ async def test_a_body_naming_a_key_twice_is_refused_and_starts_nothing(
             )
         ).one()
     assert "more than once" in (refused.reason or "") and refused.workflow_id is None, refused
+
+
+async def test_a_reviewer_reads_the_conversation_of_a_call_they_review_and_acts_in_none(
+    signed_agent: SignedStack, jane_is_new: None
+) -> None:
+    """Issue 50 item 6: bob, who may decide a call of alice's conversation and then decides it,
+    opens its status and transcript (and its audit); he writes nothing in it, and erin, a reviewer
+    of another tenant, still learns nothing."""
+    stack, agent = signed_agent, signed_agent.agent
+    agent.script(qualify(), ECHO_RESULT)
+    alice, bob, erin = (
+        await stack.login("alice"),
+        await stack.login("bob"),
+        await stack.login("erin", "globex"),
+    )
+    code, body = await stack.call(
+        "POST", "/api/conversations", alice, {"agent": "lead-qualifier", "message": "qualify jane"}
+    )
+    assert code == 201, body
+    wf = body["workflow_id"]
+    handle = agent.client.get_workflow_handle(wf, result_type=ConversationResult)
+    agent.track(wf)
+    await pending(handle)
+    code, status = await stack.call("GET", f"/api/conversations/{wf}", bob)  # the card he may decide
+    assert code == 200 and status["pending_approvals"][0]["call_id"] == "c1", status
+    code, body = await stack.call("POST", f"/api/approvals/{wf}/c1", bob, {"decision": "approve"})
+    assert code == 200, body
+
+    async def idle() -> Any:
+        code, status = await stack.call("GET", f"/api/conversations/{wf}", bob)
+        assert code == 200, status
+        return status["state"] == "idle"
+
+    await until(idle, "the approved call ran and the turn ended")
+    code, messages = await stack.call("GET", f"/api/conversations/{wf}/transcript", bob)
+    assert code == 200 and [m["content"] for m in messages if m["role"] == "user"] == ["qualify jane"]
+    code, rows = await stack.call("GET", f"/api/conversations/{wf}/audit", bob)
+    assert code == 200 and [r["approved_by"] for r in rows] == ["bob"], rows
+    for method, path, payload in (
+        ("POST", "/messages", {"text": "hi"}),
+        ("POST", "/rollback", {"scope": "turn"}),
+        ("POST", "/end", None),
+    ):
+        code, body = await stack.call(method, f"/api/conversations/{wf}{path}", bob, payload)
+        assert code == 404, (path, body)
+    for path in ("", "/transcript"):
+        assert (await stack.call("GET", f"/api/conversations/{wf}{path}", erin))[0] == 404

@@ -36,7 +36,7 @@ def test_a_call_asked_again_is_news_though_its_key_is_the_same() -> None:
 
 def test_one_more_approval_of_a_quorum_is_news() -> None:
     """Issue 35: a call that needs two approvers stays pending after the first; the cards must say
-    "1 of 2: bob approved" (the poll's new listing was dropped when only nonces were compared)."""
+    "1 of 2 approved (bob)" (the poll's new listing was dropped when only nonces were compared)."""
     before = listing(item("c1", "n1"))
     assert listed_differently(listing(item("c1", "n1", ("bob",))), before)
     assert not listed_differently(listing(item("c1", "n1", ("bob",))), listing(item("c1", "n1", ("bob",))))

@@ -113,9 +113,9 @@ async def test_two_approvers_distinct_and_never_the_requester(
         )
 
     first = await decide("bob")
-    assert first.state == "pending" and first.progress() == "1 of 2: bob approved"
+    assert first.state == "pending" and first.progress() == "1 of 2 approved (bob)"
     (card,) = (await handle.query(AgentWorkflow.status)).pending_approvals
-    assert card.quorum == "1 of 2: bob approved"
+    assert card.quorum == "1 of 2 approved (bob)"
     for again, why in (("bob", "bob already approved"), ("alice", "alice may not decide high-risk calls")):
         with pytest.raises(WorkflowUpdateFailedError) as refused:
             await decide(again)

@@ -124,12 +124,20 @@ const handlers = {
   approval(data) {
     const step = stepNode(data.call_id);
     if (!step) return;
-    if (data.state === "pending") {
+    if (data.state === "pending" && data.decided_by) {
+      // a quorum's approval short of its number: the step still waits (its countdown and link stay)
+      if (data.note) $(".review", step).textContent = data.note;
+      setOutcome(step, `Waiting for more approvals: ${data.decided_by} approved`, "waiting");
+      say(`${data.tool}: ${data.decided_by} approved; it waits for more approvals`);
+    } else if (data.state === "pending") {
+      for (const node of step.querySelectorAll(".decide, .to-inbox")) node.remove();
       const who = (data.may_decide || []).join(", ") || "a reviewer";
       if (!$(".effect", step)) $("h3", step).after(effectView(data.effect_lines, data.effect_folds, data.resolved === false));
       setOutcome(step, `Waiting for a reviewer (${who} may decide)`, "waiting");
-      const countdown = el("span", { class: "countdown", "data-expires": data.expires_at, text: relativeTime(data.expires_at) });
-      $(".outcome", step).append(" · expires ", countdown);
+      if (data.expires_at) {
+        const countdown = el("span", { class: "countdown", "data-expires": data.expires_at, text: relativeTime(data.expires_at) });
+        $(".outcome", step).append(" · expires ", countdown);
+      }
       setBusy(true, `Waiting for ${who}`);
       if ((data.may_decide || []).includes($("#whoami").textContent)) {
         $(".actions", step).append(decideForm(data));

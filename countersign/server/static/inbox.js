@@ -149,7 +149,9 @@ function card(item) {
     el("details", {}, el("summary", { text: "Edit arguments" }), fields, approveEdited),
     el("p", { class: "decision" }, el("label", { for: reason.id, text: "Your reason for this decision" }), reason),
     el("p", {}, approve, reject),
-    el("fieldset", { class: "grant" },
+    // a quorum's call is never granted (CONTRACT.md): the card says so instead of offering a button that fails
+    item.approvals_required > 1 ? el("p", { class: "grant muted", text: `No grant: this call needs ${item.approvals_required} `
+      + "distinct approvers, and a grant would let later calls run on one approval." }) : el("fieldset", { class: "grant" },
       el("legend", { text: "Or approve, and let the same call run again without asking" }),
       el("p", { class: "muted", text: `Later calls of ${item.tool} by ${item.requested_by} with ${item.agent}, with these `
         + "same arguments (a tool's free ones, such as a reason, aside), run unasked until the time or the uses run out, "
@@ -166,7 +168,7 @@ function card(item) {
       if (edited) body.args = readArgs(fields);
       if (granted) body.grant = { minutes: Number(grantMinutes.value), uses: Number(grantUses.value) };
       const result = await api("POST", `/api/approvals/${encodeURIComponent(item.workflow_id)}/${encodeURIComponent(item.call_id)}`, body);
-      say(`${result.state} ${item.tool} (${item.call_id}) in ${item.workflow_id} as ${result.decided_by}`);
+      say(`${item.tool} (${item.call_id}) in ${item.workflow_id}: ${result.outcome}`);
       removeCard(key);
       loadHistory();
       if (granted) loadGrants();
