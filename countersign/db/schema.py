@@ -1272,6 +1272,7 @@ class ApprovalRequest(Base):
 
 CHAT_KINDS = ("telegram", "slack")
 CHAT_POST_STATUSES = ("sending", "sent", "failed")
+CHAT_TURN_STATES = ("open", "waiting", "done")
 
 
 class ChatChannel(Base):
@@ -1312,6 +1313,41 @@ class ChatSender(Base):
     agent: Mapped[str]  # the agent their conversation is with
     workflow_id: Mapped[str | None]  # their current conversation
     created_at: Mapped[datetime] = created_at()
+
+
+class ChatTurn(Base):
+    """A message a chat channel delivered, whose outcome is owed to the chat it came from
+    (countersign/server/channels.py): `open` until its turn replied or said it waits, `waiting`
+    once "waiting for a person" was posted, `done` once the outcome was claimed for posting. A
+    server that starts again follows every turn not `done`: nothing is lost to a restart."""
+
+    __tablename__ = "chat_turns"
+
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"), primary_key=True)
+    message_id: Mapped[str] = mapped_column(primary_key=True)  # the channel's ("telegram-<update_id>")
+    workflow_id: Mapped[str] = mapped_column(index=True)
+    user_id: Mapped[str]  # who the mapped sender is: the conversation is theirs
+    chat: Mapped[str]  # where the outcome goes (Telegram's chat id; Slack's channel)
+    state: Mapped[str] = mapped_column(server_default="open")
+    created_at: Mapped[datetime] = created_at()
+    updated_at: Mapped[datetime] = updated_at()
+
+    __table_args__ = (one_of("state", CHAT_TURN_STATES),)
+
+
+class WebhookRefusal(Base):
+    """Webhook requests refused for a wrong secret or signature, counted per tenant, channel kind,
+    source address and minute (issue 53, item 5): the first of a window is a chained `input_audit`
+    record, the rest only raise `count` here (no chain lock), and past a limit they answer 429."""
+
+    __tablename__ = "webhook_refusals"
+
+    tenant_id: Mapped[str] = mapped_column(primary_key=True)  # no foreign key, like input_audit
+    kind: Mapped[str] = mapped_column(primary_key=True)
+    source: Mapped[str] = mapped_column(primary_key=True)  # the client's address
+    window_start: Mapped[datetime] = mapped_column(primary_key=True)
+    count: Mapped[int]
+    reason: Mapped[str]  # the latest refusal's
 
 
 class ChatPost(Base):

@@ -1,0 +1,57 @@
+"""Chat turns owed an outcome, and refused webhooks counted per window (issues 51 and 53).
+
+Revision ID: 0029
+Revises: 0028
+Create Date: 2026-12-02
+
+`chat_turns`: each message a chat channel delivered, until its outcome (the reply, also after a
+wait for a person) was posted back to its chat; a server that starts again follows those not done.
+`webhook_refusals`: webhook requests refused for a wrong secret or signature, counted per tenant,
+channel kind, source and minute, instead of one chained record each.
+
+Written by hand and frozen, like 0001.
+"""
+
+from collections.abc import Sequence
+
+import sqlalchemy as sa
+from alembic import op
+
+revision: str = "0029"
+down_revision: str | None = "0028"
+branch_labels: str | Sequence[str] | None = None
+depends_on: str | Sequence[str] | None = None
+
+
+def upgrade() -> None:
+    op.create_table(
+        "chat_turns",
+        sa.Column("tenant_id", sa.Text(), nullable=False),
+        sa.Column("message_id", sa.Text(), nullable=False),
+        sa.Column("workflow_id", sa.Text(), nullable=False),
+        sa.Column("user_id", sa.Text(), nullable=False),
+        sa.Column("chat", sa.Text(), nullable=False),
+        sa.Column("state", sa.Text(), server_default="open", nullable=False),
+        sa.Column("created_at", sa.DateTime(timezone=True), server_default=sa.text("now()"), nullable=False),
+        sa.Column("updated_at", sa.DateTime(timezone=True), server_default=sa.text("now()"), nullable=False),
+        sa.CheckConstraint("state IN ('open', 'waiting', 'done')", name="ck_chat_turns_state"),
+        sa.ForeignKeyConstraint(["tenant_id"], ["tenants.id"], name="fk_chat_turns_tenant_id_tenants"),
+        sa.PrimaryKeyConstraint("tenant_id", "message_id", name="pk_chat_turns"),
+    )
+    op.create_index("ix_chat_turns_workflow_id", "chat_turns", ["workflow_id"])
+    op.create_table(
+        "webhook_refusals",
+        sa.Column("tenant_id", sa.Text(), nullable=False),
+        sa.Column("kind", sa.Text(), nullable=False),
+        sa.Column("source", sa.Text(), nullable=False),
+        sa.Column("window_start", sa.DateTime(timezone=True), nullable=False),
+        sa.Column("count", sa.Integer(), nullable=False),
+        sa.Column("reason", sa.Text(), nullable=False),
+        sa.PrimaryKeyConstraint("tenant_id", "kind", "source", "window_start", name="pk_webhook_refusals"),
+    )
+
+
+def downgrade() -> None:
+    op.drop_table("webhook_refusals")
+    op.drop_index("ix_chat_turns_workflow_id", table_name="chat_turns")
+    op.drop_table("chat_turns")
