@@ -179,11 +179,18 @@ async def set_sender(
 
 async def rekey(session: AsyncSession) -> int:
     """Encrypt every sealed value again with the first key of COUNTERSIGN_SECRETS_KEY (the others
-    only decrypt): the step between adding a new key and dropping the old one. Reads the tokens as
-    stored (plain Text, not through SealedText) and answers how many channels it rewrote."""
-    raw = table("chat_channels", column("tenant_id", Text), *(column(c, Text) for c in SEALED_COLUMNS))
+    only decrypt): the step between adding a new key and dropping the old one. Reads the values as
+    stored (plain Text, not through SealedText): the channels' secrets and the tenants' webhook
+    URLs. Answers how many channels it rewrote."""
+    channels = await reseal_table(session, "chat_channels", "tenant_id", SEALED_COLUMNS)
+    await reseal_table(session, "tenants", "id", ("webhook_url",))
+    return channels
+
+
+async def reseal_table(session: AsyncSession, name: str, key: str, columns: tuple[str, ...]) -> int:
+    raw = table(name, column(key, Text), *(column(c, Text) for c in columns))
     rows = (await session.execute(select(raw).with_for_update())).mappings().all()
     for row in rows:
-        values = {c: None if row[c] is None else reseal(row[c], "chat_channels") for c in SEALED_COLUMNS}
-        await session.execute(update(raw).where(raw.c.tenant_id == row["tenant_id"]).values(**values))
+        values = {c: None if row[c] is None else reseal(row[c], name) for c in columns}
+        await session.execute(update(raw).where(raw.c[key] == row[key]).values(**values))
     return len(rows)

@@ -144,7 +144,9 @@ class Tenant(Base):
     id: Mapped[str] = mapped_column(primary_key=True)
     name: Mapped[str]
     created_at: Mapped[datetime] = created_at()
-    webhook_url: Mapped[str | None]  # Slack-compatible incoming webhook for reviewers' notifications
+    # Slack-compatible incoming webhook for reviewers' notifications: its URL is the secret, so it is
+    # stored encrypted like the chat channels' (countersign/db/sealed.py) and never printed back
+    webhook_url: Mapped[str | None] = mapped_column(SealedText("tenants"))
 
 
 class User(Base):
@@ -1017,7 +1019,7 @@ class NotificationOutbox(Base):
     tenant_id: Mapped[str] = tenant_column()
     idempotency_key: Mapped[str] = mapped_column(unique=True)  # notice:workflow:call:kind:channel[:user]
     channel: Mapped[str]
-    recipient: Mapped[str]  # an email address or the webhook URL
+    recipient: Mapped[str]  # an email address, or WEBHOOK_RECIPIENT (the tenant's URL, read when sent)
     subject: Mapped[str]
     body: Mapped[str]
     payload: Mapped[dict[str, Any] | None]  # the webhook's JSON

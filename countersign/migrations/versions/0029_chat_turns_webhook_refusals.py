@@ -8,6 +8,9 @@ Create Date: 2026-12-02
 wait for a person) was posted back to its chat; a server that starts again follows those not done.
 `webhook_refusals`: webhook requests refused for a wrong secret or signature, counted per tenant,
 channel kind, source and minute, instead of one chained record each.
+`tenants.webhook_url` is sealed like the channels' secrets (countersign/db/sealed.py): each stored
+URL is encrypted with the deployment's key here, and a queued webhook notice no longer holds the
+URL as its recipient (it is read from the tenant when sent).
 
 Written by hand and frozen, like 0001.
 """
@@ -17,6 +20,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
+from countersign.db.sealed import seal, unseal
+
 revision: str = "0029"
 down_revision: str | None = "0028"
 branch_labels: str | Sequence[str] | None = None
@@ -24,6 +29,16 @@ depends_on: str | Sequence[str] | None = None
 
 
 def upgrade() -> None:
+    connection = op.get_bind()
+    urls = connection.execute(sa.text("SELECT id, webhook_url FROM tenants WHERE webhook_url IS NOT NULL"))
+    for tenant, url in urls.all():
+        connection.execute(
+            sa.text("UPDATE tenants SET webhook_url = :sealed WHERE id = :id"),
+            {"sealed": seal(url), "id": tenant},
+        )
+    connection.execute(
+        sa.text("UPDATE notification_outbox SET recipient = 'tenant webhook' WHERE channel = 'webhook'")
+    )
     op.create_table(
         "chat_turns",
         sa.Column("tenant_id", sa.Text(), nullable=False),
@@ -52,6 +67,13 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
+    connection = op.get_bind()
+    urls = connection.execute(sa.text("SELECT id, webhook_url FROM tenants WHERE webhook_url IS NOT NULL"))
+    for tenant, sealed in urls.all():
+        connection.execute(
+            sa.text("UPDATE tenants SET webhook_url = :url WHERE id = :id"),
+            {"url": unseal(sealed, "tenants"), "id": tenant},
+        )
     op.drop_table("webhook_refusals")
     op.drop_index("ix_chat_turns_workflow_id", table_name="chat_turns")
     op.drop_table("chat_turns")
