@@ -1337,6 +1337,24 @@ class ChatTurn(Base):
     __table_args__ = (one_of("state", CHAT_TURN_STATES),)
 
 
+class ChatCard(Base):
+    """A pending approval posted to a channel's review chat with its buttons (Telegram's inline
+    keyboard): a press names the card by `id` (a button's data is short), and decides as the
+    sender's linked user through the inbox's decision path (countersign/server/channels.py)."""
+
+    __tablename__ = "chat_cards"
+    __table_args__ = (UniqueConstraint("tenant_id", "nonce"),)
+
+    id: Mapped[int] = identity_pk()
+    tenant_id: Mapped[str] = tenant_column(indexed=False)
+    workflow_id: Mapped[str]
+    call_id: Mapped[str]
+    nonce: Mapped[str]  # the approval request's own: a call asked again gets a card of its own
+    chat: Mapped[str]  # the review chat it was posted to
+    remote_id: Mapped[str | None]  # the channel's message id, to edit it once decided
+    created_at: Mapped[datetime] = created_at()
+
+
 class WebhookRefusal(Base):
     """Webhook requests refused for a wrong secret or signature, counted per tenant, channel kind,
     source address and minute (issue 53, item 5): the first of a window is a chained `input_audit`

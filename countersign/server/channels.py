@@ -39,8 +39,9 @@ import logging
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Literal
 
+import httpx
 from aiohttp import web
 from sqlalchemy import select, update
 from sqlalchemy.dialects.postgresql import insert
@@ -58,11 +59,15 @@ from countersign.db.channels import (
     set_sender,
 )
 from countersign.db.people import roles_of
-from countersign.db.schema import ChatChannel, ChatSender, ChatTurn, InputAudit, WebhookRefusal
+from countersign.db.schema import ChatCard, ChatChannel, ChatSender, ChatTurn, InputAudit, WebhookRefusal
+from countersign.runtime.endpoints import EndpointRefused, check_endpoint
+from countersign.server.auth import Reviewer
 from countersign.server.door import CALLER, REQUESTERS
 from countersign.server.http import HttpRefusal, parse
+from countersign.server.inbox import DecisionRequest, PendingItem
+from countersign.server.inbox_routes import INBOX
 from countersign.server.requesters import Caller, MessageBody, StartBody
-from tools.chat import MAX_CHAT_TEXT, post
+from tools.chat import MAX_CHAT_TEXT, POST_TIMEOUT_S, post
 from tools.registry import OutcomeUnknown, ToolFailure
 
 log = logging.getLogger(__name__)
@@ -142,6 +147,41 @@ def telegram_message(update: Any) -> Inbound | None:
     if sender is None or chat is None or update_id is None or not message["text"].strip():
         return None
     return Inbound(sender=sender, chat=chat, message_id=f"telegram-{update_id}", text=message["text"])
+
+
+@dataclass(frozen=True)
+class Press:
+    """A button pressed on a card: who pressed it, which card, approve or reject, and where the
+    card's message is (to edit it once decided)."""
+
+    query_id: str
+    sender: str
+    card: int
+    decision: Literal["approve", "reject"]
+    chat: str | None
+    message_id: str | None
+
+
+PRESSES: dict[str, Literal["approve", "reject"]] = {"a": "approve", "r": "reject"}
+
+
+def telegram_press(update: Any) -> Press | None:
+    """The `callback_query` of a card's button (`cs:<card>:<a|r>`), or None."""
+    query = update.get("callback_query") if isinstance(update, dict) else None
+    if not isinstance(query, dict) or not isinstance(query.get("data"), str):
+        return None
+    prefix, _, rest = query["data"].partition(":")
+    card, _, decision = rest.partition(":")
+    sender = as_id((query.get("from") or {}).get("id")) if isinstance(query.get("from"), dict) else None
+    query_id = as_id(query.get("id"))
+    if prefix != CARD_PREFIX or not (card.isascii() and card.isdigit()) or len(card) > 18:
+        return None
+    if decision not in PRESSES or sender is None or query_id is None:
+        return None
+    message = query.get("message")
+    message = message if isinstance(message, dict) else {}
+    chat = as_id((message.get("chat") or {}).get("id")) if isinstance(message.get("chat"), dict) else None
+    return Press(query_id, sender, int(card), PRESSES[decision], chat, as_id(message.get("message_id")))
 
 
 def slack_message(payload: Any) -> Inbound | None:
@@ -240,7 +280,11 @@ async def telegram(request: web.Request) -> web.Response:
         return await unauthenticated(
             request, channel.tenant_id, "telegram", "wrong or missing webhook secret"
         )
-    inbound = telegram_message(loads(await request.read()))
+    update = loads(await request.read())
+    press = telegram_press(update)
+    if press is not None:
+        return await pressed(request, channel, press)
+    inbound = telegram_message(update)
     if inbound is None:
         return web.json_response({"ok": True})
     return await deliver(request, channel, inbound)
@@ -365,6 +409,8 @@ async def answer_back(app: web.Application, turn: ChatTurn) -> None:
             answer = await requesters.reply(row, turn.message_id, None, REPLY_WAIT_S)
         if answer.state == "waiting" and turn.state == "open" and await moved(app, turn, "open", "waiting"):
             await post_to(app, turn, WAITING)
+            if answer.status is not None:
+                await post_cards(app, turn, [p.call_id for p in answer.status.pending_approvals])
         if answer.state in ("waiting", "running"):  # a person decides, or a long turn: its end, from events
             answer = await requesters.outcome(row, turn.message_id)
     except (HttpRefusal, RPCError) as err:  # the message was refused, or the conversation is gone
@@ -391,6 +437,137 @@ async def post_to(app: web.Application, turn: ChatTurn, text: str) -> None:
         await post(to, text[:MAX_CHAT_TEXT], f"{turn.workflow_id}:{turn.message_id}:{turn.state}")
     except (ToolFailure, OutcomeUnknown) as failure:  # its message names no URL nor token
         log.warning("a chat turn's outcome for %s not posted: %s", turn.tenant_id, failure)
+
+
+CARD_PREFIX = "cs"
+CHAT_DECIDES: frozenset[str] = frozenset({"low", "medium", "high"})  # critical: only in the inbox
+MORE = "… (the rest in the inbox)"
+RECORDED_TRIES = 25  # 5 s for a pending call's record to be read
+
+
+def card_text(item: PendingItem) -> str:
+    """A card: the call, who asked, its risk, and the effect's lines (the arguments' when the tool
+    resolved no effect); past Telegram's length, cut with a visible mark, the whole in the inbox."""
+    lines = item.effect_lines or item.arg_lines
+    text = "\n".join([f"{item.tool} asked by {item.requested_by} ({item.risk} risk)", *lines, *item.warnings])
+    return text if len(text) <= MAX_CHAT_TEXT else text[: MAX_CHAT_TEXT - len(MORE)] + MORE
+
+
+def keyboard(card: int, risk: str, link: str) -> dict[str, Any]:
+    """Approve and Reject (for a risk a chat may decide), and Open in inbox."""
+    row: list[dict[str, str]] = []
+    if risk in CHAT_DECIDES:
+        row += [{"text": "Approve", "callback_data": f"{CARD_PREFIX}:{card}:a"},
+                {"text": "Reject", "callback_data": f"{CARD_PREFIX}:{card}:r"}]  # fmt: skip
+    row.append({"text": "Open in inbox", "url": link})
+    return {"inline_keyboard": [row]}
+
+
+async def bot_call(channel: ChatChannel, method: str, body: dict[str, Any]) -> dict[str, Any] | None:
+    """One Telegram Bot API method on the channel's endpoint (checked like every post); its
+    `result`, or None when it failed (logged without the URL: it holds the token)."""
+    url = f"{channel.endpoint.rstrip('/')}/bot{channel.bot_token}/{method}"
+    try:
+        await check_endpoint(url)
+        async with httpx.AsyncClient(timeout=POST_TIMEOUT_S) as http:
+            response = await http.post(url, json=body)
+        answer = response.json() if response.status_code < 300 else None
+    except (EndpointRefused, httpx.HTTPError, ValueError) as err:
+        log.warning("telegram %s for %s failed: %s", method, channel.tenant_id, type(err).__name__)
+        return None
+    result = answer.get("result") if isinstance(answer, dict) else None
+    return result if isinstance(result, dict) else {}
+
+
+async def post_cards(app: web.Application, turn: ChatTurn, pending: list[str]) -> None:
+    """Post each pending call of `turn` as a card to the channel's review chat (once per call)."""
+    requesters, inbox = app[REQUESTERS], app[INBOX]
+    async with requesters.sessions() as session:
+        channel = await session.get(ChatChannel, turn.tenant_id)
+    if channel is None or channel.kind != "telegram" or channel.chat_id is None:
+        return  # Slack's buttons are not there yet: the card is in the inbox
+    for call_id in pending:
+        item = await inbox.recorded(turn.tenant_id, turn.workflow_id, call_id)
+        for _ in range(RECORDED_TRIES):  # the status can tell of the call before its record commits
+            if item is not None:
+                break
+            await asyncio.sleep(0.2)
+            item = await inbox.recorded(turn.tenant_id, turn.workflow_id, call_id)
+        if item is None:
+            continue  # decided or expired meanwhile
+        async with requesters.sessions.begin() as session:
+            card = await session.scalar(
+                insert(ChatCard)
+                .values(
+                    tenant_id=turn.tenant_id,
+                    workflow_id=turn.workflow_id,
+                    call_id=call_id,
+                    nonce=item.nonce,
+                    chat=channel.chat_id,
+                )
+                .on_conflict_do_nothing()
+                .returning(ChatCard.id)
+            )
+        if card is None:
+            continue  # posted before
+        link = f"{requesters.inbox_url}/#{turn.workflow_id}/{call_id}"
+        body = {
+            "chat_id": channel.chat_id,
+            "text": card_text(item),
+            "reply_markup": keyboard(card, item.risk, link),
+        }
+        sent = await bot_call(channel, "sendMessage", body)
+        if sent and sent.get("message_id") is not None:
+            async with requesters.sessions.begin() as session:
+                await session.execute(
+                    update(ChatCard)
+                    .where(ChatCard.id == card)
+                    .values(remote_id=str(sent["message_id"])[:100])
+                )
+
+
+async def answer_press(channel: ChatChannel, press: Press, text: str) -> None:
+    """What the presser sees at once (Telegram shows it over the chat; at most 200 characters)."""
+    await bot_call(channel, "answerCallbackQuery", {"callback_query_id": press.query_id, "text": text[:190]})
+
+
+async def pressed(request: web.Request, channel: ChatChannel, press: Press) -> web.Response:
+    """A card's button: decides as the sender's linked user through the inbox's decision path
+    (Inbox.decide: the same admission, four-eyes, quorum, single use and server-issued proof),
+    with the channel named in the decision's reason; anything refused is answered in the chat."""
+    requesters, inbox = request.app[REQUESTERS], request.app[INBOX]
+    async with requesters.sessions() as session:
+        card = await session.get(ChatCard, press.card)
+        mapped = await session.get(ChatSender, (channel.tenant_id, press.sender[:200]))
+    if card is None or card.tenant_id != channel.tenant_id:
+        await answer_press(channel, press, "No such card.")
+        return web.json_response({"ok": True})
+    if mapped is None:
+        await refused(request, channel.tenant_id, channel.kind, "a press from a sender nobody linked", 200)
+        said = "You are not linked to a user here: nothing was decided."
+        await answer_press(channel, press, said)
+        return web.json_response({"ok": True})
+    item = await inbox.recorded(card.tenant_id, card.workflow_id, card.call_id)
+    reviewer = Reviewer(tenant_id=card.tenant_id, user_id=mapped.user_id)
+    try:
+        if item is not None and item.risk not in CHAT_DECIDES:
+            raise HttpRefusal(403, f"a {item.risk}-risk call is decided in the inbox only")
+        reason = f"decided in {channel.kind} ({channel.name})"
+        approval = await inbox.decide(
+            reviewer, card.workflow_id, card.call_id, DecisionRequest(decision=press.decision, reason=reason)
+        )
+    except HttpRefusal as err:  # not pending (decided, expired, voided), own call, not entitled
+        said = f"Nothing was decided: {err}"
+        await answer_press(channel, press, said)
+        return web.json_response({"ok": True, "refused": str(err)})
+    what = "Approved" if press.decision == "approve" else "Rejected"
+    state = f"{what} by {mapped.user_id} in {channel.kind}; the call is now {approval.state}."
+    await answer_press(channel, press, state)
+    if press.chat is not None and press.message_id is not None:
+        text = (card_text(item) + "\n\n" if item is not None else "") + state
+        edit = {"chat_id": press.chat, "message_id": press.message_id, "text": text[:MAX_CHAT_TEXT]}
+        await bot_call(channel, "editMessageText", edit)
+    return web.json_response({"ok": True, "decided": approval.state})
 
 
 async def resume(app: web.Application) -> None:

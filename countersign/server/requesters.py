@@ -187,6 +187,11 @@ class Requesters:
 
     # --- who, how much, the record ---------------------------------------------------------------
 
+    @property
+    def inbox_url(self) -> str:
+        """Where people open the inbox (what a chat card's "Open in inbox" links to)."""
+        return self._settings.inbox_url
+
     async def token_caller(self, secret: str) -> Caller | None:
         async with self.sessions.begin() as session:
             holder = await tokens.holder_of(session, secret, datetime.now(UTC))

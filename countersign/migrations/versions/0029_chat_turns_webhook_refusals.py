@@ -6,6 +6,7 @@ Create Date: 2026-12-02
 
 `chat_turns`: each message a chat channel delivered, until its outcome (the reply, also after a
 wait for a person) was posted back to its chat; a server that starts again follows those not done.
+`chat_cards`: pending approvals posted to a channel's review chat with buttons, by a short id.
 `webhook_refusals`: webhook requests refused for a wrong secret or signature, counted per tenant,
 channel kind, source and minute, instead of one chained record each.
 `tenants.webhook_url` is sealed like the channels' secrets (countersign/db/sealed.py): each stored
@@ -55,6 +56,20 @@ def upgrade() -> None:
     )
     op.create_index("ix_chat_turns_workflow_id", "chat_turns", ["workflow_id"])
     op.create_table(
+        "chat_cards",
+        sa.Column("id", sa.BigInteger(), sa.Identity(), nullable=False),
+        sa.Column("tenant_id", sa.Text(), nullable=False),
+        sa.Column("workflow_id", sa.Text(), nullable=False),
+        sa.Column("call_id", sa.Text(), nullable=False),
+        sa.Column("nonce", sa.Text(), nullable=False),
+        sa.Column("chat", sa.Text(), nullable=False),
+        sa.Column("remote_id", sa.Text(), nullable=True),
+        sa.Column("created_at", sa.DateTime(timezone=True), server_default=sa.text("now()"), nullable=False),
+        sa.ForeignKeyConstraint(["tenant_id"], ["tenants.id"], name="fk_chat_cards_tenant_id_tenants"),
+        sa.PrimaryKeyConstraint("id", name="pk_chat_cards"),
+        sa.UniqueConstraint("tenant_id", "nonce", name="uq_chat_cards_tenant_id_nonce"),
+    )
+    op.create_table(
         "webhook_refusals",
         sa.Column("tenant_id", sa.Text(), nullable=False),
         sa.Column("kind", sa.Text(), nullable=False),
@@ -75,5 +90,6 @@ def downgrade() -> None:
             {"url": unseal(sealed, "tenants"), "id": tenant},
         )
     op.drop_table("webhook_refusals")
+    op.drop_table("chat_cards")
     op.drop_index("ix_chat_turns_workflow_id", table_name="chat_turns")
     op.drop_table("chat_turns")
