@@ -17,10 +17,12 @@ from countersign.server.channels import TELEGRAM_SECRET_HEADER, WAITING
 from tests.fixtures.approvals import ECHO_RESULT, lead_status, qualify
 from tests.fixtures.chat import TOKEN, Receiver, webhook
 from tests.fixtures.inbox import SignedStack
+from tests.fixtures.policies import ApplyPolicies
 
 SECRET = "webhook-secret-for-tests"
 SENDER = "4242"
 DONE = "[scripted model] done"
+STATUS = 'Countersign::Action::"update_lead_status"'
 
 
 async def telegram_channel(stack: SignedStack, receiver: Receiver) -> None:
@@ -182,3 +184,38 @@ async def test_the_card_reaches_the_review_chat_and_only_the_linked_reviewer_s_p
     code, again = await webhook(stack.url, "/channels/telegram/acme", press(102, REVIEWER, card_id), secret)
     assert code == 200 and "refused" in again, again
     assert await executed(db_engine, workflow_id) == before + 1  # the call ran once
+
+
+async def test_two_presses_complete_a_quorum_of_two_each_person_counted_once(
+    signed_agent: SignedStack,
+    chat_receiver: Receiver,
+    db_engine: AsyncEngine,
+    chat_cleanup: None,
+    jane_is_new: None,
+    policies: ApplyPolicies,
+) -> None:
+    stack = signed_agent
+    await policies(f'@id("two-for-status") @approvals("2") permit(principal, action == {STATUS}, resource);')
+    stack.agent.script(qualify(), ECHO_RESULT)
+    await telegram_channel(stack, chat_receiver)
+    carol = await stack.login("carol")
+    for sender, user in ((REVIEWER, "bob"), ("78", "carol")):
+        linked = {"user_id": user, "agent": "lead-qualifier"}
+        assert (await stack.call("PUT", f"/api/admin/channel/senders/{sender}", carol, linked))[0] == 200
+    secret = {TELEGRAM_SECRET_HEADER: SECRET}
+    code, answer = await webhook(stack.url, "/channels/telegram/acme", said(93, "qualify jane"), secret)
+    assert code == 200, answer
+    stack.agent.track(answer["workflow_id"])
+    await told(chat_receiver, 1, "-100200")
+    (sent,) = [s for s in calls(chat_receiver, "sendMessage") if s["chat_id"] == "-100200"]
+    card_id = sent["reply_markup"]["inline_keyboard"][0][0]["callback_data"].split(":")[1]
+
+    code, first = await webhook(stack.url, "/channels/telegram/acme", press(110, REVIEWER, card_id), secret)
+    assert (code, first.get("decided")) == (200, "pending"), first  # one of two
+    code, twice = await webhook(stack.url, "/channels/telegram/acme", press(111, REVIEWER, card_id), secret)
+    assert code == 200 and "refused" in twice, twice  # bob counts once
+    assert await lead_status(db_engine, "acme") == "new"
+    code, second = await webhook(stack.url, "/channels/telegram/acme", press(112, "78", card_id), secret)
+    assert (code, second.get("decided")) == (200, "approved"), second
+    assert (await told(chat_receiver, 2))[1] == ("-555", DONE)
+    assert await lead_status(db_engine, "acme") == "qualified"
