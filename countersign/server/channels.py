@@ -59,14 +59,22 @@ from countersign.db.channels import (
     set_sender,
 )
 from countersign.db.people import roles_of
-from countersign.db.schema import ChatCard, ChatChannel, ChatSender, ChatTurn, InputAudit, WebhookRefusal
+from countersign.db.schema import (
+    ChatCard,
+    ChatChannel,
+    ChatSender,
+    ChatTurn,
+    Conversation,
+    InputAudit,
+    WebhookRefusal,
+)
 from countersign.runtime.endpoints import EndpointRefused, check_endpoint
 from countersign.server.auth import Reviewer
 from countersign.server.door import CALLER, REQUESTERS
 from countersign.server.http import HttpRefusal, parse
 from countersign.server.inbox import DecisionRequest, PendingItem
 from countersign.server.inbox_routes import INBOX
-from countersign.server.requesters import Caller, MessageBody, StartBody
+from countersign.server.requesters import AnswerBody, Caller, MessageBody, Requesters, StartBody
 from tools.chat import MAX_CHAT_TEXT, POST_TIMEOUT_S, post
 from tools.registry import OutcomeUnknown, ToolFailure
 
@@ -97,6 +105,7 @@ class Inbound:
     chat: str
     message_id: str
     text: str
+    replying: bool = False  # a reply to one of the bot's messages: it answers a pending question
 
 
 # --- the secrets (pure) ------------------------------------------------------------------------------
@@ -146,7 +155,10 @@ def telegram_message(update: Any) -> Inbound | None:
     update_id = as_id(update.get("update_id"))
     if sender is None or chat is None or update_id is None or not message["text"].strip():
         return None
-    return Inbound(sender=sender, chat=chat, message_id=f"telegram-{update_id}", text=message["text"])
+    replying = isinstance(message.get("reply_to_message"), dict)
+    return Inbound(
+        sender=sender, chat=chat, message_id=f"telegram-{update_id}", text=message["text"], replying=replying
+    )
 
 
 @dataclass(frozen=True)
@@ -331,6 +343,10 @@ async def deliver(request: web.Request, channel: ChatChannel, inbound: Inbound) 
         started = await requesters.start(caller, mapped.user_id, StartBody(agent=mapped.agent, key=key))
         workflow_id = started.workflow_id
         row = await requesters.conversation(caller, workflow_id, "message")
+        if inbound.replying and (question := await asked(requesters, row)) is not None:
+            await requesters.answer(caller, row, question, AnswerBody(text=inbound.text[:20_000]))
+            await requesters.record(caller, mapped.user_id, "answer", workflow_id, 202)
+            return web.json_response({"ok": True, "workflow_id": workflow_id, "answered": question})
         await requesters.send(row, MessageBody(text=inbound.text[:20_000], message_id=inbound.message_id))
     except HttpRefusal as err:
         await requesters.record(caller, mapped.user_id, "message", workflow_id, err.status, str(err))
@@ -347,6 +363,13 @@ async def deliver(request: web.Request, channel: ChatChannel, inbound: Inbound) 
     if new is not None:  # a redelivered message is followed by the task its first delivery started
         follow(request.app, owed)
     return web.json_response({"ok": True, "workflow_id": workflow_id}, status=200)
+
+
+async def asked(requesters: Requesters, row: Conversation) -> str | None:
+    """The call id of the question the conversation waits on the requester for (the oldest), if any:
+    a reply in the chat answers it (the turn's follower then posts what comes of it)."""
+    questions = (await requesters.status(row)).pending_questions
+    return questions[0].call_id if questions else None
 
 
 def fact(turn: ChatTurn) -> dict[str, str]:
@@ -409,6 +432,10 @@ async def answer_back(app: web.Application, turn: ChatTurn) -> None:
             answer = await requesters.reply(row, turn.message_id, None, REPLY_WAIT_S)
         if answer.state == "waiting" and turn.state == "open" and await moved(app, turn, "open", "waiting"):
             await post_to(app, turn, WAITING)
+            for question in answer.status.pending_questions if answer.status is not None else []:
+                await post_to(
+                    app, turn, f"{question.question}\n(Reply to this message to answer.)", question.call_id
+                )
             if answer.status is not None:
                 await post_cards(app, turn, [p.call_id for p in answer.status.pending_approvals])
         if answer.state in ("waiting", "running"):  # a person decides, or a long turn: its end, from events
@@ -422,7 +449,7 @@ async def answer_back(app: web.Application, turn: ChatTurn) -> None:
         await post_to(app, turn, text)
 
 
-async def post_to(app: web.Application, turn: ChatTurn, text: str) -> None:
+async def post_to(app: web.Application, turn: ChatTurn, text: str, part: str = "") -> None:
     """Post `text` to the chat `turn` came from, through the tenant's channel as it is now."""
     async with app[REQUESTERS].sessions() as session:
         channel = await session.get(ChatChannel, turn.tenant_id)
@@ -434,7 +461,7 @@ async def post_to(app: web.Application, turn: ChatTurn, text: str) -> None:
         bot_token=channel.bot_token, chat_id=turn.chat, name=channel.name,
     )  # fmt: skip
     try:
-        await post(to, text[:MAX_CHAT_TEXT], f"{turn.workflow_id}:{turn.message_id}:{turn.state}")
+        await post(to, text[:MAX_CHAT_TEXT], f"{turn.workflow_id}:{turn.message_id}:{turn.state}{part}")
     except (ToolFailure, OutcomeUnknown) as failure:  # its message names no URL nor token
         log.warning("a chat turn's outcome for %s not posted: %s", turn.tenant_id, failure)
 

@@ -22,6 +22,11 @@ from tests.fixtures.policies import ApplyPolicies
 SECRET = "webhook-secret-for-tests"
 SENDER = "4242"
 DONE = "[scripted model] done"
+ASK = {
+    "when": {"user_contains": "ask"},
+    "reply": {"tool_calls": [{"name": "ask_human", "arguments": {"question": "Which lead?"}}]},
+}
+THANKS = {"when": {"after_tool": "ask_human"}, "reply": {"content": "thanks"}}
 STATUS = 'Countersign::Action::"update_lead_status"'
 
 
@@ -219,3 +224,26 @@ async def test_two_presses_complete_a_quorum_of_two_each_person_counted_once(
     assert (code, second.get("decided")) == (200, "approved"), second
     assert (await told(chat_receiver, 2))[1] == ("-555", DONE)
     assert await lead_status(db_engine, "acme") == "qualified"
+
+
+async def test_a_question_goes_to_the_requester_s_chat_and_a_reply_answers_it(
+    signed_agent: SignedStack, chat_receiver: Receiver, db_engine: AsyncEngine, chat_cleanup: None
+) -> None:
+    stack = signed_agent
+    stack.agent.script(ASK, THANKS)
+    await telegram_channel(stack, chat_receiver)
+    secret = {TELEGRAM_SECRET_HEADER: SECRET}
+    code, answer = await webhook(stack.url, "/channels/telegram/acme", said(94, "ask me"), secret)
+    assert code == 200, answer
+    stack.agent.track(answer["workflow_id"])
+    shown = await told(chat_receiver, 2)
+    assert shown == [("-555", WAITING), ("-555", "Which lead?\n(Reply to this message to answer.)")], shown
+    reply = json.loads(said(95, "Jane Doe"))
+    reply["message"]["reply_to_message"] = {"message_id": 1002, "text": "Which lead?"}
+    code, answered = await webhook(stack.url, "/channels/telegram/acme", json.dumps(reply).encode(), secret)
+    assert code == 200 and answered.get("answered"), answered
+    assert (await told(chat_receiver, 3))[2] == ("-555", "[scripted model] thanks")
+    code, transcript = await stack.call(
+        "GET", f"/api/conversations/{answer['workflow_id']}/transcript", await stack.login("alice")
+    )
+    assert code == 200 and "Jane Doe" in json.dumps([m for m in transcript if m["role"] == "tool"])
