@@ -37,6 +37,9 @@ WEBHOOK_TIMEOUT_S = 10
 NOTICE_HEADER = "X-Countersign-Notice"  # on every notice email: request, reminder or escalation
 ARGS_SHOWN = 500  # characters of one argument's line
 ARG_LINES_SHOWN = 20
+# What a queued webhook notice names as its recipient: the tenant's URL is a secret (sealed in
+# `tenants`), so the outbox never holds it; it is read when the notice is sent.
+WEBHOOK_RECIPIENT = "tenant webhook"
 NO_MAIL_SERVER = (
     "no mail server configured: set SMTP_HOST (`dev up` runs a mail catcher, `mail list` reads it)"
 )
@@ -144,10 +147,10 @@ class NotificationActivities:
                     {"idempotency_key": f"{key}:email:{user_id}", "channel": "email", "recipient": address}
                 )
             url = await session.scalar(select(Tenant.webhook_url).where(Tenant.id == notice.tenant_id))
-            if url:
+            if url:  # the outbox names no URL: it is the tenant's secret, read again when sent
                 payload = {"text": f"*{subject}*\n{text}", "kind": notice.kind, "link": link}
-                rows.append({"idempotency_key": f"{key}:webhook", "channel": "webhook", "recipient": url,
-                             "payload": payload})  # fmt: skip
+                rows.append({"idempotency_key": f"{key}:webhook", "channel": "webhook",
+                             "recipient": WEBHOOK_RECIPIENT, "payload": payload})  # fmt: skip
             await self._tell_requester(session, notice, told, effect)
             for row in rows:
                 await session.execute(
@@ -199,6 +202,9 @@ class NotificationActivities:
             channel, recipient, subject, body, payload, key = (
                 row.channel, row.recipient, row.subject, row.body, row.payload, row.idempotency_key
             )  # fmt: skip
+            if channel == "webhook" and recipient == WEBHOOK_RECIPIENT:  # cleared since: ""
+                url = await session.scalar(select(Tenant.webhook_url).where(Tenant.id == row.tenant_id))
+                recipient = url or ""
         if channel == "email" and not self._smtp_configured:
             await self._undeliverable(row_id, NO_MAIL_SERVER)
             return None  # not a failure to retry: nothing will have changed in an hour
@@ -206,6 +212,8 @@ class NotificationActivities:
             if channel == "email":
                 await self._send_email(recipient, subject, body, key)
                 error = None
+            elif not recipient:
+                error = "the tenant's webhook was cleared after the notice was queued"
             else:
                 error = await self._post(recipient, payload or {})
         except (aiosmtplib.SMTPException, OSError, TimeoutError, aiohttp.ClientError) as err:

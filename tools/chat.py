@@ -30,6 +30,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 
 from countersign.core.effects import Effect, OutgoingMessage, one_line
 from countersign.db.schema import ChatChannel, ChatPost
+from countersign.runtime.endpoints import EndpointRefused, check_endpoint
 from tools.registry import OutcomeUnknown, Plan, ToolArgs, ToolContext, ToolFailure, tool
 
 POST_TIMEOUT_S = 10.0
@@ -125,8 +126,14 @@ async def earlier(ctx: ToolContext, channel: ChatChannel) -> ChatPosted:
 
 
 async def post(channel: ChatChannel, text: str, key: str) -> str | None:
-    """Post once; the channel's message id. Errors name no URL (it may hold the token)."""
+    """Post once; the channel's message id. Errors name no URL (it may hold the token). The
+    endpoint is checked again here, after its name resolves: only a public address, or one the
+    operator allowed (countersign.runtime.endpoints), is posted to."""
     url, body = request_of(channel, text)
+    try:
+        await check_endpoint(url)
+    except EndpointRefused as refused:
+        raise ToolFailure("FORBIDDEN", f"{refused}; nothing was posted") from None
     try:
         async with httpx.AsyncClient(timeout=POST_TIMEOUT_S) as http:
             response = await http.post(url, json=body, headers={IDEMPOTENCY_HEADER: key})

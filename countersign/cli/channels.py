@@ -21,6 +21,9 @@ from countersign.db.channels import (
     set_sender,
 )
 
+# Who the audit names for a change made here: whoever runs the CLI holds the database's credentials
+OPERATOR = "operator (cli)"
+
 
 def shown(view: ChannelView) -> str:
     inbound = "accepts messages (webhook secret set)" if view.inbound else "posts only"
@@ -75,7 +78,14 @@ def set_command(
         })  # fmt: skip
     except ValidationError as err:
         raise invalid(err) from None
-    click.echo(shown(run(with_session(lambda session: set_channel(session, tenant, settings)))))
+
+    async def change(session: AsyncSession) -> ChannelView:
+        try:
+            return await set_channel(session, tenant, settings, OPERATOR)
+        except ValueError as err:  # no such tenant, or an endpoint that is not public nor allowed
+            raise click.ClickException(str(err)) from None
+
+    click.echo(shown(run(with_session(change))))
 
 
 @channels.command("show")
@@ -103,7 +113,7 @@ def sender_command(tenant: str, sender: str, user: str, agent: str) -> None:
 
     async def change(session: AsyncSession) -> None:
         try:
-            await set_sender(session, tenant, sender, SenderSettings(user_id=user, agent=agent))
+            await set_sender(session, tenant, sender, SenderSettings(user_id=user, agent=agent), OPERATOR)
         except (ValueError, ValidationError) as err:
             raise click.ClickException(str(err)) from None
 

@@ -168,7 +168,7 @@ def webhook(tenant: str, url: str | None, clear: bool) -> None:
     async def body() -> None:
         if await rows_updated(update(Tenant).where(Tenant.id == tenant).values(webhook_url=url)) == 0:
             raise click.ClickException(f"no tenant {tenant!r}")
-        click.echo(f"{tenant}: webhook {'cleared' if clear else url}")
+        click.echo(f"{tenant}: webhook {'cleared' if clear else 'set'}")  # the URL is a secret: not printed
 
     run(body())
 

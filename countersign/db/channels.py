@@ -3,6 +3,11 @@ admin API `PUT /api/admin/channel`), and the rotation of the key their secrets a
 
 What anyone is shown of a channel is `ChannelView`: its kind, name and chat, and whether a token and
 a webhook secret are set, never their values nor the endpoint (a Slack webhook URL is a secret).
+
+A channel's endpoint must be a public address, or one the operator allowed (COUNTERSIGN_CHANNEL_ALLOW;
+countersign.runtime.endpoints): checked here when it is saved, and again by each post. Every change of
+a channel or of a sender is a chained `input_audit` record naming who made it and what changed,
+never a secret (issue 53, items 6 and 7).
 """
 
 from __future__ import annotations
@@ -16,11 +21,16 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from countersign.core.bounds import Identifier
-from countersign.db.schema import AgentProfile, ChatChannel, ChatSender, User
+from countersign.db.chain import chain_written
+from countersign.db.schema import AgentProfile, ChatChannel, ChatSender, InputAudit, User
 from countersign.db.sealed import reseal
+from countersign.runtime.endpoints import check_endpoint
 
 ChatKind = Literal["telegram", "slack"]
 SEALED_COLUMNS = ("endpoint", "bot_token", "webhook_secret")
+CHANNEL_SET = "channel_set"  # the `input_audit` actions of a change, chained
+SENDER_SET = "channel_sender_set"
+CHANGE_ACTIONS = (CHANNEL_SET, SENDER_SET)
 
 
 class ChannelSettings(BaseModel):
@@ -83,8 +93,53 @@ class SenderSettings(BaseModel):
     agent: Identifier
 
 
-async def set_channel(session: AsyncSession, tenant_id: str, settings: ChannelSettings) -> ChannelView:
-    """Create or replace the tenant's channel (sealed on the way in); ValueError for no such tenant."""
+class ChannelChange(BaseModel):
+    """One change of a tenant's channel or sender map, as the channels page shows it."""
+
+    at: str
+    actor: str | None
+    action: str
+    change: str | None
+
+
+async def record_change(session: AsyncSession, tenant_id: str, actor: str, action: str, change: str) -> None:
+    """A chained record of a channel or sender change by `actor` (`change` never holds a secret)."""
+    row = InputAudit(
+        tenant_id=tenant_id, workflow_id="", action=action, actor=actor, accepted=True, reason=change
+    )
+    session.add(row)
+    await chain_written(session, row)
+
+
+async def changes(session: AsyncSession, tenant_id: str, limit: int = 50) -> list[ChannelChange]:
+    """The tenant's latest channel and sender changes, newest first."""
+    rows = await session.scalars(
+        select(InputAudit)
+        .where(InputAudit.tenant_id == tenant_id, InputAudit.action.in_(CHANGE_ACTIONS))
+        .order_by(InputAudit.id.desc())
+        .limit(limit)
+    )
+    return [
+        ChannelChange(at=r.created_at.isoformat(), actor=r.actor, action=r.action, change=r.reason)
+        for r in rows
+    ]
+
+
+def described(settings: ChannelSettings) -> str:
+    """What an audit record says of a channel: never the endpoint, the token or the secret."""
+    chat = f", chat {settings.chat_id}" if settings.chat_id else ""
+    token = "set" if settings.bot_token else "none"
+    secret = "set" if settings.webhook_secret else "none"
+    kept = f"endpoint set, bot token {token}, webhook secret {secret}"
+    return f"{settings.kind} channel {settings.name!r}{chat}; {kept}"
+
+
+async def set_channel(
+    session: AsyncSession, tenant_id: str, settings: ChannelSettings, actor: str
+) -> ChannelView:
+    """Create or replace the tenant's channel (sealed on the way in), recorded as `actor`'s change;
+    ValueError for no such tenant, EndpointRefused for an endpoint that is not public nor allowed."""
+    await check_endpoint(settings.endpoint)
     values = settings.model_dump()
     statement = (
         insert(ChatChannel)
@@ -94,6 +149,7 @@ async def set_channel(session: AsyncSession, tenant_id: str, settings: ChannelSe
     await session.execute(statement)
     channel = await session.get(ChatChannel, tenant_id, populate_existing=True)
     assert channel is not None  # just written
+    await record_change(session, tenant_id, actor, CHANNEL_SET, described(settings))
     return ChannelView.of(channel)
 
 
@@ -102,8 +158,11 @@ async def channel_view(session: AsyncSession, tenant_id: str) -> ChannelView | N
     return None if channel is None else ChannelView.of(channel)
 
 
-async def set_sender(session: AsyncSession, tenant_id: str, sender: str, settings: SenderSettings) -> None:
-    """Map a channel's user to one of the tenant's users; ValueError naming what does not exist."""
+async def set_sender(
+    session: AsyncSession, tenant_id: str, sender: str, settings: SenderSettings, actor: str
+) -> None:
+    """Map a channel's user to one of the tenant's users, recorded as `actor`'s change; ValueError
+    naming what does not exist."""
     if await session.get(User, (tenant_id, settings.user_id)) is None:
         raise ValueError(f"no user {settings.user_id} in {tenant_id}")
     if await session.get(AgentProfile, settings.agent) is None:
@@ -114,15 +173,24 @@ async def set_sender(session: AsyncSession, tenant_id: str, sender: str, setting
         .values(tenant_id=tenant_id, sender=sender, **values)
         .on_conflict_do_update(index_elements=[ChatSender.tenant_id, ChatSender.sender], set_=values)
     )
+    change = f"sender {sender} writes as {settings.user_id} to {settings.agent}"
+    await record_change(session, tenant_id, actor, SENDER_SET, change)
 
 
 async def rekey(session: AsyncSession) -> int:
     """Encrypt every sealed value again with the first key of COUNTERSIGN_SECRETS_KEY (the others
-    only decrypt): the step between adding a new key and dropping the old one. Reads the tokens as
-    stored (plain Text, not through SealedText) and answers how many channels it rewrote."""
-    raw = table("chat_channels", column("tenant_id", Text), *(column(c, Text) for c in SEALED_COLUMNS))
+    only decrypt): the step between adding a new key and dropping the old one. Reads the values as
+    stored (plain Text, not through SealedText): the channels' secrets and the tenants' webhook
+    URLs. Answers how many channels it rewrote."""
+    channels = await reseal_table(session, "chat_channels", "tenant_id", SEALED_COLUMNS)
+    await reseal_table(session, "tenants", "id", ("webhook_url",))
+    return channels
+
+
+async def reseal_table(session: AsyncSession, name: str, key: str, columns: tuple[str, ...]) -> int:
+    raw = table(name, column(key, Text), *(column(c, Text) for c in columns))
     rows = (await session.execute(select(raw).with_for_update())).mappings().all()
     for row in rows:
-        values = {c: None if row[c] is None else reseal(row[c], "chat_channels") for c in SEALED_COLUMNS}
-        await session.execute(update(raw).where(raw.c.tenant_id == row["tenant_id"]).values(**values))
+        values = {c: None if row[c] is None else reseal(row[c], name) for c in columns}
+        await session.execute(update(raw).where(raw.c[key] == row[key]).values(**values))
     return len(rows)

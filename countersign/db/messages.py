@@ -18,16 +18,17 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from sqlalchemy import BindParameter, ColumnElement, Select, bindparam, func, select, tuple_
+from sqlalchemy import BindParameter, ColumnElement, Select, bindparam, case, func, select, tuple_
 from sqlalchemy.dialects.postgresql import Insert, insert
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession, async_sessionmaker
-from sqlalchemy.orm import aliased
+from sqlalchemy.orm import InstrumentedAttribute, aliased
 from sqlalchemy.sql.dml import ReturningInsert
 from temporalio.exceptions import ApplicationError, ApplicationErrorCategory
 
 from countersign.core.bounds import storable
 from countersign.core.calls import StoredResult, ToolInvocation, ToolResult
 from countersign.core.contract import StatusView, TurnResult, TurnStop
+from countersign.core.direct import MARKER_NAME
 from countersign.core.envelopes import AppendMessages, StoredMessage, tool_message
 from countersign.core.messages import ChatMessage, ModelReply, StoredInput, ToolCall, Usage
 from countersign.db.chain import chain
@@ -300,6 +301,12 @@ MODEL_INPUT = select(
 )
 
 
+def no_tool_calls(calls: InstrumentedAttribute[Any]) -> ColumnElement[bool]:
+    """A stored message asks for no tool call: SQL NULL, JSON null or an empty array."""
+    kind = func.jsonb_typeof(calls)
+    return case((kind == "array", func.jsonb_array_length(calls)), else_=0) == 0
+
+
 class ConversationStore:
     """Reads and writes `conversation_messages`; shared by the store, model and CLI sides."""
 
@@ -458,6 +465,35 @@ class ConversationStore:
         model replies and tool results. None when the message is not stored."""
         asked = ConversationMessage.message_id == message_id
         return await self._turn_after(workflow_id, conversation_id, asked, 0, turn)
+
+    async def finished_turn(
+        self, workflow_id: str, conversation_id: str, message_id: str
+    ) -> TurnResult | None:
+        """The turn that answered `message_id`, once it has ended: a reply without tool calls is
+        stored after the message and before the next one (what the `turn` event says, db.events);
+        None while the turn still runs or waits for a person."""
+        mine = of(workflow_id, conversation_id)
+        async with self.sessions() as session:
+            seq = await session.scalar(
+                select(ConversationMessage.seq).where(*mine, ConversationMessage.message_id == message_id)
+            )
+            if seq is None:
+                return None
+            after = await session.scalar(
+                select(func.min(ConversationMessage.seq)).where(
+                    *mine, ConversationMessage.seq > seq, ConversationMessage.role == "user"
+                )
+            )
+            ending = [
+                *mine,
+                ConversationMessage.seq > seq,
+                ConversationMessage.role == "assistant",
+                no_tool_calls(ConversationMessage.tool_calls),
+                ConversationMessage.name.is_distinct_from(MARKER_NAME),
+            ]
+            ending += [ConversationMessage.seq < after] if after is not None else []
+            ended = await session.scalar(select(func.count()).where(*ending))
+        return await self.turn_reply(workflow_id, conversation_id, message_id, 0) if ended else None
 
     async def ended_turn(
         self, workflow_id: str, conversation_id: str, message_id: str | None, turn: int

@@ -144,7 +144,9 @@ class Tenant(Base):
     id: Mapped[str] = mapped_column(primary_key=True)
     name: Mapped[str]
     created_at: Mapped[datetime] = created_at()
-    webhook_url: Mapped[str | None]  # Slack-compatible incoming webhook for reviewers' notifications
+    # Slack-compatible incoming webhook for reviewers' notifications: its URL is the secret, so it is
+    # stored encrypted like the chat channels' (countersign/db/sealed.py) and never printed back
+    webhook_url: Mapped[str | None] = mapped_column(SealedText("tenants"))
 
 
 class User(Base):
@@ -1025,7 +1027,7 @@ class NotificationOutbox(Base):
     tenant_id: Mapped[str] = tenant_column()
     idempotency_key: Mapped[str] = mapped_column(unique=True)  # notice:workflow:call:kind:channel[:user]
     channel: Mapped[str]
-    recipient: Mapped[str]  # an email address or the webhook URL
+    recipient: Mapped[str]  # an email address, or WEBHOOK_RECIPIENT (the tenant's URL, read when sent)
     subject: Mapped[str]
     body: Mapped[str]
     payload: Mapped[dict[str, Any] | None]  # the webhook's JSON
@@ -1280,6 +1282,7 @@ class ApprovalRequest(Base):
 
 CHAT_KINDS = ("telegram", "slack")
 CHAT_POST_STATUSES = ("sending", "sent", "failed")
+CHAT_TURN_STATES = ("open", "waiting", "done")
 
 
 class ChatChannel(Base):
@@ -1320,6 +1323,59 @@ class ChatSender(Base):
     agent: Mapped[str]  # the agent their conversation is with
     workflow_id: Mapped[str | None]  # their current conversation
     created_at: Mapped[datetime] = created_at()
+
+
+class ChatTurn(Base):
+    """A message a chat channel delivered, whose outcome is owed to the chat it came from
+    (countersign/server/channels.py): `open` until its turn replied or said it waits, `waiting`
+    once "waiting for a person" was posted, `done` once the outcome was claimed for posting. A
+    server that starts again follows every turn not `done`: nothing is lost to a restart."""
+
+    __tablename__ = "chat_turns"
+
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"), primary_key=True)
+    message_id: Mapped[str] = mapped_column(primary_key=True)  # the channel's ("telegram-<update_id>")
+    workflow_id: Mapped[str] = mapped_column(index=True)
+    user_id: Mapped[str]  # who the mapped sender is: the conversation is theirs
+    chat: Mapped[str]  # where the outcome goes (Telegram's chat id; Slack's channel)
+    state: Mapped[str] = mapped_column(server_default="open")
+    created_at: Mapped[datetime] = created_at()
+    updated_at: Mapped[datetime] = updated_at()
+
+    __table_args__ = (one_of("state", CHAT_TURN_STATES),)
+
+
+class ChatCard(Base):
+    """A pending approval posted to a channel's review chat with its buttons (Telegram's inline
+    keyboard): a press names the card by `id` (a button's data is short), and decides as the
+    sender's linked user through the inbox's decision path (countersign/server/channels.py)."""
+
+    __tablename__ = "chat_cards"
+    __table_args__ = (UniqueConstraint("tenant_id", "nonce"),)
+
+    id: Mapped[int] = identity_pk()
+    tenant_id: Mapped[str] = tenant_column(indexed=False)
+    workflow_id: Mapped[str]
+    call_id: Mapped[str]
+    nonce: Mapped[str]  # the approval request's own: a call asked again gets a card of its own
+    chat: Mapped[str]  # the review chat it was posted to
+    remote_id: Mapped[str | None]  # the channel's message id, to edit it once decided
+    created_at: Mapped[datetime] = created_at()
+
+
+class WebhookRefusal(Base):
+    """Webhook requests refused for a wrong secret or signature, counted per tenant, channel kind,
+    source address and minute (issue 53, item 5): the first of a window is a chained `input_audit`
+    record, the rest only raise `count` here (no chain lock), and past a limit they answer 429."""
+
+    __tablename__ = "webhook_refusals"
+
+    tenant_id: Mapped[str] = mapped_column(primary_key=True)  # no foreign key, like input_audit
+    kind: Mapped[str] = mapped_column(primary_key=True)
+    source: Mapped[str] = mapped_column(primary_key=True)  # the client's address
+    window_start: Mapped[datetime] = mapped_column(primary_key=True)
+    count: Mapped[int]
+    reason: Mapped[str]  # the latest refusal's
 
 
 class ChatPost(Base):

@@ -9,18 +9,24 @@ Inbound webhooks, outside /api/ (the channel has no session; it proves it knows 
   (`X-Slack-Signature`: `v0=` HMAC-SHA256 of `v0:{timestamp}:{body}`, the timestamp within 5
   minutes); its `url_verification` handshake is answered once the signature holds.
 
-A request without the right secret answers 401 and is recorded in `input_audit` (naming the channel
-kind, never what was sent). A message from a sender the operator mapped (`channels sender`,
+A request without the right secret answers 401 and is counted per tenant, source and minute in
+`webhook_refusals`, the first of each window also a chained `input_audit` record (naming the channel
+kind, never what was sent); past REFUSALS_PER_WINDOW a minute it answers 429. A message from a
+sender the operator mapped (`channels sender`,
 `chat_senders`) goes through the front door as that user (countersign.server.requesters: the same
 admission, proof and record as the conversation API) into their keyed conversation with the mapped
 agent (`{kind}_{sender}`), with the channel's own message id so a redelivered update is answered
-once; a sender nobody mapped is recorded and ignored. The agent's reply is posted back to the same
-chat (Telegram: `sendMessage` to the chat it came from; Slack: the channel's incoming webhook),
-through tools/chat.py's `post`, after the webhook was answered (a channel retries a slow webhook).
+once; a sender nobody mapped is recorded and ignored. The turn's outcome is posted back to the
+same chat (Telegram: `sendMessage` to the chat it came from; Slack: the channel's incoming webhook),
+through tools/chat.py's `post`, after the webhook was answered (a channel retries a slow webhook):
+its reply; or, when it waits for a person, "waiting" and later the reply after the decision, the
+answer or the expiry, or that the conversation ended. What is owed is kept in `chat_turns`, so a
+server that starts again still posts it.
 
 Admin API (a logged-in admin of the tenant; 403 otherwise), instead of SQL:
 `GET`/`PUT /api/admin/channel` (ChannelSettings in, ChannelView out: never a secret) and
-`PUT /api/admin/channel/senders/{sender}` (`{"user_id", "agent"}`).
+`PUT /api/admin/channel/senders/{sender}` (`{"user_id", "agent"}`), each change a chained audit
+record; `GET /api/admin/channel/changes` lists them.
 """
 
 from __future__ import annotations
@@ -32,33 +38,57 @@ import json
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any
+from datetime import UTC, datetime
+from typing import Any, Literal
 
+import httpx
 from aiohttp import web
+from sqlalchemy import select, update
+from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 from temporalio.service import RPCError
 
 from countersign.client.handles import channel_key
 from countersign.core.shown import fold
 from countersign.db.chain import chain_written
-from countersign.db.channels import ChannelSettings, SenderSettings, channel_view, set_channel, set_sender
+from countersign.db.channels import (
+    ChannelSettings,
+    SenderSettings,
+    changes,
+    channel_view,
+    set_channel,
+    set_sender,
+)
 from countersign.db.people import roles_of
-from countersign.db.schema import ChatChannel, ChatSender, InputAudit
+from countersign.db.schema import (
+    ChatCard,
+    ChatChannel,
+    ChatSender,
+    ChatTurn,
+    Conversation,
+    InputAudit,
+    WebhookRefusal,
+)
+from countersign.runtime.endpoints import EndpointRefused, check_endpoint
+from countersign.server.auth import Reviewer
 from countersign.server.door import CALLER, REQUESTERS
 from countersign.server.http import HttpRefusal, parse
-from countersign.server.requesters import Caller, MessageBody, StartBody
-from tools.chat import post
+from countersign.server.inbox import DecisionRequest, PendingItem
+from countersign.server.inbox_routes import INBOX
+from countersign.server.requesters import AnswerBody, Caller, MessageBody, Requesters, StartBody
+from tools.chat import MAX_CHAT_TEXT, POST_TIMEOUT_S, post
 from tools.registry import OutcomeUnknown, ToolFailure
 
 log = logging.getLogger(__name__)
 
 ADMIN = "admin"
 SLACK_SKEW_S = 300  # Slack's own advice: refuse a request signed more than 5 minutes ago
-REPLY_WAIT_S = 600.0  # how long a channel's message waits for its reply before the post gives up
+REPLY_WAIT_S = 600.0  # how long a channel's turn is asked through updates before its end is read from events
 TELEGRAM_SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"
 # Characters of a reply posted as one chat message (Telegram takes 4,096): a longer one is folded,
 # its mark and the link to the whole after it.
 REPLY_CHARS = 3_800
+REFUSALS_PER_WINDOW = 20  # unauthenticated requests a source may send a channel per minute before 429
 
 
 @dataclass
@@ -79,6 +109,7 @@ class Inbound:
     chat: str
     message_id: str
     text: str
+    replying: bool = False  # a reply to one of the bot's messages: it answers a pending question
 
 
 # --- the secrets (pure) ------------------------------------------------------------------------------
@@ -128,7 +159,45 @@ def telegram_message(update: Any) -> Inbound | None:
     update_id = as_id(update.get("update_id"))
     if sender is None or chat is None or update_id is None or not message["text"].strip():
         return None
-    return Inbound(sender=sender, chat=chat, message_id=f"telegram-{update_id}", text=message["text"])
+    replying = isinstance(message.get("reply_to_message"), dict)
+    return Inbound(
+        sender=sender, chat=chat, message_id=f"telegram-{update_id}", text=message["text"], replying=replying
+    )
+
+
+@dataclass(frozen=True)
+class Press:
+    """A button pressed on a card: who pressed it, which card, approve or reject, and where the
+    card's message is (to edit it once decided)."""
+
+    query_id: str
+    sender: str
+    card: int
+    decision: Literal["approve", "reject"]
+    chat: str | None
+    message_id: str | None
+
+
+PRESSES: dict[str, Literal["approve", "reject"]] = {"a": "approve", "r": "reject"}
+
+
+def telegram_press(update: Any) -> Press | None:
+    """The `callback_query` of a card's button (`cs:<card>:<a|r>`), or None."""
+    query = update.get("callback_query") if isinstance(update, dict) else None
+    if not isinstance(query, dict) or not isinstance(query.get("data"), str):
+        return None
+    prefix, _, rest = query["data"].partition(":")
+    card, _, decision = rest.partition(":")
+    sender = as_id((query.get("from") or {}).get("id")) if isinstance(query.get("from"), dict) else None
+    query_id = as_id(query.get("id"))
+    if prefix != CARD_PREFIX or not (card.isascii() and card.isdigit()) or len(card) > 18:
+        return None
+    if decision not in PRESSES or sender is None or query_id is None:
+        return None
+    message = query.get("message")
+    message = message if isinstance(message, dict) else {}
+    chat = as_id((message.get("chat") or {}).get("id")) if isinstance(message.get("chat"), dict) else None
+    return Press(query_id, sender, int(card), PRESSES[decision], chat, as_id(message.get("message_id")))
 
 
 def slack_message(payload: Any) -> Inbound | None:
@@ -165,15 +234,50 @@ def no_channel() -> web.Response:
 async def refused(request: web.Request, tenant: str, kind: str, reason: str, status: int) -> web.Response:
     """Record a refused or ignored webhook request (never what it carried) and answer it."""
     async with request.app[REQUESTERS].sessions.begin() as session:
-        row = InputAudit(
-            tenant_id=tenant[:200], workflow_id="", action=f"chat_webhook:{kind}", actor=None,
-            accepted=False, reason=reason,
-        )  # fmt: skip
-        session.add(row)
-        await chain_written(session, row)
+        await chain_refusal(session, tenant, kind, reason)
     if status >= 400:
         return web.json_response({"error": reason}, status=status)
     return web.json_response({"ok": True, "ignored": reason})
+
+
+async def chain_refusal(session: AsyncSession, tenant: str, kind: str, reason: str) -> None:
+    row = InputAudit(
+        tenant_id=tenant[:200], workflow_id="", action=f"chat_webhook:{kind}", actor=None,
+        accepted=False, reason=reason,
+    )  # fmt: skip
+    session.add(row)
+    await chain_written(session, row)
+
+
+async def unauthenticated(request: web.Request, tenant: str, kind: str, reason: str) -> web.Response:
+    """A request without the channel's secret (issue 53, item 5): anyone can send one, so each is
+    counted per tenant, kind, source address and minute in `webhook_refusals`, one upsert that takes
+    no chain lock; only the first of a window is a chained record. Past REFUSALS_PER_WINDOW in a
+    window the source is answered 429 until the next one."""
+    source = (request.remote or "unknown")[:100]
+    now = datetime.now(UTC)
+    window = now.replace(second=0, microsecond=0)
+    statement = (
+        insert(WebhookRefusal)
+        .values(tenant_id=tenant[:200], kind=kind, source=source, window_start=window, count=1, reason=reason)
+        .on_conflict_do_update(
+            index_elements=[WebhookRefusal.tenant_id, WebhookRefusal.kind, WebhookRefusal.source,
+                            WebhookRefusal.window_start],
+            set_={"count": WebhookRefusal.count + 1, "reason": reason},
+        )
+        .returning(WebhookRefusal.count)
+    )  # fmt: skip
+    async with request.app[REQUESTERS].sessions.begin() as session:
+        count = (await session.execute(statement)).scalar_one()
+        if count == 1:
+            said = f"{reason} (from {source}; more from there this minute are counted in webhook_refusals)"
+            await chain_refusal(session, tenant, kind, said)
+    if count > REFUSALS_PER_WINDOW:
+        retry = str(60 - now.second)
+        return web.json_response(
+            {"error": "too many refused requests"}, status=429, headers={"Retry-After": retry}
+        )
+    return web.json_response({"error": reason}, status=401)
 
 
 async def channel_of(session: AsyncSession, tenant: str, kind: str) -> ChatChannel | None:
@@ -189,8 +293,14 @@ async def telegram(request: web.Request) -> web.Response:
         return no_channel()
     given = request.headers.get(TELEGRAM_SECRET_HEADER)
     if not telegram_secret_holds(channel.webhook_secret, given):
-        return await refused(request, channel.tenant_id, "telegram", "wrong or missing webhook secret", 401)
-    inbound = telegram_message(loads(await request.read()))
+        return await unauthenticated(
+            request, channel.tenant_id, "telegram", "wrong or missing webhook secret"
+        )
+    update = loads(await request.read())
+    press = telegram_press(update)
+    if press is not None:
+        return await pressed(request, channel, press)
+    inbound = telegram_message(update)
     if inbound is None:
         return web.json_response({"ok": True})
     return await deliver(request, channel, inbound)
@@ -211,7 +321,7 @@ async def slack(request: web.Request) -> web.Response:
         time.time(),
     )
     if not holds:
-        return await refused(request, channel.tenant_id, "slack", "wrong, missing or stale signature", 401)
+        return await unauthenticated(request, channel.tenant_id, "slack", "wrong, missing or stale signature")
     payload = loads(body)
     if isinstance(payload, dict) and payload.get("type") == "url_verification":
         return web.json_response({"challenge": str(payload.get("challenge", ""))[:200]})
@@ -222,8 +332,8 @@ async def slack(request: web.Request) -> web.Response:
 
 
 async def deliver(request: web.Request, channel: ChatChannel, inbound: Inbound) -> web.Response:
-    """The message into the mapped user's conversation through the front door; the reply posted
-    back from a task of its own."""
+    """The message into the mapped user's conversation through the front door; its outcome owed
+    to the chat (`chat_turns`) and posted back from a task of its own."""
     requesters = request.app[REQUESTERS]
     async with requesters.sessions() as session:
         mapped = await session.get(ChatSender, (channel.tenant_id, inbound.sender[:200]))
@@ -237,14 +347,25 @@ async def deliver(request: web.Request, channel: ChatChannel, inbound: Inbound) 
         started = await requesters.start(caller, mapped.user_id, StartBody(agent=mapped.agent, key=key))
         workflow_id = started.workflow_id
         row = await requesters.conversation(caller, workflow_id, "message")
+        if inbound.replying and (question := await asked(requesters, row)) is not None:
+            await requesters.answer(caller, row, question, AnswerBody(text=inbound.text[:20_000]))
+            await requesters.record(caller, mapped.user_id, "answer", workflow_id, 202)
+            return web.json_response({"ok": True, "workflow_id": workflow_id, "answered": question})
         await requesters.send(row, MessageBody(text=inbound.text[:20_000], message_id=inbound.message_id))
     except HttpRefusal as err:
         await requesters.record(caller, mapped.user_id, "message", workflow_id, err.status, str(err))
         raise
     await requesters.record(caller, mapped.user_id, "message", workflow_id, 202)
-    task = asyncio.create_task(answer_back(request.app, caller, workflow_id, channel, inbound))
-    request.app[REPLIES].tasks.add(task)
-    task.add_done_callback(request.app[REPLIES].tasks.discard)
+    owed = ChatTurn(
+        tenant_id=channel.tenant_id, message_id=inbound.message_id[:200], workflow_id=workflow_id,
+        user_id=mapped.user_id, chat=inbound.chat[:200], state="open",
+    )  # fmt: skip
+    async with requesters.sessions.begin() as session:
+        new = await session.scalar(
+            insert(ChatTurn).values(**fact(owed)).on_conflict_do_nothing().returning(ChatTurn.message_id)
+        )
+    if new is not None:  # a redelivered message is followed by the task its first delivery started
+        follow(request.app, owed)
     return web.json_response({"ok": True, "workflow_id": workflow_id}, status=200)
 
 
@@ -255,41 +376,245 @@ def chat_text(text: str, chat_url: str) -> str:
     return f"{shown}\nThe whole of it: {chat_url}" if rest else shown
 
 
+async def asked(requesters: Requesters, row: Conversation) -> str | None:
+    """The call id of the question the conversation waits on the requester for (the oldest), if any:
+    a reply in the chat answers it (the turn's follower then posts what comes of it)."""
+    questions = (await requesters.status(row)).pending_questions
+    return questions[0].call_id if questions else None
+
+
+def fact(turn: ChatTurn) -> dict[str, str]:
+    return {
+        "tenant_id": turn.tenant_id, "message_id": turn.message_id, "workflow_id": turn.workflow_id,
+        "user_id": turn.user_id, "chat": turn.chat, "state": turn.state,
+    }  # fmt: skip
+
+
+def follow(app: web.Application, turn: ChatTurn) -> None:
+    """Follow `turn` to its outcome in a task of its own, cancelled when the server stops."""
+    task = asyncio.create_task(answer_back(app, turn))
+    app[REPLIES].tasks.add(task)
+    task.add_done_callback(app[REPLIES].tasks.discard)
+
+
+WAITING = "Waiting for a person: a reviewer's decision or your answer (see the inbox or the chat page)."
+
+
 def reply_text(state: str, reply: str | None) -> str | None:
     if state == "replied":
         return reply
     if state == "waiting":
-        return "Waiting for a person: a reviewer's decision or your answer (see the inbox or the chat page)."
+        return WAITING
     if state == "ended":
         return "This conversation has ended; write again to start a new one."
     return None
 
 
-async def answer_back(
-    app: web.Application, caller: Caller, workflow_id: str, channel: ChatChannel, inbound: Inbound
-) -> None:
-    """Wait for the turn that answers `inbound` and post its reply to the chat it came from."""
+async def moved(app: web.Application, turn: ChatTurn, before: str, after: str) -> bool:
+    """Move `turn` from state `before` to `after`; False when another process (or an earlier
+    delivery) moved it first: then that one posts, and this one does not."""
+    async with app[REQUESTERS].sessions.begin() as session:
+        result = await session.execute(
+            update(ChatTurn)
+            .where(
+                ChatTurn.tenant_id == turn.tenant_id,
+                ChatTurn.message_id == turn.message_id,
+                ChatTurn.state == before,
+            )
+            .values(state=after)
+        )
+    turn.state = after
+    return bool(getattr(result, "rowcount", 0))
+
+
+async def answer_back(app: web.Application, turn: ChatTurn) -> None:
+    """Post the outcome of the turn that answers the chat's message to the chat it came from: the
+    reply; or, once the turn waits for a person, "waiting" first and then the outcome, whenever
+    the decision, the answer, the expiry or the end comes. Each post is claimed in `chat_turns`
+    before it goes out (at most once, also with several servers); a server that starts again
+    follows the turns not done (`resume`)."""
     requesters = app[REQUESTERS]
+    caller = Caller(tenant_id=turn.tenant_id, person=turn.user_id)
     try:
-        row = await requesters.conversation(caller, workflow_id, "reply")
+        row = await requesters.conversation(caller, turn.workflow_id, "reply")
         deadline = asyncio.get_running_loop().time() + REPLY_WAIT_S
-        answer = await requesters.reply(row, inbound.message_id, None, REPLY_WAIT_S)
+        answer = await requesters.reply(row, turn.message_id, None, REPLY_WAIT_S)
         while answer.state == "running" and asyncio.get_running_loop().time() < deadline:
-            answer = await requesters.reply(row, inbound.message_id, None, REPLY_WAIT_S)
-    except (HttpRefusal, RPCError) as err:  # the message was refused, or Temporal is away
-        log.warning("no reply for the %s channel of %s: %s", channel.kind, channel.tenant_id, err)
+            answer = await requesters.reply(row, turn.message_id, None, REPLY_WAIT_S)
+        if answer.state == "waiting" and turn.state == "open" and await moved(app, turn, "open", "waiting"):
+            await post_to(app, turn, WAITING)
+            for question in answer.status.pending_questions if answer.status is not None else []:
+                await post_to(
+                    app, turn, f"{question.question}\n(Reply to this message to answer.)", question.call_id
+                )
+            if answer.status is not None:
+                await post_cards(app, turn, [p.call_id for p in answer.status.pending_approvals])
+        if answer.state in ("waiting", "running"):  # a person decides, or a long turn: its end, from events
+            answer = await requesters.outcome(row, turn.message_id)
+    except (HttpRefusal, RPCError) as err:  # the message was refused, or the conversation is gone
+        log.warning("no outcome for a chat turn of %s: %s", turn.tenant_id, err)
+        await moved(app, turn, turn.state, "done")
         return
     text = reply_text(answer.state, answer.turn.reply if answer.turn else None)
-    if not text:
+    if await moved(app, turn, turn.state, "done") and text:
+        await post_to(app, turn, text)
+
+
+async def post_to(app: web.Application, turn: ChatTurn, text: str, part: str = "") -> None:
+    """Post `text` to the chat `turn` came from, through the tenant's channel as it is now."""
+    async with app[REQUESTERS].sessions() as session:
+        channel = await session.get(ChatChannel, turn.tenant_id)
+    if channel is None:
+        log.warning("the chat channel of %s is gone: an outcome is not posted", turn.tenant_id)
         return
     to = ChatChannel(
         tenant_id=channel.tenant_id, kind=channel.kind, endpoint=channel.endpoint,
-        bot_token=channel.bot_token, chat_id=inbound.chat, name=channel.name,
+        bot_token=channel.bot_token, chat_id=turn.chat, name=channel.name,
     )  # fmt: skip
     try:
-        await post(to, chat_text(text, requesters.chat_url), f"{workflow_id}:{inbound.message_id}")
+        shown = chat_text(text, app[REQUESTERS].chat_url)
+        await post(to, shown, f"{turn.workflow_id}:{turn.message_id}:{turn.state}{part}")
     except (ToolFailure, OutcomeUnknown) as failure:  # its message names no URL nor token
-        log.warning("reply to %s channel of %s not posted: %s", channel.kind, channel.tenant_id, failure)
+        log.warning("a chat turn's outcome for %s not posted: %s", turn.tenant_id, failure)
+
+
+CARD_PREFIX = "cs"
+CHAT_DECIDES: frozenset[str] = frozenset({"low", "medium", "high"})  # critical: only in the inbox
+MORE = "… (the rest in the inbox)"
+RECORDED_TRIES = 25  # 5 s for a pending call's record to be read
+
+
+def card_text(item: PendingItem) -> str:
+    """A card: the call, who asked, its risk, and the effect's lines (the arguments' when the tool
+    resolved no effect); past Telegram's length, cut with a visible mark, the whole in the inbox."""
+    lines = item.effect_lines or item.arg_lines
+    text = "\n".join([f"{item.tool} asked by {item.requested_by} ({item.risk} risk)", *lines, *item.warnings])
+    return text if len(text) <= MAX_CHAT_TEXT else text[: MAX_CHAT_TEXT - len(MORE)] + MORE
+
+
+def keyboard(card: int, risk: str, link: str) -> dict[str, Any]:
+    """Approve and Reject (for a risk a chat may decide), and Open in inbox."""
+    row: list[dict[str, str]] = []
+    if risk in CHAT_DECIDES:
+        row += [{"text": "Approve", "callback_data": f"{CARD_PREFIX}:{card}:a"},
+                {"text": "Reject", "callback_data": f"{CARD_PREFIX}:{card}:r"}]  # fmt: skip
+    row.append({"text": "Open in inbox", "url": link})
+    return {"inline_keyboard": [row]}
+
+
+async def bot_call(channel: ChatChannel, method: str, body: dict[str, Any]) -> dict[str, Any] | None:
+    """One Telegram Bot API method on the channel's endpoint (checked like every post); its
+    `result`, or None when it failed (logged without the URL: it holds the token)."""
+    url = f"{channel.endpoint.rstrip('/')}/bot{channel.bot_token}/{method}"
+    try:
+        await check_endpoint(url)
+        async with httpx.AsyncClient(timeout=POST_TIMEOUT_S) as http:
+            response = await http.post(url, json=body)
+        answer = response.json() if response.status_code < 300 else None
+    except (EndpointRefused, httpx.HTTPError, ValueError) as err:
+        log.warning("telegram %s for %s failed: %s", method, channel.tenant_id, type(err).__name__)
+        return None
+    result = answer.get("result") if isinstance(answer, dict) else None
+    return result if isinstance(result, dict) else {}
+
+
+async def post_cards(app: web.Application, turn: ChatTurn, pending: list[str]) -> None:
+    """Post each pending call of `turn` as a card to the channel's review chat (once per call)."""
+    requesters, inbox = app[REQUESTERS], app[INBOX]
+    async with requesters.sessions() as session:
+        channel = await session.get(ChatChannel, turn.tenant_id)
+    if channel is None or channel.kind != "telegram" or channel.chat_id is None:
+        return  # Slack's buttons are not there yet: the card is in the inbox
+    for call_id in pending:
+        item = await inbox.recorded(turn.tenant_id, turn.workflow_id, call_id)
+        for _ in range(RECORDED_TRIES):  # the status can tell of the call before its record commits
+            if item is not None:
+                break
+            await asyncio.sleep(0.2)
+            item = await inbox.recorded(turn.tenant_id, turn.workflow_id, call_id)
+        if item is None:
+            continue  # decided or expired meanwhile
+        async with requesters.sessions.begin() as session:
+            card = await session.scalar(
+                insert(ChatCard)
+                .values(
+                    tenant_id=turn.tenant_id,
+                    workflow_id=turn.workflow_id,
+                    call_id=call_id,
+                    nonce=item.nonce,
+                    chat=channel.chat_id,
+                )
+                .on_conflict_do_nothing()
+                .returning(ChatCard.id)
+            )
+        if card is None:
+            continue  # posted before
+        link = f"{requesters.inbox_url}/#{turn.workflow_id}/{call_id}"
+        body = {
+            "chat_id": channel.chat_id,
+            "text": card_text(item),
+            "reply_markup": keyboard(card, item.risk, link),
+        }
+        sent = await bot_call(channel, "sendMessage", body)
+        if sent and sent.get("message_id") is not None:
+            async with requesters.sessions.begin() as session:
+                await session.execute(
+                    update(ChatCard)
+                    .where(ChatCard.id == card)
+                    .values(remote_id=str(sent["message_id"])[:100])
+                )
+
+
+async def answer_press(channel: ChatChannel, press: Press, text: str) -> None:
+    """What the presser sees at once (Telegram shows it over the chat; at most 200 characters)."""
+    await bot_call(channel, "answerCallbackQuery", {"callback_query_id": press.query_id, "text": text[:190]})
+
+
+async def pressed(request: web.Request, channel: ChatChannel, press: Press) -> web.Response:
+    """A card's button: decides as the sender's linked user through the inbox's decision path
+    (Inbox.decide: the same admission, four-eyes, quorum, single use and server-issued proof),
+    with the channel named in the decision's reason; anything refused is answered in the chat."""
+    requesters, inbox = request.app[REQUESTERS], request.app[INBOX]
+    async with requesters.sessions() as session:
+        card = await session.get(ChatCard, press.card)
+        mapped = await session.get(ChatSender, (channel.tenant_id, press.sender[:200]))
+    if card is None or card.tenant_id != channel.tenant_id:
+        await answer_press(channel, press, "No such card.")
+        return web.json_response({"ok": True})
+    if mapped is None:
+        await refused(request, channel.tenant_id, channel.kind, "a press from a sender nobody linked", 200)
+        said = "You are not linked to a user here: nothing was decided."
+        await answer_press(channel, press, said)
+        return web.json_response({"ok": True})
+    item = await inbox.recorded(card.tenant_id, card.workflow_id, card.call_id)
+    reviewer = Reviewer(tenant_id=card.tenant_id, user_id=mapped.user_id)
+    try:
+        if item is not None and item.risk not in CHAT_DECIDES:
+            raise HttpRefusal(403, f"a {item.risk}-risk call is decided in the inbox only")
+        reason = f"decided in {channel.kind} ({channel.name})"
+        approval = await inbox.decide(
+            reviewer, card.workflow_id, card.call_id, DecisionRequest(decision=press.decision, reason=reason)
+        )
+    except HttpRefusal as err:  # not pending (decided, expired, voided), own call, not entitled
+        said = f"Nothing was decided: {err}"
+        await answer_press(channel, press, said)
+        return web.json_response({"ok": True, "refused": str(err)})
+    what = "Approved" if press.decision == "approve" else "Rejected"
+    state = f"{what} by {mapped.user_id} in {channel.kind}; the call is now {approval.state}."
+    await answer_press(channel, press, state)
+    if press.chat is not None and press.message_id is not None:
+        text = (card_text(item) + "\n\n" if item is not None else "") + state
+        edit = {"chat_id": press.chat, "message_id": press.message_id, "text": text[:MAX_CHAT_TEXT]}
+        await bot_call(channel, "editMessageText", edit)
+    return web.json_response({"ok": True, "decided": approval.state})
+
+
+async def resume(app: web.Application) -> None:
+    """At start: follow every chat turn still owed an outcome (a restart loses none)."""
+    async with app[REQUESTERS].sessions() as session:
+        owed = list(await session.scalars(select(ChatTurn).where(ChatTurn.state != "done")))
+    for turn in owed:
+        follow(app, turn)
 
 
 # --- the admin API -----------------------------------------------------------------------------------
@@ -302,6 +627,11 @@ async def admin_tenant(request: web.Request, session: AsyncSession) -> str:
     return caller.tenant_id
 
 
+def admin_name(request: web.Request) -> str:
+    """The admin the audit names for a change (admin_tenant has checked there is one)."""
+    return str(request[CALLER].person)
+
+
 async def show_channel(request: web.Request) -> web.Response:
     async with request.app[REQUESTERS].sessions() as session:
         view = await channel_view(session, await admin_tenant(request, session))
@@ -310,10 +640,21 @@ async def show_channel(request: web.Request) -> web.Response:
     return web.json_response(view.model_dump())
 
 
+async def channel_changes(request: web.Request) -> web.Response:
+    """Who changed the channel and its senders, and what, newest first (never a secret)."""
+    async with request.app[REQUESTERS].sessions() as session:
+        shown = await changes(session, await admin_tenant(request, session))
+    return web.json_response({"changes": [c.model_dump() for c in shown]})
+
+
 async def put_channel(request: web.Request) -> web.Response:
     settings = await parse(request, ChannelSettings)
     async with request.app[REQUESTERS].sessions.begin() as session:
-        view = await set_channel(session, await admin_tenant(request, session), settings)
+        tenant = await admin_tenant(request, session)
+        try:
+            view = await set_channel(session, tenant, settings, admin_name(request))
+        except ValueError as err:  # an endpoint that is not public nor allowed
+            raise HttpRefusal(422, str(err)) from None
     return web.json_response(view.model_dump())
 
 
@@ -323,7 +664,7 @@ async def put_sender(request: web.Request) -> web.Response:
     async with request.app[REQUESTERS].sessions.begin() as session:
         tenant = await admin_tenant(request, session)
         try:
-            await set_sender(session, tenant, sender, settings)
+            await set_sender(session, tenant, sender, settings, admin_name(request))
         except ValueError as err:
             raise HttpRefusal(422, str(err)) from None
     return web.json_response({"tenant_id": tenant, "sender": sender, **settings.model_dump()})
@@ -339,9 +680,11 @@ def add_routes(app: web.Application) -> None:
             task.cancel()
         await asyncio.gather(*running, return_exceptions=True)
 
+    app.on_startup.append(resume)
     app.on_shutdown.append(stop_replies)
     app.router.add_post("/channels/telegram/{tenant}", telegram)
     app.router.add_post("/channels/slack/{tenant}", slack)
     app.router.add_get("/api/admin/channel", show_channel)
     app.router.add_put("/api/admin/channel", put_channel)
+    app.router.add_get("/api/admin/channel/changes", channel_changes)
     app.router.add_put("/api/admin/channel/senders/{sender}", put_sender)

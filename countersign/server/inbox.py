@@ -644,6 +644,10 @@ class Inbox:
 
     # --- deciding ------------------------------------------------------------------------------
 
+    async def recorded(self, tenant_id: str, workflow_id: str, call_id: str) -> PendingItem | None:
+        """The pending call as recorded, for a card posted outside the inbox (a chat's)."""
+        return await self._recorded(Reviewer(tenant_id=tenant_id, user_id=""), workflow_id, call_id)
+
     async def _recorded(self, reviewer: Reviewer, workflow_id: str, call_id: str) -> PendingItem | None:
         """The pending call as the worker recorded it (`approval_requests`) in the conversation its
         workflow id names now, in the reviewer's tenant; None when no such request waits."""

@@ -223,6 +223,11 @@ class Requesters:
 
     # --- who, how much, the record ---------------------------------------------------------------
 
+    @property
+    def inbox_url(self) -> str:
+        """Where people open the inbox (what a chat card's "Open in inbox" links to)."""
+        return self._settings.inbox_url
+
     async def token_caller(self, secret: str) -> Caller | None:
         async with self.sessions.begin() as session:
             holder = await tokens.holder_of(session, secret, datetime.now(UTC))
@@ -548,6 +553,27 @@ class Requesters:
             waiting.cancel()
             with contextlib.suppress(BaseException):
                 await waiting
+
+    async def outcome(self, row: Conversation, message_id: str) -> Reply:
+        """The end of the turn that answers `message_id`, however long the person it waits for
+        takes (a channel's turn, after "waiting for a person" was posted): read from the store when
+        one of the conversation's events wakes the wait, and every RECHECK_S; `ended` when the
+        conversation ended without it. No update is held open (a conversation admits only a few at
+        once), so a wait of days costs a LISTEN and a read now and then."""
+        async with self._events.feed.watch(row.workflow_id) as woken:
+            quiet = True  # the status is asked at first and after RECHECK_S without an event
+            while True:
+                instance = await self._store.latest_instance(row.workflow_id)
+                turn = await self._store.finished_turn(row.workflow_id, instance, message_id)
+                if turn is not None:
+                    return Reply(state="replied", turn=turn)
+                if quiet and (await self.status(row)).state == "ended":
+                    return await self._after_the_end(row, message_id, None)
+                try:
+                    await asyncio.wait_for(woken.get(), RECHECK_S)
+                    quiet = False
+                except TimeoutError:
+                    quiet = True
 
     async def _replied(
         self, row: Conversation, message_id: str | None, turn: int | None, waiting: asyncio.Future[Any]

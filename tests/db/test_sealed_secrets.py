@@ -51,9 +51,9 @@ async def test_no_secret_is_stored_in_plain_text(
     db_engine: AsyncEngine, use_keys: list[str], no_channel: None
 ) -> None:
     async with session_factory(db_engine).begin() as session:
-        await set_channel(session, "acme", TELEGRAM)
-        await set_channel(session, "globex", SLACK)
-        await set_channel(session, "globex", SLACK)  # replacing goes through the same sealing
+        await set_channel(session, "acme", TELEGRAM, "carol")
+        await set_channel(session, "globex", SLACK, "carol")
+        await set_channel(session, "globex", SLACK, "carol")  # replacing goes through the same sealing
     stored = await raw_rows(db_engine)
     assert "globex" in stored and "gAAAAA" in stored  # the rows, with Fernet tokens in them
     for secret in (TOKEN, HOOK, SECRET, "plain"):
@@ -69,7 +69,7 @@ async def test_another_key_opens_nothing_and_names_no_secret(
     db_engine: AsyncEngine, use_keys: list[str], no_channel: None
 ) -> None:
     async with session_factory(db_engine).begin() as session:
-        await set_channel(session, "acme", TELEGRAM)
+        await set_channel(session, "acme", TELEGRAM, "carol")
     use_keys[:] = [Fernet.generate_key().decode()]
     async with session_factory(db_engine)() as session:
         with pytest.raises(SealBroken) as broken:
@@ -81,7 +81,7 @@ async def test_a_key_rotates_new_first_rekey_then_old_dropped(
     db_engine: AsyncEngine, use_keys: list[str], no_channel: None
 ) -> None:
     async with session_factory(db_engine).begin() as session:
-        await set_channel(session, "acme", TELEGRAM)
+        await set_channel(session, "acme", TELEGRAM, "carol")
     before = await raw_rows(db_engine)
     use_keys.insert(0, Fernet.generate_key().decode())  # the new key first, the old one still opens
     async with session_factory(db_engine).begin() as session:

@@ -8,16 +8,13 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator
 from typing import Any
 
-import aiohttp
-import pytest_asyncio
-from sqlalchemy import delete, select, text
+from sqlalchemy import select, text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from countersign.core.shown import fold_mark
-from countersign.db.schema import ChatChannel, ChatSender, InputAudit
+from countersign.db.schema import InputAudit
 from countersign.server.channels import (
     REPLY_CHARS,
     TELEGRAM_SECRET_HEADER,
@@ -26,37 +23,13 @@ from countersign.server.channels import (
     slack_signature_holds,
     telegram_message,
 )
-from tests.fixtures.chat import HOOK, TOKEN, Receiver
+from tests.fixtures.chat import HOOK, TOKEN, Receiver, posted, webhook
 from tests.fixtures.inbox import SignedStack
 
 HELLO = {"when": {"user_contains": "hello"}, "reply": {"content": "hi there"}}
 HI = "[scripted model] hi there"
 SECRET = "webhook-secret-for-tests"
 SENDER = "4242"
-
-
-@pytest_asyncio.fixture
-async def cleanup(db_engine: AsyncEngine) -> AsyncIterator[None]:
-    yield
-    async with db_engine.begin() as conn:
-        await conn.execute(delete(ChatSender).where(ChatSender.tenant_id == "acme"))
-        await conn.execute(delete(ChatChannel).where(ChatChannel.tenant_id == "acme"))
-
-
-async def webhook(stack: SignedStack, path: str, body: bytes, headers: dict[str, str]) -> tuple[int, Any]:
-    async with (
-        aiohttp.ClientSession() as http,
-        http.post(stack.url + path, data=body, headers={"Content-Type": "application/json", **headers}) as r,
-    ):
-        return r.status, await r.json()
-
-
-async def posted(receiver: Receiver, count: int = 1) -> list[dict[str, Any]]:
-    for _ in range(300):
-        if len(receiver.posts) >= count:
-            return receiver.posts
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"the receiver got {receiver.posts}")
 
 
 async def refusals(engine: AsyncEngine, kind: str) -> int:
@@ -84,9 +57,10 @@ async def set_up(stack: SignedStack, channel: dict[str, Any]) -> None:
 
 
 async def test_a_telegram_message_reaches_the_mapped_user_and_the_reply_comes_back(
-    signed_agent: SignedStack, chat_receiver: Receiver, db_engine: AsyncEngine, cleanup: None
+    signed_agent: SignedStack, chat_receiver: Receiver, db_engine: AsyncEngine, chat_cleanup: None
 ) -> None:
     stack = signed_agent
+    url = stack.url
     stack.agent.script(HELLO)
     channel = {"kind": "telegram", "name": "Sales group", "endpoint": chat_receiver.base_url,
                "bot_token": TOKEN, "chat_id": "-100200", "webhook_secret": SECRET}  # fmt: skip
@@ -97,11 +71,11 @@ async def test_a_telegram_message_reaches_the_mapped_user_and_the_reply_comes_ba
 
     before = await refusals(db_engine, "telegram")
     for headers in ({}, {TELEGRAM_SECRET_HEADER: "guess"}):
-        assert (await webhook(stack, "/channels/telegram/acme", body, headers))[0] == 401
-    assert await refusals(db_engine, "telegram") == before + 2
+        assert (await webhook(url, "/channels/telegram/acme", body, headers))[0] == 401
+    assert before + 1 <= await refusals(db_engine, "telegram") <= before + 2  # one a minute per source
     # a tenant name nobody has a channel under: 404, and nothing recorded under a name of the caller's
-    assert (await webhook(stack, "/channels/telegram/no-such-tenant", body, {}))[0] == 404
-    assert await refusals(db_engine, "telegram") == before + 2
+    assert (await webhook(url, "/channels/telegram/no-such-tenant", body, {}))[0] == 404
+    assert before + 1 <= await refusals(db_engine, "telegram") <= before + 2
     assert chat_receiver.posts == []
 
     # a colleague cannot take the sender's conversation key first (it would be theirs, and the
@@ -112,7 +86,7 @@ async def test_a_telegram_message_reaches_the_mapped_user_and_the_reply_comes_ba
         code, said = await stack.call("POST", "/api/conversations", carol, squat)
         assert code == 403 and "keeps for a chat sender or an MCP client" in said["error"], said
 
-    code, answer = await webhook(stack, "/channels/telegram/acme", body, {TELEGRAM_SECRET_HEADER: SECRET})
+    code, answer = await webhook(url, "/channels/telegram/acme", body, {TELEGRAM_SECRET_HEADER: SECRET})
     assert code == 200 and answer["workflow_id"] == "conv-acme-key-telegram_4242", answer
     stack.agent.track(answer["workflow_id"])
     (reply,) = await posted(chat_receiver)
@@ -127,7 +101,7 @@ async def test_a_telegram_message_reaches_the_mapped_user_and_the_reply_comes_ba
     assert status == 200 and "hello bot" in [m.get("content") for m in transcript if m["role"] == "user"]
 
     # the same update delivered again is answered once: one user message in the conversation
-    assert (await webhook(stack, "/channels/telegram/acme", body, {TELEGRAM_SECRET_HEADER: SECRET}))[0] == 200
+    assert (await webhook(url, "/channels/telegram/acme", body, {TELEGRAM_SECRET_HEADER: SECRET}))[0] == 200
     await asyncio.sleep(1)
     status, transcript = await stack.call(
         "GET", f"/api/conversations/{answer['workflow_id']}/transcript", await stack.login("alice")
@@ -136,7 +110,7 @@ async def test_a_telegram_message_reaches_the_mapped_user_and_the_reply_comes_ba
 
 
 async def test_a_reply_longer_than_one_chat_message_is_folded_with_a_link_to_the_whole(
-    signed_agent: SignedStack, chat_receiver: Receiver, cleanup: None
+    signed_agent: SignedStack, chat_receiver: Receiver, chat_cleanup: None
 ) -> None:
     """Nothing cut silently (issue 48 item 3): the end of a long reply is not dropped unsaid."""
     stack = signed_agent
@@ -148,7 +122,7 @@ async def test_a_reply_longer_than_one_chat_message_is_folded_with_a_link_to_the
     update = {"update_id": 78, "message": {"message_id": 6, "from": {"id": int(SENDER)},
                                           "chat": {"id": -555}, "text": "hello bot"}}  # fmt: skip
     code, answer = await webhook(
-        stack, "/channels/telegram/acme", json.dumps(update).encode(), {TELEGRAM_SECRET_HEADER: SECRET}
+        stack.url, "/channels/telegram/acme", json.dumps(update).encode(), {TELEGRAM_SECRET_HEADER: SECRET}
     )
     assert code == 200, answer
     stack.agent.track(answer["workflow_id"])
@@ -160,9 +134,10 @@ async def test_a_reply_longer_than_one_chat_message_is_folded_with_a_link_to_the
 
 
 async def test_a_slack_event_is_verified_by_its_signature_and_answered_through_the_webhook(
-    signed_agent: SignedStack, chat_receiver: Receiver, db_engine: AsyncEngine, cleanup: None
+    signed_agent: SignedStack, chat_receiver: Receiver, db_engine: AsyncEngine, chat_cleanup: None
 ) -> None:
     stack = signed_agent
+    url = stack.url
     stack.agent.script(HELLO)
     channel = {"kind": "slack", "name": "#sales", "endpoint": f"{chat_receiver.base_url}{HOOK}",
                "webhook_secret": SECRET}  # fmt: skip
@@ -178,15 +153,18 @@ async def test_a_slack_event_is_verified_by_its_signature_and_answered_through_t
         }
 
     challenge = {"type": "url_verification", "challenge": "abc123"}
-    assert await webhook(stack, "/channels/slack/acme", *signed(challenge)) == (200, {"challenge": "abc123"})
+    assert await webhook(url, "/channels/slack/acme", *signed(challenge)) == (
+        200,
+        {"challenge": "abc123"},
+    )
     said = {"type": "message", "user": SENDER, "channel": "C1", "text": "hello from slack"}
     event = {"type": "event_callback", "event_id": "Ev1", "event": said}
     before = await refusals(db_engine, "slack")
-    assert (await webhook(stack, "/channels/slack/acme", *signed(event, secret="another-secret")))[0] == 401
-    assert (await webhook(stack, "/channels/slack/acme", *signed(event, at=time.time() - 3600)))[0] == 401
-    assert await refusals(db_engine, "slack") == before + 2
+    assert (await webhook(url, "/channels/slack/acme", *signed(event, secret="another-secret")))[0] == 401
+    assert (await webhook(url, "/channels/slack/acme", *signed(event, at=time.time() - 3600)))[0] == 401
+    assert before + 1 <= await refusals(db_engine, "slack") <= before + 2
 
-    code, answer = await webhook(stack, "/channels/slack/acme", *signed(event))
+    code, answer = await webhook(url, "/channels/slack/acme", *signed(event))
     assert code == 200, answer
     stack.agent.track(answer["workflow_id"])
     (reply,) = await posted(chat_receiver)

@@ -21,6 +21,7 @@ from countersign.core.approvals import Decision
 from countersign.core.calls import CallerContext, ToolInvocation, ToolResult, call_key
 from countersign.db.engine import session_factory
 from countersign.db.schema import ChatChannel, ChatPost, ToolExecution
+from countersign.runtime.endpoints import ALLOW_ENV
 from tests.fixtures.agent import AgentHarness
 from tests.fixtures.approvals import pending
 from tests.fixtures.chat import TOKEN, Receiver, acme_channel
@@ -203,8 +204,9 @@ async def test_the_admin_assistant_posts_after_a_reviewer_approves(
 
 @pytest.mark.parametrize("endpoint", ["http://127.0.0.1:9", "ftp://chat.example/x", "http://[::1"])
 async def test_an_endpoint_that_cannot_be_reached_posts_nothing_and_shows_no_address(
-    db_engine: AsyncEngine, endpoint: str
+    db_engine: AsyncEngine, endpoint: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setenv(ALLOW_ENV, "127.0.0.0/8, ::1")  # allowed, so what is tested is the reach
     async with db_engine.begin() as conn:
         await conn.execute(
             insert(ChatChannel).values(tenant_id="acme", kind="slack", endpoint=endpoint, name="#sales")
