@@ -17,7 +17,7 @@ import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-from temporalio.testing import WorkflowEnvironment
+from temporalio.client import Client
 
 from countersign.cli.health import Breaker, breakers_in
 from countersign.core.contract import StartConversation
@@ -87,18 +87,18 @@ async def test_a_second_worker_on_the_same_metrics_port_starts_and_serves(
 
 
 async def test_an_open_model_breaker_stays_open_five_minutes_and_health_says_so(
-    temporal_env: WorkflowEnvironment, database_url: str, tmp_path: Path
+    dev_server: DevServerConfig, database_url: str, tmp_path: Path
 ) -> None:
     port, task_queue = free_port(), f"agent-{uuid.uuid4()}"
     down = f"http://127.0.0.1:{free_port()}/v1"  # nothing listens: every model call fails to connect
-    address = temporal_env.client.service_client.config.target_host
-    env = worker_env(address, "default", database_url, down, tmp_path, task_queue)
+    env = worker_env(dev_server.address, dev_server.namespace, database_url, down, tmp_path, task_queue)
     env["COUNTERSIGN_METRICS_PORT"] = str(port)
+    client = await Client.connect(dev_server.address, namespace=dev_server.namespace)
     async with worker_process(env):
         url = f"http://127.0.0.1:{port}/metrics"
         await scrape_until(url, "temporal_num_pollers", 1, timeout_s=60)
         start = StartConversation(tenant_id="acme", user_id="alice", agent="lead-qualifier", message="hi")
-        handle = await temporal_env.client.start_workflow(
+        handle = await client.start_workflow(
             AgentWorkflow.run, start, id=f"test-{uuid.uuid4()}", task_queue=task_queue
         )
         try:
@@ -108,10 +108,10 @@ async def test_an_open_model_breaker_stays_open_five_minutes_and_health_says_so(
             left = value(samples, "countersign_breaker_retry_seconds", breaker="model")
             assert 200 < left <= 300, left
             said = await run_starter("health", "--metrics", url, env=env)
-            assert said.returncode == 1, said.stdout  # (the test server answers no poller list either)
+            assert said.returncode == 1, said.stdout
             assert "model OPEN (calls refused for" in said.stdout and "not healthy" in said.stderr
         finally:
-            await handle.terminate()
+            await asyncio.wait_for(handle.terminate(), 30)
 
 
 def test_breakers_cool_down_five_minutes_by_default_and_by_setting() -> None:
