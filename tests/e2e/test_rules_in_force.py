@@ -118,7 +118,11 @@ async def test_a_quorum_applied_after_the_start_asks_its_approvers(
     await policies(f'@id("two-for-status") @approvals("2") permit(principal, action == {STATUS}, resource);')
     await say(stack, alice, workflow_id, "qualify jane", turn=2)
     seen = await card(stack, bob, workflow_id)
-    assert (seen["approvals_required"], seen["policy"], seen["quorum"]) == (2, "two-for-status", "0 of 2")
+    assert (seen["approvals_required"], seen["policy"], seen["quorum"]) == (
+        2,
+        "two-for-status",
+        "0 of 2 approved",
+    )
     async with db_engine.connect() as conn:
         policy = await conn.scalar(
             select(ApprovalRequest.policy).where(ApprovalRequest.workflow_id == workflow_id)

@@ -168,7 +168,7 @@ function card(item) {
       if (edited) body.args = readArgs(fields);
       if (granted) body.grant = { minutes: Number(grantMinutes.value), uses: Number(grantUses.value) };
       const result = await api("POST", `/api/approvals/${encodeURIComponent(item.workflow_id)}/${encodeURIComponent(item.call_id)}`, body);
-      say(`${item.tool} (${item.call_id}) in ${item.workflow_id}: ${result.outcome}`);
+      say(`${result.outcome}: ${item.tool} (${item.call_id}) in ${item.workflow_id}`);
       removeCard(key);
       loadHistory();
       if (granted) loadGrants();
