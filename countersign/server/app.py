@@ -94,7 +94,8 @@ async def errors_and_auth(request: web.Request, handler: Handler) -> web.StreamR
     """API calls other than login need a session, or an API token for the conversation API;
     HttpRefusal becomes its JSON error."""
     try:
-        refuse_odd_text(request)
+        if request.path != CALLBACK_PATH:  # the sign-in records what an identity provider sent, refused
+            refuse_odd_text(request)
         refuse_cross_origin(request)
         if request.path.startswith("/api/") and request.path != "/api/login":
             bearer = bearer_of(request)

@@ -532,6 +532,7 @@ async def test_write_record_through_the_activity_is_idempotent(db_engine: AsyncE
         arguments=json.dumps(
             {"collection": "leads", "values": {"email": f"{uuid.uuid4()}@example.com", "name": "Once Only"}}
         ),
+        approved_by="bob",  # write_record needs an approval under the rules in force (activities/rules.py)
     )
     activities = ToolActivities(sessions)
     try:

@@ -278,7 +278,7 @@ async def test_through_the_server_a_key_whose_conversation_ended_starts_afresh(
     stack = signed_agent
     stack.agent.script(LOOK_UP_JANE, FOUND, {"reply": {"content": "hello alice"}})
     alice, bob = await stack.login("alice"), await stack.login("bob")
-    key = f"telegram_{uuid.uuid4().hex[:8]}"
+    key = f"support-{uuid.uuid4().hex[:8]}"
     said: list[Any] = []
     for text in ("tell me about jane", "hello, who am I talking to?"):
         body = {"agent": "lead-qualifier", "message": text, "key": key, "single_turn": True}
@@ -308,7 +308,7 @@ async def test_an_end_proof_of_a_keys_ended_conversation_is_refused_by_the_next(
     stack = signed_agent
     stack.agent.script({"reply": {"content": "hello alice"}})
     alice = await stack.login("alice")
-    key = f"telegram_{uuid.uuid4().hex[:8]}"
+    key = f"support-{uuid.uuid4().hex[:8]}"
     instances: list[str] = []
     for single_turn in (True, False):
         body = {"agent": "lead-qualifier", "message": "hello", "key": key, "single_turn": single_turn}
