@@ -173,7 +173,9 @@ class Requesters:
         rate: ApiRate | None = None,
     ) -> None:
         self.client = client
-        self._events = events  # the events stream's log and LISTEN feed: what a reply's wait wakes on
+        # the events streams' log, LISTEN feed and per-person bound: what a reply's wait wakes on,
+        # and what an MCP event stream counts against (server.mcp_face)
+        self.events = events
         self.sessions = sessions
         self._key = key
         self._settings = settings
@@ -181,9 +183,15 @@ class Requesters:
         self._store = ConversationStore(sessions)
 
     @property
+    def public_url(self) -> str:
+        """The server's configured public address (COUNTERSIGN_INBOX_URL): what links given to
+        people and clients are built from, never a request's Host header, which its sender chose."""
+        return self._settings.inbox_url.rstrip("/")
+
+    @property
     def chat_url(self) -> str:
         """The chat page, where a requester reads a conversation whole."""
-        return f"{self._settings.inbox_url.rstrip('/')}/chat"
+        return f"{self.public_url}/chat"
 
     @property
     def signing_key(self) -> Ed25519PrivateKey:
@@ -488,8 +496,8 @@ class Requesters:
         deadline, timeout = loop.time() + min(wait_s, MAX_WAIT_S), FIRST_LOOK_S
         status: StatusView | None = None
         try:
-            async with self._events.feed.watch(row.workflow_id) as woken:
-                seen = await self._events.log.latest_id(row.workflow_id)
+            async with self.events.feed.watch(row.workflow_id) as woken:
+                seen = await self.events.log.latest_id(row.workflow_id)
                 while True:
                     woke = asyncio.ensure_future(woken.get())
                     left = max(0.0, deadline - loop.time())
@@ -499,7 +507,7 @@ class Requesters:
                         return await self._replied(row, message_id, turn, waiting)
                     check = woke not in done or status is None
                     if woke in done:
-                        batch = await self._events.log.after(row.workflow_id, seen)
+                        batch = await self.events.log.after(row.workflow_id, seen)
                         seen = batch[-1].id if batch else seen
                         check = check or any(e.kind in STATUS_EVENTS for e in batch)
                     if check:
