@@ -53,6 +53,7 @@ from countersign.db.audit import audit_rows
 from countersign.db.instances import PENDING
 from countersign.db.messages import ConversationStore
 from countersign.db.people import roles_of
+from countersign.db.ratings import NoReply, RatedVia, Rating, rate_reply, rating_view, ratings_of
 from countersign.db.schema import AgentProfile, Conversation, RequesterAction, User
 from countersign.identity import tokens
 from countersign.identity.mode import recorded_mode
@@ -62,7 +63,7 @@ from countersign.server.conversation_events import ConversationEvents
 from countersign.server.http import HttpRefusal
 
 RequesterActionName = Literal[
-    "start", "message", "answer", "rollback", "end", "status", "transcript", "reply", "audit", "mcp"
+    "start", "message", "answer", "rollback", "end", "status", "transcript", "reply", "audit", "mcp", "rate"
 ]
 ADMIN = "admin"
 # What a tenant admin may do to a conversation of another user of the tenant (countersign.core.authority).
@@ -154,6 +155,15 @@ class RollbackBody(BaseModel):
     reason: Reason | None = None
 
 
+class RatingBody(BaseModel):
+    """`PUT …/ratings/{turn}`: whether the turn's reply helped, and why if the person says."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    rating: Rating
+    comment: Reason | None = None
+
+
 class Started(BaseModel):
     workflow_id: str
     message_id: str | None = None  # a keyed conversation's message (wait for its reply with it)
@@ -230,10 +240,10 @@ class Requesters:
         workflow_id: str | None,
         status: int,
         reason: str | None = None,
-        via: Literal["mcp"] | None = None,
+        via: Literal["mcp", "chat"] | None = None,
     ) -> None:
         """One request on the record; `via` "mcp" for a token's request through /mcp
-        (countersign.server.mcp_face), else the caller's kind."""
+        (countersign.server.mcp_face), "chat" for a linked chat identity's, else the caller's kind."""
         async with self.sessions.begin() as session:
             session.add(
                 RequesterAction(
@@ -470,6 +480,42 @@ class Requesters:
         instance = await self._store.latest_instance(row.workflow_id)
         stored = await self._store.ended_turn(row.workflow_id, instance, message_id, turn or 1)
         return Reply(state="replied", turn=stored) if stored else Reply(state="ended", status=status)
+
+    # --- ratings ----------------------------------------------------------------------------------
+
+    async def rate(self, row: Conversation, turn: int, body: RatingBody, via: RatedVia) -> dict[str, Any]:
+        """The conversation's user rates turn `turn`'s reply (replacing an earlier rating); the
+        caller was checked to act for that user (`conversation(…, "rate")`: no admin rates for
+        another). 404 when the turn has no reply."""
+        async with self.sessions.begin() as session:
+            try:
+                rated, replaced = await rate_reply(
+                    session, row, turn, body.rating, body.comment, via, datetime.now(UTC)
+                )
+            except NoReply as err:
+                raise HttpRefusal(404, str(err)) from None
+            return rating_view(rated, replaced)
+
+    async def ratings(self, row: Conversation) -> list[dict[str, Any]]:
+        async with self.sessions() as session:
+            return [rating_view(r) for r in await ratings_of(session, row)]
+
+    async def rate_from_chat(
+        self, tenant_id: str, user_id: str, workflow_id: str, turn: int, body: RatingBody
+    ) -> dict[str, Any]:
+        """A chat app's rating (a reaction or a button on a reply): `user_id` is the user the
+        channel's sender map links the chat identity to, never what the chat message says. Only the
+        conversation's user rates it, as through the API; recorded as a request `via` "chat".
+        Raises HttpRefusal (404: not their conversation, or no reply to that turn)."""
+        caller = Caller(tenant_id=tenant_id, person=user_id)
+        try:
+            row = await self.conversation(caller, workflow_id, "rate")
+            rated = await self.rate(row, turn, body, "chat")
+        except HttpRefusal as err:
+            await self.record(caller, user_id, "rate", workflow_id, err.status, str(err), via="chat")
+            raise
+        await self.record(caller, user_id, "rate", workflow_id, 200, via="chat")
+        return rated
 
     async def audit(self, row: Conversation) -> list[dict[str, Any]]:
         async with self.sessions() as session:
