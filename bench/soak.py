@@ -273,6 +273,11 @@ def figures(
         "rated": rated,
         "rated_helpful": ratings.get("helpful", 0),
         "satisfaction": ratio(ratings.get("helpful", 0), rated),
+        # what went unanswered (or slow), by request and status: where availability was lost
+        "unanswered": dict(
+            Counter(f"{r.what}: {r.status or 'no answer'}" for r in requests if r not in answered)
+        ),
+        "slow": dict(Counter(r.what for r in answered if r.seconds > ANSWERED_WITHIN_S)),
     }
 
 
@@ -321,7 +326,13 @@ def figures_table(f: dict[str, Any]) -> str:
         ),
     ]
     lines = ["| Figure | Measured | Target | |", "|---|---|---|---|"]
-    return "\n".join([*lines, *(f"| {a} | {b} | {c} | {d} |" for a, b, c, d in rows)])
+    table = "\n".join([*lines, *(f"| {a} | {b} | {c} | {d} |" for a, b, c, d in rows)])
+    missed = [
+        f"- {label}: " + ", ".join(f"{what} ({n})" for what, n in sorted(counts.items()))
+        for label, counts in (("unanswered", f["unanswered"]), ("answered after 3 s", f["slow"]))
+        if counts
+    ]
+    return "\n\n".join([table, "\n".join(missed)]) if missed else table
 
 
 # --- driving conversations through faults ------------------------------------------------------------

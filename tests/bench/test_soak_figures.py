@@ -56,6 +56,8 @@ def test_the_figures_of_a_recorded_run() -> None:
         "rated": 19,
         "rated_helpful": 15,
         "satisfaction": 0.789474,
+        "unanswered": {"GET /api/approvals: no answer": 3, "POST /api/conversations: 503": 2},
+        "slow": {"GET /api/approvals": 6},
     }
     table = figures_table(f)
     assert "| availability: requests answered | 99.5 % (995 of 1000) | ≥ 99.9 % | **not met** |" in table
@@ -69,6 +71,8 @@ def test_the_figures_of_a_recorded_run() -> None:
         in table
     )
     assert "| satisfaction: replies rated helpful | 78.9 % (15 of 19) | none in the design | - |" in table
+    assert "- unanswered: GET /api/approvals: no answer (3), POST /api/conversations: 503 (2)" in table
+    assert "- answered after 3 s: GET /api/approvals (6)" in table
 
 
 def test_a_clean_run_meets_the_targets_and_an_empty_one_says_nothing() -> None:
