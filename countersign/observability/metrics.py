@@ -105,7 +105,7 @@ class _BreakerCollector(Collector):
         yield retry
 
 
-# (tenant, agent, rating) -> how many replies people rate so now, read from PostgreSQL
+# (tenant, agent, rating) -> how many replies people rated so, as PostgreSQL holds them
 RatingTotals = Mapping[tuple[str, str, str], int]
 
 
