@@ -318,8 +318,9 @@ class ConversationStore:
         `model_call`: the usage audit's row of the reply appended, in the same transaction.
 
         Messages without an id (model replies, tool results) go in one statement (a model reply's
-        usage row a CTE of it; any other usage row its own statement); it returns the rows it inserted, whose events (db.events) are written in the same
-        transaction, so a retried append inserts nothing and tells nobody twice."""
+        usage row a CTE of it; any other usage row its own statement); it returns the rows it
+        inserted, whose events (db.events) are written in the same transaction, so a retried append
+        inserts nothing and tells nobody twice."""
         refused: list[int] = []
         rows: list[dict[str, Any]] = []
         async with self.engine.connect() as connection:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 from sqlalchemy import delete, insert, select
@@ -35,7 +36,7 @@ async def apollo(db_engine: AsyncEngine) -> AsyncIterator[tuple[int, str]]:
             )
         ).scalar_one()
         other = await conn.scalar(select(Project.id).where(Project.tenant_id == "acme", Project.name != name))
-        rows = [
+        rows: list[dict[str, Any]] = [
             *({"title": f"{t} ({name})", "status": "open", "project_id": project_id} for t in APOLLO_TASKS),
             {"title": f"Write the press kit ({name})", "status": "done", "project_id": project_id},
             {"title": f"Unrelated open task ({name})", "status": "open", "project_id": other},
@@ -60,8 +61,8 @@ def test_every_link_is_a_foreign_key_of_the_tables_and_every_key_between_collect
         }
         for child, parent in keyed.items():
             assert c.links.get(child) == parent, f"{name}.{child} -> {parent}.id is not in the map"
-        for child, parent in c.links.items():
-            assert child in c.fields and parent in COLLECTIONS, (name, child, parent)
+        for child, linked in c.links.items():
+            assert child in c.fields and linked in COLLECTIONS, (name, child, linked)
             assert child.endswith("_id") and c.kind(child) == "integer", (name, child)
     assert "tasks.project_id -> projects.id" in schema_map()
 
