@@ -35,6 +35,7 @@ from countersign.client.temporal_client import connect
 from countersign.db.engine import create_engine, session_factory
 from countersign.db.messages import ConversationStore
 from countersign.db.ratelimit import RateLimits
+from countersign.db.ratings import rating_totals
 from countersign.identity.mode import ModeMismatch, deployment_mode, settle
 from countersign.identity.proofs import ProofVerifier
 from countersign.mcp.pool import McpPool
@@ -91,6 +92,7 @@ def build_worker(
     observability: list[Interceptor] = [ModelCallAudit(sessions), GenAiSpans(settings.llm_model)]
     if metrics is not None:
         metrics.watch_breakers(lambda: [model.breaker, email.breaker, *mcp_pool.breakers])
+        metrics.watch_ratings(lambda: rating_totals(sessions))
         observability.append(MetricsInterceptor(metrics))
     # Client input is untrusted: signals, updates and start inputs that do not decode reach their
     # handler as `Unreadable` (countersign.runtime.payloads), whatever converter the caller's client has.

@@ -24,15 +24,25 @@ lead statuses, the outbox and the SMTP catcher), the audit, decisions and compen
 happened once and did not), **doubled** (one that happened more than once), **unwanted** (a
 rejected, unapproved or undone effect that is there) and **unexpected** (any other difference:
 a conversation not completed, another reply, another audit row). Every conversation's history is
-replayed with the current workflow code (temporalio's Replayer). Writes the `bench.soak` section of
-docs/benchmark.md and prints it; exits 1 when anything was lost, doubled, unwanted or unexpected,
-or the audit chain does not verify.
+replayed with the current workflow code (temporalio's Replayer).
+
+The design's success figures, each beside its target (`figures`): availability, the share of the
+requests sent to the server that it answered (any status below 500), and answered within 3 s, while
+the faults strike (every action of the drivers, a probe of bob's inbox every second, and the
+ratings); the error rate, the conversations that did not end as their script leads (any finding of
+the judge); the clarification rate, the turns that asked a person a question (`ask_human`) or
+answered `needs`; and satisfaction, from the ratings the simulated user gives each conversation's
+first reply through the server (helpful unless the reply is missing or the model found no rule).
+
+Writes the `bench.soak` section of docs/benchmark.md and prints it; exits 1 when anything was lost,
+doubled, unwanted or unexpected, or the audit chain does not verify.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import random
 import sys
@@ -46,6 +56,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import aiohttp
+from sqlalchemy import select
 from temporalio.client import WorkflowExecutionStatus
 from temporalio.service import RPCError, RPCStatusCode
 from temporalio.worker import Replayer
@@ -54,6 +65,7 @@ from bench.sections import put_section, recorded_run
 from countersign.core.evidence import Broken
 from countersign.db.chain import verify_live
 from countersign.db.engine import session_factory
+from countersign.db.schema import ConversationMessage
 from countersign.devstack.worker import WorkerProcess
 from countersign.identity.proofs import pem_pair
 from countersign.runtime.payloads import data_converter
@@ -83,6 +95,10 @@ THINK_S = (0.5, 3.0)
 REVIEW_S = 8.0  # the reviewer and the user take up to this long to act: waits span faults
 SETTLE_S = 420.0  # after the window: a lost activity without heartbeats waits up to 120 s, per fault
 EVERY_S = 0.5  # how often a driver looks again
+PROBE_EVERY_S = 1.0  # how often the probe asks for bob's inbox while the faults strike
+ANSWERED_WITHIN_S = 3.0
+# The design's targets (docs/benchmark.md): availability at least, errors and clarification below.
+TARGETS = {"availability": 0.999, "error_rate": 0.01, "clarification_rate": 0.10}
 
 
 @dataclass(frozen=True)
@@ -194,6 +210,131 @@ def judge(conversations: Sequence[Conversation], found: dict[str, Effects]) -> V
     return verdict
 
 
+# --- the design's success figures ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Request:
+    """One request sent to the server: what for, how long its answer took, and its status (None:
+    no answer at all, the connection refused, reset or timed out)."""
+
+    what: str
+    seconds: float
+    status: int | None
+
+
+def ratio(part: int, whole: int) -> float | None:
+    return round(part / whole, 6) if whole else None
+
+
+def clarifying_turns(messages: Sequence[tuple[str, int, str, str | None, bool]]) -> tuple[int, int]:
+    """(turns, turns that asked a person) of stored messages `(workflow_id, seq, role, name, needs)`:
+    a turn is a user message and what follows it; it asked when a tool result in it is `ask_human`'s
+    or answered `needs`."""
+    turns: set[tuple[str, int]] = set()
+    asked: set[tuple[str, int]] = set()
+    turn: dict[str, int] = Counter()
+    for workflow_id, _seq, role, name, needs in sorted(messages, key=lambda m: (m[0], m[1])):
+        if role == "user":
+            turn[workflow_id] += 1
+            turns.add((workflow_id, turn[workflow_id]))
+        elif role == "tool" and (name == "ask_human" or needs) and turn[workflow_id]:
+            asked.add((workflow_id, turn[workflow_id]))
+    return len(turns), len(asked)
+
+
+def figures(
+    requests: Sequence[Request],
+    conversations: int,
+    verdict: dict[str, list[str]],
+    turns: int,
+    clarifying: int,
+    ratings: dict[str, int],
+) -> dict[str, Any]:
+    """The design's success figures of a run: availability (answered, and within 3 s, of the
+    requests sent), the error rate (conversations with a finding of the judge, each counted once),
+    the clarification rate (turns that asked a person) and satisfaction (replies rated helpful)."""
+    answered = [r for r in requests if r.status is not None and r.status < 500]
+    quick = [r for r in answered if r.seconds <= ANSWERED_WITHIN_S]
+    erred = {line.split(":", 1)[0] for lines in verdict.values() for line in lines}
+    rated = sum(ratings.values())
+    return {
+        "requests": len(requests),
+        "answered": len(answered),
+        "answered_within_3s": len(quick),
+        "availability": ratio(len(answered), len(requests)),
+        "availability_within_3s": ratio(len(quick), len(requests)),
+        "conversations": conversations,
+        "conversations_with_errors": len(erred),
+        "error_rate": ratio(len(erred), conversations),
+        "turns": turns,
+        "clarifying_turns": clarifying,
+        "clarification_rate": ratio(clarifying, turns),
+        "rated": rated,
+        "rated_helpful": ratings.get("helpful", 0),
+        "satisfaction": ratio(ratings.get("helpful", 0), rated),
+        # what went unanswered (or slow), by request and status: where availability was lost
+        "unanswered": dict(
+            Counter(f"{r.what}: {r.status or 'no answer'}" for r in requests if r not in answered)
+        ),
+        "slow": dict(Counter(r.what for r in answered if r.seconds > ANSWERED_WITHIN_S)),
+    }
+
+
+def percent(value: float | None) -> str:
+    return "-" if value is None else f"{value * 100:.1f} %"
+
+
+def figures_table(f: dict[str, Any]) -> str:
+    """The figures beside the design's targets, as a markdown table; a target met or not, said."""
+
+    def met(value: float | None, target: float, at_least: bool) -> str:
+        if value is None:
+            return "-"
+        return "met" if (value >= target if at_least else value < target) else "**not met**"
+
+    rows = [
+        (
+            "availability: requests answered",
+            f"{percent(f['availability'])} ({f['answered']} of {f['requests']})",
+            f"≥ {percent(TARGETS['availability'])}",
+            met(f["availability"], TARGETS["availability"], True),
+        ),
+        (
+            "availability: answered within 3 s",
+            f"{percent(f['availability_within_3s'])} ({f['answered_within_3s']} of {f['requests']})",
+            f"≥ {percent(TARGETS['availability'])}",
+            met(f["availability_within_3s"], TARGETS["availability"], True),
+        ),
+        (
+            "error rate: conversations not ending as scripted",
+            f"{percent(f['error_rate'])} ({f['conversations_with_errors']} of {f['conversations']})",
+            f"< {percent(TARGETS['error_rate'])}",
+            met(f["error_rate"], TARGETS["error_rate"], False),
+        ),
+        (
+            "clarification rate: turns that asked a person",
+            f"{percent(f['clarification_rate'])} ({f['clarifying_turns']} of {f['turns']})",
+            f"< {percent(TARGETS['clarification_rate'])}",
+            met(f["clarification_rate"], TARGETS["clarification_rate"], False),
+        ),
+        (
+            "satisfaction: replies rated helpful",
+            f"{percent(f['satisfaction'])} ({f['rated_helpful']} of {f['rated']})",
+            "none in the design",
+            "-",
+        ),
+    ]
+    lines = ["| Figure | Measured | Target | |", "|---|---|---|---|"]
+    table = "\n".join([*lines, *(f"| {a} | {b} | {c} | {d} |" for a, b, c, d in rows)])
+    missed = [
+        f"- {label}: " + ", ".join(f"{what} ({n})" for what, n in sorted(counts.items()))
+        for label, counts in (("unanswered", f["unanswered"]), ("answered after 3 s", f["slow"]))
+        if counts
+    ]
+    return "\n\n".join([table, "\n".join(missed)]) if missed else table
+
+
 # --- driving conversations through faults ------------------------------------------------------------
 
 
@@ -204,24 +345,31 @@ class Inbox:
 
     url: str
     tokens: dict[str, str] = field(default_factory=dict)
+    sent: list[Request] = field(default_factory=list)  # every request, answered or not
 
-    async def post(self, user: str, path: str, body: Any) -> Any:
-        """POST as `user` (logged in with the seed's password on first use); raises unless 2xx."""
+    async def post(self, user: str, path: str, body: Any, method: str = "POST") -> Any:
+        """POST (or `method`) as `user` (logged in with the seed's password on first use); raises
+        unless 2xx."""
         if user not in self.tokens:
             login = {"tenant_id": "acme", "user_id": user, "password": f"{user}-dev"}
-            self.tokens[user] = (await self._post(None, "/api/login", login))["token"]
-        return await self._post(self.tokens[user], path, body)
+            self.tokens[user] = (await self._call("POST", None, "/api/login", login))["token"]
+        return await self._call(method, self.tokens[user], path, body)
 
-    async def _post(self, token: str | None, path: str, body: Any) -> Any:
+    async def _call(self, method: str, token: str | None, path: str, body: Any) -> Any:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
-        async with (
-            aiohttp.ClientSession() as http,
-            http.post(self.url + path, json=body, headers=headers) as response,
-        ):
-            text = await response.text()
-            if response.status >= 300:
-                raise RuntimeError(f"POST {path}: {response.status} {text[:300]}")
-            return json.loads(text)
+        what = path.split("/")[-1] if path.startswith("/api/conversations/") else path
+        started, status = time.monotonic(), None
+        try:
+            async with (
+                aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as http,
+                http.request(method, self.url + path, json=body, headers=headers) as response,
+            ):
+                status, text = response.status, await response.text()
+        finally:
+            self.sent.append(Request(f"{method} {what}", time.monotonic() - started, status))
+        if status >= 300:
+            raise RuntimeError(f"{method} {path}: {status} {text[:300]}")
+        return json.loads(text)
 
     async def start(self, c: Conversation) -> None:
         """Start `c` through the front door, keyed by its name: a key is one conversation."""
@@ -246,6 +394,25 @@ class Inbox:
 
     async def end(self, c: Conversation) -> None:
         await self.post(REQUESTER, f"/api/conversations/{c.workflow_id}/end", {})
+
+    async def rate(self, c: Conversation) -> str:
+        """The user rates the conversation's first reply: helpful unless it is missing or the model
+        found no rule for it (the script went astray)."""
+        messages = await self.post(REQUESTER, f"/api/conversations/{c.workflow_id}/transcript", None, "GET")
+        replies = [m.get("content") or "" for m in messages if m.get("role") == "assistant"]
+        reply = next((r for r in reversed(replies) if r), "")
+        rating = "helpful" if reply and "no rule matched" not in reply else "not_helpful"
+        body = {"rating": rating}
+        await self.post(REQUESTER, f"/api/conversations/{c.workflow_id}/ratings/1", body, "PUT")
+        return rating
+
+    async def probe(self, until_s: float) -> None:
+        """Ask for bob's inbox every PROBE_EVERY_S until `until_s` (monotonic): requests a reviewer
+        makes, answered or not, while the faults strike."""
+        while time.monotonic() < until_s:
+            with contextlib.suppress(Exception):  # recorded in `sent` either way
+                await self.post(APPROVER, "/api/approvals", None, "GET")
+            await asyncio.sleep(PROBE_EVERY_S)
 
 
 async def holds(check: Callable[[], Awaitable[bool]]) -> bool:
@@ -343,6 +510,13 @@ async def converse(
         await until(c.rolled_back, f"{c.workflow_id} rolled back", deadline)
         await once(lambda: inbox.end(c), running, f"{c.workflow_id} end", deadline)
     await until(closed, f"{c.workflow_id} to complete", deadline)
+    for _ in range(5):  # the user says whether the reply helped: a fault may interrupt it too
+        try:
+            c.rating = await inbox.rate(c)
+            return
+        except Exception as failed:
+            progress(f"{c.workflow_id} rating: {type(failed).__name__}: {failed}; again")
+            await asyncio.sleep(5 * EVERY_S)
 
 
 async def converse_logged(
@@ -423,6 +597,19 @@ async def replay(conversations: Sequence[Conversation]) -> Replayed:
     return found
 
 
+async def stored_turns(stack: FaultStack, conversations: Sequence[Conversation]) -> tuple[int, int]:
+    """(turns, turns that asked a person) of the soak's conversations, from the conversation store."""
+    ids = [c.workflow_id for c in conversations]
+    m = ConversationMessage
+    async with session_factory(stack.engine)() as session:
+        rows = await session.execute(
+            select(m.workflow_id, m.seq, m.role, m.name, m.content.like('%"needs"%')).where(
+                m.workflow_id.in_(ids)
+            )
+        )
+        return clarifying_turns([(w, seq, role, name, bool(needs)) for w, seq, role, name, needs in rows])
+
+
 async def verify_audit_chain(stack: FaultStack) -> str:
     """The tenant's audit chain checked as `audit verify --tenant acme` checks it, after the faults:
     every fact chained once, in order, and every chained row still what was chained. "" when whole,
@@ -472,14 +659,19 @@ async def measure(sizes: Sizes, seed: int) -> dict[str, Any]:
                 for n, c in enumerate(conversations)
             ]
             striking = asyncio.create_task(chaos(stack, workers, schedule, rng, began))
+            probing = asyncio.create_task(inbox.probe(began + sizes.window_s))
             await asyncio.gather(*drivers)
             struck = await striking
+            await probing
             wall_s = time.monotonic() - began
             progress(f"all settled after {wall_s:.0f} s; reading the effects")
             found = await Effects.of(stack.engine, stack.smtp, conversations)
             verdict = judge(conversations, found)
             replayed = await replay(conversations)
             chain_broken = await verify_audit_chain(stack)
+            turns, clarifying = await stored_turns(stack, conversations)
+            rated = Counter(c.rating for c in conversations if c.rating is not None)
+            success = figures(inbox.sent, len(conversations), vars(verdict), turns, clarifying, dict(rated))
     return {
         "sizes": {"conversations": sizes.conversations, "window_s": sizes.window_s, "seed": seed},
         "kinds": dict(Counter(c.kind for c in conversations)),
@@ -492,6 +684,7 @@ async def measure(sizes: Sizes, seed: int) -> dict[str, Any]:
         "retried_activities": replayed.retried,
         "workflow_tasks_lost": replayed.tasks_lost,
         "audit_chain_broken": chain_broken,
+        "figures": success,
     }
 
 
@@ -525,6 +718,7 @@ def section(results: dict[str, Any]) -> str:
     ] + [f"- replay: {line}" for line in results["replay_failures"]]
     findings += [f"- audit chain: {results['audit_chain_broken']}"] if results["audit_chain_broken"] else []
     found = "\n".join(findings) if findings else "Nothing lost, doubled, unwanted or unexpected."
+    success = figures_table(results["figures"]) if "figures" in results else ""
     return f"""## Soak under faults (issue 38)
 
 `{results["command"]}` (seed {results["sizes"]["seed"]}): conversations of every kind of the fault
@@ -547,6 +741,15 @@ at the start, {load["load_average_at_end"]} at the end.
 {table}
 
 {found}
+
+The design's success figures in this run, beside its targets. Availability counts every request
+sent to the server while the faults struck and after (each driver's action, a probe of bob's inbox
+every {PROBE_EVERY_S:g} s through the window, the ratings); an answer is any status below 500. The
+error rate counts the conversations with a finding above; the clarification rate, the turns that
+asked a person a question (`ask_human`) or answered `needs` (the soak's mix asks by design: one kind
+of {len(SOAK_KINDS)} is a question); satisfaction, the first replies the simulated user rated helpful.
+
+{success}
 """
 
 

@@ -372,6 +372,8 @@ MUTABLE: dict[str, frozenset[str]] = {
     "approval_requests": frozenset({"state", "decided_by", "closed_at"}),
     "grants": frozenset({"uses_left", "revoked_at", "revoked_by"}),
     "compensations": frozenset({"state", "error", "finished_at"}),
+    # a reply rated again: the new rating replaces the old one (both are in the chain)
+    "reply_ratings": frozenset({"rating", "comment", "rated_via", "updated_at"}),
 }
 # A request asked again (its approved effect changed before the call ran) is the same row opened
 # anew under a new nonce: its fixed columns start again, and the new one keeps the effect it replaced

@@ -59,6 +59,7 @@ from countersign.db.schema import (
     InputAudit,
     PolicyChange,
     ProofCheck,
+    ReplyRating,
     RollbackRecord,
     TierChange,
     ToolExecution,
@@ -79,6 +80,7 @@ CHAINED: dict[str, type[Base]] = {
         DraftEdit,
         Grant,
         GrantUse,
+        ReplyRating,
     )
 }
 

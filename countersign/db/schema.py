@@ -1396,3 +1396,40 @@ class ChatPost(Base):
     error: Mapped[str | None]
     created_at: Mapped[datetime] = created_at()
     sent_at: Mapped[datetime | None]
+
+
+# --- what people say of the replies they get (0029) ----------------------------------------------
+
+RATINGS = ("helpful", "not_helpful")
+RATED_VIAS = ("session", "token", "chat")
+
+
+class ReplyRating(Base):
+    """A requester's rating of an agent's reply (the turn's closing message, `reply_seq` in the
+    conversation store): helpful or not, with an optional comment. One per reply: rating it again
+    replaces the rating, and both are in the tenant's chain (countersign/db/chain.py CHAINED).
+    `tools`: the tools the turn called, so that ratings sum per tool as well as per agent."""
+
+    __tablename__ = "reply_ratings"
+    __table_args__ = (
+        UniqueConstraint("workflow_id", "conversation_id", "turn"),
+        Index(None, "tenant_id", "updated_at"),
+        user_fk("user_id"),
+        one_of("rating", RATINGS),
+        one_of("rated_via", RATED_VIAS),
+    )
+
+    id: Mapped[int] = identity_pk()
+    tenant_id: Mapped[str] = tenant_column(indexed=False)
+    workflow_id: Mapped[str]
+    conversation_id: Mapped[str]
+    turn: Mapped[int]
+    reply_seq: Mapped[int]
+    agent: Mapped[str]
+    user_id: Mapped[str]  # the conversation's user: only they rate its replies
+    rating: Mapped[str]
+    comment: Mapped[str | None]
+    rated_via: Mapped[str]
+    tools: Mapped[list[str]]
+    created_at: Mapped[datetime] = created_at()
+    updated_at: Mapped[datetime] = mapped_column(server_default=func.now())  # when the rating held was given

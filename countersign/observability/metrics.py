@@ -22,14 +22,16 @@ from __future__ import annotations
 import errno
 import os
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections import Counter as Counter_
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
 import aiohttp
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Histogram, disable_created_metrics, generate_latest
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
+from sqlalchemy.exc import SQLAlchemyError
 from temporalio import activity
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 from temporalio.worker import ActivityInboundInterceptor, ExecuteActivityInput, Interceptor
@@ -103,6 +105,33 @@ class _BreakerCollector(Collector):
         yield retry
 
 
+# (tenant, agent, rating) -> how many replies people rated so, as PostgreSQL holds them
+RatingTotals = Mapping[tuple[str, str, str], int]
+
+
+class _RatingsCollector(Collector):
+    """`countersign_reply_ratings_total{agent, rating}`: the replies people rated helpful or not
+    (countersign.db.ratings), as PostgreSQL holds them at the scrape. The server records ratings,
+    not a worker, so every worker reports the same totals: aggregate them with max, not sum."""
+
+    def __init__(self, metrics: CountersignMetrics) -> None:
+        self._metrics = metrics
+
+    def collect(self) -> Iterable[Metric]:
+        tenant = ["tenant"] if self._metrics.tenant_label else []
+        family = CounterMetricFamily(
+            "countersign_reply_ratings",
+            "Agent replies people rated, by agent and rating (helpful, not_helpful)",
+            labels=[*tenant, "agent", "rating"],
+        )
+        totals: Counter_[tuple[str, ...]] = Counter_()
+        for (tenant_id, agent, rating), n in self._metrics.rating_totals.items():
+            totals[(*self._metrics._tenant(tenant_id), agent, rating)] += n
+        for labels, n in sorted(totals.items()):
+            family.add_metric(list(labels), n)
+        yield family
+
+
 class CountersignMetrics:
     """Countersign's metrics in their own registry (not the process-global one: tests and several
     workers in one process each get theirs)."""
@@ -154,6 +183,9 @@ class CountersignMetrics:
         )
         self._breakers: list[Callable[[], Iterable[CircuitBreaker]]] = []
         self.registry.register(_BreakerCollector(self._breakers))
+        self._ratings: Callable[[], Awaitable[RatingTotals]] | None = None
+        self.rating_totals: RatingTotals = {}
+        self.registry.register(_RatingsCollector(self))
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] = os.environ) -> CountersignMetrics:
@@ -164,6 +196,20 @@ class CountersignMetrics:
     def watch_breakers(self, source: Callable[[], Iterable[CircuitBreaker]]) -> None:
         """Report the breakers `source` names at each scrape."""
         self._breakers.append(source)
+
+    def watch_ratings(self, source: Callable[[], Awaitable[RatingTotals]]) -> None:
+        """Read the ratings' totals from `source` before each scrape (`refresh`)."""
+        self._ratings = source
+
+    async def refresh(self) -> None:
+        """What is read at scrape time from outside the process: the ratings' totals. When the
+        database does not answer, the last totals read stay (a scrape never fails for them)."""
+        if self._ratings is None:
+            return
+        try:
+            self.rating_totals = await self._ratings()
+        except (OSError, SQLAlchemyError) as exc:
+            log.warning("reply ratings unread at this scrape", error=type(exc).__name__)
 
     def _tenant(self, tenant_id: str) -> list[str]:
         return [tenant_id] if self.tenant_label else []
@@ -272,6 +318,7 @@ class MetricsServer:
         self._session: aiohttp.ClientSession | None = None
 
     async def _scrape(self, request: web.Request) -> web.Response:
+        await self._metrics.refresh()
         own = self._metrics.render()
         assert self._session is not None
         try:

@@ -3,7 +3,9 @@
 Per tool (from `tool_executions`): calls, success rate (ran and answered ok, of the calls no
 reviewer rejected and no approval expired: a person's "no" is not the tool failing), mean and p95 duration
 of the calls that ran, `needs` rate (the tool asked for clarification), outcomes and error codes.
-Per agent: turns, model calls and tokens (from `model_calls`), tool calls, and approvals requested,
+Per tool and per agent: the ratings people gave the replies (from `reply_ratings`, rated in the
+window; a reply counts for each tool its turn called). Per agent: turns, model calls and tokens
+(from `model_calls`), tool calls, and approvals requested,
 approved, rejected and expired (a call that needed approval is audited with `approved_by` when
 approved, or with outcome `rejected` / `expired`); a call still waiting has no audit row yet, so
 `stats` adds the pending ones from the running conversations (`approvals_pending`) when Temporal
@@ -20,18 +22,19 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import Integer, and_, cast, distinct, func, select, tuple_
+from sqlalchemy import Integer, and_, cast, distinct, func, select, true, tuple_
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.sql.elements import ColumnElement
 
-from countersign.db.schema import ModelCall, ToolExecution
+from countersign.db.schema import ModelCall, ReplyRating, ToolExecution
 
 UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 MAX_SINCE = timedelta(days=3660)
 PEOPLE_SAID_NO = ("rejected", "expired")  # outcomes that are a reviewer's decision, not the tool's
+RATED_HEADER = ("HELPFUL", "NOT_HELPFUL")  # the replies people rated, each way
 AGENT_HEADER = (
     *("AGENT", "TURNS", "MODEL_CALLS", "TOKENS_IN", "TOKENS_OUT", "TOOL_CALLS"),
-    *("APPROVALS", "PENDING", "APPROVED", "REJECTED", "EXPIRED"),
+    *("APPROVALS", "PENDING", "APPROVED", "REJECTED", "EXPIRED", *RATED_HEADER),
 )
 
 
@@ -56,6 +59,8 @@ class ToolStats:
     p95_ms: float | None
     outcomes: dict[str, int] = field(default_factory=dict)
     error_codes: dict[str, int] = field(default_factory=dict)
+    rated_helpful: int = 0  # replies of turns that called the tool, rated helpful
+    rated_not_helpful: int = 0
 
 
 @dataclass
@@ -71,6 +76,8 @@ class AgentStats:
     approvals_rejected: int = 0
     approvals_expired: int = 0
     approvals_pending: int | None = None  # waiting now (from Temporal; None when not asked)
+    rated_helpful: int = 0  # its replies people rated helpful
+    rated_not_helpful: int = 0
 
 
 @dataclass
@@ -167,6 +174,24 @@ async def collect(
         stats = agents.setdefault(agent, AgentStats(agent=agent))
         stats.turns, stats.model_calls = turns, calls
         stats.prompt_tokens, stats.completion_tokens = prompt, completion
+    rr = ReplyRating
+    rated_window = [rr.updated_at >= since, *([rr.tenant_id == tenant] if tenant else [])]
+    helpful, unhelpful = _count(rr.rating == "helpful"), _count(rr.rating == "not_helpful")
+    for agent, yes, no in await session.execute(
+        select(rr.agent, helpful, unhelpful).where(*rated_window).group_by(rr.agent)
+    ):
+        stats = agents.setdefault(agent, AgentStats(agent=agent))
+        stats.rated_helpful, stats.rated_not_helpful = yes, no
+    called = func.jsonb_array_elements_text(rr.tools).table_valued("value").lateral("called")
+    for tool, yes, no in await session.execute(
+        select(called.c.value, helpful, unhelpful)
+        .select_from(rr)
+        .join(called, true())
+        .where(*rated_window)
+        .group_by(called.c.value)
+    ):
+        found = tools.setdefault(tool, ToolStats(tool, 0, None, 0.0, None, None))
+        found.rated_helpful, found.rated_not_helpful = yes, no
     for agent, waiting in (pending or {}).items():
         agents.setdefault(agent, AgentStats(agent=agent)).approvals_pending = waiting
     if pending is not None:
@@ -175,7 +200,7 @@ async def collect(
     return Stats(
         since=since,
         tenant=tenant,
-        tools=list(tools.values()),
+        tools=sorted(tools.values(), key=lambda t: t.tool),
         agents=sorted(agents.values(), key=lambda a: a.agent),
     )
 
@@ -191,7 +216,7 @@ def _counts(counts: dict[str, int]) -> str:
 def render(stats: Stats) -> list[list[tuple[str, ...]]]:
     """The two tables `stats` prints (header row first), tools then agents."""
     tools: list[tuple[str, ...]] = [
-        ("TOOL", "CALLS", "SUCCESS", "NEEDS", "MEAN_MS", "P95_MS", "OUTCOMES", "ERRORS")
+        ("TOOL", "CALLS", "SUCCESS", "NEEDS", "MEAN_MS", "P95_MS", "OUTCOMES", "ERRORS", *RATED_HEADER)
     ]
     tools += [
         (
@@ -203,6 +228,8 @@ def render(stats: Stats) -> list[list[tuple[str, ...]]]:
             _ms(t.p95_ms),
             _counts(t.outcomes),
             _counts(t.error_codes),
+            str(t.rated_helpful),
+            str(t.rated_not_helpful),
         )
         for t in stats.tools
     ]
@@ -220,6 +247,8 @@ def render(stats: Stats) -> list[list[tuple[str, ...]]]:
             str(a.approvals_approved),
             str(a.approvals_rejected),
             str(a.approvals_expired),
+            str(a.rated_helpful),
+            str(a.rated_not_helpful),
         )
         for a in stats.agents
     ]

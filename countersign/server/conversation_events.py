@@ -11,7 +11,8 @@ conversation's workflow has closed (checked after each turn and on every keep-al
 
 Those who may read the conversation's transcript may read its events (the `conversations` row
 says whose it is); anyone else gets 404, as for a conversation that does not exist. Each person has
-at most MAX_STREAMS_PER_PERSON open streams (429 beyond).
+at most MAX_STREAMS_PER_PERSON open streams (429 beyond), their MCP event streams (`GET /mcp/{agent}`,
+countersign.server.mcp_face) counted with them.
 """
 
 from __future__ import annotations

@@ -24,6 +24,7 @@ from countersign.server.requesters import (
     AnswerRequest,
     Caller,
     MessageBody,
+    RatingBody,
     RequesterActionName,
     Requesters,
     RollbackBody,
@@ -156,6 +157,35 @@ async def reply(request: web.Request) -> web.Response:
     return web.json_response(answer.model_dump(mode="json"))
 
 
+def turn_of(request: web.Request) -> int:
+    """The `{turn}` of a ratings path: a turn number (1 is the first), else 422."""
+    raw = request.match_info["turn"]
+    if not (raw.isascii() and raw.isdigit() and len(raw) <= 10) or not 1 <= int(raw) <= MAX_TURN:
+        raise HttpRefusal(422, f"a turn is a number from 1 to {MAX_TURN}")
+    return int(raw)
+
+
+@admits_itself
+async def rate(request: web.Request) -> web.Response:
+    """`PUT …/ratings/{turn}` `{"rating": "helpful"|"not_helpful", "comment"?}`: the conversation's
+    user (or a token acting for them; nobody else, admins included) rates the turn's reply; a
+    second rating replaces the first (`"replaced": true`), both chained in the audit."""
+    async with recorded(request, "rate") as record:
+        requesters, caller, row = await on_conversation(request, "rate", record)
+        turn, body = turn_of(request), await parse(request, RatingBody)
+        rated = await requesters.rate(row, turn, body, caller.via)
+    return web.json_response(rated)
+
+
+@admits_itself
+async def ratings(request: web.Request) -> web.Response:
+    """`GET …/ratings`: the ratings of the conversation's replies, by turn."""
+    async with recorded(request, "rate") as record:
+        requesters, _, row = await on_conversation(request, "rate", record)
+        rated = await requesters.ratings(row)
+    return web.json_response(rated)
+
+
 @admits_itself
 async def answer(request: web.Request) -> web.Response:
     async with recorded(request, "answer") as record:
@@ -248,3 +278,5 @@ def add_routes(app: web.Application, requesters: Requesters, readers: Conversati
     app.router.add_post("/api/conversations/{workflow_id}/end", end)
     app.router.add_post("/api/conversations/{workflow_id}/answer", answer_by_body)
     app.router.add_get("/api/conversations/{workflow_id}/events", conversation_events)
+    app.router.add_get("/api/conversations/{workflow_id}/ratings", ratings)
+    app.router.add_put("/api/conversations/{workflow_id}/ratings/{turn}", rate)

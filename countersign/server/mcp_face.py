@@ -29,7 +29,9 @@ The SDK's transport (mcp.server.streamable_http_manager, stateless, JSON respons
 protocol: it is an ASGI app, which `serve` drives from the aiohttp handler after authenticating,
 bounding the body (the app's `client_max_size`) and admitting the request; the caller travels in
 the ASGI scope. Driving the SDK's own transport, rather than answering JSON-RPC by hand, keeps
-every protocol version, header and error code the SDK knows correct as it evolves.
+every protocol version, header and error code the SDK knows correct as it evolves. An event stream
+(`GET`) is held open: it counts against its person's bound of open streams, with their
+conversation streams (countersign.server.conversation_events).
 """
 
 from __future__ import annotations
@@ -78,7 +80,7 @@ from countersign.db.messages import ConversationStore
 from countersign.db.people import roles_of
 from countersign.db.schema import AgentProfile, McpContinuation
 from countersign.identity import tokens
-from countersign.identity.proofs import Binding, mint_proof
+from countersign.identity.proofs import Binding, canonical_json, mint_proof
 from countersign.server.auth import Reviewer
 from countersign.server.http import HttpRefusal, bearer_of
 from countersign.server.inbox import DecisionRequest, Inbox
@@ -232,7 +234,9 @@ class McpFace:
     ) -> types.CallToolResult | types.InputRequiredResult:
         who = caller_of(ctx)
         workflow_id = who.workflow_id
-        arguments = json.dumps(params.arguments or {}, separators=(",", ":"), ensure_ascii=False)
+        # one spelling of the arguments however the client orders their keys: asking again about a
+        # waiting call with its keys in another order is the same call, not "another call"
+        arguments = canonical_json(params.arguments or {})
         binding = CallBinding(
             principal=who.principal,
             agent=who.agent,
@@ -273,7 +277,7 @@ class McpFace:
         outcome = await self._serve(who, workflow_id, call)
         if outcome.state == "done":
             return await self._result(who, workflow_id, outcome)
-        card = f"{origin_of(ctx)}/#{workflow_id}/{call_id}"
+        card = f"{self.requesters.public_url}/#{workflow_id}/{call_id}"  # never the request's Host
         await self.record(
             who.caller,
             who.user_id,
@@ -457,6 +461,13 @@ class McpFace:
                 raise HttpRefusal(413, why) from None
         except HttpRefusal as err:
             return jsonrpc_error(err)
+        if request.method == "GET":  # an event stream, held open: within the person's bound
+            try:
+                with self.requesters.events.opened(who.caller.tenant_id, who.user_id):
+                    return await drive_asgi(self.manager.handle_request, request, body, {SCOPE_KEY: who})
+            except HttpRefusal as err:
+                await self.record(who.caller, who.user_id, who.agent, "event stream", err.status, str(err))
+                return jsonrpc_error(err)
         response = await drive_asgi(self.manager.handle_request, request, body, {SCOPE_KEY: who})
         if response.status >= 400:  # what never reached a handler (malformed, unknown method) too
             why = f"{request.method} refused by the MCP transport"
@@ -470,11 +481,6 @@ def caller_of(ctx: ServerRequestContext[Any]) -> McpCaller:
     if not isinstance(who, McpCaller):  # never: every request comes through `serve`
         raise refused(types.INVALID_REQUEST, "unauthenticated")
     return who
-
-
-def origin_of(ctx: ServerRequestContext[Any]) -> str:
-    assert ctx.request is not None
-    return str(ctx.request.base_url).rstrip("/")
 
 
 def error_message(text: str) -> str:
@@ -532,6 +538,15 @@ def jsonrpc_error(refusal: HttpRefusal) -> web.Response:
     )
 
 
+async def went_away(request: web.Request) -> None:
+    """Return once the client of `request` has gone, within a second: an event stream it held then
+    ends, and stops counting against its person's bound."""
+    while True:
+        if request.transport is None or request.transport.is_closing():
+            return
+        await asyncio.sleep(1.0)
+
+
 async def drive_asgi(
     app: Any, request: web.Request, body: bytes, extra: dict[str, Any]
 ) -> web.StreamResponse:
@@ -560,7 +575,7 @@ async def drive_asgi(
         if not delivered:
             delivered = True
             return {"type": "http.request", "body": body, "more_body": False}
-        await asyncio.Event().wait()  # nothing more comes: the app is cancelled when the client goes
+        await went_away(request)  # nothing more comes but the end
         return {"type": "http.disconnect"}
 
     async def send(message: dict[str, Any]) -> None:

@@ -54,6 +54,7 @@ from countersign.db.audit import audit_rows
 from countersign.db.instances import PENDING
 from countersign.db.messages import ConversationStore
 from countersign.db.people import roles_of
+from countersign.db.ratings import NoReply, RatedVia, Rating, rate_reply, rating_view, ratings_of
 from countersign.db.schema import (
     AgentProfile,
     ApprovalDecision,
@@ -71,7 +72,7 @@ from countersign.server.http import HttpRefusal
 from countersign.server.inbox import Decidable
 
 RequesterActionName = Literal[
-    "start", "message", "answer", "rollback", "end", "status", "transcript", "reply", "audit", "mcp"
+    "start", "message", "answer", "rollback", "end", "status", "transcript", "reply", "audit", "mcp", "rate"
 ]
 ADMIN = "admin"
 # What a tenant admin may do to a conversation of another user of the tenant (countersign.core.authority).
@@ -185,6 +186,15 @@ class RollbackBody(BaseModel):
     reason: Reason | None = None
 
 
+class RatingBody(BaseModel):
+    """`PUT …/ratings/{turn}`: whether the turn's reply helped, and why if the person says."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    rating: Rating
+    comment: Reason | None = None
+
+
 class Started(BaseModel):
     workflow_id: str
     message_id: str | None = None  # a keyed conversation's message (wait for its reply with it)
@@ -204,7 +214,9 @@ class Requesters:
         rate: ApiRate | None = None,
     ) -> None:
         self.client = client
-        self._events = events  # the events stream's log and LISTEN feed: what a reply's wait wakes on
+        # the events streams' log, LISTEN feed and per-person bound: what a reply's wait wakes on,
+        # and what an MCP event stream counts against (server.mcp_face)
+        self.events = events
         self.sessions = sessions
         self._key = key
         self._settings = settings
@@ -212,9 +224,15 @@ class Requesters:
         self._store = ConversationStore(sessions)
 
     @property
+    def public_url(self) -> str:
+        """The server's configured public address (COUNTERSIGN_INBOX_URL): what links given to
+        people and clients are built from, never a request's Host header, which its sender chose."""
+        return self._settings.inbox_url.rstrip("/")
+
+    @property
     def chat_url(self) -> str:
         """The chat page, where a requester reads a conversation whole."""
-        return f"{self._settings.inbox_url.rstrip('/')}/chat"
+        return f"{self.public_url}/chat"
 
     @property
     def signing_key(self) -> Ed25519PrivateKey:
@@ -258,10 +276,10 @@ class Requesters:
         workflow_id: str | None,
         status: int,
         reason: str | None = None,
-        via: Literal["mcp"] | None = None,
+        via: Literal["mcp", "chat"] | None = None,
     ) -> None:
         """One request on the record; `via` "mcp" for a token's request through /mcp
-        (countersign.server.mcp_face), else the caller's kind."""
+        (countersign.server.mcp_face), "chat" for a linked chat identity's, else the caller's kind."""
         async with self.sessions.begin() as session:
             session.add(
                 RequesterAction(
@@ -501,6 +519,42 @@ class Requesters:
         stored = await self._store.ended_turn(row.workflow_id, instance, message_id, turn or 1)
         return Reply(state="replied", turn=stored) if stored else Reply(state="ended", status=status)
 
+    # --- ratings ----------------------------------------------------------------------------------
+
+    async def rate(self, row: Conversation, turn: int, body: RatingBody, via: RatedVia) -> dict[str, Any]:
+        """The conversation's user rates turn `turn`'s reply (replacing an earlier rating); the
+        caller was checked to act for that user (`conversation(…, "rate")`: no admin rates for
+        another). 404 when the turn has no reply."""
+        async with self.sessions.begin() as session:
+            try:
+                rated, replaced = await rate_reply(
+                    session, row, turn, body.rating, body.comment, via, datetime.now(UTC)
+                )
+            except NoReply as err:
+                raise HttpRefusal(404, str(err)) from None
+            return rating_view(rated, replaced)
+
+    async def ratings(self, row: Conversation) -> list[dict[str, Any]]:
+        async with self.sessions() as session:
+            return [rating_view(r) for r in await ratings_of(session, row)]
+
+    async def rate_from_chat(
+        self, tenant_id: str, user_id: str, workflow_id: str, turn: int, body: RatingBody
+    ) -> dict[str, Any]:
+        """A chat app's rating (a reaction or a button on a reply): `user_id` is the user the
+        channel's sender map links the chat identity to, never what the chat message says. Only the
+        conversation's user rates it, as through the API; recorded as a request `via` "chat".
+        Raises HttpRefusal (404: not their conversation, or no reply to that turn)."""
+        caller = Caller(tenant_id=tenant_id, person=user_id)
+        try:
+            row = await self.conversation(caller, workflow_id, "rate")
+            rated = await self.rate(row, turn, body, "chat")
+        except HttpRefusal as err:
+            await self.record(caller, user_id, "rate", workflow_id, err.status, str(err), via="chat")
+            raise
+        await self.record(caller, user_id, "rate", workflow_id, 200, via="chat")
+        return rated
+
     async def audit(self, row: Conversation) -> list[dict[str, Any]]:
         async with self.sessions() as session:
             return await audit_rows(session, row.workflow_id)
@@ -526,8 +580,8 @@ class Requesters:
         deadline, timeout = loop.time() + min(wait_s, MAX_WAIT_S), FIRST_LOOK_S
         status: StatusView | None = None
         try:
-            async with self._events.feed.watch(row.workflow_id) as woken:
-                seen = await self._events.log.latest_id(row.workflow_id)
+            async with self.events.feed.watch(row.workflow_id) as woken:
+                seen = await self.events.log.latest_id(row.workflow_id)
                 while True:
                     woke = asyncio.ensure_future(woken.get())
                     left = max(0.0, deadline - loop.time())
@@ -537,7 +591,7 @@ class Requesters:
                         return await self._replied(row, message_id, turn, waiting)
                     check = woke not in done or status is None
                     if woke in done:
-                        batch = await self._events.log.after(row.workflow_id, seen)
+                        batch = await self.events.log.after(row.workflow_id, seen)
                         seen = batch[-1].id if batch else seen
                         check = check or any(e.kind in STATUS_EVENTS for e in batch)
                     if check:
@@ -560,7 +614,7 @@ class Requesters:
         one of the conversation's events wakes the wait, and every RECHECK_S; `ended` when the
         conversation ended without it. No update is held open (a conversation admits only a few at
         once), so a wait of days costs a LISTEN and a read now and then."""
-        async with self._events.feed.watch(row.workflow_id) as woken:
+        async with self.events.feed.watch(row.workflow_id) as woken:
             quiet = True  # the status is asked at first and after RECHECK_S without an event
             while True:
                 instance = await self._store.latest_instance(row.workflow_id)

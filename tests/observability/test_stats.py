@@ -125,6 +125,8 @@ async def test_stats_summarise_the_audit_per_tool_and_agent(
         "p95_ms": 89.5,  # percentile_cont over 10, 20, 30, 100
         "outcomes": {"executed": 3, "failed": 1},
         "error_codes": {"NOT_FOUND": 1},
+        "rated_helpful": 0,
+        "rated_not_helpful": 0,
     }
     assert tools["update_lead_status"] == {
         "tool": "update_lead_status",
@@ -135,6 +137,8 @@ async def test_stats_summarise_the_audit_per_tool_and_agent(
         "p95_ms": 50.0,
         "outcomes": {"executed": 1, "rejected": 1, "expired": 1},
         "error_codes": {"REJECTED": 1, "EXPIRED": 1},
+        "rated_helpful": 0,
+        "rated_not_helpful": 0,
     }
     assert summary["agents"] == [
         {
@@ -149,6 +153,8 @@ async def test_stats_summarise_the_audit_per_tool_and_agent(
             "approvals_rejected": 1,
             "approvals_expired": 1,
             "approvals_pending": None,  # no Temporal to ask
+            "rated_helpful": 0,
+            "rated_not_helpful": 0,
         }
     ]
 

@@ -95,6 +95,35 @@ function stepArgs(data) {
   return pre;
 }
 
+// Under each reply: was it helpful? (PUT …/ratings/{turn}: the conversation's user rates its
+// replies; rating again replaces the rating). The rating held is shown pressed, also after a reload.
+function rateBar(turn) {
+  const comment = el("input", { name: "comment", autocomplete: "off", maxlength: "2000",
+    placeholder: "Comment (optional)", "aria-label": `Comment on the reply of turn ${turn}` });
+  const shown = el("span", { class: "rated", role: "status" });
+  const bar = el("li", { class: "rate", "data-turn": turn, "aria-label": `Rate the reply of turn ${turn}` });
+  for (const [rating, text] of [["helpful", "Helpful"], ["not_helpful", "Not helpful"]]) {
+    const button = el("button", { type: "button", value: rating, "aria-pressed": "false", text });
+    button.addEventListener("click", async () => {
+      try {
+        const rated = await api("PUT", `/api/conversations/${encodeURIComponent(current.id)}/ratings/${turn}`,
+          { rating, comment: comment.value.trim() || null });
+        markRating(rated);
+      } catch (err) { shown.textContent = err.message; }
+    });
+    bar.append(button);
+  }
+  bar.append(comment, shown);
+  return bar;
+}
+
+function markRating(rated) {
+  const bar = document.querySelector(`#log .rate[data-turn="${rated.turn}"]`);
+  if (!bar) return;
+  for (const b of bar.querySelectorAll("button")) b.setAttribute("aria-pressed", String(b.value === rated.rating));
+  $(".rated", bar).textContent = `Rated ${rated.rating === "helpful" ? "helpful" : "not helpful"}${rated.comment ? `: ${rated.comment}` : ""}`;
+}
+
 const handlers = {
   message(data) {
     add(el("li", { class: "user", text: data.text }));
@@ -212,6 +241,11 @@ const handlers = {
     reply.node.textContent = data.reply || "";
     reply.node.classList.remove("streaming");
     if (data.stop !== "completed") reply.node.classList.add("note");
+    else if (!document.querySelector(`#log .rate[data-turn="${data.turn}"]`)) {
+      add(rateBar(data.turn));
+      const held = current.ratings.get(data.turn);
+      if (held) markRating(held);
+    }
     $("#undo-bar").hidden = current.ended;
     setBusy(false, `Turn ${data.turn} done`);
     say(`The agent replied: ${data.reply || ""}`);
@@ -247,7 +281,11 @@ function open(id, title) {
   for (const b of document.querySelectorAll("#conversations button")) b.setAttribute("aria-current", String(b.dataset.id === id));
   // EventSource resumes by itself after a dropped connection, sending the last id it saw
   const source = new EventSource(`/api/conversations/${encodeURIComponent(id)}/events`);
-  current = { id, source, replies: new Map(), steps: new Map(), ended: false };
+  current = { id, source, replies: new Map(), steps: new Map(), ended: false, ratings: new Map() };
+  const opened = current;
+  api("GET", `/api/conversations/${encodeURIComponent(id)}/ratings`).then((rated) => {
+    for (const r of rated) { opened.ratings.set(r.turn, r); if (current === opened) markRating(r); }
+  }).catch(() => { /* not this person's to rate (an admin reading): no ratings shown */ });
   for (const [name, handle] of Object.entries(handlers)) {
     source.addEventListener(name, (event) => { if (current && current.source === source) handle(JSON.parse(event.data)); });
   }
