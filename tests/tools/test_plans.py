@@ -13,6 +13,7 @@ engine:
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Callable
 from typing import Any
@@ -23,9 +24,12 @@ from hypothesis import strategies as st
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from countersign.core.calls import PolicyDecision
+from activities.policy_gate import judge
+from countersign.core.calls import CallerContext, PolicyDecision, ToolInvocation
 from countersign.core.cedar_policy import CallFacts, compile_policies, decide
+from countersign.core.policy import PolicyCheck
 from countersign.db import schema
+from countersign.db.policies import digest
 from tests.fixtures.policies import NEVER_CONVERTED, NOT_JANE, TO_COMPETITOR
 from tests.fixtures.postgres import JANE
 from tests.tools.test_effects import MODELS, context
@@ -264,3 +268,37 @@ async def test_applying_a_plan_changes_exactly_the_records_its_effect_names(
             }
     finally:
         await example.rollback()
+
+
+@PROPERTY
+@given(to=addresses("x@competitor.example"))
+async def test_a_reviewers_edit_meets_the_forbid_in_every_spelling_it_accepts(
+    db_session: AsyncSession, to: str
+) -> None:
+    """An edit is a new plan, judged again (issue 48, item 5): the judgement a reviewer's edited
+    arguments meet (activities/policy_gate.py `judge`, as record_decision asks it) refuses a forbid's
+    target in every spelling the tool accepts, as it refuses the model's own call."""
+    if await db_session.get(schema.TenantPolicy, ("acme", "enforced")) is None:  # once per test
+        db_session.add(
+            schema.TenantPolicy(
+                tenant_id="acme",
+                mode="enforced",
+                version=1,
+                text=TO_COMPETITOR,
+                sha256=digest(TO_COMPETITOR),
+                applied_by="carol",
+            )
+        )
+        await db_session.flush()
+    edited = {"to": to, "subject": "Prices", "body": "Our list"}
+    invocation = ToolInvocation(
+        caller=CallerContext(tenant_id="acme", user_id="alice", roles=[], agent="lead-qualifier"),
+        workflow_id="wf-edit",
+        run_id="",
+        call_id="c1",
+        tool="send_email",
+        arguments=json.dumps(edited),
+    )
+    check = PolicyCheck(invocation=invocation, spec=REGISTRY["send_email"].spec())
+    decision = await judge(db_session, check, edited)
+    assert (decision.outcome, decision.policy, decision.version) == ("forbid", "no-competitors", 1)
