@@ -60,6 +60,7 @@ from countersign.db.channels import (
     set_sender,
 )
 from countersign.db.people import roles_of
+from countersign.db.ratings import Rating
 from countersign.db.schema import (
     ChatCard,
     ChatChannel,
@@ -75,7 +76,7 @@ from countersign.server.door import CALLER, REQUESTERS
 from countersign.server.http import HttpRefusal, parse
 from countersign.server.inbox import DecisionRequest, PendingItem
 from countersign.server.inbox_routes import INBOX
-from countersign.server.requesters import AnswerBody, Caller, MessageBody, Requesters, StartBody
+from countersign.server.requesters import AnswerBody, Caller, MessageBody, RatingBody, Requesters, StartBody
 from tools.chat import MAX_CHAT_TEXT, POST_TIMEOUT_S, post
 from tools.registry import OutcomeUnknown, ToolFailure
 
@@ -347,6 +348,8 @@ async def deliver(request: web.Request, channel: ChatChannel, inbound: Inbound) 
         started = await requesters.start(caller, mapped.user_id, StartBody(agent=mapped.agent, key=key))
         workflow_id = started.workflow_id
         row = await requesters.conversation(caller, workflow_id, "message")
+        if (rating := rating_of(inbound.text)) is not None:
+            return await rated_in_chat(request, channel, inbound, mapped.user_id, row, *rating)
         if inbound.replying and (question := await asked(requesters, row)) is not None:
             await requesters.answer(caller, row, question, AnswerBody(text=inbound.text[:20_000]))
             await requesters.record(caller, mapped.user_id, "answer", workflow_id, 202)
@@ -367,6 +370,53 @@ async def deliver(request: web.Request, channel: ChatChannel, inbound: Inbound) 
     if new is not None:  # a redelivered message is followed by the task its first delivery started
         follow(request.app, owed)
     return web.json_response({"ok": True, "workflow_id": workflow_id}, status=200)
+
+
+# A message that is only one of these rates the conversation's last reply (issue 53: people rate
+# replies, here from a chat app), what follows it being the comment: "👍", "👎 too long", "/helpful".
+RATINGS: dict[str, Rating] = {
+    "👍": "helpful", "+1": "helpful", "/helpful": "helpful",
+    "👎": "not_helpful", "-1": "not_helpful", "/not_helpful": "not_helpful",
+}  # fmt: skip
+
+
+def rating_of(text: str) -> tuple[Rating, str | None] | None:
+    """(rating, comment) when `text` rates the last reply (it starts with one of RATINGS), else None."""
+    word, _, comment = text.strip().partition(" ")
+    rating = RATINGS.get(word.removesuffix("\ufe0f"))
+    return (rating, comment.strip() or None) if rating is not None else None
+
+
+async def rated_in_chat(
+    request: web.Request,
+    channel: ChatChannel,
+    inbound: Inbound,
+    user_id: str,
+    row: Conversation,
+    rating: Rating,
+    comment: str | None,
+) -> web.Response:
+    """Rate the last reply of the sender's conversation as the user the sender map links them to
+    (Requesters.rate_from_chat: only the conversation's user rates, audited, once per reply), and
+    say so in the chat."""
+    requesters = request.app[REQUESTERS]
+    turn = (await requesters.status(row)).turn
+    try:
+        await requesters.rate_from_chat(
+            channel.tenant_id, user_id, row.workflow_id, turn, RatingBody(rating=rating, comment=comment)
+        )
+        said = f"Thanks: the last reply is rated {rating.replace('_', ' ')}."
+    except HttpRefusal as err:  # no reply to rate yet
+        said = f"Nothing was rated: {err}"
+    to = ChatChannel(
+        tenant_id=channel.tenant_id, kind=channel.kind, endpoint=channel.endpoint,
+        bot_token=channel.bot_token, chat_id=inbound.chat, name=channel.name,
+    )  # fmt: skip
+    try:
+        await post(to, said, f"{row.workflow_id}:{inbound.message_id}:rated")
+    except (ToolFailure, OutcomeUnknown) as failure:
+        log.warning("a rating's answer for %s not posted: %s", channel.tenant_id, failure)
+    return web.json_response({"ok": True, "workflow_id": row.workflow_id, "rated": turn})
 
 
 def chat_text(text: str, chat_url: str) -> str:

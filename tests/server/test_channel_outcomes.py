@@ -11,7 +11,7 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from countersign.db.schema import ToolExecution
+from countersign.db.schema import RequesterAction, ToolExecution
 from countersign.server.app import running_server
 from countersign.server.channels import TELEGRAM_SECRET_HEADER, WAITING
 from tests.fixtures.approvals import ECHO_RESULT, lead_status, qualify
@@ -247,3 +247,54 @@ async def test_a_question_goes_to_the_requester_s_chat_and_a_reply_answers_it(
         "GET", f"/api/conversations/{answer['workflow_id']}/transcript", await stack.login("alice")
     )
     assert code == 200 and "Jane Doe" in json.dumps([m for m in transcript if m["role"] == "tool"])
+
+
+async def test_a_thumbs_up_in_the_chat_rates_the_last_reply_as_the_linked_user(
+    signed_agent: SignedStack, chat_receiver: Receiver, db_engine: AsyncEngine, chat_cleanup: None
+) -> None:
+    """People rate replies from a chat app (issue 53): "👍" (or "👎", "/helpful", "+1"…) with an
+    optional comment rates the last reply of the sender's conversation, as the user the sender map
+    links them to, through the same path as the API (one rating per reply, replaced, audited); an
+    unlinked sender rates nothing; nothing starts a model turn."""
+    stack = signed_agent
+    stack.agent.script({"when": {"user_contains": "hello"}, "reply": {"content": "hi there"}})
+    await telegram_channel(stack, chat_receiver)
+    secret = {TELEGRAM_SECRET_HEADER: SECRET}
+    code, answer = await webhook(stack.url, "/channels/telegram/acme", said(95, "hello bot"), secret)
+    assert code == 200, answer
+    workflow_id = answer["workflow_id"]
+    stack.agent.track(workflow_id)
+    await told(chat_receiver, 1)
+    requests_before = len(stack.agent.model.requests)
+
+    code, rated = await webhook(stack.url, "/channels/telegram/acme", said(96, "👍 very clear"), secret)
+    assert code == 200 and rated["rated"] == 1, rated
+    assert (await told(chat_receiver, 2))[-1] == ("-555", "Thanks: the last reply is rated helpful.")
+    code, rated = await webhook(stack.url, "/channels/telegram/acme", said(97, "👎"), secret)
+    assert code == 200 and rated["rated"] == 1, rated
+    await told(chat_receiver, 3)
+
+    alice = await stack.login("alice")
+    code, ratings = await stack.call("GET", f"/api/conversations/{workflow_id}/ratings", alice)
+    assert code == 200, ratings
+    assert [(r["turn"], r["rating"]) for r in ratings] == [(1, "not_helpful")]  # replaced, one per reply
+    assert len(stack.agent.model.requests) == requests_before  # a rating is no message to the model
+
+    stranger = json.dumps(
+        {
+            "update_id": 98,
+            "message": {"message_id": 98, "from": {"id": 777}, "chat": {"id": -9}, "text": "👍"},
+        }
+    ).encode()
+    assert (await webhook(stack.url, "/channels/telegram/acme", stranger, secret))[0] == 200
+    code, ratings = await stack.call("GET", f"/api/conversations/{workflow_id}/ratings", alice)
+    assert [(r["turn"], r["rating"]) for r in ratings] == [(1, "not_helpful")]
+    async with db_engine.connect() as conn:
+        recorded = (
+            await conn.execute(
+                select(RequesterAction.via, RequesterAction.status).where(
+                    RequesterAction.workflow_id == workflow_id, RequesterAction.action == "rate"
+                )
+            )
+        ).all()
+    assert [tuple(r) for r in recorded if r.via == "chat"] == [("chat", 200), ("chat", 200)], recorded
