@@ -15,7 +15,8 @@ import pytest
 from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
-from countersign.db.chain import export_bundle, verify_live
+from countersign.core.evidence import fixed_change
+from countersign.db.chain import export_bundle
 from countersign.db.engine import session_factory
 from countersign.db.schema import RequesterAction
 from countersign.identity.proofs import load_private_key
@@ -78,7 +79,6 @@ async def test_the_conversations_user_rates_a_reply_and_rating_again_replaces_it
         records, _ = await export_bundle(
             session, load_private_key(stack.keys.private), "acme", datetime.now(UTC)
         )
-        await verify_live(session, "acme")  # the replaced rating is a change the chain allows
     rated = [json.loads(line) for line in records.decode().splitlines() if '"reply_ratings"' in line]
     facts = [r["record"]["fact"] for r in rated]
     mine = [f for f in facts if f["workflow_id"] == wf]
@@ -86,6 +86,10 @@ async def test_the_conversations_user_rates_a_reply_and_rating_again_replaces_it
         ("helpful", None, ["search_leads"]),
         ("not_helpful", "it was the other Jane", ["search_leads"]),
     ], mine
+    # the replaced rating is a change the chain allows (`audit verify` compares the fixed columns
+    # with the first record; the whole of acme's chain is not checked here: other tests delete rows
+    # of the seeded tenants)
+    assert fixed_change("reply_ratings", mine[0], mine[1]) is None
 
 
 async def test_nobody_but_the_conversations_user_rates_it_and_odd_requests_are_refused(
