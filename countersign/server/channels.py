@@ -77,7 +77,7 @@ from countersign.server.http import HttpRefusal, parse
 from countersign.server.inbox import DecisionRequest, PendingItem
 from countersign.server.inbox_routes import INBOX
 from countersign.server.requesters import AnswerBody, Caller, MessageBody, RatingBody, Requesters, StartBody
-from tools.chat import MAX_CHAT_TEXT, POST_TIMEOUT_S, post
+from tools.chat import POST_TIMEOUT_S, post
 from tools.registry import OutcomeUnknown, ToolFailure
 
 log = logging.getLogger(__name__)
@@ -419,11 +419,17 @@ async def rated_in_chat(
     return web.json_response({"ok": True, "workflow_id": row.workflow_id, "rated": turn})
 
 
-def chat_text(text: str, chat_url: str) -> str:
-    """`text` as one chat message: a long one folded with its visible mark (countersign.core.shown)
-    and where the whole of it is, never cut silently."""
+def chat_text(text: str, whole_at: str) -> str:
+    """`text` as one chat message (a reply, a card, a decided card): a long one folded with its
+    visible mark (countersign.core.shown) and where the whole of it is (`whole_at`: the chat page,
+    the card in the inbox), never cut silently."""
     shown, rest = fold(text, REPLY_CHARS)
-    return f"{shown}\nThe whole of it: {chat_url}" if rest else shown
+    return f"{shown}\nThe whole of it: {whole_at}" if rest else shown
+
+
+def card_link(requesters: Requesters, workflow_id: str, call_id: str) -> str:
+    """The call's card in the inbox."""
+    return f"{requesters.inbox_url}/#{workflow_id}/{call_id}"
 
 
 async def asked(requesters: Requesters, row: Conversation) -> str | None:
@@ -530,16 +536,14 @@ async def post_to(app: web.Application, turn: ChatTurn, text: str, part: str = "
 
 CARD_PREFIX = "cs"
 CHAT_DECIDES: frozenset[str] = frozenset({"low", "medium", "high"})  # critical: only in the inbox
-MORE = "… (the rest in the inbox)"
 RECORDED_TRIES = 25  # 5 s for a pending call's record to be read
 
 
 def card_text(item: PendingItem) -> str:
     """A card: the call, who asked, its risk, and the effect's lines (the arguments' when the tool
-    resolved no effect); past Telegram's length, cut with a visible mark, the whole in the inbox."""
+    resolved no effect); posted through `chat_text`, which folds it past one message's length."""
     lines = item.effect_lines or item.arg_lines
-    text = "\n".join([f"{item.tool} asked by {item.requested_by} ({item.risk} risk)", *lines, *item.warnings])
-    return text if len(text) <= MAX_CHAT_TEXT else text[: MAX_CHAT_TEXT - len(MORE)] + MORE
+    return "\n".join([f"{item.tool} asked by {item.requested_by} ({item.risk} risk)", *lines, *item.warnings])
 
 
 def keyboard(card: int, risk: str, link: str) -> dict[str, Any]:
@@ -599,10 +603,10 @@ async def post_cards(app: web.Application, turn: ChatTurn, pending: list[str]) -
             )
         if card is None:
             continue  # posted before
-        link = f"{requesters.inbox_url}/#{turn.workflow_id}/{call_id}"
+        link = card_link(requesters, turn.workflow_id, call_id)
         body = {
             "chat_id": channel.chat_id,
-            "text": card_text(item),
+            "text": chat_text(card_text(item), link),
             "reply_markup": keyboard(card, item.risk, link),
         }
         sent = await bot_call(channel, "sendMessage", body)
@@ -654,7 +658,8 @@ async def pressed(request: web.Request, channel: ChatChannel, press: Press) -> w
     await answer_press(channel, press, state)
     if press.chat is not None and press.message_id is not None:
         text = (card_text(item) + "\n\n" if item is not None else "") + state
-        edit = {"chat_id": press.chat, "message_id": press.message_id, "text": text[:MAX_CHAT_TEXT]}
+        link = card_link(requesters, card.workflow_id, card.call_id)
+        edit = {"chat_id": press.chat, "message_id": press.message_id, "text": chat_text(text, link)}
         await bot_call(channel, "editMessageText", edit)
     return web.json_response({"ok": True, "decided": approval.state})
 
