@@ -129,7 +129,6 @@ class CompiledPolicies:
     policies: Mapping[str, PolicyInfo]  # by Cedar's own id (policy0, policy1…)
     counters: frozenset[str]  # the HISTORY_COUNTERS the set names
     sums: frozenset[tuple[str, str]]  # the HISTORY_SUMS the set names, as (sum, field)
-    reads_effect: bool  # a condition reads `context.effect`: the gate resolves the call's effect
 
 
 # --- the schema ------------------------------------------------------------------------------------
@@ -290,11 +289,6 @@ def _accesses(policies: Mapping[str, Any]) -> Iterable[tuple[Any, str]]:
                 yield access.get("left"), str(access.get("attr"))
 
 
-def reads_effect(policies: Mapping[str, Any]) -> bool:
-    """Whether a set's conditions read the call's effect (`context.effect…`, `context has effect`)."""
-    return any(left == {"Var": "context"} and attr == "effect" for left, attr in _accesses(policies))
-
-
 def sums_named(policies: Mapping[str, Any]) -> frozenset[tuple[str, str]]:
     """The HISTORY_SUMS fields a set's conditions read (`context.history.sum_….x`, `… has x`), as
     (sum, field)."""
@@ -395,7 +389,6 @@ def load_policies(text: str) -> CompiledPolicies:
         policies=infos,
         counters=counters_named(policies),
         sums=sums_named(policies),
-        reads_effect=reads_effect(policies),
     )
 
 

@@ -186,9 +186,6 @@ def test_the_set_names_only_the_history_counters_it_reads() -> None:
     }
     none = rule("forbid", "p", "create_task", "context.args has x")
     assert compile_policies(none, TOOLS).counters == set()
-    assert not compile_policies(none + text, TOOLS).reads_effect
-    effect = rule("forbid", "e", None, 'context has effect && context.effect.channels.contains("email")')
-    assert compile_policies(none + effect, TOOLS).reads_effect
     assert compile_policies(text, TOOLS).sums == set()
 
 
