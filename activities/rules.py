@@ -25,6 +25,7 @@ from activities.policy_gate import judge
 from countersign.core.calls import (
     NO_MATCH,
     CheckedCall,
+    ErrorCode,
     PolicyDecision,
     RulesNow,
     StoredResult,
@@ -111,13 +112,13 @@ def approval_required(invocation: ToolInvocation) -> ToolResult | StoredResult:
     if invocation.store_seq is None:
         message = f"{invocation.tool} needs approval under the rules in force now; it did not run"
         return ToolResult.failure("APPROVAL_REQUIRED", message)
-    return StoredResult(
-        seq=invocation.store_seq,
-        call_id=invocation.call_id,
-        tool=invocation.tool,
-        ok=False,
-        code="APPROVAL_REQUIRED",
-    )
+    return not_run(invocation, invocation.store_seq, "APPROVAL_REQUIRED")
+
+
+def not_run(invocation: ToolInvocation, seq: int, code: ErrorCode) -> StoredResult:
+    """A stored call that did not run, refused with `code`: nothing is stored at `seq` (its
+    sequence number), which its eventual result takes."""
+    return StoredResult(seq=seq, call_id=invocation.call_id, tool=invocation.tool, ok=False, code=code)
 
 
 def ruled(checked: CheckedCall, rules: RulesNow, tool: str) -> CheckedCall:

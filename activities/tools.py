@@ -35,7 +35,7 @@ from activities.access import admit, check_standing
 from activities.audit import approval_reason, ran_audit_row, standing_approvals
 from activities.failures import is_connection_error
 from activities.heartbeat import heartbeats
-from activities.rules import approval_required, asks_now, refusal_now, ruled, rules_now
+from activities.rules import approval_required, asks_now, not_run, refusal_now, ruled, rules_now
 from countersign.core.activity_refs import CHECK_ARGUMENTS, EXECUTE_TOOL
 from countersign.core.calls import CheckedCall, StoredResult, ToolError, ToolInvocation, ToolResult, lock_key
 from countersign.core.effects import Effect
@@ -210,13 +210,7 @@ class ToolActivities:
                 data=effect.model_dump(mode="json"),
                 error=ToolError(code="EFFECT_CHANGED", message=message),
             )
-        return StoredResult(
-            seq=invocation.store_seq,
-            call_id=invocation.call_id,
-            tool=invocation.tool,
-            ok=False,
-            code="EFFECT_CHANGED",
-        )
+        return not_run(invocation, invocation.store_seq, "EFFECT_CHANGED")
 
     @activity.defn(name=CHECK_ARGUMENTS.name)
     async def check_arguments(self, invocation: ToolInvocation) -> CheckedCall:

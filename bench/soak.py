@@ -293,30 +293,42 @@ def figures_table(f: dict[str, Any]) -> str:
             return "-"
         return "met" if (value >= target if at_least else value < target) else "**not met**"
 
+    def against(label: str, figure: str, count: str, of: str, target: str, at_least: bool) -> tuple[str, ...]:
+        """A figure's row: measured (`count` of `of`), its target and whether it is met."""
+        return (
+            label,
+            f"{percent(f[figure])} ({f[count]} of {f[of]})",
+            f"{'≥' if at_least else '<'} {percent(TARGETS[target])}",
+            met(f[figure], TARGETS[target], at_least),
+        )
+
     rows = [
-        (
-            "availability: requests answered",
-            f"{percent(f['availability'])} ({f['answered']} of {f['requests']})",
-            f"≥ {percent(TARGETS['availability'])}",
-            met(f["availability"], TARGETS["availability"], True),
+        against(
+            "availability: requests answered", "availability", "answered", "requests", "availability", True
         ),
-        (
+        against(
             "availability: answered within 3 s",
-            f"{percent(f['availability_within_3s'])} ({f['answered_within_3s']} of {f['requests']})",
-            f"≥ {percent(TARGETS['availability'])}",
-            met(f["availability_within_3s"], TARGETS["availability"], True),
+            "availability_within_3s",
+            "answered_within_3s",
+            "requests",
+            "availability",
+            True,
         ),
-        (
+        against(
             "error rate: conversations not ending as scripted",
-            f"{percent(f['error_rate'])} ({f['conversations_with_errors']} of {f['conversations']})",
-            f"< {percent(TARGETS['error_rate'])}",
-            met(f["error_rate"], TARGETS["error_rate"], False),
+            "error_rate",
+            "conversations_with_errors",
+            "conversations",
+            "error_rate",
+            False,
         ),
-        (
+        against(
             "clarification rate: turns that asked a person",
-            f"{percent(f['clarification_rate'])} ({f['clarifying_turns']} of {f['turns']})",
-            f"< {percent(TARGETS['clarification_rate'])}",
-            met(f["clarification_rate"], TARGETS["clarification_rate"], False),
+            "clarification_rate",
+            "clarifying_turns",
+            "turns",
+            "clarification_rate",
+            False,
         ),
         (
             "satisfaction: replies rated helpful",
