@@ -59,6 +59,12 @@ async def granted_send(stack: SignedStack, engine: AsyncEngine, approver: str, d
     return token, grant
 
 
+async def asked_to_send(stack: SignedStack, token: str) -> dict[str, Any]:
+    """alice's send started again (one turn): the card it waits on, as `token`'s person sees it."""
+    handle = await stack.agent.start("send the partner draft", single_turn=True)
+    return await card(stack, token, handle.id)
+
+
 async def edit(stack: SignedStack, who: str, draft: int, changes: dict[str, Any]) -> None:
     status, body = await stack.call("PATCH", f"/api/drafts/{draft}", await stack.login(who), changes)
     assert status == 200, body
@@ -92,8 +98,7 @@ async def test_a_grant_does_not_cover_a_draft_rewritten_to_another_recipient(
     bob, grant_id = await granted_send(stack, db_engine, "bob", partner_draft)
     await edit(stack, "alice", partner_draft, {"to": ATTACKER, "body": "exfil: the full lead list"})
 
-    handle = await stack.agent.start("send the partner draft", single_turn=True)
-    asked = await card(stack, bob, handle.id)  # on main: ran unasked, as approved by bob, to the attacker
+    asked = await asked_to_send(stack, bob)  # on main: ran unasked, as approved by bob, to the attacker
     assert ATTACKER in asked["effect"]["summary"] and asked["args"] == f'{{"draft": {partner_draft}}}'
     assert await uses(db_engine, grant_id) == 0
     async with session_factory(db_engine)() as session:
@@ -135,8 +140,7 @@ async def test_a_grant_never_covers_what_its_approver_last_edited(
     await edit(stack, "carol", partner_draft, {"subject": "Our offer, revised"})
     await edit(stack, "carol", partner_draft, {"subject": "Our offer"})
 
-    handle = await stack.agent.start("send the partner draft", single_turn=True)
-    asked = await card(stack, await stack.login("bob"), handle.id)  # on main: ran unasked, by carol's grant
+    asked = await asked_to_send(stack, await stack.login("bob"))  # on main: ran unasked, by carol's grant
     assert PARTNER in asked["effect"]["summary"]
     assert await uses(db_engine, grant_id) == 0
 
@@ -154,10 +158,7 @@ async def test_a_deactivated_approvers_grant_no_longer_approves_calls(
     async with session_factory(db_engine)() as session, session.begin():
         await set_active(session, "acme", "bob", False, datetime.now(UTC))
     try:
-        handle = await stack.agent.start("send the partner draft", single_turn=True)
-        asked = await card(
-            stack, await stack.login("carol"), handle.id
-        )  # on main: ran unasked, by bob's grant
+        asked = await asked_to_send(stack, await stack.login("carol"))  # on main: ran unasked, by bob's grant
         assert PARTNER in asked["effect"]["summary"]
         assert await uses(db_engine, grant_id) == 0
     finally:

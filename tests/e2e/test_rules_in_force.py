@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
@@ -81,6 +83,36 @@ async def enforced_version(db_engine: AsyncEngine) -> int:
     return int(version)
 
 
+@asynccontextmanager
+async def search_blocked(db_engine: AsyncEngine) -> AsyncIterator[None]:
+    """An operator blocks search_leads for acme (tools/tiers.py's row) while the block runs; the
+    row is deleted after it."""
+    tier = {"tenant_id": "acme", "agent": "lead-qualifier", "tool": "search_leads", "tier": "blocked"}
+    async with db_engine.begin() as conn:
+        await conn.execute(insert(TenantToolTier).values(**tier, set_by="carol"))
+    try:
+        yield
+    finally:
+        async with db_engine.begin() as conn:
+            await conn.execute(
+                delete(TenantToolTier).where(
+                    TenantToolTier.tenant_id == "acme", TenantToolTier.tool == "search_leads"
+                )
+            )
+
+
+async def outcomes(db_engine: AsyncEngine, workflow_id: str) -> list[str]:
+    """The outcomes of the conversation's tool calls, in the order they ran."""
+    async with db_engine.connect() as conn:
+        return list(
+            await conn.scalars(
+                select(ToolExecution.outcome)
+                .where(ToolExecution.workflow_id == workflow_id)
+                .order_by(ToolExecution.id)
+            )
+        )
+
+
 async def test_a_forbid_applied_after_the_start_refuses_the_call(
     signed_agent: SignedStack, db_engine: AsyncEngine, policies: ApplyPolicies
 ) -> None:
@@ -139,29 +171,11 @@ async def test_a_tool_blocked_mid_conversation_is_refused_there(
     workflow_id = await started(stack, alice)
     await say(stack, alice, workflow_id, "search jane", turn=2)
     assert (await last_result(stack, alice, workflow_id))["ok"]  # allowed when it started
-    tier = {"tenant_id": "acme", "agent": "lead-qualifier", "tool": "search_leads", "tier": "blocked"}
-    async with db_engine.begin() as conn:  # an operator blocks it for acme (tools/tiers.py's row)
-        await conn.execute(insert(TenantToolTier).values(**tier, set_by="carol"))
-    try:
+    async with search_blocked(db_engine):
         await say(stack, alice, workflow_id, "search jane again", turn=3)
         result = await last_result(stack, alice, workflow_id)
         assert result["error"]["code"] == "BLOCKED", result
-        async with db_engine.connect() as conn:
-            outcomes = list(
-                await conn.scalars(
-                    select(ToolExecution.outcome)
-                    .where(ToolExecution.workflow_id == workflow_id)
-                    .order_by(ToolExecution.id)
-                )
-            )
-        assert outcomes == ["executed", "blocked"]
-    finally:
-        async with db_engine.begin() as conn:
-            await conn.execute(
-                delete(TenantToolTier).where(
-                    TenantToolTier.tenant_id == "acme", TenantToolTier.tool == "search_leads"
-                )
-            )
+        assert await outcomes(db_engine, workflow_id) == ["executed", "blocked"]
 
 
 async def test_a_tool_blocked_mid_conversation_is_refused_in_an_mcp_clients_conversation(
@@ -176,27 +190,9 @@ async def test_a_tool_blocked_mid_conversation_is_refused_in_an_mcp_clients_conv
             first = await mcp.call_tool("search_leads", {"query": "jane"})
             assert not first.is_error, first
             workflow_id = (first.meta or {})["countersign"]["workflow_id"]
-            tier = {"tenant_id": "acme", "agent": "lead-qualifier", "tool": "search_leads", "tier": "blocked"}
-            async with db_engine.begin() as conn:
-                await conn.execute(insert(TenantToolTier).values(**tier, set_by="carol"))
-            try:
+            async with search_blocked(db_engine):
                 again = await mcp.call_tool("search_leads", {"query": "jane"})
                 assert again.is_error and "blocked" in again.content[0].text, again  # type: ignore[union-attr]
                 assert (again.meta or {})["countersign"]["workflow_id"] == workflow_id
-            finally:
-                async with db_engine.begin() as conn:
-                    await conn.execute(
-                        delete(TenantToolTier).where(
-                            TenantToolTier.tenant_id == "acme", TenantToolTier.tool == "search_leads"
-                        )
-                    )
         stack.agent.track(workflow_id)
-    async with db_engine.connect() as conn:
-        outcomes = list(
-            await conn.scalars(
-                select(ToolExecution.outcome)
-                .where(ToolExecution.workflow_id == workflow_id)
-                .order_by(ToolExecution.id)
-            )
-        )
-    assert outcomes[-2:] == ["executed", "blocked"]
+    assert (await outcomes(db_engine, workflow_id))[-2:] == ["executed", "blocked"]

@@ -18,6 +18,7 @@ from countersign.runtime.endpoints import ALLOW_ENV
 from countersign.server.channels import REFUSALS_PER_WINDOW, TELEGRAM_SECRET_HEADER
 from tests.fixtures.chat import TOKEN, Receiver, webhook
 from tests.fixtures.inbox import SignedStack
+from tests.server.test_channels import hello_bot
 
 SECRET = "webhook-secret-for-tests"
 SENDER = "4242"
@@ -119,13 +120,7 @@ async def test_a_channel_endpoint_that_is_not_public_is_refused_when_saved_and_w
     sender = {"user_id": "alice", "agent": "lead-qualifier"}
     assert (await stack.call("PUT", f"/api/admin/channel/senders/{SENDER}", carol, sender))[0] == 200
     monkeypatch.setenv(ALLOW_ENV, "bots.internal, 10.0.0.0/8")
-    update = {"update_id": 78, "message": {"message_id": 5, "from": {"id": int(SENDER)},
-                                          "chat": {"id": -555}, "text": "hello bot"}}  # fmt: skip
-    code, answer = await webhook(
-        stack.url, "/channels/telegram/acme", json.dumps(update).encode(), {TELEGRAM_SECRET_HEADER: SECRET}
-    )
-    assert code == 200, answer
-    stack.agent.track(answer["workflow_id"])
+    await hello_bot(stack, message_id=5)
     async with db_engine.connect() as conn:  # the turn was followed to its end ...
         for _ in range(300):
             state = await conn.scalar(select(ChatTurn.state).where(ChatTurn.tenant_id == "acme"))

@@ -44,6 +44,17 @@ def said(update_id: int, text: str) -> bytes:
     return json.dumps({"update_id": update_id, "message": message}).encode()
 
 
+async def started_in_chat(stack: SignedStack, update_id: int, text: str) -> str:
+    """The turn the requester's message starts through the webhook: accepted and tracked; its
+    workflow id."""
+    code, answer = await webhook(
+        stack.url, "/channels/telegram/acme", said(update_id, text), {TELEGRAM_SECRET_HEADER: SECRET}
+    )
+    assert code == 200, answer
+    stack.agent.track(answer["workflow_id"])
+    return str(answer["workflow_id"])
+
+
 def texts(receiver: Receiver, chat: str = "-555") -> list[tuple[str, Any]]:
     """What was posted to the requester's chat (the review chat gets the cards)."""
     said = [p["json"] for p in receiver.posts if p["path"].endswith("/sendMessage")]
@@ -104,15 +115,11 @@ async def test_a_rejected_call_s_outcome_reaches_the_chat(
     stack = signed_agent
     stack.agent.script(qualify(), ECHO_RESULT)
     await telegram_channel(stack, chat_receiver)
-    code, answer = await webhook(
-        stack.url, "/channels/telegram/acme", said(91, "qualify jane"), {TELEGRAM_SECRET_HEADER: SECRET}
-    )
-    assert code == 200, answer
-    stack.agent.track(answer["workflow_id"])
+    workflow_id = await started_in_chat(stack, 91, "qualify jane")
     await told(chat_receiver, 1)
     bob = await stack.login("bob")
     decision = {"decision": "reject", "reason": "not yet"}
-    code, body = await stack.call("POST", f"/api/approvals/{answer['workflow_id']}/c1", bob, decision)
+    code, body = await stack.call("POST", f"/api/approvals/{workflow_id}/c1", bob, decision)
     assert code == 200, body
     await told(chat_receiver, 2)
     assert texts(chat_receiver) == [("-555", WAITING), ("-555", DONE)]
@@ -156,10 +163,7 @@ async def test_the_card_reaches_the_review_chat_and_only_the_linked_reviewer_s_p
     bob = {"user_id": "bob", "agent": "lead-qualifier"}
     assert (await stack.call("PUT", f"/api/admin/channel/senders/{REVIEWER}", carol, bob))[0] == 200
     secret = {TELEGRAM_SECRET_HEADER: SECRET}
-    code, answer = await webhook(stack.url, "/channels/telegram/acme", said(92, "qualify jane"), secret)
-    assert code == 200, answer
-    workflow_id = answer["workflow_id"]
-    stack.agent.track(workflow_id)
+    workflow_id = await started_in_chat(stack, 92, "qualify jane")
     (card,) = [c for c in await told(chat_receiver, 1, "-100200")]
     (sent,) = [s for s in calls(chat_receiver, "sendMessage") if s["chat_id"] == "-100200"]
     assert "update_lead_status asked by alice (high risk)" in card[1] and "qualified" in card[1], card
@@ -208,9 +212,7 @@ async def test_two_presses_complete_a_quorum_of_two_each_person_counted_once(
         linked = {"user_id": user, "agent": "lead-qualifier"}
         assert (await stack.call("PUT", f"/api/admin/channel/senders/{sender}", carol, linked))[0] == 200
     secret = {TELEGRAM_SECRET_HEADER: SECRET}
-    code, answer = await webhook(stack.url, "/channels/telegram/acme", said(93, "qualify jane"), secret)
-    assert code == 200, answer
-    stack.agent.track(answer["workflow_id"])
+    await started_in_chat(stack, 93, "qualify jane")
     await told(chat_receiver, 1, "-100200")
     (sent,) = [s for s in calls(chat_receiver, "sendMessage") if s["chat_id"] == "-100200"]
     card_id = sent["reply_markup"]["inline_keyboard"][0][0]["callback_data"].split(":")[1]
@@ -233,9 +235,7 @@ async def test_a_question_goes_to_the_requester_s_chat_and_a_reply_answers_it(
     stack.agent.script(ASK, THANKS)
     await telegram_channel(stack, chat_receiver)
     secret = {TELEGRAM_SECRET_HEADER: SECRET}
-    code, answer = await webhook(stack.url, "/channels/telegram/acme", said(94, "ask me"), secret)
-    assert code == 200, answer
-    stack.agent.track(answer["workflow_id"])
+    workflow_id = await started_in_chat(stack, 94, "ask me")
     shown = await told(chat_receiver, 2)
     assert shown == [("-555", WAITING), ("-555", "Which lead?\n(Reply to this message to answer.)")], shown
     reply = json.loads(said(95, "Jane Doe"))
@@ -244,7 +244,7 @@ async def test_a_question_goes_to_the_requester_s_chat_and_a_reply_answers_it(
     assert code == 200 and answered.get("answered"), answered
     assert (await told(chat_receiver, 3))[2] == ("-555", "[scripted model] thanks")
     code, transcript = await stack.call(
-        "GET", f"/api/conversations/{answer['workflow_id']}/transcript", await stack.login("alice")
+        "GET", f"/api/conversations/{workflow_id}/transcript", await stack.login("alice")
     )
     assert code == 200 and "Jane Doe" in json.dumps([m for m in transcript if m["role"] == "tool"])
 
@@ -260,10 +260,7 @@ async def test_a_thumbs_up_in_the_chat_rates_the_last_reply_as_the_linked_user(
     stack.agent.script({"when": {"user_contains": "hello"}, "reply": {"content": "hi there"}})
     await telegram_channel(stack, chat_receiver)
     secret = {TELEGRAM_SECRET_HEADER: SECRET}
-    code, answer = await webhook(stack.url, "/channels/telegram/acme", said(95, "hello bot"), secret)
-    assert code == 200, answer
-    workflow_id = answer["workflow_id"]
-    stack.agent.track(workflow_id)
+    workflow_id = await started_in_chat(stack, 95, "hello bot")
     await told(chat_receiver, 1)
     requests_before = len(stack.agent.model.requests)
 

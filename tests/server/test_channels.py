@@ -56,6 +56,19 @@ async def set_up(stack: SignedStack, channel: dict[str, Any]) -> None:
     ] == 422
 
 
+async def hello_bot(stack: SignedStack, message_id: int) -> str:
+    """The sender's "hello bot" (update 78) posted to acme's Telegram webhook with its secret:
+    accepted and tracked; its workflow id."""
+    update = {"update_id": 78, "message": {"message_id": message_id, "from": {"id": int(SENDER)},
+                                          "chat": {"id": -555}, "text": "hello bot"}}  # fmt: skip
+    code, answer = await webhook(
+        stack.url, "/channels/telegram/acme", json.dumps(update).encode(), {TELEGRAM_SECRET_HEADER: SECRET}
+    )
+    assert code == 200, answer
+    stack.agent.track(answer["workflow_id"])
+    return str(answer["workflow_id"])
+
+
 async def test_a_telegram_message_reaches_the_mapped_user_and_the_reply_comes_back(
     signed_agent: SignedStack, chat_receiver: Receiver, db_engine: AsyncEngine, chat_cleanup: None
 ) -> None:
@@ -119,13 +132,7 @@ async def test_a_reply_longer_than_one_chat_message_is_folded_with_a_link_to_the
     channel = {"kind": "telegram", "name": "Sales group", "endpoint": chat_receiver.base_url,
                "bot_token": TOKEN, "chat_id": "-100200", "webhook_secret": SECRET}  # fmt: skip
     await set_up(stack, channel)
-    update = {"update_id": 78, "message": {"message_id": 6, "from": {"id": int(SENDER)},
-                                          "chat": {"id": -555}, "text": "hello bot"}}  # fmt: skip
-    code, answer = await webhook(
-        stack.url, "/channels/telegram/acme", json.dumps(update).encode(), {TELEGRAM_SECRET_HEADER: SECRET}
-    )
-    assert code == 200, answer
-    stack.agent.track(answer["workflow_id"])
+    await hello_bot(stack, message_id=6)
     (reply,) = await posted(chat_receiver)
     whole = f"[scripted model] {long}"
     head, link = reply["json"]["text"].split("\nThe whole of it: ")

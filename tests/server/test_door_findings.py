@@ -36,6 +36,7 @@ from countersign.server.requesters import ApiRate, Requesters
 from tests.e2e.test_hostile_input import ask, eventually, records
 from tests.fixtures.agent import AgentHarness
 from tests.fixtures.inbox import SignedStack
+from tests.server.test_conversation_events import start
 from tests.server.test_front_door import HELLO, HI, token_for
 from tests.workflows.test_floods import flood_until_continued
 from tests.workflows.test_floods import small_history_budget as small_history_budget
@@ -269,12 +270,7 @@ async def test_a_reply_waits_on_the_conversations_events_and_a_wait_for_no_turn_
     stack = signed_agent
     stack.agent.script(HELLO)
     alice = await stack.login("alice")
-    code, body = await stack.call(
-        "POST", "/api/conversations", alice, {"agent": "lead-qualifier", "message": "hello"}
-    )
-    assert code == 201, body
-    wf = body["workflow_id"]
-    stack.agent.track(wf)
+    wf = await start(stack, alice, "hello")
     code, reply = await stack.call("GET", f"/api/conversations/{wf}/reply?turn=1&wait=10", alice)
     assert (code, reply["state"], reply["turn"]["reply"]) == (200, "replied", HI), reply
 

@@ -24,6 +24,7 @@ from countersign.server.http import COOKIE
 from tests.fixtures.chat import TOKEN, Receiver
 from tests.fixtures.inbox import SignedStack
 from tests.server.test_channels import SECRET, refusals, set_up
+from tests.server.test_conversation_events import start
 from tests.server.test_front_door import HELLO
 
 
@@ -69,12 +70,7 @@ async def test_a_cookie_request_from_another_origin_changes_nothing(
     stack = signed_agent
     stack.agent.script(HELLO)
     alice = await stack.login("alice")
-    code, started = await stack.call(
-        "POST", "/api/conversations", alice, {"agent": "lead-qualifier", "message": "hello"}
-    )
-    assert code == 201, started
-    workflow_id = started["workflow_id"]
-    stack.agent.track(workflow_id)
+    workflow_id = await start(stack, alice, "hello")
 
     for path in (f"/api/conversations/{workflow_id}/end", "/api/logout"):
         for form in ({}, {"Content-Type": "application/x-www-form-urlencoded"}):
