@@ -18,6 +18,7 @@ Screenshots in test-artifacts/; WALKTHROUGH_RECORD=1 also writes the documentati
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -308,4 +309,33 @@ async def test_carol_changes_a_tier_on_the_tools_page_and_alice_cannot_reach_it(
         assert response is not None and response.status == 403
         assert "Only an admin of acme" in (await alice.text_content("#refused") or "")
         assert violations == []
+        await browser.close()
+
+
+async def test_an_earlier_agents_tools_arriving_last_do_not_replace_the_chosen_agents(
+    signed_dev_agent: SignedStack, chromium: str
+) -> None:
+    """The page loads the first agent's tools as it opens; carol picks lead-qualifier before they
+    arrive. The older answer, arriving last, must not fill the table (she would then save one
+    agent's tiers while reading another's). Each other agent's lists are held back 2 s here."""
+    stack = signed_dev_agent
+    async with async_playwright() as p:
+        browser = await p.chromium.launch(executable_path=chromium, args=CHROMIUM_ARGS)
+        carol = await browser.new_page(viewport={"width": 1280, "height": 1100})
+        await log_in(carol, stack.url, "carol")
+
+        async def later(route: Route) -> None:
+            await asyncio.sleep(2)
+            await route.continue_()
+
+        await carol.route(
+            lambda url: "/api/agents/" in url and "/api/agents/lead-qualifier/" not in url,
+            later,
+        )
+        await go_by_link(carol, "Tools")
+        await carol.get_by_label("Agent", exact=True).select_option("lead-qualifier")
+        await carol.locator('#tools tr[data-tool="search_leads"]').wait_for()
+        await asyncio.sleep(3)  # the first agent's answers have arrived by now
+        assert await carol.locator('#tools tr[data-tool="search_leads"]').count() == 1
+        assert await carol.locator('#tools tr[data-tool="update_lead_status"]').count() == 1
         await browser.close()

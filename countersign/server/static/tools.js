@@ -34,9 +34,16 @@ function markUnsaved() {
   $("#unsaved").textContent = changed.length ? `${changed.length} change(s) not saved yet` : "";
 }
 
+// Each load is numbered: when the agent changes while an earlier agent's lists are still on their
+// way, only the newest load may fill the table (an older answer arriving last would show, and then
+// save, another agent's tools).
+let newestLoad = 0;
+
 async function loadTools() {
   refuse("");
+  const load = ++newestLoad;
   const [catalog, tiers] = await Promise.all([api("GET", `${agentPath()}/catalog`), api("GET", agentPath())]);
+  if (load !== newestLoad) return;
   const tierOf = new Map(tiers.tools.map((t) => [t.toolName, t.permissionStatus]));
   $("#tools tbody").replaceChildren(...catalog.tools.map((tool) => {
     const row = { ...tool, tier: tierOf.get(tool.toolName) || tool.defaultTier };
@@ -53,7 +60,9 @@ async function loadTools() {
 }
 
 async function loadChanges() {
+  const load = newestLoad;
   const { changes } = await api("GET", `${agentPath()}/changes`);
+  if (load !== newestLoad) return;
   $("#changes tbody").replaceChildren(...changes.map((c) => el("tr", { class: c.accepted ? "" : "refused" },
     el("td", { text: new Date(c.createdAt).toLocaleString() }),
     el("td", {}, el("code", { text: c.toolName })),
