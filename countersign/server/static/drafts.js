@@ -32,8 +32,14 @@ function notificationCard(n) {
   return node;
 }
 
+// Each list's loads are numbered: an older answer (the filter changed meanwhile) arriving last is
+// dropped, so a list always shows what its filter says.
+const newestLoad = { notifications: 0, drafts: 0 };
+
 async function loadNotifications() {
+  const load = ++newestLoad.notifications;
   const { notifications } = await api("GET", `/api/notifications?status=${$("#notification-status").value}`);
+  if (load !== newestLoad.notifications) return;
   $("#notifications").replaceChildren(...notifications.map(notificationCard));
   $("#no-notifications").hidden = notifications.length > 0;
   $("#notification-count").textContent = `(${notifications.length})`;
@@ -116,7 +122,9 @@ function draftCard(d) {
 }
 
 async function loadDrafts() {
+  const load = ++newestLoad.drafts;
   const { drafts } = await api("GET", `/api/drafts?state=${$("#draft-state").value}`);
+  if (load !== newestLoad.drafts) return;
   $("#drafts").replaceChildren(...drafts.map(draftCard));
   $("#no-drafts").hidden = drafts.length > 0;
 }
