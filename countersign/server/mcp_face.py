@@ -14,16 +14,19 @@ in one saga, so the user can undo one call or all of them (`POST /api/conversati
 with the same token; every result's `_meta` names the conversation and the call). A call is the
 workflow's `serve_call` update: the model's own path (workflows/served.py), without a model turn.
 
-A call that waits for a reviewer answers `input_required` (2026-07-28, SEP-2322): a URL
-elicitation pointing at the call's inbox card and a `requestState` the client echoes when it asks
-again (countersign/core/continuation.py: MACed, bound to principal, agent, conversation, call,
-tool and arguments, short-lived, spent once in `mcp_continuations`). Asking again holds the
-request up to HOLD_S for the decision; the tool's result comes once decided (a rejection or an
-expiry: an error result with the reason). A client that declines or cancels the elicitation
-withdraws the call (its user rejects it, as a requester always may). A result decided before the
-client asked again is answered from the store by (conversation, call id), so it still comes once
-after the run that held the call continued as new or ended. A client on an earlier protocol, which
-has no `input_required`, is told where the call waits in an error result.
+A call that waits for a reviewer reaches its client by the first path the client declares it can
+take (countersign/server/mcp_tasks.py, docs/how-to/mcp-face.md): a task it polls, a URL
+elicitation, or, for a client with neither, its request held for the decision up to WAIT_S and
+then the `countersign_outcome` tool by the call's id. The elicitation path answers `input_required`
+(2026-07-28, SEP-2322): a URL elicitation pointing at the call's inbox card and a `requestState`
+the client echoes when it asks again (countersign/core/continuation.py: MACed, bound to
+principal, agent, conversation, call, tool and arguments, short-lived, spent once in
+`mcp_continuations`). Asking again holds the request up to HOLD_S for the decision; the tool's
+result comes once decided (a rejection or an expiry: an error result with the reason). A client
+that declines or cancels the elicitation withdraws the call (its user rejects it, as a requester
+always may). A result decided before the client asked again is answered from the store by
+(conversation, call id), so it still comes once after the run that held the call continued as new
+or ended.
 
 The SDK's transport (mcp.server.streamable_http_manager, stateless, JSON responses) serves the
 protocol: it is an ASGI app, which `serve` drives from the aiohttp handler after authenticating,
@@ -531,13 +534,17 @@ class McpFace:
             raise refused(types.METHOD_NOT_FOUND, "tasks/result is 2025-11-25's: poll tasks/get")
         handle = await self._handle(who, params.task_id, "tasks/result")
         left = (handle.expires_at - datetime.now(UTC)).total_seconds()
-        answer = await self._within(
-            who, lambda: self._answer_within(handle.workflow_id, handle.call_id, left)
-        )
+
+        async def waited() -> tuple[ChatMessage | None]:
+            return (await self._answer_within(handle.workflow_id, handle.call_id, left),)
+
+        held = await self._within(who, waited)  # None: its person holds as many requests as they may
+        answer = held[0] if held is not None else None
         if answer is None:
-            why = "the task's result is not there yet, and no more requests may wait for it now"
-            await self.record(who.caller, who.user_id, who.agent, "tasks/result", 429, why)
-            raise refused(types.INTERNAL_ERROR, why)
+            over = held is None
+            why = "no more requests of yours may wait now: poll tasks/get" if over else "the task has expired"
+            await self.record(who.caller, who.user_id, who.agent, "tasks/result", 429 if over else 404, why)
+            raise refused(types.INTERNAL_ERROR if over else types.INVALID_PARAMS, why)
         text = answer.content or ""
         result = await self._answer(
             who, handle.workflow_id, handle.call_id, handle.tool, text, *envelope_of(text)

@@ -6,7 +6,7 @@ PostgreSQL:
 - the SDK's client with its defaults (2026-07-28, no elicitation, no tasks) and one on 2025-11-25
   are held for the decision and get the tool's result;
 - past the hold, a client is told the call still waits and gets the result from
-  `countersign_outcome` by the call's id;
+  `countersign_outcome` by the call's id; at the person's bound of open streams, nothing is held;
 - a client with the 2026-07-28 tasks extension gets a task, polls `tasks/get` and gets the result;
 - a 2025-11-25 client asks for a task, polls it, gets the result from `tasks/result`, cancels
   another; a task id is its caller's only."""
@@ -14,6 +14,7 @@ PostgreSQL:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import AsyncIterator
 from typing import Any, Literal
@@ -25,10 +26,15 @@ from mcp.client.extension import ClaimContext, ClientExtension, ResultClaim
 from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import ConfigDict
+from sqlalchemy import select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from countersign.core.continuation import TASK_TTL
+from countersign.db.schema import RequesterAction
+from countersign.runtime.config import PROJECT_ROOT
 from countersign.server import mcp_face
-from countersign.server.mcp_tasks import OUTCOME_TOOL, TASKS_EXTENSION, waiting_path
+from countersign.server.conversation_events import MAX_STREAMS_PER_PERSON
+from countersign.server.mcp_tasks import OUTCOME_TOOL, TASK_POLL_MS, TASKS_EXTENSION, waiting_path
 from tests.fixtures.approvals import lead_status
 from tests.fixtures.inbox import SignedStack
 from tests.server.test_front_door import token_for
@@ -272,3 +278,42 @@ def test_the_path_a_client_takes_follows_what_it_declares() -> None:
     assert waiting_path("2025-11-25", url, types.TaskMetadata()) == "task"
     assert waiting_path("2025-11-25", url, None) == "hold"
     assert waiting_path("2025-06-18", None, None) == "hold"
+
+
+async def test_a_person_at_their_bound_of_open_streams_is_not_held(
+    signed_agent: SignedStack, alice_token: str, db_engine: AsyncEngine, jane_is_new: None
+) -> None:
+    """Held requests count with the person's event streams: at the bound, a call is told at once
+    that it waits, and a tasks/result is refused (poll tasks/get instead)."""
+    headers = {"Authorization": f"Bearer {alice_token}", "Accept": "text/event-stream"}
+    url = f"{signed_agent.url}/mcp/lead-qualifier"
+    params = {"name": "update_lead_status", "arguments": QUALIFY, "task": {}}
+    created = await rpc(signed_agent, alice_token, "tools/call", params)
+    task_id = created["result"]["task"]["taskId"]
+    async with contextlib.AsyncExitStack() as held, aiohttp.ClientSession() as http:
+        for _ in range(MAX_STREAMS_PER_PERSON):
+            response = await held.enter_async_context(http.get(url, headers=headers))
+            assert response.status < 400, (response.status, await response.text())
+        async with client(signed_agent, alice_token) as mcp:
+            waiting = await asyncio.wait_for(mcp.call_tool("update_lead_status", QUALIFY), 10)
+        refused = await rpc(signed_agent, alice_token, "tasks/result", {"taskId": task_id})
+    async with aiohttp.ClientSession() as http:  # the places free again (within a second)
+        for _ in range(50):
+            async with http.get(url, headers=headers) as response:
+                if response.status < 400:
+                    break
+            await asyncio.sleep(0.1)
+    text = waiting.content[0].text  # type: ignore[union-attr]
+    assert waiting.is_error and "none came within 0 s" in text and OUTCOME_TOOL in text, text
+    assert "poll tasks/get" in refused["error"]["message"], refused
+    async with db_engine.connect() as conn:
+        rows = list(await conn.execute(select(RequesterAction).where(RequesterAction.status == 429)))
+    assert any("open event streams" in (r.reason or "") for r in rows), rows
+
+
+def test_the_how_to_gives_each_paths_bounds_as_the_code_has_them() -> None:
+    text = (PROJECT_ROOT / "docs" / "how-to" / "mcp-face.md").read_text()
+    paths = text.split("## Which path a client takes", 1)[1]
+    assert f"up to {mcp_face.WAIT_S:.0f} s" in paths and f"up to {mcp_face.HOLD_S:.0f} s" in paths
+    assert f"({TASK_POLL_MS // 1000} s)" in paths and f"{TASK_TTL.total_seconds() / 3600:.0f} hours" in paths
+    assert OUTCOME_TOOL in paths and TASKS_EXTENSION in paths
