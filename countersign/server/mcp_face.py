@@ -503,7 +503,19 @@ class McpFace:
         result = stored_result(handle.workflow_id, handle.call_id, text, ok) if text is not None else None
         return task, result
 
-    async def _handle(self, who: McpCaller, sealed_id: str, what: str) -> TaskHandle:
+    async def _handle(
+        self, ctx: ServerRequestContext[Any], who: McpCaller, sealed_id: str, what: str
+    ) -> TaskHandle:
+        """The task a tasks/* request names, when it is the caller's (the tasks extension's error
+        for a 2026-07-28 client that does not declare the extension on the request)."""
+        capabilities = ctx.session.client_capabilities
+        if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS and (
+            capabilities is None or TASKS_EXTENSION not in (capabilities.extensions or {})
+        ):
+            why = f"{what} needs the client capability {TASKS_EXTENSION}"
+            await self.record(who.caller, who.user_id, who.agent, what, 400, why)
+            required: dict[str, Any] = {"requiredCapabilities": {"extensions": {TASKS_EXTENSION: {}}}}
+            raise MCPError(types.MISSING_REQUIRED_CLIENT_CAPABILITY, why, required)
         handle = task_opened(self._state_key, sealed_id, who.principal, who.agent, datetime.now(UTC))
         if isinstance(handle, str):
             await self.record(who.caller, who.user_id, who.agent, what, 404, handle)
@@ -515,7 +527,7 @@ class McpFace:
     ) -> HandlerResult:
         """tasks/get: how the task stands; at 2026-07-28 a completed task carries its result."""
         who = caller_of(ctx)
-        handle = await self._handle(who, params.task_id, "tasks/get")
+        handle = await self._handle(ctx, who, params.task_id, "tasks/get")
         task, result = await self._task_now(ctx.protocol_version, params.task_id, handle)
         if result is not None and ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
             task["result"] = result.model_dump(by_alias=True, mode="json", exclude_none=True)
@@ -532,7 +544,7 @@ class McpFace:
         who = caller_of(ctx)
         if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:  # the extension has tasks/get only
             raise refused(types.METHOD_NOT_FOUND, "tasks/result is 2025-11-25's: poll tasks/get")
-        handle = await self._handle(who, params.task_id, "tasks/result")
+        handle = await self._handle(ctx, who, params.task_id, "tasks/result")
         left = (handle.expires_at - datetime.now(UTC)).total_seconds()
 
         async def waited() -> tuple[ChatMessage | None]:
@@ -558,7 +570,7 @@ class McpFace:
         """tasks/cancel: the call's requester withdraws it (as declining its card does); a task that
         was decided already is not cancelled (the specification's error)."""
         who = caller_of(ctx)
-        handle = await self._handle(who, params.task_id, "tasks/cancel")
+        handle = await self._handle(ctx, who, params.task_id, "tasks/cancel")
         task, result = await self._task_now(ctx.protocol_version, params.task_id, handle)
         if result is not None:
             why = f"the task is {task['status']} already: it cannot be cancelled"

@@ -188,6 +188,11 @@ async def test_a_client_with_the_tasks_extension_gets_a_task_and_polls_it_to_the
     assert tasks.seen[0].status == "working" and call_id in (tasks.seen[0].status_message or "")
     assert tasks.seen[-1].status == "completed"
     assert await lead_status(db_engine, "acme") == "qualified"
+    async with client(signed_agent, alice_token) as plain:  # the extension's own error without it
+        request = GetTask(params=types.GetTaskRequestParams(task_id=tasks.seen[0].task_id))
+        with pytest.raises(MCPError) as missing:
+            await plain.session.send_request(request, DetailedTask)
+    assert missing.value.error.code == types.MISSING_REQUIRED_CLIENT_CAPABILITY, missing.value.error
 
 
 LEGACY = {
