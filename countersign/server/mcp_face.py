@@ -492,7 +492,7 @@ class McpFace:
         answer = await self._store.answer_to(handle.workflow_id, handle.call_id)
         text = (answer.content or "") if answer is not None else None
         ok = text is not None and envelope_of(text)[0]
-        status = status_of(text, ok)
+        status = status_of(text, text is not None and not ok and await self._withdrawn(handle))
         card = self._card(handle.workflow_id, handle.call_id)
         message = {
             "working": f"{handle.tool} waits for a reviewer's decision: {card}",
@@ -502,6 +502,19 @@ class McpFace:
         task = task_wire(protocol_version, sealed_id, handle, status, message, datetime.now(UTC))
         result = stored_result(handle.workflow_id, handle.call_id, text, ok) if text is not None else None
         return task, result
+
+    async def _withdrawn(self, handle: TaskHandle) -> bool:
+        """Whether the task's call was rejected by its own requester: withdrawn, not refused."""
+        async with self.requesters.sessions() as session:
+            found = await session.scalar(
+                select(ApprovalRequest.call_id).where(
+                    ApprovalRequest.workflow_id == handle.workflow_id,
+                    ApprovalRequest.call_id == handle.call_id,
+                    ApprovalRequest.state == "rejected",
+                    ApprovalRequest.decided_by == ApprovalRequest.requested_by,
+                )
+            )
+        return found is not None
 
     async def _handle(
         self, ctx: ServerRequestContext[Any], who: McpCaller, sealed_id: str, what: str

@@ -31,7 +31,7 @@ TASKS_EXTENSION = "io.modelcontextprotocol/tasks"  # the 2026-07-28 tasks extens
 RELATED_TASK = "io.modelcontextprotocol/related-task"  # 2025-11-25: a task's result names its task
 OUTCOME_TOOL = "countersign_outcome"
 TASK_POLL_MS = 5000  # the polling interval a task suggests
-WITHDRAWN = "withdrawn by the requester"  # the reason a withdrawn call's rejection carries
+WITHDRAWN = "withdrawn by the requester"  # how the reason of a withdrawn call's rejection begins
 
 Path = Literal["task", "elicitation", "hold"]
 TaskStatus = Literal["working", "completed", "cancelled"]
@@ -49,13 +49,14 @@ def waiting_path(
     return "elicitation" if elicitation is not None and elicitation.url is not None else "hold"
 
 
-def status_of(text: str | None, ok: bool) -> TaskStatus:
-    """A task's status from its call's stored result (None: not decided yet): `cancelled` when its
-    requester withdrew it (tasks/cancel, or a declined card), else `completed` (a rejection or an
-    expiry too: the call's result is an error result, which the specification calls completed)."""
+def status_of(text: str | None, withdrawn: bool) -> TaskStatus:
+    """A task's status from its call's stored result (None: not decided yet) and whether its
+    approval was rejected by its own requester (tasks/cancel, a declined card, the inbox): then
+    `cancelled`, else `completed` (a rejection or an expiry too: the call's result is an error
+    result, which the specification calls completed)."""
     if text is None:
         return "working"
-    return "cancelled" if not ok and WITHDRAWN in text else "completed"
+    return "cancelled" if withdrawn else "completed"
 
 
 def task_wire(

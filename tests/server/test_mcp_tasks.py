@@ -51,7 +51,11 @@ async def decide(stack: SignedStack, call_id: str, decision: str = "approve") ->
     bob = await stack.login("bob")
     card = await waiting_card(stack, bob, call_id)
     assert card["requested_by"] == "alice"
-    body = {"decision": decision, **({"reason": "not now"} if decision == "reject" else {})}
+    # a reviewer's reason that reads like a withdrawal: still a reviewer's rejection
+    body = {
+        "decision": decision,
+        **({"reason": "withdrawn by the requester? no: by bob"} if decision == "reject" else {}),
+    }
     code, answer = await stack.call("POST", f"/api/approvals/{card['workflow_id']}/{call_id}", bob, body)
     assert code == 200, answer
 
@@ -235,6 +239,15 @@ async def test_a_2025_11_25_client_asks_for_a_task_polls_it_gets_its_result_and_
     assert cancelled["result"]["status"] == "cancelled", cancelled
     again = await rpc(stack, alice_token, "tasks/get", {"taskId": withdrawn["taskId"]})
     assert again["result"]["status"] == "cancelled", again
+    # a call bob rejects: a completed task, its result the rejection
+    params = {"name": "update_lead_status", "arguments": dict(QUALIFY, reason="third"), "task": {}}
+    rejected = (await rpc(stack, alice_token, "tools/call", params))["result"]["task"]
+    status = (await rpc(stack, alice_token, "tasks/get", {"taskId": rejected["taskId"]}))["result"]
+    await decide(stack, status["statusMessage"].rsplit("/", 1)[1], "reject")
+    outcome = (await rpc(stack, alice_token, "tasks/result", {"taskId": rejected["taskId"]}))["result"]
+    assert outcome["isError"] is True and "REJECTED" in outcome["content"][0]["text"], outcome
+    status = (await rpc(stack, alice_token, "tasks/get", {"taskId": rejected["taskId"]}))["result"]
+    assert status["status"] == "completed", status
     # the call to approve
     created = await rpc(
         stack,
