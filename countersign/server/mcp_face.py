@@ -403,10 +403,10 @@ class McpFace:
         """Hold the call's request for its decision, up to WAIT_S (and within its person's bound of
         held requests); then its result, or what says it still waits and how to get the result."""
         asked = call.model_copy(update={"resume": True, "proof": None})
-        outcome = await self._within(who, lambda: self._update(who, who.workflow_id, asked, WAIT_S))
-        if outcome is not None and outcome.state == "done":
-            return await self._result(who, who.workflow_id, outcome)
-        waited = WAIT_S if outcome is not None else 0.0
+        held = await self._within(who, lambda: self._update(who, who.workflow_id, asked, WAIT_S))
+        if held is not None and held[0].state == "done":
+            return await self._result(who, who.workflow_id, held[0])
+        waited = WAIT_S if held is not None else 0.0
         return error_result(
             still_waiting(call.tool, call.call_id, card, waited), who.workflow_id, call.call_id
         )
@@ -431,28 +431,30 @@ class McpFace:
             why = f"no call {call_id} waited in this conversation"
             await self.record(who.caller, who.user_id, who.agent, what, 404, why)
             raise refused(types.INVALID_PARAMS, why)
+        waited = 0.0
         if answer is None:
-            answer = await self._within(who, lambda: self._answer_within(who.workflow_id, call_id, WAIT_S))
+            held = await self._within(who, lambda: self._answer_within(who.workflow_id, call_id, WAIT_S))
+            answer, waited = (held[0], WAIT_S) if held is not None else (None, 0.0)
         tool = asked or (answer.name if answer is not None else None) or OUTCOME_TOOL
         if answer is None:
             card = self._card(who.workflow_id, call_id)
             await self.record(
                 who.caller, who.user_id, who.agent, f"{what} {call_id}", 202, f"still waits: {card}"
             )
-            return error_result(still_waiting(tool, call_id, card, WAIT_S), who.workflow_id, call_id)
+            return error_result(still_waiting(tool, call_id, card, waited), who.workflow_id, call_id)
         text = answer.content or ""
         return await self._answer(who, who.workflow_id, call_id, tool, text, *envelope_of(text))
 
-    async def _within(self, who: McpCaller, wait: Callable[[], Awaitable[T]]) -> T | None:
-        """`wait()`, counted against its person's bound of open streams (their event streams and
-        held requests): None, without waiting, when they hold as many as they may."""
+    async def _within(self, who: McpCaller, wait: Callable[[], Awaitable[T]]) -> tuple[T] | None:
+        """`(wait(),)`, counted against its person's bound of open streams (their event streams
+        and held requests): None, without waiting, when they hold as many as they may."""
         with contextlib.ExitStack() as held:
             try:
                 held.enter_context(self.requesters.events.opened(who.caller.tenant_id, who.user_id))
             except HttpRefusal as err:
                 await self.record(who.caller, who.user_id, who.agent, "held call", err.status, str(err))
                 return None
-            return await wait()
+            return (await wait(),)
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def _answer_within(self, workflow_id: str, call_id: str, seconds: float) -> ChatMessage | None:
@@ -559,11 +561,7 @@ class McpFace:
             raise refused(types.METHOD_NOT_FOUND, "tasks/result is 2025-11-25's: poll tasks/get")
         handle = await self._handle(ctx, who, params.task_id, "tasks/result")
         left = (handle.expires_at - datetime.now(UTC)).total_seconds()
-
-        async def waited() -> tuple[ChatMessage | None]:
-            return (await self._answer_within(handle.workflow_id, handle.call_id, left),)
-
-        held = await self._within(who, waited)  # None: its person holds as many requests as they may
+        held = await self._within(who, lambda: self._answer_within(handle.workflow_id, handle.call_id, left))
         answer = held[0] if held is not None else None
         if answer is None:
             over = held is None
