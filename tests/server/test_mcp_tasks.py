@@ -335,3 +335,4 @@ def test_the_how_to_gives_each_paths_bounds_as_the_code_has_them() -> None:
     assert f"up to {mcp_face.WAIT_S:.0f} s" in paths and f"up to {mcp_face.HOLD_S:.0f} s" in paths
     assert f"({TASK_POLL_MS // 1000} s)" in paths and f"{TASK_TTL.total_seconds() / 3600:.0f} hours" in paths
     assert OUTCOME_TOOL in paths and TASKS_EXTENSION in paths
+    assert f"open streams ({MAX_STREAMS_PER_PERSON}, with their event" in paths
