@@ -7,6 +7,13 @@ server key, countersign/server/mcp_face.py), binds it to the principal (tenant, 
 agent, the conversation, the call, the tool and the arguments' digest, gives it a short life, and
 spends its `nonce` once in PostgreSQL (`mcp_continuations`). `opened` says why a state is refused;
 it never raises on what a client sent.
+
+A call that waits, made by a client that polls tasks (MCP's tasks: 2025-11-25, and the
+`io.modelcontextprotocol/tasks` extension of 2026-07-28), is named by a task id the server seals
+the same way, under another label (so neither passes as the other): a `TaskHandle` binds the
+principal, the agent, the conversation, the call and the tool, and lives TASK_TTL. It is never
+spent: polling asks again and again. How the task stands is never in it: the server reads that
+from the conversation's store each time.
 """
 
 from __future__ import annotations
@@ -22,6 +29,8 @@ from pydantic import BaseModel, ValidationError
 
 CONTINUATION_VERSION = "countersign-mcp-continuation-v1"
 CONTINUATION_TTL = timedelta(minutes=10)
+TASK_VERSION = "countersign-mcp-task-v1"
+TASK_TTL = timedelta(hours=24)
 MAX_STATE_CHARS = 4096
 
 
@@ -50,6 +59,18 @@ class Continuation(CallBinding):
     expires_at: datetime
 
 
+class TaskHandle(BaseModel):
+    """What a task id names: whose call, on which agent's conversation, of which tool."""
+
+    principal: Principal
+    agent: str
+    workflow_id: str
+    call_id: str
+    tool: str
+    created_at: datetime
+    expires_at: datetime
+
+
 def arguments_digest(arguments: str) -> str:
     """The digest of a call's arguments as the client sent them, canonical when they are a JSON
     object (so key order or spacing does not matter), else of the text itself."""
@@ -61,8 +82,8 @@ def arguments_digest(arguments: str) -> str:
     return hashlib.sha256(canonical.encode("utf-8", "surrogatepass")).hexdigest()
 
 
-def _mac(key: bytes, body: bytes) -> bytes:
-    return hmac.new(key, CONTINUATION_VERSION.encode() + b"\0" + body, hashlib.sha256).digest()
+def _mac(key: bytes, body: bytes, label: str = CONTINUATION_VERSION) -> bytes:
+    return hmac.new(key, label.encode() + b"\0" + body, hashlib.sha256).digest()
 
 
 def _b64(raw: bytes) -> str:
@@ -74,22 +95,37 @@ def _unb64(text: str) -> bytes:
 
 
 def sealed(key: bytes, continuation: Continuation) -> str:
+    """A request state: the continuation and its MAC, each base64url."""
     body = continuation.model_dump_json().encode()
     return f"{_b64(body)}.{_b64(_mac(key, body))}"
+
+
+FORGED, UNKNOWN = "forged", "unknown"
+
+
+def _body(key: bytes, sealed_text: str, label: str) -> bytes | str:
+    """The body `sealed_text` carries when this server sealed it under `label`, else FORGED (a
+    wrong tag) or UNKNOWN (not the shape of anything it seals)."""
+    if len(sealed_text) > MAX_STATE_CHARS or sealed_text.count(".") != 1:
+        return UNKNOWN
+    body_text, tag_text = sealed_text.split(".")
+    try:
+        body, tag = _unb64(body_text), _unb64(tag_text)
+    except (binascii.Error, ValueError):
+        return UNKNOWN
+    if not hmac.compare_digest(tag, _mac(key, body, label)):
+        return FORGED
+    return body
 
 
 def opened(key: bytes, state: str, expected: CallBinding, now: datetime) -> Continuation | str:
     """The continuation `state` carries, when it is ours, unexpired and for exactly `expected`;
     else why not (whether its nonce is spent is for the database to say)."""
-    if len(state) > MAX_STATE_CHARS or state.count(".") != 1:
-        return "the request state is not one this server issued"
-    body_text, tag_text = state.split(".")
-    try:
-        body, tag = _unb64(body_text), _unb64(tag_text)
-    except (binascii.Error, ValueError):
-        return "the request state is not one this server issued"
-    if not hmac.compare_digest(tag, _mac(key, body)):
+    body = _body(key, state, CONTINUATION_VERSION)
+    if body == FORGED:
         return "the request state was altered or forged"
+    if isinstance(body, str):
+        return "the request state is not one this server issued"
     try:
         continuation = Continuation.model_validate_json(body)
     except ValidationError:
@@ -99,3 +135,27 @@ def opened(key: bytes, state: str, expected: CallBinding, now: datetime) -> Cont
     if CallBinding.model_validate(continuation.model_dump()) != expected:
         return "the request state was issued for another caller, tool or arguments"
     return continuation
+
+
+def task_id(key: bytes, handle: TaskHandle) -> str:
+    body = handle.model_dump_json().encode()
+    return f"{_b64(body)}.{_b64(_mac(key, body, TASK_VERSION))}"
+
+
+def task_opened(
+    key: bytes, sealed_id: str, principal: Principal, agent: str, now: datetime
+) -> TaskHandle | str:
+    """The handle a task id names, when this server issued it to `principal` on `agent` and it has
+    not expired; else why not (the spec's "task not found" or "task has expired")."""
+    body = _body(key, sealed_id, TASK_VERSION)
+    if isinstance(body, str):
+        return "no such task"
+    try:
+        handle = TaskHandle.model_validate_json(body)
+    except ValidationError:
+        return "no such task"
+    if (handle.principal, handle.agent) != (principal, agent):
+        return "no such task"  # another caller's: its existence is not this caller's to learn
+    if now >= handle.expires_at:
+        return f"the task has expired (at {handle.expires_at.isoformat()})"
+    return handle

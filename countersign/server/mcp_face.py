@@ -14,16 +14,19 @@ in one saga, so the user can undo one call or all of them (`POST /api/conversati
 with the same token; every result's `_meta` names the conversation and the call). A call is the
 workflow's `serve_call` update: the model's own path (workflows/served.py), without a model turn.
 
-A call that waits for a reviewer answers `input_required` (2026-07-28, SEP-2322): a URL
-elicitation pointing at the call's inbox card and a `requestState` the client echoes when it asks
-again (countersign/core/continuation.py: MACed, bound to principal, agent, conversation, call,
-tool and arguments, short-lived, spent once in `mcp_continuations`). Asking again holds the
-request up to HOLD_S for the decision; the tool's result comes once decided (a rejection or an
-expiry: an error result with the reason). A client that declines or cancels the elicitation
-withdraws the call (its user rejects it, as a requester always may). A result decided before the
-client asked again is answered from the store by (conversation, call id), so it still comes once
-after the run that held the call continued as new or ended. A client on an earlier protocol, which
-has no `input_required`, is told where the call waits in an error result.
+A call that waits for a reviewer reaches its client by the first path the client declares it can
+take (countersign/server/mcp_tasks.py, docs/how-to/mcp-face.md): a task it polls, a URL
+elicitation, or, for a client with neither, its request held for the decision up to WAIT_S and
+then the `countersign_outcome` tool by the call's id. The elicitation path answers `input_required`
+(2026-07-28, SEP-2322): a URL elicitation pointing at the call's inbox card and a `requestState`
+the client echoes when it asks again (countersign/core/continuation.py: MACed, bound to
+principal, agent, conversation, call, tool and arguments, short-lived, spent once in
+`mcp_continuations`). Asking again holds the request up to HOLD_S for the decision; the tool's
+result comes once decided (a rejection or an expiry: an error result with the reason). A client
+that declines or cancels the elicitation withdraws the call (its user rejects it, as a requester
+always may). A result decided before the client asked again is answered from the store by
+(conversation, call id), so it still comes once after the run that held the call continued as new
+or ended.
 
 The SDK's transport (mcp.server.streamable_http_manager, stateless, JSON responses) serves the
 protocol: it is an ASGI app, which `serve` drives from the aiohttp handler after authenticating,
@@ -37,13 +40,14 @@ conversation streams (countersign.server.conversation_events).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import secrets
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import mcp_types as types
 from aiohttp import web
@@ -51,12 +55,13 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.hashes import SHA256
 from cryptography.hazmat.primitives.kdf.hkdf import HKDF
-from mcp.server.context import ServerRequestContext
-from mcp.server.lowlevel import Server
+from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
+from mcp.server.lowlevel import NotificationOptions, Server
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
-from pydantic import TypeAdapter
+from pydantic import TypeAdapter, ValidationError
+from sqlalchemy import select
 from sqlalchemy.dialects.postgresql import insert
 from temporalio.client import WorkflowUpdateFailedError, WorkflowUpdateRPCTimeoutOrCancelledError
 from temporalio.exceptions import ApplicationError
@@ -66,32 +71,54 @@ from countersign.client.handles import keyed_workflow_id, mcp_key
 from countersign.core.calls import ToolSpec
 from countersign.core.continuation import (
     CONTINUATION_TTL,
+    TASK_TTL,
     CallBinding,
     Continuation,
     Principal,
+    TaskHandle,
     arguments_digest,
     opened,
     sealed,
+    task_id,
+    task_opened,
 )
 from countersign.core.contract import ServedCall, ServedOutcome
-from countersign.core.messages import MAX_ARGUMENTS_CHARS, MAX_TOOL_NAME_CHARS
+from countersign.core.messages import MAX_ARGUMENTS_CHARS, MAX_TOOL_NAME_CHARS, ChatMessage
 from countersign.core.policy import callable_tools
 from countersign.db.messages import ConversationStore
 from countersign.db.people import roles_of
-from countersign.db.schema import AgentProfile, McpContinuation
+from countersign.db.schema import AgentProfile, ApprovalRequest, McpContinuation
 from countersign.identity import tokens
 from countersign.identity.proofs import Binding, canonical_json, mint_proof
 from countersign.server.auth import Reviewer
 from countersign.server.http import HttpRefusal, bearer_of
 from countersign.server.inbox import DecisionRequest, Inbox
+from countersign.server.mcp_tasks import (
+    OUTCOME_TOOL,
+    RELATED_TASK,
+    TASKS_EXTENSION,
+    WITHDRAWN,
+    outcome_tool,
+    status_of,
+    still_waiting,
+    task_created,
+    task_wire,
+    waiting_path,
+)
 from countersign.server.requesters import Caller, Requesters, StartBody
 from tools.registry import REGISTRY
 
 SCOPE_KEY = "countersign.mcp"  # where the ASGI scope carries the authenticated caller
 USER_HEADER = "X-Countersign-User"
 HOLD_S = 20.0  # how long asking again about a waiting call holds the request for its decision
+# how long a call (or the outcome tool) of a client that can neither elicit nor poll a task is held
+# for the decision: under the 60 s most clients give a request
+WAIT_S = 45.0
+POLL_S = 0.5  # how often a held outcome, tasks/result or tasks/cancel reads the call's result
+CANCEL_WAIT_S = 10.0  # how long tasks/cancel waits for the withdrawal to be stored
 TOOLS_WAIT_S = 10.0  # how long tools/list waits for a conversation just started to load its tools
 SERVED_TOOLS = TypeAdapter(list[ToolSpec])
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -132,11 +159,14 @@ def hints(spec: ToolSpec) -> types.ToolAnnotations:
 
 
 def listed(spec: ToolSpec) -> types.Tool:
+    """A tool as MCP lists it; any call of it may be task-augmented (2025-11-25: any call may wait
+    for a reviewer, so a client that polls tasks may ask for one on any)."""
     return types.Tool(
         name=spec.name,
         description=spec.description,
         input_schema=spec.parameters,
         annotations=hints(spec),
+        execution=types.ToolExecution(task_support="optional"),
     )
 
 
@@ -153,6 +183,31 @@ def refused(code: int, message: str) -> MCPError:
     return MCPError(code, message)
 
 
+class TaskServer(Server[Any]):
+    """The SDK's low-level server, its capabilities naming tasks at the handshake's versions
+    (2025-11-25's `tasks`: task-augmented tools/call, tasks/cancel); at 2026-07-28 the tasks
+    extension's entry in `extensions` names them."""
+
+    def get_capabilities(
+        self,
+        notification_options: NotificationOptions | None = None,
+        experimental_capabilities: dict[str, dict[str, Any]] | None = None,
+        extensions: dict[str, dict[str, Any]] | None = None,
+        *,
+        protocol_version: str | None = None,
+    ) -> types.ServerCapabilities:
+        capabilities = super().get_capabilities(
+            notification_options, experimental_capabilities, extensions, protocol_version=protocol_version
+        )
+        if protocol_version in MODERN_PROTOCOL_VERSIONS:
+            return capabilities
+        calls = types.TasksToolsCapability(call=types.TasksCallCapability())
+        tasks = types.ServerTasksCapability(
+            cancel=types.TasksCancelCapability(), requests=types.ServerTasksRequestsCapability(tools=calls)
+        )
+        return capabilities.model_copy(update={"tasks": tasks})
+
+
 class McpFace:
     def __init__(self, requesters: Requesters, inbox: Inbox) -> None:
         self.requesters = requesters
@@ -160,9 +215,13 @@ class McpFace:
         self._proof_key = requesters.signing_key
         self._state_key = continuation_key(requesters.signing_key)
         self._store = ConversationStore(requesters.sessions)
-        self.server: Server[Any] = Server(
-            "countersign", on_list_tools=self.list_tools, on_call_tool=self.call_tool
-        )
+        self.server = TaskServer("countersign", on_list_tools=self.list_tools)
+        self.server.extensions[TASKS_EXTENSION] = {}
+        self.server.add_request_handler("tools/call", types.CallToolRequestParams, self.call_tool)
+        self.server.add_request_handler("tasks/get", types.GetTaskRequestParams, self.get_task)
+        self.server.add_request_handler("tasks/result", types.GetTaskPayloadRequestParams, self.task_result)
+        self.server.add_request_handler("tasks/cancel", types.CancelTaskRequestParams, self.cancel_task)
+        self.server.middleware.append(self.legacy_task_call)
         self.manager = StreamableHTTPSessionManager(self.server, json_response=True, stateless=True)
 
     # --- who calls (the HTTP edge) ----------------------------------------------------------------
@@ -227,20 +286,21 @@ class McpFace:
         # the user's roles now, not as the conversation loaded them: a demoted admin sees no admin tool
         specs = callable_tools(await self._served_tools(who.workflow_id), await self._roles(who))
         await self.record(who.caller, who.user_id, who.agent, "tools/list", 200, f"{len(specs)} tools")
-        return types.ListToolsResult(tools=[listed(s) for s in specs])
+        return types.ListToolsResult(tools=[*(listed(s) for s in specs), outcome_tool()])
 
     async def call_tool(
         self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
-    ) -> types.CallToolResult | types.InputRequiredResult:
+    ) -> HandlerResult:
         who = caller_of(ctx)
-        workflow_id = who.workflow_id
+        if params.name == OUTCOME_TOOL:
+            return await self._outcome(who, params.arguments or {})
         # one spelling of the arguments however the client orders their keys: asking again about a
         # waiting call with its keys in another order is the same call, not "another call"
         arguments = canonical_json(params.arguments or {})
         binding = CallBinding(
             principal=who.principal,
             agent=who.agent,
-            workflow_id=workflow_id,
+            workflow_id=who.workflow_id,
             tool=params.name,
             args_sha256=arguments_digest(arguments),
         )
@@ -248,63 +308,290 @@ class McpFace:
         if bound is not None:  # what no call of this server could take: no conversation is asked
             await self.record(who.caller, who.user_id, who.agent, "tools/call", 422, bound)
             raise refused(types.INVALID_PARAMS, bound)
-        if params.request_state is None:
-            await self._callable(who, params.name)
         if params.request_state is not None:
-            call_id = await self._spend(who, binding, params.request_state)
-            declined = declined_by(params.input_responses)
-            if declined is not None:
-                await self._withdraw(who, workflow_id, call_id, params.name, declined)
-            # decided and stored already: the run that held the call may have continued or ended
-            answered = await self._store.answer_to(workflow_id, call_id)
-            if answered is not None:
-                text = answered.content or ""
-                return await self._answer(who, workflow_id, call_id, params.name, text, *envelope_of(text))
-            call = ServedCall(
-                user_id=who.user_id, call_id=call_id, tool=params.name, arguments=arguments, resume=True
-            )
+            asked = await self._asked_again(who, binding, params, arguments)
+            if isinstance(asked, types.CallToolResult):
+                return asked
+            call = asked
         else:
-            call_id = f"mcp-{uuid.uuid4().hex}"
-            proof = mint_proof(
-                self._proof_key,
-                who.user_id,
-                Binding.call(who.caller.tenant_id, workflow_id, call_id, params.name, arguments),
-                datetime.now(UTC),
-            )
-            call = ServedCall(
-                user_id=who.user_id, call_id=call_id, tool=params.name, arguments=arguments, proof=proof
-            )
-        outcome = await self._serve(who, workflow_id, call)
-        if outcome.state == "done":
-            return await self._result(who, workflow_id, outcome)
-        card = f"{self.requesters.public_url}/#{workflow_id}/{call_id}"  # never the request's Host
-        await self.record(
-            who.caller,
-            who.user_id,
-            who.agent,
-            f"tools/call {params.name} {call_id}",
-            202,
-            f"waits for a reviewer: {card}",
+            await self._callable(who, params.name)
+            call = self._new_call(who, params.name, arguments)
+        outcome = await self._serve(who, who.workflow_id, call)
+        path = (
+            "elicitation"
+            if call.resume
+            else waiting_path(ctx.protocol_version, ctx.session.client_capabilities, params.task)
         )
-        if ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS:
-            return error_result(
-                f"{params.name} waits for a reviewer's decision ({card}); this client's protocol "
-                f"({ctx.protocol_version}) cannot wait for it: the result will be in conversation "
-                f"{workflow_id}, call {call_id}",
-                workflow_id,
-                call_id,
-            )
-        state = self._seal(binding, call_id)
+        # 2025-11-25 answers a task-augmented call with a task whatever comes of it; 2026-07-28, only
+        # a call that waits (the server decides, and a task that is done at once is no use)
+        legacy = ctx.protocol_version not in MODERN_PROTOCOL_VERSIONS
+        if path == "task" and (outcome.state == "waiting" or (legacy and not unknown_tool(outcome))):
+            return await self._task(ctx, who, call)
+        if outcome.state == "done":
+            return await self._result(who, who.workflow_id, outcome)
+        card = self._card(who.workflow_id, call.call_id)
+        what = f"tools/call {params.name} {call.call_id}"
+        await self.record(who.caller, who.user_id, who.agent, what, 202, f"waits for a reviewer: {card}")
+        if path == "hold":
+            return await self._hold(who, call, card)
+        state = self._seal(binding, call.call_id)
         if call.resume:  # the client opened the card already: only ask again
             return types.InputRequiredResult(request_state=state)
         elicitation = types.ElicitRequest(
             params=types.ElicitRequestURLParams(
                 message=f"{params.name} waits for a reviewer's approval: its card in the Countersign inbox",
                 url=card,
-                elicitation_id=call_id,
+                elicitation_id=call.call_id,
             )
         )
         return types.InputRequiredResult(input_requests={"approval": elicitation}, request_state=state)
+
+    async def legacy_task_call(self, ctx: ServerRequestContext[Any], call_next: CallNext) -> HandlerResult:
+        """A `Server.middleware`: a task-augmented tools/call at 2025-11-25 answers a task
+        (`CreateTaskResult`), a shape the SDK's result check of tools/call at that version does not
+        know, so this answers it here (the SDK's own check applies to every other request)."""
+        raw = ctx.params
+        if (
+            ctx.method != "tools/call"
+            or ctx.protocol_version in MODERN_PROTOCOL_VERSIONS
+            or not isinstance(raw, Mapping)
+            or raw.get("task") is None
+        ):
+            return await call_next(ctx)
+        try:
+            params = types.CallToolRequestParams.model_validate(raw, by_name=False)
+        except ValidationError:
+            raise refused(types.INVALID_PARAMS, "invalid tools/call parameters") from None
+        return await self.call_tool(ctx, params)
+
+    async def _asked_again(
+        self, who: McpCaller, binding: CallBinding, params: types.CallToolRequestParams, arguments: str
+    ) -> types.CallToolResult | ServedCall:
+        """The call a request state is for (spent once), or its result when it was decided and
+        stored already (the run that held the call may have continued or ended since)."""
+        assert params.request_state is not None
+        call_id = await self._spend(who, binding, params.request_state)
+        declined = declined_by(params.input_responses)
+        if declined is not None:
+            why = f"{WITHDRAWN}: the MCP client {declined} the approval"
+            await self._withdraw(who, who.workflow_id, call_id, params.name, why)
+        answered = await self._store.answer_to(who.workflow_id, call_id)
+        if answered is not None:
+            text = answered.content or ""
+            return await self._answer(who, who.workflow_id, call_id, params.name, text, *envelope_of(text))
+        return ServedCall(
+            user_id=who.user_id, call_id=call_id, tool=params.name, arguments=arguments, resume=True
+        )
+
+    def _new_call(self, who: McpCaller, tool: str, arguments: str) -> ServedCall:
+        """A new call, with the server's proof for exactly it (the conversation checks it)."""
+        call_id = f"mcp-{uuid.uuid4().hex}"
+        proof = mint_proof(
+            self._proof_key,
+            who.user_id,
+            Binding.call(who.caller.tenant_id, who.workflow_id, call_id, tool, arguments),
+            datetime.now(UTC),
+        )
+        return ServedCall(user_id=who.user_id, call_id=call_id, tool=tool, arguments=arguments, proof=proof)
+
+    def _card(self, workflow_id: str, call_id: str) -> str:
+        return f"{self.requesters.public_url}/#{workflow_id}/{call_id}"  # never the request's Host
+
+    # --- a client that can neither elicit nor poll a task ----------------------------------------
+
+    async def _hold(self, who: McpCaller, call: ServedCall, card: str) -> types.CallToolResult:
+        """Hold the call's request for its decision, up to WAIT_S (and within its person's bound of
+        held requests); then its result, or what says it still waits and how to get the result."""
+        asked = call.model_copy(update={"resume": True, "proof": None})
+        held = await self._within(who, lambda: self._update(who, who.workflow_id, asked, WAIT_S))
+        if held is not None and held[0].state == "done":
+            return await self._result(who, who.workflow_id, held[0])
+        waited = WAIT_S if held is not None else 0.0
+        return error_result(
+            still_waiting(call.tool, call.call_id, card, waited), who.workflow_id, call.call_id
+        )
+
+    async def _outcome(self, who: McpCaller, arguments: Mapping[str, Any]) -> types.CallToolResult:
+        """The `countersign_outcome` tool: the result of a call of this caller's conversation that
+        waited, once decided (held for it up to WAIT_S), else what says it still waits."""
+        call_id = arguments.get("call_id")
+        what = f"tools/call {OUTCOME_TOOL}"
+        if not isinstance(call_id, str) or not 0 < len(call_id) <= 200:
+            why = f'{OUTCOME_TOOL} takes the waiting call\'s id: {{"call_id": "mcp-…"}}'
+            await self.record(who.caller, who.user_id, who.agent, what, 422, why)
+            raise refused(types.INVALID_PARAMS, why)
+        async with self.requesters.sessions() as session:
+            asked = await session.scalar(
+                select(ApprovalRequest.tool).where(
+                    ApprovalRequest.workflow_id == who.workflow_id, ApprovalRequest.call_id == call_id
+                )
+            )
+        answer = await self._store.answer_to(who.workflow_id, call_id)
+        if answer is None and asked is None:
+            why = f"no call {call_id} waited in this conversation"
+            await self.record(who.caller, who.user_id, who.agent, what, 404, why)
+            raise refused(types.INVALID_PARAMS, why)
+        waited = 0.0
+        if answer is None:
+            held = await self._within(who, lambda: self._answer_within(who.workflow_id, call_id, WAIT_S))
+            answer, waited = (held[0], WAIT_S) if held is not None else (None, 0.0)
+        tool = asked or (answer.name if answer is not None else None) or OUTCOME_TOOL
+        if answer is None:
+            card = self._card(who.workflow_id, call_id)
+            await self.record(
+                who.caller, who.user_id, who.agent, f"{what} {call_id}", 202, f"still waits: {card}"
+            )
+            return error_result(still_waiting(tool, call_id, card, waited), who.workflow_id, call_id)
+        text = answer.content or ""
+        return await self._answer(who, who.workflow_id, call_id, tool, text, *envelope_of(text))
+
+    async def _within(self, who: McpCaller, wait: Callable[[], Awaitable[T]]) -> tuple[T] | None:
+        """`(wait(),)`, counted against its person's bound of open streams (their event streams
+        and held requests): None, without waiting, when they hold as many as they may."""
+        with contextlib.ExitStack() as held:
+            try:
+                held.enter_context(self.requesters.events.opened(who.caller.tenant_id, who.user_id))
+            except HttpRefusal as err:
+                await self.record(who.caller, who.user_id, who.agent, "held call", err.status, str(err))
+                return None
+            return (await wait(),)
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _answer_within(self, workflow_id: str, call_id: str, seconds: float) -> ChatMessage | None:
+        """The stored result of a call, read every POLL_S until it is there or `seconds` passed: the
+        store, not the run, since the run that held the call may have continued as new or ended."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + seconds
+        while True:
+            answer = await self._store.answer_to(workflow_id, call_id)
+            if answer is not None or loop.time() >= deadline:
+                return answer
+            await asyncio.sleep(min(POLL_S, max(0.0, deadline - loop.time())))
+
+    # --- tasks ------------------------------------------------------------------------------------
+
+    async def _task(self, ctx: ServerRequestContext[Any], who: McpCaller, call: ServedCall) -> dict[str, Any]:
+        """The task a call becomes: its id seals whose call it is (never how it stands)."""
+        now = datetime.now(UTC)
+        handle = TaskHandle(
+            principal=who.principal,
+            agent=who.agent,
+            workflow_id=who.workflow_id,
+            call_id=call.call_id,
+            tool=call.tool,
+            created_at=now,
+            expires_at=now + TASK_TTL,
+        )
+        task, _ = await self._task_now(ctx.protocol_version, task_id(self._state_key, handle), handle)
+        what = f"tools/call {call.tool} {call.call_id}"
+        await self.record(who.caller, who.user_id, who.agent, what, 202, f"a task, {task['status']}")
+        return task_created(ctx.protocol_version, task)
+
+    async def _task_now(
+        self, protocol_version: str, sealed_id: str, handle: TaskHandle
+    ) -> tuple[dict[str, Any], types.CallToolResult | None]:
+        """How a task stands, read from its call's stored result, and that result once there."""
+        answer = await self._store.answer_to(handle.workflow_id, handle.call_id)
+        text = (answer.content or "") if answer is not None else None
+        ok = text is not None and envelope_of(text)[0]
+        status = status_of(text, text is not None and not ok and await self._withdrawn(handle))
+        card = self._card(handle.workflow_id, handle.call_id)
+        message = {
+            "working": f"{handle.tool} waits for a reviewer's decision: {card}",
+            "completed": f"{handle.tool} was decided: its result is ready",
+            "cancelled": f"{handle.tool} was withdrawn by its requester",
+        }[status]
+        task = task_wire(protocol_version, sealed_id, handle, status, message, datetime.now(UTC))
+        result = stored_result(handle.workflow_id, handle.call_id, text, ok) if text is not None else None
+        return task, result
+
+    async def _withdrawn(self, handle: TaskHandle) -> bool:
+        """Whether the task's call was rejected by its own requester: withdrawn, not refused."""
+        async with self.requesters.sessions() as session:
+            found = await session.scalar(
+                select(ApprovalRequest.call_id).where(
+                    ApprovalRequest.workflow_id == handle.workflow_id,
+                    ApprovalRequest.call_id == handle.call_id,
+                    ApprovalRequest.state == "rejected",
+                    ApprovalRequest.decided_by == ApprovalRequest.requested_by,
+                )
+            )
+        return found is not None
+
+    async def _handle(
+        self, ctx: ServerRequestContext[Any], who: McpCaller, sealed_id: str, what: str
+    ) -> TaskHandle:
+        """The task a tasks/* request names, when it is the caller's (the tasks extension's error
+        for a 2026-07-28 client that does not declare the extension on the request)."""
+        capabilities = ctx.session.client_capabilities
+        if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS and (
+            capabilities is None or TASKS_EXTENSION not in (capabilities.extensions or {})
+        ):
+            why = f"{what} needs the client capability {TASKS_EXTENSION}"
+            await self.record(who.caller, who.user_id, who.agent, what, 400, why)
+            required: dict[str, Any] = {"requiredCapabilities": {"extensions": {TASKS_EXTENSION: {}}}}
+            raise MCPError(types.MISSING_REQUIRED_CLIENT_CAPABILITY, why, required)
+        handle = task_opened(self._state_key, sealed_id, who.principal, who.agent, datetime.now(UTC))
+        if isinstance(handle, str):
+            await self.record(who.caller, who.user_id, who.agent, what, 404, handle)
+            raise refused(types.INVALID_PARAMS, f"{what}: {handle}")
+        return handle
+
+    async def get_task(
+        self, ctx: ServerRequestContext[Any], params: types.GetTaskRequestParams
+    ) -> HandlerResult:
+        """tasks/get: how the task stands; at 2026-07-28 a completed task carries its result."""
+        who = caller_of(ctx)
+        handle = await self._handle(ctx, who, params.task_id, "tasks/get")
+        task, result = await self._task_now(ctx.protocol_version, params.task_id, handle)
+        if result is not None and ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:
+            task["result"] = result.model_dump(by_alias=True, mode="json", exclude_none=True)
+        what = f"tasks/get {handle.tool} {handle.call_id}"
+        await self.record(who.caller, who.user_id, who.agent, what, 200, task["status"])
+        return task
+
+    async def task_result(
+        self, ctx: ServerRequestContext[Any], params: types.GetTaskPayloadRequestParams
+    ) -> HandlerResult:
+        """tasks/result (2025-11-25): the call's result, the request held until it is decided (as
+        the specification asks), counted against its person's bound of open streams; the
+        approval's own expiry ends the wait with an expiry result."""
+        who = caller_of(ctx)
+        if ctx.protocol_version in MODERN_PROTOCOL_VERSIONS:  # the extension has tasks/get only
+            raise refused(types.METHOD_NOT_FOUND, "tasks/result is 2025-11-25's: poll tasks/get")
+        handle = await self._handle(ctx, who, params.task_id, "tasks/result")
+        left = (handle.expires_at - datetime.now(UTC)).total_seconds()
+        held = await self._within(who, lambda: self._answer_within(handle.workflow_id, handle.call_id, left))
+        answer = held[0] if held is not None else None
+        if answer is None:
+            over = held is None
+            why = "no more requests of yours may wait now: poll tasks/get" if over else "the task has expired"
+            await self.record(who.caller, who.user_id, who.agent, "tasks/result", 429 if over else 404, why)
+            raise refused(types.INTERNAL_ERROR if over else types.INVALID_PARAMS, why)
+        text = answer.content or ""
+        result = await self._answer(
+            who, handle.workflow_id, handle.call_id, handle.tool, text, *envelope_of(text)
+        )
+        meta = {**(result.meta or {}), RELATED_TASK: {"taskId": params.task_id}}
+        return result.model_copy(update={"meta": meta})
+
+    async def cancel_task(
+        self, ctx: ServerRequestContext[Any], params: types.CancelTaskRequestParams
+    ) -> HandlerResult:
+        """tasks/cancel: the call's requester withdraws it (as declining its card does); a task that
+        was decided already is not cancelled (the specification's error)."""
+        who = caller_of(ctx)
+        handle = await self._handle(ctx, who, params.task_id, "tasks/cancel")
+        task, result = await self._task_now(ctx.protocol_version, params.task_id, handle)
+        if result is not None:
+            why = f"the task is {task['status']} already: it cannot be cancelled"
+            await self.record(who.caller, who.user_id, who.agent, "tasks/cancel", 409, why)
+            raise refused(types.INVALID_PARAMS, why)
+        why = f"{WITHDRAWN}: the MCP client cancelled its task"
+        await self._withdraw(who, handle.workflow_id, handle.call_id, handle.tool, why)
+        await self._answer_within(handle.workflow_id, handle.call_id, CANCEL_WAIT_S)
+        task, _ = await self._task_now(ctx.protocol_version, params.task_id, handle)
+        return task
 
     async def _roles(self, who: McpCaller) -> list[str]:
         """The user's roles in the token's tenant now (none once deactivated)."""
@@ -344,23 +631,28 @@ class McpFace:
     async def _serve(self, who: McpCaller, workflow_id: str, call: ServedCall) -> ServedOutcome:
         """The call's outcome from its conversation, which is started first when none runs (its
         first call, or the previous one ended): asking first saves a start on every call."""
+        hold = HOLD_S if call.resume else None
         try:
-            return await self._update(who, workflow_id, call)
+            return await self._update(who, workflow_id, call, hold)
         except RPCError as err:
             if err.status != RPCStatusCode.NOT_FOUND or call.resume:
                 await self.record(who.caller, who.user_id, who.agent, "tools/call", 503, err.message)
                 raise refused(types.INTERNAL_ERROR, f"Temporal: {err.message}") from None
         await self._start(who)
-        return await self._update(who, workflow_id, call)
+        return await self._update(who, workflow_id, call, hold)
 
-    async def _update(self, who: McpCaller, workflow_id: str, call: ServedCall) -> ServedOutcome:
+    async def _update(
+        self, who: McpCaller, workflow_id: str, call: ServedCall, hold: float | None
+    ) -> ServedOutcome:
+        """The `serve_call` update's answer; asking again about a call (`resume`) is held up to
+        `hold` seconds for the decision, then answers that the call still waits."""
         what = f"tools/call {call.tool} {call.call_id}"
         handle = self.requesters.client.get_workflow_handle(workflow_id)
         update = handle.execute_update("serve_call", call, result_type=ServedOutcome)
         try:
-            if call.resume:  # hold the request a while for the decision, then ask the client again
+            if hold is not None:
                 try:
-                    return await asyncio.wait_for(update, HOLD_S)
+                    return await asyncio.wait_for(update, hold)
                 except (TimeoutError, WorkflowUpdateRPCTimeoutOrCancelledError):  # still waiting
                     return ServedOutcome(call_id=call.call_id, state="waiting")
             outcome: ServedOutcome = await update
@@ -388,24 +680,14 @@ class McpFace:
         await self.record(who.caller, who.user_id, who.agent, what, 200 if ok else 422, failure)
         if code == "UNKNOWN_TOOL":  # the protocol's error for a tool that is not there
             raise refused(types.INVALID_PARAMS, error_message(text))
-        try:
-            structured = json.loads(text)
-        except ValueError:
-            structured = None
-        return types.CallToolResult(
-            content=[types.TextContent(text=text)],
-            structured_content=structured if isinstance(structured, dict) else None,
-            is_error=not ok,
-            _meta=conversation_meta(workflow_id, call_id),
-        )
+        return stored_result(workflow_id, call_id, text, ok)
 
-    async def _withdraw(self, who: McpCaller, workflow_id: str, call_id: str, tool: str, how: str) -> None:
+    async def _withdraw(self, who: McpCaller, workflow_id: str, call_id: str, tool: str, reason: str) -> None:
         """The client declined or cancelled the call's card: its user withdraws the call, as a
         requester may always reject their own (the decision proven, recorded and audited, the call
         never run, the card gone from the inbox). A call decided meanwhile stays as decided; the
         client then gets its result as asked."""
         what = f"tools/call {tool} {call_id}"
-        reason = f"withdrawn by the requester: the MCP client {how} the approval"
         request = DecisionRequest(decision="reject", reason=reason)
         requester = Reviewer(tenant_id=who.caller.tenant_id, user_id=who.user_id)
         try:
@@ -514,6 +796,24 @@ def envelope_of(text: str) -> tuple[bool, str | None]:
     error = parsed.get("error")
     code = error.get("code") if isinstance(error, dict) else None
     return parsed.get("ok") is True, code if isinstance(code, str) else None
+
+
+def stored_result(workflow_id: str, call_id: str, text: str, ok: bool) -> types.CallToolResult:
+    """The client's result of a stored tool message's text: the text, and the object it is."""
+    try:
+        structured = json.loads(text)
+    except ValueError:
+        structured = None
+    return types.CallToolResult(
+        content=[types.TextContent(text=text)],
+        structured_content=structured if isinstance(structured, dict) else None,
+        is_error=not ok,
+        _meta=conversation_meta(workflow_id, call_id),
+    )
+
+
+def unknown_tool(outcome: ServedOutcome) -> bool:
+    return outcome.result is not None and outcome.result.code == "UNKNOWN_TOOL"
 
 
 def conversation_meta(workflow_id: str, call_id: str) -> dict[str, Any]:

@@ -13,9 +13,12 @@ from countersign.core.continuation import (
     CallBinding,
     Continuation,
     Principal,
+    TaskHandle,
     arguments_digest,
     opened,
     sealed,
+    task_id,
+    task_opened,
 )
 
 KEY = b"k" * 32
@@ -62,3 +65,39 @@ def test_forged_altered_expired_and_misbound_states_are_refused() -> None:
 @given(st.text(max_size=300))
 def test_nothing_a_client_sends_opens_or_raises(state: str) -> None:
     assert isinstance(opened(KEY, state, BINDING, NOW), str)
+
+
+TASK = TaskHandle(
+    principal=BINDING.principal,
+    agent=BINDING.agent,
+    workflow_id=BINDING.workflow_id,
+    call_id="mcp-1",
+    tool="update_lead_status",
+    created_at=NOW,
+    expires_at=NOW + timedelta(hours=24),
+)
+
+
+def test_a_task_id_opens_for_its_caller_only_unaltered_and_unexpired() -> None:
+    sealed_id = task_id(KEY, TASK)
+    assert task_opened(KEY, sealed_id, BINDING.principal, BINDING.agent, NOW) == TASK
+    bob = BINDING.principal.model_copy(update={"user_id": "bob"})
+    assert task_opened(KEY, sealed_id, bob, BINDING.agent, NOW) == "no such task"
+    assert task_opened(KEY, sealed_id, BINDING.principal, "other-agent", NOW) == "no such task"
+    assert task_opened(b"x" * 32, sealed_id, BINDING.principal, BINDING.agent, NOW) == "no such task"
+    assert task_opened(KEY, sealed_id[:-2] + "AA", BINDING.principal, BINDING.agent, NOW) == "no such task"
+    later = NOW + timedelta(hours=25)
+    assert "expired" in str(task_opened(KEY, sealed_id, BINDING.principal, BINDING.agent, later))
+
+
+def test_a_task_id_and_a_request_state_never_pass_as_each_other() -> None:
+    """Both are sealed with the same key, under different labels."""
+    state = sealed(KEY, STATE)
+    assert task_opened(KEY, state, BINDING.principal, BINDING.agent, NOW) == "no such task"
+    body, tag = task_id(KEY, TASK).split(".")
+    assert opened(KEY, f"{body}.{tag}", BINDING, NOW) == "the request state was altered or forged"
+
+
+@given(st.text(max_size=300))
+def test_nothing_a_client_sends_as_a_task_id_raises(sent: str) -> None:
+    assert task_opened(KEY, sent, BINDING.principal, BINDING.agent, NOW) == "no such task"

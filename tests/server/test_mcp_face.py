@@ -51,6 +51,16 @@ def client(stack: SignedStack, token: str, agent: str = "lead-qualifier", **kwar
     return Client(streamable_http_client(f"{stack.url}/mcp/{agent}", http_client=http), **kwargs)
 
 
+async def unopened(context: Any, params: Any) -> types.ElicitResult:
+    raise AssertionError("this test answers input_required itself")
+
+
+def eliciting(stack: SignedStack, token: str) -> Client:
+    """A client that declares URL elicitation (so a waiting call answers it `input_required`) and
+    drives the rounds itself (`session.call_tool(..., allow_input_required=True)`)."""
+    return client(stack, token, elicitation_callback=unopened)
+
+
 async def approvals_of(stack: SignedStack, reviewer: str, tool: str) -> list[dict[str, Any]]:
     code, items = await stack.call("GET", "/api/approvals", reviewer)
     assert code == 200, items
@@ -220,7 +230,7 @@ async def test_a_call_decided_before_its_conversation_ended_still_answers_its_cl
     answers once."""
     stack = signed_agent
     bob = await stack.login("bob")
-    async with client(stack, alice_token) as mcp:
+    async with eliciting(stack, alice_token) as mcp:
         first = await mcp.session.call_tool("update_lead_status", QUALIFY, allow_input_required=True)
         assert isinstance(first, types.InputRequiredResult) and first.request_state, first
         (elicitation,) = (first.input_requests or {}).values()
@@ -259,7 +269,7 @@ async def test_a_forged_or_replayed_request_state_is_refused_and_recorded(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(mcp_face, "HOLD_S", 1.0)  # the valid resume below is held, then told to ask again
-    async with client(signed_agent, alice_token) as mcp:
+    async with eliciting(signed_agent, alice_token) as mcp:
         first = await mcp.session.call_tool("update_lead_status", QUALIFY, allow_input_required=True)
         assert isinstance(first, types.InputRequiredResult) and first.request_state, first
         state = first.request_state
@@ -370,7 +380,7 @@ async def test_an_oversized_body_is_refused_at_the_edge_and_recorded(
 async def test_another_tenants_token_has_its_own_conversation_and_cannot_use_acmes_state(
     signed_agent: SignedStack, alice_token: str, db_engine: AsyncEngine, jane_is_new: None
 ) -> None:
-    async with client(signed_agent, alice_token) as mcp:
+    async with eliciting(signed_agent, alice_token) as mcp:
         waiting = await mcp.session.call_tool("update_lead_status", QUALIFY, allow_input_required=True)
         assert isinstance(waiting, types.InputRequiredResult) and waiting.request_state
     async with (
@@ -480,8 +490,11 @@ async def test_a_raw_serve_call_without_the_servers_proof_or_for_another_user_is
 
 
 async def test_a_client_on_an_earlier_protocol_lists_and_calls_and_is_told_where_a_call_waits(
-    signed_agent: SignedStack, alice_token: str, jane_is_new: None
+    signed_agent: SignedStack, alice_token: str, jane_is_new: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Held for the decision a while (tests/server/test_mcp_tasks.py: its result when it comes),
+    then told where the call waits and how to get its result."""
+    monkeypatch.setattr(mcp_face, "WAIT_S", 1.0)
     async with client(signed_agent, alice_token, mode="legacy") as mcp:
         assert mcp.protocol_version not in MODERN_PROTOCOL_VERSIONS
         assert "search_leads" in {t.name for t in (await mcp.list_tools()).tools}
@@ -489,7 +502,9 @@ async def test_a_client_on_an_earlier_protocol_lists_and_calls_and_is_told_where
         waiting = await mcp.call_tool("update_lead_status", QUALIFY)
     assert waiting.is_error
     text = waiting.content[0].text  # type: ignore[union-attr]
-    assert "waits for a reviewer" in text and "cannot wait" in text and "/#conv-acme-key-mcp:" in text, text
+    assert (
+        "waits for a reviewer" in text and "countersign_outcome" in text and "/#conv-acme-key-mcp:" in text
+    ), text
 
 
 def readme_blocks(language: str) -> list[str]:

@@ -24,7 +24,7 @@ from countersign.server.conversation_events import MAX_STREAMS_PER_PERSON
 from tests.fixtures.approvals import lead_status
 from tests.fixtures.inbox import SignedStack
 from tests.server.test_front_door import token_for
-from tests.server.test_mcp_face import QUALIFY, waiting_card
+from tests.server.test_mcp_face import QUALIFY, unopened, waiting_card
 
 
 @pytest.fixture
@@ -34,10 +34,12 @@ async def alice_token(signed_agent: SignedStack, db_engine: AsyncEngine) -> Asyn
 
 
 def spoofed_client(stack: SignedStack, token: str) -> Client:
-    """The real client, its requests naming another host than the server's."""
+    """The real client, its requests naming another host than the server's (declaring URL
+    elicitation: the tests drive the rounds of `input_required` themselves)."""
     headers = {"Authorization": f"Bearer {token}", "Host": "attacker.example"}
     http = create_mcp_http_client(headers=headers)
-    return Client(streamable_http_client(f"{stack.url}/mcp/lead-qualifier", http_client=http))
+    url = f"{stack.url}/mcp/lead-qualifier"
+    return Client(streamable_http_client(url, http_client=http), elicitation_callback=unopened)
 
 
 async def test_the_approval_link_is_the_configured_address_whatever_host_the_request_names(
