@@ -459,8 +459,8 @@ class Follow:
 
     async def _follow(self, after: int, check_open: bool) -> None:
         """Read on while events come; when none is new, see whether the run must stop: a person is
-        asked (after an approval or a question event, and at once for a resume), or the
-        conversation ended (after a rollback, and on every keep-alive)."""
+        asked (after an approval or a question event, at once for a resume, and on every
+        keep-alive), or the conversation ended (after a rollback, and on every keep-alive)."""
         left = {e.interrupt_id for e in self.run.resume if e.status == "cancelled"}
         events, wf, due = self.requesters.events, self.row.workflow_id, None
         async with events.feed.watch(wf) as woken:
@@ -489,9 +489,9 @@ class Follow:
                 if check_closed and await workflow_closed(self.requesters.client, wf):
                     return await self._finish(RunFinishedCancelledOutcome())
                 check_closed = False
-                if not await woken_or_idle(woken, self.gone):
+                if not await woken_or_idle(woken, self.gone):  # quiet: a lost NOTIFY delays, never hangs
                     await self.response.write(b": keep-alive\n\n")
-                    check_closed = True
+                    check_open = check_closed = True
             await self.send(
                 *self.translator.close_all(), RunErrorEvent(message="the session ended", code="401")
             )

@@ -21,12 +21,14 @@ from ag_ui.core import (
     UserMessage,
 )
 from pydantic import TypeAdapter
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from countersign.db.events import Event as StoredEvent
 from countersign.server.agui import Translator, run_of
 from countersign.server.http import HttpRefusal
 from tests.fixtures.inbox import SignedStack
 from tests.server.test_conversation_events import REVIEWED
+from tests.server.test_front_door import token_for
 
 EVENTS: TypeAdapter[Any] = TypeAdapter(Event)
 TERMINAL = (EventType.RUN_FINISHED, EventType.RUN_ERROR)
@@ -235,3 +237,57 @@ def test_a_resume_payload_is_checked_before_anything_is_decided() -> None:
         assert refusal.status == 422 and "c2" in str(refusal) and "editedArgs" in str(refusal)
     else:
         raise AssertionError("a rejection with edited arguments was accepted")
+
+
+ASKS: list[dict[str, Any]] = [
+    {
+        "when": {"user_contains": "call jane"},
+        "reply": {
+            "tool_calls": [{"name": "ask_human", "arguments": {"question": "Which number shall I use?"}}]
+        },
+    },
+    {
+        "when": {"after_tool": "ask_human", "result_contains": "mobile"},
+        "reply": {"content": "Calling her mobile."},
+    },
+]
+
+
+async def test_a_question_is_an_interrupt_its_user_answers(
+    signed_agent: SignedStack, db_engine: AsyncEngine
+) -> None:
+    """An API token acting for alice runs her conversation; `ask_human` ends the run as an
+    interrupt; the token answers it as alice (a reviewer may not); the answer reaches the model."""
+    stack = signed_agent
+    stack.agent.script(*ASKS)
+    async with token_for(db_engine, "acme", "agui-front-end", "alice") as token:
+        status, body = await stack.call(
+            "POST", "/api/conversations", token, {"agent": "lead-qualifier", "user_id": "alice"}
+        )
+        assert status == 201, body
+        workflow_id = body["workflow_id"]
+        stack.agent.track(workflow_id)
+        status, events = await asyncio.wait_for(
+            run(stack, token, workflow_id, message("call jane", "r1", workflow_id)), 60
+        )
+        assert status == 200, events
+        finished = events[-1]
+        assert isinstance(finished, RunFinishedEvent) and finished.outcome is not None
+        assert finished.outcome.type == "interrupt"
+        (asked,) = finished.outcome.interrupts
+        assert (asked.reason, asked.message) == ("question", "Which number shall I use?")
+        answer = {"status": "resolved", "payload": {"text": "her mobile"}}
+        status, refused = await run(
+            stack, await stack.login("bob"), workflow_id, resume(asked.id, "r2", workflow_id, **answer)
+        )
+        assert status == 404, refused  # bob reviews no call of it: not his to read, nor to answer
+        status, events = await asyncio.wait_for(
+            run(stack, token, workflow_id, resume(asked.id, "r3", workflow_id, **answer)), 60
+        )
+    assert status == 200, events
+    (result,) = of(events, EventType.TOOL_CALL_RESULT)
+    assert result.tool_call_id == asked.id and "her mobile" in result.content
+    assert (
+        events[-1].outcome.type == "success"
+        and events[-1].result["reply"] == "[scripted model] Calling her mobile."
+    )
