@@ -134,8 +134,11 @@ class Run:
     resume: tuple[ResumeEntry, ...] = ()
 
 
-class RunId(BaseModel):
+class Ids(BaseModel):
+    """The ids a run names, bounded as every id at the edge is (200 characters, no control ones)."""
+
     run_id: Identifier
+    interrupt_ids: list[Identifier] = Field(default_factory=list, max_length=MAX_RESUME)
 
 
 def unknown_field(model: BaseModel) -> str | None:
@@ -164,16 +167,14 @@ def run_of(body: RunAgentInput, workflow_id: str) -> Run:
         raise HttpRefusal(422, "invalid request: tools: the agent's tools are the server's; send none")
     if body.context:
         raise HttpRefusal(422, "invalid request: context: the agent's context is the server's; send none")
+    interrupt_ids = [entry.interrupt_id for entry in body.resume or []]
     try:
-        run_id = RunId(run_id=body.run_id).run_id
+        run_id = Ids(run_id=body.run_id, interrupt_ids=interrupt_ids).run_id
     except ValidationError as err:
         raise invalid_request(err) from None
     if body.resume:
-        ids = [entry.interrupt_id for entry in body.resume]
-        if len(ids) > MAX_RESUME or len(set(ids)) != len(ids):
-            raise HttpRefusal(
-                422, f"invalid request: resume: at most {MAX_RESUME} entries, one per interrupt"
-            )
+        if len(set(interrupt_ids)) != len(interrupt_ids):
+            raise HttpRefusal(422, "invalid request: resume: one entry per interrupt")
         for entry in body.resume:  # every payload checked before anything is decided
             payload_of(entry)
         return Run(thread_id=workflow_id, run_id=run_id, resume=tuple(body.resume))
@@ -194,7 +195,8 @@ def payload_of(entry: ResumeEntry) -> ApprovalAnswer | QuestionAnswer | None:
     if entry.status == "cancelled":
         return None
     raw = entry.payload if isinstance(entry.payload, dict) else {}
-    model: type[ApprovalAnswer | QuestionAnswer] = QuestionAnswer if "text" in raw else ApprovalAnswer
+    question = "text" in raw and "approved" not in raw  # which interrupt it answers is checked later
+    model: type[ApprovalAnswer | QuestionAnswer] = QuestionAnswer if question else ApprovalAnswer
     try:
         answer = model.model_validate(entry.payload)
     except ValidationError as err:

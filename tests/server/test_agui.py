@@ -21,6 +21,7 @@ from ag_ui.core import (
     UserMessage,
 )
 from pydantic import TypeAdapter
+from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from countersign.db.events import Event as StoredEvent
@@ -147,7 +148,9 @@ async def test_a_run_stops_at_an_approval_and_the_reviewer_resumes_it(signed_age
     assert status == 409, again
 
 
-async def test_a_malformed_run_is_refused_with_the_error_envelope(signed_agent: SignedStack) -> None:
+async def test_a_malformed_run_is_refused_with_the_error_envelope(
+    signed_agent: SignedStack, db_engine: AsyncEngine
+) -> None:
     stack = signed_agent
     alice = await stack.login("alice")
     status, body = await stack.call("POST", "/api/conversations", alice, {"agent": "lead-qualifier"})
@@ -178,6 +181,7 @@ async def test_a_malformed_run_is_refused_with_the_error_envelope(signed_agent: 
             },
             "x",
         ),
+        ({**good, "resume": [{"interruptId": "c" * 201, "status": "cancelled"}]}, "interrupt_ids"),
         ([], "body"),
     ]
     for sent, named in bad:
@@ -194,6 +198,17 @@ async def test_a_malformed_run_is_refused_with_the_error_envelope(signed_agent: 
         stack, alice, workflow_id, resume("c1", "r2", workflow_id, status="cancelled")
     )
     assert status == 409 and "no open interrupt c1" in refused["error"]
+    async with db_engine.connect() as conn:  # every refusal on the record, as alice's
+        recorded = (
+            await conn.execute(
+                text(
+                    "SELECT user_id, status FROM requester_actions"
+                    " WHERE action = 'agui' AND workflow_id = :wf"
+                ),
+                {"wf": workflow_id},
+            )
+        ).all()
+    assert sorted(recorded) == sorted([("alice", 422)] * (len(bad) + 1) + [("alice", 415), ("alice", 409)])
 
 
 def stored(kind: str, **data: Any) -> StoredEvent:
