@@ -82,7 +82,22 @@ def resume(call_id: str, run_id: str, workflow_id: str, **entry: Any) -> RunAgen
     )  # fmt: skip
 
 
-async def test_a_run_stops_at_an_approval_and_the_reviewer_resumes_it(signed_agent: SignedStack) -> None:
+async def streaming(engine: AsyncEngine, workflow_id: str, runs: int) -> None:
+    """Wait until `runs` AG-UI runs of the conversation were accepted (their streams begin)."""
+    query = text(
+        "SELECT count(*) FROM requester_actions WHERE action = 'agui' AND status = 200 AND workflow_id = :wf"
+    )
+    for _ in range(300):
+        async with engine.connect() as conn:
+            if (await conn.execute(query, {"wf": workflow_id})).scalar_one() >= runs:
+                return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"fewer than {runs} runs of {workflow_id} began")
+
+
+async def test_a_run_stops_at_an_approval_and_the_reviewer_resumes_it(
+    signed_agent: SignedStack, db_engine: AsyncEngine
+) -> None:
     stack = signed_agent
     stack.agent.script(*REVIEWED)
     alice, bob = await stack.login("alice"), await stack.login("bob")
@@ -125,7 +140,7 @@ async def test_a_run_stops_at_an_approval_and_the_reviewer_resumes_it(signed_age
     follow = asyncio.create_task(
         run(stack, alice, workflow_id, resume(call_id, "r3", workflow_id, status="cancelled"))
     )
-    await asyncio.sleep(0.5)  # alice's run begins before the decision (it would also see it after)
+    await streaming(db_engine, workflow_id, runs=2)  # alice's run follows before bob decides
     status, events = await asyncio.wait_for(
         run(stack, bob, workflow_id, resume(call_id, "r4", workflow_id, **approve)), 60
     )
