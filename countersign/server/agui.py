@@ -402,6 +402,8 @@ async def interrupts_of(
             "workflow_id": row.workflow_id, "tool": waiting.tool, "risk": waiting.risk,
             "requested_by": waiting.requested_by, "args": waiting.args, "quorum": waiting.quorum,
             "effect_lines": item.effect_lines if item is not None else [],
+            # a long line is folded with a visible mark; the rest of it is here (as on the card)
+            "effect_folds": [f.model_dump() for f in item.effect_folds] if item is not None else [],
         }  # fmt: skip
         quorum = f" ({waiting.quorum})" if waiting.quorum else ""
         found.append(
