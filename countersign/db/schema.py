@@ -1177,7 +1177,7 @@ class RequesterAction(Base):
     user_id: Mapped[str]
     via: Mapped[str]
     token_id: Mapped[int | None] = mapped_column(BigInteger)
-    action: Mapped[str]  # start, message, answer, rollback, end, status, transcript, audit, mcp
+    action: Mapped[str]  # start, message, answer, rollback, end, status, transcript, audit, mcp, agui
     workflow_id: Mapped[str | None]
     status: Mapped[int]
     reason: Mapped[str | None]

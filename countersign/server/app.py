@@ -32,6 +32,7 @@ from countersign.runtime.config import Settings
 from countersign.server import (
     admission,
     agent_tools,
+    agui,
     channels,
     chat,
     door,
@@ -266,6 +267,7 @@ def create_app(
     app.router.add_get("/api/me", me)
     inbox_routes.add_routes(app, inbox)
     door.add_routes(app, requesters, readers)
+    agui.add_routes(app)
     mcp_face.add_routes(app, requesters, inbox)
     agent_tools.add_routes(app, requesters.sessions)
     policies.add_routes(app, requesters.sessions)

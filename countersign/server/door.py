@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -16,6 +16,7 @@ from temporalio.service import RPCError
 
 from countersign.client.handles import derived_key
 from countersign.core.bounds import Identifier
+from countersign.db.schema import Conversation
 from countersign.server import sessions
 from countersign.server.conversation_events import ConversationEvents, resume_point, stream_events
 from countersign.server.http import SESSION, SSE_HEADERS, HttpRefusal, bearer_of, invalid_request, parse
@@ -227,6 +228,20 @@ async def answer_by_body(request: web.Request) -> web.Response:
     return web.json_response({"sent": "answer"}, status=202)
 
 
+def liveness(request: web.Request, row: Conversation) -> Callable[[], Awaitable[bool]]:
+    """Whether a stream of the request may go on: a logout, an expiry, a revoked token or a
+    deactivated user closes it (a token: while it still acts for the conversation's user)."""
+    requesters, claims, bearer = request.app[REQUESTERS], request.get(SESSION), bearer_of(request)
+
+    async def live() -> bool:
+        if claims is not None:
+            return await sessions.is_live(requesters.sessions, claims)
+        now = await requesters.token_caller(bearer) if bearer is not None else None
+        return now is not None and now.may_act_for(row.user_id)
+
+    return live
+
+
 @admits_itself
 async def conversation_events(request: web.Request) -> web.StreamResponse:
     """A conversation's events (countersign.server.conversation_events), for those who may read its
@@ -235,14 +250,7 @@ async def conversation_events(request: web.Request) -> web.StreamResponse:
     after, workflow_id = resume_point(request), request.match_info["workflow_id"]
     row = await requesters.conversation(caller, workflow_id, "transcript")
     await requesters.admit(caller, requesters.actor(caller, row))
-    claims, bearer = request.get(SESSION), bearer_of(request)
-
-    async def live() -> bool:  # a logout, an expiry, a revoked token or a deactivated user closes it
-        if claims is not None:
-            return await sessions.is_live(requesters.sessions, claims)
-        now = await requesters.token_caller(bearer) if bearer is not None else None
-        return now is not None and now.may_act_for(row.user_id)
-
+    live = liveness(request, row)
     with events.opened(caller.tenant_id, requesters.actor(caller, row)):
         response = web.StreamResponse(headers=SSE_HEADERS)
         await response.prepare(request)

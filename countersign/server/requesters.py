@@ -72,7 +72,18 @@ from countersign.server.http import HttpRefusal
 from countersign.server.inbox import Decidable
 
 RequesterActionName = Literal[
-    "start", "message", "answer", "rollback", "end", "status", "transcript", "reply", "audit", "mcp", "rate"
+    "start",
+    "message",
+    "answer",
+    "rollback",
+    "end",
+    "status",
+    "transcript",
+    "reply",
+    "audit",
+    "mcp",
+    "rate",
+    "agui",
 ]
 ADMIN = "admin"
 # What a tenant admin may do to a conversation of another user of the tenant (countersign.core.authority).
