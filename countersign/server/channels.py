@@ -39,7 +39,8 @@ import logging
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Any
+from urllib.parse import parse_qs
 
 import httpx
 from aiohttp import web
@@ -49,7 +50,6 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from temporalio.service import RPCError
 
 from countersign.client.handles import channel_key
-from countersign.core.shown import fold
 from countersign.db.chain import chain_written
 from countersign.db.channels import (
     ChannelSettings,
@@ -64,6 +64,7 @@ from countersign.db.ratings import Rating
 from countersign.db.schema import (
     ChatCard,
     ChatChannel,
+    ChatReasonAsk,
     ChatSender,
     ChatTurn,
     Conversation,
@@ -72,12 +73,23 @@ from countersign.db.schema import (
 )
 from countersign.runtime.endpoints import EndpointRefused, check_endpoint
 from countersign.server.auth import Reviewer
+from countersign.server.chat_render import (
+    Decision,
+    card_text,
+    chat_text,
+    decided_text,
+    may_decide,
+    press_of,
+    slack_card,
+    slack_decided,
+    telegram_keyboard,
+)
 from countersign.server.door import CALLER, REQUESTERS
 from countersign.server.http import HttpRefusal, parse
-from countersign.server.inbox import DecisionRequest, PendingItem
+from countersign.server.inbox import DecisionRequest
 from countersign.server.inbox_routes import INBOX
 from countersign.server.requesters import AnswerBody, Caller, MessageBody, RatingBody, Requesters, StartBody
-from tools.chat import POST_TIMEOUT_S, post
+from tools.chat import POST_TIMEOUT_S, post, slack_api, slack_auth, slack_escaped
 from tools.registry import OutcomeUnknown, ToolFailure
 
 log = logging.getLogger(__name__)
@@ -86,9 +98,6 @@ ADMIN = "admin"
 SLACK_SKEW_S = 300  # Slack's own advice: refuse a request signed more than 5 minutes ago
 REPLY_WAIT_S = 600.0  # how long a channel's turn is asked through updates before its end is read from events
 TELEGRAM_SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"
-# Characters of a reply posted as one chat message (Telegram takes 4,096): a longer one is folded,
-# its mark and the link to the whole after it.
-REPLY_CHARS = 3_800
 REFUSALS_PER_WINDOW = 20  # unauthenticated requests a source may send a channel per minute before 429
 
 
@@ -110,7 +119,14 @@ class Inbound:
     chat: str
     message_id: str
     text: str
-    replying: bool = False  # a reply to one of the bot's messages: it answers a pending question
+    # What it replies to: Telegram's replied-to message id, Slack's thread (a reply in a thread).
+    # It answers a pending question, or gives the reason a Reject press was asked for.
+    reply_to: str | None = None
+    thread: str | None = None  # Slack: the thread the outcome goes to (the message's own, or its thread)
+
+    @property
+    def replying(self) -> bool:
+        return self.reply_to is not None
 
 
 # --- the secrets (pure) ------------------------------------------------------------------------------
@@ -160,45 +176,59 @@ def telegram_message(update: Any) -> Inbound | None:
     update_id = as_id(update.get("update_id"))
     if sender is None or chat is None or update_id is None or not message["text"].strip():
         return None
-    replying = isinstance(message.get("reply_to_message"), dict)
+    replied = message.get("reply_to_message")
+    reply_to = (as_id(replied.get("message_id")) or "?") if isinstance(replied, dict) else None
     return Inbound(
-        sender=sender, chat=chat, message_id=f"telegram-{update_id}", text=message["text"], replying=replying
+        sender=sender, chat=chat, message_id=f"telegram-{update_id}", text=message["text"], reply_to=reply_to
     )
 
 
 @dataclass(frozen=True)
 class Press:
     """A button pressed on a card: who pressed it, which card, approve or reject, and where the
-    card's message is (to edit it once decided)."""
+    card's message is (to edit it once decided); `query_id`: Telegram's callback query, answered
+    to show the presser what came of it (Slack's presser is told in an ephemeral message)."""
 
-    query_id: str
+    query_id: str | None
     sender: str
     card: int
-    decision: Literal["approve", "reject"]
+    decision: Decision
     chat: str | None
     message_id: str | None
-
-
-PRESSES: dict[str, Literal["approve", "reject"]] = {"a": "approve", "r": "reject"}
 
 
 def telegram_press(update: Any) -> Press | None:
     """The `callback_query` of a card's button (`cs:<card>:<a|r>`), or None."""
     query = update.get("callback_query") if isinstance(update, dict) else None
-    if not isinstance(query, dict) or not isinstance(query.get("data"), str):
+    if not isinstance(query, dict):
         return None
-    prefix, _, rest = query["data"].partition(":")
-    card, _, decision = rest.partition(":")
+    pressed = press_of(query.get("data"))
     sender = as_id((query.get("from") or {}).get("id")) if isinstance(query.get("from"), dict) else None
     query_id = as_id(query.get("id"))
-    if prefix != CARD_PREFIX or not (card.isascii() and card.isdigit()) or len(card) > 18:
-        return None
-    if decision not in PRESSES or sender is None or query_id is None:
+    if pressed is None or sender is None or query_id is None:
         return None
     message = query.get("message")
     message = message if isinstance(message, dict) else {}
     chat = as_id((message.get("chat") or {}).get("id")) if isinstance(message.get("chat"), dict) else None
-    return Press(query_id, sender, int(card), PRESSES[decision], chat, as_id(message.get("message_id")))
+    return Press(query_id, sender, *pressed, chat, as_id(message.get("message_id")))
+
+
+def slack_press(payload: Any) -> Press | None:
+    """The button of a Slack `block_actions` payload (its value `cs:<card>:<a|r>`), or None (the
+    "Open in inbox" link button, anything else)."""
+    if not isinstance(payload, dict) or payload.get("type") != "block_actions":
+        return None
+    actions, user, container = payload.get("actions"), payload.get("user"), payload.get("container")
+    if not isinstance(actions, list) or not actions or not isinstance(actions[0], dict):
+        return None
+    pressed = press_of(actions[0].get("value"))
+    sender = as_id(user.get("id")) if isinstance(user, dict) else None
+    if pressed is None or sender is None:
+        return None
+    container = container if isinstance(container, dict) else {}
+    return Press(
+        None, sender, *pressed, as_id(container.get("channel_id")), as_id(container.get("message_ts"))
+    )
 
 
 def slack_message(payload: Any) -> Inbound | None:
@@ -212,7 +242,12 @@ def slack_message(payload: Any) -> Inbound | None:
     event_id = as_id(payload.get("event_id")) or as_id(event.get("ts"))
     if sender is None or chat is None or event_id is None or not isinstance(text, str) or not text.strip():
         return None
-    return Inbound(sender=sender, chat=chat, message_id=f"slack-{event_id}", text=text)
+    ts, thread_ts = as_id(event.get("ts")), as_id(event.get("thread_ts"))
+    reply_to = thread_ts if thread_ts is not None and thread_ts != ts else None
+    return Inbound(
+        sender=sender, chat=chat, message_id=f"slack-{event_id}", text=text, reply_to=reply_to,
+        thread=thread_ts or ts,
+    )  # fmt: skip
 
 
 def loads(raw: bytes) -> Any:
@@ -220,6 +255,12 @@ def loads(raw: bytes) -> Any:
         return json.loads(raw)
     except ValueError:
         return None
+
+
+def form_payload(raw: bytes) -> Any:
+    """The JSON of a Slack interaction's form-encoded `payload=` field, or None."""
+    payload = parse_qs(raw.decode(errors="replace")).get("payload")
+    return loads(payload[0].encode()) if payload else None
 
 
 # --- the webhooks -----------------------------------------------------------------------------------
@@ -307,7 +348,10 @@ async def telegram(request: web.Request) -> web.Response:
     return await deliver(request, channel, inbound)
 
 
-async def slack(request: web.Request) -> web.Response:
+async def slack_verified(request: web.Request) -> tuple[ChatChannel, bytes] | web.Response:
+    """The tenant's Slack channel and the request's body once its signature holds (events and
+    interactions alike: the app's signing secret, v0 HMAC, a timestamp within 5 minutes); the
+    answer to give otherwise."""
     tenant = request.match_info["tenant"]
     body = await request.read()
     async with request.app[REQUESTERS].sessions() as session:
@@ -323,6 +367,14 @@ async def slack(request: web.Request) -> web.Response:
     )
     if not holds:
         return await unauthenticated(request, channel.tenant_id, "slack", "wrong, missing or stale signature")
+    return channel, body
+
+
+async def slack(request: web.Request) -> web.Response:
+    verified = await slack_verified(request)
+    if isinstance(verified, web.Response):
+        return verified
+    channel, body = verified
     payload = loads(body)
     if isinstance(payload, dict) and payload.get("type") == "url_verification":
         return web.json_response({"challenge": str(payload.get("challenge", ""))[:200]})
@@ -330,6 +382,18 @@ async def slack(request: web.Request) -> web.Response:
     if inbound is None:
         return web.json_response({"ok": True})
     return await deliver(request, channel, inbound)
+
+
+async def slack_interactions(request: web.Request) -> web.Response:
+    """A press on a card's button (Slack's interactivity Request URL), signed like the events."""
+    verified = await slack_verified(request)
+    if isinstance(verified, web.Response):
+        return verified
+    channel, body = verified
+    press = slack_press(form_payload(body))
+    if press is None:
+        return web.json_response({"ok": True})
+    return await pressed(request, channel, press)
 
 
 async def deliver(request: web.Request, channel: ChatChannel, inbound: Inbound) -> web.Response:
@@ -340,6 +404,8 @@ async def deliver(request: web.Request, channel: ChatChannel, inbound: Inbound) 
         mapped = await session.get(ChatSender, (channel.tenant_id, inbound.sender[:200]))
     if mapped is None:
         return await refused(request, channel.tenant_id, channel.kind, "a sender nobody mapped", 200)
+    if inbound.reply_to is not None and (asked_for := await reason_asked(request.app, channel, inbound)):
+        return await reason_given(request.app, channel, inbound, mapped.user_id, *asked_for)
     caller = Caller(tenant_id=channel.tenant_id, person=mapped.user_id)
     key = channel_key(channel.kind, inbound.sender)
     workflow_id = None
@@ -362,6 +428,7 @@ async def deliver(request: web.Request, channel: ChatChannel, inbound: Inbound) 
     owed = ChatTurn(
         tenant_id=channel.tenant_id, message_id=inbound.message_id[:200], workflow_id=workflow_id,
         user_id=mapped.user_id, chat=inbound.chat[:200], state="open",
+        thread=inbound.thread[:100] if inbound.thread else None,
     )  # fmt: skip
     async with requesters.sessions.begin() as session:
         new = await session.scalar(
@@ -408,23 +475,24 @@ async def rated_in_chat(
         said = f"Thanks: the last reply is rated {rating.replace('_', ' ')}."
     except HttpRefusal as err:  # no reply to rate yet
         said = f"Nothing was rated: {err}"
-    to = ChatChannel(
-        tenant_id=channel.tenant_id, kind=channel.kind, endpoint=channel.endpoint,
-        bot_token=channel.bot_token, chat_id=inbound.chat, name=channel.name,
-    )  # fmt: skip
     try:
-        await post(to, said, f"{row.workflow_id}:{inbound.message_id}:rated")
+        await post(
+            to_chat(channel, inbound.chat),
+            said,
+            f"{row.workflow_id}:{inbound.message_id}:rated",
+            inbound.thread,
+        )
     except (ToolFailure, OutcomeUnknown) as failure:
         log.warning("a rating's answer for %s not posted: %s", channel.tenant_id, failure)
     return web.json_response({"ok": True, "workflow_id": row.workflow_id, "rated": turn})
 
 
-def chat_text(text: str, whole_at: str) -> str:
-    """`text` as one chat message (a reply, a card, a decided card): a long one folded with its
-    visible mark (countersign.core.shown) and where the whole of it is (`whole_at`: the chat page,
-    the card in the inbox), never cut silently."""
-    shown, rest = fold(text, REPLY_CHARS)
-    return f"{shown}\nThe whole of it: {whole_at}" if rest else shown
+def to_chat(channel: ChatChannel, chat: str) -> ChatChannel:
+    """The tenant's channel, posting to `chat` (a requester's) instead of its review chat."""
+    return ChatChannel(
+        tenant_id=channel.tenant_id, kind=channel.kind, endpoint=channel.endpoint,
+        bot_token=channel.bot_token, chat_id=chat, name=channel.name,
+    )  # fmt: skip
 
 
 def card_link(requesters: Requesters, workflow_id: str, call_id: str) -> str:
@@ -439,10 +507,10 @@ async def asked(requesters: Requesters, row: Conversation) -> str | None:
     return questions[0].call_id if questions else None
 
 
-def fact(turn: ChatTurn) -> dict[str, str]:
+def fact(turn: ChatTurn) -> dict[str, str | None]:
     return {
         "tenant_id": turn.tenant_id, "message_id": turn.message_id, "workflow_id": turn.workflow_id,
-        "user_id": turn.user_id, "chat": turn.chat, "state": turn.state,
+        "user_id": turn.user_id, "chat": turn.chat, "thread": turn.thread, "state": turn.state,
     }  # fmt: skip
 
 
@@ -499,10 +567,9 @@ async def answer_back(app: web.Application, turn: ChatTurn) -> None:
             answer = await requesters.reply(row, turn.message_id, None, REPLY_WAIT_S)
         if answer.state == "waiting" and turn.state == "open" and await moved(app, turn, "open", "waiting"):
             await post_to(app, turn, WAITING)
+            how = "Reply in this thread" if turn.thread else "Reply to this message"
             for question in answer.status.pending_questions if answer.status is not None else []:
-                await post_to(
-                    app, turn, f"{question.question}\n(Reply to this message to answer.)", question.call_id
-                )
+                await post_to(app, turn, f"{question.question}\n({how} to answer.)", question.call_id)
             if answer.status is not None:
                 await post_cards(app, turn, [p.call_id for p in answer.status.pending_approvals])
         if answer.state in ("waiting", "running"):  # a person decides, or a long turn: its end, from events
@@ -523,145 +590,263 @@ async def post_to(app: web.Application, turn: ChatTurn, text: str, part: str = "
     if channel is None:
         log.warning("the chat channel of %s is gone: an outcome is not posted", turn.tenant_id)
         return
-    to = ChatChannel(
-        tenant_id=channel.tenant_id, kind=channel.kind, endpoint=channel.endpoint,
-        bot_token=channel.bot_token, chat_id=turn.chat, name=channel.name,
-    )  # fmt: skip
+    to = to_chat(channel, turn.chat)
     try:
         shown = chat_text(text, app[REQUESTERS].chat_url)
-        await post(to, shown, f"{turn.workflow_id}:{turn.message_id}:{turn.state}{part}")
+        await post(to, shown, f"{turn.workflow_id}:{turn.message_id}:{turn.state}{part}", turn.thread)
     except (ToolFailure, OutcomeUnknown) as failure:  # its message names no URL nor token
         log.warning("a chat turn's outcome for %s not posted: %s", turn.tenant_id, failure)
 
 
-CARD_PREFIX = "cs"
-CHAT_DECIDES: frozenset[str] = frozenset({"low", "medium", "high"})  # critical: only in the inbox
 RECORDED_TRIES = 25  # 5 s for a pending call's record to be read
+REASON_CHARS = 1_500  # of a Reject's reason given in the chat (the decision's reason takes 2,000)
 
 
-def card_text(item: PendingItem) -> str:
-    """A card: the call, who asked, its risk, and the effect's lines (the arguments' when the tool
-    resolved no effect); posted through `chat_text`, which folds it past one message's length."""
-    lines = item.effect_lines or item.arg_lines
-    return "\n".join([f"{item.tool} asked by {item.requested_by} ({item.risk} risk)", *lines, *item.warnings])
+def cards_go(channel: ChatChannel | None) -> bool:
+    """Whether the channel can post cards with buttons: Telegram's bot, or a Slack app's bot token
+    (an incoming webhook alone cannot), to a review chat."""
+    return (
+        channel is not None
+        and channel.chat_id is not None
+        and (channel.kind == "telegram" or slack_api(channel))
+    )
 
 
-def keyboard(card: int, risk: str, link: str) -> dict[str, Any]:
-    """Approve and Reject (for a risk a chat may decide), and Open in inbox."""
-    row: list[dict[str, str]] = []
-    if risk in CHAT_DECIDES:
-        row += [{"text": "Approve", "callback_data": f"{CARD_PREFIX}:{card}:a"},
-                {"text": "Reject", "callback_data": f"{CARD_PREFIX}:{card}:r"}]  # fmt: skip
-    row.append({"text": "Open in inbox", "url": link})
-    return {"inline_keyboard": [row]}
-
-
-async def bot_call(channel: ChatChannel, method: str, body: dict[str, Any]) -> dict[str, Any] | None:
-    """One Telegram Bot API method on the channel's endpoint (checked like every post); its
-    `result`, or None when it failed (logged without the URL: it holds the token)."""
-    url = f"{channel.endpoint.rstrip('/')}/bot{channel.bot_token}/{method}"
+async def api_call(channel: ChatChannel, method: str, body: dict[str, Any]) -> dict[str, Any] | None:
+    """One method of the channel's API on its endpoint (checked like every post): Telegram's Bot
+    API (`{endpoint}/bot{token}/{method}`; its `result`) or Slack's Web API
+    (`{endpoint}/{method}`, the bot token as a bearer token; its answer). None when it failed
+    (logged without the URL or headers: they hold the token)."""
+    base = channel.endpoint.rstrip("/")
+    telegram = channel.kind == "telegram"
+    url = f"{base}/bot{channel.bot_token}/{method}" if telegram else f"{base}/{method}"
     try:
         await check_endpoint(url)
         async with httpx.AsyncClient(timeout=POST_TIMEOUT_S) as http:
-            response = await http.post(url, json=body)
+            response = await http.post(url, json=body, headers={} if telegram else slack_auth(channel))
         answer = response.json() if response.status_code < 300 else None
     except (EndpointRefused, httpx.HTTPError, ValueError) as err:
-        log.warning("telegram %s for %s failed: %s", method, channel.tenant_id, type(err).__name__)
+        log.warning("%s %s for %s failed: %s", channel.kind, method, channel.tenant_id, type(err).__name__)
         return None
-    result = answer.get("result") if isinstance(answer, dict) else None
+    if not isinstance(answer, dict) or answer.get("ok") is not True:
+        log.warning("%s %s for %s was refused", channel.kind, method, channel.tenant_id)
+        return None
+    result = answer.get("result") if telegram else answer
     return result if isinstance(result, dict) else {}
+
+
+def message_ref(channel: ChatChannel, sent: dict[str, Any] | None) -> str | None:
+    """The channel's id of a message it took: Telegram's `message_id`, Slack's `ts`."""
+    ref = (sent or {}).get("message_id" if channel.kind == "telegram" else "ts")
+    return None if ref is None else str(ref)[:100]
 
 
 async def post_cards(app: web.Application, turn: ChatTurn, pending: list[str]) -> None:
     """Post each pending call of `turn` as a card to the channel's review chat (once per call)."""
-    requesters, inbox = app[REQUESTERS], app[INBOX]
-    async with requesters.sessions() as session:
+    async with app[REQUESTERS].sessions() as session:
         channel = await session.get(ChatChannel, turn.tenant_id)
-    if channel is None or channel.kind != "telegram" or channel.chat_id is None:
-        return  # Slack's buttons are not there yet: the card is in the inbox
+    if channel is None or not cards_go(channel):
+        return  # a Slack incoming webhook has no buttons: the card is in the inbox
     for call_id in pending:
-        item = await inbox.recorded(turn.tenant_id, turn.workflow_id, call_id)
-        for _ in range(RECORDED_TRIES):  # the status can tell of the call before its record commits
-            if item is not None:
-                break
-            await asyncio.sleep(0.2)
-            item = await inbox.recorded(turn.tenant_id, turn.workflow_id, call_id)
-        if item is None:
-            continue  # decided or expired meanwhile
+        await post_card(app, channel, turn.workflow_id, call_id)
+
+
+async def post_card(app: web.Application, channel: ChatChannel, workflow_id: str, call_id: str) -> None:
+    requesters, inbox = app[REQUESTERS], app[INBOX]
+    item = await inbox.recorded(channel.tenant_id, workflow_id, call_id)
+    for _ in range(RECORDED_TRIES):  # the status can tell of the call before its record commits
+        if item is not None:
+            break
+        await asyncio.sleep(0.2)
+        item = await inbox.recorded(channel.tenant_id, workflow_id, call_id)
+    if item is None or channel.chat_id is None:
+        return  # decided or expired meanwhile
+    async with requesters.sessions.begin() as session:
+        card = await session.scalar(
+            insert(ChatCard)
+            .values(tenant_id=channel.tenant_id, workflow_id=workflow_id, call_id=call_id, nonce=item.nonce,
+                    chat=channel.chat_id)
+            .on_conflict_do_nothing()
+            .returning(ChatCard.id)
+        )  # fmt: skip
+    if card is None:
+        return  # posted before
+    link, text = card_link(requesters, workflow_id, call_id), card_text(item)
+    decides = may_decide(item.risk, channel.decides_up_to)
+    if channel.kind == "telegram":
+        markup = telegram_keyboard(card, decides, link)
+        sent = await api_call(
+            channel,
+            "sendMessage",
+            {"chat_id": channel.chat_id, "text": chat_text(text, link), "reply_markup": markup},
+        )
+    else:
+        sent = await api_call(
+            channel, "chat.postMessage", {"channel": channel.chat_id, **slack_card(text, card, decides, link)}
+        )
+    if (ref := message_ref(channel, sent)) is not None:
         async with requesters.sessions.begin() as session:
-            card = await session.scalar(
-                insert(ChatCard)
-                .values(
-                    tenant_id=turn.tenant_id,
-                    workflow_id=turn.workflow_id,
-                    call_id=call_id,
-                    nonce=item.nonce,
-                    chat=channel.chat_id,
-                )
-                .on_conflict_do_nothing()
-                .returning(ChatCard.id)
-            )
-        if card is None:
-            continue  # posted before
-        link = card_link(requesters, turn.workflow_id, call_id)
-        body = {
-            "chat_id": channel.chat_id,
-            "text": chat_text(card_text(item), link),
-            "reply_markup": keyboard(card, item.risk, link),
-        }
-        sent = await bot_call(channel, "sendMessage", body)
-        if sent and sent.get("message_id") is not None:
-            async with requesters.sessions.begin() as session:
-                await session.execute(
-                    update(ChatCard)
-                    .where(ChatCard.id == card)
-                    .values(remote_id=str(sent["message_id"])[:100])
-                )
+            await session.execute(update(ChatCard).where(ChatCard.id == card).values(remote_id=ref))
 
 
-async def answer_press(channel: ChatChannel, press: Press, text: str) -> None:
-    """What the presser sees at once (Telegram shows it over the chat; at most 200 characters)."""
-    await bot_call(channel, "answerCallbackQuery", {"callback_query_id": press.query_id, "text": text[:190]})
+async def tell(
+    channel: ChatChannel, chat: str | None, sender: str, text: str, query_id: str | None = None
+) -> None:
+    """Tell the person who pressed or replied what came of it: Telegram shows a press's answer over
+    the chat (`answerCallbackQuery`, at most 200 characters) and says anything else in the chat;
+    Slack says it to them alone (`chat.postEphemeral`)."""
+    if query_id is not None:
+        await api_call(channel, "answerCallbackQuery", {"callback_query_id": query_id, "text": text[:190]})
+    elif chat is None:
+        return
+    elif channel.kind == "telegram":
+        await api_call(channel, "sendMessage", {"chat_id": chat, "text": text})
+    else:
+        await api_call(
+            channel, "chat.postEphemeral", {"channel": chat, "user": sender, "text": slack_escaped(text)}
+        )
+
+
+async def edit_card(channel: ChatChannel, chat: str, ref: str, text: str, link: str) -> None:
+    """The card's message, now saying who decided and what became of the call (no buttons left)."""
+    if channel.kind == "telegram":
+        await api_call(
+            channel, "editMessageText", {"chat_id": chat, "message_id": ref, "text": chat_text(text, link)}
+        )
+    else:
+        await api_call(channel, "chat.update", {"channel": chat, "ts": ref, **slack_decided(text, link)})
 
 
 async def pressed(request: web.Request, channel: ChatChannel, press: Press) -> web.Response:
-    """A card's button: decides as the sender's linked user through the inbox's decision path
-    (Inbox.decide: the same admission, four-eyes, quorum, single use and server-issued proof),
-    with the channel named in the decision's reason; anything refused is answered in the chat."""
-    requesters, inbox = request.app[REQUESTERS], request.app[INBOX]
-    async with requesters.sessions() as session:
+    """A card's button, as the sender's linked user: Approve decides through the inbox's decision
+    path (`decide_card`); Reject asks the presser for the reason first (`ask_reason`)."""
+    async with request.app[REQUESTERS].sessions() as session:
         card = await session.get(ChatCard, press.card)
         mapped = await session.get(ChatSender, (channel.tenant_id, press.sender[:200]))
     if card is None or card.tenant_id != channel.tenant_id:
-        await answer_press(channel, press, "No such card.")
+        await tell(channel, press.chat, press.sender, "No such card.", press.query_id)
         return web.json_response({"ok": True})
     if mapped is None:
         await refused(request, channel.tenant_id, channel.kind, "a press from a sender nobody linked", 200)
         said = "You are not linked to a user here: nothing was decided."
-        await answer_press(channel, press, said)
+        await tell(channel, press.chat, press.sender, said, press.query_id)
         return web.json_response({"ok": True})
+    if press.decision == "reject":
+        return web.json_response(await ask_reason(request.app, channel, press, card))
+    decided = await decide_card(request.app, channel, card, mapped.user_id, press, "approve", None)
+    return web.json_response(decided)
+
+
+async def decide_card(
+    app: web.Application,
+    channel: ChatChannel,
+    card: ChatCard,
+    user_id: str,
+    by: Press | Inbound,
+    decision: Decision,
+    reason: str | None,
+) -> dict[str, Any]:
+    """Decide the card's call as `user_id` through the inbox's decision path (Inbox.decide: the
+    same admission, four-eyes, quorum, single use and server-issued proof), with the channel named
+    in the decision's reason; tell the presser what came of it and edit the card. Anything refused
+    (not pending: decided, expired, voided; own call; not entitled; a risk the tenant keeps to the
+    inbox) is told and decides nothing."""
+    requesters, inbox = app[REQUESTERS], app[INBOX]
+    query_id = by.query_id if isinstance(by, Press) else None
     item = await inbox.recorded(card.tenant_id, card.workflow_id, card.call_id)
-    reviewer = Reviewer(tenant_id=card.tenant_id, user_id=mapped.user_id)
+    reviewer = Reviewer(tenant_id=card.tenant_id, user_id=user_id)
+    where = f"decided in {channel.kind} ({channel.name})"
     try:
-        if item is not None and item.risk not in CHAT_DECIDES:
+        if item is not None and not may_decide(item.risk, channel.decides_up_to):
             raise HttpRefusal(403, f"a {item.risk}-risk call is decided in the inbox only")
-        reason = f"decided in {channel.kind} ({channel.name})"
-        approval = await inbox.decide(
-            reviewer, card.workflow_id, card.call_id, DecisionRequest(decision=press.decision, reason=reason)
-        )
-    except HttpRefusal as err:  # not pending (decided, expired, voided), own call, not entitled
-        said = f"Nothing was decided: {err}"
-        await answer_press(channel, press, said)
-        return web.json_response({"ok": True, "refused": str(err)})
-    what = "Approved" if press.decision == "approve" else "Rejected"
-    state = f"{what} by {mapped.user_id} in {channel.kind}; the call is now {approval.state}."
-    await answer_press(channel, press, state)
-    if press.chat is not None and press.message_id is not None:
-        text = (card_text(item) + "\n\n" if item is not None else "") + state
+        request = DecisionRequest(decision=decision, reason=f"{reason} ({where})" if reason else where)
+        approval = await inbox.decide(reviewer, card.workflow_id, card.call_id, request)
+    except HttpRefusal as err:
+        await tell(channel, by.chat, by.sender, f"Nothing was decided: {err}", query_id)
+        return {"ok": True, "refused": str(err)}
+    what = "Approved" if decision == "approve" else "Rejected"
+    because = f" ({reason})" if reason else ""
+    state = f"{what} by {user_id} in {channel.kind}{because}; the call is now {approval.state}."
+    await tell(channel, by.chat, by.sender, state, query_id)
+    pressed_on = by if isinstance(by, Press) else None
+    chat = (pressed_on.chat if pressed_on else None) or card.chat
+    ref = (pressed_on.message_id if pressed_on else None) or card.remote_id
+    if ref is not None:
         link = card_link(requesters, card.workflow_id, card.call_id)
-        edit = {"chat_id": press.chat, "message_id": press.message_id, "text": chat_text(text, link)}
-        await bot_call(channel, "editMessageText", edit)
-    return web.json_response({"ok": True, "decided": approval.state})
+        await edit_card(channel, chat, ref, decided_text(item, state), link)
+    return {"ok": True, "decided": approval.state}
+
+
+async def ask_reason(
+    app: web.Application, channel: ChatChannel, press: Press, card: ChatCard
+) -> dict[str, Any]:
+    """A Reject press decides nothing yet: the presser is asked for the reason, as a reply
+    (Telegram: a `force_reply` message in the card's chat; Slack: a message in the card's thread),
+    and the reply rejects the call with it (`reason_given`). The ask is kept in `chat_reason_asks`."""
+    item = await app[INBOX].recorded(card.tenant_id, card.workflow_id, card.call_id)
+    refusal = None if item is not None else "the call no longer waits for a decision"
+    if item is not None and not may_decide(item.risk, channel.decides_up_to):
+        refusal = f"a {item.risk}-risk call is decided in the inbox only"
+    if refusal is not None or item is None:
+        await tell(channel, press.chat, press.sender, f"Nothing was decided: {refusal}", press.query_id)
+        return {"ok": True, "refused": refusal}
+    chat, card_ref = press.chat or card.chat, press.message_id or card.remote_id
+    if channel.kind == "telegram":
+        body = {"chat_id": chat, "text": f"Why reject {item.tool}? Reply to this message with the reason.",
+                "reply_markup": {"force_reply": True, "input_field_placeholder": "The reason"}}  # fmt: skip
+        prompt = message_ref(channel, await api_call(channel, "sendMessage", body))
+    else:
+        who = f"<@{press.sender}> " if press.sender.isalnum() else ""
+        text = f"{who}Why reject {slack_escaped(item.tool)}? Reply in this thread with the reason."
+        sent = await api_call(
+            channel, "chat.postMessage", {"channel": chat, "thread_ts": card_ref, "text": text}
+        )
+        prompt = card_ref if sent is not None else None
+    if prompt is None:
+        said = "The reason could not be asked for here: reject the call in the inbox."
+        await tell(channel, press.chat, press.sender, said, press.query_id)
+        return {"ok": True, "refused": said}
+    ask = {"tenant_id": channel.tenant_id, "sender": press.sender[:200], "prompt": prompt, "card_id": card.id}
+    async with app[REQUESTERS].sessions.begin() as session:
+        await session.execute(
+            insert(ChatReasonAsk)
+            .values(**ask)
+            .on_conflict_do_update(
+                index_elements=[ChatReasonAsk.tenant_id, ChatReasonAsk.sender, ChatReasonAsk.prompt],
+                set_={"card_id": card.id, "answered_by": None},
+            )
+        )
+    said = "Reply with the reason: the call is rejected when it arrives."
+    await tell(channel, press.chat, press.sender, said, press.query_id)
+    return {"ok": True, "asked": "reason"}
+
+
+async def reason_asked(
+    app: web.Application, channel: ChatChannel, inbound: Inbound
+) -> tuple[ChatCard | None] | None:
+    """The card whose Reject asked this sender for the reason `inbound` replies with, claimed for
+    this message (a redelivered reply finds it claimed: `(None,)`); None when the reply is not to
+    an ask (then it is a message to the agent, or an answer to its question)."""
+    key = (channel.tenant_id, inbound.sender[:200], inbound.reply_to or "")
+    async with app[REQUESTERS].sessions.begin() as session:
+        ask = await session.get(ChatReasonAsk, key, with_for_update=True)
+        if ask is None:
+            return None
+        if ask.answered_by is not None:
+            return (None,)
+        ask.answered_by = inbound.message_id[:200]
+        card = await session.get(ChatCard, ask.card_id)
+    return (card,)
+
+
+async def reason_given(
+    app: web.Application, channel: ChatChannel, inbound: Inbound, user_id: str, card: ChatCard | None
+) -> web.Response:
+    """The reply to a Reject's ask: the call is rejected with it as the reason, as `user_id`."""
+    if card is None:
+        return web.json_response({"ok": True, "ignored": "a reason given before"})
+    reason = inbound.text.strip()[:REASON_CHARS]
+    return web.json_response(await decide_card(app, channel, card, user_id, inbound, "reject", reason))
 
 
 async def resume(app: web.Application) -> None:
@@ -739,6 +924,7 @@ def add_routes(app: web.Application) -> None:
     app.on_shutdown.append(stop_replies)
     app.router.add_post("/channels/telegram/{tenant}", telegram)
     app.router.add_post("/channels/slack/{tenant}", slack)
+    app.router.add_post("/channels/slack/{tenant}/interactions", slack_interactions)
     app.router.add_get("/api/admin/channel", show_channel)
     app.router.add_put("/api/admin/channel", put_channel)
     app.router.add_get("/api/admin/channel/changes", channel_changes)
