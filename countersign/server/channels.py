@@ -53,10 +53,14 @@ from countersign.client.handles import channel_key
 from countersign.db.chain import chain_written
 from countersign.db.channels import (
     ChannelSettings,
+    DecidesSettings,
     SenderSettings,
     changes,
     channel_view,
+    remove_sender,
+    senders,
     set_channel,
+    set_decides,
     set_sender,
 )
 from countersign.db.people import roles_of
@@ -910,6 +914,53 @@ async def put_sender(request: web.Request) -> web.Response:
     return web.json_response({"tenant_id": tenant, "sender": sender, **settings.model_dump()})
 
 
+async def put_decides(request: web.Request) -> web.Response:
+    """Where a decision may be made: the highest risk a press in the chat decides."""
+    settings = await parse(request, DecidesSettings)
+    async with request.app[REQUESTERS].sessions.begin() as session:
+        tenant = await admin_tenant(request, session)
+        try:
+            await set_decides(session, tenant, settings, admin_name(request))
+        except ValueError as err:  # no channel yet
+            raise HttpRefusal(404, str(err)) from None
+        view = await channel_view(session, tenant)
+    assert view is not None  # just updated
+    return web.json_response(view.model_dump())
+
+
+async def list_senders(request: web.Request) -> web.Response:
+    async with request.app[REQUESTERS].sessions() as session:
+        shown = await senders(session, await admin_tenant(request, session))
+    return web.json_response({"senders": [s.model_dump() for s in shown]})
+
+
+async def delete_sender(request: web.Request) -> web.Response:
+    sender = request.match_info["sender"][:200]
+    async with request.app[REQUESTERS].sessions.begin() as session:
+        tenant = await admin_tenant(request, session)
+        try:
+            await remove_sender(session, tenant, sender, admin_name(request))
+        except ValueError as err:
+            raise HttpRefusal(404, str(err)) from None
+    return web.json_response({"tenant_id": tenant, "sender": sender, "removed": True})
+
+
+async def send_test_post(request: web.Request) -> web.Response:
+    """Post a test message to the channel's chat, so an admin sees the settings work; what went
+    wrong is answered by kind and HTTP status only (never the endpoint nor the token)."""
+    async with request.app[REQUESTERS].sessions() as session:
+        tenant = await admin_tenant(request, session)
+        channel = await session.get(ChatChannel, tenant)
+    if channel is None:
+        raise HttpRefusal(404, "no chat channel set")
+    said = f"A test post from Countersign, sent by {admin_name(request)}: this channel works."
+    try:
+        remote_id = await post(channel, said, f"channel-test:{tenant}:{time.time_ns()}")
+    except (ToolFailure, OutcomeUnknown) as failure:
+        raise HttpRefusal(502, failure.message) from None
+    return web.json_response({"ok": True, "posted_to": channel.name, "remote_id": remote_id})
+
+
 def add_routes(app: web.Application) -> None:
     """The webhooks and the admin API (after door.add_routes: they use its REQUESTERS)."""
     app[REPLIES] = Replies(tasks=set())
@@ -929,3 +980,7 @@ def add_routes(app: web.Application) -> None:
     app.router.add_put("/api/admin/channel", put_channel)
     app.router.add_get("/api/admin/channel/changes", channel_changes)
     app.router.add_put("/api/admin/channel/senders/{sender}", put_sender)
+    app.router.add_delete("/api/admin/channel/senders/{sender}", delete_sender)
+    app.router.add_get("/api/admin/channel/senders", list_senders)
+    app.router.add_put("/api/admin/channel/decides", put_decides)
+    app.router.add_post("/api/admin/channel/test", send_test_post)
