@@ -21,6 +21,7 @@ no compensation.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -181,6 +182,14 @@ async def post(channel: ChatChannel, text: str, key: str, thread: str | None = N
             "INTERNAL_ERROR", f"the {channel.kind} channel refused the message (HTTP {response.status_code})"
         )
     return remote_id_of(channel, response)
+
+
+async def post_test_message(channel: ChatChannel, by: str) -> str | None:
+    """Post a test message to the channel's chat, so that an operator or admin sees its settings
+    work (the channels page's button, `channels test`); the channel's message id. ToolFailure or
+    OutcomeUnknown say what went wrong, naming no URL nor token."""
+    said = f"A test post from Countersign, sent by {by}: this channel works."
+    return await post(channel, said, f"channel-test:{channel.tenant_id}:{time.time_ns()}")
 
 
 async def channel_of(ctx: ToolContext) -> ChatChannel:

@@ -24,6 +24,9 @@ from countersign.db.channels import (
     set_decides,
     set_sender,
 )
+from countersign.db.schema import ChatChannel
+from tools.chat import post_test_message
+from tools.registry import OutcomeUnknown, ToolFailure
 
 # Who the audit names for a change made here: whoever runs the CLI holds the database's credentials
 OPERATOR = "operator (cli)"
@@ -176,6 +179,25 @@ def decides_command(tenant: str, up_to: str) -> None:
     view = run(with_session(change))
     assert view is not None  # just updated
     click.echo(decides_shown(view))
+
+
+@channels.command("test")
+@click.argument("tenant")
+def test_command(tenant: str) -> None:
+    """Post a test message to TENANT's chat: the settings work when it arrives."""
+
+    async def send(session: AsyncSession) -> tuple[ChatChannel, str | None]:
+        channel = await session.get(ChatChannel, tenant)
+        if channel is None:
+            raise click.ClickException(f"{tenant} has no chat channel")
+        try:
+            return channel, await post_test_message(channel, OPERATOR)
+        except (ToolFailure, OutcomeUnknown) as failure:  # names no URL nor token
+            raise click.ClickException(failure.message) from None
+
+    channel, remote_id = run(with_session(send))
+    message = f" (message {remote_id})" if remote_id else ""
+    click.echo(f"{tenant}: a test post reached {channel.kind} channel {channel.name!r}{message}")
 
 
 @channels.command("rekey")

@@ -93,7 +93,7 @@ from countersign.server.http import HttpRefusal, parse
 from countersign.server.inbox import DecisionRequest
 from countersign.server.inbox_routes import INBOX
 from countersign.server.requesters import AnswerBody, Caller, MessageBody, RatingBody, Requesters, StartBody
-from tools.chat import POST_TIMEOUT_S, post, slack_api, slack_auth, slack_escaped
+from tools.chat import POST_TIMEOUT_S, post, post_test_message, slack_api, slack_auth, slack_escaped
 from tools.registry import OutcomeUnknown, ToolFailure
 
 log = logging.getLogger(__name__)
@@ -953,9 +953,8 @@ async def send_test_post(request: web.Request) -> web.Response:
         channel = await session.get(ChatChannel, tenant)
     if channel is None:
         raise HttpRefusal(404, "no chat channel set")
-    said = f"A test post from Countersign, sent by {admin_name(request)}: this channel works."
     try:
-        remote_id = await post(channel, said, f"channel-test:{tenant}:{time.time_ns()}")
+        remote_id = await post_test_message(channel, admin_name(request))
     except (ToolFailure, OutcomeUnknown) as failure:
         raise HttpRefusal(502, failure.message) from None
     return web.json_response({"ok": True, "posted_to": channel.name, "remote_id": remote_id})
