@@ -159,7 +159,7 @@ def unlink_command(tenant: str, sender: str) -> None:
 def senders_command(tenant: str) -> None:
     """Who may write to TENANT's channel and press its cards, as whom."""
     for view in run(with_session(lambda session: senders(session, tenant))):
-        click.echo(f"{view.sender}\t{view.user_id}\t{view.agent}")
+        click.echo(f"{view.sender} writes as {view.user_id} to {view.agent}")
 
 
 @channels.command("decides")

@@ -64,7 +64,7 @@ async def test_set_show_sender_and_rekey(database_url: str, db_engine: AsyncEngi
     unknown = await countersign(database_url, old, "sender", "globex", "98", "nobody")
     assert unknown.returncode != 0 and "no user nobody in globex" in unknown.stderr
     listed = await countersign(database_url, old, "senders", "globex")
-    assert listed.stdout.splitlines() == ["99\tdave\toperations"], listed.stderr
+    assert listed.stdout.splitlines() == ["99 writes as dave to operations"], listed.stderr
     assert (await countersign(database_url, old, "unlink", "globex", "99")).returncode == 0
     assert (await countersign(database_url, old, "senders", "globex")).stdout == ""
     assert "no sender 99" in (await countersign(database_url, old, "unlink", "globex", "99")).stderr
