@@ -1289,8 +1289,9 @@ CHAT_DECIDES = ("none", *RISKS)
 
 class ChatChannel(Base):
     """A tenant's chat channel for `send_chat_message`: a Telegram-bot-API-compatible endpoint
-    (`endpoint` is the API's base URL, `bot_token` and `chat_id` say which bot posts where) or a
-    Slack-compatible incoming webhook (`endpoint` is the webhook URL, itself the secret). Set by an
+    (`endpoint` is the API's base URL, `bot_token` and `chat_id` say which bot posts where), a
+    Slack-Web-API-compatible one (the same, `bot_token` the app's bot token) or a Slack-compatible
+    incoming webhook (`endpoint` is the webhook URL, itself the secret). Set by an
     operator (`countersign channels set`, or the admin API); no tool reads this row back to the
     model, and no log, audit row or API answer carries the endpoint, the token or the webhook secret.
     They are stored encrypted with the deployment's key (countersign/db/sealed.py).
@@ -1304,8 +1305,8 @@ class ChatChannel(Base):
     tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"), primary_key=True)
     kind: Mapped[str]
     endpoint: Mapped[str] = mapped_column(SealedText("chat_channels"))
-    bot_token: Mapped[str | None] = mapped_column(SealedText("chat_channels"))  # telegram only
-    chat_id: Mapped[str | None]  # telegram only
+    bot_token: Mapped[str | None] = mapped_column(SealedText("chat_channels"))  # none: a Slack webhook
+    chat_id: Mapped[str | None]  # the review chat, where cards go (none: a Slack webhook)
     name: Mapped[str]  # what the model and reviewers are told ("#sales", "Sales group")
     created_at: Mapped[datetime] = created_at()
     webhook_secret: Mapped[str | None] = mapped_column(SealedText("chat_channels"))  # inbound only
@@ -1353,8 +1354,9 @@ class ChatTurn(Base):
 
 class ChatCard(Base):
     """A pending approval posted to a channel's review chat with its buttons (Telegram's inline
-    keyboard): a press names the card by `id` (a button's data is short), and decides as the
-    sender's linked user through the inbox's decision path (countersign/server/channels.py)."""
+    keyboard, Slack's Block Kit): a press names the card by `id` (a button's data is short), and
+    decides as the sender's linked user through the inbox's decision path
+    (countersign/server/channels.py)."""
 
     __tablename__ = "chat_cards"
     __table_args__ = (UniqueConstraint("tenant_id", "nonce"),)

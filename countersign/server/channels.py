@@ -1,32 +1,43 @@
-"""Chat channels that write to an agent, and their settings for a tenant's admins.
+"""Chat channels that write to an agent and decide its calls, and their settings for a tenant's admins.
 
 Inbound webhooks, outside /api/ (the channel has no session; it proves it knows the channel's
 `webhook_secret` instead):
 
-- `POST /channels/telegram/{tenant}`: a Telegram-Bot-API-compatible update; the secret arrives in
-  `X-Telegram-Bot-Api-Secret-Token` (the `secret_token` of setWebhook);
-- `POST /channels/slack/{tenant}`: a Slack Events API request, signed with the app's signing secret
-  (`X-Slack-Signature`: `v0=` HMAC-SHA256 of `v0:{timestamp}:{body}`, the timestamp within 5
-  minutes); its `url_verification` handshake is answered once the signature holds.
+- `POST /channels/telegram/{tenant}`: a Telegram-Bot-API-compatible update (a message, or the
+  `callback_query` of a card's button); the secret arrives in `X-Telegram-Bot-Api-Secret-Token`
+  (the `secret_token` of setWebhook);
+- `POST /channels/slack/{tenant}`: a Slack Events API request, and
+  `POST /channels/slack/{tenant}/interactions`: a press on a card's button (form-encoded
+  `payload=` JSON), both signed with the app's signing secret (`X-Slack-Signature`: `v0=`
+  HMAC-SHA256 of `v0:{timestamp}:{body}`, the timestamp within 5 minutes); the events'
+  `url_verification` handshake is answered once the signature holds.
 
 A request without the right secret answers 401 and is counted per tenant, source and minute in
 `webhook_refusals`, the first of each window also a chained `input_audit` record (naming the channel
 kind, never what was sent); past REFUSALS_PER_WINDOW a minute it answers 429. A message from a
-sender the operator mapped (`channels sender`,
-`chat_senders`) goes through the front door as that user (countersign.server.requesters: the same
-admission, proof and record as the conversation API) into their keyed conversation with the mapped
-agent (`{kind}_{sender}`), with the channel's own message id so a redelivered update is answered
-once; a sender nobody mapped is recorded and ignored. The turn's outcome is posted back to the
-same chat (Telegram: `sendMessage` to the chat it came from; Slack: the channel's incoming webhook),
-through tools/chat.py's `post`, after the webhook was answered (a channel retries a slow webhook):
-its reply; or, when it waits for a person, "waiting" and later the reply after the decision, the
-answer or the expiry, or that the conversation ended. What is owed is kept in `chat_turns`, so a
-server that starts again still posts it.
+sender the operator mapped (`channels sender`, `chat_senders`) goes through the front door as that
+user (countersign.server.requesters: the same admission, proof and record as the conversation API)
+into their keyed conversation with the mapped agent (`{kind}_{sender}`), with the channel's own
+message id so a redelivered update is answered once; a sender nobody mapped is recorded and
+ignored. The turn's outcome is posted back to the same chat (Telegram: `sendMessage` to the chat it
+came from; Slack: `chat.postMessage` in the thread of the message, or the channel's incoming webhook
+when it has no bot token), through tools/chat.py's `post`, after the webhook was answered (a channel
+retries a slow webhook): its reply; or, when it waits for a person, "waiting", its questions (a
+reply answers them), and later the reply after the decision, the answer or the expiry, or that the
+conversation ended. What is owed is kept in `chat_turns`, so a server that starts again still posts it.
+
+A call the turn waits on is posted to the channel's review chat as a card (countersign.server.
+chat_render: the same lines for Telegram's inline keyboard and Slack's Block Kit) with Approve,
+Reject and Open in inbox; a press decides as the presser's linked user through the inbox's decision
+path (`decide_card`), Reject once the presser replied with the reason (`ask_reason`,
+`chat_reason_asks`), and only for a risk up to the tenant's `decides_up_to`; the card is then edited
+to say who decided and what became of the call.
 
 Admin API (a logged-in admin of the tenant; 403 otherwise), instead of SQL:
-`GET`/`PUT /api/admin/channel` (ChannelSettings in, ChannelView out: never a secret) and
-`PUT /api/admin/channel/senders/{sender}` (`{"user_id", "agent"}`), each change a chained audit
-record; `GET /api/admin/channel/changes` lists them.
+`GET`/`PUT /api/admin/channel` (ChannelSettings in, ChannelView out: never a secret),
+`GET /api/admin/channel/senders`, `PUT`/`DELETE /api/admin/channel/senders/{sender}`
+(`{"user_id", "agent"}`), `PUT /api/admin/channel/decides` (`{"up_to"}`), each change a chained
+audit record (`GET /api/admin/channel/changes` lists them), and `POST /api/admin/channel/test`.
 """
 
 from __future__ import annotations
