@@ -419,8 +419,8 @@ async def deliver(request: web.Request, channel: ChatChannel, inbound: Inbound) 
         mapped = await session.get(ChatSender, (channel.tenant_id, inbound.sender[:200]))
     if mapped is None:
         return await refused(request, channel.tenant_id, channel.kind, "a sender nobody mapped", 200)
-    if inbound.reply_to is not None and (asked_for := await reason_asked(request.app, channel, inbound)):
-        return await reason_given(request.app, channel, inbound, mapped.user_id, *asked_for)
+    if inbound.reply_to is not None and (card := await reason_asked(request.app, channel, inbound)):
+        return await reason_given(request.app, channel, inbound, mapped.user_id, card)
     caller = Caller(tenant_id=channel.tenant_id, person=mapped.user_id)
     key = channel_key(channel.kind, inbound.sender)
     workflow_id = None
@@ -836,30 +836,30 @@ async def ask_reason(
     return {"ok": True, "asked": "reason"}
 
 
-async def reason_asked(
-    app: web.Application, channel: ChatChannel, inbound: Inbound
-) -> tuple[ChatCard | None] | None:
+GIVEN_BEFORE = "a reason given before"
+
+
+async def reason_asked(app: web.Application, channel: ChatChannel, inbound: Inbound) -> ChatCard | str | None:
     """The card whose Reject asked this sender for the reason `inbound` replies with, claimed for
-    this message (a redelivered reply finds it claimed: `(None,)`); None when the reply is not to
-    an ask (then it is a message to the agent, or an answer to its question)."""
+    this message; GIVEN_BEFORE when the ask was answered already (a redelivered reply); None when
+    the reply is not to an ask (then it is a message to the agent, or an answer to its question)."""
     key = (channel.tenant_id, inbound.sender[:200], inbound.reply_to or "")
     async with app[REQUESTERS].sessions.begin() as session:
         ask = await session.get(ChatReasonAsk, key, with_for_update=True)
         if ask is None:
             return None
         if ask.answered_by is not None:
-            return (None,)
+            return GIVEN_BEFORE
         ask.answered_by = inbound.message_id[:200]
-        card = await session.get(ChatCard, ask.card_id)
-    return (card,)
+        return await session.get(ChatCard, ask.card_id)  # the ask goes with its card
 
 
 async def reason_given(
-    app: web.Application, channel: ChatChannel, inbound: Inbound, user_id: str, card: ChatCard | None
+    app: web.Application, channel: ChatChannel, inbound: Inbound, user_id: str, card: ChatCard | str
 ) -> web.Response:
     """The reply to a Reject's ask: the call is rejected with it as the reason, as `user_id`."""
-    if card is None:
-        return web.json_response({"ok": True, "ignored": "a reason given before"})
+    if not isinstance(card, ChatCard):
+        return web.json_response({"ok": True, "ignored": card})
     reason = inbound.text.strip()[:REASON_CHARS]
     return web.json_response(await decide_card(app, channel, card, user_id, inbound, "reject", reason))
 

@@ -94,6 +94,8 @@ CLEARED |= {
     "MAKELEVEL",
     "MAKEFLAGS",
     "MFLAGS",
+    # A PYTHONPATH naming another tree (a worktree's tests run with one) would run its code, not the clone's.
+    "PYTHONPATH",
 }
 
 WORKFLOW_ID = r"conv-[a-z]+-[0-9a-f]{12}"
