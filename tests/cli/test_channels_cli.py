@@ -81,6 +81,9 @@ async def test_set_show_sender_and_rekey(database_url: str, db_engine: AsyncEngi
         database_url, old, "set", "globex", "--kind", "telegram", "--name", "x", "--endpoint", "ftp://x"
     )
     assert no_telegram_chat.returncode != 0 and "http(s) URL" in no_telegram_chat.stderr
+    slack = ("set", "globex", "--kind", "slack", "--name", "#ops", "--endpoint", "https://slack.com/api")
+    no_review_channel = await countersign(database_url, old, *slack, COUNTERSIGN_CHAT_BOT_TOKEN="xoxb-1")
+    assert no_review_channel.returncode != 0 and "needs chat_id" in no_review_channel.stderr
 
     new = (await countersign(database_url, old, "key")).stdout.strip()
     rekeyed = await countersign(database_url, f"{new},{old}", "rekey")
