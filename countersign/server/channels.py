@@ -722,14 +722,19 @@ async def tell(
         )
 
 
-async def edit_card(channel: ChatChannel, chat: str, ref: str, text: str, link: str) -> None:
-    """The card's message, now saying who decided and what became of the call (no buttons left)."""
+async def edit_card(
+    channel: ChatChannel, chat: str, ref: str, text: str, link: str, card: int | None
+) -> None:
+    """The card's message, now saying who decided and what became of the call: no buttons left
+    once it is decided, or still its buttons (`card`) while a quorum waits for more approvers."""
     if channel.kind == "telegram":
-        await api_call(
-            channel, "editMessageText", {"chat_id": chat, "message_id": ref, "text": chat_text(text, link)}
-        )
+        body: dict[str, Any] = {"chat_id": chat, "message_id": ref, "text": chat_text(text, link)}
+        if card is not None:
+            body["reply_markup"] = telegram_keyboard(card, True, link)
+        await api_call(channel, "editMessageText", body)
     else:
-        await api_call(channel, "chat.update", {"channel": chat, "ts": ref, **slack_decided(text, link)})
+        shown = slack_decided(text, link) if card is None else slack_card(text, card, True, link)
+        await api_call(channel, "chat.update", {"channel": chat, "ts": ref, **shown})
 
 
 async def pressed(request: web.Request, channel: ChatChannel, press: Press) -> web.Response:
@@ -788,7 +793,8 @@ async def decide_card(
     ref = (pressed_on.message_id if pressed_on else None) or card.remote_id
     if ref is not None:
         link = card_link(requesters, card.workflow_id, card.call_id)
-        await edit_card(channel, chat, ref, decided_text(item, state), link)
+        waiting = card.id if approval.state == "pending" else None  # a quorum's next approver presses too
+        await edit_card(channel, chat, ref, decided_text(item, state), link, waiting)
     return {"ok": True, "decided": approval.state}
 
 

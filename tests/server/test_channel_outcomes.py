@@ -219,6 +219,8 @@ async def test_two_presses_complete_a_quorum_of_two_each_person_counted_once(
 
     code, first = await webhook(stack.url, "/channels/telegram/acme", press(110, REVIEWER, card_id), secret)
     assert (code, first.get("decided")) == (200, "pending"), first  # one of two
+    (edited,) = calls(chat_receiver, "editMessageText")  # says so, and keeps its buttons for the second
+    assert "Approved by bob" in edited["text"] and edited["reply_markup"] == sent["reply_markup"], edited
     code, twice = await webhook(stack.url, "/channels/telegram/acme", press(111, REVIEWER, card_id), secret)
     assert code == 200 and "refused" in twice, twice  # bob counts once
     assert await lead_status(db_engine, "acme") == "new"

@@ -151,6 +151,9 @@ async def test_two_slack_presses_complete_a_quorum_of_two_each_person_counted_on
     card = await the_card(chat_receiver)
     code, first = await slack_press(stack.url, "acme", press(REVIEWER, card, "approve"), SECRET)
     assert (code, first.get("decided")) == (200, "pending"), first
+    (updated,) = posts(chat_receiver, "chat.update")  # says bob approved, and keeps its buttons for carol
+    assert "Approved by bob in slack" in updated["blocks"][0]["text"]["text"], updated
+    assert [b["action_id"] for b in updated["blocks"][1]["elements"]] == ["approve", "reject", "open"]
     code, twice = await slack_press(stack.url, "acme", press(REVIEWER, card, "approve"), SECRET)
     assert code == 200 and "refused" in twice, twice  # bob counts once
     assert await lead_status(db_engine, "acme") == "new"
