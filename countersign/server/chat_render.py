@@ -1,5 +1,5 @@
 """What a chat is shown, as Telegram and Slack take it (pure): replies, review cards with their
-buttons, decided cards, and the presses that come back.
+buttons, decided cards, and the presses that come back (read without raising on outside data).
 
 A card is the same lines on both (`card_text`: the call, who asked, its risk, the effect's lines as
 the inbox card shows them, its warnings), folded with a visible mark and a link to the whole
@@ -11,6 +11,7 @@ carry the same data, `cs:<card>:<a|r>`, parsed back by `press_of`.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from countersign.core.shown import fold
@@ -105,3 +106,60 @@ def slack_card(text: str, card: int, decides: bool, link: str) -> dict[str, Any]
 def slack_decided(text: str, link: str) -> dict[str, Any]:
     """A decided card as `chat.update` takes it: its lines and the decision, no buttons left."""
     return {"text": slack_escaped(chat_text(text, link)), "blocks": [slack_section(text, link)]}
+
+
+# --- the presses that come back ------------------------------------------------------------------
+
+
+def as_id(value: Any) -> str | None:
+    if isinstance(value, bool) or not isinstance(value, int | str) or value == "":
+        return None
+    return str(value)
+
+
+@dataclass(frozen=True)
+class Press:
+    """A button pressed on a card: who pressed it, which card, approve or reject, and where the
+    card's message is (to edit it once decided); `query_id`: Telegram's callback query, answered
+    to show the presser what came of it (Slack's presser is told in an ephemeral message)."""
+
+    query_id: str | None
+    sender: str
+    card: int
+    decision: Decision
+    chat: str | None
+    message_id: str | None
+
+
+def telegram_press(update: Any) -> Press | None:
+    """The `callback_query` of a card's button (`cs:<card>:<a|r>`), or None."""
+    query = update.get("callback_query") if isinstance(update, dict) else None
+    if not isinstance(query, dict):
+        return None
+    pressed = press_of(query.get("data"))
+    sender = as_id((query.get("from") or {}).get("id")) if isinstance(query.get("from"), dict) else None
+    query_id = as_id(query.get("id"))
+    if pressed is None or sender is None or query_id is None:
+        return None
+    message = query.get("message")
+    message = message if isinstance(message, dict) else {}
+    chat = as_id((message.get("chat") or {}).get("id")) if isinstance(message.get("chat"), dict) else None
+    return Press(query_id, sender, *pressed, chat, as_id(message.get("message_id")))
+
+
+def slack_press(payload: Any) -> Press | None:
+    """The button of a Slack `block_actions` payload (its value `cs:<card>:<a|r>`), or None (the
+    "Open in inbox" link button, anything else)."""
+    if not isinstance(payload, dict) or payload.get("type") != "block_actions":
+        return None
+    actions, user, container = payload.get("actions"), payload.get("user"), payload.get("container")
+    if not isinstance(actions, list) or not actions or not isinstance(actions[0], dict):
+        return None
+    pressed = press_of(actions[0].get("value"))
+    sender = as_id(user.get("id")) if isinstance(user, dict) else None
+    if pressed is None or sender is None:
+        return None
+    container = container if isinstance(container, dict) else {}
+    return Press(
+        None, sender, *pressed, as_id(container.get("channel_id")), as_id(container.get("message_ts"))
+    )
