@@ -4,7 +4,8 @@ secret, links a reviewer and unlinks them, keeps high-risk calls to the inbox, a
 that reaches the chat API served in the test; the page fits 1280 and 390 px. alice has no link to it,
 and it refuses her.
 
-Screenshots in test-artifacts/ (channels-1280.png, channels-390.png)."""
+Screenshots in test-artifacts/ (channels-1280.png, channels-390.png); WALKTHROUGH_RECORD=1 also
+writes the how-to's, docs/channels.png."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from countersign.db.schema import ChatChannel, ChatSender
 from tests.e2e.test_chat_told_browser import fits_at_every_width
 from tests.e2e.test_inbox_browser import CHROMIUM_ARGS, log_in
-from tests.e2e.test_pages_browser import carol_on
+from tests.e2e.test_pages_browser import carol_on, picture
 from tests.e2e.test_web_ui import chromium as chromium
 from tests.fixtures.chat import SLACK_API, SLACK_TOKEN, Receiver
 from tests.fixtures.inbox import SignedStack
@@ -73,6 +74,9 @@ async def test_carol_links_a_reviewer_keeps_high_risk_to_the_inbox_and_sends_a_t
         for change in ("sender UDAVE writes as bob", "sender UDAVE (bob) unlinked", "up to medium risk"):
             assert change in changes, changes
         await fits_at_every_width(carol, "channels")
+        if (docs := picture("channels.png")) is not None:  # the how-to's picture, at desktop width
+            await carol.set_viewport_size({"width": 1280, "height": 900})
+            await carol.screenshot(path=docs, full_page=True)
         assert violations == [], json.dumps(violations)
 
         alice = await browser.new_page(viewport={"width": 390, "height": 700})
