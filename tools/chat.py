@@ -1,11 +1,13 @@
-"""send_chat_message: post to the tenant's chat channel (a Telegram bot or a Slack webhook).
+"""send_chat_message: post to the tenant's chat channel (a Telegram bot, or a Slack app or webhook).
 
 The channel is the tenant's `chat_channels` row, set by an operator (`countersign channels set`, or the
 admin API; its secrets stored encrypted, countersign/db/sealed.py): a Telegram-bot-API-compatible
-endpoint (`POST {endpoint}/bot{token}/sendMessage` with `chat_id` and `text`) or a Slack-compatible
-incoming webhook (`POST {endpoint}` with `text`). The model names no address: it can only post to
-the channel its tenant configured, and it is never told the endpoint or the token; neither is any
-error message, log line or audit row (errors say what happened by kind and HTTP status only).
+endpoint (`POST {endpoint}/bot{token}/sendMessage` with `chat_id` and `text`), a Slack-Web-API-
+compatible endpoint (`POST {endpoint}/chat.postMessage` with `channel` and `text`, the bot token as
+a bearer token) or a Slack-compatible incoming webhook (`POST {endpoint}` with `text`). The model
+names no address: it can only post to the channel its tenant configured, and it is never told the
+endpoint or the token; neither is any error message, log line or audit row (errors say what
+happened by kind and HTTP status only).
 
 A post is high risk and external, so it waits for a reviewer (the default tier). Neither API takes
 an idempotency key, so exactly-once is kept on our side: the post is claimed in `chat_posts` under
@@ -19,6 +21,7 @@ no compensation.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -54,19 +57,43 @@ class ChatPosted(BaseModel):
     status: Literal["sent"]
 
 
-def request_of(channel: ChatChannel, text: str) -> tuple[str, dict[str, Any]]:
-    """The URL and JSON body of a post to `channel` (the URL may hold a secret: never shown)."""
+def slack_api(channel: ChatChannel) -> bool:
+    """A Slack channel with a bot token posts through the Web API (`chat.postMessage` on the
+    endpoint, the API's base URL) to `chat_id`, and can thread and show buttons; one without posts
+    to its incoming webhook (the endpoint)."""
+    return channel.kind == "slack" and channel.bot_token is not None
+
+
+def request_of(
+    channel: ChatChannel, text: str, thread: str | None = None
+) -> tuple[str, dict[str, Any], dict[str, str]]:
+    """The URL, JSON body and headers of a post to `channel` (URL and headers may hold a secret:
+    never shown); `thread`: the Slack thread to post in."""
     if channel.kind == "telegram":
-        return f"{channel.endpoint.rstrip('/')}/bot{channel.bot_token}/sendMessage", {
-            "chat_id": channel.chat_id,
-            "text": text,
-        }
-    return channel.endpoint, {"text": text}
+        url = f"{channel.endpoint.rstrip('/')}/bot{channel.bot_token}/sendMessage"
+        return url, {"chat_id": channel.chat_id, "text": text}, {}
+    if slack_api(channel):
+        body: dict[str, Any] = {"channel": channel.chat_id, "text": slack_escaped(text)}
+        if thread is not None:
+            body["thread_ts"] = thread
+        return f"{channel.endpoint.rstrip('/')}/chat.postMessage", body, slack_auth(channel)
+    return channel.endpoint, {"text": text}, {}
+
+
+def slack_escaped(text: str) -> str:
+    """Text for a Slack message's `text` (mrkdwn): `&`, `<` and `>` escaped as Slack asks, so that
+    nothing in it is read as a mention (`<!channel>`) or a link."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def slack_auth(channel: ChatChannel) -> dict[str, str]:
+    return {"Authorization": f"Bearer {channel.bot_token}"}
 
 
 def remote_id_of(channel: ChatChannel, response: httpx.Response) -> str | None:
-    """The channel's message id from a 2xx answer; ToolFailure when the body says it was refused."""
-    if channel.kind != "telegram":
+    """The channel's message id from a 2xx answer (Telegram's `message_id`, Slack's `ts`; an
+    incoming webhook gives none); ToolFailure when the body says it was refused."""
+    if channel.kind != "telegram" and not slack_api(channel):
         return None
     try:
         body = response.json()
@@ -74,8 +101,11 @@ def remote_id_of(channel: ChatChannel, response: httpx.Response) -> str | None:
         body = None
     if not isinstance(body, dict) or body.get("ok") is not True:
         raise ToolFailure("INTERNAL_ERROR", f"the {channel.kind} channel refused the message")
-    result = body.get("result")
-    message_id = result.get("message_id") if isinstance(result, dict) else None
+    if channel.kind == "slack":
+        message_id = body.get("ts")
+    else:
+        result = body.get("result")
+        message_id = result.get("message_id") if isinstance(result, dict) else None
     return None if message_id is None else str(message_id)[:100]
 
 
@@ -125,18 +155,18 @@ async def earlier(ctx: ToolContext, channel: ChatChannel) -> ChatPosted:
     raise ToolFailure("INTERNAL_ERROR", f"the message was not posted to {channel.name}: {post.error}")
 
 
-async def post(channel: ChatChannel, text: str, key: str) -> str | None:
-    """Post once; the channel's message id. Errors name no URL (it may hold the token). The
-    endpoint is checked again here, after its name resolves: only a public address, or one the
-    operator allowed (countersign.runtime.endpoints), is posted to."""
-    url, body = request_of(channel, text)
+async def post(channel: ChatChannel, text: str, key: str, thread: str | None = None) -> str | None:
+    """Post once (in Slack's `thread`, when given); the channel's message id. Errors name no URL
+    (it may hold the token). The endpoint is checked again here, after its name resolves: only a
+    public address, or one the operator allowed (countersign.runtime.endpoints), is posted to."""
+    url, body, headers = request_of(channel, text, thread)
     try:
         await check_endpoint(url)
     except EndpointRefused as refused:
         raise ToolFailure("FORBIDDEN", f"{refused}; nothing was posted") from None
     try:
         async with httpx.AsyncClient(timeout=POST_TIMEOUT_S) as http:
-            response = await http.post(url, json=body, headers={IDEMPOTENCY_HEADER: key})
+            response = await http.post(url, json=body, headers={IDEMPOTENCY_HEADER: key, **headers})
     except NOT_SENT as exc:  # nothing left this process: a plain failure (the message says no URL)
         raise ToolFailure(
             "INTERNAL_ERROR", f"the {channel.kind} channel could not be reached; nothing was posted"
@@ -152,6 +182,14 @@ async def post(channel: ChatChannel, text: str, key: str) -> str | None:
             "INTERNAL_ERROR", f"the {channel.kind} channel refused the message (HTTP {response.status_code})"
         )
     return remote_id_of(channel, response)
+
+
+async def post_test_message(channel: ChatChannel, by: str) -> str | None:
+    """Post a test message to the channel's chat, so that an operator or admin sees its settings
+    work (the channels page's button, `channels test`); the channel's message id. ToolFailure or
+    OutcomeUnknown say what went wrong, naming no URL nor token."""
+    said = f"A test post from Countersign, sent by {by}: this channel works."
+    return await post(channel, said, f"channel-test:{channel.tenant_id}:{time.time_ns()}")
 
 
 async def channel_of(ctx: ToolContext) -> ChatChannel:

@@ -14,12 +14,19 @@ from countersign.cli.ux import with_session
 from countersign.db.channels import (
     ChannelSettings,
     ChannelView,
+    DecidesSettings,
     SenderSettings,
     channel_view,
     rekey,
+    remove_sender,
+    senders,
     set_channel,
+    set_decides,
     set_sender,
 )
+from countersign.db.schema import ChatChannel
+from tools.chat import post_test_message
+from tools.registry import OutcomeUnknown, ToolFailure
 
 # Who the audit names for a change made here: whoever runs the CLI holds the database's credentials
 OPERATOR = "operator (cli)"
@@ -29,6 +36,14 @@ def shown(view: ChannelView) -> str:
     inbound = "accepts messages (webhook secret set)" if view.inbound else "posts only"
     chat = f", chat {view.chat_id}" if view.chat_id else ""
     return f"{view.tenant_id}: {view.kind} channel {view.name!r}{chat}; {inbound}"
+
+
+def decides_shown(view: ChannelView) -> str:
+    if view.decides_up_to == "none":
+        return f"{view.tenant_id}: every call is decided in the inbox; chat cards only link to it"
+    return (
+        f"{view.tenant_id}: the chat decides calls up to {view.decides_up_to} risk; riskier ones in the inbox"
+    )
 
 
 def invalid(err: ValidationError) -> click.ClickException:
@@ -51,15 +66,16 @@ def channels() -> None:
     "--endpoint",
     envvar="COUNTERSIGN_CHAT_ENDPOINT",
     required=True,
-    help="Telegram: the Bot API's base URL; Slack: the incoming webhook URL (a secret: "
-    "prefer the env var COUNTERSIGN_CHAT_ENDPOINT).",
+    help="Telegram: the Bot API's base URL; Slack: the Web API's base URL (https://slack.com/api) "
+    "with --bot-token, or an incoming webhook URL (a secret: prefer the env var "
+    "COUNTERSIGN_CHAT_ENDPOINT).",
 )
 @click.option(
     "--bot-token",
     envvar="COUNTERSIGN_CHAT_BOT_TOKEN",
-    help="Telegram: the bot's token (env COUNTERSIGN_CHAT_BOT_TOKEN).",
+    help="Telegram: the bot's token; Slack: the app's bot token, xoxb-… (env COUNTERSIGN_CHAT_BOT_TOKEN).",
 )
-@click.option("--chat-id", help="Telegram: the chat to post to.")
+@click.option("--chat-id", help="The chat (Telegram) or channel id (Slack) to post to, cards included.")
 @click.option(
     "--webhook-secret",
     envvar="COUNTERSIGN_CHAT_WEBHOOK_SECRET",
@@ -100,6 +116,7 @@ def show_command(tenant: str, as_json: bool) -> None:
         print_json(view.model_dump())
     else:
         click.echo(shown(view))
+        click.echo(decides_shown(view))
 
 
 @channels.command("sender")
@@ -119,6 +136,68 @@ def sender_command(tenant: str, sender: str, user: str, agent: str) -> None:
 
     run(with_session(change))
     click.echo(f"{tenant}: chat sender {sender} writes as {user} to {agent}")
+
+
+@channels.command("unlink")
+@click.argument("tenant")
+@click.argument("sender")
+def unlink_command(tenant: str, sender: str) -> None:
+    """Unlink SENDER: their messages and presses are refused from now on."""
+
+    async def change(session: AsyncSession) -> None:
+        try:
+            await remove_sender(session, tenant, sender, OPERATOR)
+        except ValueError as err:
+            raise click.ClickException(str(err)) from None
+
+    run(with_session(change))
+    click.echo(f"{tenant}: chat sender {sender} unlinked")
+
+
+@channels.command("senders")
+@click.argument("tenant")
+def senders_command(tenant: str) -> None:
+    """Who may write to TENANT's channel and press its cards, as whom."""
+    for view in run(with_session(lambda session: senders(session, tenant))):
+        click.echo(f"{view.sender} writes as {view.user_id} to {view.agent}")
+
+
+@channels.command("decides")
+@click.argument("tenant")
+@click.argument("up_to", type=click.Choice(["none", "low", "medium", "high"]))
+def decides_command(tenant: str, up_to: str) -> None:
+    """Where a decision may be made: a card of a call up to UP_TO risk gets Approve and Reject in
+    the chat, a riskier one only "Open in inbox" (none: every call is decided in the inbox)."""
+
+    async def change(session: AsyncSession) -> ChannelView | None:
+        try:
+            await set_decides(session, tenant, DecidesSettings.model_validate({"up_to": up_to}), OPERATOR)
+        except ValueError as err:
+            raise click.ClickException(str(err)) from None
+        return await channel_view(session, tenant)
+
+    view = run(with_session(change))
+    assert view is not None  # just updated
+    click.echo(decides_shown(view))
+
+
+@channels.command("test")
+@click.argument("tenant")
+def test_command(tenant: str) -> None:
+    """Post a test message to TENANT's chat: the settings work when it arrives."""
+
+    async def send(session: AsyncSession) -> tuple[ChatChannel, str | None]:
+        channel = await session.get(ChatChannel, tenant)
+        if channel is None:
+            raise click.ClickException(f"{tenant} has no chat channel")
+        try:
+            return channel, await post_test_message(channel, OPERATOR)
+        except (ToolFailure, OutcomeUnknown) as failure:  # names no URL nor token
+            raise click.ClickException(failure.message) from None
+
+    channel, remote_id = run(with_session(send))
+    message = f" (message {remote_id})" if remote_id else ""
+    click.echo(f"{tenant}: a test post reached {channel.kind} channel {channel.name!r}{message}")
 
 
 @channels.command("rekey")

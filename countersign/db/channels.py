@@ -30,13 +30,19 @@ ChatKind = Literal["telegram", "slack"]
 SEALED_COLUMNS = ("endpoint", "bot_token", "webhook_secret")
 CHANNEL_SET = "channel_set"  # the `input_audit` actions of a change, chained
 SENDER_SET = "channel_sender_set"
-CHANGE_ACTIONS = (CHANNEL_SET, SENDER_SET)
+SENDER_REMOVED = "channel_sender_removed"
+DECIDES_SET = "channel_decides_set"
+CHANGE_ACTIONS = (CHANNEL_SET, SENDER_SET, SENDER_REMOVED, DECIDES_SET)
+DecidesUpTo = Literal["none", "low", "medium", "high"]
 
 
 class ChannelSettings(BaseModel):
     """A channel as an operator gives it. Telegram: the Bot API's base URL, the bot's token and the
-    chat to post to; Slack: the incoming webhook's URL. `webhook_secret` lets the channel write to
-    us: the `secret_token` given to Telegram's setWebhook, or the Slack app's signing secret."""
+    chat to post to (and to post cards to); Slack: the Web API's base URL (https://slack.com/api),
+    the app's bot token (xoxb-…) and the channel to post cards to, or only an incoming webhook's URL
+    (then it posts outcomes through it, without threads or cards). `webhook_secret` lets the channel
+    write to us: the `secret_token` given to Telegram's setWebhook, or the Slack app's signing
+    secret."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -59,6 +65,8 @@ class ChannelSettings(BaseModel):
     def _telegram_names_its_bot_and_chat(self) -> ChannelSettings:
         if self.kind == "telegram" and (self.bot_token is None or self.chat_id is None):
             raise ValueError("a telegram channel needs bot_token and chat_id")
+        if self.kind == "slack" and self.bot_token is not None and self.chat_id is None:
+            raise ValueError("a slack channel with a bot token needs chat_id (the channel cards go to)")
         return self
 
 
@@ -71,6 +79,7 @@ class ChannelView(BaseModel):
     chat_id: str | None
     has_bot_token: bool
     inbound: bool  # a webhook secret is set: the channel may write to us
+    decides_up_to: str = "high"  # the highest risk a press in the chat decides ("none": the inbox only)
 
     @staticmethod
     def of(channel: ChatChannel) -> ChannelView:
@@ -81,6 +90,7 @@ class ChannelView(BaseModel):
             chat_id=channel.chat_id,
             has_bot_token=channel.bot_token is not None,
             inbound=channel.webhook_secret is not None,
+            decides_up_to=channel.decides_up_to,
         )
 
 
@@ -91,6 +101,23 @@ class SenderSettings(BaseModel):
 
     user_id: Identifier
     agent: Identifier
+
+
+class DecidesSettings(BaseModel):
+    """Where a decision may be made: a card of a call up to `up_to` risk gets Approve and Reject in
+    the chat; a riskier one only "Open in inbox" ("none": every call is decided in the inbox)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    up_to: DecidesUpTo
+
+
+class SenderView(BaseModel):
+    """One entry of the sender map."""
+
+    sender: str
+    user_id: str
+    agent: str
 
 
 class ChannelChange(BaseModel):
@@ -175,6 +202,41 @@ async def set_sender(
     )
     change = f"sender {sender} writes as {settings.user_id} to {settings.agent}"
     await record_change(session, tenant_id, actor, SENDER_SET, change)
+
+
+async def set_decides(session: AsyncSession, tenant_id: str, settings: DecidesSettings, actor: str) -> None:
+    """Set the highest risk the tenant's chat decides, recorded as `actor`'s change; ValueError
+    when the tenant has no channel."""
+    result = await session.execute(
+        update(ChatChannel).where(ChatChannel.tenant_id == tenant_id).values(decides_up_to=settings.up_to)
+    )
+    if not getattr(result, "rowcount", 0):
+        raise ValueError(f"{tenant_id} has no chat channel")
+    change = (
+        f"chat decides calls up to {settings.up_to} risk"
+        if settings.up_to != "none"
+        else "chat decides nothing"
+    )
+    await record_change(session, tenant_id, actor, DECIDES_SET, change)
+
+
+async def senders(session: AsyncSession, tenant_id: str) -> list[SenderView]:
+    rows = await session.scalars(
+        select(ChatSender).where(ChatSender.tenant_id == tenant_id).order_by(ChatSender.sender)
+    )
+    return [SenderView(sender=r.sender, user_id=r.user_id, agent=r.agent) for r in rows]
+
+
+async def remove_sender(session: AsyncSession, tenant_id: str, sender: str, actor: str) -> None:
+    """Unlink a channel's user (their messages and presses are refused from now on), recorded as
+    `actor`'s change; ValueError when nobody is linked under that id."""
+    row = await session.get(ChatSender, (tenant_id, sender))
+    if row is None:
+        raise ValueError(f"no sender {sender} is linked")
+    await session.delete(row)
+    await record_change(
+        session, tenant_id, actor, SENDER_REMOVED, f"sender {sender} ({row.user_id}) unlinked"
+    )
 
 
 async def rekey(session: AsyncSession) -> int:

@@ -1283,12 +1283,15 @@ class ApprovalRequest(Base):
 CHAT_KINDS = ("telegram", "slack")
 CHAT_POST_STATUSES = ("sending", "sent", "failed")
 CHAT_TURN_STATES = ("open", "waiting", "done")
+# The highest risk a press in the chat may decide (0032): "none", or a risk and every lower one.
+CHAT_DECIDES = ("none", *RISKS)
 
 
 class ChatChannel(Base):
     """A tenant's chat channel for `send_chat_message`: a Telegram-bot-API-compatible endpoint
-    (`endpoint` is the API's base URL, `bot_token` and `chat_id` say which bot posts where) or a
-    Slack-compatible incoming webhook (`endpoint` is the webhook URL, itself the secret). Set by an
+    (`endpoint` is the API's base URL, `bot_token` and `chat_id` say which bot posts where), a
+    Slack-Web-API-compatible one (the same, `bot_token` the app's bot token) or a Slack-compatible
+    incoming webhook (`endpoint` is the webhook URL, itself the secret). Set by an
     operator (`countersign channels set`, or the admin API); no tool reads this row back to the
     model, and no log, audit row or API answer carries the endpoint, the token or the webhook secret.
     They are stored encrypted with the deployment's key (countersign/db/sealed.py).
@@ -1297,16 +1300,19 @@ class ChatChannel(Base):
     `secret_token` (sent back as X-Telegram-Bot-Api-Secret-Token), or Slack's signing secret."""
 
     __tablename__ = "chat_channels"
-    __table_args__ = (one_of("kind", CHAT_KINDS),)
+    __table_args__ = (one_of("kind", CHAT_KINDS), one_of("decides_up_to", CHAT_DECIDES))
 
     tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"), primary_key=True)
     kind: Mapped[str]
     endpoint: Mapped[str] = mapped_column(SealedText("chat_channels"))
-    bot_token: Mapped[str | None] = mapped_column(SealedText("chat_channels"))  # telegram only
-    chat_id: Mapped[str | None]  # telegram only
+    bot_token: Mapped[str | None] = mapped_column(SealedText("chat_channels"))  # none: a Slack webhook
+    chat_id: Mapped[str | None]  # the review chat, where cards go (none: a Slack webhook)
     name: Mapped[str]  # what the model and reviewers are told ("#sales", "Sales group")
     created_at: Mapped[datetime] = created_at()
     webhook_secret: Mapped[str | None] = mapped_column(SealedText("chat_channels"))  # inbound only
+    # The tenant admin's setting (0032): a card of a call up to this risk gets Approve and Reject in
+    # the chat; a riskier one only "Open in inbox" ("none": every call is decided in the inbox).
+    decides_up_to: Mapped[str] = mapped_column(server_default="high")
 
 
 class ChatSender(Base):
@@ -1338,6 +1344,7 @@ class ChatTurn(Base):
     workflow_id: Mapped[str] = mapped_column(index=True)
     user_id: Mapped[str]  # who the mapped sender is: the conversation is theirs
     chat: Mapped[str]  # where the outcome goes (Telegram's chat id; Slack's channel)
+    thread: Mapped[str | None]  # Slack: the thread the outcome goes to (the message's own ts) (0032)
     state: Mapped[str] = mapped_column(server_default="open")
     created_at: Mapped[datetime] = created_at()
     updated_at: Mapped[datetime] = updated_at()
@@ -1347,8 +1354,9 @@ class ChatTurn(Base):
 
 class ChatCard(Base):
     """A pending approval posted to a channel's review chat with its buttons (Telegram's inline
-    keyboard): a press names the card by `id` (a button's data is short), and decides as the
-    sender's linked user through the inbox's decision path (countersign/server/channels.py)."""
+    keyboard, Slack's Block Kit): a press names the card by `id` (a button's data is short), and
+    decides as the sender's linked user through the inbox's decision path
+    (countersign/server/channels.py)."""
 
     __tablename__ = "chat_cards"
     __table_args__ = (UniqueConstraint("tenant_id", "nonce"),)
@@ -1360,6 +1368,21 @@ class ChatCard(Base):
     nonce: Mapped[str]  # the approval request's own: a call asked again gets a card of its own
     chat: Mapped[str]  # the review chat it was posted to
     remote_id: Mapped[str | None]  # the channel's message id, to edit it once decided
+    created_at: Mapped[datetime] = created_at()
+
+
+class ChatReasonAsk(Base):
+    """A Reject press waiting for its reason (0032): the presser was asked to reply with it, to the
+    message `prompt` (Telegram: the force_reply prompt's message id; Slack: the card's thread ts);
+    their reply there rejects the card's call with that reason, through the inbox's decision path."""
+
+    __tablename__ = "chat_reason_asks"
+
+    tenant_id: Mapped[str] = mapped_column(ForeignKey("tenants.id"), primary_key=True)
+    sender: Mapped[str] = mapped_column(primary_key=True)  # the presser's chat id
+    prompt: Mapped[str] = mapped_column(primary_key=True)
+    card_id: Mapped[int] = mapped_column(BigInteger, ForeignKey("chat_cards.id", ondelete="CASCADE"))
+    answered_by: Mapped[str | None]  # the reply that gave the reason (a redelivered one decides once)
     created_at: Mapped[datetime] = created_at()
 
 

@@ -1,32 +1,40 @@
-"""Chat channels that write to an agent, and their settings for a tenant's admins.
+"""Chat channels that write to an agent and decide its calls, and their settings for a tenant's admins.
 
 Inbound webhooks, outside /api/ (the channel has no session; it proves it knows the channel's
 `webhook_secret` instead):
 
-- `POST /channels/telegram/{tenant}`: a Telegram-Bot-API-compatible update; the secret arrives in
-  `X-Telegram-Bot-Api-Secret-Token` (the `secret_token` of setWebhook);
-- `POST /channels/slack/{tenant}`: a Slack Events API request, signed with the app's signing secret
-  (`X-Slack-Signature`: `v0=` HMAC-SHA256 of `v0:{timestamp}:{body}`, the timestamp within 5
-  minutes); its `url_verification` handshake is answered once the signature holds.
+- `POST /channels/telegram/{tenant}`: a Telegram-Bot-API-compatible update (a message, or the
+  `callback_query` of a card's button); the secret arrives in `X-Telegram-Bot-Api-Secret-Token`
+  (the `secret_token` of setWebhook);
+- `POST /channels/slack/{tenant}`: a Slack Events API request, and
+  `POST /channels/slack/{tenant}/interactions`: a press on a card's button (form-encoded
+  `payload=` JSON), both signed with the app's signing secret (`X-Slack-Signature`: `v0=`
+  HMAC-SHA256 of `v0:{timestamp}:{body}`, the timestamp within 5 minutes); the events'
+  `url_verification` handshake is answered once the signature holds.
 
 A request without the right secret answers 401 and is counted per tenant, source and minute in
 `webhook_refusals`, the first of each window also a chained `input_audit` record (naming the channel
 kind, never what was sent); past REFUSALS_PER_WINDOW a minute it answers 429. A message from a
-sender the operator mapped (`channels sender`,
-`chat_senders`) goes through the front door as that user (countersign.server.requesters: the same
-admission, proof and record as the conversation API) into their keyed conversation with the mapped
-agent (`{kind}_{sender}`), with the channel's own message id so a redelivered update is answered
-once; a sender nobody mapped is recorded and ignored. The turn's outcome is posted back to the
-same chat (Telegram: `sendMessage` to the chat it came from; Slack: the channel's incoming webhook),
-through tools/chat.py's `post`, after the webhook was answered (a channel retries a slow webhook):
-its reply; or, when it waits for a person, "waiting" and later the reply after the decision, the
-answer or the expiry, or that the conversation ended. What is owed is kept in `chat_turns`, so a
-server that starts again still posts it.
+sender the operator mapped (`channels sender`, `chat_senders`) goes through the front door as that
+user (countersign.server.requesters: the same admission, proof and record as the conversation API)
+into their keyed conversation with the mapped agent (`{kind}_{sender}`), with the channel's own
+message id so a redelivered update is answered once; a sender nobody mapped is recorded and
+ignored. The turn's outcome is posted back to the same chat (Telegram: `sendMessage` to the chat it
+came from; Slack: `chat.postMessage` in the thread of the message, or the channel's incoming webhook
+when it has no bot token), through tools/chat.py's `post`, after the webhook was answered (a channel
+retries a slow webhook): its reply; or, when it waits for a person, "waiting", its questions (a
+reply answers them), and later the reply after the decision, the answer or the expiry, or that the
+conversation ended. What is owed is kept in `chat_turns`, so a server that starts again still posts it.
+
+A call the turn waits on is posted to the channel's review chat as a card with Approve, Reject and
+Open in inbox, and a press decides as the presser's linked user (countersign.server.chat_cards;
+drawn by countersign.server.chat_render for Telegram and Slack alike).
 
 Admin API (a logged-in admin of the tenant; 403 otherwise), instead of SQL:
-`GET`/`PUT /api/admin/channel` (ChannelSettings in, ChannelView out: never a secret) and
-`PUT /api/admin/channel/senders/{sender}` (`{"user_id", "agent"}`), each change a chained audit
-record; `GET /api/admin/channel/changes` lists them.
+`GET`/`PUT /api/admin/channel` (ChannelSettings in, ChannelView out: never a secret),
+`GET /api/admin/channel/senders`, `PUT`/`DELETE /api/admin/channel/senders/{sender}`
+(`{"user_id", "agent"}`), `PUT /api/admin/channel/decides` (`{"up_to"}`), each change a chained
+audit record (`GET /api/admin/channel/changes` lists them), and `POST /api/admin/channel/test`.
 """
 
 from __future__ import annotations
@@ -39,9 +47,9 @@ import logging
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Any
+from urllib.parse import parse_qs
 
-import httpx
 from aiohttp import web
 from sqlalchemy import select, update
 from sqlalchemy.dialects.postgresql import insert
@@ -49,14 +57,17 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from temporalio.service import RPCError
 
 from countersign.client.handles import channel_key
-from countersign.core.shown import fold
 from countersign.db.chain import chain_written
 from countersign.db.channels import (
     ChannelSettings,
+    DecidesSettings,
     SenderSettings,
     changes,
     channel_view,
+    remove_sender,
+    senders,
     set_channel,
+    set_decides,
     set_sender,
 )
 from countersign.db.people import roles_of
@@ -70,14 +81,12 @@ from countersign.db.schema import (
     InputAudit,
     WebhookRefusal,
 )
-from countersign.runtime.endpoints import EndpointRefused, check_endpoint
-from countersign.server.auth import Reviewer
+from countersign.server.chat_cards import card_pressed, post_cards, reason_asked, reason_given, tell
+from countersign.server.chat_render import Press, as_id, chat_text, slack_press, telegram_press
 from countersign.server.door import CALLER, REQUESTERS
 from countersign.server.http import HttpRefusal, parse
-from countersign.server.inbox import DecisionRequest, PendingItem
-from countersign.server.inbox_routes import INBOX
 from countersign.server.requesters import AnswerBody, Caller, MessageBody, RatingBody, Requesters, StartBody
-from tools.chat import POST_TIMEOUT_S, post
+from tools.chat import post, post_test_message
 from tools.registry import OutcomeUnknown, ToolFailure
 
 log = logging.getLogger(__name__)
@@ -86,9 +95,6 @@ ADMIN = "admin"
 SLACK_SKEW_S = 300  # Slack's own advice: refuse a request signed more than 5 minutes ago
 REPLY_WAIT_S = 600.0  # how long a channel's turn is asked through updates before its end is read from events
 TELEGRAM_SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"
-# Characters of a reply posted as one chat message (Telegram takes 4,096): a longer one is folded,
-# its mark and the link to the whole after it.
-REPLY_CHARS = 3_800
 REFUSALS_PER_WINDOW = 20  # unauthenticated requests a source may send a channel per minute before 429
 
 
@@ -110,7 +116,14 @@ class Inbound:
     chat: str
     message_id: str
     text: str
-    replying: bool = False  # a reply to one of the bot's messages: it answers a pending question
+    # What it replies to: Telegram's replied-to message id, Slack's thread (a reply in a thread).
+    # It answers a pending question, or gives the reason a Reject press was asked for.
+    reply_to: str | None = None
+    thread: str | None = None  # Slack: the thread the outcome goes to (the message's own, or its thread)
+
+    @property
+    def replying(self) -> bool:
+        return self.reply_to is not None
 
 
 # --- the secrets (pure) ------------------------------------------------------------------------------
@@ -144,12 +157,6 @@ def slack_signature_holds(
 # --- what the channel sent (pure; never raises on outside data) -----------------------------------
 
 
-def as_id(value: Any) -> str | None:
-    if isinstance(value, bool) or not isinstance(value, int | str) or value == "":
-        return None
-    return str(value)
-
-
 def telegram_message(update: Any) -> Inbound | None:
     """The text message in a Telegram update, or None (an edit, a photo, a join: nothing to answer)."""
     message = update.get("message") if isinstance(update, dict) else None
@@ -160,45 +167,11 @@ def telegram_message(update: Any) -> Inbound | None:
     update_id = as_id(update.get("update_id"))
     if sender is None or chat is None or update_id is None or not message["text"].strip():
         return None
-    replying = isinstance(message.get("reply_to_message"), dict)
+    replied = message.get("reply_to_message")
+    reply_to = (as_id(replied.get("message_id")) or "?") if isinstance(replied, dict) else None
     return Inbound(
-        sender=sender, chat=chat, message_id=f"telegram-{update_id}", text=message["text"], replying=replying
+        sender=sender, chat=chat, message_id=f"telegram-{update_id}", text=message["text"], reply_to=reply_to
     )
-
-
-@dataclass(frozen=True)
-class Press:
-    """A button pressed on a card: who pressed it, which card, approve or reject, and where the
-    card's message is (to edit it once decided)."""
-
-    query_id: str
-    sender: str
-    card: int
-    decision: Literal["approve", "reject"]
-    chat: str | None
-    message_id: str | None
-
-
-PRESSES: dict[str, Literal["approve", "reject"]] = {"a": "approve", "r": "reject"}
-
-
-def telegram_press(update: Any) -> Press | None:
-    """The `callback_query` of a card's button (`cs:<card>:<a|r>`), or None."""
-    query = update.get("callback_query") if isinstance(update, dict) else None
-    if not isinstance(query, dict) or not isinstance(query.get("data"), str):
-        return None
-    prefix, _, rest = query["data"].partition(":")
-    card, _, decision = rest.partition(":")
-    sender = as_id((query.get("from") or {}).get("id")) if isinstance(query.get("from"), dict) else None
-    query_id = as_id(query.get("id"))
-    if prefix != CARD_PREFIX or not (card.isascii() and card.isdigit()) or len(card) > 18:
-        return None
-    if decision not in PRESSES or sender is None or query_id is None:
-        return None
-    message = query.get("message")
-    message = message if isinstance(message, dict) else {}
-    chat = as_id((message.get("chat") or {}).get("id")) if isinstance(message.get("chat"), dict) else None
-    return Press(query_id, sender, int(card), PRESSES[decision], chat, as_id(message.get("message_id")))
 
 
 def slack_message(payload: Any) -> Inbound | None:
@@ -212,7 +185,12 @@ def slack_message(payload: Any) -> Inbound | None:
     event_id = as_id(payload.get("event_id")) or as_id(event.get("ts"))
     if sender is None or chat is None or event_id is None or not isinstance(text, str) or not text.strip():
         return None
-    return Inbound(sender=sender, chat=chat, message_id=f"slack-{event_id}", text=text)
+    ts, thread_ts = as_id(event.get("ts")), as_id(event.get("thread_ts"))
+    reply_to = thread_ts if thread_ts is not None and thread_ts != ts else None
+    return Inbound(
+        sender=sender, chat=chat, message_id=f"slack-{event_id}", text=text, reply_to=reply_to,
+        thread=thread_ts or ts,
+    )  # fmt: skip
 
 
 def loads(raw: bytes) -> Any:
@@ -220,6 +198,12 @@ def loads(raw: bytes) -> Any:
         return json.loads(raw)
     except ValueError:
         return None
+
+
+def form_payload(raw: bytes) -> Any:
+    """The JSON of a Slack interaction's form-encoded `payload=` field, or None."""
+    payload = parse_qs(raw.decode(errors="replace")).get("payload")
+    return loads(payload[0].encode()) if payload else None
 
 
 # --- the webhooks -----------------------------------------------------------------------------------
@@ -307,7 +291,10 @@ async def telegram(request: web.Request) -> web.Response:
     return await deliver(request, channel, inbound)
 
 
-async def slack(request: web.Request) -> web.Response:
+async def slack_verified(request: web.Request) -> tuple[ChatChannel, bytes] | web.Response:
+    """The tenant's Slack channel and the request's body once its signature holds (events and
+    interactions alike: the app's signing secret, v0 HMAC, a timestamp within 5 minutes); the
+    answer to give otherwise."""
     tenant = request.match_info["tenant"]
     body = await request.read()
     async with request.app[REQUESTERS].sessions() as session:
@@ -323,6 +310,14 @@ async def slack(request: web.Request) -> web.Response:
     )
     if not holds:
         return await unauthenticated(request, channel.tenant_id, "slack", "wrong, missing or stale signature")
+    return channel, body
+
+
+async def slack(request: web.Request) -> web.Response:
+    verified = await slack_verified(request)
+    if isinstance(verified, web.Response):
+        return verified
+    channel, body = verified
     payload = loads(body)
     if isinstance(payload, dict) and payload.get("type") == "url_verification":
         return web.json_response({"challenge": str(payload.get("challenge", ""))[:200]})
@@ -330,6 +325,18 @@ async def slack(request: web.Request) -> web.Response:
     if inbound is None:
         return web.json_response({"ok": True})
     return await deliver(request, channel, inbound)
+
+
+async def slack_interactions(request: web.Request) -> web.Response:
+    """A press on a card's button (Slack's interactivity Request URL), signed like the events."""
+    verified = await slack_verified(request)
+    if isinstance(verified, web.Response):
+        return verified
+    channel, body = verified
+    press = slack_press(form_payload(body))
+    if press is None:
+        return web.json_response({"ok": True})
+    return await pressed(request, channel, press)
 
 
 async def deliver(request: web.Request, channel: ChatChannel, inbound: Inbound) -> web.Response:
@@ -340,6 +347,13 @@ async def deliver(request: web.Request, channel: ChatChannel, inbound: Inbound) 
         mapped = await session.get(ChatSender, (channel.tenant_id, inbound.sender[:200]))
     if mapped is None:
         return await refused(request, channel.tenant_id, channel.kind, "a sender nobody mapped", 200)
+    if inbound.reply_to is not None and (
+        card := await reason_asked(request.app, channel, inbound.sender, inbound.reply_to, inbound.message_id)
+    ):
+        given = await reason_given(
+            request.app, channel, mapped.user_id, inbound.sender, inbound.chat, inbound.text, card
+        )
+        return web.json_response(given)
     caller = Caller(tenant_id=channel.tenant_id, person=mapped.user_id)
     key = channel_key(channel.kind, inbound.sender)
     workflow_id = None
@@ -362,6 +376,7 @@ async def deliver(request: web.Request, channel: ChatChannel, inbound: Inbound) 
     owed = ChatTurn(
         tenant_id=channel.tenant_id, message_id=inbound.message_id[:200], workflow_id=workflow_id,
         user_id=mapped.user_id, chat=inbound.chat[:200], state="open",
+        thread=inbound.thread[:100] if inbound.thread else None,
     )  # fmt: skip
     async with requesters.sessions.begin() as session:
         new = await session.scalar(
@@ -408,28 +423,24 @@ async def rated_in_chat(
         said = f"Thanks: the last reply is rated {rating.replace('_', ' ')}."
     except HttpRefusal as err:  # no reply to rate yet
         said = f"Nothing was rated: {err}"
-    to = ChatChannel(
-        tenant_id=channel.tenant_id, kind=channel.kind, endpoint=channel.endpoint,
-        bot_token=channel.bot_token, chat_id=inbound.chat, name=channel.name,
-    )  # fmt: skip
     try:
-        await post(to, said, f"{row.workflow_id}:{inbound.message_id}:rated")
+        await post(
+            to_chat(channel, inbound.chat),
+            said,
+            f"{row.workflow_id}:{inbound.message_id}:rated",
+            inbound.thread,
+        )
     except (ToolFailure, OutcomeUnknown) as failure:
         log.warning("a rating's answer for %s not posted: %s", channel.tenant_id, failure)
     return web.json_response({"ok": True, "workflow_id": row.workflow_id, "rated": turn})
 
 
-def chat_text(text: str, whole_at: str) -> str:
-    """`text` as one chat message (a reply, a card, a decided card): a long one folded with its
-    visible mark (countersign.core.shown) and where the whole of it is (`whole_at`: the chat page,
-    the card in the inbox), never cut silently."""
-    shown, rest = fold(text, REPLY_CHARS)
-    return f"{shown}\nThe whole of it: {whole_at}" if rest else shown
-
-
-def card_link(requesters: Requesters, workflow_id: str, call_id: str) -> str:
-    """The call's card in the inbox."""
-    return f"{requesters.inbox_url}/#{workflow_id}/{call_id}"
+def to_chat(channel: ChatChannel, chat: str) -> ChatChannel:
+    """The tenant's channel, posting to `chat` (a requester's) instead of its review chat."""
+    return ChatChannel(
+        tenant_id=channel.tenant_id, kind=channel.kind, endpoint=channel.endpoint,
+        bot_token=channel.bot_token, chat_id=chat, name=channel.name,
+    )  # fmt: skip
 
 
 async def asked(requesters: Requesters, row: Conversation) -> str | None:
@@ -439,10 +450,10 @@ async def asked(requesters: Requesters, row: Conversation) -> str | None:
     return questions[0].call_id if questions else None
 
 
-def fact(turn: ChatTurn) -> dict[str, str]:
+def fact(turn: ChatTurn) -> dict[str, str | None]:
     return {
         "tenant_id": turn.tenant_id, "message_id": turn.message_id, "workflow_id": turn.workflow_id,
-        "user_id": turn.user_id, "chat": turn.chat, "state": turn.state,
+        "user_id": turn.user_id, "chat": turn.chat, "thread": turn.thread, "state": turn.state,
     }  # fmt: skip
 
 
@@ -499,10 +510,9 @@ async def answer_back(app: web.Application, turn: ChatTurn) -> None:
             answer = await requesters.reply(row, turn.message_id, None, REPLY_WAIT_S)
         if answer.state == "waiting" and turn.state == "open" and await moved(app, turn, "open", "waiting"):
             await post_to(app, turn, WAITING)
+            how = "Reply in this thread" if turn.thread else "Reply to this message"
             for question in answer.status.pending_questions if answer.status is not None else []:
-                await post_to(
-                    app, turn, f"{question.question}\n(Reply to this message to answer.)", question.call_id
-                )
+                await post_to(app, turn, f"{question.question}\n({how} to answer.)", question.call_id)
             if answer.status is not None:
                 await post_cards(app, turn, [p.call_id for p in answer.status.pending_approvals])
         if answer.state in ("waiting", "running"):  # a person decides, or a long turn: its end, from events
@@ -523,145 +533,29 @@ async def post_to(app: web.Application, turn: ChatTurn, text: str, part: str = "
     if channel is None:
         log.warning("the chat channel of %s is gone: an outcome is not posted", turn.tenant_id)
         return
-    to = ChatChannel(
-        tenant_id=channel.tenant_id, kind=channel.kind, endpoint=channel.endpoint,
-        bot_token=channel.bot_token, chat_id=turn.chat, name=channel.name,
-    )  # fmt: skip
+    to = to_chat(channel, turn.chat)
     try:
         shown = chat_text(text, app[REQUESTERS].chat_url)
-        await post(to, shown, f"{turn.workflow_id}:{turn.message_id}:{turn.state}{part}")
+        await post(to, shown, f"{turn.workflow_id}:{turn.message_id}:{turn.state}{part}", turn.thread)
     except (ToolFailure, OutcomeUnknown) as failure:  # its message names no URL nor token
         log.warning("a chat turn's outcome for %s not posted: %s", turn.tenant_id, failure)
 
 
-CARD_PREFIX = "cs"
-CHAT_DECIDES: frozenset[str] = frozenset({"low", "medium", "high"})  # critical: only in the inbox
-RECORDED_TRIES = 25  # 5 s for a pending call's record to be read
-
-
-def card_text(item: PendingItem) -> str:
-    """A card: the call, who asked, its risk, and the effect's lines (the arguments' when the tool
-    resolved no effect); posted through `chat_text`, which folds it past one message's length."""
-    lines = item.effect_lines or item.arg_lines
-    return "\n".join([f"{item.tool} asked by {item.requested_by} ({item.risk} risk)", *lines, *item.warnings])
-
-
-def keyboard(card: int, risk: str, link: str) -> dict[str, Any]:
-    """Approve and Reject (for a risk a chat may decide), and Open in inbox."""
-    row: list[dict[str, str]] = []
-    if risk in CHAT_DECIDES:
-        row += [{"text": "Approve", "callback_data": f"{CARD_PREFIX}:{card}:a"},
-                {"text": "Reject", "callback_data": f"{CARD_PREFIX}:{card}:r"}]  # fmt: skip
-    row.append({"text": "Open in inbox", "url": link})
-    return {"inline_keyboard": [row]}
-
-
-async def bot_call(channel: ChatChannel, method: str, body: dict[str, Any]) -> dict[str, Any] | None:
-    """One Telegram Bot API method on the channel's endpoint (checked like every post); its
-    `result`, or None when it failed (logged without the URL: it holds the token)."""
-    url = f"{channel.endpoint.rstrip('/')}/bot{channel.bot_token}/{method}"
-    try:
-        await check_endpoint(url)
-        async with httpx.AsyncClient(timeout=POST_TIMEOUT_S) as http:
-            response = await http.post(url, json=body)
-        answer = response.json() if response.status_code < 300 else None
-    except (EndpointRefused, httpx.HTTPError, ValueError) as err:
-        log.warning("telegram %s for %s failed: %s", method, channel.tenant_id, type(err).__name__)
-        return None
-    result = answer.get("result") if isinstance(answer, dict) else None
-    return result if isinstance(result, dict) else {}
-
-
-async def post_cards(app: web.Application, turn: ChatTurn, pending: list[str]) -> None:
-    """Post each pending call of `turn` as a card to the channel's review chat (once per call)."""
-    requesters, inbox = app[REQUESTERS], app[INBOX]
-    async with requesters.sessions() as session:
-        channel = await session.get(ChatChannel, turn.tenant_id)
-    if channel is None or channel.kind != "telegram" or channel.chat_id is None:
-        return  # Slack's buttons are not there yet: the card is in the inbox
-    for call_id in pending:
-        item = await inbox.recorded(turn.tenant_id, turn.workflow_id, call_id)
-        for _ in range(RECORDED_TRIES):  # the status can tell of the call before its record commits
-            if item is not None:
-                break
-            await asyncio.sleep(0.2)
-            item = await inbox.recorded(turn.tenant_id, turn.workflow_id, call_id)
-        if item is None:
-            continue  # decided or expired meanwhile
-        async with requesters.sessions.begin() as session:
-            card = await session.scalar(
-                insert(ChatCard)
-                .values(
-                    tenant_id=turn.tenant_id,
-                    workflow_id=turn.workflow_id,
-                    call_id=call_id,
-                    nonce=item.nonce,
-                    chat=channel.chat_id,
-                )
-                .on_conflict_do_nothing()
-                .returning(ChatCard.id)
-            )
-        if card is None:
-            continue  # posted before
-        link = card_link(requesters, turn.workflow_id, call_id)
-        body = {
-            "chat_id": channel.chat_id,
-            "text": chat_text(card_text(item), link),
-            "reply_markup": keyboard(card, item.risk, link),
-        }
-        sent = await bot_call(channel, "sendMessage", body)
-        if sent and sent.get("message_id") is not None:
-            async with requesters.sessions.begin() as session:
-                await session.execute(
-                    update(ChatCard)
-                    .where(ChatCard.id == card)
-                    .values(remote_id=str(sent["message_id"])[:100])
-                )
-
-
-async def answer_press(channel: ChatChannel, press: Press, text: str) -> None:
-    """What the presser sees at once (Telegram shows it over the chat; at most 200 characters)."""
-    await bot_call(channel, "answerCallbackQuery", {"callback_query_id": press.query_id, "text": text[:190]})
-
-
 async def pressed(request: web.Request, channel: ChatChannel, press: Press) -> web.Response:
-    """A card's button: decides as the sender's linked user through the inbox's decision path
-    (Inbox.decide: the same admission, four-eyes, quorum, single use and server-issued proof),
-    with the channel named in the decision's reason; anything refused is answered in the chat."""
-    requesters, inbox = request.app[REQUESTERS], request.app[INBOX]
-    async with requesters.sessions() as session:
+    """A card's button: decided as the presser's linked user (countersign.server.chat_cards); a
+    press from someone nobody linked is recorded and decides nothing."""
+    async with request.app[REQUESTERS].sessions() as session:
         card = await session.get(ChatCard, press.card)
         mapped = await session.get(ChatSender, (channel.tenant_id, press.sender[:200]))
     if card is None or card.tenant_id != channel.tenant_id:
-        await answer_press(channel, press, "No such card.")
+        await tell(channel, press.chat, press.sender, "No such card.", press.query_id)
         return web.json_response({"ok": True})
     if mapped is None:
         await refused(request, channel.tenant_id, channel.kind, "a press from a sender nobody linked", 200)
         said = "You are not linked to a user here: nothing was decided."
-        await answer_press(channel, press, said)
+        await tell(channel, press.chat, press.sender, said, press.query_id)
         return web.json_response({"ok": True})
-    item = await inbox.recorded(card.tenant_id, card.workflow_id, card.call_id)
-    reviewer = Reviewer(tenant_id=card.tenant_id, user_id=mapped.user_id)
-    try:
-        if item is not None and item.risk not in CHAT_DECIDES:
-            raise HttpRefusal(403, f"a {item.risk}-risk call is decided in the inbox only")
-        reason = f"decided in {channel.kind} ({channel.name})"
-        approval = await inbox.decide(
-            reviewer, card.workflow_id, card.call_id, DecisionRequest(decision=press.decision, reason=reason)
-        )
-    except HttpRefusal as err:  # not pending (decided, expired, voided), own call, not entitled
-        said = f"Nothing was decided: {err}"
-        await answer_press(channel, press, said)
-        return web.json_response({"ok": True, "refused": str(err)})
-    what = "Approved" if press.decision == "approve" else "Rejected"
-    state = f"{what} by {mapped.user_id} in {channel.kind}; the call is now {approval.state}."
-    await answer_press(channel, press, state)
-    if press.chat is not None and press.message_id is not None:
-        text = (card_text(item) + "\n\n" if item is not None else "") + state
-        link = card_link(requesters, card.workflow_id, card.call_id)
-        edit = {"chat_id": press.chat, "message_id": press.message_id, "text": chat_text(text, link)}
-        await bot_call(channel, "editMessageText", edit)
-    return web.json_response({"ok": True, "decided": approval.state})
+    return web.json_response(await card_pressed(request.app, channel, press, card, mapped.user_id))
 
 
 async def resume(app: web.Application) -> None:
@@ -725,6 +619,52 @@ async def put_sender(request: web.Request) -> web.Response:
     return web.json_response({"tenant_id": tenant, "sender": sender, **settings.model_dump()})
 
 
+async def put_decides(request: web.Request) -> web.Response:
+    """Where a decision may be made: the highest risk a press in the chat decides."""
+    settings = await parse(request, DecidesSettings)
+    async with request.app[REQUESTERS].sessions.begin() as session:
+        tenant = await admin_tenant(request, session)
+        try:
+            await set_decides(session, tenant, settings, admin_name(request))
+        except ValueError as err:  # no channel yet
+            raise HttpRefusal(404, str(err)) from None
+        view = await channel_view(session, tenant)
+    assert view is not None  # just updated
+    return web.json_response(view.model_dump())
+
+
+async def list_senders(request: web.Request) -> web.Response:
+    async with request.app[REQUESTERS].sessions() as session:
+        shown = await senders(session, await admin_tenant(request, session))
+    return web.json_response({"senders": [s.model_dump() for s in shown]})
+
+
+async def delete_sender(request: web.Request) -> web.Response:
+    sender = request.match_info["sender"][:200]
+    async with request.app[REQUESTERS].sessions.begin() as session:
+        tenant = await admin_tenant(request, session)
+        try:
+            await remove_sender(session, tenant, sender, admin_name(request))
+        except ValueError as err:
+            raise HttpRefusal(404, str(err)) from None
+    return web.json_response({"tenant_id": tenant, "sender": sender, "removed": True})
+
+
+async def send_test_post(request: web.Request) -> web.Response:
+    """Post a test message to the channel's chat, so an admin sees the settings work; what went
+    wrong is answered by kind and HTTP status only (never the endpoint nor the token)."""
+    async with request.app[REQUESTERS].sessions() as session:
+        tenant = await admin_tenant(request, session)
+        channel = await session.get(ChatChannel, tenant)
+    if channel is None:
+        raise HttpRefusal(404, "no chat channel set")
+    try:
+        remote_id = await post_test_message(channel, admin_name(request))
+    except (ToolFailure, OutcomeUnknown) as failure:
+        raise HttpRefusal(502, failure.message) from None
+    return web.json_response({"ok": True, "posted_to": channel.name, "remote_id": remote_id})
+
+
 def add_routes(app: web.Application) -> None:
     """The webhooks and the admin API (after door.add_routes: they use its REQUESTERS)."""
     app[REPLIES] = Replies(tasks=set())
@@ -739,7 +679,12 @@ def add_routes(app: web.Application) -> None:
     app.on_shutdown.append(stop_replies)
     app.router.add_post("/channels/telegram/{tenant}", telegram)
     app.router.add_post("/channels/slack/{tenant}", slack)
+    app.router.add_post("/channels/slack/{tenant}/interactions", slack_interactions)
     app.router.add_get("/api/admin/channel", show_channel)
     app.router.add_put("/api/admin/channel", put_channel)
     app.router.add_get("/api/admin/channel/changes", channel_changes)
     app.router.add_put("/api/admin/channel/senders/{sender}", put_sender)
+    app.router.add_delete("/api/admin/channel/senders/{sender}", delete_sender)
+    app.router.add_get("/api/admin/channel/senders", list_senders)
+    app.router.add_put("/api/admin/channel/decides", put_decides)
+    app.router.add_post("/api/admin/channel/test", send_test_post)

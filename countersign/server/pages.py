@@ -9,6 +9,9 @@ The pages added here, beside the inbox (`/`) and the chat (`/chat`) that counter
   whose rules hold) and its history from `tier_changes`;
 - `/policies`: a tenant admin's Cedar policies (countersign.server.policies): the enforced and
   shadow sets, validate, apply, apply as shadow, and the calls the shadow set would decide otherwise;
+- `/channels`: a tenant admin's chat channel (countersign.server.channels' admin API): its settings
+  without secrets, a test post, where decisions are made (the risks a press in the chat decides),
+  the sender map (link, unlink) and the changes;
 - `/drafts`: a person's email drafts (read, edit through `PATCH /api/drafts/{id}`, and send: a link
   to the chat with an agent that has `send_draft`, the message ready, so that it goes through
   approval like every email) and notifications (list, resolve through countersign.server.notifications).
@@ -99,4 +102,5 @@ async def drafts_page(request: web.Request) -> web.Response:
 def add_routes(app: web.Application) -> None:
     app.router.add_get("/tools", admin_page("tools.html", "tools"))
     app.router.add_get("/policies", admin_page("policies.html", "policies"))
+    app.router.add_get("/channels", admin_page("channels.html", "channels"))
     app.router.add_get("/drafts", drafts_page)

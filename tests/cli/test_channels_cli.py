@@ -63,10 +63,27 @@ async def test_set_show_sender_and_rekey(database_url: str, db_engine: AsyncEngi
     assert mapped.returncode == 0, mapped.stderr
     unknown = await countersign(database_url, old, "sender", "globex", "98", "nobody")
     assert unknown.returncode != 0 and "no user nobody in globex" in unknown.stderr
+    listed = await countersign(database_url, old, "senders", "globex")
+    assert listed.stdout.splitlines() == ["99 writes as dave to operations"], listed.stderr
+    assert (await countersign(database_url, old, "unlink", "globex", "99")).returncode == 0
+    assert (await countersign(database_url, old, "senders", "globex")).stdout == ""
+    assert "no sender 99" in (await countersign(database_url, old, "unlink", "globex", "99")).stderr
+    kept = await countersign(database_url, old, "decides", "globex", "medium")
+    assert (
+        kept.stdout.strip() == "globex: the chat decides calls up to medium risk; riskier ones in the inbox"
+    )
+    assert (
+        '"decides_up_to": "medium"'
+        in (await countersign(database_url, old, "show", "globex", "--json")).stdout
+    )
+    assert (await countersign(database_url, old, "decides", "globex", "critical")).returncode == 2
     no_telegram_chat = await countersign(
         database_url, old, "set", "globex", "--kind", "telegram", "--name", "x", "--endpoint", "ftp://x"
     )
     assert no_telegram_chat.returncode != 0 and "http(s) URL" in no_telegram_chat.stderr
+    slack = ("set", "globex", "--kind", "slack", "--name", "#ops", "--endpoint", "https://slack.com/api")
+    no_review_channel = await countersign(database_url, old, *slack, COUNTERSIGN_CHAT_BOT_TOKEN="xoxb-1")
+    assert no_review_channel.returncode != 0 and "needs chat_id" in no_review_channel.stderr
 
     new = (await countersign(database_url, old, "key")).stdout.strip()
     rekeyed = await countersign(database_url, f"{new},{old}", "rekey")

@@ -53,6 +53,7 @@ from countersign.cli import cli
 from countersign.devstack.stack import DEFAULT_PORTS
 from countersign.runtime.config import PROJECT_ROOT
 from countersign.runtime.ports import free_port, port_open
+from tests.fixtures.chat import Receiver, receiver_in_thread
 
 README = PROJECT_ROOT / "README.md"
 DOCS = PROJECT_ROOT / "docs"
@@ -72,8 +73,12 @@ NOT_RUN = {
     ".venv/bin/countersign tokens create --tenant acme --name desktop": "it prints a new secret each time",
 }
 SSO_SECTION = "## Single sign-on with the mock provider"
-# Ports the pages type (mock provider, a second inbox, the worker's metrics): moved like the stack's.
-TYPED_PORTS = (9400, 8301, 9464)
+# Ports the pages type (mock provider, a second inbox, the worker's metrics, the chat API the test
+# serves): moved like the stack's.
+CHAT_API_PORT = 9700
+TYPED_PORTS = (9400, 8301, 9464, CHAT_API_PORT)
+# The tokens docs/how-to/connect-telegram-and-slack.md types for the chat API on CHAT_API_PORT.
+TELEGRAM_TOKEN, SLACK_TOKEN = "123456:ABC-example-token", "xoxb-example-token"
 COMMAND_TIMEOUT_S = 300  # `make demo` on a loaded machine; the others take seconds
 # What the stack and the CLI read from the environment: the walk-through runs with none of it set.
 CLEARED = {"TEMPORAL_ADDRESS", "TEMPORAL_NAMESPACE", "TASK_QUEUE", "DATABASE_URL", "LLM_BASE_URL"}
@@ -89,6 +94,8 @@ CLEARED |= {
     "MAKELEVEL",
     "MAKEFLAGS",
     "MFLAGS",
+    # A PYTHONPATH naming another tree (a worktree's tests run with one) would run its code, not the clone's.
+    "PYTHONPATH",
 }
 
 WORKFLOW_ID = r"conv-[a-z]+-[0-9a-f]{12}"
@@ -392,6 +399,9 @@ def test_the_readme_walkthrough_works_as_typed(clone_dir: Path) -> None:
     record = os.environ.get("WALKTHROUGH_RECORD") == "1"
     ids, status = Ids(), 0
     recorded: dict[Path, dict[int, tuple[int, list[str]]]] = {}
+    serving = contextlib.ExitStack()  # the chat API the channels how-to posts to
+    chat_api = Receiver(telegram_token=TELEGRAM_TOKEN, slack_token=SLACK_TOKEN)
+    serving.enter_context(receiver_in_thread(typed[CHAT_API_PORT], chat_api))
     try:
         for block in walkthrough_blocks():
             written: list[str] = []
@@ -422,6 +432,7 @@ def test_the_readme_walkthrough_works_as_typed(clone_dir: Path) -> None:
         subprocess.run(
             [root / ".venv" / "bin" / "countersign", "dev", "down"], cwd=root, env=env, check=False
         )
+        serving.close()
     for page, blocks in recorded.items() if record else ():
         lines = page.read_text().split("\n")
         for start in sorted(blocks, reverse=True):

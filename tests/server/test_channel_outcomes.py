@@ -219,6 +219,8 @@ async def test_two_presses_complete_a_quorum_of_two_each_person_counted_once(
 
     code, first = await webhook(stack.url, "/channels/telegram/acme", press(110, REVIEWER, card_id), secret)
     assert (code, first.get("decided")) == (200, "pending"), first  # one of two
+    (edited,) = calls(chat_receiver, "editMessageText")  # says so, and keeps its buttons for the second
+    assert "Approved by bob" in edited["text"] and edited["reply_markup"] == sent["reply_markup"], edited
     code, twice = await webhook(stack.url, "/channels/telegram/acme", press(111, REVIEWER, card_id), secret)
     assert code == 200 and "refused" in twice, twice  # bob counts once
     assert await lead_status(db_engine, "acme") == "new"
@@ -295,3 +297,47 @@ async def test_a_thumbs_up_in_the_chat_rates_the_last_reply_as_the_linked_user(
             )
         ).all()
     assert [tuple(r) for r in recorded if r.via == "chat"] == [("chat", 200), ("chat", 200)], recorded
+
+
+async def test_a_reject_press_asks_for_the_reason_and_the_reply_to_that_prompt_rejects_with_it_once(
+    signed_agent: SignedStack,
+    chat_receiver: Receiver,
+    db_engine: AsyncEngine,
+    chat_cleanup: None,
+    jane_is_new: None,
+) -> None:
+    stack = signed_agent
+    stack.agent.script(qualify(), ECHO_RESULT)
+    await telegram_channel(stack, chat_receiver)
+    carol = await stack.login("carol")
+    bob = {"user_id": "bob", "agent": "lead-qualifier"}
+    assert (await stack.call("PUT", f"/api/admin/channel/senders/{REVIEWER}", carol, bob))[0] == 200
+    secret = {TELEGRAM_SECRET_HEADER: SECRET}
+    await started_in_chat(stack, 120, "qualify jane")
+    await told(chat_receiver, 1, "-100200")
+    (sent,) = [s for s in calls(chat_receiver, "sendMessage") if s["chat_id"] == "-100200"]
+    card_id = sent["reply_markup"]["inline_keyboard"][0][1]["callback_data"].split(":")[1]
+
+    code, asked = await webhook(
+        stack.url, "/channels/telegram/acme", press(121, REVIEWER, card_id, "r"), secret
+    )
+    assert (code, asked.get("asked")) == (200, "reason"), asked
+    (index,) = [
+        i for i, p in enumerate(chat_receiver.posts) if "force_reply" in p["json"].get("reply_markup", {})
+    ]
+    assert chat_receiver.posts[index]["json"]["text"].startswith("Why reject update_lead_status?")
+    assert await lead_status(db_engine, "acme") == "new" and not calls(chat_receiver, "editMessageText")
+
+    reason = {"update_id": 122, "message": {
+        "message_id": 122, "from": {"id": int(REVIEWER)}, "chat": {"id": -100200}, "text": "no budget yet",
+        "reply_to_message": {"message_id": 1001 + index}}}  # fmt: skip
+    body = json.dumps(reason).encode()
+    code, rejected = await webhook(stack.url, "/channels/telegram/acme", body, secret)
+    assert (code, rejected.get("decided")) == (200, "rejected"), rejected
+    assert (await told(chat_receiver, 2))[1] == ("-555", DONE)
+    (edited,) = calls(chat_receiver, "editMessageText")
+    assert "Rejected by bob in telegram (no budget yet)" in edited["text"], edited
+    # the same reply delivered again decides nothing, and is no message to the agent either
+    code, again = await webhook(stack.url, "/channels/telegram/acme", body, secret)
+    assert again == {"ok": True, "ignored": "a reason given before"}, again
+    assert await lead_status(db_engine, "acme") == "new"

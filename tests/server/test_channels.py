@@ -16,13 +16,13 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from countersign.core.shown import fold_mark
 from countersign.db.schema import InputAudit
 from countersign.server.channels import (
-    REPLY_CHARS,
     TELEGRAM_SECRET_HEADER,
     slack_message,
     slack_signature,
     slack_signature_holds,
     telegram_message,
 )
+from countersign.server.chat_render import REPLY_CHARS
 from tests.fixtures.chat import HOOK, TOKEN, Receiver, posted, webhook
 from tests.fixtures.inbox import SignedStack
 
