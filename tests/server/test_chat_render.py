@@ -9,14 +9,16 @@ from __future__ import annotations
 from typing import Any
 
 from countersign.core.shown import fold_mark
-from countersign.server.channels import slack_message, slack_press, telegram_press
+from countersign.server.channels import slack_message
 from countersign.server.chat_render import (
     SLACK_SECTION_CHARS,
     card_text,
     may_decide,
     press_of,
     slack_card,
+    slack_press,
     telegram_keyboard,
+    telegram_press,
 )
 from countersign.server.inbox import PendingItem
 
