@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Annotated, Any, Literal, get_args
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from pydantic import BaseModel, Field
@@ -33,7 +33,7 @@ from temporalio.client import Client, WorkflowExecutionStatus, WorkflowUpdateFai
 from temporalio.service import RPCError, RPCStatusCode
 
 from countersign.core.approvals import Approval, Decision, PendingCall, approver_refusal, quorum_line
-from countersign.core.bounds import MAX_REASON_CHARS
+from countersign.core.bounds import MAX_REASON_CHARS, Identifier, WorkflowId
 from countersign.core.calls import Risk
 from countersign.core.effects import Effect, effect_shown, effect_warnings
 from countersign.core.evidence import Broken, bundle_tar
@@ -83,8 +83,8 @@ class DecisionRequest(BaseModel, extra="forbid"):
 
 
 class BatchItem(BaseModel, extra="forbid"):
-    workflow_id: str = Field(min_length=1, max_length=300)
-    call_id: str = Field(min_length=1, max_length=100)
+    workflow_id: WorkflowId  # no NUL, newline or lone surrogate: names, which SQL is asked about
+    call_id: Annotated[Identifier, Field(max_length=100)]
 
 
 class BatchRequest(BaseModel, extra="forbid"):
