@@ -399,9 +399,9 @@ def api_routes(app: web.Application) -> list[tuple[str, str]]:
     )
 
 
-def document(app: web.Application) -> Schema:
-    """The OpenAPI 3.1 document of `app`'s JSON API."""
-    routes = api_routes(app)
+def document(routes: list[tuple[str, str]]) -> Schema:
+    """The OpenAPI 3.1 document of the JSON API routes `routes` ((method, path) pairs: the app's
+    `api_routes`; the docs site, which has no app, documents those of `OPERATIONS`)."""
     schemas = Schemas([OPERATIONS[r] for r in routes if r in OPERATIONS])
     paths: dict[str, Schema] = {}
     for method, path in routes:
@@ -447,7 +447,7 @@ def add_routes(app: web.Application) -> None:
     """The document's route; the document itself is built as the app starts, once every route is in."""
 
     async def build(app: web.Application) -> None:
-        app[DOCUMENT] = document(app)
+        app[DOCUMENT] = document(api_routes(app))
 
     app.on_startup.append(build)
     app.router.add_get(PATH, serve)

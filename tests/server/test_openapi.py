@@ -45,7 +45,7 @@ from countersign.server import openapi
 from tests.fixtures.inbox import AuthInbox, ProofKeys, SignedStack, signed_dev_stack
 from tests.fixtures.smtp import SmtpServer
 
-EXAMPLES = int(os.environ.get("COUNTERSIGN_FUZZ_EXAMPLES") or 4)
+EXAMPLES = int(os.environ.get("COUNTERSIGN_FUZZ_EXAMPLES") or 2)
 PEOPLE = ("alice", "bob", "carol")  # a requester, a reviewer, an admin (the seed's roles)
 STREAMS = {"/api/events", "/api/conversations/{workflow_id}/events"}  # never end: not fuzzed
 LAST = ("POST", "/api/logout")  # revokes the session the rest is fuzzed with: after the rest
