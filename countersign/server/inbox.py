@@ -70,8 +70,9 @@ log = logging.getLogger(__name__)
 
 
 class LoginRequest(BaseModel, extra="forbid"):
-    tenant_id: str = Field(min_length=1, max_length=100)
-    user_id: str = Field(min_length=1, max_length=100)
+    # names, looked up in PostgreSQL and recorded with a refused attempt: no NUL, newline or lone surrogate
+    tenant_id: Annotated[Identifier, Field(max_length=100)]
+    user_id: Annotated[Identifier, Field(max_length=100)]
     password: str = Field(min_length=1, max_length=1000)
 
 
