@@ -33,7 +33,7 @@ from temporalio.client import Client, WorkflowExecutionStatus, WorkflowUpdateFai
 from temporalio.service import RPCError, RPCStatusCode
 
 from countersign.core.approvals import Approval, Decision, PendingCall, approver_refusal, quorum_line
-from countersign.core.bounds import MAX_REASON_CHARS, Identifier, WorkflowId
+from countersign.core.bounds import MAX_REASON_CHARS, Identifier, WorkflowId, unstorable_refusal
 from countersign.core.calls import Risk
 from countersign.core.effects import Effect, effect_shown, effect_warnings
 from countersign.core.evidence import Broken, bundle_tar
@@ -267,6 +267,8 @@ class Cursor:
         except binascii.Error as err:
             raise ValueError(str(err)) from None
         if not (isinstance(fields, list) and len(fields) == 3 and all(isinstance(f, str) for f in fields)):
+            raise ValueError("not a cursor")
+        if unstorable_refusal(fields) is not None:  # no id PostgreSQL holds; a NUL would fail the query
             raise ValueError("not a cursor")
         expires_at = datetime.fromisoformat(fields[0])
         if expires_at.tzinfo is None:

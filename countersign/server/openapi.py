@@ -31,6 +31,7 @@ from countersign.server.auth import Reviewer
 from countersign.server.door import MAX_TURN, ReplyQuery
 from countersign.server.http import COOKIE
 from countersign.server.inbox import (
+    MAX_CURSOR_CHARS,
     MAX_PAGE,
     AlwaysAllowRequest,
     BatchRequest,
@@ -148,6 +149,8 @@ LIMIT = {"type": "string", "pattern": r"^[0-9]+$", "description": f"1 to {MAX_PA
 RECORD = {"type": "integer", "minimum": 1, "maximum": 2**63 - 1}
 TURN = {"type": "integer", "minimum": 1, "maximum": MAX_TURN}
 SSE = "text/event-stream"
+# the `after` of a page's `Link`: unpadded URL-safe base64 (the server's own token; anything else: 400)
+CURSOR = {"type": "string", "pattern": r"^[A-Za-z0-9_-]*$", "maxLength": MAX_CURSOR_CHARS}
 LISTING_LIMIT = {"type": "string", "pattern": r"^[0-9]+$", "description": "1 to 100"}
 
 
@@ -168,7 +171,7 @@ OPERATIONS: dict[tuple[str, str], Operation] = {
     ("GET", "/api/approvals"): Operation(
         "The caller's pending approvals (a page with `limit`, the next one with `after`)",
         "approvals",
-        query={"limit": LIMIT, "after": {"type": "string", "maxLength": 2000}},
+        query={"limit": LIMIT, "after": CURSOR},
         returns={"type": "array", "items": PendingItem},
     ),
     ("GET", "/api/events"): Operation(
@@ -414,7 +417,9 @@ def document(routes: list[tuple[str, str]]) -> Schema:
             "version": VERSION,
             "description": "The conversation API, the reviewers' inbox and the admins' settings. "
             "Sign in with POST /api/login (a session token, also set as a cookie), or send an API "
-            'token as a bearer token (the conversation API only). Every refusal is `{"error": …}`.',
+            'token as a bearer token (the conversation API only). Every refusal is `{"error": …}`, '
+            "but one the HTTP parser makes before any route is read: a request line (path and query) "
+            "over 8,190 bytes, or a header over 8,190, answers a plain-text 400.",
         },
         "paths": paths,
         "components": {
