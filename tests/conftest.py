@@ -32,6 +32,7 @@ SLOW_FILES = (
     "test_door_findings.py",
     "test_continued_runs.py",
     "test_mcp_face.py",
+    "test_openapi.py",  # schemathesis over every route as three people, on a database of its own
     "test_inbox_sessions.py",
     "test_mcp.py",
     "test_chat.py",

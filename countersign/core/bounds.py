@@ -27,6 +27,7 @@ from typing import Annotated, Any
 from pydantic import AfterValidator, BaseModel, Field, StringConstraints
 
 MAX_ID_CHARS = 200
+MAX_WORKFLOW_ID_CHARS = 300
 MAX_TEXT_CHARS = 32_000  # a user message or an answer: about ten pages
 MAX_REASON_CHARS = 2_000
 MAX_PROOF_CHARS = 4_096  # an Ed25519 JWT with its claims is under 1 000
@@ -180,6 +181,10 @@ def _text(limit: int) -> AfterValidator:
 
 Identifier = Annotated[
     str, StringConstraints(min_length=1, max_length=MAX_ID_CHARS), AfterValidator(_no_control)
+]
+# A conversation's workflow id as a client names it (a batch decision's item): a key's, with a prefix.
+WorkflowId = Annotated[
+    str, StringConstraints(min_length=1, max_length=MAX_WORKFLOW_ID_CHARS), AfterValidator(_no_control)
 ]
 # A proof (APPROVER_AUTH=signed) is a compact JWT: refused, never cut, when it is not one.
 Proof = Annotated[

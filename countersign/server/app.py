@@ -41,6 +41,7 @@ from countersign.server import (
     inbox_routes,
     mcp_face,
     notifications,
+    openapi,
     pages,
     policies,
 )
@@ -74,6 +75,7 @@ SECURE_COOKIES = web.AppKey("secure_cookies", bool)
 # links each conversation id there.
 WORKFLOW_URL = web.AppKey("workflow_url", str)
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+PUBLIC_API = frozenset({"/api/login", openapi.PATH})  # API routes answered without a sign-in
 
 
 def client_of(request: web.Request) -> str:
@@ -98,7 +100,7 @@ async def errors_and_auth(request: web.Request, handler: Handler) -> web.StreamR
         if request.path != CALLBACK_PATH:  # the sign-in records what an identity provider sent, refused
             refuse_odd_text(request)
         refuse_cross_origin(request)
-        if request.path.startswith("/api/") and request.path != "/api/login":
+        if request.path.startswith("/api/") and request.path not in PUBLIC_API:
             bearer = bearer_of(request)
             if bearer is not None and tokens.looks_like_token(bearer):
                 caller = await request.app[REQUESTERS].token_caller(bearer)
@@ -277,6 +279,7 @@ def create_app(
     pages.add_routes(app)
     app.router.add_get("/chat", chat_page)
     chat.add_routes(app)
+    openapi.add_routes(app)
     return app
 
 

@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Annotated, Any, Literal, get_args
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from pydantic import BaseModel, Field
@@ -33,7 +33,7 @@ from temporalio.client import Client, WorkflowExecutionStatus, WorkflowUpdateFai
 from temporalio.service import RPCError, RPCStatusCode
 
 from countersign.core.approvals import Approval, Decision, PendingCall, approver_refusal, quorum_line
-from countersign.core.bounds import MAX_REASON_CHARS
+from countersign.core.bounds import MAX_REASON_CHARS, Identifier, WorkflowId, unstorable_refusal
 from countersign.core.calls import Risk
 from countersign.core.effects import Effect, effect_shown, effect_warnings
 from countersign.core.evidence import Broken, bundle_tar
@@ -70,8 +70,9 @@ log = logging.getLogger(__name__)
 
 
 class LoginRequest(BaseModel, extra="forbid"):
-    tenant_id: str = Field(min_length=1, max_length=100)
-    user_id: str = Field(min_length=1, max_length=100)
+    # names, looked up in PostgreSQL and recorded with a refused attempt: no NUL, newline or lone surrogate
+    tenant_id: Annotated[Identifier, Field(max_length=100)]
+    user_id: Annotated[Identifier, Field(max_length=100)]
     password: str = Field(min_length=1, max_length=1000)
 
 
@@ -83,8 +84,8 @@ class DecisionRequest(BaseModel, extra="forbid"):
 
 
 class BatchItem(BaseModel, extra="forbid"):
-    workflow_id: str = Field(min_length=1, max_length=300)
-    call_id: str = Field(min_length=1, max_length=100)
+    workflow_id: WorkflowId  # no NUL, newline or lone surrogate: names, which SQL is asked about
+    call_id: Annotated[Identifier, Field(max_length=100)]
 
 
 class BatchRequest(BaseModel, extra="forbid"):
@@ -266,6 +267,8 @@ class Cursor:
         except binascii.Error as err:
             raise ValueError(str(err)) from None
         if not (isinstance(fields, list) and len(fields) == 3 and all(isinstance(f, str) for f in fields)):
+            raise ValueError("not a cursor")
+        if unstorable_refusal(fields) is not None:  # no id PostgreSQL holds; a NUL would fail the query
             raise ValueError("not a cursor")
         expires_at = datetime.fromisoformat(fields[0])
         if expires_at.tzinfo is None:

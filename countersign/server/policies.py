@@ -16,11 +16,12 @@ from __future__ import annotations
 from typing import Any
 
 from aiohttp import web
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from countersign.core.authority import ADMIN
+from countersign.core.bounds import unstorable_refusal
 from countersign.core.cedar_policy import PolicySetError
 from countersign.core.policy_bounds import MAX_POLICY_CHARS
 from countersign.db.people import roles_of
@@ -41,6 +42,16 @@ class PolicyText(BaseModel):
 
     text: str = Field(max_length=MAX_POLICY_CHARS)
     shadow: bool = False
+
+    @field_validator("text")
+    @classmethod
+    def _storable(cls, text: str) -> str:
+        """Refused, never altered (a changed rule is another rule): a NUL or a lone surrogate, which
+        the recorded attempt (`policy_changes`) cannot hold."""
+        refusal = unstorable_refusal(text)
+        if refusal is not None:
+            raise ValueError(f"a policy set {refusal}")
+        return text
 
 
 async def show(request: web.Request) -> web.Response:

@@ -9,7 +9,9 @@ test reads (tests/e2e/test_walkthrough.py).
   `<!-- countersign-cli -->` the CLI's own `--help` of every command, `<!-- countersign-api -->` the
   server's routes, `<!-- countersign-contract -->` the conversation workflow's signals, updates and
   queries with their payloads' JSON Schema, `<!-- countersign-environment -->` every environment
-  variable the code reads, with the pages that say more about it.
+  variable the code reads, with the pages that say more about it; `<!-- countersign-openapi -->`
+  the operations of the server's OpenAPI document (countersign/server/openapi.py), which the site
+  also carries whole as reference/openapi.json (`on_files`).
 """
 
 from __future__ import annotations
@@ -207,6 +209,51 @@ def environment_reference(docs_dir: Path) -> str:
     return "\n".join(rows) + "\n"
 
 
+OPENAPI_FILE = "reference/openapi.json"
+
+
+def openapi_document() -> dict[str, Any]:
+    """The server's OpenAPI document, of the routes countersign/server/openapi.py describes."""
+    from countersign.server.openapi import OPERATIONS, document
+
+    return document(sorted(OPERATIONS))
+
+
+def openapi_reference() -> str:
+    """One row per operation of the document: what it takes and what it answers."""
+    rows = ["| method | path | what it does | body | answers |", "| --- | --- | --- | --- | --- |"]
+    for path, operations in openapi_document()["paths"].items():
+        for method, op in operations.items():
+            body = op.get("requestBody", {}).get("content", {}).get("application/json", {}).get("schema", {})
+            success = next(code for code in op["responses"] if code != "default")
+            content = op["responses"][success].get("content", {})
+            media: list[dict[str, Any]] = list(content.values())
+            answer = media[0].get("schema", {}) if media else {}
+            shown = ", ".join(f"`{media}`" for media in content if media != "application/json")
+            rows.append(
+                f"| {method.upper()} | `{path}` | {op['summary']} | {schema_name(body)} "
+                f"| {success} {schema_name(answer) or shown} |"
+            )
+    return "\n".join(rows) + "\n"
+
+
+def schema_name(schema: dict[str, Any]) -> str:
+    """A schema as the table shows it: the component it names, `[…]` for an array of one."""
+    if "$ref" in schema:
+        return f"`{schema['$ref'].rsplit('/', 1)[-1]}`"
+    if schema.get("type") == "array":
+        return f"[{schema_name(schema.get('items', {})) or 'object'}]"
+    return "object" if schema.get("type") == "object" or "allOf" in schema else ""
+
+
+def on_files(files: Any, config: Any) -> Any:
+    from mkdocs.structure.files import File
+
+    content = json.dumps(openapi_document(), indent=1)
+    files.append(File.generated(config, OPENAPI_FILE, content=content))
+    return files
+
+
 def on_config(config: Any) -> Any:
     config["nav"] = completed(config["nav"], Path(config["docs_dir"]))
     return config
@@ -216,6 +263,7 @@ def on_page_markdown(markdown: str, config: Any, **_: Any) -> str:
     generated: dict[str, Callable[[], str]] = {
         "<!-- countersign-cli -->": cli_reference,
         "<!-- countersign-api -->": api_reference,
+        "<!-- countersign-openapi -->": openapi_reference,
         "<!-- countersign-contract -->": contract_reference,
         "<!-- countersign-environment -->": lambda: environment_reference(Path(config["docs_dir"])),
     }

@@ -52,6 +52,19 @@ async def test_a_deep_policy_is_refused_and_every_tenant_is_still_served(
     assert status == 200 and shown["enforced"] is None
 
 
+async def test_a_policy_text_postgresql_cannot_hold_is_refused_at_the_door(signed_agent: SignedStack) -> None:
+    """A fuzz finding (tests/server/test_openapi.py): `PUT /api/policies` with a NUL in the text
+    answered 500, its recorded attempt failing in PostgreSQL. Now both routes refuse it as invalid."""
+    carol = await signed_agent.login("carol")
+    before = (await signed_agent.call("GET", "/api/policies", carol))[1]
+    text = '@id("nul") forbid(principal, action, resource) when { "\x00" == "" };'
+    for method, path in (("PUT", "/api/policies"), ("POST", "/api/policies/validate")):
+        status, body = await signed_agent.call(method, path, carol, {"text": text})
+        assert status == 422 and "invalid request: text" in body["error"], (path, body)
+    status, shown = await signed_agent.call("GET", "/api/policies", carol)
+    assert status == 200 and shown == before  # nothing applied, nothing half-recorded
+
+
 async def test_the_cli_refuses_a_deep_policy_in_one_line(database_url: str, tmp_path: Path) -> None:
     path = tmp_path / f"{uuid.uuid4().hex}.cedar"
     path.write_text(DEEP_PARENS)
