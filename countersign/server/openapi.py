@@ -18,6 +18,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from ag_ui.core import RunAgentInput
 from aiohttp import web
 from pydantic import BaseModel, Field
 from pydantic.json_schema import JsonSchemaMode, models_json_schema
@@ -25,7 +26,13 @@ from pydantic.json_schema import JsonSchemaMode, models_json_schema
 from countersign.core.approvals import Approval
 from countersign.core.contract import Reply, StatusView
 from countersign.core.messages import ChatMessage
-from countersign.db.channels import ChannelChange, ChannelSettings, ChannelView, SenderSettings
+from countersign.db.channels import (
+    ChannelChange,
+    ChannelSettings,
+    ChannelView,
+    DecidesSettings,
+    SenderSettings,
+)
 from countersign.server.agent_tools import ToolsBody
 from countersign.server.auth import Reviewer
 from countersign.server.door import MAX_TURN, ReplyQuery
@@ -289,6 +296,20 @@ OPERATIONS: dict[tuple[str, str], Operation] = {
     ("GET", "/api/admin/channel/changes"): Operation("Its changes", "admin", returns=ChannelChanges),
     ("PUT", "/api/admin/channel/senders/{sender}"): Operation(
         "Map a chat sender to a user and an agent", "admin", SenderSettings, returns=OBJECT
+    ),
+    ("GET", "/api/admin/channel/senders"): Operation("The sender map", "admin", returns=OBJECT),
+    ("DELETE", "/api/admin/channel/senders/{sender}"): Operation(
+        "Unlink a chat sender", "admin", returns=OBJECT
+    ),
+    ("PUT", "/api/admin/channel/decides"): Operation(
+        "The highest risk a press in the chat decides", "admin", DecidesSettings, returns=ChannelView
+    ),
+    ("POST", "/api/admin/channel/test"): Operation(
+        "Post a test message to the chat", "admin", returns=OBJECT
+    ),
+    # AG-UI 1.0 (docs/how-to/ag-ui.md): a run of the conversation as a stream of AG-UI events
+    ("POST", "/api/conversations/{workflow_id}/agui"): _conversation(
+        "Run or resume the conversation as an AG-UI agent", body=RunAgentInput, media=SSE
     ),
 }
 
