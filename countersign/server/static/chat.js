@@ -155,14 +155,16 @@ const handlers = {
     if (!step) return;
     if (data.state === "pending" && data.decided_by) {
       // a quorum's approval short of its number: the step still waits (its countdown and link stay)
-      if (data.note) $(".review", step).textContent = data.note;
-      setOutcome(step, `Waiting for more approvals: ${data.decided_by} approved`, "waiting");
-      say(`${data.tool}: ${data.decided_by} approved; it waits for more approvals`);
+      // who approved so far, each one's reason, and how many more are needed: "1 of 2 approved (bob: …); 1 more approval needed"
+      const sofar = data.quorum || `${data.decided_by} approved`;
+      if (data.note && !data.quorum) $(".review", step).textContent = data.note;
+      setOutcome(step, `Waiting for more approvals: ${sofar}`, "waiting");
+      say(`${data.tool}: ${sofar}`);
     } else if (data.state === "pending") {
       for (const node of step.querySelectorAll(".decide, .to-inbox")) node.remove();
       const who = (data.may_decide || []).join(", ") || "a reviewer";
       if (!$(".effect", step)) $("h3", step).after(effectView(data.effect_lines, data.effect_folds, data.resolved === false));
-      setOutcome(step, `Waiting for a reviewer (${who} may decide)`, "waiting");
+      setOutcome(step, `Waiting for a reviewer (${who} may decide)${data.quorum ? `. ${data.quorum}` : ""}`, "waiting");
       if (data.expires_at) {
         const countdown = el("span", { class: "countdown", "data-expires": data.expires_at, text: relativeTime(data.expires_at) });
         $(".outcome", step).append(" · expires ", countdown);
