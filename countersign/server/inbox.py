@@ -32,6 +32,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowUpdateFailedError
 from temporalio.service import RPCError, RPCStatusCode
 
+from countersign.client.handles import refused_because
 from countersign.core.approvals import Approval, Decision, PendingCall, approver_refusal
 from countersign.core.bounds import MAX_REASON_CHARS
 from countersign.core.calls import Risk
@@ -724,7 +725,7 @@ class Inbox:
                 "decide", decision, result_type=Approval
             )
         except WorkflowUpdateFailedError as err:
-            raise refused(str(err.cause or err)) from None
+            raise refused(refused_because(err)) from None
         except RPCError as err:  # a listed conversation that has ended since
             if known is None or err.status not in (
                 RPCStatusCode.NOT_FOUND,
