@@ -30,7 +30,7 @@ from countersign.core.contract import (
 )
 from countersign.core.envelopes import describe_policy
 from countersign.core.messages import ChatMessage
-from countersign.core.saga import RollbackRequest
+from countersign.core.saga import RollbackRequest, undo_why
 from countersign.core.summaries import usage_line
 from countersign.db.engine import create_engine
 from countersign.db.schema import RollbackRecord
@@ -309,7 +309,7 @@ def rollback(
         if not entries:
             click.echo("nothing to undo in that scope")
         for e in entries:
-            click.echo(f"{e.call_id} {e.tool}: {e.state}{f' ({e.error})' if e.error else ''}")
+            click.echo(f"{e.call_id} {e.tool}: {e.state} ({undo_why(e.state, e.error)})")
 
     run(body())
 
