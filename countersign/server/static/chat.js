@@ -253,6 +253,7 @@ const handlers = {
     say(`The agent replied: ${data.reply || ""}`);
   },
   ended() {
+    if (current.ended) return; // said already (the page asked after its End; the stream says it too)
     add(el("li", { class: "note", text: "The conversation has ended." }));
     setBusy(true, "Ended");
     current.ended = true; // nothing to undo from here: its writes stand (the CLI's rollback still reaches them)
@@ -294,6 +295,17 @@ function open(id, title) {
   source.addEventListener("error", async () => {
     if (source.readyState === EventSource.CLOSED && (await fetch("/api/me")).status === 401) location.reload();
   });
+}
+
+// After this page's End: the conversation's run closes a moment later, and no event says so (the
+// stream notices at its next keep-alive, seconds later), so the page asks its state until it has
+// ended and shows it at once; one still finishing a step is left to the stream.
+async function shownEnded(ending) {
+  for (let tries = 0; tries < 40 && current === ending && !ending.ended; tries += 1) {
+    const status = await api("GET", `/api/conversations/${encodeURIComponent(ending.id)}`).catch(() => null);
+    if (status && status.state === "ended") { if (current === ending) handlers.ended(); return; }
+    await new Promise((resolve) => { setTimeout(resolve, 250); });
+  }
 }
 
 async function rollback(scope, callId) {
@@ -365,8 +377,10 @@ if ($("#compose")) {
   });
   $("#end").addEventListener("click", async () => {
     if (!confirm("End this conversation? Nothing more can be sent to it.")) return;
-    try { await api("POST", `/api/conversations/${encodeURIComponent(current.id)}/end`, {}); say("End requested"); }
-    catch (err) { say(err.message); }
+    const ending = current;
+    try { await api("POST", `/api/conversations/${encodeURIComponent(ending.id)}/end`, {}); say("End requested"); }
+    catch (err) { say(err.message); return; }
+    await shownEnded(ending);
   });
   setInterval(() => {
     for (const span of document.querySelectorAll("[data-expires]")) span.textContent = relativeTime(span.dataset.expires);
