@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -212,6 +213,15 @@ async def test_alice_approves_her_draft_in_the_chat_then_edits_it_and_resolves_a
         to_inbox = sending.get_by_role("link", name="Its card in the inbox")
         assert (await to_inbox.get_attribute("href") or "").endswith("/c1")
         assert await sending.locator("form.decide").count() == 0
+        # the list tells conversations apart: first words, then state now, when and agent (issue 50)
+        first = alice.locator("#conversations button", has_text=ASK).locator(".listed-state")
+        said = await first.text_content() or ""
+        assert said.startswith("open · ") and said.endswith(" · lead-qualifier"), said
+        assert str(datetime.now(UTC).year) in said, said
+        assert (
+            await alice.locator("#conversations button", has_text=f"Please send draft {draft_id}").count()
+            == 1
+        )
 
         await go_by_link(alice, "Drafts and notifications")
         await card.locator("summary").click()

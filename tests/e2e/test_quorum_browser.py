@@ -78,8 +78,18 @@ async def test_the_card_shows_the_quorum_and_the_second_approval_runs_the_call(
         await listed.locator(".quorum", has_text=so_far).wait_for(timeout=15_000)
         # alice's step says the same, and how many more are needed
         await step.locator(".outcome", has_text=f"{so_far}; 1 more approval needed").wait_for(timeout=15_000)
-        listed_cli = await runner(stack.agent.cli_env(tmp_path))("approvals", "list", "--tenant", "acme")
+        cli = runner(stack.agent.cli_env(tmp_path))
+        listed_cli = await cli("approvals", "list", "--tenant", "acme")
         assert f"{needs}{so_far}; 1 more approval needed" in listed_cli, listed_cli
+        # `conversations list` tells conversations apart by their first words too (issue 50)
+        (line,) = [
+            x
+            for x in (await cli("conversations", "list", "--tenant", "acme")).splitlines()
+            if workflow_id in x
+        ]
+        assert line.startswith(
+            f"{workflow_id}  awaiting_approval  lead-qualifier  started "
+        ) and line.endswith('  "please qualify jane"'), line
         assert await lead_status(db_engine, "acme") == "new", "one approval of two runs nothing"
         await page.screenshot(path=ARTIFACTS / "inbox-quorum.png", full_page=True)
         await alice.screenshot(path=ARTIFACTS / "chat-quorum.png", full_page=True)
@@ -87,7 +97,7 @@ async def test_the_card_shows_the_quorum_and_the_second_approval_runs_the_call(
         await listed.get_by_label("Your reason for this decision").fill(CAROLS)
         await listed.get_by_role("button", name="Approve", exact=True).click()
         await listed.wait_for(state="detached", timeout=15_000)
-        await step.locator(".outcome:has-text('approved by bob, carol')").wait_for(timeout=30_000)
+        await step.locator(".outcome:has-text('approved by bob, carol; done')").wait_for(timeout=30_000)
         review = await step.locator(".review").text_content()
         assert review == f"bob approved it (reason: {BOBS}); carol approved it (reason: {CAROLS})", review
         assert await lead_status(db_engine, "acme") == "qualified"

@@ -333,11 +333,16 @@ const typed = new Map();
 
 async function loadConversations() {
   const list = await api("GET", "/api/conversations");
+  // each entry tells itself apart: its first words, then its state now, when it started and with which agent
   $("#conversations").replaceChildren(...list.map((c) => {
-    const label = c.first_message || typed.get(c.workflow_id) || `${c.agent}${c.key ? ` · ${c.key}` : ""} · ${new Date(c.created_at).toLocaleString()}`;
-    const button = el("button", { type: "button", "data-id": c.workflow_id, text: label,
-      title: `${c.agent}${c.key ? ` · ${c.key}` : ""} · ${new Date(c.created_at).toLocaleString()}`,
-      "aria-current": String(current !== null && current.id === c.workflow_id) });
+    const started = new Date(c.created_at).toLocaleString([], { dateStyle: "medium", timeStyle: "short" });
+    const about = `${c.agent}${c.key ? ` · ${c.key}` : ""}`;
+    const label = c.first_message || typed.get(c.workflow_id) || `${about} · ${started}`;
+    const said = [c.state, started, about].filter(Boolean).join(" · ");
+    const button = el("button", { type: "button", "data-id": c.workflow_id, title: `${label}\n${said}`,
+      "aria-current": String(current !== null && current.id === c.workflow_id) },
+      el("span", { class: "first-words", text: label }),
+      el("span", { class: "listed-state", "data-state": c.state || "", text: said }));
     button.addEventListener("click", () => open(c.workflow_id, label));
     return el("li", {}, button);
   }));
