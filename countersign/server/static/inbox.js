@@ -264,11 +264,6 @@ async function loadHistory() {
 }
 
 // Each cell named by its column: on a phone a table's rows are stacked, each cell under its name (inbox.css).
-function labelCells(table) {
-  const columns = [...table.querySelectorAll("thead th")].map((th) => th.textContent);
-  for (const row of table.tBodies[0].rows) [...row.cells].forEach((cell, i) => { cell.dataset.label = columns[i]; });
-}
-
 // The grants this person may see (all of the tenant's for an admin; else those they made or that let
 // their calls run), each live one revocable by its approver or an admin (the server checks again).
 async function loadGrants() {
