@@ -32,6 +32,7 @@ from countersign.core.effects import Effect
 from countersign.core.guards import redact
 from countersign.db.chain import chain
 from countersign.db.messages import store_tool_result
+from countersign.db.people import roles_of
 from countersign.db.quorum import approvals_of
 from countersign.db.schema import ApprovalDecision, ToolExecution
 from countersign.mcp.catalog import MCP_CATEGORY, MCP_RISK
@@ -136,6 +137,8 @@ class AuditActivities:
         )
         row["decision_reason"] = call.reason
         async with self._sessions() as session, session.begin():
+            # the requester's roles now, as a call that ran records them (what `policy test` replays)
+            row["roles"] = await roles_of(session, inv.caller.tenant_id, inv.caller.user_id) or []
             # a retried activity finds its row: one row per call, whatever happens
             inserted = await session.scalar(
                 insert(ToolExecution).values(**row).on_conflict_do_nothing().returning(ToolExecution)

@@ -105,9 +105,10 @@ async def test_the_card_shows_the_quorum_and_the_second_approval_runs_the_call(
     async with db_engine.connect() as conn:  # the audit keeps every approver's reason, not the last one's
         audited = (
             await conn.execute(
-                select(ToolExecution.approved_by, ToolExecution.decision_reason).where(
+                select(ToolExecution.approved_by, ToolExecution.decision_reason, ToolExecution.roles).where(
                     ToolExecution.workflow_id == workflow_id
                 )
             )
         ).one()
-    assert tuple(audited) == ("bob, carol", f"bob: {BOBS}; carol: {CAROLS}")
+    # and alice's roles at the call, which `policy test` replays it with (issue 50)
+    assert tuple(audited) == ("bob, carol", f"bob: {BOBS}; carol: {CAROLS}", ["sales"])
