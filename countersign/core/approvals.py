@@ -98,6 +98,7 @@ class Approval(BaseModel):
     # approvals; `approvals` are the approvers so far, in order. None: one approval, as ever.
     quorum: PolicyDecision | None = None
     approvals: list[str] = []
+    reasons: dict[str, str | None] = {}  # a quorum's approvers' reasons, by approver
 
     @property
     def approvals_required(self) -> int:
@@ -105,13 +106,13 @@ class Approval(BaseModel):
         return approvals_required(self.quorum)
 
     def progress(self) -> str:
-        return quorum_line(self.approvals_required, self.approvals)
+        return quorum_line(self.approvals_required, self.approvals, self.reasons)
 
     def outcome(self) -> str:
         """What a decision left, as a person reads it: "approved by bob", or, a quorum's approval
         that is not the last, "1 of 2 approved (bob); 1 more approval needed" (never "by None")."""
         if self.state == "pending":
-            return quorum_outcome(self.approvals_required, self.approvals)
+            return quorum_outcome(self.approvals_required, self.approvals, self.reasons)
         return f"{self.state} by {self.decided_by}" if self.decided_by else self.state
 
 

@@ -337,6 +337,15 @@ def test_a_quorums_line_gives_every_approvers_reason() -> None:
     assert quorum_line(1, ["bob"], reasons) == ""
 
 
+def test_the_decide_answer_of_a_quorum_gives_each_approvers_reason() -> None:
+    first = Approval(
+        call_id="c1", tool="t", args="{}", risk="high", requested_by="alice", requested_at=NOW,
+        expires_at=NOW + timedelta(hours=1), quorum=quorum(3), approvals=["bob", "carol"],
+        reasons={"bob": "checked the account", "carol": None},
+    )  # fmt: skip
+    assert first.outcome() == "2 of 3 approved (bob: checked the account; carol); 1 more approval needed"
+
+
 def test_the_audit_keeps_every_approvers_reason() -> None:
     both = Approvals(["bob", "carol"], {"bob": "checked the account", "carol": None})
     assert both.reason_text() == "bob: checked the account; carol (no reason given)"

@@ -69,7 +69,8 @@ async def test_the_card_shows_the_quorum_and_the_second_approval_runs_the_call(
         path = f"/api/approvals/{workflow_id}/{item['call_id']}"
         status, body = await stack.call("POST", path, bob, {"decision": "approve", "reason": BOBS})
         assert status == 200 and body["state"] == "pending", body
-        assert body["outcome"] == "1 of 2 approved (bob); 1 more approval needed", body  # never "by None"
+        # never "by None"; the decide answer (the inbox's notice, the CLI's approve) says his reason too
+        assert body["outcome"] == f"1 of 2 approved (bob: {BOBS}); 1 more approval needed", body
         # a quorum's card offers no grant that would fail: it says why there is none
         assert await listed.get_by_role("button", name="Approve and grant the same again").count() == 0
         assert "No grant: this call needs 2 distinct approvers" in (await listed.text_content() or "")
