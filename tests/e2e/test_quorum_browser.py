@@ -79,6 +79,7 @@ async def test_the_card_shows_the_quorum_and_the_second_approval_runs_the_call(
         await listed.locator(".quorum", has_text=so_far).wait_for(timeout=15_000)
         # alice's step says the same, and how many more are needed
         await step.locator(".outcome", has_text=f"{so_far}; 1 more approval needed").wait_for(timeout=15_000)
+        assert await step.locator(".outcome .countdown").count() == 1  # still the same deadline
         cli = runner(stack.agent.cli_env(tmp_path))
         listed_cli = await cli("approvals", "list", "--tenant", "acme")
         assert f"{needs}{so_far}; 1 more approval needed" in listed_cli, listed_cli

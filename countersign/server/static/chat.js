@@ -158,7 +158,9 @@ const handlers = {
       // who approved so far, each one's reason, and how many more are needed: "1 of 2 approved (bob: …); 1 more approval needed"
       const sofar = data.quorum || `${data.decided_by} approved`;
       if (data.note && !data.quorum) $(".review", step).textContent = data.note;
+      const countdown = $(".countdown", step); // the step still waits until the same deadline
       setOutcome(step, `Waiting for more approvals: ${sofar}`, "waiting");
+      if (countdown) $(".outcome", step).append(" · expires ", countdown);
       say(`${data.tool}: ${sofar}`);
     } else if (data.state === "pending") {
       for (const node of step.querySelectorAll(".decide, .to-inbox")) node.remove();
