@@ -48,6 +48,7 @@ from countersign.db.chain import chain
 from countersign.db.events import publish
 from countersign.db.grants import mint_grant, spend_grant
 from countersign.db.people import roles_of
+from countersign.db.quorum import Approvals, approvals_of
 from countersign.db.schema import ApprovalDecision, ApprovalRequest, Notification
 from countersign.identity.proofs import Binding, ProofVerifier, args_digest, check_proof
 from countersign.mcp.catalog import argument_errors, normalized
@@ -392,18 +393,30 @@ def decision_row(attempt: Attempt, refusal: str | None, approvals: list[str] | N
     }
 
 
-def decided_event(row: ApprovalDecision, record: DecisionRecord) -> dict[str, Any]:
-    """What the conversation's readers are told of an accepted decision (a quorum's short of N: pending)."""
+def decided_event(
+    row: ApprovalDecision, record: DecisionRecord, approvals: Approvals | None
+) -> dict[str, Any]:
+    """What the conversation's readers are told of an accepted decision. A quorum's approval (with
+    `approvals`, the call's standing approvals: countersign.db.quorum) names every approver so far
+    and each one's reason; short of N it is pending, with `quorum`: how far it is and how many more
+    are needed."""
     state = "approved" if row.decision == "approve" else "rejected"
-    return {
+    short = still_short(record, row.counted)
+    event: dict[str, Any] = {
         "call_id": row.call_id,
         "tool": row.tool,
-        "state": "pending" if still_short(record, row.counted) else state,
+        "state": "pending" if short else state,
         "decided_by": row.approver,
         "reason": row.reason,
         "note": decision_note(row.approver, row.decision, row.reason, row.changes),
         "edited": bool(row.changes),
     }
+    if row.counted is None or approvals is None:
+        return event
+    if short:
+        return event | {"quorum": approvals.outcome(approvals_required(record.quorum))}
+    every = [decision_note(a, "approve", approvals.reasons.get(a), None) for a in approvals.approved_by]
+    return event | {"decided_by": ", ".join(approvals.approved_by), "note": "; ".join(every)}
 
 
 class ApprovalActivities:
@@ -452,10 +465,13 @@ class ApprovalActivities:
                 await mint_grant(session, row, *attempt.granting, record.decision.grant)  # once
             if row.accepted:
                 instance = record.workflow_id, record.conversation_id
-                event = decided_event(row, record)
-                await publish(
-                    session, *instance, record.tenant_id, "approval", event, f"approval:{row.call_id}:decided"
-                )
+                call = (record.conversation_id, row.call_id)
+                event = decided_event(row, record, (await approvals_of(session, [call])).get(call))
+                # a quorum's approvals short of N each have their own event (distinct approvers), so
+                # the one that decides it is not taken for a retry of the first and dropped
+                said = f"approved by {row.approver}" if event["state"] == "pending" else "decided"
+                told = f"approval:{row.call_id}:{said}"
+                await publish(session, *instance, record.tenant_id, "approval", event, told)
             return self._verdict(row, record)
 
     @staticmethod

@@ -20,7 +20,7 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, select
+from sqlalchemy import ColumnElement
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
@@ -32,6 +32,8 @@ from countersign.core.effects import Effect
 from countersign.core.guards import redact
 from countersign.db.chain import chain
 from countersign.db.messages import store_tool_result
+from countersign.db.people import roles_of
+from countersign.db.quorum import approvals_of
 from countersign.db.schema import ApprovalDecision, ToolExecution
 from countersign.mcp.catalog import MCP_CATEGORY, MCP_RISK
 from countersign.mcp.servers import server_of
@@ -78,17 +80,15 @@ def standing_approvals(invocation: ToolInvocation) -> tuple[ColumnElement[bool],
 
 
 async def approval_reason(session: AsyncSession, invocation: ToolInvocation) -> str | None:
-    """The reason the reviewer gave for approving the call, as their standing decision recorded
-    it (None for a call nobody approved, or approved without a reason): the audit row of the call
-    keeps it beside who approved, as it keeps a rejection's."""
+    """Why the call's reviewers approved it, as their standing decisions recorded it (None for a
+    call nobody approved, or one approver who gave no reason): the audit row of the call keeps it
+    beside who approved, as it keeps a rejection's. A quorum's row keeps every approver's reason
+    ("bob: checked it; carol (no reason given)"), not only the last one's."""
     if invocation.approved_by is None:
         return None
-    return await session.scalar(
-        select(ApprovalDecision.reason)
-        .where(*standing_approvals(invocation))
-        .order_by(ApprovalDecision.id.desc())
-        .limit(1)
-    )
+    key = (invocation.conversation_id, invocation.call_id)
+    approvals = (await approvals_of(session, [key])).get(key)
+    return approvals.reason_text() if approvals is not None else None
 
 
 def ran_audit_row(
@@ -137,6 +137,8 @@ class AuditActivities:
         )
         row["decision_reason"] = call.reason
         async with self._sessions() as session, session.begin():
+            # the requester's roles now, as a call that ran records them (what `policy test` replays)
+            row["roles"] = await roles_of(session, inv.caller.tenant_id, inv.caller.user_id) or []
             # a retried activity finds its row: one row per call, whatever happens
             inserted = await session.scalar(
                 insert(ToolExecution).values(**row).on_conflict_do_nothing().returning(ToolExecution)

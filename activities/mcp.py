@@ -127,7 +127,10 @@ class McpActivities:
                 result = ToolResult.failure(failure.code, failure.message)
                 unknown = isinstance(failure, OutcomeUnknown)
         result = result.model_copy(update={"data": sanitize(result.data, self._limits)})
-        return await self._audit(call, result, started, clock, unknown=unknown, blocked=refusal is not None)
+        blocked = refusal is not None
+        return await self._audit(
+            call, result, started, clock, unknown=unknown, blocked=blocked, roles=rules.roles
+        )
 
     async def _server(self, session: AsyncSession, call: McpCall) -> ServerConfig:
         """The server as registered now: still there, still for this agent and tenant."""
@@ -191,14 +194,16 @@ class McpActivities:
         *,
         unknown: bool = False,
         blocked: bool = False,
+        roles: list[str] | None = None,
     ) -> ToolResult | StoredResult:
-        """`blocked`: the rules in force stopped the call before the server was asked."""
+        """`blocked`: the rules in force stopped the call before the server was asked; `roles`: the
+        requester's as they read them (what `policy test` replays the call with)."""
         inv, spec = call.invocation, call.spec
         async with self._sessions() as session, session.begin():
             row = ran_audit_row(
                 inv, result, risk=spec.risk, category=spec.category, started=started, clock=clock,
                 unknown=unknown, decision_reason=await approval_reason(session, inv),
-            )  # fmt: skip
+            ) | {"roles": roles}  # fmt: skip
             if blocked:
                 row["outcome"] = "blocked"
             inserted = await session.scalar(

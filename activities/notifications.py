@@ -31,6 +31,7 @@ from countersign.core.effects import Effect, effect_shown, effect_warnings
 from countersign.core.mail import message_id
 from countersign.core.shown import Folded, argument_text, argument_warnings, folded
 from countersign.db.events import publish
+from countersign.db.quorum import quorum_said
 from countersign.db.schema import ApprovalRequest, NotificationOutbox, Tenant, User, UserRole
 
 WEBHOOK_TIMEOUT_S = 10
@@ -50,9 +51,9 @@ def recipients_roles(notice: ApprovalNotice) -> frozenset[str]:
     return frozenset({"admin"}) if notice.kind == "escalation" else APPROVER_ROLES[notice.risk]
 
 
-def wording(notice: ApprovalNotice, link: str, effect: Effect | None) -> tuple[str, str]:
+def wording(notice: ApprovalNotice, link: str, effect: Effect | None, quorum: str = "") -> tuple[str, str]:
     """(subject, text) of a notice: what the call will do first (its recorded effect), then its
-    arguments."""
+    arguments; a quorum's call says how far it is (`quorum`, `quorum_said`) after its state."""
     what = f"{notice.tool} (call {notice.call_id}, risk {notice.risk}) requested by {notice.requested_by}"
     subject = {
         "request": f"Approval needed: {notice.tool}",
@@ -78,19 +79,19 @@ def wording(notice: ApprovalNotice, link: str, effect: Effect | None) -> tuple[s
         if args.folds or shown.folds or len(every) > ARG_LINES_SHOWN
         else ""
     )
-    text = f"{what} {state}.\n{does}Arguments:\n{lines}\n{warnings}{whole}Open it: {link}"
+    far = f"{quorum}\n" if quorum else ""
+    text = f"{what} {state}.\n{far}{does}Arguments:\n{lines}\n{warnings}{whole}Open it: {link}"
     return subject, text
 
 
-async def recorded_effect(session: AsyncSession, notice: ApprovalNotice) -> Effect | None:
-    """The effect the approval request recorded (None for one recorded before effects)."""
-    recorded = await session.scalar(
-        select(ApprovalRequest.effect).where(
+async def recorded_request(session: AsyncSession, notice: ApprovalNotice) -> ApprovalRequest | None:
+    """The approval request the notice is about, as the worker recorded it."""
+    return await session.scalar(
+        select(ApprovalRequest).where(
             ApprovalRequest.conversation_id == notice.conversation_id,
             ApprovalRequest.call_id == notice.call_id,
         )
     )
-    return Effect.model_validate(recorded) if recorded is not None else None
 
 
 class NotificationActivities:
@@ -127,8 +128,10 @@ class NotificationActivities:
         key = f"notice:{call_key(notice.workflow_id, notice.conversation_id, notice.call_id)}:{notice.kind}"
         link = f"{self._inbox_url}/#{notice.workflow_id}/{notice.call_id}"
         async with self._sessions() as session, session.begin():
-            effect = await recorded_effect(session, notice)
-            subject, text = wording(notice, link, effect)
+            request = await recorded_request(session, notice)
+            effect = Effect.model_validate(request.effect) if request and request.effect is not None else None
+            quorum = await quorum_said(session, request)
+            subject, text = wording(notice, link, effect, quorum)
             people = await session.execute(
                 select(User.id, User.email)
                 .join(UserRole, (UserRole.tenant_id == User.tenant_id) & (UserRole.user_id == User.id))
@@ -151,7 +154,7 @@ class NotificationActivities:
                 payload = {"text": f"*{subject}*\n{text}", "kind": notice.kind, "link": link}
                 rows.append({"idempotency_key": f"{key}:webhook", "channel": "webhook",
                              "recipient": WEBHOOK_RECIPIENT, "payload": payload})  # fmt: skip
-            await self._tell_requester(session, notice, told, effect)
+            await self._tell_requester(session, notice, told, effect, quorum)
             for row in rows:
                 await session.execute(
                     insert(NotificationOutbox)
@@ -171,10 +174,14 @@ class NotificationActivities:
 
     @staticmethod
     async def _tell_requester(
-        session: AsyncSession, notice: ApprovalNotice, reviewers: list[str], effect: Effect | None
+        session: AsyncSession,
+        notice: ApprovalNotice,
+        reviewers: list[str],
+        effect: Effect | None,
+        quorum: str,
     ) -> None:
         """The conversation's readers learn that the call waits (for whom, until when, deciding on
-        what effect) or expired."""
+        what effect, how far its quorum is) or expired."""
         if notice.kind == "reminder":
             return
         state = "pending" if notice.kind == "request" else "expired"
@@ -182,6 +189,7 @@ class NotificationActivities:
         data["risk"] = notice.risk
         if state == "pending":
             data |= {"may_decide": reviewers, "expires_at": notice.expires_at.isoformat()}
+            data |= {"quorum": quorum} if quorum else {}
             if effect is not None:
                 shown = effect_shown(effect)
                 data |= {

@@ -18,7 +18,8 @@ request and the decision record which set decided (the judgement itself: activit
 
 from __future__ import annotations
 
-from sqlalchemy import String, bindparam, exists, select
+from sqlalchemy import String, bindparam, exists, func, select
+from sqlalchemy.dialects.postgresql import aggregate_order_by
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from activities.policy_gate import judge
@@ -36,7 +37,7 @@ from countersign.core.calls import (
     ToolSpec,
 )
 from countersign.core.policy import PolicyCheck, forbidden
-from countersign.db.schema import AgentToolPermission, TenantPolicy, TenantToolTier
+from countersign.db.schema import AgentToolPermission, TenantPolicy, TenantToolTier, UserRole
 from countersign.mcp.catalog import MCP_DEFAULT_TIER
 from tools.arguments import load_arguments
 from tools.registry import REGISTRY, ToolFailure
@@ -44,8 +45,9 @@ from tools.registry import REGISTRY, ToolFailure
 _TENANT = bindparam("tenant_id", type_=String)
 _AGENT = bindparam("agent", type_=String)
 _TOOL = bindparam("tool", type_=String)
-# Built once (every call reads it): the tenant's tier, the agent's tier, and whether the tenant has
-# a policy set.
+_USER = bindparam("user_id", type_=String)
+# Built once (every call reads it): the tenant's tier, the agent's tier, whether the tenant has a
+# policy set, and the requester's roles (recorded with the call: what `policy test` replays it with).
 TIER_NOW = select(
     select(TenantToolTier.tier)
     .where(TenantToolTier.tenant_id == _TENANT, TenantToolTier.agent == _AGENT, TenantToolTier.tool == _TOOL)
@@ -54,6 +56,9 @@ TIER_NOW = select(
     .where(AgentToolPermission.agent == _AGENT, AgentToolPermission.tool == _TOOL)
     .scalar_subquery(),
     exists().where(TenantPolicy.tenant_id == _TENANT, TenantPolicy.text != ""),
+    select(func.array_agg(aggregate_order_by(UserRole.role, UserRole.role)))
+    .where(UserRole.tenant_id == _TENANT, UserRole.user_id == _USER)
+    .scalar_subquery(),
 )
 
 
@@ -61,9 +66,15 @@ async def rules_now(session: AsyncSession, invocation: ToolInvocation, spec: Too
     """The tier of the call's tool now (the tenant's own, else the agent's, else the tool's default)
     and, for a tenant with policies, the enforced set's decision now."""
     caller = invocation.caller
-    own, agent_tier, has_sets = (
+    own, agent_tier, has_sets, roles = (
         await session.execute(
-            TIER_NOW, {"tenant_id": caller.tenant_id, "agent": caller.agent, "tool": spec.name}
+            TIER_NOW,
+            {
+                "tenant_id": caller.tenant_id,
+                "agent": caller.agent,
+                "tool": spec.name,
+                "user_id": caller.user_id,
+            },
         )
     ).one()
     default: Tier = MCP_DEFAULT_TIER if spec.mcp is not None else REGISTRY[spec.name].default_tier
@@ -71,7 +82,11 @@ async def rules_now(session: AsyncSession, invocation: ToolInvocation, spec: Too
     policy = (
         await policy_decision(session, PolicyCheck(invocation=invocation, spec=spec)) if has_sets else None
     )
-    return RulesNow(tier=tier, policy=policy if policy is not None and policy.outcome != "no_match" else None)
+    return RulesNow(
+        tier=tier,
+        policy=policy if policy is not None and policy.outcome != "no_match" else None,
+        roles=list(roles or []),
+    )
 
 
 async def policy_decision(session: AsyncSession, check: PolicyCheck) -> PolicyDecision:

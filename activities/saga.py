@@ -22,6 +22,7 @@ from countersign.core.authority import action_refusal
 from countersign.core.calls import lock_key
 from countersign.core.saga import (
     FINAL_STATES,
+    STATE_WHY,
     CompensationOutcome,
     CompensationRequest,
     RollbackAuthorization,
@@ -40,8 +41,8 @@ from tools.registry import REGISTRY, ToolContext, ToolFailure
 UNDO_WHY = {
     "undone": "its change was reversed",
     "already_undone": "it was already undone",
-    "never_happened": "it never took effect: there was nothing to undo",
-    "irreversible": "its tool says it cannot be undone now (an email already delivered, say)",
+    "never_happened": STATE_WHY["skipped"],
+    "irreversible": STATE_WHY["irreversible"],
 }
 
 

@@ -177,6 +177,7 @@ class ToolActivities:
                 invocation = invocation.model_copy(update={"policy": rules.policy})
             try:
                 result, audit = await self._run(session, tool, invocation, refusal)
+                audit["roles"] = rules.roles  # the requester's at the call: what `policy test` replays
                 # stopped by the rules in force, before the tool, as the workflow stops one
                 if refusal is not None:
                     audit["outcome"] = "blocked"

@@ -212,6 +212,8 @@ class ApprovalGate:
                 if verdict.approvals is not None
                 else [*approval.approvals, decision.approver]
             )
+            # each approver's reason, which everything that shows the quorum says beside their name
+            approval.reasons = {**approval.reasons, decision.approver: decision.reason}
             if len(approval.approvals) < approval.approvals_required:  # "1 of 2: bob approved": still pending
                 return approval
             approver = ", ".join(approval.approvals)

@@ -26,6 +26,7 @@ from countersign.core.bounds import DuplicateKey, loads_strict
 from countersign.core.effects import Effect, effect_shown, effect_text, effect_warnings
 from countersign.core.grants import MAX_GRANT_MINUTES, MAX_GRANT_USES, GrantTerms
 from countersign.core.shown import Folded, argument_text, argument_warnings, folded
+from countersign.db.quorum import quorum_said
 from countersign.db.schema import ApprovalRequest
 
 
@@ -81,7 +82,26 @@ async def recorded_effects(rows: list[dict[str, Any]]) -> dict[tuple[str, str], 
     return await with_session(read)
 
 
-def shown_pending(row: dict[str, Any], effect: Effect | None) -> str:
+async def recorded_quorums(rows: list[dict[str, Any]]) -> dict[tuple[str, str], str]:
+    """How far each of these pending calls' quorum is (countersign.db.quorum.quorum_said: who
+    approved so far, why, how many more), by (workflow id, call id); a call one approver decides
+    is missing."""
+    keys = [(r["workflow_id"], r["call_id"]) for r in rows]
+
+    async def read(session: AsyncSession) -> dict[tuple[str, str], str]:
+        requests = await session.scalars(
+            select(ApprovalRequest).where(
+                tuple_(ApprovalRequest.workflow_id, ApprovalRequest.call_id).in_(keys),
+                ApprovalRequest.state == "pending",
+                ApprovalRequest.approvals_required > 1,
+            )
+        )
+        return {(r.workflow_id, r.call_id): await quorum_said(session, r) for r in requests}
+
+    return await with_session(read) if keys else {}
+
+
+def shown_pending(row: dict[str, Any], effect: Effect | None, quorum: str = "") -> str:
     """One pending call as `approvals list` prints it: what it will do first, then its arguments;
     a long line folded, with the command that prints it whole (`approvals show`)."""
     shown = effect_shown(effect) if effect else Folded(lines=[])
@@ -91,7 +111,9 @@ def shown_pending(row: dict[str, Any], effect: Effect | None) -> str:
         + described(shown.lines, args.lines, effect, row["args"])
         + (folded_hint(row["workflow_id"], row["call_id"]) if shown.folds or args.folds else "")
         + f"    risk {row['risk']} · requested by {row['requested_by']} {relative(row['requested_at'])}"
-        f" · expires {relative(row['expires_at'])}" + (f"\n    {row['hints']}" if row.get("hints") else "")
+        f" · expires {relative(row['expires_at'])}"
+        + (f"\n    {quorum}" if quorum else "")
+        + (f"\n    {row['hints']}" if row.get("hints") else "")
     )
 
 
@@ -181,18 +203,20 @@ def list_approvals(tenant: str | None, as_json: bool) -> None:
     async def body() -> None:
         client, _ = await connected()
         rows = await pending_approvals(client, tenant)
-        effects = await recorded_effects(rows)
+        effects, quorums = await recorded_effects(rows), await recorded_quorums(rows)
         if as_json:
             for r in rows:
                 effect, digest = effects.get((r["workflow_id"], r["call_id"]), (None, ""))
                 r["effect"] = effect.model_dump(mode="json") if effect else None
                 r["effect_digest"] = digest
+                r["quorum_said"] = quorums.get((r["workflow_id"], r["call_id"]), "")
             print_json(rows)
             return
         if not rows:
             click.echo("nothing pending")
         for r in rows:
-            click.echo(shown_pending(r, effects.get((r["workflow_id"], r["call_id"]), (None, ""))[0]))
+            key = (r["workflow_id"], r["call_id"])
+            click.echo(shown_pending(r, effects.get(key, (None, ""))[0], quorums.get(key, "")))
 
     run(body())
 

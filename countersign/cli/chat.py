@@ -49,7 +49,7 @@ from countersign.core.contract import (
     TurnResult,
 )
 from countersign.core.messages import ChatMessage
-from countersign.core.saga import RollbackRequest
+from countersign.core.saga import RollbackRequest, undo_why
 from countersign.core.summaries import usage_line
 from countersign.db import events, schema
 from countersign.db.instances import current_instance
@@ -534,7 +534,7 @@ class Chat:
             click.echo(f"rollback ({scope}) sent: it runs between turns")
             return True
         for e in entries:
-            click.echo(f"↶ {e.call_id} {e.tool}: {e.state}{f' ({e.error})' if e.error else ''}")
+            click.echo(f"↶ {e.call_id} {e.tool}: {e.state} ({undo_why(e.state, e.error)})")
         if not entries:
             click.echo("nothing to undo in that scope")
         return True

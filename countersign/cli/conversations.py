@@ -11,12 +11,13 @@ from typing import Any, TypeVar
 import click
 from pydantic import ValidationError
 from sqlalchemy import select
+from sqlalchemy.ext.asyncio import AsyncSession
 from temporalio.client import Client
 
 from countersign.cli.app import cli, print_json, run
 from countersign.cli.conversation_client import ConversationClient, conversation_client
 from countersign.cli.session import signed_hint
-from countersign.cli.ux import EXIT_STOPPED, EXIT_WAITING, command, relative, temporal_settings
+from countersign.cli.ux import EXIT_STOPPED, EXIT_WAITING, command, relative, temporal_settings, with_session
 from countersign.cli.waiting import SignedHint, ctrl_c, waiting_lines
 from countersign.client.handles import render_message, render_transcript
 from countersign.client.temporal_client import connect
@@ -30,10 +31,11 @@ from countersign.core.contract import (
 )
 from countersign.core.envelopes import describe_policy
 from countersign.core.messages import ChatMessage
-from countersign.core.saga import RollbackRequest
+from countersign.core.saga import RollbackRequest, undo_why
 from countersign.core.summaries import usage_line
 from countersign.db.engine import create_engine
-from countersign.db.schema import RollbackRecord
+from countersign.db.messages import first_message
+from countersign.db.schema import Conversation, RollbackRecord
 from countersign.runtime.config import Settings, load_settings
 from countersign.runtime.search_attributes import AGENT_NAME, AGENT_STATUS, TENANT_ID
 
@@ -309,7 +311,7 @@ def rollback(
         if not entries:
             click.echo("nothing to undo in that scope")
         for e in entries:
-            click.echo(f"{e.call_id} {e.tool}: {e.state}{f' ({e.error})' if e.error else ''}")
+            click.echo(f"{e.call_id} {e.tool}: {e.state} ({undo_why(e.state, e.error)})")
 
     run(body())
 
@@ -361,6 +363,35 @@ def as_listed(rows: list[dict[str, Any]], limit: int) -> list[dict[str, Any]]:
     return sorted(settled, key=lambda r: str(r["started_at"]), reverse=True)[:limit]
 
 
+FIRST_WORDS = 40  # characters of a conversation's first message `conversations list` shows
+
+
+def shown_words(text: str) -> str:
+    """A conversation's first message as its list line ends: quoted, on one line, its first
+    FIRST_WORDS characters (a longer one marked: `transcript` prints it whole)."""
+    one_line = " ".join(text.split())
+    return json.dumps(
+        one_line if len(one_line) <= FIRST_WORDS else one_line[:FIRST_WORDS] + "…", ensure_ascii=False
+    )
+
+
+async def first_words(workflow_ids: list[str]) -> dict[str, str]:
+    """The first message of each of these conversations (those stored so far), by workflow id: how
+    `conversations list` tells them apart, as the chat page's list does."""
+    if not workflow_ids:
+        return {}
+
+    async def read(session: AsyncSession) -> dict[str, str]:
+        found = await session.execute(
+            select(Conversation.workflow_id, first_message()).where(
+                Conversation.workflow_id.in_(workflow_ids)
+            )
+        )
+        return {workflow_id: text for workflow_id, text in found if text}
+
+    return await with_session(read)
+
+
 @cli.group()
 def conversations() -> None:
     """Conversations across tenants (the Web UI's workflow list, from the terminal)."""
@@ -375,7 +406,7 @@ def conversations() -> None:
 def list_conversations(
     tenant: str | None, agent: str | None, include_closed: bool, limit: int, as_json: bool
 ) -> None:
-    """List conversations, newest first: id, agent state, agent, when started."""
+    """List conversations, newest first: id, agent state, agent, when started, its first words."""
 
     async def body() -> None:
         client, _ = await connected()
@@ -400,6 +431,8 @@ def list_conversations(
                 }
             )
         rows = as_listed(rows, limit)
+        said = await first_words([r["workflow_id"] for r in rows])
+        rows = [{**r, "first_message": said.get(r["workflow_id"])} for r in rows]
         if as_json:
             print_json(rows)
             return
@@ -410,6 +443,7 @@ def list_conversations(
                 f"{r['workflow_id']}  {r['state'] or '-'}  {r['agent'] or '-'}"
                 f"  started {relative(r['started_at'])}"
                 + ("" if r["status"] == "RUNNING" else f"  ({str(r['status']).lower()})")
+                + (f"  {shown_words(r['first_message'])}" if r["first_message"] else "")
             )
 
     run(body())

@@ -140,7 +140,8 @@ def show(tenant: str, as_json: bool) -> None:
 def test(file: str, tenant: str, since_days: int, as_json: bool) -> None:
     """Replay the tenant's recorded calls of the last days, and those waiting for an approval,
     against FILE (changing nothing) and print each call whose decision would differ from the
-    enforced set's (or the tiers')."""
+    enforced set's (or the tiers'). Each call is replayed with its requester's roles as recorded at
+    the call (those recorded before roles were, and the waiting ones, with today's)."""
     text = read_file(file)
 
     async def replayed(session: AsyncSession) -> dict[str, Any]:
@@ -159,10 +160,16 @@ def test(file: str, tenant: str, since_days: int, as_json: bool) -> None:
         return
     changed = report["changed"]
     click.echo(f"{report['replayed']} recorded calls replayed; {len(changed)} would be decided otherwise")
-    for c in changed:
+    if report["with_roles_today"]:
         click.echo(
-            f"  {c['at']} {c['tool']} by {c['requested_by']} ({c['workflow_id']} {c['call_id']}, was "
-            f"{c['outcome']}): {described(c['enforced'])} -> {described(c['candidate'])}"
+            f"{report['with_roles_today']} of them recorded before roles were: replayed with their "
+            "requester's roles today (the others with the roles recorded at the call)"
+        )
+    for c in changed:
+        roles = f"roles {', '.join(c['roles']) or 'none'} {c['roles_as']}"
+        click.echo(
+            f"  {c['at']} {c['tool']} by {c['requested_by']} ({roles}; {c['workflow_id']} {c['call_id']}, "
+            f"was {c['outcome']}): {described(c['enforced'])} -> {described(c['candidate'])}"
         )
 
 

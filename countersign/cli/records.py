@@ -47,6 +47,19 @@ def table(rows: list[tuple[str, ...]]) -> str:
     )
 
 
+def audit_cell(row: dict[str, Any], column: str) -> str:
+    """One cell of `audit`'s table: a call approved by a grant names it, and an undo that did not
+    undo it says how it ended and why ("False (undo skipped: it never took effect: …)")."""
+    value = row[column]
+    if column == "created_at":
+        return str(value)[:19]  # a datetime, or its str() from the server
+    if column == "approved_by" and row.get("grant_id"):
+        return f"{value} (grant {row['grant_id']})"  # approved unasked, by that approver's grant
+    if column == "rolled_back" and not value and row.get("undo"):
+        return f"{value} (undo {row['undo']}: {row['undo_why']})"
+    return str(value if value is not None else "-")
+
+
 @cli.group(invoke_without_command=True)
 @click.option("--workflow", "workflow_id", help="One conversation's calls.")
 @click.option("--tenant", help="One tenant's calls.")
@@ -70,18 +83,7 @@ def audit(ctx: click.Context, workflow_id: str | None, tenant: str | None, limit
     elif not found:
         click.echo("no tool calls recorded")
     else:
-        cells = [AUDIT_COLUMNS] + [
-            tuple(
-                str(r[c])[:19]  # a datetime, or its str() from the server
-                if c == "created_at"
-                else f"{r[c]} (grant {r['grant_id']})"  # approved unasked, by that approver's grant
-                if c == "approved_by" and r.get("grant_id")
-                else str(r[c] if r[c] is not None else "-")
-                for c in AUDIT_COLUMNS
-            )
-            for r in found
-        ]
-        click.echo(table(cells))
+        click.echo(table([AUDIT_COLUMNS] + [tuple(audit_cell(r, c) for c in AUDIT_COLUMNS) for r in found]))
 
 
 @cli.group()

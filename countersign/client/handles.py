@@ -8,9 +8,9 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle
+from temporalio.client import Client, WorkflowExecutionStatus, WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.common import SearchAttributePair, TypedSearchAttributes
-from temporalio.exceptions import WorkflowAlreadyStartedError
+from temporalio.exceptions import FailureError, WorkflowAlreadyStartedError
 
 from countersign.core.contract import (
     WORKFLOW_TYPE,
@@ -28,6 +28,16 @@ from countersign.core.summaries import summarize_result, usage_line
 from countersign.db.schema import CHAT_KINDS
 from countersign.runtime.config import SCRIPTED_LABEL, Settings
 from countersign.runtime.search_attributes import AGENT_NAME, AGENT_STATUS, TENANT_ID
+
+
+def refused_because(err: WorkflowUpdateFailedError) -> str:
+    """Why a conversation refused an update, as a person reads it: the sentence the workflow gave,
+    never the failure's class name (`str()` of an ApplicationError leads with its type:
+    "DecisionRefused: decision refused: …")."""
+    cause = err.cause
+    if isinstance(cause, FailureError):
+        return cause.message
+    return str(cause) if cause is not None else "the conversation refused the request"
 
 
 def new_workflow_id(tenant_id: str) -> str:

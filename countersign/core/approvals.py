@@ -6,6 +6,7 @@ applies to high risk. Anything the rules cannot confirm is refused: fail closed.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any, Literal
 
@@ -45,13 +46,29 @@ def approvals_required(quorum: PolicyDecision | None) -> int:
     return quorum.approvals if quorum else 1
 
 
-def quorum_line(required: int, approved_by: list[str]) -> str:
+Reasons = Mapping[str, str | None]  # each approver's reason, by approver (None: none given)
+
+
+def quorum_line(required: int, approved_by: list[str], reasons: Reasons | None = None) -> str:
     """ "1 of 2 approved (bob)": a quorum's card line, as everything a person sees says it (CLI,
-    inbox, chat page, notices); "" for a call that needs one approver."""
+    inbox, chat page, notices, audit); "" for a call that needs one approver. With `reasons` (each
+    approver's, as recorded: countersign.db.quorum), every approver's reason beside their name:
+    "2 of 3 approved (bob: checked the account; carol)"."""
     if required < 2:
         return ""
-    said = f" ({', '.join(approved_by)})" if approved_by else ""
+    reasons = reasons or {}
+    named = [f"{a}: {reasons[a]}" if reasons.get(a) else a for a in approved_by]
+    said = f" ({('; ' if any(reasons.get(a) for a in approved_by) else ', ').join(named)})" if named else ""
     return f"{len(approved_by)} of {required} approved{said}"
+
+
+def quorum_outcome(required: int, approved_by: list[str], reasons: Reasons | None = None) -> str:
+    """A quorum short of its number as a person reads it: who approved so far (and why), and how
+    many more are needed: "1 of 2 approved (bob: checked it); 1 more approval needed"."""
+    more = required - len(approved_by)
+    needed = f"{more} more approval{'s' if more != 1 else ''} needed"
+    line = quorum_line(required, approved_by, reasons)
+    return f"{line}; {needed}" if line else needed
 
 
 class Approval(BaseModel):
@@ -81,6 +98,7 @@ class Approval(BaseModel):
     # approvals; `approvals` are the approvers so far, in order. None: one approval, as ever.
     quorum: PolicyDecision | None = None
     approvals: list[str] = []
+    reasons: dict[str, str | None] = {}  # a quorum's approvers' reasons, by approver
 
     @property
     def approvals_required(self) -> int:
@@ -88,15 +106,13 @@ class Approval(BaseModel):
         return approvals_required(self.quorum)
 
     def progress(self) -> str:
-        return quorum_line(self.approvals_required, self.approvals)
+        return quorum_line(self.approvals_required, self.approvals, self.reasons)
 
     def outcome(self) -> str:
         """What a decision left, as a person reads it: "approved by bob", or, a quorum's approval
         that is not the last, "1 of 2 approved (bob); 1 more approval needed" (never "by None")."""
         if self.state == "pending":
-            more = self.approvals_required - len(self.approvals)
-            needed = f"{more} more approval{'s' if more != 1 else ''} needed"
-            return f"{self.progress()}; {needed}" if self.progress() else needed
+            return quorum_outcome(self.approvals_required, self.approvals, self.reasons)
         return f"{self.state} by {self.decided_by}" if self.decided_by else self.state
 
 

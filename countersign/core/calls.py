@@ -66,6 +66,7 @@ class RulesNow(BaseModel):
 
     tier: Tier
     policy: PolicyDecision | None = None
+    roles: list[str] = Field(default_factory=list)  # the requester's now, sorted: recorded with the call
 
 
 class ToolError(BaseModel):

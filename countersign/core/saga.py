@@ -97,6 +97,18 @@ class RollbackAuthorization(ConversationRef):
 
 
 UNDO_STATE: dict[str, EntryState] = {"undone": "done", "already_undone": "done", "never_happened": "skipped"}
+# Why an undo ended in each state, as people read it beside the state (`rollback`, `chat`, `audit`,
+# the chat page's step): a skipped undo is never a bare "False".
+STATE_WHY: dict[str, str] = {
+    "done": "its change was reversed, or already was",
+    "skipped": "it never took effect: there was nothing to undo",
+    "irreversible": "its tool says it cannot be undone now (an email already delivered, say)",
+}
+
+
+def undo_why(state: str, error: str | None = None) -> str:
+    """Why an undo ended in `state`: a failure's error, else what the state means."""
+    return error or STATE_WHY.get(state, state)
 
 
 def undo_state(outcome: str) -> EntryState:

@@ -1,6 +1,7 @@
 """The audit as people read it: one row per tool call (`tool_executions`), with who asked for the
-conversation and whether that was proven (a start proof the worker accepted, `proof_checks`), and
-whether the decision on it was proven (`approval_decisions.proven`)."""
+conversation and whether that was proven (a start proof the worker accepted, `proof_checks`),
+whether the decision on it was proven (`approval_decisions.proven`), and how an undo of it ended
+and why (`compensations`: `undo`, `undo_why`; a skipped undo is never a bare `rolled_back` False)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,9 @@ from typing import Any
 from sqlalchemy import exists, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from countersign.core.saga import undo_why
 from countersign.db.instances import current_instance
-from countersign.db.schema import ApprovalDecision, ProofCheck, ToolExecution
+from countersign.db.schema import ApprovalDecision, Compensation, ProofCheck, ToolExecution
 
 
 async def audit_rows(
@@ -30,8 +32,20 @@ async def audit_rows(
         ApprovalDecision.accepted,
         ApprovalDecision.proven,
     )
+    undo = (
+        (Compensation.workflow_id == ToolExecution.workflow_id)
+        & (Compensation.conversation_id == ToolExecution.conversation_id)
+        & (Compensation.call_id == ToolExecution.call_id)
+    )
     query = (
-        select(ToolExecution, start_proven.label("request_proven"), decision_proven.label("decision_proven"))
+        select(
+            ToolExecution,
+            start_proven.label("request_proven"),
+            decision_proven.label("decision_proven"),
+            Compensation.state,
+            Compensation.error,
+        )
+        .outerjoin(Compensation, undo)
         .order_by(ToolExecution.id.desc())
         .limit(limit)
     )
@@ -51,6 +65,8 @@ async def audit_rows(
             "requested_by": r.user_id,
             "request_proven": request_proven,
             "decision_proven": decided_proven if r.approved_by else None,
+            "undo": undo_state,  # None: nobody asked to undo it
+            "undo_why": undo_why(undo_state, undo_error) if undo_state else None,
         }
-        for r, request_proven, decided_proven in reversed(found)
+        for r, request_proven, decided_proven, undo_state, undo_error in reversed(found)
     ]

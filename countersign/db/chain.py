@@ -85,9 +85,19 @@ CHAINED: dict[str, type[Base]] = {
 }
 
 
+# Columns added to a table of the audit after rows of it were chained: left out of a row's fact
+# while NULL, so a row chained before the column existed still matches its chained fact.
+ADDED_LATER: dict[str, frozenset[str]] = {"tool_executions": frozenset({"roles"})}
+
+
 def fact_of(row: Base) -> dict[str, Any]:
     """The row's columns as JSON: what the chain holds of it, and what the live check compares."""
-    return {c.key: jsonable(getattr(row, c.key)) for c in inspect(type(row)).column_attrs}
+    later = ADDED_LATER.get(row.__tablename__, frozenset())
+    return {
+        c.key: jsonable(value)
+        for c in inspect(type(row)).column_attrs
+        if (value := getattr(row, c.key)) is not None or c.key not in later
+    }
 
 
 def source_id_of(row: Base) -> str:

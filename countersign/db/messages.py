@@ -51,6 +51,24 @@ def of(workflow_id: str, conversation_id: str) -> tuple[ColumnElement[bool], Col
     )
 
 
+def first_message() -> Any:
+    """The first message its person sent in the conversation a `conversations` row names now (its
+    instance), as a scalar subquery correlated with that row: what lists name a conversation by
+    (the chat page's, `conversations list`). None until its first run has stored it."""
+    return (
+        select(ConversationMessage.content)
+        .where(
+            ConversationMessage.workflow_id == Conversation.workflow_id,
+            ConversationMessage.conversation_id == Conversation.conversation_id,
+            ConversationMessage.role == "user",
+        )
+        .order_by(ConversationMessage.seq)
+        .limit(1)
+        .correlate(Conversation)
+        .scalar_subquery()
+    )
+
+
 class MessageRow(Protocol):
     """A `conversation_messages` row: the mapped object or a Core result row."""
 

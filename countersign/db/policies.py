@@ -301,6 +301,9 @@ class RecordedCall:
     arguments: dict[str, Any]
     effect: dict[str, Any] | None
     outcome: str  # the audit's outcome, or "pending"
+    # the requester's roles at the call, as recorded (None: a pending request, which a set applied
+    # today decides with today's roles, or a call recorded before migration 0033 recorded them)
+    roles: tuple[str, ...] | None = None
 
 
 async def recorded_calls(
@@ -329,6 +332,7 @@ async def recorded_calls(
             at=row.created_at, workflow_id=row.workflow_id, call_id=row.call_id, tool=row.tool,
             user=row.user_id, agent=row.agent, arguments=row.edited_args or row.args,
             effect=row.effect, outcome=row.outcome,
+            roles=tuple(row.roles) if row.roles is not None else None,
         )
         for row in ran
     ] + [
@@ -357,20 +361,25 @@ async def replay(
 
     The audit keeps the arguments as recorded (redacted where the tool redacts), an approver's
     edit, and the effect the call resolved; a pending request, the arguments and effect it asks
-    approval for. Roles are the requester's today and the history counts and sums are those
-    before each call."""
+    approval for. Roles are the requester's at the call, as recorded with it; a pending request
+    (decided under today's) and a call recorded before they were (migration 0033) get the
+    requester's today, and the report counts those (`with_roles_today`). The history counts and
+    sums are those before each call."""
     applied = (await tenant_policies(session, tenant_id)).get("enforced")
     current = loaded(applied.text) if applied else None
     specs = {spec.name: spec for spec in tools}
     rows = await recorded_calls(session, tenant_id, since, limit)
-    roles: dict[str, tuple[str, ...]] = {}
+    today: dict[str, tuple[str, ...]] = {}
     changed: list[dict[str, Any]] = []
+    with_roles_today = 0
     for row in rows:
         spec = specs.get(row.tool)
         if spec is None:  # a tool nobody declares (any more): no policy can name it
             continue
-        if row.user not in roles:
-            roles[row.user] = await roles_of(session, tenant_id, row.user)
+        if row.roles is None and row.user not in today:
+            today[row.user] = await roles_of(session, tenant_id, row.user)
+        with_roles_today += row.roles is None and row.outcome != "pending"
+        roles = row.roles if row.roles is not None else today[row.user]
         history = await audit_history(
             session,
             history_query(
@@ -384,7 +393,7 @@ async def replay(
         )
         call = CallFacts(
             user=row.user,
-            roles=roles[row.user],
+            roles=roles,
             agent=row.agent,
             spec=spec,
             arguments=row.arguments,
@@ -402,9 +411,16 @@ async def replay(
                     "call_id": row.call_id,
                     "tool": row.tool,
                     "requested_by": row.user,
+                    "roles": list(roles),
+                    "roles_as": "today" if row.roles is None else "at the call",
                     "outcome": row.outcome,
                     "enforced": before.model_dump(exclude_defaults=True),
                     "candidate": after.model_dump(exclude_defaults=True),
                 }
             )
-    return {"tenant": tenant_id, "replayed": len(rows), "changed": changed}
+    return {
+        "tenant": tenant_id,
+        "replayed": len(rows),
+        "with_roles_today": with_roles_today,
+        "changed": changed,
+    }

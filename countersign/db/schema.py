@@ -616,6 +616,9 @@ class ToolExecution(Base):
     grant_id: Mapped[int | None] = mapped_column(BigInteger)
     decision_reason: Mapped[str | None]
     policy: Mapped[dict[str, Any] | None]  # the tenant's policy decision (None: no policies)
+    # the requester's roles at the call, sorted, as the rules in force read them (what `policy test`
+    # replays it with); None on rows from before migration 0033
+    roles: Mapped[list[str] | None] = mapped_column(JSONB(none_as_null=True))
     idempotency_key: Mapped[str | None]
     started_at: Mapped[datetime | None]  # None for calls that never ran (rejected, blocked, ...)
     finished_at: Mapped[datetime | None]

@@ -36,7 +36,7 @@ from countersign.devstack.processes import ProcessRecord
 from countersign.devstack.temporal import DevServerConfig, start_dev_server, wait_ready
 from countersign.identity.mode import deployment_mode
 from countersign.runtime.config import PROJECT_ROOT
-from countersign.runtime.ports import port_open
+from countersign.runtime.ports import free_port, port_open
 
 COMPONENTS = ("postgres", "temporal", "model", "mail", "worker", "inbox")
 HOST = "127.0.0.1"
@@ -434,7 +434,7 @@ async def _worker(plan: StackPlan, previous: ProcessRecord | None) -> tuple[Proc
         if plan.metrics_port and port_open(HOST, plan.metrics_port):
             raise StackError(
                 f"worker: metrics port {plan.metrics_port} is taken by another process "
-                "(free it or set COUNTERSIGN_METRICS_PORT to another port)"
+                f"(free it, or {another_port('COUNTERSIGN_METRICS_PORT')})"
             )
         return processes.spawn(cmd, plan.address("worker"), log, PROJECT_ROOT, plan.child_env("worker"))
 
@@ -511,6 +511,11 @@ def _check_address(name: str, running: ProcessRecord, plan: StackPlan) -> None:
         )
 
 
+def another_port(var: str) -> str:
+    """How to move a part of the stack off a taken port: its variable, set to a port free now."""
+    return f"export {var}={free_port(HOST)}, a port free now, and run it again"
+
+
 def _check_ports_free(name: str, plan: StackPlan) -> None:
     for var in plan.port_vars(name):
         port = plan.ports[var]
@@ -518,7 +523,7 @@ def _check_ports_free(name: str, plan: StackPlan) -> None:
             instead = f", or set {OVERRIDES[name]} to use that service" if name in OVERRIDES else ""
             raise StackError(
                 f"{name}: port {port} on {HOST} is taken by a process this stack did not start "
-                f"(free it or set {var} to another port{instead})"
+                f"(free it, or {another_port(var)}{instead})"
             )
 
 

@@ -32,7 +32,8 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio.client import Client, WorkflowExecutionStatus, WorkflowUpdateFailedError
 from temporalio.service import RPCError, RPCStatusCode
 
-from countersign.core.approvals import Approval, Decision, PendingCall, approver_refusal, quorum_line
+from countersign.client.handles import refused_because
+from countersign.core.approvals import Approval, Decision, PendingCall, approver_refusal
 from countersign.core.bounds import MAX_REASON_CHARS, Identifier, WorkflowId, unstorable_refusal
 from countersign.core.calls import Risk
 from countersign.core.effects import Effect, effect_shown, effect_warnings
@@ -45,6 +46,7 @@ from countersign.db.grants import GrantRefused, grant_view, grants_of, revoke_gr
 from countersign.db.instances import current_instance
 from countersign.db.messages import ConversationStore
 from countersign.db.people import check_password, roles_of
+from countersign.db.quorum import Approvals, approvals_of
 from countersign.db.schema import ApprovalDecision, ApprovalRequest, ToolExecution, User
 from countersign.identity.checkpoints import write_checkpoint
 from countersign.identity.proofs import Binding, mint_proof
@@ -160,12 +162,12 @@ class PendingItem(BaseModel):
 
 
 def item_of(
-    row: ApprovalRequest, said: list[dict[str, str]], approved_by: list[str] | None = None
+    row: ApprovalRequest, said: list[dict[str, str]], approvals: Approvals | None = None
 ) -> PendingItem:
     """A recorded approval request as reviewers see it (a native tool's description and schema
     from this registry, an MCP tool's from the conversation's snapshot, as recorded);
-    `approved_by`: a quorum's approvers so far."""
-    approved_by = approved_by or []
+    `approvals`: a quorum's approvers so far, with their reasons (countersign.db.quorum)."""
+    approvals = approvals or Approvals()
     tool = REGISTRY.get(row.tool)
     effect = Effect.model_validate(row.effect) if row.effect is not None else None
     args = folded(argument_text(row.args))
@@ -198,8 +200,8 @@ def item_of(
         voided_effect=Effect.model_validate(row.voided_effect) if row.voided_effect is not None else None,
         approvals_required=row.approvals_required,
         policy=(row.policy or {}).get("policy"),
-        approved_by=approved_by,
-        quorum=quorum_line(row.approvals_required, approved_by),
+        approved_by=approvals.approved_by,
+        quorum=approvals.line(row.approvals_required),
     )
 
 
@@ -291,38 +293,6 @@ class Page:
     items: list[PendingItem]
     more: int
     next: Cursor | None = None  # where the next page starts (None: nothing more waits)
-
-
-async def quorum_approvals(
-    session: AsyncSession, rows: list[ApprovalRequest]
-) -> dict[tuple[str, str], list[str]]:
-    """Who approved each of these open quorum requests so far (accepted and not voided), in order,
-    by (conversation, call): those that count, as the latest approval recorded them (`counted`:
-    earlier approvers no longer active or entitled left out), else each approver in turn."""
-    if not rows:
-        return {}
-    decisions = await session.execute(
-        select(
-            ApprovalDecision.conversation_id,
-            ApprovalDecision.call_id,
-            ApprovalDecision.approver,
-            ApprovalDecision.counted,
-        )
-        .where(
-            tuple_(ApprovalDecision.conversation_id, ApprovalDecision.call_id).in_(
-                [(r.conversation_id, r.call_id) for r in rows]
-            ),
-            ApprovalDecision.decision == "approve",
-            ApprovalDecision.accepted.is_(True),
-            ApprovalDecision.voided_at.is_(None),
-        )
-        .order_by(ApprovalDecision.id)
-    )
-    approved: dict[tuple[str, str], list[str]] = {}
-    for conversation_id, call_id, approver, counted in decisions:
-        before = approved.get((conversation_id, call_id), [])
-        approved[conversation_id, call_id] = list(counted) if counted is not None else [*before, approver]
-    return approved
 
 
 def last_messages(messages: list[ChatMessage]) -> list[dict[str, str]]:
@@ -500,14 +470,16 @@ class Inbox:
             .exists(),
         )
         rows: list[ApprovalRequest] = []
-        approvals: dict[tuple[str, str], list[str]] = {}
+        approvals: dict[tuple[str, str], Approvals] = {}
         while True:
             wanted = None if limit is None else limit - len(rows)
             async with self._sessions() as session, session.begin():
                 chunk = list(
                     await session.scalars(after_cursor(pending, after).order_by(*ORDER).limit(wanted))
                 )
-                approvals |= await quorum_approvals(session, [r for r in chunk if r.approvals_required > 1])
+                approvals |= await approvals_of(
+                    session, [(r.conversation_id, r.call_id) for r in chunk if r.approvals_required > 1]
+                )
                 after = Cursor.of(chunk[-1]) if chunk else after
                 more = 0
                 if wanted is not None and len(chunk) == wanted:  # the rest, counted in the same transaction
@@ -517,13 +489,14 @@ class Inbox:
             if not more or len(rows) == limit:
                 break
 
-        def approved_by(row: ApprovalRequest) -> list[str]:
-            return approvals.get((row.conversation_id, row.call_id), [])
+        def approved(row: ApprovalRequest) -> Approvals:
+            return approvals.get((row.conversation_id, row.call_id), Approvals())
 
         def listed(row: ApprovalRequest) -> PendingItem | None:
             """The item listed before for `row`, when nothing it shows has changed since."""
             item = known.get(f"{row.workflow_id}/{row.call_id}")
-            same = item is not None and item.nonce == row.nonce and item.approved_by == approved_by(row)
+            now = (row.nonce, approved(row).approved_by)
+            same = item is not None and (item.nonce, item.approved_by) == now
             return item if same else None
 
         fresh = [r for r in rows if listed(r) is None]
@@ -533,7 +506,7 @@ class Inbox:
 
         def new_item(row: ApprovalRequest) -> PendingItem:
             words = said.get((row.workflow_id, row.conversation_id), [])
-            return item_of(row, last_messages(words), approved_by(row))
+            return item_of(row, last_messages(words), approved(row))
 
         return Page(
             items=[listed(row) or new_item(row) for row in rows],
@@ -665,7 +638,10 @@ class Inbox:
                     ApprovalRequest.expires_at > func.now(),
                 )
             )
-        return item_of(row, []) if row is not None else None
+            if row is None:
+                return None
+            approvals = await approvals_of(session, [(row.conversation_id, row.call_id)])
+        return item_of(row, [], approvals.get((row.conversation_id, row.call_id)))
 
     async def _not_pending(self, workflow_id: str, call_id: str) -> HttpRefusal:
         """404, or 409 when the call of the conversation its workflow id names now was decided or ran."""
@@ -752,7 +728,7 @@ class Inbox:
                 "decide", decision, result_type=Approval
             )
         except WorkflowUpdateFailedError as err:
-            raise refused(str(err.cause or err)) from None
+            raise refused(refused_because(err)) from None
         except RPCError as err:  # a listed conversation that has ended since
             if known is None or err.status not in (
                 RPCStatusCode.NOT_FOUND,

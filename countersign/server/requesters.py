@@ -34,7 +34,7 @@ from temporalio.exceptions import WorkflowAlreadyStartedError
 from temporalio.service import RPCError, RPCStatusCode
 
 from countersign.client.ended import conversation_status, roll_back_ended
-from countersign.client.handles import keyed_workflow_id, new_workflow_id, start_options
+from countersign.client.handles import keyed_workflow_id, new_workflow_id, refused_because, start_options
 from countersign.core.bounds import Identifier, Reason, Text
 from countersign.core.contract import (
     WORKFLOW_TYPE,
@@ -646,7 +646,7 @@ class Requesters:
         """The answer of a finished `wait_reply`/`wait_turn` update."""
         failed = waiting.exception()
         if isinstance(failed, WorkflowUpdateFailedError):  # the message, or the wait, was refused
-            raise HttpRefusal(409, str(failed.cause or failed))
+            raise HttpRefusal(409, refused_because(failed))
         result: TurnResult | None = None if failed else waiting.result()
         if result is not None:
             return Reply(state="replied", turn=result)

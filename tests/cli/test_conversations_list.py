@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from countersign.cli.conversations import as_listed
+from countersign.cli.conversations import as_listed, shown_words
 
 
 def row(workflow_id: str, started_at: str, state: str, status: str) -> dict[str, Any]:
@@ -38,3 +38,8 @@ def test_the_limit_keeps_the_newest_whatever_order_visibility_returned() -> None
         row("conv-acme-000000000003", "2026-11-27T15:40:03+00:00", "idle", "CANCELED"),
     ]
     assert [r["workflow_id"][-1] for r in as_listed(returned, limit=2)] == ["4", "3"]
+
+
+def test_a_conversations_first_words_end_its_line_on_one_line_and_marked_when_cut() -> None:
+    assert shown_words("please qualify\njane") == '"please qualify jane"'
+    assert shown_words("x" * 50) == '"' + "x" * 40 + '…"'

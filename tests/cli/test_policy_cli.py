@@ -151,11 +151,51 @@ async def test_policy_test_replays_recorded_calls_with_their_history(
     assert same.returncode == 0 and "; 0 would be decided otherwise" in same.stdout
     text = await policy(database_url, "test", written(tmp_path, DAILY_CAP), "--tenant", "acme")
     assert (
-        f"send_email by alice ({marker} c2, was executed): forbid by no-competitor -> forbid by two-a-day"
+        f"send_email by alice (roles sales today; {marker} c2, was executed): forbid by no-competitor"
+        " -> forbid by two-a-day" in text.stdout
+    )
+    assert (
+        f"send_email by alice (roles sales today; {marker} c3, was pending): tiers -> forbid by two-a-day"
         in text.stdout
     )
-    assert f"send_email by alice ({marker} c3, was pending): tiers -> forbid by two-a-day" in text.stdout
     assert f"({marker} c0" not in text.stdout
+
+
+NO_SALES_EMAIL = """
+@id("no-sales-email")
+forbid(principal, action == Countersign::Action::"send_email", resource)
+when { principal.roles.contains("sales") };
+"""
+
+
+async def test_policy_test_replays_each_call_with_the_roles_recorded_at_it(
+    database_url: str, db_engine: AsyncEngine, tmp_path: Path, acme_without_policies: str
+) -> None:
+    """Issue 50: bob (a reviewer today) sent an email while he was in sales, as the call recorded;
+    a set that forbids sales people's emails would have refused it, whatever his roles are today. A
+    call recorded before roles were (NULL) is replayed with today's, and the report says how many."""
+    marker, now = acme_without_policies, datetime.now(UTC)
+    async with db_engine.begin() as conn:
+        for call_id, roles in (("c0", ["sales"]), ("c1", None)):
+            await conn.execute(
+                insert(ToolExecution).values(
+                    tenant_id="acme", agent="sales-assistant", user_id="bob", workflow_id=marker,
+                    run_id="r", call_id=call_id, tool="send_email", risk="high", category="external",
+                    args={"to": "a@ok.example", "subject": "s", "body": "b", "html_body": None, "lead": None},
+                    outcome="executed", created_at=now - timedelta(minutes=5), roles=roles,
+                )
+            )  # fmt: skip
+    replayed = await policy(
+        database_url, "test", written(tmp_path, NO_SALES_EMAIL), "--tenant", "acme", "--json"
+    )
+    assert replayed.returncode == 0, replayed.stderr
+    report = json.loads(replayed.stdout)
+    changed = [c for c in report["changed"] if c["workflow_id"] == marker]
+    assert [(c["call_id"], c["roles"], c["roles_as"]) for c in changed] == [("c0", ["sales"], "at the call")]
+    assert report["with_roles_today"] >= 1  # c1, recorded without its roles
+    text = await policy(database_url, "test", written(tmp_path, NO_SALES_EMAIL), "--tenant", "acme")
+    assert f"send_email by bob (roles sales at the call; {marker} c0, was executed)" in text.stdout
+    assert "recorded before roles were: replayed with their requester's roles today" in text.stdout
 
 
 def test_the_readmes_policy_file_is_a_valid_set_with_each_kind() -> None:

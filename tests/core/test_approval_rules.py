@@ -23,10 +23,13 @@ from countersign.core.approvals import (
     approver_refusal,
     decision_note,
     decision_state_refusal,
+    quorum_line,
+    quorum_outcome,
     quorum_refusal,
 )
 from countersign.core.calls import McpTool, PolicyDecision, Risk, ToolSpec
 from countersign.core.contract import PendingApproval
+from countersign.db.quorum import Approvals
 
 NOW = datetime(2026, 11, 27, 12, 0, tzinfo=UTC)
 RISKS: tuple[Risk, ...] = ("low", "medium", "high")
@@ -321,3 +324,30 @@ def test_a_quorums_first_approval_reads_as_how_far_it_is_never_by_none() -> None
         update={"state": "approved", "decided_by": "carol", "approvals": ["bob", "carol"]}
     )
     assert done.outcome() == "approved by carol"
+
+
+def test_a_quorums_line_gives_every_approvers_reason() -> None:
+    """Issue 50: who approved so far, each one's reason beside their name, and how many more."""
+    reasons = {"bob": "checked the account", "carol": None}
+    assert quorum_line(3, ["bob", "carol"], reasons) == "2 of 3 approved (bob: checked the account; carol)"
+    assert quorum_outcome(3, ["bob"], reasons) == (
+        "1 of 3 approved (bob: checked the account); 2 more approvals needed"
+    )
+    assert quorum_line(2, ["bob", "carol"]) == "2 of 2 approved (bob, carol)"
+    assert quorum_line(1, ["bob"], reasons) == ""
+
+
+def test_the_decide_answer_of_a_quorum_gives_each_approvers_reason() -> None:
+    first = Approval(
+        call_id="c1", tool="t", args="{}", risk="high", requested_by="alice", requested_at=NOW,
+        expires_at=NOW + timedelta(hours=1), quorum=quorum(3), approvals=["bob", "carol"],
+        reasons={"bob": "checked the account", "carol": None},
+    )  # fmt: skip
+    assert first.outcome() == "2 of 3 approved (bob: checked the account; carol); 1 more approval needed"
+
+
+def test_the_audit_keeps_every_approvers_reason() -> None:
+    both = Approvals(["bob", "carol"], {"bob": "checked the account", "carol": None})
+    assert both.reason_text() == "bob: checked the account; carol (no reason given)"
+    assert Approvals(["bob"], {"bob": "ok"}).reason_text() == "ok"  # one approver: the reason alone
+    assert Approvals().reason_text() is None

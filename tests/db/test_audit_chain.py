@@ -30,7 +30,7 @@ from activities.tools import ToolActivities
 from countersign.core.authority import ActionCheck
 from countersign.core.calls import CallerContext, ToolInvocation, ToolResult, UnexecutedCall
 from countersign.core.evidence import GENESIS, Broken, canonical, manifest_of, read_checkpoint, verify_bundle
-from countersign.db.chain import chain, export_bundle, verify_live
+from countersign.db.chain import chain, export_bundle, fact_of, verify_live
 from countersign.db.engine import session_factory
 from countersign.db.schema import (
     ApprovalDecision,
@@ -641,3 +641,12 @@ async def test_the_server_checkpoints_every_tenant_whose_head_moved(
     assert len(found) == 1
     checked = read_checkpoint(found[0].read_bytes(), load_private_key(private).public_key())
     assert (checked.tenant, checked.seq) == (tenant, CALLS + 2)
+
+
+def test_a_column_added_later_is_left_out_of_a_rows_fact_while_it_is_null() -> None:
+    """tool_executions.roles (migration 0033): a row chained before the column existed has no
+    `roles` in its fact, and the live check, which recomputes the fact, must find the same."""
+    row = ToolExecution(tenant_id="acme", workflow_id="w", call_id="c1", tool="t", outcome="executed")
+    assert "roles" not in fact_of(row) and "decision_reason" in fact_of(row)
+    row.roles = ["sales"]
+    assert fact_of(row)["roles"] == ["sales"]

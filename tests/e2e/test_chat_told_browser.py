@@ -164,7 +164,9 @@ async def test_alice_reads_each_result_and_what_bob_changed_and_why_on_a_page_th
         assert await alice.locator("#log li.note", has_text="has ended").count() == 0
         asked = await answering(alice, accept=True)
         await alice.get_by_role("button", name="End the conversation").click()
-        await alice.locator("#log li.note", has_text="has ended").wait_for(timeout=30_000)
+        # at once, not at the stream's next keep-alive (15 s) nor only after a reload (issue 50)
+        await alice.locator("#log li.note", has_text="has ended").wait_for(timeout=5_000)
+        assert await alice.locator("#log li.note", has_text="has ended").count() == 1
         assert await alice.locator("#undo-bar").is_hidden()
         # opened again from the list (its events from the first): ended, so nothing offers Undo
         await alice.reload()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -430,6 +431,10 @@ async def test_a_port_taken_by_another_program_is_a_one_line_failure(stack_env: 
     reason = [line for line in result.stderr.splitlines() if line.startswith("Error:")]
     assert len(reason) == 1 and "is taken by a process this stack did not start" in reason[0], result.stderr
     assert "COUNTERSIGN_PG_PORT" in reason[0] and "DATABASE_URL" in reason[0]
+    # and a port to move it to, free now: the command works again with it (issue 50)
+    moved = re.search(r"export COUNTERSIGN_PG_PORT=(\d+), a port free now, and run it again", reason[0])
+    assert moved is not None, reason[0]
+    assert not port_open("127.0.0.1", int(moved[1]))
 
 
 def test_the_model_restarts_for_another_scenario_or_an_edited_one(tmp_path: Path) -> None:

@@ -202,8 +202,10 @@ async def test_the_batch_buttons_ask_first_then_decide_the_selected_cards_togeth
     signed_dev_agent: SignedStack, db_engine: AsyncEngine, chromium: str, jane_is_new: None
 ) -> None:
     """Bob selects two conversations' calls: "Reject selected" wants a reason and a confirmation (he
-    dismisses it: nothing is decided), "Approve selected" decides both at once with his reason; both
-    cards leave the page and each decision is recorded as proven, with the reason."""
+    dismisses it: nothing is decided); "Approve selected" asks too, with his reason and that it grants
+    nothing (dismissed: nothing decided), then decides both at once with his reason; both cards leave
+    the page, the page says no grant was given, and each decision is recorded as proven, with the
+    reason."""
     stack = signed_dev_agent
     stack.agent.script(qualify("budget confirmed"), ECHO_RESULT)
     async with async_playwright() as p:
@@ -216,9 +218,9 @@ async def test_the_batch_buttons_ask_first_then_decide_the_selected_cards_togeth
             await card.wait_for(timeout=15_000)
         dialogs: list[str] = []
 
-        async def dismiss(dialog: Any) -> None:
+        async def dismiss(dialog: Any) -> None:  # the first two asked are dismissed, the third accepted
             dialogs.append(dialog.message)
-            await dialog.dismiss()
+            await (dialog.dismiss() if len(dialogs) < 3 else dialog.accept())
 
         page.on("dialog", dismiss)
         status = page.locator("#status")
@@ -232,6 +234,13 @@ async def test_the_batch_buttons_ask_first_then_decide_the_selected_cards_togeth
         await page.get_by_role("button", name="Reject selected").click()  # dismissed: nothing decided
         assert len(dialogs) == 1 and "Reject 2 selected" in dialogs[0]
         assert all([await card.is_visible() for card in cards])
+        await page.get_by_role("button", name="Approve selected").click()  # dismissed: nothing decided
+        assert (
+            len(dialogs) == 2
+            and "Approve 2 selected call(s)? The agents are told: checked with the team" in (dialogs[1])
+        )
+        assert "No grant: each call is approved once" in dialogs[1], dialogs
+        assert all([await card.is_visible() for card in cards])
         await page.get_by_role("button", name="Approve selected").click()
         # each card as bob saw it leaves; the call that runs second may come back under the same key,
         # asked again (below), as soon as the first has run, so only the card as it was must go
@@ -241,6 +250,7 @@ async def test_the_batch_buttons_ask_first_then_decide_the_selected_cards_togeth
         await page.wait_for_function(
             "() => document.querySelector('#status').textContent.startsWith('2 decided')", timeout=15_000
         )
+        assert "No grant: each call is approved once" in (await status.text_content() or "")
         await page.screenshot(path=ARTIFACTS / "inbox-batch.png", full_page=True)
         # issue 34: both were approved as "Jane: new → qualified"; the one that runs second finds her
         # qualified already, so what it would do changed: it comes back, asked again: nothing ran twice

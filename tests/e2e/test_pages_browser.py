@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -66,6 +67,8 @@ async def shoot(page: Page, name: str) -> None:
 
 # What the pages must run under (no inline script, style or handler: every file from /static), put
 # on each page the browser loads; the browser reports every violation on the console.
+# No horizontal overflow: the page is no wider than the window.
+FITS = "() => document.documentElement.scrollWidth <= window.innerWidth"
 STRICT_CSP = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self'; object-src 'none'"
 
 
@@ -212,6 +215,30 @@ async def test_alice_approves_her_draft_in_the_chat_then_edits_it_and_resolves_a
         to_inbox = sending.get_by_role("link", name="Its card in the inbox")
         assert (await to_inbox.get_attribute("href") or "").endswith("/c1")
         assert await sending.locator("form.decide").count() == 0
+        # the list tells conversations apart: first words, then state now, when and agent (issue 50)
+        first = alice.locator("#conversations button", has_text=ASK).locator(".listed-state")
+        said = await first.text_content() or ""
+        assert said.startswith("open · ") and said.endswith(" · lead-qualifier"), said
+        assert str(datetime.now(UTC).year) in said, said
+        assert (
+            await alice.locator("#conversations button", has_text=f"Please send draft {draft_id}").count()
+            == 1
+        )
+        # on a phone the message box comes before the list, and a new conversation's is in sight as
+        # the page opens, however many conversations are listed (issue 50)
+        await alice.get_by_role("button", name="New conversation").click()
+        for width in (390, 1280):
+            await alice.set_viewport_size({"width": width, "height": 844})
+            await alice.evaluate("() => window.scrollTo(0, 0)")
+            await alice.screenshot(path=ARTIFACTS / f"chat-list-{width}.png", full_page=True)
+            assert await alice.evaluate(FITS), f"/chat is wider than the window at {width} px"
+            box = await alice.get_by_label("Message").bounding_box()
+            listed = await alice.locator("#conversations").bounding_box()
+            assert box is not None and listed is not None
+            if width == 390:  # one column: the message box above the list
+                assert box["y"] + box["height"] <= listed["y"], (box, listed)
+            assert box["y"] + box["height"] <= 844, f"the message box is out of sight at {width} px: {box}"
+        await alice.set_viewport_size({"width": 1280, "height": 900})
 
         await go_by_link(alice, "Drafts and notifications")
         await card.locator("summary").click()
@@ -299,6 +326,13 @@ async def test_carol_changes_a_tier_on_the_tools_page_and_alice_cannot_reach_it(
             )
         assert tier == "needs_approval" and recorded == "carol"
         await shoot(carol, "tools.png")
+        # on a phone too: nothing wider than the window, and each tier's select readable (issue 50)
+        for width in (390, 1280):
+            await carol.set_viewport_size({"width": width, "height": 900})
+            await carol.screenshot(path=ARTIFACTS / f"tools-{width}.png", full_page=True)
+            assert await carol.evaluate(FITS), f"/tools is wider than the window at {width} px"
+            tier_box = await carol.get_by_label("Tier of search_leads").bounding_box()
+            assert tier_box is not None and tier_box["width"] >= 150, (width, tier_box)
 
         alice = await browser.new_page(viewport={"width": 1280, "height": 700})
         await log_in(alice, stack.url, "alice")

@@ -70,6 +70,7 @@ async def test_two_proven_approvals_and_never_one(
 
     status, body = await stack.call("POST", path, bob, {"decision": "approve"})
     assert status == 409 and "bob already approved" in body["error"], body
+    assert "DecisionRefused" not in body["error"], "a person reads the sentence, never the failure's class"
     status, body = await stack.call("POST", path, alice, {"decision": "approve"})
     assert status == 403, body  # the requester never counts
     status, body = await stack.call("POST", path, carol, {"decision": "approve"})

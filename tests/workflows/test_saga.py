@@ -8,13 +8,15 @@ from typing import Any
 import pytest
 from sqlalchemy import delete, select, text, update
 from sqlalchemy.dialects.postgresql import insert
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
 from temporalio.client import WorkflowFailureError
 
 from activities.saga import SagaActivities
+from countersign.cli.records import audit_cell
 from countersign.core.calls import CallerContext
 from countersign.core.contract import EndConversation, SubmitMessage
 from countersign.core.saga import CompensationRequest, RollbackRequest
+from countersign.db.audit import audit_rows
 from countersign.db.engine import session_factory
 from countersign.db.schema import (
     AgentProfile,
@@ -263,6 +265,15 @@ async def test_atomic_turn_undoes_earlier_writes_when_one_fails(
             ("update_task", "skipped", "it never took effect: there was nothing to undo"),
             ("create_task", "done", "its change was reversed"),
         ]
+    # the audit says why the skipped one is not rolled back, never a bare False (issue 50)
+    async with AsyncSession(db_engine) as session:
+        rows = {r["tool"]: r for r in await audit_rows(session, handle.id)}
+    skipped = rows["update_task"]
+    assert (skipped["rolled_back"], skipped["undo"]) == (False, "skipped")
+    assert audit_cell(skipped, "rolled_back") == (
+        "False (undo skipped: it never took effect: there was nothing to undo)"
+    )
+    assert audit_cell(rows["create_task"], "rolled_back") == "True"
 
 
 async def test_a_failing_compensation_is_reported_and_the_rest_still_run(

@@ -155,14 +155,18 @@ const handlers = {
     if (!step) return;
     if (data.state === "pending" && data.decided_by) {
       // a quorum's approval short of its number: the step still waits (its countdown and link stay)
-      if (data.note) $(".review", step).textContent = data.note;
-      setOutcome(step, `Waiting for more approvals: ${data.decided_by} approved`, "waiting");
-      say(`${data.tool}: ${data.decided_by} approved; it waits for more approvals`);
+      // who approved so far, each one's reason, and how many more are needed: "1 of 2 approved (bob: …); 1 more approval needed"
+      const sofar = data.quorum || `${data.decided_by} approved`;
+      if (data.note && !data.quorum) $(".review", step).textContent = data.note;
+      const countdown = $(".countdown", step); // the step still waits until the same deadline
+      setOutcome(step, `Waiting for more approvals: ${sofar}`, "waiting");
+      if (countdown) $(".outcome", step).append(" · expires ", countdown);
+      say(`${data.tool}: ${sofar}`);
     } else if (data.state === "pending") {
       for (const node of step.querySelectorAll(".decide, .to-inbox")) node.remove();
       const who = (data.may_decide || []).join(", ") || "a reviewer";
       if (!$(".effect", step)) $("h3", step).after(effectView(data.effect_lines, data.effect_folds, data.resolved === false));
-      setOutcome(step, `Waiting for a reviewer (${who} may decide)`, "waiting");
+      setOutcome(step, `Waiting for a reviewer (${who} may decide)${data.quorum ? `. ${data.quorum}` : ""}`, "waiting");
       if (data.expires_at) {
         const countdown = el("span", { class: "countdown", "data-expires": data.expires_at, text: relativeTime(data.expires_at) });
         $(".outcome", step).append(" · expires ", countdown);
@@ -251,6 +255,7 @@ const handlers = {
     say(`The agent replied: ${data.reply || ""}`);
   },
   ended() {
+    if (current.ended) return; // said already (the page asked after its End; the stream says it too)
     add(el("li", { class: "note", text: "The conversation has ended." }));
     setBusy(true, "Ended");
     current.ended = true; // nothing to undo from here: its writes stand (the CLI's rollback still reaches them)
@@ -294,6 +299,17 @@ function open(id, title) {
   });
 }
 
+// After this page's End: the conversation's run closes a moment later, and no event says so (the
+// stream notices at its next keep-alive, seconds later), so the page asks its state until it has
+// ended and shows it at once; one still finishing a step is left to the stream.
+async function shownEnded(ending) {
+  for (let tries = 0; tries < 40 && current === ending && !ending.ended; tries += 1) {
+    const status = await api("GET", `/api/conversations/${encodeURIComponent(ending.id)}`).catch(() => null);
+    if (status && status.state === "ended") { if (current === ending) handlers.ended(); return; }
+    await new Promise((resolve) => { setTimeout(resolve, 250); });
+  }
+}
+
 async function rollback(scope, callId) {
   try {
     await api("POST", `/api/conversations/${encodeURIComponent(current.id)}/rollback`, { scope, call_id: callId || null });
@@ -319,11 +335,16 @@ const typed = new Map();
 
 async function loadConversations() {
   const list = await api("GET", "/api/conversations");
+  // each entry tells itself apart: its first words, then its state now, when it started and with which agent
   $("#conversations").replaceChildren(...list.map((c) => {
-    const label = c.first_message || typed.get(c.workflow_id) || `${c.agent}${c.key ? ` · ${c.key}` : ""} · ${new Date(c.created_at).toLocaleString()}`;
-    const button = el("button", { type: "button", "data-id": c.workflow_id, text: label,
-      title: `${c.agent}${c.key ? ` · ${c.key}` : ""} · ${new Date(c.created_at).toLocaleString()}`,
-      "aria-current": String(current !== null && current.id === c.workflow_id) });
+    const started = new Date(c.created_at).toLocaleString([], { dateStyle: "medium", timeStyle: "short" });
+    const about = `${c.agent}${c.key ? ` · ${c.key}` : ""}`;
+    const label = c.first_message || typed.get(c.workflow_id) || `${about} · ${started}`;
+    const said = [c.state, started, about].filter(Boolean).join(" · ");
+    const button = el("button", { type: "button", "data-id": c.workflow_id, title: `${label}\n${said}`,
+      "aria-current": String(current !== null && current.id === c.workflow_id) },
+      el("span", { class: "first-words", text: label }),
+      el("span", { class: "listed-state", "data-state": c.state || "", text: said }));
     button.addEventListener("click", () => open(c.workflow_id, label));
     return el("li", {}, button);
   }));
@@ -363,8 +384,10 @@ if ($("#compose")) {
   });
   $("#end").addEventListener("click", async () => {
     if (!confirm("End this conversation? Nothing more can be sent to it.")) return;
-    try { await api("POST", `/api/conversations/${encodeURIComponent(current.id)}/end`, {}); say("End requested"); }
-    catch (err) { say(err.message); }
+    const ending = current;
+    try { await api("POST", `/api/conversations/${encodeURIComponent(ending.id)}/end`, {}); say("End requested"); }
+    catch (err) { say(err.message); return; }
+    await shownEnded(ending);
   });
   setInterval(() => {
     for (const span of document.querySelectorAll("[data-expires]")) span.textContent = relativeTime(span.dataset.expires);

@@ -102,3 +102,10 @@ function signInOut() {
   }
   $("#logout")?.addEventListener("click", async () => { await api("POST", "/api/logout", {}); location.reload(); });
 }
+
+// Each cell of a table's body named by its column's heading (data-label): on a phone the pages
+// show a table's rows one under the other, each cell with its heading before it (their CSS).
+function labelCells(table) {
+  const columns = [...table.querySelectorAll("thead th")].map((th) => th.textContent);
+  for (const row of table.tBodies[0].rows) [...row.cells].forEach((cell, i) => { cell.dataset.label = columns[i]; });
+}

@@ -264,11 +264,6 @@ async function loadHistory() {
 }
 
 // Each cell named by its column: on a phone a table's rows are stacked, each cell under its name (inbox.css).
-function labelCells(table) {
-  const columns = [...table.querySelectorAll("thead th")].map((th) => th.textContent);
-  for (const row of table.tBodies[0].rows) [...row.cells].forEach((cell, i) => { cell.dataset.label = columns[i]; });
-}
-
 // The grants this person may see (all of the tenant's for an admin; else those they made or that let
 // their calls run), each live one revocable by its approver or an admin (the server checks again).
 async function loadGrants() {
@@ -302,6 +297,9 @@ async function loadGrants() {
 
 // How many more calls wait after the cards shown; "Show more" grows the page (up to the server's
 // largest), while the cards shown stay as they are.
+// "Approve selected" approves each call once: it never grants the same again (a card's own button does).
+const NO_BATCH_GRANT = "No grant: each call is approved once; to let the same call run again unasked, approve its card on its own with a grant";
+
 function showMore(more, full) {
   $("#more").hidden = more === 0;
   $("#more-count").textContent = `${more} more waiting${full ? " (decide these first: this is the longest page)" : ""}.`;
@@ -350,12 +348,13 @@ if ($("#pending")) {
       if (button.dataset.batch === "reject") {
         if (!batchReason) { say("give a reason to reject the selected: the agent is told why"); $("#batch-reason").focus(); return; }
         if (!confirm(`Reject ${items.length} selected call(s)? The agents are told: ${batchReason}`)) return;
-      }
+      } else if (!confirm(`Approve ${items.length} selected call(s)? ${batchReason ? `The agents are told: ${batchReason}` : "No reason given (the reason box above gives one)"}. ${NO_BATCH_GRANT}`)) return;
       try {
         const results = await api("POST", "/api/approvals/batch", { decision: button.dataset.batch, reason: $("#batch-reason").value || null, items });
         for (const r of results) if (r.status === 200) removeCard(`${r.workflow_id}/${r.call_id}`);
         const failed = results.filter((r) => r.status !== 200);
-        say(`${results.length - failed.length} decided${failed.length ? `; refused: ${failed.map((r) => `${r.call_id}: ${r.error}`).join("; ")}` : ""}`);
+        const granted = button.dataset.batch === "approve" ? `; ${NO_BATCH_GRANT}` : "";
+        say(`${results.length - failed.length} decided${granted}${failed.length ? `; refused: ${failed.map((r) => `${r.call_id}: ${r.error}`).join("; ")}` : ""}`);
         loadHistory();
       } catch (err) { say(err.message); }
     });

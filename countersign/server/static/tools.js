@@ -55,6 +55,7 @@ async function loadTools() {
       el("td", { text: tool.reversible ? "yes" : "no" }),
       tierSelect(row));
   }));
+  labelCells($("#tools"));
   markUnsaved();
   await loadChanges();
 }
@@ -70,6 +71,7 @@ async function loadChanges() {
     el("td", { text: c.newTier.replace("_", " ") }),
     el("td", { text: `${c.changedBy} (${c.via})` }),
     el("td", { text: c.accepted ? "changed" : `refused: ${c.reason}` }))));
+  labelCells($("#changes"));
   $("#no-changes").hidden = changes.length > 0;
 }
 
