@@ -22,6 +22,7 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from countersign.core.access import SCOPES
+from countersign.core.authority import ADMIN
 from countersign.db import schema
 from countersign.db.engine import create_engine, session_factory
 from countersign.db.leads import rescore_all
@@ -40,7 +41,7 @@ TENANTS = {"acme": "Acme Corp", "globex": "Globex Corporation"}
 USERS = [
     ("acme", "alice", "Alice Anders", ["sales"]),
     ("acme", "bob", "Bob Brennan", ["reviewer"]),
-    ("acme", "carol", "Carol Chen", ["admin"]),
+    ("acme", "carol", "Carol Chen", [ADMIN]),
     ("globex", "dave", "Dave Dietrich", ["sales"]),
     ("globex", "erin", "Erin Eastman", ["reviewer"]),
 ]

@@ -33,6 +33,7 @@ from temporalio.client import Client, WorkflowExecutionStatus, WorkflowUpdateFai
 from temporalio.service import RPCError, RPCStatusCode
 
 from countersign.core.approvals import Approval, Decision, PendingCall, approver_refusal, quorum_line
+from countersign.core.authority import ADMIN
 from countersign.core.bounds import MAX_REASON_CHARS
 from countersign.core.calls import Risk
 from countersign.core.effects import Effect, effect_shown, effect_warnings
@@ -628,7 +629,7 @@ class Inbox:
         """An admin's export of the tenant's audit: every decision as CSV (what `history` shows), or
         the signed bundle of its hash chain as a tar archive (countersign.core.evidence), signed with
         this server's key, which `audit verify` checks offline."""
-        if "admin" not in await self.roles(reviewer):
+        if ADMIN not in await self.roles(reviewer):
             raise HttpRefusal(403, "only an admin of the tenant exports its audit")
         if form == "csv":
             return decisions_csv(await self.history(reviewer, limit=None))
