@@ -9,6 +9,7 @@ STAMP  := $(VENV)/.installed-stamp
 .PHONY: demo test lint docs lock up down status bench clean bytecode
 
 LOCK   := requirements.lock
+IMAGE_LOCK := requirements-image.lock
 PIP    := $(PY) -m pip install --disable-pip-version-check --progress-bar on
 
 $(STAMP): pyproject.toml $(LOCK)
@@ -42,10 +43,15 @@ test: $(STAMP)
 # installs it). uv: it resolves for every platform at once (--universal) with hashes in seconds, and
 # its pip-compatible output needs only pip to install; it is itself in the lock (the `lock` extra).
 # setuptools is pyproject's build backend: locked too, so installing the project resolves nothing.
+# The image's lock (Dockerfile) is the base dependencies alone, constrained to the whole lock: the
+# same versions and hashes as the environment the tests ran in, without the dev and docs extras.
 lock: $(STAMP)
 	printf 'setuptools>=68\n' | $(VENV)/bin/uv pip compile pyproject.toml - --extra dev --extra docs \
 		--extra lock --universal --python-version 3.11 --generate-hashes --no-emit-package countersign \
 		--quiet -o $(LOCK)
+	printf 'setuptools>=68\n' | $(VENV)/bin/uv pip compile pyproject.toml - -c $(LOCK) \
+		--universal --python-version 3.11 --generate-hashes --no-emit-package countersign \
+		--quiet -o $(IMAGE_LOCK)
 
 # The documentation site (docs/, mkdocs.yml) into site/: --strict fails on a broken link, a missing
 # anchor or a page that is in no nav section.

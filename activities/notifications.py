@@ -26,6 +26,7 @@ from temporalio.exceptions import ApplicationError
 from activities.heartbeat import heartbeats
 from countersign.core.activity_refs import NOTIFY_APPROVAL
 from countersign.core.approvals import APPROVER_ROLES, FOUR_EYES, ApprovalNotice
+from countersign.core.authority import ADMIN
 from countersign.core.calls import call_key
 from countersign.core.effects import Effect, effect_shown, effect_warnings
 from countersign.core.mail import message_id
@@ -48,7 +49,7 @@ NO_MAIL_SERVER = (
 
 def recipients_roles(notice: ApprovalNotice) -> frozenset[str]:
     """Who is told: those who may decide the call; on expiry, the tenant's admins."""
-    return frozenset({"admin"}) if notice.kind == "escalation" else APPROVER_ROLES[notice.risk]
+    return frozenset({ADMIN}) if notice.kind == "escalation" else APPROVER_ROLES[notice.risk]
 
 
 def wording(notice: ApprovalNotice, link: str, effect: Effect | None, quorum: str = "") -> tuple[str, str]:

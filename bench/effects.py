@@ -29,6 +29,7 @@ from activities.approvals import ApprovalActivities
 from bench import stack
 from bench.sections import put_section, recorded_run
 from countersign.core.approvals import RecordedApproval
+from countersign.core.authority import ADMIN
 from countersign.core.calls import CallerContext
 from countersign.db import schema
 from countersign.db.engine import create_engine, session_factory
@@ -54,7 +55,7 @@ async def setup(sessions: async_sessionmaker[AsyncSession]) -> dict[str, dict[st
         )
         session.add(draft)
         await session.flush()
-        carol = CallerContext(tenant_id="acme", user_id="carol", roles=["admin"], agent="scheduler")
+        carol = CallerContext(tenant_id="acme", user_id="carol", roles=[ADMIN], agent="scheduler")
         ctx = ToolContext(carol, session, BENCH, "setup", datetime.now(UTC))
         schedule = REGISTRY["schedule_meeting"]
         later = ctx.now + timedelta(days=14)  # every proposed time stays in the future while this runs

@@ -39,6 +39,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from activities.policies import PolicyActivities
 from activities.rules import rules_now
+from countersign.core.authority import ADMIN
 from countersign.core.calls import CallerContext, ToolInvocation, ToolSpec
 from countersign.core.cedar_policy import CallFacts, compile_policies, decide
 from countersign.core.policy import PolicyCheck
@@ -142,7 +143,7 @@ async def gate_times(
     async with sessions.begin() as session:
         session.add(Tenant(id=tenant, name=tenant))
         await session.flush()
-        for user, role in (("alice", "sales"), ("carol", "admin")):
+        for user, role in (("alice", "sales"), ("carol", ADMIN)):
             session.add(User(tenant_id=tenant, id=user, display_name=user, email=f"{user}@{tenant}.example"))
             await session.flush()
             session.add(UserRole(tenant_id=tenant, user_id=user, role=role))

@@ -23,6 +23,7 @@ from pydantic import BaseModel, Field, ValidationError
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from countersign.core.authority import ADMIN
 from countersign.core.effects import Effect, one_line
 from countersign.core.guards import MAX_ROWS
 from countersign.db.chain import chain
@@ -62,8 +63,6 @@ from tools.resolve import (
 
 DraftState = Literal["unsent", "sent", "all"]
 DraftEditVia = Literal["inbox", "tool", "cli"]  # schema.DRAFT_EDIT_VIAS
-# The role that may edit any draft of its tenant (others edit their own drafts only).
-DRAFT_ADMIN = "admin"
 
 
 class DraftDetail(RowView):
@@ -182,7 +181,7 @@ async def check_editor(session: AsyncSession, draft: EmailDraft, editor: DraftEd
     if editor.user_id is None or editor.user_id == draft.created_by:
         return
     roles = await roles_of(session, draft.tenant_id, editor.user_id)
-    if roles is None or DRAFT_ADMIN not in roles:
+    if roles is None or ADMIN not in roles:
         raise ToolFailure(
             "FORBIDDEN", f"draft {draft.id} is {draft.created_by}'s: only they or an admin may edit it"
         )

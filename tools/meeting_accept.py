@@ -4,7 +4,7 @@ through their own agent, in their own conversation.
 The session stays the requester's (only they may confirm_meeting it, or undo the proposal); this
 tool reads only sessions addressed to the caller (`counterpart_user_id`), so a user can never book
 someone else's proposal. The booking is the same as the requester's confirm_meeting
-(tools/scheduling.py `book`): both calendars re-checked under the lock, an invite to both, the
+(tools/scheduling/bookings.py `book`): both calendars re-checked under the lock, an invite to both, the
 proposal notification resolved, and the requester told by a `meeting_booked` notification.
 """
 
@@ -16,9 +16,7 @@ from sqlalchemy import select
 from countersign.db.schema import MeetingSession, User
 from tools.registry import Needs, NeedsInput, ToolArgs, ToolContext, ToolFailure, compensates, tool
 from tools.resolve import Person, needs, resolve_caller
-from tools.scheduling import (
-    MAX_SLOTS,
-    BookedMeeting,
+from tools.scheduling.bookings import (
     Booking,
     BookingPlan,
     book,
@@ -28,6 +26,8 @@ from tools.scheduling import (
     proposed_start,
     still_open,
 )
+from tools.scheduling.models import BookedMeeting
+from tools.scheduling.slots import MAX_SLOTS
 
 
 class AcceptMeetingArgs(ToolArgs):

@@ -18,6 +18,26 @@ from typing import Any
 WITHOUT = {w for w in os.environ.get("COUNTERSIGN_BENCH_WITHOUT", "").split(",") if w}
 
 
+class PatchMissed(SystemExit):
+    """A switch whose target is gone or is something else: the run would measure nothing.
+
+    A SystemExit, because Python's `site` catches any Exception raised by sitecustomize, prints
+    one line and starts the worker unswitched; this one stops the process with its message."""
+
+
+def _patch(switch: str, owner: Any, name: str, replacement: Any) -> None:
+    """Replace the function `owner.name`, which must be there under that name: `setattr` on a
+    renamed one would only add an attribute nobody calls, and `--without switch` measure nothing."""
+    where = f"{owner.__module__}.{owner.__qualname__}" if isinstance(owner, type) else owner.__name__
+    target = getattr(owner, name, None)
+    if not callable(target) or getattr(target, "__name__", None) != name:
+        raise PatchMissed(
+            f"bench.cost --without {switch}: {where}.{name} is not the function to switch off"
+            f" (found {target!r}); update bench/without/sitecustomize.py"
+        )
+    setattr(owner, name, replacement)
+
+
 async def _nothing(*_args: Any, **_kwargs: Any) -> None:
     return None
 
@@ -38,22 +58,25 @@ def _switch_off() -> None:
 
         import countersign.runtime.sandbox as sandbox
 
-        setattr(sandbox, "sandbox_runner", lambda **_: UnsandboxedWorkflowRunner())  # noqa: B010
+        _patch("sandbox", sandbox, "sandbox_runner", lambda **_: UnsandboxedWorkflowRunner())
     if "chain" in WITHOUT:  # no audit chain link for a tool call's audit row
         for module in (messages, tools):
-            setattr(module, "chain", _nothing)  # noqa: B010
+            _patch("chain", module, "chain", _nothing)
     if "events" in WITHOUT:  # no events for the conversation's readers (live transcript, deltas)
-        setattr(messages, "publish_message", _nothing)  # noqa: B010
+        _patch("events", messages, "publish_message", _nothing)
         for owner in (events, tools, events.EventLog):
-            setattr(owner, "publish", _nothing)  # noqa: B010
+            _patch("events", owner, "publish", _nothing)
     if "access" in WITHOUT:  # no access gate per call: standing and rate limits unchecked
-        setattr(tools, "admit", _nothing)  # noqa: B010
+        _patch("access", tools, "admit", _nothing)
     if "savepoint" in WITHOUT:  # a failing tool's partial writes no longer roll back alone
         from sqlalchemy.ext.asyncio import AsyncSession
 
-        setattr(AsyncSession, "begin_nested", _no_savepoint)  # noqa: B010
+        _patch("savepoint", AsyncSession, "begin_nested", _no_savepoint)
     print(f"bench.cost --without: switched off {sorted(WITHOUT)}", file=sys.stderr)
 
 
 if WITHOUT and sys.argv and sys.argv[0].endswith("worker.py"):
-    _switch_off()
+    try:
+        _switch_off()
+    except Exception as error:  # a module gone: `site` would print it and run the worker unswitched
+        raise PatchMissed(f"bench.cost --without {','.join(sorted(WITHOUT))}: {error!r}") from error

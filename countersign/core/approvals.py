@@ -12,6 +12,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
+from countersign.core.authority import ADMIN
 from countersign.core.bounds import BoundedJson, Identifier, Proof, Reason
 from countersign.core.calls import ApproverEdit, PolicyDecision, Risk, ToolSpec
 from countersign.core.conversation_ref import ConversationRef
@@ -23,9 +24,9 @@ DecisionKind = Literal["approve", "reject"]
 
 # Roles that may decide a call of each risk.
 APPROVER_ROLES: dict[Risk, frozenset[str]] = {
-    "low": frozenset({"sales", "reviewer", "admin"}),
-    "medium": frozenset({"reviewer", "admin"}),
-    "high": frozenset({"reviewer", "admin"}),
+    "low": frozenset({"sales", "reviewer", ADMIN}),
+    "medium": frozenset({"reviewer", ADMIN}),
+    "high": frozenset({"reviewer", ADMIN}),
 }
 FOUR_EYES: frozenset[Risk] = frozenset({"high"})
 

@@ -28,6 +28,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field, StrictInt
 
+from countersign.core.authority import ADMIN
 from countersign.core.effects import Effect, canonical_json
 
 MAX_GRANT_MINUTES = 7 * 24 * 60
@@ -118,7 +119,7 @@ def revoke_refusal(revoker: str, roles: list[str] | None, approver: str) -> str 
     grant `approver` made, or None: the tenant's admins and the approver who granted it may."""
     if roles is None:
         return f"{revoker!r} is not a user of this tenant"
-    if "admin" in roles or revoker == approver:
+    if ADMIN in roles or revoker == approver:
         return None
     return f"{revoker} may not revoke a grant {approver} made (admins and its approver may)"
 

@@ -21,6 +21,7 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from countersign.core.approvals import approver_refusal
+from countersign.core.authority import ADMIN
 from countersign.core.calls import Risk
 from countersign.core.grants import (
     Granted,
@@ -201,7 +202,7 @@ async def grants_of(session: AsyncSession, tenant_id: str, seen_by: str | None =
     """The tenant's grants, newest first; `seen_by`: only those a person who is not an admin may
     see (they granted it, or it lets their calls run). None: all (an operator's CLI)."""
     query = select(Grant).where(Grant.tenant_id == tenant_id).order_by(Grant.id.desc())
-    if seen_by is not None and "admin" not in (await roles_of(session, tenant_id, seen_by) or []):
+    if seen_by is not None and ADMIN not in (await roles_of(session, tenant_id, seen_by) or []):
         query = query.where(or_(Grant.approver == seen_by, Grant.requester == seen_by))
     return list(await session.scalars(query))
 

@@ -22,6 +22,7 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from countersign.core.access import SCOPES
+from countersign.core.authority import ADMIN
 from countersign.db import schema
 from countersign.db.engine import create_engine, session_factory
 from countersign.db.leads import rescore_all
@@ -40,7 +41,7 @@ TENANTS = {"acme": "Acme Corp", "globex": "Globex Corporation"}
 USERS = [
     ("acme", "alice", "Alice Anders", ["sales"]),
     ("acme", "bob", "Bob Brennan", ["reviewer"]),
-    ("acme", "carol", "Carol Chen", ["admin"]),
+    ("acme", "carol", "Carol Chen", [ADMIN]),
     ("globex", "dave", "Dave Dietrich", ["sales"]),
     ("globex", "erin", "Erin Eastman", ["reviewer"]),
 ]
@@ -439,6 +440,18 @@ async def close_negotiations(session: AsyncSession) -> None:
 
 
 async def _load(session: AsyncSession, reset: bool) -> None:
+    await _people(session, reset)
+    await _leads_and_contacts(session, reset)
+    await _projects_tasks_and_events(session, reset)
+    if reset:
+        await close_negotiations(session)
+    await rescore_all(session)  # from the leads and the meetings booked with them, just written
+    await _cases_and_notifications(session, reset)
+    await _agents(session, reset)
+
+
+async def _people(session: AsyncSession, reset: bool) -> None:
+    """The tenants, their users, roles, dev passwords and scopes, and the tenants' rate limits."""
     # Serialize concurrent seeds: the find-then-insert of `upsert` is not atomic on its own.
     await session.execute(select(func.pg_advisory_xact_lock(func.hashtext("countersign:seed"))))
     for tenant_id, name in TENANTS.items():
@@ -469,6 +482,8 @@ async def _load(session: AsyncSession, reset: bool) -> None:
     rate_limits = [{"tenant_id": t, "tool": "*", **TENANT_RATE_LIMITS} for t in TENANTS]
     await session.execute(insert(schema.TenantRateLimit).values(rate_limits).on_conflict_do_nothing())
 
+
+async def _leads_and_contacts(session: AsyncSession, reset: bool) -> None:
     for tenant_id, email, name, company, status, source, owner, notes in LEADS:
         await upsert(
             session,
@@ -498,6 +513,9 @@ async def _load(session: AsyncSession, reset: bool) -> None:
             company=company,
             notes=notes,
         )
+
+
+async def _projects_tasks_and_events(session: AsyncSession, reset: bool) -> None:
     projects = [
         await upsert(
             session,
@@ -547,9 +565,9 @@ async def _load(session: AsyncSession, reset: bool) -> None:
             status=status,
             type=kind,
         )
-    if reset:
-        await close_negotiations(session)
-    await rescore_all(session)  # from the leads and the meetings booked with them, just written
+
+
+async def _cases_and_notifications(session: AsyncSession, reset: bool) -> None:
     for tenant_id, title, status, contact_email, notes in CASES:
         await upsert(
             session,
@@ -577,6 +595,9 @@ async def _load(session: AsyncSession, reset: bool) -> None:
             resolved_by=None,
         )
 
+
+async def _agents(session: AsyncSession, reset: bool) -> None:
+    """The agents, their limits and tool tiers, and the admin assistant's context policy."""
     for name, (description, prompt, _) in AGENTS.items():
         await upsert(
             session,

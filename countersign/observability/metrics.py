@@ -36,6 +36,7 @@ from temporalio import activity
 from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
 from temporalio.worker import ActivityInboundInterceptor, ExecuteActivityInput, Interceptor
 
+from countersign.core.activity_refs import CALL_MODEL, EVALUATE_POLICY, EXECUTE_TOOL, RECORD_UNEXECUTED_CALL
 from countersign.core.calls import (
     PolicyDecision,
     StoredResult,
@@ -223,18 +224,18 @@ class CountersignMetrics:
     def observe(self, activity_type: str, args: list[Any], result: Any, seconds: float) -> None:
         """Count what one activity that returned did, from its input and result."""
         arg = args[0] if args else None
-        if activity_type == "execute_tool" and isinstance(arg, ToolInvocation):
+        if activity_type == EXECUTE_TOOL.name and isinstance(arg, ToolInvocation):
             if isinstance(result, ToolResult | StoredResult):
                 self.tool_call(arg.caller.tenant_id, arg.tool, outcome_of(result.code, ran=True), seconds)
                 if result.needs is not None:
                     self.tool_needs.labels(*self._tenant(arg.caller.tenant_id), tool_label(arg.tool)).inc()
-        elif activity_type == "record_unexecuted_call" and isinstance(arg, UnexecutedCall):
+        elif activity_type == RECORD_UNEXECUTED_CALL.name and isinstance(arg, UnexecutedCall):
             self.tool_call(
                 arg.invocation.caller.tenant_id, arg.invocation.tool, outcome_of(arg.result.code, ran=False)
             )
-        elif activity_type == "call_model" and isinstance(arg, ModelRequest):
+        elif activity_type == CALL_MODEL.name and isinstance(arg, ModelRequest):
             self.model_call(arg, result if isinstance(result, ModelReply) else None, seconds)
-        elif activity_type == "evaluate_policy" and isinstance(arg, PolicyCheck):
+        elif activity_type == EVALUATE_POLICY.name and isinstance(arg, PolicyCheck):
             if isinstance(result, PolicyDecision):
                 self.policy_evaluations.labels(result.outcome).observe(seconds)
 
@@ -278,7 +279,7 @@ class _Observe(ActivityInboundInterceptor):
         try:
             result = await super().execute_activity(input)
         except BaseException:
-            if activity_type == "call_model":
+            if activity_type == CALL_MODEL.name:
                 self._metrics.observe(activity_type, args, None, time.perf_counter() - started)
             raise
         self._metrics.observe(activity_type, args, result, time.perf_counter() - started)

@@ -32,6 +32,7 @@ from temporalio import activity
 from temporalio.contrib.opentelemetry import TracingInterceptor
 from temporalio.worker import ActivityInboundInterceptor, ExecuteActivityInput, Interceptor
 
+from countersign.core.activity_refs import CALL_MODEL, EVALUATE_POLICY, EXECUTE_TOOL, RECORD_UNEXECUTED_CALL
 from countersign.core.calls import (
     PolicyDecision,
     StoredResult,
@@ -116,13 +117,13 @@ class _Spans(ActivityInboundInterceptor):
     async def execute_activity(self, input: ExecuteActivityInput) -> Any:
         activity_type = activity.info().activity_type
         arg = input.args[0] if input.args else None
-        if activity_type == "call_model" and isinstance(arg, ModelRequest):
+        if activity_type == CALL_MODEL.name and isinstance(arg, ModelRequest):
             return await self._model_call(input, arg)
-        if activity_type == "execute_tool" and isinstance(arg, ToolInvocation):
+        if activity_type == EXECUTE_TOOL.name and isinstance(arg, ToolInvocation):
             return await self._tool_call(input, arg)
-        if activity_type == "evaluate_policy" and isinstance(arg, PolicyCheck):
+        if activity_type == EVALUATE_POLICY.name and isinstance(arg, PolicyCheck):
             return await self._policy(input, arg.invocation)
-        if activity_type == "record_unexecuted_call" and isinstance(arg, UnexecutedCall):
+        if activity_type == RECORD_UNEXECUTED_CALL.name and isinstance(arg, UnexecutedCall):
             call, result = arg.invocation, arg.result
             attributes = tool_attributes(call) | result_attributes(result, outcome_of(result.code, ran=False))
             with self._tracer.start_as_current_span(f"tool_call {call.tool}", attributes=attributes):

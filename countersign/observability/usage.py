@@ -19,6 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import activity
 from temporalio.worker import ActivityInboundInterceptor, ExecuteActivityInput, Interceptor
 
+from countersign.core.activity_refs import CALL_MODEL
 from countersign.core.messages import ModelCaller, ModelReply, ModelRequest
 from countersign.db.attempts import attempt_key
 from countersign.db.schema import ModelCall
@@ -45,7 +46,7 @@ class _RecordModelCalls(ActivityInboundInterceptor):
     async def execute_activity(self, input: ExecuteActivityInput) -> Any:
         request = input.args[0] if input.args else None
         if (
-            activity.info().activity_type != "call_model"
+            activity.info().activity_type != CALL_MODEL.name
             or not isinstance(request, ModelRequest)
             or request.stored is not None  # recorded by the activity, in the transaction of its reply
         ):

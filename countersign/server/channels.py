@@ -57,6 +57,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from temporalio.service import RPCError
 
 from countersign.client.handles import channel_key
+from countersign.core.authority import ADMIN
 from countersign.db.chain import chain_written
 from countersign.db.channels import (
     ChannelSettings,
@@ -91,7 +92,6 @@ from tools.registry import OutcomeUnknown, ToolFailure
 
 log = logging.getLogger(__name__)
 
-ADMIN = "admin"
 SLACK_SKEW_S = 300  # Slack's own advice: refuse a request signed more than 5 minutes ago
 REPLY_WAIT_S = 600.0  # how long a channel's turn is asked through updates before its end is read from events
 TELEGRAM_SECRET_HEADER = "X-Telegram-Bot-Api-Secret-Token"

@@ -34,6 +34,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from countersign.client.handles import refused_because
 from countersign.core.approvals import Approval, Decision, PendingCall, approver_refusal
+from countersign.core.authority import ADMIN
 from countersign.core.bounds import MAX_REASON_CHARS, Identifier, WorkflowId, unstorable_refusal
 from countersign.core.calls import Risk
 from countersign.core.effects import Effect, effect_shown, effect_warnings
@@ -604,7 +605,7 @@ class Inbox:
         """An admin's export of the tenant's audit: every decision as CSV (what `history` shows), or
         the signed bundle of its hash chain as a tar archive (countersign.core.evidence), signed with
         this server's key, which `audit verify` checks offline."""
-        if "admin" not in await self.roles(reviewer):
+        if ADMIN not in await self.roles(reviewer):
             raise HttpRefusal(403, "only an admin of the tenant exports its audit")
         if form == "csv":
             return decisions_csv(await self.history(reviewer, limit=None))

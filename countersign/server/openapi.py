@@ -24,6 +24,7 @@ from pydantic import BaseModel, Field
 from pydantic.json_schema import JsonSchemaMode, models_json_schema
 
 from countersign.core.approvals import Approval
+from countersign.core.authority import ADMIN
 from countersign.core.contract import Reply, StatusView
 from countersign.core.messages import ChatMessage
 from countersign.db.channels import (
@@ -279,34 +280,30 @@ OPERATIONS: dict[tuple[str, str], Operation] = {
     ),
     # an admin's settings
     ("GET", "/api/agents/{agent}/tools"): Operation(
-        "The tenant's tiers of an agent's tools", "admin", returns=ToolTiers
+        "The tenant's tiers of an agent's tools", ADMIN, returns=ToolTiers
     ),
-    ("PUT", "/api/agents/{agent}/tools"): Operation("Replace them", "admin", ToolsBody, returns=ToolTiers),
-    ("GET", "/api/agents/{agent}/tools/catalog"): Operation(
-        "Every tool of the agent", "admin", returns=OBJECT
-    ),
+    ("PUT", "/api/agents/{agent}/tools"): Operation("Replace them", ADMIN, ToolsBody, returns=ToolTiers),
+    ("GET", "/api/agents/{agent}/tools/catalog"): Operation("Every tool of the agent", ADMIN, returns=OBJECT),
     ("GET", "/api/agents/{agent}/tools/changes"): Operation(
-        "The tier changes, newest first", "admin", returns=OBJECT
+        "The tier changes, newest first", ADMIN, returns=OBJECT
     ),
-    ("GET", "/api/policies"): Operation("The tenant's Cedar policy sets", "admin", returns=OBJECT),
-    ("POST", "/api/policies/validate"): Operation("Check a policy set", "admin", PolicyText, returns=Done),
-    ("PUT", "/api/policies"): Operation("Apply a policy set", "admin", PolicyText, returns=PolicyApplied),
-    ("GET", "/api/admin/channel"): Operation("The tenant's chat channel", "admin", returns=ChannelView),
-    ("PUT", "/api/admin/channel"): Operation("Set it", "admin", ChannelSettings, returns=ChannelView),
-    ("GET", "/api/admin/channel/changes"): Operation("Its changes", "admin", returns=ChannelChanges),
+    ("GET", "/api/policies"): Operation("The tenant's Cedar policy sets", ADMIN, returns=OBJECT),
+    ("POST", "/api/policies/validate"): Operation("Check a policy set", ADMIN, PolicyText, returns=Done),
+    ("PUT", "/api/policies"): Operation("Apply a policy set", ADMIN, PolicyText, returns=PolicyApplied),
+    ("GET", "/api/admin/channel"): Operation("The tenant's chat channel", ADMIN, returns=ChannelView),
+    ("PUT", "/api/admin/channel"): Operation("Set it", ADMIN, ChannelSettings, returns=ChannelView),
+    ("GET", "/api/admin/channel/changes"): Operation("Its changes", ADMIN, returns=ChannelChanges),
     ("PUT", "/api/admin/channel/senders/{sender}"): Operation(
-        "Map a chat sender to a user and an agent", "admin", SenderSettings, returns=OBJECT
+        "Map a chat sender to a user and an agent", ADMIN, SenderSettings, returns=OBJECT
     ),
-    ("GET", "/api/admin/channel/senders"): Operation("The sender map", "admin", returns=OBJECT),
+    ("GET", "/api/admin/channel/senders"): Operation("The sender map", ADMIN, returns=OBJECT),
     ("DELETE", "/api/admin/channel/senders/{sender}"): Operation(
-        "Unlink a chat sender", "admin", returns=OBJECT
+        "Unlink a chat sender", ADMIN, returns=OBJECT
     ),
     ("PUT", "/api/admin/channel/decides"): Operation(
-        "The highest risk a press in the chat decides", "admin", DecidesSettings, returns=ChannelView
+        "The highest risk a press in the chat decides", ADMIN, DecidesSettings, returns=ChannelView
     ),
-    ("POST", "/api/admin/channel/test"): Operation(
-        "Post a test message to the chat", "admin", returns=OBJECT
-    ),
+    ("POST", "/api/admin/channel/test"): Operation("Post a test message to the chat", ADMIN, returns=OBJECT),
     # AG-UI 1.0 (docs/how-to/ag-ui.md): a run of the conversation as a stream of AG-UI events
     ("POST", "/api/conversations/{workflow_id}/agui"): _conversation(
         "Run or resume the conversation as an AG-UI agent", body=RunAgentInput, media=SSE

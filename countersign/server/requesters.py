@@ -35,6 +35,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from countersign.client.ended import conversation_status, roll_back_ended
 from countersign.client.handles import keyed_workflow_id, new_workflow_id, refused_because, start_options
+from countersign.core.authority import ADMIN
 from countersign.core.bounds import Identifier, Reason, Text
 from countersign.core.contract import (
     WORKFLOW_TYPE,
@@ -85,7 +86,6 @@ RequesterActionName = Literal[
     "rate",
     "agui",
 ]
-ADMIN = "admin"
 # What a tenant admin may do to a conversation of another user of the tenant (countersign.core.authority).
 ADMIN_MAY: frozenset[str] = frozenset({"status", "transcript", "rollback", "end", "audit"})
 # What a reviewer of one of its calls may do to a conversation: read it, to judge the call in its

@@ -1,4 +1,4 @@
-"""The slot search of schedule_meeting (tools/scheduling.py `free_starts`), a plain function: it finds
+"""The slot search of schedule_meeting (tools/scheduling/slots.py `free_starts`), a plain function: it finds
 exactly the slots of its definition, which the test spells out step by step (every SLOT_STEP of the
 window, checked in each zone and against each busy time, as the tool once searched), over random
 windows, lengths, zones (half-hour and 45-minute offsets, both hemispheres' summer time) and busy
@@ -12,7 +12,7 @@ from datetime import UTC, datetime, timedelta
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tools.scheduling import DAY_END, DAY_START, SLOT_STEP, free_starts, is_business_day, round_up
+from tools.scheduling.slots import DAY_END, DAY_START, SLOT_STEP, free_starts, is_business_day, round_up
 
 ZONES = [
     "UTC",
