@@ -33,10 +33,14 @@ from workflows.agent import AgentWorkflow
 
 @contextlib.asynccontextmanager
 async def worker_process(env: dict[str, str]) -> AsyncIterator[asyncio.subprocess.Process]:
-    worker = await asyncio.create_subprocess_exec(
-        sys.executable, "worker.py", cwd=PROJECT_ROOT, env={**os.environ, **env},
-        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
-    )  # fmt: skip
+    """worker.py as operators start it. Its log goes to a file, not a pipe: a pipe nobody reads
+    fills (the failing model calls log tracebacks) and the worker then blocks on its next line."""
+    log = Path(env["COUNTERSIGN_DATA_DIR"]) / f"worker-{uuid.uuid4().hex[:8]}.log"
+    with log.open("wb") as sink:
+        worker = await asyncio.create_subprocess_exec(
+            sys.executable, "worker.py", cwd=PROJECT_ROOT, env={**os.environ, **env},
+            stdout=asyncio.subprocess.DEVNULL, stderr=sink,
+        )  # fmt: skip
     try:
         yield worker
     finally:
@@ -79,7 +83,7 @@ async def test_a_second_worker_on_the_same_metrics_port_starts_and_serves(
             said = await run_starter("health", "--metrics", url, env=env)
             if "2 worker(s) polling" in said.stdout:
                 break
-            assert second.returncode is None, await second.stderr.read() if second.stderr else b""
+            assert second.returncode is None, "the second worker stopped: see its log in the test's tmp_path"
             await asyncio.sleep(0.5)
         assert said.returncode == 0, (said.stdout, said.stderr)
         assert "database: ok" in said.stdout and "2 worker(s) polling" in said.stdout
