@@ -34,16 +34,18 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker, create_async_engine
+from temporalio.client import Client
 
 from activities.context import ContextActivities
-from bench import bare, stack, workloads
+from bench import bare, plain, stack, workloads
 from bench.clock import ActivityClock
+from bench.history import MODEL_ACTIVITY, TOOL_ACTIVITY
 from bench.report import met, num, table
 from bench.scenario import STEPS_MESSAGE, bench_scenario
 from bench.sections import put_section, recorded_run, write_section
@@ -58,7 +60,8 @@ from countersign.runtime.logs import configure as configure_logging
 Json = dict[str, Any]
 SPY = Path(sys.executable).with_name("py-spy")  # the profiler, beside this Python
 MS = 1000.0
-COUNTERSIGN, BARE = "Countersign", "bare loop"
+COUNTERSIGN, BARE, MINIMAL = "Countersign", "bare loop", "minimal loop"
+AGENTS, PYDANTIC = "OpenAI Agents SDK", "pydantic-ai"  # the durable peers, each with its Temporal plugin
 DEFAULT_OUT = Path("docs/benchmark-cost.json")
 TARGET_ORCHESTRATION_MS = 10.0  # the long goal: shown in the section, not gated (not a ratio)
 
@@ -103,16 +106,23 @@ def progress(message: str) -> None:
     print(f"[bench.cost {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
-# --- the two implementations ---------------------------------------------------------------------
+# --- the implementations ---------------------------------------------------------------------------
+
+
+Converse = Callable[[str], Awaitable[tuple[Any, int]]]
 
 
 @dataclass
 class Side:
     """One implementation as the workloads drive it: run a steps conversation (its handle and tool
-    calls) on a task queue."""
+    calls) on a task queue; its worker in this process (`build`) or as its own (`python -m module`);
+    the names of its model call's and tool call's activities in the history."""
 
     name: str
-    converse: Callable[[str], Awaitable[tuple[Any, int]]]
+    converse: Converse
+    module: str | None = None  # None: `python worker.py`
+    build: bare.WorkerBuilder | None = None  # None: worker.build_worker, as stack.in_process_worker
+    names: tuple[str, str] = (MODEL_ACTIVITY, TOOL_ACTIVITY)
 
 
 def countersign_side(parts: stack.Parts) -> Side:
@@ -140,36 +150,76 @@ async def bare_start(parts: stack.Parts, message: str, max_calls: int = 0) -> ba
     )
 
 
-async def bare_side(parts: stack.Parts) -> Side:
-    start = await bare_start(parts, STEPS_MESSAGE)
-    client = bare.bare_client(parts.client)
+def started(client: Client, workflow: str, start: Any, prefix: str) -> Converse:
+    """A converse of a loop whose workflow `workflow` returns its number of tool calls."""
 
     async def converse(task_queue: str) -> tuple[Any, int]:
         handle = await client.start_workflow(
-            bare.WORKFLOW, start, id=f"bare-{uuid.uuid4()}", task_queue=task_queue, result_type=int
+            workflow, start, id=f"{prefix}-{uuid.uuid4()}", task_queue=task_queue, result_type=int
         )
         return handle, await handle.result()
 
-    return Side(BARE, converse)
+    return converse
+
+
+async def sides_of(parts: stack.Parts) -> list[Side]:
+    """Countersign, the minimal loop, the two peers and the bare loop, in that order. The minimal
+    loop and the peers offer the agent's system prompt and bench.plain's `search_leads` definition;
+    Countersign and the bare loop offer everything the agent offers, as the product does."""
+    try:
+        from bench import peer_agents, peer_pydantic
+    except ImportError as missing:
+        raise SystemExit(f"bench.cost needs the bench extra (pip install -e '.[bench]'): {missing}") from None
+    offered = await bare_start(parts, STEPS_MESSAGE)
+    client = bare.bare_client(parts.client)
+    peer = plain.PeerStart(offered.system_prompt, STEPS_MESSAGE, parts.settings.llm_model)
+    minimal = replace(offered, tools=[plain.SEARCH_TOOL])
+    agents = peer_agents.peer_client(parts.client, parts.settings)
+    pydantic = peer_pydantic.peer_client(parts.client)
+    return [
+        countersign_side(parts),
+        Side(MINIMAL, started(client, bare.WORKFLOW, minimal, "minimal"), "bench.plain", plain.build_worker),
+        Side(
+            AGENTS,
+            started(agents, peer_agents.WORKFLOW, peer, "agents"),
+            "bench.peer_agents",
+            peer_agents.build_worker,
+            peer_agents.ACTIVITIES,
+        ),
+        Side(
+            PYDANTIC,
+            started(pydantic, peer_pydantic.WORKFLOW, peer, "pydantic"),
+            "bench.peer_pydantic",
+            peer_pydantic.build_worker,
+            peer_pydantic.ACTIVITIES,
+        ),
+        Side(BARE, started(client, bare.WORKFLOW, offered, "bare"), "bench.bare", bare.build_worker),
+    ]
 
 
 # --- steps, in-process workers ---------------------------------------------------------------------
 
 
 @asynccontextmanager
-async def in_process(parts: stack.Parts) -> AsyncIterator[dict[str, tuple[str, ActivityClock]]]:
-    """Both workers in this process, each on a fresh task queue with its activities timed."""
+async def in_process(
+    parts: stack.Parts, sides: Sequence[Side]
+) -> AsyncIterator[dict[str, tuple[str, ActivityClock]]]:
+    """Every side's worker in this process, each on a fresh task queue with its activities timed."""
     engine = create_async_engine(parts.settings.database_url or "")
+    found: dict[str, tuple[str, ActivityClock]] = {}
     try:
-        async with stack.in_process_worker(parts, {}) as product:
-            queue = f"bench-bare-{time.monotonic_ns()}"
-            clock = ActivityClock()
-            settings = parts.settings.model_copy(update={"task_queue": queue})
-            async with bare.build_worker(parts.client, settings, async_sessionmaker(engine), [clock]):
-                yield {
-                    COUNTERSIGN: (product.settings.task_queue, product.clock),
-                    BARE: (queue, clock),
-                }
+        async with AsyncExitStack() as scope:
+            for side in sides:
+                if side.build is None:
+                    product = await scope.enter_async_context(stack.in_process_worker(parts, {}))
+                    found[side.name] = (product.settings.task_queue, product.clock)
+                    continue
+                queue, clock = f"bench-{side.name.split()[0].lower()}-{time.monotonic_ns()}", ActivityClock()
+                settings = parts.settings.model_copy(update={"task_queue": queue})
+                worker = side.build(parts.client, settings, async_sessionmaker(engine), [clock])
+                await scope.enter_async_context(worker)
+                found[side.name] = (queue, clock)
+            yield found
     finally:
         await engine.dispose()
 
@@ -190,27 +240,32 @@ def step_summary(samples: list[workloads.StepsSample]) -> Json:
 
 async def steps(parts: stack.Parts, sides: list[Side], count: int) -> Json:
     samples: dict[str, list[workloads.StepsSample]] = {side.name: [] for side in sides}
-    async with in_process(parts) as queues:
+    async with in_process(parts, sides) as queues:
         for _ in range(count):
             for side in sides:  # interleaved: one of each, in turn
                 queue, clock = queues[side.name]
                 began = time.perf_counter()
                 handle, calls = await side.converse(queue)
                 wall = time.perf_counter() - began
-                samples[side.name].append(await workloads.steps_sample(handle, clock, wall, calls))
+                sample = await workloads.steps_sample(handle, clock, wall, calls, side.names)
+                samples[side.name].append(sample)
     return {name: step_summary(found) for name, found in samples.items()}
 
 
 # --- concurrency 10, worker processes --------------------------------------------------------------
 
 
-class BareWorkerProcess(WorkerProcess):
-    """`python -m bench.bare` as WorkerProcess runs `python worker.py`."""
+class ModuleWorkerProcess(WorkerProcess):
+    """`python -m <module>` (a loop's or a peer's worker) as WorkerProcess runs `python worker.py`."""
+
+    def __init__(self, module: str, *args: Any) -> None:
+        super().__init__(*args)
+        self.module = module
 
     def _spawn(self) -> subprocess.Popen[bytes]:
         with self.log.open("ab") as out:
             return subprocess.Popen(
-                [sys.executable, "-m", "bench.bare"],
+                [sys.executable, "-m", self.module],
                 cwd=PROJECT_ROOT,
                 env=self._env,
                 stdin=subprocess.DEVNULL,
@@ -238,18 +293,20 @@ def without_env(without: Sequence[str]) -> dict[str, str]:
 
 @asynccontextmanager
 async def worker_processes(
-    parts: stack.Parts, root: Path, without: Sequence[str] = ()
+    parts: stack.Parts, root: Path, sides: Sequence[Side], without: Sequence[str] = ()
 ) -> AsyncIterator[dict[str, tuple[str, int]]]:
     """One worker process of each implementation, each on its own task queue: (queue, pid)."""
     found: dict[str, tuple[str, int]] = {}
     async with AsyncExitStack() as scope:
-        for name, kind in ((COUNTERSIGN, WorkerProcess), (BARE, BareWorkerProcess)):
-            queue = f"bench-cost-{name.split()[0].lower()}-{time.monotonic_ns()}"
+        for side in sides:
+            queue = f"bench-cost-{side.name.split()[0].lower()}-{time.monotonic_ns()}"
             settings = parts.settings.model_copy(update={"task_queue": queue})
-            extra = UNLIMITED_ENV | (without_env(without) if name == COUNTERSIGN else {})
-            process = kind(settings, root / queue, extra)
+            if side.module is None:
+                process = WorkerProcess(settings, root / queue, UNLIMITED_ENV | without_env(without))
+            else:
+                process = ModuleWorkerProcess(side.module, settings, root / queue, UNLIMITED_ENV)
             scope.callback(process.stop)
-            found[name] = (queue, await process.start())
+            found[side.name] = (queue, await process.start())
         yield found
 
 
@@ -285,6 +342,7 @@ def profiled(pid: int, out: Path | None) -> Iterator[None]:
             progress(f"py-spy: {err.decode(errors='replace').strip()[-500:]}")
 
 
+CONVERSATION_TIMEOUT_S = 120.0
 STATS_FLUSH_S = 1.5  # a backend reports its counts to pg_stat_database at most once a second
 
 
@@ -304,7 +362,8 @@ async def batch(
     xacts = await transactions(engine)
 
     async def one() -> int:
-        return (await side.converse(queue))[1]
+        async with asyncio.timeout(CONVERSATION_TIMEOUT_S):  # a stuck loop fails the run, not hangs it
+            return (await side.converse(queue))[1]
 
     done = await workloads.throughput_of(one, concurrency, count)
     used = {k: stack.cpu_s(pid) - before[k] for k, pid in pids.items()}
@@ -330,7 +389,7 @@ async def concurrent(
     without: Sequence[str] = (),
 ) -> Json:
     rows: dict[str, list[Json]] = {side.name: [] for side in sides}
-    async with worker_processes(parts, root, without) as workers:
+    async with worker_processes(parts, root, sides, without) as workers:
         for side in sides:  # warm-up: imports, connection pools, sandbox caches
             await batch(side, workers[side.name][0], {}, sizes.concurrency, sizes.concurrency, parts.engine)
         for round_ in range(sizes.rounds):
@@ -363,7 +422,7 @@ async def measure(sizes: Sizes, profile: Path | None, without: Sequence[str] = (
     began = time.perf_counter()
     progress("starting PostgreSQL and the dev server")
     async with stack.started("cost", bench_scenario(sizes.steps)) as (root, server, parts):
-        sides = [countersign_side(parts), await bare_side(parts)]
+        sides = await sides_of(parts)
         progress(f"steps: {sizes.conversations} conversations of each, interleaved")
         stepped = await steps(parts, sides, sizes.conversations)
         progress(f"concurrency {sizes.concurrency}: {sizes.rounds} rounds of {sizes.batch} conversations")
