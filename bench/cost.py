@@ -164,6 +164,11 @@ async def bare_start(parts: stack.Parts, message: str, max_calls: int = 0) -> ba
     )
 
 
+async def idle(task_queue: str) -> tuple[Any, int]:
+    """The converse of a side only given a worker (its conversations are started elsewhere)."""
+    raise NotImplementedError(f"no conversation to start on {task_queue}")
+
+
 def started(client: Client, workflow: str, start: Any, prefix: str) -> Converse:
     """A converse of a loop whose workflow `workflow` returns its number of tool calls."""
 
