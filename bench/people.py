@@ -169,13 +169,14 @@ async def find(probe: Callable[[int], Awaitable[Json]], start: int = FIND_START)
 async def measure(
     users: int | None, think_s: float, duration_s: float, workers: list[int], search: bool
 ) -> Json:
-    """The stack once; a load of `users` (on the first worker count), then `--find` for each count."""
+    """The stack once; a load of `users` (on the most worker processes given), then `--find` for
+    each worker count."""
     began = time.perf_counter()
     found: Json = {}
     async with stack.started("people", load.scenario()) as (root, server, parts):
         if users:
             found["users"] = await run(
-                parts, root, People(users, think_s, duration_s, workers[0]), server.pid
+                parts, root, People(users, think_s, duration_s, max(workers)), server.pid
             )
         if search:
             found["find"] = {}
