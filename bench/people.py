@@ -54,9 +54,10 @@ async def person(
     """One user's turns until `until` (perf_counter): think, write, read the reply, again."""
     turns: list[load.Turn] = []
     while True:
-        await asyncio.sleep(rng.expovariate(1 / think_s))
-        if time.perf_counter() >= until:
+        think = rng.expovariate(1 / think_s)
+        if time.perf_counter() + think >= until:  # the time is up before this user would write again
             return turns
+        await asyncio.sleep(think)
         began = time.perf_counter()
         try:
             turns.append(await load.one_turn(parts, workflow_id))

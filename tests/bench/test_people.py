@@ -3,6 +3,9 @@ the largest N (pure parts; the load itself is a benchmark run, not a test)."""
 
 from __future__ import annotations
 
+import asyncio
+import random
+import time
 from typing import Any
 
 from bench import people
@@ -49,3 +52,10 @@ async def test_find_reports_zero_when_even_the_start_misses() -> None:
 
     found = await people.find(probe, start=100)
     assert (found["largest"], found["first_missed"]) == (0, 25)
+
+
+async def test_a_user_whose_time_is_up_before_writing_again_stops_at_once() -> None:
+    # a think time of minutes would otherwise keep the run waiting long after its duration
+    async with asyncio.timeout(1):
+        turns = await people.person(None, "w", 600.0, time.perf_counter() + 0.05, random.Random(1))  # type: ignore[arg-type]
+    assert turns == []
