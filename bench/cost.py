@@ -1,23 +1,27 @@
-"""The cost of safety (issue 25): Countersign's step against the bare loop's, in one interleaved run.
+"""The cost of safety (issues 25, 52): Countersign against a minimal loop and two durable peers.
 
-    .venv/bin/python -m bench.cost                   # bounded: about two minutes
-    .venv/bin/python -m bench.cost --full            # the issue's size and more rounds (about 6 min)
-    .venv/bin/python -m bench.cost --profile worker.svg   # py-spy flame graphs of both workers at c=10
+    .venv/bin/python -m bench.cost                   # bounded: about four minutes
+    .venv/bin/python -m bench.cost --full            # more conversations and rounds
+    .venv/bin/python -m bench.cost --profile worker.svg   # py-spy flame graphs of every worker at c=10
     .venv/bin/python -m bench.cost --check           # a run, then exit 1 if a ratio misses its target
     .venv/bin/python -m bench.cost --render --check  # the same check of the recorded JSON, no run
 
-Both implementations run against the same dev server, PostgreSQL and scripted model, started by
-this script. **Steps**: single-turn conversations of K sequential `search_leads` calls, one
-Countersign conversation then one bare loop conversation, on in-process workers whose activities
-are timed by the same interceptor (bench/clock.py). **Concurrency 10**: each implementation's
-worker as its own process (`python worker.py`, `python -m bench.bare`); rounds alternate a batch of
-Countersign conversations and a batch of bare ones, and each batch reports tool calls per second
-and the CPU its worker process used per tool call. Every figure compared is a ratio within the run;
-the medians over rounds are quoted. The markdown section is `bench.cost` of docs/benchmark.md.
+One interleaved run; every implementation runs against the same dev server, PostgreSQL and
+scripted model, started by this script (the peers need the `bench` extra): Countersign, the minimal
+loop (bench/plain.py), the OpenAI Agents SDK's Temporal plugin (bench/peer_agents.py), pydantic-ai's
+Temporal integration (bench/peer_pydantic.py) and the bare loop (bench/bare.py). **Steps**:
+single-turn conversations of K sequential `search_leads` calls, one of each implementation in turn,
+on in-process workers whose activities are timed by the same interceptor (bench/clock.py).
+**Concurrency 10**: each implementation's worker as its own process (`python worker.py`,
+`python -m bench.plain`, ...); rounds alternate a batch of each, in turn and then in reverse, and
+each batch reports tool calls per second and the CPU its worker process used per tool call. Every
+figure compared is a ratio within the run; the medians over rounds are quoted. The markdown section
+is `bench.cost` of docs/benchmark.md.
 
-`--check` is the regression gate (issue 36): it prints each ratio beside its target (TARGETS, the
-same table the section shows) and exits non-zero when one is missed, so a feature that costs speed
-on the hot path is seen when it lands. It judges a benchmark run, not a timed unit test.
+`--check` is the regression gate (issues 36, 52): it prints each ratio beside its target (TARGETS,
+the same table the section shows) and exits non-zero when one is missed: Countersign must be ahead
+of both peers on step p50, throughput and worker CPU per tool call, and within 1.3x the minimal
+loop's worker CPU. It judges a benchmark run, not a timed unit test.
 """
 
 from __future__ import annotations
