@@ -1,6 +1,7 @@
 # Two commands on a fresh machine: `make demo` and `make test`. Both bootstrap .venv from PyPI, from
-# requirements.lock: every package of the whole environment (dev, docs, the lock's own tool) pinned
-# with its hashes, installed as listed, then the project itself, with nothing resolved again.
+# requirements.lock: every package of the whole environment (dev, docs, the benchmark's peers, the
+# lock's own tool) pinned with its hashes, installed as listed, then the project itself, with nothing
+# resolved again.
 PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
@@ -47,7 +48,7 @@ test: $(STAMP)
 # same versions and hashes as the environment the tests ran in, without the dev and docs extras.
 lock: $(STAMP)
 	printf 'setuptools>=68\n' | $(VENV)/bin/uv pip compile pyproject.toml - --extra dev --extra docs \
-		--extra lock --universal --python-version 3.11 --generate-hashes --no-emit-package countersign \
+		--extra lock --extra bench --universal --python-version 3.11 --generate-hashes --no-emit-package countersign \
 		--quiet -o $(LOCK)
 	printf 'setuptools>=68\n' | $(VENV)/bin/uv pip compile pyproject.toml - -c $(LOCK) \
 		--universal --python-version 3.11 --generate-hashes --no-emit-package countersign \

@@ -18,7 +18,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Protocol
 
 from temporalio import activity, workflow
 from temporalio.client import Client
@@ -152,13 +152,27 @@ def build_worker(
     )
 
 
-async def main() -> None:
+class WorkerBuilder(Protocol):
+    """How a loop's (or a peer's) worker is built: bench.bare's `build_worker` and its kind."""
+
+    def __call__(
+        self,
+        client: Client,
+        settings: Settings,
+        sessions: async_sessionmaker[AsyncSession],
+        interceptors: Sequence[Interceptor] = (),
+    ) -> Worker: ...
+
+
+async def serve(build: WorkerBuilder) -> None:
+    """A worker process of `build`, configured by the environment as worker.py is (bench.cost's
+    loops and peers each run as one)."""
     settings = load_settings()
     assert settings.database_url, "DATABASE_URL"
     client = await Client.connect(settings.temporal_address, namespace=settings.namespace)
     engine = create_async_engine(settings.database_url)  # SQLAlchemy's defaults, as a minimal app has
     try:
-        worker = build_worker(client, settings, async_sessionmaker(engine))
+        worker = build(client, settings, async_sessionmaker(engine))
         print(STARTED_LINE, flush=True)
         await worker.run()
     finally:
@@ -166,4 +180,4 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    asyncio.run(serve(build_worker))

@@ -1,23 +1,27 @@
-"""The cost of safety (issue 25): Countersign's step against the bare loop's, in one interleaved run.
+"""The cost of safety (issues 25, 52): Countersign against a minimal loop and two durable peers.
 
-    .venv/bin/python -m bench.cost                   # bounded: about two minutes
-    .venv/bin/python -m bench.cost --full            # the issue's size and more rounds (about 6 min)
-    .venv/bin/python -m bench.cost --profile worker.svg   # py-spy flame graphs of both workers at c=10
+    .venv/bin/python -m bench.cost                   # bounded: about four minutes
+    .venv/bin/python -m bench.cost --full            # more conversations and rounds
+    .venv/bin/python -m bench.cost --profile worker.svg   # py-spy flame graphs of every worker at c=10
     .venv/bin/python -m bench.cost --check           # a run, then exit 1 if a ratio misses its target
     .venv/bin/python -m bench.cost --render --check  # the same check of the recorded JSON, no run
 
-Both implementations run against the same dev server, PostgreSQL and scripted model, started by
-this script. **Steps**: single-turn conversations of K sequential `search_leads` calls, one
-Countersign conversation then one bare loop conversation, on in-process workers whose activities
-are timed by the same interceptor (bench/clock.py). **Concurrency 10**: each implementation's
-worker as its own process (`python worker.py`, `python -m bench.bare`); rounds alternate a batch of
-Countersign conversations and a batch of bare ones, and each batch reports tool calls per second
-and the CPU its worker process used per tool call. Every figure compared is a ratio within the run;
-the medians over rounds are quoted. The markdown section is `bench.cost` of docs/benchmark.md.
+One interleaved run; every implementation runs against the same dev server, PostgreSQL and
+scripted model, started by this script (the peers need the `bench` extra): Countersign, the minimal
+loop (bench/plain.py), the OpenAI Agents SDK's Temporal plugin (bench/peer_agents.py), pydantic-ai's
+Temporal integration (bench/peer_pydantic.py) and the bare loop (bench/bare.py). **Steps**:
+single-turn conversations of K sequential `search_leads` calls, one of each implementation in turn,
+on in-process workers whose activities are timed by the same interceptor (bench/clock.py).
+**Concurrency 10**: each implementation's worker as its own process (`python worker.py`,
+`python -m bench.plain`, ...); rounds alternate a batch of each, in turn and then in reverse, and
+each batch reports tool calls per second and the CPU its worker process used per tool call. Every
+figure compared is a ratio within the run; the medians over rounds are quoted. The markdown section
+is `bench.cost` of docs/benchmark.md.
 
-`--check` is the regression gate (issue 36): it prints each ratio beside its target (TARGETS, the
-same table the section shows) and exits non-zero when one is missed, so a feature that costs speed
-on the hot path is seen when it lands. It judges a benchmark run, not a timed unit test.
+`--check` is the regression gate (issues 36, 52): it prints each ratio beside its target (TARGETS,
+the same table the section shows) and exits non-zero when one is missed: Countersign must be ahead
+of both peers on step p50, throughput and worker CPU per tool call, and within 1.3x the minimal
+loop's worker CPU. It judges a benchmark run, not a timed unit test.
 """
 
 from __future__ import annotations
@@ -34,16 +38,18 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from contextlib import AsyncExitStack, asynccontextmanager, contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker, create_async_engine
+from temporalio.client import Client
 
 from activities.context import ContextActivities
-from bench import bare, stack, workloads
+from bench import bare, plain, stack, workloads
 from bench.clock import ActivityClock
+from bench.history import MODEL_ACTIVITY, TOOL_ACTIVITY
 from bench.report import met, num, table
 from bench.scenario import STEPS_MESSAGE, bench_scenario
 from bench.sections import put_section, recorded_run, write_section
@@ -58,31 +64,46 @@ from countersign.runtime.logs import configure as configure_logging
 Json = dict[str, Any]
 SPY = Path(sys.executable).with_name("py-spy")  # the profiler, beside this Python
 MS = 1000.0
-COUNTERSIGN, BARE = "Countersign", "bare loop"
+COUNTERSIGN, BARE, MINIMAL = "Countersign", "bare loop", "minimal loop"
+AGENTS, PYDANTIC = "OpenAI Agents SDK", "pydantic-ai"  # the durable peers, each with its Temporal plugin
 DEFAULT_OUT = Path("docs/benchmark-cost.json")
 TARGET_ORCHESTRATION_MS = 10.0  # the long goal: shown in the section, not gated (not a ratio)
 
 
 @dataclass(frozen=True)
 class Target:
-    """A bound on one of `ratios()`: Countersign's figure over the bare loop's in the same run."""
+    """A bound on one of `ratios()`: Countersign's figure over another implementation's in the same
+    run."""
 
-    ratio: str  # key of ratios()
+    ratio: str  # key of ratios(): figure:implementation
     label: str
     bound: float
     at_most: bool  # True: the ratio may not exceed the bound; False: it may not fall below it
+    strict: bool = False  # True: not equal to it either (ahead, not level)
 
     def met(self, value: float) -> bool:
+        if self.strict and value == self.bound:
+            return False
         return value <= self.bound if self.at_most else value >= self.bound
 
     def wanted(self) -> str:
-        return f"{'≤' if self.at_most else '≥'} {self.bound} x bare"
+        sign = ("<" if self.at_most else ">") if self.strict else ("≤" if self.at_most else "≥")
+        return f"{sign} {self.bound} x"
 
 
 TARGETS = (
-    Target("step_wall", "step wall p50", 1.2, at_most=True),
-    Target("worker_cpu", "worker CPU per tool call", 1.3, at_most=True),
-    Target("tool_calls_per_s", "tool calls/s at c=10", 0.8, at_most=False),
+    # ahead of both durable peers on all three figures (issue 52)
+    *(
+        Target(f"{figure}:{peer}", f"{label} vs {peer}", 1.0, at_most=at_most, strict=True)
+        for peer in (AGENTS, PYDANTIC)
+        for figure, label, at_most in (
+            ("step_wall", "step wall p50", True),
+            ("tool_calls_per_s", "tool calls/s at c=10", False),
+            ("worker_cpu", "worker CPU per tool call", True),
+        )
+    ),
+    # and as light per call as the minimal loop, within 30 %
+    Target(f"worker_cpu:{MINIMAL}", f"worker CPU per tool call vs {MINIMAL}", 1.3, at_most=True),
 )
 
 
@@ -103,16 +124,23 @@ def progress(message: str) -> None:
     print(f"[bench.cost {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
 
 
-# --- the two implementations ---------------------------------------------------------------------
+# --- the implementations ---------------------------------------------------------------------------
+
+
+Converse = Callable[[str], Awaitable[tuple[Any, int]]]
 
 
 @dataclass
 class Side:
     """One implementation as the workloads drive it: run a steps conversation (its handle and tool
-    calls) on a task queue."""
+    calls) on a task queue; its worker in this process (`build`) or as its own (`python -m module`);
+    the names of its model call's and tool call's activities in the history."""
 
     name: str
-    converse: Callable[[str], Awaitable[tuple[Any, int]]]
+    converse: Converse
+    module: str | None = None  # None: `python worker.py`
+    build: bare.WorkerBuilder | None = None  # None: worker.build_worker, as stack.in_process_worker
+    names: tuple[str, str] = (MODEL_ACTIVITY, TOOL_ACTIVITY)
 
 
 def countersign_side(parts: stack.Parts) -> Side:
@@ -140,36 +168,81 @@ async def bare_start(parts: stack.Parts, message: str, max_calls: int = 0) -> ba
     )
 
 
-async def bare_side(parts: stack.Parts) -> Side:
-    start = await bare_start(parts, STEPS_MESSAGE)
-    client = bare.bare_client(parts.client)
+async def idle(task_queue: str) -> tuple[Any, int]:
+    """The converse of a side only given a worker (its conversations are started elsewhere)."""
+    raise NotImplementedError(f"no conversation to start on {task_queue}")
+
+
+def started(client: Client, workflow: str, start: Any, prefix: str) -> Converse:
+    """A converse of a loop whose workflow `workflow` returns its number of tool calls."""
 
     async def converse(task_queue: str) -> tuple[Any, int]:
         handle = await client.start_workflow(
-            bare.WORKFLOW, start, id=f"bare-{uuid.uuid4()}", task_queue=task_queue, result_type=int
+            workflow, start, id=f"{prefix}-{uuid.uuid4()}", task_queue=task_queue, result_type=int
         )
         return handle, await handle.result()
 
-    return Side(BARE, converse)
+    return converse
+
+
+async def sides_of(parts: stack.Parts) -> list[Side]:
+    """Countersign, the minimal loop, the two peers and the bare loop, in that order. The minimal
+    loop and the peers offer the agent's system prompt and bench.plain's `search_leads` definition;
+    Countersign and the bare loop offer everything the agent offers, as the product does."""
+    try:
+        from bench import peer_agents, peer_pydantic
+    except ImportError as missing:
+        raise SystemExit(f"bench.cost needs the bench extra (pip install -e '.[bench]'): {missing}") from None
+    offered = await bare_start(parts, STEPS_MESSAGE)
+    client = bare.bare_client(parts.client)
+    peer = plain.PeerStart(offered.system_prompt, STEPS_MESSAGE, parts.settings.llm_model)
+    minimal = replace(offered, tools=[plain.SEARCH_TOOL])
+    agents = peer_agents.peer_client(parts.client, parts.settings)
+    pydantic = peer_pydantic.peer_client(parts.client)
+    return [
+        countersign_side(parts),
+        Side(MINIMAL, started(client, bare.WORKFLOW, minimal, "minimal"), "bench.plain", plain.build_worker),
+        Side(
+            AGENTS,
+            started(agents, peer_agents.WORKFLOW, peer, "agents"),
+            "bench.peer_agents",
+            peer_agents.build_worker,
+            peer_agents.ACTIVITIES,
+        ),
+        Side(
+            PYDANTIC,
+            started(pydantic, peer_pydantic.WORKFLOW, peer, "pydantic"),
+            "bench.peer_pydantic",
+            peer_pydantic.build_worker,
+            peer_pydantic.ACTIVITIES,
+        ),
+        Side(BARE, started(client, bare.WORKFLOW, offered, "bare"), "bench.bare", bare.build_worker),
+    ]
 
 
 # --- steps, in-process workers ---------------------------------------------------------------------
 
 
 @asynccontextmanager
-async def in_process(parts: stack.Parts) -> AsyncIterator[dict[str, tuple[str, ActivityClock]]]:
-    """Both workers in this process, each on a fresh task queue with its activities timed."""
+async def in_process(
+    parts: stack.Parts, sides: Sequence[Side]
+) -> AsyncIterator[dict[str, tuple[str, ActivityClock]]]:
+    """Every side's worker in this process, each on a fresh task queue with its activities timed."""
     engine = create_async_engine(parts.settings.database_url or "")
+    found: dict[str, tuple[str, ActivityClock]] = {}
     try:
-        async with stack.in_process_worker(parts, {}) as product:
-            queue = f"bench-bare-{time.monotonic_ns()}"
-            clock = ActivityClock()
-            settings = parts.settings.model_copy(update={"task_queue": queue})
-            async with bare.build_worker(parts.client, settings, async_sessionmaker(engine), [clock]):
-                yield {
-                    COUNTERSIGN: (product.settings.task_queue, product.clock),
-                    BARE: (queue, clock),
-                }
+        async with AsyncExitStack() as scope:
+            for side in sides:
+                if side.build is None:
+                    product = await scope.enter_async_context(stack.in_process_worker(parts, {}))
+                    found[side.name] = (product.settings.task_queue, product.clock)
+                    continue
+                queue, clock = f"bench-{side.name.split()[0].lower()}-{time.monotonic_ns()}", ActivityClock()
+                settings = parts.settings.model_copy(update={"task_queue": queue})
+                worker = side.build(parts.client, settings, async_sessionmaker(engine), [clock])
+                await scope.enter_async_context(worker)
+                found[side.name] = (queue, clock)
+            yield found
     finally:
         await engine.dispose()
 
@@ -190,27 +263,32 @@ def step_summary(samples: list[workloads.StepsSample]) -> Json:
 
 async def steps(parts: stack.Parts, sides: list[Side], count: int) -> Json:
     samples: dict[str, list[workloads.StepsSample]] = {side.name: [] for side in sides}
-    async with in_process(parts) as queues:
+    async with in_process(parts, sides) as queues:
         for _ in range(count):
             for side in sides:  # interleaved: one of each, in turn
                 queue, clock = queues[side.name]
                 began = time.perf_counter()
                 handle, calls = await side.converse(queue)
                 wall = time.perf_counter() - began
-                samples[side.name].append(await workloads.steps_sample(handle, clock, wall, calls))
+                sample = await workloads.steps_sample(handle, clock, wall, calls, side.names)
+                samples[side.name].append(sample)
     return {name: step_summary(found) for name, found in samples.items()}
 
 
 # --- concurrency 10, worker processes --------------------------------------------------------------
 
 
-class BareWorkerProcess(WorkerProcess):
-    """`python -m bench.bare` as WorkerProcess runs `python worker.py`."""
+class ModuleWorkerProcess(WorkerProcess):
+    """`python -m <module>` (a loop's or a peer's worker) as WorkerProcess runs `python worker.py`."""
+
+    def __init__(self, module: str, *args: Any) -> None:
+        super().__init__(*args)
+        self.module = module
 
     def _spawn(self) -> subprocess.Popen[bytes]:
         with self.log.open("ab") as out:
             return subprocess.Popen(
-                [sys.executable, "-m", "bench.bare"],
+                [sys.executable, "-m", self.module],
                 cwd=PROJECT_ROOT,
                 env=self._env,
                 stdin=subprocess.DEVNULL,
@@ -238,18 +316,20 @@ def without_env(without: Sequence[str]) -> dict[str, str]:
 
 @asynccontextmanager
 async def worker_processes(
-    parts: stack.Parts, root: Path, without: Sequence[str] = ()
+    parts: stack.Parts, root: Path, sides: Sequence[Side], without: Sequence[str] = ()
 ) -> AsyncIterator[dict[str, tuple[str, int]]]:
     """One worker process of each implementation, each on its own task queue: (queue, pid)."""
     found: dict[str, tuple[str, int]] = {}
     async with AsyncExitStack() as scope:
-        for name, kind in ((COUNTERSIGN, WorkerProcess), (BARE, BareWorkerProcess)):
-            queue = f"bench-cost-{name.split()[0].lower()}-{time.monotonic_ns()}"
+        for side in sides:
+            queue = f"bench-cost-{side.name.split()[0].lower()}-{time.monotonic_ns()}"
             settings = parts.settings.model_copy(update={"task_queue": queue})
-            extra = UNLIMITED_ENV | (without_env(without) if name == COUNTERSIGN else {})
-            process = kind(settings, root / queue, extra)
+            if side.module is None:
+                process = WorkerProcess(settings, root / queue, UNLIMITED_ENV | without_env(without))
+            else:
+                process = ModuleWorkerProcess(side.module, settings, root / queue, UNLIMITED_ENV)
             scope.callback(process.stop)
-            found[name] = (queue, await process.start())
+            found[side.name] = (queue, await process.start())
         yield found
 
 
@@ -285,6 +365,7 @@ def profiled(pid: int, out: Path | None) -> Iterator[None]:
             progress(f"py-spy: {err.decode(errors='replace').strip()[-500:]}")
 
 
+CONVERSATION_TIMEOUT_S = 120.0
 STATS_FLUSH_S = 1.5  # a backend reports its counts to pg_stat_database at most once a second
 
 
@@ -304,7 +385,8 @@ async def batch(
     xacts = await transactions(engine)
 
     async def one() -> int:
-        return (await side.converse(queue))[1]
+        async with asyncio.timeout(CONVERSATION_TIMEOUT_S):  # a stuck loop fails the run, not hangs it
+            return (await side.converse(queue))[1]
 
     done = await workloads.throughput_of(one, concurrency, count)
     used = {k: stack.cpu_s(pid) - before[k] for k, pid in pids.items()}
@@ -330,7 +412,7 @@ async def concurrent(
     without: Sequence[str] = (),
 ) -> Json:
     rows: dict[str, list[Json]] = {side.name: [] for side in sides}
-    async with worker_processes(parts, root, without) as workers:
+    async with worker_processes(parts, root, sides, without) as workers:
         for side in sides:  # warm-up: imports, connection pools, sandbox caches
             await batch(side, workers[side.name][0], {}, sizes.concurrency, sizes.concurrency, parts.engine)
         for round_ in range(sizes.rounds):
@@ -363,7 +445,7 @@ async def measure(sizes: Sizes, profile: Path | None, without: Sequence[str] = (
     began = time.perf_counter()
     progress("starting PostgreSQL and the dev server")
     async with stack.started("cost", bench_scenario(sizes.steps)) as (root, server, parts):
-        sides = [countersign_side(parts), await bare_side(parts)]
+        sides = await sides_of(parts)
         progress(f"steps: {sizes.conversations} conversations of each, interleaved")
         stepped = await steps(parts, sides, sizes.conversations)
         progress(f"concurrency {sizes.concurrency}: {sizes.rounds} rounds of {sizes.batch} conversations")
@@ -378,37 +460,53 @@ async def measure(sizes: Sizes, profile: Path | None, without: Sequence[str] = (
     }
 
 
-def ratios(r: Json) -> Json:
-    cs, base = r["steps"][COUNTERSIGN], r["steps"][BARE]
-    ccs, cbase = r["concurrent"][COUNTERSIGN], r["concurrent"][BARE]
+def figures(r: Json, name: str) -> dict[str, float]:
+    """One implementation's three compared figures in a run."""
+    stepped, rates = r["steps"][name], r["concurrent"][name]
     return {
-        "step_wall": cs["step_wall_ms"]["p50"] / base["step_wall_ms"]["p50"],
-        "worker_cpu": ccs["cpu_ms_per_tool_call"]["worker"] / cbase["cpu_ms_per_tool_call"]["worker"],
-        "tool_calls_per_s": ccs["tool_calls_per_s"] / cbase["tool_calls_per_s"],
+        "step_wall": stepped["step_wall_ms"]["p50"],
+        "worker_cpu": rates["cpu_ms_per_tool_call"]["worker"],
+        "tool_calls_per_s": rates["tool_calls_per_s"],
     }
+
+
+def ratios(r: Json) -> Json:
+    """Countersign's figures over each other implementation's in the same run: `figure:name`."""
+    ours = figures(r, COUNTERSIGN)
+    return {
+        f"{figure}:{name}": ours[figure] / theirs[figure]
+        for name in r["steps"]
+        if name != COUNTERSIGN
+        for figure, theirs in [(f, figures(r, name)) for f in ours]
+    }
+
+
+FIGURE_LABELS = {
+    "step_wall": "step wall p50",
+    "worker_cpu": "worker CPU per tool call",
+    "tool_calls_per_s": "tool calls/s at c=10",
+}
 
 
 def render(r: Json) -> str:
     sizes, host = r["sizes"], r["machine"]
+    q = ratios(r)
     rows = []
-    for name in (COUNTERSIGN, BARE):
+    for name in r["steps"]:
         s, c = r["steps"][name], r["concurrent"][name]
+        against = (
+            ""
+            if name == COUNTERSIGN
+            else " / ".join(
+                f"{q[f'{f}:{name}']:.2f}" for f in ("step_wall", "tool_calls_per_s", "worker_cpu")
+            )
+        )
         rows.append(
             [name, num(s["step_wall_ms"]["p50"]), num(s["own_ms"]["p50"]), num(s["orchestration_ms"]["p50"]),
-             num(c["tool_calls_per_s"]), num(c["cpu_ms_per_tool_call"]["worker"])]
+             num(s["events_per_step"]), num(c["tool_calls_per_s"]), num(c["cpu_ms_per_tool_call"]["worker"]),
+             against]
         )  # fmt: skip
-    q = ratios(r)
     orchestration = r["steps"][COUNTERSIGN]["orchestration_ms"]["p50"]
-    rows.append(
-        [
-            "ratio",
-            f"{q['step_wall']:.2f} x",
-            "",
-            "",
-            f"{q['tool_calls_per_s']:.2f} x",
-            f"{q['worker_cpu']:.2f} x",
-        ]
-    )
     targets = [
         [t.label, t.wanted(), f"{q[t.ratio]:.2f} x", met(t.met(q[t.ratio]))] for t in TARGETS
     ] + [
@@ -420,21 +518,30 @@ def render(r: Json) -> str:
     other = [
         [name, *(num(r["concurrent"][name]["cpu_ms_per_tool_call"][k]) for k in shared),
          num(r["concurrent"][name].get("transactions_per_tool_call"))]
-        for name in (COUNTERSIGN, BARE)
+        for name in r["concurrent"]
     ]  # fmt: skip
     lines = [
-        "## The cost of safety: Countersign against a bare Temporal loop (`python -m bench.cost`)",
+        "## The cost of safety: Countersign against a minimal loop and two durable peers"
+        " (`python -m bench.cost`)",
         "",
         f"Produced by `{r['command']}` ({r['duration_s']} s). Load average {host['load_average_at_start']} at"
         f" the start, {host['load_average_at_end']} at the end (2 cores shared with other engineers' test"
         " runs): compare the ratios, not the absolute times.",
+        "",
+        "Every implementation runs against the same dev server, PostgreSQL and scripted model (the `openai`"
+        " client over HTTP): the minimal loop (bench/plain.py: bench.bare's workflow, the tool a plain SQL"
+        " SELECT, nothing of ours in its activities), the OpenAI Agents SDK with its Temporal plugin"
+        " (bench/peer_agents.py) and pydantic-ai's Temporal integration (bench/peer_pydantic.py) offer the"
+        " agent's system prompt and Countersign's `search_leads` schema; Countersign and the bare loop"
+        " (bench/bare.py: our tool code in its activity) offer everything the agent offers.",
         "",
         f"Steps: {sizes['conversations']} conversations of each of {sizes['steps']} sequential `search_leads`"
         " calls, interleaved, on in-process workers; p50 over their steps (model call scheduled → next model"
         " call scheduled). Own time: the model call's and the tool's activity functions (bench/clock.py);"
         f" orchestration: the rest. Concurrency {sizes['concurrency']}: {sizes['rounds']} rounds of"
         f" {sizes['batch']} conversations of each, alternated, each implementation's worker in its own"
-        " process; medians over the rounds.",
+        " process; medians over the rounds. Countersign over the row's implementation: step / throughput /"
+        " worker CPU.",
         "",
         *table(
             [
@@ -442,13 +549,15 @@ def render(r: Json) -> str:
                 "step wall p50 ms",
                 "of which activities' own time",
                 "orchestration",
+                "history events per step",
                 f"tool calls/s at c={sizes['concurrency']}",
                 "worker CPU ms per tool call",
+                "Countersign ÷ this",
             ],
             rows,
         ),
         "",
-        *table(["target", "", "measured", ""], targets),
+        *table(["target (`--check`)", "", "measured", ""], targets),
         "",
         "CPU per tool call of the shared parts in the same batches (ms), and PostgreSQL's transactions"
         " per tool call (`pg_stat_database`; a statement outside a transaction counts as one):",

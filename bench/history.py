@@ -114,6 +114,9 @@ class Step:
         return self.interval_s - self.own_s
 
 
+MODEL_ACTIVITY, TOOL_ACTIVITY = "call_model", "execute_tool"  # Countersign's and the bare loops'
+
+
 @dataclass(frozen=True)
 class StepsBetween:
     """The activities scheduled between two consecutive model calls."""
@@ -122,8 +125,9 @@ class StepsBetween:
     next_model: ActivityRun
     others: list[ActivityRun] = field(default_factory=list)
 
-    def step(self, own_s: OwnTime = history_own_s) -> Step:
-        tools = named(self.others, "execute_tool")
+    def step(self, own_s: OwnTime = history_own_s, tool: str = TOOL_ACTIVITY) -> Step:
+        """The step; its own time is the model call's and the activities named `tool`."""
+        tools = named(self.others, tool)
         return Step(
             interval_s=self.next_model.scheduled - self.model.scheduled,
             own_s=own_s(self.model) + sum(own_s(t) for t in tools),
@@ -131,9 +135,10 @@ class StepsBetween:
         )
 
 
-def steps(runs: Sequence[ActivityRun]) -> list[StepsBetween]:
-    """Each model call that was followed by another, with what ran in between."""
-    models = named(runs, "call_model")
+def steps(runs: Sequence[ActivityRun], model: str = MODEL_ACTIVITY) -> list[StepsBetween]:
+    """Each model call (an activity named `model`) that was followed by another, with what ran in
+    between."""
+    models = named(runs, model)
     return [
         StepsBetween(
             model=a,

@@ -16,6 +16,15 @@ each process group's CPU seconds over the turns' wall time (cores busy; the mach
 timed, bench/clock.py), with nothing else running; step cost (model call scheduled → next one)
 around the 10th, 100th and 300th call, split into the activities' own time and orchestration.
 Writes docs/benchmark-load.json and the `bench.load` section of docs/benchmark.md.
+
+**People** (issue 52; bench/people.py):
+
+    .venv/bin/python -m bench.load --users 1000 --think 60 [--duration 120] [--workers 1]
+    .venv/bin/python -m bench.load --find --think 60 [--duration 120] [--workers 1|2|3]
+
+N users each writing, reading the reply and writing again after an exponential think time, for a
+fixed time; `--find` the largest N holding reply p95 < 3 s and tool-call p95 < 500 ms with 1, 2 and
+3 worker processes. Writes docs/benchmark-people.json and the `bench.people` section.
 """
 
 from __future__ import annotations
@@ -60,6 +69,7 @@ CHECKPOINTS = (10, 100, 300)  # the long turn's step cost around these calls
 WINDOW = 10  # steps per checkpoint: the ten before it
 TURN_TIMEOUT_S = 60.0  # a reply later than this counts as a failed turn
 TARGET_REPLY_S, TARGET_TOOL_S, TARGET_SUCCESS = 3.0, 0.5, 0.95
+PEOPLE_DURATION_S = 120.0  # --users/--find: how long users write, unless --duration
 
 
 @dataclass(frozen=True)
@@ -107,7 +117,8 @@ async def long_turn(parts: stack.Parts, calls: int) -> Json:
     start = workloads.conversation(LONG_MESSAGE).model_copy(update={"limits": limits})
     bare_start = await cost.bare_start(parts, LONG_MESSAGE, max_calls=calls)
     found: Json = {}
-    async with cost.in_process(parts) as queues:
+    sides = [cost.countersign_side(parts), cost.Side(cost.BARE, cost.idle, "bench.bare", bare.build_worker)]
+    async with cost.in_process(parts, sides) as queues:
         for name, (queue, clock) in queues.items():
             began = time.perf_counter()
             if name == cost.COUNTERSIGN:
@@ -391,14 +402,40 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--duration", type=float, help="seconds of turns")
     parser.add_argument("--long", type=int, help="tool calls in the long turn")
     parser.add_argument("--skip-long", action="store_true", help="only the load")
-    parser.add_argument("--out", type=Path, default=Path("docs/benchmark-load.json"))
+    parser.add_argument("--users", type=int, help="people: this many users, each writing, reading, thinking")
+    parser.add_argument("--think", type=float, default=60.0, help="people: mean think time, seconds")
+    parser.add_argument(
+        "--find",
+        action="store_true",
+        help="people: the largest number of users holding reply p95 < 3 s and tool-call p95 < 500 ms,"
+        " for 1, 2 and 3 worker processes (or --workers)",
+    )
+    parser.add_argument("--out", type=Path, help="default: docs/benchmark-load.json (people: -people.json)")
     parser.add_argument("--markdown", type=Path, default=Path("docs/benchmark.md"))
     return parser.parse_args(argv)
+
+
+def main_people(args: argparse.Namespace, given: list[str]) -> None:
+    """`--users N --think S` and `--find`: bench/people.py; its own JSON and section."""
+    from bench import people  # it builds on this module's turns and workers
+
+    workers = [args.workers] if args.workers else ([1, 2, 3] if args.find else [1])
+    duration = args.duration or PEOPLE_DURATION_S
+    run = people.measure(args.users, args.think, duration, workers, args.find)
+    results = recorded_run("bench.load", given, run)
+    out = args.out or Path("docs/benchmark-people.json")
+    out.write_text(json.dumps(results, indent=2) + "\n")
+    put_section(args.markdown, "bench.people", people.render(results))
+    progress(f"wrote {out} and {args.markdown}")
 
 
 def main(argv: list[str] | None = None) -> None:
     given = sys.argv[1:] if argv is None else argv
     args = parse(given)
+    if args.users or args.find:
+        configure_logging("WARNING")
+        main_people(args, given)
+        return
     base = FULL if args.full else DEFAULT
     sizes = Sizes(
         conversations=args.conversations or base.conversations,
@@ -409,9 +446,10 @@ def main(argv: list[str] | None = None) -> None:
     )
     configure_logging("WARNING")
     results = recorded_run("bench.load", given, measure(sizes, args.skip_long))
-    args.out.write_text(json.dumps(results, indent=2) + "\n")
+    out = args.out or Path("docs/benchmark-load.json")
+    out.write_text(json.dumps(results, indent=2) + "\n")
     put_section(args.markdown, "bench.load", render(results))
-    progress(f"wrote {args.out} and {args.markdown}")
+    progress(f"wrote {out} and {args.markdown}")
 
 
 if __name__ == "__main__":

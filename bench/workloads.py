@@ -16,7 +16,17 @@ from activities.context import ContextActivities
 from activities.model import ModelActivities
 from activities.tools import ToolActivities
 from bench.clock import ActivityClock
-from bench.history import ActivityRun, Step, StepParts, activity_runs, first_started, step_parts, steps
+from bench.history import (
+    MODEL_ACTIVITY,
+    TOOL_ACTIVITY,
+    ActivityRun,
+    Step,
+    StepParts,
+    activity_runs,
+    first_started,
+    step_parts,
+    steps,
+)
 from bench.scenario import STEPS_MESSAGE, WAIT_MESSAGE, approval_message
 from bench.stack import Parts
 from countersign.core.approvals import Approval, ApproveSignal, Decision
@@ -74,19 +84,24 @@ async def steps_conversation(parts: Parts) -> StepsSample:
 
 
 async def steps_sample(
-    handle: WorkflowHandle[Any, Any], clock: ActivityClock, wall_s: float, tool_calls: int
+    handle: WorkflowHandle[Any, Any],
+    clock: ActivityClock,
+    wall_s: float,
+    tool_calls: int,
+    names: tuple[str, str] = (MODEL_ACTIVITY, TOOL_ACTIVITY),
 ) -> StepsSample:
-    """The steps of a finished conversation (any workflow whose activities are named `call_model`
-    and `execute_tool`), from its history and the worker's clock of its activities."""
+    """The steps of a finished conversation (any workflow whose model call and tool call are the
+    activities `names`), from its history and the worker's clock of its activities."""
     history = await handle.fetch_history()
 
     def own_s(run: ActivityRun) -> float:
         return clock.of(handle.id, run.activity_id)
 
-    betweens = steps(activity_runs(history.events))
+    model, tool = names
+    betweens = steps(activity_runs(history.events), model)
     return StepsSample(
         wall_s,
-        [between.step(own_s) for between in betweens],
+        [between.step(own_s, tool) for between in betweens],
         [step_parts(history.events, between, own_s) for between in betweens],
         len(history.events),
         tool_calls,

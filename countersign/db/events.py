@@ -117,6 +117,33 @@ def result_shown(content: str | None) -> dict[str, str]:
     return {"summary": summarize_result(text), "result": cut}
 
 
+def tool_result_event(row: dict[str, Any]) -> tuple[str, dict[str, Any], str] | None:
+    """The event of a tool's result message (a `conversation_messages` row's values): its kind,
+    data and key; None for any other message."""
+    if row["role"] != "tool" or not row["tool_call_id"]:
+        return None
+    call_id = row["tool_call_id"]
+    data = {"call_id": call_id, "tool": row["name"], "ok": result_ok(row["content"]), "seq": row["seq"]}
+    return "tool_result", data | result_shown(row["content"]), f"tool_result:{call_id}"
+
+
+def published_with(inserted: Any) -> tuple[Any, Any]:
+    """`publish`'s insert and NOTIFY as parts of a caller's statement: a CTE inserting the event
+    (its values the parameters `e_` + PUBLISHED) for each row of the CTE `inserted` (so only when
+    that row was inserted), and a scalar subquery that NOTIFYs for the event inserted, to select in
+    the statement (a retried write inserts neither, and wakes nobody)."""
+    event = ConversationEvent.__table__
+    values = [bindparam(f"e_{c}", type_=event.c[c].type) for c in PUBLISHED]
+    told = (
+        insert(ConversationEvent)
+        .from_select(list(PUBLISHED), select(*values).select_from(inserted))
+        .on_conflict_do_nothing()
+        .returning(ConversationEvent.workflow_id)
+        .cte("told")
+    )
+    return told, select(func.pg_notify(literal(CHANNEL), told.c.workflow_id)).scalar_subquery()
+
+
 async def publish_message(session: AsyncSession | AsyncConnection, row: dict[str, Any]) -> None:
     """The events of a message the store has just inserted (a `conversation_messages` row's values):
     the user's message, an assistant's tool calls, a tool's result, or the reply that ends a turn.
@@ -125,11 +152,9 @@ async def publish_message(session: AsyncSession | AsyncConnection, row: dict[str
     if row["role"] == "user":
         said = {"text": row["content"], "user": row["name"]}
         await publish(session, *instance, tenant_id, "message", said, f"message:{row['seq']}")
-    if row["role"] == "tool" and row["tool_call_id"]:
-        call_id = row["tool_call_id"]
-        data = {"call_id": call_id, "tool": row["name"], "ok": result_ok(row["content"]), "seq": row["seq"]}
-        data |= result_shown(row["content"])
-        await publish(session, *instance, tenant_id, "tool_result", data, f"tool_result:{call_id}")
+    if (told := tool_result_event(row)) is not None:
+        kind, data, key = told
+        await publish(session, *instance, tenant_id, kind, data, key)
     if row["role"] != "assistant" or row["name"] == MARKER_NAME:  # direct mode's marker: the turn goes on
         return
     for call in row["tool_calls"] or []:

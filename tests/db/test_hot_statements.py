@@ -5,12 +5,14 @@ statements must all be served from the cache, and the rows must be what they wer
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any
 
+import asyncpg
 from sqlalchemy import event, func, select
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -21,9 +23,16 @@ from countersign.core.evidence import fact_digest
 from countersign.core.messages import ChatMessage, ToolCall
 from countersign.db.chain import fact_of, last_fact, source_id_of
 from countersign.db.engine import session_factory
+from countersign.db.events import CHANNEL, listen_dsn, tool_result_event
 from countersign.db.messages import ConversationStore
 from countersign.db.ratelimit import UNLIMITED, CallLimits, RateLimit, take_call
-from countersign.db.schema import ConversationMessage, ModelCall, RateLimitBucket, ToolExecution
+from countersign.db.schema import (
+    ConversationEvent,
+    ConversationMessage,
+    ModelCall,
+    RateLimitBucket,
+    ToolExecution,
+)
 
 
 @contextmanager
@@ -140,3 +149,54 @@ async def test_a_tool_calls_audit_row_is_chained_as_written_without_reading_it_b
         row = (await session.scalars(audited)).one()
         chained = await last_fact(session, "acme", "tool_executions", source_id_of(row))
     assert chained == fact_digest(fact_of(row))
+
+
+async def test_a_tool_calls_result_event_is_written_and_told_by_the_statement_that_stores_it(
+    database_url: str, db_engine: AsyncEngine
+) -> None:
+    """Issue 52: the result's event for the conversation's readers is a CTE of the statement that
+    writes the audit row and the tool message, not a round trip of its own; it is still told (one
+    NOTIFY at commit), with the data `publish_message` gives it, and a retry tells nobody twice."""
+    caller = CallerContext(tenant_id="acme", user_id="alice", roles=["sales"], agent="lead-qualifier")
+    invocation = ToolInvocation(
+        caller=caller, workflow_id=f"hot-{uuid.uuid4()}", conversation_id=str(uuid.uuid4()),
+        run_id="r", call_id="c1", tool="search_leads", arguments='{"query": "Jane"}', store_seq=2,
+    )  # fmt: skip
+    tools = ToolActivities(session_factory(db_engine), rate_limits=UNLIMITED)
+    told: asyncio.Queue[str] = asyncio.Queue()
+    listener = await asyncpg.connect(listen_dsn(database_url))
+    await listener.add_listener(CHANNEL, lambda _c, _p, _ch, payload: told.put_nowait(payload))
+    statements: list[str] = []
+
+    def executed(_c: Any, _cur: Any, statement: str, *_: Any) -> None:
+        statements.append(statement)
+
+    event.listen(db_engine.sync_engine, "before_cursor_execute", executed)
+    try:
+        first = await tools.execute_tool(invocation)
+        again = await tools.execute_tool(invocation)  # a retried activity: answered from the audit row
+        assert await asyncio.wait_for(told.get(), 5) == invocation.workflow_id
+        await asyncio.sleep(0.2)
+        assert told.empty()
+    finally:
+        event.remove(db_engine.sync_engine, "before_cursor_execute", executed)
+        await listener.close()
+    assert isinstance(first, StoredResult) and first.ok and again == first
+    (writes,) = [s for s in statements if "INTO conversation_events" in s]
+    assert "INSERT INTO tool_executions" in writes and "INSERT INTO conversation_messages" in writes
+    async with db_engine.connect() as connection:
+        stored = (
+            await connection.execute(
+                select(ConversationMessage).where(ConversationMessage.workflow_id == invocation.workflow_id)
+            )
+        ).one()
+        events = (
+            await connection.execute(
+                select(ConversationEvent.kind, ConversationEvent.data, ConversationEvent.key).where(
+                    ConversationEvent.workflow_id == invocation.workflow_id
+                )
+            )
+        ).all()
+    expected = tool_result_event(dict(stored._mapping))
+    assert expected is not None and [tuple(e) for e in events] == [expected]
+    assert expected[1]["ok"] is True and expected[1]["call_id"] == "c1" and expected[1]["seq"] == 2
