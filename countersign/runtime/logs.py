@@ -30,7 +30,12 @@ def configure(level: str | None = None) -> None:
     renderer: structlog.types.Processor = (
         structlog.processors.JSONRenderer()
         if json_logs
-        else structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())
+        # plain tracebacks, whatever is installed: by default the console renderer draws them with
+        # `rich` when some other package brought it in, at several milliseconds of CPU a traceback
+        # (with the locals of every frame), which an outage's retries log by the hundred
+        else structlog.dev.ConsoleRenderer(
+            colors=sys.stderr.isatty(), exception_formatter=structlog.dev.plain_traceback
+        )
     )
     structlog.configure(
         processors=[*shared, structlog.stdlib.ProcessorFormatter.wrap_for_formatter],
