@@ -59,11 +59,12 @@ from countersign.server.http import (
     refuse_cross_origin,
     refuse_odd_text,
 )
-from countersign.server.inbox import FIRST_PAGE, MAX_PAGE, Inbox, LoginRequest
+from countersign.server.inbox import FIRST_PAGE, MAX_PAGE, Inbox
 from countersign.server.inbox_routes import INBOX
 from countersign.server.oidc import CALLBACK_PATH, FLOW_TTL, OidcConfig, OidcProvider, OidcRefused, open_flow
 from countersign.server.pages import OIDC, header_of, render, session_of
 from countersign.server.requesters import ApiRate, Caller, Requesters
+from countersign.server.signin import SIGN_IN, LoginRequest, SignIn
 from tools.registry import REGISTRY
 
 HERE = Path(__file__).resolve().parent
@@ -129,7 +130,7 @@ async def errors_and_auth(request: web.Request, handler: Handler) -> web.StreamR
 
 async def login(request: web.Request) -> web.Response:
     credentials: LoginRequest = await parse(request, LoginRequest, invalid=400)
-    token = await request.app[INBOX].login(credentials, client_of(request))
+    token = await request.app[SIGN_IN].login(credentials, client_of(request))
     response = web.json_response({"token": token})
     set_session_cookie(request, response, token)
     return response
@@ -146,7 +147,7 @@ def set_session_cookie(request: web.Request, response: web.StreamResponse, token
 
 async def logout(request: web.Request) -> web.Response:
     """Revoke the caller's session server-side (the token stops working everywhere) and drop the cookie."""
-    await request.app[INBOX].logout(request[SESSION])
+    await request.app[SIGN_IN].logout(request[SESSION])
     response = web.json_response({"ok": True})
     response.del_cookie(COOKIE, path="/")
     return response
@@ -210,7 +211,7 @@ async def oidc_login(request: web.Request) -> web.StreamResponse:
         return oidc_page(f"The identity provider cannot be reached: {err}", 502)
     response = web.Response(status=302, headers={"Location": url})
     response.set_cookie(
-        FLOW_COOKIE, request.app[INBOX].seal_flow(flow),
+        FLOW_COOKIE, request.app[SIGN_IN].seal_flow(flow),
         httponly=True, samesite="Lax", max_age=int(FLOW_TTL.total_seconds()), path=CALLBACK_PATH,
         secure=request.secure or request.app[SECURE_COOKIES],
     )  # fmt: skip
@@ -220,19 +221,19 @@ async def oidc_login(request: web.Request) -> web.StreamResponse:
 async def oidc_callback(request: web.Request) -> web.Response:
     """Finish the flow: check state, exchange the code, verify the ID token, find the user in
     PostgreSQL, open a session. Every refusal is shown and recorded in `login_attempts`."""
-    provider, inbox, client = request.app[OIDC], request.app[INBOX], client_of(request)
+    provider, sign_in, client = request.app[OIDC], request.app[SIGN_IN], client_of(request)
     query = {k: v for k, v in request.query.items() if len(v) <= 4096}
     claims: dict[str, Any] = {}
     try:
-        flow = open_flow(inbox.public_key, request.cookies.get(FLOW_COOKIE))
+        flow = open_flow(sign_in.public_key, request.cookies.get(FLOW_COOKIE))
         claims = await provider.finish(query, flow)
-        token = await inbox.login_oidc(provider.config, claims, client)
+        token = await sign_in.login_oidc(provider.config, claims, client)
     except OidcRefused as err:
         if not claims:  # refused before any identity was verified (login_oidc records its own)
-            await inbox.refused_login(claims, provider.config, client, str(err))
+            await sign_in.refused_login(claims, provider.config, client, str(err))
         response = oidc_page(f"Sign-in refused: {err}", 403)
     except (aiohttp.ClientError, TimeoutError) as err:
-        await inbox.refused_login(claims, provider.config, client, f"provider unreachable: {err}")
+        await sign_in.refused_login(claims, provider.config, client, f"provider unreachable: {err}")
         response = oidc_page(f"The identity provider cannot be reached: {err}", 502)
     else:
         # a page, not a redirect: the session cookie is SameSite=Strict, and a browser does not
@@ -244,6 +245,7 @@ async def oidc_callback(request: web.Request) -> web.Response:
 
 
 def create_app(
+    sign_in: SignIn,
     inbox: Inbox,
     requesters: Requesters,
     readers: ConversationEvents,
@@ -257,6 +259,7 @@ def create_app(
     app[TRUSTED_PROXIES] = trusted_proxies
     app[SECURE_COOKIES] = secure_cookies
     app[WORKFLOW_URL] = workflow_url
+    app[SIGN_IN] = sign_in
     if oidc is not None:
         app[OIDC] = OidcProvider(oidc)
         app.router.add_get("/auth/oidc/login", oidc_login)
@@ -305,6 +308,7 @@ async def running_server(
     readers = ConversationEvents(sessions, settings.database_url)
     runner = web.AppRunner(
         create_app(
+            SignIn(sessions, key),
             Inbox(client, sessions, key, settings.checkpoint_dir),
             Requesters(client, sessions, key, settings, readers, rate),
             readers,

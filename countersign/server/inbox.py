@@ -46,15 +46,13 @@ from countersign.db.chain import export_bundle
 from countersign.db.grants import GrantRefused, grant_view, grants_of, revoke_grant
 from countersign.db.instances import current_instance
 from countersign.db.messages import ConversationStore
-from countersign.db.people import check_password, roles_of
+from countersign.db.people import roles_of
 from countersign.db.quorum import Approvals, approvals_of
 from countersign.db.schema import ApprovalDecision, ApprovalRequest, ToolExecution, User
 from countersign.identity.checkpoints import write_checkpoint
 from countersign.identity.proofs import Binding, mint_proof
-from countersign.server import sessions, throttle
-from countersign.server.auth import Reviewer, SessionClaims, issue_session, read_session
+from countersign.server.auth import Reviewer
 from countersign.server.http import HttpRefusal
-from countersign.server.oidc import Flow, OidcConfig, OidcRefused, reviewer_for, seal_flow
 from tools.registry import REGISTRY
 from tools.tiers import change_tenant_tier
 
@@ -70,13 +68,6 @@ log = logging.getLogger(__name__)
 
 
 # --- what clients send (validated at the edge) -------------------------------------------------
-
-
-class LoginRequest(BaseModel, extra="forbid"):
-    # names, looked up in PostgreSQL and recorded with a refused attempt: no NUL, newline or lone surrogate
-    tenant_id: Annotated[Identifier, Field(max_length=100)]
-    user_id: Annotated[Identifier, Field(max_length=100)]
-    password: str = Field(min_length=1, max_length=1000)
 
 
 class DecisionRequest(BaseModel, extra="forbid"):
@@ -346,88 +337,10 @@ class Inbox:
         self._checkpoints = checkpoints  # where an export also checkpoints the chain's head
         self._store = ConversationStore(sessions)
         self._key = signing_key
-        self.public_key = signing_key.public_key()
         # conversations (workflow id, instance) Temporal said run, when; and those it said have
         # closed, until their requests expire (a closed run never runs again)
         self._running: dict[tuple[str, str], float] = {}
         self._closed: dict[tuple[str, str], datetime] = {}
-
-    # --- identity ------------------------------------------------------------------------------
-
-    async def login(self, request: LoginRequest, client: str) -> str:
-        """A session token for a right password, unless `client` or the account is throttled
-        (countersign.server.throttle); every attempt is recorded in `login_attempts`."""
-        tenant, user, now = request.tenant_id, request.user_id, datetime.now(UTC)
-        refusal: HttpRefusal | None = None
-        async with self._sessions.begin() as session:
-            try:
-                await throttle.lock_account(session, tenant, user)
-                await throttle.check(session, tenant, user, client, now)
-                ok = await check_password(session, tenant, user, request.password)
-                outcome, reason = ("accepted", None) if ok else ("bad_credentials", "wrong password")
-            except throttle.Throttled as err:
-                outcome, reason = "throttled", str(err)
-                refusal = HttpRefusal(429, str(err), retry_after_s=err.retry_after_s)
-            await throttle.record(
-                session, tenant_id=tenant, user_id=user, client=client, method="password",
-                outcome=outcome, reason=reason, now=now,
-            )  # fmt: skip
-            if outcome == "accepted":
-                return await self.open_session(session, Reviewer(tenant_id=tenant, user_id=user), "password")
-        raise refusal or HttpRefusal(401, "unknown user or wrong password")
-
-    async def login_oidc(self, config: OidcConfig, claims: dict[str, Any], client: str) -> str:
-        """A session token for the user verified claims name (OidcRefused when none; recorded)."""
-        async with self._sessions.begin() as session:
-            try:
-                reviewer = await reviewer_for(session, config, claims)
-            except OidcRefused as err:
-                refusal = err
-            else:
-                await throttle.record(
-                    session, tenant_id=reviewer.tenant_id, user_id=reviewer.user_id, client=client,
-                    method="oidc", outcome="accepted", reason=None, now=datetime.now(UTC),
-                )  # fmt: skip
-                return await self.open_session(session, reviewer, "oidc")
-        await self.refused_login(claims, config, client, str(refusal))
-        raise refusal
-
-    def seal_flow(self, flow: Flow) -> str:
-        """The OIDC flow cookie, signed with the inbox's key."""
-        return seal_flow(self._key, flow, datetime.now(UTC))
-
-    async def refused_login(
-        self, claims: dict[str, Any], config: OidcConfig, client: str, reason: str
-    ) -> None:
-        """Record a refused OIDC login, naming whom the claims (if any were verified) named."""
-        tenant = config.tenant or claims.get(config.tenant_claim)
-        user = claims.get(config.user_claim) or claims.get("sub")
-        async with self._sessions.begin() as session:
-            await throttle.record(
-                session, tenant_id=str(tenant or ""), user_id=str(user or ""), client=client,
-                method="oidc", outcome="refused", reason=reason, now=datetime.now(UTC),
-            )  # fmt: skip
-
-    async def open_session(
-        self, session: AsyncSession, reviewer: Reviewer, method: sessions.LoginMethod
-    ) -> str:
-        """A session row for `reviewer` (in `session`'s transaction) and its signed token."""
-        now = datetime.now(UTC)
-        row = await sessions.open_session(session, reviewer, method, now)
-        return issue_session(self._key, reviewer, now, row.id)
-
-    async def session_of(self, token: str) -> SessionClaims | None:
-        """The claims of `token` while its session is live (signed, unexpired, not revoked, the
-        user still there with the same password), else None."""
-        claims = read_session(self.public_key, token)
-        return claims if claims is not None and await self.live(claims) else None
-
-    async def live(self, claims: SessionClaims) -> bool:
-        return await sessions.is_live(self._sessions, claims)
-
-    async def logout(self, claims: SessionClaims) -> None:
-        async with self._sessions.begin() as session:
-            await sessions.revoke(session, claims.session_id, datetime.now(UTC))
 
     async def roles(self, reviewer: Reviewer) -> list[str]:
         async with self._sessions() as session:

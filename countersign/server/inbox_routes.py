@@ -20,6 +20,7 @@ from countersign.server.inbox import (
     DecisionRequest,
     Inbox,
 )
+from countersign.server.signin import SIGN_IN
 from countersign.server.watcher import Watcher, stream_approvals
 
 INBOX = web.AppKey("inbox", Inbox)
@@ -59,7 +60,9 @@ async def events(request: web.Request) -> web.StreamResponse:
     with watcher.stream_of(request[SESSION].session_id):
         await response.prepare(request)
         with contextlib.suppress(ConnectionResetError):  # the reviewer closed the page
-            await stream_approvals(response, watcher, inbox, request[SESSION], decidable, limit)
+            await stream_approvals(
+                response, watcher, request.app[SIGN_IN], request[SESSION], decidable, limit
+            )
     return response
 
 

@@ -44,7 +44,6 @@ from countersign.server.inbox import (
     AlwaysAllowRequest,
     BatchRequest,
     DecisionRequest,
-    LoginRequest,
     PendingItem,
 )
 from countersign.server.notifications import ResolveBody
@@ -58,6 +57,7 @@ from countersign.server.requesters import (
     StartBody,
     Started,
 )
+from countersign.server.signin import LoginRequest
 from tools.drafts import DraftChanges, DraftDetail, DraftList
 
 PATH = "/api/openapi.json"

@@ -39,6 +39,7 @@ from countersign.server.door import REQUESTERS
 from countersign.server.http import bearer_of
 from countersign.server.inbox_routes import INBOX
 from countersign.server.oidc import OidcProvider
+from countersign.server.signin import SIGN_IN
 
 HERE = Path(__file__).resolve().parent
 SENDS_DRAFTS = "send_draft"  # the tool a draft is sent with (tools/drafts.py)
@@ -54,7 +55,7 @@ async def session_of(request: web.Request) -> SessionClaims | None:
     token = bearer_of(request)
     if not token or tokens.looks_like_token(token):
         return None
-    return await request.app[INBOX].session_of(token)
+    return await request.app[SIGN_IN].session_of(token)
 
 
 async def header_of(request: web.Request) -> dict[str, Any]:

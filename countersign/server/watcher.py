@@ -17,6 +17,7 @@ from aiohttp import web
 from countersign.server.auth import SessionClaims
 from countersign.server.http import HttpRefusal
 from countersign.server.inbox import Decidable, Inbox, Page, PendingItem
+from countersign.server.signin import SignIn
 
 # How often the events stream looks for new, decided and expired approvals (one poll per tenant and
 # Decidable with an open inbox, shared by those reviewers), and how often an idle stream sends a
@@ -176,7 +177,7 @@ def approvals_event(page: Page, limit: int | None) -> bytes:
 async def stream_approvals(
     response: web.StreamResponse,
     watcher: Watcher,
-    inbox: Inbox,
+    sign_in: SignIn,
     claims: SessionClaims,
     decidable: Decidable,
     limit: int | None,
@@ -185,7 +186,7 @@ async def stream_approvals(
     change and keep-alive: then the stream closes, and the page's reconnect is refused."""
     async with watcher.listen(claims.reviewer.tenant_id, decidable, limit) as (feed, changed):
         changed_now = True
-        while await inbox.live(claims):
+        while await sign_in.live(claims):
             if changed_now:
                 await response.write(approvals_event(feed.shown(limit), limit))
             try:  # until the next change; a comment now and then keeps proxies from closing it
