@@ -21,7 +21,7 @@ the transcript, that:
 - the MCP server's own ledger shows only calls of `web`'s always-allowed tools, each audited;
 - the workflow completes without a failed workflow task.
 
-`make test` runs a few examples (`COMPROMISED_EXAMPLES`, default 15). For thousands of cases:
+`make test` runs a few examples (`COMPROMISED_EXAMPLES`, default 8). For thousands of cases:
 
     COMPROMISED_EXAMPLES=2000 .venv/bin/python -m pytest tests/e2e/test_compromised_model.py -q --timeout=0
 
@@ -69,7 +69,7 @@ from tests.fixtures.smtp import SmtpServer
 from tests.fixtures.temporal import failed_tasks
 from tools.registry import IDENTITY_FIELDS, REGISTRY
 
-EXAMPLES = int(os.environ.get("COMPROMISED_EXAMPLES", "15"))
+EXAMPLES = int(os.environ.get("COMPROMISED_EXAMPLES", "8"))
 LIMITS = Limits(max_tool_calls=4, approval_timeout_s=60, answer_timeout_s=60)
 
 # A lead-qualifier whose `create_task` (an always-allowed write elsewhere) is blocked.

@@ -22,7 +22,7 @@ the time-skipping Temporal server, the real worker, PostgreSQL, and the scripted
    conversation continue as new while idle, and it still answers.
 
 No example may leave a failed workflow task in the history. `make test` runs a few examples of each
-property (`HOSTILE_EXAMPLES`, default 10) plus the pinned examples from the issue; for thousands:
+property (`HOSTILE_EXAMPLES`, default 5) plus the pinned examples from the issue; for thousands:
 
     HOSTILE_EXAMPLES=2000 .venv/bin/python -m pytest tests/e2e/test_hostile_input.py -q --timeout=0
 """
@@ -74,7 +74,7 @@ from tools.arguments import validate
 from tools.registry import REGISTRY, ToolFailure
 from workflows.options import DB_OUTAGE_TOLERANCE
 
-EXAMPLES = int(os.environ.get("HOSTILE_EXAMPLES", "10"))
+EXAMPLES = int(os.environ.get("HOSTILE_EXAMPLES", "5"))
 LIMITS = Limits(max_tool_calls=4, approval_timeout_s=60, answer_timeout_s=60)
 PROPERTY = settings(
     max_examples=EXAMPLES,

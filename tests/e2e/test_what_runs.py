@@ -78,7 +78,7 @@ from tools.arguments import load_arguments
 from tools.registry import REGISTRY, ToolFailure
 from workflows.agent import AgentWorkflow
 
-EXAMPLES = int(os.environ.get("WHAT_RUNS_EXAMPLES", "8"))
+EXAMPLES = int(os.environ.get("WHAT_RUNS_EXAMPLES", "4"))
 PROPERTY = settings(
     max_examples=EXAMPLES,
     deadline=None,
