@@ -16,7 +16,11 @@ PIP    := $(PY) -m pip install --disable-pip-version-check --progress-bar on
 $(STAMP): pyproject.toml $(LOCK)
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	@echo "installing Countersign and its dependencies into $(VENV) from $(LOCK) (a few minutes on a fresh machine)"
-	$(PIP) --require-hashes --no-deps -r $(LOCK)
+	@# uv first, as the lock pins it (with its hashes), then the whole lock through it: the same
+	@# pins and hashes as pip would check, in about 5 s instead of about 45 (measured here)
+	awk '/^uv==/{p=1} p{print} p && !/\\$$/{exit}' $(LOCK) > $(VENV)/uv-requirement.txt
+	$(PIP) --require-hashes --no-deps -r $(VENV)/uv-requirement.txt
+	$(VENV)/bin/uv pip install --python $(PY) --require-hashes --no-deps -r $(LOCK)
 	$(PIP) --no-deps --no-build-isolation -e .
 	@$(MAKE) --no-print-directory bytecode
 	@touch $(STAMP)
