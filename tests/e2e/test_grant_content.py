@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from typing import Any
 
+import pytest
 import pytest_asyncio
 from sqlalchemy import delete, select, update
 from sqlalchemy.ext.asyncio import AsyncEngine
@@ -29,6 +30,10 @@ from tests.fixtures.approvals import ATTACKER, PARTNER
 from tests.fixtures.inbox import SignedStack
 
 THREE_USES = {"minutes": 60, "uses": 3}
+
+
+# every test: no grant of an earlier test is left to cover its call; its cancelled sends are deleted
+pytestmark = pytest.mark.usefixtures("no_grants_left", "outbox_cleared")
 
 
 def send_script(stack: SignedStack, draft: int) -> None:
@@ -75,6 +80,13 @@ async def uses(engine: AsyncEngine, grant_id: int) -> int:
         return len(list(await session.scalars(select(GrantUse).where(GrantUse.grant_id == grant_id))))
 
 
+async def draft_now(engine: AsyncEngine, draft_id: int) -> EmailDraft:
+    async with session_factory(engine)() as session:
+        draft = await session.get(EmailDraft, draft_id)
+    assert draft is not None
+    return draft
+
+
 @pytest_asyncio.fixture
 async def outbox_cleared(db_engine: AsyncEngine) -> AsyncIterator[None]:
     """The cancelled first sends of these tests are deleted after them (the draft fixture deletes the
@@ -90,8 +102,6 @@ async def test_a_grant_does_not_cover_a_draft_rewritten_to_another_recipient(
     signed_agent: SignedStack,
     db_engine: AsyncEngine,
     partner_draft: int,
-    no_grants_left: None,
-    outbox_cleared: None,
 ) -> None:
     """The issue's reproduction: the same arguments, another effect. Asked, showing the attacker."""
     stack = signed_agent
@@ -101,26 +111,22 @@ async def test_a_grant_does_not_cover_a_draft_rewritten_to_another_recipient(
     asked = await asked_to_send(stack, bob)  # on main: ran unasked, as approved by bob, to the attacker
     assert ATTACKER in asked["effect"]["summary"] and asked["args"] == f'{{"draft": {partner_draft}}}'
     assert await uses(db_engine, grant_id) == 0
-    async with session_factory(db_engine)() as session:
-        draft = await session.get(EmailDraft, partner_draft)
-        assert draft is not None and draft.sent_outbox_id is None  # nothing went out
+    assert (await draft_now(db_engine, partner_draft)).sent_outbox_id is None  # nothing went out
 
 
 async def test_a_grant_still_covers_a_later_call_with_the_approved_content(
     signed_agent: SignedStack,
     db_engine: AsyncEngine,
     partner_draft: int,
-    no_grants_left: None,
-    outbox_cleared: None,
 ) -> None:
     stack = signed_agent
     _, grant_id = await granted_send(stack, db_engine, "bob", partner_draft)
     row = await ran_unasked(stack, db_engine, "send the partner draft")
     assert (row.outcome, row.approved_by, row.grant_id) == ("executed", "bob", grant_id)
     assert await uses(db_engine, grant_id) == 1
+    draft = await draft_now(db_engine, partner_draft)
+    assert draft.sent_outbox_id is not None
     async with session_factory(db_engine)() as session:
-        draft = await session.get(EmailDraft, partner_draft)
-        assert draft is not None and draft.sent_outbox_id is not None
         outbox = await session.get(EmailOutbox, draft.sent_outbox_id)
         assert outbox is not None and outbox.to_address == PARTNER
 
@@ -129,8 +135,6 @@ async def test_a_grant_never_covers_what_its_approver_last_edited(
     signed_agent: SignedStack,
     db_engine: AsyncEngine,
     partner_draft: int,
-    no_grants_left: None,
-    outbox_cleared: None,
 ) -> None:
     """carol (an admin: she may approve, and edit any draft) grants the send, then edits the draft and
     puts it back as it was: the content is the approved one, but she is its last editor, so it is
@@ -149,8 +153,6 @@ async def test_a_deactivated_approvers_grant_no_longer_approves_calls(
     signed_agent: SignedStack,
     db_engine: AsyncEngine,
     partner_draft: int,
-    no_grants_left: None,
-    outbox_cleared: None,
 ) -> None:
     """Item 9: read when the grant would be spent, not when it was minted; nobody revoked it."""
     stack = signed_agent
