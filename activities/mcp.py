@@ -83,7 +83,7 @@ class McpActivities:
             checked = ruled(
                 CheckedCall.success(arguments),
                 await rules_now(session, call.invocation, call.spec),
-                call.spec.name,
+                call.spec,
             )
             await session.commit()  # a shadow set's difference, found on the way, is kept
         return checked
@@ -106,7 +106,7 @@ class McpActivities:
             if recorded is not None:
                 return await result_or_envelope(session, inv, recorded)
             rules = await rules_now(session, inv, call.spec)
-            refusal = refusal_now(rules, call.spec.name)
+            refusal = refusal_now(rules, call.spec)
             if refusal is None and asks_now(rules, inv):
                 return approval_required(inv)
             if rules.policy is not None:  # the decision in force, with its set's version, in the audit

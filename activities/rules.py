@@ -36,7 +36,7 @@ from countersign.core.calls import (
     ToolResult,
     ToolSpec,
 )
-from countersign.core.policy import PolicyCheck, forbidden
+from countersign.core.policy import PolicyCheck, forbidden, role_refusal
 from countersign.db.schema import AgentToolPermission, TenantPolicy, TenantToolTier, UserRole
 from countersign.mcp.catalog import MCP_DEFAULT_TIER
 from tools.arguments import load_arguments
@@ -100,10 +100,14 @@ async def policy_decision(session: AsyncSession, check: PolicyCheck) -> PolicyDe
     return await judge(session, check, arguments)
 
 
-def refusal_now(rules: RulesNow, tool: str) -> ToolFailure | None:
-    """The refusal of a call the rules in force stop whoever asked: blocked, or forbidden."""
+def refusal_now(rules: RulesNow, spec: ToolSpec) -> ToolFailure | None:
+    """The refusal of a call the rules in force stop whoever asked: blocked, a role its requester
+    no longer has (the roles now, not the conversation's start), or forbidden."""
+    tool = spec.name
     if rules.tier == "blocked":
         return ToolFailure("BLOCKED", f"{tool} is blocked for this agent")
+    if (missing := role_refusal(spec, rules.roles)) is not None:
+        return ToolFailure("FORBIDDEN", missing)
     if rules.policy is not None and rules.policy.outcome == "forbid":
         result = forbidden(rules.policy, tool)
         assert result.error is not None
@@ -136,9 +140,9 @@ def not_run(invocation: ToolInvocation, seq: int, code: ErrorCode) -> StoredResu
     return StoredResult(seq=seq, call_id=invocation.call_id, tool=invocation.tool, ok=False, code=code)
 
 
-def ruled(checked: CheckedCall, rules: RulesNow, tool: str) -> CheckedCall:
+def ruled(checked: CheckedCall, rules: RulesNow, spec: ToolSpec) -> CheckedCall:
     """A call's checked arguments with the rules in force, refused here when they stop it."""
-    refusal = refusal_now(rules, tool) if checked.ok else None
+    refusal = refusal_now(rules, spec) if checked.ok else None
     if refusal is not None:
         return CheckedCall(ok=False, error=ToolError(code=refusal.code, message=refusal.message), rules=rules)
     return checked.model_copy(update={"rules": rules})

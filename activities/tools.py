@@ -169,8 +169,9 @@ class ToolActivities:
             )
             if recorded is not None:
                 return await result_or_envelope(session, invocation, ToolResult.model_validate(recorded))
-            rules = await rules_now(session, invocation, tool.spec())
-            refusal = refusal_now(rules, tool.name)
+            spec = tool.spec()
+            rules = await rules_now(session, invocation, spec)
+            refusal = refusal_now(rules, spec)
             if refusal is None and asks_now(rules, invocation):
                 return approval_required(invocation)
             if rules.policy is not None:  # the decision in force, with its set's version, in the audit
@@ -240,7 +241,8 @@ class ToolActivities:
             except ToolFailure as refused:
                 return CheckedCall.failure(refused.code, refused.message)
             if tool.name != QUESTION_TOOL:
-                checked = ruled(checked, await rules_now(session, invocation, tool.spec()), tool.name)
+                spec = tool.spec()
+                checked = ruled(checked, await rules_now(session, invocation, spec), spec)
                 await session.commit()  # a shadow set's difference, found on the way, is kept
         if tool.name == QUESTION_TOOL and isinstance(checked.data, dict):
             asked = {"call_id": invocation.call_id, "question": str(checked.data.get("question", ""))}

@@ -212,8 +212,10 @@ class ApprovalGate:
                 if verdict.approvals is not None
                 else [*approval.approvals, decision.approver]
             )
-            # each approver's reason, which everything that shows the quorum says beside their name
-            approval.reasons = {**approval.reasons, decision.approver: decision.reason}
+            # the reason of each approver who counts, which everything that shows the quorum says
+            # beside their name: a dropped approver's goes with them (at most N, each bounded)
+            said = {**approval.reasons, decision.approver: decision.reason}
+            approval.reasons = {a: said.get(a) for a in approval.approvals}
             if len(approval.approvals) < approval.approvals_required:  # "1 of 2: bob approved": still pending
                 return approval
             approver = ", ".join(approval.approvals)

@@ -26,7 +26,7 @@ from countersign.core.bounds import DuplicateKey, loads_strict
 from countersign.core.effects import Effect, effect_shown, effect_text, effect_warnings
 from countersign.core.grants import MAX_GRANT_MINUTES, MAX_GRANT_USES, GrantTerms
 from countersign.core.shown import Folded, argument_text, argument_warnings, folded
-from countersign.db.quorum import quorum_said
+from countersign.db.quorum import quorums_said
 from countersign.db.schema import ApprovalRequest
 
 
@@ -89,14 +89,22 @@ async def recorded_quorums(rows: list[dict[str, Any]]) -> dict[tuple[str, str], 
     keys = [(r["workflow_id"], r["call_id"]) for r in rows]
 
     async def read(session: AsyncSession) -> dict[tuple[str, str], str]:
-        requests = await session.scalars(
-            select(ApprovalRequest).where(
-                tuple_(ApprovalRequest.workflow_id, ApprovalRequest.call_id).in_(keys),
-                ApprovalRequest.state == "pending",
-                ApprovalRequest.approvals_required > 1,
+        requests = list(
+            await session.scalars(
+                select(ApprovalRequest)
+                .where(
+                    tuple_(ApprovalRequest.workflow_id, ApprovalRequest.call_id).in_(keys),
+                    ApprovalRequest.state == "pending",
+                )
+                .order_by(ApprovalRequest.requested_at)  # the latest instance's request last, and kept
             )
         )
-        return {(r.workflow_id, r.call_id): await quorum_said(session, r) for r in requests}
+        said = await quorums_said(session, requests)
+        return {
+            (r.workflow_id, r.call_id): said[(r.conversation_id, r.call_id)]
+            for r in requests
+            if (r.conversation_id, r.call_id) in said
+        }
 
     return await with_session(read) if keys else {}
 

@@ -39,9 +39,8 @@ def screen_call(call: ToolCall, tools: dict[str, ToolSpec], roles: list[str]) ->
         return refuse(ToolResult.failure("UNKNOWN_TOOL", f"no tool named {call.name!r}; available: {known}"))
     if spec.tier == "blocked":
         return refuse(ToolResult.failure("BLOCKED", f"{call.name} is blocked for this agent"))
-    if spec.required_roles and not set(spec.required_roles) & set(roles):
-        need = " or ".join(spec.required_roles)
-        return refuse(ToolResult.failure("FORBIDDEN", f"{call.name} needs the role {need}"))
+    if (missing := role_refusal(spec, roles)) is not None:
+        return refuse(ToolResult.failure("FORBIDDEN", missing))
     if call.arguments_chars is not None:
         return refuse(
             ToolResult.failure(
@@ -56,6 +55,14 @@ def screen_call(call: ToolCall, tools: dict[str, ToolSpec], roles: list[str]) ->
     return Screening(action="run", spec=spec)
 
 
+def role_refusal(spec: ToolSpec, roles: list[str]) -> str | None:
+    """Why a person with `roles` may not call `spec`'s tool (FORBIDDEN), or None: the workflow asks
+    with the roles its conversation started with, the activities again with the roles now."""
+    if spec.required_roles and not set(spec.required_roles) & set(roles):
+        return f"{spec.name} needs the role {' or '.join(spec.required_roles)}"
+    return None
+
+
 def offered_tools(tools: list[ToolSpec]) -> list[ToolSpec]:
     """What the model is shown: every tool of the agent except blocked ones."""
     return [t for t in tools if t.tier != "blocked"]
@@ -64,7 +71,7 @@ def offered_tools(tools: list[ToolSpec]) -> list[ToolSpec]:
 def callable_tools(tools: list[ToolSpec], roles: list[str]) -> list[ToolSpec]:
     """What a client calling tools directly is offered: the model's tools (`offered_tools`) that
     `roles` may call (`screen_call` refuses the others as FORBIDDEN)."""
-    return [t for t in offered_tools(tools) if not t.required_roles or set(t.required_roles) & set(roles)]
+    return [t for t in offered_tools(tools) if role_refusal(t, roles) is None]
 
 
 # --- a tenant's Cedar policies (countersign/core/cedar_policy.py evaluates them, in an activity) ----

@@ -80,12 +80,21 @@ async def quorum_said(session: AsyncSession, request: ApprovalRequest | None) ->
     """A quorum's call as a notice or the CLI says it: how many distinct approvers, who approved
     so far and why, how many more are needed (the inbox's card says the same); "" for a call one
     approver decides."""
-    if request is None or request.approvals_required < 2:
+    if request is None:
         return ""
-    key = (request.conversation_id, request.call_id)
-    approvals = (await approvals_of(session, [key])).get(key) or Approvals()
-    policy = (request.policy or {}).get("policy")
-    return (
-        f"Needs {request.approvals_required} distinct approvers (policy {policy}), never the requester: "
-        + approvals.outcome(request.approvals_required)
-    )
+    return (await quorums_said(session, [request])).get((request.conversation_id, request.call_id), "")
+
+
+async def quorums_said(session: AsyncSession, requests: Iterable[ApprovalRequest]) -> dict[CallKey, str]:
+    """`quorum_said` of each of these requests that needs two or more approvers, by (conversation,
+    call), their approvals read in one query; a call one approver decides is missing."""
+    quorums = [r for r in requests if r.approvals_required >= 2]
+    standing = await approvals_of(session, [(r.conversation_id, r.call_id) for r in quorums])
+    return {
+        (r.conversation_id, r.call_id): (
+            f"Needs {r.approvals_required} distinct approvers (policy {(r.policy or {}).get('policy')}), "
+            "never the requester: "
+            + (standing.get((r.conversation_id, r.call_id)) or Approvals()).outcome(r.approvals_required)
+        )
+        for r in quorums
+    }

@@ -35,21 +35,26 @@ JUST_STARTED = timedelta(minutes=2)  # not yet in Temporal's visibility: startin
 async def states_of(client: Client, listed: list[Conversation]) -> dict[str, str]:
     """Each listed conversation's state now, in one visibility query: its open run's agent state,
     else "ended" (a closed run, or one whose history is gone); "starting" for one started a moment
-    ago that visibility does not list yet. {} when Temporal cannot answer (the list still shows)."""
+    ago that visibility does not list yet. {} when Temporal cannot answer (the list still shows).
+
+    The query names the open runs and those started a moment ago, never every closed run: a long
+    conversation has one run per continue-as-new, and the list would read them all each time."""
     ids = [c.workflow_id for c in listed if SAFE_ID.fullmatch(c.workflow_id)]
     if not ids:
         return {}
     quoted = ", ".join(f"'{i}'" for i in ids)
+    now = datetime.now(UTC)
+    since = (now - JUST_STARTED).isoformat()
+    query = f"WorkflowId IN ({quoted}) AND (ExecutionStatus = 'Running' OR StartTime > '{since}')"
     open_runs: dict[str, str] = {}
     try:
-        async for run in client.list_workflows(f"WorkflowId IN ({quoted})"):
+        async for run in client.list_workflows(query):
             if run.status == WorkflowExecutionStatus.RUNNING:
                 open_runs[run.id] = run.typed_search_attributes.get(AGENT_STATUS) or "running"
             else:
                 open_runs.setdefault(run.id, "ended")
     except RPCError:
         return {}
-    now = datetime.now(UTC)
     return {
         c.workflow_id: STATE_SAID.get(open_runs[c.workflow_id], open_runs[c.workflow_id])
         if c.workflow_id in open_runs

@@ -64,10 +64,9 @@ from pydantic import TypeAdapter, ValidationError
 from sqlalchemy import select
 from sqlalchemy.dialects.postgresql import insert
 from temporalio.client import WorkflowUpdateFailedError, WorkflowUpdateRPCTimeoutOrCancelledError
-from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
-from countersign.client.handles import keyed_workflow_id, mcp_key
+from countersign.client.handles import keyed_workflow_id, mcp_key, refused_because
 from countersign.core.calls import ToolSpec
 from countersign.core.continuation import (
     CONTINUATION_TTL,
@@ -658,7 +657,7 @@ class McpFace:
             outcome: ServedOutcome = await update
             return outcome
         except WorkflowUpdateFailedError as err:
-            reason = err.cause.message if isinstance(err.cause, ApplicationError) else str(err.cause)
+            reason = refused_because(err)
             await self.record(who.caller, who.user_id, who.agent, what, 409, reason)
             raise refused(types.INVALID_REQUEST, reason) from None
 

@@ -24,7 +24,7 @@ from temporalio.client import WorkflowFailureError, WorkflowUpdateFailedError
 from activities.tools import ToolActivities
 from countersign.core.access import SCOPES, Scope
 from countersign.core.approvals import Decision
-from countersign.core.calls import CallerContext, ToolInvocation
+from countersign.core.calls import CallerContext, ToolInvocation, ToolResult
 from countersign.db import access
 from countersign.db.engine import session_factory
 from countersign.db.ratelimit import CallLimits, RateLimit, RateLimits, take_call
@@ -32,6 +32,7 @@ from countersign.db.schema import (
     Conversation,
     Lead,
     RateLimitBucket,
+    Task,
     TenantRateLimit,
     ToolExecution,
     User,
@@ -266,6 +267,40 @@ async def test_a_missing_scope_is_named_and_a_granted_one_lets_the_call_through(
     await booked.result()
     (answer,) = tool_results(await agent.transcript(booked))
     assert answer["error"]["code"] == "NOT_FOUND", answer  # past the gate: the tool itself answered
+
+
+async def test_a_role_lost_since_the_conversation_started_refuses_the_call_before_and_at_execution(
+    db_engine: AsyncEngine, new_user: NewUser
+) -> None:
+    """The conversation's start snapshotted an admin's roles (its workflow screens calls with them);
+    the activities read the roles now: a demoted admin's write_record is refused before a reviewer
+    is asked and, approved earlier, when it would run, and nothing is written."""
+    user = await new_user(roles=("admin",))
+    async with db_engine.begin() as conn:
+        await conn.execute(delete(UserRole).where(UserRole.tenant_id == "acme", UserRole.user_id == user))
+    title = f"role-check-{uuid.uuid4().hex[:8]}"
+    asked = ToolInvocation(
+        caller=CallerContext(tenant_id="acme", user_id=user, roles=["admin"], agent="admin-assistant"),
+        workflow_id=f"wf-{uuid.uuid4()}",
+        run_id="run-1",
+        call_id="c1",
+        tool="write_record",
+        arguments=json.dumps({"collection": "tasks", "values": [{"field": "title", "value": title}]}),
+    )
+    tools = ToolActivities(session_factory(db_engine))
+    try:
+        checked = await tools.check_arguments(asked)
+        ran = await tools.execute_tool(asked.model_copy(update={"approved_by": "bob"}))
+        async with db_engine.connect() as conn:
+            written = await conn.scalar(select(Task.id).where(Task.title == title))
+    finally:
+        async with db_engine.begin() as conn:
+            await conn.execute(delete(ToolExecution).where(ToolExecution.workflow_id == asked.workflow_id))
+            await conn.execute(delete(Task).where(Task.title == title))
+    for refused in (checked.error, ran.error if isinstance(ran, ToolResult) else None):
+        assert refused is not None and refused.code == "FORBIDDEN", (checked, ran)
+        assert refused.message == "write_record needs the role admin", refused
+    assert written is None
 
 
 # --- rate limits ------------------------------------------------------------------------------------

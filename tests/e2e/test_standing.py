@@ -46,6 +46,7 @@ async def test_a_deactivated_reviewers_approval_does_not_count_when_the_quorum_c
         status, body = await stack.call("POST", path, carol, {"decision": "approve"})
         assert status == 200, body
         assert body["state"] == "pending", body  # on main: approved by "bob, carol", and it ran
+        assert (body["approvals"], body["reasons"]) == (["carol"], {"carol": None}), body  # bob's went
         assert (await card(stack, carol, handle.id))["quorum"] == "1 of 2 approved (carol)"
         assert await lead_status(db_engine, "acme") == "new"
     finally:

@@ -210,6 +210,22 @@ async def test_the_document_is_openapi_31_and_describes_every_api_route(auth_dev
     assert document["components"]["schemas"]["StartBody"]["additionalProperties"] is False
 
 
+async def test_the_fuzz_reports_an_answer_that_does_not_fit_the_document(auth_dev_inbox: AuthInbox) -> None:
+    """The fuzz can fail: a document that says `GET /api/openapi.json` answers an integer (the
+    server answers an object) is reported, naming the operation, and the one that says an object
+    is not (each check's failure surfaces; none is swallowed on the way)."""
+    document = await document_of(auth_dev_inbox.url)
+    _, signed_in, _ = await auth_dev_inbox.login("bob", "bob-dev")
+    operation = document["paths"][openapi.PATH]["get"]
+    answer = operation["responses"]["200"]["content"]["application/json"]
+    alone = {**document, "paths": {openapi.PATH: {"get": operation}}}
+    assert await asyncio.to_thread(fuzz, alone, auth_dev_inbox.url, "bob", signed_in["token"], "") == []
+    answer["schema"] = {"type": "integer"}
+    failures = await asyncio.to_thread(fuzz, alone, auth_dev_inbox.url, "bob", signed_in["token"], "")
+    assert failures and all(f.startswith(f"GET {openapi.PATH} (") for f in failures), failures
+    assert "Response violates schema" in failures[0], failures[0]
+
+
 async def test_fuzzing_every_route_as_each_role_finds_no_5xx_no_misfit_and_no_leak(
     fuzz_stack: SignedStack,
 ) -> None:

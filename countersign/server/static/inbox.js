@@ -263,7 +263,6 @@ async function loadHistory() {
   labelCells($("#history"));
 }
 
-// Each cell named by its column: on a phone a table's rows are stacked, each cell under its name (inbox.css).
 // The grants this person may see (all of the tenant's for an admin; else those they made or that let
 // their calls run), each live one revocable by its approver or an admin (the server checks again).
 async function loadGrants() {
@@ -295,11 +294,11 @@ async function loadGrants() {
   labelCells($("#grants"));
 }
 
-// How many more calls wait after the cards shown; "Show more" grows the page (up to the server's
-// largest), while the cards shown stay as they are.
 // "Approve selected" approves each call once: it never grants the same again (a card's own button does).
 const NO_BATCH_GRANT = "No grant: each call is approved once; to let the same call run again unasked, approve its card on its own with a grant";
 
+// How many more calls wait after the cards shown; "Show more" grows the page (up to the server's
+// largest), while the cards shown stay as they are.
 function showMore(more, full) {
   $("#more").hidden = more === 0;
   $("#more-count").textContent = `${more} more waiting${full ? " (decide these first: this is the longest page)" : ""}.`;
