@@ -105,7 +105,7 @@ from countersign.server.mcp_tasks import (
     task_wire,
     waiting_path,
 )
-from countersign.server.requesters import Caller, Requesters, StartBody
+from countersign.server.requesters import RECHECK_S, Caller, Requesters, StartBody
 from tools.registry import REGISTRY
 
 SCOPE_KEY = "countersign.mcp"  # where the ASGI scope carries the authenticated caller
@@ -114,7 +114,6 @@ HOLD_S = 20.0  # how long asking again about a waiting call holds the request fo
 # how long a call (or the outcome tool) of a client that can neither elicit nor poll a task is held
 # for the decision: under the 60 s most clients give a request
 WAIT_S = 45.0
-POLL_S = 0.5  # how often a held outcome, tasks/result or tasks/cancel reads the call's result
 CANCEL_WAIT_S = 10.0  # how long tasks/cancel waits for the withdrawal to be stored
 TOOLS_WAIT_S = 10.0  # how long tools/list waits for a conversation just started to load its tools
 SERVED_TOOLS = TypeAdapter(list[ToolSpec])
@@ -458,15 +457,20 @@ class McpFace:
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def _answer_within(self, workflow_id: str, call_id: str, seconds: float) -> ChatMessage | None:
-        """The stored result of a call, read every POLL_S until it is there or `seconds` passed: the
-        store, not the run, since the run that held the call may have continued as new or ended."""
+        """The stored result of a call once it is there, or None when `seconds` passed: the store,
+        not the run, since the run that held the call may have continued as new or ended. Read
+        again when the conversation's events wake the wait (the result's tool message is one, sent
+        by NOTIFY as the conversation's event streams get it), and every RECHECK_S without one."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + seconds
-        while True:
-            answer = await self._store.answer_to(workflow_id, call_id)
-            if answer is not None or loop.time() >= deadline:
-                return answer
-            await asyncio.sleep(min(POLL_S, max(0.0, deadline - loop.time())))
+        async with self.requesters.events.feed.watch(workflow_id) as woken:  # before the first read
+            while True:
+                answer = await self._store.answer_to(workflow_id, call_id)
+                left = deadline - loop.time()
+                if answer is not None or left <= 0:
+                    return answer
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(woken.get(), min(left, RECHECK_S))
 
     # --- tasks ------------------------------------------------------------------------------------
 
