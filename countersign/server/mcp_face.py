@@ -45,7 +45,7 @@ import json
 import secrets
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
@@ -129,6 +129,7 @@ class McpCaller:
     agent: str
     key: str  # the conversation key of this token, user and agent (one conversation for their calls)
     workflow_id: str  # that conversation's
+    request: web.Request = field(compare=False, repr=False)  # whose client a held answer waits for
 
     @property
     def principal(self) -> Principal:
@@ -259,7 +260,9 @@ class McpFace:
             await self.record(caller, user, agent, "mcp", 422, str(err))
             raise HttpRefusal(422, str(err)) from None
         await self.requesters.admit(caller, user)
-        return McpCaller(caller=caller, user_id=user, agent=agent, key=key, workflow_id=workflow_id)
+        return McpCaller(
+            caller=caller, user_id=user, agent=agent, key=key, workflow_id=workflow_id, request=request
+        )
 
     async def record(
         self, caller: Caller, user_id: str | None, agent: str, what: str, status: int, reason: str | None
@@ -446,14 +449,27 @@ class McpFace:
 
     async def _within(self, who: McpCaller, wait: Callable[[], Awaitable[T]]) -> tuple[T] | None:
         """`(wait(),)`, counted against its person's bound of open streams (their event streams
-        and held requests): None, without waiting, when they hold as many as they may."""
+        and held requests): None, without waiting, when they hold as many as they may. A client
+        that goes away ends the wait within a second (the SDK's JSON-response transport does not
+        watch for it), so that it stops counting against that bound."""
         with contextlib.ExitStack() as held:
             try:
                 held.enter_context(self.requesters.events.opened(who.caller.tenant_id, who.user_id))
             except HttpRefusal as err:
                 await self.record(who.caller, who.user_id, who.agent, "held call", err.status, str(err))
                 return None
-            return (await wait(),)
+            waiting, gone = asyncio.ensure_future(wait()), asyncio.ensure_future(went_away(who.request))
+            try:
+                await asyncio.wait({waiting, gone}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                waiting.cancel()
+                gone.cancel()
+                await asyncio.gather(waiting, gone, return_exceptions=True)
+            if waiting.cancelled():
+                why = "the client went away"
+                await self.record(who.caller, who.user_id, who.agent, "held call", 499, why)
+                raise refused(types.INTERNAL_ERROR, why)
+            return (waiting.result(),)
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def _answer_within(self, workflow_id: str, call_id: str, seconds: float) -> ChatMessage | None:
