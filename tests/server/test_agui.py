@@ -5,9 +5,11 @@ approval as an interrupt, resumed by the reviewer's decision, and the refusals a
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from typing import Any
 
+import aiohttp
 import httpx
 from ag_ui.core import (
     PROTOCOL_VERSION,
@@ -26,6 +28,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from countersign.db.events import Event as StoredEvent
 from countersign.server.agui import Translator, run_of
+from countersign.server.conversation_events import MAX_STREAMS_PER_PERSON
 from countersign.server.http import HttpRefusal
 from tests.fixtures.inbox import SignedStack
 from tests.server.test_conversation_events import REVIEWED
@@ -321,3 +324,34 @@ async def test_a_question_is_an_interrupt_its_user_answers(
         events[-1].outcome.type == "success"
         and events[-1].result["reply"] == "[scripted model] Calling her mobile."
     )
+
+
+async def test_a_run_past_the_persons_bound_of_streams_is_refused_before_it_sends_anything(
+    signed_agent: SignedStack, db_engine: AsyncEngine
+) -> None:
+    """A run is a stream: at the person's bound of open streams it is refused (429, on the record)
+    before its message is sent, or a client retrying after Retry-After would send it twice."""
+    stack = signed_agent
+    alice = await stack.login("alice")
+    status, body = await stack.call("POST", "/api/conversations", alice, {"agent": "lead-qualifier"})
+    assert status == 201, body
+    workflow_id = body["workflow_id"]
+    stack.agent.track(workflow_id)
+    headers = {"Authorization": f"Bearer {alice}", "Accept": "text/event-stream"}
+    url = f"{stack.url}/api/conversations/{workflow_id}/events"
+    async with contextlib.AsyncExitStack() as held, aiohttp.ClientSession() as http:
+        for _ in range(MAX_STREAMS_PER_PERSON):
+            response = await held.enter_async_context(http.get(url, headers=headers))
+            assert response.status == 200, await response.text()
+        status, refused = await run(stack, alice, workflow_id, message("hello", "r1", workflow_id))
+    assert status == 429 and "open event streams" in refused["error"], refused
+    async with db_engine.connect() as conn:
+        recorded = (
+            await conn.execute(
+                text("SELECT status FROM requester_actions WHERE action = 'agui' AND workflow_id = :wf"),
+                {"wf": workflow_id},
+            )
+        ).all()
+    assert recorded == [(429,)], recorded
+    status, said = await stack.call("GET", f"/api/conversations/{workflow_id}/transcript", alice)
+    assert status == 200 and not [m for m in said if m["role"] == "user"], said
