@@ -24,6 +24,7 @@ import hashlib
 import hmac
 import json
 from datetime import datetime, timedelta
+from typing import TypeVar
 
 from pydantic import BaseModel, ValidationError
 
@@ -32,6 +33,7 @@ CONTINUATION_TTL = timedelta(minutes=10)
 TASK_VERSION = "countersign-mcp-task-v1"
 TASK_TTL = timedelta(hours=24)
 MAX_STATE_CHARS = 4096
+M = TypeVar("M", bound=BaseModel)
 
 
 class Principal(BaseModel):
@@ -82,7 +84,7 @@ def arguments_digest(arguments: str) -> str:
     return hashlib.sha256(canonical.encode("utf-8", "surrogatepass")).hexdigest()
 
 
-def _mac(key: bytes, body: bytes, label: str = CONTINUATION_VERSION) -> bytes:
+def _mac(key: bytes, body: bytes, label: str) -> bytes:
     return hmac.new(key, label.encode() + b"\0" + body, hashlib.sha256).digest()
 
 
@@ -94,17 +96,17 @@ def _unb64(text: str) -> bytes:
     return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
 
 
-def sealed(key: bytes, continuation: Continuation) -> str:
-    """A request state: the continuation and its MAC, each base64url."""
-    body = continuation.model_dump_json().encode()
-    return f"{_b64(body)}.{_b64(_mac(key, body))}"
+def _seal(key: bytes, model: BaseModel, label: str) -> str:
+    """`model` and its MAC under `label`, each base64url."""
+    body = model.model_dump_json().encode()
+    return f"{_b64(body)}.{_b64(_mac(key, body, label))}"
 
 
 FORGED, UNKNOWN = "forged", "unknown"
 
 
-def _body(key: bytes, sealed_text: str, label: str) -> bytes | str:
-    """The body `sealed_text` carries when this server sealed it under `label`, else FORGED (a
+def _unsealed(key: bytes, sealed_text: str, label: str, model: type[M]) -> M | str:
+    """The `model` `sealed_text` carries when this server sealed it under `label`, else FORGED (a
     wrong tag) or UNKNOWN (not the shape of anything it seals)."""
     if len(sealed_text) > MAX_STATE_CHARS or sealed_text.count(".") != 1:
         return UNKNOWN
@@ -115,20 +117,24 @@ def _body(key: bytes, sealed_text: str, label: str) -> bytes | str:
         return UNKNOWN
     if not hmac.compare_digest(tag, _mac(key, body, label)):
         return FORGED
-    return body
+    try:
+        return model.model_validate_json(body)
+    except ValidationError:
+        return UNKNOWN
+
+
+def sealed(key: bytes, continuation: Continuation) -> str:
+    """A request state: the continuation and its MAC."""
+    return _seal(key, continuation, CONTINUATION_VERSION)
 
 
 def opened(key: bytes, state: str, expected: CallBinding, now: datetime) -> Continuation | str:
     """The continuation `state` carries, when it is ours, unexpired and for exactly `expected`;
     else why not (whether its nonce is spent is for the database to say)."""
-    body = _body(key, state, CONTINUATION_VERSION)
-    if body == FORGED:
+    continuation = _unsealed(key, state, CONTINUATION_VERSION, Continuation)
+    if continuation == FORGED:
         return "the request state was altered or forged"
-    if isinstance(body, str):
-        return "the request state is not one this server issued"
-    try:
-        continuation = Continuation.model_validate_json(body)
-    except ValidationError:
+    if isinstance(continuation, str):
         return "the request state is not one this server issued"
     if now >= continuation.expires_at:
         return f"the request state expired at {continuation.expires_at.isoformat()}: call the tool again"
@@ -138,8 +144,8 @@ def opened(key: bytes, state: str, expected: CallBinding, now: datetime) -> Cont
 
 
 def task_id(key: bytes, handle: TaskHandle) -> str:
-    body = handle.model_dump_json().encode()
-    return f"{_b64(body)}.{_b64(_mac(key, body, TASK_VERSION))}"
+    """A task id: the handle and its MAC, under a label of its own."""
+    return _seal(key, handle, TASK_VERSION)
 
 
 def task_opened(
@@ -147,14 +153,8 @@ def task_opened(
 ) -> TaskHandle | str:
     """The handle a task id names, when this server issued it to `principal` on `agent` and it has
     not expired; else why not (the spec's "task not found" or "task has expired")."""
-    body = _body(key, sealed_id, TASK_VERSION)
-    if isinstance(body, str):
-        return "no such task"
-    try:
-        handle = TaskHandle.model_validate_json(body)
-    except ValidationError:
-        return "no such task"
-    if (handle.principal, handle.agent) != (principal, agent):
+    handle = _unsealed(key, sealed_id, TASK_VERSION, TaskHandle)
+    if isinstance(handle, str) or (handle.principal, handle.agent) != (principal, agent):
         return "no such task"  # another caller's: its existence is not this caller's to learn
     if now >= handle.expires_at:
         return f"the task has expired (at {handle.expires_at.isoformat()})"

@@ -556,19 +556,21 @@ async def started(request: web.Request, caller: Caller, row: Conversation, run: 
 async def agui_run(request: web.Request) -> web.StreamResponse:
     """One AG-UI 1.0 run of the conversation (body: a `RunAgentInput`, `threadId` the workflow id):
     its new message sent, or its `resume` entries decided, and the run streamed as AG-UI events
-    until it replies or waits for a person (an interrupt)."""
-    async with recorded(request, "agui") as record:
-        run = run_of(await parse(request, RunAgentInput), request.match_info["workflow_id"])
-        requesters, caller, row = await on_conversation(
-            request, "message" if run.message is not None else "transcript", record
-        )
-        after = await started(request, caller, row, run)
-    follow = Follow(
-        response=web.StreamResponse(headers={**SSE_HEADERS, "Content-Type": ENCODER.get_content_type()}),
-        requesters=requesters, inbox=request.app[INBOX], row=row, run=run, live=liveness(request, row),
-        gone=lambda: request.transport is None or request.transport.is_closing(),
-    )  # fmt: skip
-    with request.app[EVENTS].opened(caller.tenant_id, requesters.actor(caller, row)):
+    until it replies or waits for a person (an interrupt). Its place among the person's open
+    streams is taken before anything is sent or decided: a run refused at that bound did nothing."""
+    with contextlib.ExitStack() as place:
+        async with recorded(request, "agui") as record:
+            run = run_of(await parse(request, RunAgentInput), request.match_info["workflow_id"])
+            requesters, caller, row = await on_conversation(
+                request, "message" if run.message is not None else "transcript", record
+            )
+            place.enter_context(request.app[EVENTS].opened(caller.tenant_id, requesters.actor(caller, row)))
+            after = await started(request, caller, row, run)
+        follow = Follow(
+            response=web.StreamResponse(headers={**SSE_HEADERS, "Content-Type": ENCODER.get_content_type()}),
+            requesters=requesters, inbox=request.app[INBOX], row=row, run=run, live=liveness(request, row),
+            gone=lambda: request.transport is None or request.transport.is_closing(),
+        )  # fmt: skip
         await follow.response.prepare(request)
         with contextlib.suppress(ConnectionResetError):  # the reader went away
             await follow.run_through(after, check_open=bool(run.resume))

@@ -45,7 +45,7 @@ import json
 import secrets
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
@@ -104,7 +104,7 @@ from countersign.server.mcp_tasks import (
     task_wire,
     waiting_path,
 )
-from countersign.server.requesters import Caller, Requesters, StartBody
+from countersign.server.requesters import RECHECK_S, Caller, Requesters, StartBody
 from tools.registry import REGISTRY
 
 SCOPE_KEY = "countersign.mcp"  # where the ASGI scope carries the authenticated caller
@@ -113,7 +113,6 @@ HOLD_S = 20.0  # how long asking again about a waiting call holds the request fo
 # how long a call (or the outcome tool) of a client that can neither elicit nor poll a task is held
 # for the decision: under the 60 s most clients give a request
 WAIT_S = 45.0
-POLL_S = 0.5  # how often a held outcome, tasks/result or tasks/cancel reads the call's result
 CANCEL_WAIT_S = 10.0  # how long tasks/cancel waits for the withdrawal to be stored
 TOOLS_WAIT_S = 10.0  # how long tools/list waits for a conversation just started to load its tools
 SERVED_TOOLS = TypeAdapter(list[ToolSpec])
@@ -129,6 +128,7 @@ class McpCaller:
     agent: str
     key: str  # the conversation key of this token, user and agent (one conversation for their calls)
     workflow_id: str  # that conversation's
+    request: web.Request = field(compare=False, repr=False)  # whose client a held answer waits for
 
     @property
     def principal(self) -> Principal:
@@ -259,7 +259,9 @@ class McpFace:
             await self.record(caller, user, agent, "mcp", 422, str(err))
             raise HttpRefusal(422, str(err)) from None
         await self.requesters.admit(caller, user)
-        return McpCaller(caller=caller, user_id=user, agent=agent, key=key, workflow_id=workflow_id)
+        return McpCaller(
+            caller=caller, user_id=user, agent=agent, key=key, workflow_id=workflow_id, request=request
+        )
 
     async def record(
         self, caller: Caller, user_id: str | None, agent: str, what: str, status: int, reason: str | None
@@ -446,26 +448,44 @@ class McpFace:
 
     async def _within(self, who: McpCaller, wait: Callable[[], Awaitable[T]]) -> tuple[T] | None:
         """`(wait(),)`, counted against its person's bound of open streams (their event streams
-        and held requests): None, without waiting, when they hold as many as they may."""
+        and held requests): None, without waiting, when they hold as many as they may. A client
+        that goes away ends the wait within a second (the SDK's JSON-response transport does not
+        watch for it), so that it stops counting against that bound."""
         with contextlib.ExitStack() as held:
             try:
                 held.enter_context(self.requesters.events.opened(who.caller.tenant_id, who.user_id))
             except HttpRefusal as err:
                 await self.record(who.caller, who.user_id, who.agent, "held call", err.status, str(err))
                 return None
-            return (await wait(),)
+            waiting, gone = asyncio.ensure_future(wait()), asyncio.ensure_future(went_away(who.request))
+            try:
+                await asyncio.wait({waiting, gone}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                waiting.cancel()
+                gone.cancel()
+                await asyncio.gather(waiting, gone, return_exceptions=True)
+            if waiting.cancelled():
+                why = "the client went away"
+                await self.record(who.caller, who.user_id, who.agent, "held call", 499, why)
+                raise refused(types.INTERNAL_ERROR, why)
+            return (waiting.result(),)
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def _answer_within(self, workflow_id: str, call_id: str, seconds: float) -> ChatMessage | None:
-        """The stored result of a call, read every POLL_S until it is there or `seconds` passed: the
-        store, not the run, since the run that held the call may have continued as new or ended."""
+        """The stored result of a call once it is there, or None when `seconds` passed: the store,
+        not the run, since the run that held the call may have continued as new or ended. Read
+        again when the conversation's events wake the wait (the result's tool message is one, sent
+        by NOTIFY as the conversation's event streams get it), and every RECHECK_S without one."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + seconds
-        while True:
-            answer = await self._store.answer_to(workflow_id, call_id)
-            if answer is not None or loop.time() >= deadline:
-                return answer
-            await asyncio.sleep(min(POLL_S, max(0.0, deadline - loop.time())))
+        async with self.requesters.events.feed.watch(workflow_id) as woken:  # before the first read
+            while True:
+                answer = await self._store.answer_to(workflow_id, call_id)
+                left = deadline - loop.time()
+                if answer is not None or left <= 0:
+                    return answer
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(woken.get(), min(left, RECHECK_S))
 
     # --- tasks ------------------------------------------------------------------------------------
 

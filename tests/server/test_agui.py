@@ -5,15 +5,18 @@ approval as an interrupt, resumed by the reviewer's decision, and the refusals a
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from typing import Any
 
+import aiohttp
 import httpx
 from ag_ui.core import (
     PROTOCOL_VERSION,
     BaseEvent,
     Event,
     EventType,
+    Interrupt,
     ResumeEntry,
     RunAgentInput,
     RunFinishedEvent,
@@ -26,6 +29,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from countersign.db.events import Event as StoredEvent
 from countersign.server.agui import Translator, run_of
+from countersign.server.conversation_events import MAX_STREAMS_PER_PERSON
 from countersign.server.http import HttpRefusal
 from tests.fixtures.inbox import SignedStack
 from tests.server.test_conversation_events import REVIEWED
@@ -62,6 +66,22 @@ async def run(stack: SignedStack, token: str, workflow_id: str, body: RunAgentIn
             if event.type in TERMINAL:
                 return 200, seen
     raise AssertionError(f"the stream closed before the run ended: {seen}")
+
+
+async def conversation(stack: SignedStack, token: str, **start: str) -> str:
+    """A new conversation with the lead qualifier (its workflow tracked by the stack's agent)."""
+    status, body = await stack.call("POST", "/api/conversations", token, {"agent": "lead-qualifier", **start})
+    assert status == 201, body
+    stack.agent.track(body["workflow_id"])
+    return str(body["workflow_id"])
+
+
+def interrupts_of(events: list[BaseEvent]) -> list[Interrupt]:
+    """The interrupts a run's last event ends it with (it must be an interrupt outcome)."""
+    finished = events[-1]
+    assert isinstance(finished, RunFinishedEvent) and finished.outcome is not None, finished
+    assert finished.outcome.type == "interrupt", finished
+    return list(finished.outcome.interrupts)
 
 
 def of(events: list[BaseEvent], kind: EventType) -> list[Any]:
@@ -101,10 +121,7 @@ async def test_a_run_stops_at_an_approval_and_the_reviewer_resumes_it(
     stack = signed_agent
     stack.agent.script(*REVIEWED)
     alice, bob = await stack.login("alice"), await stack.login("bob")
-    status, body = await stack.call("POST", "/api/conversations", alice, {"agent": "lead-qualifier"})
-    assert status == 201, body
-    workflow_id = body["workflow_id"]
-    stack.agent.track(workflow_id)
+    workflow_id = await conversation(stack, alice)
 
     status, events = await asyncio.wait_for(
         run(stack, alice, workflow_id, message("please qualify jane", "r1", workflow_id)), 60
@@ -119,10 +136,7 @@ async def test_a_run_stops_at_an_approval_and_the_reviewer_resumes_it(
     assert [e.tool_call_id for e in of(events, EventType.TOOL_CALL_END)] == [start.tool_call_id]
     said = "".join(e.delta for e in of(events, EventType.TEXT_MESSAGE_CONTENT))
     assert said == "[scripted model] Let me mark Jane as qualified for you now."
-    finished = events[-1]
-    assert isinstance(finished, RunFinishedEvent) and finished.outcome is not None
-    assert finished.outcome.type == "interrupt"
-    (interrupt,) = finished.outcome.interrupts
+    (interrupt,) = interrupts_of(events)
     assert (interrupt.id, interrupt.tool_call_id, interrupt.reason) == (start.tool_call_id,) * 2 + (
         "tool_approval",
     )
@@ -168,9 +182,7 @@ async def test_a_malformed_run_is_refused_with_the_error_envelope(
 ) -> None:
     stack = signed_agent
     alice = await stack.login("alice")
-    status, body = await stack.call("POST", "/api/conversations", alice, {"agent": "lead-qualifier"})
-    workflow_id = body["workflow_id"]
-    stack.agent.track(workflow_id)
+    workflow_id = await conversation(stack, alice)
     good = message("hello", "r1", workflow_id).model_dump(mode="json", by_alias=True)
     bad: list[tuple[Any, str]] = [
         ({**good, "bogus": 1}, "bogus"),
@@ -291,20 +303,12 @@ async def test_a_question_is_an_interrupt_its_user_answers(
     stack = signed_agent
     stack.agent.script(*ASKS)
     async with token_for(db_engine, "acme", "agui-front-end", "alice") as token:
-        status, body = await stack.call(
-            "POST", "/api/conversations", token, {"agent": "lead-qualifier", "user_id": "alice"}
-        )
-        assert status == 201, body
-        workflow_id = body["workflow_id"]
-        stack.agent.track(workflow_id)
+        workflow_id = await conversation(stack, token, user_id="alice")
         status, events = await asyncio.wait_for(
             run(stack, token, workflow_id, message("call jane", "r1", workflow_id)), 60
         )
         assert status == 200, events
-        finished = events[-1]
-        assert isinstance(finished, RunFinishedEvent) and finished.outcome is not None
-        assert finished.outcome.type == "interrupt"
-        (asked,) = finished.outcome.interrupts
+        (asked,) = interrupts_of(events)
         assert (asked.reason, asked.message) == ("question", "Which number shall I use?")
         answer = {"status": "resolved", "payload": {"text": "her mobile"}}
         status, refused = await run(
@@ -321,3 +325,31 @@ async def test_a_question_is_an_interrupt_its_user_answers(
         events[-1].outcome.type == "success"
         and events[-1].result["reply"] == "[scripted model] Calling her mobile."
     )
+
+
+async def test_a_run_past_the_persons_bound_of_streams_is_refused_before_it_sends_anything(
+    signed_agent: SignedStack, db_engine: AsyncEngine
+) -> None:
+    """A run is a stream: at the person's bound of open streams it is refused (429, on the record)
+    before its message is sent, or a client retrying after Retry-After would send it twice."""
+    stack = signed_agent
+    alice = await stack.login("alice")
+    workflow_id = await conversation(stack, alice)
+    headers = {"Authorization": f"Bearer {alice}", "Accept": "text/event-stream"}
+    url = f"{stack.url}/api/conversations/{workflow_id}/events"
+    async with contextlib.AsyncExitStack() as held, aiohttp.ClientSession() as http:
+        for _ in range(MAX_STREAMS_PER_PERSON):
+            response = await held.enter_async_context(http.get(url, headers=headers))
+            assert response.status == 200, await response.text()
+        status, refused = await run(stack, alice, workflow_id, message("hello", "r1", workflow_id))
+    assert status == 429 and "open event streams" in refused["error"], refused
+    async with db_engine.connect() as conn:
+        recorded = (
+            await conn.execute(
+                text("SELECT status FROM requester_actions WHERE action = 'agui' AND workflow_id = :wf"),
+                {"wf": workflow_id},
+            )
+        ).all()
+    assert recorded == [(429,)], recorded
+    status, said = await stack.call("GET", f"/api/conversations/{workflow_id}/transcript", alice)
+    assert status == 200 and not [m for m in said if m["role"] == "user"], said

@@ -336,3 +336,29 @@ def test_the_how_to_gives_each_paths_bounds_as_the_code_has_them() -> None:
     assert f"({TASK_POLL_MS // 1000} s)" in paths and f"{TASK_TTL.total_seconds() / 3600:.0f} hours" in paths
     assert OUTCOME_TOOL in paths and TASKS_EXTENSION in paths
     assert f"open streams ({MAX_STREAMS_PER_PERSON}, with their event" in paths
+
+
+async def test_a_held_request_its_client_gave_up_on_frees_its_place_at_once(
+    signed_agent: SignedStack, alice_token: str, jane_is_new: None
+) -> None:
+    """A tasks/result is held up to the task's 24 hours: a client that stops waiting (a timeout)
+    must not leave it counting against its person's bound, or a few give-ups lock them out of
+    every event stream for a day."""
+    headers = {"Authorization": f"Bearer {alice_token}", "Accept": "text/event-stream"}
+    url = f"{signed_agent.url}/mcp/lead-qualifier"
+    params = {"name": "update_lead_status", "arguments": QUALIFY, "task": {}}
+    task_id = (await rpc(signed_agent, alice_token, "tools/call", params))["result"]["task"]["taskId"]
+    async with contextlib.AsyncExitStack() as held, aiohttp.ClientSession() as http:
+        for _ in range(MAX_STREAMS_PER_PERSON - 1):
+            response = await held.enter_async_context(http.get(url, headers=headers))
+            assert response.status < 400, (response.status, await response.text())
+        with pytest.raises(TimeoutError):  # the last place, held by a tasks/result given up on
+            await asyncio.wait_for(rpc(signed_agent, alice_token, "tasks/result", {"taskId": task_id}), 1)
+        for _ in range(50):
+            async with http.get(url, headers=headers) as response:
+                if response.status < 400:
+                    break
+            await asyncio.sleep(0.1)
+        assert response.status < 400, "the abandoned tasks/result still holds the last place"
+    cancelled = await rpc(signed_agent, alice_token, "tasks/cancel", {"taskId": task_id})
+    assert cancelled["result"]["status"] == "cancelled", cancelled
