@@ -74,6 +74,9 @@ def keyed_workflow_id(tenant_id: str, key: str) -> str:
     like `telegram_5618410820`): the same key in the same tenant always reaches the same one."""
     if not re.fullmatch(r"[A-Za-z0-9_.:@-]{1,200}", key):
         raise ValueError(f"invalid conversation key {key!r}: use letters, digits and _ . : @ -")
+    if "-key-" in tenant_id:  # the id's own separator: tenant "a-key-x" with key "y" would be tenant
+        # "a" with key "x-key-y"; such a tenant's conversations are started without a key
+        raise ValueError(f"tenant {tenant_id!r} cannot address conversations by key (its id holds '-key-')")
     return f"conv-{tenant_id}-key-{key}"
 
 
