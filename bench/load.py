@@ -47,7 +47,7 @@ from typing import Any
 
 import psutil
 from sqlalchemy import text
-from temporalio.client import WorkflowUpdateRPCTimeoutOrCancelledError
+from temporalio.client import Client, WorkflowUpdateRPCTimeoutOrCancelledError
 
 from bench import bare, cost, stack, workloads
 from bench.report import num, table
@@ -168,21 +168,27 @@ class Turn:
     stop: str  # completed, limit_reached, error, or timeout
 
 
-async def one_turn(parts: stack.Parts, workflow_id: str) -> Turn:
+async def one_turn(client: Client, workflow_id: str, timeout_s: float = TURN_TIMEOUT_S) -> Turn:
+    """Send a user message and wait for its reply: "timeout" when none came within `timeout_s`."""
     message = SubmitMessage(user_id=workloads.REQUESTER, text=LOAD_MESSAGE, message_id=uuid.uuid4().hex)
+    handle = client.get_workflow_handle(workflow_id)  # no run id: the latest run, after continue-as-new too
+    this = asyncio.current_task()
+    assert this is not None
     began = time.perf_counter()
     try:
-        async with asyncio.timeout(TURN_TIMEOUT_S):
-            handle = parts.client.get_workflow_handle(workflow_id)
+        async with asyncio.timeout(timeout_s):
             await handle.signal(AgentWorkflow.submit_message, message)
             reply: TurnResult | None = None
             while reply is None:  # None: the run continued as new; ask the next one
                 try:
-                    reply = await parts.client.get_workflow_handle(workflow_id).execute_update(
+                    reply = await handle.execute_update(
                         "wait_reply", message.message_id, result_type=TurnResult
                     )
-                except WorkflowUpdateRPCTimeoutOrCancelledError:  # the server's long poll ended
-                    continue
+                except WorkflowUpdateRPCTimeoutOrCancelledError:
+                    # the client raises it when the server's long poll ends and when this task is
+                    # cancelled (the deadline above, or the run interrupted): only the first asks again
+                    if this.cancelling():
+                        raise asyncio.CancelledError from None
     except TimeoutError:
         return Turn(time.perf_counter() - began, "timeout")
     return Turn(time.perf_counter() - began, reply.stop)
@@ -216,7 +222,7 @@ async def steady_turns(
     async def run(workflow_id: str) -> Turn:
         busy.add(workflow_id)
         try:
-            return await one_turn(parts, workflow_id)
+            return await one_turn(parts.client, workflow_id)
         finally:
             busy.discard(workflow_id)
 
@@ -272,7 +278,7 @@ async def load(parts: stack.Parts, root: Path, sizes: Sizes, server_pid: int) ->
         progress(f"starting {sizes.conversations} conversations on {sizes.workers} worker processes")
         ids = await start_idle(sub, sizes.conversations)
         progress("warm-up: one turn in each of ten conversations")
-        await asyncio.gather(*(one_turn(sub, w) for w in ids[:10]))
+        await asyncio.gather(*(one_turn(sub.client, w) for w in ids[:10]))
         since = datetime.now(UTC)
         groups = {
             "worker processes": pids,

@@ -60,7 +60,7 @@ async def person(
         await asyncio.sleep(think)
         began = time.perf_counter()
         try:
-            turns.append(await load.one_turn(parts, workflow_id))
+            turns.append(await load.one_turn(parts.client, workflow_id))
         except Exception as failed:  # the client's call itself failed: the turn is lost, not the run
             turns.append(load.Turn(time.perf_counter() - began, f"failed: {type(failed).__name__}"))
 
