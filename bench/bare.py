@@ -21,7 +21,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
 from temporalio import activity, workflow
-from temporalio.client import Client
+from temporalio.client import Client, Plugin
 from temporalio.converter import DataConverter
 from temporalio.worker import Interceptor, Worker
 
@@ -129,11 +129,26 @@ class BareActivities:
         return output.model_dump_json()
 
 
-def bare_client(client: Client) -> Client:
-    """The same connection with the SDK's default data converter."""
+def bare_client(client: Client, plugins: Sequence[Plugin] = ()) -> Client:
+    """The same connection with the SDK's default data converter, and a peer's integration `plugins`
+    (its payload converter, its sandbox pass-throughs)."""
     config = client.config()
     config["data_converter"] = DataConverter.default
+    config["plugins"] = list(plugins)
     return Client(**config)
+
+
+def loop_worker(
+    client: Client,
+    settings: Settings,
+    interceptors: Sequence[Interceptor],
+    client_plugins: Sequence[Plugin] = (),
+    **options: Any,
+) -> Worker:
+    """The worker of a loop or a peer on `settings.task_queue`, over `bare_client(client,
+    client_plugins)`; `options`: its workflows, activities and whatever else its `Worker` takes."""
+    connection = bare_client(client, client_plugins)
+    return Worker(connection, task_queue=settings.task_queue, interceptors=interceptors, **options)
 
 
 def build_worker(
@@ -143,12 +158,8 @@ def build_worker(
     interceptors: Sequence[Interceptor] = (),
 ) -> Worker:
     bare = BareActivities(settings, sessions)
-    return Worker(
-        bare_client(client),
-        task_queue=settings.task_queue,
-        workflows=[BareLoop],
-        activities=[bare.call_model, bare.execute_tool],
-        interceptors=interceptors,
+    return loop_worker(
+        client, settings, interceptors, workflows=[BareLoop], activities=[bare.call_model, bare.execute_tool]
     )
 
 

@@ -98,12 +98,12 @@ def build_worker(
     interceptors: Sequence[Interceptor] = (),
 ) -> Worker:
     minimal = MinimalActivities(settings, sessions)
-    return Worker(
-        bare.bare_client(client),
-        task_queue=settings.task_queue,
+    return bare.loop_worker(
+        client,
+        settings,
+        interceptors,
         workflows=[bare.BareLoop],
         activities=[minimal.call_model, minimal.execute_tool],
-        interceptors=interceptors,
     )
 
 
