@@ -35,15 +35,14 @@ import itertools
 import json
 import statistics
 import sys
-import tempfile
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from contextlib import asynccontextmanager
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import psutil
 from sqlalchemy import text
@@ -60,6 +59,7 @@ from countersign.scripted_model.scenario import Scenario
 from workflows.agent import AgentWorkflow
 
 Json = dict[str, Any]
+T = TypeVar("T")
 MS = 1000.0
 LOAD_MESSAGE = "bench load: look Jane Doe up"
 LONG_MESSAGE = "bench long turn: look Jane Doe up, again and again"
@@ -273,6 +273,30 @@ def spread(samples: list[float]) -> Json:
     }
 
 
+async def cores_during(
+    root: Path, pids: list[int], server_pid: int, work: Awaitable[T]
+) -> tuple[T, float, Json]:
+    """`work`'s result, its wall seconds, and the cores each part used meanwhile (CPU seconds ÷ wall
+    seconds): the worker processes, the dev server, PostgreSQL, and this process (the client sending
+    the turns, the scripted model)."""
+    groups = {
+        "worker processes": pids,
+        "Temporal dev server": [server_pid],
+        "PostgreSQL": [stack.postmaster_pid(root)],
+    }
+    own = psutil.Process().pid
+    before = {k: sum(stack.cpu_s(p) for p in v) for k, v in groups.items()}
+    own_before = stack.cpu_s(own, children=False)
+    began = time.perf_counter()
+    done = await work
+    wall = time.perf_counter() - began
+    busy = {k: round((sum(stack.cpu_s(p) for p in v) - before[k]) / wall, 2) for k, v in groups.items()}
+    busy["bench process (client, scripted model)"] = round(
+        (stack.cpu_s(own, children=False) - own_before) / wall, 2
+    )
+    return done, wall, busy
+
+
 async def load(parts: stack.Parts, root: Path, sizes: Sizes, server_pid: int) -> Json:
     async with workers(parts, root, sizes.workers) as (sub, pids):
         progress(f"starting {sizes.conversations} conversations on {sizes.workers} worker processes")
@@ -280,21 +304,9 @@ async def load(parts: stack.Parts, root: Path, sizes: Sizes, server_pid: int) ->
         progress("warm-up: one turn in each of ten conversations")
         await asyncio.gather(*(one_turn(sub.client, w) for w in ids[:10]))
         since = datetime.now(UTC)
-        groups = {
-            "worker processes": pids,
-            "Temporal dev server": [server_pid],
-            "PostgreSQL": [stack.postmaster_pid(root)],
-        }
-        before = {k: sum(stack.cpu_s(p) for p in v) for k, v in groups.items()}
-        bench_before = stack.cpu_s(psutil.Process().pid, children=False)
         progress(f"turns at {sizes.rate_per_s}/s for {sizes.duration_s:g} s")
-        began = time.perf_counter()
-        turns = await steady_turns(sub, ids, sizes.rate_per_s, sizes.duration_s)
-        wall = time.perf_counter() - began
-        busy = {k: round((sum(stack.cpu_s(p) for p in v) - before[k]) / wall, 2) for k, v in groups.items()}
-        busy["bench process (client, scripted model)"] = round(
-            (stack.cpu_s(psutil.Process().pid, children=False) - bench_before) / wall, 2
-        )
+        arriving = steady_turns(sub, ids, sizes.rate_per_s, sizes.duration_s)
+        turns, wall, busy = await cores_during(root, pids, server_pid, arriving)
     tools, outcomes = await tool_latencies(parts, "bench-load-", since)
     completed = [t for t in turns if t.stop == "completed"]
     return {
@@ -313,19 +325,13 @@ async def load(parts: stack.Parts, root: Path, sizes: Sizes, server_pid: int) ->
 
 async def measure(sizes: Sizes, skip_long: bool) -> Json:
     began = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="countersign-load-") as tmp:
-        root = Path(tmp)
-        progress(f"starting PostgreSQL and the dev server in {root}")
-        async with (
-            stack.postgres(root) as url,
-            stack.temporal(root, "load", stack.ServerSetup()) as server,
-            stack.parts(url, server.config, scenario()) as parts,
-        ):
-            result: Json = {}
-            if not skip_long:
-                progress(f"one turn of {sizes.long_turn} tool calls")
-                result["long_turn"] = await long_turn(parts, sizes.long_turn)
-            result["load"] = await load(parts, root, sizes, server.pid)
+    progress("starting PostgreSQL and the dev server")
+    async with stack.started("load", scenario()) as (root, server, parts):
+        result: Json = {}
+        if not skip_long:
+            progress(f"one turn of {sizes.long_turn} tool calls")
+            result["long_turn"] = await long_turn(parts, sizes.long_turn)
+        result["load"] = await load(parts, root, sizes, server.pid)
     return {**result, "sizes": asdict(sizes), "duration_s": round(time.perf_counter() - began, 1)}
 
 
