@@ -6,7 +6,8 @@
 Parts as in bench.run (embedded PostgreSQL, the dev server as `dev up` runs it, the scripted model
 answering at once), `python worker.py` processes on one task queue. **Load**: the conversations
 are started (multi-turn, idle), then user messages arrive at a steady rate, each to a conversation
-not in a turn, round robin; a turn is one `search_leads` call and a text reply. Reply latency:
+not in a turn, round robin (none free: the turn is lost, the system fell behind); a turn is one
+`search_leads` call and a text reply, lost too when its reply takes over TURN_TIMEOUT_S. Reply latency:
 `submit_message` signal sent → `wait_reply` answered. Tool latency: the model reply that asked for
 the call stored (its `model_calls` row, written in the reply's transaction) → the call's audit row
 finished (`tool_executions.finished_at`). Success: turns that completed, tool calls executed. CPU:
@@ -68,6 +69,7 @@ GET = {"tool_calls": [{"name": "get_lead", "arguments": {"lead": "jane.doe@examp
 CHECKPOINTS = (10, 100, 300)  # the long turn's step cost around these calls
 WINDOW = 10  # steps per checkpoint: the ten before it
 TURN_TIMEOUT_S = 60.0  # a reply later than this counts as a failed turn
+NO_IDLE_CONVERSATION = "no idle conversation"  # a turn arriving while every conversation is in one
 TARGET_REPLY_S, TARGET_TOOL_S, TARGET_SUCCESS = 3.0, 0.5, 0.95
 PEOPLE_DURATION_S = 120.0  # --users/--find: how long users write, unless --duration
 
@@ -165,7 +167,7 @@ def checkpoints(sample: workloads.StepsSample) -> Json:
 @dataclass
 class Turn:
     latency_s: float
-    stop: str  # completed, limit_reached, error, or timeout
+    stop: str  # completed, limit_reached, error, timeout, or NO_IDLE_CONVERSATION
 
 
 async def one_turn(client: Client, workflow_id: str, timeout_s: float = TURN_TIMEOUT_S) -> Turn:
@@ -212,29 +214,35 @@ async def start_idle(parts: stack.Parts, count: int, in_flight: int = 50) -> lis
 
 
 async def steady_turns(
-    parts: stack.Parts, ids: list[str], rate_per_s: float, duration_s: float
+    client: Client, ids: list[str], rate_per_s: float, duration_s: float, timeout_s: float = TURN_TIMEOUT_S
 ) -> list[Turn]:
-    """A turn every 1/rate seconds for `duration_s`, each to the next conversation not in a turn."""
+    """A turn every 1/rate seconds for `duration_s`, each to the next conversation not in a turn; the
+    turns sent, then those that found every conversation in a turn (lost: the system fell behind)."""
     busy: set[str] = set()
     idle = itertools.cycle(ids)
     tasks: list[asyncio.Task[Turn]] = []
+    lost: list[Turn] = []
 
     async def run(workflow_id: str) -> Turn:
         busy.add(workflow_id)
         try:
-            return await one_turn(parts.client, workflow_id)
+            return await one_turn(client, workflow_id, timeout_s)
         finally:
             busy.discard(workflow_id)
 
     began = time.perf_counter()
-    for n in itertools.count():
-        due = began + n / rate_per_s
-        if due - began >= duration_s:
-            break
-        await asyncio.sleep(max(0.0, due - time.perf_counter()))
-        workflow_id = next(w for w in idle if w not in busy)  # at most len(ids) tries: some is idle
-        tasks.append(asyncio.create_task(run(workflow_id)))
-    return list(await asyncio.gather(*tasks))
+    async with asyncio.TaskGroup() as group:  # interrupted, the turns in flight end with it
+        for n in itertools.count():
+            due = began + n / rate_per_s
+            if due - began >= duration_s:
+                break
+            await asyncio.sleep(max(0.0, due - time.perf_counter()))
+            workflow_id = next((w for w in itertools.islice(idle, len(ids)) if w not in busy), None)
+            if workflow_id is None:
+                lost.append(Turn(0.0, NO_IDLE_CONVERSATION))
+            else:
+                tasks.append(group.create_task(run(workflow_id)))
+    return [task.result() for task in tasks] + lost
 
 
 async def tool_latencies(
@@ -305,7 +313,7 @@ async def load(parts: stack.Parts, root: Path, sizes: Sizes, server_pid: int) ->
         await asyncio.gather(*(one_turn(sub.client, w) for w in ids[:10]))
         since = datetime.now(UTC)
         progress(f"turns at {sizes.rate_per_s}/s for {sizes.duration_s:g} s")
-        arriving = steady_turns(sub, ids, sizes.rate_per_s, sizes.duration_s)
+        arriving = steady_turns(sub.client, ids, sizes.rate_per_s, sizes.duration_s)
         turns, wall, busy = await cores_during(root, pids, server_pid, arriving)
     tools, outcomes = await tool_latencies(parts, "bench-load-", since)
     completed = [t for t in turns if t.stop == "completed"]

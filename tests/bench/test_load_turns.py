@@ -18,7 +18,7 @@ import pytest
 import pytest_asyncio
 from temporalio.client import Client, WorkflowHandle
 
-from bench import load, workloads
+from bench import load, people, workloads
 from countersign.client.temporal_client import connect
 from countersign.devstack.temporal import DevServerConfig
 from countersign.runtime.config import Settings
@@ -69,3 +69,13 @@ async def test_an_interrupted_run_ends_its_waiting_turns(
     turn.cancel()
     assert await settled(turn), "the cancelled turn went on asking"
     assert turn.cancelled()
+
+
+@pytest.mark.timeout(60)  # before the fix the arrivals spun without yielding: only this timeout ended it
+async def test_a_turn_arriving_while_every_conversation_is_in_one_is_lost_not_waited_for(
+    unanswered: tuple[Client, WorkflowHandle[Any, Any]],
+) -> None:
+    client, handle = unanswered
+    turns = await load.steady_turns(client, [handle.id], rate_per_s=4.0, duration_s=1.0, timeout_s=2.0)
+    assert [t.stop for t in turns] == ["timeout", *[load.NO_IDLE_CONVERSATION] * 3]
+    assert people.outcomes(turns) == {"completed": 0, "refused": 0, "lost": 4}
