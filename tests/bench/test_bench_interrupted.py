@@ -37,7 +37,7 @@ recorded_run("bench.test", [], measure())
 """
 
 
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP], ids=lambda s: s.name)
 def test_a_signalled_run_stops_the_parts_it_started(tmp_path: Path, signum: signal.Signals) -> None:
     run = subprocess.Popen(
         [sys.executable, "-c", RUN, str(tmp_path)],

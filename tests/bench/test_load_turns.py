@@ -65,7 +65,7 @@ async def test_an_interrupted_run_ends_its_waiting_turns(
     # Ctrl-C cancels the run's task and, through it, every turn: none may take that for a long poll
     client, handle = unanswered
     turn = asyncio.create_task(load.one_turn(client, handle.id, timeout_s=load.TURN_TIMEOUT_S))
-    await asyncio.sleep(1.0)  # signalled, waiting for the reply
+    await asyncio.sleep(1.0)  # signalled and asking for the reply (nothing the server shows to wait for)
     turn.cancel()
     assert await settled(turn), "the cancelled turn went on asking"
     assert turn.cancelled()
