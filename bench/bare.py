@@ -21,7 +21,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
 from temporalio import activity, workflow
-from temporalio.client import Client
+from temporalio.client import Client, Plugin
 from temporalio.converter import DataConverter
 from temporalio.worker import Interceptor, Worker
 
@@ -29,6 +29,7 @@ with workflow.unsafe.imports_passed_through():
     import openai
     from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker, create_async_engine
 
+    from bench.history import MODEL_ACTIVITY, TOOL_ACTIVITY
     from countersign.core.calls import CallerContext
     from countersign.runtime.config import Settings, load_settings
     from tools.arguments import parse_arguments
@@ -76,7 +77,7 @@ class BareLoop:
         calls = 0
         while True:
             reply: Message = await workflow.execute_activity(
-                "call_model",
+                MODEL_ACTIVITY,
                 BareModelCall(messages, start.tools),
                 result_type=dict,
                 start_to_close_timeout=timedelta(seconds=60),
@@ -87,7 +88,7 @@ class BareLoop:
             for call in reply["tool_calls"]:
                 function = call["function"]
                 content: str = await workflow.execute_local_activity(
-                    "execute_tool",
+                    TOOL_ACTIVITY,
                     BareToolCall(
                         start.tenant_id, start.user_id, call["id"], function["name"], function["arguments"]
                     ),
@@ -108,7 +109,7 @@ class BareActivities:
             base_url=settings.llm_base_url, api_key=settings.llm_api_key, max_retries=0
         )
 
-    @activity.defn(name="call_model")
+    @activity.defn(name=MODEL_ACTIVITY)
     async def call_model(self, call: BareModelCall) -> Message:
         completion = await self._client.chat.completions.create(
             model=self._model,
@@ -117,7 +118,7 @@ class BareActivities:
         )
         return completion.choices[0].message.model_dump(mode="json", exclude_none=True)
 
-    @activity.defn(name="execute_tool")
+    @activity.defn(name=TOOL_ACTIVITY)
     async def execute_tool(self, call: BareToolCall) -> str:
         """The tool's own function on the same database, in a transaction; its output as JSON."""
         tool = REGISTRY[call.name]
@@ -129,11 +130,26 @@ class BareActivities:
         return output.model_dump_json()
 
 
-def bare_client(client: Client) -> Client:
-    """The same connection with the SDK's default data converter."""
+def bare_client(client: Client, plugins: Sequence[Plugin] = ()) -> Client:
+    """The same connection with the SDK's default data converter, and a peer's integration `plugins`
+    (its payload converter, its sandbox pass-throughs)."""
     config = client.config()
     config["data_converter"] = DataConverter.default
+    config["plugins"] = list(plugins)
     return Client(**config)
+
+
+def loop_worker(
+    client: Client,
+    settings: Settings,
+    interceptors: Sequence[Interceptor],
+    client_plugins: Sequence[Plugin] = (),
+    **options: Any,
+) -> Worker:
+    """The worker of a loop or a peer on `settings.task_queue`, over `bare_client(client,
+    client_plugins)`; `options`: its workflows, activities and whatever else its `Worker` takes."""
+    connection = bare_client(client, client_plugins)
+    return Worker(connection, task_queue=settings.task_queue, interceptors=interceptors, **options)
 
 
 def build_worker(
@@ -143,12 +159,8 @@ def build_worker(
     interceptors: Sequence[Interceptor] = (),
 ) -> Worker:
     bare = BareActivities(settings, sessions)
-    return Worker(
-        bare_client(client),
-        task_queue=settings.task_queue,
-        workflows=[BareLoop],
-        activities=[bare.call_model, bare.execute_tool],
-        interceptors=interceptors,
+    return loop_worker(
+        client, settings, interceptors, workflows=[BareLoop], activities=[bare.call_model, bare.execute_tool]
     )
 
 

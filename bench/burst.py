@@ -35,7 +35,7 @@ from temporalio.service import RPCError
 from activities.tools import ToolActivities
 from bench import stack
 from bench.hostile import waiting_for_a_reviewer
-from bench.sections import put_section
+from bench.sections import put_section, run_to_the_end
 from countersign.core.bounds import SERVER_LIMITS
 from countersign.db.engine import session_factory
 from countersign.db.ratelimit import UNLIMITED
@@ -178,7 +178,7 @@ def main() -> None:
     parser.add_argument("--markdown", type=Path, default=Path("docs/benchmark.md"))
     args = parser.parse_args()
     size = args.kb * 1000
-    results = asyncio.run(measure(args.senders, size, args.seconds))
+    results = run_to_the_end(measure(args.senders, size, args.seconds))
     text_ = section(args.senders, size, args.seconds, results)
     put_section(args.markdown, "bench.burst", text_)
     print(text_)

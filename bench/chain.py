@@ -14,7 +14,6 @@ unless DATABASE_URL is set. Prints a Markdown table for docs/benchmark.md.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import os
 import statistics
 import tempfile
@@ -26,6 +25,7 @@ from sqlalchemy import delete
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
+from bench.sections import run_to_the_end
 from countersign.db.chain import chain
 from countersign.db.engine import create_engine, session_factory
 from countersign.db.schema import AuditChainRecord, Tenant, ToolExecution
@@ -111,4 +111,4 @@ async def main(calls: int) -> None:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=400)
-    asyncio.run(main(parser.parse_args().calls))
+    run_to_the_end(main(parser.parse_args().calls))

@@ -17,7 +17,6 @@ the rest of the file as it is.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import statistics
 import tempfile
@@ -29,7 +28,7 @@ from typing import Any
 from sqlalchemy import delete, insert
 
 from bench import stack
-from bench.sections import put_section
+from bench.sections import put_section, run_to_the_end
 from countersign.core.contract import Limits, StartConversation, SubmitMessage
 from countersign.db.schema import ContextPolicy, Task
 from countersign.scripted_model.scenario import Scenario
@@ -255,4 +254,4 @@ if __name__ == "__main__":
     )
     parser.add_argument("--before", metavar="COMMIT", help="save as the comparison run of the code at COMMIT")
     args = parser.parse_args()
-    write(asyncio.run(main(args.turns, args.window or None, args.tool)), args.before)
+    write(run_to_the_end(main(args.turns, args.window or None, args.tool)), args.before)

@@ -197,8 +197,8 @@ async def sides_of(parts: stack.Parts) -> list[Side]:
     client = bare.bare_client(parts.client)
     peer = plain.PeerStart(offered.system_prompt, STEPS_MESSAGE, parts.settings.llm_model)
     minimal = replace(offered, tools=[plain.SEARCH_TOOL])
-    agents = peer_agents.peer_client(parts.client, parts.settings)
-    pydantic = peer_pydantic.peer_client(parts.client)
+    agents = bare.bare_client(parts.client, peer_agents.client_plugins(parts.settings))
+    pydantic = bare.bare_client(parts.client, peer_pydantic.client_plugins(parts.settings))
     return [
         countersign_side(parts),
         Side(MINIMAL, started(client, bare.WORKFLOW, minimal, "minimal"), "bench.plain", plain.build_worker),
@@ -278,26 +278,6 @@ async def steps(parts: stack.Parts, sides: list[Side], count: int) -> Json:
 # --- concurrency 10, worker processes --------------------------------------------------------------
 
 
-class ModuleWorkerProcess(WorkerProcess):
-    """`python -m <module>` (a loop's or a peer's worker) as WorkerProcess runs `python worker.py`."""
-
-    def __init__(self, module: str, *args: Any) -> None:
-        super().__init__(*args)
-        self.module = module
-
-    def _spawn(self) -> subprocess.Popen[bytes]:
-        with self.log.open("ab") as out:
-            return subprocess.Popen(
-                [sys.executable, "-m", self.module],
-                cwd=PROJECT_ROOT,
-                env=self._env,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-
-
 # What `--without` can switch off in the Countersign worker process (bench/without/sitecustomize.py;
 # `stream` is the LLM_STREAM setting): each is a guarantee, so a run without one is a measurement of
 # what it costs, never a configuration.
@@ -327,7 +307,7 @@ async def worker_processes(
             if side.module is None:
                 process = WorkerProcess(settings, root / queue, UNLIMITED_ENV | without_env(without))
             else:
-                process = ModuleWorkerProcess(side.module, settings, root / queue, UNLIMITED_ENV)
+                process = WorkerProcess(settings, root / queue, UNLIMITED_ENV, program=("-m", side.module))
             scope.callback(process.stop)
             found[side.name] = (queue, await process.start())
         yield found
@@ -473,19 +453,12 @@ def figures(r: Json, name: str) -> dict[str, float]:
 def ratios(r: Json) -> Json:
     """Countersign's figures over each other implementation's in the same run: `figure:name`."""
     ours = figures(r, COUNTERSIGN)
-    return {
-        f"{figure}:{name}": ours[figure] / theirs[figure]
-        for name in r["steps"]
-        if name != COUNTERSIGN
-        for figure, theirs in [(f, figures(r, name)) for f in ours]
-    }
-
-
-FIGURE_LABELS = {
-    "step_wall": "step wall p50",
-    "worker_cpu": "worker CPU per tool call",
-    "tool_calls_per_s": "tool calls/s at c=10",
-}
+    found: Json = {}
+    for name in r["steps"]:
+        if name != COUNTERSIGN:
+            theirs = figures(r, name)
+            found |= {f"{figure}:{name}": ours[figure] / theirs[figure] for figure in ours}
+    return found
 
 
 def render(r: Json) -> str:

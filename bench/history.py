@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from temporalio.api.enums.v1 import EventType
 from temporalio.api.history.v1 import HistoryEvent
 
+from countersign.core.activity_refs import CALL_MODEL, EXECUTE_TOOL
+
 SCHEDULED = EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
 STARTED = EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED
 MARKER = EventType.EVENT_TYPE_MARKER_RECORDED
@@ -114,7 +116,9 @@ class Step:
         return self.interval_s - self.own_s
 
 
-MODEL_ACTIVITY, TOOL_ACTIVITY = "call_model", "execute_tool"  # Countersign's and the bare loops'
+# Countersign's model call and tool call, by their references (renamed with them); the bare loops
+# register theirs under the same names
+MODEL_ACTIVITY, TOOL_ACTIVITY = CALL_MODEL.name, EXECUTE_TOOL.name
 
 
 @dataclass(frozen=True)

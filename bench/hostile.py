@@ -41,7 +41,7 @@ from temporalio.worker import ActivityInboundInterceptor, ExecuteActivityInput, 
 
 from activities.tools import ToolActivities
 from bench import stack
-from bench.sections import put_section
+from bench.sections import put_section, run_to_the_end
 from countersign.core.bounds import MAX_PAYLOAD_BYTES
 from countersign.core.contract import Limits, StartConversation, StatusView, SubmitMessage
 from countersign.db.engine import session_factory
@@ -374,7 +374,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--markdown", type=Path, default=Path("docs/benchmark.md"))
     args = parser.parse_args()
-    text = section(args.runs, asyncio.run(measure(args.runs)))
+    text = section(args.runs, run_to_the_end(measure(args.runs)))
     put_section(args.markdown, "bench.hostile", text)
     print(text)
 

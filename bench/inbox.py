@@ -16,7 +16,6 @@ the file as it is.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import tempfile
@@ -36,7 +35,7 @@ from bench import stack
 from bench.clock import ActivityClock
 from bench.history import TASK_COMPLETED, TASK_STARTED, activity_runs, event_seconds
 from bench.scenario import APPROVAL_STATUSES, approval_message, bench_scenario
-from bench.sections import put_section
+from bench.sections import put_section, run_to_the_end
 from bench.stats import Summary
 from countersign.client.handles import new_workflow_id, start_options
 from countersign.core.approvals import Approval, Decision, PendingCall
@@ -354,7 +353,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     before = json.loads(args.before.read_text()) if args.before else None
-    result = asyncio.run(measure(args.samples))
+    result = run_to_the_end(measure(args.samples))
     print(json.dumps(result, indent=2))
     put_section(args.markdown, "bench.inbox", markdown(result, before))
 

@@ -15,7 +15,6 @@ It writes the `bench.inbox_auth` section of docs/benchmark.md (bench/sections.py
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import tempfile
 import time
@@ -26,7 +25,7 @@ import aiohttp
 from temporalio.client import Client
 
 from bench import stack
-from bench.sections import put_section
+from bench.sections import put_section, run_to_the_end
 from bench.stats import Summary
 from countersign.identity.proofs import pem_pair
 from countersign.runtime.config import Settings
@@ -121,7 +120,7 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=20)
     parser.add_argument("--markdown", type=Path, default=Path("docs/benchmark.md"))
     args = parser.parse_args()
-    result = asyncio.run(measure(args.samples))
+    result = run_to_the_end(measure(args.samples))
     print(json.dumps(result, indent=2))
     put_section(args.markdown, "bench.inbox_auth", markdown(result))
 

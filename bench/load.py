@@ -6,7 +6,8 @@
 Parts as in bench.run (embedded PostgreSQL, the dev server as `dev up` runs it, the scripted model
 answering at once), `python worker.py` processes on one task queue. **Load**: the conversations
 are started (multi-turn, idle), then user messages arrive at a steady rate, each to a conversation
-not in a turn, round robin; a turn is one `search_leads` call and a text reply. Reply latency:
+not in a turn, round robin (none free: the turn is lost, the system fell behind); a turn is one
+`search_leads` call and a text reply, lost too when its reply takes over TURN_TIMEOUT_S. Reply latency:
 `submit_message` signal sent → `wait_reply` answered. Tool latency: the model reply that asked for
 the call stored (its `model_calls` row, written in the reply's transaction) → the call's audit row
 finished (`tool_executions.finished_at`). Success: turns that completed, tool calls executed. CPU:
@@ -35,19 +36,18 @@ import itertools
 import json
 import statistics
 import sys
-import tempfile
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from contextlib import asynccontextmanager
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import psutil
 from sqlalchemy import text
-from temporalio.client import WorkflowUpdateRPCTimeoutOrCancelledError
+from temporalio.client import Client, WorkflowUpdateRPCTimeoutOrCancelledError
 
 from bench import bare, cost, stack, workloads
 from bench.report import num, table
@@ -60,6 +60,7 @@ from countersign.scripted_model.scenario import Scenario
 from workflows.agent import AgentWorkflow
 
 Json = dict[str, Any]
+T = TypeVar("T")
 MS = 1000.0
 LOAD_MESSAGE = "bench load: look Jane Doe up"
 LONG_MESSAGE = "bench long turn: look Jane Doe up, again and again"
@@ -68,6 +69,7 @@ GET = {"tool_calls": [{"name": "get_lead", "arguments": {"lead": "jane.doe@examp
 CHECKPOINTS = (10, 100, 300)  # the long turn's step cost around these calls
 WINDOW = 10  # steps per checkpoint: the ten before it
 TURN_TIMEOUT_S = 60.0  # a reply later than this counts as a failed turn
+NO_IDLE_CONVERSATION = "no idle conversation"  # a turn arriving while every conversation is in one
 TARGET_REPLY_S, TARGET_TOOL_S, TARGET_SUCCESS = 3.0, 0.5, 0.95
 PEOPLE_DURATION_S = 120.0  # --users/--find: how long users write, unless --duration
 
@@ -165,24 +167,30 @@ def checkpoints(sample: workloads.StepsSample) -> Json:
 @dataclass
 class Turn:
     latency_s: float
-    stop: str  # completed, limit_reached, error, or timeout
+    stop: str  # completed, limit_reached, error, timeout, or NO_IDLE_CONVERSATION
 
 
-async def one_turn(parts: stack.Parts, workflow_id: str) -> Turn:
+async def one_turn(client: Client, workflow_id: str, timeout_s: float = TURN_TIMEOUT_S) -> Turn:
+    """Send a user message and wait for its reply: "timeout" when none came within `timeout_s`."""
     message = SubmitMessage(user_id=workloads.REQUESTER, text=LOAD_MESSAGE, message_id=uuid.uuid4().hex)
+    handle = client.get_workflow_handle(workflow_id)  # no run id: the latest run, after continue-as-new too
+    this = asyncio.current_task()
+    assert this is not None
     began = time.perf_counter()
     try:
-        async with asyncio.timeout(TURN_TIMEOUT_S):
-            handle = parts.client.get_workflow_handle(workflow_id)
+        async with asyncio.timeout(timeout_s):
             await handle.signal(AgentWorkflow.submit_message, message)
             reply: TurnResult | None = None
             while reply is None:  # None: the run continued as new; ask the next one
                 try:
-                    reply = await parts.client.get_workflow_handle(workflow_id).execute_update(
+                    reply = await handle.execute_update(
                         "wait_reply", message.message_id, result_type=TurnResult
                     )
-                except WorkflowUpdateRPCTimeoutOrCancelledError:  # the server's long poll ended
-                    continue
+                except WorkflowUpdateRPCTimeoutOrCancelledError:
+                    # the client raises it when the server's long poll ends and when this task is
+                    # cancelled (the deadline above, or the run interrupted): only the first asks again
+                    if this.cancelling():
+                        raise asyncio.CancelledError from None
     except TimeoutError:
         return Turn(time.perf_counter() - began, "timeout")
     return Turn(time.perf_counter() - began, reply.stop)
@@ -206,29 +214,35 @@ async def start_idle(parts: stack.Parts, count: int, in_flight: int = 50) -> lis
 
 
 async def steady_turns(
-    parts: stack.Parts, ids: list[str], rate_per_s: float, duration_s: float
+    client: Client, ids: list[str], rate_per_s: float, duration_s: float, timeout_s: float = TURN_TIMEOUT_S
 ) -> list[Turn]:
-    """A turn every 1/rate seconds for `duration_s`, each to the next conversation not in a turn."""
+    """A turn every 1/rate seconds for `duration_s`, each to the next conversation not in a turn; the
+    turns sent, then those that found every conversation in a turn (lost: the system fell behind)."""
     busy: set[str] = set()
     idle = itertools.cycle(ids)
     tasks: list[asyncio.Task[Turn]] = []
+    lost: list[Turn] = []
 
     async def run(workflow_id: str) -> Turn:
         busy.add(workflow_id)
         try:
-            return await one_turn(parts, workflow_id)
+            return await one_turn(client, workflow_id, timeout_s)
         finally:
             busy.discard(workflow_id)
 
     began = time.perf_counter()
-    for n in itertools.count():
-        due = began + n / rate_per_s
-        if due - began >= duration_s:
-            break
-        await asyncio.sleep(max(0.0, due - time.perf_counter()))
-        workflow_id = next(w for w in idle if w not in busy)  # at most len(ids) tries: some is idle
-        tasks.append(asyncio.create_task(run(workflow_id)))
-    return list(await asyncio.gather(*tasks))
+    async with asyncio.TaskGroup() as group:  # interrupted, the turns in flight end with it
+        for n in itertools.count():
+            due = began + n / rate_per_s
+            if due - began >= duration_s:
+                break
+            await asyncio.sleep(max(0.0, due - time.perf_counter()))
+            workflow_id = next((w for w in itertools.islice(idle, len(ids)) if w not in busy), None)
+            if workflow_id is None:
+                lost.append(Turn(0.0, NO_IDLE_CONVERSATION))
+            else:
+                tasks.append(group.create_task(run(workflow_id)))
+    return [task.result() for task in tasks] + lost
 
 
 async def tool_latencies(
@@ -267,28 +281,40 @@ def spread(samples: list[float]) -> Json:
     }
 
 
+async def cores_during(
+    root: Path, pids: list[int], server_pid: int, work: Awaitable[T]
+) -> tuple[T, float, Json]:
+    """`work`'s result, its wall seconds, and the cores each part used meanwhile (CPU seconds ÷ wall
+    seconds): the worker processes, the dev server, PostgreSQL, and this process (the client sending
+    the turns, the scripted model)."""
+    groups = {
+        "worker processes": pids,
+        "Temporal dev server": [server_pid],
+        "PostgreSQL": [stack.postmaster_pid(root)],
+    }
+    own = psutil.Process().pid
+    before = {k: sum(stack.cpu_s(p) for p in v) for k, v in groups.items()}
+    own_before = stack.cpu_s(own, children=False)
+    began = time.perf_counter()
+    done = await work
+    wall = time.perf_counter() - began
+    busy = {k: round((sum(stack.cpu_s(p) for p in v) - before[k]) / wall, 2) for k, v in groups.items()}
+    busy["bench process (client, scripted model)"] = round(
+        (stack.cpu_s(own, children=False) - own_before) / wall, 2
+    )
+    return done, wall, busy
+
+
 async def load(parts: stack.Parts, root: Path, sizes: Sizes, server_pid: int) -> Json:
     async with workers(parts, root, sizes.workers) as (sub, pids):
         progress(f"starting {sizes.conversations} conversations on {sizes.workers} worker processes")
         ids = await start_idle(sub, sizes.conversations)
         progress("warm-up: one turn in each of ten conversations")
-        await asyncio.gather(*(one_turn(sub, w) for w in ids[:10]))
+        await asyncio.gather(*(one_turn(sub.client, w) for w in ids[:10]))
         since = datetime.now(UTC)
-        groups = {
-            "worker processes": pids,
-            "Temporal dev server": [server_pid],
-            "PostgreSQL": [stack.postmaster_pid(root)],
-        }
-        before = {k: sum(stack.cpu_s(p) for p in v) for k, v in groups.items()}
-        bench_before = stack.cpu_s(psutil.Process().pid, children=False)
         progress(f"turns at {sizes.rate_per_s}/s for {sizes.duration_s:g} s")
-        began = time.perf_counter()
-        turns = await steady_turns(sub, ids, sizes.rate_per_s, sizes.duration_s)
-        wall = time.perf_counter() - began
-        busy = {k: round((sum(stack.cpu_s(p) for p in v) - before[k]) / wall, 2) for k, v in groups.items()}
-        busy["bench process (client, scripted model)"] = round(
-            (stack.cpu_s(psutil.Process().pid, children=False) - bench_before) / wall, 2
-        )
+        arriving = steady_turns(sub.client, ids, sizes.rate_per_s, sizes.duration_s)
+        turns, wall, busy = await cores_during(root, pids, server_pid, arriving)
     tools, outcomes = await tool_latencies(parts, "bench-load-", since)
     completed = [t for t in turns if t.stop == "completed"]
     return {
@@ -307,19 +333,13 @@ async def load(parts: stack.Parts, root: Path, sizes: Sizes, server_pid: int) ->
 
 async def measure(sizes: Sizes, skip_long: bool) -> Json:
     began = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="countersign-load-") as tmp:
-        root = Path(tmp)
-        progress(f"starting PostgreSQL and the dev server in {root}")
-        async with (
-            stack.postgres(root) as url,
-            stack.temporal(root, "load", stack.ServerSetup()) as server,
-            stack.parts(url, server.config, scenario()) as parts,
-        ):
-            result: Json = {}
-            if not skip_long:
-                progress(f"one turn of {sizes.long_turn} tool calls")
-                result["long_turn"] = await long_turn(parts, sizes.long_turn)
-            result["load"] = await load(parts, root, sizes, server.pid)
+    progress("starting PostgreSQL and the dev server")
+    async with stack.started("load", scenario()) as (root, server, parts):
+        result: Json = {}
+        if not skip_long:
+            progress(f"one turn of {sizes.long_turn} tool calls")
+            result["long_turn"] = await long_turn(parts, sizes.long_turn)
+        result["load"] = await load(parts, root, sizes, server.pid)
     return {**result, "sizes": asdict(sizes), "duration_s": round(time.perf_counter() - began, 1)}
 
 

@@ -13,7 +13,6 @@ file as it is.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import statistics
 import subprocess
 import sys
@@ -22,7 +21,7 @@ from pathlib import Path
 
 import psutil
 
-from bench.sections import put_section
+from bench.sections import put_section, run_to_the_end
 from countersign.mcp.pool import McpPool
 from countersign.mcp.servers import ServerConfig
 from countersign.runtime.ports import free_port, wait_for_port
@@ -113,7 +112,7 @@ async def collect(calls: int) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--calls", type=int, default=50)
-    section = asyncio.run(collect(parser.parse_args().calls))
+    section = run_to_the_end(collect(parser.parse_args().calls))
     print(section)
     put_section(Path("docs/benchmark.md"), "bench.mcp", section)
 

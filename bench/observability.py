@@ -10,7 +10,6 @@ Runs on an embedded PostgreSQL it starts itself (free port, temporary directory)
 from __future__ import annotations
 
 import argparse
-import asyncio
 import tempfile
 import time
 from collections.abc import Callable
@@ -23,7 +22,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import NoOpTracer, Tracer
 from sqlalchemy import text
 
-from bench.sections import put_section
+from bench.sections import put_section, run_to_the_end
 from bench.stats import Summary
 from countersign.core.calls import CallerContext, ToolInvocation, ToolResult
 from countersign.db.engine import create_engine, session_factory
@@ -180,4 +179,4 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    run_to_the_end(main())

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from datetime import timedelta
 
 from temporalio import activity, workflow
-from temporalio.client import Client
+from temporalio.client import Client, Plugin
 from temporalio.worker import Interceptor, Worker
 
 with workflow.unsafe.imports_passed_through():
@@ -64,20 +64,14 @@ class AgentsLoop:
         return sum(isinstance(item, ToolCallItem) for item in result.new_items)
 
 
-def plugin(settings: Settings) -> OpenAIAgentsPlugin:
+def client_plugins(settings: Settings) -> list[Plugin]:
+    """The integration's plugin, on the client that starts the loop and on its worker's."""
     client = AsyncOpenAI(base_url=settings.llm_base_url, api_key=settings.llm_api_key, max_retries=0)
-    return OpenAIAgentsPlugin(
+    plugin = OpenAIAgentsPlugin(
         model_params=ModelActivityParameters(start_to_close_timeout=timedelta(seconds=60)),
         model_provider=OpenAIProvider(openai_client=client, use_responses=False),
     )
-
-
-def peer_client(client: Client, settings: Settings) -> Client:
-    """The same connection with the plugin (its payload converter)."""
-    config = client.config()
-    config["plugins"] = [plugin(settings)]
-    config["data_converter"] = bare.bare_client(client).data_converter
-    return Client(**config)
+    return [plugin]
 
 
 def build_worker(
@@ -86,12 +80,13 @@ def build_worker(
     sessions: async_sessionmaker[AsyncSession],
     interceptors: Sequence[Interceptor] = (),
 ) -> Worker:
-    return Worker(
-        peer_client(client, settings),
-        task_queue=settings.task_queue,
+    return bare.loop_worker(
+        client,
+        settings,
+        interceptors,
+        client_plugins(settings),
         workflows=[AgentsLoop],
         activities=[PeerTools(sessions).search_leads],
-        interceptors=interceptors,
     )
 
 

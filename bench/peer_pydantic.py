@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
-from typing import Any
 
 from openai import AsyncOpenAI
 from pydantic_ai import Agent, Tool, UsageLimits
@@ -28,7 +27,7 @@ from pydantic_ai.providers.openai import OpenAIProvider
 from pydantic_ai.toolsets import FunctionToolset
 from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 from temporalio import workflow
-from temporalio.client import Client
+from temporalio.client import Client, Plugin
 from temporalio.worker import Interceptor, Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
@@ -76,12 +75,9 @@ class PydanticLoop:
         )
 
 
-def peer_client(client: Client) -> Client:
-    """The same connection with the plugin (its payload converter)."""
-    config = client.config()
-    config["plugins"] = [PydanticAIPlugin()]
-    config["data_converter"] = bare.bare_client(client).data_converter
-    return Client(**config)
+def client_plugins(settings: Settings) -> list[Plugin]:
+    """The integration's plugin, on the client that starts the loop and on its worker's."""
+    return [PydanticAIPlugin()]
 
 
 def build_worker(
@@ -92,14 +88,14 @@ def build_worker(
 ) -> Worker:
     _Held.agent = build_agent(settings, sessions)
     restrictions = SandboxRestrictions.default.with_passthrough_modules(__name__)
-    options: dict[str, Any] = {"workflow_runner": SandboxedWorkflowRunner(restrictions=restrictions)}
-    return Worker(
-        peer_client(client),
-        task_queue=settings.task_queue,
+    return bare.loop_worker(
+        client,
+        settings,
+        interceptors,
+        client_plugins(settings),
         workflows=[PydanticLoop],
         plugins=[AgentPlugin(_Held.agent)],
-        interceptors=interceptors,
-        **options,
+        workflow_runner=SandboxedWorkflowRunner(restrictions=restrictions),
     )
 
 

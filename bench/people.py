@@ -25,8 +25,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import psutil
-
 from bench import load, stack
 from bench.report import num, table
 
@@ -60,7 +58,7 @@ async def person(
         await asyncio.sleep(think)
         began = time.perf_counter()
         try:
-            turns.append(await load.one_turn(parts, workflow_id))
+            turns.append(await load.one_turn(parts.client, workflow_id))
         except Exception as failed:  # the client's call itself failed: the turn is lost, not the run
             turns.append(load.Turn(time.perf_counter() - began, f"failed: {type(failed).__name__}"))
 
@@ -85,38 +83,17 @@ def holds(result: Json) -> bool:
     )
 
 
-async def cores_during(groups: dict[str, list[int]], work: Awaitable[Any]) -> tuple[Any, float, Json]:
-    """`work`'s result, its wall seconds, and the cores each process group used meanwhile (the bench
-    process itself: the users' client and the scripted model)."""
-    own = psutil.Process().pid
-    before = {k: sum(stack.cpu_s(p) for p in v) for k, v in groups.items()}
-    bench_before = stack.cpu_s(own, children=False)
-    began = time.perf_counter()
-    done = await work
-    wall = time.perf_counter() - began
-    busy = {k: round((sum(stack.cpu_s(p) for p in v) - before[k]) / wall, 2) for k, v in groups.items()}
-    busy["bench process (users, scripted model)"] = round(
-        (stack.cpu_s(own, children=False) - bench_before) / wall, 2
-    )
-    return done, wall, busy
-
-
 async def run(parts: stack.Parts, root: Path, people: People, server_pid: int, seed: int = 52) -> Json:
     """One load of `people` on fresh worker processes and fresh conversations."""
     async with load.workers(parts, root, people.workers) as (sub, pids):
         progress(f"{people.users} users, {people.workers} worker processes: starting their conversations")
         ids = await load.start_idle(sub, people.users)
         since = datetime.now(UTC)
-        groups = {
-            "worker processes": pids,
-            "Temporal dev server": [server_pid],
-            "PostgreSQL": [stack.postmaster_pid(root)],
-        }
         rng = random.Random(seed)
         until = time.perf_counter() + people.duration_s
         progress(f"users writing for {people.duration_s:g} s, thinking {people.think_s:g} s on average")
         users = asyncio.gather(*(person(sub, w, people.think_s, until, rng) for w in ids))
-        each, wall, busy = await cores_during(groups, users)
+        each, wall, busy = await load.cores_during(root, pids, server_pid, users)
     turns = [turn for user in each for turn in user]
     tools, tool_outcomes = await load.tool_latencies(parts, "bench-load-", since)
     completed = [t.latency_s for t in turns if t.stop == "completed"]

@@ -27,6 +27,7 @@ from temporalio.client import Client
 from temporalio.worker import Interceptor, Worker
 
 from bench import bare
+from bench.history import TOOL_ACTIVITY
 from countersign.runtime.config import Settings
 
 TENANT = "acme"  # the seeded workspace every workload runs in
@@ -86,7 +87,7 @@ async def search_leads(
 class MinimalActivities(bare.BareActivities):
     """bench.bare's model call; the tool is `search_leads` above."""
 
-    @activity.defn(name="execute_tool")
+    @activity.defn(name=TOOL_ACTIVITY)
     async def execute_tool(self, call: bare.BareToolCall) -> str:
         return await search_leads(self._sessions, **json.loads(call.arguments))
 
@@ -98,12 +99,12 @@ def build_worker(
     interceptors: Sequence[Interceptor] = (),
 ) -> Worker:
     minimal = MinimalActivities(settings, sessions)
-    return Worker(
-        bare.bare_client(client),
-        task_queue=settings.task_queue,
+    return bare.loop_worker(
+        client,
+        settings,
+        interceptors,
         workflows=[bare.BareLoop],
         activities=[minimal.call_model, minimal.execute_tool],
-        interceptors=interceptors,
     )
 
 

@@ -23,7 +23,6 @@ have.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import random
@@ -39,6 +38,7 @@ from sqlalchemy.ext.asyncio import AsyncSession, async_sessionmaker
 
 from activities.policies import PolicyActivities
 from activities.rules import rules_now
+from bench.sections import run_to_the_end
 from countersign.core.authority import ADMIN
 from countersign.core.calls import CallerContext, ToolInvocation, ToolSpec
 from countersign.core.cedar_policy import CallFacts, compile_policies, decide
@@ -265,4 +265,4 @@ if __name__ == "__main__":
     parser.add_argument("--calls", type=int, default=2000)
     parser.add_argument("--policies", type=int, default=100)
     arguments_ = parser.parse_args()
-    asyncio.run(main(arguments_.calls, arguments_.policies))
+    run_to_the_end(main(arguments_.calls, arguments_.policies))

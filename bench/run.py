@@ -32,7 +32,7 @@ import psutil
 from bench import stack, workloads
 from bench.report import render
 from bench.scenario import APPROVAL_STATUSES, PARALLEL_MESSAGE, STEPS_MESSAGE, bench_scenario
-from bench.sections import put_section
+from bench.sections import put_section, run_to_the_end
 from bench.stats import Summary
 from countersign.devstack.temporal import DYNAMIC_CONFIG, SQLITE_PRAGMAS
 from countersign.runtime.config import Settings
@@ -375,7 +375,11 @@ def main(argv: list[str] | None = None) -> None:
     command = shlex.join([".venv/bin/python", "-m", "bench.run", *(sys.argv[1:] if argv is None else argv)])
     configure_logging("WARNING")  # the in-process worker's DEBUG/INFO lines would cost CPU being measured
     host = machine()
-    results = {"command": command, "machine": host, **asyncio.run(benchmark(QUICK if args.quick else FULL))}
+    results = {
+        "command": command,
+        "machine": host,
+        **run_to_the_end(benchmark(QUICK if args.quick else FULL)),
+    }
     host["load_average_at_end"] = [round(x, 2) for x in psutil.getloadavg()]
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=2) + "\n")

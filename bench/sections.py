@@ -16,18 +16,53 @@ by hand, follow `bench.cost`, and
 from __future__ import annotations
 
 import asyncio
+import signal
+import sys
 from collections.abc import Coroutine
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import psutil
+
+T = TypeVar("T")
+ENDING = (signal.SIGTERM, signal.SIGHUP)  # `timeout`, `kill`, a closed terminal
+
+
+def run_to_the_end(main: Coroutine[Any, Any, T]) -> T:
+    """`asyncio.run(main)`, where SIGTERM and SIGHUP end the run as Ctrl-C does: by cancelling it,
+    so that every part it started is stopped on the way out. The dev servers, PostgreSQL and worker
+    processes each run in a session of their own, which no signal to this process reaches; without
+    this, SIGTERM ended the process at once and left them all running. Exits 128 + the signal."""
+    received: list[int] = []
+
+    async def cancellable() -> T:
+        loop, task = asyncio.get_running_loop(), asyncio.current_task()
+        assert task is not None
+
+        def end(signum: int) -> None:
+            if not received:  # once: a second signal must not cut the stopping short
+                received.append(signum)
+                task.cancel()
+
+        for signum in ENDING:
+            loop.add_signal_handler(signum, end, signum)
+        return await main
+
+    try:
+        return asyncio.run(cancellable())
+    except asyncio.CancelledError:
+        if not received:
+            raise
+        name = signal.Signals(received[0]).name
+        print(f"interrupted by {name}: everything the run started is stopped", file=sys.stderr)
+        raise SystemExit(128 + received[0]) from None
 
 
 def recorded_run(module: str, given: list[str], run: Coroutine[Any, Any, dict[str, Any]]) -> dict[str, Any]:
     """Run a benchmark and add what its section's header says: the load average at the start and
     the end (this machine is shared: ratios within one run are what compare) and the command."""
     started = [round(x, 2) for x in psutil.getloadavg()]
-    results = asyncio.run(run)
+    results = run_to_the_end(run)
     results["machine"] = {
         "load_average_at_start": started,
         "load_average_at_end": [round(x, 2) for x in psutil.getloadavg()],

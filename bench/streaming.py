@@ -19,7 +19,6 @@ It writes the `bench.streaming` section of docs/benchmark.md (bench/sections.py)
 from __future__ import annotations
 
 import argparse
-import asyncio
 import tempfile
 import time
 from dataclasses import asdict
@@ -30,7 +29,7 @@ import aiohttp
 from sqlalchemy import text
 
 from bench import stack
-from bench.sections import put_section
+from bench.sections import put_section, run_to_the_end
 from bench.stats import Summary
 from countersign.scripted_model.scenario import Scenario
 from countersign.server.app import running_server
@@ -172,7 +171,7 @@ def main() -> None:
     parser.add_argument("--turns", type=int, default=20, help="turns measured (half streamed)")
     parser.add_argument("--markdown", type=Path, help="write the section into this file")
     args = parser.parse_args()
-    result = asyncio.run(measure(args.turns))
+    result = run_to_the_end(measure(args.turns))
     text_ = markdown(result, args.turns)
     print(text_)
     if args.markdown:

@@ -22,7 +22,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -72,13 +72,17 @@ class WorkerProcess:
         data_dir: Path,
         extra_env: Mapping[str, str] | None = None,
         ready_timeout_s: float = READY_TIMEOUT_S,
+        program: Sequence[str] = (str(WORKER_SCRIPT),),
     ) -> None:
+        """`program`: what the interpreter runs (the benchmark's loops: `-m bench.bare` and the like),
+        a worker that logs STARTED_LINE once it polls."""
         self.settings = settings
         self.data_dir = data_dir
         self.log = data_dir / f"worker-{settings.task_queue}.log"
         self.starts = 0
         self._env = worker_env(settings, data_dir, extra_env)
         self._ready_timeout_s = ready_timeout_s
+        self._program = tuple(program)
         self._child: subprocess.Popen[bytes] | None = None
         self._record: ProcessRecord | None = None
 
@@ -111,7 +115,7 @@ class WorkerProcess:
     def _spawn(self) -> subprocess.Popen[bytes]:
         with self.log.open("ab") as out:
             return subprocess.Popen(
-                [sys.executable, str(WORKER_SCRIPT)],
+                [sys.executable, *self._program],
                 cwd=PROJECT_ROOT,
                 env=self._env,
                 stdin=subprocess.DEVNULL,
